@@ -1,0 +1,162 @@
+"""The packed token shard format: the one contract between packing and training loaders.
+
+A shard is an uncompressed Arrow IPC *file* (random access, memory-mappable) with
+one row per packed sequence:
+
+``input_ids``   fixed_size_list<uint16|uint32>[row_len]  the tokens; row_len is seq_len,
+                or seq_len + 1 when packed for next-token labels
+``doc_starts``  list<int32>  positions in the row where a document starts (a row that
+                continues a document from the previous row has no 0 entry)
+``n_tokens``    int32        tokens in the row that are not padding (padding sits at the end)
+
+Schema metadata (keys prefixed ``datapipe.``) carries everything a loader must check
+before mixing shards: tokenizer fingerprint, vocabulary size, lengths, special ids,
+packing mode, counts and a checksum of the token buffer. This module depends only on
+pyarrow and numpy, so training jobs can import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from datapipe.atomic import atomic_path
+
+FORMAT_VERSION = 1
+META_KEY = b"datapipe.shard"
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 halves the bytes read per token whenever the vocabulary fits."""
+    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.uint32)
+
+
+@dataclass(frozen=True)
+class ShardMeta:
+    tokenizer_fingerprint: str
+    vocab_size: int
+    seq_len: int
+    row_len: int
+    eos_id: int
+    pad_id: int
+    bos_id: int | None
+    packing: str
+    source: str
+    split: str
+    dtype: str
+    rows: int = 0
+    tokens: int = 0
+    documents: int = 0
+    checksum: str = ""
+    format_version: int = FORMAT_VERSION
+
+    def to_metadata(self) -> dict[bytes, bytes]:
+        return {META_KEY: json.dumps(asdict(self), sort_keys=True).encode()}
+
+    @classmethod
+    def from_schema(cls, schema: pa.Schema) -> ShardMeta:
+        raw = (schema.metadata or {}).get(META_KEY)
+        if raw is None:
+            raise ValueError("not a datapipe token shard: schema metadata has no datapipe.shard entry")
+        data = json.loads(raw)
+        if data.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"shard format version {data.get('format_version')} is not supported (expected {FORMAT_VERSION})"
+            )
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def compatibility_key(self) -> tuple:
+        """What must agree between shards that one loader mixes."""
+        return (self.tokenizer_fingerprint, self.vocab_size, self.seq_len, self.row_len,
+                self.eos_id, self.pad_id, self.bos_id, self.dtype)
+
+
+def shard_schema(meta: ShardMeta) -> pa.Schema:
+    value_type = pa.uint16() if meta.dtype == "uint16" else pa.uint32()
+    return pa.schema(
+        [
+            pa.field("input_ids", pa.list_(pa.field("item", value_type, nullable=False), meta.row_len), nullable=False),
+            pa.field("doc_starts", pa.list_(pa.field("item", pa.int32(), nullable=False)), nullable=False),
+            pa.field("n_tokens", pa.int32(), nullable=False),
+        ],
+        metadata=meta.to_metadata(),
+    )
+
+
+def write_shard(
+    path: str | os.PathLike[str],
+    tokens: np.ndarray,
+    doc_start_splits: np.ndarray,
+    doc_start_values: np.ndarray,
+    n_tokens: np.ndarray,
+    meta: ShardMeta,
+    rows_per_batch: int = 4096,
+) -> ShardMeta:
+    """Write one shard atomically and return the metadata stored in it.
+
+    ``tokens`` is (rows, row_len); row ``i``'s document starts are
+    ``doc_start_values[doc_start_splits[i]:doc_start_splits[i+1]]``.
+    """
+    dtype = np.dtype(meta.dtype)
+    tokens = np.ascontiguousarray(tokens, dtype=dtype)
+    rows, row_len = tokens.shape
+    if row_len != meta.row_len:
+        raise ValueError(f"tokens have {row_len} columns, metadata says row_len={meta.row_len}")
+    if len(doc_start_splits) != rows + 1 or len(n_tokens) != rows:
+        raise ValueError("doc_start_splits must have rows + 1 entries and n_tokens rows entries")
+    meta = ShardMeta(**{**asdict(meta), "rows": int(rows), "tokens": int(np.sum(n_tokens, dtype=np.int64)),
+                        "checksum": hashlib.sha256(tokens.tobytes()).hexdigest()})
+    schema = shard_schema(meta)
+    splits = np.asarray(doc_start_splits, dtype=np.int32)
+    values = np.asarray(doc_start_values, dtype=np.int32)
+    n_tokens = np.asarray(n_tokens, dtype=np.int32)
+    with atomic_path(path) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for lo in range(0, max(rows, 1), rows_per_batch):
+                hi = min(rows, lo + rows_per_batch)
+                flat = pa.array(tokens[lo:hi].reshape(-1), type=schema.field("input_ids").type.value_type)
+                ids = pa.FixedSizeListArray.from_arrays(flat, row_len)
+                local = splits[lo : hi + 1] - splits[lo]
+                starts = pa.ListArray.from_arrays(pa.array(local, pa.int32()),
+                                                  pa.array(values[splits[lo] : splits[hi]], pa.int32()))
+                writer.write_batch(pa.record_batch([ids, starts, pa.array(n_tokens[lo:hi], pa.int32())], schema=schema))
+    return meta
+
+
+def open_shard(path: str | os.PathLike[str]) -> tuple[pa.Table, ShardMeta]:
+    """Memory-map a shard; no token bytes are read until they are touched."""
+    source = pa.memory_map(str(path), "r")
+    table = pa.ipc.open_file(source).read_all()
+    return table, ShardMeta.from_schema(table.schema)
+
+
+def tokens_view(table: pa.Table) -> np.ndarray:
+    """The (rows, row_len) token matrix as a zero-copy numpy view over the mapped file.
+
+    A shard written by ``write_shard`` has one buffer per record batch; a shard
+    with several batches gives a view per batch, so this concatenates only then.
+    """
+    col = table.column("input_ids")
+    row_len = col.type.list_size
+    parts = []
+    for chunk in col.chunks:
+        flat = chunk.flatten().to_numpy(zero_copy_only=True)  # flatten() honours slice offsets
+        parts.append(flat.reshape(-1, row_len))
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.empty((0, row_len))
+
+
+def file_sha256(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
