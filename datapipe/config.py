@@ -1,0 +1,285 @@
+"""Pipeline files: YAML loaded safely into typed models, with errors that name the key.
+
+Every problem is found before any work starts and reported as
+``stages[2].dedup.threshold: 1.5 is out of range: Input should be less than or equal to 1``,
+all problems at once, so a user fixes the file in one go.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SOURCE_KINDS = ("web", "code", "paper", "text")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class ConfigError(ValueError):
+    """A pipeline file that cannot run; ``problems`` are 'key.path: message' lines."""
+
+    def __init__(self, problems: list[str], file: str | None = None) -> None:
+        self.problems = problems
+        self.file = file
+        head = f"invalid pipeline file {file}" if file else "invalid pipeline"
+        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(Strict):
+    name: str = Field(pattern=NAME_PATTERN, description="Source name; used in document ids and output folders.")
+    kind: Literal["web", "code", "paper", "text"] = "text"
+    format: str | None = Field(None, description="Input format; inferred from the file extension when omitted.")
+    paths: list[str] = Field(min_length=1, description="Glob patterns, relative to the pipeline file.")
+    text_field: str = Field("text", min_length=1, description="JSONL/Parquet field holding the text.")
+    url_field: str | None = Field("url", description="JSONL/Parquet field holding the URL, if any.")
+
+
+class TokenizeConfig(Strict):
+    tokenizer: str = Field(description="Path to a Hugging Face tokenizer.json, relative to the pipeline file.")
+    seq_len: int = Field(2048, ge=8, le=1 << 20)
+    labels: bool = Field(False, description="Store seq_len + 1 tokens per row, for next-token labels.")
+    eos_token: str | None = Field(None, description="End-of-document token; detected from the vocabulary when omitted.")
+    pad_token: str | None = Field(None, description="Padding token; the EOS token when omitted.")
+    bos_token: str | None = Field(None, description="If set, prepended to every document.")
+    val_fraction: float = Field(0.0, ge=0.0, le=0.5, description="Share of documents (by id hash) in the val split.")
+    rows_per_shard: int = Field(8192, ge=1, le=1 << 24, description="Packed sequences per Arrow shard file.")
+
+
+class PipelineConfig(Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    output: str | None = Field(None, description="Run folder, relative to the pipeline file; default out/<name>.")
+    sources: list[SourceConfig] = Field(min_length=1)
+    stages: list[dict[str, Any]] = Field(default_factory=list)
+    tokenize: TokenizeConfig | None = None
+    mixture: dict[str, float] | None = None
+    batch_size: int = Field(1000, ge=1, le=1_000_000, description="Documents per batch inside a task.")
+
+
+class Pipeline:
+    """A validated pipeline: the typed config plus everything resolved against the file system."""
+
+    def __init__(self, config: PipelineConfig, base_dir: Path, stage_options: list[tuple[str, BaseModel]],
+                 inputs: dict[str, list[tuple[Path, str]]], file: Path | None) -> None:
+        self.config = config
+        self.base_dir = base_dir
+        self.stage_options = stage_options  # [(stage type, validated options)], in order
+        self.inputs = inputs  # source name -> [(file, format)], sorted: the shard order
+        self.file = file
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def resolve(self, p: str) -> Path:
+        path = Path(p).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path)
+
+    def default_output(self) -> Path:
+        return self.resolve(self.config.output or f"out/{self.config.name}")
+
+    def normalized(self) -> dict[str, Any]:
+        """The config with defaults filled in: what a run folder records and compares."""
+        data = self.config.model_dump(mode="json", exclude={"output"})
+        data["stages"] = [{kind: opts.model_dump(mode="json")} for kind, opts in self.stage_options]
+        if self.config.tokenize:
+            data["tokenize"]["tokenizer_sha256"] = _sha256(self.resolve(self.config.tokenize.tokenizer))
+        return data
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.normalized(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_pipeline(path: str | Path) -> Pipeline:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError([f"pipeline file not found: {file}"])
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"not valid YAML: {exc}"], str(file)) from None
+    except UnicodeDecodeError:
+        raise ConfigError(["not a UTF-8 text file"], str(file)) from None
+    return build_pipeline(raw, file.resolve().parent, file)
+
+
+def build_pipeline(raw: Any, base_dir: Path, file: Path | None = None) -> Pipeline:
+    where = str(file) if file else None
+    if not isinstance(raw, dict):
+        raise ConfigError([f"the top level must be a mapping of keys (name, sources, stages, ...), got {_show(raw)}"],
+                          where)
+    try:
+        config = PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, PipelineConfig), where) from None
+
+    problems: list[str] = []
+    stage_options = _validate_stages(config.stages, problems)
+    pipeline = Pipeline(config, base_dir, stage_options, {}, file)
+    pipeline.inputs = _resolve_inputs(pipeline, problems)
+    _check_semantics(pipeline, problems)
+    if problems:
+        raise ConfigError(problems, where)
+    return pipeline
+
+
+def _validate_stages(items: list[dict[str, Any]], problems: list[str]) -> list[tuple[str, BaseModel]]:
+    from datapipe.stages import STAGES  # late import: stages import config helpers
+
+    out: list[tuple[str, BaseModel]] = []
+    allowed = ", ".join(sorted(STAGES))
+    for i, item in enumerate(items):
+        if len(item) != 1:
+            problems.append(f"stages[{i}]: each stage is a mapping with exactly one key (the stage type), "
+                            f"got keys {sorted(item)}; stage types: {allowed}")
+            continue
+        (kind, options), = item.items()
+        if kind not in STAGES:
+            problems.append(f"stages[{i}]: unknown stage type {kind!r}; allowed: {allowed}")
+            continue
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            problems.append(f"stages[{i}].{kind}: options must be a mapping (use {{}} for defaults), got {_show(options)}")
+            continue
+        model = STAGES[kind].Options
+        try:
+            out.append((kind, model.model_validate(options)))
+        except ValidationError as exc:
+            problems.extend(_format_errors(exc, model, prefix=f"stages[{i}].{kind}"))
+    counts: dict[str, int] = {}
+    for kind, _ in out:
+        counts[kind] = counts.get(kind, 0) + 1
+    for kind, n in counts.items():
+        if n > 1 and not STAGES[kind].repeatable:
+            problems.append(f"stages: stage type {kind!r} appears {n} times; it may appear once")
+    return out
+
+
+def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[tuple[Path, str]]]:
+    from datapipe.readers import READERS, infer_format
+
+    inputs: dict[str, list[tuple[Path, str]]] = {}
+    for i, src in enumerate(pipeline.config.sources):
+        files: list[Path] = []
+        for j, pattern in enumerate(src.paths):
+            matched = sorted(Path(m) for m in glob.glob(str(pipeline.resolve(pattern)), recursive=True))
+            matched = [m for m in matched if m.is_file() or m.is_dir() and src.format == "repo"]
+            if not matched:
+                problems.append(f"sources[{i}].paths[{j}]: {pattern!r} matches no file "
+                                f"(resolved against {pipeline.base_dir})")
+            files.extend(matched)
+        entries: list[tuple[Path, str]] = []
+        for f in dict.fromkeys(files):  # a file matched by two globs is one shard
+            fmt = src.format or infer_format(f)
+            if fmt is None:
+                problems.append(f"sources[{i}].format: cannot infer the format of {f.name}; "
+                                f"set format to one of: {', '.join(sorted(READERS))}")
+                break
+            if fmt not in READERS:
+                problems.append(f"sources[{i}].format: {fmt!r} is not supported; allowed: {', '.join(sorted(READERS))}")
+                break
+            entries.append((f, fmt))
+        inputs[src.name] = entries
+    return inputs
+
+
+def _check_semantics(pipeline: Pipeline, problems: list[str]) -> None:
+    config = pipeline.config
+    names = [s.name for s in config.sources]
+    for name in {n for n in names if names.count(n) > 1}:
+        problems.append(f"sources: the name {name!r} is used by more than one source; names must be unique")
+    if config.mixture is not None:
+        for key, weight in config.mixture.items():
+            if key not in names:
+                problems.append(f"mixture.{key}: not a source name; sources are: {', '.join(names)}")
+            if not weight >= 0:
+                problems.append(f"mixture.{key}: {weight} is not allowed: weights must be >= 0")
+        if config.mixture and sum(config.mixture.values()) <= 0:
+            problems.append("mixture: the weights must not all be 0")
+    if config.tokenize is not None:
+        path = pipeline.resolve(config.tokenize.tokenizer)
+        if not path.is_file():
+            problems.append(f"tokenize.tokenizer: file not found: {path}")
+        else:
+            from datapipe.tokenize import TokenizerError, load_tokenizer_info
+
+            try:
+                load_tokenizer_info(path, config.tokenize)
+            except TokenizerError as exc:
+                problems.append(f"tokenize.{exc.key}: {exc}")
+
+
+def _format_errors(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[str]:
+    problems = []
+    for err in exc.errors():
+        loc = err["loc"]
+        path = _loc_to_path(loc, prefix)
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(model, loc[:-1])
+            allowed = ", ".join(parent.model_fields) if parent else "see the documentation"
+            problems.append(f"{path}: unknown key; allowed keys here: {allowed}")
+        elif err["type"] == "missing":
+            problems.append(f"{path}: required key is missing")
+        else:
+            problems.append(f"{path}: {_show(err.get('input'))} is not allowed: {err['msg']}")
+    return problems
+
+
+def _loc_to_path(loc: tuple[Any, ...], prefix: str) -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not re.fullmatch(r"[a-z_]+\[.*\]|function-.*|literal\[.*\]", str(part)):  # drop union branch names
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that owns the keys at ``loc`` (to list the allowed ones)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            current = _inner_model(current)
+            if isinstance(part, int):
+                continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            return None
+        current = _inner_model(current.model_fields[part].annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (list, typing.Union, types.UnionType, dict):
+        for arg in typing.get_args(annotation):
+            found = _inner_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str) if value is not None else "null"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None

@@ -1,0 +1,120 @@
+"""Turning a pipeline into phases: map segments split by global stages, then packing and statistics.
+
+For ``stages: [langid, length, dedup, X]`` the plan is
+
+    map0:    read -> langid -> length -> dedup.compute      (one Ray task per input shard)
+    reduce0: dedup.reduce over every shard's signals       (one task: the corpus-wide step)
+    map1:    apply dedup decisions -> X -> tokenize         (one task per shard)
+    pack:    concatenate tokens into Arrow shards           (one task per source)
+    stats:   stats.duckdb                                   (driver)
+
+Everything a task needs travels in the picklable ``RunSpec``; workers rebuild stage
+objects from it, so stages never see Ray.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from datapipe.config import Pipeline, SourceConfig, TokenizeConfig
+from datapipe.stages import STAGES, Stage, StageContext
+from datapipe.tokenize import TokenizerInfo, load_tokenizer_info
+
+
+@dataclass(frozen=True)
+class Shard:
+    ordinal: int  # position in the run's global order: sources in file order, then sorted files
+    key: str  # "<source>/<NNNNN>": names every output of this shard
+    source: SourceConfig
+    path: str
+    input_name: str
+    format: str
+
+
+@dataclass(frozen=True)
+class Segment:
+    index: int
+    apply_global: int | None  # stage position whose reduce decisions are applied first
+    stages: tuple[int, ...]  # per-document stage positions, in order
+    compute_global: int | None  # global stage whose signals this segment computes last
+    final: bool  # writes docs/ (and tokens)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    root: str
+    pipeline_dir: str
+    cache_dir: str
+    fingerprint: str
+    batch_size: int
+    stages: tuple[tuple[str, dict[str, Any]], ...]
+    segments: tuple[Segment, ...]
+    tokenize: TokenizeConfig | None
+    tokenizer: TokenizerInfo | None
+    shards: tuple[Shard, ...] = field(repr=False)
+
+    def stage_name(self, position: int) -> str:
+        return self.stages[position - 1][0]
+
+    def shards_of(self, source: str) -> list[Shard]:
+        return [s for s in self.shards if s.source.name == source]
+
+    @cached_property
+    def sources(self) -> list[str]:
+        return list(dict.fromkeys(s.source.name for s in self.shards))
+
+
+_STAGE_CACHE: dict[tuple[str, int], Stage] = {}
+
+
+def build_stage(spec: RunSpec, position: int) -> Stage:
+    """The stage at ``position`` (1-based; 0 is reading), built once per worker process."""
+    key = (spec.fingerprint, position)
+    if key not in _STAGE_CACHE:
+        kind, options = spec.stages[position - 1]
+        cls = STAGES[kind]
+        _STAGE_CACHE[key] = cls(cls.Options.model_validate(options), StageContext(spec.pipeline_dir, spec.cache_dir))
+    return _STAGE_CACHE[key]
+
+
+def plan_segments(stage_kinds: list[str]) -> tuple[Segment, ...]:
+    segments: list[Segment] = []
+    current: list[int] = []
+    apply: int | None = None
+    for pos, kind in enumerate(stage_kinds, start=1):
+        if STAGES[kind].is_global:
+            segments.append(Segment(len(segments), apply, tuple(current), pos, False))
+            current, apply = [], pos
+        else:
+            current.append(pos)
+    segments.append(Segment(len(segments), apply, tuple(current), None, True))
+    return tuple(segments)
+
+
+def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path) -> RunSpec:
+    shards: list[Shard] = []
+    for src in pipeline.config.sources:
+        for i, (path, fmt) in enumerate(pipeline.inputs[src.name]):
+            shards.append(Shard(len(shards), f"{src.name}/{i:05d}", src, str(path),
+                                _input_name(path, pipeline.base_dir), fmt))
+    tok_cfg = pipeline.config.tokenize
+    tokenizer = load_tokenizer_info(pipeline.resolve(tok_cfg.tokenizer), tok_cfg) if tok_cfg else None
+    stages = tuple((kind, opts.model_dump(mode="json")) for kind, opts in pipeline.stage_options)
+    return RunSpec(
+        root=str(root), pipeline_dir=str(pipeline.base_dir), cache_dir=str(cache_dir),
+        fingerprint=pipeline.fingerprint(), batch_size=pipeline.config.batch_size, stages=stages,
+        segments=plan_segments([k for k, _ in stages]), tokenize=tok_cfg, tokenizer=tokenizer, shards=tuple(shards),
+    )
+
+
+def _input_name(path: Path, base: Path) -> str:
+    """Relative to the pipeline file when inside its folder: ids stay stable when the project moves."""
+    try:
+        return Path(os.path.relpath(path.resolve(), base.resolve())).as_posix() if path.resolve().is_relative_to(
+            base.resolve()) else path.resolve().as_posix()
+    except ValueError:
+        return path.resolve().as_posix()

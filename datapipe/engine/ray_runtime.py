@@ -1,0 +1,76 @@
+"""Starting or joining Ray. Embedded by default: on loopback, files in datapipe's cache, quiet.
+
+On one machine Ray would otherwise bind to the machine's network address, attach to a
+stale cluster recorded in /tmp, write session files under /tmp and ~/.ray, and print a
+token-auth warning on every start. An embedded run avoids all of that; a real cluster
+(``--ray-address``) keeps Ray's own defaults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from datapipe.models import cache_dir
+
+LOOPBACK = "127.0.0.1"
+
+
+def _embedded_env(ray_dir: Path) -> None:
+    # Without this, Ray swaps 127.0.0.1 for the machine's address.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if "RAY_AUTH_MODE" in os.environ:
+        return  # the user chose; respect it
+    if "ray" in sys.modules:
+        # Ray caches its auth mode when imported: turning token mode on now would leave this
+        # process without the token the cluster demands. The cluster listens on loopback only.
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        return
+    # Token auth stays on (any local process could otherwise submit code), with the token kept
+    # in our cache rather than ~/.ray, and the mode set explicitly so Ray does not warn.
+    token = ray_dir / "auth_token"
+    if not token.is_file():
+        ray_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_AUTH_TOKEN_PATH", str(token))
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[str]:
+    """Yield a description of the Ray cluster in use; shut down only what we started."""
+    if not address and "ray" not in sys.modules:
+        _embedded_env(cache_dir() / "ray")  # must precede `import ray`
+    import ray
+
+    if ray.is_initialized():  # a caller (a test, a notebook) already connected: use it as is
+        yield "existing Ray connection"
+        return
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        where = f"Ray cluster at {address}"
+    else:
+        ray_dir = cache_dir() / "ray"
+        _embedded_env(ray_dir)  # no-op when done above
+        ray.init(
+            address="local",  # never attach to a stale cluster recorded on the machine
+            num_cpus=num_cpus,
+            _node_ip_address=LOOPBACK,
+            _temp_dir=str(ray_dir),
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
+        where = f"embedded Ray ({int(ray.cluster_resources().get('CPU', 0))} CPUs, loopback)"
+    try:
+        yield where
+    finally:
+        ray.shutdown()

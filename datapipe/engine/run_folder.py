@@ -1,0 +1,115 @@
+"""The run folder: where every output of one pipeline run lives, and how resume finds its place.
+
+    <run>/docs/<source>/<shard>.parquet       kept documents with their signals
+    <run>/rejected/<source>/<shard>.<n>-<stage>.parquet
+                                              dropped documents: stage, reason, detail, text
+    <run>/shards/<source>/<split>-NNNNN.arrow packed token shards (Arrow IPC, uncompressed)
+    <run>/shards/manifest.parquet             one row per shard
+    <run>/stats.duckdb                        the audit database
+    <run>/run.json                            config, versions, inputs, timings, counts
+    <run>/_work/                              intermediate outputs and completion markers
+
+A task's outputs are renamed into place before its marker is written, so a marker
+means "done and durable"; work without a marker is redone on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from datapipe.atomic import sweep_temp_files, write_text_atomic
+
+MANAGED = ("docs", "rejected", "shards", "_work", "stats.duckdb", "run.json")
+
+
+class RunFolderError(RuntimeError):
+    pass
+
+
+class RunFolder:
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    # --- layout -------------------------------------------------------------
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def stats_db(self) -> Path:
+        return self.root / "stats.duckdb"
+
+    @property
+    def work(self) -> Path:
+        return self.root / "_work"
+
+    @property
+    def shards_dir(self) -> Path:
+        return self.root / "shards"
+
+    def docs_file(self, shard_key: str) -> Path:
+        return self.root / "docs" / f"{shard_key}.parquet"
+
+    def reject_file(self, shard_key: str, position: int, stage: str) -> Path:
+        return self.root / "rejected" / f"{shard_key}.{position:02d}-{stage}.parquet"
+
+    def map_output(self, segment: int, shard_key: str) -> Path:
+        return self.work / f"map{segment}" / f"{shard_key}.parquet"
+
+    def decisions_file(self, segment: int, shard_key: str) -> Path:
+        return self.work / f"reduce{segment}" / f"{shard_key}.parquet"
+
+    def tokens_file(self, shard_key: str) -> Path:
+        return self.work / "tokens" / f"{shard_key}.arrow"
+
+    def marker(self, phase: str, task: str) -> Path:
+        return self.work / "markers" / phase / f"{task}.json"
+
+    # --- markers ------------------------------------------------------------
+    def read_marker(self, phase: str, task: str) -> dict[str, Any] | None:
+        path = self.marker(phase, task)
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            return None  # a marker is written atomically; an unreadable one means redo
+
+    def write_marker(self, phase: str, task: str, data: dict[str, Any]) -> None:
+        write_text_atomic(self.marker(phase, task), json.dumps(data, sort_keys=True))
+
+    # --- lifecycle ----------------------------------------------------------
+    def load_run_json(self) -> dict[str, Any] | None:
+        if not self.run_json.is_file():
+            return None
+        return json.loads(self.run_json.read_text())
+
+    def save_run_json(self, data: dict[str, Any]) -> None:
+        write_text_atomic(self.run_json, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+    def is_run_folder(self) -> bool:
+        return self.run_json.is_file()
+
+    def check_usable(self) -> None:
+        """Refuse to write into a non-empty folder that is not a datapipe run: it may be the user's data."""
+        if self.root.exists() and not self.root.is_dir():
+            raise RunFolderError(f"output {self.root} exists and is not a folder")
+        if self.root.is_dir() and any(self.root.iterdir()) and not self.is_run_folder():
+            raise RunFolderError(f"output folder {self.root} is not empty and holds no run.json; "
+                                 f"refusing to write there (choose an empty or new folder with --output)")
+
+    def wipe(self) -> None:
+        """Delete a previous run's outputs (--fresh). Only the names datapipe manages are touched."""
+        self.check_usable()
+        for name in MANAGED:
+            p = self.root / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+
+    def sweep(self) -> int:
+        return sweep_temp_files(self.root)

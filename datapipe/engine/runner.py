@@ -1,0 +1,297 @@
+"""Running a pipeline: phases on Ray, resume from markers, refusal on a changed config.
+
+The runner is the only place that talks to Ray. Each phase submits one task per
+piece of work that has no completion marker yet, waits for all of them (showing
+progress), and moves on; a killed run started again skips whatever finished.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from datapipe.config import Pipeline
+from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage, make_spec
+from datapipe.engine.progress import PhaseProgress
+from datapipe.engine.ray_runtime import ray_session
+from datapipe.engine.run_folder import RunFolder
+from datapipe.engine import tasks
+from datapipe.models import cache_dir
+
+PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
+
+
+class PipelineError(RuntimeError):
+    """The run cannot go on; the message says why and what to do."""
+
+
+@dataclass
+class RunResult:
+    root: Path
+    run: dict[str, Any]
+    skipped_tasks: int = 0
+    executed_tasks: int = 0
+    phases: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: str | None = None,
+                 num_cpus: int | None = None, fresh: bool = False, show_progress: bool = True,
+                 log: Callable[[str], None] = print) -> RunResult:
+    folder = RunFolder(output if output is not None else pipeline.default_output())
+    folder.check_usable()
+    normalized = pipeline.normalized()
+    inputs = _input_listing(pipeline)
+    previous = folder.load_run_json()
+    if previous is not None and not fresh:
+        changes = config_changes(previous.get("config", {}), normalized)
+        changes += input_changes(previous.get("inputs", []), inputs)
+        if changes:
+            raise PipelineError(
+                f"{folder.root} holds a run of a different pipeline; changed since then:\n"
+                + "\n".join(f"  - {c}" for c in changes[:30])
+                + "\nUse --fresh to discard that run and start over, or --output to write elsewhere.")
+    if fresh:
+        folder.wipe()
+    folder.root.mkdir(parents=True, exist_ok=True)
+    folder.sweep()
+
+    spec = make_spec(pipeline, folder.root, cache_dir())
+    for pos in range(1, len(spec.stages) + 1):
+        build_stage(spec, pos).prepare()  # fetch models now: one clear error instead of one per task
+
+    run = previous if previous is not None and not fresh else {}
+    run.update({"name": pipeline.name, "fingerprint": spec.fingerprint, "config": normalized, "inputs": inputs,
+                "pipeline_file": str(pipeline.file) if pipeline.file else None, "status": "running",
+                "packages": _package_versions(), "python": platform.python_version()})
+    run.setdefault("started", _now())
+    run.setdefault("attempts", 0)
+    run["attempts"] += 1
+    folder.save_run_json(run)
+
+    result = RunResult(folder.root, run)
+    timings: dict[str, float] = dict(run.get("timings", {}))
+    with ray_session(ray_address, num_cpus) as where:
+        log(f"datapipe: running {pipeline.name!r} on {where}; output in {folder.root}")
+        import ray
+
+        spec_ref = ray.put(spec)
+        for segment in spec.segments:
+            phase = f"map{segment.index}"
+            # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
+            _run_phase(result, folder, phase, [(s.key, (spec_ref, s, segment)) for s in spec.shards],
+                       _map_task, {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"},
+                       timings, show_progress, "shards")
+            if not segment.final:
+                name = spec.stage_name(segment.compute_global)  # type: ignore[arg-type]
+                stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
+                _run_phase(result, folder, f"reduce{segment.index}", [(name, (spec_ref, segment))], _reduce_task,
+                           {"num_cpus": stage.resources.num_cpus}, timings, show_progress, "steps")
+        if spec.tokenizer is not None:
+            _run_phase(result, folder, "pack", [(src, (spec_ref, src)) for src in spec.sources], _pack_task,
+                       {"num_cpus": 1}, timings, show_progress, "sources")
+
+    from datapipe.stats import build_stats
+
+    started = time.perf_counter()
+    counts = collect_counts(folder, spec)
+    build_stats(folder, spec, counts)
+    _fault_point("stats", 1)
+    timings["stats"] = round(time.perf_counter() - started, 3)
+    check_conservation(folder, counts)
+    run.update({"status": "complete", "finished": _now(), "timings": timings, "counts": counts})
+    folder.save_run_json(run)
+    return result
+
+
+def _segment_resources(spec: RunSpec, segment: Segment) -> dict[str, Any]:
+    positions = [*segment.stages, *(p for p in (segment.apply_global, segment.compute_global) if p)]
+    stages = [build_stage(spec, p) for p in positions]
+    cpus = max([1.0, *(s.resources.num_cpus for s in stages)])
+    memory = sum(s.resources.memory_mb for s in stages)
+    return {"num_cpus": cpus, **({"memory": memory * 1024 * 1024} if memory else {})}
+
+
+def _run_phase(result: RunResult, folder: RunFolder, phase: str, work: Sequence[tuple[str, tuple]],
+               fn: Callable, resources: dict[str, Any], timings: dict[str, float], show_progress: bool,
+               unit: str) -> None:
+    import ray
+
+    todo = [(key, args) for key, args in work if folder.read_marker(phase, key) is None]
+    result.skipped_tasks += len(work) - len(todo)
+    started = time.perf_counter()
+    remote = ray.remote(max_retries=3, retry_exceptions=True)(fn).options(**resources)
+    pending = {remote.remote(phase, *args): key for key, args in todo}
+    failures: list[str] = []
+    with PhaseProgress(phase, len(work), len(work) - len(todo), unit, enabled=show_progress) as progress:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in ready:
+                key = pending.pop(ref)
+                try:
+                    marker = ray.get(ref)
+                except Exception as exc:  # already retried by Ray; keep the others running
+                    failures.append(f"{phase} {key}: {_short_error(exc)}")
+                    progress.advance(0)
+                    continue
+                result.executed_tasks += 1
+                progress.advance(marker.get("docs_in", 0))
+                _fault_point(phase, progress.done - progress.resumed)
+    elapsed = time.perf_counter() - started
+    timings[phase] = round(timings.get(phase, 0.0) + elapsed, 3)
+    result.phases.append({"phase": phase, "tasks": len(work), "ran": len(todo), "seconds": round(elapsed, 3)})
+    if failures:
+        raise PipelineError(f"{len(failures)} of {len(work)} {phase} tasks failed after retries "
+                            f"(finished work is kept; run the same command again to resume):\n"
+                            + "\n".join(f"  - {f}" for f in failures[:20]))
+
+
+def _with_marker(phase: str, key: str, fn: Callable[[], dict[str, Any]], root: str) -> dict[str, Any]:
+    import ray
+
+    marker = fn()
+    marker["node"] = ray.get_runtime_context().get_node_id()
+    RunFolder(Path(root)).write_marker(phase, key, marker)
+    return marker
+
+
+def _map_task(phase: str, spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
+    return _with_marker(phase, shard.key, lambda: tasks.map_shard(spec, shard, segment), spec.root)
+
+
+def _reduce_task(phase: str, spec: RunSpec, segment: Segment) -> dict[str, Any]:
+    key = spec.stage_name(segment.compute_global)  # type: ignore[arg-type]
+    return _with_marker(phase, key, lambda: tasks.reduce_stage(spec, segment), spec.root)
+
+
+def _pack_task(phase: str, spec: RunSpec, source: str) -> dict[str, Any]:
+    return _with_marker(phase, source, lambda: tasks.pack_source(spec, source), spec.root)
+
+
+def _fault_point(phase: str, done: int) -> None:
+    """Testing hook: DATAPIPE_FAULT_KILL_AT=<phase>:<n> SIGKILLs the driver after n tasks of phase.
+
+    Resume is tested by killing the driver at exact points (no timing races); the kill is a
+    real SIGKILL, so nothing gets a chance to clean up.
+    """
+    spec = os.environ.get("DATAPIPE_FAULT_KILL_AT")
+    if spec and spec == f"{phase}:{done}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _short_error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1][:500] if text else type(exc).__name__
+
+
+# --- counts and conservation ---------------------------------------------------
+
+def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
+    """Per-stage funnel and per-source totals, from the completion markers."""
+    stages: dict[int, dict[str, Any]] = {0: {"stage": "read", "in": 0, "rejected": {}}}
+    for pos in range(1, len(spec.stages) + 1):
+        stages[pos] = {"stage": spec.stage_name(pos), "in": 0, "rejected": {}}
+    sources = {s: {"documents": 0, "kept": 0, "tokens": 0} for s in spec.sources}
+    for segment in spec.segments:
+        for shard in spec.shards:
+            m = folder.read_marker(f"map{segment.index}", shard.key)
+            if m is None:
+                raise PipelineError(f"marker missing for map{segment.index} {shard.key}: the run is incomplete")
+            if segment.index == 0:
+                stages[0]["in"] += m["docs_in"]
+                sources[shard.source.name]["documents"] += m["docs_in"]
+            for pos, n in m["stage_in"].items():
+                stages[int(pos)]["in"] += n
+            for pos, reasons in m["rejected"].items():
+                bucket = stages[int(pos)]["rejected"]
+                for reason, n in reasons.items():
+                    bucket[reason] = bucket.get(reason, 0) + n
+            if segment.final:
+                sources[shard.source.name]["kept"] += m["kept"]
+                sources[shard.source.name]["tokens"] += m["tokens"]
+    total_in = stages[0]["in"]
+    total_rejected = sum(sum(s["rejected"].values()) for s in stages.values())
+    total_kept = sum(s["kept"] for s in sources.values())
+    return {"documents": total_in, "kept": total_kept, "rejected": total_rejected,
+            "stages": [{"position": p, **s} for p, s in sorted(stages.items())], "sources": sources}
+
+
+def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
+    """Inputs = kept + rejected, each document exactly once: checked on the outputs themselves."""
+    import duckdb
+
+    if counts["documents"] != counts["kept"] + counts["rejected"]:
+        raise PipelineError(f"conservation violated: {counts['documents']} documents read, but "
+                            f"{counts['kept']} kept + {counts['rejected']} rejected")
+    with duckdb.connect(str(folder.stats_db), read_only=True) as con:
+        n, distinct = con.execute("SELECT count(*), count(DISTINCT id) FROM documents").fetchone()
+    if n != counts["documents"] or distinct != n:
+        raise PipelineError(f"conservation violated in the outputs: {counts['documents']} documents read, "
+                            f"{n} rows in documents, {distinct} distinct ids")
+
+
+# --- change detection -------------------------------------------------------------
+
+def config_changes(old: Any, new: Any, path: str = "") -> list[str]:
+    """Key paths whose values differ between two normalized configs."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in old:
+                out.append(f"{sub}: added ({_brief(new[key])})")
+            elif key not in new:
+                out.append(f"{sub}: removed (was {_brief(old[key])})")
+            else:
+                out.extend(config_changes(old[key], new[key], sub))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [c for i, (a, b) in enumerate(zip(old, new)) for c in config_changes(a, b, f"{path}[{i}]")]
+    return [] if old == new else [f"{path}: {_brief(old)} -> {_brief(new)}"]
+
+
+def input_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    before = {(i["source"], i["path"]): i for i in old}
+    after = {(i["source"], i["path"]): i for i in new}
+    out = [f"input added: {p} (source {s})" for s, p in after.keys() - before.keys()]
+    out += [f"input removed: {p} (source {s})" for s, p in before.keys() - after.keys()]
+    for key in sorted(before.keys() & after.keys()):
+        if before[key].get("bytes") != after[key].get("bytes") or before[key].get("mtime") != after[key].get("mtime"):
+            out.append(f"input modified: {key[1]} (size or modification time differs)")
+    return sorted(out)
+
+
+def _input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
+    listing = []
+    for source, files in pipeline.inputs.items():
+        for path, fmt in files:
+            st = path.stat()
+            listing.append({"source": source, "path": str(path.resolve()), "format": fmt, "bytes": st.st_size,
+                            "mtime": int(st.st_mtime)})
+    return listing
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+def _package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

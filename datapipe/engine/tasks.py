@@ -1,0 +1,322 @@
+"""The work of one task, as plain functions: no Ray here, so each is testable on its own.
+
+Each function writes its outputs atomically, then returns the marker contents
+(counts, timings) that the runner records. Running one twice gives the same files.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datapipe.atomic import atomic_path, temp_path_for
+from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
+from datapipe.engine.run_folder import RunFolder
+from datapipe.packing import ConcatPacker, ShardBuffer, shard_meta_for
+from datapipe.readers import READERS, InputFile
+from datapipe.schema import READ_STAGE
+from datapipe.shard_format import ShardMeta, file_sha256, write_shard
+from datapipe.stages.base import Decision, ReduceInputs
+from datapipe.tokenize import TOKENS_TYPE, assign_split, encode_documents
+
+_NULL_STR = pa.scalar(None, pa.string())
+
+
+class ParquetSink:
+    """A Parquet file written batch by batch to a temporary name and renamed on close.
+
+    It opens on the first non-empty batch, so a shard with nothing to write leaves no file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows = 0
+        self._tmp: Path | None = None
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = temp_path_for(self.path)
+            # zstd: text compresses 3-4x; dictionary-encoded source/kind columns cost nothing.
+            self._writer = pq.ParquetWriter(self._tmp, table.schema, compression="zstd")
+        else:
+            table = table.select(self._writer.schema.names).cast(self._writer.schema)
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        if self._writer is None:
+            self.path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not count
+            return
+        self._writer.close()
+        assert self._tmp is not None
+        self._tmp.replace(self.path)
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            assert self._tmp is not None
+            self._tmp.unlink(missing_ok=True)
+
+
+class TokenSink:
+    """Per-shard token lists (id, split, tokens) as an Arrow IPC file for the packing phase."""
+
+    SCHEMA = pa.schema([("id", pa.string()), ("split", pa.string()), ("tokens", TOKENS_TYPE)])
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tokens = 0
+        self._ctx = atomic_path(path)
+        self._tmp = self._ctx.__enter__()
+        self._writer = pa.ipc.new_file(str(self._tmp), self.SCHEMA)
+
+    def write(self, ids: pa.Array, split: pa.Array, tokens: pa.LargeListArray) -> None:
+        self._writer.write_table(pa.table([ids, split, tokens], schema=self.SCHEMA))
+        self.tokens += len(tokens.values)
+
+    def close(self) -> None:
+        self._writer.close()
+        self._ctx.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        self._writer.close()
+        self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+
+class MapCounts:
+    def __init__(self) -> None:
+        self.docs_in = 0
+        self.kept = 0
+        self.tokens = 0
+        self.stage_in: dict[int, int] = defaultdict(int)
+        self.rejected: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"docs_in": self.docs_in, "kept": self.kept, "tokens": self.tokens,
+                "stage_in": {str(k): v for k, v in sorted(self.stage_in.items())},
+                "rejected": {str(k): dict(v) for k, v in sorted(self.rejected.items())}}
+
+
+def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
+    """Run one map segment over one input shard; returns the marker contents."""
+    started = time.perf_counter()
+    folder = RunFolder(Path(spec.root))
+    counts = MapCounts()
+    rejects: dict[int, ParquetSink] = {}
+    out = ParquetSink(folder.docs_file(shard.key) if segment.final else folder.map_output(segment.index, shard.key))
+    tokens = TokenSink(folder.tokens_file(shard.key)) if segment.final and spec.tokenizer else None
+    decisions = _load_decisions(folder, segment, shard)
+    stages = [(pos, build_stage(spec, pos)) for pos in segment.stages]
+    stages = [(pos, st) for pos, st in stages if st.applies_to(shard.source.kind)]
+    compute_global = build_stage(spec, segment.compute_global) if segment.compute_global else None
+
+    def reject(position: int, stage: str, batch: pa.Table, decision: Decision,
+               extra: dict[str, pa.Array] | None = None) -> pa.Table:
+        drop = pc.fill_null(pc.is_valid(decision.reason), False)
+        n_drop = pc.sum(drop).as_py() or 0
+        if n_drop == 0:
+            return batch
+        dropped = batch.filter(drop)
+        for name, values in (extra or {}).items():
+            dropped = dropped.append_column(name, values.filter(drop))
+        detail = decision.detail if decision.detail is not None else pa.nulls(batch.num_rows, pa.string())
+        dropped = (dropped.append_column("stage", pa.array([stage] * n_drop, pa.string()))
+                   .append_column("reason", decision.reason.filter(drop))
+                   .append_column("detail", detail.filter(drop)))
+        if position not in rejects:
+            rejects[position] = ParquetSink(folder.reject_file(shard.key, position, stage))
+        rejects[position].write(dropped)
+        for reason, n in _value_counts(dropped["reason"]):
+            counts.rejected[position][reason] += n
+        return batch.filter(pc.invert(drop))
+
+    try:
+        for batch in _segment_input(spec, folder, shard, segment, counts, reject):
+            if segment.apply_global is not None:
+                name = spec.stage_name(segment.apply_global)
+                counts.stage_in[segment.apply_global] += batch.num_rows
+                decision, extra = _join_decisions(batch, decisions)
+                batch = reject(segment.apply_global, name, batch, decision, extra)
+            for pos, stage in stages:
+                counts.stage_in[pos] += batch.num_rows
+                if batch.num_rows == 0:
+                    break
+                batch = stage.compute(batch)
+                batch = reject(pos, stage.name, batch, stage.decide(batch))
+            if compute_global is not None and batch.num_rows:
+                batch = compute_global.compute(batch)
+            if tokens is not None and batch.num_rows:
+                batch = _tokenize(spec, batch, tokens)
+            counts.kept += batch.num_rows
+            out.write(batch)
+        out.close()
+        for sink in rejects.values():
+            sink.close()
+        if tokens is not None:
+            tokens.close()
+            counts.tokens = tokens.tokens
+    except BaseException:
+        out.abort()
+        for sink in rejects.values():
+            sink.abort()
+        if tokens is not None:
+            tokens.abort()
+        raise
+    result = {"shard": shard.key, "segment": segment.index, **counts.as_dict(),
+              "seconds": round(time.perf_counter() - started, 3)}
+    if segment.index == 0 and Path(shard.path).is_file():
+        result["input"] = {"path": shard.path, "bytes": Path(shard.path).stat().st_size,
+                           "sha256": file_sha256(shard.path)}
+    return result
+
+
+def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segment, counts: MapCounts,
+                   reject: Any) -> Iterator[pa.Table]:
+    if segment.index > 0:
+        prev = folder.map_output(segment.index - 1, shard.key)
+        if not prev.exists():
+            return  # every document of this shard was dropped earlier
+        for rb in pq.ParquetFile(prev).iter_batches(batch_size=spec.batch_size):
+            yield pa.Table.from_batches([rb])
+        return
+    reader = READERS[shard.format]
+    for rb in reader(InputFile(Path(shard.path), shard.input_name, shard.source), spec.batch_size):
+        docs = rb.docs
+        counts.docs_in += docs.num_rows
+        docs = docs.append_column("n_chars", pc.cast(pc.fill_null(pc.utf8_length(docs["text"]), 0), pa.int64()))
+        if rb.rejects is not None and rb.rejects.num_rows:
+            counts.docs_in += rb.rejects.num_rows
+            r = rb.rejects
+            base = r.drop_columns(["reason", "detail"])
+            base = base.append_column("n_chars", pc.cast(pc.fill_null(pc.utf8_length(base["text"]), 0), pa.int64()))
+            reject(0, READ_STAGE, base, Decision(r["reason"].combine_chunks(), r["detail"].combine_chunks()))
+        missing = pc.is_null(docs["text"])
+        docs = reject(0, READ_STAGE, docs, Decision(pc.if_else(missing, "missing_text", _NULL_STR)))
+        yield docs
+
+
+def _load_decisions(folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
+    if segment.apply_global is None:
+        return None
+    path = folder.decisions_file(segment.index - 1, shard.key)
+    return pq.read_table(path) if path.exists() else None
+
+
+def _join_decisions(batch: pa.Table, decisions: pa.Table | None) -> tuple[Decision, dict[str, pa.Array]]:
+    if decisions is None or decisions.num_rows == 0:
+        return Decision.keep_all(batch.num_rows), {}
+    # index_in keeps the batch's row order (a hash join would not).
+    idx = pc.index_in(batch["id"], value_set=decisions["id"])
+    picked = decisions.take(pc.fill_null(idx, 0))
+    hit = pc.is_valid(idx)
+
+    def col(name: str) -> pa.Array:
+        values = picked[name].combine_chunks()
+        return pc.if_else(hit, values, pa.scalar(None, values.type))
+
+    extra = {n: col(n) for n in decisions.column_names if n not in ("id", "shard", "reason", "detail")}
+    return Decision(col("reason"), col("detail")), extra
+
+
+def _tokenize(spec: RunSpec, batch: pa.Table, sink: TokenSink) -> pa.Table:
+    assert spec.tokenizer is not None and spec.tokenize is not None
+    texts = pc.fill_null(batch["text"], "").to_pylist()
+    tokens = encode_documents(texts, spec.tokenizer)
+    split = assign_split(batch["id"].to_pylist(), spec.tokenize.val_fraction)
+    sink.write(batch["id"].combine_chunks(), split, tokens)
+    batch = batch.append_column("n_tokens", pc.cast(pc.list_value_length(tokens), pa.int64()))
+    return batch.append_column("split", split)
+
+
+def _value_counts(values: pa.ChunkedArray) -> list[tuple[str, int]]:
+    vc = pc.value_counts(values)
+    return [(v["values"], v["counts"]) for v in vc.to_pylist()]
+
+
+def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
+    """The corpus-wide step of the global stage that ends ``segment``."""
+    started = time.perf_counter()
+    folder = RunFolder(Path(spec.root))
+    assert segment.compute_global is not None
+    stage = build_stage(spec, segment.compute_global)
+    present = [(s.ordinal, folder.map_output(segment.index, s.key)) for s in spec.shards]
+    present = [(o, p) for o, p in present if p.exists()]
+    scratch = folder.work / f"reduce{segment.index}-scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    if present:
+        decisions = stage.reduce(ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch)))
+    else:
+        decisions = pa.table({"id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())})
+    # Decisions come sorted by shard: slice each shard's rows instead of filtering per shard.
+    decisions = decisions.sort_by([("shard", "ascending")])
+    shard_col = decisions["shard"].to_numpy()
+    written = 0
+    for shard in spec.shards:
+        path = folder.decisions_file(segment.index, shard.key)
+        lo, hi = np.searchsorted(shard_col, [shard.ordinal, shard.ordinal + 1])
+        if hi == lo:
+            path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not apply
+            continue
+        with atomic_path(path) as tmp:
+            pq.write_table(decisions.slice(lo, hi - lo), tmp)
+        written += int(hi - lo)
+    return {"segment": segment.index, "stage": spec.stage_name(segment.compute_global), "decisions": written,
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def pack_source(spec: RunSpec, source: str) -> dict[str, Any]:
+    """Pack one source's tokens into Arrow shards, per split, in the run's order."""
+    assert spec.tokenizer is not None and spec.tokenize is not None
+    started = time.perf_counter()
+    folder = RunFolder(Path(spec.root))
+    info, cfg = spec.tokenizer, spec.tokenize
+    row_len = cfg.seq_len + (1 if cfg.labels else 0)
+    dtype = np.dtype(info.dtype)
+    manifest: list[dict[str, Any]] = []
+    for split in ("train", "val"):
+        meta = ShardMeta(tokenizer_fingerprint=info.fingerprint, vocab_size=info.vocab_size, seq_len=cfg.seq_len,
+                         row_len=row_len, eos_id=info.eos_id, pad_id=info.pad_id, bos_id=info.bos_id,
+                         packing="concat", source=source, split=split, dtype=info.dtype)
+        packer = ConcatPacker(row_len, info.pad_id, dtype)
+        buffer = ShardBuffer(cfg.rows_per_shard, row_len, dtype)
+
+        def emit(rows: Any) -> None:
+            path = folder.shards_dir / source / f"{split}-{len([m for m in manifest if m['split'] == split]):05d}.arrow"
+            written = write_shard(path, rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens,
+                                  shard_meta_for(meta, rows))
+            manifest.append({"path": path.relative_to(folder.root).as_posix(), "source": source, "split": split,
+                             "rows": written.rows, "tokens": written.tokens, "documents": written.documents,
+                             "sha256": file_sha256(path), "tokenizer_fingerprint": info.fingerprint,
+                             "seq_len": cfg.seq_len, "row_len": row_len})
+
+        for shard in spec.shards_of(source):
+            path = folder.tokens_file(shard.key)
+            if not path.exists():
+                continue
+            with pa.memory_map(str(path)) as mm:
+                table = pa.ipc.open_file(mm).read_all()
+                part = table.filter(pc.equal(table["split"], split))
+                if part.num_rows == 0:
+                    continue
+                lists = part["tokens"].combine_chunks()
+                offsets = lists.offsets.to_numpy()
+                flat = lists.flatten().to_numpy()  # flatten() honours the array's slice offset
+                for rows in buffer.add(packer.add(flat, offsets - offsets[0])):
+                    emit(rows)
+        for rows in buffer.add(packer.finish()):
+            emit(rows)
+        for rows in buffer.finish():
+            emit(rows)
+    return {"source": source, "shards": manifest, "seconds": round(time.perf_counter() - started, 3)}

@@ -1,0 +1,12 @@
+"""Stage registry: the stage types a pipeline file may name under ``stages:``."""
+
+from __future__ import annotations
+
+from datapipe.stages.base import Decision, GlobalStage, ReduceInputs, Resources, Stage, StageContext, StageOptions
+from datapipe.stages.dedup import ExactDedup
+from datapipe.stages.langid import LangId
+from datapipe.stages.length import LengthFilter
+
+STAGES: dict[str, type[Stage]] = {cls.name: cls for cls in (LangId, LengthFilter, ExactDedup)}
+
+__all__ = ["STAGES", "Decision", "GlobalStage", "ReduceInputs", "Resources", "Stage", "StageContext", "StageOptions"]

@@ -1,0 +1,110 @@
+"""The stage contract: a batch in, signals added as columns, then a separate decision.
+
+Computing and deciding are split (as Data-Juicer does) so thresholds can be re-tuned
+from recorded signals without recomputing them, and every drop is explainable:
+``decide`` returns, per row, null to keep or a short reason string to drop, plus an
+optional human-readable detail (the signal values behind the drop). This is
+datatrove's ``filter -> keep | (drop, reason)`` over a whole batch.
+
+Stages know nothing of Ray, the CLI or the run folder. They declare the resources
+a task needs (NeMo Curator style) and the engine schedules them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+
+class StageOptions(BaseModel):
+    """Base for stage options: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Resources:
+    num_cpus: float = 1.0
+    memory_mb: int = 0  # 0: no explicit reservation
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Per-row outcome: ``reason`` null keeps the row, a string drops it."""
+
+    reason: pa.Array  # string, null = keep
+    detail: pa.Array | None = None  # string, why in numbers; null where not useful
+
+    @staticmethod
+    def keep_all(n: int) -> Decision:
+        return Decision(pa.nulls(n, pa.string()))
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage may know about where it runs; nothing engine-specific."""
+
+    pipeline_dir: str
+    cache_dir: str
+
+
+class Stage:
+    """A per-document stage. Subclasses set ``name`` and ``Options`` and implement compute/decide."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type[StageOptions]] = StageOptions
+    resources: ClassVar[Resources] = Resources()
+    repeatable: ClassVar[bool] = False  # may the stage appear twice in one pipeline?
+    is_global: ClassVar[bool] = False  # needs a corpus-wide step between map phases
+
+    def __init__(self, options: StageOptions, context: StageContext) -> None:
+        self.options: Any = options
+        self.context = context
+
+    def prepare(self) -> None:
+        """Called once on the driver before any task: fetch models, fail early with a clear error."""
+
+    def setup(self) -> None:
+        """Called once per worker process before the first batch: load models."""
+
+    def applies_to(self, kind: str) -> bool:
+        """Whether documents of this source kind go through the stage (others pass untouched)."""
+        return True
+
+    def compute(self, batch: pa.Table) -> pa.Table:
+        """Return the batch with this stage's signal columns added (or text transformed)."""
+        return batch
+
+    def decide(self, batch: pa.Table) -> Decision:
+        """Keep or drop each row of a computed batch, from signals and thresholds only."""
+        return Decision.keep_all(batch.num_rows)
+
+
+class GlobalStage(Stage):
+    """A stage whose decision needs the whole corpus (dedup).
+
+    The engine runs it in three steps: ``compute`` in the map phase before it (signals
+    per document), ``reduce`` once over the signal columns of every shard, and in the map
+    phase after it the reduce's decisions are joined to each row by id.
+    """
+
+    is_global = True
+    signal_columns: ClassVar[tuple[str, ...]] = ()
+
+    def reduce(self, inputs: ReduceInputs) -> pa.Table:
+        """Decide over the corpus. Returns rows (id, shard, reason, detail, extra columns...)
+        for the documents to drop; every other document is kept."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ReduceInputs:
+    """The map outputs a global stage reduces over, in the run's deterministic shard order."""
+
+    files: list[str]  # one Parquet file per shard, in shard order
+    shards: list[int]  # shard ordinal of each file
+    scratch_dir: str  # for spilling; inside the run folder
+    memory_limit_mb: int = 4096

@@ -1,0 +1,42 @@
+"""Length filter: the cheapest signal, in characters (so Chinese and English compare fairly)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field, model_validator
+
+from datapipe.stages.base import Decision, Stage, StageOptions
+from datapipe.stages.columns import set_column
+
+
+class LengthOptions(StageOptions):
+    min_chars: int = Field(1, ge=0, description="Drop documents with fewer characters (after stripping).")
+    max_chars: int = Field(1_000_000, ge=1, description="Drop documents with more characters.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LengthOptions:
+        if self.max_chars < self.min_chars:
+            raise ValueError(f"max_chars ({self.max_chars}) must be >= min_chars ({self.min_chars})")
+        return self
+
+
+class LengthFilter(Stage):
+    name = "length"
+    Options = LengthOptions
+
+    def compute(self, batch: pa.Table) -> pa.Table:
+        # n_chars counts the raw text (the engine adds it at read time); length uses stripped text.
+        stripped = pc.utf8_length(pc.utf8_trim_whitespace(pc.fill_null(batch["text"], "")))
+        return set_column(batch, "n_chars_stripped", pc.cast(stripped, pa.int64()))
+
+    def decide(self, batch: pa.Table) -> Decision:
+        n = batch["n_chars_stripped"]
+        short = pc.less(n, self.options.min_chars)
+        long = pc.greater(n, self.options.max_chars)
+        reason = pc.if_else(short, "too_short", pc.if_else(long, "too_long", pa.scalar(None, pa.string())))
+        detail = pc.if_else(pc.or_(short, long),
+                            pc.binary_join_element_wise("chars=", pc.cast(n, pa.string()), ""),
+                            pa.scalar(None, pa.string()))
+        return Decision(reason, detail)
+

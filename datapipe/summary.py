@@ -1,0 +1,36 @@
+"""The summary a finished run prints: the funnel per stage and tokens per source."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from datapipe.engine.runner import RunResult
+
+
+def print_summary(result: RunResult, console: Console | None = None) -> None:
+    console = console or Console()
+    counts = result.run["counts"]
+    funnel = Table(title="Documents per stage", title_justify="left")
+    for col in ("#", "stage", "in", "kept", "dropped", "by reason"):
+        funnel.add_column(col, justify="right" if col in ("#", "in", "kept", "dropped") else "left")
+    for s in counts["stages"]:
+        dropped = sum(s["rejected"].values())
+        reasons = ", ".join(f"{r} {n:,}" for r, n in sorted(s["rejected"].items(), key=lambda kv: -kv[1]))
+        funnel.add_row(str(s["position"]), s["stage"], f"{s['in']:,}", f"{s['in'] - dropped:,}", f"{dropped:,}",
+                       reasons or "-")
+    console.print(funnel)
+    sources = Table(title="Per source", title_justify="left")
+    for col in ("source", "documents", "kept", "tokens"):
+        sources.add_column(col, justify="left" if col == "source" else "right")
+    for name, s in counts["sources"].items():
+        sources.add_row(name, f"{s['documents']:,}", f"{s['kept']:,}", f"{s['tokens']:,}")
+    console.print(sources)
+    ran = f"{result.executed_tasks} tasks run" + (f", {result.skipped_tasks} already done (resumed)"
+                                                    if result.skipped_tasks else "")
+    console.print(f"{counts['documents']:,} documents in = {counts['kept']:,} kept + {counts['rejected']:,} "
+                  f"rejected ({ran}).")
+    root = result.root
+    console.print(f"\nOutputs in {root}:\n  docs/  rejected/  shards/  stats.duckdb  run.json")
+    console.print(f"Try:\n  datapipe sql {root} \"select stage, reason, count(*) as n from documents "
+                  f"group by all order by n desc\"", soft_wrap=True)
