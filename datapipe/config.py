@@ -119,13 +119,17 @@ def build_pipeline(raw: Any, base_dir: Path, file: Path | None = None) -> Pipeli
     if not isinstance(raw, dict):
         raise ConfigError([f"the top level must be a mapping of keys (name, sources, stages, ...), got {_show(raw)}"],
                           where)
+    problems: list[str] = []
+    config: PipelineConfig | None = None
     try:
         config = PipelineConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, PipelineConfig), where) from None
-
-    problems: list[str] = []
-    stage_options = _validate_stages(config.stages, problems)
+        problems.extend(_format_errors(exc, PipelineConfig))
+    items = raw.get("stages")
+    # Stage options are checked even when the top level has errors: report everything at once.
+    stage_options = _validate_stages(items, problems) if isinstance(items, list) else []
+    if config is None:
+        raise ConfigError(problems, where)
     pipeline = Pipeline(config, base_dir, stage_options, {}, file)
     pipeline.inputs = _resolve_inputs(pipeline, problems)
     _check_semantics(pipeline, problems)
@@ -134,12 +138,14 @@ def build_pipeline(raw: Any, base_dir: Path, file: Path | None = None) -> Pipeli
     return pipeline
 
 
-def _validate_stages(items: list[dict[str, Any]], problems: list[str]) -> list[tuple[str, BaseModel]]:
+def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[str, BaseModel]]:
     from datapipe.stages import STAGES  # late import: stages import config helpers
 
     out: list[tuple[str, BaseModel]] = []
     allowed = ", ".join(sorted(STAGES))
     for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue  # the top-level validation already reported it
         if len(item) != 1:
             problems.append(f"stages[{i}]: each stage is a mapping with exactly one key (the stage type), "
                             f"got keys {sorted(item)}; stage types: {allowed}")

@@ -106,6 +106,7 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
     _fault_point("stats", 1)
     timings["stats"] = round(time.perf_counter() - started, 3)
     check_conservation(folder, counts)
+    _record_input_hashes(folder, spec, inputs)
     run.update({"status": "complete", "finished": _now(), "timings": timings, "counts": counts})
     folder.save_run_json(run)
     return result
@@ -266,6 +267,16 @@ def input_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[
         if before[key].get("bytes") != after[key].get("bytes") or before[key].get("mtime") != after[key].get("mtime"):
             out.append(f"input modified: {key[1]} (size or modification time differs)")
     return sorted(out)
+
+
+def _record_input_hashes(folder: RunFolder, spec: RunSpec, inputs: list[dict[str, Any]]) -> None:
+    """Attach the sha256 each map0 task computed while reading its input file."""
+    by_path = {i["path"]: i for i in inputs}
+    for shard in spec.shards:
+        marker = folder.read_marker("map0", shard.key) or {}
+        entry = by_path.get(str(Path(shard.path).resolve()))
+        if entry is not None and "input" in marker:
+            entry["sha256"] = marker["input"]["sha256"]
 
 
 def _input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
