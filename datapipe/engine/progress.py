@@ -20,8 +20,7 @@ class PhaseProgress:
         self.resumed = done
         self.docs = 0
         self.console = Console(stderr=True)
-        self.live = enabled and self.console.is_terminal
-        self.enabled = enabled
+        self.live = enabled and self.console.is_terminal  # otherwise: one line when the phase ends
         self._progress: Progress | None = None
 
     def __enter__(self) -> PhaseProgress:
@@ -49,7 +48,7 @@ class PhaseProgress:
                  tb: TracebackType | None) -> None:
         if self._progress is not None:
             self._progress.stop()
-        elif self.enabled:
+        else:
             elapsed = time.perf_counter() - self._start
             resumed = f", {self.resumed} already done" if self.resumed else ""
             rate = f", {self._rate()}" if self.docs else ""

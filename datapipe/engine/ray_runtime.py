@@ -12,7 +12,9 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +46,22 @@ def _embedded_env(ray_dir: Path) -> None:
     os.environ.setdefault("RAY_AUTH_TOKEN_PATH", str(token))
 
 
+def _session_dir() -> Path:
+    """Ray's session folder: in datapipe's cache, unless that path is too long for Ray's
+    Unix sockets (107 bytes, of which Ray's own names take about 60)."""
+    preferred = cache_dir() / "ray"
+    if len(str(preferred)) <= 45:
+        return preferred
+    return Path(tempfile.gettempdir()) / f"datapipe-ray-{os.getuid()}"
+
+
+def _prune_sessions(ray_dir: Path, keep: int = 5) -> None:
+    """Ray never deletes old session folders (logs, sockets): keep the newest few."""
+    sessions = sorted(p for p in ray_dir.glob("session_2*") if p.is_dir() and not p.is_symlink())
+    for old in sessions[:-keep] if len(sessions) > keep else []:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[str]:
     """Yield a description of the Ray cluster in use; shut down only what we started."""
@@ -58,8 +76,10 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         where = f"Ray cluster at {address}"
     else:
-        ray_dir = cache_dir() / "ray"
-        _embedded_env(ray_dir)  # no-op when done above
+        ray_dir = _session_dir()
+        _embedded_env(cache_dir() / "ray")  # no-op when done above
+        os.environ.setdefault("RAY_TMPDIR", str(ray_dir))  # any other Ray file goes there too, not /tmp/ray
+        _prune_sessions(ray_dir)
         ray.init(
             address="local",  # never attach to a stale cluster recorded on the machine
             num_cpus=num_cpus,
