@@ -1,0 +1,1 @@
+"""Near-duplicate detection: shingles, MinHash signatures (datasketch-compatible), LSH clustering."""
