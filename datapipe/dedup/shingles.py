@@ -102,10 +102,59 @@ def char_classes() -> np.ndarray:
     alnum = np.fromiter((chr(c).isalnum() for c in range(0x110000)), dtype=bool, count=0x110000)
     dec = np.fromiter((chr(c).isdecimal() for c in range(0x110000)), dtype=bool, count=0x110000)
     table[alnum] = WORD
-    table[dec] = DIGIT  # Nd is a subset of isalnum; \d matches exactly Nd
     for lo, hi in CJK_RANGES:
         table[lo : hi + 1] = CJK
+    table[dec] = DIGIT  # after CJK: Thai/Khmer/Myanmar digits become "0" before tokenizing too
     return table
+
+
+COMPLEX = np.uint32(0xFFFFFFFF)
+
+
+@lru_cache(maxsize=1)
+def norm_table() -> np.ndarray:
+    """uint32 per code point: lower(NFKC(c)) when that is one code point and NFKC of a text is
+    then the per-character map (no composition with neighbours), else COMPLEX.
+
+    A document holding any COMPLEX code point (combining marks, characters that compose with
+    the previous one, expansions such as ligatures, final-sigma capital) is normalized by
+    ``unicodedata`` instead; tests check both give ``normalize``'s result.
+    """
+    cp = np.arange(0x110000, dtype=np.uint32)
+    table = cp.copy()
+    # Second members of canonical pairs compose with the previous character (NFC_QC = Maybe).
+    unsafe = np.zeros(0x110000, dtype=bool)
+    unsafe[0x1161:0x1176] = unsafe[0x11A8:0x11C3] = True  # Hangul V and T jamo
+    for c in range(0x110000):
+        ch = chr(c)
+        if unicodedata.combining(ch):
+            unsafe[c] = True
+        d = unicodedata.decomposition(ch)
+        if d and not d.startswith("<"):
+            parts = d.split()
+            if len(parts) == 2:
+                unsafe[int(parts[1], 16)] = True
+    unsafe[0x03A3] = True  # str.lower maps capital sigma by context
+    for c in range(0x110000):
+        if 0xD800 <= c < 0xE000:
+            continue
+        ch = chr(c)
+        if unicodedata.is_normalized("NFKC", ch) and ch.lower() == ch and not unsafe[c]:
+            continue  # identity (most code points)
+        m = unicodedata.normalize("NFKC", ch).lower()
+        if unsafe[c] or len(m) != 1 or unsafe[ord(m)]:
+            table[c] = COMPLEX
+        else:
+            table[c] = ord(m)
+    return table
+
+
+def _needs_python_kernel(cps, offsets, table, out):
+    for d in range(offsets.shape[0] - 1):
+        for i in range(offsets[d], offsets[d + 1]):
+            if table[cps[i]] == 0xFFFFFFFF:
+                out[d] = True
+                break
 
 
 def _crc_table() -> np.ndarray:
@@ -121,25 +170,50 @@ def _crc_table() -> np.ndarray:
 CRC_TABLE = _crc_table()
 
 
-def to_codepoints(texts: Sequence[str] | object,
-                  char_map: Mapping[int, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Normalize a batch and return (uint32 code points of all docs, int64 offsets[n+1])."""
+def _as_list(texts: Sequence[str] | object) -> list[str]:
     if not isinstance(texts, (list, tuple)):  # pyarrow Array / ChunkedArray, numpy array, ...
         texts = texts.to_pylist() if hasattr(texts, "to_pylist") else list(texts)
-    norm = [normalize(t or "", char_map) for t in texts]
-    lengths = np.fromiter(map(len, norm), dtype=np.int64, count=len(norm))
-    offsets = np.zeros(len(norm) + 1, dtype=np.int64)
+    return [t or "" for t in texts]
+
+
+def _join(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    cps = np.frombuffer("".join(norm).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    return cps, offsets
+    return np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32), offsets
 
 
-def _shingle_kernel(cps, offsets, classes, n, crc_table, out_hash, out_off, tok_s, tok_e):
-    """Tokenize each document, then CRC-32 each window of n tokens joined by b" " in UTF-8."""
+def to_codepoints(texts: Sequence[str] | object, char_map: Mapping[int, str] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Code points of a batch: (uint32 cps, int64 offsets[n+1], bool ``done`` per doc).
+
+    Documents with ``done`` False are raw text that the kernel normalizes through
+    ``norm_table``; the others (COMPLEX code points, or any ``char_map``) were normalized here.
+    """
+    texts = _as_list(texts)
+    table = norm_table()
+    cps, offsets = _join(texts)
+    done = np.zeros(len(texts), dtype=bool)
+    if char_map:
+        done[:] = True
+    else:
+        _needs_python_jit(cps, offsets, table, done)
+    if done.any():
+        for i in np.flatnonzero(done):
+            texts[i] = normalize(texts[i], char_map)
+        cps, offsets = _join(texts)
+    return cps, offsets, done
+
+
+def _shingle_kernel(cps, offsets, done, table, classes, n, crc_table, out_hash, out_off, tok_s, tok_e):
+    """Normalize (table), tokenize, then CRC-32 each window of n tokens joined by b" " in UTF-8."""
     n_docs = offsets.shape[0] - 1
     pos = 0
     out_off[0] = 0
     for d in range(n_docs):
+        if not done[d]:
+            for i in range(offsets[d], offsets[d + 1]):
+                cps[i] = table[cps[i]]
         # tokens of doc d as [start, end) into cps
         nt = 0
         in_word = False
@@ -196,6 +270,7 @@ def _shingle_kernel(cps, offsets, classes, n, crc_table, out_hash, out_off, tok_
 
 if HAVE_NUMBA:
     _shingle_kernel_jit = numba.njit(cache=True, nogil=True)(_shingle_kernel)
+    _needs_python_jit = numba.njit(cache=True, nogil=True)(_needs_python_kernel)
 
 
 def shingle_hashes(texts: Sequence[str] | object, n: int = DEFAULT_N,
@@ -207,21 +282,18 @@ def shingle_hashes(texts: Sequence[str] | object, n: int = DEFAULT_N,
     if n < 1:
         raise ValueError("n must be >= 1")
     if not HAVE_NUMBA:  # slow but equal: the reference per document
-        ref = [[shingle_hash(s) for s in shingles(t, n, char_map)] for t in _iter_texts(texts)]
+        ref = [[shingle_hash(s) for s in shingles(t, n, char_map)] for t in _as_list(texts)]
         out_off = np.zeros(len(ref) + 1, dtype=np.int64)
         np.cumsum([len(r) for r in ref], out=out_off[1:])
         return np.array([h for r in ref for h in r], dtype=np.uint32), out_off
-    cps, offsets = to_codepoints(texts, char_map=char_map)
+    cps, offsets, done = to_codepoints(texts, char_map=char_map)
+    cps = cps.copy()  # frombuffer is read-only; the kernel normalizes in place
     out_off = np.zeros(len(offsets), dtype=np.int64)
     size = max(len(cps), 1)  # a document has at most one shingle per code point
     out_hash = np.empty(size, dtype=np.uint32)
     tok_s = np.empty(size, dtype=np.int64)
     tok_e = np.empty(size, dtype=np.int64)
-    used = _shingle_kernel_jit(cps, offsets, char_classes(), n, CRC_TABLE, out_hash, out_off, tok_s, tok_e)
+    used = _shingle_kernel_jit(cps, offsets, done, norm_table(), char_classes(), n, CRC_TABLE, out_hash, out_off, tok_s, tok_e)
     return out_hash[:used].copy(), out_off
 
 
-def _iter_texts(texts: Sequence[str] | object) -> list[str]:
-    if hasattr(texts, "to_pylist"):
-        texts = texts.to_pylist()
-    return [t or "" for t in texts]
