@@ -10,11 +10,20 @@ through; ids the class table does not know are classed `unknown`.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
 from datapipe.license.detection import Detection
+from datapipe.license.expression import combine
 from datapipe.license.spdx import UNKNOWN
+
+
+# scancode keys for language halves of texts we report under the SPDX id.
+_ALIASES = {
+    "LicenseRef-scancode-cecill-2.1-fr": "CECILL-2.1",
+    "LicenseRef-scancode-mulanpsl-2.0-en": "MulanPSL-2.0",
+}
 
 
 def available() -> bool:
@@ -41,4 +50,8 @@ def detect_text_scancode(text: str, where: str = "text") -> Detection:
         return Detection(UNKNOWN, "", where)
     expr = combine_expressions(exprs, relation="AND", unique=True, licensing=licensing)
     spdx = str(to_spdx(str(expr), licensing=licensing))
+    for key, spdx_id in _ALIASES.items():
+        spdx = spdx.replace(key, spdx_id)
+    # "MulanPSL-2.0 AND MulanPSL-2.0" after aliasing: dedupe through our combiner.
+    spdx = combine(re.split(r" AND (?![^(]*\))", spdx))
     return Detection(spdx, f"scancode: {expr}", where)
