@@ -91,3 +91,12 @@ def test_no_false_positives_on_real_prose():
 ])
 def test_header_notices(notice, want):
     assert detect_text(notice, "header").license == want
+
+
+def test_gnu_text_without_title_is_not_or_later(refs):
+    # Without its title the GPL text is still recognised by its sample "how to apply"
+    # notice, which must not be read as the author choosing "or later".
+    body = dict(refs)["GPL-3.0"]
+    untitled = body.strip().split("\n\n", 1)[1]
+    assert detect_text(untitled).license in ("GPL-3.0", "unknown")
+    assert detect_text(untitled[len(untitled) // 2:]).license in ("GPL-3.0", "unknown")

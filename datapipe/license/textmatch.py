@@ -75,8 +75,12 @@ def match_normalized(norm: str) -> list[Match]:
     for lid, rx in _NOTICE:
         if m := rx.search(norm):
             notices.append(Match(lid, m.group(0).strip(), "notice"))
+    # The GNU texts end with a *sample* notice ("How to Apply These Terms"); it proves the
+    # licence text is there, not which version choice the author made: report the bare id.
+    sample = " how to apply these terms to your new " in norm
     for m in _GNU.finditer(norm):
         if lid := _gnu_notice(m):
+            lid = (canonical_id(_family(lid)) or lid) if sample else lid
             notices.append(Match(lid, m.group(0).strip(), "notice"))
     for m in _NAMED.finditer(norm):
         notices.append(Match(NAMED[m.group(1)], m.group(0).strip(), "notice"))
