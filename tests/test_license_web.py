@@ -26,11 +26,25 @@ from tests.shared_data import shared_path
     ("本作品采用<a>知识共享署名-非商业性使用-相同方式共享 4.0 国际许可协议</a>进行许可。", "CC-BY-NC-SA-4.0", "text"),
     ("本站的全部文字在知识共享 署名-相同方式共享 4.0协议之条款下提供", "CC-BY-SA-4.0", "text"),
     ("Content is available under CC BY-SA unless otherwise noted.", "LicenseRef-CC-BY-SA", "text"),
+    ("Licensed under CC-BY-SA-4.0.", "CC-BY-SA-4.0", "text"),
+    ("This work is licensed under a Creative Commons Attribution-Share Alike 3.0 License.", "CC-BY-SA-3.0", "text"),
+    ("licensed under the Creative Commons Attribution-Non-Commercial-No Derivative Works 2.5 licence",
+     "CC-BY-NC-ND-2.5", "text"),
+    ("本文采用 創用CC 姓名標示-非商業性-相同方式分享 3.0 授權", "CC-BY-NC-SA-3.0", "text"),
 ])
 def test_cc_snippets(page, want, where):
     d = detect_web(page)
     assert (d.license, d.where) == (want, where)
     assert d.evidence
+
+
+@pytest.mark.parametrize("page", [
+    # A variant word we cannot read follows the match: unknown, never the laxer CC BY.
+    "Licensed under Creative Commons Attribution, share-alike terms apply.",
+    "© 2020 released under CC BY, non-commercial use only",
+])
+def test_never_laxer_than_stated(page):
+    assert detect_web(page).license_class != "permissive"
 
 
 def test_rel_license_outranks_text():

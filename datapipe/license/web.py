@@ -24,16 +24,15 @@ _TAG = re.compile(r"<(a|link|img|meta)\b([^>]*)>", re.I)
 _ATTR = re.compile(r"""([\w:-]+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""")
 _STRIP = re.compile(r"<script\b.*?</script>|<style\b.*?</style>|<[^>]+>", re.I | re.S)
 
-_EN_VARIANT = {"attribution": "by", "noncommercial": "nc", "sharealike": "sa", "noderivatives": "nd",
-               "noderivs": "nd"}
 _ZH_VARIANT = {"署名": "by", "姓名标示": "by", "姓名標示": "by", "非商业性使用": "nc", "非商業性": "nc",
                "非商业性": "nc", "相同方式共享": "sa", "相同方式分享": "sa", "禁止演绎": "nd", "禁止改作": "nd"}
-_VERSION = r"(?:\s*(?:licen[cs]e\s*|v(?:ersion)?\.?\s*)?(\d\.\d))?"
+_VERSION = r"(?:[\s-]*(?:licen[cs]e\s*|v(?:ersion)?\.?\s*)?(\d\.\d))?"
 _TEXT_FORMS = [
     # CC BY-NC-SA 4.0 / CC-BY-4.0 / CC BY 3.0
     (re.compile(r"\bCC[\s-]+(BY(?:[\s-]+(?:NC|SA|ND)){0,2})\b" + _VERSION, re.I), "short"),
     # Creative Commons Attribution-NonCommercial-ShareAlike 4.0 International
-    (re.compile(r"Creative\s+Commons\s+(Attribution(?:[\s/-]+(?:Non-?Commercial|Share-?Alike|No-?Deriv(?:ative)?s))*)"
+    (re.compile(r"Creative\s+Commons\s+(Attribution(?:[\s/-]+(?:Non[\s-]?Commercial|Share[\s-]?Alike"
+                r"|No[\s-]?Deriv(?:ative)?s|No[\s-]?Derivative[\s-]?Works))*)"
                 r"(?:\s+(?:International|Unported|Generic))?" + _VERSION, re.I), "long"),
     # 知识共享 署名-非商业性使用-相同方式共享 4.0 / 创用CC 姓名標示
     (re.compile(r"(?:知识共享|知識共享|创作共用|創作共用|創用\s?CC|共享创意)\s*[「“\"]?\s*((?:" + "|".join(_ZH_VARIANT)
@@ -46,6 +45,10 @@ _CUE_BEFORE = re.compile(
     r"(?:licen[cs]ed|available|released|published|distributed|dedicated|shared|offered|provided)\s+under"
     r"|under\s+(?:a|the|an)\s|under\s*$|licen[cs]e\s*[:：]|©|\(c\)|copyright|public domain"
     r"|采用|遵循|依据|基于|授权|授權|许可|許可", re.I)
+# A variant term later in the same sentence that the match did not absorb ("CC BY, non-
+# commercial use only"): skip the match rather than report a laxer licence than stated.
+_MORE_TERMS = re.compile(r"[^.。;；!?\n]{0,40}?(?:(?i:share[\s-]?alike|non[\s-]?commercial|no[\s-]?deriv)"
+                         r"|\b(?:NC|SA|ND)\b|非商|相同方式|禁止)")
 _CUE_AFTER = re.compile(r"^\W{0,3}[^。.!?]{0,20}(?:许可|許可|协议|協議|授權|授权)")
 
 
@@ -61,8 +64,10 @@ def _from_text_match(m: re.Match[str], form: str) -> str | None:
     if form == "short":
         variant = "-".join(w.lower() for w in words)
     elif form == "long":
-        variant = "-".join(_EN_VARIANT[w.lower().replace("-", "")] for w in re.split(r"[\s/]+|-(?=[A-Z])", m.group(1))
-                           if w.lower().replace("-", "") in _EN_VARIANT)
+        # Flags by keyword: spellings vary (NonCommercial, Non-Commercial, Share Alike).
+        flat = re.sub(r"[\s/-]+", "", m.group(1).lower())
+        variant = "-".join(["by"] + [v for k, v in (("noncommercial", "nc"), ("sharealike", "sa"),
+                                                     ("noderiv", "nd")) if k in flat])
     else:
         variant = "-".join(_ZH_VARIANT[w] for w in re.split(r"\s*[-－—/]\s*", m.group(1).strip()))
     return spdx_for(variant, m.group(2))
@@ -89,6 +94,8 @@ def _text_findings(text: str) -> list[tuple[str, str, str]]:
             before, after = text[max(0, m.start() - 120): m.start()], text[m.end(): m.end() + 30]
             if not (_CUE_BEFORE.search(before) or _CUE_AFTER.search(after)):
                 continue
+            if _MORE_TERMS.match(text, m.end()):
+                continue  # a variant word we failed to read follows: never report a laxer licence
             if lid := _from_text_match(m, form):
                 out.append((lid, " ".join(m.group(0).split()), "text"))
     return out
