@@ -1,0 +1,98 @@
+"""Fast default licence-text matcher: normalized text + distinguishing phrases.
+
+Why phrases rather than whole-text similarity: datapipe cannot ship reference licence
+texts it has not vetted, and a handful of exact phrases per licence, chosen to separate
+near-relatives, is both fast (substring search on one normalized string) and rarely
+wrong: a licence is reported only when every one of its phrases is present, so a text we
+do not know yields nothing (``unknown``) rather than its nearest neighbour.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from datapipe.license.fingerprints import FULL_TEXT, NAMED, NOTICES
+from datapipe.license.spdx import canonical_id
+
+# Words: runs of letters/digits, except that each CJK ideograph is its own word (Chinese
+# has no spaces, and MulanPSL's Chinese half must match char by char).
+_WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[^\W_\u3400-\u9fff\uf900-\ufaff]+")
+MAX_CHARS = 400_000  # the longest licence texts are ~40 kB; more is not a licence file
+
+
+def normalize(text: str) -> str:
+    """Lower-cased words joined by single spaces, padded with spaces for whole-word search.
+
+    Punctuation, markdown (#, *, _, >, `), comment leaders (//, #, *, --, ;), CRLF, a byte
+    order mark and line wrapping all vanish, which is what makes the variants match.
+    """
+    return " " + " ".join(_WORD.findall(text[:MAX_CHARS].lower())) + " "
+
+
+@dataclass(frozen=True)
+class Match:
+    license: str
+    evidence: str  # the phrase or notice that matched
+    kind: str  # "text" (full licence text) or "notice" (a header / one-line statement)
+
+
+_FULL = {lid: tuple(f" {p} " for p in phrases) for lid, phrases in FULL_TEXT.items()}
+_NOTICE = [(lid, re.compile(rx)) for lid, rx in NOTICES.items()]
+_NAMED = re.compile(
+    r" (?:licensed|licenced|released|distributed|available|published) under (?:the terms of )?(?:the )?("
+    + "|".join(sorted(map(re.escape, NAMED), key=len, reverse=True))
+    + r") (?:license|licence) "
+)
+_GNU = re.compile(
+    r" under the terms of (?:the )?gnu (affero general|lesser general|library general|general) public licen[cs]e"
+    r"(?: as published by the free software foundation)?(?: either)?"
+    r"(?: version (\d(?: \d)?)(?: of the licen[cs]e)?)?( or at your option any later version)?"
+)
+_GNU_FAMILY = {"affero general": "AGPL", "lesser general": "LGPL", "library general": "LGPL", "general": "GPL"}
+_GNU_DEFAULT = {"AGPL": "3.0", "LGPL": "2.0", "GPL": "1.0"}
+
+
+def _family(spdx_id: str) -> str:
+    return spdx_id.removesuffix("-only").removesuffix("-or-later")
+
+
+def _gnu_notice(m: re.Match[str]) -> str | None:
+    fam = _GNU_FAMILY[m.group(1)]
+    if m.group(2) is None:
+        # No version named: the GPL itself says any version may be chosen.
+        version, later = _GNU_DEFAULT[fam], True
+    else:
+        version, later = m.group(2).replace(" ", "."), bool(m.group(3))
+        version = version if "." in version else version + ".0"
+    return canonical_id(f"{fam}-{version}-{'or-later' if later else 'only'}")
+
+
+def match_normalized(norm: str) -> list[Match]:
+    found = [Match(lid, phrases[0].strip(), "text")
+             for lid, phrases in _FULL.items() if all(p in norm for p in phrases)]
+    notices: list[Match] = []
+    for lid, rx in _NOTICE:
+        if m := rx.search(norm):
+            notices.append(Match(lid, m.group(0).strip(), "notice"))
+    # The GNU texts end with a *sample* notice ("How to Apply These Terms"); it proves the
+    # licence text is there, not which version choice the author made: report the bare id.
+    sample = " how to apply these terms to your new " in norm
+    for m in _GNU.finditer(norm):
+        if lid := _gnu_notice(m):
+            lid = (canonical_id(_family(lid)) or lid) if sample else lid
+            notices.append(Match(lid, m.group(0).strip(), "notice"))
+    for m in _NAMED.finditer(norm):
+        notices.append(Match(NAMED[m.group(1)], m.group(0).strip(), "notice"))
+    # A full GPL/Apache/MPL text carries its own "how to apply" notice: the text decides.
+    text_families = {_family(m.license) for m in found}
+    seen = {m.license for m in found}
+    for n in notices:
+        if _family(n.license) not in text_families and n.license not in seen:
+            found.append(n)
+            seen.add(n.license)
+    return found
+
+
+def match_text(text: str) -> list[Match]:
+    return match_normalized(normalize(text))
