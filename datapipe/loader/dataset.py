@@ -251,6 +251,10 @@ class PackedDataset:
         return self.batches_per_epoch
 
     # ---- state ---------------------------------------------------------------------------
+    def mark_consumed(self, batch: dict) -> None:
+        """Record that the training loop received ``batch`` (for loops fed by other processes)."""
+        self.consumed_samples = (int(batch["batch_index"]) + 1) * self.global_batch_size
+
     def state_dict(self) -> dict:
         return {"version": STATE_VERSION, "consumed_samples": int(self.consumed_samples),
                 "manifest_fingerprint": self.manifest_fingerprint, "config_fingerprint": self.config_fingerprint,
