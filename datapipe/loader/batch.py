@@ -60,16 +60,17 @@ def assemble(
     seg_end = np.append(seg_pos[1:], L)
     last = np.append(seg_row[1:] != seg_row[:-1], True)
     seg_end[last] = L
-    seg_len = seg_end - seg_pos
 
     counts = np.bincount(seg_row, minlength=b)
     if counts.max(initial=0) > max_segments:
         raise ValueError(f"a sample has {counts.max()} segments but max_segments={max_segments}; "
                          "raise max_segments (cu_seqlens is padded to a fixed length)")
-    # position = p - start of its segment: one repeat and one subtraction over the batch.
-    position_ids = np.tile(np.arange(L, dtype=np.int32), b)
-    position_ids -= np.repeat(seg_pos.astype(np.int32), seg_len)
-    position_ids = position_ids.reshape(b, L)
+    # position = p - start of its segment. The start is a running maximum over markers
+    # placed at segment starts (np.repeat with per-segment counts is ~10x slower).
+    start = np.zeros((b, L), dtype=np.int32)
+    start[seg_row, seg_pos] = seg_pos
+    np.maximum.accumulate(start, axis=1, out=start)
+    position_ids = np.subtract(np.arange(L, dtype=np.int32), start, out=start)
 
     # cu_seqlens per sample: [0, ends of segments..., L, L, ...] with max_segments + 1 entries.
     cu = np.full((b, max_segments + 1), L, dtype=np.int32)

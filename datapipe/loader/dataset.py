@@ -16,7 +16,7 @@ from datapipe.loader.shards import OpenShard, local_copy, manifest_fingerprint, 
 
 STATE_VERSION = 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MAX_BLOCK_SAMPLES = 4096  # index arithmetic is done for this many samples at a time
+_MAX_BLOCK_SAMPLES = 1024  # order, gather and assembly run on this many samples at a time
 
 
 class StateMismatch(ValueError):
@@ -230,9 +230,13 @@ class PackedDataset:
             batches = plan[pos: pos + block]
             pos += len(batches)
             shard, row = self.locate(np.concatenate([self.batch_indices(g) for g in batches]))
+            # One vectorized pass per block amortizes numpy's per-call overhead over batches.
+            block_out = self.read(shard, row)
             for k, g in enumerate(batches):
                 sl = slice(k * self.batch_size, (k + 1) * self.batch_size)
-                out = self.read(shard[sl], row[sl])
+                # Worker batches cross a process boundary: copy so each owns a compact buffer
+                # (a view would ship the whole block). In-process batches stay views.
+                out = {key: (v[sl] if in_process else v[sl].copy()) for key, v in block_out.items()}
                 out["batch_index"] = np.int64(g)
                 if in_process:
                     self.consumed_samples = (g + 1) * self.global_batch_size
