@@ -1,0 +1,93 @@
+"""Turn gathered rows into training samples: inputs, labels, positions, document boundaries.
+
+Everything is vectorized over the whole batch; input_ids and labels are views of one
+gathered token block (token dtype, uint16 for most vocabularies), so the only per-token
+work beyond the copy out of the memory map is position_ids and the loss mask. Widening to
+int64 is left to the GPU (``.long()`` after the transfer moves 4x fewer bytes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def assemble(
+    tokens: np.ndarray,
+    n_tokens: np.ndarray,
+    doc_counts: np.ndarray,
+    doc_flat: np.ndarray,
+    seq_len: int,
+    max_segments: int,
+    mask_cross_document: bool,
+    ignore_index: int | None,
+) -> dict[str, np.ndarray]:
+    """Build one batch from gathered rows.
+
+    tokens      (B, row_len) rows as stored
+    n_tokens    (B,) non-padding tokens per row
+    doc_counts  (B,) number of document starts per row; doc_flat holds them back to back
+
+    Segments of a row start at 0, at each document start inside [1, seq_len), and at the
+    first padding position; position_ids restart at 0 in each segment. A row that continues
+    a document from the previous row starts at position 0 too: the offset into that
+    document is not stored, and attention cannot see the previous row anyway.
+    """
+    b, row_len = tokens.shape
+    L = seq_len
+    n_tokens = n_tokens.astype(np.int64)
+    input_ids = tokens[:, :L]
+    if row_len == L + 1:
+        labels = tokens[:, 1:]
+        label_ok_len = n_tokens - 1  # label at p is token p+1, valid while p+1 < n_tokens
+    else:
+        # Rows packed without the extra label token: the last position has no target.
+        labels = np.empty_like(input_ids)
+        labels[:, :-1] = tokens[:, 1:]
+        labels[:, -1] = 0
+        label_ok_len = np.minimum(n_tokens, L) - 1
+    row_of_doc = np.repeat(np.arange(b), doc_counts)
+
+    # Segment starts inside the input window: document starts in [1, L) and the padding start.
+    inner = (doc_flat > 0) & (doc_flat < L)
+    pad = n_tokens < L
+    seg_row = np.concatenate([np.arange(b), row_of_doc[inner], np.nonzero(pad)[0]])
+    seg_pos = np.concatenate([np.zeros(b, np.int64), doc_flat[inner].astype(np.int64), n_tokens[pad]])
+    order = np.lexsort((seg_pos, seg_row))
+    seg_row, seg_pos = seg_row[order], seg_pos[order]
+    keep = np.ones(seg_row.size, dtype=bool)  # a doc may start exactly where padding starts
+    keep[1:] = (seg_row[1:] != seg_row[:-1]) | (seg_pos[1:] != seg_pos[:-1])
+    seg_row, seg_pos = seg_row[keep], seg_pos[keep]
+    seg_end = np.append(seg_pos[1:], L)
+    last = np.append(seg_row[1:] != seg_row[:-1], True)
+    seg_end[last] = L
+
+    counts = np.bincount(seg_row, minlength=b)
+    if counts.max(initial=0) > max_segments:
+        raise ValueError(f"a sample has {counts.max()} segments but max_segments={max_segments}; "
+                         "raise max_segments (cu_seqlens is padded to a fixed length)")
+    # position = p - start of its segment. The start is a running maximum over markers
+    # placed at segment starts (np.repeat with per-segment counts is ~10x slower).
+    start = np.zeros((b, L), dtype=np.int32)
+    start[seg_row, seg_pos] = seg_pos
+    np.maximum.accumulate(start, axis=1, out=start)
+    position_ids = np.subtract(np.arange(L, dtype=np.int32), start, out=start)
+
+    # cu_seqlens per sample: [0, ends of segments..., L, L, ...] with max_segments + 1 entries.
+    cu = np.full((b, max_segments + 1), L, dtype=np.int32)
+    cu[:, 0] = 0
+    rank_in_row = np.arange(seg_row.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    cu[seg_row, rank_in_row + 1] = seg_end
+
+    # Loss mask: a label must be a real token; optionally not the first token of a new document.
+    loss_mask = np.arange(L)[None, :] < label_ok_len[:, None]
+    if mask_cross_document:
+        d = doc_flat.astype(np.int64)
+        hit = (d >= 1) & (d <= L)
+        loss_mask[row_of_doc[hit], d[hit] - 1] = False
+    out = {"input_ids": input_ids, "labels": labels, "position_ids": position_ids,
+           "cu_seqlens": cu, "num_segments": counts.astype(np.int32), "loss_mask": loss_mask}
+    if ignore_index is not None:
+        lab = labels.astype(np.int64)
+        lab[~loss_mask] = ignore_index
+        out["labels"] = lab
+    return out

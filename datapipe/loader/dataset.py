@@ -1,0 +1,293 @@
+"""PackedDataset: the numpy core of the streaming loader (see the package docstring)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from collections.abc import Iterator
+
+import numpy as np
+
+from datapipe.loader.batch import assemble
+from datapipe.loader.order import MixtureOrder, _mix, derive_key, integer_weights, permute
+from datapipe.loader.shards import OpenShard, local_copy, manifest_fingerprint, read_manifest
+
+STATE_VERSION = 1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MAX_BLOCK_SAMPLES = 1024  # order, gather and assembly run on this many samples at a time
+
+
+class StateMismatch(ValueError):
+    """A saved loader state does not belong to this dataset; resuming would silently
+    change what the model sees, so it is refused."""
+
+
+class PackedDataset:
+    """Deterministic, mixture-aware, rank- and worker-sharded batches of packed sequences.
+
+    Yields dicts of numpy arrays, one per *local* batch (``batch_size`` samples of this
+    rank). With torch installed, ``PackedDataset(...)`` returns the torch adapter (an
+    ``IterableDataset``); pass ``backend="numpy"`` to get this class regardless.
+    """
+
+    def __new__(cls, *args: object, backend: str = "auto", **kwargs: object) -> PackedDataset:
+        # Only a real construction (with arguments) picks the adapter; unpickling calls
+        # __new__ with no arguments and must keep the class it was pickled as.
+        if cls is PackedDataset and (args or kwargs) and backend != "numpy" and _torch_installed():
+            from datapipe.loader.torch_adapter import TorchPackedDataset
+
+            cls = TorchPackedDataset
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str],
+        split: str = "train",
+        seq_len: int | None = None,
+        batch_size: int = 1,
+        mixture: dict[str, float] | None = None,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        samples_per_epoch: int | None = None,
+        max_segments: int = 64,
+        mask_cross_document: bool = False,
+        ignore_index: int | None = None,
+        cache_dir: str | None = None,
+        root: str | None = None,
+        max_mixture_period: int = 1 << 15,
+        backend: str = "auto",
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} not in [0, world_size={world_size})")
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.manifest = m = read_manifest(source, split, root)
+        if seq_len is not None and seq_len != m.seq_len:
+            raise ValueError(f"seq_len={seq_len} but the shards were packed with seq_len={m.seq_len}")
+        if m.row_len not in (m.seq_len, m.seq_len + 1):
+            raise ValueError(f"row_len {m.row_len} is neither seq_len nor seq_len + 1")
+        self.split, self.seq_len, self.row_len = split, m.seq_len, m.row_len
+        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
+        self.global_batch_size = batch_size * world_size
+        self.seed, self.max_segments = int(seed), max_segments
+        self.mask_cross_document, self.ignore_index, self.cache_dir = mask_cross_document, ignore_index, cache_dir
+        self.backend = backend
+
+        present = sorted(set(m.sources))
+        if mixture is not None:
+            unknown = sorted(set(mixture) - set(present))
+            if unknown:
+                raise ValueError(f"mixture names sources {unknown} that split {split!r} lacks (has {present})")
+            shares = integer_weights(mixture, max_mixture_period)
+            self.sources = sorted(shares)
+            self.shares = [shares[s] for s in self.sources]
+            self.blend: MixtureOrder | None = MixtureOrder(self.shares)
+        else:
+            self.sources, self.shares, self.blend = present, [], None
+        # Row numbering: per source, its shards in path order, rows back to back.
+        self._shard_ids, self._cum = [], []
+        for s in self.sources:
+            ids = m.shards_of(s)
+            self._shard_ids.append(ids)
+            self._cum.append(np.concatenate([[0], np.cumsum(m.rows[ids])]))
+        self.source_rows = np.asarray([int(c[-1]) for c in self._cum], dtype=np.int64)
+        if np.any(self.source_rows == 0):
+            raise ValueError(f"sources without rows: {[s for s, n in zip(self.sources, self.source_rows) if n == 0]}")
+        if self.blend is None:  # one virtual source: every row of the split
+            self._all_ids = np.concatenate(self._shard_ids)
+            self._all_cum = np.concatenate([[0], np.cumsum(m.rows[self._all_ids])])
+        total = int(self.source_rows.sum())
+        n = total if samples_per_epoch is None else int(samples_per_epoch)
+        if self.blend is None and n > total:
+            raise ValueError(f"samples_per_epoch={n} exceeds the {total} rows of the split; "
+                             "use a mixture to repeat sources")
+        self.samples_per_epoch = n // self.global_batch_size * self.global_batch_size
+        if self.samples_per_epoch == 0:
+            raise ValueError(f"an epoch of {n} samples holds no global batch of {self.global_batch_size}")
+        self.batches_per_epoch = self.samples_per_epoch // self.global_batch_size
+        self.manifest_fingerprint = manifest_fingerprint(m, self.sources)
+        self.config = {"split": split, "seq_len": self.seq_len, "row_len": self.row_len,
+                       "tokenizer_fingerprint": m.tokenizer_fingerprint, "seed": self.seed,
+                       "global_batch_size": self.global_batch_size, "samples_per_epoch": self.samples_per_epoch,
+                       "mixture": dict(zip(self.sources, self.shares)) if self.blend else None}
+        self.config_fingerprint = _digest(self.config)
+        self._source_keys = np.asarray([derive_key(self.seed, "source", s) for s in self.sources], dtype=np.uint64)
+        self._epoch_key = np.uint64(derive_key(self.seed, "epoch"))
+        self._open: dict[int, OpenShard] = {}
+        self._compat: tuple | None = None
+        self.consumed_samples = 0
+
+    # ---- order: pure arithmetic ------------------------------------------------------
+    def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Global sample numbers -> (manifest shard id, row within shard)."""
+        index = np.asarray(index, dtype=np.int64)
+        if self.blend is None:
+            epoch, pos = np.divmod(index, self.samples_per_epoch)
+            keys = _mix(self._epoch_key + epoch.astype(np.uint64) * _GOLDEN)
+            row = permute(pos, int(self._all_cum[-1]), keys)
+            k = np.searchsorted(self._all_cum, row, side="right") - 1
+            return self._all_ids[k], row - self._all_cum[k]
+        src, j = self.blend(index)
+        shard = np.empty_like(index)
+        local = np.empty_like(index)
+        for s in np.unique(src):
+            sel = np.nonzero(src == s)[0]
+            passes, pos = np.divmod(j[sel], self.source_rows[s])
+            # A new permutation for every pass over the source: repeats are reshuffled.
+            keys = _mix(self._source_keys[s] + passes.astype(np.uint64) * _GOLDEN)
+            row = permute(pos, int(self.source_rows[s]), keys)
+            k = np.searchsorted(self._cum[s], row, side="right") - 1
+            shard[sel], local[sel] = self._shard_ids[s][k], row - self._cum[s][k]
+        return shard, local
+
+    def source_of(self, index: np.ndarray) -> np.ndarray:
+        """Source id (index into ``self.sources``) of global samples."""
+        if self.blend is not None:
+            return self.blend(index)[0]
+        shard, _ = self.locate(index)
+        names = np.asarray(self.manifest.sources)[shard]
+        return np.searchsorted(np.asarray(self.sources), names)
+
+    def mixture_counts(self, num_samples: int) -> dict[str, int]:
+        """Samples of each source among the first ``num_samples`` global samples."""
+        if self.blend is None:
+            raise ValueError("no mixture: sources appear in their natural proportions in a random order")
+        return dict(zip(self.sources, self.blend.counts(num_samples).tolist()))
+
+    @property
+    def realized_weights(self) -> dict[str, float] | None:
+        if self.blend is None:
+            return None
+        return {s: a / self.blend.period for s, a in zip(self.sources, self.shares)}
+
+    def batch_indices(self, global_batch: int) -> np.ndarray:
+        """This rank's global sample numbers in a global batch: a contiguous slice."""
+        start = global_batch * self.global_batch_size + self.rank * self.batch_size
+        return np.arange(start, start + self.batch_size, dtype=np.int64)
+
+    def plan(self, worker_id: int = 0, num_workers: int = 1) -> range:
+        """Global batch numbers this worker yields in the current pass: from the consumed
+        position to the end of its epoch, every num_workers-th, so a round-robin over the
+        workers (what torch's DataLoader does) returns them in order."""
+        b0 = self.consumed_samples // self.global_batch_size
+        end = (b0 // self.batches_per_epoch + 1) * self.batches_per_epoch
+        return range(b0 + worker_id, end, num_workers)
+
+    # ---- reading -------------------------------------------------------------------------
+    def _shard(self, i: int) -> OpenShard:
+        sh = self._open.get(i)
+        if sh is None:
+            sh = OpenShard(local_copy(self.manifest, i, self.cache_dir))
+            self._check(i, sh)
+            self._open[i] = sh
+        return sh
+
+    def _check(self, i: int, sh: OpenShard) -> None:
+        m, meta = self.manifest, sh.meta
+        expect = {"rows": int(m.rows[i]), "seq_len": m.seq_len, "row_len": m.row_len,
+                  "tokenizer_fingerprint": m.tokenizer_fingerprint, "source": m.sources[i], "split": self.split}
+        got = {k: getattr(meta, k) for k in expect}
+        if got != expect:
+            bad = {k: (got[k], expect[k]) for k in expect if got[k] != expect[k]}
+            raise ValueError(f"shard {m.paths[i]} disagrees with the manifest (shard, manifest): {bad}")
+        key = meta.compatibility_key()
+        if self._compat is None:
+            self._compat = key
+        elif key != self._compat:
+            raise ValueError(f"shard {m.paths[i]} is incompatible with the others: {key} vs {self._compat}")
+
+    def read(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
+        """Gather rows and build one batch."""
+        b = len(shard)
+        first = self._shard(int(shard[0]))
+        tokens = np.empty((b, self.row_len), dtype=first.meta.dtype)
+        n_tok = np.empty(b, dtype=np.int64)
+        counts = np.empty(b, dtype=np.int64)
+        docs = []
+        for i, (s, r) in enumerate(zip(shard.tolist(), row.tolist())):
+            sh = self._shard(s)
+            tokens[i] = sh.row(r)
+            n_tok[i] = sh.n_tokens[r]
+            lo, hi = sh.doc_offsets[r], sh.doc_offsets[r + 1]
+            counts[i] = hi - lo
+            docs.append(sh.doc_values[lo:hi])
+        out = assemble(tokens, n_tok, counts, np.concatenate(docs), self.seq_len, self.max_segments,
+                       self.mask_cross_document, self.ignore_index)
+        return out
+
+    def iter_batches(self, worker_id: int = 0, num_workers: int = 1,
+                     in_process: bool = True) -> Iterator[dict[str, np.ndarray]]:
+        """This worker's batches of the current epoch; each carries ``batch_index`` (its
+        global batch number). In-process iteration advances ``consumed_samples`` as each
+        batch is handed out, so ``state_dict()`` after batch k resumes at batch k + 1."""
+        plan = self.plan(worker_id, num_workers)
+        pos, block = 0, 1  # first block of one batch: time to first batch stays small
+        max_block = max(1, _MAX_BLOCK_SAMPLES // self.batch_size)
+        while pos < len(plan):
+            batches = plan[pos: pos + block]
+            pos += len(batches)
+            shard, row = self.locate(np.concatenate([self.batch_indices(g) for g in batches]))
+            # One vectorized pass per block amortizes numpy's per-call overhead over batches.
+            block_out = self.read(shard, row)
+            for k, g in enumerate(batches):
+                sl = slice(k * self.batch_size, (k + 1) * self.batch_size)
+                # Worker batches cross a process boundary: copy so each owns a compact buffer
+                # (a view would ship the whole block). In-process batches stay views.
+                out = {key: (v[sl] if in_process else v[sl].copy()) for key, v in block_out.items()}
+                out["batch_index"] = np.int64(g)
+                if in_process:
+                    self.consumed_samples = (g + 1) * self.global_batch_size
+                yield out
+            block = min(block * 2, max_block)
+        if not in_process:
+            # A persistent worker keeps its own copy: its next pass starts after this epoch.
+            end = (self.consumed_samples // self.global_batch_size // self.batches_per_epoch + 1)
+            self.consumed_samples = end * self.batches_per_epoch * self.global_batch_size
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return self.iter_batches()
+
+    def __len__(self) -> int:
+        """Batches per epoch for each rank (the same on every rank)."""
+        return self.batches_per_epoch
+
+    # ---- state ---------------------------------------------------------------------------
+    def mark_consumed(self, batch: dict) -> None:
+        """Record that the training loop received ``batch`` (for loops fed by other processes)."""
+        self.consumed_samples = (int(batch["batch_index"]) + 1) * self.global_batch_size
+
+    def state_dict(self) -> dict:
+        return {"version": STATE_VERSION, "consumed_samples": int(self.consumed_samples),
+                "manifest_fingerprint": self.manifest_fingerprint, "config_fingerprint": self.config_fingerprint,
+                "config": dict(self.config)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise StateMismatch(f"loader state version {state.get('version')} != {STATE_VERSION}")
+        if state["manifest_fingerprint"] != self.manifest_fingerprint:
+            raise StateMismatch("the shards changed since this state was saved (manifest fingerprint "
+                                f"{state['manifest_fingerprint']} != {self.manifest_fingerprint}); resuming "
+                                "would not continue the same order")
+        if state["config_fingerprint"] != self.config_fingerprint:
+            old = state.get("config", {})
+            diff = {k: (old.get(k), v) for k, v in self.config.items() if old.get(k) != v}
+            raise StateMismatch(f"loader configuration changed since the state was saved (saved, now): {diff}")
+        consumed = int(state["consumed_samples"])
+        if consumed % self.global_batch_size:
+            raise StateMismatch(f"consumed_samples={consumed} is not a multiple of the global batch")
+        self.consumed_samples = consumed
+
+    def __getstate__(self) -> dict:
+        # Memory maps do not pickle; worker processes reopen shards on first touch.
+        return {**self.__dict__, "_open": {}}
+
+
+def _digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _torch_installed() -> bool:
+    return importlib.util.find_spec("torch") is not None
