@@ -44,6 +44,8 @@ class SourceConfig(Strict):
     paths: list[str] = Field(min_length=1, description="Glob patterns, relative to the pipeline file.")
     text_field: str = Field("text", min_length=1, description="JSONL/Parquet field holding the text.")
     url_field: str | None = Field("url", description="JSONL/Parquet field holding the URL, if any.")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="Reader options for this format (checked against the reader).")
 
 
 class TokenizeConfig(Strict):
@@ -198,7 +200,23 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
                 break
             entries.append((f, fmt))
         inputs[src.name] = entries
+        for fmt in sorted({f for _, f in entries}):
+            _validate_reader_options(i, src, fmt, problems)
     return inputs
+
+
+def _validate_reader_options(i: int, src: SourceConfig, fmt: str, problems: list[str]) -> None:
+    from datapipe.readers import READER_OPTIONS
+
+    model = READER_OPTIONS.get(fmt)
+    if model is None:
+        if src.options:
+            problems.append(f"sources[{i}].options: the {fmt} reader takes no options, got {sorted(src.options)}")
+        return
+    try:
+        model.model_validate(src.options)
+    except ValidationError as exc:
+        problems.extend(_format_errors(exc, model, prefix=f"sources[{i}].options"))
 
 
 def _check_semantics(pipeline: Pipeline, problems: list[str]) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.jsonl import read_jsonl
 from datapipe.readers.parquet import read_parquet
@@ -15,6 +17,10 @@ READERS: dict[str, Reader] = {
     "jsonl": read_jsonl,
     "parquet": read_parquet,
 }
+
+# Typed options a format's reader accepts under `sources[i].options` (validated before any work;
+# the reader re-validates the same dict with the same model to get defaults).
+READER_OPTIONS: dict[str, type[BaseModel]] = {}
 
 # Longest suffix first, so ".warc.wet.gz" wins over ".gz".
 _SUFFIXES: list[tuple[str, str]] = [
@@ -32,4 +38,4 @@ def infer_format(path: Path) -> str | None:
     return None
 
 
-__all__ = ["READERS", "InputFile", "ReadBatch", "Reader", "infer_format"]
+__all__ = ["READERS", "READER_OPTIONS", "InputFile", "ReadBatch", "Reader", "infer_format"]
