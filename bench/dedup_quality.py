@@ -9,8 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from datapipe.dedup import near_duplicates
-from datapipe.dedup import evalset
+from datapipe.dedup import evalset, near_duplicates
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 

@@ -159,7 +159,8 @@ def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[str, B
         if options is None:
             options = {}
         if not isinstance(options, dict):
-            problems.append(f"stages[{i}].{kind}: options must be a mapping (use {{}} for defaults), got {_show(options)}")
+            problems.append(f"stages[{i}].{kind}: options must be a mapping (use {{}} for defaults), "
+                            f"got {_show(options)}")
             continue
         model = STAGES[kind].Options
         try:

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from datapipe.license import (combine, detect_code_batch, detect_code_file, detect_metadata,
-                              detect_repository, expression_classes, spdx_identifiers)
+from datapipe.license import (
+    combine,
+    detect_code_batch,
+    detect_code_file,
+    detect_metadata,
+    detect_repository,
+    expression_classes,
+    spdx_identifiers,
+)
 from datapipe.license.expression import ExpressionError, normalize, parse
 from tests.license_variants import load_choosealicense
 from tests.shared_data import shared_path

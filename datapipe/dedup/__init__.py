@@ -11,8 +11,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from datapipe.dedup.cluster import DedupResult, cluster_duplicates
-from datapipe.dedup.minhash import (DEFAULT_NUM_PERM, DEFAULT_SEED, DEFAULT_THRESHOLD, band_keys, empty_mask,
-                                    lsh_params, signatures)
+from datapipe.dedup.minhash import (
+    DEFAULT_NUM_PERM,
+    DEFAULT_SEED,
+    DEFAULT_THRESHOLD,
+    band_keys,
+    empty_mask,
+    lsh_params,
+    signatures,
+)
 from datapipe.dedup.shingles import DEFAULT_N
 
 

@@ -62,6 +62,12 @@ class RunFolder:
     def decisions_file(self, segment: int, shard_key: str) -> Path:
         return self.work / f"reduce{segment}" / f"{shard_key}.parquet"
 
+    def shuffle_file(self, segment: int, shard_key: str) -> Path:
+        return self.work / f"shuffle{segment}" / f"{shard_key}.parquet"
+
+    def partition_output(self, segment: int, partition: int) -> Path:
+        return self.work / f"reduce{segment}-parts" / f"{partition:05d}.parquet"
+
     def tokens_file(self, shard_key: str) -> Path:
         return self.work / "tokens" / f"{shard_key}.arrow"
 

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.config import Pipeline
+from datapipe.engine import tasks
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage, make_spec
 from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
 from datapipe.engine.run_folder import RunFolder
-from datapipe.engine import tasks
 from datapipe.models import cache_dir
+from datapipe.stages.base import ShuffledGlobalStage
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
 
@@ -92,6 +93,11 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
             if not segment.final:
                 name = spec.stage_name(segment.compute_global)  # type: ignore[arg-type]
                 stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
+                if isinstance(stage, ShuffledGlobalStage):
+                    _run_phase(result, folder, f"shuffle{segment.index}",
+                               [(f"{p:05d}", (spec_ref, segment, p)) for p in range(stage.partitions())],
+                               _partition_task, {"num_cpus": stage.resources.num_cpus, "scheduling_strategy": "SPREAD"},
+                               timings, show_progress, "partitions")
                 _run_phase(result, folder, f"reduce{segment.index}", [(name, (spec_ref, segment))], _reduce_task,
                            {"num_cpus": stage.resources.num_cpus}, timings, show_progress, "steps")
         if spec.tokenizer is not None:
@@ -170,6 +176,10 @@ def _map_task(phase: str, spec: RunSpec, shard: Shard, segment: Segment) -> dict
 def _reduce_task(phase: str, spec: RunSpec, segment: Segment) -> dict[str, Any]:
     key = spec.stage_name(segment.compute_global)  # type: ignore[arg-type]
     return _with_marker(phase, key, lambda: tasks.reduce_stage(spec, segment), spec.root)
+
+
+def _partition_task(phase: str, spec: RunSpec, segment: Segment, partition: int) -> dict[str, Any]:
+    return _with_marker(phase, f"{partition:05d}", lambda: tasks.reduce_partition(spec, segment, partition), spec.root)
 
 
 def _pack_task(phase: str, spec: RunSpec, source: str) -> dict[str, Any]:

@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 from datapipe.atomic import atomic_path, temp_path_for
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.run_folder import RunFolder
-from datapipe.packing import ConcatPacker, ShardBuffer, shard_meta_for
+from datapipe.packing import ConcatPacker, PackedRows, ShardBuffer, shard_meta_for
 from datapipe.readers import READERS, InputFile
 from datapipe.schema import READ_STAGE
 from datapipe.shard_format import ShardMeta, file_sha256, write_shard
-from datapipe.stages.base import Decision, ReduceInputs
+from datapipe.stages.base import ROW_KEY_SHIFT, Decision, ReduceInputs, ShuffledGlobalStage
 from datapipe.tokenize import TOKENS_TYPE, assign_split, encode_documents
 
 _NULL_STR = pa.scalar(None, pa.string())
@@ -68,6 +68,34 @@ class ParquetSink:
             self._writer.close()
             assert self._tmp is not None
             self._tmp.unlink(missing_ok=True)
+
+
+class ShuffleSink:
+    """A shard's shuffle rows, sorted by partition and written one row group per partition,
+    so each partition task reads only its own row groups (Parquet statistics skip the rest)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.parts: list[pa.Table] = []
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self.parts.append(table)
+
+    def close(self) -> None:
+        if not self.parts:
+            self.path.unlink(missing_ok=True)
+            return
+        table = pa.concat_tables(self.parts).sort_by([("part", "ascending")])
+        part = table["part"].to_numpy()
+        bounds = np.flatnonzero(np.diff(part)) + 1
+        with atomic_path(self.path) as tmp, pq.ParquetWriter(tmp, table.schema, compression="zstd") as writer:
+            for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(part)]):
+                writer.write_table(table.slice(lo, hi - lo))
+        self.parts = []
+
+    def abort(self) -> None:
+        self.parts = []
 
 
 class TokenSink:
@@ -118,9 +146,12 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     out = ParquetSink(folder.docs_file(shard.key) if segment.final else folder.map_output(segment.index, shard.key))
     tokens = TokenSink(folder.tokens_file(shard.key)) if segment.final and spec.tokenizer else None
     decisions = _load_decisions(folder, segment, shard)
+    applied = build_stage(spec, segment.apply_global) if segment.apply_global else None
     stages = [(pos, build_stage(spec, pos)) for pos in segment.stages]
     stages = [(pos, st) for pos, st in stages if st.applies_to(shard.source.kind)]
     compute_global = build_stage(spec, segment.compute_global) if segment.compute_global else None
+    shuffle = (ShuffleSink(folder.shuffle_file(segment.index, shard.key))
+               if isinstance(compute_global, ShuffledGlobalStage) else None)
 
     def reject(position: int, stage: str, batch: pa.Table, decision: Decision,
                extra: dict[str, pa.Array] | None = None) -> pa.Table:
@@ -149,6 +180,8 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                 counts.stage_in[segment.apply_global] += batch.num_rows
                 decision, extra = _join_decisions(batch, decisions)
                 batch = reject(segment.apply_global, name, batch, decision, extra)
+                transient = [c for c in applied.transient_columns if c in batch.column_names]
+                batch = batch.drop_columns(transient)  # e.g. signatures: needed only by the reduce
             for pos, stage in stages:
                 counts.stage_in[pos] += batch.num_rows
                 if batch.num_rows == 0:
@@ -157,6 +190,9 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                 batch = reject(pos, stage.name, batch, stage.decide(batch))
             if compute_global is not None and batch.num_rows:
                 batch = compute_global.compute(batch)
+                if shuffle is not None:  # row keys: this shard's ordinal, then the row in its output
+                    first = (shard.ordinal << ROW_KEY_SHIFT) + counts.kept
+                    shuffle.write(compute_global.shuffle(batch, first))  # type: ignore[union-attr]
             if tokens is not None and batch.num_rows:
                 batch = _tokenize(spec, batch, tokens)
             counts.kept += batch.num_rows
@@ -164,12 +200,14 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
         out.close()
         for sink in rejects.values():
             sink.close()
+        if shuffle is not None:
+            shuffle.close()
         if tokens is not None:
             tokens.close()
             counts.tokens = tokens.tokens
     except BaseException:
         out.abort()
-        for sink in rejects.values():
+        for sink in [*rejects.values(), *([shuffle] if shuffle is not None else [])]:
             sink.abort()
         if tokens is not None:
             tokens.abort()
@@ -255,8 +293,12 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     present = [(o, p) for o, p in present if p.exists()]
     scratch = folder.work / f"reduce{segment.index}-scratch"
     scratch.mkdir(parents=True, exist_ok=True)
-    if present:
-        decisions = stage.reduce(ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch)))
+    inputs = ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch))
+    if isinstance(stage, ShuffledGlobalStage):
+        parts = [folder.partition_output(segment.index, p) for p in range(stage.partitions())]
+        decisions = stage.combine([str(p) for p in parts if p.exists()], inputs)
+    elif present:
+        decisions = stage.reduce(inputs)
     else:
         decisions = pa.table({"id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())})
     # Decisions come sorted by shard: slice each shard's rows instead of filtering per shard.
@@ -276,47 +318,74 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 3)}
 
 
-def pack_source(spec: RunSpec, source: str) -> dict[str, Any]:
-    """Pack one source's tokens into Arrow shards, per split, in the run's order."""
-    assert spec.tokenizer is not None and spec.tokenize is not None
+def reduce_partition(spec: RunSpec, segment: Segment, partition: int) -> dict[str, Any]:
+    """One partition of a shuffled global stage: its rows from every shard, reduced."""
+    import pyarrow.dataset as pads
+
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
+    stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
+    files = [str(f) for s in spec.shards if (f := folder.shuffle_file(segment.index, s.key)).exists()]
+    # Row-group statistics on `part` let the scan skip other partitions' data.
+    rows = pads.dataset(files, format="parquet").to_table(filter=pads.field("part") == partition) if files else None
+    out = folder.partition_output(segment.index, partition)
+    result = stage.reduce_partition(rows) if rows is not None and rows.num_rows else None  # type: ignore[union-attr]
+    if result is None or result.num_rows == 0:
+        out.unlink(missing_ok=True)
+        n = 0
+    else:
+        with atomic_path(out) as tmp:
+            pq.write_table(result, tmp)
+        n = result.num_rows
+    return {"segment": segment.index, "partition": partition, "rows_in": rows.num_rows if rows is not None else 0,
+            "rows_out": n, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def pack_source(spec: RunSpec, source: str) -> dict[str, Any]:
+    """Pack one source's tokens into Arrow shards, per split, in the run's order."""
+    started = time.perf_counter()
+    folder = RunFolder(Path(spec.root))
+    manifest = [row for split in ("train", "val") for row in _pack_split(spec, folder, source, split)]
+    return {"source": source, "shards": manifest, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> list[dict[str, Any]]:
+    assert spec.tokenizer is not None and spec.tokenize is not None
     info, cfg = spec.tokenizer, spec.tokenize
     row_len = cfg.seq_len + (1 if cfg.labels else 0)
     dtype = np.dtype(info.dtype)
+    meta = ShardMeta(tokenizer_fingerprint=info.fingerprint, vocab_size=info.vocab_size, seq_len=cfg.seq_len,
+                     row_len=row_len, eos_id=info.eos_id, pad_id=info.pad_id, bos_id=info.bos_id,
+                     packing="concat", source=source, split=split, dtype=info.dtype)
+    packer = ConcatPacker(row_len, info.pad_id, dtype)
+    buffer = ShardBuffer(cfg.rows_per_shard, row_len, dtype)
     manifest: list[dict[str, Any]] = []
-    for split in ("train", "val"):
-        meta = ShardMeta(tokenizer_fingerprint=info.fingerprint, vocab_size=info.vocab_size, seq_len=cfg.seq_len,
-                         row_len=row_len, eos_id=info.eos_id, pad_id=info.pad_id, bos_id=info.bos_id,
-                         packing="concat", source=source, split=split, dtype=info.dtype)
-        packer = ConcatPacker(row_len, info.pad_id, dtype)
-        buffer = ShardBuffer(cfg.rows_per_shard, row_len, dtype)
 
-        def emit(rows: Any) -> None:
-            path = folder.shards_dir / source / f"{split}-{len([m for m in manifest if m['split'] == split]):05d}.arrow"
-            written = write_shard(path, rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens,
-                                  shard_meta_for(meta, rows))
-            manifest.append({"path": path.relative_to(folder.root).as_posix(), "source": source, "split": split,
-                             "rows": written.rows, "tokens": written.tokens, "documents": written.documents,
-                             "sha256": file_sha256(path), "tokenizer_fingerprint": info.fingerprint,
-                             "seq_len": cfg.seq_len, "row_len": row_len})
+    def emit(rows: PackedRows) -> None:
+        path = folder.shards_dir / source / f"{split}-{len(manifest):05d}.arrow"
+        written = write_shard(path, rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens,
+                              shard_meta_for(meta, rows))
+        manifest.append({"path": path.relative_to(folder.root).as_posix(), "source": source, "split": split,
+                         "rows": written.rows, "tokens": written.tokens, "documents": written.documents,
+                         "sha256": file_sha256(path), "tokenizer_fingerprint": info.fingerprint,
+                         "seq_len": cfg.seq_len, "row_len": row_len})
 
-        for shard in spec.shards_of(source):
-            path = folder.tokens_file(shard.key)
-            if not path.exists():
+    for shard in spec.shards_of(source):
+        path = folder.tokens_file(shard.key)
+        if not path.exists():
+            continue  # nothing of this shard was kept
+        with pa.memory_map(str(path)) as mm:
+            table = pa.ipc.open_file(mm).read_all()
+            part = table.filter(pc.equal(table["split"], split))
+            if part.num_rows == 0:
                 continue
-            with pa.memory_map(str(path)) as mm:
-                table = pa.ipc.open_file(mm).read_all()
-                part = table.filter(pc.equal(table["split"], split))
-                if part.num_rows == 0:
-                    continue
-                lists = part["tokens"].combine_chunks()
-                offsets = lists.offsets.to_numpy()
-                flat = lists.flatten().to_numpy()  # flatten() honours the array's slice offset
-                for rows in buffer.add(packer.add(flat, offsets - offsets[0])):
-                    emit(rows)
-        for rows in buffer.add(packer.finish()):
-            emit(rows)
-        for rows in buffer.finish():
-            emit(rows)
-    return {"source": source, "shards": manifest, "seconds": round(time.perf_counter() - started, 3)}
+            lists = part["tokens"].combine_chunks()
+            offsets = lists.offsets.to_numpy()
+            flat = lists.flatten().to_numpy()  # flatten() honours the array's slice offset
+            for rows in buffer.add(packer.add(flat, offsets - offsets[0])):
+                emit(rows)
+    for rows in buffer.add(packer.finish()):
+        emit(rows)
+    for rows in buffer.finish():
+        emit(rows)
+    return manifest

@@ -7,8 +7,14 @@ tags documents and splits kept / dropped.  Optional accurate path: datapipe.lice
 """
 
 from datapipe.license.arxiv import detect_arxiv
-from datapipe.license.code import (detect_code_batch, detect_code_file, detect_header,
-                                   detect_repository, detect_text, spdx_identifiers)
+from datapipe.license.code import (
+                                   detect_code_batch,
+                                   detect_code_file,
+                                   detect_header,
+                                   detect_repository,
+                                   detect_text,
+                                   spdx_identifiers,
+)
 from datapipe.license.detection import Detection
 from datapipe.license.expression import combine, expression_classes
 from datapipe.license.metadata import detect_metadata

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 
 from datapipe.license.detection import NOT_FOUND, Detection
-from datapipe.license.expression import combine, normalize as normalize_expr
+from datapipe.license.expression import combine
+from datapipe.license.expression import normalize as normalize_expr
 from datapipe.license.metadata import detect_metadata, is_metadata_file
 from datapipe.license.spdx import UNKNOWN
 from datapipe.license.textmatch import Match, match_text

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Union
 
-from datapipe.license.spdx import UNKNOWN, CLASS_RANK, canonical_id, id_classes, primary_class
+from datapipe.license.spdx import CLASS_RANK, UNKNOWN, canonical_id, id_classes, primary_class
 
 # A parsed expression: an id string, ("WITH", id, exception), or ("AND"|"OR", [nodes]).
 Node = Union[str, tuple]

@@ -6,10 +6,11 @@ from __future__ import annotations
 import configparser
 import json
 import re
-import tomllib
+from collections.abc import Callable
 from email.parser import HeaderParser
 from pathlib import PurePosixPath
-from typing import Callable
+
+import tomllib
 
 from datapipe.license.detection import Detection
 from datapipe.license.expression import ExpressionError, parse, render

@@ -26,7 +26,7 @@ class Rule:
     deny: frozenset[str] = frozenset()
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any], kind: str) -> "Rule":
+    def from_config(cls, cfg: Mapping[str, Any], kind: str) -> Rule:
         extra = set(cfg) - {"allow", "deny"}
         if extra:
             raise ValueError(f"license policy for {kind!r}: unknown keys {sorted(extra)}")
@@ -51,7 +51,7 @@ class Policy:
     rules: Mapping[str, Rule] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any] | None) -> "Policy":
+    def from_config(cls, cfg: Mapping[str, Any] | None) -> Policy:
         cfg = (cfg or {}).get("policy", cfg or {})
         return cls({kind: Rule.from_config(rule or {}, kind) for kind, rule in cfg.items()})
 

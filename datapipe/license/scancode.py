@@ -18,7 +18,6 @@ from datapipe.license.detection import Detection
 from datapipe.license.expression import combine
 from datapipe.license.spdx import UNKNOWN
 
-
 # scancode keys for language halves of texts we report under the SPDX id.
 _ALIASES = {
     "LicenseRef-scancode-cecill-2.1-fr": "CECILL-2.1",

@@ -7,7 +7,6 @@ row for the unread rest, so the run goes on and nothing is silently lost.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 

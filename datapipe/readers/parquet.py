@@ -25,7 +25,8 @@ def read_parquet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
             return
         columns = [src.text_field] + ([src.url_field] if src.url_field in names else [])
         for batch in pf.iter_batches(batch_size=batch_size, columns=columns):
-            yield ReadBatch(_to_docs(batch, file, row, src.text_field, src.url_field if src.url_field in names else None))
+            url_field = src.url_field if src.url_field in names else None
+            yield ReadBatch(_to_docs(batch, file, row, src.text_field, url_field))
             row += batch.num_rows
     except Exception as exc:
         out.reject(f"{row}-", "unreadable_input", f"reading stopped at row {row}: {describe_error(exc)}")

@@ -6,7 +6,11 @@ from datapipe.stages.base import Decision, GlobalStage, ReduceInputs, Resources,
 from datapipe.stages.dedup import ExactDedup
 from datapipe.stages.langid import LangId
 from datapipe.stages.length import LengthFilter
+from datapipe.stages.license import LicenseTagger
+from datapipe.stages.minhash import MinHashDedup
 
-STAGES: dict[str, type[Stage]] = {cls.name: cls for cls in (LangId, LengthFilter, ExactDedup)}
+STAGES: dict[str, type[Stage]] = {
+    cls.name: cls for cls in (LangId, LengthFilter, ExactDedup, MinHashDedup, LicenseTagger)
+}
 
 __all__ = ["STAGES", "Decision", "GlobalStage", "ReduceInputs", "Resources", "Stage", "StageContext", "StageOptions"]

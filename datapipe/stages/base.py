@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
@@ -93,11 +94,44 @@ class GlobalStage(Stage):
 
     is_global = True
     signal_columns: ClassVar[tuple[str, ...]] = ()
+    transient_columns: ClassVar[tuple[str, ...]] = ()  # dropped once decisions are applied
 
     def reduce(self, inputs: ReduceInputs) -> pa.Table:
         """Decide over the corpus. Returns rows (id, shard, reason, detail, extra columns...)
         for the documents to drop; every other document is kept."""
         raise NotImplementedError
+
+
+class ShuffledGlobalStage(GlobalStage):
+    """A global stage whose corpus-wide step is split by key across parallel tasks.
+
+    The engine runs: ``shuffle`` in the map phase (rows tagged with a ``part`` column,
+    written per shard), ``reduce_partition`` once per partition over that partition's rows
+    from every shard (in parallel), then ``combine`` once over the partition outputs.
+    Document references are *row keys*: ``shard_ordinal << 32 | row`` where row is the
+    document's position in its shard's map output, so the run order is the key order.
+    """
+
+    def partitions(self) -> int:
+        raise NotImplementedError
+
+    def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
+        """Rows to shuffle for a computed batch: must include an int32 ``part`` column.
+        The batch's i-th document has row key ``first_row_key + i``."""
+        raise NotImplementedError
+
+    def reduce_partition(self, rows: pa.Table) -> pa.Table:
+        raise NotImplementedError
+
+    def combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        """Decisions like ``GlobalStage.reduce``, from the partition outputs (Parquet files)."""
+        raise NotImplementedError
+
+    def reduce(self, inputs: ReduceInputs) -> pa.Table:  # the engine calls combine() instead
+        raise TypeError("a shuffled global stage is reduced by reduce_partition + combine")
+
+
+ROW_KEY_SHIFT = 32
 
 
 @dataclass(frozen=True)
@@ -108,3 +142,22 @@ class ReduceInputs:
     shards: list[int]  # shard ordinal of each file
     scratch_dir: str  # for spilling; inside the run folder
     memory_limit_mb: int = 4096
+
+    def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
+        """The given columns of the documents with these row keys, in the order of ``row_keys``."""
+        import pyarrow.parquet as pq
+
+        row_keys = np.asarray(row_keys, dtype=np.int64)
+        order = np.argsort(row_keys, kind="stable")
+        sorted_keys = row_keys[order]
+        shard_of = sorted_keys >> ROW_KEY_SHIFT
+        by_ordinal = dict(zip(self.shards, self.files))
+        parts = []
+        for ordinal in np.unique(shard_of):
+            rows = sorted_keys[shard_of == ordinal] & ((1 << ROW_KEY_SHIFT) - 1)
+            table = pq.read_table(by_ordinal[int(ordinal)], columns=columns)
+            parts.append(table.take(pa.array(rows)))
+        if not parts:
+            return pa.table({c: pa.array([], pa.null()) for c in columns})
+        merged = pa.concat_tables(parts)
+        return merged.take(pa.array(np.argsort(order, kind="stable")))

@@ -63,6 +63,11 @@ EN = [
     "The river floods every few years, so the houses are built on stilts.",
     "Open data lets anyone check the numbers behind a published study.",
 ]
+FOOTERS = {
+    "en": ("Text is available under the Creative Commons Attribution-ShareAlike 4.0 License.",
+           "This article is licensed under CC BY-NC 4.0."),
+    "zh": ("本站文字内容遵循知识共享 署名-相同方式共享 4.0 协议。", "本文采用 CC BY-NC 4.0 许可协议。"),
+}
 OTHER_LANGUAGE = [
     "Le marché du samedi attire les habitants de tout le quartier, qui viennent acheter des légumes frais.",
     "Die Bibliothek bleibt während der Ferien geöffnet, aber nur am Vormittag.",
@@ -86,10 +91,17 @@ def main() -> None:
     out.mkdir(exist_ok=True)
     for name, pool, joiner, host in (("zh", ZH, "", "example.cn"), ("en", EN, " ", "example.com")):
         docs = documents(pool, 160, joiner, rng)
+        # License notices, as page footers carry them: CC BY-SA on some pages, one non-commercial page.
+        sa, nc = FOOTERS[name]
+        docs = [d + "\n\n" + sa if i % 4 == 0 else d for i, d in enumerate(docs)]
+        docs[9] += "\n\n" + nc
         rows = [{"text": t, "url": f"https://{host}/articles/{i}"} for i, t in enumerate(docs)]
         rows += [{"text": docs[3], "url": f"https://mirror.{host}/copy/3"},  # exact copy
                  {"text": "  " + docs[7].replace("\n\n", "\n \n") + "  ", "url": f"https://{host}/repost/7"},
                  {"text": docs[11].upper() if name == "en" else docs[11], "url": f"https://{host}/dup/11"},
+                 # near-duplicates: a sentence added, a paragraph break moved (for the minhash stage)
+                 {"text": docs[20] + joiner + pool[0], "url": f"https://{host}/near/20"},
+                 {"text": docs[25].replace("\n\n", joiner, 1) + joiner + pool[1], "url": f"https://{host}/near/25"},
                  {"text": "OK", "url": f"https://{host}/short"},  # too short
                  {"text": "404 页面不存在" if name == "zh" else "404 Not Found", "url": f"https://{host}/404"}]
         rows += [{"text": t, "url": f"https://{host}/intl/{i}"} for i, t in enumerate(OTHER_LANGUAGE)]

@@ -1,0 +1,127 @@
+"""License tagging and the allow/deny policy, for web pages, code files and papers.
+
+Signals: ``license`` (SPDX id or expression, or ``unknown``), ``license_class`` (the most
+restrictive class: permissive, weak_copyleft, strong_copyleft, restricted,
+non_commercial, no_derivatives, unknown) and ``license_evidence`` (where it was found and
+a short pointer: URL, phrase, file name). Evidence comes from what the readers keep:
+``license_hints`` of web pages, ``repo_license_files`` of code, ``license_url`` of papers;
+without those, from the document text itself (its head and tail, where notices live).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import Field, field_validator
+
+from datapipe.license import Detection, Policy, detect_arxiv, detect_code_file, detect_repository, detect_web
+from datapipe.license.spdx import CLASSES, UNKNOWN
+from datapipe.stages.base import Decision, Stage, StageOptions
+from datapipe.stages.columns import set_column
+
+HEAD_CHARS, TAIL_CHARS = 2000, 4000  # license notices sit in headers and footers
+
+ClassName = Literal["permissive", "weak_copyleft", "strong_copyleft", "restricted", "non_commercial",
+                    "no_derivatives", "unknown"]
+assert set(ClassName.__args__) == set(CLASSES)  # type: ignore[attr-defined]
+
+
+class KindPolicy(StageOptions):
+    allow: list[ClassName] | None = Field(None, description="Only these classes are kept.")
+    deny: list[ClassName] = Field(default_factory=list, description="These classes are dropped.")
+
+
+class LicenseOptions(StageOptions):
+    policy: dict[str, KindPolicy] = Field(default_factory=dict,
+                                          description="Per source kind (web, code, paper, text, default).")
+
+    @field_validator("policy")
+    @classmethod
+    def _kinds(cls, value: dict[str, KindPolicy]) -> dict[str, KindPolicy]:
+        unknown = set(value) - {"web", "code", "paper", "text", "default"}
+        if unknown:
+            raise ValueError(f"policy keys must be source kinds (web, code, paper, text) or default; "
+                             f"got {sorted(unknown)}")
+        return value
+
+
+class LicenseTagger(Stage):
+    name = "license"
+    Options = LicenseOptions
+
+    def setup(self) -> None:
+        self._policy = Policy.from_config({k: v.model_dump(exclude_none=True) for k, v in
+                                           self.options.policy.items()})
+
+    def compute(self, batch: pa.Table) -> pa.Table:
+        kind = batch["kind"][0].as_py() if batch.num_rows else "text"
+        rows = batch.select([c for c in ("text", "license_hints", "repo_license_files", "license_url")
+                             if c in batch.column_names]).to_pylist()
+        detections = _detect(kind, rows)
+        fields = [d.as_fields() for d in detections]
+        for name in ("license", "license_class", "license_evidence"):
+            batch = set_column(batch, name, pa.array([f[name] for f in fields], pa.string()))
+        return batch
+
+    def decide(self, batch: pa.Table) -> Decision:
+        if not hasattr(self, "_policy"):
+            self.setup()
+        kind = batch["kind"][0].as_py() if batch.num_rows else "text"  # a batch is one source: one kind
+        rule = self._policy.rules.get(kind) or self._policy.rules.get("default")
+        if rule is None:
+            return Decision.keep_all(batch.num_rows)
+        reasons: list[str | None] = []
+        details: list[str | None] = []
+        for lic, cls, evidence in zip(batch["license"].to_pylist(), batch["license_class"].to_pylist(),
+                                      batch["license_evidence"].to_pylist()):
+            refusal = rule.refusal(Detection(lic).classes)  # classes follow from the SPDX expression
+            reasons.append(f"license_{cls}" if refusal else None)
+            details.append(f"{lic}: {refusal} (evidence {evidence or 'none'})" if refusal else None)
+        return Decision(pa.array(reasons, pa.string()), pa.array(details, pa.string()))
+
+
+def _detect(kind: str, rows: list[dict[str, Any]]) -> list[Detection]:
+    if kind == "code":
+        repos: dict[str, Detection] = {}
+        out = []
+        for row in rows:
+            files = row.get("repo_license_files") or "{}"
+            if files not in repos:  # one repository's files repeat on every row of it
+                repos[files] = detect_repository(_json_object(files))
+            out.append(detect_code_file(row.get("text") or "", repos[files]))
+        return out
+    if kind == "paper":
+        return [detect_arxiv(r["license_url"]) if r.get("license_url") else _from_text(r.get("text")) for r in rows]
+    out = []
+    for row in rows:
+        hints = _json_list(row.get("license_hints"))
+        found = detect_web("\n".join(hints)) if hints else Detection(UNKNOWN)
+        out.append(found if found.known else _from_text(row.get("text")))
+    return out
+
+
+def _from_text(text: str | None) -> Detection:
+    if not text:
+        return Detection(UNKNOWN)
+    sample = text if len(text) <= HEAD_CHARS + TAIL_CHARS else text[:HEAD_CHARS] + "\n" + text[-TAIL_CHARS:]
+    return detect_web(sample)
+
+
+def _json_object(raw: str) -> dict[str, str]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _json_list(raw: str | None) -> list[str]:
+    if not raw:
+        return []
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return [raw]
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]

@@ -1,0 +1,153 @@
+"""Near-duplicate removal with MinHash LSH across the whole run (datasketch-compatible signatures).
+
+Map phase: per document a MinHash signature (CJK character / Latin word shingles, see
+``datapipe.dedup.shingles``), kept as the ``minhash_sig`` column, and one band key per
+LSH band, shuffled by key into partitions. Partition tasks (in parallel) pair documents
+that share a band key. The combine step verifies candidate pairs by estimated Jaccard,
+joins them into clusters with union-find and keeps one survivor per cluster.
+
+Memory: a partition task holds its share of band keys (16 bytes x bands x documents /
+partitions); the combine step holds only documents that have a candidate pair.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field, model_validator
+
+from datapipe.dedup.cluster import UnionFind, candidate_edges, estimated_jaccard, survivors
+from datapipe.dedup.minhash import (
+    DEFAULT_NUM_PERM,
+    DEFAULT_SEED,
+    DEFAULT_THRESHOLD,
+    band_keys,
+    empty_mask,
+    lsh_params,
+    partition_of,
+    signatures,
+)
+from datapipe.dedup.shingles import DEFAULT_N
+from datapipe.stages.base import ROW_KEY_SHIFT, ReduceInputs, Resources, ShuffledGlobalStage, StageOptions
+from datapipe.stages.columns import set_column
+
+SIG_COLUMN = "minhash_sig"
+
+
+class MinHashOptions(StageOptions):
+    threshold: float = Field(DEFAULT_THRESHOLD, gt=0.0, lt=1.0,
+                             description="Jaccard similarity above which documents count as near-duplicates.")
+    num_perm: int = Field(DEFAULT_NUM_PERM, ge=16, le=1024, description="Permutations per signature.")
+    bands: int | None = Field(None, ge=1, description="LSH bands; derived from threshold like datasketch if omitted.")
+    rows: int | None = Field(None, ge=1, description="Rows per band; set together with bands.")
+    ngram: int = Field(DEFAULT_N, ge=1, le=32, description="Shingle size: characters in CJK text, words in Latin.")
+    seed: int = Field(DEFAULT_SEED, ge=0, description="Permutation seed (datasketch's `seed`).")
+    verify: bool = Field(True, description="Keep only candidate pairs whose estimated Jaccard reaches threshold.")
+    survivor: Literal["earliest", "longest", "best"] = Field("earliest", description="Which copy of a cluster to keep.")
+    score_column: str | None = Field(None, description="Signal column for survivor: best (higher is better).")
+    partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of the shuffle.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MinHashOptions:
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("set bands and rows together, or neither (derived from threshold)")
+        if self.bands is not None and self.rows is not None and self.bands * self.rows > self.num_perm:
+            raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}")
+        if self.survivor == "best" and not self.score_column:
+            raise ValueError("survivor: best needs score_column (a numeric signal column, higher is better)")
+        return self
+
+
+class MinHashDedup(ShuffledGlobalStage):
+    name = "minhash"
+    Options = MinHashOptions
+    resources = Resources(num_cpus=1, memory_mb=1024)
+    signal_columns = (SIG_COLUMN,)
+    transient_columns = (SIG_COLUMN,)  # 4 bytes x num_perm per document: not worth keeping in docs/
+
+    def band_params(self) -> tuple[int, int]:
+        o = self.options
+        if o.bands is not None:
+            return o.bands, o.rows
+        return lsh_params(o.threshold, o.num_perm)
+
+    def partitions(self) -> int:
+        return self.options.partitions
+
+    def compute(self, batch: pa.Table) -> pa.Table:
+        o = self.options
+        sigs = signatures(pc.fill_null(batch["text"], ""), num_perm=o.num_perm, seed=o.seed, n=o.ngram)
+        width = 4 * o.num_perm
+        buf = pa.py_buffer(np.ascontiguousarray(sigs, dtype=np.uint32).tobytes())
+        column = pa.Array.from_buffers(pa.binary(width), len(sigs), [None, buf])
+        return set_column(batch, SIG_COLUMN, column)
+
+    def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
+        sigs = _sig_matrix(batch[SIG_COLUMN], self.options.num_perm)
+        bands, rows = self.band_params()
+        keys = band_keys(sigs, bands, rows)
+        # Documents without shingles all share the empty signature: never cluster them.
+        valid = np.flatnonzero(~empty_mask(sigs))
+        docs = np.repeat(first_row_key + valid.astype(np.int64), bands)
+        flat = keys[valid].reshape(-1)
+        return pa.table({"part": pa.array(partition_of(flat, self.options.partitions).astype(np.int32)),
+                         "doc": pa.array(docs), "key": pa.array(flat)})
+
+    def reduce_partition(self, rows: pa.Table) -> pa.Table:
+        u, v = candidate_edges(rows["doc"].to_numpy(), rows["key"].to_numpy())
+        pairs = np.unique(np.stack([u, v], axis=1), axis=0) if len(u) else np.empty((0, 2), np.int64)
+        return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
+
+    def combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        o = self.options
+        empty = _decisions([], [], [], [], [], [])
+        if not partition_outputs:
+            return empty
+        edges = pa.concat_tables([pq.read_table(p) for p in partition_outputs])
+        pairs = np.unique(np.stack([edges["u"].to_numpy(), edges["v"].to_numpy()], axis=1), axis=0)
+        involved = np.unique(pairs)  # row keys, sorted: position = run order among them
+        columns = ["id", SIG_COLUMN, "n_chars"] + ([o.score_column] if o.survivor == "best" else [])
+        docs = inputs.read_rows(involved, columns)
+        sigs = _sig_matrix(docs[SIG_COLUMN], o.num_perm)
+        u = np.searchsorted(involved, pairs[:, 0])
+        v = np.searchsorted(involved, pairs[:, 1])
+        if o.verify:
+            keep = estimated_jaccard(sigs, u, v) >= o.threshold
+            u, v = u[keep], v[keep]
+        uf = UnionFind(len(involved))
+        uf.union(u, v)
+        roots = uf.roots()
+        scores = docs[o.score_column].to_numpy(zero_copy_only=False) if o.survivor == "best" else None
+        surv = survivors(roots, o.survivor, lengths=docs["n_chars"].to_numpy(zero_copy_only=False), scores=scores)
+        size = np.bincount(roots, minlength=len(involved))
+        dup = np.flatnonzero((size[roots] > 1) & (surv != np.arange(len(involved))))
+        if len(dup) == 0:
+            return empty
+        ids = np.asarray(docs["id"].to_pylist(), dtype=object)
+        similarity = (sigs[dup] == sigs[surv[dup]]).mean(axis=1)
+        return _decisions(ids[dup].tolist(), (involved[dup] >> ROW_KEY_SHIFT).astype(np.int32),
+                          ids[surv[dup]].tolist(), ids[roots[dup]].tolist(), size[roots[dup]].tolist(),
+                          similarity.tolist())
+
+
+def _sig_matrix(column: pa.ChunkedArray | pa.Array, num_perm: int) -> np.ndarray:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if len(arr) == 0:
+        return np.empty((0, num_perm), dtype=np.uint32)
+    data = arr.buffers()[1]
+    start = arr.offset * 4 * num_perm
+    return np.frombuffer(data, dtype=np.uint32, count=len(arr) * num_perm, offset=start).reshape(len(arr), num_perm)
+
+
+def _decisions(ids: list, shards, survivor_ids: list, cluster_ids: list, sizes: list, similarity: list) -> pa.Table:
+    detail = [f"near-duplicate of {s} (cluster of {n}, estimated Jaccard {j:.2f})"
+              for s, n, j in zip(survivor_ids, sizes, similarity)]
+    return pa.table({"id": pa.array(ids, pa.string()), "shard": pa.array(shards, pa.int32()),
+                     "reason": pa.array(["near_duplicate"] * len(ids), pa.string()),
+                     "detail": pa.array(detail, pa.string()), "dup_of": pa.array(survivor_ids, pa.string()),
+                     "dup_cluster": pa.array(cluster_ids, pa.string())})
