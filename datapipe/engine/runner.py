@@ -79,30 +79,14 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
 
     result = RunResult(folder.root, run)
     timings: dict[str, float] = dict(run.get("timings", {}))
-    with ray_session(ray_address, num_cpus) as where:
-        log(f"datapipe: running {pipeline.name!r} on {where}; output in {folder.root}")
-        import ray
-
-        spec_ref = ray.put(spec)
-        for segment in spec.segments:
-            phase = f"map{segment.index}"
-            # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
-            _run_phase(result, folder, phase, [(s.key, (spec_ref, s, segment)) for s in spec.shards],
-                       _map_task, {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"},
-                       timings, show_progress, "shards")
-            if not segment.final:
-                name = spec.stage_name(segment.compute_global)  # type: ignore[arg-type]
-                stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
-                if isinstance(stage, ShuffledGlobalStage):
-                    _run_phase(result, folder, f"shuffle{segment.index}",
-                               [(f"{p:05d}", (spec_ref, segment, p)) for p in range(stage.partitions())],
-                               _partition_task, {"num_cpus": stage.resources.num_cpus, "scheduling_strategy": "SPREAD"},
-                               timings, show_progress, "partitions")
-                _run_phase(result, folder, f"reduce{segment.index}", [(name, (spec_ref, segment))], _reduce_task,
-                           {"num_cpus": stage.resources.num_cpus}, timings, show_progress, "steps")
-        if spec.tokenizer is not None:
-            _run_phase(result, folder, "pack", [(src, (spec_ref, src)) for src in spec.sources], _pack_task,
-                       {"num_cpus": 1}, timings, show_progress, "sources")
+    all_tasks = _all_tasks(spec)
+    if any(folder.read_marker(phase, key) is None for phase, key in all_tasks):
+        with ray_session(ray_address, num_cpus) as where:
+            log(f"datapipe: running {pipeline.name!r} on {where}; output in {folder.root}")
+            _run_phases(result, folder, spec, timings, show_progress)
+    else:  # nothing left to compute: no need to start Ray at all
+        result.skipped_tasks = len(all_tasks)
+        log(f"datapipe: every task of {pipeline.name!r} is already done in {folder.root}; rebuilding statistics")
 
     from datapipe.stats import build_stats
 
@@ -116,6 +100,49 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
     run.update({"status": "complete", "finished": _now(), "timings": timings, "counts": counts})
     folder.save_run_json(run)
     return result
+
+
+def _run_phases(result: RunResult, folder: RunFolder, spec: RunSpec, timings: dict[str, float],
+                show_progress: bool) -> None:
+    import ray
+
+    spec_ref = ray.put(spec)
+    for segment in spec.segments:
+        phase = f"map{segment.index}"
+        # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
+        _run_phase(result, folder, phase, [(s.key, (spec_ref, s, segment)) for s in spec.shards],
+                   _map_task, {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"},
+                   timings, show_progress, "shards")
+        if segment.final:
+            continue
+        name = spec.stage_name(segment.compute_global)  # type: ignore[arg-type]
+        stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
+        if isinstance(stage, ShuffledGlobalStage):
+            _run_phase(result, folder, f"shuffle{segment.index}",
+                       [(f"{p:05d}", (spec_ref, segment, p)) for p in range(stage.partitions())],
+                       _partition_task, {"num_cpus": stage.resources.num_cpus, "scheduling_strategy": "SPREAD"},
+                       timings, show_progress, "partitions")
+        _run_phase(result, folder, f"reduce{segment.index}", [(name, (spec_ref, segment))], _reduce_task,
+                   {"num_cpus": stage.resources.num_cpus}, timings, show_progress, "steps")
+    if spec.tokenizer is not None:
+        _run_phase(result, folder, "pack", [(src, (spec_ref, src)) for src in spec.sources], _pack_task,
+                   {"num_cpus": 1}, timings, show_progress, "sources")
+
+
+def _all_tasks(spec: RunSpec) -> list[tuple[str, str]]:
+    """(phase, task key) of every task the run consists of, as their markers name them."""
+    tasks_: list[tuple[str, str]] = []
+    for segment in spec.segments:
+        tasks_ += [(f"map{segment.index}", s.key) for s in spec.shards]
+        if segment.final:
+            continue
+        stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
+        if isinstance(stage, ShuffledGlobalStage):
+            tasks_ += [(f"shuffle{segment.index}", f"{p:05d}") for p in range(stage.partitions())]
+        tasks_.append((f"reduce{segment.index}", stage.name))
+    if spec.tokenizer is not None:
+        tasks_ += [("pack", src) for src in spec.sources]
+    return tasks_
 
 
 def _segment_resources(spec: RunSpec, segment: Segment) -> dict[str, Any]:
