@@ -1,8 +1,10 @@
 """Turn gathered rows into training samples: inputs, labels, positions, document boundaries.
 
-Everything is vectorized over the whole batch; input_ids and labels are views of one
-gathered token block (token dtype, uint16 for most vocabularies), so the only per-token
-work beyond the copy out of the memory map is position_ids and the loss mask. Widening to
+Everything is vectorized over the whole batch; input_ids and labels are views of the
+gathered rows (token dtype, uint16 for most vocabularies), so the only per-token work
+beyond the copy out of the memory map is position_ids and the loss mask. ``assemble`` is
+the reference definition; the loader's fast path uses ``segments`` per block (or the numba
+kernel in ``fused``, which must return the same arrays). Widening to
 int64 is left to the GPU (``.long()`` after the transfer moves 4x fewer bytes).
 """
 
