@@ -1,14 +1,21 @@
 """Turn gathered rows into training samples: inputs, labels, positions, document boundaries.
 
-Everything is vectorized over the whole batch; input_ids and labels are views of one
-gathered token block (token dtype, uint16 for most vocabularies), so the only per-token
-work beyond the copy out of the memory map is position_ids and the loss mask. Widening to
+Everything is vectorized over the whole batch; input_ids and labels are views of the
+gathered rows (token dtype, uint16 for most vocabularies), so the only per-token work
+beyond the copy out of the memory map is position_ids and the loss mask. ``assemble`` is
+the reference definition; the loader's fast path uses ``segments`` per block (or the numba
+kernel in ``fused``, which must return the same arrays). Widening to
 int64 is left to the GPU (``.long()`` after the transfer moves 4x fewer bytes).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+
+TOKEN_FIELDS = ("input_ids", "labels")
+SEGMENT_FIELDS = ("position_ids", "cu_seqlens", "num_segments", "loss_mask")
+ALL_FIELDS = TOKEN_FIELDS + SEGMENT_FIELDS
 
 
 def assemble(
@@ -21,30 +28,55 @@ def assemble(
     mask_cross_document: bool,
     ignore_index: int | None,
 ) -> dict[str, np.ndarray]:
-    """Build one batch from gathered rows.
+    """Build one batch from gathered rows (the reference definition of every field).
 
     tokens      (B, row_len) rows as stored
     n_tokens    (B,) non-padding tokens per row
     doc_counts  (B,) number of document starts per row; doc_flat holds them back to back
+    """
+    seg = segments(n_tokens, doc_counts, doc_flat, seq_len, tokens.shape[1], max_segments, mask_cross_document)
+    return {**token_fields(tokens, seq_len, seg["loss_mask"], ignore_index), **seg}
+
+
+def token_fields(tokens: np.ndarray, seq_len: int, loss_mask: np.ndarray | None,
+                 ignore_index: int | None) -> dict[str, np.ndarray]:
+    """input_ids and labels: views of the gathered rows when they carry the label token."""
+    L = seq_len
+    input_ids = tokens[:, :L]
+    if tokens.shape[1] == L + 1:
+        labels = tokens[:, 1:]
+    else:
+        # Rows packed without the extra label token: the last position has no target.
+        labels = np.empty_like(input_ids)
+        labels[:, :-1] = tokens[:, 1:]
+        labels[:, -1] = 0
+    if ignore_index is not None:
+        assert loss_mask is not None
+        labels = labels.astype(np.int64)
+        labels[~loss_mask] = ignore_index
+    return {"input_ids": input_ids, "labels": labels}
+
+
+def check_segments(counts_max: int, max_segments: int) -> None:
+    if counts_max > max_segments:
+        raise ValueError(f"a sample has {counts_max} segments but max_segments={max_segments}; "
+                         "raise max_segments (cu_seqlens is padded to a fixed length)")
+
+
+def segments(n_tokens: np.ndarray, doc_counts: np.ndarray, doc_flat: np.ndarray, seq_len: int,
+             row_len: int, max_segments: int, mask_cross_document: bool) -> dict[str, np.ndarray]:
+    """position_ids, cu_seqlens, num_segments and loss_mask of B rows (numpy, vectorized).
 
     Segments of a row start at 0, at each document start inside [1, seq_len), and at the
     first padding position; position_ids restart at 0 in each segment. A row that continues
     a document from the previous row starts at position 0 too: the offset into that
     document is not stored, and attention cannot see the previous row anyway.
     """
-    b, row_len = tokens.shape
-    L = seq_len
-    n_tokens = n_tokens.astype(np.int64)
-    input_ids = tokens[:, :L]
-    if row_len == L + 1:
-        labels = tokens[:, 1:]
-        label_ok_len = n_tokens - 1  # label at p is token p+1, valid while p+1 < n_tokens
-    else:
-        # Rows packed without the extra label token: the last position has no target.
-        labels = np.empty_like(input_ids)
-        labels[:, :-1] = tokens[:, 1:]
-        labels[:, -1] = 0
-        label_ok_len = np.minimum(n_tokens, L) - 1
+    b, L = len(n_tokens), seq_len
+    n_tokens = np.asarray(n_tokens).astype(np.int64)
+    # label at p is token p+1, valid while p+1 < n_tokens; without the extra label token
+    # the last position has no target.
+    label_ok_len = n_tokens - 1 if row_len == L + 1 else np.minimum(n_tokens, L) - 1
     row_of_doc = np.repeat(np.arange(b), doc_counts)
 
     # Segment starts inside the input window: document starts in [1, L) and the padding start.
@@ -62,9 +94,7 @@ def assemble(
     seg_end[last] = L
 
     counts = np.bincount(seg_row, minlength=b)
-    if counts.max(initial=0) > max_segments:
-        raise ValueError(f"a sample has {counts.max()} segments but max_segments={max_segments}; "
-                         "raise max_segments (cu_seqlens is padded to a fixed length)")
+    check_segments(int(counts.max(initial=0)), max_segments)
     # position = p - start of its segment. The start is a running maximum over markers
     # placed at segment starts (np.repeat with per-segment counts is ~10x slower).
     start = np.zeros((b, L), dtype=np.int32)
@@ -84,10 +114,5 @@ def assemble(
         d = doc_flat.astype(np.int64)
         hit = (d >= 1) & (d <= L)
         loss_mask[row_of_doc[hit], d[hit] - 1] = False
-    out = {"input_ids": input_ids, "labels": labels, "position_ids": position_ids,
-           "cu_seqlens": cu, "num_segments": counts.astype(np.int32), "loss_mask": loss_mask}
-    if ignore_index is not None:
-        lab = labels.astype(np.int64)
-        lab[~loss_mask] = ignore_index
-        out["labels"] = lab
-    return out
+    return {"position_ids": position_ids, "cu_seqlens": cu, "num_segments": counts.astype(np.int32),
+            "loss_mask": loss_mask}

@@ -10,13 +10,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from datapipe.loader.batch import assemble
+from datapipe.loader import fused
+from datapipe.loader.batch import ALL_FIELDS, SEGMENT_FIELDS, assemble, check_segments, segments, token_fields
+from datapipe.loader.gather import ShardTable
 from datapipe.loader.order import MixtureOrder, _mix, derive_key, integer_weights, permute
 from datapipe.loader.shards import OpenShard, local_copy, manifest_fingerprint, read_manifest
 
 STATE_VERSION = 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MAX_BLOCK_SAMPLES = 1024  # order, gather and assembly run on this many samples at a time
+_MAX_BLOCK_SAMPLES = 1024  # order and address arithmetic run on this many samples at a time
 
 
 class StateMismatch(ValueError):
@@ -59,6 +61,8 @@ class PackedDataset:
         root: str | None = None,
         max_mixture_period: int = 1 << 15,
         backend: str = "auto",
+        fields: tuple[str, ...] = ALL_FIELDS,
+        max_open_shards: int = 1024,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} not in [0, world_size={world_size})")
@@ -75,6 +79,13 @@ class PackedDataset:
         self.seed, self.max_segments = int(seed), max_segments
         self.mask_cross_document, self.ignore_index, self.cache_dir = mask_cross_document, ignore_index, cache_dir
         self.backend = backend
+        unknown = sorted(set(fields) - set(ALL_FIELDS))
+        if unknown or not fields:
+            raise ValueError(f"fields {unknown or '()'} not among {ALL_FIELDS}")
+        self.fields = tuple(f for f in ALL_FIELDS if f in fields)
+        # Segment fields cost ~3x the token copy; ignore_index needs the loss mask for labels.
+        self._need_segments = bool(set(self.fields) & set(SEGMENT_FIELDS)) or ignore_index is not None
+        self.max_open_shards = max_open_shards
 
         present = sorted(set(m.sources))
         if mixture is not None:
@@ -116,7 +127,8 @@ class PackedDataset:
         self.config_fingerprint = _digest(self.config)
         self._source_keys = np.asarray([derive_key(self.seed, "source", s) for s in self.sources], dtype=np.uint64)
         self._epoch_key = np.uint64(derive_key(self.seed, "epoch"))
-        self._open: dict[int, OpenShard] = {}
+        self._table: ShardTable | None = None
+        self._warm = False  # set after the first block: later blocks may use the numba kernel
         self._compat: tuple | None = None
         self.consumed_samples = 0
 
@@ -177,13 +189,16 @@ class PackedDataset:
         return range(b0 + worker_id, end, num_workers)
 
     # ---- reading -------------------------------------------------------------------------
-    def _shard(self, i: int) -> OpenShard:
-        sh = self._open.get(i)
-        if sh is None:
-            sh = OpenShard(local_copy(self.manifest, i, self.cache_dir))
-            self._check(i, sh)
-            self._open[i] = sh
+    def _open_shard(self, i: int) -> OpenShard:
+        sh = OpenShard(local_copy(self.manifest, i, self.cache_dir))
+        self._check(i, sh)
         return sh
+
+    @property
+    def table(self) -> ShardTable:
+        if self._table is None:
+            self._table = ShardTable(len(self.manifest.paths), self._open_shard, self.max_open_shards)
+        return self._table
 
     def _check(self, i: int, sh: OpenShard) -> None:
         m, meta = self.manifest, sh.meta
@@ -200,15 +215,16 @@ class PackedDataset:
             raise ValueError(f"shard {m.paths[i]} is incompatible with the others: {key} vs {self._compat}")
 
     def read(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
-        """Gather rows and build one batch."""
+        """Gather rows one by one and build one batch with numpy: the straightforward
+        reference that the block path of ``iter_batches`` must match exactly."""
         b = len(shard)
-        first = self._shard(int(shard[0]))
-        tokens = np.empty((b, self.row_len), dtype=first.meta.dtype)
+        sh0 = self.table.shard(int(shard[0]))
+        tokens = np.empty((b, self.row_len), dtype=sh0.tokens[0].dtype)
         n_tok = np.empty(b, dtype=np.int64)
         counts = np.empty(b, dtype=np.int64)
         docs = []
         for i, (s, r) in enumerate(zip(shard.tolist(), row.tolist())):
-            sh = self._shard(s)
+            sh = self.table.shard(s)
             tokens[i] = sh.row(r)
             n_tok[i] = sh.n_tokens[r]
             lo, hi = sh.doc_offsets[r], sh.doc_offsets[r + 1]
@@ -216,7 +232,52 @@ class PackedDataset:
             docs.append(sh.doc_values[lo:hi])
         out = assemble(tokens, n_tok, counts, np.concatenate(docs), self.seq_len, self.max_segments,
                        self.mask_cross_document, self.ignore_index)
-        return out
+        return {k: out[k] for k in self.fields}
+
+    def read_blocks(self, shard: np.ndarray, row: np.ndarray, copy: bool = False) -> Iterator[dict[str, np.ndarray]]:
+        """Batches of ``batch_size`` samples from one block of (shard, row).
+
+        Addresses, row metadata and segment fields are computed once per block (numpy's
+        per-call cost is paid per block, not per batch). In-process batches are views of
+        one block-wide token gather; batches that cross a process boundary (``copy``) get
+        their own compact arrays: their tokens are gathered per batch, which costs no extra
+        copy, and their segment fields are copied out of the block."""
+        table, B, L = self.table, self.batch_size, self.seq_len
+        _pinned = table.pin(shard)  # noqa: F841 - keeps this block's maps alive until we are done
+        rows = table.row_view(table.token_addresses(shard, row), self.row_len)
+        block: dict[str, np.ndarray] = {}
+        if self._need_segments:
+            n_tok, counts, docs = table.meta(shard, row)
+            # The first block (the first batch) never waits for numba's import and compile.
+            kernel = fused.kernel() if self._warm else None
+            if kernel is None:
+                block = segments(n_tok, counts, docs, L, self.row_len, self.max_segments, self.mask_cross_document)
+            else:
+                n = len(shard)
+                block = {"position_ids": np.empty((n, L), np.int32),
+                         "cu_seqlens": np.empty((n, self.max_segments + 1), np.int32),
+                         "num_segments": np.empty(n, np.int32), "loss_mask": np.empty((n, L), np.bool_)}
+                check_segments(kernel(n_tok, counts, docs, L, self.row_len - L, self.mask_cross_document,
+                                      block["position_ids"], block["cu_seqlens"], block["num_segments"],
+                                      block["loss_mask"]), self.max_segments)
+        self._warm = True
+        # In-process batches are views of token gathers of ~512 KiB: one fancy index per
+        # many batches, small enough to stay in cache (a whole 1024-row block would not).
+        per = max(1, (1 << 19) // (self.row_len * rows.dtype.itemsize) // B) if not copy else 1
+        plain = self.row_len == L + 1 and self.ignore_index is None
+        tokens = np.empty((0, self.row_len), rows.dtype)
+        for k in range(len(shard) // B):
+            sl = slice(k * B, (k + 1) * B)
+            if k % per == 0:
+                tokens = rows.gather(slice(k * B, (k + per) * B))
+            t = tokens[(k % per) * B: (k % per + 1) * B]
+            if plain:  # the common case, kept cheap: two views, no helper call
+                out = {"input_ids": t[:, :L], "labels": t[:, 1:]}
+            else:
+                out = token_fields(t, L, block["loss_mask"][sl] if block else None, self.ignore_index)
+            for f, v in block.items():
+                out[f] = v[sl].copy() if copy else v[sl]
+            yield {f: out[f] for f in self.fields}
 
     def iter_batches(self, worker_id: int = 0, num_workers: int = 1,
                      in_process: bool = True) -> Iterator[dict[str, np.ndarray]]:
@@ -225,18 +286,14 @@ class PackedDataset:
         batch is handed out, so ``state_dict()`` after batch k resumes at batch k + 1."""
         plan = self.plan(worker_id, num_workers)
         pos, block = 0, 1  # first block of one batch: time to first batch stays small
-        max_block = max(1, _MAX_BLOCK_SAMPLES // self.batch_size)
+        # A block's shards must all be open at once: never more samples than open shards.
+        max_block = max(1, min(_MAX_BLOCK_SAMPLES, self.max_open_shards) // self.batch_size)
         while pos < len(plan):
             batches = plan[pos: pos + block]
             pos += len(batches)
-            shard, row = self.locate(np.concatenate([self.batch_indices(g) for g in batches]))
             # One vectorized pass per block amortizes numpy's per-call overhead over batches.
-            block_out = self.read(shard, row)
-            for k, g in enumerate(batches):
-                sl = slice(k * self.batch_size, (k + 1) * self.batch_size)
-                # Worker batches cross a process boundary: copy so each owns a compact buffer
-                # (a view would ship the whole block). In-process batches stay views.
-                out = {key: (v[sl] if in_process else v[sl].copy()) for key, v in block_out.items()}
+            shard, row = self.locate(np.concatenate([self.batch_indices(g) for g in batches]))
+            for g, out in zip(batches, self.read_blocks(shard, row, copy=not in_process)):
                 out["batch_index"] = np.int64(g)
                 if in_process:
                     self.consumed_samples = (g + 1) * self.global_batch_size
@@ -282,7 +339,7 @@ class PackedDataset:
 
     def __getstate__(self) -> dict:
         # Memory maps do not pickle; worker processes reopen shards on first touch.
-        return {**self.__dict__, "_open": {}}
+        return {**self.__dict__, "_table": None}
 
 
 def _digest(obj: object) -> str:
