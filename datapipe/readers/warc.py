@@ -35,7 +35,7 @@ DOC_TYPES = ("response", "resource", "conversion")
 
 @dataclass
 class WebRecord:
-    offset: int  # byte offset of the record in the (decompressed, for ARC) stream: the record id in doc ids
+    offset: int | str  # byte offset of the record in the (decompressed, for ARC) stream: the record id in doc ids
     type: str  # warcinfo | response | resource | request | metadata | revisit | conversion | ...
     url: str | None
     record_id: str | None
@@ -70,6 +70,8 @@ def _from_fastwarc(rec, max_bytes: int) -> WebRecord:  # type: ignore[no-untyped
     if out.type not in DOC_TYPES:
         return out  # payload not needed: skipped records cost no copy
     out.truncated = h.get("WARC-Truncated")
+    if h.get("Content-Length") is None:
+        out.truncated = "record header ends before Content-Length"
     expected = rec.content_length
     if expected > max_bytes:
         out.too_large = True  # payload left unread: a bomb-sized record costs no memory
@@ -235,15 +237,20 @@ def _read(file: InputFile, batch_size: int, fmt: str) -> Iterator[ReadBatch]:
     opts = HtmlOptions.model_validate(file.source.options) if fmt == "warc" else HtmlOptions()
     out = web_builder(file, batch_size)
     skipped: Counter[str] = Counter()
-    last_end = 0
+    last_end, repeat = -1, 0
     try:
         for rec in iter_warc_records(file.path, opts.max_bytes):
-            _handle(out, rec, opts, fmt, skipped)
+            # The offset is the record's (gzip member's) position: what a CDX index points at. A file
+            # gzipped as one member reports one offset for all records: number them within it.
+            repeat = repeat + 1 if rec.offset == last_end else 0
             last_end = rec.offset
+            if repeat:
+                rec.offset = f"{rec.offset}.{repeat}"  # type: ignore[assignment]
+            _handle(out, rec, opts, fmt, skipped)
             if out.full():
                 yield out.flush()  # type: ignore[misc]
     except Exception as exc:  # not a WARC, or cut off inside a record header: the rest is one reject
-        out.reject_row(f"{last_end}-", "unreadable_input", f"reading stopped after offset {last_end}: "
+        out.reject_row(f"{max(last_end, 0)}-", "unreadable_input", f"reading stopped after offset {last_end}: "
                        f"{describe_error(exc)}")
     if skipped:
         log.info("%s: skipped %d non-document record(s): %s", file.name, sum(skipped.values()), dict(skipped))
