@@ -48,8 +48,11 @@ class ArchiveTooLarge(Exception):
 class _CountingReader(io.RawIOBase):
     """Decompressed-byte counter in front of a stream: raises once the archive cap is passed."""
 
+    TAIL = 256 << 10  # recent bytes kept, to look at the block where tarfile stopped
+
     def __init__(self, inner: IO[bytes], limit: int) -> None:
         self.inner, self.limit, self.count = inner, limit, 0
+        self.tail = bytearray()
 
     def readable(self) -> bool:
         return True
@@ -60,7 +63,14 @@ class _CountingReader(io.RawIOBase):
         if self.count > self.limit:
             raise ArchiveTooLarge(f"more than {self.limit} bytes decompressed")
         b[: len(data)] = data
+        self.tail += data
+        if len(self.tail) > 2 * self.TAIL:
+            del self.tail[: len(self.tail) - self.TAIL]
         return len(data)
+
+    def block_at(self, offset: int, size: int = 512) -> bytes | None:
+        start = offset - (self.count - len(self.tail))
+        return bytes(self.tail[start: start + size]) if start >= 0 else None
 
 
 _MAGIC: list[tuple[bytes, Callable[[IO[bytes]], IO[bytes]]]] = [
@@ -79,7 +89,7 @@ def sniff(path: Path) -> str:
         f.seek(0)
         stream = _decompressor(head, f)
         try:
-            block = stream.read(512) if stream is not None else head + f.read(506)
+            block = (stream or f).read(512)
         except (OSError, EOFError, lzma.LZMAError):
             return "compressed" if stream is not None else "plain"
     if len(block) >= 262 and block[257:262] == b"ustar":
@@ -129,11 +139,16 @@ def _iter_tar(path: Path, caps: Caps, want: Callable[[str], bool] | None) -> Ite
         counted = _CountingReader(_open_decompressed(raw), caps.archive_bytes)
         try:
             # "r|": a forward-only stream; tarfile never seeks and never touches the file system.
-            with tarfile.open(fileobj=io.BufferedReader(counted, 1 << 16), mode="r|") as tar:
+            buffered = io.BufferedReader(counted, 1 << 16)
+            with tarfile.open(fileobj=buffered, mode="r|") as tar:
                 for info in tar:
                     member = _tar_member(tar, info, caps, want)
                     if member is not None:
                         yield member
+            # tarfile ends quietly at an invalid header after the first one; a real end is a zero block.
+            block = counted.block_at(tar.offset)
+            if block and block.count(0) != len(block):
+                raise tarfile.ReadError(f"invalid tar header at offset {tar.offset}: archive damaged")
         except ArchiveTooLarge as exc:
             yield Member("", reason="archive_too_large", detail=f"stopped: {exc} (cap {caps.archive_bytes})")
         except (tarfile.TarError, OSError, EOFError, lzma.LZMAError, ValueError) as exc:

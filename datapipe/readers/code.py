@@ -267,7 +267,9 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         if m.data is None:
             if m.reason in ("corrupt_archive", "archive_too_large"):
                 record = f"{m.name or 'archive'}:{m.reason}"
-            out.reject_row(record, m.reason or "unreadable_input", m.detail, path=path or None, repo=repo,
+            # Over the member cap is the same rule as a large file in a folder: one reason for both.
+            reason = "file_too_large" if m.reason == "member_too_large" else m.reason or "unreadable_input"
+            out.reject_row(record, reason, m.detail, path=path or None, repo=repo,
                            repo_license_files=lic)
         else:
             add_code_file(out, record, path, m.data, repo, lic, opts.max_file_bytes)
