@@ -177,21 +177,22 @@ def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[str, B
 
 
 def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[tuple[Path, str]]]:
-    from datapipe.readers import READERS, infer_format
+    from datapipe.readers import DIRECTORY_FORMATS, READERS, infer_format
 
     inputs: dict[str, list[tuple[Path, str]]] = {}
     for i, src in enumerate(pipeline.config.sources):
         files: list[Path] = []
         for j, pattern in enumerate(src.paths):
             matched = sorted(Path(m) for m in glob.glob(str(pipeline.resolve(pattern)), recursive=True))
-            matched = [m for m in matched if m.is_file() or m.is_dir() and src.format == "repo"]
+            matched = [m for m in matched if m.is_file()
+                       or m.is_dir() and (src.format or infer_format(m, src.kind)) in DIRECTORY_FORMATS]
             if not matched:
                 problems.append(f"sources[{i}].paths[{j}]: {pattern!r} matches no file "
                                 f"(resolved against {pipeline.base_dir})")
             files.extend(matched)
         entries: list[tuple[Path, str]] = []
         for f in dict.fromkeys(files):  # a file matched by two globs is one shard
-            fmt = src.format or infer_format(f)
+            fmt = src.format or infer_format(f, src.kind)
             if fmt is None:
                 problems.append(f"sources[{i}].format: cannot infer the format of {f.name}; "
                                 f"set format to one of: {', '.join(sorted(READERS))}")

@@ -60,7 +60,7 @@ BAD = [
     ("tokenizer missing", with_("tokenize.tokenizer", "nope/tok.json"), ["tokenize.tokenizer: file not found"]),
     ("missing sources", {"name": "t"}, ["sources: required key is missing"]),
     ("unsafe source name", with_("sources.0.name", "../escape"), ["sources[0].name: \"../escape\" is not allowed"]),
-    ("unsupported format", with_("sources.0.format", "pdf"), ["sources[0].format: 'pdf' is not supported", "allowed: jsonl"]),
+    ("unsupported format", with_("sources.0.format", "pdf"), ["sources[0].format: 'pdf' is not supported", "allowed: arxiv, html, jsonl, parquet, repo, warc, wat, wet"]),
     ("min above max", with_("stages.1.length", {"min_chars": 10, "max_chars": 5}),
      ["stages[1].length: ", "max_chars (5) must be >= min_chars (10)"]),
     ("stage options not a mapping", with_("stages.1.length", [1, 2]), ["stages[1].length: options must be a mapping"]),
