@@ -118,7 +118,7 @@ def test_license_stage_tags_all_kinds_and_applies_the_policy() -> None:
 
     web = stage.compute(pa.table({
         "kind": ["web"] * 2, "text": ["A page.", "Another page."],
-        "license_hints": [json.dumps(['<a rel="license" href="https://creativecommons.org/licenses/by-nc-sa/4.0/">']),
+        "license_hints": [json.dumps(["https://creativecommons.org/licenses/by-nc-sa/4.0/"]),
                           None]}))
     assert web["license"].to_pylist() == ["CC-BY-NC-SA-4.0", "unknown"]
     assert stage.decide(web).reason.to_pylist() == [None, None]  # no policy for web: tagged, kept

@@ -35,7 +35,8 @@ def test_ingest_pipeline_conserves_documents_and_records_provenance(ray_local, t
         "sources": [{"name": "web", "kind": "web", "paths": ["data/*.warc.gz"]},
                     {"name": "code", "kind": "code", "paths": ["data/*.tar.gz"]},
                     {"name": "papers", "kind": "paper", "paths": ["data/*.tex"]}],
-        "stages": [{"length": {"min_chars": 10}}],
+        "stages": [{"length": {"min_chars": 10}},
+                   {"license": {"policy": {"code": {"deny": ["strong_copyleft", "unknown"]}}}}],
     })
     out = tmp_path / "out"
     result = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
@@ -65,3 +66,10 @@ def test_ingest_pipeline_conserves_documents_and_records_provenance(ray_local, t
         (paper,) = q("select path, arxiv_id, license_url, n_chars from documents where source='papers'")
         assert paper[0] == "conv_arithmetic.tex" and paper[1] is None and paper[3] > 30_000
         assert dict(q("select column_name, column_type from (describe documents)"))["http_status"] == "INTEGER"
+        # License tagging reads what the readers kept: the page's CC link, the repository's LICENSE.
+        tags = dict((s, (lic, cls, ev)) for s, lic, cls, ev in q(
+            "select source, license, license_class, license_evidence from documents "
+            "where status='kept' and path not like 'pkg/__init__%'"))
+        assert tags["web"][0].startswith("CC-BY-SA-") and "creativecommons.org" in tags["web"][2]
+        assert tags["code"][:2] == ("MIT", "permissive") and "LICENSE" in tags["code"][2]
+        assert tags["papers"][:2] == ("unknown", "unknown")

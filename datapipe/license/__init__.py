@@ -20,11 +20,11 @@ from datapipe.license.expression import combine, expression_classes
 from datapipe.license.metadata import detect_metadata
 from datapipe.license.policy import Policy, Rule
 from datapipe.license.spdx import CLASSES, UNKNOWN
-from datapipe.license.web import detect_web, detect_web_batch
+from datapipe.license.web import detect_hints, detect_web, detect_web_batch
 
 __all__ = [
     "CLASSES", "UNKNOWN", "Detection", "Policy", "Rule", "combine", "detect_arxiv",
     "detect_code_batch", "detect_code_file", "detect_header", "detect_metadata",
-    "detect_repository", "detect_text", "detect_web", "detect_web_batch",
+    "detect_hints", "detect_repository", "detect_text", "detect_web", "detect_web_batch",
     "expression_classes", "spdx_identifiers",
 ]

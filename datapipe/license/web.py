@@ -121,5 +121,14 @@ def detect_web(html_or_text: str) -> Detection:
     return Detection(UNKNOWN, "", "")
 
 
+def detect_hints(hints: list[str]) -> Detection:
+    """CC licence from the short evidence list a reader kept (``license_hints``): the CC URLs in it.
+
+    The hints lost their surrounding sentence, so bare "CC BY-SA 4.0" snippets (which articles
+    *about* licences also contain) are not trusted here; the caller falls back to the text."""
+    findings = [(found[0], found[1], "html:hint") for h in hints if (found := spdx_for_url(h))]
+    return _detection(findings) if findings else Detection(UNKNOWN, "", "")
+
+
 def detect_web_batch(pages: list[str]) -> list[Detection]:
     return [detect_web(p) for p in pages]

@@ -16,7 +16,15 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import Field, field_validator
 
-from datapipe.license import Detection, Policy, detect_arxiv, detect_code_file, detect_repository, detect_web
+from datapipe.license import (
+    Detection,
+    Policy,
+    detect_arxiv,
+    detect_code_file,
+    detect_hints,
+    detect_repository,
+    detect_web,
+)
 from datapipe.license.spdx import CLASSES, UNKNOWN
 from datapipe.stages.base import Decision, Stage, StageOptions
 from datapipe.stages.columns import set_column
@@ -97,7 +105,7 @@ def _detect(kind: str, rows: list[dict[str, Any]]) -> list[Detection]:
     out = []
     for row in rows:
         hints = _json_list(row.get("license_hints"))
-        found = detect_web("\n".join(hints)) if hints else Detection(UNKNOWN)
+        found = detect_hints(hints) if hints else Detection(UNKNOWN)
         out.append(found if found.known else _from_text(row.get("text")))
     return out
 
