@@ -6,7 +6,9 @@ from datapipe.stages.base import Decision, GlobalStage, ReduceInputs, Resources,
 from datapipe.stages.dedup import ExactDedup
 from datapipe.stages.langid import LangId
 from datapipe.stages.length import LengthFilter
+from datapipe.stages.pii import Pii
+from datapipe.stages.quality import Quality
 
-STAGES: dict[str, type[Stage]] = {cls.name: cls for cls in (LangId, LengthFilter, ExactDedup)}
+STAGES: dict[str, type[Stage]] = {cls.name: cls for cls in (LangId, LengthFilter, Quality, Pii, ExactDedup)}
 
 __all__ = ["STAGES", "Decision", "GlobalStage", "ReduceInputs", "Resources", "Stage", "StageContext", "StageOptions"]
