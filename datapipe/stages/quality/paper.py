@@ -24,9 +24,8 @@ HEADING = re.compile(r"\\(?:sub)*section\*?\{[^}]*\}|^#{1,4} .*$", re.M)
 
 def _empty_sections(text: str, min_chars: int) -> tuple[int, int]:
     heads = list(HEADING.finditer(text))
-    bodies = [text[a.end():b.start()] for a, b in zip(heads, heads[1:] + [None])] if heads else []
-    if heads:
-        bodies[-1] = text[heads[-1].end():]
+    ends = [h.start() for h in heads[1:]] + [len(text)]
+    bodies = [text[h.end():e] for h, e in zip(heads, ends)]
     return len(heads), sum(len("".join(b.split())) < min_chars for b in bodies)
 
 
