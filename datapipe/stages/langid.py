@@ -77,10 +77,9 @@ class LangId(Stage):
     def applies_to(self, kind: str) -> bool:
         return kind in self.options.kinds
 
-    def _predict(self, text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        # fastText reads one line: newlines become spaces.
-        flat = pc.replace_substring_regex(text, r"\s+", " ")
-        labels, scores = self._model.predict(flat.to_pylist(), k=1)
+    def _predict(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        # fastText reads one line: newlines become spaces (other whitespace it splits on itself).
+        labels, scores = self._model.predict([t.replace("\n", " ") for t in texts], k=1)
         lang = np.array([lab[0][9:] if lab else None for lab in labels], dtype=object)  # strip "__label__"
         score = np.array([s[0] if len(s) else 0.0 for s in scores], dtype=np.float32)
         return lang, np.minimum(score, 1.0)
@@ -91,26 +90,27 @@ class LangId(Stage):
         o = self.options
         # Long documents are judged by a prefix.
         text = pc.utf8_slice_codeunits(pc.fill_null(batch["text"], ""), 0, o.max_chars).combine_chunks()
-        lang, score = self._predict(text)
+        texts = text.to_pylist()
+        lang, score = self._predict(texts)
         by = np.full(len(lang), "fasttext", dtype=object)
-        counts = cjk.script_counts(text)
+        counts, line_counts, line_doc = cjk.line_script_counts(texts)
         if o.script_rules:
-            lang, score, by = self._apply_script_rules(text, counts, lang, score, by)
+            lang, score, by = self._apply_script_rules(counts, lang, score, by)
         if o.yue == "as_zh":
             lang[lang == "yue"] = "zh"
         batch = set_column(batch, "lang", pa.array(lang, pa.string()))
         batch = set_column(batch, "lang_score", pa.array(score, pa.float32()))
         batch = set_column(batch, "lang_by", pa.array(by, pa.string()))
         if o.line_fractions:
-            for name, values in self._line_fractions(text, counts, lang).items():
+            for name, values in self._line_fractions(texts, counts, line_counts, line_doc, lang).items():
                 batch = set_column(batch, name, pa.array(values, pa.float32()))
         if o.script or o.to_simplified:
-            batch = self._zh_script(batch, text, lang)
+            batch = self._zh_script(batch, texts, lang)
         return batch
 
-    def _apply_script_rules(self, text: pa.Array, counts: dict[str, np.ndarray], lang: np.ndarray,
+    def _apply_script_rules(self, counts: dict[str, np.ndarray], lang: np.ndarray,
                             score: np.ndarray, by: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        by_script = cjk.script_language(counts, cjk.count(text, cjk.YUE_MARKERS))
+        by_script = cjk.script_language(counts)
         override = np.array([s is not None and s != m for s, m in zip(by_script, lang)], dtype=bool)
         if override.any():
             cjk_n = counts["han"] + counts["kana"] + counts["hangul"]
@@ -121,32 +121,38 @@ class LangId(Stage):
             by = np.where(override, "script", by)
         return lang, score, by
 
-    def _line_fractions(self, text: pa.Array, counts: dict[str, np.ndarray], lang: np.ndarray) -> dict[str, np.ndarray]:
+    def _line_fractions(self, texts: list[str], counts: dict[str, np.ndarray], line_counts: dict[str, np.ndarray],
+                        line_doc: np.ndarray, lang: np.ndarray) -> dict[str, np.ndarray]:
         """Share of each language over lines, in word units (a CJK character or five Latin letters).
 
-        Only documents with both CJK and Latin script are classified line by line (script rules
-        for CJK lines, fastText for the others); a single-script document is all its own language.
-        That keeps the cost near one fastText call per document.
+        A single-script document is all its own language. In a document with both CJK and Latin
+        script, CJK lines take their script's language and the Latin lines together take one
+        fastText label (from their first 1,000 characters), which keeps the cost near one
+        fastText call per document.
         """
         n = len(lang)
         cjk_n = counts["han"] + counts["kana"] + counts["hangul"]
         units = cjk_n + counts["latin"] / 5.0
         mixed = (cjk_n >= 0.05 * units) & (counts["latin"] / 5.0 >= 0.05 * units) & (units > 0)
         per_lang = {code: (lang == code).astype(np.float32) for code in self.options.fraction_langs}
-        if mixed.any():
-            idx = np.flatnonzero(mixed)
-            lines = pc.split_pattern(text.take(pa.array(idx)), "\n")
-            doc = np.repeat(idx, np.diff(lines.offsets.to_numpy()))
-            flat = lines.flatten()
-            lc = cjk.script_counts(flat)
-            line_lang = cjk.script_language(lc, cjk.count(flat, cjk.YUE_MARKERS))
-            weight = lc["han"] + lc["kana"] + lc["hangul"] + lc["latin"] / 5.0
-            need = np.flatnonzero(np.equal(line_lang, None) & (lc["latin"] > 0))
-            if len(need):
-                line_lang[need], _ = self._predict(flat.take(pa.array(need)))
-            total = np.bincount(doc, weight, minlength=n)
+        idx = np.flatnonzero(mixed)
+        if len(idx):
+            line_lang = cjk.script_language(line_counts)
+            latin_line = np.equal(line_lang, None) & (line_counts["latin"] > 0)
+            first_line = np.searchsorted(line_doc, np.arange(n))
+            parts = []
+            for i in idx:
+                lines = texts[i].split("\n")
+                flags = latin_line[first_line[i]:first_line[i] + len(lines)]
+                parts.append(" ".join(ln for ln, f in zip(lines, flags) if f)[:1000])
+            latin_lang, _ = self._predict(parts)
+            doc_latin = np.full(n, None, dtype=object)
+            doc_latin[idx] = latin_lang
+            line_lang = np.where(latin_line, doc_latin[line_doc], line_lang)
+            weight = line_counts["han"] + line_counts["kana"] + line_counts["hangul"] + line_counts["latin"] / 5.0
+            total = np.bincount(line_doc, weight, minlength=n)
             for code in per_lang:
-                share = np.bincount(doc, weight * (line_lang == code), minlength=n)
+                share = np.bincount(line_doc, weight * (line_lang == code), minlength=n)
                 with np.errstate(invalid="ignore", divide="ignore"):
                     per_lang[code][idx] = (share / total)[idx]
         out = {f"lang_frac_{code}": v for code, v in per_lang.items()}
@@ -154,12 +160,12 @@ class LangId(Stage):
         out["lang_frac_other"] = np.clip(other, 0.0, 1.0).astype(np.float32)
         return out
 
-    def _zh_script(self, batch: pa.Table, text: pa.Array, lang: np.ndarray) -> pa.Table:
+    def _zh_script(self, batch: pa.Table, texts: list[str], lang: np.ndarray) -> pa.Table:
         zh = np.flatnonzero((lang == "zh") | (lang == "yue"))
         script = np.full(len(lang), None, dtype=object)
         trad = np.full(len(lang), np.nan, dtype=np.float32)
         if len(zh):
-            s, t = self._script.detect(text.take(pa.array(zh)).to_pylist())
+            s, t = self._script.detect([texts[i] for i in zh])
             script[zh], trad[zh] = s, t
         batch = set_column(batch, "script", pa.array(script, pa.string()))
         batch = set_column(batch, "script_trad_frac", pa.array(trad, pa.float32(), from_pandas=True))
