@@ -1,4 +1,4 @@
-"""The ``datapipe`` command line: run, validate, sql, models."""
+"""The ``datapipe`` command line: run, validate, sql, explain, models."""
 
 from __future__ import annotations
 
@@ -117,6 +117,25 @@ def sql(run_dir: Path, query: str, fmt: str) -> None:
     except AuditError as exc:
         _fail(str(exc))
     write_result(table, fmt, sys.stdout)
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("doc_id")
+def explain(run_dir: Path, doc_id: str) -> None:
+    """Show every signal of document DOC_ID in RUN_DIR and the stage and rule that kept or dropped it.
+
+    \b
+    The same data in SQL:
+      datapipe sql RUN "select * from documents where id = 'web_zh/a.jsonl#L3'"
+    """
+    from datapipe.audit import AuditError
+    from datapipe.explain import explain as explain_doc
+
+    try:
+        explain_doc(run_dir, doc_id, sys.stdout)
+    except AuditError as exc:
+        _fail(str(exc))
 
 
 @main.group()

@@ -8,9 +8,11 @@ from datapipe.stages.langid import LangId
 from datapipe.stages.length import LengthFilter
 from datapipe.stages.license import LicenseTagger
 from datapipe.stages.minhash import MinHashDedup
+from datapipe.stages.pii import Pii
+from datapipe.stages.quality import Quality
 
 STAGES: dict[str, type[Stage]] = {
-    cls.name: cls for cls in (LangId, LengthFilter, ExactDedup, MinHashDedup, LicenseTagger)
+    cls.name: cls for cls in (LangId, LengthFilter, Quality, Pii, ExactDedup, MinHashDedup, LicenseTagger)
 }
 
 __all__ = ["STAGES", "Decision", "GlobalStage", "ReduceInputs", "Resources", "Stage", "StageContext", "StageOptions"]

@@ -1,13 +1,20 @@
-"""Language identification with fastText lid.176, per document.
+"""Language identification: fastText lid.176 per document, CJK script rules, line fractions, zh script.
 
-Signals: ``lang`` (ISO 639 code as lid.176 names it: zh, en, ja, yue, ...) and
-``lang_score`` (the model's probability). The decision keeps configured languages
-above ``min_score``. Code is not filtered by natural language by default.
+Signals:
+  ``lang``, ``lang_score``   the language (lid.176 codes: zh, en, ja, yue, ...) and its confidence
+  ``lang_by``                ``fasttext`` or ``script`` (a CJK script rule overrode the model)
+  ``lang_frac_<l>``          share of the document's lines in language l (in word units), and
+                             ``lang_frac_other``; so a mixed zh/en page is visible as such
+  ``script``, ``script_trad_frac``  for zh/yue: ``hant`` or ``hans`` from OpenCC conversion deltas
+  ``to_simplified``          the text was converted to Simplified (option ``to_simplified``)
+The decision keeps configured languages above ``min_score``. Code is not filtered by natural
+language by default (``kinds``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -15,10 +22,12 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from datapipe.models import ensure_lid_model
+from datapipe.stages import cjk
 from datapipe.stages.base import Decision, Resources, Stage, StageOptions
 from datapipe.stages.columns import set_column
 
 _MODELS: dict[str, object] = {}  # one loaded model per worker process
+_NULL = pa.scalar(None, pa.string())
 
 
 class LangIdOptions(StageOptions):
@@ -27,6 +36,15 @@ class LangIdOptions(StageOptions):
     kinds: list[str] = Field(["web", "paper", "text"], description="Source kinds the stage applies to.")
     max_chars: int = Field(20_000, ge=100, description="Characters of each document the model reads.")
     model: str | None = Field(None, description="Path to a fastText model; default lid.176.ftz (fetched).")
+    script_rules: bool = Field(True, description="Let kana/hangul/Cantonese characters decide on CJK text.")
+    line_fractions: bool = Field(True, description="Record per-line language shares (lang_frac_*).")
+    fraction_langs: list[str] = Field(["zh", "en"], description="Languages that get a lang_frac_ column.")
+    mixed_min_fraction: float | None = Field(
+        None, ge=0.0, le=1.0, description="Also keep a document whose kept languages cover this share of its lines.")
+    script: bool = Field(True, description="Detect Traditional/Simplified script of zh and yue documents.")
+    to_simplified: bool = Field(False, description="Convert Traditional zh/yue text to Simplified (OpenCC t2s).")
+    yue: Literal["label", "as_zh", "drop"] = Field(
+        "label", description="Cantonese: keep the label yue (keep list decides), relabel it zh, or drop it.")
 
 
 class LangId(Stage):
@@ -36,6 +54,8 @@ class LangId(Stage):
 
     def prepare(self) -> None:
         self._model_path()  # fetch once on the driver; a clear error here beats one per task
+        if self.options.script or self.options.to_simplified:
+            cjk.ScriptDetector()  # fail early when OpenCC is missing
 
     def setup(self) -> None:
         path = str(self._model_path())
@@ -45,6 +65,8 @@ class LangId(Stage):
             fasttext.FastText.eprint = lambda *a, **k: None  # silence its load-time warning
             _MODELS[path] = fasttext.load_model(path)
         self._model = _MODELS[path]
+        if self.options.script or self.options.to_simplified:
+            self._script = cjk.ScriptDetector()
 
     def _model_path(self) -> Path:
         if self.options.model:
@@ -55,28 +77,131 @@ class LangId(Stage):
     def applies_to(self, kind: str) -> bool:
         return kind in self.options.kinds
 
+    def _predict(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        # fastText reads one line: newlines become spaces (other whitespace it splits on itself).
+        labels, scores = self._model.predict([t.replace("\n", " ") for t in texts], k=1)
+        lang = np.array([lab[0][9:] if lab else None for lab in labels], dtype=object)  # strip "__label__"
+        score = np.array([s[0] if len(s) else 0.0 for s in scores], dtype=np.float32)
+        return lang, np.minimum(score, 1.0)
+
     def compute(self, batch: pa.Table) -> pa.Table:
         if not hasattr(self, "_model"):
             self.setup()
-        # fastText reads one line: newlines become spaces; long documents are judged by a prefix.
-        text = pc.utf8_slice_codeunits(pc.fill_null(batch["text"], ""), 0, self.options.max_chars)
-        text = pc.replace_substring_regex(text, r"\s+", " ")
-        labels, scores = self._model.predict(text.to_pylist(), k=1)
-        lang = [lab[0][9:] if lab else None for lab in labels]  # strip "__label__"
-        score = np.array([s[0] if len(s) else 0.0 for s in scores], dtype=np.float32)
+        o = self.options
+        # Long documents are judged by a prefix.
+        text = pc.utf8_slice_codeunits(pc.fill_null(batch["text"], ""), 0, o.max_chars).combine_chunks()
+        texts = text.to_pylist()
+        lang, score = self._predict(texts)
+        by = np.full(len(lang), "fasttext", dtype=object)
+        counts, line_counts, line_doc = cjk.line_script_counts(texts)
+        if o.script_rules:
+            lang, score, by = self._apply_script_rules(counts, lang, score, by)
+        if o.yue == "as_zh":
+            lang[lang == "yue"] = "zh"
         batch = set_column(batch, "lang", pa.array(lang, pa.string()))
-        return set_column(batch, "lang_score", pa.array(np.minimum(score, 1.0), pa.float32()))
+        batch = set_column(batch, "lang_score", pa.array(score, pa.float32()))
+        batch = set_column(batch, "lang_by", pa.array(by, pa.string()))
+        if o.line_fractions:
+            for name, values in self._line_fractions(texts, counts, line_counts, line_doc, lang).items():
+                batch = set_column(batch, name, pa.array(values, pa.float32()))
+        if o.script or o.to_simplified:
+            batch = self._zh_script(batch, texts, lang)
+        return batch
+
+    def _apply_script_rules(self, counts: dict[str, np.ndarray], lang: np.ndarray,
+                            score: np.ndarray, by: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        by_script = cjk.script_language(counts)
+        override = np.array([s is not None and s != m for s, m in zip(by_script, lang)], dtype=bool)
+        if override.any():
+            cjk_n = counts["han"] + counts["kana"] + counts["hangul"]
+            # Confidence of a script decision: how far CJK script dominates the letters.
+            dominance = (cjk_n / np.maximum(cjk_n + counts["latin"] / 5.0, 1)).astype(np.float32)
+            lang = np.where(override, by_script, lang)
+            score = np.where(override, dominance, score).astype(np.float32)
+            by = np.where(override, "script", by)
+        return lang, score, by
+
+    def _line_fractions(self, texts: list[str], counts: dict[str, np.ndarray], line_counts: dict[str, np.ndarray],
+                        line_doc: np.ndarray, lang: np.ndarray) -> dict[str, np.ndarray]:
+        """Share of each language over lines, in word units (a CJK character or five Latin letters).
+
+        A single-script document is all its own language. In a document with both CJK and Latin
+        script, CJK lines take their script's language and the Latin lines together take one
+        fastText label (from their first 1,000 characters), which keeps the cost near one
+        fastText call per document.
+        """
+        n = len(lang)
+        cjk_n = counts["han"] + counts["kana"] + counts["hangul"]
+        units = cjk_n + counts["latin"] / 5.0
+        mixed = (cjk_n >= 0.05 * units) & (counts["latin"] / 5.0 >= 0.05 * units) & (units > 0)
+        per_lang = {code: (lang == code).astype(np.float32) for code in self.options.fraction_langs}
+        idx = np.flatnonzero(mixed)
+        if len(idx):
+            line_lang = cjk.script_language(line_counts)
+            latin_line = np.equal(line_lang, None) & (line_counts["latin"] > 0)
+            first_line = np.searchsorted(line_doc, np.arange(n))
+            parts = []
+            for i in idx:
+                lines = texts[i].split("\n")
+                flags = latin_line[first_line[i]:first_line[i] + len(lines)]
+                parts.append(" ".join(ln for ln, f in zip(lines, flags) if f)[:1000])
+            latin_lang, _ = self._predict(parts)
+            doc_latin = np.full(n, None, dtype=object)
+            doc_latin[idx] = latin_lang
+            line_lang = np.where(latin_line, doc_latin[line_doc], line_lang)
+            weight = line_counts["han"] + line_counts["kana"] + line_counts["hangul"] + line_counts["latin"] / 5.0
+            total = np.bincount(line_doc, weight, minlength=n)
+            for code in per_lang:
+                share = np.bincount(line_doc, weight * (line_lang == code), minlength=n)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    per_lang[code][idx] = (share / total)[idx]
+        out = {f"lang_frac_{code}": v for code, v in per_lang.items()}
+        other = 1.0 - np.sum(list(per_lang.values()), axis=0) if per_lang else np.ones(n, np.float32)
+        out["lang_frac_other"] = np.clip(other, 0.0, 1.0).astype(np.float32)
+        return out
+
+    def _zh_script(self, batch: pa.Table, texts: list[str], lang: np.ndarray) -> pa.Table:
+        zh = np.flatnonzero((lang == "zh") | (lang == "yue"))
+        script = np.full(len(lang), None, dtype=object)
+        trad = np.full(len(lang), np.nan, dtype=np.float32)
+        if len(zh):
+            s, t = self._script.detect([texts[i] for i in zh])
+            script[zh], trad[zh] = s, t
+        batch = set_column(batch, "script", pa.array(script, pa.string()))
+        batch = set_column(batch, "script_trad_frac", pa.array(trad, pa.float32(), from_pandas=True))
+        if self.options.to_simplified:
+            convert = script == "hant"
+            full = batch["text"].to_pylist()
+            for i in np.flatnonzero(convert):
+                full[i] = self._script.to_simplified(full[i])
+            batch = set_column(batch, "text", pa.array(full, pa.string()))
+            batch = set_column(batch, "to_simplified", pa.array(convert, pa.bool_()))
+        return batch
 
     def decide(self, batch: pa.Table) -> Decision:
+        o = self.options
         lang, score = batch["lang"], batch["lang_score"]
-        low = pc.less(score, self.options.min_score)
-        detail = pc.binary_join_element_wise("lang=", lang, " score=",
-                                             pc.cast(pc.round(score, 3), pa.string()), "")
-        if self.options.keep is not None:
-            other = pc.invert(pc.is_in(lang, pa.array(self.options.keep, pa.string())))
-            other = pc.fill_null(other, True)
+        low = pc.less(score, o.min_score)
+        detail = pc.binary_join_element_wise("lang=", lang, " score=", pc.cast(pc.round(score, 3), pa.string()), "")
+        if o.keep is not None:
+            other = pc.fill_null(pc.invert(pc.is_in(lang, pa.array(o.keep, pa.string()))), True)
         else:
             other = pc.equal(score, -1.0)  # all false
-        null = pa.scalar(None, pa.string())
-        reason = pc.if_else(other, "language_not_kept", pc.if_else(low, "low_language_score", null))
-        return Decision(reason, pc.if_else(pc.is_null(reason), null, detail))
+        if o.mixed_min_fraction is not None and o.keep is not None and o.line_fractions:
+            # A mixed document is kept when its kept languages together cover enough of it.
+            cols = [batch[f"lang_frac_{c}"] for c in o.keep if f"lang_frac_{c}" in batch.column_names]
+            if cols:
+                covered = pc.greater_equal(_sum(cols), o.mixed_min_fraction)
+                other = pc.and_(other, pc.invert(covered))
+                low = pc.and_(low, pc.invert(covered))
+        reason = pc.if_else(other, "language_not_kept", pc.if_else(low, "low_language_score", _NULL))
+        if o.yue == "drop":
+            reason = pc.if_else(pc.fill_null(pc.equal(lang, "yue"), False), "cantonese", reason)
+        return Decision(reason, pc.if_else(pc.is_null(reason), _NULL, detail))
+
+
+def _sum(cols: list[pa.ChunkedArray]) -> pa.Array:
+    total = pc.fill_null(cols[0], 0.0)
+    for c in cols[1:]:
+        total = pc.add(total, pc.fill_null(c, 0.0))
+    return total

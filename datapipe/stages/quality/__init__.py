@@ -1,0 +1,113 @@
+"""The ``quality`` stage: per document, the rule set for its language and source kind.
+
+``rules: auto`` picks ``datapipe/filters/quality/<lang>_<kind>.yaml``, else ``<kind>.yaml``
+(``en_web``, ``zh_web``, ``code``, ``paper``); a mapping ``{zh_web: my/zh.yaml, ...}`` replaces
+or adds rule sets by key (paths relative to the pipeline file). Documents with no rule set pass.
+Signals of every configured rule set are columns of every batch (null where another rule set
+applied), so all shards share one schema; ``quality_rules`` names the rule set used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field
+
+from datapipe.stages.base import Decision, Stage, StageOptions
+from datapipe.stages.columns import set_column
+from datapipe.stages.quality import blocklist, c4, code, fineweb, gopher, paper, zh  # noqa: F401 (register)
+from datapipe.stages.quality.rules import BUILTIN_DIR, FILTERS, RuleSet, RuleSetError
+from datapipe.stages.quality.text import Docs
+
+
+class QualityOptions(StageOptions):
+    rules: Literal["auto"] | dict[str, str] = Field(
+        "auto", description="auto: built-in rule sets; or {<lang>_<kind> | <kind>: rule-set path}, added to them.")
+    builtin: bool = Field(True, description="With a rules mapping: also use the built-in rule sets.")
+    kinds: list[str] = Field(["web", "code", "paper", "text"], description="Source kinds the stage applies to.")
+    aliases: dict[str, str] = Field({"yue": "zh"}, description="Languages judged by another's rule sets.")
+
+
+def load_rule_sets(rules: Literal["auto"] | dict[str, str], builtin: bool, base: Path) -> dict[str, RuleSet]:
+    sets: dict[str, RuleSet] = {}
+    if rules == "auto" or builtin:
+        sets = {p.stem: RuleSet.load(p, p.stem) for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
+    if isinstance(rules, dict):
+        for key, path in rules.items():
+            p = Path(path)
+            p = p if p.is_absolute() else base / p
+            sets[key] = RuleSet.load(p, str(path))
+    return sets
+
+
+class Quality(Stage):
+    name = "quality"
+    Options = QualityOptions
+
+    def __init__(self, options: QualityOptions, context) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(options, context)
+        self.sets = load_rule_sets(options.rules, options.builtin, Path(context.pipeline_dir))
+        self.columns: dict[str, pa.DataType] = {}
+        for rs in self.sets.values():
+            self.columns.update(rs.columns())
+
+    def prepare(self) -> None:
+        if not self.sets:
+            raise RuleSetError("quality: no rule sets configured")
+
+    def applies_to(self, kind: str) -> bool:
+        return kind in self.options.kinds
+
+    def _groups(self, batch: pa.Table) -> dict[str, np.ndarray]:
+        """Row indices per rule-set key."""
+        kinds = batch["kind"].to_pylist()
+        langs = batch["lang"].to_pylist() if "lang" in batch.column_names else [None] * len(kinds)
+        keys: list[str | None] = []
+        for kind, lang in zip(kinds, langs):
+            lang = self.options.aliases.get(lang, lang)
+            key = f"{lang}_{kind}" if f"{lang}_{kind}" in self.sets else kind if kind in self.sets else None
+            keys.append(key)
+        arr = np.array(keys, dtype=object)
+        return {k: np.flatnonzero(arr == k) for k in sorted(set(keys) - {None})}
+
+    def compute(self, batch: pa.Table) -> pa.Table:
+        n = batch.num_rows
+        values = {c: np.full(n, None, dtype=object) for c in self.columns}
+        used = np.full(n, None, dtype=object)
+        text = batch["text"].combine_chunks()
+        for key, idx in self._groups(batch).items():
+            sub = batch.take(pa.array(idx))
+            signals = self.sets[key].compute(Docs(text.take(pa.array(idx))), sub)
+            for col, v in signals.items():
+                values[col][idx] = v.tolist()
+            used[idx] = key
+        for col, typ in self.columns.items():
+            batch = set_column(batch, col, pa.array(values[col], typ))
+        return set_column(batch, "quality_rules", pa.array(used, pa.string()))
+
+    def decide(self, batch: pa.Table) -> Decision:
+        n = batch.num_rows
+        reason: list[str | None] = [None] * n
+        detail: list[str | None] = [None] * n
+        keys = np.array(batch["quality_rules"].to_pylist(), dtype=object)
+        for key in sorted({k for k in keys if k is not None}):
+            idx = np.flatnonzero(keys == key)
+            rs = self.sets[key]
+            sub = batch.take(pa.array(idx))
+            signals = {c: _numpy(sub[c]) for c in rs.columns()}
+            r, d = rs.evaluate(signals, len(idx))
+            for j, i in enumerate(idx):
+                reason[i], detail[i] = r[j], d[j]
+        return Decision(pa.array(reason, pa.string()), pa.array(detail, pa.string()))
+
+
+def _numpy(col: pa.ChunkedArray) -> np.ndarray:
+    if pa.types.is_boolean(col.type):
+        return np.array(col.fill_null(False).to_pylist(), dtype=bool)
+    return col.cast(pa.float64()).to_numpy()
+
+
+__all__ = ["FILTERS", "Quality", "QualityOptions", "RuleSet", "load_rule_sets"]

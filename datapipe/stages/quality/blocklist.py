@@ -1,0 +1,89 @@
+"""Word lists (spam, adult, gambling; Chinese and English) and a URL domain blocklist.
+
+The lists are data files under ``datapipe/filters/`` written for this project. A signal counts
+the *distinct* listed words a page contains: an encyclopedic page about gambling repeats one or
+two terms, a gambling ad stacks many different ones.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datapipe.stages.quality.rules import BUILTIN_DIR, Filter, Rule, register
+from datapipe.stages.quality.text import Docs, to_np
+
+FILTERS_DIR = BUILTIN_DIR.parent
+CATEGORIES = ("spam", "adult", "gambling")
+
+
+def read_list(path: Path) -> tuple[str, ...]:
+    lines = (ln.split("#", 1)[0].strip() for ln in path.read_text(encoding="utf-8").splitlines())
+    return tuple(sorted({ln.lower() for ln in lines if ln}))
+
+
+@lru_cache(maxsize=16)
+def word_patterns(path: str) -> tuple[str, tuple[str, ...]]:
+    """One alternation to find candidate pages fast, and one pattern per word to count distinct hits."""
+    pats = []
+    for w in read_list(Path(path)):
+        # Latin words must match whole words ("sex" is not in "Essex"); CJK has no word boundary.
+        pats.append(rf"\b{re.escape(w)}\b" if w.isascii() else re.escape(w))
+    return "|".join(pats), tuple(pats)
+
+
+def distinct_hits(lower: pa.Array, path: Path) -> np.ndarray:
+    any_pat, pats = word_patterns(str(path))
+    hits = np.zeros(len(lower), dtype=np.int32)
+    if not pats:
+        return hits
+    cand = np.flatnonzero(to_np(pc.match_substring_regex(lower, any_pat)).astype(bool))
+    if len(cand):
+        sub = lower.take(pa.array(cand))
+        hits[cand] = sum(to_np(pc.match_substring_regex(sub, p)).astype(np.int32) for p in pats)
+    return hits
+
+
+@lru_cache(maxsize=4)
+def domains(path: str) -> frozenset[str]:
+    return frozenset(read_list(Path(path)))
+
+
+def blocked(urls: list[str | None], blocklist: frozenset[str]) -> np.ndarray:
+    """A URL is blocked when its host or any parent domain is listed."""
+    out = np.zeros(len(urls), dtype=bool)
+    for i, url in enumerate(urls):
+        m = re.match(r"^(?:[a-zA-Z][\w+.-]*://)?([^/?#:@]+@)?([^/?#:]+)", url or "")
+        if not m:
+            continue
+        parts = m.group(2).lower().rstrip(".").split(".")
+        out[i] = any(".".join(parts[j:]) in blocklist for j in range(len(parts)))
+    return out
+
+
+def _path(params: dict[str, Any], key: str, default: str) -> Path:
+    p = Path(params.get(key, default))
+    return p if p.is_absolute() else FILTERS_DIR / p
+
+
+def _blocklist(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
+    out = {f"{c}_words": distinct_hits(docs.lower, _path(params, f"{c}_list", f"words/{c}.txt"))
+           for c in CATEGORIES}
+    urls = batch["url"].to_pylist() if "url" in batch.column_names else [None] * docs.n
+    out["url_blocked"] = blocked(urls, domains(str(_path(params, "domain_list", "blocklist/domains.txt"))))
+    return out
+
+
+register(Filter(
+    "blocklist",
+    {"spam_words": pa.int32(), "adult_words": pa.int32(), "gambling_words": pa.int32(), "url_blocked": pa.bool_()},
+    (Rule("domain", "url_blocked", "true", "blocked_domain"), Rule("spam", "spam_words", "max", "max_spam_words"),
+     Rule("adult", "adult_words", "max", "max_adult_words"),
+     Rule("gambling", "gambling_words", "max", "max_gambling_words")),
+    _blocklist, frozenset({"spam_list", "adult_list", "gambling_list", "domain_list"})))

@@ -1,0 +1,46 @@
+"""C4 rules (Raffel et al. 2020, "Exploring the Limits of Transfer Learning", sec. 2.2).
+
+C4 removes bad lines (no terminal punctuation, fewer than 3 words, "javascript", cookie and
+policy notices) and drops pages with "lorem ipsum", a curly bracket, or fewer than 5
+sentences left. Here nothing is removed: the signals count what C4 would keep, and the
+page-level rules decide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datapipe.stages.quality.rules import Filter, Rule, register
+from datapipe.stages.quality.text import ENDS_WITH_TERMINAL, Docs, to_np
+
+POLICY = r"terms of use|privacy policy|cookie policy|uses cookies|use of cookies|use cookies"
+
+
+def _c4(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
+    lines = docs.lines
+    lower = pc.utf8_lower(lines.values)
+    n_words = to_np(pc.list_value_length(pc.utf8_split_whitespace(lines.values)))
+    good = (lines.matches(ENDS_WITH_TERMINAL) & (n_words >= 3)
+            & ~to_np(pc.match_substring(lower, "javascript")).astype(bool)
+            & ~to_np(pc.match_substring_regex(lower, POLICY)).astype(bool))
+    # Sentences in the kept lines: terminal punctuation followed by a space or the line end.
+    ends = to_np(pc.count_substring_regex(lines.values, r"[.!?。！？]+[\"'”’)]*(\s|$)")).astype(np.float64)
+    return {
+        "c4_lorem_ipsum": to_np(pc.match_substring(docs.lower, "lorem ipsum")).astype(bool),
+        "c4_curly_bracket": to_np(pc.match_substring(docs.text, "{")).astype(bool),
+        "c4_good_lines": lines.per_doc(good).astype(np.int32),
+        "c4_sentences": lines.per_doc(ends * good).astype(np.int32),
+    }
+
+
+register(Filter(
+    "c4",
+    {"c4_lorem_ipsum": pa.bool_(), "c4_curly_bracket": pa.bool_(), "c4_good_lines": pa.int32(),
+     "c4_sentences": pa.int32()},
+    (Rule("lorem_ipsum", "c4_lorem_ipsum", "true"), Rule("curly_bracket", "c4_curly_bracket", "true"),
+     Rule("too_few_sentences", "c4_sentences", "min", "min_sentences")),
+    _c4))

@@ -1,0 +1,126 @@
+"""The contract every quality filter shares, and rule sets: YAML files of named thresholds.
+
+A filter declares its signal columns (with types) and its rules; ``compute`` returns the
+signals for a batch of ``Docs``. A rule compares one signal with one threshold from the rule
+set; the first failing rule of a document names the drop reason ``<filter>:<rule>`` and the
+detail ``<signal>=<value> <op> <threshold>``. A threshold left out of the YAML (or null)
+switches its rule off, so a rule set can take a filter's signals without all of its rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import yaml
+
+from datapipe.stages.quality.text import Docs
+
+BUILTIN_DIR = Path(__file__).resolve().parent.parent.parent / "filters" / "quality"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str  # the reason is "<filter>:<name>"
+    column: str  # the signal it reads
+    op: str  # "min": drop below; "max": drop above; "true": drop where the signal is true
+    param: str | None = None  # the threshold key in the rule set; default: the rule name
+
+    @property
+    def key(self) -> str:
+        return self.param or self.name
+
+    def fails(self, values: np.ndarray, threshold: Any) -> np.ndarray:
+        if self.op == "true":
+            return values.astype(bool) if threshold else np.zeros(len(values), bool)
+        with np.errstate(invalid="ignore"):
+            bad = values < threshold if self.op == "min" else values > threshold
+        return np.asarray(bad, dtype=bool) & ~np.isnan(values.astype(np.float64))
+
+
+@dataclass(frozen=True)
+class Filter:
+    name: str
+    signals: dict[str, pa.DataType]
+    rules: tuple[Rule, ...]
+    compute: Callable[[Docs, dict[str, Any], pa.Table], dict[str, np.ndarray]]
+    settings: frozenset[str] = field(default_factory=frozenset)  # non-threshold options, e.g. word lists
+
+
+FILTERS: dict[str, Filter] = {}
+
+
+def register(f: Filter) -> Filter:
+    FILTERS[f.name] = f
+    return f
+
+
+class RuleSetError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    name: str  # builtin name ("en_web") or the file path
+    filters: dict[str, dict[str, Any]]  # filter name -> its thresholds/settings, in YAML order
+
+    @staticmethod
+    def load(path: Path, name: str | None = None) -> RuleSet:
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise RuleSetError(f"cannot read rule set {path}: {exc}") from None
+        filters = data.get("filters")
+        if not isinstance(filters, dict) or not filters:
+            raise RuleSetError(f"{path}: needs a non-empty mapping `filters: {{filter: {{threshold: value}}}}`")
+        for fname, params in filters.items():
+            if fname not in FILTERS:
+                raise RuleSetError(f"{path}: unknown filter {fname!r}; known: {', '.join(sorted(FILTERS))}")
+            allowed = {r.key for r in FILTERS[fname].rules} | FILTERS[fname].settings
+            unknown = set(params or {}) - allowed
+            if unknown:
+                raise RuleSetError(f"{path}: filters.{fname}: unknown key(s) {sorted(unknown)}; "
+                                   f"allowed: {', '.join(sorted(allowed))}")
+        return RuleSet(name or str(path), {k: dict(v or {}) for k, v in filters.items()})
+
+    def compute(self, docs: Docs, batch: pa.Table) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for fname, params in self.filters.items():
+            out.update(FILTERS[fname].compute(docs, params, batch))
+        return out
+
+    def evaluate(self, signals: dict[str, np.ndarray], n: int) -> tuple[list[str | None], list[str | None]]:
+        """First failing rule per row: (reasons, details); None keeps the row."""
+        reason: list[str | None] = [None] * n
+        detail: list[str | None] = [None] * n
+        open_rows = np.ones(n, dtype=bool)
+        for fname, params in self.filters.items():
+            for rule in FILTERS[fname].rules:
+                threshold = params.get(rule.key)
+                if threshold is None or not open_rows.any():
+                    continue
+                values = signals[rule.column]
+                bad = rule.fails(values, threshold) & open_rows
+                for i in np.flatnonzero(bad):
+                    reason[i] = f"{fname}:{rule.name}"
+                    detail[i] = describe(rule, values[i], threshold)
+                open_rows &= ~bad
+        return reason, detail
+
+    def columns(self) -> dict[str, pa.DataType]:
+        cols: dict[str, pa.DataType] = {}
+        for fname in self.filters:
+            cols.update(FILTERS[fname].signals)
+        return cols
+
+
+def describe(rule: Rule, value: Any, threshold: Any) -> str:
+    if rule.op == "true":
+        return f"{rule.column}=true"
+    sign = "<" if rule.op == "min" else ">"
+    v = f"{float(value):.4g}" if isinstance(value, (float, np.floating)) else str(value)
+    return f"{rule.column}={v} {sign} {threshold}"
