@@ -145,7 +145,7 @@ def bench_litdata(tokens: np.ndarray, work: Path, args: argparse.Namespace) -> f
         next(it)
         t0 = time.perf_counter()
         n = 0
-        for batch in it:
+        for _batch in it:
             n += 1
             if n >= args.batches:
                 break

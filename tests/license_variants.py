@@ -47,10 +47,10 @@ def change_copyright(text: str) -> str:
 def comment(text: str, style: int) -> str:
     lines = text.strip("\n").splitlines()
     if style == 0:
-        return "\n".join(("# " + l).rstrip() for l in lines) + "\n\nimport os\n"
+        return "\n".join(("# " + line).rstrip() for line in lines) + "\n\nimport os\n"
     if style == 1:
-        return "/*\n" + "\n".join((" * " + l).rstrip() for l in lines) + "\n */\n\n#include <stdio.h>\n"
-    return "\n".join(("// " + l).rstrip() for l in lines) + "\n\npackage main\n"
+        return "/*\n" + "\n".join((" * " + line).rstrip() for line in lines) + "\n */\n\n#include <stdio.h>\n"
+    return "\n".join(("// " + line).rstrip() for line in lines) + "\n\npackage main\n"
 
 
 def variants(refs: list[tuple[str, str]]) -> list[tuple[str, str, frozenset[str]]]:

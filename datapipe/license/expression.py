@@ -7,12 +7,11 @@ against the full SPDX list, which we do not need to decide a class.
 from __future__ import annotations
 
 import re
-from typing import Union
 
 from datapipe.license.spdx import CLASS_RANK, UNKNOWN, canonical_id, id_classes, primary_class
 
 # A parsed expression: an id string, ("WITH", id, exception), or ("AND"|"OR", [nodes]).
-Node = Union[str, tuple]
+Node = str | tuple
 
 _TOKEN = re.compile(r"\(|\)|[A-Za-z0-9.\-+:]+")
 

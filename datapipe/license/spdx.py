@@ -1,11 +1,12 @@
-"""SPDX id table: canonical spelling and licence classes, loaded once from data/classes.yaml."""
+"""SPDX id table: canonical spelling and licence classes, loaded once from filters/licenses/classes.yaml."""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import yaml
+
+from datapipe.resources import filter_file
 
 UNKNOWN = "unknown"
 # Rank used to pick the one `license_class` a document shows and to resolve AND / OR:
@@ -22,17 +23,17 @@ CLASS_RANK: dict[str, int] = {
 }
 CLASSES = tuple(CLASS_RANK)
 
-_DATA = Path(__file__).with_name("data") / "classes.yaml"
 
 
 @lru_cache(maxsize=1)
 def _table() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
-    raw = yaml.safe_load(_DATA.read_text(encoding="utf-8"))
+    data = filter_file("licenses", "classes.yaml")
+    raw = yaml.safe_load(data.read_text(encoding="utf-8"))
     canon: dict[str, str] = {}
     classes: dict[str, set[str]] = {}
     for cls, ids in raw.items():
         if cls not in CLASS_RANK:
-            raise ValueError(f"{_DATA}: unknown licence class {cls!r}")
+            raise ValueError(f"{data}: unknown licence class {cls!r}")
         for spdx_id in ids:
             canon[spdx_id.lower()] = spdx_id
             classes.setdefault(spdx_id, set()).add(cls)

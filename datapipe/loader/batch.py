@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 TOKEN_FIELDS = ("input_ids", "labels")
 SEGMENT_FIELDS = ("position_ids", "cu_seqlens", "num_segments", "loss_mask")
 ALL_FIELDS = TOKEN_FIELDS + SEGMENT_FIELDS

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.arxiv import ArxivOptions, read_arxiv
+from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.code import RepoOptions, TableOptions, read_repo
 from datapipe.readers.html import HtmlOptions, read_html
 from datapipe.readers.jsonl import read_jsonl

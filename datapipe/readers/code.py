@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from datapipe.license.code import is_license_file
 from datapipe.license.metadata import is_metadata_file
-from datapipe.readers.archives import Caps, Member, iter_archive, safe_name
+from datapipe.readers.archives import Caps, Member, iter_archive
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
 

@@ -22,7 +22,7 @@ class ColumnsBuilder(BatchBuilder):
     extra_rejects: dict[str, list] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, file: InputFile, batch_size: int, columns: dict[str, str]) -> "ColumnsBuilder":
+    def create(cls, file: InputFile, batch_size: int, columns: dict[str, str]) -> ColumnsBuilder:
         return cls(file, batch_size, columns=columns, extra_docs={c: [] for c in columns},
                    extra_rejects={c: [] for c in columns})
 

@@ -1,6 +1,6 @@
 """The ``quality`` stage: per document, the rule set for its language and source kind.
 
-``rules: auto`` picks ``datapipe/filters/quality/<lang>_<kind>.yaml``, else ``<kind>.yaml``
+``rules: auto`` picks ``filters/quality/<lang>_<kind>.yaml``, else ``<kind>.yaml``
 (``en_web``, ``zh_web``, ``code``, ``paper``); a mapping ``{zh_web: my/zh.yaml, ...}`` replaces
 or adds rule sets by key (paths relative to the pipeline file). Documents with no rule set pass.
 Signals of every configured rule set are columns of every batch (null where another rule set

@@ -1,6 +1,6 @@
 """Word lists (spam, adult, gambling; Chinese and English) and a URL domain blocklist.
 
-The lists are data files under ``datapipe/filters/`` written for this project. A signal counts
+The lists are data files under ``filters/`` (top level) written for this project. A signal counts
 the *distinct* listed words a page contains: an encyclopedic page about gambling repeats one or
 two terms, a gambling ad stacks many different ones.
 """

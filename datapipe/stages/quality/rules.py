@@ -18,9 +18,10 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
+from datapipe.resources import filter_file
 from datapipe.stages.quality.text import Docs
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent.parent / "filters" / "quality"
+BUILTIN_DIR = filter_file("quality")
 
 
 @dataclass(frozen=True)
