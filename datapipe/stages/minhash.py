@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
 from datapipe.dedup.cluster import UnionFind, candidate_edges, estimated_jaccard, survivors
+from datapipe.dedup.fold import fold_traditional
 from datapipe.dedup.minhash import (
     DEFAULT_NUM_PERM,
     DEFAULT_SEED,
@@ -49,6 +50,8 @@ class MinHashOptions(StageOptions):
     survivor: Literal["earliest", "longest", "best"] = Field("earliest", description="Which copy of a cluster to keep.")
     score_column: str | None = Field(None, description="Signal column for survivor: best (higher is better).")
     partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of the shuffle.")
+    fold_script: bool = Field(False, description="Fold Traditional to Simplified characters first, so copies "
+                                                 "across the two scripts are near-duplicates.")
 
     @model_validator(mode="after")
     def _consistent(self) -> MinHashOptions:
@@ -79,7 +82,10 @@ class MinHashDedup(ShuffledGlobalStage):
 
     def compute(self, batch: pa.Table) -> pa.Table:
         o = self.options
-        sigs = signatures(pc.fill_null(batch["text"], ""), num_perm=o.num_perm, seed=o.seed, n=o.ngram)
+        text = pc.fill_null(batch["text"], "")
+        if o.fold_script:
+            text = pa.array(fold_traditional(text.to_pylist()), pa.string())
+        sigs = signatures(text, num_perm=o.num_perm, seed=o.seed, n=o.ngram)
         width = 4 * o.num_perm
         buf = pa.py_buffer(np.ascontiguousarray(sigs, dtype=np.uint32).tobytes())
         column = pa.Array.from_buffers(pa.binary(width), len(sigs), [None, buf])
