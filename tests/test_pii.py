@@ -64,3 +64,16 @@ def test_stage_columns_typed_and_text_replaced() -> None:
     assert out["pii_email"].to_pylist() == [1, 0] and out["pii_phone"].to_pylist() == [1, 0]
     assert out["pii_id_card"].to_pylist() == [0, 0] and out["pii_ip"].to_pylist() == [0, 0]
     assert STAGE.decide(out).reason.null_count == 2  # redaction drops nothing
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Questions? Call +1 415 555 0134.", "Questions? Call <PHONE>."),
+    ("The server is at 10.0.0.1.", "The server is at <IP>."),
+    ("请致电13800138000。", "请致电<PHONE>。"),
+    ("请发邮件至zhang.wei@example.cn。", "请发邮件至<EMAIL>。"),
+    ("Pi is 3.14159 and the build is 10.0.0.1.2", "Pi is 3.14159 and the build is 10.0.0.1.2"),
+])
+def test_sentence_final_full_stop_does_not_hide_pii(text: str, expected: str) -> None:
+    stage = Pii(PiiOptions(), StageContext(".", "."))
+    out = stage.compute(pa.table({"text": [text]}))
+    assert out["text"][0].as_py() == expected

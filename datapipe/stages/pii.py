@@ -21,14 +21,17 @@ from pydantic import Field
 from datapipe.stages.base import Stage, StageOptions
 from datapipe.stages.columns import set_column
 
-EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}(?![\w-])")
+# Boundaries are ASCII: Chinese text runs straight into numbers and addresses (请致电13800138000).
+EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,24}(?![\w-])")
 # Chinese mobile: 1[3-9]x, 11 digits, optionally +86 and 3-4-4 grouping; international: a + and
-# country code, then 6-14 digits in groups. Not preceded or followed by a digit, dot or letter.
+# country code, then 6-14 digits in groups. Not preceded by a digit, dot or letter; not followed by
+# a letter, a digit or a decimal point (a sentence's full stop may follow: END).
+END = r"(?![A-Za-z0-9]|\.\d)"
 PHONE = re.compile(
-    r"(?<![\w.+])(?:(?:\+|00)86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}(?![\w.])"
-    r"|(?<![\w+])\+[1-9]\d{0,2}(?:[ -]?\(?\d{1,4}\)?)(?:[ -]?\d{2,4}){2,4}(?![\w.])")
-ID_CARD = re.compile(r"(?<![\w.])[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx](?![\w.])")
-IPV4 = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w.])")
+    r"(?<![A-Za-z0-9.+])(?:(?:\+|00)86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}" + END +
+    r"|(?<![A-Za-z0-9+])\+[1-9]\d{0,2}(?:[ -]?\(?\d{1,4}\)?)(?:[ -]?\d{2,4}){2,4}" + END)
+ID_CARD = re.compile(r"(?<![A-Za-z0-9.])[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx]" + END)
+IPV4 = re.compile(r"(?<![A-Za-z0-9.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)" + END)
 IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
 # Dotted quads after these words are version or section numbers ("version 1.2.3.4", "§ 3.1.4.1").
 VERSIONISH = re.compile(r"(?:\bv|version|ver\.?|release|section|sec\.|§|chapter|版本|章节|第)\s*$", re.I)

@@ -68,6 +68,17 @@ FOOTERS = {
            "This article is licensed under CC BY-NC 4.0."),
     "zh": ("本站文字内容遵循知识共享 署名-相同方式共享 4.0 协议。", "本文采用 CC BY-NC 4.0 许可协议。"),
 }
+JUNK = {  # what the quality stage is for
+    "en": ["Buy cheap watches now! Best price guaranteed!\n" * 25,
+           "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore "
+           "et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud exercitation ullamco laboris."],
+    "zh": ["点击这里免费领取大奖！立即注册，马上领取！\n" * 25,
+           "首页 | 新闻 | 体育 | 娱乐 | 财经 | 科技 | 汽车 | 房产 | 游戏 | 教育 | 健康 | 旅游 | 时尚 | 登录 | 注册"],
+}
+CONTACT = {
+    "en": "Questions? Write to jane.doe@example.org or call +1 415 555 0134.",
+    "zh": "如有疑问，请发邮件至 zhang.wei@example.cn 或致电 138 0013 8000。",
+}
 OTHER_LANGUAGE = [
     "Le marché du samedi attire les habitants de tout le quartier, qui viennent acheter des légumes frais.",
     "Die Bibliothek bleibt während der Ferien geöffnet, aber nur am Vormittag.",
@@ -79,9 +90,10 @@ OTHER_LANGUAGE = [
 def documents(pool: list[str], n: int, joiner: str, rng: random.Random) -> list[str]:
     docs = []
     for _ in range(n):
-        k = rng.randint(4, 9)
-        paragraphs = [joiner.join(rng.sample(pool, k)) for _ in range(rng.randint(1, 3))]
-        docs.append("\n\n".join(paragraphs))
+        sentences = rng.sample(pool, rng.randint(6, 12))  # no sentence twice in one document
+        cuts = sorted(rng.sample(range(1, len(sentences)), rng.randint(0, 2)))
+        paragraphs = [sentences[a:b] for a, b in zip([0, *cuts], [*cuts, len(sentences)])]
+        docs.append("\n\n".join(joiner.join(p) for p in paragraphs))
     return docs
 
 
@@ -105,6 +117,9 @@ def main() -> None:
                  {"text": "OK", "url": f"https://{host}/short"},  # too short
                  {"text": "404 页面不存在" if name == "zh" else "404 Not Found", "url": f"https://{host}/404"}]
         rows += [{"text": t, "url": f"https://{host}/intl/{i}"} for i, t in enumerate(OTHER_LANGUAGE)]
+        rows += [{"text": t, "url": f"https://{host}/junk/{i}"} for i, t in enumerate(JUNK[name])]
+        contact = CONTACT[name]  # personal data the pii stage replaces
+        rows.append({"text": docs[30] + "\n\n" + contact, "url": f"https://{host}/contact"})
         rng.shuffle(rows)
         lines = [json.dumps(r, ensure_ascii=False) for r in rows]
         lines.insert(17, '{"text": "this line is broken JSON", "url": ')  # malformed record
