@@ -119,6 +119,28 @@ def sql(run_dir: Path, query: str, fmt: str) -> None:
     write_result(table, fmt, sys.stdout)
 
 
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--budget", metavar="TOKENS",
+              help="Training token budget (e.g. 300M, 2.5B): print the sampling ratio each source needs.")
+def stats(run_dir: Path, budget: str | None) -> None:
+    """Print RUN_DIR's token mixture against the pipeline's `mixture` weights.
+
+    \b
+    With --budget, each source's sampling ratio: target share x budget / its train tokens
+    (above 1: epochs, the source is repeated; below 1: the fraction of it used).
+    """
+    from datapipe.audit import AuditError
+    from datapipe.mixture import mixture_report, parse_tokens, print_mixture
+
+    try:
+        tokens = parse_tokens(budget) if budget is not None else None
+        report = mixture_report(run_dir, tokens)
+    except (AuditError, ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    print_mixture(report)
+
+
 @main.group()
 def models() -> None:
     """Manage model files (the fastText language-ID model)."""

@@ -299,7 +299,7 @@ def pack_source(spec: RunSpec, source: str) -> dict[str, Any]:
             manifest.append({"path": path.relative_to(folder.root).as_posix(), "source": source, "split": split,
                              "rows": written.rows, "tokens": written.tokens, "documents": written.documents,
                              "sha256": file_sha256(path), "tokenizer_fingerprint": info.fingerprint,
-                             "seq_len": cfg.seq_len, "row_len": row_len})
+                             "seq_len": cfg.seq_len, "row_len": row_len, "packing": cfg.packing})
 
         for shard in spec.shards_of(source):
             path = folder.tokens_file(shard.key)
