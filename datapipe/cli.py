@@ -190,6 +190,25 @@ def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tu
         click.echo(f"{g.group:<8}{g.train_docs:>12,}{g.train_chars:>14,}{g.heldout_chars:>16,}{cpt:>13}")
 
 
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--html", "html_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The HTML file to write.")
+def report(run_dir: Path, html_file: Path) -> None:
+    """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, shards.
+
+    Charts are inline SVG: the page opens offline, with nothing fetched.
+    """
+    from datapipe.audit import AuditError
+    from datapipe.report import write_report
+
+    try:
+        path = write_report(run_dir, html_file)
+    except (AuditError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    click.echo(f"wrote {path}")
+
+
 @main.group()
 def models() -> None:
     """Manage model files (the fastText language-ID model)."""
