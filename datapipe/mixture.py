@@ -62,9 +62,9 @@ def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
     weights: dict[str, float] = (run.get("config") or {}).get("mixture") or {}
     con = connect(Path(run_dir))
     try:
-        docs = dict(((s, (d, t)) for s, d, t in con.execute(
+        docs = {s: (d, t) for s, d, t in con.execute(
             "SELECT source, count(*), coalesce(sum(n_tokens), 0) FROM documents WHERE status = 'kept' "
-            "GROUP BY source").fetchall()))
+            "GROUP BY source").fetchall()}
         train = dict(con.execute("SELECT source, sum(tokens) FROM shards WHERE split = 'train' "
                                  "GROUP BY source").fetchall())
         groups = con.execute("SELECT source, lang, script, license_class, documents, tokens, token_share "

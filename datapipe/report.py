@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

@@ -18,7 +18,7 @@ from datapipe.stats import mixture_view_sql
 
 
 def make_documents(con: duckdb.DuckDBPyConnection, with_tags: bool) -> None:
-    con.execute(f"""CREATE TABLE documents AS SELECT * FROM (VALUES
+    con.execute("""CREATE TABLE documents AS SELECT * FROM (VALUES
         ('a', 'web', 'zh', 'kept', 10, 5, 'Hans', 'permissive'),
         ('b', 'web', 'zh', 'kept', 20, 7, NULL, 'permissive'),
         ('c', 'web', 'en', 'kept', 30, 9, 'Latn', NULL),
