@@ -138,6 +138,96 @@ def explain(run_dir: Path, doc_id: str) -> None:
         _fail(str(exc))
 
 
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--budget", metavar="TOKENS",
+              help="Training token budget (e.g. 300M, 2.5B): print the sampling ratio each source needs.")
+def stats(run_dir: Path, budget: str | None) -> None:
+    """Print RUN_DIR's token mixture against the pipeline's `mixture` weights.
+
+    \b
+    With --budget, each source's sampling ratio: target share x budget / its train tokens
+    (above 1: epochs, the source is repeated; below 1: the fraction of it used).
+    """
+    from datapipe.audit import AuditError
+    from datapipe.mixture import mixture_report, parse_tokens, print_mixture
+
+    try:
+        tokens = parse_tokens(budget) if budget is not None else None
+        report = mixture_report(run_dir, tokens)
+    except (AuditError, ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    print_mixture(report)
+
+
+@main.command("train-tokenizer")
+@click.argument("more_files", nargs=-1, metavar="[GLOB]...")
+@click.option("--run", "run_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Train on this run folder's kept documents (grouped by lang; code sources as code).")
+@click.option("--files", multiple=True, metavar="GLOB",
+              help="Train on files instead (repeatable): JSONL/Parquet with text (and lang), code files, text lines.")
+@click.option("--name", default="tokenizer", show_default=True, help="Writes tokenizer/NAME.json.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Output file instead.")
+@click.option("--vocab-size", type=click.IntRange(min=300), default=32000, show_default=True)
+@click.option("--mix", default="zh=0.4,en=0.4,code=0.2", show_default=True,
+              help="Sampling weights per group (lang, or code).")
+@click.option("--special", multiple=True, metavar="TOKEN", help="Extra special tokens (repeatable).")
+@click.option("--bos", default="<|bos|>", show_default=True)
+@click.option("--eos", default="<|endoftext|>", show_default=True)
+@click.option("--pad", default="<|pad|>", show_default=True)
+@click.option("--sample-chars", type=click.IntRange(min=1), default=20_000_000, show_default=True,
+              help="Characters to train on, shared out by --mix.")
+@click.option("--heldout-frac", type=click.FloatRange(0.0, 0.5), default=0.02, show_default=True,
+              help="Documents (by id hash) held back from training; characters per token are measured on them.")
+def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tuple[str, ...], name: str,
+                    output: Path | None, vocab_size: int, mix: str, special: tuple[str, ...], bos: str, eos: str, pad: str, sample_chars: int,
+                    heldout_frac: float) -> None:
+    """Train a byte-level BPE tokenizer (Hugging Face tokenizer.json) on a run or on files.
+
+    \b
+    Examples:
+      datapipe train-tokenizer --run out/demo --name zh_en --vocab-size 32000 --mix zh=0.5,en=0.5
+      datapipe train-tokenizer --files 'corpus/*.jsonl' 'src/**/*.py' --name mixed
+    """
+    from datapipe.tokenizer_train import TrainOptions, docs_from_files, docs_from_run, parse_mix, train_tokenizer
+
+    files = files + more_files  # so `--files a.jsonl b.jsonl` reads both
+    if bool(run_dir) == bool(files):
+        _fail("give exactly one of --run RUN or --files GLOB...")
+    try:
+        options = TrainOptions(vocab_size=vocab_size, mix=parse_mix(mix), bos=bos, eos=eos, pad=pad,
+                               special=special, sample_chars=sample_chars, heldout_frac=heldout_frac)
+        docs = docs_from_run(run_dir) if run_dir else docs_from_files(files)
+        result = train_tokenizer(docs, output or Path("tokenizer") / f"{name}.json", options)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    click.echo(f"wrote {result.path} (vocabulary {result.vocab_size:,}, sha256 {result.sha256[:12]}...)")
+    click.echo("special tokens: " + ", ".join(f"{t}={i}" for t, i in result.special_ids.items()))
+    click.echo(f"{'group':<8}{'train docs':>12}{'train chars':>14}{'held-out chars':>16}{'chars/token':>13}")
+    for g in result.groups:
+        cpt = f"{g.chars_per_token:.3f}" if g.chars_per_token is not None else "-"
+        click.echo(f"{g.group:<8}{g.train_docs:>12,}{g.train_chars:>14,}{g.heldout_chars:>16,}{cpt:>13}")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--html", "html_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The HTML file to write.")
+def report(run_dir: Path, html_file: Path) -> None:
+    """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, shards.
+
+    Charts are inline SVG: the page opens offline, with nothing fetched.
+    """
+    from datapipe.audit import AuditError
+    from datapipe.report import write_report
+
+    try:
+        path = write_report(run_dir, html_file)
+    except (AuditError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    click.echo(f"wrote {path}")
+
+
 @main.group()
 def models() -> None:
     """Manage model files (the fastText language-ID model)."""

@@ -57,6 +57,10 @@ class TokenizeConfig(Strict):
     bos_token: str | None = Field(None, description="If set, prepended to every document.")
     val_fraction: float = Field(0.0, ge=0.0, le=0.5, description="Share of documents (by id hash) in the val split.")
     rows_per_shard: int = Field(8192, ge=1, le=1 << 24, description="Packed sequences per Arrow shard file.")
+    packing: Literal["concat", "bestfit"] = Field(
+        "concat", description="concat: documents end to end, cut every row (no padding); bestfit: whole documents "
+                              "per row by best-fit-decreasing, rows padded.")
+    bestfit_window: int = Field(4096, ge=1, le=1 << 22, description="Documents best-fit packing sorts at a time.")
 
 
 class PipelineConfig(Strict):

@@ -1,13 +1,21 @@
-"""Packing tokenized documents into fixed-length rows (the ``concat`` mode).
+"""Packing tokenized documents into fixed-length rows.
 
-Documents (each already ending in EOS) are laid end to end in the run's deterministic
-order and cut every ``row_len`` tokens, so no token is wasted; a document may cross
-a row boundary. Each row records where documents start in it, so loaders can reset
-position ids and build document masks. Only the very last row of a split is padded.
+``concat``: documents (each already ending in EOS) are laid end to end in the run's
+deterministic order and cut every ``row_len`` tokens, so no token is wasted; a document
+may cross a row boundary. Only the very last row of a split is padded.
+
+``bestfit``: whole documents are placed into rows by best-fit-decreasing over a bounded
+window of documents (so packing streams), and rows are padded at the end. A document
+longer than a row is cut into row-sized chunks; its tail opens a row of its own, so it
+is never mistaken for a new document.
+
+Each row records where documents start in it, so loaders can reset position ids and
+build document masks.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -61,6 +69,89 @@ class ConcatPacker:
         self._carry = np.empty(0, dtype=self.dtype)
         self._carry_starts = []
         return packed
+
+
+@dataclass
+class BestFitPacker:
+    """Best-fit-decreasing over windows of ``window`` documents; same input, same rows.
+
+    Within a window, documents are placed longest first, each into the open row with the
+    least room that still holds it (ties: the row opened first). Rows come out ordered by
+    their first piece's position in the input, so shards stay close to input order.
+    """
+
+    row_len: int
+    pad_id: int
+    dtype: np.dtype
+    window: int = 4096
+    _docs: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, flat: np.ndarray, doc_offsets: np.ndarray) -> PackedRows:
+        parts = []
+        for a, b in zip(doc_offsets[:-1].tolist(), doc_offsets[1:].tolist()):
+            self._docs.append(flat[a:b].astype(self.dtype))  # a copy: the caller's buffer may be unmapped
+            if len(self._docs) >= self.window:
+                parts.append(self._pack())
+        return concat_rows(parts, self.row_len, self.dtype)
+
+    def finish(self) -> PackedRows:
+        return self._pack()
+
+    def _pack(self) -> PackedRows:
+        docs, self._docs = self._docs, []
+        L = self.row_len
+        # A row is a list of pieces (doc index, chunk index, start offset in doc, length).
+        rows: list[list[tuple[int, int, int, int]]] = []
+        room: list[tuple[int, int]] = []  # sorted (free tokens, row index) of rows that can take more
+        whole: list[tuple[int, int]] = []
+        for i, doc in enumerate(docs):
+            n = len(doc)
+            if n <= L:
+                whole.append((n, i))
+                continue
+            full, tail = divmod(n, L)
+            rows.extend([[(i, c, c * L, L)] for c in range(full)])
+            if tail:  # must sit at position 0: a row start is a segment start, a mid-row position is not
+                rows.append([(i, full, full * L, tail)])
+                room.append((L - tail, len(rows) - 1))
+        room.sort()
+        whole.sort(key=lambda t: (-t[0], t[1]))
+        for n, i in whole:
+            k = bisect.bisect_left(room, (n, -1))
+            if k == len(room):
+                rows.append([(i, 0, 0, n)])
+                if n < L:
+                    bisect.insort(room, (L - n, len(rows) - 1))
+                continue
+            free, r = room.pop(k)
+            rows[r].append((i, 0, 0, n))
+            if free > n:
+                bisect.insort(room, (free - n, r))
+        for r in rows:  # a tail stays first; whole documents follow in input order
+            r[1:] = sorted(r[1:])
+        rows.sort(key=lambda r: r[0][:2])
+        tokens = np.full((len(rows), L), self.pad_id, dtype=self.dtype)
+        n_tokens = np.zeros(len(rows), dtype=np.int32)
+        splits = np.zeros(len(rows) + 1, dtype=np.int32)
+        starts: list[int] = []
+        for j, row in enumerate(rows):
+            pos = 0
+            for i, _, off, n in row:
+                tokens[j, pos : pos + n] = docs[i][off : off + n]
+                if off == 0:
+                    starts.append(pos)
+                pos += n
+            n_tokens[j] = pos
+            splits[j + 1] = len(starts)
+        return PackedRows(tokens, splits, np.asarray(starts, dtype=np.int32), n_tokens)
+
+
+def make_packer(mode: str, row_len: int, pad_id: int, dtype: np.dtype, window: int) -> ConcatPacker | BestFitPacker:
+    if mode == "bestfit":
+        return BestFitPacker(row_len, pad_id, dtype, window)
+    if mode == "concat":
+        return ConcatPacker(row_len, pad_id, dtype)
+    raise ValueError(f"unknown packing mode {mode!r}; allowed: concat, bestfit")
 
 
 def _rows(stream: np.ndarray, starts: np.ndarray, n_rows: int, row_len: int) -> PackedRows:

@@ -56,10 +56,30 @@ def _session_dir() -> Path:
 
 
 def _prune_sessions(ray_dir: Path, keep: int = 5) -> None:
-    """Ray never deletes old session folders (logs, sockets): keep the newest few."""
+    """Ray never deletes old session folders (logs, sockets): keep the newest few.
+
+    A session whose starting process still runs is never removed: the cache is shared by
+    every datapipe process of the user, and deleting a live session's logs makes its
+    workers fail (a long test session beside many short runs did exactly that).
+    """
     sessions = sorted(p for p in ray_dir.glob("session_2*") if p.is_dir() and not p.is_symlink())
     for old in sessions[:-keep] if len(sessions) > keep else []:
-        shutil.rmtree(old, ignore_errors=True)
+        if not _session_alive(old):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _session_alive(session: Path) -> bool:
+    """Ray names sessions session_<date>_<time>_<micros>_<pid of the process that started it>."""
+    pid = session.name.rsplit("_", 1)[-1]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's process
+        return True
+    return True
 
 
 @contextlib.contextmanager

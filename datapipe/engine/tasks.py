@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from datapipe.atomic import atomic_path, temp_path_for
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.run_folder import RunFolder
-from datapipe.packing import ConcatPacker, PackedRows, ShardBuffer, shard_meta_for
+from datapipe.packing import PackedRows, ShardBuffer, make_packer, shard_meta_for
 from datapipe.readers import READERS, InputFile
 from datapipe.schema import READ_STAGE
 from datapipe.shard_format import ShardMeta, file_sha256, write_shard
@@ -356,8 +356,8 @@ def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> li
     dtype = np.dtype(info.dtype)
     meta = ShardMeta(tokenizer_fingerprint=info.fingerprint, vocab_size=info.vocab_size, seq_len=cfg.seq_len,
                      row_len=row_len, eos_id=info.eos_id, pad_id=info.pad_id, bos_id=info.bos_id,
-                     packing="concat", source=source, split=split, dtype=info.dtype)
-    packer = ConcatPacker(row_len, info.pad_id, dtype)
+                     packing=cfg.packing, source=source, split=split, dtype=info.dtype)
+    packer = make_packer(cfg.packing, row_len, info.pad_id, dtype, cfg.bestfit_window)
     buffer = ShardBuffer(cfg.rows_per_shard, row_len, dtype)
     manifest: list[dict[str, Any]] = []
 
@@ -368,7 +368,7 @@ def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> li
         manifest.append({"path": path.relative_to(folder.root).as_posix(), "source": source, "split": split,
                          "rows": written.rows, "tokens": written.tokens, "documents": written.documents,
                          "sha256": file_sha256(path), "tokenizer_fingerprint": info.fingerprint,
-                         "seq_len": cfg.seq_len, "row_len": row_len})
+                         "seq_len": cfg.seq_len, "row_len": row_len, "packing": cfg.packing})
 
     for shard in spec.shards_of(source):
         path = folder.tokens_file(shard.key)

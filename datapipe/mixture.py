@@ -1,0 +1,123 @@
+"""``datapipe stats``: a run's token mixture against the pipeline's target weights.
+
+For a token budget, each source's sampling ratio is the number of times its train
+tokens must be read to give it its target share: above 1 the source is repeated
+(epochs, upsampling), below 1 only that fraction of it is used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from datapipe.audit import connect
+
+_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def parse_tokens(text: str) -> int:
+    """'2.5B' -> 2_500_000_000; plain integers (with _ or ,) too."""
+    m = re.fullmatch(r"\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([KMBGT]?)\s*", text.upper())
+    if not m:
+        raise ValueError(f"not a token count: {text!r} (examples: 5000000, 300M, 2.5B)")
+    return int(float(m.group(1).replace("_", "").replace(",", "")) * _SUFFIX[m.group(2)])
+
+
+@dataclass(frozen=True)
+class SourceMix:
+    source: str
+    documents: int
+    tokens: int  # kept documents' tokens (EOS/BOS included), train and val
+    train_tokens: int  # what a loader samples from: the train shards
+    share: float  # of all kept tokens
+    target: float | None  # normalized target weight; None when the pipeline sets no mixture
+    ratio: float | None  # target tokens in the budget / train tokens; None without a budget
+
+    @property
+    def advice(self) -> str:
+        if self.ratio is None:
+            return ""
+        if self.train_tokens == 0:
+            return "no train tokens" if self.target else "-"
+        if self.ratio >= 1:
+            return f"{self.ratio:.2f} epochs" if self.ratio > 1.0005 else "1 epoch"
+        return f"{self.ratio:.1%} of it"
+
+
+@dataclass(frozen=True)
+class MixtureReport:
+    sources: list[SourceMix]
+    budget: int | None
+    max_budget_one_epoch: int | None  # the largest budget with no source repeated, at the target weights
+    groups: list[tuple]  # rows of the mixture view: source, lang, script, license_class, docs, tokens, share
+
+
+def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
+    run = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+    weights: dict[str, float] = (run.get("config") or {}).get("mixture") or {}
+    con = connect(Path(run_dir))
+    try:
+        docs = {s: (d, t) for s, d, t in con.execute(
+            "SELECT source, count(*), coalesce(sum(n_tokens), 0) FROM documents WHERE status = 'kept' "
+            "GROUP BY source").fetchall()}
+        train = dict(con.execute("SELECT source, sum(tokens) FROM shards WHERE split = 'train' "
+                                 "GROUP BY source").fetchall())
+        groups = con.execute("SELECT source, lang, script, license_class, documents, tokens, token_share "
+                             "FROM mixture").fetchall()
+    finally:
+        con.close()
+    names = list(dict.fromkeys([*weights, *sorted(docs)]))
+    total = sum(t for _, t in docs.values()) or 1
+    wsum = sum(weights.values())
+    rows = []
+    for name in names:
+        d, t = docs.get(name, (0, 0))
+        tr = int(train.get(name) or 0)
+        target = weights.get(name, 0.0) / wsum if wsum else None
+        share_for_budget = target if target is not None else t / total
+        ratio = None
+        if budget is not None:
+            ratio = share_for_budget * budget / tr if tr else float("inf") if share_for_budget else 0.0
+        rows.append(SourceMix(name, int(d), int(t), tr, t / total, target, ratio))
+    limits = [r.train_tokens / (r.target if r.target is not None else r.share)
+              for r in rows if (r.target if r.target is not None else r.share) > 0]
+    max_budget = int(min(limits)) if limits else None
+    return MixtureReport(rows, budget, max_budget, groups)
+
+
+def print_mixture(report: MixtureReport, console: Console | None = None) -> None:
+    console = console or Console()
+    has_target = any(r.target is not None for r in report.sources)
+    table = Table(title="Mixture per source (kept tokens)", title_justify="left")
+    cols = ["source", "docs", "tokens", "share", "target", "train tokens"]
+    if report.budget is not None:
+        cols += ["needed", "sampling"]
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("source", "sampling") else "right")
+    for r in report.sources:
+        cells = [r.source, f"{r.documents:,}", f"{r.tokens:,}", f"{r.share:.1%}",
+                 f"{r.target:.1%}" if r.target is not None else "-", f"{r.train_tokens:,}"]
+        if report.budget is not None:
+            weight = r.target if r.target is not None else r.share
+            cells += [f"{int(weight * report.budget):,}", r.advice]
+        table.add_row(*cells)
+    console.print(table)
+    if report.budget is not None:
+        console.print(f"Budget {report.budget:,} tokens; needed = target x budget; sampling = needed / train tokens "
+                      f"(above 1: repeat the source, below 1: use that part of it).")
+    if not has_target:
+        console.print("The pipeline sets no `mixture` weights: the natural shares are the target.")
+    if report.max_budget_one_epoch is not None:
+        console.print(f"Largest budget at these weights with no source repeated: {report.max_budget_one_epoch:,} "
+                      f"train tokens.")
+    groups = Table(title="Mixture by source x lang x script x license class", title_justify="left")
+    for c in ("source", "lang", "script", "license", "docs", "tokens", "share"):
+        groups.add_column(c, justify="right" if c in ("docs", "tokens", "share") else "left")
+    for source, lang, script, lclass, d, t, share in report.groups:
+        groups.add_row(source, lang, script, lclass, f"{d:,}", f"{t:,}", f"{(share or 0):.1%}")
+    console.print(groups)

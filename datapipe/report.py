@@ -1,0 +1,199 @@
+"""``datapipe report RUN --html FILE``: one self-contained HTML page about a run.
+
+Charts are inline SVG written here (no JavaScript, no CDN, no fonts to fetch), so the page
+opens offline and can be mailed or archived as one file. Every chart has its numbers in
+a table next to it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datapipe.atomic import atomic_path
+from datapipe.audit import connect
+
+COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
+BAR_H, LABEL_W, CHART_W = 22, 190, 520
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    color: str
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.3g}"
+
+
+def hbar_chart(rows: list[tuple[str, list[float]]], series: list[Series]) -> str:
+    """Horizontal stacked bars, one row per label."""
+    top = max((sum(v) for _, v in rows), default=0) or 1
+    height = BAR_H * len(rows) + 30
+    out = [f'<svg width="{LABEL_W + CHART_W + 90}" height="{height}" '
+           f'role="img" font-family="sans-serif" font-size="12">']
+    for i, (label, values) in enumerate(rows):
+        y = i * BAR_H + 4
+        out.append(f'<text x="{LABEL_W - 6}" y="{y + 14}" text-anchor="end">{html.escape(label)}</text>')
+        x = float(LABEL_W)
+        for v, s in zip(values, series):
+            w = CHART_W * v / top
+            if w > 0:
+                out.append(f'<rect x="{x:.1f}" y="{y}" width="{max(w, 0.5):.1f}" height="{BAR_H - 6}" '
+                           f'fill="{s.color}"><title>{html.escape(label)} {html.escape(s.name)}: {_fmt(v)}</title>'
+                           f'</rect>')
+            x += w
+        out.append(f'<text x="{x + 4:.1f}" y="{y + 14}">{_fmt(sum(values))}</text>')
+    out.append(_legend(series, height - 12))
+    return "".join(out) + "</svg>"
+
+
+def histogram(bins: list[tuple[float, float]], counts: list[float], x_label: str, color: str) -> str:
+    """Vertical bars over [lo, hi) bins (log-spaced bins are labelled by their lower edge)."""
+    w, h, pad = 640, 200, 40
+    top = max(counts, default=0) or 1
+    bw = (w - pad) / max(len(counts), 1)
+    out = [f'<svg width="{w}" height="{h + 50}" role="img" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<line x1="{pad}" y1="{h}" x2="{w}" y2="{h}" stroke="#888"/>',
+           f'<text x="{pad}" y="12">max {_fmt(top)}</text>']
+    for i, ((lo, hi), c) in enumerate(zip(bins, counts)):
+        bh = (h - 20) * c / top
+        x = pad + i * bw
+        out.append(f'<rect x="{x + 1:.1f}" y="{h - bh:.1f}" width="{max(bw - 2, 1):.1f}" height="{bh:.1f}" '
+                   f'fill="{color}"><title>{_fmt(lo)} to {_fmt(hi)}: {_fmt(c)}</title></rect>')
+        if i % max(1, len(bins) // 8) == 0:
+            out.append(f'<text x="{x:.1f}" y="{h + 14}">{_fmt(lo)}</text>')
+    out.append(f'<text x="{w / 2:.0f}" y="{h + 34}" text-anchor="middle">{html.escape(x_label)}</text>')
+    return "".join(out) + "</svg>"
+
+
+def _legend(series: list[Series], y: int) -> str:
+    parts, x = [], LABEL_W
+    for s in series:
+        parts.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{s.color}"/>'
+                     f'<text x="{x + 14}" y="{y}">{html.escape(s.name)}</text>')
+        x += 20 + 7 * len(s.name) + 10
+    return "".join(parts)
+
+
+def table(header: list[str], rows: list[tuple[Any, ...]]) -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f'<td class="n">{v:.4f}</td>' if abs(v) < 1 else f'<td class="n">{_fmt(v)}</td>'
+        if isinstance(v, int):
+            return f'<td class="n">{v:,}</td>'
+        return f"<td>{html.escape('' if v is None else str(v))}</td>"
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(cell(v) for v in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _log_hist(con: Any, column: str, per_decade: int = 4) -> tuple[list[tuple[float, float]], list[float]]:
+    """Histogram of a positive count column on log-spaced bins (lengths span 5 orders of magnitude)."""
+    rows = con.execute(f"SELECT floor(log10(greatest({column}, 1)) * {per_decade})::INT AS b, count(*) "
+                       f"FROM documents WHERE status = 'kept' AND {column} IS NOT NULL GROUP BY b ORDER BY b").fetchall()
+    if not rows:
+        return [], []
+    counts = dict(rows)
+    lo, hi = rows[0][0], rows[-1][0]
+    bins = [(round(10 ** (b / per_decade)), round(10 ** ((b + 1) / per_decade))) for b in range(lo, hi + 1)]
+    return bins, [float(counts.get(b, 0)) for b in range(lo, hi + 1)]
+
+
+def build_report(run_dir: Path) -> str:
+    run = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+    con = connect(Path(run_dir))
+    try:
+        total, kept, rejected, tokens = con.execute(
+            "SELECT count(*), count(*) FILTER (status = 'kept'), count(*) FILTER (status = 'rejected'), "
+            "coalesce(sum(n_tokens) FILTER (status = 'kept'), 0) FROM documents").fetchone()
+        stages = con.execute("SELECT position, stage, docs_in, docs_in - dropped, dropped FROM stages "
+                             "ORDER BY position").fetchall()
+        funnel = con.execute("SELECT position, stage, reason, dropped, drop_share FROM funnel WHERE dropped > 0 "
+                             "ORDER BY position, dropped DESC").fetchall()
+        mixture = con.execute("SELECT source, lang, script, license_class, documents, tokens, token_share "
+                              "FROM mixture").fetchall()
+        langs = con.execute("SELECT coalesce(lang, 'unknown') AS l, count(*) FILTER (status = 'kept'), "
+                            "count(*) FILTER (status = 'rejected') FROM documents GROUP BY l "
+                            "ORDER BY count(*) DESC LIMIT 25").fetchall()
+        shards = con.execute("SELECT source, split, count(*), sum(rows), sum(tokens), "
+                             "round(sum(tokens) / nullif(sum(rows * row_len), 0), 4) FROM shards "
+                             "GROUP BY ALL ORDER BY source, split").fetchall()
+        chars_hist = _log_hist(con, "n_chars")
+        tokens_hist = _log_hist(con, "n_tokens")
+    finally:
+        con.close()
+    weights = (run.get("config") or {}).get("mixture") or {}
+    by_source: dict[str, float] = {}
+    for source, *_, t, _ in mixture:
+        by_source[source] = by_source.get(source, 0) + t
+    mix_total = sum(by_source.values()) or 1
+    wsum = sum(weights.values()) or 1
+    source_rows = [(s, t, t / mix_total, (weights.get(s, 0) / wsum) if weights else None)
+                   for s, t in sorted(by_source.items(), key=lambda kv: -kv[1])]
+    sources = sorted(by_source)
+    color_of = {s: COLORS[i % len(COLORS)] for i, s in enumerate(sources)}
+    mix_rows = [(f"{s} / {lang} / {script} / {lic}", [float(t) if src == s else 0.0 for src in sources])
+                for s, lang, script, lic, _, t, _ in mixture]
+
+    name = html.escape(str(run.get("name", Path(run_dir).name)))
+    sections = [
+        f"<h1>datapipe run <code>{name}</code></h1>",
+        f"<p class='meta'>fingerprint {html.escape(str(run.get('fingerprint', '')))} &middot; status "
+        f"{html.escape(str(run.get('status', '')))} &middot; finished {html.escape(str(run.get('finished', '')))}</p>",
+        "<div class='cards'>" + "".join(f"<div><b>{v:,}</b><span>{k}</span></div>" for k, v in
+                                        (("documents in", total), ("kept", kept), ("rejected", rejected),
+                                         ("kept tokens", tokens))) + "</div>",
+        "<h2>Funnel</h2>",
+        hbar_chart([(f"{p} {s}", [float(k), float(d)]) for p, s, _, k, d in stages],
+                   [Series("kept by the stage", COLORS[0]), Series("dropped", COLORS[1])]),
+        table(["#", "stage", "in", "out", "dropped"], stages),
+        table(["#", "stage", "reason", "dropped", "share of stage input"], funnel) if funnel else "",
+        "<h2>Mixture</h2>",
+        hbar_chart(mix_rows, [Series(s, color_of[s]) for s in sources]) if mix_rows else "<p>No kept documents.</p>",
+        table(["source", "kept tokens", "share", "target weight"], source_rows),
+        table(["source", "lang", "script", "license class", "documents", "tokens", "token share"], mixture),
+        "<h2>Document lengths (kept)</h2>",
+        histogram(*chars_hist, "characters per document (log bins)", COLORS[0]) if chars_hist[0] else "",
+        histogram(*tokens_hist, "tokens per document (log bins)", COLORS[2]) if tokens_hist[0] else "",
+        table(["characters from", "to", "documents"], [(lo, hi, int(c)) for (lo, hi), c in zip(*chars_hist)]),
+        "<h2>Languages</h2>",
+        hbar_chart([(lang, [float(k), float(r)]) for lang, k, r in langs],
+                   [Series("kept", COLORS[0]), Series("rejected", COLORS[1])]),
+        table(["lang", "kept", "rejected"], langs),
+        "<h2>Shards</h2>",
+        table(["source", "split", "shards", "rows", "tokens", "fill"], shards) if shards else "<p>No shards.</p>",
+    ]
+    return PAGE.format(title=f"datapipe report: {name}", body="\n".join(sections))
+
+
+def write_report(run_dir: Path, out: Path) -> Path:
+    page = build_report(run_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(page, encoding="utf-8")
+    return out
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em auto; max-width: 1000px; color: #222; }}
+h2 {{ border-bottom: 1px solid #ccc; margin-top: 2em; }}
+table {{ border-collapse: collapse; margin: 0.8em 0; font-size: 13px; }}
+td, th {{ border: 1px solid #ddd; padding: 3px 8px; }} th {{ background: #f4f4f4; }}
+td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
+.cards {{ display: flex; gap: 1em; }} .cards div {{ border: 1px solid #ddd; padding: 0.6em 1em; border-radius: 6px; }}
+.cards b {{ display: block; font-size: 1.4em; }} .cards span {{ color: #666; font-size: 0.9em; }}
+.meta {{ color: #666; font-size: 0.9em; }}
+</style></head>
+<body>
+{body}
+</body></html>
+"""
