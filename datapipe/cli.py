@@ -180,7 +180,8 @@ def stats(run_dir: Path, budget: str | None) -> None:
 @click.option("--heldout-frac", type=click.FloatRange(0.0, 0.5), default=0.02, show_default=True,
               help="Documents (by id hash) held back from training; characters per token are measured on them.")
 def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tuple[str, ...], name: str,
-                    output: Path | None, vocab_size: int, mix: str, special: tuple[str, ...], bos: str, eos: str, pad: str, sample_chars: int,
+                    output: Path | None, vocab_size: int, mix: str, special: tuple[str, ...], bos: str, eos: str,
+                    pad: str, sample_chars: int,
                     heldout_frac: float) -> None:
     """Train a byte-level BPE tokenizer (Hugging Face tokenizer.json) on a run or on files.
 
