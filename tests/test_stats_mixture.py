@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -82,7 +83,8 @@ def test_run_views_and_stats_command(ray_local, demo_project: Path) -> None:
         con.execute("SELECT sum(n_tokens), count(*) FROM documents WHERE status='kept'").fetchone()
     # The funnel: every stage, and what leaves one stage enters the next.
     funnel = con.execute("SELECT DISTINCT position, docs_in, docs_out FROM funnel ORDER BY position").fetchall()
-    assert [p for p, _, _ in funnel] == [0, 1, 2, 3]
+    n_stages = len(json.loads((out / "run.json").read_text())["config"]["stages"])
+    assert [p for p, _, _ in funnel] == list(range(n_stages + 1))  # reading, then every stage
     assert all(a[2] == b[1] for a, b in zip(funnel, funnel[1:]))
     kept = con.execute("SELECT count(*) FROM documents WHERE status='kept'").fetchone()[0]
     assert funnel[-1][2] == kept
