@@ -237,3 +237,22 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True,
                          env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
+
+
+def test_compiled_permutation_equals_numpy() -> None:
+    """The optional numba Feistel kernel must give exactly the numpy order (resume relies on it)."""
+    import pytest as _pytest
+
+    from datapipe.loader.fused import permute_kernel
+    from datapipe.loader.order import permute
+
+    if permute_kernel() is None:
+        _pytest.skip("numba is not installed: only the numpy permutation exists")
+    rng = np.random.default_rng(0)
+    for n in (2, 7, 1000, 16_000, 123_457, 10**9 + 7):
+        index = rng.integers(0, n, 3000)
+        for key in (np.uint64(12345), rng.integers(0, 2**63, 3000).astype(np.uint64)):
+            fast = permute(index, n, key, fast=True)
+            assert np.array_equal(permute(index, n, key), fast)
+            assert len(np.unique(permute(np.arange(min(n, 5000)), n, key if np.ndim(key) == 0 else key[0],
+                                         fast=True))) == min(n, 5000)

@@ -139,7 +139,7 @@ class PackedDataset:
         if self.blend is None:
             epoch, pos = np.divmod(index, self.samples_per_epoch)
             keys = _mix(self._epoch_key + epoch.astype(np.uint64) * _GOLDEN)
-            row = permute(pos, int(self._all_cum[-1]), keys)
+            row = permute(pos, int(self._all_cum[-1]), keys, fast=self._warm)
             k = np.searchsorted(self._all_cum, row, side="right") - 1
             return self._all_ids[k], row - self._all_cum[k]
         src, j = self.blend(index)
@@ -150,7 +150,7 @@ class PackedDataset:
             passes, pos = np.divmod(j[sel], self.source_rows[s])
             # A new permutation for every pass over the source: repeats are reshuffled.
             keys = _mix(self._source_keys[s] + passes.astype(np.uint64) * _GOLDEN)
-            row = permute(pos, int(self.source_rows[s]), keys)
+            row = permute(pos, int(self.source_rows[s]), keys, fast=self._warm)
             k = np.searchsorted(self._cum[s], row, side="right") - 1
             shard[sel], local[sel] = self._shard_ids[s][k], row - self._cum[s][k]
         return shard, local

@@ -99,3 +99,60 @@ def _build() -> Callable[..., int]:
         return most
 
     return _segments
+
+
+_permute: Callable[..., None] | None = None
+_permute_tried = False
+
+
+def permute_kernel() -> Callable[..., None] | None:
+    """order.permute's Feistel network compiled (same arithmetic), or None without numba."""
+    global _permute, _permute_tried
+    if not _permute_tried:
+        _permute_tried = True
+        if os.environ.get("DATAPIPE_LOADER_NUMBA", "1") != "0":
+            try:
+                _permute = _build_permute()
+            except ImportError:
+                _permute = None
+    return _permute
+
+
+def _build_permute() -> Callable[..., None]:
+    import numba
+
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    m1, m2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+    s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def mix(x):  # pragma: no cover - compiled; order._mix (splitmix64 finalizer)
+        x = x ^ (x >> s30)
+        x = x * m1
+        x = x ^ (x >> s27)
+        x = x * m2
+        return x ^ (x >> s31)
+
+    @numba.njit(cache=True, nogil=True)
+    def _permute_loop(index, n, keys, half, out):  # pragma: no cover - compiled
+        mask = (np.uint64(1) << half) - np.uint64(1)
+        rk = np.empty(4, np.uint64)
+        last = np.uint64(0)
+        for i in range(index.shape[0]):
+            k = keys[i]
+            if i == 0 or k != last:  # keys repeat across a block: derive round keys once per key
+                for r in range(4):
+                    rk[r] = mix(k + golden * np.uint64(r + 1))
+                last = k
+            v = np.uint64(index[i])
+            while True:  # cycle walking, as order.permute
+                left = v >> half
+                right = v & mask
+                for r in range(4):
+                    left, right = right, left ^ (mix(right ^ rk[r]) & mask)
+                v = (left << half) | right
+                if v < n:
+                    break
+            out[i] = np.int64(v)
+
+    return _permute_loop

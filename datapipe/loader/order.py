@@ -13,6 +13,8 @@ from math import gcd, lcm
 
 import numpy as np
 
+from datapipe.loader.fused import permute_kernel
+
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _ROUNDS = 4
 
@@ -36,19 +38,25 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def permute(index: np.ndarray, n: int, key: np.ndarray | int) -> np.ndarray:
+def permute(index: np.ndarray, n: int, key: np.ndarray | int, fast: bool = False) -> np.ndarray:
     """A keyed bijection of [0, n): the element at position ``index`` of a shuffled range.
 
     A balanced Feistel network on the smallest even bit width covering n, with cycle
     walking for values that land outside [0, n). O(1) memory, so a permutation of a
     billion rows costs nothing at start-up, and any slice of it is computed on demand.
     ``key`` may be an array (one key per element), which lets one call serve samples
-    from different passes over a source.
+    from different passes over a source. ``fast`` uses the compiled kernel when numba is
+    available (identical results; ~30x fewer passes over memory than numpy's ~60 array ops).
     """
     index = np.asarray(index, dtype=np.int64)
     if n <= 1:
         return np.zeros_like(index)
     half = max(1, ((n - 1).bit_length() + 1) // 2)
+    if fast and (kernel := permute_kernel()) is not None:
+        keys = np.ascontiguousarray(np.broadcast_to(np.asarray(key, dtype=np.uint64), index.shape)).reshape(-1)
+        out = np.empty(index.size, dtype=np.int64)
+        kernel(np.ascontiguousarray(index).reshape(-1), np.uint64(n), keys, np.uint64(half), out)
+        return out.reshape(index.shape)
     mask = np.uint64((1 << half) - 1)
     shift = np.uint64(half)
     keys = np.broadcast_to(np.asarray(key, dtype=np.uint64), index.shape)
