@@ -99,3 +99,19 @@ def test_mixed_document_fractions(langid: LangId) -> None:
     out = compute(strict, [doc])
     assert strict.decide(out).reason.to_pylist() == ["language_not_kept"]
     assert loose.decide(compute(loose, [doc])).reason.to_pylist() == [None]
+
+
+def test_thresholds_per_source_kind() -> None:
+    """by_kind overrides keep and min_score for one kind: papers may be English only, web zh+en."""
+    import pyarrow as pa
+
+    from datapipe.stages.base import StageContext
+    from datapipe.stages.langid import LangId, LangIdOptions
+
+    stage = LangId(LangIdOptions(keep=["zh", "en"], min_score=0.5,
+                                 by_kind={"paper": {"keep": ["en"], "min_score": 0.999}}), StageContext(".", "."))
+    texts = ["这是一篇关于卷积神经网络的论文，我们提出了一种新的方法。",
+             "We study convolution arithmetic for deep learning and give relationships between sizes."]
+    for kind, expected in (("web", [None, None]), ("paper", ["language_not_kept", "low_language_score"])):
+        batch = stage.compute(pa.table({"text": texts, "kind": [kind, kind]}))
+        assert stage.decide(batch).reason.to_pylist() == expected, kind

@@ -30,6 +30,11 @@ _MODELS: dict[str, object] = {}  # one loaded model per worker process
 _NULL = pa.scalar(None, pa.string())
 
 
+class KindRule(StageOptions):
+    keep: list[str] | None = Field(None, description="Languages to keep for this source kind.")
+    min_score: float | None = Field(None, ge=0.0, le=1.0, description="Minimum top-language probability.")
+
+
 class LangIdOptions(StageOptions):
     keep: list[str] | None = Field(None, description="Languages to keep (lid.176 codes); omit to keep all.")
     min_score: float = Field(0.5, ge=0.0, le=1.0, description="Minimum probability of the top language.")
@@ -45,6 +50,8 @@ class LangIdOptions(StageOptions):
     to_simplified: bool = Field(False, description="Convert Traditional zh/yue text to Simplified (OpenCC t2s).")
     yue: Literal["label", "as_zh", "drop"] = Field(
         "label", description="Cantonese: keep the label yue (keep list decides), relabel it zh, or drop it.")
+    by_kind: dict[Literal["web", "code", "paper", "text"], KindRule] = Field(
+        default_factory=dict, description="Per source kind: keep and min_score that override the ones above.")
 
 
 class LangId(Stage):
@@ -180,16 +187,20 @@ class LangId(Stage):
 
     def decide(self, batch: pa.Table) -> Decision:
         o = self.options
+        # A batch is one source, so one kind: its rule (if any) overrides keep and min_score.
+        rule = o.by_kind.get(batch["kind"][0].as_py()) if batch.num_rows and "kind" in batch.column_names else None
+        keep = rule.keep if rule is not None and rule.keep is not None else o.keep
+        min_score = rule.min_score if rule is not None and rule.min_score is not None else o.min_score
         lang, score = batch["lang"], batch["lang_score"]
-        low = pc.less(score, o.min_score)
+        low = pc.less(score, min_score)
         detail = pc.binary_join_element_wise("lang=", lang, " score=", pc.cast(pc.round(score, 3), pa.string()), "")
-        if o.keep is not None:
-            other = pc.fill_null(pc.invert(pc.is_in(lang, pa.array(o.keep, pa.string()))), True)
+        if keep is not None:
+            other = pc.fill_null(pc.invert(pc.is_in(lang, pa.array(keep, pa.string()))), True)
         else:
             other = pc.equal(score, -1.0)  # all false
-        if o.mixed_min_fraction is not None and o.keep is not None and o.line_fractions:
+        if o.mixed_min_fraction is not None and keep is not None and o.line_fractions:
             # A mixed document is kept when its kept languages together cover enough of it.
-            cols = [batch[f"lang_frac_{c}"] for c in o.keep if f"lang_frac_{c}" in batch.column_names]
+            cols = [batch[f"lang_frac_{c}"] for c in keep if f"lang_frac_{c}" in batch.column_names]
             if cols:
                 covered = pc.greater_equal(_sum(cols), o.mixed_min_fraction)
                 other = pc.and_(other, pc.invert(covered))
