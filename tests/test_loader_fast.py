@@ -19,8 +19,8 @@ def run(tmp_path_factory):
 @pytest.fixture(params=["numba", "numpy"])
 def kernel_mode(request, monkeypatch):
     if request.param == "numpy":
-        monkeypatch.setattr(fused, "_tried", True)
-        monkeypatch.setattr(fused, "_kernel", None)
+        monkeypatch.setitem(fused._built, "segments", None)  # as if numba were missing
+        monkeypatch.setitem(fused._built, "permute", None)
     elif fused.kernel() is None:
         pytest.skip("numba not installed")
     return request.param

@@ -17,21 +17,24 @@ from collections.abc import Callable
 
 import numpy as np
 
-_kernel: Callable[..., int] | None = None
-_tried = False
+_built: dict[str, Callable[..., object] | None] = {}
 
 
-def kernel() -> Callable[..., int] | None:
-    """The compiled kernel, or None when numba is unavailable or disabled."""
-    global _kernel, _tried
-    if not _tried:
-        _tried = True
+def _compiled(name: str, build: Callable[[], Callable[..., object]]) -> Callable[..., object] | None:
+    """Build a kernel on first use; None when numba is unavailable or DATAPIPE_LOADER_NUMBA=0."""
+    if name not in _built:
+        _built[name] = None
         if os.environ.get("DATAPIPE_LOADER_NUMBA", "1") != "0":
             try:
-                _kernel = _build()
+                _built[name] = build()
             except ImportError:  # the numpy path is complete; numba only makes it faster
-                _kernel = None
-    return _kernel
+                pass
+    return _built[name]
+
+
+def kernel() -> Callable[..., object] | None:
+    """The compiled segment-fields kernel, or None."""
+    return _compiled("segments", _build)
 
 
 def _build() -> Callable[..., int]:
@@ -101,21 +104,9 @@ def _build() -> Callable[..., int]:
     return _segments
 
 
-_permute: Callable[..., None] | None = None
-_permute_tried = False
-
-
-def permute_kernel() -> Callable[..., None] | None:
+def permute_kernel() -> Callable[..., object] | None:
     """order.permute's Feistel network compiled (same arithmetic), or None without numba."""
-    global _permute, _permute_tried
-    if not _permute_tried:
-        _permute_tried = True
-        if os.environ.get("DATAPIPE_LOADER_NUMBA", "1") != "0":
-            try:
-                _permute = _build_permute()
-            except ImportError:
-                _permute = None
-    return _permute
+    return _compiled("permute", _build_permute)
 
 
 def _build_permute() -> Callable[..., None]:
