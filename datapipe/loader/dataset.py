@@ -271,7 +271,10 @@ class PackedDataset:
             if k % per == 0:
                 tokens = rows.gather(slice(k * B, (k + per) * B))
             t = tokens[(k % per) * B: (k % per + 1) * B]
-            if plain:  # the common case, kept cheap: two views, no helper call
+            if plain and not block and self.fields == ("input_ids", "labels"):  # the hot path: two views
+                yield {"input_ids": t[:, :L], "labels": t[:, 1:]}
+                continue
+            if plain:
                 out = {"input_ids": t[:, :L], "labels": t[:, 1:]}
             else:
                 out = token_fields(t, L, block["loss_mask"][sl] if block else None, self.ignore_index)
@@ -292,7 +295,9 @@ class PackedDataset:
             batches = plan[pos: pos + block]
             pos += len(batches)
             # One vectorized pass per block amortizes numpy's per-call overhead over batches.
-            shard, row = self.locate(np.concatenate([self.batch_indices(g) for g in batches]))
+            # This rank's samples of every batch of the block, in one vectorized expression.
+            starts = np.asarray(batches, dtype=np.int64) * self.global_batch_size + self.rank * self.batch_size
+            shard, row = self.locate((starts[:, None] + np.arange(self.batch_size, dtype=np.int64)).reshape(-1))
             for g, out in zip(batches, self.read_blocks(shard, row, copy=not in_process)):
                 out["batch_index"] = np.int64(g)
                 if in_process:
