@@ -80,13 +80,13 @@ class LicenseTagger(Stage):
         rule = self._policy.rules.get(kind) or self._policy.rules.get("default")
         if rule is None:
             return Decision.keep_all(batch.num_rows)
-        reasons: list[str | None] = []
-        details: list[str | None] = []
-        for lic, cls, evidence in zip(batch["license"].to_pylist(), batch["license_class"].to_pylist(),
-                                      batch["license_evidence"].to_pylist()):
-            refusal = rule.refusal(Detection(lic).classes)  # classes follow from the SPDX expression
-            reasons.append(f"license_{cls}" if refusal else None)
-            details.append(f"{lic}: {refusal} (evidence {evidence or 'none'})" if refusal else None)
+        # Few distinct licenses per batch: ask the policy once per license, not once per document.
+        licenses = batch["license"].to_pylist()
+        refusals = {lic: rule.refusal(Detection(lic).classes) for lic in set(licenses)}
+        reasons = [f"license_{cls}" if refusals[lic] else None
+                   for lic, cls in zip(licenses, batch["license_class"].to_pylist())]
+        details = [f"{lic}: {refusals[lic]} (evidence {ev or 'none'})" if refusals[lic] else None
+                   for lic, ev in zip(licenses, batch["license_evidence"].to_pylist())]
         return Decision(pa.array(reasons, pa.string()), pa.array(details, pa.string()))
 
 
