@@ -142,7 +142,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
     counts = MapCounts()
-    rejects: dict[int, ParquetSink] = {}
+    rejects: dict[tuple[int, tuple[str, ...]], ParquetSink] = {}
     out = ParquetSink(folder.docs_file(shard.key) if segment.final else folder.map_output(segment.index, shard.key))
     tokens = TokenSink(folder.tokens_file(shard.key)) if segment.final and spec.tokenizer else None
     decisions = _load_decisions(folder, segment, shard)
@@ -166,9 +166,14 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
         dropped = (dropped.append_column("stage", pa.array([stage] * n_drop, pa.string()))
                    .append_column("reason", decision.reason.filter(drop))
                    .append_column("detail", detail.filter(drop)))
-        if position not in rejects:
-            rejects[position] = ParquetSink(folder.reject_file(shard.key, position, stage))
-        rejects[position].write(dropped)
+        # One file per stage position and column set: reading rejects bad records with only the
+        # base columns and records without text with all the reader's columns, for example.
+        sink_key = (position, tuple(dropped.column_names))
+        if sink_key not in rejects:
+            n = sum(1 for p, _ in rejects if p == position)
+            name = stage if n == 0 else f"{stage}-{n}"
+            rejects[sink_key] = ParquetSink(folder.reject_file(shard.key, position, name))
+        rejects[sink_key].write(dropped)
         for reason, n in _value_counts(dropped["reason"]):
             counts.rejected[position][reason] += n
         return batch.filter(pc.invert(drop))

@@ -1,0 +1,42 @@
+"""The map task on its own (no Ray): rejects with different column sets land in separate files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datapipe.config import load_pipeline
+from datapipe.engine import tasks
+from datapipe.engine.plan import make_spec
+from datapipe.readers import READERS, ReadBatch
+from datapipe.schema import BASE_SCHEMA
+from tests.conftest import write_pipeline
+
+
+def test_reader_rejects_and_missing_text_rejects_with_other_columns_are_all_kept(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "x"}) + "\n")
+    pipeline = load_pipeline(write_pipeline(tmp_path, {"name": "t", "sources": [{"name": "s", "paths": ["a.jsonl"]}]}))
+    spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
+
+    def reader(file, batch_size):  # docs carry a provenance column; a bad record has only the base ones
+        docs = pa.table({"id": ["s/a#1", "s/a#2"], "source": ["s", "s"], "kind": ["text", "text"],
+                         "text": ["kept text", None], "url": [None, None], "path": ["a", "a"],
+                         "domain": ["example.org", "example.org"]})
+        bad = pa.Table.from_pylist([{"id": "s/a#3", "source": "s", "kind": "text", "text": "{bro", "url": None,
+                                     "path": "a", "reason": "malformed_json", "detail": "cut"}],
+                                   schema=BASE_SCHEMA.append(pa.field("reason", pa.string()))
+                                   .append(pa.field("detail", pa.string())))
+        yield ReadBatch(docs, bad)
+
+    monkeypatch.setitem(READERS, "jsonl", reader)
+    marker = tasks.map_shard(spec, spec.shards[0], spec.segments[0])
+    assert marker["docs_in"] == 3 and marker["kept"] == 1
+    assert marker["rejected"] == {"0": {"malformed_json": 1, "missing_text": 1}}
+    files = sorted((tmp_path / "out" / "rejected").glob("**/*.parquet"))
+    assert len(files) == 2  # one per column set, none dropped or truncated
+    rows = {r["id"]: r for f in files for r in pq.read_table(f).to_pylist()}
+    assert rows["s/a#3"]["reason"] == "malformed_json" and rows["s/a#2"]["reason"] == "missing_text"
+    assert rows["s/a#2"]["domain"] == "example.org"
