@@ -2,7 +2,7 @@
 
 Readers emit the base columns below; stages append signal columns (``lang``,
 ``lang_score``, ``text_hash``, ...). Rejected rows keep every column they had when
-they were dropped, plus ``stage``, ``reason`` and ``detail``.
+they were dropped, plus ``stage``, ``reason`` and ``detail`` (added by the engine).
 """
 
 from __future__ import annotations
@@ -19,30 +19,8 @@ BASE_SCHEMA = pa.schema(
         pa.field("path", pa.string()),  # input file, or the file inside a repository/archive
     ]
 )
-BASE_COLUMNS = tuple(BASE_SCHEMA.names)
-
-# Columns the engine adds to rejected rows.
-REJECT_COLUMNS = (
-    pa.field("stage", pa.string()),
-    pa.field("reason", pa.string()),
-    pa.field("detail", pa.string()),
-)
 
 READ_STAGE = "read"  # the stage name for documents rejected while reading their input
-
-
-def empty_batch() -> pa.Table:
-    return BASE_SCHEMA.empty_table()
-
-
-def make_batch(columns: dict[str, list], extra: dict[str, pa.Array] | None = None) -> pa.Table:
-    """Build a batch from python lists of the base columns (missing ones become null)."""
-    n = len(columns["id"])
-    arrays = [pa.array(columns.get(f.name, [None] * n), type=f.type) for f in BASE_SCHEMA]
-    table = pa.Table.from_arrays(arrays, schema=BASE_SCHEMA)
-    for name, values in (extra or {}).items():
-        table = table.append_column(name, values)
-    return table
 
 
 def doc_id(source: str, input_name: str, record: int | str) -> str:

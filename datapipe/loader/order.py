@@ -30,7 +30,8 @@ def derive_key(*parts: object) -> int:
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    # splitmix64 finalizer; uint64 array arithmetic wraps modulo 2**64 as intended.
+    # splitmix64 finalizer; uint64 array arithmetic wraps modulo 2**64 as intended. (datapipe.dedup
+    # has the same finalizer, but training jobs importing the loader must not pull in dedup's numba.)
     x = x ^ (x >> np.uint64(30))
     x = x * np.uint64(0xBF58476D1CE4E5B9)
     x = x ^ (x >> np.uint64(27))

@@ -9,18 +9,11 @@ Cantonese uses a handful of characters Mandarin does not (嘅 咗 喺 冇 哋 ..
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
-HAN = r"\p{Han}"
-KANA = r"[\p{Hiragana}\p{Katakana}]"
-HANGUL = r"\p{Hangul}"
-LATIN = r"\p{Latin}"
 # Written-Cantonese particles and pronouns that standard written Chinese does not use.
 # 係 and 唔 are left out: 係 is common in Traditional Mandarin (關係), 唔 in onomatopoeia.
 YUE_MARKERS = "[嘅咗喺冇哋嘢啲佢乜嚟睇冚揾嗰咁哂]"
 
-CJK_LANGS = frozenset({"zh", "ja", "ko", "yue", "wuu"})
 SCRIPT_SAMPLE_CHARS = 400  # OpenCC is the langid stage's largest cost after fastText itself
 
 
@@ -125,16 +118,6 @@ def _count_loop(cps, lengths, table, yue_table, per_doc, per_line, line_doc):  #
             per_line[line, 5] += 1
     if line < line_doc.shape[0]:
         line_doc[line] = lengths.shape[0] - 1  # the last line starts the last document (maybe empty)
-
-
-def count(text: pa.Array, pattern: str) -> np.ndarray:
-    return pc.count_substring_regex(text, pattern).to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def script_counts(text: pa.Array) -> dict[str, np.ndarray]:
-    """Characters per script in each document (one RE2 pass per script, over the whole batch)."""
-    return {"han": count(text, HAN), "kana": count(text, KANA), "hangul": count(text, HANGUL),
-            "latin": count(text, LATIN)}
 
 
 def script_language(c: dict[str, np.ndarray], yue: np.ndarray | None = None, min_kana: float = 0.05,
