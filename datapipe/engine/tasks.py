@@ -238,16 +238,21 @@ def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segm
     for rb in reader(InputFile(Path(shard.path), shard.input_name, shard.source), spec.batch_size):
         docs = rb.docs
         counts.docs_in += docs.num_rows
-        docs = docs.append_column("n_chars", pc.cast(pc.fill_null(pc.utf8_length(docs["text"]), 0), pa.int64()))
+        docs = _with_n_chars(docs)
         if rb.rejects is not None and rb.rejects.num_rows:
             counts.docs_in += rb.rejects.num_rows
             r = rb.rejects
             base = r.drop_columns(["reason", "detail"])
-            base = base.append_column("n_chars", pc.cast(pc.fill_null(pc.utf8_length(base["text"]), 0), pa.int64()))
+            base = _with_n_chars(base)
             reject(0, READ_STAGE, base, Decision(r["reason"].combine_chunks(), r["detail"].combine_chunks()))
         missing = pc.is_null(docs["text"])
         docs = reject(0, READ_STAGE, docs, Decision(pc.if_else(missing, "missing_text", _NULL_STR)))
         yield docs
+
+
+def _with_n_chars(table: pa.Table) -> pa.Table:
+    """Every document row, kept or rejected, carries its length in characters (for the audit)."""
+    return table.append_column("n_chars", pc.cast(pc.fill_null(pc.utf8_length(table["text"]), 0), pa.int64()))
 
 
 def _load_decisions(folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
