@@ -18,7 +18,12 @@ from datapipe.loader.shards import OpenShard, local_copy, manifest_fingerprint, 
 
 STATE_VERSION = 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MAX_BLOCK_SAMPLES = 1024  # order and address arithmetic run on this many samples at a time
+# Order and address arithmetic run on this many samples at a time. Larger blocks amortize
+# refilling the order tables into cache after a block's gathers have flushed it (~1 us a
+# batch of 32 x 2048 less at 4096 than at 1024); blocks with segment fields hold
+# (samples, seq_len) int32 arrays, so they stay smaller.
+_MAX_BLOCK_SAMPLES = 4096
+_MAX_SEGMENT_BLOCK_SAMPLES = 1024
 
 
 class StateMismatch(ValueError):
@@ -127,15 +132,50 @@ class PackedDataset:
         self.config_fingerprint = _digest(self.config)
         self._source_keys = np.asarray([derive_key(self.seed, "source", s) for s in self.sources], dtype=np.uint64)
         self._epoch_key = np.uint64(derive_key(self.seed, "epoch"))
+        self._order_tables = self._flat_order_tables()
         self._table: ShardTable | None = None
         self._warm = False  # set after the first block: later blocks may use the numba kernel
         self._compat: tuple | None = None
         self.consumed_samples = 0
 
     # ---- order: pure arithmetic ------------------------------------------------------
+    def _flat_order_tables(self) -> tuple[np.ndarray, ...]:
+        """``locate``'s definitions as flat arrays for the compiled kernel (fused._locate):
+        per virtual source (the split as a whole without a mixture, else each source) its
+        period, rows, base key, Feistel half width, shard row offsets and shard ids."""
+        if self.blend is None:
+            blend_src, blend_ord, shares = np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(1, np.int64)
+            period = np.asarray([self.samples_per_epoch], np.int64)
+            n_rows = np.asarray([self._all_cum[-1]], np.int64)
+            base_key = np.asarray([self._epoch_key], np.uint64)
+            cums, ids = [self._all_cum], [self._all_ids]
+        else:
+            blend_src, blend_ord, shares = self.blend.src, self.blend.ordinal, self.blend.shares
+            period = n_rows = self.source_rows
+            base_key, cums, ids = self._source_keys, self._cum, self._shard_ids
+        half = np.asarray([max(1, ((int(n) - 1).bit_length() + 1) // 2) for n in n_rows], np.int64)
+        # Row -> shard without a full binary search (its mispredicted branches cost ~60 ns a
+        # row): rows are cut into buckets of 2**shift rows, at most the mean rows per shard,
+        # and bucket b lists the shard holding its first row, so row r lies in a shard between
+        # first[b] and first[b + 1]; with shards of similar size that is one or two shards.
+        shifts, firsts = [], []
+        for c in cums:
+            n, shards = int(c[-1]), len(c) - 1
+            shift = max(0, (n // shards).bit_length() - 1)
+            starts = np.arange(((n - 1) >> shift) + 2, dtype=np.int64) << shift
+            firsts.append(np.clip(np.searchsorted(c, starts, side="right") - 1, 0, shards - 1))
+            shifts.append(shift)
+        return (blend_src, blend_ord, shares, period, n_rows, base_key, half,
+                np.concatenate(cums).astype(np.int64), _offsets(cums), np.concatenate(ids).astype(np.int64),
+                _offsets(ids), np.asarray(shifts, np.int64), np.concatenate(firsts).astype(np.int64), _offsets(firsts))
+
     def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Global sample numbers -> (manifest shard id, row within shard)."""
         index = np.asarray(index, dtype=np.int64)
+        if self._warm and (kernel := fused.locate_kernel()) is not None:
+            shard, row = np.empty_like(index), np.empty_like(index)
+            kernel(index.reshape(-1), *self._order_tables, shard.reshape(-1), row.reshape(-1))
+            return shard, row
         if self.blend is None:
             epoch, pos = np.divmod(index, self.samples_per_epoch)
             keys = _mix(self._epoch_key + epoch.astype(np.uint64) * _GOLDEN)
@@ -234,80 +274,96 @@ class PackedDataset:
                        self.mask_cross_document, self.ignore_index)
         return {k: out[k] for k in self.fields}
 
-    def read_blocks(self, shard: np.ndarray, row: np.ndarray, copy: bool = False) -> Iterator[dict[str, np.ndarray]]:
-        """Batches of ``batch_size`` samples from one block of (shard, row).
-
-        Addresses, row metadata and segment fields are computed once per block (numpy's
-        per-call cost is paid per block, not per batch). In-process batches are views of
-        one block-wide token gather; batches that cross a process boundary (``copy``) get
-        their own compact arrays: their tokens are gathered per batch, which costs no extra
-        copy, and their segment fields are copied out of the block."""
-        table, B, L = self.table, self.batch_size, self.seq_len
-        _pinned = table.pin(shard)  # noqa: F841 - keeps this block's maps alive until we are done
-        rows = table.row_view(table.token_addresses(shard, row), self.row_len)
-        block: dict[str, np.ndarray] = {}
-        if self._need_segments:
-            n_tok, counts, docs = table.meta(shard, row)
-            # The first block (the first batch) never waits for numba's import and compile.
-            kernel = fused.kernel() if self._warm else None
-            if kernel is None:
-                block = segments(n_tok, counts, docs, L, self.row_len, self.max_segments, self.mask_cross_document)
-            else:
-                n = len(shard)
-                block = {"position_ids": np.empty((n, L), np.int32),
-                         "cu_seqlens": np.empty((n, self.max_segments + 1), np.int32),
-                         "num_segments": np.empty(n, np.int32), "loss_mask": np.empty((n, L), np.bool_)}
-                check_segments(kernel(n_tok, counts, docs, L, self.row_len - L, self.mask_cross_document,
-                                      block["position_ids"], block["cu_seqlens"], block["num_segments"],
-                                      block["loss_mask"]), self.max_segments)
-        self._warm = True
-        # In-process batches are views of token gathers of ~512 KiB: one fancy index per
-        # many batches, small enough to stay in cache (a whole 1024-row block would not).
-        per = max(1, (1 << 19) // (self.row_len * rows.dtype.itemsize) // B) if not copy else 1
-        plain = self.row_len == L + 1 and self.ignore_index is None
-        tokens = np.empty((0, self.row_len), rows.dtype)
-        for k in range(len(shard) // B):
-            sl = slice(k * B, (k + 1) * B)
-            if k % per == 0:
-                tokens = rows.gather(slice(k * B, (k + per) * B))
-            t = tokens[(k % per) * B: (k % per + 1) * B]
-            if plain and not block and self.fields == ("input_ids", "labels"):  # the hot path: two views
-                yield {"input_ids": t[:, :L], "labels": t[:, 1:]}
-                continue
-            if plain:
-                out = {"input_ids": t[:, :L], "labels": t[:, 1:]}
-            else:
-                out = token_fields(t, L, block["loss_mask"][sl] if block else None, self.ignore_index)
-            for f, v in block.items():
-                out[f] = v[sl].copy() if copy else v[sl]
-            yield {f: out[f] for f in self.fields}
+    def _segment_block(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
+        """position_ids, cu_seqlens, num_segments and loss_mask of a block's rows (which
+        must be pinned), computed once per block: numpy's per-call cost is paid per block."""
+        L = self.seq_len
+        n_tok, counts, docs = self.table.meta(shard, row)
+        # The first block (the first batch) never waits for numba's import and compile.
+        kernel = fused.kernel() if self._warm else None
+        if kernel is None:
+            return segments(n_tok, counts, docs, L, self.row_len, self.max_segments, self.mask_cross_document)
+        n = len(shard)
+        block = {"position_ids": np.empty((n, L), np.int32), "cu_seqlens": np.empty((n, self.max_segments + 1), np.int32),
+                 "num_segments": np.empty(n, np.int32), "loss_mask": np.empty((n, L), np.bool_)}
+        most = kernel(n_tok, counts, docs, L, self.row_len - L, self.mask_cross_document, block["position_ids"],
+                      block["cu_seqlens"], block["num_segments"], block["loss_mask"])
+        check_segments(most, self.max_segments)
+        return block
 
     def iter_batches(self, worker_id: int = 0, num_workers: int = 1,
                      in_process: bool = True) -> Iterator[dict[str, np.ndarray]]:
         """This worker's batches of the current epoch; each carries ``batch_index`` (its
         global batch number). In-process iteration advances ``consumed_samples`` as each
-        batch is handed out, so ``state_dict()`` after batch k resumes at batch k + 1."""
+        batch is handed out, so ``state_dict()`` after batch k resumes at batch k + 1.
+
+        Work is done per block of batches: the order, the shard addresses and the segment
+        fields in a few vectorized (or compiled) calls per block, so per batch only the
+        token gather and a few views remain. In-process batches are views of token gathers
+        of up to 256 KiB (one fancy index serves several small batches, and the result stays
+        in L2: 512 KiB gathers were ~10% slower in bench/loader.py). Batches that cross a
+        process boundary (``in_process=False``) get compact arrays of their own: tokens
+        gathered per batch (no extra copy) and segment fields copied out of the block."""
         plan = self.plan(worker_id, num_workers)
+        B, L, G = self.batch_size, self.seq_len, self.global_batch_size
+        plain = self.row_len == L + 1 and self.ignore_index is None  # input_ids and labels are views
+        token_only = plain and not self._need_segments
         pos, block = 0, 1  # first block of one batch: time to first batch stays small
-        # A block's shards must all be open at once: never more samples than open shards.
-        max_block = max(1, min(_MAX_BLOCK_SAMPLES, self.max_open_shards) // self.batch_size)
+        # A block's shards must all be open at once: never more samples than open shards,
+        # unless every shard fits.
+        most = _MAX_SEGMENT_BLOCK_SAMPLES if self._need_segments else _MAX_BLOCK_SAMPLES
+        if len(self.manifest.paths) > self.max_open_shards:
+            most = min(most, self.max_open_shards)
+        max_block = max(1, most // B)
         while pos < len(plan):
             batches = plan[pos: pos + block]
             pos += len(batches)
-            # One vectorized pass per block amortizes numpy's per-call overhead over batches.
             # This rank's samples of every batch of the block, in one vectorized expression.
-            starts = np.asarray(batches, dtype=np.int64) * self.global_batch_size + self.rank * self.batch_size
-            shard, row = self.locate((starts[:, None] + np.arange(self.batch_size, dtype=np.int64)).reshape(-1))
-            for g, out in zip(batches, self.read_blocks(shard, row, copy=not in_process)):
-                out["batch_index"] = np.int64(g)
-                if in_process:
-                    self.consumed_samples = (g + 1) * self.global_batch_size
-                yield out
+            starts = np.asarray(batches, dtype=np.int64) * G + self.rank * B
+            shard, row = self.locate((starts[:, None] + np.arange(B, dtype=np.int64)).reshape(-1))
+            rows, lease = self.table.pin_rows(shard, row, self.row_len, fast=self._warm)
+            try:
+                seg = self._segment_block(shard, row) if self._need_segments else {}
+                self._warm = True
+                per = max(1, (1 << 18) // (self.row_len * rows.dtype.itemsize) // B) if in_process else 1
+                index = np.asarray(batches, dtype=np.int64)  # indexing it is 5x cheaper than np.int64(g)
+                for k, g in enumerate(batches):
+                    j = k % per
+                    if j == 0:
+                        tokens = rows.gather(slice(k * B, (k + per) * B))
+                        if token_only:  # views of the whole gather; a batch is a first-axis slice of each
+                            inputs, labels = tokens[:, :L], tokens[:, 1:]
+                    if token_only:
+                        if per == 1:
+                            out = {"input_ids": inputs, "labels": labels}
+                        else:
+                            out = {"input_ids": inputs[j * B: (j + 1) * B], "labels": labels[j * B: (j + 1) * B]}
+                    else:
+                        t = tokens[j * B: (j + 1) * B]
+                        out = self._assemble(t, seg, slice(k * B, (k + 1) * B), plain, copy=not in_process)
+                    out["batch_index"] = index[k]
+                    if in_process:
+                        self.consumed_samples = (g + 1) * G
+                    yield out
+            finally:
+                lease.release()
             block = min(block * 2, max_block)
         if not in_process:
             # A persistent worker keeps its own copy: its next pass starts after this epoch.
-            end = (self.consumed_samples // self.global_batch_size // self.batches_per_epoch + 1)
-            self.consumed_samples = end * self.batches_per_epoch * self.global_batch_size
+            end = (self.consumed_samples // G // self.batches_per_epoch + 1)
+            self.consumed_samples = end * self.batches_per_epoch * G
+
+    def _assemble(self, t: np.ndarray, seg: dict[str, np.ndarray], sl: slice, plain: bool,
+                  copy: bool) -> dict[str, np.ndarray]:
+        """One batch's requested fields from its gathered token rows and the block's segment fields."""
+        L = self.seq_len
+        if plain:
+            out = {"input_ids": t[:, :L], "labels": t[:, 1:]}
+        else:
+            out = token_fields(t, L, seg["loss_mask"][sl] if seg else None, self.ignore_index)
+        for f, v in seg.items():
+            out[f] = v[sl].copy() if copy else v[sl]
+        return {f: out[f] for f in self.fields}
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self.iter_batches()
@@ -345,6 +401,11 @@ class PackedDataset:
     def __getstate__(self) -> dict:
         # Memory maps do not pickle; worker processes reopen shards on first touch.
         return {**self.__dict__, "_table": None}
+
+
+def _offsets(parts: list[np.ndarray]) -> np.ndarray:
+    """Where each part starts (and the last ends) when the parts are concatenated."""
+    return np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
 
 
 def _digest(obj: object) -> str:

@@ -10,17 +10,22 @@ into a single memmap does, and never touches the unmapped gaps between shards. (
 ``np.take``: it first makes its input contiguous, i.e. would read the whole range.)
 
 Safety rests on two rules kept here: an index is only ever formed from a registered row
-start (so every byte read lies inside a live mapping), and the shards of a block are held
-referenced (``ShardTable.pin``) until its gathers are done, so eviction cannot unmap them.
+start (so every byte read lies inside a live mapping), and a block holds a ``Lease`` until
+its gathers are done: a shard evicted while an older lease is held is kept referenced (its
+map stays open) until that lease is released, so eviction cannot unmap a block's rows even
+when another iterator over the same dataset evicts them. (A lease costs O(1); holding
+references to a block's shards cost a cache miss per shard refcount, ~5% of a batch.)
 The span views never leave this module; callers get the copies the fancy index makes.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
 
+from datapipe.loader import fused
 from datapipe.loader.shards import OpenShard
 
 
@@ -45,24 +50,54 @@ def _address(a: np.ndarray) -> int:
 
 
 class RowView:
-    """Rows of ``width`` elements at given addresses, gatherable in one fancy index."""
+    """Rows of ``width`` elements at ``low + elem * itemsize``, gatherable in one call: the
+    compiled memcpy gather when ``fast`` and numba is there, else one numpy fancy index."""
 
-    def __init__(self, addr: np.ndarray, width: int, dtype: np.dtype) -> None:
-        self.width, self.dtype = width, dtype
-        lo = int(addr.min()) if addr.size else 0
-        self.elem = (addr - lo) // dtype.itemsize
-        # One view per block: building it costs ~5 us, about a batch's whole budget.
-        self.view = span_view(lo, int(self.elem.max()) + 1, width, dtype) if addr.size else None
+    def __init__(self, elem: np.ndarray, low: int, width: int, dtype: np.dtype, fast: bool = False) -> None:
+        self.elem, self.low, self.width, self.dtype = elem, low, width, dtype
+        self.kernel = fused.gather_kernel() if fast else None
+        self._view: np.ndarray | None = None
+
+    @classmethod
+    def at(cls, addr: np.ndarray, width: int, dtype: np.dtype, fast: bool = False) -> RowView:
+        """Rows starting at the given addresses."""
+        low = int(addr.min()) if addr.size else 0
+        return cls((addr - low) // dtype.itemsize, low, width, dtype, fast)
 
     def gather(self, sl: slice = slice(None)) -> np.ndarray:
-        if self.view is None:
+        elem = self.elem[sl]
+        if self.kernel is not None:
+            out = np.empty((len(elem), self.width), self.dtype)
+            self.kernel(self.low, elem, self.dtype.itemsize, out)
+            return out
+        if not len(elem):
             return np.empty((0, self.width), self.dtype)
-        return self.view[self.elem[sl]]  # fancy indexing reads through the strides; np.take would copy the whole view
+        if self._view is None:  # one view per block: building it costs ~5 us
+            self._view = span_view(self.low, int(self.elem.max()) + 1, self.width, self.dtype)
+        return self._view[elem]  # fancy indexing reads through the strides; np.take would copy the whole view
 
 
 def gather(addr: np.ndarray, width: int, dtype: np.dtype) -> np.ndarray:
     """Copy ``width`` elements starting at each address: (len(addr), width)."""
-    return RowView(addr, width, dtype).gather()
+    return RowView.at(addr, width, dtype).gather()
+
+
+class Lease:
+    """Held by a block while it gathers; see the module docstring."""
+
+    __slots__ = ("table", "tick")
+
+    def __init__(self, table: ShardTable, tick: int) -> None:
+        self.table: ShardTable | None = table
+        self.tick = tick
+
+    def release(self) -> None:
+        if self.table is not None:
+            self.table._release(self.tick)
+            self.table = None
+
+    def __del__(self) -> None:  # a generator dropped mid-block still releases its lease
+        self.release()
 
 
 class ShardTable:
@@ -75,9 +110,9 @@ class ShardTable:
             raise ValueError("max_open_shards must be >= 1")
         self.opener, self.max_open, self.tick = opener, max_open, 0
         self.slot_of = np.full(n_shards, -1, dtype=np.int64)  # manifest shard id -> slot
-        # Per slot: the shard (objects, so a take of them pins a block), its manifest id, when
-        # it was last used, where its chunk addresses start in chunk_addr and how many there
-        # are, rows per chunk, and the addresses of its n_tokens, doc_offsets, doc_values.
+        # Per slot: the shard, its manifest id, when it was last used (the block tick), where
+        # its chunk addresses start in chunk_addr and how many there are, rows per chunk, and
+        # the addresses of its n_tokens, doc_offsets, doc_values.
         self.objs = np.empty(0, dtype=object)
         self.shard_id = np.zeros(0, np.int64)
         self.last_used = np.zeros(0, np.int64)
@@ -88,23 +123,40 @@ class ShardTable:
         self.chunk_addr = np.zeros(0, np.int64)
         self.row_bytes = 0
         self.dtype: np.dtype | None = None
+        self.leases: Counter[int] = Counter()  # block tick -> leases held
+        self.retired: list[tuple[int, OpenShard]] = []  # (tick evicted at, shard) kept for older leases
 
     def shard(self, i: int) -> OpenShard:
-        """Open shard i (used by the row-by-row reference path)."""
-        return self.pin(np.asarray([i], np.int64))[0]
+        """Open shard i (used by the row-by-row reference path; the caller's reference keeps it open)."""
+        self.pin(np.asarray([i], np.int64))
+        return self.objs[self.slot_of[i]]
 
-    def pin(self, shard: np.ndarray) -> np.ndarray:
-        """Open every shard of a block and return them (an object array): holding these
-        references keeps their maps alive even if a later block evicts them."""
+    def pin(self, shard: np.ndarray) -> None:
+        """Open every shard of a block and mark them used by it (never evicted for it)."""
         self.tick += 1
         slot = self.slot_of[shard]
-        self.last_used[slot[slot >= 0]] = self.tick  # this block's shards are not evicted for it
+        self.last_used[slot[slot >= 0]] = self.tick
         missing = shard[slot < 0]
         if missing.size:
             for i in np.unique(missing).tolist():
                 self._register(i, self.opener(i))
-            slot = self.slot_of[shard]
-        return self.objs[slot]
+
+    def lease(self) -> Lease:
+        """A lease for the block pinned last: see the module docstring."""
+        self.leases[self.tick] += 1
+        return Lease(self, self.tick)
+
+    def _release(self, tick: int) -> None:
+        self.leases[tick] -= 1
+        if not self.leases[tick]:
+            del self.leases[tick]
+        self._drop_retired()
+
+    def _drop_retired(self) -> None:
+        # A shard evicted at tick T may be read by blocks leased before T only.
+        if self.retired:
+            oldest = min(self.leases, default=self.tick + 1)
+            self.retired = [(t, sh) for t, sh in self.retired if oldest < t]
 
     def _take_slot(self) -> int:
         if len(self.objs) < self.max_open:
@@ -117,7 +169,9 @@ class ShardTable:
         if self.last_used[slot] == self.tick:
             raise ValueError(f"a block touches more than max_open_shards={self.max_open} shards")
         self.slot_of[self.shard_id[slot]] = -1
-        self.objs[slot] = None  # the map closes once no pinned block refers to it
+        self.retired.append((self.tick, self.objs[slot]))
+        self.objs[slot] = None
+        self._drop_retired()  # the map closes here unless an older block still reads it
         return slot
 
     def _register(self, i: int, sh: OpenShard) -> None:
@@ -154,9 +208,23 @@ class ShardTable:
         chunk, within = np.divmod(row, rows)
         return self.chunk_addr[self.chunk_off[slot] + chunk] + within * self.row_bytes
 
-    def row_view(self, addr: np.ndarray, row_len: int) -> RowView:
+    def row_view(self, addr: np.ndarray, row_len: int, fast: bool = False) -> RowView:
         assert self.dtype is not None
-        return RowView(addr, row_len, self.dtype)
+        return RowView.at(addr, row_len, self.dtype, fast)
+
+    def pin_rows(self, shard: np.ndarray, row: np.ndarray, row_len: int, fast: bool) -> tuple[RowView, Lease]:
+        """``pin`` + ``lease`` + ``token_addresses`` + ``row_view`` for a block; with ``fast``,
+        in one compiled pass when every shard of the block is open (the steady state)."""
+        kernel = fused.address_kernel() if fast else None
+        if kernel is not None and self.dtype is not None:
+            self.tick += 1
+            elem = np.empty(len(shard), np.int64)
+            missing, low = kernel(shard, row, self.slot_of, self.chunk_off, self.chunk_rows, self.chunk_addr,
+                                  self.row_bytes, self.dtype.itemsize, self.last_used, self.tick, elem)
+            if not missing:
+                return RowView(elem, int(low), row_len, self.dtype, fast), self.lease()
+        self.pin(shard)
+        return self.row_view(self.token_addresses(shard, row), row_len, fast), self.lease()
 
     def meta(self, shard: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(n_tokens, document-start counts, document starts back to back) of each row."""
