@@ -24,6 +24,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 # (samples, seq_len) int32 arrays, so they stay smaller.
 _MAX_BLOCK_SAMPLES = 4096
 _MAX_SEGMENT_BLOCK_SAMPLES = 1024
+_GATHER_BYTES = 1 << 18  # in-process batches are views of token gathers of up to this size
 
 
 class StateMismatch(ValueError):
@@ -325,7 +326,7 @@ class PackedDataset:
             try:
                 seg = self._segment_block(shard, row) if self._need_segments else {}
                 self._warm = True
-                per = max(1, (1 << 18) // (self.row_len * rows.dtype.itemsize) // B) if in_process else 1
+                per = max(1, _GATHER_BYTES // (self.row_len * rows.dtype.itemsize) // B) if in_process else 1
                 index = np.asarray(batches, dtype=np.int64)  # indexing it is 5x cheaper than np.int64(g)
                 for k, g in enumerate(batches):
                     j = k % per
