@@ -6,7 +6,7 @@ import hashlib
 import importlib.util
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -275,22 +275,32 @@ class PackedDataset:
                        self.mask_cross_document, self.ignore_index)
         return {k: out[k] for k in self.fields}
 
-    def _segment_block(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
-        """position_ids, cu_seqlens, num_segments and loss_mask of a block's rows (which
-        must be pinned), computed once per block: numpy's per-call cost is paid per block."""
-        L = self.seq_len
+    def _segment_batches(self, shard: np.ndarray, row: np.ndarray, copy: bool) -> Callable[[int], dict[str, np.ndarray]]:
+        """position_ids, cu_seqlens, num_segments and loss_mask for batch k of a block (whose
+        shards must stay pinned while it is used). Row metadata is gathered once per block.
+        The numba kernel then writes each batch's fields into fresh arrays, in cache (block-
+        wide arrays of 1,024 x seq_len would go through memory and, for workers, be copied
+        again); numpy computes them once per block (its per-call cost is paid per block)."""
+        B, L = self.batch_size, self.seq_len
         n_tok, counts, docs = self.table.meta(shard, row)
         # The first block (the first batch) never waits for numba's import and compile.
         kernel = fused.kernel() if self._warm else None
         if kernel is None:
-            return segments(n_tok, counts, docs, L, self.row_len, self.max_segments, self.mask_cross_document)
-        n = len(shard)
-        block = {"position_ids": np.empty((n, L), np.int32), "cu_seqlens": np.empty((n, self.max_segments + 1), np.int32),
-                 "num_segments": np.empty(n, np.int32), "loss_mask": np.empty((n, L), np.bool_)}
-        most = kernel(n_tok, counts, docs, L, self.row_len - L, self.mask_cross_document, block["position_ids"],
-                      block["cu_seqlens"], block["num_segments"], block["loss_mask"])
-        check_segments(most, self.max_segments)
-        return block
+            block = segments(n_tok, counts, docs, L, self.row_len, self.max_segments, self.mask_cross_document)
+            return lambda k: {f: v[k * B: (k + 1) * B].copy() if copy else v[k * B: (k + 1) * B] for f, v in block.items()}
+        doc_start = np.concatenate([[0], np.cumsum(counts)])
+
+        def batch(k: int) -> dict[str, np.ndarray]:
+            lo, hi = k * B, (k + 1) * B
+            out = {"position_ids": np.empty((B, L), np.int32), "cu_seqlens": np.empty((B, self.max_segments + 1), np.int32),
+                   "num_segments": np.empty(B, np.int32), "loss_mask": np.empty((B, L), np.bool_)}
+            most = kernel(n_tok[lo:hi], counts[lo:hi], docs[doc_start[lo]:doc_start[hi]], L, self.row_len - L,
+                          self.mask_cross_document, out["position_ids"], out["cu_seqlens"], out["num_segments"],
+                          out["loss_mask"])
+            check_segments(most, self.max_segments)
+            return out
+
+        return batch
 
     def iter_batches(self, worker_id: int = 0, num_workers: int = 1,
                      in_process: bool = True) -> Iterator[dict[str, np.ndarray]]:
@@ -324,7 +334,7 @@ class PackedDataset:
             shard, row = self.locate((starts[:, None] + np.arange(B, dtype=np.int64)).reshape(-1))
             rows, lease = self.table.pin_rows(shard, row, self.row_len, fast=self._warm)
             try:
-                seg = self._segment_block(shard, row) if self._need_segments else {}
+                seg = self._segment_batches(shard, row, copy=not in_process) if self._need_segments else None
                 self._warm = True
                 per = max(1, _GATHER_BYTES // (self.row_len * rows.dtype.itemsize) // B) if in_process else 1
                 index = np.asarray(batches, dtype=np.int64)  # indexing it is 5x cheaper than np.int64(g)
@@ -340,8 +350,7 @@ class PackedDataset:
                         else:
                             out = {"input_ids": inputs[j * B: (j + 1) * B], "labels": labels[j * B: (j + 1) * B]}
                     else:
-                        t = tokens[j * B: (j + 1) * B]
-                        out = self._assemble(t, seg, slice(k * B, (k + 1) * B), plain, copy=not in_process)
+                        out = self._assemble(tokens[j * B: (j + 1) * B], seg(k) if seg else {}, plain)
                     out["batch_index"] = index[k]
                     if in_process:
                         self.consumed_samples = (g + 1) * G
@@ -354,17 +363,14 @@ class PackedDataset:
             end = (self.consumed_samples // G // self.batches_per_epoch + 1)
             self.consumed_samples = end * self.batches_per_epoch * G
 
-    def _assemble(self, t: np.ndarray, seg: dict[str, np.ndarray], sl: slice, plain: bool,
-                  copy: bool) -> dict[str, np.ndarray]:
-        """One batch's requested fields from its gathered token rows and the block's segment fields."""
+    def _assemble(self, t: np.ndarray, seg: dict[str, np.ndarray], plain: bool) -> dict[str, np.ndarray]:
+        """One batch's requested fields from its gathered token rows and its segment fields."""
         L = self.seq_len
         if plain:
             out = {"input_ids": t[:, :L], "labels": t[:, 1:]}
         else:
-            out = token_fields(t, L, seg["loss_mask"][sl] if seg else None, self.ignore_index)
-        for f, v in seg.items():
-            out[f] = v[sl].copy() if copy else v[sl]
-        return {f: out[f] for f in self.fields}
+            out = token_fields(t, L, seg.get("loss_mask"), self.ignore_index)
+        return {f: seg[f] if f in seg else out[f] for f in self.fields}
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self.iter_batches()

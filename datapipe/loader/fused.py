@@ -82,11 +82,8 @@ def _build() -> Callable[..., int]:
             for s in range(m):
                 lo = starts[s]
                 hi = starts[s + 1] if s + 1 < m else seq_len
-                # 1-D row views and an int32 counter keep this loop vectorizable.
-                v = np.int32(0)
-                for p in range(lo, hi):
-                    pos[p] = v
-                    v += np.int32(1)
+                for p in range(hi - lo):  # a plain induction variable: this loop vectorizes
+                    pos[lo + p] = p
                 if s + 1 < width:
                     cu[s + 1] = hi
             cu[0] = 0
