@@ -145,3 +145,31 @@ def test_interleaved_iterators_keep_evicted_maps_alive(run, kernel_mode):
     assert seen_retired > 0, "the test must make one iterator evict what the other reads"
     del a, b
     assert ds.table.retired == [] and not ds.table.leases
+
+
+def test_kernels_load_from_numbas_disk_cache(tmp_path):
+    """Each DataLoader worker is a new process: the kernels must come from numba's on-disk
+    cache after the first compile, not be recompiled (seconds per worker) into yet another
+    cache file every time."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if fused.locate_kernel() is None:
+        pytest.skip("numba is not installed")
+    code = ("import numpy as np\n"
+            "from datapipe.loader import fused\n"
+            "g = fused.gather_kernel(); src = np.arange(64, dtype=np.uint16); out = np.empty((1, 4), np.uint16)\n"
+            "g(src.__array_interface__['data'][0], np.array([3], np.int64), 2, out)\n"
+            "assert out.tolist() == [[3, 4, 5, 6]], out\n"
+            "p = fused.permute_kernel(); p(np.arange(4), np.uint64(10), np.zeros(4, np.uint64), np.uint64(2), "
+            "np.empty(4, np.int64))\n"
+            "print(sum(g.stats.cache_hits.values()), sum(p.stats.cache_hits.values()))\n")
+    root = Path(__file__).resolve().parent.parent
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=env)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    assert runs[0].stdout.split() == ["0", "0"] and runs[1].stdout.split() == ["1", "1"]
+    files = sorted(p.name for p in tmp_path.rglob("*.nbc"))
+    assert len(files) == len(set(files)) and len(files) <= 2

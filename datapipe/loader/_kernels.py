@@ -1,0 +1,221 @@
+"""The numba kernels of the loader, at module level (see fused.py for why they exist).
+
+Imported only through ``fused`` (lazily, and only where numba is installed). Module-level
+functions without closure variables are what numba's on-disk cache can key stably: defined
+inside builder functions, every process missed the cache, recompiled for seconds, and added
+another cache file.
+"""
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+@numba.njit(cache=True, nogil=True)
+def _segments(n_tokens, doc_counts, doc_flat, seq_len, label_shift, mask_cross,
+              position_ids, cu_seqlens, num_segments, loss_mask):  # pragma: no cover - compiled
+    """Same definitions as batch.assemble (see there); returns the largest segment
+    count so the caller can raise when it exceeds max_segments."""
+    b = n_tokens.shape[0]
+    width = cu_seqlens.shape[1]
+    starts = np.empty(doc_flat.shape[0] + 2, np.int64)
+    most, d0 = 0, 0
+    for i in range(b):
+        n = n_tokens[i]
+        k = 1
+        starts[0] = 0
+        for j in range(d0, d0 + doc_counts[i]):
+            d = doc_flat[j]
+            if 0 < d < seq_len:
+                starts[k] = d
+                k += 1
+        if n < seq_len:
+            starts[k] = n
+            k += 1
+        # Insertion sort + dedupe: a row has a handful of starts, rarely unsorted.
+        for a in range(1, k):
+            v = starts[a]
+            c = a - 1
+            while c >= 0 and starts[c] > v:
+                starts[c + 1] = starts[c]
+                c -= 1
+            starts[c + 1] = v
+        m = 1
+        for a in range(1, k):
+            if starts[a] != starts[m - 1]:
+                starts[m] = starts[a]
+                m += 1
+        most = max(most, m)
+        num_segments[i] = m
+        pos, cu = position_ids[i], cu_seqlens[i]
+        for s in range(m):
+            lo = starts[s]
+            hi = starts[s + 1] if s + 1 < m else seq_len
+            for p in range(hi - lo):  # a plain induction variable: this loop vectorizes
+                pos[lo + p] = p
+            if s + 1 < width:
+                cu[s + 1] = hi
+        cu[0] = 0
+        cu[m + 1:] = seq_len
+        ok = max(min(n, seq_len + label_shift) - 1, 0)  # labels valid while p + 1 < n_tokens
+        mask = loss_mask[i]
+        mask[:ok] = True
+        mask[ok:] = False
+        if mask_cross:
+            for j in range(d0, d0 + doc_counts[i]):
+                d = doc_flat[j]
+                if 1 <= d <= seq_len:
+                    mask[d - 1] = False
+        d0 += doc_counts[i]
+    return most
+
+
+golden = np.uint64(0x9E3779B97F4A7C15)
+m1, m2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def mix(x):  # pragma: no cover - compiled; order._mix (splitmix64 finalizer)
+    x = x ^ (x >> s30)
+    x = x * m1
+    x = x ^ (x >> s27)
+    x = x * m2
+    return x ^ (x >> s31)
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def round_keys(k, rk):  # pragma: no cover - compiled; order.permute's round keys
+    for r in range(4):
+        rk[r] = mix(k + golden * np.uint64(r + 1))
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def feistel(v, n, rk, half, mask):  # pragma: no cover - compiled; order.permute
+    while True:  # cycle walking, as order.permute
+        left = v >> half
+        right = v & mask
+        for r in range(4):
+            left, right = right, left ^ (mix(right ^ rk[r]) & mask)
+        v = (left << half) | right
+        if v < n:
+            return v
+
+@numba.njit(cache=True, nogil=True)
+def _permute_loop(index, n, keys, half, out):  # pragma: no cover - compiled
+    mask = (np.uint64(1) << half) - np.uint64(1)
+    rk = np.empty(4, np.uint64)
+    last = np.uint64(0)
+    for i in range(index.shape[0]):
+        k = keys[i]
+        if i == 0 or k != last:  # keys repeat across a block: derive round keys once per key
+            round_keys(k, rk)
+            last = k
+        out[i] = np.int64(feistel(np.uint64(index[i]), n, rk, half, mask))
+
+@numba.njit(cache=True, nogil=True)
+def _locate(index, blend_src, blend_ord, shares, period, n_rows, base_key, half,
+            cum, cum_off, ids, ids_off, shift, first, first_off, shard_out, row_out):  # pragma: no cover
+    """PackedDataset.locate, same definitions: sample -> (virtual source s, ordinal j)
+    by the blend (or s = 0, j = sample without one); pass, pos = divmod(j, period[s]);
+    row = permute(pos, n_rows[s], mix(base_key[s] + pass * golden)); then the shard
+    whose row range holds row (searchsorted(cum_s, row, "right") - 1), searched only
+    between the shards that row's bucket and the next one start in (see
+    PackedDataset._flat_order_tables).
+
+    A block's samples are runs of consecutive numbers, so source, pass and position
+    step by one from the previous sample of the same source where possible (a 64-bit
+    division costs ~30 cycles), and round keys are derived once per (source, pass). No
+    temporaries: arrays of a few hundred KiB per call would be fresh pages every block."""
+    k = n_rows.shape[0]
+    last_j = np.full(k, -2, np.int64)  # per source: last ordinal seen, its pass and position
+    last_p = np.full(k, -1, np.int64)
+    last_pos = np.zeros(k, np.int64)
+    keys = np.empty((k, 4), np.uint64)  # per source: round keys of its current pass
+    blend_period = blend_src.shape[0]
+    q, r, prev = np.int64(0), np.int64(0), np.int64(-2)
+    for i in range(index.shape[0]):
+        g = index[i]
+        if blend_period:
+            if g == prev + 1:
+                r += 1
+                if r == blend_period:
+                    r = 0
+                    q += 1
+            else:
+                q, r = divmod(g, blend_period)
+            prev = g
+            s = np.int64(blend_src[r])
+            j = q * shares[s] + blend_ord[r]
+        else:
+            s, j = np.int64(0), g
+        if j == last_j[s] + 1:
+            p, ps = last_p[s], last_pos[s] + 1
+            if ps == period[s]:
+                p, ps = p + 1, np.int64(0)
+        else:
+            p, ps = divmod(j, period[s])
+        if p != last_p[s]:
+            round_keys(mix(base_key[s] + np.uint64(p) * golden), keys[s])
+        last_j[s], last_p[s], last_pos[s] = j, p, ps
+        n = n_rows[s]
+        row = np.int64(0)
+        if n > 1:
+            h = np.uint64(half[s])
+            row = np.int64(feistel(np.uint64(ps), np.uint64(n), keys[s], h, (np.uint64(1) << h) - np.uint64(1)))
+        b = first_off[s] + (row >> shift[s])
+        lo, hi = cum_off[s] + first[b], cum_off[s] + first[b + 1] + 1
+        while hi - lo > 1:  # largest k with cum[k] <= row
+            mid = (lo + hi) // 2
+            if cum[mid] <= row:
+                lo = mid
+            else:
+                hi = mid
+        shard_out[i] = ids[ids_off[s] + lo - cum_off[s]]
+        row_out[i] = row - cum[lo]
+
+@numba.njit(cache=True, nogil=True)
+def _addresses(shard, row, slot_of, chunk_off, chunk_rows, chunk_addr, row_bytes, itemsize,
+               last_used, tick, elem_out):  # pragma: no cover - compiled
+    """ShardTable.token_addresses + RowView's offsets: returns (missing, lowest address);
+    elem_out[i] = (address of row i - lowest) // itemsize. When shards are missing
+    (not open), returns their count and leaves elem_out undefined."""
+    missing = 0
+    low = np.int64(0x7FFFFFFFFFFFFFFF)
+    for i in range(shard.shape[0]):
+        sl = slot_of[shard[i]]
+        if sl < 0:
+            missing += 1
+            continue
+        last_used[sl] = tick
+        c, w = divmod(row[i], chunk_rows[sl])
+        a = chunk_addr[chunk_off[sl] + c] + w * row_bytes
+        elem_out[i] = a
+        low = min(low, a)
+    if missing:
+        return missing, np.int64(0)
+    for i in range(shard.shape[0]):
+        elem_out[i] = (elem_out[i] - low) // itemsize
+    return 0, low
+
+
+@intrinsic
+def memcpy(typingctx, dst, src, nbytes):  # llvm.memcpy between raw addresses
+    sig = types.void(types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):  # pragma: no cover - runs at compile time
+        d, s, n = args
+        bytep = ir.IntType(8).as_pointer()
+        cgutils.raw_memcpy(builder, builder.inttoptr(d, bytep), builder.inttoptr(s, bytep), n, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_rows(low, elem, itemsize, out):  # pragma: no cover - compiled
+    """out[i] = the out.shape[1] elements at low + elem[i] * itemsize (out C-contiguous)."""
+    row_bytes = out.shape[1] * itemsize
+    dst = out.ctypes.data
+    for i in range(elem.shape[0]):
+        memcpy(dst + i * row_bytes, low + elem[i] * itemsize, row_bytes)
