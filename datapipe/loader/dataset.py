@@ -308,13 +308,13 @@ class PackedDataset:
         global batch number). In-process iteration advances ``consumed_samples`` as each
         batch is handed out, so ``state_dict()`` after batch k resumes at batch k + 1.
 
-        Work is done per block of batches: the order, the shard addresses and the segment
-        fields in a few vectorized (or compiled) calls per block, so per batch only the
-        token gather and a few views remain. In-process batches are views of token gathers
-        of up to 256 KiB (one fancy index serves several small batches, and the result stays
-        in L2: 512 KiB gathers were ~10% slower in bench/loader.py). Batches that cross a
-        process boundary (``in_process=False``) get compact arrays of their own: tokens
-        gathered per batch (no extra copy) and segment fields copied out of the block."""
+        Work is done per block of batches: the order, the shard addresses and the row
+        metadata in a few vectorized (or compiled) calls per block, so per batch only the
+        token gather, the segment fields (when asked for) and a few views remain. In-process
+        batches are views of token gathers of up to 256 KiB (one gather call serves several
+        small batches, and the result stays in L2: 512 KiB and 1 MiB gathers were slower in
+        bench/loader.py). Batches that cross a process boundary (``in_process=False``) get
+        compact arrays of their own: tokens gathered per batch (no extra copy)."""
         plan = self.plan(worker_id, num_workers)
         B, L, G = self.batch_size, self.seq_len, self.global_batch_size
         plain = self.row_len == L + 1 and self.ignore_index is None  # input_ids and labels are views

@@ -7,7 +7,9 @@ turns into element indices relative to the lowest address involved. A strided vi
 that address range (row k = the ``width`` elements starting at element k) then serves the
 whole gather with one fancy index: numpy copies each selected row, exactly as a fancy index
 into a single memmap does, and never touches the unmapped gaps between shards. (Not
-``np.take``: it first makes its input contiguous, i.e. would read the whole range.)
+``np.take``: it first makes its input contiguous, i.e. would read the whole range.) When
+numba is there, a compiled loop copies the same rows with one memcpy each instead
+(``fused.gather_kernel``), without numpy's per-row set-up.
 
 Safety rests on two rules kept here: an index is only ever formed from a registered row
 start (so every byte read lies inside a live mapping), and a block holds a ``Lease`` until
