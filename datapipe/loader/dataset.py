@@ -141,7 +141,7 @@ class PackedDataset:
 
     # ---- order: pure arithmetic ------------------------------------------------------
     def _flat_order_tables(self) -> tuple[np.ndarray, ...]:
-        """``locate``'s definitions as flat arrays for the compiled kernel (fused._locate):
+        """``locate``'s definitions as flat arrays for the compiled kernel (_kernels._locate):
         per virtual source (the split as a whole without a mixture, else each source) its
         period, rows, base key, Feistel half width, shard row offsets and shard ids."""
         if self.blend is None:
@@ -177,10 +177,11 @@ class PackedDataset:
             shard, row = np.empty_like(index), np.empty_like(index)
             kernel(index.reshape(-1), *self._order_tables, shard.reshape(-1), row.reshape(-1))
             return shard, row
+        # numpy: the first block (numba not loaded yet), jobs without numba, and the reference.
         if self.blend is None:
             epoch, pos = np.divmod(index, self.samples_per_epoch)
             keys = _mix(self._epoch_key + epoch.astype(np.uint64) * _GOLDEN)
-            row = permute(pos, int(self._all_cum[-1]), keys, fast=self._warm)
+            row = permute(pos, int(self._all_cum[-1]), keys)
             k = np.searchsorted(self._all_cum, row, side="right") - 1
             return self._all_ids[k], row - self._all_cum[k]
         src, j = self.blend(index)
@@ -191,7 +192,7 @@ class PackedDataset:
             passes, pos = np.divmod(j[sel], self.source_rows[s])
             # A new permutation for every pass over the source: repeats are reshuffled.
             keys = _mix(self._source_keys[s] + passes.astype(np.uint64) * _GOLDEN)
-            row = permute(pos, int(self.source_rows[s]), keys, fast=self._warm)
+            row = permute(pos, int(self.source_rows[s]), keys)
             k = np.searchsorted(self._cum[s], row, side="right") - 1
             shard[sel], local[sel] = self._shard_ids[s][k], row - self._cum[s][k]
         return shard, local
