@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from datapipe.limits import ReadLimits
+
 SOURCE_KINDS = ("web", "code", "paper", "text")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -71,6 +73,7 @@ class PipelineConfig(Strict):
     tokenize: TokenizeConfig | None = None
     mixture: dict[str, float] | None = None
     batch_size: int = Field(1000, ge=1, le=1_000_000, description="Documents per batch inside a task.")
+    limits: ReadLimits = Field(default_factory=ReadLimits, description="Per-record caps on hostile input.")
 
 
 class Pipeline:

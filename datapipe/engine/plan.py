@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.config import Pipeline, SourceConfig, TokenizeConfig
+from datapipe.limits import ReadLimits
 from datapipe.stages import STAGES, Stage, StageContext
 from datapipe.tokenize import TokenizerInfo, load_tokenizer_info
 
@@ -55,6 +56,7 @@ class RunSpec:
     segments: tuple[Segment, ...]
     tokenize: TokenizeConfig | None
     tokenizer: TokenizerInfo | None
+    limits: ReadLimits
     shards: tuple[Shard, ...] = field(repr=False)
 
     def stage_name(self, position: int) -> str:
@@ -107,7 +109,8 @@ def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path) -> RunSpec:
     return RunSpec(
         root=str(root), pipeline_dir=str(pipeline.base_dir), cache_dir=str(cache_dir),
         fingerprint=pipeline.fingerprint(), batch_size=pipeline.config.batch_size, stages=stages,
-        segments=plan_segments([k for k, _ in stages]), tokenize=tok_cfg, tokenizer=tokenizer, shards=tuple(shards),
+        segments=plan_segments([k for k, _ in stages]), tokenize=tok_cfg, tokenizer=tokenizer,
+        limits=pipeline.config.limits, shards=tuple(shards),
     )
 
 

@@ -235,7 +235,7 @@ def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segm
             yield pa.Table.from_batches([rb])
         return
     reader = READERS[shard.format]
-    for rb in reader(InputFile(Path(shard.path), shard.input_name, shard.source), spec.batch_size):
+    for rb in reader(InputFile(Path(shard.path), shard.input_name, shard.source, spec.limits), spec.batch_size):
         docs = rb.docs
         counts.docs_in += docs.num_rows
         docs = _with_n_chars(docs)

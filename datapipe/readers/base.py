@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from datapipe.config import SourceConfig
+from datapipe.limits import DEFAULT_LIMITS, ReadLimits
 from datapipe.schema import BASE_SCHEMA, doc_id
 
 MAX_REJECT_TEXT = 65536  # raw bytes kept of a malformed record: enough to debug, bounded
@@ -29,6 +30,7 @@ class InputFile:
     path: Path
     name: str  # how ids and provenance name the file: relative to the pipeline file when inside it
     source: SourceConfig
+    limits: ReadLimits = DEFAULT_LIMITS  # the pipeline's `limits:` caps
 
 
 @dataclass
