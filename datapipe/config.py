@@ -251,7 +251,54 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
         inputs[src.name] = entries
         for fmt in sorted({f for _, f in entries}):
             _validate_reader_options(i, src, fmt, pipeline.base_dir, problems)
+        _check_text_field(i, src, entries, problems)
     return inputs
+
+
+def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]], problems: list[str]) -> None:
+    """A text field no record has rejects every document as missing_text_field: look at the first file.
+
+    Only the first records of the first JSONL or Parquet file are read (validation stays fast); the
+    field counts as present when any of the first 20 records has it.
+    """
+    field = src.options.get("content_field") or src.text_field
+    key = f"sources[{i}].options.content_field" if src.options.get("content_field") else f"sources[{i}].text_field"
+    first = next(((f, fmt) for f, fmt in entries if fmt in ("jsonl", "parquet") and f.is_file()), None)
+    if first is None or not isinstance(field, str):
+        return
+    path, fmt = first
+    try:
+        names = _first_fields(path, fmt)
+    except Exception:  # an unreadable file is the reader's business: it becomes an unreadable_input reject
+        return
+    if names is not None and field not in names:
+        shown = ", ".join(sorted(names)[:20]) or "none"
+        what = "column of" if fmt == "parquet" else "field of the first records of"
+        problems.append(f"{key}: {field!r} is not a {what} {path} (fields: {shown}); every document would be "
+                        f"rejected as missing_text_field")
+
+
+def _first_fields(path: Path, fmt: str, records: int = 20) -> set[str] | None:
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return set(pq.ParquetFile(path).schema_arrow.names)
+    from datapipe.readers.streams import open_maybe_compressed
+
+    names: set[str] = set()
+    seen = 0
+    with open_maybe_compressed(path) as stream:
+        for raw in stream:
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                names |= set(obj)
+                seen += 1
+                if seen >= records:
+                    break
+    return names if seen else None
 
 
 def _validate_reader_options(i: int, src: SourceConfig, fmt: str, base_dir: Path, problems: list[str]) -> None:

@@ -143,3 +143,26 @@ def test_score_column_and_metadata_file_are_checked(tmp_path: Path) -> None:
 def test_custom_model_path_is_checked(tmp_path: Path) -> None:
     path = write_pipeline(tmp_path, [{"langid": {"keep": ["zh"], "model": "models/lid.bin"}}])
     assert problems(path) == [f"stages[0].langid.model: file not found: {tmp_path / 'models' / 'lid.bin'}"]
+
+
+def test_text_field_no_record_has_is_caught(tmp_path: Path) -> None:
+    he = str(shared_path("benchmarks", "HumanEval.jsonl.gz"))
+    path = write_pipeline(tmp_path, [])
+    cfg = yaml.safe_load(path.read_text())
+    cfg["sources"][0]["text_field"] = "content"
+    cfg["sources"].append({"name": "he", "kind": "code", "paths": [he], "options": {"content_field": "code"}})
+    cfg["sources"].append({"name": "he_ok", "kind": "code", "paths": [he], "options": {"content_field": "prompt"}})
+    path.write_text(yaml.safe_dump(cfg))
+    found = problems(path)
+    assert len(found) == 2
+    assert found[0].startswith("sources[0].text_field: 'content' is not a field of the first records of ")
+    assert "(fields: lang, source, text)" in found[0]
+    assert found[1].startswith("sources[2].options.content_field: 'code' is not a field of the first records of ")
+    assert "canonical_solution, entry_point, prompt, task_id, test" in found[1]
+
+
+def test_score_column_must_be_numeric(tmp_path: Path) -> None:
+    path = write_pipeline(tmp_path, [{"langid": {"keep": ["zh", "en"]}},
+                                     {"minhash": {"survivor": "best", "score_column": "lang"}}])
+    assert problems(path) == ["stages[1].minhash.score_column: 'lang' is not numeric; survivor: best needs a numeric "
+                              "signal (higher is better), e.g. lang_score or n_chars"]

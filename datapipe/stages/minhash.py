@@ -44,6 +44,9 @@ from datapipe.stages.base import (
 from datapipe.stages.columns import set_column
 
 SIG_COLUMN = "minhash_sig"
+# Text and hash columns earlier stages add: a survivor cannot be chosen by them.
+_NOT_NUMERIC = {"id", "source", "kind", "text", "url", "path", "lang", "lang_by", "script", "quality_rules",
+                "license", "license_class", "license_evidence", "text_hash", "url_key"}
 
 
 class MinHashOptions(StageOptions):
@@ -93,6 +96,9 @@ class MinHashDedup(ShuffledGlobalStage):
             if cols is None:
                 return []  # an earlier stage's columns are not known up front: leave it to the run
             available |= cols
+        if o.score_column in _NOT_NUMERIC:
+            return [("score_column", f"{o.score_column!r} is not numeric; survivor: best needs a numeric signal "
+                                     f"(higher is better), e.g. lang_score or n_chars")]
         if o.score_column in available:
             return []
         import difflib
