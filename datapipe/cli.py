@@ -73,7 +73,8 @@ def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: 
 @main.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
 def validate(pipeline: Path) -> None:
-    """Check PIPELINE without running it: keys, types, ranges, input files, tokenizer.
+    """Check PIPELINE without running it: keys, types, ranges, input files, tokenizer, and what each
+    stage needs (rule-set and word-list files, language codes, column names).
 
     Exits 0 and prints what would run, or exits 2 and lists every problem with its key path.
     """
