@@ -97,11 +97,12 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any]) -> Non
 def create_views(con: Any) -> None:
     """The derived views; built from whatever columns ``documents`` has in this run."""
     # Every stage appears, also one that dropped nothing (reason NULL, dropped 0). docs_in counts the
-    # documents reaching the stage, skipped those of them it passed untouched (kind not in its kinds).
+    # documents reaching the stage, skipped those of them it passed untouched (kind not in its kinds);
+    # drop_share is of the documents the stage judged (docs_in - skipped).
     con.execute("""CREATE VIEW funnel AS
         SELECT s.position, s.stage, s.docs_in, s.skipped, r.reason, coalesce(r.dropped, 0)::BIGINT AS dropped,
                s.docs_in - s.dropped AS docs_out,
-               round(coalesce(r.dropped, 0) / nullif(s.docs_in, 0), 6) AS drop_share
+               round(coalesce(r.dropped, 0) / nullif(s.docs_in - s.skipped, 0), 6) AS drop_share
         FROM stages s LEFT JOIN stage_reasons r USING (position)
         ORDER BY s.position, r.reason""")
     # fill: the share of token slots that are not padding (what best-fit packing costs).

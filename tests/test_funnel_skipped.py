@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import pytest
 from rich.console import Console
 
 from datapipe.config import load_pipeline
@@ -66,10 +67,13 @@ def test_funnel_counts_skipped_kinds_and_adds_up(tmp_path: Path) -> None:
         rows = con.execute("SELECT DISTINCT position, stage, docs_in, skipped, docs_out FROM funnel "
                            "ORDER BY position").fetchall()
         stages = con.execute("SELECT stage, docs_in, skipped, dropped FROM stages ORDER BY position").fetchall()
+        langid_share = con.execute("SELECT sum(drop_share) FROM funnel WHERE stage = 'langid'").fetchone()[0]
     assert [r[1] for r in rows] == ["read", "langid", "length", "pii"]
     assert all(rows[i][4] == rows[i + 1][2] for i in range(len(rows) - 1))
     assert rows[1][3] == code_in and stages[1] == ("langid", langid["in"], code_in,
                                                     sum(langid["rejected"].values()))
+    # The drop share is of the documents langid judged (the web pages), not diluted by skipped code.
+    assert langid_share == pytest.approx(sum(langid["rejected"].values()) / (langid["in"] - code_in), abs=1e-5)
 
     console = Console(record=True, width=200)
     print_summary(RunResult(folder.root, {"counts": counts}), console)
