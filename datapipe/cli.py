@@ -73,7 +73,8 @@ def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: 
 @main.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
 def validate(pipeline: Path) -> None:
-    """Check PIPELINE without running it: keys, types, ranges, input files, tokenizer.
+    """Check PIPELINE without running it: keys, types, ranges, input files, tokenizer, and what each
+    stage needs (rule-set and word-list files, language codes, column names).
 
     Exits 0 and prints what would run, or exits 2 and lists every problem with its key path.
     """
@@ -190,7 +191,14 @@ def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tu
       datapipe train-tokenizer --run out/demo --name zh_en --vocab-size 32000 --mix zh=0.5,en=0.5
       datapipe train-tokenizer --files 'corpus/*.jsonl' 'src/**/*.py' --name mixed
     """
-    from datapipe.tokenizer_train import TrainOptions, docs_from_files, docs_from_run, parse_mix, train_tokenizer
+    from datapipe.tokenizer_train import (
+        TrainOptions,
+        docs_from_files,
+        docs_from_run,
+        parse_mix,
+        report_lines,
+        train_tokenizer,
+    )
 
     files = files + more_files  # so `--files a.jsonl b.jsonl` reads both
     if bool(run_dir) == bool(files):
@@ -204,10 +212,10 @@ def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tu
         _fail(str(exc))
     click.echo(f"wrote {result.path} (vocabulary {result.vocab_size:,}, sha256 {result.sha256[:12]}...)")
     click.echo("special tokens: " + ", ".join(f"{t}={i}" for t, i in result.special_ids.items()))
-    click.echo(f"{'group':<8}{'train docs':>12}{'train chars':>14}{'held-out chars':>16}{'chars/token':>13}")
-    for g in result.groups:
-        cpt = f"{g.chars_per_token:.3f}" if g.chars_per_token is not None else "-"
-        click.echo(f"{g.group:<8}{g.train_docs:>12,}{g.train_chars:>14,}{g.heldout_chars:>16,}{cpt:>13}")
+    for line in report_lines(result):
+        click.echo(line)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @main.command()

@@ -12,13 +12,15 @@ def print_summary(result: RunResult, console: Console | None = None) -> None:
     console = console or Console()
     counts = result.run["counts"]
     funnel = Table(title="Documents per stage", title_justify="left")
-    for col in ("#", "stage", "in", "kept", "dropped", "by reason"):
-        funnel.add_column(col, justify="right" if col in ("#", "in", "kept", "dropped") else "left")
+    # skipped: passed untouched because their kind is not in the stage's kinds (langid skips code);
+    # they count in "in" and "kept", so one row's kept is the next row's in.
+    for col in ("#", "stage", "in", "skipped", "kept", "dropped", "by reason"):
+        funnel.add_column(col, justify="right" if col in ("#", "in", "skipped", "kept", "dropped") else "left")
     for s in counts["stages"]:
         dropped = sum(s["rejected"].values())
         reasons = ", ".join(f"{r} {n:,}" for r, n in sorted(s["rejected"].items(), key=lambda kv: -kv[1]))
-        funnel.add_row(str(s["position"]), s["stage"], f"{s['in']:,}", f"{s['in'] - dropped:,}", f"{dropped:,}",
-                       reasons or "-")
+        funnel.add_row(str(s["position"]), s["stage"], f"{s['in']:,}", f"{s.get('skipped', 0):,}",
+                       f"{s['in'] - dropped:,}", f"{dropped:,}", reasons or "-")
     console.print(funnel)
     sources = Table(title="Per source", title_justify="left")
     for col in ("source", "documents", "kept", "tokens"):

@@ -233,9 +233,10 @@ def _short_error(exc: BaseException) -> str:
 
 def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
     """Per-stage funnel and per-source totals, from the completion markers."""
-    stages: dict[int, dict[str, Any]] = {0: {"stage": "read", "in": 0, "rejected": {}}}
+    # "in": documents reaching the stage; "skipped": of those, passed untouched (kind not in its kinds).
+    stages: dict[int, dict[str, Any]] = {0: {"stage": "read", "in": 0, "skipped": 0, "rejected": {}}}
     for pos in range(1, len(spec.stages) + 1):
-        stages[pos] = {"stage": spec.stage_name(pos), "in": 0, "rejected": {}}
+        stages[pos] = {"stage": spec.stage_name(pos), "in": 0, "skipped": 0, "rejected": {}}
     sources = {s: {"documents": 0, "kept": 0, "tokens": 0} for s in spec.sources}
     for segment in spec.segments:
         for shard in spec.shards:
@@ -247,6 +248,8 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
                 sources[shard.source.name]["documents"] += m["docs_in"]
             for pos, n in m["stage_in"].items():
                 stages[int(pos)]["in"] += n
+            for pos, n in m.get("stage_skipped", {}).items():
+                stages[int(pos)]["skipped"] += n
             for pos, reasons in m["rejected"].items():
                 bucket = stages[int(pos)]["rejected"]
                 for reason, n in reasons.items():

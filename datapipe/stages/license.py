@@ -26,7 +26,7 @@ from datapipe.license import (
     detect_web,
 )
 from datapipe.license.spdx import CLASSES, UNKNOWN
-from datapipe.stages.base import Decision, Stage, StageOptions
+from datapipe.stages.base import CheckContext, Decision, Stage, StageOptions
 from datapipe.stages.columns import set_column
 
 HEAD_CHARS, TAIL_CHARS = 2000, 4000  # license notices sit in headers and footers
@@ -58,6 +58,10 @@ class LicenseOptions(StageOptions):
 class LicenseTagger(Stage):
     name = "license"
     Options = LicenseOptions
+
+    @classmethod
+    def output_columns(cls, options: LicenseOptions, context: CheckContext) -> set[str] | None:
+        return {"license", "license_class", "license_evidence"}
 
     def setup(self) -> None:
         self._policy = Policy.from_config({k: v.model_dump(exclude_none=True) for k, v in

@@ -72,6 +72,13 @@ def _path(params: dict[str, Any], key: str, default: str) -> Path:
     return p if p.is_absolute() else FILTERS_DIR / p
 
 
+def list_paths(params: dict[str, Any]) -> dict[str, Path]:
+    """The word-list and domain-list files a rule set's blocklist settings point at (defaults included)."""
+    paths = {f"{c}_list": _path(params, f"{c}_list", f"words/{c}.txt") for c in CATEGORIES}
+    paths["domain_list"] = _path(params, "domain_list", "blocklist/domains.txt")
+    return paths
+
+
 def _blocklist(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
     out = {f"{c}_words": distinct_hits(docs.lower, _path(params, f"{c}_list", f"words/{c}.txt"))
            for c in CATEGORIES}

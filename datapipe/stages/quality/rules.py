@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
+from datapipe.config import read_yaml, yaml_error_text
 from datapipe.resources import filter_file
 from datapipe.stages.quality.text import Docs
 
@@ -72,10 +73,12 @@ class RuleSet:
     @staticmethod
     def load(path: Path, name: str | None = None) -> RuleSet:
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
+            data = read_yaml(path) or {}
+        except yaml.YAMLError as exc:
+            raise RuleSetError(f"rule set {yaml_error_text(exc)}") from None
+        except (OSError, UnicodeDecodeError) as exc:
             raise RuleSetError(f"cannot read rule set {path}: {exc}") from None
-        filters = data.get("filters")
+        filters = data.get("filters") if isinstance(data, dict) else None
         if not isinstance(filters, dict) or not filters:
             raise RuleSetError(f"{path}: needs a non-empty mapping `filters: {{filter: {{threshold: value}}}}`")
         for fname, params in filters.items():
