@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -62,11 +62,11 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     return run
 
 
-def connect(run_dir: Path, text_views: bool = False) -> Any:
+def connect(run_dir: Path, text_views: bool | Iterable[str] = False) -> Any:
     """A read-only DuckDB connection to RUN/stats.duckdb that can reach no file (see the module doc).
 
-    ``text_views``: also register ``kept_docs`` and ``rejected_docs`` (the documents with their
-    text), which costs a read of every Parquet footer of the run.
+    ``text_views``: True registers ``kept_docs`` and ``rejected_docs`` (the documents with their
+    text), a collection of names only those; each costs a read of its Parquet footers.
     """
     import duckdb
 
@@ -83,8 +83,9 @@ def connect(run_dir: Path, text_views: bool = False) -> Any:
         raise AuditError(f"{db} is not a readable DuckDB database ({_first_line(exc)}); run the same "
                          f"`datapipe run` command again to rebuild it") from None
     try:
-        if text_views:
-            for view, folder in TEXT_VIEWS.items():
+        wanted = set(TEXT_VIEWS) if text_views is True else set(text_views or ())
+        for view, folder in TEXT_VIEWS.items():
+            if view in wanted:
                 con.register(view, _parquet_dataset(root / folder))
         # Order matters: temp_directory first (it is a path), then external access, then the
         # file system (setting enable_external_access needs it), then the lock.
@@ -121,7 +122,7 @@ def _parquet_dataset(folder: Path) -> Any:
 
 
 @contextlib.contextmanager
-def reading(run_dir: Path, text_views: bool = False) -> Iterator[Any]:
+def reading(run_dir: Path, text_views: bool | Iterable[str] = False) -> Iterator[Any]:
     """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
 
@@ -195,7 +196,9 @@ def run_query(run_dir: Path, query: str) -> pa.Table:
     """The result of one read-only query; every problem is an AuditError with a one-line message."""
     import duckdb
 
-    with reading(run_dir, text_views=True) as con:
+    # Only the text views the query names: a run can have thousands of Parquet files.
+    views = [v for v in TEXT_VIEWS if v in query.lower()]
+    with reading(run_dir, text_views=views) as con:
         check_query(con, query)
         try:
             return con.sql(query).to_arrow_table()

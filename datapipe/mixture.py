@@ -55,6 +55,8 @@ class MixtureReport:
     max_budget_one_epoch: int | None  # the largest budget with no source repeated, at the target weights
     groups: list[tuple]  # rows of the mixture view: source, lang, script, license_class, docs, tokens, share
     limiting: list[str] = field(default_factory=list)  # the source(s) that run out first at that budget
+    # With the weighted sources that have no train tokens set to weight 0 (the others renormalized).
+    max_budget_without_starved: int | None = None
 
     @property
     def starved(self) -> list[SourceMix]:
@@ -97,7 +99,12 @@ def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
               for r in rows if (r.target if r.target is not None else r.share) > 0}
     max_budget = int(min(limits.values())) if limits else None
     limiting = [s for s, v in limits.items() if max_budget is not None and int(v) == max_budget]
-    return MixtureReport(rows, budget, max_budget, groups, limiting)
+    fed = {r.source: r.target for r in rows if r.target and r.train_tokens}
+    without = None
+    if wsum and fed and len(fed) < sum(1 for r in rows if r.target):
+        fed_sum = sum(fed.values())
+        without = int(min(r.train_tokens / (fed[r.source] / fed_sum) for r in rows if r.source in fed))
+    return MixtureReport(rows, budget, max_budget, groups, limiting, without)
 
 
 def budget_line(report: MixtureReport) -> str | None:
@@ -111,9 +118,11 @@ def budget_line(report: MixtureReport) -> str | None:
             f"{r.source} (target {r.target:.1%}) has no train tokens: "
             + ("it kept no documents" if r.documents == 0 else f"its {r.documents:,} kept documents are all in val")
             for r in starved)
+        without = (f" With {'them' if len(starved) > 1 else 'it'} at weight 0 the largest is "
+                   f"{report.max_budget_without_starved:,}." if report.max_budget_without_starved else "")
         return (f"{head}, because {named}. Any budget would repeat it without end: give it weight 0 or fix its "
                 f"inputs (why it dropped documents: datapipe sql RUN \"select stage, reason, count(*) from documents "
-                f"where source = '{starved[0].source}' group by all\").")
+                f"where source = '{starved[0].source}' group by all\").{without}")
     if report.max_budget_one_epoch == 0 and not any(r.train_tokens for r in report.sources):
         return f"{head}: the run has no train shards (no `tokenize` section, or every document went to val)."
     return f"{head} ({', '.join(report.limiting)} runs out first)."

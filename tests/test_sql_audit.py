@@ -252,6 +252,8 @@ def test_stats_names_the_source_that_kept_nothing_and_prints_full_numbers(real_r
         assert f"{int(0.7 * 123_456_789):,}" in res.output and "…" not in res.output
         line = next(ln for ln in res.output.splitlines() if ln.startswith("Largest budget"))
         assert "stubs" in line and "kept no documents" in line and "30.0%" in line
+        assert line.startswith("Largest budget at these weights with no source repeated: 0 train tokens")
+        assert line.endswith(f"With it at weight 0 the largest is {train_tokens:,}.")  # wiki alone: weight 1
         assert re.search(r"^\s*│?\s*stubs\s", res.output, re.M)  # listed in the table with its zeros
 
 
