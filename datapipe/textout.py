@@ -6,6 +6,9 @@ emoji codes (``:x:``): consoles here have markup, emoji and highlighting off, an
 ``Text`` objects. When the output is not a terminal (a pipe, a file), rich would squeeze
 tables to 80 columns and cut numbers to ``1,2…``; there the width is unbounded so every
 value is printed in full, and columns fold rather than truncate on a narrow terminal.
+Control characters other than newline and tab are shown as ``\\xNN`` escapes: corpus text
+holds ANSI and OSC sequences that would otherwise recolour, retitle or scramble the terminal
+(rich passes ESC through), and a lone carriage return would hide the start of a line.
 """
 
 from __future__ import annotations
@@ -26,8 +29,14 @@ def make_console(file: TextIO | None = None) -> Console:
     return Console(file=file, width=width, markup=False, emoji=False, highlight=False)
 
 
+# C0 controls but \t and \n, DEL and C1 controls -> a visible escape.
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0)]}
+
+
 def cell(value: Any) -> Text:
-    return value if isinstance(value, Text) else Text(str(value))
+    if isinstance(value, Text):
+        return value
+    return Text(str(value).replace("\r\n", "\n").translate(_CONTROLS))
 
 
 class DataTable(Table):

@@ -214,6 +214,11 @@ def test_cli_prints_markup_like_strings_verbatim(real_run: Path) -> None:
     for c in cells + ["[i]header[/i]"]:
         assert c in res.output, c
     assert "\N{CROSS MARK}" not in res.output and "\N{THUMBS UP SIGN}" not in res.output
+    # Terminal control sequences in data are shown, not obeyed (rich would pass ESC through).
+    res = CliRunner().invoke(main, ["sql", str(real_run), "select chr(27) || ']0;title' || chr(7) || chr(27) "
+                                                          "|| '[31mred' as t"])
+    assert res.exit_code == 0 and "\x1b" not in res.output and "\x07" not in res.output
+    assert "\\x1b]0;title\\x07\\x1b[31mred" in res.output
     res = CliRunner().invoke(main, ["sql", str(real_run), f"select {select}", "--format", "csv"])
     assert res.exit_code == 0 and "\r" not in res.output and res.output.endswith("\n")
     assert next(csv.reader(io.StringIO(res.output.splitlines()[1]))) == cells + ["1"]
