@@ -76,6 +76,7 @@ def connect(run_dir: Path, text_views: bool | Iterable[str] = False) -> Any:
         raise AuditError(f"no {DB_NAME} in {run_dir}: is it the run folder of a finished `datapipe run`?")
     try:
         con = duckdb.connect(str(db), read_only=True, config={
+            "enable_external_access": False, "temp_directory": "",
             "autoinstall_known_extensions": False, "autoload_known_extensions": False,
             "allow_community_extensions": False, "allow_unsigned_extensions": False,
             "allow_persistent_secrets": False})
@@ -87,13 +88,14 @@ def connect(run_dir: Path, text_views: bool | Iterable[str] = False) -> Any:
         for view, folder in TEXT_VIEWS.items():
             if view in wanted:
                 con.register(view, _parquet_dataset(root / folder))
-        # Order matters: temp_directory first (it is a path), then external access, then the
-        # file system (setting enable_external_access needs it), then the lock.
-        con.execute("SET temp_directory = ''")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET disabled_filesystems = 'LocalFileSystem'")
-        con.execute("SET lock_configuration = true")
-    except Exception:
+        try:
+            # After opening (the database file is read through the handle opened already).
+            con.execute("SET disabled_filesystems = 'LocalFileSystem'")
+            con.execute("SET lock_configuration = true")
+        except duckdb.Error as exc:  # fail closed: never hand out a connection that is not confined
+            raise AuditError(f"cannot confine the connection to {db} with duckdb {duckdb.__version__} "
+                             f"({_first_line(exc)})") from None
+    except BaseException:
         con.close()
         raise
     return con
