@@ -102,7 +102,10 @@ def validate(pipeline: Path) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="table for people, csv or json (one object per row, JSON Lines) for other tools.")
 def sql(run_dir: Path, query: str, fmt: str) -> None:
-    """Run a read-only SQL QUERY against RUN_DIR/stats.duckdb.
+    """Run one read-only SQL QUERY (SELECT, or EXPLAIN of one) against RUN_DIR/stats.duckdb.
+
+    The connection reads only this run: it cannot write any file or read files outside
+    the run's own tables and documents. Cells are printed verbatim.
 
     \b
     Tables: documents (one row per input document: id, source, kind, lang, license,
@@ -232,8 +235,10 @@ def report(run_dir: Path, html_file: Path) -> None:
 
     try:
         path = write_report(run_dir, html_file)
-    except (AuditError, FileNotFoundError) as exc:
+    except AuditError as exc:
         _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot write {html_file}: {exc.strerror or exc}", code=1)
     click.echo(f"wrote {path}")
 
 

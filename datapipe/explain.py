@@ -13,19 +13,16 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from datapipe.audit import AuditError, connect
+from datapipe.audit import DB_NAME, AuditError, reading
 
 DECISION = ("id", "source", "kind", "status", "stage", "reason", "detail")
 
 
 def document_row(run_dir: Path, doc_id: str) -> dict[str, Any]:
-    con = connect(run_dir)
-    try:
+    with reading(run_dir) as con:
         table = con.sql("select * from documents where id = $id", params={"id": doc_id}).to_arrow_table()
-    finally:
-        con.close()
     if table.num_rows == 0:
-        raise AuditError(f"no document {doc_id!r} in {run_dir}/stats.duckdb")
+        raise AuditError(f"no document {doc_id!r} in {Path(run_dir) / DB_NAME}")
     return table.to_pylist()[0]
 
 
