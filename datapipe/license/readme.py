@@ -52,7 +52,9 @@ _NAMES: list[tuple[re.Pattern[str], str]] = [(re.compile(rx, re.I), lid) for rx,
     (r"\bCC0\b|\bCreative Commons Zero\b", "CC0-1.0"),
     (r"\bWTFPL\b", "WTFPL"),
     (r"\bzlib\b", "Zlib"),
-    (r"\b(?:the )?MIT\b(?![- ]0)", "MIT"),
+    # MIT the licence, not MIT the institute ("© MIT", "MIT Media Lab", "MIT Press").
+    (r"(?<![©)] )(?<!copyright )(?<! at )(?<! by )(?<!from )\b(?:the )?MIT\b(?![- ]0)"
+     r"(?!\s+(?:Media|Press|Lincoln|Sloan|CSAIL|Technology|OpenCourseWare))", "MIT"),
 ]]
 _SHIELD = re.compile(r"img\.shields\.io/(?:badge/)?licen[cs]e-([A-Za-z0-9.%_+-]+?)-[0-9a-f]{3,6}\b|"
                      r"img\.shields\.io/badge/licen[cs]e-([A-Za-z0-9.%_+]+(?:--[A-Za-z0-9.%_+]+)*)-", re.I)
