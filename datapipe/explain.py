@@ -3,7 +3,8 @@
 It reads the ``documents`` row from ``stats.duckdb`` (the same as
 ``select * from documents where id = ?``) and, for documents the ``quality`` stage judged,
 re-checks each rule of the named rule set against the recorded signals, so a kept document
-shows how close it came to each threshold.
+shows how close it came to each threshold. The thresholds are the ones the run recorded in
+its run.json, not today's rule file.
 """
 
 from __future__ import annotations
@@ -60,9 +61,10 @@ def rule_lines(row: dict[str, Any], run_dir: Path | None = None) -> list[str]:
 def _run_rule_set(run_dir: Path | None, name: str) -> tuple[Any, str | None]:
     """(the rule set ``name`` as the run recorded it, or None; a note line or None)."""
     from datapipe.run_identity import current_sha256
-    from datapipe.stages.quality.rules import BUILTIN_DIR, RuleSet, RuleSetError
+    from datapipe.stages.quality.rules import RuleSet, RuleSetError
 
-    entry = _recorded_rules(run_dir, name) if run_dir is not None else None
+    run = _run_json(run_dir) if run_dir is not None else {}
+    entry = next((e for e in run.get("resources") or [] if e.get("role") == "rules" and e.get("key") == name), None)
     if entry is not None and entry.get("content") is not None:
         try:
             rules = RuleSet.from_text(entry["content"], f"{entry['path']} (as recorded in run.json)", name)
@@ -73,7 +75,7 @@ def _run_rule_set(run_dir: Path | None, name: str) -> tuple[Any, str | None]:
                            f"from run.json)")
         return rules, None
     # No record (a run.json from before rule files were recorded): today's file is all there is.
-    path = Path(entry["file"]) if entry else BUILTIN_DIR / f"{name}.yaml"
+    path = Path(entry["file"]) if entry else _rule_file_today(run, name)
     try:
         rules = RuleSet.load(path, name)
     except RuleSetError:
@@ -81,12 +83,23 @@ def _run_rule_set(run_dir: Path | None, name: str) -> tuple[Any, str | None]:
     return rules, f"  (run.json does not record rule set {name}: graded against today's {path})"
 
 
-def _recorded_rules(run_dir: Path, name: str) -> dict[str, Any] | None:
+def _run_json(run_dir: Path) -> dict[str, Any]:
     try:
-        run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        return json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    return next((e for e in run.get("resources") or [] if e.get("role") == "rules" and e.get("key") == name), None)
+        return {}
+
+
+def _rule_file_today(run: dict[str, Any], name: str) -> Path:
+    """The file the run's config names for rule-set key ``name`` (a user's own), else the built-in one."""
+    from datapipe.stages.quality.rules import BUILTIN_DIR
+
+    for stage in (run.get("config") or {}).get("stages") or []:
+        rules = (stage.get("quality") or {}).get("rules") if isinstance(stage, dict) else None
+        if isinstance(rules, dict) and name in rules:
+            path = Path(rules[name]).expanduser()
+            return path if path.is_absolute() else Path(run.get("pipeline_file") or "pipeline.yaml").parent / path
+    return BUILTIN_DIR / f"{name}.yaml"
 
 
 def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:

@@ -170,6 +170,17 @@ def test_edited_rules_stop_a_resume_and_explain_uses_the_recorded_ones(ray_local
     again = run()  # unchanged: resumes, nothing to do
     assert first.executed_tasks > 0 and again.executed_tasks == 0
 
+    # A run.json from before rule files were recorded: explain says it grades against today's file, and a
+    # rerun (nothing to compare with) is accepted and records them.
+    run_json = out / "run.json"
+    old_style = json.loads(run_json.read_text(encoding="utf-8"))
+    del old_style["resources"]
+    run_json.write_text(json.dumps(old_style), encoding="utf-8")
+    shown = CliRunner().invoke(main, ["explain", str(out), mixed[0]])
+    assert f"graded against today's {tmp_path / 'rules' / 'zh_web.yaml'}" in shown.output
+    assert run().executed_tasks == 0
+    assert json.loads(run_json.read_text(encoding="utf-8"))["resources"] == recorded
+
     words = tmp_path / "words" / "spam.txt"
     original_words = words.read_text(encoding="utf-8")
     words.write_text(original_words + "数据库\n", encoding="utf-8")
