@@ -209,3 +209,21 @@ def test_edited_rules_stop_a_resume_and_explain_uses_the_recorded_ones(ray_local
     shown = CliRunner().invoke(main, ["explain", str(out), mixed[0]])
     assert rule_line(shown.output, "zh:han_ratio") == ("FAIL", "(min 0.5)")
     assert "has changed since this run" not in shown.output
+
+
+def test_a_rule_file_edited_while_the_run_runs_leaves_it_incomplete(ray_local, tmp_path: Path) -> None:
+    pipeline = project(tmp_path, 20, 10)
+    out = tmp_path / "out"
+    rules = tmp_path / "rules" / "zh_web.yaml"
+
+    def edit_when_running(message: str) -> None:  # the runner logs this once tasks are about to start
+        if "running" in message:
+            edit(rules, "han_ratio: 0.1 ", "han_ratio: 0.5 ")
+
+    with pytest.raises(PipelineError) as info:
+        run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=edit_when_running)
+    assert "changed while it ran" in str(info.value)
+    assert "rules/zh_web.yaml: filters.zh.han_ratio: 0.1 -> 0.5" in str(info.value)
+    assert json.loads((out / "run.json").read_text(encoding="utf-8"))["status"] == "running"
+    with pytest.raises(PipelineError, match="--fresh"):  # the record still says 0.1
+        run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)

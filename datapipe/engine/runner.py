@@ -104,6 +104,7 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
     timings["stats"] = round(time.perf_counter() - started, 3)
     check_conservation(folder, counts)
     _record_input_hashes(folder, spec, inputs)
+    _check_resources_unchanged(pipeline, resources)
     run.update({"status": "complete", "finished": _now(), "timings": timings, "counts": counts})
     folder.save_run_json(run)
     return result
@@ -286,6 +287,16 @@ def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
 
 
 # --- change detection -------------------------------------------------------------
+
+def _check_resources_unchanged(pipeline: Pipeline, recorded: list[dict[str, Any]]) -> None:
+    """A rule file edited while tasks ran may have judged some documents by the old rules and some by the
+    new (a worker reads it when it first builds the stage): such a run is not marked complete."""
+    changes = resource_changes(recorded, pipeline.resources())
+    if changes:
+        raise PipelineError("files the run depends on changed while it ran, so its documents may be judged by "
+                            "both versions:\n" + "\n".join(f"  - {c}" for c in changes[:30])
+                            + "\nRun again with --fresh to judge every document by today's files.")
+
 
 def input_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
     before = {(i["source"], i["path"]): i for i in old}
