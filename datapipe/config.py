@@ -106,8 +106,31 @@ class Pipeline:
             data["tokenize"]["tokenizer_sha256"] = _sha256(self.resolve(self.config.tokenize.tokenizer))
         return data
 
+    def resources(self) -> list[dict[str, Any]]:
+        """Every file besides this one that the run's decisions depend on, as run.json records them.
+
+        Each stage names its own (``Stage.resource_files``): rule sets, word and domain lists, the
+        license class table, models. See ``datapipe.run_identity``.
+        """
+        from datapipe.run_identity import record_resources
+        from datapipe.stages import STAGES  # late import: stages import config helpers
+
+        files = [(kind, f) for kind, opts in self.stage_options
+                 for f in STAGES[kind].resource_files(opts, self.base_dir)]
+        return record_resources(files, self.base_dir)
+
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.normalized(), sort_keys=True).encode()).hexdigest()[:16]
+        """The run's identity: the normalized config (tokenizer hash included) and every resource file's hash.
+
+        A pipeline whose stages read no files keeps the fingerprint it had before resources counted.
+        """
+        from datapipe.run_identity import identity
+
+        data = self.normalized()
+        resources = identity(self.resources())
+        if resources:
+            data = {**data, "resources": resources}  # not a config key: PipelineConfig forbids unknown keys
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def load_pipeline(path: str | Path) -> Pipeline:

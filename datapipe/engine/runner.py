@@ -25,6 +25,7 @@ from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
 from datapipe.engine.run_folder import RunFolder
 from datapipe.models import cache_dir
+from datapipe.run_identity import config_changes, resource_changes
 from datapipe.stages.base import ShuffledGlobalStage
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
@@ -49,14 +50,19 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
     folder = RunFolder(output if output is not None else pipeline.default_output())
     folder.check_usable()
     normalized = pipeline.normalized()
+    resources = pipeline.resources()
     inputs = _input_listing(pipeline)
     previous = folder.load_run_json()
     if previous is not None and not fresh:
         changes = config_changes(previous.get("config", {}), normalized)
+        if "resources" in previous:
+            changes += resource_changes(previous["resources"], resources)
+        else:  # a run.json from before rule files were recorded: nothing to compare them with
+            log(f"datapipe: {folder.run_json} records no rule files or models; recording today's")
         changes += input_changes(previous.get("inputs", []), inputs)
         if changes:
             raise PipelineError(
-                f"{folder.root} holds a run of a different pipeline; changed since then:\n"
+                f"{folder.root} holds a run of a different pipeline, rule files or inputs; changed since then:\n"
                 + "\n".join(f"  - {c}" for c in changes[:30])
                 + "\nUse --fresh to discard that run and start over, or --output to write elsewhere.")
     if fresh:
@@ -69,7 +75,8 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
         build_stage(spec, pos).prepare()  # fetch models now: one clear error instead of one per task
 
     run = previous if previous is not None and not fresh else {}
-    run.update({"name": pipeline.name, "fingerprint": spec.fingerprint, "config": normalized, "inputs": inputs,
+    run.update({"name": pipeline.name, "fingerprint": spec.fingerprint, "config": normalized,
+                "resources": resources, "inputs": inputs,
                 "pipeline_file": str(pipeline.file) if pipeline.file else None, "status": "running",
                 "packages": _package_versions(), "python": platform.python_version()})
     run.setdefault("started", _now())
@@ -97,6 +104,7 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
     timings["stats"] = round(time.perf_counter() - started, 3)
     check_conservation(folder, counts)
     _record_input_hashes(folder, spec, inputs)
+    _check_resources_unchanged(pipeline, resources)
     run.update({"status": "complete", "finished": _now(), "timings": timings, "counts": counts})
     folder.save_run_json(run)
     return result
@@ -280,22 +288,14 @@ def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
 
 # --- change detection -------------------------------------------------------------
 
-def config_changes(old: Any, new: Any, path: str = "") -> list[str]:
-    """Key paths whose values differ between two normalized configs."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out: list[str] = []
-        for key in sorted(set(old) | set(new), key=str):
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in old:
-                out.append(f"{sub}: added ({_brief(new[key])})")
-            elif key not in new:
-                out.append(f"{sub}: removed (was {_brief(old[key])})")
-            else:
-                out.extend(config_changes(old[key], new[key], sub))
-        return out
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [c for i, (a, b) in enumerate(zip(old, new)) for c in config_changes(a, b, f"{path}[{i}]")]
-    return [] if old == new else [f"{path}: {_brief(old)} -> {_brief(new)}"]
+def _check_resources_unchanged(pipeline: Pipeline, recorded: list[dict[str, Any]]) -> None:
+    """A rule file edited while tasks ran may have judged some documents by the old rules and some by the
+    new (a worker reads it when it first builds the stage): such a run is not marked complete."""
+    changes = resource_changes(recorded, pipeline.resources())
+    if changes:
+        raise PipelineError("files the run depends on changed while it ran, so its documents may be judged by "
+                            "both versions:\n" + "\n".join(f"  - {c}" for c in changes[:30])
+                            + "\nRun again with --fresh to judge every document by today's files.")
 
 
 def input_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
@@ -327,11 +327,6 @@ def _input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
             listing.append({"source": source, "path": str(path.resolve()), "format": fmt, "bytes": st.st_size,
                             "mtime": int(st.st_mtime)})
     return listing
-
-
-def _brief(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) < 60 else text[:57] + "..."
 
 
 def _package_versions() -> dict[str, str]:

@@ -67,6 +67,23 @@ class CheckContext:
     before: tuple[tuple[str, StageOptions], ...] = ()  # (stage type, options) of the stages that run earlier
 
 
+@dataclass(frozen=True)
+class ResourceFile:
+    """A file a stage's signals or decisions depend on (rule set, word list, model).
+
+    The run records each one in run.json (path, sha256 and, for small text files, the content), so
+    a rerun against a changed file is refused naming it, and ``explain`` grades against what the
+    run used rather than today's file.
+    """
+
+    path: Path
+    role: str  # what it is to the stage: "rules", "word_list", "domain_list", "license_classes", "model"
+    key: str | None = None  # the stage's own name for it, e.g. the quality rule-set key "zh_web"
+    content: bool = True  # record the text (small data files); False: the hash only (models)
+    name: str | None = None  # shown and compared instead of the path (a model found by env or cache)
+    sha256: str | None = None  # a pinned hash that stands for the file (lid.176, checked when fetched)
+
+
 def kinds_problems(kinds: list[str], key: str = "kinds") -> list[Problem]:
     """A kind outside web/code/paper/text matches no source: the stage would silently skip everything."""
     return [(f"{key}[{i}]", f"{k!r} is not a source kind; allowed: {', '.join(SOURCE_KINDS)}")
@@ -99,6 +116,15 @@ class Stage:
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
         """The signal columns the stage adds to every batch; None where they cannot be known up front."""
         return set()
+
+    @classmethod
+    def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
+        """The files besides the pipeline file that the stage's outputs depend on: part of the run's identity.
+
+        Called on the driver for validated options; must be cheap (no model loading). A stage that
+        reads a data file it does not list here could resume silently with half a run judged by old rules.
+        """
+        return []
 
     def prepare(self) -> None:
         """Called once on the driver before any task: fetch models, fail early with a clear error."""

@@ -23,9 +23,18 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from datapipe.langcodes import LID176_CODES, language_problems
-from datapipe.models import ensure_lid_model, lid_model_path
+from datapipe.models import LID_FILENAME, LID_SHA256, ensure_lid_model, lid_model_path
 from datapipe.stages import cjk
-from datapipe.stages.base import CheckContext, Decision, Problem, Resources, Stage, StageOptions, kinds_problems
+from datapipe.stages.base import (
+    CheckContext,
+    Decision,
+    Problem,
+    ResourceFile,
+    Resources,
+    Stage,
+    StageOptions,
+    kinds_problems,
+)
 from datapipe.stages.columns import set_column
 
 _MODELS: dict[str, object] = {}  # one loaded model per worker process
@@ -110,6 +119,19 @@ class LangId(Stage):
         if o.to_simplified:
             cols.add("to_simplified")
         return cols
+
+    @classmethod
+    def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
+        """The fastText model, by hash: a given ``model`` file's own, else lid.176's pinned sha256.
+
+        The default model is named ``lid.176.ftz`` wherever it is (cache or $DATAPIPE_LID_MODEL), so
+        moving the cache is no change; a different file behind $DATAPIPE_LID_MODEL is, by its hash.
+        """
+        if options.model:
+            path = Path(options.model).expanduser()
+            return [ResourceFile(path if path.is_absolute() else pipeline_dir / path, "model", content=False)]
+        pinned = None if os.environ.get("DATAPIPE_LID_MODEL") else LID_SHA256  # the fetch checks that hash
+        return [ResourceFile(lid_model_path(), "model", content=False, name=LID_FILENAME, sha256=pinned)]
 
     def prepare(self) -> None:
         self._model_path()  # fetch once on the driver; a clear error here beats one per task

@@ -12,6 +12,7 @@ the document text itself (its head and tail, where notices live).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -29,7 +30,8 @@ from datapipe.license import (
 from datapipe.license.arxiv import ARXIV_NONEXCLUSIVE
 from datapipe.license.expression import combine
 from datapipe.license.spdx import CLASSES, UNKNOWN
-from datapipe.stages.base import CheckContext, Decision, Stage, StageOptions
+from datapipe.resources import filter_file
+from datapipe.stages.base import CheckContext, Decision, ResourceFile, Stage, StageOptions
 from datapipe.stages.columns import set_column
 
 HEAD_CHARS, TAIL_CHARS = 2000, 4000  # license notices sit in headers and footers
@@ -65,6 +67,11 @@ class LicenseTagger(Stage):
     @classmethod
     def output_columns(cls, options: LicenseOptions, context: CheckContext) -> set[str] | None:
         return {"license", "license_class", "license_evidence"}
+
+    @classmethod
+    def resource_files(cls, options: LicenseOptions, pipeline_dir: Path) -> list[ResourceFile]:
+        """The SPDX id -> class table: it decides ``license_class`` and so what the policy drops."""
+        return [ResourceFile(filter_file("licenses", "classes.yaml"), "license_classes")]  # what spdx.py reads
 
     def setup(self) -> None:
         self._policy = Policy.from_config({k: v.model_dump(exclude_none=True) for k, v in

@@ -18,7 +18,15 @@ from pydantic import Field
 
 from datapipe.config import SOURCE_KINDS
 from datapipe.langcodes import language_problems
-from datapipe.stages.base import CheckContext, Decision, Problem, Stage, StageOptions, kinds_problems
+from datapipe.stages.base import (
+    CheckContext,
+    Decision,
+    Problem,
+    ResourceFile,
+    Stage,
+    StageOptions,
+    kinds_problems,
+)
 from datapipe.stages.columns import set_column
 from datapipe.stages.quality import blocklist, c4, code, fineweb, gopher, paper, zh  # noqa: F401 (register)
 from datapipe.stages.quality.rules import BUILTIN_DIR, FILTERS, RuleSet, RuleSetError
@@ -33,16 +41,20 @@ class QualityOptions(StageOptions):
     aliases: dict[str, str] = Field({"yue": "zh"}, description="Languages judged by another's rule sets.")
 
 
-def load_rule_sets(rules: Literal["auto"] | dict[str, str], builtin: bool, base: Path) -> dict[str, RuleSet]:
-    sets: dict[str, RuleSet] = {}
+def rule_set_files(rules: Literal["auto"] | dict[str, str], builtin: bool, base: Path) -> dict[str, tuple[Path, str]]:
+    """Rule-set key -> (its file, its name) for the rule sets the stage uses; a given key replaces a built-in one."""
+    files: dict[str, tuple[Path, str]] = {}
     if rules == "auto" or builtin:
-        sets = {p.stem: RuleSet.load(p, p.stem) for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
+        files = {p.stem: (p, p.stem) for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
     if isinstance(rules, dict):
         for key, path in rules.items():
             p = Path(path)
-            p = p if p.is_absolute() else base / p
-            sets[key] = RuleSet.load(p, str(path))
-    return sets
+            files[key] = (p if p.is_absolute() else base / p, str(path))
+    return files
+
+
+def load_rule_sets(rules: Literal["auto"] | dict[str, str], builtin: bool, base: Path) -> dict[str, RuleSet]:
+    return {key: RuleSet.load(path, name) for key, (path, name) in rule_set_files(rules, builtin, base).items()}
 
 
 class Quality(Stage):
@@ -95,6 +107,21 @@ class Quality(Stage):
         except RuleSetError:
             return None
         return {c for rs in sets.values() for c in rs.columns()} | {"quality_rules"}
+
+    @classmethod
+    def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
+        """Each rule set in use (by key) and the word and domain lists its blocklist filter reads."""
+        out: list[ResourceFile] = []
+        for key, (path, name) in rule_set_files(options.rules, options.builtin, pipeline_dir).items():
+            out.append(ResourceFile(path, "rules", key))
+            try:
+                rs = RuleSet.load(path, name)
+            except RuleSetError:
+                continue  # validation reports it; the file itself is still recorded (as missing or unparsable)
+            if "blocklist" in rs.filters:
+                for setting, list_path in blocklist.list_paths(rs.filters["blocklist"]).items():
+                    out.append(ResourceFile(list_path, "domain_list" if setting == "domain_list" else "word_list"))
+        return out
 
     def prepare(self) -> None:
         if not self.sets:

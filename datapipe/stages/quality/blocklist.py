@@ -24,13 +24,33 @@ CATEGORIES = ("spam", "adult", "gambling")
 
 
 def read_list(path: Path) -> tuple[str, ...]:
-    lines = (ln.split("#", 1)[0].strip() for ln in path.read_text(encoding="utf-8").splitlines())
+    return parse_list(path.read_text(encoding="utf-8"))
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    """The entries of a list file: one per line, ``#`` comments, case and order do not matter."""
+    lines = (ln.split("#", 1)[0].strip() for ln in text.splitlines())
     return tuple(sorted({ln.lower() for ln in lines if ln}))
 
 
-@lru_cache(maxsize=16)
+def _signature(path: str) -> tuple[str, int, int]:
+    """Path plus modification time and size: a list edited between two runs in one long-lived worker
+    (Ray reuses worker processes) is read again instead of served stale from the cache."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return path, -1, -1  # reading it raises the error where it belongs
+    return path, st.st_mtime_ns, st.st_size
+
+
 def word_patterns(path: str) -> tuple[str, tuple[str, ...]]:
     """One alternation to find candidate pages fast, and one pattern per word to count distinct hits."""
+    return _word_patterns(_signature(path))
+
+
+@lru_cache(maxsize=16)
+def _word_patterns(signature: tuple[str, int, int]) -> tuple[str, tuple[str, ...]]:
+    path = signature[0]
     pats = []
     for w in read_list(Path(path)):
         # Latin words must match whole words ("sex" is not in "Essex"); CJK has no word boundary.
@@ -50,9 +70,13 @@ def distinct_hits(lower: pa.Array, path: Path) -> np.ndarray:
     return hits
 
 
-@lru_cache(maxsize=4)
 def domains(path: str) -> frozenset[str]:
-    return frozenset(read_list(Path(path)))
+    return _domains(_signature(path))
+
+
+@lru_cache(maxsize=4)
+def _domains(signature: tuple[str, int, int]) -> frozenset[str]:
+    return frozenset(read_list(Path(signature[0])))
 
 
 def blocked(urls: list[str | None], blocklist: frozenset[str]) -> np.ndarray:
