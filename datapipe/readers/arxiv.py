@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import posixpath
 import re
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from datapipe.limits import DEFAULT_LIMITS, ReadLimits
-from datapipe.readers.archives import Caps, Member, iter_archive
+from datapipe.readers.archives import ARCHIVE_PROBLEMS, Caps, Member, MemberIds, clean_name, iter_archive
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
 
@@ -315,27 +316,50 @@ def _decode(data: bytes) -> str:
         return data.decode("latin-1")  # old arXiv sources are often Latin-1; TeX itself is byte-oriented
 
 
+def _folder_members(root: Path, caps: Caps, max_record_bytes: int) -> Iterator[Member]:
+    """.tex files of an unpacked source folder; symlinks and files over the cap are reject items."""
+    for ordinal, p in enumerate(sorted(root.rglob("*.tex"))):
+        name, escaped = clean_name(p.relative_to(root).as_posix())
+        at = {"ordinal": ordinal, "escaped": escaped}
+        if p.is_symlink():
+            yield Member(name, reason="symlink", detail=f"symlink to {clean_name(os.readlink(p))[0]!r} not followed",
+                         **at)
+        elif p.is_file():
+            size = p.stat().st_size
+            if size > caps.member_bytes:
+                reason = "record_too_large" if size > max_record_bytes else "member_too_large"
+                yield Member(name, reason=reason, detail=f"{size} bytes > cap {caps.member_bytes}", size=size, **at)
+            else:
+                yield Member(name, p.read_bytes(), **at)
+
+
 def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     opts = ArxivOptions.model_validate(file.source.options)
     out = ColumnsBuilder.create(file, batch_size, PAPER_COLUMNS)
     cols = metadata_columns(file, opts.metadata, arxiv_id_from_name(file.name))
-    caps = Caps(member_bytes=opts.max_member_bytes, archive_bytes=opts.max_archive_bytes)
+    limits = file.limits
+    caps = Caps(member_bytes=min(opts.max_member_bytes, limits.max_record_bytes),
+                archive_bytes=min(opts.max_archive_bytes, limits.max_file_decompressed_bytes),
+                max_members=limits.max_archive_members)
     files: dict[str, str] = {}
     problems: list[Member] = []
     if file.path.is_dir():
-        members: Iterator[Member] = (Member(p.relative_to(file.path).as_posix(), p.read_bytes())
-                                     for p in sorted(file.path.rglob("*.tex")) if p.is_file() and not p.is_symlink()
-                                     and p.stat().st_size <= caps.member_bytes)
+        members: Iterator[Member] = _folder_members(file.path, caps, limits.max_record_bytes)
     else:
         members = iter_archive(file.path, caps, _is_tex_name)
     for m in members:
         if m.data is None:
+            if m.reason == "member_too_large" and m.size is not None and m.size > limits.max_record_bytes:
+                m = Member(m.name, reason="record_too_large", detail=m.detail, ordinal=m.ordinal, escaped=m.escaped)
             problems.append(m)
         else:
             files[m.name if m.name.lower().endswith((".tex", ".ltx")) or file.path.is_dir() else m.name + ".tex"] = \
                 _decode(m.data)
-    for i, m in enumerate(problems):  # unsafe members, bombs, corruption: each one reject row
-        out.reject_row(f"{m.name or 'archive'}:{m.reason}:{i}", m.reason or "", m.detail, path=m.name or None, **cols)
+    ids = MemberIds()
+    for m in problems:  # unsafe members, links, bombs, corruption: each one reject row
+        record = ids(m)  # never the paper's own id (its main file): the reason is appended to member names
+        out.reject_row(record if record.startswith("//") else f"{record}:{m.reason}", m.reason or "", m.detail,
+                       path=m.name if m.name and m.reason != "unsafe_member_path" else None, **cols)
     try:
         main, text, detail = flatten(files, file.limits)
     except TexLimitError as exc:  # a runaway macro or include fan-out: the paper is one reject
@@ -343,9 +367,9 @@ def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         if (last := out.flush()) is not None:
             yield last
         return
-    fatal = any(m.reason in ("corrupt_archive", "archive_too_large") for m in problems)
+    fatal = any(m.reason in ARCHIVE_PROBLEMS for m in problems)
     if main is None:
-        if not fatal:  # a corrupt archive already said why there is no paper
+        if not fatal:  # a corrupt or empty archive already said why there is no paper
             out.reject_row("paper", "no_main_tex", detail, **cols)
     elif not text:
         out.reject_row(main, "extraction_empty", detail, path=main, **cols)
