@@ -19,9 +19,11 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import itertools
 import lzma
 import posixpath
 import stat
+import struct
 import tarfile
 import zipfile
 import zlib
@@ -218,10 +220,13 @@ def _iter_tar(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
                     if member is not None:
                         yield member
                     tar.members.clear()  # tarfile keeps every TarInfo otherwise: memory grows per member
-            # tarfile ends quietly at an invalid header after the first one; a real end is a zero block.
+            # tarfile ends quietly at an invalid header after the first one, and at a stream cut
+            # between members; a real end is a zero block.
             block = counted.block_at(tar.offset)
             if block and block.count(0) != len(block):
                 raise tarfile.ReadError(f"invalid tar header at offset {tar.offset}: archive damaged")
+            if entries[0] and (block is None or len(block) < 512):
+                raise EOFError(f"archive ends at offset {tar.offset} without its end-of-archive block (truncated)")
         except ArchiveTooLarge as exc:
             yield Member("", reason="archive_too_large", detail=f"stopped: {exc} (cap {caps.archive_bytes})")
         except (tarfile.TarError, OSError, EOFError, lzma.LZMAError, ValueError) as exc:
@@ -231,7 +236,8 @@ def _iter_tar(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
 def _tar_member(tar: tarfile.TarFile, info: tarfile.TarInfo, caps: Caps,
                 want: Callable[[str], bool] | None, ordinal: int) -> Member | None:
     raw, escaped = clean_name(info.name)
-    name = safe_name(raw)
+    name = safe_name(info.name)  # on the raw name: the \\xNN escapes must not read as path separators
+    name = clean_name(name)[0] if name is not None else None
     if name is None:
         return Member(raw, reason="unsafe_member_path", detail=f"absolute or escaping path {raw!r}",
                       ordinal=ordinal, escaped=escaped)
@@ -265,7 +271,8 @@ def _iter_zip(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
                     yield _too_many(caps)
                     return
                 raw, escaped = clean_name(info.filename)
-                name = safe_name(raw)
+                name = safe_name(info.filename)
+                name = clean_name(name)[0] if name is not None else None
                 if name is None:
                     yield Member(raw, reason="unsafe_member_path", detail=f"absolute or escaping path {raw!r}",
                                  ordinal=ordinal, escaped=escaped)
@@ -302,7 +309,66 @@ def _iter_zip(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
                     return
                 yield Member(name, data, **at)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        yield Member("", reason="corrupt_archive", detail=f"{type(exc).__name__}: {exc}")
+        if entries[0] == 0:  # no central directory (a cut zip): read the local headers in order instead
+            yield from _iter_zip_local(path, caps, want, entries, f"{type(exc).__name__}: {exc}")
+        else:
+            yield Member("", reason="corrupt_archive", detail=f"{type(exc).__name__}: {exc}")
+
+
+_LOCAL = struct.Struct("<4sHHHHHIIIHH")
+
+
+def _iter_zip_local(path: Path, caps: Caps, want: Callable[[str], bool] | None, entries: list[int],
+                    why: str) -> Iterator[Member]:
+    """Members of a zip whose central directory is gone (truncated): local headers read front to
+    back, stored and deflated members with sizes in their header. Whatever follows the first
+    member that cannot be read this way is one corrupt_archive item."""
+    total = 0
+    with path.open("rb") as f:
+        for ordinal in itertools.count():
+            head = f.read(_LOCAL.size)
+            if len(head) < _LOCAL.size or head[:4] != b"PK\x03\x04":
+                break
+            _, _, flags, method, _, _, _, csize, usize, nlen, xlen = _LOCAL.unpack(head)
+            rawname = f.read(nlen).decode("utf-8" if flags & 0x800 else "cp437", "surrogateescape")
+            f.seek(xlen, 1)
+            if flags & 0x8 or method not in (0, 8):
+                break  # sizes in a trailing descriptor, or a method we do not stream: stop here
+            entries[0] += 1
+            if entries[0] > caps.max_members:
+                yield _too_many(caps)
+                return
+            start = f.tell()
+            raw, escaped = clean_name(rawname)
+            name = safe_name(rawname)
+            name = clean_name(name)[0] if name is not None else None
+            at = {"ordinal": ordinal, "escaped": escaped, "size": usize}
+            if rawname.endswith("/"):
+                entries[0] -= 1
+            elif name is None:
+                yield Member(raw, reason="unsafe_member_path", detail=f"absolute or escaping path {raw!r}", **at)
+            elif want is None or want(name):
+                if usize > caps.member_bytes:
+                    yield Member(name, reason="member_too_large", detail=f"{usize} bytes > cap {caps.member_bytes}", **at)
+                else:
+                    comp = f.read(csize)
+                    if len(comp) < csize:
+                        break
+                    try:
+                        data = comp if method == 0 else zlib.decompressobj(-15).decompress(comp, caps.member_bytes + 1)
+                    except zlib.error as exc:
+                        yield Member(name, reason="corrupt_member", detail=f"error: {exc}", **at)
+                    else:
+                        total += len(data)
+                        if total > caps.archive_bytes:
+                            yield Member(name, reason="archive_too_large",
+                                         detail=f"stopped: more than {caps.archive_bytes} bytes")
+                            return
+                        yield Member(name, data, **at) if len(data) <= caps.member_bytes else \
+                            Member(name, reason="member_too_large", detail=f"more than cap {caps.member_bytes} bytes", **at)
+            f.seek(start + csize)
+    yield Member("", reason="corrupt_archive", detail=f"{why}; members before the damage were read from their "
+                 "local headers")
 
 
 def _iter_single(path: Path, caps: Caps, want: Callable[[str], bool] | None, compressed: bool,
