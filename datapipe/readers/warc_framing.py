@@ -84,6 +84,26 @@ class DecompressedStream:
             if i > 0:
                 del self._starts[:i], self._members[:i]
 
+    def rewind(self, pos: int) -> None:
+        """Go back to decompressed offset ``pos`` after it was discarded: seek to the start of the
+        gzip member holding it (the byte itself for plain files) and read forward again. Used once
+        per lying record whose true successor lay inside a payload too large to keep."""
+        if pos >= self.base:
+            return
+        i = bisect.bisect_right(self._starts, pos) - 1 if self.gzipped else 0
+        comp, dstart = (self._members[i], self._starts[i]) if self.gzipped else (pos, pos)
+        if self.gzipped and i < 0:
+            raise ValueError(f"cannot go back to offset {pos}: its gzip member is no longer known")
+        self.f.seek(comp)
+        self.buf, self.base, self.eof = bytearray(), dstart, False
+        self.holes = [h for h in self.holes if h.at < dstart]
+        if self.gzipped:
+            del self._starts[i + 1:], self._members[i + 1:]
+            self._comp_pos = self._member_start = comp
+            self._d, self._pending = zlib.decompressobj(31), b""
+        self.fill(pos)
+        self.discard(pos)
+
     def get(self, start: int, stop: int) -> bytes:
         return bytes(self.buf[start - self.base: stop - self.base])
 
@@ -286,10 +306,11 @@ class WarcFramer:
         keep = declared <= self.max_bytes and self.need_payload(rec.headers)
         rec.too_large = declared > self.max_bytes
         end = block + declared
+        candidate = None
         if keep:
             s.fill(end + 8)
         else:
-            self._skip_to(block, end)
+            candidate = self._skip_to(block, end)
         got = min(end, s.end) - block
         # The end check: terminator, then the next header or the end of the file.
         tail = s.get(block + got, min(s.end, end + 16)) if got == declared else b""
@@ -312,6 +333,8 @@ class WarcFramer:
                 rec.payload = s.get(block, end)
             return rec
         # The length lies (or the file ends inside the block): find where the next record really starts.
+        if candidate is not None and candidate < s.base:
+            s.rewind(candidate)  # the first header inside the skipped block: its bytes were not kept
         nxt = self.next_header(block)
         if got < declared and nxt >= s.end:
             rec.problem = f"Content-Length {declared} but the file ends after {got} bytes of the block"
@@ -322,19 +345,23 @@ class WarcFramer:
         rec.too_large = False
         return rec
 
-    def _skip_to(self, block: int, end: int) -> None:
-        """Read up to ``end`` without holding more than a window: only the bytes from the first
-        WARC header seen inside the skipped block are kept (the resync point if the length lies),
-        and only while they stay under the cap."""
+    def _skip_to(self, block: int, end: int) -> int | None:
+        """Read up to ``end`` holding only a window (a payload over the cap is never in memory);
+        returns the offset of the first line inside the block that starts a WARC header, where
+        reading resumes (after a rewind) if the length turns out to lie."""
         s = self.s
-        keep_from: int | None = None
-        while s.end < end + 8 and not s.eof:
-            scan_from = max(s.end - 64, block)
+        candidate: int | None = None
+        scanned = block
+        while True:
+            if candidate is None and s.end > scanned:
+                m = _HEADER_START.search(s.buf, max(scanned - s.base - 1, 0))
+                while m is not None and m.start(1) + s.base < block:
+                    m = _HEADER_START.search(s.buf, m.start(1) + 1)
+                if m is not None and m.start(1) + s.base < end:
+                    candidate = m.start(1) + s.base
+                scanned = max(s.end - 64, block)  # overlap: a header may straddle two reads
+            if s.end >= end + 8 or s.eof:
+                break
+            s.discard(min(max(s.end - 64, block), end))
             s._more()
-            if keep_from is None:
-                m = _HEADER_START.search(s.buf, max(scan_from - s.base, block - s.base, 0))
-                if m is not None:
-                    keep_from = m.start(1) + s.base
-            if keep_from is not None and s.end - keep_from > self.max_bytes:
-                keep_from = None  # too far back to be this record's successor: drop it
-            s.discard(min(keep_from if keep_from is not None else max(s.end - 64, block), end))
+        return candidate
