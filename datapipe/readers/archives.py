@@ -259,8 +259,24 @@ def _tar_member(tar: tarfile.TarFile, info: tarfile.TarInfo, caps: Caps,
     return Member(name, data, **at)
 
 
+def _zip_entry_count(path: Path) -> int | None:
+    """Entries the zip's end record announces (None when it has none): read before ZipFile, which
+    loads the whole central directory into memory at open."""
+    try:
+        with path.open("rb") as f:
+            end = zipfile._EndRecData(f)  # type: ignore[attr-defined]
+        return int(end[zipfile._ECD_ENTRIES_TOTAL]) if end else None  # type: ignore[attr-defined]
+    except (OSError, AttributeError, IndexError, TypeError, ValueError):
+        return None
+
+
 def _iter_zip(path: Path, caps: Caps, want: Callable[[str], bool] | None, entries: list[int]) -> Iterator[Member]:
     total = 0
+    announced = _zip_entry_count(path)
+    if announced is not None and announced > caps.max_members:
+        # A directory of millions of entries: read the first ones from their local headers instead.
+        yield from _iter_zip_local(path, caps, want, entries, f"central directory announces {announced} entries")
+        return
     try:
         with zipfile.ZipFile(path) as zf:
             for ordinal, info in enumerate(zf.infolist()):

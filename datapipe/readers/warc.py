@@ -62,7 +62,8 @@ class WebRecord:
     framing: str | None = None  # why the record's framing is wrong (lying Content-Length, corrupt member, ...)
 
 
-def iter_warc_records(path: Path, max_bytes: int, need_payload: tuple[str, ...] = DOC_TYPES) -> Iterator[WebRecord]:
+def iter_warc_records(path: Path, max_bytes: int, need_payload: tuple[str, ...] = DOC_TYPES,
+                      max_total: int = 1 << 62) -> Iterator[WebRecord]:
     """Records in file order; a record whose framing is wrong comes out with ``framing`` set and
     bytes that are no record as type ``garbage`` (see warc_framing)."""
     with path.open("rb") as f:
@@ -71,7 +72,7 @@ def iter_warc_records(path: Path, max_bytes: int, need_payload: tuple[str, ...] 
         if _is_arc(head):
             yield from _iter_arc(f, max_bytes)
             return
-        stream = DecompressedStream(f, gzipped=head.startswith(b"\x1f\x8b"))
+        stream = DecompressedStream(f, gzipped=head.startswith(b"\x1f\x8b"), max_total=max_total)
         framer = WarcFramer(stream, max_bytes, lambda h: h.get("warc-type", "") in need_payload)
         for fr in framer:
             yield _from_framed(fr)
@@ -265,7 +266,7 @@ def _read(file: InputFile, batch_size: int, fmt: str) -> Iterator[ReadBatch]:
     leading: WebRecord | None = None  # garbage at offset 0: "not a WARC file" if nothing else follows
     need = () if fmt == "wat" else DOC_TYPES  # WAT metadata is rejected unread
     try:
-        for rec in iter_warc_records(file.path, max_bytes, need):
+        for rec in iter_warc_records(file.path, max_bytes, need, file.limits.max_file_decompressed_bytes):
             # The id is the record's gzip member offset (what a CDX index points at), numbered
             # within the member when it holds several records (a file gzipped as one member).
             key = rec.member if rec.member is not None else rec.offset

@@ -30,6 +30,10 @@ _HEADER_START = re.compile(rb"(?:^|\n)(WARC/1\.[01]\r?\n[!-9;-~]+:)")
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 
 
+class DecompressedTooLarge(Exception):
+    pass
+
+
 @dataclass
 class Hole:
     """A corrupt gzip member: decompressed output stops at ``at``; reading went on at the next member."""
@@ -45,8 +49,9 @@ class DecompressedStream:
     the gzip member that produced each byte (what a CDX index points at) and the holes left by
     corrupt members. Keeps only a sliding window in memory."""
 
-    def __init__(self, f: IO[bytes], gzipped: bool) -> None:
-        self.f, self.gzipped = f, gzipped
+    def __init__(self, f: IO[bytes], gzipped: bool, max_total: int = 1 << 62) -> None:
+        self.f, self.gzipped, self.max_total = f, gzipped, max_total  # max_total: limits.max_file_decompressed_bytes
+        self.total = 0
         self.buf = bytearray()
         self.base = 0  # decompressed offset of buf[0]
         self.eof = False
@@ -137,6 +142,10 @@ class DecompressedStream:
             self._resync_member(data)
             return
         self.buf += out
+        self.total += len(out)
+        if self.total > self.max_total:  # a decompression bomb: stop (the caller rejects the rest)
+            raise DecompressedTooLarge(f"more than limits.max_file_decompressed_bytes {self.max_total} "
+                                       "bytes decompressed")
         if d.eof:  # member done: the rest of this chunk starts the next member
             used = len(data) - len(d.unused_data)
             self._comp_pos += used
