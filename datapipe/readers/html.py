@@ -127,6 +127,9 @@ def license_hints(html: str) -> str | None:
     return json.dumps(list(found), ensure_ascii=False) if found else None
 
 
+_QUICK_DEPTH = 64
+
+
 @functools.lru_cache(maxsize=4)
 def _depth_selector(max_depth: int) -> str:
     return " > ".join(["*"] * (max_depth + 1))
@@ -146,8 +149,14 @@ def parse_checked(html: str, limits: ReadLimits):  # type: ignore[no-untyped-def
     from resiliparse.parse.html import HTMLTree
 
     tree = HTMLTree.parse(html)
-    if tree.document is not None and tree.document.query_selector(_depth_selector(limits.max_html_depth)) is not None:
-        return None, ("too_deeply_nested", f"elements nest deeper than limits.max_html_depth {limits.max_html_depth}")
+    doc, cap = tree.document, limits.max_html_depth
+    # Cheapest first: a tree of at most ``cap`` elements cannot be deeper than ``cap`` (counting them
+    # is a C walk). lexbor parses a selector on every query, at a cost growing with its length: a
+    # short chain next (real pages are rarely 64 deep), the full one only for pages deeper than that.
+    if doc is not None and len(doc.get_elements_by_tag_name("*")) > cap and \
+            doc.query_selector(_depth_selector(min(cap, _QUICK_DEPTH))) is not None and \
+            (cap <= _QUICK_DEPTH or doc.query_selector(_depth_selector(cap)) is not None):
+        return None, ("too_deeply_nested", f"elements nest deeper than limits.max_html_depth {cap}")
     return tree, None
 
 

@@ -233,13 +233,12 @@ class WarcFramer:
     def _skip_ws(self, pos: int) -> int:
         s = self.s
         while True:
-            s.fill(pos + 1)
-            if pos >= s.end:
+            s.fill(pos + 64)
+            window = s.buf[pos - s.base: pos - s.base + 64]
+            skipped = len(window) - len(window.lstrip(b"\r\n\t "))
+            pos += skipped
+            if skipped < len(window) or not window:
                 return pos
-            c = s.buf[pos - s.base]
-            if c not in b"\r\n\t ":
-                return pos
-            pos += 1
 
     def next_header(self, pos: int) -> int:
         """Offset of the next line starting a WARC header at or after ``pos`` (the end of the file
@@ -328,7 +327,7 @@ class WarcFramer:
         # A terminator followed by other bytes: this record is whole; those bytes are the next garbage.
         clean = got == declared and (stripped.startswith(b"WARC/1.") or (not stripped and s.end <= end + 16)
                                      or newlines >= 2)
-        new_holes = s.holes_in(start, end + 4)
+        new_holes = s.holes_in(start, end + 4) if s.holes else []
         if new_holes:
             for h in new_holes:
                 h.reported = True
