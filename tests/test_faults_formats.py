@@ -219,6 +219,7 @@ def test_html_pathological_pages_are_rejected_or_read_in_linear_time(tmp_path: P
     for name, (html, _) in hostile.items():
         (bad / name).write_text(html)
     (bad / "linked.html").symlink_to(tmp_path / "clean" / "eng.html")
+    (bad / os.fsdecode(b"caf\xe9.html")).write_bytes((bad / "eng.html").read_bytes())  # a name that is not UTF-8
     run = run_map(tmp_path, [{"name": "bad", "kind": "web", "paths": ["bad"]},
                              {"name": "clean", "kind": "web", "paths": ["clean"]}], "html",
                   limits={"max_record_bytes": 4 << 20})
@@ -236,6 +237,8 @@ def test_html_pathological_pages_are_rejected_or_read_in_linear_time(tmp_path: P
         else:
             assert name in by_path or reasons.get(name) == "extraction_empty", name
     assert reasons["linked.html"] == "symlink"
+    escaped = next(d for d in bad_docs if d["path"].startswith("caf\\xe9.html//"))  # escaped, id kept unique
+    assert escaped["text"] == by_path["eng.html"]["text"] and escaped["id"].endswith("#" + escaped["path"])
     assert "Words in a paragraph" in by_path["siblings.html"]["text"]
     assert set(reasons) == {n for n, (_, r) in hostile.items() if r} | {"linked.html"} | \
         {n for n in hostile if reasons.get(n) == "extraction_empty"}
@@ -368,6 +371,7 @@ def test_archives_with_duplicate_unsafe_and_broken_members_keep_every_real_file(
     for name, data in real.items():
         (repo / name).write_bytes(data)
     (repo / "pkg" / "secret.py").symlink_to("/etc/hostname")
+    (repo / os.fsdecode(b"caf\xe9.py")).write_bytes(b"y = 1\n")
     sources = [{"name": "code", "kind": "code", "paths": ["in/*"]}]
     run = run_map(tmp_path, sources, "code", limits={"max_record_bytes": 8 << 20})
 
@@ -404,7 +408,8 @@ def test_archives_with_duplicate_unsafe_and_broken_members_keep_every_real_file(
         assert [(r["reason"], r["id"].split("#")[1]) for r in run.of(f"in/{name}")[1]] == \
             [("empty_archive", "//empty_archive")], name
     docs, rejects = run.of("in/repo_folder")
-    assert texts(docs) == expected_real
+    assert texts(docs) == expected_real | {"caf\\xe9.py": "y = 1\n"}
+    assert next(d["id"] for d in docs if d["path"] == "caf\\xe9.py").endswith("#caf\\xe9.py//0")
     assert [(r["path"], r["reason"]) for r in rejects] == [("pkg/secret.py", "symlink")]
     assert "/etc/hostname" in rejects[0]["detail"]
     # A rerun gives the very same ids (conservation across reruns needs stable ids).

@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from datapipe.limits import ReadLimits
+from datapipe.readers.archives import clean_name
 from datapipe.readers.base import InputFile, ReadBatch, describe_error
 from datapipe.readers.columns import ColumnsBuilder
 
@@ -179,8 +180,10 @@ def read_html(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     limits = file.limits
     root = file.path
     paths = [root] if root.is_file() else sorted(_html_files(root, out))
-    for p in paths:
-        rel = p.name if p == root else p.relative_to(root).as_posix()
+    for ordinal, p in enumerate(paths):
+        rel, escaped = clean_name(p.name if p == root else p.relative_to(root).as_posix())
+        if escaped:  # a file name that is not UTF-8: \\xNN escapes, and the ordinal keeps the id unique
+            rel = f"{rel}//{ordinal}"
         try:
             size = p.stat().st_size
             if size > limits.max_record_bytes:
@@ -220,8 +223,9 @@ def _html_files(root: Path, out: ColumnsBuilder) -> Iterator[Path]:
             if not name.lower().endswith((".html", ".htm", ".xhtml")):
                 continue
             if p.is_symlink():
-                rel = p.relative_to(root).as_posix()
-                out.reject_row(rel, "symlink", f"symlink to {os.readlink(p)!r} not followed", path=rel)
+                rel = clean_name(p.relative_to(root).as_posix())[0]
+                out.reject_row(rel, "symlink", f"symlink to {clean_name(os.readlink(p))[0]!r} not followed",
+                               path=rel)
             elif p.is_file():
                 yield p
 
