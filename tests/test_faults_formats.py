@@ -426,7 +426,7 @@ def test_archives_with_duplicate_unsafe_and_broken_members_keep_every_real_file(
 # ---------------------------------------------------------------- worst cases: memory in a subprocess
 
 WORST = textwrap.dedent("""
-    import sys, json
+    import sys, json, time
     from pathlib import Path
     from datapipe.config import SourceConfig
     from datapipe.readers import READERS
@@ -441,12 +441,13 @@ WORST = textwrap.dedent("""
     out = []
     for path, fmt, kind in json.loads(sys.argv[1]):
         path = Path(path)
-        before, reasons = peak_kib(), []
+        before, reasons, cpu = peak_kib(), [], time.process_time()
         for batch in READERS[fmt](InputFile(path, path.name, SourceConfig(name="s", kind=kind, paths=["x"])), 100):
             if batch.rejects is not None:
                 reasons += batch.rejects.column("reason").to_pylist()
             reasons += ["doc"] * batch.docs.num_rows
-        out.append({"reasons": reasons, "before_kib": before, "peak_kib": peak_kib()})
+        out.append({"reasons": reasons, "before_kib": before, "peak_kib": peak_kib(),
+                    "cpu_s": round(time.process_time() - cpu, 3)})
     print(json.dumps(out))
 """)
 
@@ -477,6 +478,7 @@ def test_worst_cases_stay_within_bounded_memory(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", WORST, arg], capture_output=True, text=True, env=env, timeout=110,
                           check=True)
     results = json.loads(done.stdout.strip().splitlines()[-1])
+    print(results)  # peak growth and CPU seconds per case, for the record (-s shows them)
     for (path, _, _, reasons), got in zip(cases, results):
         assert sorted(got["reasons"]) == sorted(reasons), (path.name, got)
         assert got["peak_kib"] - got["before_kib"] < 400 * 1024, (path.name, got)
