@@ -7,6 +7,13 @@ bibliography are dropped; simple ``\\newcommand``/``\\def``/``\\DeclareMathOpera
 (not ``\\renewcommand``: that redefines LaTeX's own commands, usually for layout) are expanded.
 Sections and math stay as LaTeX text, as in RedPajama's arXiv subset.
 
+Hostile sources stay linear: braces are matched once per pass, definitions and calls are found
+with one generic scan, and nothing rescans the text per opener. A paper needing more than
+``limits.max_tex_expansions`` macro expansions (or whose expansion grows the text past
+MAX_GROWTH times) is rejected as ``too_many_expansions``: we reject rather than keep a partly
+expanded text, because a runaway definition means the macros cannot be trusted anywhere in it.
+Includes past ``limits.max_record_bytes`` in total are ``record_too_large``.
+
 Metadata (``options.metadata``: arXiv metadata JSONL with id, license, categories, as in
 the Kaggle snapshot) is joined by the arXiv id taken from the input name (``1603.07285v2.tar.gz``,
 ``hep-th9901001.gz``, ``arXiv-1603.07285.tar.gz``).

@@ -7,8 +7,12 @@ every row carries them even when LICENSE comes last in the tar, without bufferin
 
 Rejected with a reason: ``binary_file``, ``invalid_utf8``, ``vendored`` (node_modules, vendor,
 third_party, ...), ``lockfile``, ``minified``, ``generated``, ``file_too_large``,
-``empty_file``, ``unknown_language``, plus the archive problems of ``archives.py``. VCS
-folders (.git, .hg, .svn) are not part of the source and are skipped without a row.
+``empty_file``, ``unknown_language``, plus the archive problems of ``archives.py``
+(``record_too_large`` past ``limits.max_record_bytes``, ``empty_archive``, ``too_many_members``,
+``link_member``, ``unsafe_member_path``, ``special_member``, ``corrupt_archive``, ...). Symlinks in a
+repository folder are ``symlink`` rows (detail: the target), never followed. Record ids come from
+``archives.MemberIds``: unique and stable for any archive or folder. VCS folders (.git, .hg, .svn)
+are not part of the source and are skipped without a row.
 """
 
 from __future__ import annotations
