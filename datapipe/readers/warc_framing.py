@@ -150,6 +150,9 @@ class DecompressedStream:
         try:
             out = d.decompress(data)
         except zlib.error as exc:
+            if self._comp_pos == self._member_start and self._only_zeros(data):
+                self.eof = True  # zero padding after the last member (some writers align files): not data
+                return
             self._hole(f"gzip member at offset {self._member_start} is corrupt: {exc}")
             self._resync_member(data)
             return
@@ -165,6 +168,13 @@ class DecompressedStream:
             self._new_member()
         else:
             self._comp_pos += len(data)
+
+    def _only_zeros(self, data: bytes) -> bool:
+        while data:
+            if data.strip(b"\x00"):
+                return False
+            data = self.f.read(CHUNK)
+        return True
 
     def _started(self) -> bool:
         return self._comp_pos > self._member_start
