@@ -34,9 +34,10 @@ class ReadLimits(BaseModel):
         description="Nesting depth of one JSON record: real documents are 2-5 deep; Python's parser "
                     "recurses and fails near 1,000.")
     max_html_depth: int = Field(
-        512, ge=16, le=100_000,
+        512, ge=16, le=2048,
         description="Element nesting depth of one HTML page: real pages stay under 100; 100,000 nested "
-                    "elements made extraction take minutes.")
+                    "elements made extraction take minutes (its cost grows with elements x depth). At most "
+                    "2048: the depth check is a CSS chain of that many selectors, whose own cost grows fast past it.")
     max_tex_expansions: int = Field(
         100_000, ge=100,
         description="Macro expansions in one LaTeX document: a real paper needs a few thousand; more means "

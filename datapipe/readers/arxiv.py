@@ -7,6 +7,13 @@ bibliography are dropped; simple ``\\newcommand``/``\\def``/``\\DeclareMathOpera
 (not ``\\renewcommand``: that redefines LaTeX's own commands, usually for layout) are expanded.
 Sections and math stay as LaTeX text, as in RedPajama's arXiv subset.
 
+Hostile sources stay linear: braces are matched once per pass, definitions and calls are found
+with one generic scan, and nothing rescans the text per opener. A paper needing more than
+``limits.max_tex_expansions`` macro expansions (or whose expansion grows the text past
+MAX_GROWTH times) is rejected as ``too_many_expansions``: we reject rather than keep a partly
+expanded text, because a runaway definition means the macros cannot be trusted anywhere in it.
+Includes past ``limits.max_record_bytes`` in total are ``record_too_large``.
+
 Metadata (``options.metadata``: arXiv metadata JSONL with id, license, categories, as in
 the Kaggle snapshot) is joined by the arXiv id taken from the input name (``1603.07285v2.tar.gz``,
 ``hep-th9901001.gz``, ``arXiv-1603.07285.tar.gz``).
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import posixpath
 import re
 from collections.abc import Iterator
@@ -24,7 +32,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from datapipe.license.code import is_license_file
-from datapipe.readers.archives import Caps, Member, iter_archive
+from datapipe.limits import DEFAULT_LIMITS, ReadLimits
+from datapipe.readers.archives import ARCHIVE_PROBLEMS, Caps, Member, MemberIds, clean_name, iter_archive
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
 
@@ -34,13 +43,28 @@ MAX_INCLUDE_DEPTH = 8
 MAX_GROWTH = 4  # macro expansion may not make the text more than this many times longer
 
 _ARXIV_ID = re.compile(r"(?:arxiv[-_:]?)?(\d{4}\.\d{4,5}|[a-z-]+(?:\.[A-Z]{2})?[_/]?\d{7})(?:v\d+)?", re.I)
-_COMMENT = re.compile(r"(?<!\\)((?:\\\\)*)%.*")
-_COMMENT_LINE = re.compile(r"^[ \t]*(?<!\\)%.*\n", re.M)
-_COMMENT_ENV = re.compile(r"\\begin\{comment\}.*?\\end\{comment\}", re.S)
-_INCLUDE = re.compile(r"\\(?:input|include|subfile)\s*(?:\{([^}]+)\}|\s([\w./-]+))")
-_BIB = re.compile(r"\\begin\{thebibliography\}.*?\\end\{thebibliography\}|\\bibliography\{[^}]*\}|"
-                  r"\\bibliographystyle\{[^}]*\}|\\printbibliography(?:\[[^\]]*\])?|\\addbibresource\{[^}]*\}", re.S)
+# Every pattern here is linear on hostile input: no lazy ``.*?`` that an unclosed opener would make
+# rescan to the end of the text once per opener, bounded classes inside braces, positions passed
+# to match() instead of slicing the text (a slice per definition was quadratic).
+_COMMENT_LINE = re.compile(r"^[ \t]*%.*\n", re.M)
+_INCLUDE = re.compile(r"\\(?:input|include|subfile)\s*(?:\{([^{}\n]{1,512})\}|\s([\w./-]{1,512}))")
+_BIB = re.compile(r"\\bibliography\{[^{}]{0,4096}\}|\\bibliographystyle\{[^{}]{0,512}\}|"
+                  r"\\printbibliography(?:\[[^\]]{0,512}\])?|\\addbibresource\{[^{}]{0,4096}\}")
 _DEFINE = re.compile(r"\\(newcommand|providecommand|DeclareMathOperator|def)\*?\s*")
+_DEF_NAME = re.compile(r"\{?\s*\\([A-Za-z@]+)\s*\}?")
+_DEF_PARAMS = re.compile(r"(?:#\d)*")
+_NARGS = re.compile(r"\s*\[(\d)\]")
+_OPT_DEFAULT = re.compile(r"\s*\[")
+_CONTROL_WORD = re.compile(r"\\([A-Za-z@]+)")
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.S)
+
+
+class TexLimitError(Exception):
+    """A paper past a cap: (reason, detail) for its reject row."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
 
 
 class ArxivOptions(BaseModel):
@@ -92,10 +116,39 @@ def metadata_columns(file: InputFile, metadata: str | None, arxiv_id: str | None
     return cols
 
 
+def _drop_env(tex: str, begin: str, end: str) -> str:
+    """``tex`` without every begin...end span (an unclosed one runs to the end, as in LaTeX): str.find, linear."""
+    if begin not in tex:
+        return tex
+    out, pos = [], 0
+    while (i := tex.find(begin, pos)) >= 0:
+        out.append(tex[pos:i])
+        j = tex.find(end, i + len(begin))
+        if j < 0:
+            return "".join(out)
+        pos = j + len(end)
+    out.append(tex[pos:])
+    return "".join(out)
+
+
+def _strip_line_comment(line: str) -> str:
+    i = line.find("%")
+    while i >= 0:
+        k = i
+        while k > 0 and line[k - 1] == "\\":
+            k -= 1
+        if (i - k) % 2 == 0:  # an even run of backslashes before it: the % is not escaped
+            return line[:i]
+        i = line.find("%", i + 1)
+    return line
+
+
 def strip_comments(tex: str) -> str:
-    tex = _COMMENT_ENV.sub("", tex)
+    tex = _drop_env(tex, "\\begin{comment}", "\\end{comment}")
     tex = _COMMENT_LINE.sub("", tex)  # whole-line comments go with their newline: paragraphs stay joined
-    return _COMMENT.sub(r"\1", tex)
+    if "%" not in tex:
+        return tex
+    return "\n".join(_strip_line_comment(line) if "%" in line else line for line in tex.split("\n"))
 
 
 def find_main(files: dict[str, str]) -> str | None:
@@ -107,7 +160,12 @@ def find_main(files: dict[str, str]) -> str | None:
                                          len(files[n])))
 
 
-def resolve_includes(text: str, files: dict[str, str], here: str, depth: int = 0, stack: tuple[str, ...] = ()) -> str:
+def resolve_includes(text: str, files: dict[str, str], here: str, depth: int = 0, stack: tuple[str, ...] = (),
+                     budget: list[int] | None = None) -> str:
+    """``text`` with its \\input/\\include files inlined. ``budget`` ([characters left]) stops a file
+    included thousands of times (or a fan-out of includes) from growing the text without bound."""
+    budget = budget if budget is not None else [1 << 62]
+
     def sub(m: re.Match[str]) -> str:
         target = (m.group(1) or m.group(2) or "").strip()
         for cand in (target, target + ".tex"):
@@ -115,56 +173,66 @@ def resolve_includes(text: str, files: dict[str, str], here: str, depth: int = 0
                 if name in files and name not in stack:
                     if depth >= MAX_INCLUDE_DEPTH:
                         return ""
-                    return resolve_includes(strip_comments(files[name]), files, name, depth + 1, (*stack, name))
+                    budget[0] -= len(files[name])
+                    if budget[0] < 0:
+                        raise TexLimitError("record_too_large", "included files make the paper longer than "
+                                            "limits.max_record_bytes")
+                    return resolve_includes(strip_comments(files[name]), files, name, depth + 1, (*stack, name),
+                                            budget)
         return ""  # a missing file (or a cycle) contributes nothing
 
     return _INCLUDE.sub(sub, text)
 
 
-def _group(s: str, i: int) -> tuple[str, int] | None:
+def brace_pairs(s: str) -> dict[int, int]:
+    """Index of each balanced ``{`` -> index of its ``}`` (escaped braces skipped): one linear pass,
+    so finding an argument is a lookup instead of a scan that an unbalanced brace makes run to the end."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE_TOKEN.finditer(s):
+        c = m.group(0)
+        if c == "{":
+            stack.append(m.start())
+        elif c == "}":
+            if stack:
+                pairs[stack.pop()] = m.start()
+    return pairs
+
+
+def _group(s: str, i: int, pairs: dict[int, int]) -> tuple[str, int] | None:
     """The brace group starting at s[i] == '{' (contents, index after it); None if unbalanced."""
-    if i >= len(s) or s[i] != "{":
-        return None
-    depth = 0
-    for j in range(i, len(s)):
-        c = s[j]
-        if c == "\\":
-            continue
-        if c == "{" and (j == 0 or s[j - 1] != "\\"):
-            depth += 1
-        elif c == "}" and s[j - 1] != "\\":
-            depth -= 1
-            if depth == 0:
-                return s[i + 1: j], j + 1
-    return None
+    j = pairs.get(i)
+    return None if j is None else (s[i + 1: j], j + 1)
 
 
 def collect_macros(tex: str) -> tuple[dict[str, tuple[int, str]], str]:
     """Simple macro definitions (name -> (number of args, body)), and the text without them."""
     macros: dict[str, tuple[int, str]] = {}
     out, pos = [], 0
+    pairs = brace_pairs(tex)
+    n = len(tex)
     for m in _DEFINE.finditer(tex):
         if m.start() < pos:
             continue
         i = m.end()
         kind = m.group(1)
-        nm = re.match(r"\{?\s*\\([A-Za-z@]+)\s*\}?", tex[i:])
+        nm = _DEF_NAME.match(tex, i)
         if not nm:
             continue
-        name, i = nm.group(1), i + nm.end()
+        name, i = nm.group(1), nm.end()
         nargs = 0
         if kind == "def":
-            params = re.match(r"(#\d)*", tex[i:])
-            nargs, i = len(params.group(0)) // 2, i + params.end()  # type: ignore[union-attr]
+            params = _DEF_PARAMS.match(tex, i)
+            nargs, i = len(params.group(0)) // 2, params.end()  # type: ignore[union-attr]
         else:
-            opt = re.match(r"\s*\[(\d)\]", tex[i:])
+            opt = _NARGS.match(tex, i)
             if opt:
-                nargs, i = int(opt.group(1)), i + opt.end()
-            if re.match(r"\s*\[", tex[i:]):
+                nargs, i = int(opt.group(1)), opt.end()
+            if _OPT_DEFAULT.match(tex, i):
                 continue  # an optional-argument default: not a simple macro, left as it is
-        while i < len(tex) and tex[i] in " \t\n":
+        while i < n and tex[i] in " \t\n":
             i += 1
-        group = _group(tex, i)
+        group = _group(tex, i, pairs)
         if group is None:
             continue
         body, end = group
@@ -175,57 +243,71 @@ def collect_macros(tex: str) -> tuple[dict[str, tuple[int, str]], str]:
     return macros, "".join(out)
 
 
-def expand_macros(tex: str, macros: dict[str, tuple[int, str]], rounds: int = 4) -> str:
+def expand_macros(tex: str, macros: dict[str, tuple[int, str]], rounds: int = 4,
+                  max_expansions: int = DEFAULT_LIMITS.max_tex_expansions) -> str:
+    """Expand simple macros, ``rounds`` passes (macros using macros); each pass is linear: a generic
+    control-word scan with a dict lookup, never one regex alternative per macro. More than
+    ``max_expansions`` expansions, or text growing past MAX_GROWTH times (a recursive \\def used
+    many times), raises TexLimitError: the paper is a runaway, not text."""
     if not macros:
         return tex
-    pattern = re.compile(r"\\(" + "|".join(re.escape(n) for n in sorted(macros, key=len, reverse=True)) +
-                         r")(?![A-Za-z@])")
     limit = max(len(tex) * MAX_GROWTH, 1 << 16)
+    done = 0
     for _ in range(rounds):
-        out, pos, changed = [], 0, False
-        for m in pattern.finditer(tex):
-            if m.start() < pos:
+        out, pos, changed, size = [], 0, False, 0
+        pairs = brace_pairs(tex)
+        n = len(tex)
+        for m in _CONTROL_WORD.finditer(tex):
+            if m.start() < pos or (macro := macros.get(m.group(1))) is None:
                 continue
-            nargs, body = macros[m.group(1)]
+            nargs, body = macro
             i, args = m.end(), []
             for _ in range(nargs):
-                while i < len(tex) and tex[i] in " \t":
+                while i < n and tex[i] in " \t":
                     i += 1
-                group = _group(tex, i)
+                group = _group(tex, i, pairs)
                 if group is None:
                     break
                 args.append(group[0])
                 i = group[1]
             if len(args) < nargs:
                 continue  # unbraced arguments: leave the call as written
+            done += 1
+            if done > max_expansions:
+                raise TexLimitError("too_many_expansions", f"more than limits.max_tex_expansions {max_expansions} "
+                                    f"macro expansions (last: \\{m.group(1)})")
             text = body
             for k, a in enumerate(args, start=1):
                 text = text.replace(f"#{k}", a)
-            out.append(tex[pos: m.start()])
-            out.append(text + (" " if nargs == 0 and i < len(tex) and tex[i].isalpha() else ""))
+            piece = tex[pos: m.start()]
+            out.append(piece)
+            out.append(text + (" " if nargs == 0 and i < n and tex[i].isalpha() else ""))
+            size += len(piece) + len(text) + 1
+            if size > limit:
+                raise TexLimitError("too_many_expansions", f"macro expansion makes the text more than {MAX_GROWTH}x "
+                                    f"longer (a recursive definition such as \\{m.group(1)})")
             pos, changed = i, True
         out.append(tex[pos:])
-        new = "".join(out)
-        if len(new) > limit:
-            break  # runaway (recursive) definitions: keep the last bounded text
-        tex = new
+        tex = "".join(out)
         if not changed:
             break
     return tex
 
 
-def flatten(files: dict[str, str]) -> tuple[str | None, str, str]:
-    """(main file or None, clean text, reason detail when there is no text)."""
+def flatten(files: dict[str, str], limits: ReadLimits = DEFAULT_LIMITS) -> tuple[str | None, str, str]:
+    """(main file or None, clean text, reason detail when there is no text); raises TexLimitError past a cap."""
     main = find_main(files)
     if main is None:
         return None, "", "no .tex file with \\documentclass"
-    tex = resolve_includes(strip_comments(files[main]), files, main, stack=(main,))
+    tex = resolve_includes(strip_comments(files[main]), files, main, stack=(main,),
+                           budget=[limits.max_record_bytes - len(files[main])])
     macros, tex = collect_macros(tex)
     begin, end = tex.find("\\begin{document}"), tex.rfind("\\end{document}")
     body = tex[begin + len("\\begin{document}"): end if end > begin else len(tex)] if begin >= 0 else tex
+    body = _drop_env(body, "\\begin{thebibliography}", "\\end{thebibliography}")
     body = _BIB.sub("", body)
-    body = expand_macros(body, macros)
-    body = re.sub(r"[ \t]+\n", "\n", body)
+    body = expand_macros(body, macros, max_expansions=limits.max_tex_expansions)
+    body = "\n".join(line.rstrip(" \t") for line in body.split("\n"))  # not [ \t]+\n: quadratic on long runs
     body = re.sub(r"\n{3,}", "\n\n", body).strip()
     return main, body, "" if body else "empty document body"
 
@@ -252,19 +334,37 @@ def licenses_beside(main: str, licenses: dict[str, str]) -> str | None:
     return json.dumps(near, ensure_ascii=False, sort_keys=True) if near else None
 
 
+def _folder_members(root: Path, caps: Caps, max_record_bytes: int) -> Iterator[Member]:
+    """.tex and licence files of an unpacked source folder; symlinks and files over the cap are reject items."""
+    wanted = (p for p in sorted(root.rglob("*")) if p.suffix == ".tex" or is_license_file(p.name))
+    for ordinal, p in enumerate(wanted):
+        name, escaped = clean_name(p.relative_to(root).as_posix())
+        at = {"ordinal": ordinal, "escaped": escaped}
+        if p.is_symlink():
+            yield Member(name, reason="symlink", detail=f"symlink to {clean_name(os.readlink(p))[0]!r} not followed",
+                         **at)
+        elif p.is_file():
+            size = p.stat().st_size
+            if size > caps.member_bytes:
+                reason = "record_too_large" if size > max_record_bytes else "member_too_large"
+                yield Member(name, reason=reason, detail=f"{size} bytes > cap {caps.member_bytes}", size=size, **at)
+            else:
+                yield Member(name, p.read_bytes(), **at)
+
+
 def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     opts = ArxivOptions.model_validate(file.source.options)
     out = ColumnsBuilder.create(file, batch_size, PAPER_COLUMNS)
     cols = metadata_columns(file, opts.metadata, arxiv_id_from_name(file.name))
-    caps = Caps(member_bytes=opts.max_member_bytes, archive_bytes=opts.max_archive_bytes)
+    limits = file.limits
+    caps = Caps(member_bytes=min(opts.max_member_bytes, limits.max_record_bytes),
+                archive_bytes=min(opts.max_archive_bytes, limits.max_file_decompressed_bytes),
+                max_members=limits.max_archive_members)
     files: dict[str, str] = {}
     licenses: dict[str, str] = {}  # LICENSE / COPYING files beside the sources, for license tagging
     problems: list[Member] = []
     if file.path.is_dir():
-        members: Iterator[Member] = (Member(p.relative_to(file.path).as_posix(), p.read_bytes())
-                                     for p in sorted(file.path.rglob("*")) if p.is_file() and not p.is_symlink()
-                                     and (p.suffix == ".tex" or is_license_file(p.name))
-                                     and p.stat().st_size <= caps.member_bytes)
+        members: Iterator[Member] = _folder_members(file.path, caps, limits.max_record_bytes)
     else:
         members = iter_archive(file.path, caps, lambda n: _is_tex_name(n) or is_license_file(n))
         if file.path.suffix.lower() in (".tex", ".ltx"):  # a lone .tex: the licence files in its folder
@@ -273,18 +373,29 @@ def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
                         and p.is_file() and not p.is_symlink()}
     for m in members:
         if m.data is None:
+            if m.reason == "member_too_large" and m.size is not None and m.size > limits.max_record_bytes:
+                m = Member(m.name, reason="record_too_large", detail=m.detail, ordinal=m.ordinal, escaped=m.escaped)
             problems.append(m)
         elif is_license_file(m.name) and not m.name.lower().endswith((".tex", ".ltx")):
             licenses[m.name] = _decode(m.data[:LICENSE_FILE_BYTES])
         else:
             files[m.name if m.name.lower().endswith((".tex", ".ltx")) or file.path.is_dir() else m.name + ".tex"] = \
                 _decode(m.data)
-    for i, m in enumerate(problems):  # unsafe members, bombs, corruption: each one reject row
-        out.reject_row(f"{m.name or 'archive'}:{m.reason}:{i}", m.reason or "", m.detail, path=m.name or None, **cols)
-    main, text, detail = flatten(files)
-    fatal = any(m.reason in ("corrupt_archive", "archive_too_large") for m in problems)
+    ids = MemberIds()
+    for m in problems:  # unsafe members, links, bombs, corruption: each one reject row
+        record = ids(m)  # never the paper's own id (its main file): the reason is appended to member names
+        out.reject_row(record if record.startswith("//") else f"{record}:{m.reason}", m.reason or "", m.detail,
+                       path=m.name if m.name and m.reason != "unsafe_member_path" else None, **cols)
+    try:
+        main, text, detail = flatten(files, file.limits)
+    except TexLimitError as exc:  # a runaway macro or include fan-out: the paper is one reject
+        out.reject_row(find_main(files) or "paper", exc.reason, exc.detail, **cols)
+        if (last := out.flush()) is not None:
+            yield last
+        return
+    fatal = any(m.reason in ARCHIVE_PROBLEMS for m in problems)
     if main is None:
-        if not fatal:  # a corrupt archive already said why there is no paper
+        if not fatal:  # a corrupt or empty archive already said why there is no paper
             out.reject_row("paper", "no_main_tex", detail, **cols)
     elif not text:
         out.reject_row(main, "extraction_empty", detail, path=main, **cols)

@@ -7,8 +7,12 @@ every row carries them even when LICENSE comes last in the tar, without bufferin
 
 Rejected with a reason: ``binary_file``, ``invalid_utf8``, ``vendored`` (node_modules, vendor,
 third_party, ...), ``lockfile``, ``minified``, ``generated``, ``file_too_large``,
-``empty_file``, ``unknown_language``, plus the archive problems of ``archives.py``. VCS
-folders (.git, .hg, .svn) are not part of the source and are skipped without a row.
+``empty_file``, ``unknown_language``, plus the archive problems of ``archives.py``
+(``record_too_large`` past ``limits.max_record_bytes``, ``empty_archive``, ``too_many_members``,
+``link_member``, ``unsafe_member_path``, ``special_member``, ``corrupt_archive``, ...). Symlinks in a
+repository folder are ``symlink`` rows (detail: the target), never followed. Record ids come from
+``archives.MemberIds``: unique and stable for any archive or folder. VCS folders (.git, .hg, .svn)
+are not part of the source and are skipped without a row.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from datapipe.license.code import is_license_file
 from datapipe.license.metadata import is_metadata_file
 from datapipe.license.readme import is_readme, license_section
-from datapipe.readers.archives import Caps, Member, iter_archive
+from datapipe.readers.archives import ARCHIVE_PROBLEMS, Caps, Member, MemberIds, clean_name, iter_archive
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
 
@@ -194,43 +198,62 @@ def _common_root(names: list[str]) -> str | None:
     return None
 
 
-def _walk(root: Path) -> Iterator[Member]:
+def _walk(root: Path) -> Iterator[tuple[Member, Path]]:
+    """Every file under a repository folder in a stable order, with its path on disk (read lazily:
+    pass one needs only names). Symlinks are inputs we refuse to follow: each gets a reject row."""
+    ordinal = 0
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in VCS)
         for name in sorted(filenames):
             p = Path(dirpath) / name
-            rel = p.relative_to(root).as_posix()
+            rel, escaped = clean_name(p.relative_to(root).as_posix())
+            at = {"ordinal": ordinal, "escaped": escaped}
+            ordinal += 1
             if p.is_symlink():
-                yield Member(rel, reason="link_member", detail=f"symlink to {os.readlink(p)!r} not followed")
+                target = clean_name(os.readlink(p))[0]
+                yield Member(rel, reason="symlink", detail=f"symlink to {target!r} not followed", **at), p
             elif not p.is_file():
-                yield Member(rel, reason="special_member", detail="not a regular file")
+                yield Member(rel, reason="special_member", detail="not a regular file", **at), p
             else:
-                yield Member(rel, None, reason="lazy")  # read on demand: pass one needs only names
+                yield Member(rel, None, reason="lazy", **at), p
 
 
 def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     opts = RepoOptions.model_validate(file.source.options)
     out = code_builder(file, batch_size)
-    caps = Caps(member_bytes=max(opts.max_file_bytes, LICENSE_FILE_BYTES), archive_bytes=opts.max_archive_bytes)
+    limits = file.limits
+    caps = Caps(member_bytes=min(max(opts.max_file_bytes, LICENSE_FILE_BYTES), limits.max_record_bytes),
+                archive_bytes=min(opts.max_archive_bytes, limits.max_file_decompressed_bytes),
+                max_members=limits.max_archive_members)
     is_dir = file.path.is_dir()
     name = file.path.name
     for ext in (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip"):
         if name.lower().endswith(ext):
             name = name[: -len(ext)]
-    default_repo = opts.repo or name
+    default_repo = opts.repo or clean_name(name)[0]
+
+    def too_large(m: Member, size: int | None, detail: str) -> Member:
+        # Past the pipeline's record cap is record_too_large (a bomb); past the reader's own
+        # max_file_bytes is the same rule as a large file in a folder: file_too_large.
+        reason = "record_too_large" if size is not None and size > limits.max_record_bytes else "file_too_large"
+        return Member(m.name, reason=reason, detail=detail, ordinal=m.ordinal, escaped=m.escaped, size=size)
 
     def members(want=None) -> Iterator[Member]:  # type: ignore[no-untyped-def]
         if not is_dir:
-            yield from iter_archive(file.path, caps, want)
+            for m in iter_archive(file.path, caps, want):
+                yield too_large(m, m.size, m.detail) if m.reason == "member_too_large" else m
             return
-        for m in _walk(file.path):
+        for n, (m, p) in enumerate(_walk(file.path)):
+            if n >= caps.max_members:
+                yield Member("", reason="too_many_members", detail=f"more than limits.max_archive_members "
+                             f"{caps.max_members} files: the rest is not read")
+                return
             if want is not None and not want(m.name):
                 continue
             if m.reason == "lazy":
-                size = (file.path / m.name).stat().st_size
-                data = (file.path / m.name).read_bytes() if size <= caps.member_bytes else None
-                m = Member(m.name, data) if data is not None else \
-                    Member(m.name, reason="file_too_large", detail=f"{size} bytes > max_file_bytes {opts.max_file_bytes}")
+                size = p.stat().st_size
+                m = Member(m.name, p.read_bytes(), ordinal=m.ordinal, escaped=m.escaped) if size <= caps.member_bytes \
+                    else too_large(m, size, f"{size} bytes > max_file_bytes {min(opts.max_file_bytes, caps.member_bytes)}")
             yield m
 
     # Pass 1: names (for a shared top folder) and the license/metadata files of each repository.
@@ -238,7 +261,6 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     licenses: dict[str, dict[str, str]] = {}
 
     def want_meta(n: str) -> bool:
-        all_names.append(n)
         rel = n.split("/", 1)[1] if strip and "/" in n else n
         split = _split_repo(rel, opts.multi_repo, default_repo)
         return split is not None and is_repo_meta_file(split[1])
@@ -248,6 +270,7 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         for _ in iter_archive(file.path, caps, lambda n: (all_names.append(n), False)[1]):
             pass
         strip = not opts.multi_repo and _common_root(all_names) is not None
+        all_names.clear()
     for m in members(want_meta):
         if m.data is not None:
             rel = m.name.split("/", 1)[1] if strip else m.name
@@ -261,25 +284,19 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     license_json = {repo: json.dumps(files, ensure_ascii=False, sort_keys=True) for repo, files in licenses.items()}
 
     # Pass 2: every member is a document or a reject.
-    seen: dict[str, int] = {}
+    ids = MemberIds()
     for m in members():
+        archive_level = not m.name or m.reason in ARCHIVE_PROBLEMS or m.reason == "unsafe_member_path"
         rel = m.name.split("/", 1)[1] if strip and "/" in m.name else m.name
-        split = _split_repo(rel, opts.multi_repo, default_repo) if m.name else None
-        repo, path = split if split else (None, rel)
-        record = m.name or "archive"
-        seen[record] = n = seen.get(record, 0) + 1
-        if n > 1:
-            record = f"{record}~{n}"  # a tar may hold one path twice; ids must stay unique
+        split = _split_repo(rel, opts.multi_repo, default_repo) if not archive_level else None
+        repo, path = split if split else (None, None if archive_level else rel)
+        record = ids(m)
         lic = license_json.get(repo) if repo else None
         if m.data is None:
-            if m.reason in ("corrupt_archive", "archive_too_large"):
-                record = f"{m.name or 'archive'}:{m.reason}"
-            # Over the member cap is the same rule as a large file in a folder: one reason for both.
-            reason = "file_too_large" if m.reason == "member_too_large" else m.reason or "unreadable_input"
-            out.reject_row(record, reason, m.detail, path=path or None, repo=repo,
+            out.reject_row(record, m.reason or "unreadable_input", m.detail, path=path or None, repo=repo,
                            repo_license_files=lic)
         else:
-            add_code_file(out, record, path, m.data, repo, lic, opts.max_file_bytes)
+            add_code_file(out, record, path, m.data, repo, lic, opts.max_file_bytes)  # type: ignore[arg-type]
         if out.full():
             yield out.flush()  # type: ignore[misc]
     if (last := out.flush()) is not None:

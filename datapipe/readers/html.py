@@ -9,6 +9,7 @@ error: pages re-encoded to GBK that still say ``utf-8`` are common in crawls.
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import os
 import re
@@ -18,6 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from datapipe.limits import ReadLimits
+from datapipe.readers.archives import clean_name
 from datapipe.readers.base import InputFile, ReadBatch, describe_error
 from datapipe.readers.columns import ColumnsBuilder
 
@@ -39,7 +42,7 @@ _HINT_LEN = 200
 # evidence costs a few memchr-speed scans, not a regex walk over every tag.
 # Case-sensitive on purpose: a literal prefix lets the regex engine skip ahead (re.I disables
 # that), and attribute names and CC URLs are lower case on nearly every page.
-_REL_LICENSE = re.compile(r"""rel\s*=\s*["']?[^"'>]*\b[Ll]icense\b""")
+_REL_LICENSE = re.compile(r"""rel\s*=\s*["']?[^"'>]{0,200}\b[Ll]icense\b""")  # bounded: linear on huge tags
 _HREF = re.compile(r"""\bhref\s*=\s*["']?([^"'\s>]+)""", re.I)
 _CC_URL = re.compile(r"""creativecommons\.org/(?:licenses|publicdomain)/[A-Za-z0-9._/-]+""")
 _CC_ALT = re.compile(r"""alt\s*=\s*["']([^"'<>]{0,100}[Cc]reative\s*[Cc]ommons[^"'<>]{0,100})["']""")
@@ -103,8 +106,12 @@ def license_hints(html: str) -> str | None:
             found[value[:_HINT_LEN]] = None
 
     if "icense" in html or "ICENSE" in html:
-        for m in _REL_LICENSE.finditer(html):
-            tag = html[html.rfind("<", 0, m.start()): html.find(">", m.end()) + 1]
+        for i, m in enumerate(_REL_LICENSE.finditer(html)):
+            if i >= 4 * MAX_HINTS:
+                break  # each match looks at its whole tag: bounded, so many matches in one huge tag stay linear
+            lo = html.rfind("<", max(m.start() - 4096, 0), m.start())
+            hi = html.find(">", m.end(), m.end() + 4096)
+            tag = html[max(lo, m.start() - 4096): hi + 1 if hi >= 0 else m.end()]
             if h := _HREF.search(tag):
                 keep(h.group(1))
     if "creativecommons.org" in html:
@@ -121,7 +128,41 @@ def license_hints(html: str) -> str | None:
     return json.dumps(list(found), ensure_ascii=False) if found else None
 
 
-def extract_text(html: str, extractor: str = "resiliparse", main_content: bool = True) -> str:
+_QUICK_DEPTH = 64
+
+
+@functools.lru_cache(maxsize=4)
+def _depth_selector(max_depth: int) -> str:
+    return " > ".join(["*"] * (max_depth + 1))
+
+
+def parse_checked(html: str, limits: ReadLimits):  # type: ignore[no-untyped-def]
+    """(parsed resiliparse tree, None), or (None, (reason, detail)) when the page must not be extracted.
+
+    Parsing (lexbor, C) is linear even for 100,000 nested elements; what is not is extraction,
+    whose cost grows with elements x depth (8,000 nested divs take seconds, 100,000 minutes).
+    The depth check is a CSS child-combinator chain of max_depth + 1 ``*``: lexbor matches it
+    right to left, walking up at most max_depth + 1 parents per element, in C, and the tree is
+    then reused for extraction."""
+    if len(html) > limits.max_record_bytes:
+        return None, ("record_too_large",
+                      f"{len(html)} characters > limits.max_record_bytes {limits.max_record_bytes}")
+    from resiliparse.parse.html import HTMLTree
+
+    tree = HTMLTree.parse(html)
+    doc, cap = tree.document, limits.max_html_depth
+    # Cheapest first: a tree of at most ``cap`` elements cannot be deeper than ``cap`` (counting them
+    # is a C walk). lexbor parses a selector on every query, at a cost growing with its length: a
+    # short chain next (real pages are rarely 64 deep), the full one only for pages deeper than that.
+    if doc is not None and len(doc.get_elements_by_tag_name("*")) > cap and \
+            doc.query_selector(_depth_selector(min(cap, _QUICK_DEPTH))) is not None and \
+            (cap <= _QUICK_DEPTH or doc.query_selector(_depth_selector(cap)) is not None):
+        return None, ("too_deeply_nested", f"elements nest deeper than limits.max_html_depth {cap}")
+    return tree, None
+
+
+def extract_text(html: str, extractor: str = "resiliparse", main_content: bool = True, tree=None) -> str:  # type: ignore[no-untyped-def]
+    """Main text of a page; ``tree``: the page already parsed by parse_checked (resiliparse only)."""
     if extractor == "trafilatura":
         import trafilatura
 
@@ -129,19 +170,26 @@ def extract_text(html: str, extractor: str = "resiliparse", main_content: bool =
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
-    return extract_plain_text(HTMLTree.parse(html), main_content=main_content, alt_texts=False).strip()
+    return extract_plain_text(tree or HTMLTree.parse(html), main_content=main_content, alt_texts=False).strip()
 
 
 def read_html(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     """Loose HTML: one file, or every .html/.htm file under a folder (links not followed)."""
     opts = HtmlOptions.model_validate(file.source.options)
     out = web_builder(file, batch_size)
+    limits = file.limits
     root = file.path
-    paths = [root] if root.is_file() else sorted(_html_files(root))
-    for p in paths:
-        rel = p.name if p == root else p.relative_to(root).as_posix()
+    paths = [root] if root.is_file() else sorted(_html_files(root, out))
+    for ordinal, p in enumerate(paths):
+        rel, escaped = clean_name(p.name if p == root else p.relative_to(root).as_posix())
+        if escaped:  # a file name that is not UTF-8: \\xNN escapes, and the ordinal keeps the id unique
+            rel = f"{rel}//{ordinal}"
         try:
             size = p.stat().st_size
+            if size > limits.max_record_bytes:
+                out.reject_row(rel, "record_too_large", f"{size} bytes > limits.max_record_bytes "
+                               f"{limits.max_record_bytes}", path=rel)
+                continue
             if size > opts.max_bytes:
                 out.reject_row(rel, "page_too_large", f"{size} bytes > max_bytes {opts.max_bytes}", path=rel)
                 continue
@@ -150,7 +198,11 @@ def read_html(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
             out.reject_row(rel, "unreadable_input", describe_error(exc), path=rel)
             continue
         html, charset = decode_html(raw)
-        text = extract_text(html, opts.extractor, opts.main_content)
+        tree, bad = parse_checked(html, limits)
+        if bad:
+            out.reject_row(rel, bad[0], bad[1], path=rel, charset=charset, content_type="text/html")
+            continue
+        text = extract_text(html, opts.extractor, opts.main_content, tree)
         meta = {"charset": charset, "license_hints": license_hints(html), "content_type": "text/html"}
         if not text:
             out.reject_row(rel, "extraction_empty", "no main text in the page", path=rel, **meta)
@@ -162,12 +214,19 @@ def read_html(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         yield last
 
 
-def _html_files(root: Path) -> Iterator[Path]:
+def _html_files(root: Path, out: ColumnsBuilder) -> Iterator[Path]:
+    """HTML files under a folder; a symlinked page is an input we refuse to follow: one reject row."""
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames.sort()
-        for name in filenames:
+        for name in sorted(filenames):
             p = Path(dirpath) / name
-            if name.lower().endswith((".html", ".htm", ".xhtml")) and not p.is_symlink():
+            if not name.lower().endswith((".html", ".htm", ".xhtml")):
+                continue
+            if p.is_symlink():
+                rel = clean_name(p.relative_to(root).as_posix())[0]
+                out.reject_row(rel, "symlink", f"symlink to {clean_name(os.readlink(p))[0]!r} not followed",
+                               path=rel)
+            elif p.is_file():
                 yield p
 
 

@@ -11,6 +11,14 @@ INFO once per file (``datapipe.readers.warc``). Response and resource records AR
 non-200 (``http_status_not_ok``), non-HTML (``not_html``), cut off (``truncated_record``:
 ``WARC-Truncated`` set or fewer bytes than Content-Length) or with no text left after
 extraction (``extraction_empty``) are rejected with that reason.
+
+Hostile framing (warc_framing.py): a record whose Content-Length lies (too large, too small,
+negative, not a number) or whose header or gzip member is cut off is ``truncated_record``, with
+what was declared and found, and reading resynchronises on the next ``WARC/1.x`` header. Bytes
+between records are one ``malformed_record``; a gzip member that does not decompress is one
+``corrupt_member`` (only its records are lost). Pages over ``max_bytes`` are ``page_too_large``
+(over ``limits.max_record_bytes``: ``record_too_large``), nested deeper than
+``limits.max_html_depth``: ``too_deeply_nested``; none of them is held in memory or extracted.
 """
 
 from __future__ import annotations
@@ -24,9 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from datapipe.limits import ReadLimits
 from datapipe.readers.base import InputFile, ReadBatch, describe_error
 from datapipe.readers.columns import ColumnsBuilder
-from datapipe.readers.html import HtmlOptions, decode_html, extract_text, license_hints, web_builder
+from datapipe.readers.html import HtmlOptions, decode_html, extract_text, license_hints, parse_checked, web_builder
+from datapipe.readers.warc_framing import DecompressedStream, Framed, WarcFramer
 
 log = logging.getLogger(__name__)
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -48,45 +58,41 @@ class WebRecord:
     truncated: str | None = None  # why the payload is incomplete, if it is
     encoding: tuple[str, ...] = ()  # transfer/content encodings still to undo
     too_large: bool = False
+    member: int | None = None  # compressed offset of the gzip member (the offset itself for plain files)
+    framing: str | None = None  # why the record's framing is wrong (lying Content-Length, corrupt member, ...)
 
 
-def iter_warc_records(path: Path, max_bytes: int) -> Iterator[WebRecord]:
-    from fastwarc.warc import ArchiveIterator
-
+def iter_warc_records(path: Path, max_bytes: int, need_payload: tuple[str, ...] = DOC_TYPES,
+                      max_total: int = 1 << 62) -> Iterator[WebRecord]:
+    """Records in file order; a record whose framing is wrong comes out with ``framing`` set and
+    bytes that are no record as type ``garbage`` (see warc_framing)."""
     with path.open("rb") as f:
         head = f.read(64 * 1024)
         f.seek(0)
         if _is_arc(head):
             yield from _iter_arc(f, max_bytes)
             return
-        for rec in ArchiveIterator(f, parse_http=True, auto_decode="none"):
-            yield _from_fastwarc(rec, max_bytes)
+        stream = DecompressedStream(f, gzipped=head.startswith(b"\x1f\x8b"), max_total=max_total)
+        framer = WarcFramer(stream, max_bytes, lambda h: h.get("warc-type", "") in need_payload)
+        for fr in framer:
+            yield _from_framed(fr)
 
 
-def _from_fastwarc(rec, max_bytes: int) -> WebRecord:  # type: ignore[no-untyped-def]
-    h = rec.headers
-    out = WebRecord(rec.stream_pos, str(rec.record_type), h.get("WARC-Target-URI"), rec.record_id,
-                    h.get("WARC-Date"), h.get("Content-Type"))
-    if out.type not in DOC_TYPES:
-        return out  # payload not needed: skipped records cost no copy
-    out.truncated = h.get("WARC-Truncated")
-    if h.get("Content-Length") is None:
-        out.truncated = "record header ends before Content-Length"
-    expected = rec.content_length
-    if expected > max_bytes:
-        out.too_large = True  # payload left unread: a bomb-sized record costs no memory
+def _from_framed(fr: Framed) -> WebRecord:
+    h = fr.headers
+    rtype = ("corrupt_member" if fr.corrupt_member else "garbage") if fr.garbage else h.get("warc-type", "unknown")
+    out = WebRecord(fr.start, rtype, h.get("warc-target-uri"),
+                    h.get("warc-record-id"), h.get("warc-date"), h.get("content-type"), member=fr.member)
+    out.framing = fr.problem
+    out.too_large = fr.too_large
+    if fr.problem or fr.payload is None:
         return out
-    out.payload = rec.reader.read()
-    if len(out.payload) < expected and out.truncated is None:
-        out.truncated = f"payload ends after {len(out.payload)} of {expected} bytes"
-    if rec.is_http and rec.http_headers is not None:
-        hh = rec.http_headers
-        out.status = hh.status_code
-        ctype = hh.get("Content-Type")
-        out.content_type, out.charset = _split_ctype(ctype)
-        out.encoding = tuple(e.strip().lower() for key in ("Transfer-Encoding", "Content-Encoding")
-                             for e in (hh.get(key) or "").split(",") if e.strip() and e.strip().lower() != "identity")
-    elif out.type == "resource":
+    out.truncated = h.get("warc-truncated")
+    wct = (out.warc_content_type or "").lower()
+    if out.type in ("response", "revisit") and wct.startswith("application/http"):
+        _parse_http(out, fr.payload)
+    else:
+        out.payload = fr.payload
         out.content_type, out.charset = _split_ctype(out.warc_content_type)
     return out
 
@@ -119,7 +125,7 @@ def _is_arc(head: bytes) -> bool:
     if head.startswith(b"\x1f\x8b"):
         try:
             head = gzip.GzipFile(fileobj=io.BytesIO(head)).read(16)
-        except (OSError, EOFError):
+        except Exception:  # noqa: BLE001 - a corrupt first member (zlib.error, ...): not ARC; the WARC reader reports it
             return False
     return head.startswith(b"filedesc://")
 
@@ -182,11 +188,19 @@ def _looks_html(payload: bytes) -> bool:
     return head.startswith((b"<!doctype html", b"<html")) or b"<html" in head
 
 
-def _handle(out: ColumnsBuilder, rec: WebRecord, opts: HtmlOptions, fmt: str, skipped: Counter[str]) -> None:
+def _handle(out: ColumnsBuilder, rec: WebRecord, opts: HtmlOptions, fmt: str, skipped: Counter[str],
+            limits: ReadLimits) -> None:
+    if rec.type in ("garbage", "corrupt_member"):  # bytes between records, a corrupt gzip member: one row each
+        out.reject_row(rec.offset, "malformed_record" if rec.type == "garbage" else "corrupt_member",
+                       rec.framing or "not a WARC record")
+        return
     domain = (urlsplit(rec.url).hostname or None) if rec.url else None
     cols: dict[str, object] = {"domain": domain, "warc_record_id": rec.record_id, "fetch_date": rec.date,
                                "content_type": rec.content_type or rec.warc_content_type, "http_status": rec.status}
     where = {"url": rec.url}
+    if rec.framing:  # a lying Content-Length, a header cut off, a broken gzip member: never a document
+        out.reject_row(rec.offset, "truncated_record", f"{rec.type} record: {rec.framing}", **where, **cols)
+        return
     if fmt == "wat":
         if rec.type == "metadata":
             out.reject_row(rec.offset, "wat_metadata_not_text", "WAT records hold link/header metadata as JSON, "
@@ -198,7 +212,12 @@ def _handle(out: ColumnsBuilder, rec: WebRecord, opts: HtmlOptions, fmt: str, sk
         skipped[rec.type] += 1
         return
     if rec.too_large:
-        out.reject_row(rec.offset, "page_too_large", f"record larger than max_bytes {opts.max_bytes}", **where, **cols)
+        if opts.max_bytes <= limits.max_record_bytes:
+            out.reject_row(rec.offset, "page_too_large", f"record larger than max_bytes {opts.max_bytes}",
+                           **where, **cols)
+        else:
+            out.reject_row(rec.offset, "record_too_large", f"record larger than limits.max_record_bytes "
+                           f"{limits.max_record_bytes}", **where, **cols)
         return
     if rec.truncated:
         out.reject_row(rec.offset, "truncated_record", f"WARC-Truncated: {rec.truncated}", **where, **cols)
@@ -225,8 +244,12 @@ def _handle(out: ColumnsBuilder, rec: WebRecord, opts: HtmlOptions, fmt: str, sk
         return
     html, charset = decode_html(payload, rec.charset)
     cols["charset"] = charset
+    tree, bad = parse_checked(html, limits)
+    if bad:  # pathological nesting or size: rejected before extraction
+        out.reject_row(rec.offset, bad[0], bad[1], **where, **cols)
+        return
     cols["license_hints"] = license_hints(html)
-    text = extract_text(html, opts.extractor, opts.main_content)
+    text = extract_text(html, opts.extractor, opts.main_content, tree)
     if text:
         out.add_row(rec.offset, text, **where, **cols)
     else:
@@ -235,22 +258,35 @@ def _handle(out: ColumnsBuilder, rec: WebRecord, opts: HtmlOptions, fmt: str, sk
 
 def _read(file: InputFile, batch_size: int, fmt: str) -> Iterator[ReadBatch]:
     opts = HtmlOptions.model_validate(file.source.options) if fmt == "warc" else HtmlOptions()
+    max_bytes = min(opts.max_bytes, file.limits.max_record_bytes)
     out = web_builder(file, batch_size)
     skipped: Counter[str] = Counter()
-    last_end, repeat = -1, 0
+    per_member: Counter[int | str] = Counter()
+    last_end: int | str = 0
+    leading: WebRecord | None = None  # garbage at offset 0: "not a WARC file" if nothing else follows
+    need = () if fmt == "wat" else DOC_TYPES  # WAT metadata is rejected unread
     try:
-        for rec in iter_warc_records(file.path, opts.max_bytes):
-            # The offset is the record's (gzip member's) position: what a CDX index points at. A file
-            # gzipped as one member reports one offset for all records: number them within it.
-            repeat = repeat + 1 if rec.offset == last_end else 0
+        for rec in iter_warc_records(file.path, max_bytes, need, file.limits.max_file_decompressed_bytes):
+            # The id is the record's gzip member offset (what a CDX index points at), numbered
+            # within the member when it holds several records (a file gzipped as one member).
+            key = rec.member if rec.member is not None else rec.offset
+            n = per_member[key]
+            per_member[key] += 1
+            rec.offset = key if n == 0 else f"{key}.{n}"  # type: ignore[assignment]
             last_end = rec.offset
-            if repeat:
-                rec.offset = f"{rec.offset}.{repeat}"  # type: ignore[assignment]
-            _handle(out, rec, opts, fmt, skipped)
+            if rec.type in ("garbage", "corrupt_member") and rec.member == 0 and n == 0:
+                leading = rec
+                continue
+            if leading is not None:
+                _handle(out, leading, opts, fmt, skipped, file.limits)
+                leading = None
+            _handle(out, rec, opts, fmt, skipped, file.limits)
             if out.full():
                 yield out.flush()  # type: ignore[misc]
-    except Exception as exc:  # not a WARC, or cut off inside a record header: the rest is one reject
-        out.reject_row(f"{max(last_end, 0)}-", "unreadable_input", f"reading stopped after offset {last_end}: "
+        if leading is not None:
+            out.reject_row(leading.offset, "unreadable_input", f"not a WARC file: {leading.framing}")
+    except Exception as exc:  # an I/O error, or ARC framing: the rest is one reject
+        out.reject_row(f"{last_end}-", "unreadable_input", f"reading stopped after record {last_end}: "
                        f"{describe_error(exc)}")
     if skipped:
         log.info("%s: skipped %d non-document record(s): %s", file.name, sum(skipped.values()), dict(skipped))
