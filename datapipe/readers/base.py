@@ -3,6 +3,11 @@
 A reader never raises for bad data: a malformed record becomes a reject row with a
 reason, and a file that cannot be read (or breaks off half-way) becomes one reject
 row for the unread rest, so the run goes on and nothing is silently lost.
+
+Strings Arrow cannot store (lone surrogates such as the JSON escape ``\ud800``, which
+Python strings may hold but UTF-8 cannot encode) are caught here, in the path every
+reader shares: ``flush`` moves such a document to the rejects as ``invalid_unicode``, so
+no stage ever sees one and one such record never fails its task.
 """
 
 from __future__ import annotations
@@ -60,12 +65,68 @@ class BatchBuilder:
         cols["url"].append(url)
         cols["path"].append(path if path is not None else self.file.name)
 
+    def mark(self) -> tuple[int, int]:
+        """Row counts now, to undo a record that failed half-way through being added."""
+        return len(self.docs["id"]), len(self.rejects["id"])
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        for lists, n in ((self._doc_lists(), mark[0]), (self._reject_lists(), mark[1])):
+            for values in lists:
+                del values[n:]
+
+    def _doc_lists(self) -> list[list]:
+        """Every per-document column list (subclasses add their provenance columns)."""
+        return list(self.docs.values())
+
+    def _reject_lists(self) -> list[list]:
+        return list(self.rejects.values())
+
     def full(self) -> bool:
         return len(self.docs["id"]) + len(self.rejects["id"]) >= self.batch_size
 
     def flush(self) -> ReadBatch | None:
         if not self.docs["id"] and not self.rejects["id"]:
             return None
+        try:
+            return self._build()
+        except (UnicodeEncodeError, pa.ArrowInvalid):  # rare: look at each row only then
+            self._quarantine()
+            return self._build()
+
+    def _quarantine(self) -> None:
+        """Move documents holding a string that is not encodable as UTF-8 to the rejects, and make
+        reject rows storable (their raw text keeps the bad code point as a ``\\udXXX`` escape)."""
+        doc_cols = self._doc_lists()
+        names = [*self.docs, *getattr(self, "extra_docs", {})]  # ColumnsBuilder's provenance columns
+        bad: list[tuple[int, str]] = []
+        for i in range(len(self.docs["id"])):
+            for name, values in zip(names, doc_cols):
+                where = _unencodable(values[i])
+                if where is not None:
+                    bad.append((i, f"{name}: {where}"))
+                    break
+        moved = []
+        for i, detail in reversed(bad):  # popped from the end so earlier indices stay valid
+            row = [values.pop(i) for values in doc_cols]
+            row[3] = row[3][:MAX_REJECT_TEXT]  # BASE_SCHEMA's text, bounded as in reject()
+            moved.append((row, detail))
+        for row, detail in reversed(moved):
+            self._move_to_rejects(row, detail)
+        for values in self._reject_lists():
+            for j, v in enumerate(values):
+                if isinstance(v, str) and _unencodable(v) is not None:
+                    values[j] = _escaped(v)
+
+    def _move_to_rejects(self, row: list, detail: str) -> None:
+        """One quarantined document row (in _doc_lists order) becomes a reject row, columns kept."""
+        base = len(self.docs)
+        for (name, values), v in zip(self.rejects.items(), [*row[:base], "invalid_unicode", detail]):
+            values.append(v)
+        extra = self._reject_lists()[len(self.rejects):]
+        for values, v in zip(extra, row[base:]):
+            values.append(v)
+
+    def _build(self) -> ReadBatch:
         docs = pa.Table.from_pydict(self.docs, schema=BASE_SCHEMA)
         rejects = None
         if self.rejects["id"]:
@@ -75,6 +136,21 @@ class BatchBuilder:
             for v in cols.values():
                 v.clear()
         return ReadBatch(docs, rejects)
+
+
+def _unencodable(value: object) -> str | None:
+    """Where a string cannot be encoded as UTF-8 (lone surrogates), or None."""
+    if not isinstance(value, str) or value.isascii():
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{exc.reason} ({value[exc.start]!r} at character {exc.start})"
+    return None
+
+
+def _escaped(value: str) -> str:
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def describe_error(exc: BaseException) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -22,3 +23,85 @@ def open_maybe_compressed(path: Path) -> IO[bytes]:
 
         return pa.input_stream(str(path), compression="zstd")  # type: ignore[return-value]
     return path.open("rb")
+
+
+class LineTooLong:
+    """Stands in for a line longer than the cap: its head (for the reject row) and its full size."""
+
+    __slots__ = ("head", "size")
+
+    def __init__(self, head: bytes, size: int) -> None:
+        self.head = head
+        self.size = size
+
+
+class InputTooLarge(Exception):
+    """More bytes were decompressed from one input file than `limits.max_file_decompressed_bytes`."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit:,} bytes decompressed from this file "
+                         f"(limits.max_file_decompressed_bytes); the rest is not read")
+        self.limit = limit
+
+
+CHUNK = 1 << 20  # read size: large enough that splitting in C dominates, small enough to bound memory
+
+
+def bounded_lines(stream: IO[bytes], max_line: int, max_total: int, head: int = 65536,
+                  chunk: int = CHUNK) -> Iterator[bytes | LineTooLong]:
+    """The lines of a byte stream (without their b"\\n"), never holding more than ``max_line`` bytes
+    of one line nor ``chunk`` bytes of input beyond it.
+
+    A line longer than ``max_line`` comes out as one ``LineTooLong`` (its first ``head`` bytes and
+    its size) after the rest of it has been skipped chunk by chunk, so a 1.5 GiB line costs
+    ``max_line`` + ``chunk`` bytes of memory, not 1.5 GiB. More than ``max_total`` bytes read raises
+    ``InputTooLarge`` (a decompression bomb). Cost is linear in the input.
+    """
+    total = 0
+    pending: list[bytes] = []  # pieces of the current line, before its newline
+    pending_size = 0
+    skipping: LineTooLong | None = None  # the current line is over the cap: counted, not kept
+    while True:
+        data = stream.read(chunk)
+        if not data:
+            break
+        total += len(data)
+        if total > max_total:
+            raise InputTooLarge(max_total)
+        start = 0
+        while True:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                break
+            piece = data[start:nl]
+            start = nl + 1
+            if skipping is not None:
+                skipping.size += len(piece)
+                yield skipping
+                skipping = None
+            elif pending:
+                pending.append(piece)
+                pending_size += len(piece)
+                line = b"".join(pending)
+                pending, pending_size = [], 0
+                yield line if len(line) <= max_line else LineTooLong(line[:head], len(line))
+            elif len(piece) <= max_line:
+                yield piece
+            else:
+                yield LineTooLong(piece[:head], len(piece))
+        rest = data[start:] if start else data
+        if not rest:
+            continue
+        if skipping is not None:
+            skipping.size += len(rest)
+        elif pending_size + len(rest) > max_line:
+            first = b"".join(pending) + rest if pending else rest
+            skipping = LineTooLong(first[:head], pending_size + len(rest))
+            pending, pending_size = [], 0
+        else:
+            pending.append(rest)
+            pending_size += len(rest)
+    if skipping is not None:
+        yield skipping
+    elif pending:
+        yield b"".join(pending)
