@@ -248,7 +248,8 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
             for pos, n in m["stage_in"].items():
                 stages[int(pos)]["in"] += n
             for pos, reasons in m["rejected"].items():
-                bucket = stages[int(pos)]["rejected"]
+                # the position after the last stage is tokenizing (documents the tokenizer raised on)
+                bucket = stages.setdefault(int(pos), {"stage": "tokenize", "in": 0, "rejected": {}})["rejected"]
                 for reason, n in reasons.items():
                     bucket[reason] = bucket.get(reason, 0) + n
             if segment.final:
