@@ -95,8 +95,7 @@ def bounded_lines(stream: IO[bytes], max_line: int, max_total: int, head: int = 
         if skipping is not None:
             skipping.size += len(rest)
         elif pending_size + len(rest) > max_line:
-            first = b"".join(pending) + rest if pending else rest
-            skipping = LineTooLong(first[:head], pending_size + len(rest))
+            skipping = LineTooLong(_head([*pending, rest], head), pending_size + len(rest))
             pending, pending_size = [], 0
         else:
             pending.append(rest)
@@ -105,3 +104,14 @@ def bounded_lines(stream: IO[bytes], max_line: int, max_total: int, head: int = 
         yield skipping
     elif pending:
         yield b"".join(pending)
+
+
+def _head(pieces: list[bytes], n: int) -> bytes:
+    """The first n bytes of the pieces joined, without joining them all."""
+    out, size = [], 0
+    for piece in pieces:
+        if size >= n:
+            break
+        out.append(piece[:n - size])
+        size += len(out[-1])
+    return b"".join(out)
