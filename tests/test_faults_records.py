@@ -226,6 +226,24 @@ def test_many_failing_records_exceed_the_error_budget(tmp_path: Path, explode_st
         run_map(tmp_path, "budget", {"p.jsonl": b"\n".join(good_lines()[:3] + poison)}, [{"explode": {}}])
 
 
+def test_deep_records_are_checked_before_parsing_when_the_recursion_limit_is_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datapipe.config import SourceConfig
+    from datapipe.readers import READERS, InputFile
+
+    monkeypatch.setattr(sys, "getrecursionlimit", lambda: 1_000_000)  # as if a library had raised it
+    good = good_lines()[:2]
+    path = tmp_path / "deep.jsonl"
+    write_jsonl(path, [good[0], deep(100_000), b'{"text":"[[[[{{{{ in a string","x":' + b"[" * 65 + b"]" * 65 + b"}",
+                       b'{"text":"' + b"{[" * 200 + b'","x":[[1]]}', good[1]])
+    src = SourceConfig.model_validate({"name": "s", "paths": ["x"]})
+    batches = list(READERS["jsonl"](InputFile(path, "deep.jsonl", src), 1024))
+    kept = [i for b in batches for i in b.docs["id"].to_pylist()]
+    rejected = {r["id"]: r["reason"] for b in batches if b.rejects for r in b.rejects.to_pylist()}
+    assert kept == ["s/deep.jsonl#L1", "s/deep.jsonl#L4", "s/deep.jsonl#L5"]  # brackets in strings do not count
+    assert rejected == {"s/deep.jsonl#L2": "too_deeply_nested", "s/deep.jsonl#L3": "too_deeply_nested"}
+
+
 def test_decompression_bomb_stops_at_the_cap_as_one_reject(tmp_path: Path) -> None:
     good = good_lines()
     filler = [json.dumps({"text": "filler " * 2000}).encode()] * 400  # ~5.6 MB decompressed, ~30 KB gzipped

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Iterator
 
 from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
-from datapipe.readers.jsondepth import depth_exceeds, may_exceed_depth
+from datapipe.readers.jsondepth import depth_exceeds, may_exceed_depth, must_check_before_parsing
 from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
 from datapipe.readers.streams import InputTooLarge, LineTooLong, bounded_lines, open_maybe_compressed
 
@@ -64,6 +64,9 @@ def _parse_line(out: BatchBuilder, lineno: int, raw: bytes, text_field: str, url
         out.reject(record, "invalid_utf8", describe_error(exc), raw[:MAX_REJECT_TEXT].decode("utf-8", "replace"))
         return
     deep = f"JSON nesting deeper than limits.max_json_depth={max_depth}"
+    if must_check_before_parsing() and may_exceed_depth(raw, max_depth) and _raw_depth_exceeds(raw, max_depth):
+        out.reject(record, "too_deeply_nested", deep, line)
+        return
     try:
         obj = json.loads(line)
     except RecursionError:  # deeper than the parser can recurse (about 1,000 levels)
@@ -72,7 +75,7 @@ def _parse_line(out: BatchBuilder, lineno: int, raw: bytes, text_field: str, url
     except ValueError as exc:
         out.reject(record, "malformed_json", describe_error(exc), line)
         return
-    if may_exceed_depth(raw, max_depth) and depth_exceeds(obj, max_depth):
+    if depth_exceeds(obj, max_depth):
         out.reject(record, "too_deeply_nested", deep, line)
         return
     if not isinstance(obj, dict):
@@ -92,3 +95,26 @@ def _parse_line(out: BatchBuilder, lineno: int, raw: bytes, text_field: str, url
     except Exception as exc:  # a bug or surprise in one record's columns must not end the file
         out.rollback(mark)
         out.reject(record, "record_error", describe_error(exc), line)
+
+
+def _raw_depth_exceeds(raw: bytes, max_depth: int) -> bool:
+    """Exact depth of the raw text (strings skipped), for when the parser's recursion is not guarded."""
+    depth = 0
+    in_string = escaped = False
+    for b in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:  # backslash
+                escaped = True
+            elif b == 0x22:
+                in_string = False
+        elif b == 0x22:
+            in_string = True
+        elif b in (0x7B, 0x5B):
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif b in (0x7D, 0x5D):
+            depth -= 1
+    return False

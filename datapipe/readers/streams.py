@@ -61,20 +61,13 @@ def bounded_lines(stream: IO[bytes], max_line: int, max_total: int, head: int = 
     pending: list[bytes] = []  # pieces of the current line, before its newline
     pending_size = 0
     skipping: LineTooLong | None = None  # the current line is over the cap: counted, not kept
-    while True:
-        data = stream.read(chunk)
-        if not data:
-            break
+    for data in _blocks(stream, chunk):
         total += len(data)
         if total > max_total:
             raise InputTooLarge(max_total)
-        start = 0
-        while True:
-            nl = data.find(b"\n", start)
-            if nl < 0:
-                break
-            piece = data[start:nl]
-            start = nl + 1
+        pieces = data.split(b"\n")  # in C: the Python loop below does little per line
+        rest = pieces.pop()  # after the last newline: the start of a line that goes on
+        for piece in pieces:
             if skipping is not None:
                 skipping.size += len(piece)
                 yield skipping
@@ -89,7 +82,6 @@ def bounded_lines(stream: IO[bytes], max_line: int, max_total: int, head: int = 
                 yield piece
             else:
                 yield LineTooLong(piece[:head], len(piece))
-        rest = data[start:] if start else data
         if not rest:
             continue
         if skipping is not None:
@@ -115,3 +107,33 @@ def _head(pieces: list[bytes], n: int) -> bytes:
         out.append(piece[:n - size])
         size += len(out[-1])
     return b"".join(out)
+
+
+def _blocks(stream: IO[bytes], size: int) -> Iterator[bytes]:
+    """Blocks of about ``size`` bytes. Built from read1() calls (what the decompressor has ready),
+    so when a stream breaks off (truncated gzip) the bytes before the break still come out
+    before the error: read(size) would drop the whole block."""
+    read1 = getattr(stream, "read1", None)
+    if read1 is None:
+        while data := stream.read(size):
+            yield data
+        return
+    while True:
+        parts: list[bytes] = []
+        have = 0
+        try:
+            while have < size:
+                piece = read1(size - have)
+                if not piece:
+                    break
+                parts.append(piece)
+                have += len(piece)
+        except Exception:
+            if parts:
+                yield b"".join(parts)
+            raise
+        if not parts:
+            return
+        yield parts[0] if len(parts) == 1 else b"".join(parts)
+        if have < size:
+            return
