@@ -336,3 +336,81 @@ def test_pipeline_run_over_hostile_files_completes_and_conserves(ray_local, tmp_
     read = {s["stage"]: s["rejected"] for s in counts["stages"]}["read"]
     assert read == {"invalid_unicode": 4, "too_deeply_nested": 4, "invalid_utf8": 1, "record_too_large": 2}
     assert not any("record_error" in s["rejected"] for s in counts["stages"])
+
+
+def test_a_reader_that_raises_mid_file_leaves_one_reject_for_the_rest(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from datapipe.readers import READERS
+
+    real = READERS["jsonl"]
+
+    def flaky(file, batch_size):  # type: ignore[no-untyped-def]
+        yield from real(file, batch_size)
+        raise RuntimeError("reader bug after the last batch")
+
+    monkeypatch.setitem(READERS, "jsonl", flaky)
+    good = good_lines()[:5]
+    counts, kept, rejected = run_map(tmp_path, "flaky", {"a.jsonl": b"\n".join(good)}, [])
+    assert counts["docs_in"] == 6 == counts["kept"] + rejected.num_rows
+    (row,) = rejected.to_pylist()
+    assert (row["id"], row["reason"]) == ("s/data/a.jsonl#after-5", "reader_error")
+    assert "RuntimeError: reader bug" in row["detail"]
+
+    def broken(file, batch_size):  # type: ignore[no-untyped-def]
+        raise RuntimeError("reader cannot start")
+        yield
+
+    monkeypatch.setitem(READERS, "jsonl", broken)
+    with pytest.raises(RuntimeError, match="reader cannot start"):
+        run_map(tmp_path, "broken_reader", {"a.jsonl": b"\n".join(good)}, [])
+
+
+def test_ids_do_not_depend_on_where_the_data_lies(tmp_path: Path) -> None:
+    """Issue 16 item 4: inputs outside the pipeline folder, by absolute path, by glob and through a
+    symlink, get ids without an absolute path or '//', the same when the data is reached another way."""
+    corpus = shared_path("corpus")
+    alias = tmp_path / "mnt" / "elsewhere"
+    alias.parent.mkdir()
+    alias.symlink_to(corpus.parent, target_is_directory=True)  # the same data at another absolute path
+    ids = []
+    for root in (corpus.parent.resolve(), alias):
+        project = tmp_path / f"project-{len(ids)}"
+        project.mkdir()
+        (project / "link").symlink_to(root, target_is_directory=True)
+        config = {"name": "ids", "sources": [
+            {"name": "abs", "paths": [str(root / "corpus" / "zh_oiwiki.jsonl")]},
+            {"name": "glob", "paths": [str(root / "corpus" / "zh_*.jsonl")]},
+            {"name": "deep", "paths": [str(root / "**" / "gaokao-geography.jsonl")]},
+            {"name": "linked", "paths": ["link/corpus/zh_wikipedia.jsonl"]}]}
+        spec = make_spec(load_pipeline(write_pipeline(project, config)), project / "out", tmp_path / "cache")
+        names = {(s.source.name, s.input_name) for s in spec.shards}
+        assert names == {("abs", "zh_oiwiki.jsonl"), ("glob", "zh_oiwiki.jsonl"), ("glob", "zh_pingcap_docs.jsonl"),
+                         ("glob", "zh_wikipedia.jsonl"), ("deep", "benchmarks/agieval/gaokao-geography.jsonl"),
+                         ("linked", "link/corpus/zh_wikipedia.jsonl")}
+        # The ids themselves, as the reader writes them.
+        shard = next(s for s in spec.shards if s.source.name == "abs")
+        marker_ids = _first_ids(spec, shard)
+        assert all("//" not in i and str(root) not in i and not i.split("/", 1)[1].startswith("/") for i in marker_ids)
+        ids.append(marker_ids)
+    assert ids[0] == ids[1] and ids[0][0] == "abs/zh_oiwiki.jsonl#L1"
+
+
+def _first_ids(spec: Any, shard: Any) -> list[str]:
+    from datapipe.readers import READERS, InputFile
+
+    batch = next(READERS[shard.format](InputFile(Path(shard.path), shard.input_name, shard.source, spec.limits), 5))
+    return batch.docs["id"].to_pylist()[:5]
+
+
+def test_two_inputs_that_would_share_a_name_are_a_config_error(tmp_path: Path) -> None:
+    from datapipe.config import ConfigError
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "x.jsonl").write_text('{"text": "t"}\n')
+    project = tmp_path / "project"
+    project.mkdir()
+    config = {"name": "clash", "sources": [{"name": "s", "paths": [str(a / "x.jsonl"), str(b / "x.jsonl")]}]}
+    with pytest.raises(ConfigError, match="would both be named 'x.jsonl'"):
+        load_pipeline(write_pipeline(project, config))

@@ -22,7 +22,8 @@ from datapipe.engine.isolate import Isolator, Step
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.run_folder import RunFolder
 from datapipe.packing import PackedRows, ShardBuffer, make_packer, shard_meta_for
-from datapipe.readers import READERS, InputFile
+from datapipe.readers import READERS, InputFile, ReadBatch
+from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.schema import READ_STAGE
 from datapipe.shard_format import ShardMeta, file_sha256, write_shard
 from datapipe.stages.base import ROW_KEY_SHIFT, Decision, ReduceInputs, ShuffledGlobalStage, Stage
@@ -252,7 +253,8 @@ def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segm
             yield pa.Table.from_batches([rb])
         return
     reader = READERS[shard.format]
-    for rb in reader(InputFile(Path(shard.path), shard.input_name, shard.source, spec.limits), spec.batch_size):
+    file = InputFile(Path(shard.path), shard.input_name, shard.source, spec.limits)
+    for rb in _guarded(reader(file, spec.batch_size), file):
         docs = rb.docs
         counts.docs_in += docs.num_rows
         docs = _with_n_chars(docs)
@@ -265,6 +267,28 @@ def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segm
         missing = pc.is_null(docs["text"])
         docs = reject(0, READ_STAGE, docs, Decision(pc.if_else(missing, "missing_text", _NULL_STR)))
         yield docs
+
+
+def _guarded(batches: Iterator[ReadBatch], file: InputFile) -> Iterator[ReadBatch]:
+    """A reader's batches; if the reader itself raises after giving records, the rest of the file is
+    one ``reader_error`` reject (readers turn bad data into rejects themselves: this is the net
+    under their bugs). A reader that raises before giving any record re-raises: that is a broken
+    reader or option, to be fixed, not a file to skip silently."""
+    given = 0
+    try:
+        for batch in batches:
+            given += batch.docs.num_rows + (batch.rejects.num_rows if batch.rejects is not None else 0)
+            yield batch
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if given == 0:
+            raise
+        out = BatchBuilder(file, 1)
+        out.reject(f"after-{given}", "reader_error",
+                   f"the reader failed after {given} records; the rest of the file is not read: "
+                   f"{describe_error(exc)}")
+        yield out.flush()  # type: ignore[misc]
 
 
 def _with_n_chars(table: pa.Table) -> pa.Table:

@@ -22,6 +22,7 @@ from datapipe.limits import DEFAULT_LIMITS, ReadLimits
 from datapipe.schema import BASE_SCHEMA, doc_id
 
 MAX_REJECT_TEXT = 65536  # raw bytes kept of a malformed record: enough to debug, bounded
+FLUSH_CHARS = 64 << 20  # a batch is full at this much text too: 1,024 records near the record cap would be GBs
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,12 @@ class BatchBuilder:
     docs: dict[str, list] = field(default_factory=lambda: {f: [] for f in BASE_SCHEMA.names})
     rejects: dict[str, list] = field(default_factory=lambda: {f: [] for f in (*BASE_SCHEMA.names, "reason", "detail")})
 
+    chars: int = 0  # text held since the last flush
+
     def add(self, record: int | str, text: str | None, url: str | None = None, path: str | None = None) -> None:
         self._append(self.docs, record, text, url, path)
+        if text:
+            self.chars += len(text)
 
     def reject(self, record: int | str, reason: str, detail: str, text: str | None = None) -> None:
         self._append(self.rejects, record, text[:MAX_REJECT_TEXT] if text else text, None, None)
@@ -82,7 +87,7 @@ class BatchBuilder:
         return list(self.rejects.values())
 
     def full(self) -> bool:
-        return len(self.docs["id"]) + len(self.rejects["id"]) >= self.batch_size
+        return len(self.docs["id"]) + len(self.rejects["id"]) >= self.batch_size or self.chars >= FLUSH_CHARS
 
     def flush(self) -> ReadBatch | None:
         if not self.docs["id"] and not self.rejects["id"]:
@@ -135,6 +140,7 @@ class BatchBuilder:
         for cols in (self.docs, self.rejects):
             for v in cols.values():
                 v.clear()
+        self.chars = 0
         return ReadBatch(docs, rejects)
 
 
