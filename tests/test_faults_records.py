@@ -414,3 +414,22 @@ def test_two_inputs_that_would_share_a_name_are_a_config_error(tmp_path: Path) -
     config = {"name": "clash", "sources": [{"name": "s", "paths": [str(a / "x.jsonl"), str(b / "x.jsonl")]}]}
     with pytest.raises(ConfigError, match="would both be named 'x.jsonl'"):
         load_pipeline(write_pipeline(project, config))
+
+
+def test_the_tokenizer_raising_on_one_document_rejects_only_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tasks.encode_documents
+
+    def encode(texts, info):  # type: ignore[no-untyped-def]
+        if any("POISON" in t for t in texts):
+            raise RuntimeError("tokenizer cannot encode POISON")
+        return real(texts, info)
+
+    monkeypatch.setattr(tasks, "encode_documents", encode)
+    good = good_lines()[:20]
+    mixed = good[:7] + [json.dumps({"text": "POISON for the tokenizer"}).encode()] + good[7:]
+    _, clean_kept, _ = run_map(tmp_path, "clean", {"a.jsonl": b"\n".join(good)}, [])
+    counts, kept, rejected = run_map(tmp_path, "tok", {"a.jsonl": b"\n".join(mixed)}, [])
+    assert counts["docs_in"] == 21 == counts["kept"] + rejected.num_rows
+    (row,) = rejected.to_pylist()
+    assert (row["stage"], row["reason"], row["text"]) == ("tokenize", "record_error", "POISON for the tokenizer")
+    assert _comparable(kept) == _comparable(clean_kept)  # n_tokens and split included

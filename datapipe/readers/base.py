@@ -125,7 +125,7 @@ class BatchBuilder:
     def _move_to_rejects(self, row: list, detail: str) -> None:
         """One quarantined document row (in _doc_lists order) becomes a reject row, columns kept."""
         base = len(self.docs)
-        for (name, values), v in zip(self.rejects.items(), [*row[:base], "invalid_unicode", detail]):
+        for values, v in zip(self.rejects.values(), [*row[:base], "invalid_unicode", detail]):
             values.append(v)
         extra = self._reject_lists()[len(self.rejects):]
         for values, v in zip(extra, row[base:]):
