@@ -40,7 +40,7 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
                     out.reject(f"L{lineno}", "record_too_large",
                                f"line of {raw.size:,} bytes > limits.max_record_bytes={limits.max_record_bytes:,}",
                                raw.head.decode("utf-8", "replace"))
-                elif raw.strip():  # blank lines are not records
+                elif raw and not raw.isspace():  # blank lines are not records (isspace stops early; strip copies)
                     _parse_line(out, lineno, raw, field, src.url_field, limits.max_json_depth, add)
                 if out.full():
                     yield out.flush()  # type: ignore[misc]

@@ -65,7 +65,8 @@ def _batch(out: BatchBuilder, by_row: bool, file: InputFile, opts, batch: pa.Rec
     """One decoded batch: oversized and non-UTF-8 cells become rejects, the rest documents."""
     text = _as_text(batch.column(field))
     url = _as_text(batch.column(url_field)) if url_field else pa.nulls(batch.num_rows, pa.string())
-    good = _screen(out, file, text, url, start)
+    others = [batch.column(c) for c in batch.schema.names if c not in (field, url_field)]
+    good = _screen(out, file, text, url, others, start)
     positions = np.flatnonzero(good) if good is not None else np.arange(batch.num_rows)
     if good is not None:
         mask = pa.array(good)
@@ -89,12 +90,16 @@ def _as_text(column: pa.Array) -> pa.Array:
     return pc.cast(column, pa.string())
 
 
-def _screen(out: BatchBuilder, file: InputFile, text: pa.Array, url: pa.Array, start: int) -> np.ndarray | None:
-    """Rejects rows whose text is too large or not UTF-8 (url: not UTF-8); their mask, or None if all pass."""
+def _screen(out: BatchBuilder, file: InputFile, text: pa.Array, url: pa.Array, others: list[pa.Array],
+            start: int) -> np.ndarray | None:
+    """Rejects rows whose text is too large or any string cell not UTF-8; the mask of the rest, or None if all pass."""
     cap = file.limits.max_record_bytes
     sizes = pc.fill_null(pc.binary_length(text), 0).to_numpy(zero_copy_only=False)
     too_big = sizes > cap
     bad_utf8 = _invalid_utf8(text) | _invalid_utf8(url)
+    for column in others:  # provenance columns of code rows (path, repo, language, ...)
+        if pa.types.is_string(column.type):
+            bad_utf8 |= _invalid_utf8(column)
     if not too_big.any() and not bad_utf8.any():
         return None
     for i in np.flatnonzero(too_big | bad_utf8):
@@ -106,7 +111,8 @@ def _screen(out: BatchBuilder, file: InputFile, text: pa.Array, url: pa.Array, s
                        f"text cell of {int(sizes[i]):,} bytes > limits.max_record_bytes={cap:,}",
                        raw.decode("utf-8", "replace"))
         else:
-            out.reject(record, "invalid_utf8", "text or url cell is not valid UTF-8", raw.decode("utf-8", "replace"))
+            out.reject(record, "invalid_utf8", "a string cell (text, url or a provenance column) is not valid UTF-8",
+                       raw.decode("utf-8", "replace"))
     return ~(too_big | bad_utf8)
 
 
