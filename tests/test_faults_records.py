@@ -433,3 +433,31 @@ def test_the_tokenizer_raising_on_one_document_rejects_only_it(tmp_path: Path, m
     (row,) = rejected.to_pylist()
     assert (row["stage"], row["reason"], row["text"]) == ("tokenize", "record_error", "POISON for the tokenizer")
     assert _comparable(kept) == _comparable(clean_kept)  # n_tokens and split included
+
+
+def test_the_common_reader_path_turns_unstorable_values_into_rejects() -> None:
+    """Every reader goes through BatchBuilder/ColumnsBuilder: a value Arrow cannot store rejects
+    its record only (invalid_unicode for lone surrogates, record_error for a mistyped column)."""
+    from datapipe.config import SourceConfig
+    from datapipe.readers.base import InputFile
+    from datapipe.readers.columns import ColumnsBuilder
+
+    src = SourceConfig.model_validate({"name": "s", "paths": ["x"]})
+    out = ColumnsBuilder.create(InputFile(Path("f.jsonl"), "f.jsonl", src), 100, {"n": "int32", "d": "string"})
+    out.add_row(1, "kept", n=3, d="x")
+    out.add_row(2, "mistyped", n="three", d="y")
+    out.add_row(3, "surrogate \ud800", n=1, d="z")
+    out.add_row(4, "surrogate in a provenance column", n=1, d="\udfff")
+    out.add_row(5, "also kept", n=None, d=None)
+    out.reject_row(6, "malformed_json", "cut", "raw \udc00 line")
+    batch = out.flush()
+    assert batch is not None and batch.rejects is not None
+    assert batch.docs.select(["id", "n", "d"]).to_pylist() == [{"id": "s/f.jsonl#1", "n": 3, "d": "x"},
+                                                               {"id": "s/f.jsonl#5", "n": None, "d": None}]
+    rejects = {r["id"]: r for r in batch.rejects.to_pylist()}
+    assert {i: r["reason"] for i, r in rejects.items()} == {
+        "s/f.jsonl#2": "record_error", "s/f.jsonl#3": "invalid_unicode", "s/f.jsonl#4": "invalid_unicode",
+        "s/f.jsonl#6": "malformed_json"}
+    assert rejects["s/f.jsonl#3"]["text"] == "surrogate \\ud800"  # kept for debugging, escaped
+    assert rejects["s/f.jsonl#4"]["detail"].startswith("d: surrogates not allowed")
+    assert out.flush() is None  # nothing left behind for a later batch

@@ -94,38 +94,46 @@ class BatchBuilder:
             return None
         try:
             return self._build()
-        except (UnicodeEncodeError, pa.ArrowInvalid):  # rare: look at each row only then
-            self._quarantine()
+        except (UnicodeEncodeError, pa.ArrowException, TypeError, ValueError, OverflowError):
+            self._quarantine()  # rare: only then is each row looked at
             return self._build()
 
+    def _doc_types(self) -> list[pa.DataType]:
+        """Arrow types of _doc_lists(), in order (a reject row has the same plus reason and detail)."""
+        return list(BASE_SCHEMA.types)
+
     def _quarantine(self) -> None:
-        """Move documents holding a string that is not encodable as UTF-8 to the rejects, and make
-        reject rows storable (their raw text keeps the bad code point as a ``\\udXXX`` escape)."""
-        doc_cols = self._doc_lists()
+        """Move documents with a value Arrow cannot store to the rejects: a string UTF-8 cannot
+        encode (lone surrogates) as ``invalid_unicode``, anything else (a value of the wrong type
+        in a provenance column) as ``record_error``. Then make every reject row storable: such
+        strings keep the bad code point as a ``\\udXXX`` escape, other bad values become null."""
+        doc_cols, types = self._doc_lists(), self._doc_types()
         names = [*self.docs, *getattr(self, "extra_docs", {})]  # ColumnsBuilder's provenance columns
-        bad: list[tuple[int, str]] = []
+        bad: list[tuple[int, str, str]] = []
         for i in range(len(self.docs["id"])):
-            for name, values in zip(names, doc_cols):
-                where = _unencodable(values[i])
-                if where is not None:
-                    bad.append((i, f"{name}: {where}"))
+            for name, values, typ in zip(names, doc_cols, types):
+                problem = _unstorable(values[i], typ)
+                if problem is not None:
+                    bad.append((i, "invalid_unicode" if problem[0] else "record_error", f"{name}: {problem[1]}"))
                     break
         moved = []
-        for i, detail in reversed(bad):  # popped from the end so earlier indices stay valid
+        for i, reason, detail in reversed(bad):  # popped from the end so earlier indices stay valid
             row = [values.pop(i) for values in doc_cols]
-            row[3] = row[3][:MAX_REJECT_TEXT]  # BASE_SCHEMA's text, bounded as in reject()
-            moved.append((row, detail))
-        for row, detail in reversed(moved):
-            self._move_to_rejects(row, detail)
-        for values in self._reject_lists():
+            row[3] = row[3][:MAX_REJECT_TEXT] if isinstance(row[3], str) else row[3]  # bounded as in reject()
+            moved.append((row, reason, detail))
+        for row, reason, detail in reversed(moved):
+            self._move_to_rejects(row, reason, detail)
+        base = len(self.docs)
+        reject_types = [*types[:base], pa.string(), pa.string(), *types[base:]]
+        for values, typ in zip(self._reject_lists(), reject_types):
             for j, v in enumerate(values):
-                if isinstance(v, str) and _unencodable(v) is not None:
-                    values[j] = _escaped(v)
+                if _unstorable(v, typ) is not None:
+                    values[j] = _escaped(v) if isinstance(v, str) and _unencodable(v) else None
 
-    def _move_to_rejects(self, row: list, detail: str) -> None:
+    def _move_to_rejects(self, row: list, reason: str, detail: str) -> None:
         """One quarantined document row (in _doc_lists order) becomes a reject row, columns kept."""
         base = len(self.docs)
-        for values, v in zip(self.rejects.values(), [*row[:base], "invalid_unicode", detail]):
+        for values, v in zip(self.rejects.values(), [*row[:base], reason, detail]):
             values.append(v)
         extra = self._reject_lists()[len(self.rejects):]
         for values, v in zip(extra, row[base:]):
@@ -152,6 +160,20 @@ def _unencodable(value: object) -> str | None:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         return f"{exc.reason} ({value[exc.start]!r} at character {exc.start})"
+    return None
+
+
+def _unstorable(value: object, typ: pa.DataType) -> tuple[bool, str] | None:
+    """Why Arrow cannot store ``value`` as ``typ``: (is it an encoding problem, detail), or None."""
+    where = _unencodable(value)
+    if where is not None:
+        return True, where
+    if value is None or isinstance(value, str) and pa.types.is_string(typ):
+        return None
+    try:
+        pa.array([value], typ)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        return False, describe_error(exc)
     return None
 
 

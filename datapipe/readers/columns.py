@@ -57,6 +57,9 @@ class ColumnsBuilder(BatchBuilder):
     def _reject_lists(self) -> list[list]:
         return [*self.rejects.values(), *self.extra_rejects.values()]
 
+    def _doc_types(self) -> list[pa.DataType]:
+        return [*super()._doc_types(), *(_TYPES[self.columns[n]] for n in self.extra_docs)]
+
     def _build(self) -> ReadBatch:
         # Extra columns first: if one cannot be stored, nothing is cleared yet and flush() retries.
         docs_cols = {n: pa.array(v, _TYPES[self.columns[n]]) for n, v in self.extra_docs.items()}
