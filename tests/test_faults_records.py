@@ -461,3 +461,35 @@ def test_the_common_reader_path_turns_unstorable_values_into_rejects() -> None:
     assert rejects["s/f.jsonl#3"]["text"] == "surrogate \\ud800"  # kept for debugging, escaped
     assert rejects["s/f.jsonl#4"]["detail"].startswith("d: surrogates not allowed")
     assert out.flush() is None  # nothing left behind for a later batch
+
+
+def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from datapipe.engine.run_folder import RunFolder
+    from datapipe.engine.runner import collect_counts
+
+    real = tasks.encode_documents
+    for poison in (False, True):
+        def encode(texts, info, poison=poison):  # type: ignore[no-untyped-def]
+            if poison and any("POISON" in t for t in texts):
+                raise RuntimeError("tokenizer cannot encode POISON")
+            return real(texts, info)
+
+        monkeypatch.setattr(tasks, "encode_documents", encode)
+        project = tmp_path / f"funnel-{poison}"
+        (project / "data").mkdir(parents=True)
+        write_jsonl(project / "data" / "a.jsonl", good_lines()[:4] + [b'{"text":"POISON here"}'])
+        config = {"name": "funnel", "sources": [{"name": "s", "paths": ["data/*"]}], "stages": [{"length": {}}],
+                  "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 64}}
+        spec = make_spec(load_pipeline(write_pipeline(project, config)), project / "out", tmp_path / "cache")
+        folder = RunFolder(project / "out")
+        marker = tasks.map_shard(spec, spec.shards[0], spec.segments[0])
+        folder.write_marker("map0", spec.shards[0].key, marker)
+        counts = collect_counts(folder, spec)
+        names = [s["stage"] for s in counts["stages"]]
+        assert counts["documents"] == 5 == counts["kept"] + counts["rejected"]
+        if poison:
+            assert names == ["read", "length", "tokenize"]
+            assert counts["stages"][2]["in"] == 5 and counts["stages"][2]["rejected"] == {"record_error": 1}
+        else:
+            assert names == ["read", "length"]

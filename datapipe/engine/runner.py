@@ -246,15 +246,19 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
                 stages[0]["in"] += m["docs_in"]
                 sources[shard.source.name]["documents"] += m["docs_in"]
             for pos, n in m["stage_in"].items():
-                stages[int(pos)]["in"] += n
+                stages.setdefault(int(pos), {"stage": "tokenize", "in": 0, "rejected": {}})["in"] += n
             for pos, reasons in m["rejected"].items():
-                # the position after the last stage is tokenizing (documents the tokenizer raised on)
                 bucket = stages.setdefault(int(pos), {"stage": "tokenize", "in": 0, "rejected": {}})["rejected"]
                 for reason, n in reasons.items():
                     bucket[reason] = bucket.get(reason, 0) + n
             if segment.final:
                 sources[shard.source.name]["kept"] += m["kept"]
                 sources[shard.source.name]["tokens"] += m["tokens"]
+    # The position after the last stage is tokenizing: in the funnel only if the tokenizer raised on
+    # documents (record_error), so ordinary runs show the stages they configured.
+    tokenize = len(spec.stages) + 1
+    if tokenize in stages and not stages[tokenize]["rejected"]:
+        del stages[tokenize]
     total_in = stages[0]["in"]
     total_rejected = sum(sum(s["rejected"].values()) for s in stages.values())
     total_kept = sum(s["kept"] for s in sources.values())

@@ -216,6 +216,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                     first = (shard.ordinal << ROW_KEY_SHIFT) + counts.kept
                     shuffle.write(compute_global.shuffle(batch, first))  # type: ignore[union-attr]
             if tokens is not None and batch.num_rows:
+                counts.stage_in[tokenize_pos] += batch.num_rows
                 batch, _ = isolated(tokenize_pos, TOKENIZE_STAGE, batch, lambda b: _encode(spec, b))
                 batch = _write_tokens(batch, tokens)
             counts.kept += batch.num_rows
