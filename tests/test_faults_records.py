@@ -493,3 +493,15 @@ def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(tm
             assert counts["stages"][2]["in"] == 5 and counts["stages"][2]["rejected"] == {"record_error": 1}
         else:
             assert names == ["read", "length"]
+
+
+def test_parquet_binary_text_that_is_not_utf8_rejects_only_its_rows(tmp_path: Path) -> None:
+    texts = [json.loads(g)["text"].encode() for g in good_lines()[:6]]
+    cells = texts[:2] + [b"\xff\xfe not UTF-8", b"\xed\xa0\x80 surrogate bytes"] + texts[2:]
+    src = tmp_path / "bin.parquet"
+    pq.write_table(pa.table({"text": pa.array(cells, pa.binary())}), src)
+    counts, kept, rejected = run_map(tmp_path, "pqbin", {"bin.parquet": src.read_bytes()}, [])
+    assert counts["docs_in"] == 8 == counts["kept"] + rejected.num_rows
+    assert {(r["id"], r["reason"]) for r in rejected.to_pylist()} == {
+        ("s/data/bin.parquet#2", "invalid_utf8"), ("s/data/bin.parquet#3", "invalid_utf8")}
+    assert kept["text"].to_pylist() == [t.decode() for t in texts]
