@@ -505,3 +505,22 @@ def test_parquet_binary_text_that_is_not_utf8_rejects_only_its_rows(tmp_path: Pa
     assert {(r["id"], r["reason"]) for r in rejected.to_pylist()} == {
         ("s/data/bin.parquet#2", "invalid_utf8"), ("s/data/bin.parquet#3", "invalid_utf8")}
     assert kept["text"].to_pylist() == [t.decode() for t in texts]
+
+
+def test_bounded_lines_equals_splitting_whole_lines_for_any_chunking() -> None:
+    import io
+    import random
+
+    from datapipe.readers.streams import LineTooLong, bounded_lines
+
+    rng = random.Random(7)
+    for _ in range(300):
+        lines = [b"x" * rng.choice([0, 1, 5, 30, 31, 32, 33, 200]) for _ in range(rng.randint(0, 12))]
+        data = b"\n".join(lines) + (b"\n" if rng.random() < 0.5 else b"")
+        cap, chunk = rng.choice([8, 31, 32, 64]), rng.choice([1, 3, 16, 64, 1024])
+        got = [(x.size, x.head) if isinstance(x, LineTooLong) else x
+               for x in bounded_lines(io.BytesIO(data), cap, 1 << 30, head=4, chunk=chunk)]
+        want = [(len(ln), ln[:4]) if len(ln) > cap else ln for ln in data.split(b"\n")]
+        if data.endswith(b"\n") or not data:
+            want = want[:-1]
+        assert got == want, (cap, chunk, lines)
