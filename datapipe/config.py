@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from datapipe.input_names import input_name
 from datapipe.limits import ReadLimits
 
 SOURCE_KINDS = ("web", "code", "paper", "text")
@@ -85,6 +86,7 @@ class Pipeline:
         self.base_dir = base_dir
         self.stage_options = stage_options  # [(stage type, validated options)], in order
         self.inputs = inputs  # source name -> [(file, format)], sorted: the shard order
+        self.input_names: dict[str, dict[Path, str]] = {}  # source -> file -> its name in ids (input_names.py)
         self.file = file
 
     @property
@@ -252,14 +254,18 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
     inputs: dict[str, list[tuple[Path, str]]] = {}
     for i, src in enumerate(pipeline.config.sources):
         files: list[Path] = []
+        pattern_of: dict[Path, str] = {}  # the first pattern that matched each file names it in ids
         for j, pattern in enumerate(src.paths):
-            matched = sorted(Path(m) for m in glob.glob(str(pipeline.resolve(pattern)), recursive=True))
+            resolved = str(pipeline.resolve(pattern))
+            matched = sorted(Path(m) for m in glob.glob(resolved, recursive=True))
             matched = [m for m in matched if m.is_file()
                        or m.is_dir() and (src.format or infer_format(m, src.kind)) in DIRECTORY_FORMATS]
             if not matched:
                 problems.append(f"sources[{i}].paths[{j}]: {pattern!r} matches no file "
                                 f"(resolved against {pipeline.base_dir})")
             files.extend(matched)
+            for m in matched:
+                pattern_of.setdefault(m, resolved)
         entries: list[tuple[Path, str]] = []
         for f in dict.fromkeys(files):  # a file matched by two globs is one shard
             fmt = src.format or infer_format(f, src.kind)
@@ -272,6 +278,16 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
                 break
             entries.append((f, fmt))
         inputs[src.name] = entries
+        names = {f: input_name(f, pattern_of[f], pipeline.base_dir) for f, _ in entries}
+        first: dict[str, Path] = {}
+        for f, name in names.items():
+            if name in first:
+                problems.append(f"sources[{i}].paths: {first[name]} and {f} would both be named {name!r} in "
+                                f"document ids (inputs outside the pipeline folder are named relative to "
+                                f"their pattern's fixed folder); match both with one pattern over a common "
+                                f"folder, or split them into two sources")
+            first.setdefault(name, f)
+        pipeline.input_names[src.name] = names
         for fmt in sorted({f for _, f in entries}):
             _validate_reader_options(i, src, fmt, pipeline.base_dir, problems)
         _check_text_field(i, src, entries, problems)

@@ -42,6 +42,13 @@ class ReadLimits(BaseModel):
         100_000, ge=100,
         description="Macro expansions in one LaTeX document: a real paper needs a few thousand; more means "
                     "a runaway or hostile macro.")
+    max_record_errors: int = Field(
+        10, ge=0,
+        description="Documents of one task a stage may reject as record_error (it raised on them) before the "
+                    "stage counts as broken and the task fails: a few poison records are data, many are a bug.")
+    max_record_error_fraction: float = Field(
+        0.01, ge=0, le=1,
+        description="The same budget as a share of the documents the stage saw in the task, when that is larger.")
     max_archive_members: int = Field(
         1_000_000, ge=1,
         description="Members read from one archive (tar, zip): a large monorepo has a few 100,000 files.")

@@ -14,13 +14,13 @@ objects from it, so stages never see Ray.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from datapipe.config import Pipeline, SourceConfig, TokenizeConfig
+from datapipe.input_names import input_name
 from datapipe.limits import ReadLimits
 from datapipe.stages import STAGES, Stage, StageContext
 from datapipe.tokenize import TokenizerInfo, load_tokenizer_info
@@ -101,8 +101,8 @@ def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path) -> RunSpec:
     shards: list[Shard] = []
     for src in pipeline.config.sources:
         for i, (path, fmt) in enumerate(pipeline.inputs[src.name]):
-            shards.append(Shard(len(shards), f"{src.name}/{i:05d}", src, str(path),
-                                _input_name(path, pipeline.base_dir), fmt))
+            name = pipeline.input_names.get(src.name, {}).get(path) or input_name(path, str(path), pipeline.base_dir)
+            shards.append(Shard(len(shards), f"{src.name}/{i:05d}", src, str(path), name, fmt))
     tok_cfg = pipeline.config.tokenize
     tokenizer = load_tokenizer_info(pipeline.resolve(tok_cfg.tokenizer), tok_cfg) if tok_cfg else None
     stages = tuple((kind, opts.model_dump(mode="json")) for kind, opts in pipeline.stage_options)
@@ -112,12 +112,3 @@ def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path) -> RunSpec:
         segments=plan_segments([k for k, _ in stages]), tokenize=tok_cfg, tokenizer=tokenizer,
         limits=pipeline.config.limits, shards=tuple(shards),
     )
-
-
-def _input_name(path: Path, base: Path) -> str:
-    """Relative to the pipeline file when inside its folder: ids stay stable when the project moves."""
-    try:
-        return Path(os.path.relpath(path.resolve(), base.resolve())).as_posix() if path.resolve().is_relative_to(
-            base.resolve()) else path.resolve().as_posix()
-    except ValueError:
-        return path.resolve().as_posix()

@@ -239,6 +239,12 @@ def _short_error(exc: BaseException) -> str:
 
 # --- counts and conservation ---------------------------------------------------
 
+def _stage_row(stages: dict[int, dict[str, Any]], pos: str | int) -> dict[str, Any]:
+    """The funnel row of a stage position; the one past the last stage is the tokenizer's
+    (it appears only when the tokenizer rejected documents)."""
+    return stages.setdefault(int(pos), {"stage": "tokenize", "in": 0, "skipped": 0, "rejected": {}})
+
+
 def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
     """Per-stage funnel and per-source totals, from the completion markers."""
     # "in": documents reaching the stage; "skipped": of those, passed untouched (kind not in its kinds).
@@ -255,16 +261,21 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
                 stages[0]["in"] += m["docs_in"]
                 sources[shard.source.name]["documents"] += m["docs_in"]
             for pos, n in m["stage_in"].items():
-                stages[int(pos)]["in"] += n
+                _stage_row(stages, pos)["in"] += n
             for pos, n in m.get("stage_skipped", {}).items():
-                stages[int(pos)]["skipped"] += n
+                _stage_row(stages, pos)["skipped"] += n
             for pos, reasons in m["rejected"].items():
-                bucket = stages[int(pos)]["rejected"]
+                bucket = _stage_row(stages, pos)["rejected"]
                 for reason, n in reasons.items():
                     bucket[reason] = bucket.get(reason, 0) + n
             if segment.final:
                 sources[shard.source.name]["kept"] += m["kept"]
                 sources[shard.source.name]["tokens"] += m["tokens"]
+    # The position after the last stage is tokenizing: in the funnel only if the tokenizer raised on
+    # documents (record_error), so ordinary runs show the stages they configured.
+    tokenize = len(spec.stages) + 1
+    if tokenize in stages and not stages[tokenize]["rejected"]:
+        del stages[tokenize]
     total_in = stages[0]["in"]
     total_rejected = sum(sum(s["rejected"].values()) for s in stages.values())
     total_kept = sum(s["kept"] for s in sources.values())

@@ -18,16 +18,20 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datapipe.atomic import atomic_path, temp_path_for
+from datapipe.engine.isolate import Isolator, Step
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.run_folder import RunFolder
 from datapipe.packing import PackedRows, ShardBuffer, make_packer, shard_meta_for
-from datapipe.readers import READERS, InputFile
+from datapipe.readers import READERS, InputFile, ReadBatch
+from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.schema import READ_STAGE
 from datapipe.shard_format import ShardMeta, file_sha256, write_shard
-from datapipe.stages.base import ROW_KEY_SHIFT, Decision, ReduceInputs, ShuffledGlobalStage
+from datapipe.stages.base import ROW_KEY_SHIFT, Decision, ReduceInputs, ShuffledGlobalStage, Stage
 from datapipe.tokenize import TOKENS_TYPE, assign_split, encode_documents
 
 _NULL_STR = pa.scalar(None, pa.string())
+_TOKENS = "__tokens"  # transient column between encoding and the token sink
+TOKENIZE_STAGE = "tokenize"  # stage name of documents the tokenizer raised on
 
 
 class ParquetSink:
@@ -112,7 +116,7 @@ class TokenSink:
 
     def write(self, ids: pa.Array, split: pa.Array, tokens: pa.LargeListArray) -> None:
         self._writer.write_table(pa.table([ids, split, tokens], schema=self.SCHEMA))
-        self.tokens += len(tokens.values)
+        self.tokens += int(pc.sum(pc.list_value_length(tokens)).as_py() or 0)  # .values ignores a slice's offset
 
     def close(self) -> None:
         self._writer.close()
@@ -180,6 +184,19 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
             counts.rejected[position][reason] += n
         return batch.filter(pc.invert(drop))
 
+    isolators: dict[int, Isolator] = {}
+    tokenize_pos = len(spec.stages) + 1  # tokenizing counts as a stage after the last one
+
+    def isolated(position: int, stage: str, batch: pa.Table, step: Step) -> tuple[pa.Table, Decision]:
+        """``step`` over the batch; rows on which it raises become record_error rejects of the stage."""
+        if position not in isolators:
+            isolators[position] = Isolator(stage, spec.limits.max_record_errors, spec.limits.max_record_error_fraction)
+        out, decision, bad, details = isolators[position].run(step, batch)
+        if bad is not None:
+            reject(position, stage, bad, Decision(pa.array(["record_error"] * bad.num_rows, pa.string()),
+                                                  pa.array(details, pa.string())))
+        return out, decision
+
     try:
         for batch in _segment_input(spec, folder, shard, segment, counts, reject):
             if segment.apply_global is not None:
@@ -196,15 +213,17 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                     continue
                 if batch.num_rows == 0:
                     break
-                batch = stage.compute(batch)
-                batch = reject(pos, stage.name, batch, stage.decide(batch))
+                batch, decision = isolated(pos, stage.name, batch, _stage_step(stage))
+                batch = reject(pos, stage.name, batch, decision)
             if compute_global is not None and batch.num_rows:
-                batch = compute_global.compute(batch)
-                if shuffle is not None:  # row keys: this shard's ordinal, then the row in its output
+                batch, _ = isolated(segment.compute_global, compute_global.name, batch, _compute_step(compute_global))
+                if shuffle is not None and batch.num_rows:  # row keys: this shard's ordinal, then the row in its output
                     first = (shard.ordinal << ROW_KEY_SHIFT) + counts.kept
                     shuffle.write(compute_global.shuffle(batch, first))  # type: ignore[union-attr]
             if tokens is not None and batch.num_rows:
-                batch = _tokenize(spec, batch, tokens)
+                counts.stage_in[tokenize_pos] += batch.num_rows
+                batch, _ = isolated(tokenize_pos, TOKENIZE_STAGE, batch, lambda b: _encode(spec, b))
+                batch = _write_tokens(batch, tokens)
             counts.kept += batch.num_rows
             out.write(batch)
         out.close()
@@ -240,7 +259,8 @@ def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segm
             yield pa.Table.from_batches([rb])
         return
     reader = READERS[shard.format]
-    for rb in reader(InputFile(Path(shard.path), shard.input_name, shard.source, spec.limits), spec.batch_size):
+    file = InputFile(Path(shard.path), shard.input_name, shard.source, spec.limits)
+    for rb in _guarded(reader(file, spec.batch_size), file):
         docs = rb.docs
         counts.docs_in += docs.num_rows
         docs = _with_n_chars(docs)
@@ -253,6 +273,28 @@ def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segm
         missing = pc.is_null(docs["text"])
         docs = reject(0, READ_STAGE, docs, Decision(pc.if_else(missing, "missing_text", _NULL_STR)))
         yield docs
+
+
+def _guarded(batches: Iterator[ReadBatch], file: InputFile) -> Iterator[ReadBatch]:
+    """A reader's batches; if the reader itself raises after giving records, the rest of the file is
+    one ``reader_error`` reject (readers turn bad data into rejects themselves: this is the net
+    under their bugs). A reader that raises before giving any record re-raises: that is a broken
+    reader or option, to be fixed, not a file to skip silently."""
+    given = 0
+    try:
+        for batch in batches:
+            given += batch.docs.num_rows + (batch.rejects.num_rows if batch.rejects is not None else 0)
+            yield batch
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if given == 0:
+            raise
+        out = BatchBuilder(file, 1)
+        out.reject(f"after-{given}", "reader_error",
+                   f"the reader failed after {given} records; the rest of the file is not read: "
+                   f"{describe_error(exc)}")
+        yield out.flush()  # type: ignore[misc]
 
 
 def _with_n_chars(table: pa.Table) -> pa.Table:
@@ -283,14 +325,34 @@ def _join_decisions(batch: pa.Table, decisions: pa.Table | None) -> tuple[Decisi
     return Decision(col("reason"), col("detail")), extra
 
 
-def _tokenize(spec: RunSpec, batch: pa.Table, sink: TokenSink) -> pa.Table:
+def _stage_step(stage: Stage) -> Step:
+    def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
+        computed = stage.compute(batch)
+        return computed, stage.decide(computed)
+    return step
+
+
+def _compute_step(stage: Stage) -> Step:
+    def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
+        computed = stage.compute(batch)
+        return computed, Decision.keep_all(computed.num_rows)
+    return step
+
+
+def _encode(spec: RunSpec, batch: pa.Table) -> tuple[pa.Table, Decision]:
+    """Token ids per document as a transient column (written to the token sink, then dropped)."""
     assert spec.tokenizer is not None and spec.tokenize is not None
     texts = pc.fill_null(batch["text"], "").to_pylist()
     tokens = encode_documents(texts, spec.tokenizer)
     split = assign_split(batch["id"].to_pylist(), spec.tokenize.val_fraction)
-    sink.write(batch["id"].combine_chunks(), split, tokens)
     batch = batch.append_column("n_tokens", pc.cast(pc.list_value_length(tokens), pa.int64()))
-    return batch.append_column("split", split)
+    batch = batch.append_column("split", split).append_column(_TOKENS, tokens)
+    return batch, Decision.keep_all(batch.num_rows)
+
+
+def _write_tokens(batch: pa.Table, sink: TokenSink) -> pa.Table:
+    sink.write(batch["id"].combine_chunks(), batch["split"].combine_chunks(), batch[_TOKENS].combine_chunks())
+    return batch.drop_columns([_TOKENS])
 
 
 def _value_counts(values: pa.ChunkedArray) -> list[tuple[str, int]]:

@@ -51,14 +51,22 @@ class ColumnsBuilder(BatchBuilder):
         for name, values in self.extra_rejects.items():
             values[-1] = cols.get(name)
 
-    def flush(self) -> ReadBatch | None:
+    def _doc_lists(self) -> list[list]:
+        return [*self.docs.values(), *self.extra_docs.values()]
+
+    def _reject_lists(self) -> list[list]:
+        return [*self.rejects.values(), *self.extra_rejects.values()]
+
+    def _doc_types(self) -> list[pa.DataType]:
+        return [*super()._doc_types(), *(_TYPES[self.columns[n]] for n in self.extra_docs)]
+
+    def _build(self) -> ReadBatch:
+        # Extra columns first: if one cannot be stored, nothing is cleared yet and flush() retries.
         docs_cols = {n: pa.array(v, _TYPES[self.columns[n]]) for n, v in self.extra_docs.items()}
         reject_cols = {n: pa.array(v, _TYPES[self.columns[n]]) for n, v in self.extra_rejects.items()}
-        batch = super().flush()
+        batch = super()._build()
         for values in (*self.extra_docs.values(), *self.extra_rejects.values()):
             values.clear()
-        if batch is None:
-            return None
         docs, rejects = batch.docs, batch.rejects
         for name, arr in docs_cols.items():
             docs = docs.append_column(pa.field(name, arr.type), arr)

@@ -1,4 +1,9 @@
-"""JSON Lines (optionally gzip/zstd/bz2-compressed): one document per line."""
+"""JSON Lines (optionally gzip/zstd/bz2-compressed): one document per line.
+
+Every line is read with a bounded buffer (``limits.max_record_bytes``), checked for nesting
+depth before it is parsed (``limits.max_json_depth``), and anything that goes wrong with one
+line becomes a reject of that line: the lines after it are still read.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,14 @@ import json
 from collections.abc import Callable, Iterator
 
 from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
+from datapipe.readers.jsondepth import depth_exceeds, may_exceed_depth, must_check_before_parsing
 from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
-from datapipe.readers.streams import open_maybe_compressed
+from datapipe.readers.streams import InputTooLarge, LineTooLong, bounded_lines, open_maybe_compressed
 
 
 def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     src = file.source
+    limits = file.limits
     opts = table_options(file)
     rows = row_builder(file, batch_size)  # code/paper rows carry their kind's columns
     out = rows or BatchBuilder(file, batch_size)
@@ -26,12 +33,19 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     lineno = 0
     try:
         with open_maybe_compressed(file.path) as stream:
-            for lineno, raw in enumerate(stream, start=1):
-                if not raw.strip():
-                    continue  # blank lines are not records
-                _parse_line(out, lineno, raw, field, src.url_field, add)
+            lines = bounded_lines(stream, limits.max_record_bytes, limits.max_file_decompressed_bytes,
+                                  head=MAX_REJECT_TEXT)
+            for lineno, raw in enumerate(lines, start=1):
+                if isinstance(raw, LineTooLong):
+                    out.reject(f"L{lineno}", "record_too_large",
+                               f"line of {raw.size:,} bytes > limits.max_record_bytes={limits.max_record_bytes:,}",
+                               raw.head.decode("utf-8", "replace"))
+                elif raw and not raw.isspace():  # blank lines are not records (isspace stops early; strip copies)
+                    _parse_line(out, lineno, raw, field, src.url_field, limits.max_json_depth, add)
                 if out.full():
                     yield out.flush()  # type: ignore[misc]
+    except InputTooLarge as exc:  # a decompression bomb: the rest of the file is one reject
+        out.reject(f"L{lineno + 1}-", "input_too_large", f"reading stopped after line {lineno}: {exc}")
     except Exception as exc:  # unreadable or truncated file: the rest of it is one reject
         out.reject(f"L{lineno + 1}-", "unreadable_input",
                    f"reading stopped after line {lineno}: {describe_error(exc)}")
@@ -40,17 +54,29 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
 
 
 def _parse_line(out: BatchBuilder, lineno: int, raw: bytes, text_field: str, url_field: str | None,
-                add: Callable[[str, dict, str, str | None], None]) -> None:
+                max_depth: int, add: Callable[[str, dict, str, str | None], None]) -> None:
     record = f"L{lineno}"
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # a UTF-8 byte order mark (Windows tools write one at the start of a file)
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         out.reject(record, "invalid_utf8", describe_error(exc), raw[:MAX_REJECT_TEXT].decode("utf-8", "replace"))
         return
+    deep = f"JSON nesting deeper than limits.max_json_depth={max_depth}"
+    if must_check_before_parsing() and may_exceed_depth(raw, max_depth) and _raw_depth_exceeds(raw, max_depth):
+        out.reject(record, "too_deeply_nested", deep, line)
+        return
     try:
         obj = json.loads(line)
+    except RecursionError:  # deeper than the parser can recurse (about 1,000 levels)
+        out.reject(record, "too_deeply_nested", deep, line)
+        return
     except ValueError as exc:
         out.reject(record, "malformed_json", describe_error(exc), line)
+        return
+    if depth_exceeds(obj, max_depth):
+        out.reject(record, "too_deeply_nested", deep, line)
         return
     if not isinstance(obj, dict):
         out.reject(record, "malformed_record", f"expected a JSON object, got {type(obj).__name__}", line)
@@ -63,4 +89,32 @@ def _parse_line(out: BatchBuilder, lineno: int, raw: bytes, text_field: str, url
         out.reject(record, "malformed_record", f"{text_field!r} is {type(text).__name__}, not a string", line)
         return
     url = obj.get(url_field) if url_field else None
-    add(record, obj, text, url if isinstance(url, str) else None)
+    mark = out.mark()
+    try:
+        add(record, obj, text, url if isinstance(url, str) else None)
+    except Exception as exc:  # a bug or surprise in one record's columns must not end the file
+        out.rollback(mark)
+        out.reject(record, "record_error", describe_error(exc), line)
+
+
+def _raw_depth_exceeds(raw: bytes, max_depth: int) -> bool:
+    """Exact depth of the raw text (strings skipped), for when the parser's recursion is not guarded."""
+    depth = 0
+    in_string = escaped = False
+    for b in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:  # backslash
+                escaped = True
+            elif b == 0x22:
+                in_string = False
+        elif b == 0x22:
+            in_string = True
+        elif b in (0x7B, 0x5B):
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif b in (0x7D, 0x5D):
+            depth -= 1
+    return False
