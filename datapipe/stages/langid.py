@@ -13,6 +13,7 @@ language by default (``kinds``).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -133,7 +134,8 @@ class LangId(Stage):
         """Share of each language over lines, in word units (a CJK character or five Latin letters).
 
         A single-script document is all its own language. In a document with both CJK and Latin
-        script, CJK lines take their script's language and the Latin lines together take one
+        script, or with Han and some kana (a Chinese text quoting Japanese; cut into clauses at
+        ``cjk.SEGMENT_BREAKS``), CJK lines take their script's language and the Latin lines together take one
         fastText label (from their first 1,000 characters), which keeps the cost near one
         fastText call per document.
         """
@@ -141,20 +143,33 @@ class LangId(Stage):
         cjk_n = counts["han"] + counts["kana"] + counts["hangul"]
         units = cjk_n + counts["latin"] / 5.0
         mixed = (cjk_n >= 0.05 * units) & (counts["latin"] / 5.0 >= 0.05 * units) & (units > 0)
+        # Kana in a document not labelled ja (or labelled ja with Han-only parts) may be a quote:
+        # such documents are measured in clauses, not lines, since a quote rarely has a line.
+        quoting = (counts["kana"] > 0) & (counts["han"] > 0)
+        mixed |= quoting
         per_lang = {code: (lang == code).astype(np.float32) for code in self.options.fraction_langs}
         idx = np.flatnonzero(mixed)
         if len(idx):
+            if quoting.any():
+                texts = [re.sub(cjk.SEGMENT_BREAKS, "\n", t) if q else t for t, q in zip(texts, quoting)]
+                _, line_counts, line_doc = cjk.line_script_counts(texts)
             line_lang = cjk.script_language(line_counts)
+            # A clause without enough kana is Japanese in a Japanese document (kanji compounds
+            # such as 衣食住 are Japanese there) and Chinese elsewhere.
+            doc_ja = (lang == "ja")[line_doc]
+            line_lang = np.where(np.equal(line_lang, "zh") & doc_ja, "ja", line_lang)
             latin_line = np.equal(line_lang, None) & (line_counts["latin"] > 0)
             first_line = np.searchsorted(line_doc, np.arange(n))
-            parts = []
+            parts, with_latin = [], []
             for i in idx:
                 lines = texts[i].split("\n")
                 flags = latin_line[first_line[i]:first_line[i] + len(lines)]
-                parts.append(" ".join(ln for ln, f in zip(lines, flags) if f)[:1000])
-            latin_lang, _ = self._predict(parts)
+                if flags.any():  # an all-CJK document needs no fastText call
+                    parts.append(" ".join(ln for ln, f in zip(lines, flags) if f)[:1000])
+                    with_latin.append(i)
             doc_latin = np.full(n, None, dtype=object)
-            doc_latin[idx] = latin_lang
+            if parts:
+                doc_latin[with_latin] = self._predict(parts)[0]
             line_lang = np.where(latin_line, doc_latin[line_doc], line_lang)
             weight = line_counts["han"] + line_counts["kana"] + line_counts["hangul"] + line_counts["latin"] / 5.0
             total = np.bincount(line_doc, weight, minlength=n)
