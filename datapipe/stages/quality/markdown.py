@@ -5,8 +5,8 @@ links sit between the sentences. Judged as a whole, such a page looks like a bad
 sentence ends per Han character, repeated code lines, Latin letters that confuse the language
 model) although its prose is good. Signals that describe *prose* (sentence ends, Han share,
 repetition, language) are therefore computed on this view; what was removed is measured by
-``prose_frac``. Plain web text has none of these constructs and passes through unchanged, so
-the view changes nothing for it.
+``prose_frac``. Plain web text rarely has these constructs, so the view changes it little: its
+URLs, HTML tags and ``$..$`` pairs are removed (zh Wikipedia keeps 94%+ of its characters at p1).
 
 Removed, in this order (RE2 patterns, vectorized over a batch with Arrow):
   fenced code blocks (```, ~~~; indented fences too, as in admonitions), display math
