@@ -14,6 +14,16 @@ import numpy as np
 # 係 and 唔 are left out: 係 is common in Traditional Mandarin (關係), 唔 in onomatopoeia.
 YUE_MARKERS = "[嘅咗喺冇哋嘢啲佢乜嚟睇冚揾嗰咁哂]"
 
+# Kana share of the CJK letters (kana / (Han + kana)) from which text is Japanese. Measured on
+# ../shared/data: Japanese UDHR pages (jpn, jpn_osaka, jpn_tokyo) are 0.51-0.52 kana, and their
+# most kanji-heavy sentence (a 55-line page's legal clauses) still 0.32; Chinese Wikipedia
+# articles that quote Japanese titles (31 of 1,168 carry kana) reach at most 0.138
+# (cmrc2018#DEV_271), the top five 0.06-0.14. 0.25 sits between the two with margin both ways.
+MIN_KANA_SHARE = 0.25
+# Where a Chinese text quotes Japanese, the quote is a clause: brackets, quotes and sentence
+# punctuation bound it. Lines are cut here into such segments for language shares.
+SEGMENT_BREAKS = r"[。！？；：，、《》〈〉「」『』【】（）()\[\]\"“”]+"
+
 SCRIPT_SAMPLE_CHARS = 400  # OpenCC is the langid stage's largest cost after fastText itself
 
 
@@ -120,9 +130,13 @@ def _count_loop(cps, lengths, table, yue_table, per_doc, per_line, line_doc):  #
         line_doc[line] = lengths.shape[0] - 1  # the last line starts the last document (maybe empty)
 
 
-def script_language(c: dict[str, np.ndarray], yue: np.ndarray | None = None, min_kana: float = 0.05,
+def script_language(c: dict[str, np.ndarray], yue: np.ndarray | None = None, min_kana: float = MIN_KANA_SHARE,
                     min_hangul: float = 0.3, min_yue: float = 0.02) -> np.ndarray:
-    """The language the scripts imply (object array; None where Latin letters dominate or no CJK)."""
+    """The language the scripts imply (object array; None where Latin letters dominate or no CJK).
+
+    Kana decides ``ja`` only as a real share of the CJK letters (``min_kana``): a Chinese
+    article quoting a Japanese title carries some kana and stays ``zh``.
+    """
     yue = c["yue"] if yue is None else yue
     cjk = c["han"] + c["kana"] + c["hangul"]
     # A Han character carries about a word; compare it with an average word of ~5 Latin letters.

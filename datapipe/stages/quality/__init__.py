@@ -198,9 +198,10 @@ def _value_problems(rs: RuleSet) -> list[str]:
             where = f"{rs.name}: filters.{fname}.{key}"
             if value is None:
                 continue  # null switches the rule off
-            if ops.get(key) == "true" and not isinstance(value, bool):
+            if (ops.get(key) == "true" or key in spec.flags) and not isinstance(value, bool):
                 out.append(f"{where}: {value!r} is not allowed: use true or false")
-            elif (ops.get(key) in ("min", "max") or key in spec.settings and not key.endswith("_list")) and (
+            elif (ops.get(key) in ("min", "max") or key in spec.settings - spec.flags
+                  and not key.endswith("_list")) and (
                     isinstance(value, bool) or not isinstance(value, (int, float))):
                 out.append(f"{where}: {value!r} is not allowed: a number is needed")
             elif key.endswith("_list") and not isinstance(value, str):

@@ -69,12 +69,13 @@ def repetition(docs: Docs, prefix: str, ids: np.ndarray, doc: np.ndarray, weight
     return out
 
 
-def repetition_filter(name: str, prefix: str, compute: Any, settings: frozenset[str] = frozenset()) -> Filter:
+def repetition_filter(name: str, prefix: str, compute: Any, settings: frozenset[str] = frozenset(),
+                      flags: frozenset[str] = frozenset()) -> Filter:
     signals = {f"{prefix}_dup_{u}_{w}": F32 for u in ("line", "para") for w in ("frac", "char_frac")}
     signals.update({f"{prefix}_top{n}_frac": F32 for n in TOP_NS})
     signals.update({f"{prefix}_dup{n}_frac": F32 for n in DUP_NS})
     rules = [Rule(k[len(prefix) + 1:], k, "max") for k in signals]
-    return register(Filter(name, signals, tuple(rules), compute, settings))
+    return register(Filter(name, signals, tuple(rules), compute, settings | flags, flags))
 
 
 def _word_repetition(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:

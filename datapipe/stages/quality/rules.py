@@ -51,6 +51,7 @@ class Filter:
     rules: tuple[Rule, ...]
     compute: Callable[[Docs, dict[str, Any], pa.Table], dict[str, np.ndarray]]
     settings: frozenset[str] = field(default_factory=frozenset)  # non-threshold options, e.g. word lists
+    flags: frozenset[str] = field(default_factory=frozenset)  # the settings among them that are true/false
 
 
 FILTERS: dict[str, Filter] = {}

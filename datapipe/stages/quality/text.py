@@ -69,6 +69,13 @@ class Docs:
         self.n = len(text)
 
     @cached_property
+    def prose(self) -> Docs:
+        """The same documents with Markdown code, math, tables and markup removed (``markdown.py``)."""
+        from datapipe.stages.quality.markdown import prose
+
+        return Docs(prose(self.text))
+
+    @cached_property
     def n_chars(self) -> np.ndarray:
         return to_np(pc.utf8_length(self.text)).astype(np.int64)
 

@@ -1,0 +1,45 @@
+"""PII precision/recall per type on the hand-labelled real sample (tests/fixtures/pii_labelled.jsonl).
+
+    PYTHONPATH=. python bench/pii_eval.py [--errors]
+
+Run it with PYTHONPATH pointing at another checkout to measure that version of the stage on the
+same sample (the before/after numbers of issue 16 item 8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+from datapipe.stages.base import StageContext
+from datapipe.stages.pii import Pii, PiiOptions
+
+# The evaluator is this checkout's tests/pii_sample.py, loaded by path: PYTHONPATH picks which
+# datapipe is measured and may point at a checkout without it.
+_spec = importlib.util.spec_from_file_location(
+    "pii_sample", Path(__file__).resolve().parent.parent / "tests" / "pii_sample.py")
+sample = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sample)  # type: ignore[union-attr]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--errors", action="store_true", help="list every misdetected candidate")
+    args = ap.parse_args()
+    import datapipe
+
+    stage = Pii(PiiOptions(), StageContext(".", "."))
+    rows = sample.load()
+    labels = {t: sum(r["label"] == t for r in rows) for t in ("email", "phone", "id_card", "ip", "none")}
+    print(f"datapipe from {Path(datapipe.__file__).parent}; {len(rows)} candidates, labels {labels}")
+    for t, s in sample.scores(stage.redact, rows).items():
+        print(f"{t:8} precision {s['precision']:.3f} ({s['tp']}/{s['tp'] + s['fp']})  "
+              f"recall {s['recall']:.3f} ({s['tp']}/{s['tp'] + s['fn']})")
+    if args.errors:
+        for label, got, match, source in sample.errors(stage.redact, rows):
+            print(f"  label {label:7} got {got or 'none':7} {match!r}  {source}")
+
+
+if __name__ == "__main__":
+    main()
