@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from datapipe.decontam.benchmarks import Item
-from datapipe.dedup.shingles import HAVE_NUMBA
 from datapipe.decontam.ngrams import ngram_at, ngram_hashes
-
+from datapipe.dedup.shingles import HAVE_NUMBA
 
 BITMAP_BITS_PER_KEY = 16  # prefilter: ~6% of the n-grams that are not in the index reach the binary search
 

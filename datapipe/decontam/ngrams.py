@@ -1,8 +1,9 @@
 """CJK-aware n-grams for benchmark decontamination: character n-grams in Chinese, word n-grams in English.
 
 Normalization and tokens are those of near-duplicate shingling (``datapipe.dedup.shingles``):
-NFKC (full-width forms), lower case, punctuation, symbols and whitespace only separate tokens; each Han/kana character is a token, each run of other letters
-or digits is a token. On top of that Traditional characters fold to Simplified
+NFKC (full-width forms), lower case, punctuation, symbols and whitespace only separate tokens;
+each Han/kana character is a token, each run of other letters or digits is a token. On top of
+that Traditional characters fold to Simplified
 (``datapipe.dedup.fold``'s OpenCC table), so reflowed, re-punctuated, full-width, upper-cased
 or Traditional copies of a benchmark item give the same tokens as the item.
 
@@ -33,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 
 from datapipe.dedup.fold import t2s_table
-from datapipe.dedup.shingles import _TOKEN_RE, CJK, HAVE_NUMBA, _as_list, char_classes, normalize, norm_table, to_codepoints
+from datapipe.dedup.shingles import _TOKEN_RE, CJK, HAVE_NUMBA, _as_list, char_classes, norm_table, normalize, to_codepoints
 
 if HAVE_NUMBA:
     import numba
