@@ -311,3 +311,11 @@ def test_pipeline_contamination_view_explain_and_report(ray_local, tmp_path: Pat
     assert "contaminated" in out.getvalue() and "contam_ngram" in out.getvalue() and "cmrc2018" in out.getvalue()
     html = build_report(tmp_path / "out")
     assert "Benchmark contamination" in html and "cmrc2018" in html
+
+
+def test_a_broken_benchmark_line_is_named(tmp_path: Path) -> None:
+    from datapipe.decontam.benchmarks import BenchmarkError
+
+    (tmp_path / "b.jsonl").write_text(json.dumps({"q": "fine"}) + "\n\n{broken\n")
+    with pytest.raises(BenchmarkError, match=r"b\.jsonl:3: not a JSON object"):
+        list(items("b", [tmp_path / "b.jsonl"], ["q"], None))

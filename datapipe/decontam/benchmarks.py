@@ -21,6 +21,10 @@ from typing import Any
 FORMATS = ("jsonl", "parquet", "csv")
 
 
+class BenchmarkError(ValueError):
+    """A benchmark file that cannot be read; the message names the file (and line)."""
+
+
 @dataclass(frozen=True)
 class Item:
     benchmark: str
@@ -61,13 +65,19 @@ def records(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
                 yield row
             return
         n = 0
-        for line in f:
+        for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             if limit is not None and n >= limit:
                 return
             n += 1
-            yield json.loads(line)
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BenchmarkError(f"{path}:{lineno}: not a JSON object: {exc}") from None
+            if not isinstance(rec, dict):
+                raise BenchmarkError(f"{path}:{lineno}: not a JSON object")
+            yield rec
 
 
 def leaves(value: Any) -> list[str]:
