@@ -11,6 +11,7 @@ import gzip
 import json
 import random
 import re
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def bench_options(names: list[str] | None = None, **kw) -> dict:
 @lru_cache(maxsize=4)
 def _stage(names: tuple[str, ...] | None = None, action: str = "drop") -> Decontaminate:
     opts = DecontaminateOptions.model_validate(bench_options(list(names) if names else None, action=action))
-    stage = Decontaminate(opts, StageContext(str(PROJECT_ROOT), "/tmp"))
+    stage = Decontaminate(opts, StageContext(str(PROJECT_ROOT), tempfile.mkdtemp(prefix="decontam-cache-")))
     stage.setup()
     return stage
 
@@ -311,6 +312,28 @@ def test_pipeline_contamination_view_explain_and_report(ray_local, tmp_path: Pat
     assert "contaminated" in out.getvalue() and "contam_ngram" in out.getvalue() and "cmrc2018" in out.getvalue()
     html = build_report(tmp_path / "out")
     assert "Benchmark contamination" in html and "cmrc2018" in html
+
+
+def test_the_index_is_cached_for_other_workers_and_loads_equal(tmp_path: Path) -> None:
+    from datapipe.stages import decontaminate as mod
+
+    opts = DecontaminateOptions.model_validate(bench_options(["humaneval", "cmrc2018"]))
+    first = Decontaminate(opts, StageContext(str(PROJECT_ROOT), str(tmp_path)))
+    first.setup()
+    [cached] = (tmp_path / "decontaminate").glob("*.npz")
+    mod._INDEXES.clear()  # a fresh worker process
+    second = Decontaminate(opts, StageContext(str(PROJECT_ROOT), str(tmp_path)))
+    second.setup()
+    a, b = first.index, second.index
+    assert a is not b and (a.keys == b.keys).all() and (a.items == b.items).all() and a.item_ids == b.item_ids
+    assert (a.item_ngrams == b.item_ngrams).all() and a.benchmarks == b.benchmarks and a.too_short == b.too_short
+    text = corpus("zh_wikipedia.jsonl")[0]["text"]
+    assert a.match([text]) == b.match([text]) and a.match([text])[0] is not None
+    cached.write_bytes(b"damaged")  # a damaged cache is rebuilt, not trusted
+    mod._INDEXES.clear()
+    third = Decontaminate(opts, StageContext(str(PROJECT_ROOT), str(tmp_path)))
+    third.setup()
+    assert (third.index.keys == a.keys).all()
 
 
 def test_a_broken_benchmark_line_is_named(tmp_path: Path) -> None:

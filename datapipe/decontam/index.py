@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from datapipe.atomic import atomic_path
 from datapipe.decontam.benchmarks import Item
 from datapipe.decontam.ngrams import ngram_at, ngram_hashes
 from datapipe.dedup.shingles import HAVE_NUMBA
@@ -129,6 +131,22 @@ class BenchmarkIndex:
         bench_arr = np.asarray(item_bench, dtype=np.int16)
         too_short = {b: int(np.sum((item_ngrams == 0) & (bench_arr == i))) for i, b in enumerate(benchmarks)}
         return cls(keys, items, item_ngrams, item_ids, bench_arr, benchmarks, n_word, n_char, fold, too_short)
+
+    def save(self, path: Path) -> None:
+        """One .npz (no pickles), written atomically: workers load it instead of re-reading the benchmarks."""
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, keys=self.keys, items=self.items, item_ngrams=self.item_ngrams, item_bench=self.item_bench,
+                     item_ids=np.array(self.item_ids, dtype=str), benchmarks=np.array(self.benchmarks, dtype=str),
+                     too_short=np.array([self.too_short.get(b, 0) for b in self.benchmarks], dtype=np.int64),
+                     params=np.array([self.n_word, self.n_char, int(self.fold)], dtype=np.int64))
+
+    @classmethod
+    def load(cls, path: Path) -> BenchmarkIndex:
+        with np.load(path, allow_pickle=False) as z:
+            benchmarks = [str(b) for b in z["benchmarks"]]
+            n_word, n_char, fold = (int(v) for v in z["params"])
+            return cls(z["keys"], z["items"], z["item_ngrams"], [str(i) for i in z["item_ids"]], z["item_bench"],
+                       benchmarks, n_word, n_char, bool(fold), dict(zip(benchmarks, (int(v) for v in z["too_short"]))))
 
     def match(self, texts: list[str]) -> list[Match | None]:
         """Per document: None without any benchmark n-gram, else its best-matching item."""

@@ -19,6 +19,7 @@ the index of every benchmark n-gram is built once per worker process (``datapipe
 from __future__ import annotations
 
 import glob
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 _INDEXES: dict[tuple[Any, ...], BenchmarkIndex] = {}  # one index per worker process and configuration
 CHECK_RECORDS = 20  # records per file that validation reads to find the fields
+INDEX_VERSION = 1  # bump when n-gram hashing changes: cached indexes of older versions are not used
 
 COLUMNS: dict[str, pa.DataType] = {
     "contam_hits": pa.int32(), "contam_benchmark": pa.string(), "contam_item": pa.string(),
@@ -136,19 +138,38 @@ class Decontaminate(Stage):
         base = Path(self.context.pipeline_dir)
         files = tuple((b.name, tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in resolve_paths(b, base)),
                        tuple(b.fields), b.id_field) for b in o.benchmarks)
-        return files, o.n_word, o.n_char, o.fold_script
+        return INDEX_VERSION, files, o.n_word, o.n_char, o.fold_script
 
     def setup(self) -> None:
+        """The index, once per process: from the cache folder when an earlier process (the driver's
+        ``prepare``) built it for the same files, options and code, else built and cached."""
         key = self._key()
         if key not in _INDEXES:
-            base = Path(self.context.pipeline_dir)
-            its = (it for b in self.options.benchmarks for it in items(b.name, resolve_paths(b, base), b.fields, b.id_field))
-            index = BenchmarkIndex.build(its, self.options.n_word, self.options.n_char, self.options.fold_script)
-            log.info("decontaminate: %d n-gram entries from %d items of %s, %.1f MB; items too short for an "
-                     "n-gram: %s", len(index.keys), len(index.item_ids), ", ".join(index.benchmarks),
-                     index.nbytes / 2**20, index.too_short)
+            cached = Path(self.context.cache_dir) / "decontaminate" / (
+                hashlib.sha256(repr(key).encode()).hexdigest()[:24] + ".npz")
+            index = None
+            if cached.is_file():
+                try:
+                    index = BenchmarkIndex.load(cached)
+                except Exception as exc:  # noqa: BLE001 - a damaged cache file (bad zip, missing array) is rebuilt
+                    log.warning("decontaminate: ignoring cached index %s: %s", cached, exc)
+            if index is None:
+                index = self._build()
+                try:
+                    index.save(cached)
+                except OSError as exc:  # a read-only cache only costs time
+                    log.warning("decontaminate: cannot cache the index in %s: %s", cached, exc)
             _INDEXES[key] = index
         self.index = _INDEXES[key]
+
+    def _build(self) -> BenchmarkIndex:
+        base = Path(self.context.pipeline_dir)
+        its = (it for b in self.options.benchmarks for it in items(b.name, resolve_paths(b, base), b.fields, b.id_field))
+        index = BenchmarkIndex.build(its, self.options.n_word, self.options.n_char, self.options.fold_script)
+        log.info("decontaminate: %d n-gram entries from %d items of %s, %.1f MiB; items too short for an "
+                 "n-gram: %s", len(index.keys), len(index.item_ids), ", ".join(index.benchmarks),
+                 index.nbytes / 2**20, index.too_short)
+        return index
 
     def prepare(self) -> None:
         self.setup()  # fail on the driver, before any task, if a benchmark file cannot be read
