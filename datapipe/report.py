@@ -118,6 +118,14 @@ def _log_hist(con: Any, column: str, per_decade: int = 4) -> tuple[list[tuple[fl
     return bins, [float(counts.get(b, 0)) for b in range(lo, hi + 1)]
 
 
+def _contamination(con: Any) -> list[tuple[Any, ...]]:
+    """Rows of the ``contamination`` view; none for a run without it (built before the view existed)."""
+    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'contamination'").fetchone()[0]:
+        return []
+    return con.execute("SELECT benchmark, source, documents, dropped, kept, items, ngram_hits, max_frac "
+                       "FROM contamination").fetchall()
+
+
 def build_report(run_dir: Path) -> str:
     run = read_run_json(Path(run_dir))
     with reading(Path(run_dir)) as con:
@@ -136,6 +144,7 @@ def build_report(run_dir: Path) -> str:
         shards = con.execute("SELECT source, split, count(*), sum(rows), sum(tokens), "
                              "round(sum(tokens) / nullif(sum(rows * row_len), 0), 4) FROM shards "
                              "GROUP BY ALL ORDER BY source, split").fetchall()
+        contamination = _contamination(con)
         chars_hist = _log_hist(con, "n_chars")
         tokens_hist = _log_hist(con, "n_tokens")
     weights = (run.get("config") or {}).get("mixture") or {}
@@ -169,6 +178,9 @@ def build_report(run_dir: Path) -> str:
         hbar_chart(mix_rows, [Series(s, color_of[s]) for s in sources]) if mix_rows else "<p>No kept documents.</p>",
         table(["source", "kept tokens", "share", "target weight"], source_rows),
         table(["source", "lang", "script", "license class", "documents", "tokens", "token share"], mixture),
+        *(["<h2>Benchmark contamination</h2>",
+           table(["benchmark", "source", "documents", "dropped", "kept", "items", "n-gram hits", "max share"],
+                 contamination)] if contamination else []),
         "<h2>Document lengths (kept)</h2>",
         histogram(*chars_hist, "characters per document (log bins)", COLORS[0]) if chars_hist[0] else "",
         histogram(*tokens_hist, "tokens per document (log bins)", COLORS[2]) if tokens_hist[0] else "",

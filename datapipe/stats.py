@@ -2,7 +2,7 @@
 
 Built from the run's Parquet outputs at the end of a run, into a temporary file that is
 renamed into place. Tables (not views over files) so the database stays valid when the
-run folder is moved or copied; views (``funnel``, ``shards``, ``mixture``) only derive
+run folder is moved or copied; views (``funnel``, ``shards``, ``mixture``, ``contamination``) only derive
 from those tables.
 """
 
@@ -110,6 +110,27 @@ def create_views(con: Any) -> None:
         SELECT *, round(tokens / nullif(rows * row_len, 0), 6) AS fill FROM shard_files ORDER BY path""")
     columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
     con.execute(mixture_view_sql(columns))
+    con.execute(contamination_view_sql(columns))
+
+
+def contamination_view_sql(columns: set[str]) -> str:
+    """``contamination``: documents holding benchmark n-grams, per benchmark and source.
+
+    ``dropped`` were rejected as ``contaminated``; ``kept`` survived the run (flagged with
+    ``action: flag``, or below the thresholds); ``items`` distinct benchmark items matched. The
+    view exists in every run: empty without a ``decontaminate`` stage.
+    """
+    if "contam_hits" not in columns:
+        return """CREATE OR REPLACE VIEW contamination AS
+            SELECT NULL::VARCHAR AS benchmark, NULL::VARCHAR AS source, 0::BIGINT AS documents, 0::BIGINT AS dropped,
+                   0::BIGINT AS kept, 0::BIGINT AS items, 0::BIGINT AS ngram_hits, NULL::FLOAT AS max_frac WHERE false"""
+    return """CREATE OR REPLACE VIEW contamination AS
+        SELECT contam_benchmark AS benchmark, source, count(*)::BIGINT AS documents,
+               count(*) FILTER (WHERE reason = 'contaminated')::BIGINT AS dropped,
+               count(*) FILTER (WHERE status = 'kept')::BIGINT AS kept,
+               count(DISTINCT contam_item)::BIGINT AS items, sum(contam_hits)::BIGINT AS ngram_hits,
+               round(max(contam_frac), 4) AS max_frac
+        FROM documents WHERE contam_hits > 0 GROUP BY ALL ORDER BY documents DESC, benchmark, source"""
 
 
 def mixture_view_sql(columns: set[str]) -> str:
