@@ -69,7 +69,7 @@ def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: 
     except RunInterrupted as exc:
         _fail(str(exc), code=130)  # 128 + SIGINT, as shells report an interrupted command
     except KeyboardInterrupt:  # before the run folder was known (reading the pipeline file)
-        _fail("interrupted before the run started; nothing was written", code=130)
+        _fail("interrupted before the run started", code=130)
     except (PipelineError, RunFolderError, ModelUnavailable) as exc:
         _fail(str(exc), code=1)
     print_summary(result)

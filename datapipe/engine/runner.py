@@ -25,7 +25,7 @@ from datapipe.engine.disk_full import DiskFull, find_disk_full
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage, make_spec
 from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
-from datapipe.engine.run_folder import RunFolder
+from datapipe.engine.run_folder import RunFolder, RunFolderError
 from datapipe.engine.run_lock import RunLock
 from datapipe.models import cache_dir
 from datapipe.stages.base import ShuffledGlobalStage
@@ -55,21 +55,21 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
                  log: Callable[[str], None] = print) -> RunResult:
     folder = RunFolder(output if output is not None else pipeline.default_output())
     folder.check_usable()  # before the lock creates anything in a folder that may be the user's
-    # One driver per folder, taken before anything is read or written (--fresh deletes included).
-    with RunLock(folder.root, log=log):
-        try:
+    try:
+        # One driver per folder, taken before anything is read or written (--fresh deletes included).
+        with RunLock(folder.root, log=log):
             return _run_locked(pipeline, folder, ray_address, num_cpus, fresh, show_progress, log)
-        except KeyboardInterrupt:
-            raise RunInterrupted(
-                f"interrupted: the run in {folder.root} was stopped; finished work is kept, and running the "
-                f"same command again resumes it") from None
-        except PipelineError:
+    except KeyboardInterrupt:
+        raise RunInterrupted(
+            f"interrupted: the run in {folder.root} was stopped; finished work is kept, and running the "
+            f"same command again resumes it") from None
+    except (PipelineError, RunFolderError):
+        raise
+    except Exception as exc:
+        full = find_disk_full(exc)
+        if full is None:
             raise
-        except Exception as exc:
-            full = find_disk_full(exc)
-            if full is None:
-                raise
-            raise PipelineError(full.message(folder.root)) from None
+        raise PipelineError(full.message(folder.root)) from None
 
 
 def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, num_cpus: int | None,
