@@ -3,7 +3,8 @@
     PYTHONPATH=. python bench/license.py                 # default (phrase matcher) paths
     PYTHONPATH=. python bench/license.py --scancode 60   # + scancode on 60 licence files
 Paths: licence files (choosealicense texts + variants), code-file headers, web pages (UDHR
-HTML), and optionally scancode-toolkit on licence files (needs it importable; see
+HTML), the real-world layout set (tests/data/license_layouts: right / unknown / wrong), and
+optionally scancode-toolkit on licence files (needs it importable; see
 datapipe/license/scancode.py).  Prints files/s; accuracy = exact id set, wrong = other ids.
 """
 
@@ -18,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from datapipe.license import detect_code_file, detect_text, detect_web  # noqa: E402
+from datapipe.license import detect_code_file, detect_repository, detect_text, detect_web  # noqa: E402
+from tests.license_layouts import detect_case, load_cases, score  # noqa: E402
 from tests.license_variants import comment, load_choosealicense, variants  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -84,6 +86,15 @@ def main() -> None:
             detect_web(p)
     _rate("default: web pages (UDHR HTML)", len(pages) * args.repeat, time.perf_counter() - t,
           f"{mb * args.repeat / (time.perf_counter() - t):.1f} MB/s")
+
+    cases = load_cases()
+    t = time.perf_counter()
+    for _ in range(args.repeat):
+        verdicts = [score(c.expected, detect_case(c, detect_repository, detect_code_file)) for c in cases]
+    n = len(cases)
+    _rate("default: real-world layouts", n * args.repeat, time.perf_counter() - t,
+          f"right {verdicts.count('right')}/{n}  unknown {verdicts.count('unknown')}  "
+          f"wrong {verdicts.count('wrong')} ({verdicts.count('wrong') / n:.1%})")
 
     if args.scancode:
         from datapipe.license import scancode

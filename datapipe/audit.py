@@ -1,77 +1,232 @@
-"""Read-only SQL over a run's audit database, for `datapipe sql` and for notebooks."""
+"""Read-only, confined SQL over a run's audit database, for `datapipe sql`, explain, stats and report.
+
+Every command that opens a run's ``stats.duckdb`` goes through :func:`connect`. The
+connection itself cannot write a file or read one outside the run, whatever SQL it is
+given (EXPLAIN ANALYZE, CTEs, comments, COPY, ATTACH, INSTALL, read_csv, ...):
+
+- the database is opened read-only;
+- ``enable_external_access=false`` stops COPY, ATTACH, extension install/load, readers of
+  other files and replacement scans;
+- DuckDB still lets a connection touch its own database paths (``COPY ... TO
+  'stats.duckdb' (USE_TMP_FILE false)`` overwrote the database in DuckDB 2.0), so the local
+  file system is switched off altogether once the database is open (``disabled_filesystems``);
+  pages of the database are read through the handle opened before that;
+- no temporary directory, so nothing spills to disk (a query larger than memory fails);
+- ``lock_configuration=true`` so none of this can be SET back.
+
+The text of the documents is not in the database: ``kept_docs`` and ``rejected_docs`` are
+pyarrow datasets over the run's Parquet files, opened here in Python and registered with
+the connection, so DuckDB itself needs no file access for them.
+
+On top of that, ``datapipe sql`` accepts one SELECT (or EXPLAIN of a SELECT) per call: a
+clear message for the common mistakes, not the protection itself.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import pyarrow as pa
 
-ALLOWED = {"SELECT", "EXPLAIN"}
+from datapipe.atomic import TMP_MARK
+
+DB_NAME = "stats.duckdb"
+TEXT_VIEWS = {"kept_docs": "docs", "rejected_docs": "rejected"}
 
 
 class AuditError(RuntimeError):
     pass
 
 
-def connect(run_dir: Path):
-    """A read-only DuckDB connection to RUN/stats.duckdb, with views over the documents' text."""
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        raise AuditError(f"no run.json in {run_dir}: is it the run folder of a finished `datapipe run`?")
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AuditError(f"{path} is unreadable ({_first_line(exc)}); run the same `datapipe run` "
+                         f"command again to rewrite it") from None
+    if not isinstance(run, dict):
+        raise AuditError(f"{path} is not a run description (a JSON object)")
+    return run
+
+
+def connect(run_dir: Path, text_views: bool | Iterable[str] = False) -> Any:
+    """A read-only DuckDB connection to RUN/stats.duckdb that can reach no file (see the module doc).
+
+    ``text_views``: True registers ``kept_docs`` and ``rejected_docs`` (the documents with their
+    text), a collection of names only those; each costs a read of its Parquet footers.
+    """
     import duckdb
 
-    db = Path(run_dir) / "stats.duckdb"
+    root = Path(run_dir)
+    db = root / DB_NAME
     if not db.is_file():
-        raise AuditError(f"no stats.duckdb in {run_dir}: is it the run folder of a finished `datapipe run`?")
-    con = duckdb.connect(str(db), read_only=True)
-    for view, folder in (("kept_docs", "docs"), ("rejected_docs", "rejected")):
-        pattern = (Path(run_dir).resolve() / folder / "**" / "*.parquet").as_posix().replace("'", "''")
-        if any((Path(run_dir) / folder).glob("**/*.parquet")):
-            con.execute(f"CREATE TEMP VIEW {view} AS SELECT * FROM read_parquet('{pattern}', union_by_name=true)")
+        raise AuditError(f"no {DB_NAME} in {run_dir}: is it the run folder of a finished `datapipe run`?")
+    try:
+        con = duckdb.connect(str(db), read_only=True, config={
+            "enable_external_access": False, "temp_directory": "",
+            "autoinstall_known_extensions": False, "autoload_known_extensions": False,
+            "allow_community_extensions": False, "allow_unsigned_extensions": False,
+            "allow_persistent_secrets": False})
+    except duckdb.Error as exc:
+        raise AuditError(f"{db} is not a readable DuckDB database ({_first_line(exc)}); run the same "
+                         f"`datapipe run` command again to rebuild it") from None
+    try:
+        wanted = set(TEXT_VIEWS) if text_views is True else set(text_views or ())
+        for view, folder in TEXT_VIEWS.items():
+            if view in wanted:
+                con.register(view, _parquet_dataset(root / folder))
+        try:
+            # After opening (the database file is read through the handle opened already).
+            con.execute("SET disabled_filesystems = 'LocalFileSystem'")
+            con.execute("SET lock_configuration = true")
+        except duckdb.Error as exc:  # fail closed: never hand out a connection that is not confined
+            raise AuditError(f"cannot confine the connection to {db} with duckdb {duckdb.__version__} "
+                             f"({_first_line(exc)})") from None
+    except BaseException:
+        con.close()
+        raise
     return con
 
 
-def run_query(run_dir: Path, query: str) -> pa.Table:
+def _parquet_dataset(folder: Path) -> Any:
+    """A pyarrow dataset over a folder's Parquet files with the union of their columns.
+
+    Sources write different signal columns, so the schemas are unified (as DuckDB's
+    ``union_by_name`` would); a folder without files gives an empty table with the base
+    columns, so the view exists in every run. Temporary files of a killed writer are skipped.
+    """
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from datapipe.schema import BASE_SCHEMA
+
+    files = sorted(str(p) for p in folder.glob("**/*.parquet") if TMP_MARK not in p.name and p.is_file())
+    if not files:
+        return BASE_SCHEMA.empty_table()
+    try:
+        schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
+        return ds.dataset(files, schema=schema, format="parquet")
+    except (OSError, pa.ArrowException) as exc:
+        raise AuditError(f"cannot read the Parquet files in {folder}: {_first_line(exc)}") from None
+
+
+@contextlib.contextmanager
+def reading(run_dir: Path, text_views: bool | Iterable[str] = False) -> Iterator[Any]:
+    """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
 
-    con = connect(run_dir)
+    con = connect(run_dir, text_views=text_views)
     try:
-        try:
-            statements = con.extract_statements(query)
-        except duckdb.Error as exc:
-            raise AuditError(f"SQL error: {exc}") from None
-        if not statements:
-            raise AuditError("empty query")
-        for st in statements:
-            kind = st.type.name
-            if kind not in ALLOWED:
-                raise AuditError(f"datapipe sql is read-only: {kind} statements are refused; "
-                                 f"only SELECT (and EXPLAIN) queries are allowed")
-        if len(statements) > 1:
-            raise AuditError("give one query at a time")
-        try:
-            return con.sql(query).to_arrow_table()
-        except duckdb.Error as exc:
-            raise AuditError(f"SQL error: {exc}") from None
+        yield con
+    except (duckdb.IOException, duckdb.InternalException) as exc:  # missing or corrupt blocks
+        raise AuditError(f"{Path(run_dir) / DB_NAME} is damaged ({_first_line(exc)}); run the same "
+                         f"`datapipe run` command again to rebuild it") from None
+    except duckdb.Error as exc:
+        raise AuditError(f"reading {Path(run_dir) / DB_NAME}: {_first_line(exc)}") from None
     finally:
         con.close()
 
 
+def check_query(con: Any, query: str) -> None:
+    """Refuse anything but one SELECT or EXPLAIN [ANALYZE] of a SELECT (a second layer; see the module doc)."""
+    import duckdb
+
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as exc:
+        raise AuditError(f"SQL error: {_first_line(exc)}") from None
+    if not statements:
+        raise AuditError("empty query")
+    if len(statements) > 1:
+        raise AuditError("give one query at a time")
+    kind = statements[0].type.name
+    if kind == "EXPLAIN":
+        inner = _explained(query)
+        try:
+            inner_kinds = [s.type.name for s in con.extract_statements(inner)] if inner is not None else []
+        except duckdb.Error:
+            inner_kinds = []
+        kind = "EXPLAIN " + (inner_kinds[0] if len(inner_kinds) == 1 else "of something else")
+        if inner_kinds == ["SELECT"]:
+            return
+    elif kind == "SELECT":
+        return
+    raise AuditError(f"datapipe sql is read-only: {kind} statements are refused; only SELECT queries "
+                     f"(and EXPLAIN of one) are allowed")
+
+
+def _explained(query: str) -> str | None:
+    """The statement an EXPLAIN [ANALYZE] [(options)] wraps, with comments skipped; None if unclear."""
+    import duckdb
+
+    tokens = [(pos, kind) for pos, kind in duckdb.tokenize(query) if kind != duckdb.token_type.comment]
+    words = [(pos, query[pos:].split(None, 1)[0].upper() if kind == duckdb.token_type.keyword else None)
+             for pos, kind in tokens]
+    i = 0
+    if i < len(words) and words[i][1] is not None and words[i][1].startswith("EXPLAIN"):
+        i += 1
+    else:
+        return None
+    while i < len(words) and words[i][1] is not None and words[i][1].startswith("ANALYZE"):
+        i += 1
+    if i < len(words) and query[words[i][0]] == "(":  # EXPLAIN (FORMAT json) ...: skip the options
+        depth = 0
+        while i < len(words):
+            ch = query[words[i][0]]
+            depth += ch == "("
+            depth -= ch == ")"
+            i += 1
+            if depth == 0:
+                break
+    return query[words[i][0]:] if i < len(words) else None
+
+
+def run_query(run_dir: Path, query: str) -> pa.Table:
+    """The result of one read-only query; every problem is an AuditError with a one-line message."""
+    import duckdb
+
+    # Only the text views the query names: a run can have thousands of Parquet files.
+    views = [v for v in TEXT_VIEWS if v in query.lower()]
+    with reading(run_dir, text_views=views) as con:
+        check_query(con, query)
+        try:
+            return con.sql(query).to_arrow_table()
+        except duckdb.PermissionException as exc:
+            raise AuditError(f"refused: datapipe sql reads only this run's tables ({_first_line(exc)})") from None
+        except (duckdb.IOException, duckdb.InternalException):
+            raise  # a damaged database: `reading` says so
+        except duckdb.Error as exc:
+            raise AuditError(f"SQL error: {_first_line(exc)}") from None
+
+
 def write_result(table: pa.Table, fmt: str, out: TextIO) -> None:
+    """Write rows as they are: JSON Lines, CSV with LF line ends, or a table whose cells show data verbatim."""
     rows = table.to_pylist()
     if fmt == "json":
         for row in rows:
             out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
     elif fmt == "csv":
-        writer = csv.writer(out)
+        writer = csv.writer(out, lineterminator="\n")  # LF, as CSV tools on Linux expect (not csv's CRLF)
         writer.writerow(table.column_names)
         writer.writerows([row[c] for c in table.column_names] for row in rows)
     else:
-        from rich.console import Console
-        from rich.table import Table
+        from datapipe.textout import data_table, make_console
 
-        view = Table(*table.column_names, show_lines=False)
+        view = data_table(table.column_names)
         for row in rows:
-            view.add_row(*("NULL" if row[c] is None else str(row[c]) for c in table.column_names))
-        Console(file=out, width=200 if not out.isatty() else None).print(view)
+            view.add_row(*("NULL" if row[c] is None else row[c] for c in table.column_names))
+        make_console(out).print(view)
         out.write(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''})\n")

@@ -78,7 +78,8 @@ def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: 
 @main.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
 def validate(pipeline: Path) -> None:
-    """Check PIPELINE without running it: keys, types, ranges, input files, tokenizer.
+    """Check PIPELINE without running it: keys, types, ranges, input files, tokenizer, and what each
+    stage needs (rule-set and word-list files, language codes, column names).
 
     Exits 0 and prints what would run, or exits 2 and lists every problem with its key path.
     """
@@ -106,7 +107,10 @@ def validate(pipeline: Path) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="table for people, csv or json (one object per row, JSON Lines) for other tools.")
 def sql(run_dir: Path, query: str, fmt: str) -> None:
-    """Run a read-only SQL QUERY against RUN_DIR/stats.duckdb.
+    """Run one read-only SQL QUERY (SELECT, or EXPLAIN of one) against RUN_DIR/stats.duckdb.
+
+    The connection reads only this run: it cannot write any file or read files outside
+    the run's own tables and documents. Cells are printed verbatim.
 
     \b
     Tables: documents (one row per input document: id, source, kind, lang, license,
@@ -195,7 +199,14 @@ def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tu
       datapipe train-tokenizer --run out/demo --name zh_en --vocab-size 32000 --mix zh=0.5,en=0.5
       datapipe train-tokenizer --files 'corpus/*.jsonl' 'src/**/*.py' --name mixed
     """
-    from datapipe.tokenizer_train import TrainOptions, docs_from_files, docs_from_run, parse_mix, train_tokenizer
+    from datapipe.tokenizer_train import (
+        TrainOptions,
+        docs_from_files,
+        docs_from_run,
+        parse_mix,
+        report_lines,
+        train_tokenizer,
+    )
 
     files = files + more_files  # so `--files a.jsonl b.jsonl` reads both
     if bool(run_dir) == bool(files):
@@ -209,10 +220,10 @@ def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tu
         _fail(str(exc))
     click.echo(f"wrote {result.path} (vocabulary {result.vocab_size:,}, sha256 {result.sha256[:12]}...)")
     click.echo("special tokens: " + ", ".join(f"{t}={i}" for t, i in result.special_ids.items()))
-    click.echo(f"{'group':<8}{'train docs':>12}{'train chars':>14}{'held-out chars':>16}{'chars/token':>13}")
-    for g in result.groups:
-        cpt = f"{g.chars_per_token:.3f}" if g.chars_per_token is not None else "-"
-        click.echo(f"{g.group:<8}{g.train_docs:>12,}{g.train_chars:>14,}{g.heldout_chars:>16,}{cpt:>13}")
+    for line in report_lines(result):
+        click.echo(line)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @main.command()
@@ -229,8 +240,10 @@ def report(run_dir: Path, html_file: Path) -> None:
 
     try:
         path = write_report(run_dir, html_file)
-    except (AuditError, FileNotFoundError) as exc:
+    except AuditError as exc:
         _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot write {html_file}: {exc.strerror or exc}", code=1)
     click.echo(f"wrote {path}")
 
 

@@ -106,8 +106,31 @@ class Pipeline:
             data["tokenize"]["tokenizer_sha256"] = _sha256(self.resolve(self.config.tokenize.tokenizer))
         return data
 
+    def resources(self) -> list[dict[str, Any]]:
+        """Every file besides this one that the run's decisions depend on, as run.json records them.
+
+        Each stage names its own (``Stage.resource_files``): rule sets, word and domain lists, the
+        license class table, models. See ``datapipe.run_identity``.
+        """
+        from datapipe.run_identity import record_resources
+        from datapipe.stages import STAGES  # late import: stages import config helpers
+
+        files = [(kind, f) for kind, opts in self.stage_options
+                 for f in STAGES[kind].resource_files(opts, self.base_dir)]
+        return record_resources(files, self.base_dir)
+
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.normalized(), sort_keys=True).encode()).hexdigest()[:16]
+        """The run's identity: the normalized config (tokenizer hash included) and every resource file's hash.
+
+        A pipeline whose stages read no files keeps the fingerprint it had before resources counted.
+        """
+        from datapipe.run_identity import identity
+
+        data = self.normalized()
+        resources = identity(self.resources())
+        if resources:
+            data = {**data, "resources": resources}  # not a config key: PipelineConfig forbids unknown keys
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def load_pipeline(path: str | Path) -> Pipeline:
@@ -115,12 +138,36 @@ def load_pipeline(path: str | Path) -> Pipeline:
     if not file.is_file():
         raise ConfigError([f"pipeline file not found: {file}"])
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+        raw = read_yaml(file)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"not valid YAML: {exc}"], str(file)) from None
+        raise ConfigError([yaml_error_text(exc)], str(file)) from None
     except UnicodeDecodeError:
         raise ConfigError(["not a UTF-8 text file"], str(file)) from None
     return build_pipeline(raw, file.resolve().parent, file)
+
+
+def read_yaml(path: Path) -> Any:
+    """``yaml.safe_load`` of a file whose syntax errors name the file (not ``<unicode string>``)."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        for mark in (exc.context_mark, exc.problem_mark):
+            if mark is not None:
+                mark.name = str(path)
+        raise
+
+
+def yaml_error_text(exc: yaml.YAMLError) -> str:
+    """One line: ``p.yaml, line 4, column 3: not valid YAML: expected ',' or '}' (while parsing ...)``."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        m = exc.problem_mark
+        text = f"{m.name}, line {m.line + 1}, column {m.column + 1}: not valid YAML: {exc.problem}"
+        if exc.context:
+            c = exc.context_mark
+            text += f" ({exc.context}" + (f" at line {c.line + 1}, column {c.column + 1})" if c is not None else ")")
+        return text
+    return f"not valid YAML: {' '.join(str(exc).split())}"
 
 
 def build_pipeline(raw: Any, base_dir: Path, file: Path | None = None) -> Pipeline:
@@ -136,21 +183,23 @@ def build_pipeline(raw: Any, base_dir: Path, file: Path | None = None) -> Pipeli
         problems.extend(_format_errors(exc, PipelineConfig))
     items = raw.get("stages")
     # Stage options are checked even when the top level has errors: report everything at once.
-    stage_options = _validate_stages(items, problems) if isinstance(items, list) else []
+    checked = _validate_stages(items, problems) if isinstance(items, list) else []
     if config is None:
         raise ConfigError(problems, where)
-    pipeline = Pipeline(config, base_dir, stage_options, {}, file)
+    pipeline = Pipeline(config, base_dir, [(kind, opts) for _, kind, opts in checked], {}, file)
     pipeline.inputs = _resolve_inputs(pipeline, problems)
     _check_semantics(pipeline, problems)
+    _check_stage_resources(pipeline, checked, problems)
     if problems:
         raise ConfigError(problems, where)
     return pipeline
 
 
-def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[str, BaseModel]]:
+def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, str, BaseModel]]:
+    """(index in the file, stage type, options) of every stage whose options are valid."""
     from datapipe.stages import STAGES  # late import: stages import config helpers
 
-    out: list[tuple[str, BaseModel]] = []
+    out: list[tuple[int, str, BaseModel]] = []
     allowed = ", ".join(sorted(STAGES))
     for i, item in enumerate(items):
         if not isinstance(item, dict):
@@ -171,16 +220,30 @@ def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[str, B
             continue
         model = STAGES[kind].Options
         try:
-            out.append((kind, model.model_validate(options)))
+            out.append((i, kind, model.model_validate(options)))
         except ValidationError as exc:
             problems.extend(_format_errors(exc, model, prefix=f"stages[{i}].{kind}"))
     counts: dict[str, int] = {}
-    for kind, _ in out:
+    for _, kind, _ in out:
         counts[kind] = counts.get(kind, 0) + 1
     for kind, n in counts.items():
         if n > 1 and not STAGES[kind].repeatable:
             problems.append(f"stages: stage type {kind!r} appears {n} times; it may appear once")
     return out
+
+
+def _check_stage_resources(pipeline: Pipeline, checked: list[tuple[int, str, BaseModel]],
+                           problems: list[str]) -> None:
+    """Each stage's own check: files, model labels, names; what `run` would otherwise find out mid-way."""
+    from datapipe.stages import STAGES
+    from datapipe.stages.base import CheckContext
+
+    kinds = frozenset(s.kind for s in pipeline.config.sources)
+    for n, (i, kind, opts) in enumerate(checked):
+        before = tuple((k, o) for _, k, o in checked[:n])
+        context = CheckContext(pipeline.base_dir, kinds, before)
+        for key, message in STAGES[kind].check(opts, context):
+            problems.append(f"stages[{i}].{kind}{'.' + key if key else ''}: {message}")
 
 
 def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[tuple[Path, str]]]:
@@ -210,11 +273,58 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
             entries.append((f, fmt))
         inputs[src.name] = entries
         for fmt in sorted({f for _, f in entries}):
-            _validate_reader_options(i, src, fmt, problems)
+            _validate_reader_options(i, src, fmt, pipeline.base_dir, problems)
+        _check_text_field(i, src, entries, problems)
     return inputs
 
 
-def _validate_reader_options(i: int, src: SourceConfig, fmt: str, problems: list[str]) -> None:
+def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]], problems: list[str]) -> None:
+    """A text field no record has rejects every document as missing_text_field: look at the first file.
+
+    Only the first records of the first JSONL or Parquet file are read (validation stays fast); the
+    field counts as present when any of the first 20 records has it.
+    """
+    field = src.options.get("content_field") or src.text_field
+    key = f"sources[{i}].options.content_field" if src.options.get("content_field") else f"sources[{i}].text_field"
+    first = next(((f, fmt) for f, fmt in entries if fmt in ("jsonl", "parquet") and f.is_file()), None)
+    if first is None or not isinstance(field, str):
+        return
+    path, fmt = first
+    try:
+        names = _first_fields(path, fmt)
+    except Exception:  # an unreadable file is the reader's business: it becomes an unreadable_input reject
+        return
+    if names is not None and field not in names:
+        shown = ", ".join(sorted(names)[:20]) or "none"
+        what = "column of" if fmt == "parquet" else "field of the first records of"
+        problems.append(f"{key}: {field!r} is not a {what} {path} (fields: {shown}); every document would be "
+                        f"rejected as missing_text_field")
+
+
+def _first_fields(path: Path, fmt: str, records: int = 20) -> set[str] | None:
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return set(pq.ParquetFile(path).schema_arrow.names)
+    from datapipe.readers.streams import open_maybe_compressed
+
+    names: set[str] = set()
+    seen = 0
+    with open_maybe_compressed(path) as stream:
+        for raw in stream:
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                names |= set(obj)
+                seen += 1
+                if seen >= records:
+                    break
+    return names if seen else None
+
+
+def _validate_reader_options(i: int, src: SourceConfig, fmt: str, base_dir: Path, problems: list[str]) -> None:
     from datapipe.readers import READER_OPTIONS
 
     model = READER_OPTIONS.get(fmt)
@@ -223,9 +333,17 @@ def _validate_reader_options(i: int, src: SourceConfig, fmt: str, problems: list
             problems.append(f"sources[{i}].options: the {fmt} reader takes no options, got {sorted(src.options)}")
         return
     try:
-        model.model_validate(src.options)
+        options = model.model_validate(src.options)
     except ValidationError as exc:
         problems.extend(_format_errors(exc, model, prefix=f"sources[{i}].options"))
+        return
+    # The arXiv metadata join opens its file per input; a missing one would fail every input of the source.
+    metadata = getattr(options, "metadata", None)
+    if metadata:
+        path = Path(metadata).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        if not path.is_file():
+            problems.append(f"sources[{i}].options.metadata: file not found: {path}")
 
 
 def _check_semantics(pipeline: Pipeline, problems: list[str]) -> None:

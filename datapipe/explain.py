@@ -3,45 +3,46 @@
 It reads the ``documents`` row from ``stats.duckdb`` (the same as
 ``select * from documents where id = ?``) and, for documents the ``quality`` stage judged,
 re-checks each rule of the named rule set against the recorded signals, so a kept document
-shows how close it came to each threshold.
+shows how close it came to each threshold. The thresholds are the ones the run recorded in
+its run.json, not today's rule file.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
-from datapipe.audit import AuditError, connect
+from datapipe.audit import DB_NAME, AuditError, reading
 
 DECISION = ("id", "source", "kind", "status", "stage", "reason", "detail")
 
 
 def document_row(run_dir: Path, doc_id: str) -> dict[str, Any]:
-    con = connect(run_dir)
-    try:
+    with reading(run_dir) as con:
         table = con.sql("select * from documents where id = $id", params={"id": doc_id}).to_arrow_table()
-    finally:
-        con.close()
     if table.num_rows == 0:
-        raise AuditError(f"no document {doc_id!r} in {run_dir}/stats.duckdb")
+        raise AuditError(f"no document {doc_id!r} in {Path(run_dir) / DB_NAME}")
     return table.to_pylist()[0]
 
 
-def rule_lines(row: dict[str, Any]) -> list[str]:
-    """One line per rule of the document's quality rule set: value, threshold, pass or FAIL."""
-    from datapipe.stages.quality.rules import BUILTIN_DIR, FILTERS, RuleSet, RuleSetError, describe
+def rule_lines(row: dict[str, Any], run_dir: Path | None = None) -> list[str]:
+    """One line per rule of the document's quality rule set: value, threshold, pass or FAIL.
+
+    The thresholds are the run's own, recorded in its run.json, not today's rule file (which may
+    have been edited since); a changed file is pointed out in one line before the rules.
+    """
+    from datapipe.stages.quality.rules import FILTERS, describe
 
     name = row.get("quality_rules")
     if not name:
         return []
-    path = BUILTIN_DIR / f"{name}.yaml" if (BUILTIN_DIR / f"{name}.yaml").is_file() else Path(name)
-    try:
-        rules = RuleSet.load(path, name)
-    except RuleSetError:
-        return [f"(rule set {name} not found here; signals above are what it saw)"]
-    out = []
+    rules, note = _run_rule_set(run_dir, name)
+    if rules is None:
+        return [note]
+    out = [note] if note else []
     for fname, params in rules.filters.items():
         for rule in FILTERS[fname].rules:
             threshold, value = params.get(rule.key), row.get(rule.column)
@@ -54,6 +55,50 @@ def rule_lines(row: dict[str, Any]) -> list[str]:
     return out
 
 
+def _run_rule_set(run_dir: Path | None, name: str) -> tuple[Any, str | None]:
+    """(the rule set ``name`` as the run recorded it, or None; a note line or None)."""
+    from datapipe.run_identity import current_sha256
+    from datapipe.stages.quality.rules import RuleSet, RuleSetError
+
+    run = _run_json(run_dir) if run_dir is not None else {}
+    entry = next((e for e in run.get("resources") or [] if e.get("role") == "rules" and e.get("key") == name), None)
+    if entry is not None and entry.get("content") is not None:
+        try:
+            rules = RuleSet.from_text(entry["content"], f"{entry['path']} (as recorded in run.json)", name)
+        except RuleSetError as exc:
+            return None, f"  (rule set {name} as recorded cannot be read: {exc})"
+        if current_sha256(entry) != entry.get("sha256"):
+            return rules, (f"  ({entry['path']} has changed since this run: these are the thresholds the run used, "
+                           f"from run.json)")
+        return rules, None
+    # No record (a run.json from before rule files were recorded): today's file is all there is.
+    path = Path(entry["file"]) if entry else _rule_file_today(run, name)
+    try:
+        rules = RuleSet.load(path, name)
+    except RuleSetError:
+        return None, f"  (rule set {name} not found here; signals above are what it saw)"
+    return rules, f"  (run.json does not record rule set {name}: graded against today's {path})"
+
+
+def _run_json(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _rule_file_today(run: dict[str, Any], name: str) -> Path:
+    """The file the run's config names for rule-set key ``name`` (a user's own), else the built-in one."""
+    from datapipe.stages.quality.rules import BUILTIN_DIR
+
+    for stage in (run.get("config") or {}).get("stages") or []:
+        rules = (stage.get("quality") or {}).get("rules") if isinstance(stage, dict) else None
+        if isinstance(rules, dict) and name in rules:
+            path = Path(rules[name]).expanduser()
+            return path if path.is_absolute() else Path(run.get("pipeline_file") or "pipeline.yaml").parent / path
+    return BUILTIN_DIR / f"{name}.yaml"
+
+
 def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:
     row = document_row(run_dir, doc_id)
     for key in DECISION:
@@ -64,6 +109,6 @@ def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:
     for key in sorted(k for k in row if k not in DECISION and row[k] is not None):
         value = row[key]
         out.write(f"  {key:<28} {value:.4g}\n" if isinstance(value, float) else f"  {key:<28} {value}\n")
-    lines = rule_lines(row)
+    lines = rule_lines(row, run_dir)
     if lines:
         out.write(f"\nquality rules ({row['quality_rules']}), in the order they are checked:\n" + "\n".join(lines) + "\n")

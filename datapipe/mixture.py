@@ -7,15 +7,14 @@ tokens must be read to give it its target share: above 1 the source is repeated
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-from datapipe.audit import connect
+from datapipe.audit import read_run_json, reading
+from datapipe.textout import data_table, make_console
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 
@@ -55,13 +54,26 @@ class MixtureReport:
     budget: int | None
     max_budget_one_epoch: int | None  # the largest budget with no source repeated, at the target weights
     groups: list[tuple]  # rows of the mixture view: source, lang, script, license_class, docs, tokens, share
+    limiting: list[str] = field(default_factory=list)  # the source(s) that run out first at that budget
+    # With the weighted sources that have no train tokens set to weight 0 (the others renormalized).
+    max_budget_without_starved: int | None = None
+
+    @property
+    def starved(self) -> list[SourceMix]:
+        """Sources with a target weight but no train tokens: no budget can give them their share."""
+        return [r for r in self.sources if r.target and r.train_tokens == 0]
+
+
+def configured_sources(run: dict) -> list[str]:
+    """The source names of a run's pipeline, in pipeline order (also those that kept nothing)."""
+    config = run.get("config") or {}
+    return [s["name"] for s in config.get("sources") or [] if isinstance(s, dict) and s.get("name")]
 
 
 def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
-    run = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+    run = read_run_json(Path(run_dir))
     weights: dict[str, float] = (run.get("config") or {}).get("mixture") or {}
-    con = connect(Path(run_dir))
-    try:
+    with reading(Path(run_dir)) as con:
         docs = {s: (d, t) for s, d, t in con.execute(
             "SELECT source, count(*), coalesce(sum(n_tokens), 0) FROM documents WHERE status = 'kept' "
             "GROUP BY source").fetchall()}
@@ -69,9 +81,8 @@ def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
                                  "GROUP BY source").fetchall())
         groups = con.execute("SELECT source, lang, script, license_class, documents, tokens, token_share "
                              "FROM mixture").fetchall()
-    finally:
-        con.close()
-    names = list(dict.fromkeys([*weights, *sorted(docs)]))
+    # Every source of the pipeline is listed, also one that kept nothing (it shows 0, not nothing).
+    names = list(dict.fromkeys([*weights, *configured_sources(run), *sorted(docs)]))
     total = sum(t for _, t in docs.values()) or 1
     wsum = sum(weights.values())
     rows = []
@@ -84,21 +95,47 @@ def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
         if budget is not None:
             ratio = share_for_budget * budget / tr if tr else float("inf") if share_for_budget else 0.0
         rows.append(SourceMix(name, int(d), int(t), tr, t / total, target, ratio))
-    limits = [r.train_tokens / (r.target if r.target is not None else r.share)
-              for r in rows if (r.target if r.target is not None else r.share) > 0]
-    max_budget = int(min(limits)) if limits else None
-    return MixtureReport(rows, budget, max_budget, groups)
+    limits = {r.source: r.train_tokens / (r.target if r.target is not None else r.share)
+              for r in rows if (r.target if r.target is not None else r.share) > 0}
+    max_budget = int(min(limits.values())) if limits else None
+    limiting = [s for s, v in limits.items() if max_budget is not None and int(v) == max_budget]
+    fed = {r.source: r.target for r in rows if r.target and r.train_tokens}
+    without = None
+    if wsum and fed and len(fed) < sum(1 for r in rows if r.target):
+        fed_sum = sum(fed.values())
+        without = int(min(r.train_tokens / (fed[r.source] / fed_sum) for r in rows if r.source in fed))
+    return MixtureReport(rows, budget, max_budget, groups, limiting, without)
+
+
+def budget_line(report: MixtureReport) -> str | None:
+    """The largest one-epoch budget, naming the source that limits it (or that kept no train tokens)."""
+    if report.max_budget_one_epoch is None:
+        return None
+    head = f"Largest budget at these weights with no source repeated: {report.max_budget_one_epoch:,} train tokens"
+    starved = report.starved
+    if starved:
+        named = "; ".join(
+            f"{r.source} (target {r.target:.1%}) has no train tokens: "
+            + ("it kept no documents" if r.documents == 0 else f"its {r.documents:,} kept documents are all in val")
+            for r in starved)
+        without = (f" With {'them' if len(starved) > 1 else 'it'} at weight 0 the largest is "
+                   f"{report.max_budget_without_starved:,}." if report.max_budget_without_starved else "")
+        return (f"{head}, because {named}. Any budget would repeat it without end: give it weight 0 or fix its "
+                f"inputs (why it dropped documents: datapipe sql RUN \"select stage, reason, count(*) from documents "
+                f"where source = '{starved[0].source}' group by all\").{without}")
+    if report.max_budget_one_epoch == 0 and not any(r.train_tokens for r in report.sources):
+        return f"{head}: the run has no train shards (no `tokenize` section, or every document went to val)."
+    return f"{head} ({', '.join(report.limiting)} runs out first)."
 
 
 def print_mixture(report: MixtureReport, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     has_target = any(r.target is not None for r in report.sources)
-    table = Table(title="Mixture per source (kept tokens)", title_justify="left")
     cols = ["source", "docs", "tokens", "share", "target", "train tokens"]
     if report.budget is not None:
         cols += ["needed", "sampling"]
-    for c in cols:
-        table.add_column(c, justify="left" if c in ("source", "sampling") else "right")
+    table = data_table(cols, title="Mixture per source (kept tokens)",
+                       right=[c for c in cols if c not in ("source", "sampling")])
     for r in report.sources:
         cells = [r.source, f"{r.documents:,}", f"{r.tokens:,}", f"{r.share:.1%}",
                  f"{r.target:.1%}" if r.target is not None else "-", f"{r.train_tokens:,}"]
@@ -112,12 +149,11 @@ def print_mixture(report: MixtureReport, console: Console | None = None) -> None
                       f"(above 1: repeat the source, below 1: use that part of it).")
     if not has_target:
         console.print("The pipeline sets no `mixture` weights: the natural shares are the target.")
-    if report.max_budget_one_epoch is not None:
-        console.print(f"Largest budget at these weights with no source repeated: {report.max_budget_one_epoch:,} "
-                      f"train tokens.")
-    groups = Table(title="Mixture by source x lang x script x license class", title_justify="left")
-    for c in ("source", "lang", "script", "license", "docs", "tokens", "share"):
-        groups.add_column(c, justify="right" if c in ("docs", "tokens", "share") else "left")
+    line = budget_line(report)
+    if line:
+        console.print(line)
+    groups = data_table(("source", "lang", "script", "license", "docs", "tokens", "share"),
+                        title="Mixture by source x lang x script x license class", right=("docs", "tokens", "share"))
     for source, lang, script, lclass, d, t, share in report.groups:
         groups.add_row(source, lang, script, lclass, f"{d:,}", f"{t:,}", f"{(share or 0):.1%}")
     console.print(groups)

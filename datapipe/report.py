@@ -8,16 +8,18 @@ a table next to it.
 from __future__ import annotations
 
 import html
-import json
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from datapipe.atomic import atomic_path
-from datapipe.audit import connect
+from datapipe.audit import read_run_json, reading
+from datapipe.mixture import configured_sources
 
 COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
-BAR_H, LABEL_W, CHART_W = 22, 190, 520
+BAR_H, LABEL_W, CHART_W = 22, 190, 520  # LABEL_W: the least room for labels; longer labels get more
+FONT_PX = 12
 
 
 @dataclass(frozen=True)
@@ -30,16 +32,26 @@ def _fmt(v: float) -> str:
     return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.3g}"
 
 
+def text_width(text: str, font_px: int = FONT_PX) -> float:
+    """A generous estimate of a label's width in sans-serif: wide (CJK) characters count one em.
+
+    No fonts are measured (the page is static), so the estimate errs on the wide side: a
+    label must never be cut off at the left edge of the chart.
+    """
+    return sum(font_px if unicodedata.east_asian_width(ch) in "WF" else 0.62 * font_px for ch in text)
+
+
 def hbar_chart(rows: list[tuple[str, list[float]]], series: list[Series]) -> str:
-    """Horizontal stacked bars, one row per label."""
+    """Horizontal stacked bars, one row per label; the label column is as wide as the longest label."""
     top = max((sum(v) for _, v in rows), default=0) or 1
     height = BAR_H * len(rows) + 30
-    out = [f'<svg width="{LABEL_W + CHART_W + 90}" height="{height}" '
-           f'role="img" font-family="sans-serif" font-size="12">']
+    label_w = max([float(LABEL_W)] + [text_width(label) + 12 for label, _ in rows])
+    out = [f'<svg width="{label_w + CHART_W + 90:.0f}" height="{height}" '
+           f'role="img" font-family="sans-serif" font-size="{FONT_PX}">']
     for i, (label, values) in enumerate(rows):
         y = i * BAR_H + 4
-        out.append(f'<text x="{LABEL_W - 6}" y="{y + 14}" text-anchor="end">{html.escape(label)}</text>')
-        x = float(LABEL_W)
+        out.append(f'<text x="{label_w - 6:.1f}" y="{y + 14}" text-anchor="end">{html.escape(label)}</text>')
+        x = label_w
         for v, s in zip(values, series):
             w = CHART_W * v / top
             if w > 0:
@@ -48,7 +60,7 @@ def hbar_chart(rows: list[tuple[str, list[float]]], series: list[Series]) -> str
                            f'</rect>')
             x += w
         out.append(f'<text x="{x + 4:.1f}" y="{y + 14}">{_fmt(sum(values))}</text>')
-    out.append(_legend(series, height - 12))
+    out.append(_legend(series, height - 12, label_w))
     return "".join(out) + "</svg>"
 
 
@@ -72,12 +84,12 @@ def histogram(bins: list[tuple[float, float]], counts: list[float], x_label: str
     return "".join(out) + "</svg>"
 
 
-def _legend(series: list[Series], y: int) -> str:
-    parts, x = [], LABEL_W
+def _legend(series: list[Series], y: int, x0: float = LABEL_W) -> str:
+    parts, x = [], x0
     for s in series:
         parts.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{s.color}"/>'
                      f'<text x="{x + 14}" y="{y}">{html.escape(s.name)}</text>')
-        x += 20 + 7 * len(s.name) + 10
+        x += 20 + text_width(s.name) + 10
     return "".join(parts)
 
 
@@ -107,9 +119,8 @@ def _log_hist(con: Any, column: str, per_decade: int = 4) -> tuple[list[tuple[fl
 
 
 def build_report(run_dir: Path) -> str:
-    run = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
-    con = connect(Path(run_dir))
-    try:
+    run = read_run_json(Path(run_dir))
+    with reading(Path(run_dir)) as con:
         total, kept, rejected, tokens = con.execute(
             "SELECT count(*), count(*) FILTER (status = 'kept'), count(*) FILTER (status = 'rejected'), "
             "coalesce(sum(n_tokens) FILTER (status = 'kept'), 0) FROM documents").fetchone()
@@ -127,10 +138,9 @@ def build_report(run_dir: Path) -> str:
                              "GROUP BY ALL ORDER BY source, split").fetchall()
         chars_hist = _log_hist(con, "n_chars")
         tokens_hist = _log_hist(con, "n_tokens")
-    finally:
-        con.close()
     weights = (run.get("config") or {}).get("mixture") or {}
-    by_source: dict[str, float] = {}
+    # Every source of the pipeline and of the weights has a row, also one that kept nothing.
+    by_source: dict[str, float] = dict.fromkeys([*configured_sources(run), *weights], 0)
     for source, *_, t, _ in mixture:
         by_source[source] = by_source.get(source, 0) + t
     mix_total = sum(by_source.values()) or 1

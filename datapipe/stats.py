@@ -71,9 +71,13 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any]) -> Non
         funnel_table = pa.Table.from_pylist(funnel, schema=pa.schema(
             [("position", pa.int32()), ("stage", pa.string()), ("docs_in", pa.int64()), ("reason", pa.string()),
              ("dropped", pa.int64())]))
+        # skipped: documents that reached the stage and passed untouched because their kind is not in
+        # its kinds (langid skips code), so docs_out of one stage is docs_in of the next.
         stages_table = pa.Table.from_pylist(
-            [{"position": s["position"], "stage": s["stage"], "docs_in": s["in"],
-              "dropped": sum(s["rejected"].values())} for s in counts["stages"]])
+            [{"position": s["position"], "stage": s["stage"], "docs_in": s["in"], "skipped": s.get("skipped", 0),
+              "dropped": sum(s["rejected"].values())} for s in counts["stages"]],
+            schema=pa.schema([("position", pa.int64()), ("stage", pa.string()), ("docs_in", pa.int64()),
+                              ("skipped", pa.int64()), ("dropped", pa.int64())]))
         con.register("funnel_rows", funnel_table)
         con.register("stage_rows", stages_table)
         con.register("manifest_rows", manifest)
@@ -92,11 +96,13 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any]) -> Non
 
 def create_views(con: Any) -> None:
     """The derived views; built from whatever columns ``documents`` has in this run."""
-    # Every stage appears, also one that dropped nothing (reason NULL, dropped 0).
+    # Every stage appears, also one that dropped nothing (reason NULL, dropped 0). docs_in counts the
+    # documents reaching the stage, skipped those of them it passed untouched (kind not in its kinds);
+    # drop_share is of the documents the stage judged (docs_in - skipped).
     con.execute("""CREATE VIEW funnel AS
-        SELECT s.position, s.stage, s.docs_in, r.reason, coalesce(r.dropped, 0)::BIGINT AS dropped,
+        SELECT s.position, s.stage, s.docs_in, s.skipped, r.reason, coalesce(r.dropped, 0)::BIGINT AS dropped,
                s.docs_in - s.dropped AS docs_out,
-               round(coalesce(r.dropped, 0) / nullif(s.docs_in, 0), 6) AS drop_share
+               round(coalesce(r.dropped, 0) / nullif(s.docs_in - s.skipped, 0), 6) AS drop_share
         FROM stages s LEFT JOIN stage_reasons r USING (position)
         ORDER BY s.position, r.reason""")
     # fill: the share of token slots that are not padding (what best-fit packing costs).

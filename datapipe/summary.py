@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from datapipe.engine.runner import RunResult
+from datapipe.textout import data_table, make_console
 
 
 def print_summary(result: RunResult, console: Console | None = None) -> None:
-    console = console or Console()
+    # Stage, reason and source names and the run folder's path are printed as they are (no markup).
+    console = console or make_console()
     counts = result.run["counts"]
-    funnel = Table(title="Documents per stage", title_justify="left")
-    for col in ("#", "stage", "in", "kept", "dropped", "by reason"):
-        funnel.add_column(col, justify="right" if col in ("#", "in", "kept", "dropped") else "left")
+    # skipped: passed untouched because their kind is not in the stage's kinds (langid skips code);
+    # they count in "in" and "kept", so one row's kept is the next row's in.
+    funnel = data_table(("#", "stage", "in", "skipped", "kept", "dropped", "by reason"), title="Documents per stage",
+                        right=("#", "in", "skipped", "kept", "dropped"))
     for s in counts["stages"]:
         dropped = sum(s["rejected"].values())
         reasons = ", ".join(f"{r} {n:,}" for r, n in sorted(s["rejected"].items(), key=lambda kv: -kv[1]))
-        funnel.add_row(str(s["position"]), s["stage"], f"{s['in']:,}", f"{s['in'] - dropped:,}", f"{dropped:,}",
-                       reasons or "-")
+        funnel.add_row(str(s["position"]), s["stage"], f"{s['in']:,}", f"{s.get('skipped', 0):,}",
+                       f"{s['in'] - dropped:,}", f"{dropped:,}", reasons or "-")
     console.print(funnel)
-    sources = Table(title="Per source", title_justify="left")
-    for col in ("source", "documents", "kept", "tokens"):
-        sources.add_column(col, justify="left" if col == "source" else "right")
+    sources = data_table(("source", "documents", "kept", "tokens"), title="Per source",
+                         right=("documents", "kept", "tokens"))
     for name, s in counts["sources"].items():
         sources.add_row(name, f"{s['documents']:,}", f"{s['kept']:,}", f"{s['tokens']:,}")
     console.print(sources)

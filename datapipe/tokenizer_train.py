@@ -60,10 +60,17 @@ class GroupStats:
     heldout_docs: int
     heldout_chars: int
     heldout_tokens: int
+    target_chars: int = 0  # its share of sample_chars: what the mix asked for
+    weight: float = 0.0  # its weight in the mix (normalized)
+    share: float = 0.0  # its share of the characters actually trained on
 
     @property
     def chars_per_token(self) -> float | None:
         return self.heldout_chars / self.heldout_tokens if self.heldout_tokens else None
+
+    @property
+    def filled(self) -> bool:
+        return self.train_chars >= self.target_chars
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,7 @@ class TrainResult:
     special_ids: dict[str, int]
     groups: list[GroupStats]
     sha256: str
+    warnings: list[str] = field(default_factory=list)
 
 
 def parse_mix(text: str) -> dict[str, float]:
@@ -188,12 +196,15 @@ class _BottomK:
         return [t for _, _, t in sorted(self.heap, key=lambda e: (-e[0], e[1]))]
 
 
-def sample(docs: Iterable[Doc], options: TrainOptions) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(train texts, held-out texts) per group of the mix."""
+def sample(docs: Iterable[Doc], options: TrainOptions,
+           ignored: dict[str, int] | None = None) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(train texts, held-out texts) per group of the mix; ``ignored`` counts documents of other groups."""
     train = {g: _BottomK(int(options.sample_chars * w)) for g, w in options.mix.items()}
     held = {g: _BottomK(max(int(options.sample_chars * w * options.heldout_frac), 1)) for g, w in options.mix.items()}
     for doc in docs:
         if doc.group not in train:
+            if ignored is not None:
+                ignored[doc.group] = ignored.get(doc.group, 0) + 1
             continue
         u = _unit(doc.id)
         if u < options.heldout_frac:
@@ -206,9 +217,11 @@ def sample(docs: Iterable[Doc], options: TrainOptions) -> tuple[dict[str, list[s
 def train_tokenizer(docs: Iterable[Doc], output: Path, options: TrainOptions) -> TrainResult:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    train, held = sample(docs, options)
+    ignored: dict[str, int] = {}
+    train, held = sample(docs, options, ignored)
     if not any(train.values()):
-        raise ValueError(f"no documents of the groups {', '.join(options.mix)} to train on")
+        found = f" (documents found: {_counts(ignored)})" if ignored else ""
+        raise ValueError(f"no documents of the groups {', '.join(options.mix)} to train on{found}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()  # byte-level: every UTF-8 string encodes, decode gives it back
@@ -220,16 +233,57 @@ def train_tokenizer(docs: Iterable[Doc], output: Path, options: TrainOptions) ->
     output.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(output))
     stats = []
-    for g in options.mix:
+    used = sum(len(t) for texts in train.values() for t in texts)
+    for g, w in options.mix.items():
         encoded = tok.encode_batch_fast(held[g], add_special_tokens=False) if held[g] else []
-        stats.append(GroupStats(g, len(train[g]), sum(map(len, train[g])), len(held[g]), sum(map(len, held[g])),
-                                sum(len(e.ids) for e in encoded)))
+        chars = sum(map(len, train[g]))
+        stats.append(GroupStats(g, len(train[g]), chars, len(held[g]), sum(map(len, held[g])),
+                                sum(len(e.ids) for e in encoded), int(options.sample_chars * w), w,
+                                chars / used if used else 0.0))
+    warnings = mix_warnings(stats, options, ignored)
     special_ids = {t: int(tok.token_to_id(t)) for t in options.special_tokens}
     result = TrainResult(output, tok.get_vocab_size(with_added_tokens=True), special_ids, stats,
-                         hashlib.sha256(output.read_bytes()).hexdigest())
+                         hashlib.sha256(output.read_bytes()).hexdigest(), warnings)
     # Provenance beside the tokenizer (tokenizer.json itself stays a plain Hugging Face file).
     info = {"options": {**asdict(options), "special": list(options.special)}, "vocab_size": result.vocab_size,
-            "special_ids": special_ids, "sha256": result.sha256,
-            "groups": [{**asdict(s), "chars_per_token": s.chars_per_token} for s in stats]}
+            "special_ids": special_ids, "sha256": result.sha256, "train_chars": used,
+            "groups": [{**asdict(s), "chars_per_token": s.chars_per_token, "filled": s.filled} for s in stats],
+            "ignored_docs": ignored, "warnings": warnings}
     output.with_suffix(".train.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     return result
+
+
+def mix_warnings(stats: list[GroupStats], options: TrainOptions, ignored: dict[str, int]) -> list[str]:
+    """What the trained mix is when a group ran out of documents, and how to get the asked-for mix."""
+    short = [s for s in stats if not s.filled]
+    if not short:
+        return []
+    realised = ", ".join(f"{s.group} {s.share:.2f}" for s in stats)
+    asked = ", ".join(f"{s.group} {s.weight:.2f}" for s in stats)
+    out = [f"group {s.group}: only {s.train_chars:,} characters ({s.train_docs:,} documents) to train on, "
+           f"short of its share {s.weight:.2f} x {options.sample_chars:,} = {s.target_chars:,}" if s.train_docs else
+           f"group {s.group}: no documents to train on (its share {s.weight:.2f} went unused)" for s in short]
+    out.append(f"trained on shares {realised} instead of {asked}")
+    # Every group fills its share when sample_chars is at most (characters it has) / (its weight).
+    fits = min(s.train_chars / s.weight for s in short if s.weight > 0)
+    if fits >= 1:
+        names = " and ".join(s.group for s in short)
+        out.append(f"for the asked-for mix, lower --sample-chars to {int(fits):,} or add {names} documents")
+    if ignored:
+        out.append(f"documents of groups not in the mix were ignored: {_counts(ignored)}")
+    return out
+
+
+def _counts(groups: dict[str, int]) -> str:
+    return ", ".join(f"{g} {n:,}" for g, n in sorted(groups.items(), key=lambda kv: -kv[1])[:10])
+
+
+def report_lines(result: TrainResult) -> list[str]:
+    """The table train-tokenizer prints: per group what the mix asked for and what was used."""
+    lines = [f"{'group':<8}{'mix':>6}{'train docs':>12}{'train chars':>14}{'share':>7}{'held-out chars':>16}"
+             f"{'chars/token':>13}"]
+    for g in result.groups:
+        cpt = f"{g.chars_per_token:.3f}" if g.chars_per_token is not None else "-"
+        lines.append(f"{g.group:<8}{g.weight:>6.2f}{g.train_docs:>12,}{g.train_chars:>14,}{g.share:>7.2f}"
+                     f"{g.heldout_chars:>16,}{cpt:>13}")
+    return lines

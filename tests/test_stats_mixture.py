@@ -103,9 +103,12 @@ def test_run_views_and_stats_command(ray_local, demo_project: Path) -> None:
     assert by_name["web_zh"].ratio == pytest.approx(0.6 * 1_000_000 / train["web_zh"])
     assert by_name["web_en"].target == pytest.approx(0.4)
     assert report.max_budget_one_epoch == int(min(train["web_zh"] / 0.6, train["web_en"] / 0.4))
+    first_out = min(("web_zh", 0.6), ("web_en", 0.4), key=lambda sw: train[sw[0]] / sw[1])[0]
+    assert report.limiting == [first_out] and not report.starved
     result = CliRunner().invoke(main, ["stats", str(out), "--budget", "1M"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     line = next(ln for ln in result.output.splitlines() if "web_zh" in ln and "epochs" in ln)
     epochs = float(re.search(r"([0-9.]+) epochs", line).group(1))
     assert epochs == pytest.approx(0.6 * 1_000_000 / train["web_zh"], abs=0.01)
     assert f"{train['web_zh']:,}" in line and "60.0%" in line
+    assert f"({first_out} runs out first)" in result.output

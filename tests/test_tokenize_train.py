@@ -13,7 +13,15 @@ from click.testing import CliRunner
 from datapipe.cli import main
 from datapipe.config import TokenizeConfig
 from datapipe.tokenize import load_tokenizer_info
-from datapipe.tokenizer_train import Doc, TrainOptions, docs_from_run, parse_mix, sample, train_tokenizer
+from datapipe.tokenizer_train import (
+    Doc,
+    TrainOptions,
+    docs_from_files,
+    docs_from_run,
+    parse_mix,
+    sample,
+    train_tokenizer,
+)
 from tests.shared_data import PROJECT_ROOT, shared_path
 
 
@@ -95,3 +103,51 @@ def test_bad_mix_and_empty_input(tmp_path: Path) -> None:
         train_tokenizer(iter([Doc("x", "fr", "bonjour")]), tmp_path / "t.json", TrainOptions(mix={"zh": 1.0}))
     result = CliRunner().invoke(main, ["train-tokenizer", "--output", str(tmp_path / "t.json")])
     assert result.exit_code == 2 and "exactly one of --run" in result.output
+
+
+def test_mix_a_group_cannot_fill_warns_and_records_what_was_used(tmp_path: Path) -> None:
+    """zh=0.5,en=0.5 over all of the real zh Wikipedia file (~0.93M characters) and 2,000 en articles:
+    zh cannot fill its 1.2M share; the output and NAME.train.json say what each group got."""
+    import json
+
+    zh = shared_path("corpus", "zh_wikipedia.jsonl")
+    with shared_path("corpus", "en_wikipedia.jsonl").open(encoding="utf-8") as f:
+        (tmp_path / "en.jsonl").write_text("".join(next(f) for _ in range(2000)), encoding="utf-8")
+    out = tmp_path / "tok" / "zh_en.json"
+    result = CliRunner().invoke(main, ["train-tokenizer", "--files", str(zh), str(tmp_path / "en.jsonl"),
+                                       "--output", str(out), "--vocab-size", "400", "--mix", "zh=0.5,en=0.5",
+                                       "--sample-chars", "2400000"])
+    assert result.exit_code == 0, result.output
+    info = json.loads(out.with_suffix(".train.json").read_text())
+    groups = {g["group"]: g for g in info["groups"]}
+    assert groups["zh"]["target_chars"] == groups["en"]["target_chars"] == 1_200_000
+    assert not groups["zh"]["filled"] and groups["en"]["filled"]
+    assert 800_000 < groups["zh"]["train_chars"] < 1_000_000 and groups["en"]["train_chars"] >= 1_200_000
+    assert info["train_chars"] == groups["zh"]["train_chars"] + groups["en"]["train_chars"]
+    assert groups["zh"]["share"] == pytest.approx(groups["zh"]["train_chars"] / info["train_chars"])
+    assert groups["zh"]["share"] < 0.45 and groups["zh"]["share"] + groups["en"]["share"] == pytest.approx(1.0)
+    zh_chars = groups["zh"]["train_chars"]
+    assert (f"warning: group zh: only {zh_chars:,} characters ({groups['zh']['train_docs']:,} documents) to train on, "
+            f"short of its share 0.50 x 2,400,000 = 1,200,000") in result.stderr
+    shares = f"zh {groups['zh']['share']:.2f}, en {groups['en']['share']:.2f}"
+    assert f"warning: trained on shares {shares} instead of zh 0.50, en 0.50" in result.stderr
+    assert info["warnings"] and all(w in result.stderr for w in info["warnings"])
+    row = next(line for line in result.stdout.splitlines() if line.startswith("zh "))
+    assert f"{zh_chars:,}" in row and f"{groups['zh']['share']:.2f}" in row
+    # The advice holds: at the suggested sample size both groups fill their half.
+    advice = re.search(r"lower --sample-chars to ([\d,]+)", result.stderr)
+    assert advice, result.stderr
+    fits = int(advice.group(1).replace(",", ""))
+    docs = docs_from_files([str(zh), str(tmp_path / "en.jsonl")])
+    train, _ = sample(docs, TrainOptions(mix={"zh": 0.5, "en": 0.5}, sample_chars=fits))
+    chars = {g: sum(map(len, t)) for g, t in train.items()}
+    assert chars["zh"] >= fits // 2 and chars["en"] >= fits // 2
+
+
+def test_mix_that_fills_has_no_warning(corpus: Path, tmp_path: Path) -> None:
+    docs = list(docs_from_files([str(corpus / "*.jsonl")]))
+    out = tmp_path / "t.json"
+    result = train_tokenizer(iter(docs), out, TrainOptions(vocab_size=300, mix={"zh": 0.5, "en": 0.5},
+                                                           sample_chars=100_000))
+    assert result.warnings == [] and all(g.filled for g in result.groups)
+    assert sum(g.share for g in result.groups) == pytest.approx(1.0)

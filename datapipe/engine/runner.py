@@ -28,6 +28,7 @@ from datapipe.engine.ray_runtime import ray_session
 from datapipe.engine.run_folder import RunFolder, RunFolderError
 from datapipe.engine.run_lock import RunLock
 from datapipe.models import cache_dir
+from datapipe.run_identity import config_changes, resource_changes
 from datapipe.stages.base import ShuffledGlobalStage
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
@@ -76,14 +77,19 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
                 fresh: bool, show_progress: bool, log: Callable[[str], None]) -> RunResult:
     folder.check_usable()
     normalized = pipeline.normalized()
+    resources = pipeline.resources()
     inputs = _input_listing(pipeline)
     previous = folder.load_run_json()
     if previous is not None and not fresh:
         changes = config_changes(previous.get("config", {}), normalized)
+        if "resources" in previous:
+            changes += resource_changes(previous["resources"], resources)
+        else:  # a run.json from before rule files were recorded: nothing to compare them with
+            log(f"datapipe: {folder.run_json} records no rule files or models; recording today's")
         changes += input_changes(previous.get("inputs", []), inputs)
         if changes:
             raise PipelineError(
-                f"{folder.root} holds a run of a different pipeline; changed since then:\n"
+                f"{folder.root} holds a run of a different pipeline, rule files or inputs; changed since then:\n"
                 + "\n".join(f"  - {c}" for c in changes[:30])
                 + "\nUse --fresh to discard that run and start over, or --output to write elsewhere.")
     if fresh:
@@ -98,7 +104,8 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
         build_stage(spec, pos).prepare()  # fetch models now: one clear error instead of one per task
 
     run = previous if previous is not None and not fresh else {}
-    run.update({"name": pipeline.name, "fingerprint": spec.fingerprint, "config": normalized, "inputs": inputs,
+    run.update({"name": pipeline.name, "fingerprint": spec.fingerprint, "config": normalized,
+                "resources": resources, "inputs": inputs,
                 "pipeline_file": str(pipeline.file) if pipeline.file else None, "status": "running",
                 "packages": _package_versions(), "python": platform.python_version()})
     run.setdefault("started", _now())
@@ -128,6 +135,7 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
     timings["stats"] = round(time.perf_counter() - started, 3)
     check_conservation(folder, counts)
     _record_input_hashes(folder, spec, inputs)
+    _check_resources_unchanged(pipeline, resources)
     # A Ray worker killed mid-write and retried leaves its temporary file behind; every task is
     # done now, so whatever temporary name is left belongs to no live writer.
     folder.sweep()
@@ -287,9 +295,10 @@ def _short_error(exc: BaseException) -> str:
 
 def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
     """Per-stage funnel and per-source totals, from the completion markers."""
-    stages: dict[int, dict[str, Any]] = {0: {"stage": "read", "in": 0, "rejected": {}}}
+    # "in": documents reaching the stage; "skipped": of those, passed untouched (kind not in its kinds).
+    stages: dict[int, dict[str, Any]] = {0: {"stage": "read", "in": 0, "skipped": 0, "rejected": {}}}
     for pos in range(1, len(spec.stages) + 1):
-        stages[pos] = {"stage": spec.stage_name(pos), "in": 0, "rejected": {}}
+        stages[pos] = {"stage": spec.stage_name(pos), "in": 0, "skipped": 0, "rejected": {}}
     sources = {s: {"documents": 0, "kept": 0, "tokens": 0} for s in spec.sources}
     for segment in spec.segments:
         for shard in spec.shards:
@@ -301,6 +310,8 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
                 sources[shard.source.name]["documents"] += m["docs_in"]
             for pos, n in m["stage_in"].items():
                 stages[int(pos)]["in"] += n
+            for pos, n in m.get("stage_skipped", {}).items():
+                stages[int(pos)]["skipped"] += n
             for pos, reasons in m["rejected"].items():
                 bucket = stages[int(pos)]["rejected"]
                 for reason, n in reasons.items():
@@ -331,22 +342,14 @@ def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
 
 # --- change detection -------------------------------------------------------------
 
-def config_changes(old: Any, new: Any, path: str = "") -> list[str]:
-    """Key paths whose values differ between two normalized configs."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out: list[str] = []
-        for key in sorted(set(old) | set(new), key=str):
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in old:
-                out.append(f"{sub}: added ({_brief(new[key])})")
-            elif key not in new:
-                out.append(f"{sub}: removed (was {_brief(old[key])})")
-            else:
-                out.extend(config_changes(old[key], new[key], sub))
-        return out
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [c for i, (a, b) in enumerate(zip(old, new)) for c in config_changes(a, b, f"{path}[{i}]")]
-    return [] if old == new else [f"{path}: {_brief(old)} -> {_brief(new)}"]
+def _check_resources_unchanged(pipeline: Pipeline, recorded: list[dict[str, Any]]) -> None:
+    """A rule file edited while tasks ran may have judged some documents by the old rules and some by the
+    new (a worker reads it when it first builds the stage): such a run is not marked complete."""
+    changes = resource_changes(recorded, pipeline.resources())
+    if changes:
+        raise PipelineError("files the run depends on changed while it ran, so its documents may be judged by "
+                            "both versions:\n" + "\n".join(f"  - {c}" for c in changes[:30])
+                            + "\nRun again with --fresh to judge every document by today's files.")
 
 
 def input_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
@@ -378,11 +381,6 @@ def _input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
             listing.append({"source": source, "path": str(path.resolve()), "format": fmt, "bytes": st.st_size,
                             "mtime": int(st.st_mtime)})
     return listing
-
-
-def _brief(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) < 60 else text[:57] + "..."
 
 
 def _package_versions() -> dict[str, str]:

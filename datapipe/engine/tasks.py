@@ -128,12 +128,14 @@ class MapCounts:
         self.docs_in = 0
         self.kept = 0
         self.tokens = 0
-        self.stage_in: dict[int, int] = defaultdict(int)
+        self.stage_in: dict[int, int] = defaultdict(int)  # documents reaching the stage
+        self.stage_skipped: dict[int, int] = defaultdict(int)  # of those, passed untouched (kind not in its kinds)
         self.rejected: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
 
     def as_dict(self) -> dict[str, Any]:
         return {"docs_in": self.docs_in, "kept": self.kept, "tokens": self.tokens,
                 "stage_in": {str(k): v for k, v in sorted(self.stage_in.items())},
+                "stage_skipped": {str(k): v for k, v in sorted(self.stage_skipped.items())},
                 "rejected": {str(k): dict(v) for k, v in sorted(self.rejected.items())}}
 
 
@@ -148,7 +150,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     decisions = _load_decisions(folder, segment, shard)
     applied = build_stage(spec, segment.apply_global) if segment.apply_global else None
     stages = [(pos, build_stage(spec, pos)) for pos in segment.stages]
-    stages = [(pos, st) for pos, st in stages if st.applies_to(shard.source.kind)]
+    skips = {pos for pos, st in stages if not st.applies_to(shard.source.kind)}  # passed through, counted
     compute_global = build_stage(spec, segment.compute_global) if segment.compute_global else None
     shuffle = (ShuffleSink(folder.shuffle_file(segment.index, shard.key))
                if isinstance(compute_global, ShuffledGlobalStage) else None)
@@ -189,6 +191,9 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                 batch = batch.drop_columns(transient)  # e.g. signatures: needed only by the reduce
             for pos, stage in stages:
                 counts.stage_in[pos] += batch.num_rows
+                if pos in skips:
+                    counts.stage_skipped[pos] += batch.num_rows
+                    continue
                 if batch.num_rows == 0:
                     break
                 batch = stage.compute(batch)

@@ -75,8 +75,16 @@ def _values(values: list[str], where: str) -> Detection | None:
     return Detection(expr, ", ".join(values)[:120], where)
 
 
+_JSON_LICENSE = re.compile(r'"license"\s*:\s*"([^"]{1,200})"')
+
+
 def _package_json(text: str) -> Detection | None:
-    data = json.loads(text)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        # Hand-edited manifests break (a missing comma); the "license" string still says it.
+        m = _JSON_LICENSE.search(text)
+        return _values([m.group(1)], "package.json:license") if m else None
     lic = data.get("license")
     if isinstance(lic, dict):
         lic = lic.get("type")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from datapipe.license.fingerprints import FULL_TEXT, NAMED, NOTICES
+from datapipe.license.fingerprints import FULL_TEXT, MODIFICATIONS, NAMED, NOTICES, SUBSUMES
 from datapipe.license.spdx import canonical_id
 
 # Words: runs of letters/digits, except that each CJK ideograph is its own word (Chinese
@@ -37,7 +37,35 @@ class Match:
     kind: str  # "text" (full licence text) or "notice" (a header / one-line statement)
 
 
-_FULL = {lid: tuple(f" {p} " for p in phrases) for lid, phrases in FULL_TEXT.items()}
+# A plain phrase is a substring test; a pattern phrase is (its literal pieces, regex): the
+# pieces are tested with `in` first, so the regex runs only on texts that can match.
+Phrase = str | tuple[tuple[str, ...], re.Pattern[str]]
+
+
+def _phrase(p: str) -> Phrase:
+    """' p ' for whole-word substring search, or a regex for phrases with * / [optional] markers."""
+    if "*" not in p and "[" not in p:
+        return f" {p} "
+    pieces = tuple(f" {x.strip()} " for x in re.split(r"\*|\[[^\]]*\]", p) if x.strip())
+    rx = re.escape(" " + p + " ")
+    rx = rx.replace(r"\ \*\ ", r" (?:[^ ]+ ){1,15}")  # * : the holder's name, 1-15 words
+    rx = re.sub(r"\\ \\\[(.+?)\\\]\\ ", lambda m: r" (?:" + m.group(1) + r" )?", rx)  # [words] optional
+    return pieces, re.compile(rx)
+
+
+def _has(norm: str, p: Phrase) -> bool:
+    if isinstance(p, str):
+        return p in norm
+    pieces, rx = p
+    return all(x in norm for x in pieces) and rx.search(norm) is not None
+
+
+def _evidence(p: Phrase) -> str:
+    return (p if isinstance(p, str) else p[1].pattern.replace("\\", "")).strip()[:120]
+
+
+_FULL = {lid: tuple(_phrase(p) for p in phrases) for lid, phrases in FULL_TEXT.items()}
+_MODIFIED = [(word, re.compile(rx)) for word, rx in MODIFICATIONS]
 _NOTICE = [(lid, re.compile(rx)) for lid, rx in NOTICES.items()]
 _NAMED = re.compile(
     r" (?:licensed|licenced|released|distributed|available|published) under (?:the terms of )?(?:the )?("
@@ -45,7 +73,8 @@ _NAMED = re.compile(
     + r") (?:license|licence) "
 )
 _GNU = re.compile(
-    r" under the terms of (?:the )?gnu (affero general|lesser general|library general|general) public licen[cs]e"
+    r" (?:under|subject to) the terms (?:and conditions )?of (?:version (\d(?: \d)?) of )?(?:the )?"
+    r"gnu (affero general|lesser general|library general|general) public licen[cs]e"
     r"(?: as published by the free software foundation)?(?: either)?"
     r"(?: version (\d(?: \d)?)(?: of the licen[cs]e)?)?( or at your option any later version)?"
 )
@@ -58,19 +87,26 @@ def _family(spdx_id: str) -> str:
 
 
 def _gnu_notice(m: re.Match[str]) -> str | None:
-    fam = _GNU_FAMILY[m.group(1)]
-    if m.group(2) is None:
+    fam = _GNU_FAMILY[m.group(2)]
+    named = m.group(1) or m.group(3)  # "terms of version 2 of the GNU GPL" or "GNU GPL version 2"
+    if named is None:
         # No version named: the GPL itself says any version may be chosen.
         version, later = _GNU_DEFAULT[fam], True
     else:
-        version, later = m.group(2).replace(" ", "."), bool(m.group(3))
+        version, later = named.replace(" ", "."), bool(m.group(4))
         version = version if "." in version else version + ".0"
     return canonical_id(f"{fam}-{version}-{'or-later' if later else 'only'}")
 
 
 def match_normalized(norm: str) -> list[Match]:
-    found = [Match(lid, phrases[0].strip(), "text")
-             for lid, phrases in _FULL.items() if all(p in norm for p in phrases)]
+    found = [Match(lid, _evidence(phrases[0]), "text")
+             for lid, phrases in _FULL.items() if all(_has(norm, p) for p in phrases)]
+    hidden = {sub for m in found for sub in SUBSUMES.get(m.license, ())}
+    found = [m for m in found if m.license not in hidden]
+    if found and (mod := next((m for w, rx in _MODIFIED if w in norm and (m := rx.search(norm))), None)):
+        # A known text with an added restriction is another licence: never the base one.
+        found = [Match(f"LicenseRef-modified-{m.license}", f"adds \"{mod.group(0).strip()}\" to {m.evidence}", "text")
+                 for m in found]
     notices: list[Match] = []
     for lid, rx in _NOTICE:
         if m := rx.search(norm):
@@ -78,7 +114,7 @@ def match_normalized(norm: str) -> list[Match]:
     # The GNU texts end with a *sample* notice ("How to Apply These Terms"); it proves the
     # licence text is there, not which version choice the author made: report the bare id.
     sample = " how to apply these terms to your new " in norm
-    for m in _GNU.finditer(norm):
+    for m in _GNU.finditer(norm) if " gnu " in norm else ():
         if lid := _gnu_notice(m):
             lid = (canonical_id(_family(lid)) or lid) if sample else lid
             notices.append(Match(lid, m.group(0).strip(), "notice"))
@@ -91,7 +127,8 @@ def match_normalized(norm: str) -> list[Match]:
         if _family(n.license) not in text_families and n.license not in seen:
             found.append(n)
             seen.add(n.license)
-    return found
+    hidden = {sub for m in found for sub in SUBSUMES.get(m.license, ())}
+    return [m for m in found if m.license not in hidden]
 
 
 def match_text(text: str) -> list[Match]:

@@ -23,11 +23,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from datapipe.license.code import is_license_file
 from datapipe.readers.archives import Caps, Member, iter_archive
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
 
-PAPER_COLUMNS = {"arxiv_id": "string", "license_url": "string", "categories": "string"}
+PAPER_COLUMNS = {"arxiv_id": "string", "license_url": "string", "categories": "string", "license_files": "string"}
+LICENSE_FILE_BYTES = 64 << 10  # as for code: a licence text is far shorter
 MAX_INCLUDE_DEPTH = 8
 MAX_GROWTH = 4  # macro expansion may not make the text more than this many times longer
 
@@ -82,7 +84,7 @@ def resolve_option_path(file: InputFile, value: str) -> Path:
 
 
 def metadata_columns(file: InputFile, metadata: str | None, arxiv_id: str | None) -> dict[str, object]:
-    cols: dict[str, object] = {"arxiv_id": arxiv_id, "license_url": None, "categories": None}
+    cols: dict[str, object] = {"arxiv_id": arxiv_id, "license_url": None, "categories": None, "license_files": None}
     if metadata and arxiv_id:
         path = resolve_option_path(file, metadata)
         cols["license_url"], cols["categories"] = load_metadata(str(path), path.stat().st_mtime).get(arxiv_id,
@@ -241,22 +243,39 @@ def _decode(data: bytes) -> str:
         return data.decode("latin-1")  # old arXiv sources are often Latin-1; TeX itself is byte-oriented
 
 
+def licenses_beside(main: str, licenses: dict[str, str]) -> str | None:
+    """JSON {path: text} of the licence files in the main file's folder or a folder above it
+    (a paper repository's LICENSE at its root covers a main file in paper/)."""
+    here = posixpath.dirname(main)
+    near = {p: t for p, t in sorted(licenses.items())
+            if (d := posixpath.dirname(p)) == "" or here == d or here.startswith(d + "/")}
+    return json.dumps(near, ensure_ascii=False, sort_keys=True) if near else None
+
+
 def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     opts = ArxivOptions.model_validate(file.source.options)
     out = ColumnsBuilder.create(file, batch_size, PAPER_COLUMNS)
     cols = metadata_columns(file, opts.metadata, arxiv_id_from_name(file.name))
     caps = Caps(member_bytes=opts.max_member_bytes, archive_bytes=opts.max_archive_bytes)
     files: dict[str, str] = {}
+    licenses: dict[str, str] = {}  # LICENSE / COPYING files beside the sources, for license tagging
     problems: list[Member] = []
     if file.path.is_dir():
         members: Iterator[Member] = (Member(p.relative_to(file.path).as_posix(), p.read_bytes())
-                                     for p in sorted(file.path.rglob("*.tex")) if p.is_file() and not p.is_symlink()
+                                     for p in sorted(file.path.rglob("*")) if p.is_file() and not p.is_symlink()
+                                     and (p.suffix == ".tex" or is_license_file(p.name))
                                      and p.stat().st_size <= caps.member_bytes)
     else:
-        members = iter_archive(file.path, caps, _is_tex_name)
+        members = iter_archive(file.path, caps, lambda n: _is_tex_name(n) or is_license_file(n))
+        if file.path.suffix.lower() in (".tex", ".ltx"):  # a lone .tex: the licence files in its folder
+            licenses = {p.name: _decode(p.read_bytes()[:LICENSE_FILE_BYTES]) for p in sorted(file.path.parent.iterdir())
+                        if is_license_file(p.name) and p.suffix.lower() not in (".tex", ".ltx")
+                        and p.is_file() and not p.is_symlink()}
     for m in members:
         if m.data is None:
             problems.append(m)
+        elif is_license_file(m.name) and not m.name.lower().endswith((".tex", ".ltx")):
+            licenses[m.name] = _decode(m.data[:LICENSE_FILE_BYTES])
         else:
             files[m.name if m.name.lower().endswith((".tex", ".ltx")) or file.path.is_dir() else m.name + ".tex"] = \
                 _decode(m.data)
@@ -270,6 +289,6 @@ def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     elif not text:
         out.reject_row(main, "extraction_empty", detail, path=main, **cols)
     else:
-        out.add_row(main, text, path=main, **cols)
+        out.add_row(main, text, path=main, **(cols | {"license_files": licenses_beside(main, licenses)}))
     if (last := out.flush()) is not None:
         yield last

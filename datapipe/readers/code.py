@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from datapipe.license.code import is_license_file
 from datapipe.license.metadata import is_metadata_file
+from datapipe.license.readme import is_readme, license_section
 from datapipe.readers.archives import Caps, Member, iter_archive
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
@@ -90,11 +91,12 @@ class TableOptions(BaseModel):
 
 
 def is_repo_meta_file(rel: str) -> bool:
-    """License texts and package metadata at the repository root or in LICENSES/ (REUSE)."""
+    """License texts, package metadata and READMEs at the repository root, or in LICENSES/ (REUSE)."""
     parts = PurePosixPath(rel).parts
     if len(parts) == 2 and parts[0] in ("LICENSES", "licenses"):
         return True
-    return len(parts) == 1 and (is_license_file(rel) or is_metadata_file(rel) or bool(_NOTICE.match(rel)))
+    return len(parts) == 1 and (is_license_file(rel) or is_metadata_file(rel) or bool(_NOTICE.match(rel))
+                                or is_readme(rel))
 
 
 def detect_language(path: str, head: str) -> str | None:
@@ -250,7 +252,12 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         if m.data is not None:
             rel = m.name.split("/", 1)[1] if strip else m.name
             repo, path = _split_repo(rel, opts.multi_repo, default_repo)  # type: ignore[misc]
-            licenses.setdefault(repo, {})[path] = m.data[:LICENSE_FILE_BYTES].decode("utf-8", "replace")
+            text = m.data[:LICENSE_FILE_BYTES].decode("utf-8", "replace")
+            if is_readme(path):  # only its License section travels with every row of the repo
+                if (section := license_section(text)) is None:
+                    continue
+                text = section
+            licenses.setdefault(repo, {})[path] = text
     license_json = {repo: json.dumps(files, ensure_ascii=False, sort_keys=True) for repo, files in licenses.items()}
 
     # Pass 2: every member is a document or a reject.

@@ -13,11 +13,14 @@ a task needs (NeMo Curator style) and the engine schedules them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
+
+from datapipe.config import SOURCE_KINDS
 
 
 class StageOptions(BaseModel):
@@ -52,6 +55,41 @@ class StageContext:
     cache_dir: str
 
 
+Problem = tuple[str, str]  # (key path inside the stage's options, "" for the stage itself; message)
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What pipeline validation knows when it asks a stage to check its options against the world."""
+
+    pipeline_dir: Path
+    kinds: frozenset[str]  # source kinds of the pipeline
+    before: tuple[tuple[str, StageOptions], ...] = ()  # (stage type, options) of the stages that run earlier
+
+
+@dataclass(frozen=True)
+class ResourceFile:
+    """A file a stage's signals or decisions depend on (rule set, word list, model).
+
+    The run records each one in run.json (path, sha256 and, for small text files, the content), so
+    a rerun against a changed file is refused naming it, and ``explain`` grades against what the
+    run used rather than today's file.
+    """
+
+    path: Path
+    role: str  # what it is to the stage: "rules", "word_list", "domain_list", "license_classes", "model"
+    key: str | None = None  # the stage's own name for it, e.g. the quality rule-set key "zh_web"
+    content: bool = True  # record the text (small data files); False: the hash only (models)
+    name: str | None = None  # shown and compared instead of the path (a model found by env or cache)
+    sha256: str | None = None  # a pinned hash that stands for the file (lid.176, checked when fetched)
+
+
+def kinds_problems(kinds: list[str], key: str = "kinds") -> list[Problem]:
+    """A kind outside web/code/paper/text matches no source: the stage would silently skip everything."""
+    return [(f"{key}[{i}]", f"{k!r} is not a source kind; allowed: {', '.join(SOURCE_KINDS)}")
+            for i, k in enumerate(kinds) if k not in SOURCE_KINDS]
+
+
 class Stage:
     """A per-document stage. Subclasses set ``name`` and ``Options`` and implement compute/decide."""
 
@@ -64,6 +102,29 @@ class Stage:
     def __init__(self, options: StageOptions, context: StageContext) -> None:
         self.options: Any = options
         self.context = context
+
+    @classmethod
+    def check(cls, options: Any, context: CheckContext) -> list[Problem]:
+        """Everything a run would only find out later (files, model labels, names), checked at validation.
+
+        Must not load big models or read inputs: ``datapipe validate`` stays fast. Returns every
+        problem, each with the key path inside the options, so a user fixes the file in one go.
+        """
+        return []
+
+    @classmethod
+    def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
+        """The signal columns the stage adds to every batch; None where they cannot be known up front."""
+        return set()
+
+    @classmethod
+    def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
+        """The files besides the pipeline file that the stage's outputs depend on: part of the run's identity.
+
+        Called on the driver for validated options; must be cheap (no model loading). A stage that
+        reads a data file it does not list here could resume silently with half a run judged by old rules.
+        """
+        return []
 
     def prepare(self) -> None:
         """Called once on the driver before any task: fetch models, fail early with a clear error."""

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from datapipe.stages.base import GlobalStage, ReduceInputs, Resources, StageOptions
+from datapipe.stages.base import CheckContext, GlobalStage, ReduceInputs, Resources, StageOptions
 from datapipe.stages.columns import set_column
 
 HASH_TYPE = pa.binary(16)
@@ -63,6 +63,10 @@ class ExactDedup(GlobalStage):
     Options = DedupOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
     signal_columns = ("text_hash",)
+
+    @classmethod
+    def output_columns(cls, options: DedupOptions, context: CheckContext) -> set[str] | None:
+        return {"text_hash", "url_key"} if options.url else {"text_hash"}
 
     def compute(self, batch: pa.Table) -> pa.Table:
         batch = set_column(batch, "text_hash", text_hashes(batch["text"]))

@@ -13,17 +13,28 @@ language by default (``kinds``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from datapipe.models import ensure_lid_model
+from datapipe.langcodes import LID176_CODES, language_problems
+from datapipe.models import LID_FILENAME, LID_SHA256, ensure_lid_model, lid_model_path
 from datapipe.stages import cjk
-from datapipe.stages.base import Decision, Resources, Stage, StageOptions
+from datapipe.stages.base import (
+    CheckContext,
+    Decision,
+    Problem,
+    ResourceFile,
+    Resources,
+    Stage,
+    StageOptions,
+    kinds_problems,
+)
 from datapipe.stages.columns import set_column
 
 _MODELS: dict[str, object] = {}  # one loaded model per worker process
@@ -58,6 +69,69 @@ class LangId(Stage):
     name = "langid"
     Options = LangIdOptions
     resources = Resources(num_cpus=1, memory_mb=300)
+
+    @classmethod
+    def check(cls, options: Any, context: CheckContext) -> list[Problem]:
+        o: LangIdOptions = options
+        problems = kinds_problems(o.kinds)
+        codes, model = set(LID176_CODES), "lid.176"
+        if o.model:
+            path = Path(o.model).expanduser()
+            path = path if path.is_absolute() else context.pipeline_dir / path
+            if not path.is_file():
+                problems.append(("model", f"file not found: {path}"))
+            else:  # a custom model: its own labels decide which codes can ever match
+                try:
+                    codes, model = _model_labels(path), path.name
+                except Exception as exc:  # fastText raises ValueError or RuntimeError on a bad file
+                    problems.append(("model", f"cannot load {path} as a fastText model: {exc}"))
+        elif os.environ.get("DATAPIPE_LID_MODEL") and not lid_model_path().is_file():
+            problems.append(("model", f"DATAPIPE_LID_MODEL points to {lid_model_path()}, which does not exist"))
+        if o.script_rules:
+            codes |= {"zh", "ja", "ko", "yue"}  # the CJK script rules output these whatever the model says
+        lists = [("keep", o.keep or []), ("fraction_langs", o.fraction_langs)]
+        lists += [(f"by_kind.{k}.keep", r.keep or []) for k, r in o.by_kind.items()]
+        for key, values in lists:
+            problems += [(f"{key}[{i}]", msg) for i, msg in language_problems(values, codes, model)]
+        for kind in o.by_kind:
+            if kind not in o.kinds:
+                problems.append((f"by_kind.{kind}", f"{kind} is not in kinds {list(o.kinds)}: the stage never sees "
+                                                    f"{kind} documents, so this rule would never apply"))
+        if o.mixed_min_fraction is not None and (o.keep is None or not o.line_fractions):
+            problems.append(("mixed_min_fraction", "needs keep (the languages whose shares count) and "
+                                                   "line_fractions: true; without them it would have no effect"))
+        if o.script or o.to_simplified:
+            try:
+                import opencc  # noqa: F401
+            except ImportError:
+                problems.append(("script", "needs the opencc package (pip install opencc), or set script: false "
+                                           "and to_simplified: false"))
+        return problems
+
+    @classmethod
+    def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
+        o: LangIdOptions = options
+        cols = {"lang", "lang_score", "lang_by"}
+        if o.line_fractions:
+            cols |= {f"lang_frac_{c}" for c in o.fraction_langs} | {"lang_frac_other"}
+        if o.script or o.to_simplified:
+            cols |= {"script", "script_trad_frac"}
+        if o.to_simplified:
+            cols.add("to_simplified")
+        return cols
+
+    @classmethod
+    def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
+        """The fastText model, by hash: a given ``model`` file's own, else lid.176's pinned sha256.
+
+        The default model is named ``lid.176.ftz`` wherever it is (cache or $DATAPIPE_LID_MODEL), so
+        moving the cache is no change; a different file behind $DATAPIPE_LID_MODEL is, by its hash.
+        """
+        if options.model:
+            path = Path(options.model).expanduser()
+            return [ResourceFile(path if path.is_absolute() else pipeline_dir / path, "model", content=False)]
+        pinned = None if os.environ.get("DATAPIPE_LID_MODEL") else LID_SHA256  # the fetch checks that hash
+        return [ResourceFile(lid_model_path(), "model", content=False, name=LID_FILENAME, sha256=pinned)]
 
     def prepare(self) -> None:
         self._model_path()  # fetch once on the driver; a clear error here beats one per task
@@ -209,6 +283,13 @@ class LangId(Stage):
         if o.yue == "drop":
             reason = pc.if_else(pc.fill_null(pc.equal(lang, "yue"), False), "cantonese", reason)
         return Decision(reason, pc.if_else(pc.is_null(reason), _NULL, detail))
+
+
+def _model_labels(path: Path) -> set[str]:
+    import fasttext
+
+    fasttext.FastText.eprint = lambda *a, **k: None
+    return {label.removeprefix("__label__") for label in fasttext.load_model(str(path)).get_labels()}
 
 
 def _sum(cols: list[pa.ChunkedArray]) -> pa.Array:

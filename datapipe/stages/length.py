@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from datapipe.stages.base import Decision, Stage, StageOptions
+from datapipe.stages.base import CheckContext, Decision, Stage, StageOptions
 from datapipe.stages.columns import set_column
 
 
@@ -24,6 +24,10 @@ class LengthOptions(StageOptions):
 class LengthFilter(Stage):
     name = "length"
     Options = LengthOptions
+
+    @classmethod
+    def output_columns(cls, options: LengthOptions, context: CheckContext) -> set[str] | None:
+        return {"n_chars_stripped"}
 
     def compute(self, batch: pa.Table) -> pa.Table:
         # n_chars counts the raw text (the engine adds it at read time); length uses stripped text.

@@ -4,13 +4,15 @@ Signals: ``license`` (SPDX id or expression, or ``unknown``), ``license_class`` 
 restrictive class: permissive, weak_copyleft, strong_copyleft, restricted,
 non_commercial, no_derivatives, unknown) and ``license_evidence`` (where it was found and
 a short pointer: URL, phrase, file name). Evidence comes from what the readers keep:
-``license_hints`` of web pages, ``repo_license_files`` of code, ``license_url`` of papers;
-without those, from the document text itself (its head and tail, where notices live).
+``license_hints`` of web pages, ``repo_license_files`` of code, ``license_url`` and
+``license_files`` (LICENSE/COPYING beside the LaTeX sources) of papers; without those, from
+the document text itself (its head and tail, where notices live).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -25,8 +27,11 @@ from datapipe.license import (
     detect_repository,
     detect_web,
 )
+from datapipe.license.arxiv import ARXIV_NONEXCLUSIVE
+from datapipe.license.expression import combine
 from datapipe.license.spdx import CLASSES, UNKNOWN
-from datapipe.stages.base import Decision, Stage, StageOptions
+from datapipe.resources import filter_file
+from datapipe.stages.base import CheckContext, Decision, ResourceFile, Stage, StageOptions
 from datapipe.stages.columns import set_column
 
 HEAD_CHARS, TAIL_CHARS = 2000, 4000  # license notices sit in headers and footers
@@ -59,13 +64,22 @@ class LicenseTagger(Stage):
     name = "license"
     Options = LicenseOptions
 
+    @classmethod
+    def output_columns(cls, options: LicenseOptions, context: CheckContext) -> set[str] | None:
+        return {"license", "license_class", "license_evidence"}
+
+    @classmethod
+    def resource_files(cls, options: LicenseOptions, pipeline_dir: Path) -> list[ResourceFile]:
+        """The SPDX id -> class table: it decides ``license_class`` and so what the policy drops."""
+        return [ResourceFile(filter_file("licenses", "classes.yaml"), "license_classes")]  # what spdx.py reads
+
     def setup(self) -> None:
         self._policy = Policy.from_config({k: v.model_dump(exclude_none=True) for k, v in
                                            self.options.policy.items()})
 
     def compute(self, batch: pa.Table) -> pa.Table:
         kind = batch["kind"][0].as_py() if batch.num_rows else "text"
-        rows = batch.select([c for c in ("text", "license_hints", "repo_license_files", "license_url")
+        rows = batch.select([c for c in ("text", "license_hints", "repo_license_files", "license_url", "license_files")
                              if c in batch.column_names]).to_pylist()
         detections = _detect(kind, rows)
         fields = [d.as_fields() for d in detections]
@@ -101,13 +115,33 @@ def _detect(kind: str, rows: list[dict[str, Any]]) -> list[Detection]:
             out.append(detect_code_file(row.get("text") or "", repos[files]))
         return out
     if kind == "paper":
-        return [detect_arxiv(r["license_url"]) if r.get("license_url") else _from_text(r.get("text")) for r in rows]
+        return [_paper(r) for r in rows]
     out = []
     for row in rows:
         hints = _json_list(row.get("license_hints"))
         found = detect_hints(hints) if hints else Detection(UNKNOWN)
         out.append(found if found.known else _from_text(row.get("text")))
     return out
+
+
+def _paper(row: dict[str, Any]) -> Detection:
+    """A paper's licence files (the author's grant to everyone) and its arXiv licence URL.
+
+    Both known: both apply (AND, as for disagreeing code sources), except arXiv's
+    non-exclusive licence, which grants arXiv alone and so takes nothing from the file's
+    grant.  Neither known: notices in the text."""
+    # Keyed by name, the file nearest the main .tex last (it wins): they are the paper's root files.
+    files = {p.rsplit("/", 1)[-1]: t for p, t in sorted(_json_object(row.get("license_files") or "{}").items(),
+                                                      key=lambda kv: kv[0].count("/"))}
+    own = detect_repository(files) if files else Detection(UNKNOWN)
+    meta = detect_arxiv(row["license_url"]) if row.get("license_url") else Detection(UNKNOWN)
+    if own.known and meta.known and meta.license != ARXIV_NONEXCLUSIVE:
+        return Detection(combine([own.license, meta.license]), f"{own.evidence[:80]}; {meta.evidence[:80]}",
+                         f"{own.where},{meta.where}")
+    if own.known or meta.known:
+        return own if own.known else meta
+    found = _from_text(row.get("text"))
+    return found if found.known or not meta.evidence else meta  # keep the unread URL as evidence
 
 
 def _from_text(text: str | None) -> Detection:

@@ -12,7 +12,7 @@ partitions); the combine step holds only documents that have a candidate pair.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -32,10 +32,21 @@ from datapipe.dedup.minhash import (
     signatures,
 )
 from datapipe.dedup.shingles import DEFAULT_N
-from datapipe.stages.base import ROW_KEY_SHIFT, ReduceInputs, Resources, ShuffledGlobalStage, StageOptions
+from datapipe.stages.base import (
+    ROW_KEY_SHIFT,
+    CheckContext,
+    Problem,
+    ReduceInputs,
+    Resources,
+    ShuffledGlobalStage,
+    StageOptions,
+)
 from datapipe.stages.columns import set_column
 
 SIG_COLUMN = "minhash_sig"
+# Text and hash columns earlier stages add: a survivor cannot be chosen by them.
+_NOT_NUMERIC = {"id", "source", "kind", "text", "url", "path", "lang", "lang_by", "script", "quality_rules",
+                "license", "license_class", "license_evidence", "text_hash", "url_key"}
 
 
 class MinHashOptions(StageOptions):
@@ -70,6 +81,31 @@ class MinHashDedup(ShuffledGlobalStage):
     resources = Resources(num_cpus=1, memory_mb=1024)
     signal_columns = (SIG_COLUMN,)
     transient_columns = (SIG_COLUMN,)  # 4 bytes x num_perm per document: not worth keeping in docs/
+
+    @classmethod
+    def check(cls, options: Any, context: CheckContext) -> list[Problem]:
+        """score_column is read only in the combine step, after every map task: check it exists now."""
+        from datapipe.stages import STAGES
+
+        o: MinHashOptions = options
+        if o.survivor != "best" or not o.score_column:
+            return []
+        available = {"n_chars"}
+        for kind, opts in context.before:
+            cols = STAGES[kind].output_columns(opts, context)
+            if cols is None:
+                return []  # an earlier stage's columns are not known up front: leave it to the run
+            available |= cols
+        if o.score_column in _NOT_NUMERIC:
+            return [("score_column", f"{o.score_column!r} is not numeric; survivor: best needs a numeric signal "
+                                     f"(higher is better), e.g. lang_score or n_chars")]
+        if o.score_column in available:
+            return []
+        import difflib
+
+        close = difflib.get_close_matches(o.score_column, sorted(available), n=1, cutoff=0.8)
+        hint = f"did you mean {close[0]!r}?" if close else f"columns there: {', '.join(sorted(available))}"
+        return [("score_column", f"{o.score_column!r} is not a column of the documents at this stage; {hint}")]
 
     def band_params(self) -> tuple[int, int]:
         o = self.options

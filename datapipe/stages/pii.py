@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from datapipe.stages.base import Stage, StageOptions
+from datapipe.stages.base import CheckContext, Problem, Stage, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
 
 # Boundaries are ASCII: Chinese text runs straight into numbers and addresses (请致电13800138000).
@@ -76,6 +76,14 @@ class PiiOptions(StageOptions):
 class Pii(Stage):
     name = "pii"
     Options = PiiOptions
+
+    @classmethod
+    def check(cls, options: PiiOptions, context: CheckContext) -> list[Problem]:
+        return kinds_problems(options.kinds)
+
+    @classmethod
+    def output_columns(cls, options: PiiOptions, context: CheckContext) -> set[str] | None:
+        return {"pii_email", "pii_phone", "pii_id_card", "pii_ip"}
 
     def applies_to(self, kind: str) -> bool:
         return kind in self.options.kinds

@@ -10,13 +10,23 @@ applied), so all shards share one schema; ``quality_rules`` names the rule set u
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from datapipe.stages.base import Decision, Stage, StageOptions
+from datapipe.config import SOURCE_KINDS
+from datapipe.langcodes import language_problems
+from datapipe.stages.base import (
+    CheckContext,
+    Decision,
+    Problem,
+    ResourceFile,
+    Stage,
+    StageOptions,
+    kinds_problems,
+)
 from datapipe.stages.columns import set_column
 from datapipe.stages.quality import blocklist, c4, code, fineweb, gopher, paper, zh  # noqa: F401 (register)
 from datapipe.stages.quality.rules import BUILTIN_DIR, FILTERS, RuleSet, RuleSetError
@@ -31,16 +41,20 @@ class QualityOptions(StageOptions):
     aliases: dict[str, str] = Field({"yue": "zh"}, description="Languages judged by another's rule sets.")
 
 
-def load_rule_sets(rules: Literal["auto"] | dict[str, str], builtin: bool, base: Path) -> dict[str, RuleSet]:
-    sets: dict[str, RuleSet] = {}
+def rule_set_files(rules: Literal["auto"] | dict[str, str], builtin: bool, base: Path) -> dict[str, tuple[Path, str]]:
+    """Rule-set key -> (its file, its name) for the rule sets the stage uses; a given key replaces a built-in one."""
+    files: dict[str, tuple[Path, str]] = {}
     if rules == "auto" or builtin:
-        sets = {p.stem: RuleSet.load(p, p.stem) for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
+        files = {p.stem: (p, p.stem) for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
     if isinstance(rules, dict):
         for key, path in rules.items():
             p = Path(path)
-            p = p if p.is_absolute() else base / p
-            sets[key] = RuleSet.load(p, str(path))
-    return sets
+            files[key] = (p if p.is_absolute() else base / p, str(path))
+    return files
+
+
+def load_rule_sets(rules: Literal["auto"] | dict[str, str], builtin: bool, base: Path) -> dict[str, RuleSet]:
+    return {key: RuleSet.load(path, name) for key, (path, name) in rule_set_files(rules, builtin, base).items()}
 
 
 class Quality(Stage):
@@ -53,6 +67,61 @@ class Quality(Stage):
         self.columns: dict[str, pa.DataType] = {}
         for rs in self.sets.values():
             self.columns.update(rs.columns())
+
+    @classmethod
+    def check(cls, options: Any, context: CheckContext) -> list[Problem]:
+        o: QualityOptions = options
+        problems = kinds_problems(o.kinds)
+        for lang, to in o.aliases.items():
+            problems += [(f"aliases.{lang}", m) for _, m in language_problems([lang])]
+            problems += [(f"aliases.{lang}", m) for _, m in language_problems([to])]
+        sets: dict[str, tuple[str, RuleSet]] = {}  # key -> (its key path, rule set)
+        if o.rules == "auto" or o.builtin:
+            try:
+                sets = {k: ("rules", rs) for k, rs in load_rule_sets("auto", True, context.pipeline_dir).items()}
+            except RuleSetError as exc:
+                problems.append(("rules", f"built-in rule sets: {exc}"))
+        has_langid = any(kind == "langid" for kind, _ in context.before)
+        for key, path in (o.rules.items() if isinstance(o.rules, dict) else []):
+            where = f"rules.{key}"
+            problems += [(where, m) for m in _key_problems(key, o.kinds, has_langid)]
+            file = Path(path).expanduser()
+            file = file if file.is_absolute() else context.pipeline_dir / file
+            if not file.is_file():
+                problems.append((where, f"file not found: {file}"))
+                continue
+            try:  # the loader the stage itself runs, one key at a time so each error names its key
+                sets[key] = (where, load_rule_sets({key: path}, False, context.pipeline_dir)[key])
+            except RuleSetError as exc:
+                problems.append((where, str(exc)))
+        if not sets and not problems:
+            problems.append(("rules", "no rule sets: give a mapping of rule-set files, or builtin: true"))
+        for where, rs in sets.values():
+            problems += [(where, m) for m in _value_problems(rs)]
+        return problems
+
+    @classmethod
+    def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
+        try:
+            sets = load_rule_sets(options.rules, options.builtin, context.pipeline_dir)
+        except RuleSetError:
+            return None
+        return {c for rs in sets.values() for c in rs.columns()} | {"quality_rules"}
+
+    @classmethod
+    def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
+        """Each rule set in use (by key) and the word and domain lists its blocklist filter reads."""
+        out: list[ResourceFile] = []
+        for key, (path, name) in rule_set_files(options.rules, options.builtin, pipeline_dir).items():
+            out.append(ResourceFile(path, "rules", key))
+            try:
+                rs = RuleSet.load(path, name)
+            except RuleSetError:
+                continue  # validation reports it; the file itself is still recorded (as missing or unparsable)
+            if "blocklist" in rs.filters:
+                for setting, list_path in blocklist.list_paths(rs.filters["blocklist"]).items():
+                    out.append(ResourceFile(list_path, "domain_list" if setting == "domain_list" else "word_list"))
+        return out
 
     def prepare(self) -> None:
         if not self.sets:
@@ -102,6 +171,46 @@ class Quality(Stage):
             for j, i in enumerate(idx):
                 reason[i], detail[i] = r[j], d[j]
         return Decision(pa.array(reason, pa.string()), pa.array(detail, pa.string()))
+
+
+def _key_problems(key: str, kinds: list[str], has_langid: bool) -> list[str]:
+    """A rule-set key that no document can select would silently judge nothing."""
+    lang, _, kind = key.rpartition("_")
+    if kind not in SOURCE_KINDS:
+        return [f"the key must be <kind> or <lang>_<kind> with kind one of {', '.join(SOURCE_KINDS)} "
+                f"(e.g. zh_web, code); got {key!r}"]
+    out = [m for _, m in language_problems([lang])] if lang else []
+    if kind not in kinds:
+        out.append(f"{kind} is not in this stage's kinds {list(kinds)}, so this rule set would never apply")
+    if lang and not has_langid:
+        out.append(f"no langid stage runs before quality, so no document has lang {lang!r} and this rule set "
+                   f"would never apply; add langid before quality or use the key {kind!r}")
+    return out
+
+
+def _value_problems(rs: RuleSet) -> list[str]:
+    """Thresholds and settings a batch would only trip over: wrong types, missing list files."""
+    out = []
+    for fname, params in rs.filters.items():
+        spec = FILTERS[fname]
+        ops = {r.key: r.op for r in spec.rules}
+        for key, value in params.items():
+            where = f"{rs.name}: filters.{fname}.{key}"
+            if value is None:
+                continue  # null switches the rule off
+            if ops.get(key) == "true" and not isinstance(value, bool):
+                out.append(f"{where}: {value!r} is not allowed: use true or false")
+            elif (ops.get(key) in ("min", "max") or key in spec.settings and not key.endswith("_list")) and (
+                    isinstance(value, bool) or not isinstance(value, (int, float))):
+                out.append(f"{where}: {value!r} is not allowed: a number is needed")
+            elif key.endswith("_list") and not isinstance(value, str):
+                out.append(f"{where}: {value!r} is not allowed: a file path is needed")
+        if fname == "blocklist":
+            paths = blocklist.list_paths({k: v for k, v in params.items() if isinstance(v, str)})
+            for key, path in paths.items():
+                if not path.is_file():
+                    out.append(f"{rs.name}: filters.blocklist.{key}: file not found: {path}")
+    return out
 
 
 def _numpy(col: pa.ChunkedArray) -> np.ndarray:

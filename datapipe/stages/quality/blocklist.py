@@ -24,13 +24,33 @@ CATEGORIES = ("spam", "adult", "gambling")
 
 
 def read_list(path: Path) -> tuple[str, ...]:
-    lines = (ln.split("#", 1)[0].strip() for ln in path.read_text(encoding="utf-8").splitlines())
+    return parse_list(path.read_text(encoding="utf-8"))
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    """The entries of a list file: one per line, ``#`` comments, case and order do not matter."""
+    lines = (ln.split("#", 1)[0].strip() for ln in text.splitlines())
     return tuple(sorted({ln.lower() for ln in lines if ln}))
 
 
-@lru_cache(maxsize=16)
+def _signature(path: str) -> tuple[str, int, int]:
+    """Path plus modification time and size: a list edited between two runs in one long-lived worker
+    (Ray reuses worker processes) is read again instead of served stale from the cache."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return path, -1, -1  # reading it raises the error where it belongs
+    return path, st.st_mtime_ns, st.st_size
+
+
 def word_patterns(path: str) -> tuple[str, tuple[str, ...]]:
     """One alternation to find candidate pages fast, and one pattern per word to count distinct hits."""
+    return _word_patterns(_signature(path))
+
+
+@lru_cache(maxsize=16)
+def _word_patterns(signature: tuple[str, int, int]) -> tuple[str, tuple[str, ...]]:
+    path = signature[0]
     pats = []
     for w in read_list(Path(path)):
         # Latin words must match whole words ("sex" is not in "Essex"); CJK has no word boundary.
@@ -50,9 +70,13 @@ def distinct_hits(lower: pa.Array, path: Path) -> np.ndarray:
     return hits
 
 
-@lru_cache(maxsize=4)
 def domains(path: str) -> frozenset[str]:
-    return frozenset(read_list(Path(path)))
+    return _domains(_signature(path))
+
+
+@lru_cache(maxsize=4)
+def _domains(signature: tuple[str, int, int]) -> frozenset[str]:
+    return frozenset(read_list(Path(signature[0])))
 
 
 def blocked(urls: list[str | None], blocklist: frozenset[str]) -> np.ndarray:
@@ -70,6 +94,13 @@ def blocked(urls: list[str | None], blocklist: frozenset[str]) -> np.ndarray:
 def _path(params: dict[str, Any], key: str, default: str) -> Path:
     p = Path(params.get(key, default))
     return p if p.is_absolute() else FILTERS_DIR / p
+
+
+def list_paths(params: dict[str, Any]) -> dict[str, Path]:
+    """The word-list and domain-list files a rule set's blocklist settings point at (defaults included)."""
+    paths = {f"{c}_list": _path(params, f"{c}_list", f"words/{c}.txt") for c in CATEGORIES}
+    paths["domain_list"] = _path(params, "domain_list", "blocklist/domains.txt")
+    return paths
 
 
 def _blocklist(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:

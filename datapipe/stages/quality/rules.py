@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
+from datapipe.config import read_yaml, yaml_error_text
 from datapipe.resources import filter_file
 from datapipe.stages.quality.text import Docs
 
@@ -72,21 +73,36 @@ class RuleSet:
     @staticmethod
     def load(path: Path, name: str | None = None) -> RuleSet:
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
+            data = read_yaml(path) or {}
+        except yaml.YAMLError as exc:
+            raise RuleSetError(f"rule set {yaml_error_text(exc)}") from None
+        except (OSError, UnicodeDecodeError) as exc:
             raise RuleSetError(f"cannot read rule set {path}: {exc}") from None
-        filters = data.get("filters")
+        return RuleSet.from_data(data, str(path), name)
+
+    @staticmethod
+    def from_text(text: str, where: str, name: str | None = None) -> RuleSet:
+        """A rule set from recorded YAML text (run.json keeps the rules a run used); ``where`` names it in errors."""
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise RuleSetError(f"rule set {where}: {yaml_error_text(exc)}") from None
+        return RuleSet.from_data(data, where, name)
+
+    @staticmethod
+    def from_data(data: Any, where: str, name: str | None = None) -> RuleSet:
+        filters = data.get("filters") if isinstance(data, dict) else None
         if not isinstance(filters, dict) or not filters:
-            raise RuleSetError(f"{path}: needs a non-empty mapping `filters: {{filter: {{threshold: value}}}}`")
+            raise RuleSetError(f"{where}: needs a non-empty mapping `filters: {{filter: {{threshold: value}}}}`")
         for fname, params in filters.items():
             if fname not in FILTERS:
-                raise RuleSetError(f"{path}: unknown filter {fname!r}; known: {', '.join(sorted(FILTERS))}")
+                raise RuleSetError(f"{where}: unknown filter {fname!r}; known: {', '.join(sorted(FILTERS))}")
             allowed = {r.key for r in FILTERS[fname].rules} | FILTERS[fname].settings
             unknown = set(params or {}) - allowed
             if unknown:
-                raise RuleSetError(f"{path}: filters.{fname}: unknown key(s) {sorted(unknown)}; "
+                raise RuleSetError(f"{where}: filters.{fname}: unknown key(s) {sorted(unknown)}; "
                                    f"allowed: {', '.join(sorted(allowed))}")
-        return RuleSet(name or str(path), {k: dict(v or {}) for k, v in filters.items()})
+        return RuleSet(name or where, {k: dict(v or {}) for k, v in filters.items()})
 
     def compute(self, docs: Docs, batch: pa.Table) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
