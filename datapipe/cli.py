@@ -50,12 +50,13 @@ def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: 
       stats.duckdb   audit database (query it with `datapipe sql`)
       run.json       config, package versions, input hashes, timings
 
-    A run that is interrupted (even killed) resumes where it stopped when the same
-    command is run again. A changed pipeline is refused unless --fresh is given.
+    A run that is interrupted (Ctrl-C, even killed) resumes where it stopped when the
+    same command is run again. A changed pipeline is refused unless --fresh is given.
+    One driver at a time per run folder: a second one is refused, naming the first.
     """
     from datapipe.config import ConfigError, load_pipeline
     from datapipe.engine.run_folder import RunFolderError
-    from datapipe.engine.runner import PipelineError, run_pipeline
+    from datapipe.engine.runner import PipelineError, RunInterrupted, run_pipeline
     from datapipe.models import ModelUnavailable
     from datapipe.summary import print_summary
 
@@ -65,6 +66,10 @@ def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: 
                               show_progress=not no_progress, log=lambda m: click.echo(m, err=True))
     except ConfigError as exc:
         _fail(str(exc))
+    except RunInterrupted as exc:
+        _fail(str(exc), code=130)  # 128 + SIGINT, as shells report an interrupted command
+    except KeyboardInterrupt:  # before the run folder was known (reading the pipeline file)
+        _fail("interrupted before the run started", code=130)
     except (PipelineError, RunFolderError, ModelUnavailable) as exc:
         _fail(str(exc), code=1)
     print_summary(result)

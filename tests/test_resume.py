@@ -54,8 +54,10 @@ def test_sigkill_then_rerun_gives_identical_outputs(baseline, tmp_path: Path, ki
     killed = datapipe(*args, env={"DATAPIPE_FAULT_KILL_AT": kill_at})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert '"status": "running"' in (out / "run.json").read_text()
+    assert (out / ".datapipe.lock.json").is_file()  # killed while holding the run folder's lock
     resumed = datapipe(*args)
     assert resumed.returncode == 0, resumed.stderr
+    assert "taking over the lock of a driver that is gone" in resumed.stderr  # the dead holder did not block it
     assert "already done" in resumed.stderr  # the finished work was not redone
     assert fingerprint(out) == baseline[1]
 
@@ -75,6 +77,79 @@ def test_external_sigkill_at_an_arbitrary_moment(baseline, tmp_path: Path) -> No
             break
         time.sleep(0.02)
     proc.wait(timeout=60)
+    resumed = datapipe("run", str(PROJECT_ROOT / "pipelines" / "demo.yaml"), "--output", str(out))
+    assert resumed.returncode == 0, resumed.stderr
+    assert fingerprint(out) == baseline[1]
+
+
+def start_paused_driver(out: Path, pause: Path) -> subprocess.Popen:
+    """A real driver that holds the lock and stops after its first map task until ``pause`` exists."""
+    from tests.shared_data import PROJECT_ROOT
+
+    cmd = [sys.executable, "-m", "datapipe.cli", "run", str(PROJECT_ROOT / "pipelines" / "demo.yaml"),
+           "--output", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "DATAPIPE_FAULT_PAUSE_AT": "map0:1",
+                                 "DATAPIPE_FAULT_PAUSE_FILE": str(pause)})
+    deadline = time.time() + 240
+    while not Path(str(pause) + ".paused").exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1]
+        time.sleep(0.05)
+    return proc
+
+
+def changed_demo(folder: Path) -> Path:
+    """The demo pipeline with another length threshold, as a second user's config."""
+    import yaml
+
+    from tests.shared_data import PROJECT_ROOT
+
+    demo = PROJECT_ROOT / "pipelines"
+    config = yaml.safe_load((demo / "demo.yaml").read_text())
+    for src in config["sources"]:
+        src["paths"] = [str(demo / p) for p in src["paths"]]
+    config["tokenize"]["tokenizer"] = str(PROJECT_ROOT / "tokenizer" / "demo.json")
+    config["stages"][1] = {"length": {"min_chars": 30}}
+    path = folder / "other.yaml"
+    path.write_text(yaml.safe_dump(config, allow_unicode=True))
+    return path
+
+
+def test_a_second_driver_is_refused_and_the_first_finishes_correctly(baseline, tmp_path: Path) -> None:
+    from tests.shared_data import PROJECT_ROOT
+
+    out = tmp_path / "out"
+    first = start_paused_driver(out, tmp_path / "pause")
+    try:
+        markers = {p.relative_to(out) for p in (out / "_work" / "markers").glob("**/*.json")}
+        assert markers
+        for extra in ([], ["--fresh"]):  # --fresh must not delete a live run's files either
+            second = datapipe("run", str(PROJECT_ROOT / "pipelines" / "demo.yaml"), "--output", str(out), *extra)
+            assert second.returncode == 1, second.stderr
+            assert f"is in use by another datapipe driver: pid {first.pid} on host " in second.stderr
+            assert "started 20" in second.stderr and "command: datapipe run" in second.stderr
+        other = datapipe("run", str(changed_demo(tmp_path)), "--output", str(out), "--fresh")
+        assert other.returncode == 1 and f"pid {first.pid}" in other.stderr
+        assert {p.relative_to(out) for p in (out / "_work" / "markers").glob("**/*.json")} >= markers
+        (tmp_path / "pause").touch()
+        _, err = first.communicate(timeout=300)
+        assert first.returncode == 0, err
+    finally:
+        first.kill()
+    assert fingerprint(out) == baseline[1]
+    assert not (out / ".datapipe.lock.json").exists()  # released
+
+
+def test_ctrl_c_says_the_run_can_be_resumed_and_the_rerun_completes(baseline, tmp_path: Path) -> None:
+    from tests.shared_data import PROJECT_ROOT
+
+    out = tmp_path / "out"
+    driver = start_paused_driver(out, tmp_path / "pause")
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, err
+    assert "interrupted" in err and "running the same command again resumes it" in err
+    assert "Aborted!" not in err and "Traceback" not in err
     resumed = datapipe("run", str(PROJECT_ROOT / "pipelines" / "demo.yaml"), "--output", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert fingerprint(out) == baseline[1]

@@ -4,6 +4,14 @@ On one machine Ray would otherwise bind to the machine's network address, attach
 stale cluster recorded in /tmp, write session files under /tmp and ~/.ray, and print a
 token-auth warning on every start. An embedded run avoids all of that; a real cluster
 (``--ray-address``) keeps Ray's own defaults.
+
+Embedded Ray's processes must not outlive the run. ``ray.shutdown()`` stops them when the
+driver exits normally, but a driver that is killed (SIGKILL, OOM killer) takes the GCS and
+raylet with it while the dashboard agent and runtime-env agent notice the dead raylet,
+then spend Ray's hard-coded 60 s trying to report it to the dead GCS (measured: 61.7 s
+after a SIGKILLed driver). A tiny watchdog process, started with the session, waits on a
+pipe from the driver; when the pipe closes (normal exit or death) it stops whatever
+process of that session is left.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import logging
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -82,6 +91,81 @@ def _session_alive(session: Path) -> bool:
     return True
 
 
+# Runs as `python -c WATCHDOG <driver pid> <session dir>`; Linux only (/proc), elsewhere it does
+# nothing. It cannot find the session's processes by command line alone (Ray's agents retitle
+# themselves) nor by parent after the driver died (they are re-parented), so while the driver
+# lives it notes, with their start times, the driver's children started for this session (the
+# session folder is in their command line) and all their descendants; then it stops those left.
+WATCHDOG = r"""
+import os, select, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: outlive the driver
+driver, session, me = int(sys.argv[1]), sys.argv[2].encode(), os.getpid()
+def table():
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+                out[int(d)] = (int(rest[1]), rest[19], rest[0])  # parent, start time, state
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+def ours(pid, parent):
+    if parent in seen:
+        return True
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return parent == driver and session in f.read()
+    except OSError:
+        return False
+seen = {}
+while True:
+    procs, grew = table(), True
+    while grew:
+        grew = False
+        for pid, (parent, start, _) in procs.items():
+            if pid not in seen and pid != me and (parent == driver or parent in seen) and ours(pid, parent):
+                seen[pid] = start
+                grew = True
+    if select.select([sys.stdin], [], [], 1.0)[0] and not os.read(sys.stdin.fileno(), 4096):
+        break  # the driver closed the pipe or died
+def left():
+    procs = table()
+    return [p for p, start in seen.items() if p in procs and procs[p][1] == start and procs[p][2] != "Z"]
+for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 1.0)):
+    pids, deadline = left(), time.time() + grace
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    while pids and time.time() < deadline:
+        time.sleep(0.05)
+        pids = left()
+"""
+
+
+def _start_watchdog() -> subprocess.Popen | None:
+    """Start the reaper of this Ray session's processes (see the module docstring)."""
+    import ray
+
+    try:
+        session = ray._private.worker.global_worker.node.get_session_dir_path()
+    except Exception:  # noqa: BLE001 - a private API; without it we only lose the cleanup
+        return None
+    if not session or not os.path.isdir("/proc"):
+        return None
+    # The pipe's write end stays in this process only (non-inheritable), so its death closes it.
+    return subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), session], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+
+
+def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
+    if watchdog is not None and watchdog.stdin is not None:
+        watchdog.stdin.close()  # it stops what ray.shutdown() left, then exits; no need to wait
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[str]:
     """Yield a description of the Ray cluster in use; shut down only what we started."""
@@ -110,7 +194,9 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
             log_to_driver=False,
         )
         where = f"embedded Ray ({int(ray.cluster_resources().get('CPU', 0))} CPUs, loopback)"
+    watchdog = None if address else _start_watchdog()
     try:
         yield where
     finally:
         ray.shutdown()
+        _stop_watchdog(watchdog)

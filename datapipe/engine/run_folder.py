@@ -8,9 +8,12 @@
     <run>/stats.duckdb                        the audit database
     <run>/run.json                            config, versions, inputs, timings, counts
     <run>/_work/                              intermediate outputs and completion markers
+    <run>/.datapipe.lock, .datapipe.lock.json the driver's lock and who holds it (engine/run_lock.py)
 
 A task's outputs are renamed into place before its marker is written, so a marker
-means "done and durable"; work without a marker is redone on resume.
+means "done and durable"; work without a marker is redone on resume. Outputs are read
+only by their final names (``*.parquet``, ``*.arrow``, markers by name), never by a
+temporary one, and the driver sweeps temporary files of killed processes under its lock.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from datapipe.atomic import sweep_temp_files, write_text_atomic
+from datapipe.atomic import is_temp_name, sweep_temp_files, write_text_atomic
 
 MANAGED = ("docs", "rejected", "shards", "_work", "stats.duckdb", "run.json")
+LOCK_FILE = ".datapipe.lock"  # never deleted, not even by --fresh: see run_lock.py
+LOCK_RECORD = ".datapipe.lock.json"
 
 
 class RunFolderError(RuntimeError):
@@ -103,7 +108,8 @@ class RunFolder:
         """Refuse to write into a non-empty folder that is not a datapipe run: it may be the user's data."""
         if self.root.exists() and not self.root.is_dir():
             raise RunFolderError(f"output {self.root} exists and is not a folder")
-        if self.root.is_dir() and any(self.root.iterdir()) and not self.is_run_folder():
+        if self.root.is_dir() and not self.is_run_folder() and any(
+                p.name not in (LOCK_FILE, LOCK_RECORD) and not is_temp_name(p.name) for p in self.root.iterdir()):
             raise RunFolderError(f"output folder {self.root} is not empty and holds no run.json; "
                                  f"refusing to write there (choose an empty or new folder with --output)")
 
@@ -118,4 +124,5 @@ class RunFolder:
                 p.unlink()
 
     def sweep(self) -> int:
+        """Remove temporary files of killed writers anywhere in the folder; only under the run lock."""
         return sweep_temp_files(self.root)

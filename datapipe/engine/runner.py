@@ -18,12 +18,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from datapipe.atomic import fault_scope
 from datapipe.config import Pipeline
 from datapipe.engine import tasks
+from datapipe.engine.disk_full import DiskFull, find_disk_full
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage, make_spec
 from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
-from datapipe.engine.run_folder import RunFolder
+from datapipe.engine.run_folder import RunFolder, RunFolderError
+from datapipe.engine.run_lock import RunLock
 from datapipe.models import cache_dir
 from datapipe.run_identity import config_changes, resource_changes
 from datapipe.stages.base import ShuffledGlobalStage
@@ -44,10 +47,34 @@ class RunResult:
     phases: list[dict[str, Any]] = field(default_factory=list)
 
 
+class RunInterrupted(PipelineError):
+    """Ctrl-C (SIGINT) or SIGTERM stopped the run; the message says how to resume."""
+
+
 def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: str | None = None,
                  num_cpus: int | None = None, fresh: bool = False, show_progress: bool = True,
                  log: Callable[[str], None] = print) -> RunResult:
     folder = RunFolder(output if output is not None else pipeline.default_output())
+    folder.check_usable()  # before the lock creates anything in a folder that may be the user's
+    try:
+        # One driver per folder, taken before anything is read or written (--fresh deletes included).
+        with RunLock(folder.root, log=log):
+            return _run_locked(pipeline, folder, ray_address, num_cpus, fresh, show_progress, log)
+    except KeyboardInterrupt:
+        raise RunInterrupted(
+            f"interrupted: the run in {folder.root} was stopped; finished work is kept, and running the "
+            f"same command again resumes it") from None
+    except (PipelineError, RunFolderError):
+        raise
+    except Exception as exc:
+        full = find_disk_full(exc)
+        if full is None:
+            raise
+        raise PipelineError(full.message(folder.root)) from None
+
+
+def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, num_cpus: int | None,
+                fresh: bool, show_progress: bool, log: Callable[[str], None]) -> RunResult:
     folder.check_usable()
     normalized = pipeline.normalized()
     resources = pipeline.resources()
@@ -68,7 +95,9 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
     if fresh:
         folder.wipe()
     folder.root.mkdir(parents=True, exist_ok=True)
-    folder.sweep()
+    swept = folder.sweep()  # safe: we hold the lock, so no live writer of this folder exists
+    if swept:
+        log(f"datapipe: removed {swept} temporary file(s) left by an interrupted run")
 
     spec = make_spec(pipeline, folder.root, cache_dir())
     for pos in range(1, len(spec.stages) + 1):
@@ -83,6 +112,7 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
     run.setdefault("attempts", 0)
     run["attempts"] += 1
     folder.save_run_json(run)
+    _fault_point("lock", 1)
 
     result = RunResult(folder.root, run)
     timings: dict[str, float] = dict(run.get("timings", {}))
@@ -99,12 +129,16 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
 
     started = time.perf_counter()
     counts = collect_counts(folder, spec)
-    build_stats(folder, spec, counts)
+    with fault_scope("stats", "build"):
+        build_stats(folder, spec, counts)
     _fault_point("stats", 1)
     timings["stats"] = round(time.perf_counter() - started, 3)
     check_conservation(folder, counts)
     _record_input_hashes(folder, spec, inputs)
     _check_resources_unchanged(pipeline, resources)
+    # A Ray worker killed mid-write and retried leaves its temporary file behind; every task is
+    # done now, so whatever temporary name is left belongs to no live writer.
+    folder.sweep()
     run.update({"status": "complete", "finished": _now(), "timings": timings, "counts": counts})
     folder.save_run_json(run)
     return result
@@ -169,9 +203,10 @@ def _run_phase(result: RunResult, folder: RunFolder, phase: str, work: Sequence[
     todo = [(key, args) for key, args in work if folder.read_marker(phase, key) is None]
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
-    remote = ray.remote(max_retries=3, retry_exceptions=True)(fn).options(**resources)
+    remote = ray.remote(max_retries=3, retry_exceptions=True)(fn).options(**resources, **_fault_env())
     pending = {remote.remote(phase, *args): key for key, args in todo}
     failures: list[str] = []
+    disk_full: DiskFull | None = None
     with PhaseProgress(phase, len(work), len(work) - len(todo), unit, enabled=show_progress) as progress:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
@@ -181,6 +216,7 @@ def _run_phase(result: RunResult, folder: RunFolder, phase: str, work: Sequence[
                     marker = ray.get(ref)
                 except Exception as exc:  # already retried by Ray; keep the others running
                     failures.append(f"{phase} {key}: {_short_error(exc)}")
+                    disk_full = disk_full or find_disk_full(exc)
                     progress.advance(0)
                     continue
                 result.executed_tasks += 1
@@ -189,18 +225,28 @@ def _run_phase(result: RunResult, folder: RunFolder, phase: str, work: Sequence[
     elapsed = time.perf_counter() - started
     timings[phase] = round(timings.get(phase, 0.0) + elapsed, 3)
     result.phases.append({"phase": phase, "tasks": len(work), "ran": len(todo), "seconds": round(elapsed, 3)})
+    if disk_full is not None:  # one line, not one traceback per task: the cause is the same for all
+        raise PipelineError(disk_full.message(folder.root))
     if failures:
         raise PipelineError(f"{len(failures)} of {len(work)} {phase} tasks failed after retries "
                             f"(finished work is kept; run the same command again to resume):\n"
                             + "\n".join(f"  - {f}" for f in failures[:20]))
 
 
+def _fault_env() -> dict[str, Any]:
+    """Hand the fault hooks' settings to the workers when Ray was started before they were set
+    (tests share one Ray): workers of an embedded Ray otherwise inherit the driver's environment."""
+    env = {k: v for k, v in os.environ.items() if k == "DATAPIPE_FAULT_ENOSPC_AT"}
+    return {"runtime_env": {"env_vars": env}} if env else {}
+
+
 def _with_marker(phase: str, key: str, fn: Callable[[], dict[str, Any]], root: str) -> dict[str, Any]:
     import ray
 
-    marker = fn()
-    marker["node"] = ray.get_runtime_context().get_node_id()
-    RunFolder(Path(root)).write_marker(phase, key, marker)
+    with fault_scope(phase, key):
+        marker = fn()
+        marker["node"] = ray.get_runtime_context().get_node_id()
+        RunFolder(Path(root)).write_marker(phase, key, marker)
     return marker
 
 
@@ -222,14 +268,22 @@ def _pack_task(phase: str, spec: RunSpec, source: str) -> dict[str, Any]:
 
 
 def _fault_point(phase: str, done: int) -> None:
-    """Testing hook: DATAPIPE_FAULT_KILL_AT=<phase>:<n> SIGKILLs the driver after n tasks of phase.
+    """Testing hooks at exact points of a run (no timing races), after n tasks of a phase
+    (``lock:1``: right after the lock is taken and run.json written; ``stats:1``: after statistics).
 
-    Resume is tested by killing the driver at exact points (no timing races); the kill is a
-    real SIGKILL, so nothing gets a chance to clean up.
+    DATAPIPE_FAULT_KILL_AT=<phase>:<n> SIGKILLs the driver there: a real SIGKILL, so nothing
+    gets a chance to clean up. DATAPIPE_FAULT_PAUSE_AT=<phase>:<n> with DATAPIPE_FAULT_PAUSE_FILE=F
+    creates F.paused and waits there until F exists: a driver holding its lock mid-run, for
+    tests of a second driver and of Ctrl-C.
     """
-    spec = os.environ.get("DATAPIPE_FAULT_KILL_AT")
-    if spec and spec == f"{phase}:{done}":
+    here = f"{phase}:{done}"
+    if os.environ.get("DATAPIPE_FAULT_KILL_AT") == here:
         os.kill(os.getpid(), signal.SIGKILL)
+    pause = os.environ.get("DATAPIPE_FAULT_PAUSE_FILE")
+    if pause and os.environ.get("DATAPIPE_FAULT_PAUSE_AT") == here:
+        Path(pause + ".paused").touch()
+        while not Path(pause).exists():
+            time.sleep(0.05)
 
 
 def _short_error(exc: BaseException) -> str:
