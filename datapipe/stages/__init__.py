@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datapipe.stages.base import Decision, GlobalStage, ReduceInputs, Resources, Stage, StageContext, StageOptions
+from datapipe.stages.classify import Classify
 from datapipe.stages.dedup import ExactDedup
 from datapipe.stages.langid import LangId
 from datapipe.stages.length import LengthFilter
@@ -12,7 +13,8 @@ from datapipe.stages.pii import Pii
 from datapipe.stages.quality import Quality
 
 STAGES: dict[str, type[Stage]] = {
-    cls.name: cls for cls in (LangId, LengthFilter, Quality, Pii, ExactDedup, MinHashDedup, LicenseTagger)
+    cls.name: cls for cls in (LangId, LengthFilter, Quality, Pii, ExactDedup, MinHashDedup, LicenseTagger,
+                              Classify)
 }
 
 __all__ = ["STAGES", "Decision", "GlobalStage", "ReduceInputs", "Resources", "Stage", "StageContext", "StageOptions"]
