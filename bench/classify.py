@@ -46,7 +46,6 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="best of N timings for each side (the box is noisy)")
     args = ap.parse_args()
     texts = [d["text"] for d in sample(args.docs)]
-    kind = pa.array(["web"] * len(texts))
     with tempfile.TemporaryDirectory() as tmp:
         for feat in ("plain", "cjk-v1"):
             bench_model(train(Path(tmp), feat), feat, texts, args.batch, args.repeat)
