@@ -19,6 +19,7 @@ check the numbers).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import gzip
 import hashlib
@@ -235,6 +236,35 @@ def split_heldout(chosen: dict[str, dict[str, list[Example]]], options: TrainOpt
     return train, heldout
 
 
+@contextlib.contextmanager
+def fresh_zeroed_allocations() -> Iterator[None]:
+    """Make fastText's matrices start from zeroed memory, so one-thread training is reproducible.
+
+    With ``thread=1`` fastText (0.9.x and the fasttext-numpy2 build) initialises only part of its
+    input matrix (``DenseMatrix::uniform`` fills one block per thread) and leaves the rest as the
+    allocator hands it over. Fresh pages are zero, but memory reused within a process is not: we
+    measured the same call giving different model bytes, or failing with "Encountered NaN", from
+    one call to the next. glibc maps allocations at or above ``M_MMAP_THRESHOLD`` as fresh
+    (zeroed) pages, and its dynamic threshold rises after large frees, which is how reused
+    memory reached the matrix; fixing the threshold at one page while training makes the matrix
+    a fresh mapping every time (then back to glibc's default of 128 KiB). Elsewhere than glibc
+    this is a no-op and reproducibility rests on the allocator.
+    """
+    import ctypes
+
+    m_mmap_threshold = -3
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(m_mmap_threshold, 4096)
+    except (OSError, AttributeError):
+        libc = None
+    try:
+        yield
+    finally:
+        if libc is not None:
+            libc.mallopt(m_mmap_threshold, 128 * 1024)
+
+
 def train_classifier(positive_specs: list[str], negative_specs: list[str], run_dir: Path | None,
                      options: TrainOptions, log: Any = print) -> TrainResult:
     import fasttext
@@ -261,9 +291,11 @@ def train_classifier(positive_specs: list[str], negative_specs: list[str], run_d
             for cls, e in train:
                 f.write(f"__label__{label[cls]} {featurise(e.text[: options.max_chars])}\n")
         fasttext.FastText.eprint = lambda *a, **k: None
-        model = fasttext.train_supervised(
-            input=str(train_file), dim=p.dim, epoch=p.epoch, lr=p.lr, wordNgrams=p.word_ngrams, minCount=p.min_count,
-            bucket=p.bucket, loss=p.loss, minn=0, maxn=0, thread=1, seed=options.seed, verbose=0)
+        with fresh_zeroed_allocations():
+            model = fasttext.train_supervised(
+                input=str(train_file), dim=p.dim, epoch=p.epoch, lr=p.lr, wordNgrams=p.word_ngrams,
+                minCount=p.min_count, bucket=p.bucket, loss=p.loss, minn=0, maxn=0, thread=1, seed=options.seed,
+                verbose=0)
     finally:
         train_file.unlink(missing_ok=True)  # the examples are recorded by id; the featurised copy is not kept
     with atomic_path(model_path) as tmp:
