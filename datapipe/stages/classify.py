@@ -46,7 +46,7 @@ from datapipe.stages.base import (
 from datapipe.stages.columns import set_column
 
 _NULL = pa.scalar(None, pa.string())
-LOAD_LABELS_MAX_BYTES = 256 << 20  # validation reads a model's labels by loading it only below this size
+LOAD_LABELS_MAX_BYTES = 64 << 20  # validation reads a model's labels by loading it only below this size
 
 
 class ModelSpec(StageOptions):
@@ -97,10 +97,13 @@ def model_labels(path: Path) -> list[str] | None:
     meta = read_meta(path)
     if meta and isinstance(meta.get("labels"), list):
         return [str(x) for x in meta["labels"]]
-    if path.stat().st_size <= LOAD_LABELS_MAX_BYTES:
-        from datapipe.classify.model import LABEL_PREFIX, load_fasttext
+    if path.stat().st_size <= LOAD_LABELS_MAX_BYTES:  # loaded and let go: validation must not hold models
+        import fasttext
 
-        return [lab.removeprefix(LABEL_PREFIX) for lab in load_fasttext(path).get_labels()]
+        from datapipe.classify.model import LABEL_PREFIX
+
+        fasttext.FastText.eprint = lambda *a, **k: None
+        return [lab.removeprefix(LABEL_PREFIX) for lab in fasttext.load_model(str(path)).get_labels()]
     return None
 
 
@@ -184,8 +187,19 @@ class Classify(GlobalStage):
         for name, spec in self.options.models.items():
             clf = Classifier.load(_resolve(spec.path, self.context.pipeline_dir), spec.featuriser)
             wanted = [lab.removeprefix("__label__") for lab in spec.labels] if spec.labels else clf.labels
+            missing = [lab for lab in wanted if lab not in clf.labels]
+            if missing:
+                raise ValueError(f"classify: models.{name}.labels: {', '.join(missing)} not labels of {clf.path.name}; "
+                                 f"its labels: {', '.join(clf.labels)}")
             cols = [(clf.labels.index(lab), column_name(name, lab)) for lab in wanted]
             self._classifiers.append((name, clf, cols))
+        # A model too big to load at validation is checked here: a rule on a column no model writes
+        # would otherwise keep everything without a word.
+        produced = {col for _, _, cols in self._classifiers for _, col in cols}
+        for i, rule in enumerate(self.options.keep):
+            if rule.score not in produced:
+                raise ValueError(f"classify: keep[{i}].score: {rule.score!r} is not a score column of this stage; "
+                                 f"allowed: {', '.join(sorted(produced))}")
 
     def applies_to(self, kind: str) -> bool:
         return kind in self.options.kinds
