@@ -229,3 +229,19 @@ def test_a_percentile_rule_makes_the_stage_global_a_threshold_does_not(trained: 
             {"classify": {"models": {"q": {"path": str(out / "q.bin")}}, "keep": keep}}]}))
         spec = make_spec(load_pipeline(path), tmp_path / "out", tmp_path / "cache")
         assert len(spec.segments) == n_segments
+
+
+def test_examples_from_parquet_text_and_jsonl_files_with_ids_relative_to_the_glob(tmp_path: Path) -> None:
+    from datapipe.classify.train import examples_from_files
+
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"body": ["维基百科是一部自由的百科全书。", None, "  "], "lang": ["zh", "zh", "zh"]}),
+                   tmp_path / "d" / "a.parquet")
+    (tmp_path / "d" / "b.txt").write_text("first line\n\nsecond line\n")
+    (tmp_path / "d" / "c.jsonl").write_text(json.dumps({"body": "x", "lang": "en"}) + "\nnot json\n")
+    got = list(examples_from_files(str(tmp_path / "d" / "*"), text_field="body"))
+    assert [(e.id, e.text, e.lang, e.line) for e in got] == [
+        ("a.parquet#0", "维基百科是一部自由的百科全书。", "zh", 0), ("b.txt#L1", "first line", None, 1),
+        ("b.txt#L3", "second line", None, 3), ("c.jsonl#L1", "x", "en", 1)]
+    with pytest.raises(FileNotFoundError):
+        list(examples_from_files(str(tmp_path / "nothing*.jsonl")))
