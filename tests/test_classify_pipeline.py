@@ -4,6 +4,7 @@ drops with reasons, explain, the HTML report, and training again from SQL over t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -59,6 +60,8 @@ def test_classify_in_a_pipeline_then_train_from_sql(ray_local, tmp_path: Path) -
     doc = run_query(out, "select id from documents where reason = 'classifier:cls_q_hq' limit 1").to_pylist()[0]["id"]
     explained = CliRunner().invoke(main, ["explain", str(out), doc])
     assert explained.exit_code == 0 and "cls_q_hq" in explained.output and "(p25 of lang=" in explained.output
+    assert re.search(r"FAIL cls_q_hq=0\.\d{4}  \(>= 0\.\d{4}, the p25 cut-off of lang=zh kind=(web|text)\)",
+                     explained.output), explained.output
     page = tmp_path / "r.html"
     assert CliRunner().invoke(main, ["report", str(out), "--html", str(page)]).exit_code == 0
     html = page.read_text(encoding="utf-8")
