@@ -24,6 +24,7 @@ import glob
 import gzip
 import hashlib
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -35,8 +36,6 @@ import numpy as np
 from datapipe.atomic import atomic_path, temp_path_for
 from datapipe.classify.features import CJK_V1, featuriser
 from datapipe.classify.metrics import binary_metrics
-
-SQL_START = ("select", "with", "from")
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,8 @@ class TrainResult:
 
 
 def is_sql(spec: str) -> bool:
-    return spec.lstrip().lower().startswith(SQL_START)
+    """A query starts with SELECT/WITH/FROM and a space; ``selected/*.jsonl`` is a glob."""
+    return re.match(r"\s*(select|with|from)\s", spec, re.IGNORECASE) is not None
 
 
 def _unit(seed: int, salt: str, key: str) -> int:
