@@ -99,6 +99,38 @@ def _rule_file_today(run: dict[str, Any], name: str) -> Path:
     return BUILTIN_DIR / f"{name}.yaml"
 
 
+def classify_lines(row: dict[str, Any], run_dir: Path) -> list[str]:
+    """Each keep rule of the run's classify stages against the document's score: value, bound, ok or FAIL.
+
+    A percentile rule's cut-off is per group and recorded in the detail of the documents it
+    dropped, so it is read from one of them (the same text for the whole group).
+    """
+    out: list[str] = []
+    for stage in (_run_json(run_dir).get("config") or {}).get("stages") or []:
+        options = stage.get("classify") if isinstance(stage, dict) else None
+        for rule in (options or {}).get("keep") or []:
+            col, value = rule.get("score"), row.get(rule.get("score"))
+            if value is None:
+                continue
+            for key, op, fails in (("min", ">=", value < (rule.get("min") or 0)),
+                                   ("max", "<=", value > (rule.get("max") if rule.get("max") is not None else 1))):
+                if rule.get(key) is not None:
+                    out.append(f"  {'FAIL' if fails else 'ok  '} {col}={value:.4f}  ({op} {rule[key]:g})")
+            if rule.get("min_percentile") is not None:
+                group = " ".join(f"{c}={row.get(c)}" for c in rule.get("per") or [])
+                tag = f"(p{rule['min_percentile']:g} of {group or 'the run'},"
+                with reading(run_dir) as con:
+                    hit = con.execute("SELECT detail FROM documents WHERE reason = $r AND contains(detail, $t) LIMIT 1",
+                                      {"r": f"classifier:{col}", "t": tag}).fetchone()
+                cut = hit[0].split(" < ", 1)[1].split(" ", 1)[0] if hit else None
+                verdict = ("FAIL" if value < float(cut) else "ok  ") if cut else "?   "
+                where = f">= {cut}, the p{rule['min_percentile']:g} cut-off of {group}" if cut else \
+                    (f"p{rule['min_percentile']:g} of {group}: no document of the group was dropped by this rule, "
+                     f"so its cut-off is not recorded")
+                out.append(f"  {verdict} {col}={value:.4f}  ({where})")
+    return out
+
+
 def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:
     row = document_row(run_dir, doc_id)
     for key in DECISION:
@@ -112,3 +144,6 @@ def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:
     lines = rule_lines(row, run_dir)
     if lines:
         out.write(f"\nquality rules ({row['quality_rules']}), in the order they are checked:\n" + "\n".join(lines) + "\n")
+    classify = classify_lines(row, run_dir)
+    if classify:
+        out.write("\nclassify keep rules, in the order they are checked:\n" + "\n".join(classify) + "\n")

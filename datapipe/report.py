@@ -126,6 +126,36 @@ def _contamination(con: Any) -> list[tuple[Any, ...]]:
                        "FROM contamination").fetchall()
 
 
+def _classifier_sections(con: Any) -> list[str]:
+    """Per classifier score column (``cls_<model>_<label>``): its distribution in ten buckets, kept and
+    rejected, and its quartiles per language and kind; nothing when the run has no classify stage."""
+    columns = [r[0] for r in con.execute("DESCRIBE documents").fetchall() if str(r[0]).startswith("cls_")]
+    if not columns:
+        return []
+    out = ["<h2>Classifier scores</h2>"]
+    for col in columns:
+        q = f'"{col}"'
+        rows = con.execute(
+            f"SELECT least(floor({q} * 10), 9)::INT AS b, count(*) FILTER (status = 'kept'), "
+            f"count(*) FILTER (status = 'rejected' AND stage = 'classify'), "
+            f"count(*) FILTER (status = 'rejected' AND stage <> 'classify') "
+            f"FROM documents WHERE {q} IS NOT NULL GROUP BY b ORDER BY b").fetchall()
+        by_bucket = {b: (k, c, o) for b, k, c, o in rows}
+        hist = [(f"{b / 10:.1f}-{(b + 1) / 10:.1f}", [float(v) for v in by_bucket.get(b, (0, 0, 0))]) for b in range(10)]
+        groups = con.execute(
+            f"SELECT coalesce(lang, 'unknown'), kind, count(*), "
+            f"round(quantile_cont({q}, 0.25), 4), round(median({q}), 4), round(quantile_cont({q}, 0.75), 4), "
+            f"count(*) FILTER (status = 'rejected' AND stage = 'classify') "
+            f"FROM documents WHERE {q} IS NOT NULL GROUP BY ALL ORDER BY 3 DESC LIMIT 30").fetchall()
+        out += [f"<h3><code>{html.escape(col)}</code></h3>",
+                hbar_chart(hist, [Series("kept", COLORS[0]), Series("dropped by classify", COLORS[1]),
+                                  Series("dropped later", COLORS[5])]),
+                table(["score", "kept", "dropped by classify", "dropped later"],
+                      [(label, *(int(v) for v in vals)) for label, vals in hist]),
+                table(["lang", "kind", "documents", "p25", "median", "p75", "dropped by classify"], groups)]
+    return out
+
+
 def build_report(run_dir: Path) -> str:
     run = read_run_json(Path(run_dir))
     with reading(Path(run_dir)) as con:
@@ -147,6 +177,7 @@ def build_report(run_dir: Path) -> str:
         contamination = _contamination(con)
         chars_hist = _log_hist(con, "n_chars")
         tokens_hist = _log_hist(con, "n_tokens")
+        classifier = _classifier_sections(con)
     weights = (run.get("config") or {}).get("mixture") or {}
     # Every source of the pipeline and of the weights has a row, also one that kept nothing.
     by_source: dict[str, float] = dict.fromkeys([*configured_sources(run), *weights], 0)
@@ -189,6 +220,7 @@ def build_report(run_dir: Path) -> str:
         hbar_chart([(lang, [float(k), float(r)]) for lang, k, r in langs],
                    [Series("kept", COLORS[0]), Series("rejected", COLORS[1])]),
         table(["lang", "kept", "rejected"], langs),
+        *classifier,
         "<h2>Shards</h2>",
         table(["source", "split", "shards", "rows", "tokens", "fill"], shards) if shards else "<p>No shards.</p>",
     ]

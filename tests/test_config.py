@@ -49,7 +49,7 @@ BAD = [
     ("wrong type", with_("tokenize.seq_len", "long"), ["tokenize.seq_len: \"long\" is not allowed", "valid integer"]),
     ("seq_len too small", with_("tokenize.seq_len", 4), ["tokenize.seq_len: 4 is not allowed", "greater than or equal to 8"]),
     ("unknown stage type", with_("stages.1", {"lenght": {}}),
-     ["stages[1]: unknown stage type 'lenght'", "allowed: ", "decontaminate, dedup, langid, length, license, minhash"]),
+     ["stages[1]: unknown stage type 'lenght'", "allowed: ", "classify, decontaminate, dedup, langid, length, license, minhash"]),
     ("two keys in a stage", with_("stages.1", {"length": {}, "langid": {}}), ["stages[1]: each stage is a mapping with exactly one key"]),
     ("bad source kind", with_("sources.0.kind", "video"),
      ["sources[0].kind: \"video\" is not allowed", "'web', 'code', 'paper' or 'text'"]),

@@ -83,12 +83,14 @@ def build_stage(spec: RunSpec, position: int) -> Stage:
     return _STAGE_CACHE[key]
 
 
-def plan_segments(stage_kinds: list[str]) -> tuple[Segment, ...]:
+def plan_segments(stages: list[tuple[str, dict[str, Any]]]) -> tuple[Segment, ...]:
+    """Split the stages at each one that is global with its options (``Stage.global_for``)."""
     segments: list[Segment] = []
     current: list[int] = []
     apply: int | None = None
-    for pos, kind in enumerate(stage_kinds, start=1):
-        if STAGES[kind].is_global:
+    for pos, (kind, options) in enumerate(stages, start=1):
+        cls = STAGES[kind]
+        if cls.global_for(cls.Options.model_validate(options)):
             segments.append(Segment(len(segments), apply, tuple(current), pos, False))
             current, apply = [], pos
         else:
@@ -109,6 +111,6 @@ def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path) -> RunSpec:
     return RunSpec(
         root=str(root), pipeline_dir=str(pipeline.base_dir), cache_dir=str(cache_dir),
         fingerprint=pipeline.fingerprint(), batch_size=pipeline.config.batch_size, stages=stages,
-        segments=plan_segments([k for k, _ in stages]), tokenize=tok_cfg, tokenizer=tokenizer,
+        segments=plan_segments(list(stages)), tokenize=tok_cfg, tokenizer=tokenizer,
         limits=pipeline.config.limits, shards=tuple(shards),
     )

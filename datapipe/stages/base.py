@@ -113,6 +113,11 @@ class Stage:
         return []
 
     @classmethod
+    def global_for(cls, options: Any) -> bool:
+        """Whether the stage needs a corpus-wide step with these options (classify: only for percentiles)."""
+        return cls.is_global
+
+    @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
         """The signal columns the stage adds to every batch; None where they cannot be known up front."""
         return set()
