@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datapipe.stages.base import Decision, GlobalStage, ReduceInputs, Resources, Stage, StageContext, StageOptions
+from datapipe.stages.boilerplate import Boilerplate
 from datapipe.stages.dedup import ExactDedup
 from datapipe.stages.langid import LangId
 from datapipe.stages.length import LengthFilter
@@ -12,7 +13,7 @@ from datapipe.stages.pii import Pii
 from datapipe.stages.quality import Quality
 
 STAGES: dict[str, type[Stage]] = {
-    cls.name: cls for cls in (LangId, LengthFilter, Quality, Pii, ExactDedup, MinHashDedup, LicenseTagger)
+    cls.name: cls for cls in (LangId, LengthFilter, Quality, Pii, ExactDedup, MinHashDedup, LicenseTagger, Boilerplate)
 }
 
 __all__ = ["STAGES", "Decision", "GlobalStage", "ReduceInputs", "Resources", "Stage", "StageContext", "StageOptions"]
