@@ -118,6 +118,24 @@ def _log_hist(con: Any, column: str, per_decade: int = 4) -> tuple[list[tuple[fl
     return bins, [float(counts.get(b, 0)) for b in range(lo, hi + 1)]
 
 
+def _boilerplate(con: Any) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Per source: lines and characters the boilerplate stage removed; the lines removed most often."""
+    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
+    if "lines_removed" not in columns:
+        return [], []
+    # n_chars is the length after removal, except on a boilerplate_only reject, which kept what came in.
+    per_source = con.execute("""
+        SELECT source, count(*) FILTER (lines_removed IS NOT NULL), count(*) FILTER (lines_removed > 0),
+               coalesce(sum(lines_removed), 0), coalesce(sum(chars_removed), 0),
+               round(coalesce(sum(chars_removed), 0) / nullif(sum(n_chars + CASE WHEN reason = 'boilerplate_only'
+                     THEN 0 ELSE coalesce(chars_removed, 0) END) FILTER (lines_removed IS NOT NULL), 0), 4),
+               count(*) FILTER (reason = 'boilerplate_only')
+        FROM documents GROUP BY source ORDER BY source""").fetchall()
+    top = con.execute("""SELECT trim(line), count(*) AS n FROM (SELECT unnest(removed_lines) AS line FROM documents)
+                         GROUP BY 1 ORDER BY n DESC, 1 LIMIT 15""").fetchall()
+    return [r for r in per_source if r[1]], top
+
+
 def build_report(run_dir: Path) -> str:
     run = read_run_json(Path(run_dir))
     with reading(Path(run_dir)) as con:
@@ -136,6 +154,7 @@ def build_report(run_dir: Path) -> str:
         shards = con.execute("SELECT source, split, count(*), sum(rows), sum(tokens), "
                              "round(sum(tokens) / nullif(sum(rows * row_len), 0), 4) FROM shards "
                              "GROUP BY ALL ORDER BY source, split").fetchall()
+        boilerplate, top_lines = _boilerplate(con)
         chars_hist = _log_hist(con, "n_chars")
         tokens_hist = _log_hist(con, "n_tokens")
     weights = (run.get("config") or {}).get("mixture") or {}
@@ -169,6 +188,10 @@ def build_report(run_dir: Path) -> str:
         hbar_chart(mix_rows, [Series(s, color_of[s]) for s in sources]) if mix_rows else "<p>No kept documents.</p>",
         table(["source", "kept tokens", "share", "target weight"], source_rows),
         table(["source", "lang", "script", "license class", "documents", "tokens", "token share"], mixture),
+        *(["<h2>Boilerplate removed</h2>",
+            table(["source", "documents", "that lost lines", "lines removed", "characters removed",
+                   "share of characters", "dropped as boilerplate only"], boilerplate),
+            table(["most removed line (first 100 characters)", "documents"], top_lines)] if boilerplate else []),
         "<h2>Document lengths (kept)</h2>",
         histogram(*chars_hist, "characters per document (log bins)", COLORS[0]) if chars_hist[0] else "",
         histogram(*tokens_hist, "tokens per document (log bins)", COLORS[2]) if tokens_hist[0] else "",

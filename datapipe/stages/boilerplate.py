@@ -8,8 +8,8 @@ the earliest in run order). This is CCNet's and Dolma's line/paragraph dedup and
 
 Normalisation (``normalize_unit``) does not split on spaces, so Chinese lines work: NFKC,
 case folding, every digit folded to 0, and whitespace, punctuation and symbols removed.
-A unit whose normalised form is shorter than ``min_unit_chars`` is never counted (blank and
-one-character lines, bullets, separators).
+A unit whose normalised form is shorter than ``min_unit_chars`` or only digits is never counted
+(blank and one-character lines, bullets, separators, "12." list counters).
 
 Engine steps (a ``ShuffledGlobalStage``):
 
@@ -103,7 +103,8 @@ def unit_hashes(units: list[str], min_chars: int) -> list[int | None]:
     out: list[int | None] = []
     for u in units[::2]:
         n = normalize_unit(u)
-        out.append(unit_hash(n) if len(n) >= min_chars else None)
+        # A number alone ("12.", "2024") is a list or article counter, not a template: never counted.
+        out.append(unit_hash(n) if len(n) >= min_chars and n.strip("0") else None)
     return out
 
 
@@ -200,7 +201,6 @@ class Boilerplate(ShuffledGlobalStage):
         n = batch.num_rows
         keys = state["key"].to_numpy() if state is not None and state.num_rows else np.empty(0, np.uint64)
         first = state["first"].to_numpy() if state is not None and state.num_rows else np.empty(0, np.int64)
-        lookup = {int(k): int(f) for k, f in zip(keys, first)} if len(keys) < 4096 else None
         texts = batch["text"].to_pylist()
         applies = self._applies(batch)
         new_texts: list[str | None] = list(texts)
@@ -235,8 +235,9 @@ class Boilerplate(ShuffledGlobalStage):
         if "n_chars" in batch.column_names:  # the length of what is kept, as every later stage sees it
             batch = set_column(batch, "n_chars", pa.array([len(t) if t is not None else 0 for t in new_texts],
                                                           pa.int64()))
-        batch = set_column(batch, "lines_removed", pa.array(lines_removed))
-        batch = set_column(batch, "chars_removed", pa.array(chars_removed))
+        skipped = ~applies  # null, not 0, for documents of kinds the stage does not judge
+        batch = set_column(batch, "lines_removed", pa.array(lines_removed, mask=skipped))
+        batch = set_column(batch, "chars_removed", pa.array(chars_removed, mask=skipped))
         batch = set_column(batch, "removed_lines", pa.array(removed_lists, REMOVED_TYPE))
         return batch, Decision(pa.array(reason, pa.string()), pa.array(detail, pa.string()))
 
