@@ -125,3 +125,41 @@ def test_paragraph_unit_removes_repeated_paragraphs_only(tmp_path: Path, unit: s
     assert not rejected
     assert all(kept[i]["text"] == articles[n] for n, i in enumerate(ids))
     assert all(kept[i]["lines_removed"] == 1 for i in ids[:20])
+
+
+def test_pipeline_run_shows_boilerplate_in_documents_explain_and_report(ray_local, tmp_path: Path) -> None:
+    """One small Ray run: boilerplate then minhash; the columns reach documents, explain and the report."""
+    import duckdb
+    from click.testing import CliRunner
+
+    from datapipe.cli import main
+    from datapipe.engine.runner import run_pipeline
+
+    docs = boilerplate_corpus.build(shared_path("corpus"), n_per_lang=40, share=0.6, seed=2)
+    texts = [d.text for d in docs] + [docs[0].text, docs[1].text]  # two copies: a cluster of 2 for minhash
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jsonl").write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n"
+                                                       for t in texts))
+    pipeline = write_pipeline(tmp_path, {"name": "bp", "sources": [{"name": "web", "kind": "web",
+                                                                     "paths": ["data/*.jsonl"]}],
+                                         "stages": [{"boilerplate": {"min_docs": 5, "partitions": 2}},
+                                                    {"minhash": {"partitions": 2}}]})
+    out = tmp_path / "out"
+    run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
+    with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+        n, removed, with_lines = con.execute(
+            "select count(*), sum(lines_removed), count(*) filter (len(removed_lines) > 0) from documents").fetchone()
+        assert n == len(texts)  # conservation: every input is one row, kept or rejected
+        assert removed >= sum(t for d in docs for _, t in d.lines) and with_lines >= sum(d.site is not None
+                                                                                       for d in docs)
+        assert con.execute("select max(dup_count) from documents where status = 'kept'").fetchone() == (2,)
+        tokens = con.execute("select sum(rehydrated_tokens), sum(tokens) from mixture").fetchone()
+        assert tokens == (None, None) or tokens[0] >= tokens[1]  # no tokenizer here: no tokens to weigh
+        doc_id = con.execute("select id from documents where lines_removed > 0 limit 1").fetchone()[0]
+    result = CliRunner().invoke(main, ["explain", str(out), doc_id])
+    assert result.exit_code == 0 and "lines_removed" in result.output and "removed_lines" in result.output
+    page = tmp_path / "r.html"
+    result = CliRunner().invoke(main, ["report", str(out), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    html = page.read_text(encoding="utf-8")
+    assert "Boilerplate removed" in html and "most removed line" in html
