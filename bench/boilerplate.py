@@ -107,7 +107,7 @@ def web(min_docs: int) -> None:
     print(f"\nreal web pages: {len(rows)} documents read ({len(rejected) - (len(rows) - len(kept))} rejected while "
           f"reading), {sum(r['lines_removed'] > 0 for r in rows)} lost lines, "
           f"{sum(r['lines_removed'] for r in rows):,} lines / {removed:,} of {chars_in:,} characters removed "
-          f"({removed / max(chars_in, 1):.2%}); {len(rejected)} dropped as boilerplate_only; "
+          f"({removed / max(chars_in, 1):.2%}); {len(rows) - len(kept)} dropped as boilerplate_only; "
           f"{len(rows) / seconds:,.0f} docs/s")
     print("most removed lines (documents):")
     for line, n in lines.most_common(20):

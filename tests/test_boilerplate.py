@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from datapipe.config import load_pipeline
 from datapipe.engine import tasks
 from datapipe.engine.plan import make_spec
-from datapipe.stages.boilerplate import normalize_unit, split_units, strip_units, unit_hash
+from datapipe.stages.boilerplate import batch_unit_hashes, normalize_unit, split_units, strip_units
 from tests import boilerplate_corpus
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
@@ -60,16 +60,18 @@ def test_normalisation_folds_width_case_digits_and_punctuation_without_splitting
 
 
 def test_strip_units_removes_marked_lines_and_their_separators() -> None:
-    bad = {unit_hash(normalize_unit("NAV | HOME")), unit_hash(normalize_unit("© 2020 Foo"))}
-
-    def remove(hs: np.ndarray) -> np.ndarray:
-        return np.array([int(h) in bad for h in hs])
-
-    assert strip_units("nav | home\nArticle one.\n© 1999 foo", "line", 2, remove) == \
+    assert strip_units("nav | home\nArticle one.\n© 1999 foo", "line", {0, 2}) == \
         ("Article one.", ["nav | home", "© 1999 foo"])
-    assert strip_units("Article.\nMore.", "line", 2, remove) == ("Article.\nMore.", [])
-    everything = lambda hs: np.ones(len(hs), bool)  # noqa: E731
-    assert strip_units("12.\n2024\nx\nAbout us", "line", 2, everything) == ("12.\n2024\nx", ["About us"])
+    assert strip_units("A.\n\n  \nB.\n\nC.", "paragraph", {1}) == ("A.\n\nC.", ["B."])
+
+
+def test_batch_hashes_count_the_same_line_alike_and_skip_numbers_and_short_lines() -> None:
+    texts = pa.array(["首页 | 新闻\n12.\n2024\nx\nAbout us", "  首页｜新闻 \nabout US!", None])
+    doc, pos, hs = batch_unit_hashes(texts, "line", 2)
+    assert doc.tolist() == [0, 0, 1, 1] and pos.tolist() == [0, 4, 0, 1]
+    assert hs[0] == hs[2] and hs[1] == hs[3] and hs[0] != hs[1]
+    doc, pos, _ = batch_unit_hashes(pa.array(["a b c\nd e\n\n\t\nnext one"]), "paragraph", 2)
+    assert pos.tolist() == [0, 1]
 
 
 def test_planted_templates_go_and_articles_stay_zh_en(tmp_path: Path) -> None:

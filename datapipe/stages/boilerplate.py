@@ -6,14 +6,14 @@ documents of the run is removed from every document that has it (with ``keep_fir
 the earliest in run order). This is CCNet's and Dolma's line/paragraph dedup and the
 "min-repetition-threshold" of BigScience's ROOTS line dedup, counted over the whole run.
 
-Normalisation (``normalize_unit``) does not split on spaces, so Chinese lines work: NFKC,
-case folding, every digit folded to 0, and whitespace, punctuation and symbols removed.
+Normalisation (``normalize_units``, Arrow kernels) does not split on spaces, so Chinese lines
+work: NFKC, lower case, every digit folded to 0, and whitespace, punctuation and symbols removed.
 A unit whose normalised form is shorter than ``min_unit_chars`` or only digits is never counted
 (blank and one-character lines, bullets, separators, "12." list counters).
 
 Engine steps (a ``ShuffledGlobalStage``):
 
-- map: per document, the 64-bit hashes of its distinct counted units, shuffled by hash into
+- map: per document, the 64-bit hashes (FNV-1a, numba) of its distinct counted units, shuffled by hash into
   ``partitions`` (20 bytes per distinct unit per document, written per shard);
 - partition task: counts documents per hash, keeps only the hashes reaching ``min_docs``
   (with the earliest document's row key for ``keep_first``);
@@ -29,9 +29,7 @@ Engine steps (a ``ShuffledGlobalStage``):
 
 from __future__ import annotations
 
-import hashlib
 import re
-import unicodedata
 from typing import Any, Literal
 
 import numpy as np
@@ -62,10 +60,11 @@ DEFAULT_MIN_DOCS = 10
 MAX_REMOVED_LISTED = 32
 REMOVED_LINE_CHARS = 100
 
-_NOT_WORD = re.compile(r"[\W_]+")  # whitespace, punctuation, symbols (Unicode-aware): CJK stays
-_DIGIT = re.compile(r"\d")
-_PARA_SEP = re.compile(r"(\n[ \t\r\f\v]*\n\s*)")
-_LINE_SEP = re.compile(r"(\n)")
+# Separators: ASCII classes only, so Python's re and Arrow's RE2 split a text identically.
+_LINE_SEP = "\n"
+_PARA_SEP = "\n[ \t\r\f\v]*\n[ \t\n\r\f\v]*"
+_PARA_SPLIT = re.compile(f"({_PARA_SEP})")
+_FNV_OFFSET, _FNV_PRIME = 14695981039346656037, 1099511628211
 REMOVED_TYPE = pa.list_(pa.string())
 
 
@@ -82,58 +81,96 @@ class BoilerplateOptions(StageOptions):
     partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of the shuffle.")
 
 
+def normalize_units(units: pa.Array) -> pa.Array:
+    """NFKC, lower case, every decimal digit -> 0, all but letters, marks and numbers removed.
+
+    No word splitting (Chinese lines have no spaces); Arrow kernels, so a batch costs no Python
+    per line."""
+    text = pc.utf8_lower(pc.utf8_normalize(units, "NFKC"))
+    text = pc.replace_substring_regex(text, r"[^\p{L}\p{M}\p{N}]+", "")
+    return pc.replace_substring_regex(text, r"\p{Nd}", "0")
+
+
 def normalize_unit(unit: str) -> str:
-    """NFKC, case folded, digits folded to 0, whitespace/punctuation/symbols removed (no word split)."""
-    text = unicodedata.normalize("NFKC", unit).casefold()
-    return _DIGIT.sub("0", _NOT_WORD.sub("", text))
+    return normalize_units(pa.array([unit], pa.string()))[0].as_py()
 
 
 def split_units(text: str, unit: str) -> list[str]:
     """Units and separators alternating: [u0, s0, u1, s1, ..., un]; ''.join gives the text back."""
-    return (_LINE_SEP if unit == "line" else _PARA_SEP).split(text)
+    if unit == "line":
+        parts = text.split(_LINE_SEP)
+        out = [_LINE_SEP] * (2 * len(parts) - 1)
+        out[::2] = parts
+        return out
+    return _PARA_SPLIT.split(text)
 
 
-def unit_hash(normalized: str) -> int:
-    # 64 bits: a collision needs ~4e9 distinct frequent lines; blake2b runs at memory speed.
-    return int.from_bytes(hashlib.blake2b(normalized.encode(), digest_size=8).digest(), "little")
+def _fnv1a(data: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
+    # FNV-1a over each unit's UTF-8 bytes: 64 bits (a collision needs ~4e9 distinct frequent units).
+    for i in range(len(out)):
+        h = np.uint64(_FNV_OFFSET)
+        for j in range(offsets[i], offsets[i + 1]):
+            h = (h ^ np.uint64(data[j])) * np.uint64(_FNV_PRIME)
+        out[i] = h
 
 
-def unit_hashes(units: list[str], min_chars: int) -> list[int | None]:
-    """The hash of each unit (even positions of ``split_units``), None where it is too short to count."""
-    out: list[int | None] = []
-    for u in units[::2]:
-        n = normalize_unit(u)
-        # A number alone ("12.", "2024") is a list or article counter, not a template: never counted.
-        out.append(unit_hash(n) if len(n) >= min_chars and n.strip("0") else None)
+try:
+    import numba
+
+    _fnv1a_kernel = numba.njit(cache=True, nogil=True)(_fnv1a)
+except ImportError:  # pragma: no cover - numba is a dependency; the slow path keeps the module importable
+    _fnv1a_kernel = _fnv1a
+
+
+def hash_strings(values: pa.Array) -> np.ndarray:
+    """uint64 FNV-1a of each (non-null) string."""
+    arr = pc.cast(values, pa.large_string()).combine_chunks() if isinstance(values, pa.ChunkedArray) \
+        else pc.cast(values, pa.large_string())
+    out = np.empty(len(arr), np.uint64)
+    if len(arr) == 0:
+        return out
+    offsets = np.frombuffer(arr.buffers()[1], np.int64, len(arr) + 1, arr.offset * 8)
+    data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.empty(0, np.uint8)
+    _fnv1a_kernel(data, offsets, out)
     return out
 
 
-def strip_units(text: str, unit: str, min_chars: int, remove: Any) -> tuple[str, list[str]]:
-    """The text without the units that ``remove`` marks, and the removed units.
+def batch_unit_hashes(texts: pa.Array | pa.ChunkedArray, unit: str, min_chars: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every unit of every text: (document index, position of the unit in its text, hash).
 
-    ``remove`` gets the uint64 hashes of the counted units and returns a bool array for them.
+    Only counted units are returned: normalised at least ``min_chars`` long and not only digits
+    (a number alone, "12." or "2024", is a list or article counter, not a template)."""
+    texts = pc.fill_null(texts, "")
+    parts = pc.split_pattern(texts, _LINE_SEP) if unit == "line" else pc.split_pattern_regex(texts, _PARA_SEP)
+    if isinstance(parts, pa.ChunkedArray):
+        parts = parts.combine_chunks()
+    units = parts.flatten()
+    doc = pc.list_parent_indices(parts).to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = parts.offsets.to_numpy()
+    pos = np.arange(len(units), dtype=np.int64) - (offsets[doc] - offsets[0])
+    norm = normalize_units(units)
+    counted = pc.and_(pc.greater_equal(pc.utf8_length(norm), min_chars),
+                      pc.greater(pc.utf8_length(pc.replace_substring(norm, "0", "")), 0))
+    keep = counted.to_numpy(zero_copy_only=False)
+    return doc[keep], pos[keep], hash_strings(norm.filter(counted))
+
+
+def strip_units(text: str, unit: str, drop: set[int]) -> tuple[str, list[str]]:
+    """The text without the units at positions ``drop``, and the removed units.
 
     A removed unit goes with the separator after it (the one before it when it is last), so no
     blank lines pile up where a footer was."""
     parts = split_units(text, unit)
-    hashes = unit_hashes(parts, min_chars)
-    counted = [i for i, h in enumerate(hashes) if h is not None]
-    if not counted:
-        return text, []
-    drop = [False] * len(hashes)
-    for i, d in zip(counted, remove(np.array([hashes[i] for i in counted], dtype=np.uint64))):
-        drop[i] = bool(d)
-    if not any(drop):
-        return text, []
     units, seps = parts[::2], parts[1::2]
     out: list[str] = []
     removed: list[str] = []
     for i, u in enumerate(units):
-        if drop[i]:
+        if i in drop:
             removed.append(u)
             continue
         if out:
-            out.append(seps[i - 1] if i > 0 else "")
+            out.append(seps[i - 1])
         out.append(u)
     return "".join(out), removed
 
@@ -162,17 +199,14 @@ class Boilerplate(ShuffledGlobalStage):
 
     def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
         o = self.options
-        docs: list[int] = []
-        keys: list[int] = []
-        texts = batch["text"].to_pylist()
-        for i in np.flatnonzero(self._applies(batch)):
-            # Distinct units per document: the count is of documents, not of repeats inside one.
-            hs = {h for h in unit_hashes(split_units(texts[i] or "", o.unit), o.min_unit_chars) if h is not None}
-            keys.extend(hs)
-            docs.extend([first_row_key + int(i)] * len(hs))
-        key_arr = np.array(keys, dtype=np.uint64)
+        rows = np.flatnonzero(self._applies(batch))
+        doc, _, keys = batch_unit_hashes(batch["text"].take(pa.array(rows)), o.unit, o.min_unit_chars)
+        # Distinct units per document: the count is of documents, not of repeats inside one.
+        pairs = np.unique(np.stack([rows[doc] + first_row_key, keys.view(np.int64)], axis=1), axis=0) \
+            if len(keys) else np.empty((0, 2), np.int64)
+        key_arr = pairs[:, 1].view(np.uint64)
         return pa.table({"part": pa.array(partition_of(key_arr, o.partitions).astype(np.int32)),
-                         "doc": pa.array(np.array(docs, dtype=np.int64)), "key": pa.array(key_arr)})
+                         "doc": pa.array(pairs[:, 0]), "key": pa.array(key_arr)})
 
     def reduce_partition(self, rows: pa.Table) -> pa.Table:
         keys = rows["key"].to_numpy()
@@ -209,19 +243,24 @@ class Boilerplate(ShuffledGlobalStage):
         removed_lists: list[list[str] | None] = [None] * n
         reason: list[str | None] = [None] * n
         detail: list[str | None] = [None] * n
-        for i in range(n):
-            if not applies[i] or texts[i] is None or len(keys) == 0:
+        rows = np.flatnonzero(applies)
+        if len(keys) and len(rows):
+            doc, pos, hs = batch_unit_hashes(batch["text"].take(pa.array(rows)), o.unit, o.min_unit_chars)
+            j = np.minimum(np.searchsorted(keys, hs), len(keys) - 1)
+            hit = keys[j] == hs
+            doc = rows[doc]
+            if o.keep_first:  # the earliest document with the unit keeps it
+                hit &= first[j] != np.asarray(row_keys, np.int64)[doc]
+            doc, pos = doc[hit], pos[hit]
+        else:
+            doc = pos = np.empty(0, np.int64)
+        # Python only for the documents that lose something: rebuild their text.
+        bounds = np.flatnonzero(np.diff(doc)) + 1
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(doc)]):
+            if hi <= lo:
                 continue
-            key = int(row_keys[i])
-
-            def remove(hs: np.ndarray, key: int = key) -> np.ndarray:
-                j = np.minimum(np.searchsorted(keys, hs), len(keys) - 1)
-                hit = keys[j] == hs
-                return hit & (first[j] != key) if o.keep_first else hit
-
-            text, removed = strip_units(texts[i], o.unit, o.min_unit_chars, remove)
-            if not removed:
-                continue
+            i = int(doc[lo])
+            text, removed = strip_units(texts[i], o.unit, set(pos[lo:hi].tolist()))
             lines_removed[i] = len(removed)
             chars_removed[i] = len(texts[i]) - len(text)
             removed_lists[i] = [r[:REMOVED_LINE_CHARS] for r in removed[:MAX_REMOVED_LISTED]]
