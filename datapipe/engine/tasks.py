@@ -148,6 +148,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     out = ParquetSink(folder.docs_file(shard.key) if segment.final else folder.map_output(segment.index, shard.key))
     tokens = TokenSink(folder.tokens_file(shard.key)) if segment.final and spec.tokenizer else None
     decisions = _load_decisions(folder, segment, shard)
+    state = _load_state(folder, segment, shard)  # what the applied stage's apply() needs besides decisions
     applied = build_stage(spec, segment.apply_global) if segment.apply_global else None
     stages = [(pos, build_stage(spec, pos)) for pos in segment.stages]
     skips = {pos for pos, st in stages if not st.applies_to(shard.source.kind)}  # passed through, counted
@@ -180,7 +181,6 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
             counts.rejected[position][reason] += n
         return batch.filter(pc.invert(drop))
 
-    state = _load_state(folder, segment, shard)
     rows_read = 0  # position in the previous segment's output: the row keys the reduce used
     try:
         for batch in _segment_input(spec, folder, shard, segment, counts, reject):
