@@ -156,6 +156,24 @@ def _classifier_sections(con: Any) -> list[str]:
     return out
 
 
+def _boilerplate(con: Any) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Per source: lines and characters the boilerplate stage removed; the lines removed most often."""
+    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
+    if "lines_removed" not in columns:
+        return [], []
+    # n_chars is the length after removal, except on a boilerplate_only reject, which kept what came in.
+    per_source = con.execute("""
+        SELECT source, count(*) FILTER (lines_removed IS NOT NULL), count(*) FILTER (lines_removed > 0),
+               coalesce(sum(lines_removed), 0), coalesce(sum(chars_removed), 0),
+               round(coalesce(sum(chars_removed), 0) / nullif(sum(n_chars + CASE WHEN reason = 'boilerplate_only'
+                     THEN 0 ELSE coalesce(chars_removed, 0) END) FILTER (lines_removed IS NOT NULL), 0), 4),
+               count(*) FILTER (reason = 'boilerplate_only')
+        FROM documents GROUP BY source ORDER BY source""").fetchall()
+    top = con.execute("""SELECT trim(line), count(*) AS n FROM (SELECT unnest(removed_lines) AS line FROM documents)
+                         GROUP BY 1 ORDER BY n DESC, 1 LIMIT 15""").fetchall()
+    return [r for r in per_source if r[1]], top
+
+
 def build_report(run_dir: Path) -> str:
     run = read_run_json(Path(run_dir))
     with reading(Path(run_dir)) as con:
@@ -175,6 +193,7 @@ def build_report(run_dir: Path) -> str:
                              "round(sum(tokens) / nullif(sum(rows * row_len), 0), 4) FROM shards "
                              "GROUP BY ALL ORDER BY source, split").fetchall()
         contamination = _contamination(con)
+        boilerplate, top_lines = _boilerplate(con)
         chars_hist = _log_hist(con, "n_chars")
         tokens_hist = _log_hist(con, "n_tokens")
         classifier = _classifier_sections(con)
@@ -212,6 +231,10 @@ def build_report(run_dir: Path) -> str:
         *(["<h2>Benchmark contamination</h2>",
            table(["benchmark", "source", "documents", "dropped", "kept", "items", "n-gram hits", "max share"],
                  contamination)] if contamination else []),
+        *(["<h2>Boilerplate removed</h2>",
+            table(["source", "documents", "that lost lines", "lines removed", "characters removed",
+                   "share of characters", "dropped as boilerplate only"], boilerplate),
+            table(["most removed line (first 100 characters)", "documents"], top_lines)] if boilerplate else []),
         "<h2>Document lengths (kept)</h2>",
         histogram(*chars_hist, "characters per document (log bins)", COLORS[0]) if chars_hist[0] else "",
         histogram(*tokens_hist, "tokens per document (log bins)", COLORS[2]) if tokens_hist[0] else "",

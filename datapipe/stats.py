@@ -145,16 +145,20 @@ def mixture_view_sql(columns: set[str]) -> str:
 
     names = ("source", "lang", "script", "license_class")
     present = ", ".join(f'"{k}"' for k in names if k in columns)
+    # rehydrated_tokens: tokens weighted by the near-duplicate cluster each kept document survived
+    # (minhash's dup_count), what FineWeb-2 upsamples by; equal to tokens in a run without minhash.
+    weight = "coalesce(dup_count, 1)" if "dup_count" in columns else "1"
     keys = ", ".join(f"{key(k)} AS {k}" for k in names)
     # Group by the raw columns first and clean the keys on the small grouped result: twice as
     # fast on 10M rows as computing coalesce(...) per row.
     return f"""CREATE OR REPLACE VIEW mixture AS
         WITH raw AS (
-            SELECT {present}, count(*) AS d, sum(n_tokens) AS t, sum(n_chars) AS c
+            SELECT {present}, count(*) AS d, sum(n_tokens) AS t, sum(n_chars) AS c,
+                   sum(n_tokens * {weight}) AS rt
             FROM documents WHERE status = 'kept' GROUP BY ALL),
         g AS (
             SELECT {keys}, sum(d)::BIGINT AS documents, coalesce(sum(t), 0)::BIGINT AS tokens,
-                   coalesce(sum(c), 0)::BIGINT AS chars
+                   coalesce(sum(c), 0)::BIGINT AS chars, coalesce(sum(rt), 0)::BIGINT AS rehydrated_tokens
             FROM raw GROUP BY ALL)
         SELECT *, round(tokens / nullif(sum(tokens) OVER (), 0), 6) AS token_share,
                round(documents / sum(documents) OVER (), 6) AS doc_share

@@ -65,6 +65,12 @@ def test_distributed_minhash_equals_in_memory_clustering(ray_local, tmp_path: Pa
     survivors = {s[0] for s in dropped.values()}
     kept = {r[0] for r in rows(out, "select id from documents where status = 'kept'")}
     assert survivors <= kept
+    # Rehydration: every kept document carries the size of the cluster it survived (1 alone),
+    # so sum(dup_count) over kept documents is every input document.
+    counts = dict(rows(out, "select id, dup_count from documents where status = 'kept'"))
+    sizes = np.bincount(expected.cluster, minlength=len(texts))
+    assert all(counts[ids[i]] == sizes[expected.cluster[i]] for i in range(len(texts)) if ids[i] in kept)
+    assert sum(counts.values()) == len(texts) and max(counts.values()) > 1
     # Signatures are only needed by the reduce: they do not bloat the kept documents.
     assert "minhash_sig" not in pq.read_table(out / "docs").column_names
 

@@ -57,6 +57,18 @@ def test_mixture_view_groups_missing_tags_as_unknown(with_tags: bool) -> None:
     assert share == pytest.approx(1, abs=1e-5) and docs == pytest.approx(1, abs=1e-5)
 
 
+def test_mixture_view_weights_tokens_by_dup_count_where_minhash_recorded_it() -> None:
+    con = duckdb.connect()
+    make_documents(con, with_tags=True)
+    assert con.execute("SELECT sum(rehydrated_tokens) = sum(tokens) FROM mixture").fetchone() == (True,)
+    # a survivor of a cluster of 3 counts 3 times; a NULL (a source minhash skipped) counts once
+    con.execute("ALTER TABLE documents ADD COLUMN dup_count BIGINT")
+    con.execute("UPDATE documents SET dup_count = CASE id WHEN 'a' THEN 3 WHEN 'c' THEN 1 END")
+    con.execute(mixture_view_sql({r[0] for r in con.execute("DESCRIBE documents").fetchall()}))
+    rows = dict(con.execute("SELECT source || '/' || lang || '/' || script, rehydrated_tokens FROM mixture").fetchall())
+    assert rows == {"web/zh/Hans": 15, "web/zh/unknown": 7, "web/en/Latn": 9, "code/unknown/Latn": 11}
+
+
 @pytest.mark.parametrize("text,value", [("5000", 5000), ("300M", 300_000_000), ("2.5b", 2_500_000_000),
                                         ("1_000", 1000), ("12K", 12_000)])
 def test_parse_tokens(text: str, value: int) -> None:

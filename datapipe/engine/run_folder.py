@@ -73,6 +73,9 @@ class RunFolder:
     def partition_output(self, segment: int, partition: int) -> Path:
         return self.work / f"reduce{segment}-parts" / f"{partition:05d}.parquet"
 
+    def state_file(self, segment: int) -> Path:
+        return self.work / f"reduce{segment}-state.parquet"
+
     def tokens_file(self, shard_key: str) -> Path:
         return self.work / "tokens" / f"{shard_key}.arrow"
 

@@ -152,6 +152,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     out = ParquetSink(folder.docs_file(shard.key) if segment.final else folder.map_output(segment.index, shard.key))
     tokens = TokenSink(folder.tokens_file(shard.key)) if segment.final and spec.tokenizer else None
     decisions = _load_decisions(folder, segment, shard)
+    state = _load_state(folder, segment, shard)  # what the applied stage's apply() needs besides decisions
     applied = build_stage(spec, segment.apply_global) if segment.apply_global else None
     stages = [(pos, build_stage(spec, pos)) for pos in segment.stages]
     skips = {pos for pos, st in stages if not st.applies_to(shard.source.kind)}  # passed through, counted
@@ -197,15 +198,21 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                                                   pa.array(details, pa.string())))
         return out, decision
 
+    rows_read = 0  # position in the previous segment's output: the row keys the reduce used
     try:
         for batch in _segment_input(spec, folder, shard, segment, counts, reject):
             if segment.apply_global is not None:
                 name = spec.stage_name(segment.apply_global)
                 counts.stage_in[segment.apply_global] += batch.num_rows
+                keys = (shard.ordinal << ROW_KEY_SHIFT) + rows_read + np.arange(batch.num_rows, dtype=np.int64)
+                rows_read += batch.num_rows
                 decision, extra = _join_decisions(batch, decisions)
+                keys = keys[~pc.fill_null(pc.is_valid(decision.reason), False).to_numpy(zero_copy_only=False)]
                 batch = reject(segment.apply_global, name, batch, decision, extra)
                 transient = [c for c in applied.transient_columns if c in batch.column_names]
                 batch = batch.drop_columns(transient)  # e.g. signatures: needed only by the reduce
+                batch, decision = applied.apply(batch, keys, state)  # e.g. boilerplate lines removed
+                batch = reject(segment.apply_global, name, batch, decision)
             for pos, stage in stages:
                 counts.stage_in[pos] += batch.num_rows
                 if pos in skips:
@@ -309,6 +316,18 @@ def _load_decisions(folder: RunFolder, segment: Segment, shard: Shard) -> pa.Tab
     return pq.read_table(path) if path.exists() else None
 
 
+def _load_state(folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
+    """The applied stage's ``combine_state``: this shard's rows where it is per shard, else all of it."""
+    if segment.apply_global is None:
+        return None
+    path = folder.state_file(segment.index - 1)
+    if not path.exists():
+        return None
+    if "shard" in pq.read_schema(path).names:
+        return pq.read_table(path, filters=[("shard", "=", shard.ordinal)])
+    return pq.read_table(path)
+
+
 def _join_decisions(batch: pa.Table, decisions: pa.Table | None) -> tuple[Decision, dict[str, pa.Array]]:
     if decisions is None or decisions.num_rows == 0:
         return Decision.keep_all(batch.num_rows), {}
@@ -374,6 +393,11 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     if isinstance(stage, ShuffledGlobalStage):
         parts = [folder.partition_output(segment.index, p) for p in range(stage.partitions())]
         decisions = stage.combine([str(p) for p in parts if p.exists()], inputs)
+        state = stage.combine_state([str(p) for p in parts if p.exists()], inputs)
+        folder.state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
+        if state is not None:
+            with atomic_path(folder.state_file(segment.index)) as tmp:
+                pq.write_table(state, tmp)
     elif present:
         decisions = stage.reduce(inputs)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datapipe.stages.base import Decision, GlobalStage, ReduceInputs, Resources, Stage, StageContext, StageOptions
+from datapipe.stages.boilerplate import Boilerplate
 from datapipe.stages.classify import Classify
 from datapipe.stages.decontaminate import Decontaminate
 from datapipe.stages.dedup import ExactDedup
@@ -15,7 +16,7 @@ from datapipe.stages.quality import Quality
 
 STAGES: dict[str, type[Stage]] = {
     cls.name: cls for cls in (LangId, LengthFilter, Quality, Pii, ExactDedup, MinHashDedup, LicenseTagger,
-                              Decontaminate, Classify)
+                              Decontaminate, Classify, Boilerplate)
 }
 
 __all__ = ["STAGES", "Decision", "GlobalStage", "ReduceInputs", "Resources", "Stage", "StageContext", "StageOptions"]

@@ -167,6 +167,17 @@ class GlobalStage(Stage):
         for the documents to drop; every other document is kept."""
         raise NotImplementedError
 
+    def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
+        """In the map segment after the reduce, for the documents its decisions kept: edit them.
+
+        A stage that changes kept documents (removes boilerplate lines, adds a cluster size) returns
+        the batch with the same rows, edited, and a decision that may drop some of them; a dropped
+        row must keep its original text (a reject is never lost). ``row_keys`` are the documents'
+        row keys (see ``ShuffledGlobalStage``); ``state`` is what ``combine_state`` returned, for
+        this shard only where it has a ``shard`` column. The default changes nothing.
+        """
+        return batch, Decision.keep_all(batch.num_rows)
+
 
 class ShuffledGlobalStage(GlobalStage):
     """A global stage whose corpus-wide step is split by key across parallel tasks.
@@ -192,6 +203,14 @@ class ShuffledGlobalStage(GlobalStage):
     def combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
         """Decisions like ``GlobalStage.reduce``, from the partition outputs (Parquet files)."""
         raise NotImplementedError
+
+    def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table | None:
+        """A table the map tasks after the reduce load for ``apply`` (None: nothing to load).
+
+        With an int32 ``shard`` column each map task reads only its shard's rows; without one every
+        map task loads it whole, so it must stay small (e.g. only the frequent line hashes).
+        """
+        return None
 
     def reduce(self, inputs: ReduceInputs) -> pa.Table:  # the engine calls combine() instead
         raise TypeError("a shuffled global stage is reduced by reduce_partition + combine")

@@ -6,6 +6,10 @@ LSH band, shuffled by key into partitions. Partition tasks (in parallel) pair do
 that share a band key. The combine step verifies candidate pairs by estimated Jaccard,
 joins them into clusters with union-find and keeps one survivor per cluster.
 
+Rehydration: every kept document gets ``dup_count``, the size of the cluster it survived (1 for a
+singleton), so a mixture can upsample by it later as FineWeb-2 does. The combine step hands the
+survivors' sizes to the next map segment as a per-shard state (12 bytes per cluster).
+
 Memory: a partition task holds its share of band keys (16 bytes x bands x documents /
 partitions); the combine step holds only documents that have a candidate pair.
 """
@@ -35,6 +39,7 @@ from datapipe.dedup.shingles import DEFAULT_N
 from datapipe.stages.base import (
     ROW_KEY_SHIFT,
     CheckContext,
+    Decision,
     Problem,
     ReduceInputs,
     Resources,
@@ -81,6 +86,10 @@ class MinHashDedup(ShuffledGlobalStage):
     resources = Resources(num_cpus=1, memory_mb=1024)
     signal_columns = (SIG_COLUMN,)
     transient_columns = (SIG_COLUMN,)  # 4 bytes x num_perm per document: not worth keeping in docs/
+
+    @classmethod
+    def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
+        return {"dup_count"}  # the signature is transient
 
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:
@@ -143,11 +152,27 @@ class MinHashDedup(ShuffledGlobalStage):
         pairs = np.unique(np.stack([u, v], axis=1), axis=0) if len(u) else np.empty((0, 2), np.int64)
         return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
 
+    def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        """Cluster sizes of the survivors, per shard (the engine calls it after ``combine``)."""
+        sizes: pa.Table | None = getattr(self, "_survivor_sizes", None)
+        return sizes if sizes is not None else _sizes(np.empty(0, np.int64), np.empty(0, np.int64))
+
+    def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
+        dup_count = np.ones(batch.num_rows, np.int64)
+        if state is not None and state.num_rows:
+            keys = state["row_key"].to_numpy()
+            order = np.argsort(keys)
+            j = np.minimum(np.searchsorted(keys[order], row_keys), len(keys) - 1)
+            hit = keys[order][j] == row_keys
+            dup_count[hit] = state["dup_count"].to_numpy()[order][j[hit]]
+        return set_column(batch, "dup_count", pa.array(dup_count)), Decision.keep_all(batch.num_rows)
+
     def combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
         import pyarrow.parquet as pq
 
         o = self.options
         empty = _decisions([], [], [], [], [], [])
+        self._survivor_sizes = None
         if not partition_outputs:
             return empty
         edges = pa.concat_tables([pq.read_table(p) for p in partition_outputs])
@@ -167,6 +192,8 @@ class MinHashDedup(ShuffledGlobalStage):
         scores = docs[o.score_column].to_numpy(zero_copy_only=False) if o.survivor == "best" else None
         surv = survivors(roots, o.survivor, lengths=docs["n_chars"].to_numpy(zero_copy_only=False), scores=scores)
         size = np.bincount(roots, minlength=len(involved))
+        head = np.flatnonzero((size[roots] > 1) & (surv == np.arange(len(involved))))
+        self._survivor_sizes = _sizes(involved[head], size[roots[head]])
         dup = np.flatnonzero((size[roots] > 1) & (surv != np.arange(len(involved))))
         if len(dup) == 0:
             return empty
@@ -184,6 +211,11 @@ def _sig_matrix(column: pa.ChunkedArray | pa.Array, num_perm: int) -> np.ndarray
     data = arr.buffers()[1]
     start = arr.offset * 4 * num_perm
     return np.frombuffer(data, dtype=np.uint32, count=len(arr) * num_perm, offset=start).reshape(len(arr), num_perm)
+
+
+def _sizes(row_keys: np.ndarray, sizes: np.ndarray) -> pa.Table:
+    return pa.table({"shard": pa.array((row_keys >> ROW_KEY_SHIFT).astype(np.int32)),
+                     "row_key": pa.array(row_keys.astype(np.int64)), "dup_count": pa.array(sizes.astype(np.int64))})
 
 
 def _decisions(ids: list, shards, survivor_ids: list, cluster_ids: list, sizes: list, similarity: list) -> pa.Table:

@@ -1,0 +1,130 @@
+"""Boilerplate removal: planted site templates removed, article text kept, and throughput.
+
+The planted set: real zh and en Wikipedia articles from ../shared/data/corpus, half of them wrapped
+in one of six site templates (navigation, cookie banner, share line, footer; tests/boilerplate_corpus.py).
+The pipeline runs through the engine's task functions in process (no Ray): map, shuffle partitions,
+reduce, and the map segment that removes the lines. Throughput is compared with the same pipeline
+without stages (read + write only), as a ratio.
+
+With --web it also runs over the real pages in ../shared/data/web (Common Crawl WARC/WET, warcio
+samples, the UDHR pages) and prints the most removed lines, to judge by eye whether they are boilerplate.
+
+    PYTHONPATH=. python bench/boilerplate.py [--n 1000] [--min-docs 10] [--web]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from datapipe.config import load_pipeline  # noqa: E402
+from datapipe.engine import tasks  # noqa: E402
+from datapipe.engine.plan import make_spec  # noqa: E402
+from tests import boilerplate_corpus  # noqa: E402
+
+DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+
+
+def run_tasks(folder: Path, sources: list[dict[str, Any]], stages: list[dict[str, Any]]) -> tuple[dict, dict, float]:
+    """Every task of the pipeline in process, in plan order. Returns (kept by id, rejected by id, seconds)."""
+    path = folder / "pipeline.yaml"
+    path.write_text(yaml.safe_dump({"name": "bench", "sources": sources, "stages": stages}, allow_unicode=True))
+    spec = make_spec(load_pipeline(path), folder / "out", folder / "cache")
+    started = time.perf_counter()
+    for seg in spec.segments:
+        for shard in spec.shards:
+            tasks.map_shard(spec, shard, seg)
+        if seg.compute_global is not None:
+            stage = spec.stages[seg.compute_global - 1]
+            for p in range(stage[1].get("partitions", 16)):
+                tasks.reduce_partition(spec, seg, p)
+            tasks.reduce_stage(spec, seg)
+    seconds = time.perf_counter() - started
+    out = folder / "out"
+    kept = {r["id"]: r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}
+    rejected = {r["id"]: r for f in sorted((out / "rejected").glob("**/*.parquet"))
+                for r in pq.read_table(f).to_pylist()}
+    return kept, rejected, seconds
+
+
+def planted(n: int, min_docs: int, files: int = 4) -> None:
+    docs = boilerplate_corpus.build(DATA / "corpus", n_per_lang=n, share=0.5, seed=0)
+    results = {}
+    for label, stages in (("baseline", []), ("boilerplate", [{"boilerplate": {"min_docs": min_docs,
+                                                                               "partitions": 4}}])):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            (root / "data").mkdir()
+            per = len(docs) // files + 1
+            ids = []
+            for f in range(files):
+                chunk = docs[f * per:(f + 1) * per]
+                (root / "data" / f"p{f}.jsonl").write_text(
+                    "".join(json.dumps({"text": d.text}, ensure_ascii=False) + "\n" for d in chunk))
+                ids += [f"web/data/p{f}.jsonl#L{i + 1}" for i in range(len(chunk))]
+            kept, rejected, seconds = run_tasks(root, [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
+                                                stages)
+            results[label] = (kept, rejected, seconds)
+    kept, rejected, seconds = results["boilerplate"]
+    assert len(kept) + len(rejected) == len(docs)
+    outputs = [kept[i]["text"] if i in kept else None for i in ids]
+    print(f"planted set: {len(docs)} documents ({n} zh + {n} en articles), "
+          f"{sum(d.site is not None for d in docs)} with a site template, min_docs={min_docs}")
+    for lang in ("zh", "en", "all"):
+        pairs = [(d, o) for d, o in zip(docs, outputs) if lang == "all" or d.lang == lang]
+        s = boilerplate_corpus.score([d for d, _ in pairs], [o for _, o in pairs])
+        print(f"  {lang:>3}: template lines removed {s['template_removed']:.2%} of {s['template_lines']:,}; "
+              f"article characters kept {s['article_kept']:.3%} of {s['article_chars']:,}")
+    print(f"  dropped as boilerplate_only: {len(rejected)}")
+    base = results["baseline"][2]
+    print(f"  throughput: {len(docs) / seconds:,.0f} docs/s with boilerplate vs {len(docs) / base:,.0f} docs/s "
+          f"read+write only (ratio {base / seconds:.2f}; in process, one core)")
+
+
+def web(min_docs: int) -> None:
+    w = DATA / "web"
+    sources = [{"name": "warc", "kind": "web", "paths": [str(p) for p in sorted((w / "warc").glob("*.warc.gz"))]
+                + [str(w / "warc" / "whirlwind_whirlwind.warc.wet.gz")]},
+               {"name": "udhr", "kind": "web", "format": "html", "paths": [str(w / "html" / "udhr")]}]
+    with tempfile.TemporaryDirectory() as tmp:
+        kept, rejected, seconds = run_tasks(Path(tmp), sources, [{"boilerplate": {"min_docs": min_docs,
+                                                                                   "partitions": 4}}])
+    rows = list(kept.values()) + [r for r in rejected.values() if r["stage"] == "boilerplate"]
+    chars_in = sum(r["n_chars"] + r["chars_removed"] if r["id"] in kept else r["n_chars"] for r in rows)
+    removed = sum(r["chars_removed"] for r in rows)
+    lines = Counter(x.strip() for r in rows for x in (r["removed_lines"] or []))
+    print(f"\nreal web pages: {len(rows)} documents read ({len(rejected) - (len(rows) - len(kept))} rejected while "
+          f"reading), {sum(r['lines_removed'] > 0 for r in rows)} lost lines, "
+          f"{sum(r['lines_removed'] for r in rows):,} lines / {removed:,} of {chars_in:,} characters removed "
+          f"({removed / max(chars_in, 1):.2%}); {len(rows) - len(kept)} dropped as boilerplate_only; "
+          f"{len(rows) / seconds:,.0f} docs/s")
+    print("most removed lines (documents):")
+    for line, n in lines.most_common(20):
+        print(f"  {n:>5}  {line[:90]!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--n", type=int, default=1000, help="articles per language")
+    ap.add_argument("--min-docs", type=int, default=10)
+    ap.add_argument("--web", action="store_true", help="also run over ../shared/data/web")
+    args = ap.parse_args(argv)
+    planted(args.n, args.min_docs)
+    if args.web:
+        web(args.min_docs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

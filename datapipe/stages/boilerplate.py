@@ -1,0 +1,282 @@
+"""Cross-document boilerplate removal: lines (or paragraphs) repeated across many documents go.
+
+Navigation, footers, cookie banners and SEO templates are the same line on every page of a
+site; an article's sentences are not. So a normalised line seen in at least ``min_docs``
+documents of the run is removed from every document that has it (with ``keep_first``, except
+the earliest in run order). This is CCNet's and Dolma's line/paragraph dedup and the
+"min-repetition-threshold" of BigScience's ROOTS line dedup, counted over the whole run.
+
+Normalisation (``normalize_units``, Arrow kernels) does not split on spaces, so Chinese lines
+work: NFKC, lower case, every digit folded to 0, and whitespace, punctuation and symbols removed.
+A unit whose normalised form is shorter than ``min_unit_chars`` or only digits is never counted
+(blank and one-character lines, bullets, separators, "12." list counters).
+
+Engine steps (a ``ShuffledGlobalStage``):
+
+- map: per document, the 64-bit hashes (FNV-1a, numba) of its distinct counted units, shuffled by hash into
+  ``partitions`` (20 bytes per distinct unit per document, written per shard);
+- partition task: counts documents per hash, keeps only the hashes reaching ``min_docs``
+  (with the earliest document's row key for ``keep_first``);
+- combine: the frequent hashes of all partitions = the state every map task of the next
+  segment loads whole. **Memory bound**: 24 bytes per distinct frequent unit (not per
+  document): at most (unit occurrences in the run) / min_docs entries, in practice the
+  templates of the sites crawled. A partition task holds its share of (hash, document) pairs,
+  like minhash's band keys.
+- next map segment (``apply``): units whose hash is frequent are removed; ``lines_removed``,
+  ``chars_removed`` and ``removed_lines`` are recorded; a document left with fewer than
+  ``min_chars_after`` characters is dropped as ``boilerplate_only`` with its original text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from datapipe.dedup.minhash import partition_of
+from datapipe.stages.base import (
+    CheckContext,
+    Decision,
+    Problem,
+    ReduceInputs,
+    Resources,
+    ShuffledGlobalStage,
+    StageOptions,
+    kinds_problems,
+)
+from datapipe.stages.columns import set_column
+
+# Why 10: a template line is on every page of its site (hundreds in a crawl), an article sentence
+# is rarely verbatim in more than a few documents (quotes, syndicated copies that minhash handles).
+# BigScience ROOTS' line dedup used a minimum repetition of 10; CCNet removes any repeat but only
+# within a ~5 GB shard, which over a whole run would eat quoted sentences and common headings.
+DEFAULT_MIN_DOCS = 10
+# The audit keeps at most this many removed lines per document, each cut to REMOVED_LINE_CHARS:
+# enough to see (and GROUP BY) what went without copying a page's worth of text into stats.duckdb.
+MAX_REMOVED_LISTED = 32
+REMOVED_LINE_CHARS = 100
+
+# Separators: ASCII classes only, so Python's re and Arrow's RE2 split a text identically.
+_LINE_SEP = "\n"
+_PARA_SEP = "\n[ \t\r\f\v]*\n[ \t\n\r\f\v]*"
+_PARA_SPLIT = re.compile(f"({_PARA_SEP})")
+_FNV_OFFSET, _FNV_PRIME = 14695981039346656037, 1099511628211
+REMOVED_TYPE = pa.list_(pa.string())
+
+
+class BoilerplateOptions(StageOptions):
+    unit: Literal["line", "paragraph"] = Field("line", description="Count lines, or paragraphs (blank-line "
+                                                                  "separated).")
+    min_docs: int = Field(DEFAULT_MIN_DOCS, ge=2, description="Remove a unit seen in at least this many documents.")
+    keep_first: bool = Field(False, description="Keep the unit in the earliest document (run order) that has it.")
+    min_unit_chars: int = Field(2, ge=1, description="Units shorter than this once normalised are never counted.")
+    min_chars_after: int = Field(50, ge=0, description="Drop a document left shorter than this (boilerplate_only); "
+                                                       "only documents that lost a unit are judged.")
+    kinds: list[str] = Field(["web", "text"], description="Source kinds it applies to (code keeps its "
+                                                          "license headers and imports).")
+    partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of the shuffle.")
+
+
+def normalize_units(units: pa.Array) -> pa.Array:
+    """NFKC, lower case, every decimal digit -> 0, all but letters, marks and numbers removed.
+
+    No word splitting (Chinese lines have no spaces); Arrow kernels, so a batch costs no Python
+    per line."""
+    text = pc.utf8_lower(pc.utf8_normalize(units, "NFKC"))
+    text = pc.replace_substring_regex(text, r"[^\p{L}\p{M}\p{N}]+", "")
+    return pc.replace_substring_regex(text, r"\p{Nd}", "0")
+
+
+def normalize_unit(unit: str) -> str:
+    return normalize_units(pa.array([unit], pa.string()))[0].as_py()
+
+
+def split_units(text: str, unit: str) -> list[str]:
+    """Units and separators alternating: [u0, s0, u1, s1, ..., un]; ''.join gives the text back."""
+    if unit == "line":
+        parts = text.split(_LINE_SEP)
+        out = [_LINE_SEP] * (2 * len(parts) - 1)
+        out[::2] = parts
+        return out
+    return _PARA_SPLIT.split(text)
+
+
+def _fnv1a(data: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
+    # FNV-1a over each unit's UTF-8 bytes: 64 bits (a collision needs ~4e9 distinct frequent units).
+    for i in range(len(out)):
+        h = np.uint64(_FNV_OFFSET)
+        for j in range(offsets[i], offsets[i + 1]):
+            h = (h ^ np.uint64(data[j])) * np.uint64(_FNV_PRIME)
+        out[i] = h
+
+
+try:
+    import numba
+
+    _fnv1a_kernel = numba.njit(cache=True, nogil=True)(_fnv1a)
+except ImportError:  # pragma: no cover - numba is a dependency; the slow path keeps the module importable
+    _fnv1a_kernel = _fnv1a
+
+
+def hash_strings(values: pa.Array) -> np.ndarray:
+    """uint64 FNV-1a of each (non-null) string."""
+    arr = pc.cast(values, pa.large_string()).combine_chunks() if isinstance(values, pa.ChunkedArray) \
+        else pc.cast(values, pa.large_string())
+    out = np.empty(len(arr), np.uint64)
+    if len(arr) == 0:
+        return out
+    offsets = np.frombuffer(arr.buffers()[1], np.int64, len(arr) + 1, arr.offset * 8)
+    data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.empty(0, np.uint8)
+    _fnv1a_kernel(data, offsets, out)
+    return out
+
+
+def batch_unit_hashes(texts: pa.Array | pa.ChunkedArray, unit: str, min_chars: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every unit of every text: (document index, position of the unit in its text, hash).
+
+    Only counted units are returned: normalised at least ``min_chars`` long and not only digits
+    (a number alone, "12." or "2024", is a list or article counter, not a template)."""
+    texts = pc.fill_null(texts, "")
+    parts = pc.split_pattern(texts, _LINE_SEP) if unit == "line" else pc.split_pattern_regex(texts, _PARA_SEP)
+    if isinstance(parts, pa.ChunkedArray):
+        parts = parts.combine_chunks()
+    units = parts.flatten()
+    doc = pc.list_parent_indices(parts).to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = parts.offsets.to_numpy()
+    pos = np.arange(len(units), dtype=np.int64) - (offsets[doc] - offsets[0])
+    norm = normalize_units(units)
+    counted = pc.and_(pc.greater_equal(pc.utf8_length(norm), min_chars),
+                      pc.greater(pc.utf8_length(pc.replace_substring(norm, "0", "")), 0))
+    keep = counted.to_numpy(zero_copy_only=False)
+    return doc[keep], pos[keep], hash_strings(norm.filter(counted))
+
+
+def strip_units(text: str, unit: str, drop: set[int]) -> tuple[str, list[str]]:
+    """The text without the units at positions ``drop``, and the removed units.
+
+    A removed unit goes with the separator after it (the one before it when it is last), so no
+    blank lines pile up where a footer was."""
+    parts = split_units(text, unit)
+    units, seps = parts[::2], parts[1::2]
+    out: list[str] = []
+    removed: list[str] = []
+    for i, u in enumerate(units):
+        if i in drop:
+            removed.append(u)
+            continue
+        if out:
+            out.append(seps[i - 1])
+        out.append(u)
+    return "".join(out), removed
+
+
+class Boilerplate(ShuffledGlobalStage):
+    name = "boilerplate"
+    Options = BoilerplateOptions
+    resources = Resources(num_cpus=1, memory_mb=1024)
+
+    @classmethod
+    def check(cls, options: Any, context: CheckContext) -> list[Problem]:
+        return kinds_problems(options.kinds)
+
+    @classmethod
+    def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
+        return {"lines_removed", "chars_removed", "removed_lines"}
+
+    def partitions(self) -> int:
+        return self.options.partitions
+
+    def applies_to(self, kind: str) -> bool:
+        return kind in self.options.kinds
+
+    def _applies(self, batch: pa.Table) -> np.ndarray:
+        return pc.is_in(batch["kind"], value_set=pa.array(self.options.kinds or [""])).to_numpy(zero_copy_only=False)
+
+    def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
+        o = self.options
+        rows = np.flatnonzero(self._applies(batch))
+        doc, _, keys = batch_unit_hashes(batch["text"].take(pa.array(rows)), o.unit, o.min_unit_chars)
+        # Distinct units per document: the count is of documents, not of repeats inside one.
+        pairs = np.unique(np.stack([rows[doc] + first_row_key, keys.view(np.int64)], axis=1), axis=0) \
+            if len(keys) else np.empty((0, 2), np.int64)
+        key_arr = pairs[:, 1].view(np.uint64)
+        return pa.table({"part": pa.array(partition_of(key_arr, o.partitions).astype(np.int32)),
+                         "doc": pa.array(pairs[:, 0]), "key": pa.array(key_arr)})
+
+    def reduce_partition(self, rows: pa.Table) -> pa.Table:
+        keys = rows["key"].to_numpy()
+        docs = rows["doc"].to_numpy()
+        order = np.lexsort((docs, keys))  # by key, then run order: the first row of a key is its earliest doc
+        keys, docs = keys[order], docs[order]
+        uniq, start, count = np.unique(keys, return_index=True, return_counts=True)
+        frequent = count >= self.options.min_docs
+        return pa.table({"key": pa.array(uniq[frequent]), "first": pa.array(docs[start[frequent]]),
+                         "n_docs": pa.array(count[frequent].astype(np.int64))})
+
+    def combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        return pa.table({"id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())})  # no whole-doc drops
+
+    def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        schema = pa.schema([("key", pa.uint64()), ("first", pa.int64()), ("n_docs", pa.int64())])
+        if not partition_outputs:
+            return schema.empty_table()
+        state = pa.concat_tables([pq.read_table(p).cast(schema) for p in partition_outputs])
+        return state.sort_by([("key", "ascending")])
+
+    def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
+        o = self.options
+        n = batch.num_rows
+        keys = state["key"].to_numpy() if state is not None and state.num_rows else np.empty(0, np.uint64)
+        first = state["first"].to_numpy() if state is not None and state.num_rows else np.empty(0, np.int64)
+        texts = batch["text"].to_pylist()
+        applies = self._applies(batch)
+        new_texts: list[str | None] = list(texts)
+        lines_removed = np.zeros(n, np.int64)
+        chars_removed = np.zeros(n, np.int64)
+        removed_lists: list[list[str] | None] = [None] * n
+        reason: list[str | None] = [None] * n
+        detail: list[str | None] = [None] * n
+        rows = np.flatnonzero(applies)
+        if len(keys) and len(rows):
+            doc, pos, hs = batch_unit_hashes(batch["text"].take(pa.array(rows)), o.unit, o.min_unit_chars)
+            j = np.minimum(np.searchsorted(keys, hs), len(keys) - 1)
+            hit = keys[j] == hs
+            doc = rows[doc]
+            if o.keep_first:  # the earliest document with the unit keeps it
+                hit &= first[j] != np.asarray(row_keys, np.int64)[doc]
+            doc, pos = doc[hit], pos[hit]
+        else:
+            doc = pos = np.empty(0, np.int64)
+        # Python only for the documents that lose something: rebuild their text.
+        bounds = np.flatnonzero(np.diff(doc)) + 1
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(doc)]):
+            if hi <= lo:
+                continue
+            i = int(doc[lo])
+            text, removed = strip_units(texts[i], o.unit, set(pos[lo:hi].tolist()))
+            lines_removed[i] = len(removed)
+            chars_removed[i] = len(texts[i]) - len(text)
+            removed_lists[i] = [r[:REMOVED_LINE_CHARS] for r in removed[:MAX_REMOVED_LISTED]]
+            if len(text.strip()) < o.min_chars_after:
+                reason[i] = "boilerplate_only"
+                detail[i] = (f"{len(removed)} {o.unit}s repeated in >= {o.min_docs} documents removed, "
+                             f"{len(text.strip())} characters left < min_chars_after {o.min_chars_after}")
+            else:
+                new_texts[i] = text  # a dropped document keeps its original text in rejected/
+        batch = set_column(batch, "text", pa.array(new_texts, pa.string()))
+        if "n_chars" in batch.column_names:  # the length of what is kept, as every later stage sees it
+            batch = set_column(batch, "n_chars", pa.array([len(t) if t is not None else 0 for t in new_texts],
+                                                          pa.int64()))
+        skipped = ~applies  # null, not 0, for documents of kinds the stage does not judge
+        batch = set_column(batch, "lines_removed", pa.array(lines_removed, mask=skipped))
+        batch = set_column(batch, "chars_removed", pa.array(chars_removed, mask=skipped))
+        batch = set_column(batch, "removed_lines", pa.array(removed_lists, REMOVED_TYPE))
+        return batch, Decision(pa.array(reason, pa.string()), pa.array(detail, pa.string()))
+
