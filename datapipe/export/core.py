@@ -275,12 +275,16 @@ def _check_outside(out: Path, run: Path) -> None:
 def _wipe(out: Path) -> None:
     """--fresh: remove what a previous export recorded (and only that)."""
     data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    for p in data.get("parts", []):
-        for f in p["files"]:
-            (out / f).unlink(missing_ok=True)
-    for f in data.get("finished", {}):
+    recorded = [f for p in data.get("parts", []) for f in p["files"]] + list(data.get("finished", {}))
+    for f in recorded:
         (out / f).unlink(missing_ok=True)
     (out / MANIFEST).unlink()
+    sweep_temp_files(out)
+    # Folders the export made and that are empty now (deepest first); anything else stays.
+    for folder in sorted({(out / f).parent for f in recorded}, key=lambda p: len(p.parts), reverse=True):
+        while folder != out and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
 
 
 def _record_in_run(docs: RunDocuments, result: ExportResult) -> None:

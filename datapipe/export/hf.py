@@ -9,7 +9,6 @@ the chosen columns (``input_ids`` as a list of the run's token dtype).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +21,11 @@ from datapipe.export.documents import RunDocuments
 FILE_FORMATS = ("arrow", "parquet")
 
 
-def _features_metadata(schema: pa.Schema) -> dict[bytes, bytes]:
-    """``datasets`` reads its Features from this key; without it a uint16 list still loads, but
-    writing it keeps the column types exact when a user saves the dataset again."""
-    try:
-        from datasets import Features  # optional: only to describe the columns
-    except ImportError:
-        return {}
-    features = Features.from_arrow_schema(schema)
-    return {b"huggingface": json.dumps({"info": {"features": features.to_dict()}}).encode()}
-
-
 class HfPart:
     def __init__(self, out: Path, rel: str, schema: pa.Schema, file_format: str, docs_per_file: int) -> None:
         self.rel, self.limit, self.n = rel, docs_per_file, 0
         self.tmp = temp_for(out, rel)
-        self.schema = schema.with_metadata(_features_metadata(schema))
+        self.schema = schema
         self.sink = pa.OSFile(str(self.tmp), "wb")
         self.writer: Any = (pa.ipc.new_stream(self.sink, self.schema) if file_format == "arrow"
                             else pq.ParquetWriter(self.sink, self.schema))
@@ -46,7 +34,7 @@ class HfPart:
         return self.limit - self.n
 
     def write(self, table: pa.Table) -> None:
-        self.writer.write_table(table.replace_schema_metadata(self.schema.metadata))
+        self.writer.write_table(table)
         self.n += table.num_rows
 
     def close(self) -> dict[str, Any]:
