@@ -208,12 +208,10 @@ def test_mds_layout_roundtrip(run: Path, expected, tmp_path: Path) -> None:
 STREAMING_READ = """
 import json, sys
 from streaming import StreamingDataset
-from streaming.base.format import reader_from_json
 out = {}
 for folder in sys.argv[1:]:
     ds = StreamingDataset(local=folder, shuffle=False, batch_size=1)
-    out[folder] = [{"id": ds[i]["id"], "text": ds[i]["text"], "input_ids": ds[i]["input_ids"].tolist()}
-                   for i in range(len(ds))]
+    out[folder] = [{k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in ds[i].items()} for i in range(len(ds))]
 print(json.dumps(out))
 """
 
@@ -223,7 +221,7 @@ def test_mds_streaming_reader(run: Path, expected, tmp_path: Path) -> None:
     the interpreter named by DATAPIPE_STREAMING_PYTHON. streaming-community (0.14.2) is not a test
     dependency: it requires torchvision and cloud SDKs, and installing it upgrades torch."""
     out = tmp_path / "mds"
-    export(run, "mds", out)
+    export(run, "mds", out, columns=["id", "text", "n_chars", "url", "input_ids"], mds_size_limit=1 << 17)
     folders = [str(out / source / split) for source, split in STREAMS]
     python = os.environ.get("DATAPIPE_STREAMING_PYTHON")
     try:
@@ -238,7 +236,8 @@ def test_mds_streaming_reader(run: Path, expected, tmp_path: Path) -> None:
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     for (source, split), folder in zip(STREAMS, folders):
         want = expected[(source, split)]
-        assert got[folder] == [{"id": d["id"], "text": d["text"], "input_ids": d["input_ids"]} for d in want]
+        assert got[folder] == [{"id": d["id"], "text": d["text"], "n_chars": len(d["text"]), "url": None,
+                                "input_ids": d["input_ids"]} for d in want]
 
 
 # --- jsonl, records, resume --------------------------------------------------------------------
