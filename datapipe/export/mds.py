@@ -17,6 +17,7 @@ its length stored before the values), ``id`` and ``text`` ``str`` (UTF-8), every
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,11 @@ class MdsPart:
         self.names = self.config["column_names"]
         self.enc = dict(zip(self.names, self.config["column_encodings"]))
         self.dtype = {n: np.dtype(e.split(":")[1]) for n, e in self.enc.items() if e.startswith("ndarray")}
-        self.samples: list[bytes] = []
+        # Samples go to a side file as they come (only their sizes stay in memory); the shard is
+        # assembled behind its header at close. streaming's MDSWriter holds the shard in memory.
+        self.data_tmp = temp_for(out, rel + ".data")
+        self.data = self.data_tmp.open("wb")
+        self.sizes: list[int] = []
         self.size = 4 + 4 + len(self.config_bytes)  # streaming's extra_bytes_per_shard
         self._pending: list[bytes] = []
 
@@ -93,7 +98,7 @@ class MdsPart:
         self._pending = self._encode(table)
         size, n = self.size, 0
         for s in self._pending:
-            if (self.samples or n) and self.size_limit < size + len(s) + 4:
+            if (self.sizes or n) and self.size_limit < size + len(s) + 4:
                 break
             size += len(s) + 4
             n += 1
@@ -102,24 +107,27 @@ class MdsPart:
     def write(self, table: pa.Table) -> None:
         take = self._pending[: table.num_rows]
         self._pending = []
-        self.samples += take
-        self.size += sum(len(s) + 4 for s in take)
+        for s in take:
+            self.data.write(s)
+            self.sizes.append(len(s))
+            self.size += len(s) + 4
 
     def close(self) -> dict[str, Any]:
-        n = len(self.samples)
-        offsets = np.array([0] + [len(s) for s in self.samples], dtype=np.int64).cumsum()
+        self.data.close()
+        n = len(self.sizes)
+        offsets = np.array([0, *self.sizes], dtype=np.int64).cumsum()
         offsets += 4 + 4 * (n + 1) + len(self.config_bytes)
         if offsets[-1] >= 1 << 32:
             raise ValueError(f"MDS shard {self.rel} would exceed 4 GiB; lower size_limit")
-        with self.tmp.open("wb") as f:
+        with self.tmp.open("wb") as f, self.data_tmp.open("rb") as data:
             f.write(np.uint32(n).tobytes() + offsets.astype(np.uint32).tobytes() + self.config_bytes)
-            for s in self.samples:
-                f.write(s)
-        self.samples = []
+            shutil.copyfileobj(data, f, 1 << 20)
+        self.data_tmp.unlink()
         return {"samples": n}
 
     def abort(self) -> None:
-        self.samples = []
+        self.data.close()
+        self.data_tmp.unlink(missing_ok=True)
         self.tmp.unlink(missing_ok=True)
 
     @property
