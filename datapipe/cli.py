@@ -1,4 +1,4 @@
-"""The ``datapipe`` command line: run, validate, sql, explain, models."""
+"""The ``datapipe`` command line: run, validate, sql, explain, export, models."""
 
 from __future__ import annotations
 
@@ -307,6 +307,53 @@ def report(run_dir: Path, html_file: Path) -> None:
     except OSError as exc:
         _fail(f"cannot write {html_file}: {exc.strerror or exc}", code=1)
     click.echo(f"wrote {path}")
+
+
+@main.command("export")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--format", "fmt", required=True, type=click.Choice(["megatron", "hf", "mds", "jsonl"]),
+              help="megatron: .bin/.idx per source and split; hf: Arrow stream (or Parquet) files for `datasets`; "
+                   "mds: MosaicML streaming shards; jsonl: one JSON object per document.")
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Export folder (new, empty, or an earlier export with the same options, which is resumed).")
+@click.option("--columns", metavar="COL,...",
+              help="Document columns to write (any column of docs/, plus input_ids: the tokens). "
+                   "Default: hf, mds id,text,input_ids; jsonl id,text; megatron tokens only.")
+@click.option("--split", "splits", multiple=True, type=click.Choice(["train", "val"]), help="Only this split (repeatable).")
+@click.option("--source", "sources", multiple=True, metavar="NAME", help="Only this source (repeatable).")
+@click.option("--docs-per-file", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Documents per hf/jsonl file.")
+@click.option("--hf-file-format", type=click.Choice(["arrow", "parquet"]), default="arrow", show_default=True)
+@click.option("--mds-size-limit", type=click.IntRange(min=1, max=(1 << 32) - 1), default=1 << 26, show_default=True,
+              help="Bytes per MDS shard.")
+@click.option("--fresh", is_flag=True, help="Delete an earlier export's files in --output and start over.")
+def export_cmd(run_dir: Path, fmt: str, output: Path, columns: str | None, splits: tuple[str, ...],
+               sources: tuple[str, ...], docs_per_file: int, hf_file_format: str, mds_size_limit: int,
+               fresh: bool) -> None:
+    """Export RUN_DIR's kept documents for a trainer: Megatron, Hugging Face, MosaicML or JSONL.
+
+    \b
+    Streams batch by batch; a killed export resumes when the same command runs again (the
+    files written so far are listed in OUTPUT/export-manifest.json). What was written (paths,
+    counts, sha256) is recorded in RUN_DIR/exports/<format>.json. megatron also writes
+    OUTPUT/data_path.<split>.txt: the weighted --data-path string for the run's mixture.
+    """
+    from datapipe.export import ExportError, export
+
+    try:
+        result = export(run_dir, fmt, output, columns=[c.strip() for c in columns.split(",") if c.strip()]
+                        if columns else None, splits=list(splits) or None, sources=list(sources) or None,
+                        docs_per_file=docs_per_file, hf_file_format=hf_file_format, mds_size_limit=mds_size_limit,
+                        fresh=fresh, log=lambda m: click.echo(m, err=True))
+    except ExportError as exc:
+        _fail(str(exc))
+    for stream, info in result.streams.items():
+        click.echo(f"{stream}: {info['docs']} documents, {info['tokens']} tokens, {info['parts']} file(s)")
+    click.echo(f"{result.documents} documents in {result.output} ({result.parts_written} files written, "
+               f"{result.parts_skipped} already done)")
+    for split, data_path in result.extra.get("data_path", {}).items():
+        flag = "--data-path" if split == "train" else "--valid-data-path"
+        click.echo(f"{flag} {data_path}")
 
 
 @main.group()

@@ -1,0 +1,309 @@
+"""The export driver: streams per source and split, output files written whole, resume, records.
+
+Every output file is written to a temporary name and renamed into place; then it is recorded
+in ``DIR/export-manifest.json`` (written atomically too). A killed export started again with
+the same options skips the recorded files, drops the documents they hold from the stream and
+goes on from there, so its files are byte-identical to an uninterrupted export's. File
+boundaries depend only on the documents (counts and encoded sizes), never on batch sizes.
+When everything is written, ``<run>/exports/<format>.json`` records paths, counts and sha256.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from datapipe.atomic import TMP_MARK, sweep_temp_files, temp_path_for, write_text_atomic
+from datapipe.export.documents import SPLITS, ExportError, RunDocuments
+from datapipe.shard_format import file_sha256
+
+MANIFEST = "export-manifest.json"
+
+
+class PartWriter(Protocol):
+    """Writes one output part (one or more files) from batches of documents."""
+
+    def write(self, table: pa.Table) -> None: ...
+
+    def room(self, table: pa.Table) -> int:
+        """How many of ``table``'s leading documents still fit in this part (>= 1 when it is empty)."""
+        ...
+
+    def close(self) -> dict[str, Any]:
+        """Finish the temporary files; returns extra facts to record (e.g. MDS sample sizes)."""
+        ...
+
+    def abort(self) -> None: ...
+
+    @property
+    def temp_files(self) -> dict[str, Path]:
+        """Final relative path -> temporary file, renamed in this order after ``close``."""
+        ...
+
+
+class Format(Protocol):
+    name: str
+    default_columns: tuple[str, ...]
+
+    def options(self) -> dict[str, Any]: ...
+
+    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema,
+                  docs: RunDocuments) -> PartWriter: ...
+
+    def finish_stream(self, out: Path, source: str, split: str, parts: list[dict[str, Any]],
+                      schema: pa.Schema) -> dict[str, Path]:
+        """Files that describe a whole stream (MDS index.json); final relative path -> temp file."""
+        ...
+
+    def finish(self, out: Path, result: ExportResult, docs: RunDocuments) -> dict[str, Path]:
+        """Files that describe the whole export (Megatron's data-path strings)."""
+        ...
+
+
+@dataclass
+class ExportResult:
+    run_dir: Path
+    output: Path
+    format: str
+    columns: list[str]
+    streams: dict[str, dict[str, int]] = field(default_factory=dict)  # "source/split" -> docs, tokens, files
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # relative path -> bytes, sha256, ...
+    parts_written: int = 0
+    parts_skipped: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def documents(self) -> int:
+        return sum(s["docs"] for s in self.streams.values())
+
+    @property
+    def tokens(self) -> int:
+        return sum(s["tokens"] for s in self.streams.values())
+
+
+class _Manifest:
+    """``DIR/export-manifest.json``: what this export is, and every part already written."""
+
+    def __init__(self, out: Path, identity: dict[str, Any]) -> None:
+        self.path = out / MANIFEST
+        self.identity = identity
+        self.parts: list[dict[str, Any]] = []
+        self.streams: dict[str, dict[str, Any]] = {}
+        self.finished: dict[str, dict[str, Any]] = {}  # describing files (index.json, data paths)
+        if self.path.is_file():
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if data.get("identity") != identity:
+                changed = sorted(k for k in set(identity) | set(data.get("identity", {}))
+                                 if identity.get(k) != data.get("identity", {}).get(k))
+                raise ExportError(f"--output: {out} holds an export with other settings (changed: "
+                                  f"{', '.join(changed)}); use another --output folder or --fresh")
+            self.parts = data.get("parts", [])
+            self.streams = data.get("streams", {})
+            self.finished = data.get("finished", {})
+        elif out.is_dir() and any(p for p in out.iterdir() if TMP_MARK not in p.name):
+            raise ExportError(f"--output: {out} is not empty and holds no {MANIFEST}; refusing to write "
+                              f"there (choose an empty or new folder)")
+
+    def save(self) -> None:
+        data = {"identity": self.identity, "parts": self.parts, "streams": self.streams, "finished": self.finished}
+        write_text_atomic(self.path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+
+    def done_parts(self, out: Path, stream: str) -> list[dict[str, Any]]:
+        """The recorded parts of ``stream`` whose files are all present with their recorded sizes."""
+        parts = sorted((p for p in self.parts if p["stream"] == stream), key=lambda p: p["part"])
+        good = []
+        for k, p in enumerate(parts):
+            if p["part"] != k or not all((out / f).is_file() and (out / f).stat().st_size == info["bytes"]
+                                         for f, info in p["files"].items()):
+                break
+            good.append(p)
+        if len(good) != len(parts):  # a damaged tail: forget it and rewrite from there
+            self.parts = [p for p in self.parts if p["stream"] != stream or p in good]
+            self.streams.pop(stream, None)
+        return good
+
+
+def run_export(docs: RunDocuments, fmt: Format, output: Path, columns: list[str], splits: list[str],
+               sources: list[str], fresh: bool = False, log: Callable[[str], None] = lambda m: None) -> ExportResult:
+    out = output.resolve()
+    _check_outside(out, docs.root)
+    if fresh and (out / MANIFEST).is_file():
+        _wipe(out)
+    out.mkdir(parents=True, exist_ok=True)
+    identity = {"format": fmt.name, "run": str(docs.root), "run_fingerprint": docs.run.get("fingerprint"),
+                "run_finished": docs.run.get("finished"), "columns": columns, "splits": splits, "sources": sources,
+                "options": fmt.options()}
+    manifest = _Manifest(out, identity)
+    sweep_temp_files(out)  # temporary files of a killed export
+    schema = docs.schema_of(columns)
+    result = ExportResult(docs.root, out, fmt.name, columns)
+    for source in sources:
+        for split in splits:
+            stream = f"{source}/{split}"
+            done = manifest.done_parts(out, stream)
+            if stream in manifest.streams:
+                result.parts_skipped += len(done)
+            else:
+                _export_stream(docs, fmt, out, source, split, schema, manifest, done, result, log)
+            info = manifest.streams.get(stream)
+            if info is not None:
+                result.streams[stream] = info
+    for p in manifest.parts:
+        for f, info in p["files"].items():
+            result.files[f] = {**info, "stream": p["stream"], "part": p["part"], "docs": p["docs"]}
+    for f, info in manifest.finished.items():
+        result.files[f] = info
+    described = fmt.finish(out, result, docs)
+    _rename_all(out, described)
+    for rel in described:
+        result.files[rel] = _file_info(out / rel)
+    manifest.finished.update({rel: result.files[rel] for rel in described})
+    manifest.save()
+    _record_in_run(docs, result)
+    return result
+
+
+def _export_stream(docs: RunDocuments, fmt: Format, out: Path, source: str, split: str, schema: pa.Schema,
+                   manifest: _Manifest, done: list[dict[str, Any]], result: ExportResult,
+                   log: Callable[[str], None]) -> None:
+    stream = f"{source}/{split}"
+    skip = sum(p["docs"] for p in done)
+    result.parts_skipped += len(done)
+    part_no, first_doc = len(done), skip
+    writer: PartWriter | None = None
+    n_docs = n_tokens = 0
+
+    def close_part() -> None:
+        nonlocal writer, part_no, first_doc, n_docs, n_tokens
+        assert writer is not None
+        extra = writer.close()
+        temps = writer.temp_files
+        _rename_all(out, temps)
+        files = {rel: _file_info(out / rel) for rel in temps}
+        manifest.parts.append({"stream": stream, "part": part_no, "first_doc": first_doc, "docs": n_docs,
+                               "tokens": n_tokens, "files": files, **extra})
+        manifest.save()
+        result.parts_written += 1
+        log(f"export: {', '.join(files)} ({n_docs} documents)")
+        _fault_point("export", result.parts_written)
+        part_no, first_doc = part_no + 1, first_doc + n_docs
+        writer, n_docs, n_tokens = None, 0, 0
+
+    try:
+        for table in _skip(docs.batches(source, split, schema.names), skip):
+            while table.num_rows:
+                if writer is None:
+                    writer = fmt.open_part(out, source, split, part_no, schema, docs)
+                take = writer.room(table)
+                if take <= 0:
+                    close_part()
+                    continue
+                head, table = table.slice(0, take), table.slice(take)
+                writer.write(head)
+                n_docs += head.num_rows
+                n_tokens += _count_tokens(head)
+                _fault_point("export-write", result.parts_written + 1)
+        if writer is not None:
+            close_part()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    parts = sorted((p for p in manifest.parts if p["stream"] == stream), key=lambda p: p["part"])
+    described = fmt.finish_stream(out, source, split, parts, schema)
+    _rename_all(out, described)
+    for rel in described:
+        manifest.finished[rel] = _file_info(out / rel)
+    manifest.streams[stream] = {"docs": sum(p["docs"] for p in parts), "tokens": sum(p["tokens"] for p in parts),
+                                "parts": len(parts)}
+    manifest.save()
+
+
+def _skip(batches: Iterator[pa.Table], n: int) -> Iterator[pa.Table]:
+    for table in batches:
+        if n >= table.num_rows:
+            n -= table.num_rows
+            continue
+        yield table.slice(n) if n else table
+        n = 0
+
+
+def _count_tokens(table: pa.Table) -> int:
+    if "input_ids" not in table.column_names:
+        return 0
+    import pyarrow.compute as pc
+
+    return int(pc.sum(pc.list_value_length(table["input_ids"])).as_py() or 0)
+
+
+def _rename_all(out: Path, temps: dict[str, Path]) -> None:
+    for rel, tmp in temps.items():
+        final = out / rel
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # a part recorded as done must survive a machine crash, not only a kill
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+
+
+def temp_for(out: Path, rel: str) -> Path:
+    """A temporary sibling of ``out/rel`` (swept when an export starts again)."""
+    final = out / rel
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return temp_path_for(final)
+
+
+def _file_info(path: Path) -> dict[str, Any]:
+    return {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+def _check_outside(out: Path, run: Path) -> None:
+    if out == run or run in out.parents:
+        raise ExportError(f"--output: {out} is inside the run folder; exports go to their own folder")
+
+
+def _wipe(out: Path) -> None:
+    """--fresh: remove what a previous export recorded (and only that)."""
+    data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    recorded = [f for p in data.get("parts", []) for f in p["files"]] + list(data.get("finished", {}))
+    for f in recorded:
+        (out / f).unlink(missing_ok=True)
+    (out / MANIFEST).unlink()
+    sweep_temp_files(out)
+    # Folders the export made and that are empty now (deepest first); anything else stays.
+    for folder in sorted({(out / f).parent for f in recorded}, key=lambda p: len(p.parts), reverse=True):
+        while folder != out and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
+
+
+def _record_in_run(docs: RunDocuments, result: ExportResult) -> None:
+    """``<run>/exports/<format>.json``: where the export went and what it holds."""
+    record = {"format": result.format, "output": str(result.output), "columns": result.columns,
+              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "documents": result.documents, "tokens": result.tokens, "streams": result.streams,
+              "files": result.files, **result.extra}
+    write_text_atomic(docs.root / "exports" / f"{result.format}.json",
+                      json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _fault_point(phase: str, n: int) -> None:
+    """Testing hook, as the runner's: DATAPIPE_FAULT_KILL_AT=export:<n> SIGKILLs after n parts are
+    recorded; export-write:<n> while part n is half written (a temporary file is left behind)."""
+    spec = os.environ.get("DATAPIPE_FAULT_KILL_AT")
+    if spec and spec == f"{phase}:{n}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def default_splits() -> list[str]:
+    return list(SPLITS)

@@ -1,0 +1,224 @@
+"""Kept documents of a finished run, with their tokens, streamed batch by batch.
+
+Exports read two things the run already holds, in the same order:
+
+- ``docs/<source>/<shard>.parquet``: the kept documents with text and every signal;
+- their token lists: ``_work/tokens/<source>/<shard>.arrow`` (one row per kept document,
+  written by the map task beside the Parquet file, EOS included), or, when ``_work`` was
+  deleted, the packed shards ``shards/<source>/<split>-NNNNN.arrow`` cut at ``doc_starts``
+  (``concat`` packing keeps documents in run order, so the k-th document of the stream is
+  the k-th kept document of that source and split).
+
+Neither path holds more than one batch of documents (plus one shard's memory map) at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datapipe.shard_format import open_shard, tokens_view
+
+TOKENS = "input_ids"  # the pseudo-column with a document's token ids
+SPLITS = ("train", "val")
+
+
+class ExportError(ValueError):
+    """The export cannot be done as asked; the message names the option and what is allowed."""
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    dtype: str  # numpy dtype name of the run's tokens (uint16 or uint32)
+    vocab_size: int
+    eos_id: int
+    packing: str
+    tokenizer_fingerprint: str
+
+
+class RunDocuments:
+    """Read access to one finished run's kept documents and their tokens."""
+
+    def __init__(self, run_dir: str | Path, batch_docs: int = 1024) -> None:
+        self.root = Path(run_dir).resolve()
+        run_json = self.root / "run.json"
+        if not run_json.is_file():
+            raise ExportError(f"RUN: {self.root} is not a datapipe run folder (no run.json)")
+        self.run = json.loads(run_json.read_text(encoding="utf-8"))
+        if self.run.get("status") != "complete":
+            raise ExportError(f"RUN: the run in {self.root} is not complete (status {self.run.get('status')!r}); "
+                              f"finish it with `datapipe run` first")
+        self.batch_docs = batch_docs
+        self.sources = sorted(p.name for p in (self.root / "docs").iterdir() if p.is_dir()) \
+            if (self.root / "docs").is_dir() else []
+        self._manifest = self._read_manifest()
+        self.tokens = self._token_info()
+
+    # --- what the run holds ---------------------------------------------------------
+    def _read_manifest(self) -> pa.Table | None:
+        path = self.root / "shards" / "manifest.parquet"
+        return pq.read_table(path) if path.is_file() else None
+
+    def _token_info(self) -> TokenInfo | None:
+        if self._manifest is None or self._manifest.num_rows == 0:
+            return None
+        _, meta = open_shard(self.root / self._manifest["path"][0].as_py())
+        return TokenInfo(meta.dtype, meta.vocab_size, meta.eos_id, meta.packing, meta.tokenizer_fingerprint)
+
+    def doc_files(self, source: str) -> list[Path]:
+        # Shard keys are <source>/<NNNNN>: name order is the run's order, which packing followed.
+        return sorted((self.root / "docs" / source).glob("*.parquet"))
+
+    def columns(self) -> list[str]:
+        """Columns a user may export: the kept documents' columns, plus input_ids with tokens."""
+        names: dict[str, None] = {}
+        for source in self.sources:
+            for f in self.doc_files(source)[:1]:
+                names.update(dict.fromkeys(pq.read_schema(f).names))
+        if self.tokens is not None:
+            names[TOKENS] = None
+        return list(names)
+
+    def schema_of(self, columns: list[str]) -> pa.Schema:
+        """The Arrow types of ``columns`` (first file that has each), input_ids as list<token dtype>."""
+        fields = []
+        for name in columns:
+            if name == TOKENS:
+                fields.append(pa.field(TOKENS, pa.list_(self.token_type())))
+                continue
+            for source in self.sources:
+                hit = next((s.field(name) for f in self.doc_files(source) if name in (s := pq.read_schema(f)).names),
+                           None)
+                if hit is not None:
+                    fields.append(pa.field(name, hit.type))
+                    break
+            else:
+                fields.append(pa.field(name, pa.null()))
+        return pa.schema(fields)
+
+    def token_type(self) -> pa.DataType:
+        return pa.uint16() if self.tokens is not None and self.tokens.dtype == "uint16" else pa.uint32()
+
+    def token_counts(self, split: str) -> dict[str, int]:
+        """Tokens per source in one split, from the shard manifest (what the loader and mixture see)."""
+        if self._manifest is None:
+            return {}
+        out: dict[str, int] = {}
+        for row in self._manifest.to_pylist():
+            if row["split"] == split:
+                out[row["source"]] = out.get(row["source"], 0) + int(row["tokens"])
+        return out
+
+    # --- streaming ------------------------------------------------------------------
+    def batches(self, source: str, split: str, columns: list[str]) -> Iterator[pa.Table]:
+        """The kept documents of one source and split, in run order, as tables of ``columns``.
+
+        ``input_ids`` (if asked) holds each document's tokens, EOS included, as the
+        packed shards hold them.
+        """
+        want_tokens = TOKENS in columns
+        schema = self.schema_of(columns)
+        doc_cols = [c for c in columns if c != TOKENS]
+        read_cols = list(dict.fromkeys(["id", "split", *doc_cols]))
+        if want_tokens and self.tokens is None:
+            raise ExportError(f"--columns: {TOKENS} needs a run with a tokenize section (this run has no shards)")
+        recovered = self._recovered_tokens(source, split) if want_tokens and not self._have_token_lists(source) \
+            else None
+        for path in self.doc_files(source):
+            pf = pq.ParquetFile(path)
+            present = [c for c in read_cols if c in pf.schema_arrow.names]
+            token_table = self._token_table(source, path) if want_tokens and recovered is None else None
+            cursor = 0
+            for rb in pf.iter_batches(batch_size=self.batch_docs, columns=present):
+                table = pa.Table.from_batches([rb])
+                n = table.num_rows
+                keep = pc.equal(table["split"], split) if "split" in table.column_names else None
+                if keep is None and split != "train":
+                    keep = pa.array([False] * n)  # a run without splits has train documents only
+                part = table.filter(keep) if keep is not None else table
+                if want_tokens:
+                    if recovered is None:
+                        assert token_table is not None
+                        tok = token_table.slice(cursor, n)
+                        if not pc.all(pc.equal(tok["id"], table["id"])).as_py():
+                            raise ExportError(f"RUN: token lists of {path.name} do not match its documents; "
+                                              f"the run folder is inconsistent")
+                        lists = (tok.filter(keep) if keep is not None else tok)["tokens"]
+                        part = part.append_column(TOKENS, pc.cast(lists, pa.list_(self.token_type())))
+                    else:
+                        part = part.append_column(TOKENS, _take_docs(recovered, part.num_rows, self.token_type()))
+                cursor += n
+                if part.num_rows:
+                    yield _select(part, schema)
+        if recovered is not None and next(recovered, None) is not None:
+            raise ExportError(f"RUN: the shards of {source}/{split} hold more documents than docs/ does")
+
+    def _have_token_lists(self, source: str) -> bool:
+        return all((self.root / "_work" / "tokens" / source / f"{f.stem}.arrow").is_file()
+                   for f in self.doc_files(source))
+
+    def _token_table(self, source: str, doc_file: Path) -> pa.Table:
+        path = self.root / "_work" / "tokens" / source / f"{doc_file.stem}.arrow"
+        return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()  # zero-copy: pages load as read
+
+    def _recovered_tokens(self, source: str, split: str) -> Iterator[np.ndarray]:
+        """Documents cut back out of the packed shards at their ``doc_starts``."""
+        assert self.tokens is not None and self._manifest is not None
+        if self.tokens.packing != "concat":
+            raise ExportError(f"RUN: _work/tokens is gone and the shards were packed with {self.tokens.packing!r}, "
+                              f"which reorders documents; only 'concat' shards can be cut back into run order")
+        paths = sorted(r["path"] for r in self._manifest.to_pylist() if r["source"] == source and r["split"] == split)
+        return _cut_documents(self.root, paths)
+
+
+def _cut_documents(root: Path, paths: list[str]) -> Iterator[np.ndarray]:
+    carry: list[np.ndarray] = []  # the document that runs over the end of the rows read so far
+    for rel in paths:
+        table, _ = open_shard(root / rel)
+        rows = tokens_view(table)
+        n_tokens = table["n_tokens"].to_numpy()
+        starts = table["doc_starts"].to_pylist()
+        for r in range(rows.shape[0]):
+            row = rows[r, : n_tokens[r]]
+            bounds = [*starts[r], len(row)]
+            if not starts[r] or starts[r][0] != 0:  # the row opens with the rest of the carried document
+                carry.append(row[: bounds[0]])
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                if carry:
+                    yield np.concatenate(carry)
+                carry = [row[a:b]]
+    if carry:
+        yield np.concatenate(carry)
+
+
+def _take_docs(docs: Iterator[np.ndarray], n: int, value_type: pa.DataType) -> pa.Array:
+    items = []
+    for _ in range(n):
+        doc = next(docs, None)
+        if doc is None:
+            raise ExportError("RUN: the shards hold fewer documents than docs/ does; the run folder is inconsistent")
+        items.append(doc)
+    lengths = np.fromiter((len(d) for d in items), dtype=np.int32, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.concatenate(items) if items else np.empty(0, dtype=np.uint32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, value_type))
+
+
+def _select(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s columns in ``schema``'s order and types; a column one source lacks is null there."""
+    cols = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table[f.name]
+            cols.append(col if col.type == f.type else pc.cast(col, f.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.table(cols, schema=schema)
