@@ -73,6 +73,7 @@ class PackedDataset:
         max_open_shards: int = 1024,
         verify: str = "full",
         recheck_interval: float = 0.25,
+        copy_shards: bool = False,
     ) -> None:
         """``verify`` (every shard's structure, sizes, offsets and metadata are always checked
         when it is opened; this picks what happens with its sha256 in the manifest):
@@ -90,10 +91,14 @@ class PackedDataset:
 
         ``recheck_interval``: seconds between re-checks that open shards' files did not shrink
         (a read of a truncated map is SIGBUS, see ``gather``); 0 checks before every gather.
+        ``copy_shards``: map sha256-verified copies in ``cache_dir`` instead of local shards
+        themselves, where another process may rewrite shards in place.
         """
         if verify not in VERIFY_MODES:
             raise ValueError(f"verify={verify!r}; allowed: {', '.join(VERIFY_MODES)}")
-        self.verify, self.recheck_interval = verify, float(recheck_interval)
+        if copy_shards and cache_dir is None:
+            raise ValueError("copy_shards=True needs cache_dir= (where the copies go)")
+        self.verify, self.recheck_interval, self.copy_shards = verify, float(recheck_interval), copy_shards
         self._verifier = Verifier()
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} not in [0, world_size={world_size})")
@@ -258,7 +263,7 @@ class PackedDataset:
     # ---- reading -------------------------------------------------------------------------
     def _open_shard(self, i: int) -> OpenShard:
         m = self.manifest
-        path = local_copy(m, i, self.cache_dir)
+        path = local_copy(m, i, self.cache_dir, self.copy_shards)
         sh = OpenShard(path, m.paths[i], m.row_len, -1 if m.bytes is None else int(m.bytes[i]))
         self._check(i, sh)
         if self.verify == "strict":

@@ -218,19 +218,24 @@ class OpenShard:
         return self.tokens[c][r - self.chunk_starts[c]]
 
 
-def local_copy(m: Manifest, i: int, cache_dir: str | None) -> str:
-    """A local path for shard i: itself when local, else a verified copy in cache_dir.
+def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -> str:
+    """A local path for shard i: itself when local (unless ``copy``), else a verified copy in
+    cache_dir.
 
     Memory maps need a local file; remote shards are fetched once (atomically, named by
-    their sha256 so concurrent workers and later runs share the copy)."""
+    their sha256 so concurrent workers and later runs share the copy). ``copy`` fetches
+    local shards too: a map of a private copy cannot be truncated by whoever writes the
+    original in place."""
     rel = m.paths[i]
     where = m.shard_path(i)
     if is_uri(where):
         fs, src_path = pafs.FileSystem.from_uri(where)
-        if isinstance(fs, pafs.LocalFileSystem):
+        if isinstance(fs, pafs.LocalFileSystem) and not copy:
             return src_path
     elif m.local:
-        return where
+        if not copy:
+            return where
+        fs, src_path = pafs.LocalFileSystem(), where
     else:
         fs, src_path = m.fs, where
     if cache_dir is None:

@@ -85,10 +85,6 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
                                     and getattr(got[col], "list_size", None) == getattr(typ, "list_size", None))):
             raise ShardCorrupt(f"shard {name}: column {col} has type {got[col]}, expected {typ} "
                                f"(dtype {meta.dtype}, row_len {row_len})", name)
-    try:
-        table.validate()  # Arrow's O(columns) check: buffer sizes against lengths
-    except (pa.ArrowException, ValueError) as exc:
-        raise ShardCorrupt(f"shard {name}: invalid Arrow data ({exc})", name) from None
 
     tokens: list[np.ndarray] = []
     for chunk in table.column("input_ids").chunks:
@@ -151,6 +147,10 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
             k = int(down[~np.isin(down, doc_offsets)][0])
             r = int(np.searchsorted(doc_offsets, k, side="right")) - 1
             raise ShardCorrupt(f"shard {name}: doc_starts of row {r} are not sorted", name)
+    try:  # Arrow's own O(columns) checks as a backstop (buffer sizes against lengths, list ends)
+        table.validate()
+    except (pa.ArrowException, ValueError) as exc:
+        raise ShardCorrupt(f"shard {name}: invalid Arrow data ({exc})", name) from None
     total = int(n_tokens.sum(dtype=np.int64))
     if total != meta.tokens:
         raise ShardCorrupt(f"shard {name}: n_tokens sum to {total} but the metadata says {meta.tokens}", name)

@@ -1,0 +1,417 @@
+"""Damaged shards and hostile manifests: the loader raises a Python error naming the shard and
+never crashes the process.
+
+Each case corrupts a copy of a real run folder and reads it in a *subprocess*, so a SIGSEGV
+or SIGBUS shows up as a negative return code (a failure here), not as a dead test runner.
+Every case runs three ways: in-process with the numba kernels forced on from the first
+block, in-process with DATAPIPE_LOADER_NUMBA=0, and through a torch DataLoader with two
+workers. Before these checks existed, the first case (last doc_starts offset + 4,000,000)
+killed the reader with SIGSEGV and a truncated mapped shard with SIGBUS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datapipe.shard_format import ShardMeta, write_shard
+from tests.loader_helpers import make_run, write_manifest
+from tests.shared_data import PROJECT_ROOT
+
+VICTIM = "shards/web/train-00001.arrow"
+
+
+# ---- the child: reads a run and reports what happened -------------------------------------
+def child(spec: dict) -> dict:
+    """Iterate one epoch; report the exception (type, message) or the number of batches."""
+    import time
+
+    from datapipe.loader import PackedDataset, fused
+
+    kw = {"batch_size": 4, "seed": 3, "verify": spec.get("verify", "full"),
+          "recheck_interval": spec.get("recheck", 0.0), **spec.get("kw", {})}
+    n = 0
+    try:
+        if spec["via"] == "torch":
+            ds = PackedDataset(spec["run"], **kw)
+            assert type(ds).__name__ == "TorchPackedDataset"
+            ds._warm = True  # workers inherit it: compiled paths (when enabled) from their first block
+            batches = iter(ds.dataloader(num_workers=2))
+        else:
+            ds = PackedDataset(spec["run"], backend="numpy", **kw)
+            ds._warm = True  # the numba kernels from the first block on (numpy ones when disabled)
+            if spec.get("preopen"):
+                ds.table.pin(np.arange(len(ds.manifest.paths)))
+            batches = iter(ds)
+        for _batch in batches:
+            n += 1
+            if n == 1 and spec.get("truncate_after_first"):
+                if spec["via"] == "torch" or spec["truncate_after_first"] == "all":
+                    time.sleep(0.5)  # let the workers fill their prefetch queues and go idle
+                    paths = [str(p) for p in Path(spec["run"]).glob("shards/*/*.arrow")]
+                else:  # exactly the shards mapped so far
+                    paths = [sh.path for sh in ds.table.objs if sh is not None]
+                for p in paths:
+                    os.truncate(p, os.path.getsize(p) // 2)
+                time.sleep(spec.get("sleep_after", 0.0))
+        out = {"exc": None}
+    except Exception as exc:  # noqa: BLE001 - report whatever it is; the test judges
+        out = {"exc": type(exc).__name__, "msg": str(exc)}
+    out["batches"] = n
+    out["numba"] = fused.gather_kernel() is not None
+    return out
+
+
+def run_child(spec: dict | list[dict], numba: bool = True) -> dict | list[dict]:
+    """Run ``child`` in a fresh interpreter (a list of specs: one after another, one result each)."""
+    env = {**os.environ, "DATAPIPE_LOADER_NUMBA": "1" if numba else "0"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run([sys.executable, "-m", "tests.test_loader_corrupt", json.dumps(spec)], cwd=PROJECT_ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode >= 0, f"the reader CRASHED with signal {-proc.returncode}:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for r, s in zip(result if isinstance(result, list) else [result], spec if isinstance(spec, list) else [spec]):
+        if s["via"] == "inproc":
+            assert r["numba"] is numba or (numba and not _has_numba())
+    return result
+
+
+def _has_numba() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
+
+
+# ---- corruptions ---------------------------------------------------------------------------
+def layout(path: Path) -> dict[str, int]:
+    """File offsets of the first record batch's buffers, and a few counts."""
+    data = path.read_bytes()
+    buf = pa.py_buffer(data)
+    table = pa.ipc.open_file(pa.BufferReader(buf)).read_all()
+    ids, starts, n_tok = (table.column(c).chunks[0] for c in ("input_ids", "doc_starts", "n_tokens"))
+
+    def at(b: pa.Buffer) -> int:
+        return b.address - buf.address
+
+    return {"tokens": at(ids.values.buffers()[1]), "offsets": at(starts.buffers()[1]),
+            "values": at(starts.values.buffers()[1]), "n_tokens": at(n_tok.buffers()[1]), "rows": len(ids),
+            "n_values": len(starts.values), "size": len(data), "row_len": ids.type.list_size}
+
+
+def patch_i32(path: Path, pos: int, change: Callable[[int], int]) -> None:
+    with path.open("r+b") as f:
+        f.seek(pos)
+        (old,) = struct.unpack("<i", f.read(4))
+        f.seek(pos)
+        f.write(struct.pack("<i", change(old)))
+
+
+def offsets(path: Path) -> np.ndarray:
+    lay = layout(path)
+    return np.frombuffer(path.read_bytes(), np.int32, count=lay["rows"] + 1, offset=lay["offsets"])
+
+
+def last_offset_plus_4m(run: Path) -> str:
+    lay = layout(run / VICTIM)
+    patch_i32(run / VICTIM, lay["offsets"] + 4 * lay["rows"], lambda v: v + 4_000_000)
+    return "doc_starts offsets"
+
+
+def middle_offset_out_of_range(run: Path) -> str:
+    lay = layout(run / VICTIM)
+    patch_i32(run / VICTIM, lay["offsets"] + 4 * (lay["rows"] // 2), lambda v: v + 1_000_000)
+    return "doc_starts offsets"
+
+
+def offset_negative(run: Path) -> str:
+    lay = layout(run / VICTIM)
+    patch_i32(run / VICTIM, lay["offsets"], lambda v: -8)
+    return "doc_starts offsets"
+
+
+def offsets_decreasing(run: Path) -> str:
+    o = offsets(run / VICTIM)
+    k = int(np.nonzero(np.diff(o) > 0)[0][0]) + 1  # o[k] > o[k - 1]: make o[k] < o[k - 1]
+    patch_i32(run / VICTIM, layout(run / VICTIM)["offsets"] + 4 * k, lambda v: int(o[k - 1]) - 1)
+    return "not monotonic"
+
+
+def doc_start_out_of_row(run: Path) -> str:
+    lay = layout(run / VICTIM)
+    patch_i32(run / VICTIM, lay["values"] + 4 * (lay["n_values"] - 1), lambda v: lay["row_len"] + 100)
+    return r"doc_starts value \d+ in row \d+ is outside"
+
+
+def doc_start_negative(run: Path) -> str:
+    lay = layout(run / VICTIM)
+    patch_i32(run / VICTIM, lay["values"], lambda v: -3)
+    return "is outside"
+
+
+def doc_starts_unsorted(run: Path) -> str:
+    lay = layout(run / VICTIM)
+    o = offsets(run / VICTIM)
+    v = np.frombuffer((run / VICTIM).read_bytes(), np.int32, count=lay["n_values"], offset=lay["values"])
+    r = next(r for r in range(lay["rows"]) if o[r + 1] - o[r] >= 2 and v[o[r]] >= 1)  # two starts, first > 0
+    patch_i32(run / VICTIM, lay["values"] + 4 * int(o[r] + 1), lambda _: int(v[o[r]]) - 1)  # below the first
+    return f"doc_starts of row {r} are not sorted"
+
+
+def n_tokens_out_of_range(run: Path) -> str:
+    lay = layout(run / VICTIM)
+    patch_i32(run / VICTIM, lay["n_tokens"] + 4 * 3, lambda v: -5)
+    return r"n_tokens\[3\] = -5"
+
+
+def truncated_before_open(run: Path) -> str:
+    p = run / VICTIM
+    os.truncate(p, p.stat().st_size // 2)
+    return "no Arrow IPC file magic"
+
+
+def truncated_to_nothing(run: Path) -> str:
+    os.truncate(run / VICTIM, 3)
+    return "too small"
+
+
+def flipped_token_byte(run: Path) -> str:
+    lay = layout(run / VICTIM)
+    pos = lay["tokens"] + lay["rows"] * lay["row_len"]  # a byte in the middle of the token data
+    with (run / VICTIM).open("r+b") as f:
+        f.seek(pos)
+        b = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([b ^ 0x10]))
+    return "sha256 .* does not match the manifest"
+
+
+def swapped_valid_shard(run: Path) -> str:
+    """Another valid shard in its place: same source, rows and token count, other rows."""
+    with pa.OSFile(str(run / VICTIM)) as f:
+        table = pa.ipc.open_file(f).read_all()
+    meta = ShardMeta.from_schema(table.schema)
+    ids = table.column("input_ids").combine_chunks()
+    tokens = ids.flatten().to_numpy().reshape(len(ids), -1)[::-1]
+    starts = table.column("doc_starts").combine_chunks()
+    counts = np.diff(starts.offsets.to_numpy())[::-1]
+    values = [starts[i].values.to_numpy() for i in range(len(starts))][::-1]
+    n_tok = table.column("n_tokens").to_numpy()[::-1]
+    write_shard(run / VICTIM, tokens, np.concatenate([[0], np.cumsum(counts)]),
+                np.concatenate(values).astype(np.int32), n_tok, meta)
+    return "sha256 .* does not match the manifest"
+
+
+def _outside_copy(run: Path) -> Path:
+    outside = run.parent / f"{run.name}-elsewhere" / "x.arrow"
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(run / VICTIM, outside)
+    return outside
+
+
+def _set_path(run: Path, new: str) -> None:
+    recs = pq.read_table(run / "shards" / "manifest.parquet").to_pylist()
+    for rec in recs:
+        if rec["path"] == VICTIM:
+            rec["path"] = new
+    write_manifest(run, recs)
+
+
+def manifest_dotdot(run: Path) -> str:
+    _outside_copy(run)
+    _set_path(run, f"shards/../../{run.name}-elsewhere/x.arrow")
+    return r"'\.\.' in a manifest path"
+
+
+def manifest_absolute(run: Path) -> str:
+    _set_path(run, str(_outside_copy(run)))
+    return "absolute manifest paths are refused"
+
+
+def symlink_escaping(run: Path) -> str:
+    target = _outside_copy(run)
+    (run / VICTIM).unlink()
+    (run / VICTIM).symlink_to(target)
+    return "outside the run folder"
+
+
+CASES: dict[str, tuple[Callable[[Path], str], str]] = {  # name -> (corrupt, exception type)
+    "last_offset_plus_4m": (last_offset_plus_4m, "ShardCorrupt"),
+    "middle_offset_out_of_range": (middle_offset_out_of_range, "ShardCorrupt"),
+    "offset_negative": (offset_negative, "ShardCorrupt"),
+    "offsets_decreasing": (offsets_decreasing, "ShardCorrupt"),
+    "doc_start_out_of_row": (doc_start_out_of_row, "ShardCorrupt"),
+    "doc_start_negative": (doc_start_negative, "ShardCorrupt"),
+    "doc_starts_unsorted": (doc_starts_unsorted, "ShardCorrupt"),
+    "n_tokens_out_of_range": (n_tokens_out_of_range, "ShardCorrupt"),
+    "truncated_before_open": (truncated_before_open, "ShardCorrupt"),
+    "truncated_to_nothing": (truncated_to_nothing, "ShardCorrupt"),
+    "flipped_token_byte": (flipped_token_byte, "ShardCorrupt"),
+    "swapped_valid_shard": (swapped_valid_shard, "ShardCorrupt"),
+    "manifest_dotdot": (manifest_dotdot, "ShardPathError"),
+    "manifest_absolute": (manifest_absolute, "ShardPathError"),
+    "symlink_escaping": (symlink_escaping, "ShardPathError"),
+}
+WAYS = {"numba": ("inproc", True), "numpy": ("inproc", False), "torch-workers": ("torch", True)}
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory) -> Path:
+    # Equal rows per shard; several documents per row; the last row of each shard padded.
+    return make_run(tmp_path_factory.mktemp("clean") / "run", {"web": [48, 48, 48], "code": [48, 48]}, seq_len=32)
+
+
+def fresh_copy(clean: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(clean, run)
+    return run
+
+
+@pytest.fixture(scope="module")
+def torch_results(clean_run, tmp_path_factory) -> dict[str, dict]:
+    """Every case through a DataLoader with two workers, in one interpreter (importing torch
+    costs seconds). The workers are the processes that read shards: one that crashes is
+    reported by the DataLoader as a RuntimeError naming the signal, which fails its case."""
+    pytest.importorskip("torch")
+    specs, patterns = [], {}
+    for case, (corrupt, _) in CASES.items():
+        run = fresh_copy(clean_run, tmp_path_factory.mktemp(case))
+        patterns[case] = corrupt(run)
+        specs.append({"run": str(run), "via": "torch"})
+    results = run_child(specs, numba=True)
+    return {case: {**r, "pattern": patterns[case]} for case, r in zip(CASES, results)}
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+@pytest.mark.parametrize("case", list(CASES))
+def test_corruption_raises_naming_the_shard(clean_run, tmp_path, case, way, request):
+    corrupt, exc_type = CASES[case]
+    via, numba = WAYS[way]
+    if via == "torch":
+        result = request.getfixturevalue("torch_results")[case]
+        pattern = result["pattern"]
+    else:  # one interpreter per case: a crash is that case's crash
+        run = fresh_copy(clean_run, tmp_path)
+        pattern = corrupt(run)
+        result = run_child({"run": str(run), "via": via}, numba)
+    assert result["exc"] == exc_type, result
+    assert VICTIM in result["msg"] or "x.arrow" in result["msg"], result  # names the shard
+    assert re.search(pattern, result["msg"]), (pattern, result)
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_clean_run_reads_without_error(clean_run, tmp_path, way):
+    """The same subprocess read of the intact copy succeeds: the errors above come from the damage."""
+    if way == "torch-workers":
+        pytest.importorskip("torch")
+    via, numba = WAYS[way]
+    result = run_child({"run": str(fresh_copy(clean_run, tmp_path)), "via": via}, numba)
+    assert result["exc"] is None and result["batches"] == 240 // 4, result
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_truncated_after_mapping(clean_run, tmp_path, way):
+    """Shards already memory-mapped are cut in half mid-epoch: a Python error, not SIGBUS."""
+    if way == "torch-workers":
+        pytest.importorskip("torch")
+    via, numba = WAYS[way]
+    result = run_child({"run": str(fresh_copy(clean_run, tmp_path)), "via": via, "truncate_after_first": True},
+                       numba)
+    assert result["exc"] == "ShardCorrupt", result
+    assert "shards/" in result["msg"], result
+    if via == "inproc":  # in-process, exactly the mapped shards were cut: the size re-check caught it
+        assert "shrank below" in result["msg"], result
+
+
+def test_truncated_after_mapping_default_interval(clean_run, tmp_path):
+    """With the default re-check interval the check runs before the next gather once it has passed."""
+    run = fresh_copy(clean_run, tmp_path)
+    result = run_child({"run": str(run), "via": "inproc", "truncate_after_first": True, "recheck": 0.25,
+                        "sleep_after": 0.6})
+    assert result["exc"] == "ShardCorrupt" and "shrank below" in result["msg"], result
+
+
+def test_copy_shards_survives_truncated_originals(clean_run, tmp_path):
+    """copy_shards maps private, verified copies: cutting the originals in place harms nothing."""
+    run = fresh_copy(clean_run, tmp_path)
+    result = run_child({"run": str(run), "via": "inproc", "truncate_after_first": "all", "preopen": True,
+                        "kw": {"copy_shards": True, "cache_dir": str(tmp_path / "cache")}})
+    assert result["exc"] is None and result["batches"] == 60, result
+    assert (run / VICTIM).stat().st_size < (clean_run / VICTIM).stat().st_size  # the originals were cut
+
+
+def test_verify_modes(clean_run, tmp_path):
+    """strict: the flipped shard is refused when first opened; open: the flip goes unnoticed
+    (documented), while structural damage is still refused."""
+    run = fresh_copy(clean_run, tmp_path)
+    flipped_token_byte(run)
+    strict = run_child({"run": str(run), "via": "inproc", "verify": "strict"})
+    assert strict["exc"] == "ShardCorrupt" and VICTIM in strict["msg"] and "sha256" in strict["msg"], strict
+    assert run_child({"run": str(run), "via": "inproc", "verify": "open"}) == {"exc": None, "batches": 60,
+                                                                               "numba": _has_numba()}
+    run2 = fresh_copy(clean_run, tmp_path / "b")
+    last_offset_plus_4m(run2)
+    opened = run_child({"run": str(run2), "via": "inproc", "verify": "open"})
+    assert opened["exc"] == "ShardCorrupt" and "doc_starts offsets" in opened["msg"], opened
+
+
+def test_verify_mode_refused(clean_run):
+    from datapipe.loader import PackedDataset
+
+    with pytest.raises(ValueError, match="verify='fast'; allowed: full, strict, open"):
+        PackedDataset(clean_run, backend="numpy", verify="fast")
+
+
+def test_manifest_size_column(clean_run, tmp_path):
+    """A manifest with a ``bytes`` column: a shard of another size is refused before it is mapped."""
+    from datapipe.loader import PackedDataset, ShardCorrupt
+
+    run = fresh_copy(clean_run, tmp_path)
+    recs = pq.read_table(run / "shards" / "manifest.parquet").to_pylist()
+    for rec in recs:
+        rec["bytes"] = (run / rec["path"]).stat().st_size + (1 if rec["path"] == VICTIM else 0)
+    pq.write_table(pa.Table.from_pylist(recs), run / "shards" / "manifest.parquet")
+    ds = PackedDataset(run, backend="numpy", batch_size=4)
+    with pytest.raises(ShardCorrupt, match=f"shard {VICTIM}: .* bytes on disk, the manifest says"):
+        list(ds)
+
+
+def test_bad_sha256_in_manifest_refused(clean_run, tmp_path):
+    """The sha256 names cache files for remote shards: anything but hex is refused up front."""
+    from datapipe.loader import PackedDataset
+
+    run = fresh_copy(clean_run, tmp_path)
+    recs = pq.read_table(run / "shards" / "manifest.parquet").to_pylist()
+    recs[0]["sha256"] = "../../etc/passwd"
+    write_manifest(run, recs)
+    with pytest.raises(ValueError, match="not 64 lowercase hex digits"):
+        PackedDataset(run, backend="numpy")
+
+
+def test_uri_path_is_allowed_on_purpose(clean_run, tmp_path):
+    """A manifest path written as a file:// URI reads that file: a deliberate choice, not an escape."""
+    from datapipe.loader import PackedDataset
+
+    run = fresh_copy(clean_run, tmp_path)
+    outside = _outside_copy(run)
+    (run / VICTIM).unlink()
+    _set_path(run, outside.as_uri())
+    ds = PackedDataset(run, backend="numpy", batch_size=4)
+    assert sum(len(b["input_ids"]) for b in ds) == 240
+
+
+if __name__ == "__main__":
+    arg = json.loads(sys.argv[1])
+    print(json.dumps([child(a) for a in arg] if isinstance(arg, list) else child(arg)))
