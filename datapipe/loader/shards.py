@@ -15,13 +15,13 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -31,7 +31,6 @@ from datapipe.shard_format import ShardCorrupt, ShardMeta
 
 MANIFEST_NAME = "manifest.parquet"
 MANIFEST_COLUMNS = ("path", "source", "split", "rows", "tokens", "sha256", "tokenizer_fingerprint", "seq_len", "row_len")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _ARROW_MAGIC = b"ARROW1"
 
 
@@ -112,10 +111,7 @@ def read_manifest(location: str | os.PathLike[str], split: str, root: str | None
         raise ValueError(f"manifest {location} has no shards for split {split!r} (splits: {splits})")
     idx = [i for _, _, i in keep]
     col = {c: [data[c][i] for i in idx] for c in MANIFEST_COLUMNS}
-    for rel, digest in zip(col["path"], col["sha256"]):
-        check_manifest_path(rel)
-        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-            raise ValueError(f"manifest {location}: shard {rel} has sha256 {digest!r}, not 64 lowercase hex digits")
+    _check_manifest_columns(table.column("path"), table.column("sha256"), location)
     sizes = None
     if "bytes" in table.column_names:  # optional: lets a shard's size be checked before it is mapped
         raw = table.column("bytes").to_pylist()
@@ -143,6 +139,23 @@ def manifest_fingerprint(m: Manifest, sources: list[str]) -> str:
 
 def is_uri(path: str) -> bool:
     return "://" in path
+
+
+def _check_manifest_columns(paths: pa.ChunkedArray, digests: pa.ChunkedArray, location: object) -> None:
+    """Paths and sha256 of every manifest row, vectorized (a Python loop costs ~5 ms per
+    1,000 shards of start-up); the row-by-row check runs only to name the first bad row."""
+    plain = pc.invert(pc.fill_null(pc.match_substring(paths, "://"), False))
+    suspect = pc.or_(pc.is_null(paths), pc.and_(plain, pc.or_(
+        pc.or_(pc.starts_with(paths, "/"), pc.match_substring_regex(paths, r"(^|/)\.\.(/|$)")),
+        pc.or_(pc.equal(pc.utf8_length(paths), 0), pc.match_substring(paths, "\x00")))))
+    if pc.any(pc.fill_null(suspect, True)).as_py():
+        for rel in paths.to_pylist():
+            check_manifest_path(rel)
+    good = pc.fill_null(pc.match_substring_regex(digests, r"^[0-9a-f]{64}$"), False)
+    if not pc.all(good).as_py():
+        k = pc.index(good, False).as_py()
+        raise ValueError(f"manifest {location}: shard {paths[k].as_py()} has sha256 {digests[k].as_py()!r}, "
+                         "not 64 lowercase hex digits")
 
 
 def check_manifest_path(rel: object) -> None:

@@ -142,9 +142,11 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
             raise ShardCorrupt(f"shard {name}: doc_starts value {int(doc_values[k])} in row {r} is outside "
                                f"[0, {row_len})", name)
         # Sorted within each row: a decrease is only allowed where a new row begins.
-        down = np.nonzero(np.diff(doc_values) < 0)[0] + 1
-        if down.size and not np.all(np.isin(down, doc_offsets)):
-            k = int(down[~np.isin(down, doc_offsets)][0])
+        row_start = np.zeros(doc_values.size + 1, np.bool_)
+        row_start[doc_offsets] = True
+        bad = (doc_values[1:] < doc_values[:-1]) & ~row_start[1:-1]
+        if bad.any():
+            k = int(np.argmax(bad)) + 1
             r = int(np.searchsorted(doc_offsets, k, side="right")) - 1
             raise ShardCorrupt(f"shard {name}: doc_starts of row {r} are not sorted", name)
     try:  # Arrow's own O(columns) checks as a backstop (buffer sizes against lengths, list ends)
