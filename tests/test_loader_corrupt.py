@@ -124,73 +124,73 @@ def offsets(path: Path) -> np.ndarray:
     return np.frombuffer(path.read_bytes(), np.int32, count=lay["rows"] + 1, offset=lay["offsets"])
 
 
-def last_offset_plus_4m(run: Path) -> str:
-    lay = layout(run / VICTIM)
-    patch_i32(run / VICTIM, lay["offsets"] + 4 * lay["rows"], lambda v: v + 4_000_000)
+def last_offset_plus_4m(run: Path, victim: str = VICTIM) -> str:
+    lay = layout(run / victim)
+    patch_i32(run / victim, lay["offsets"] + 4 * lay["rows"], lambda v: v + 4_000_000)
     return "doc_starts offsets"
 
 
-def middle_offset_out_of_range(run: Path) -> str:
-    lay = layout(run / VICTIM)
-    patch_i32(run / VICTIM, lay["offsets"] + 4 * (lay["rows"] // 2), lambda v: v + 1_000_000)
+def middle_offset_out_of_range(run: Path, victim: str = VICTIM) -> str:
+    lay = layout(run / victim)
+    patch_i32(run / victim, lay["offsets"] + 4 * (lay["rows"] // 2), lambda v: v + 1_000_000)
     return "doc_starts offsets"
 
 
-def offset_negative(run: Path) -> str:
-    lay = layout(run / VICTIM)
-    patch_i32(run / VICTIM, lay["offsets"], lambda v: -8)
+def offset_negative(run: Path, victim: str = VICTIM) -> str:
+    lay = layout(run / victim)
+    patch_i32(run / victim, lay["offsets"], lambda v: -8)
     return "doc_starts offsets"
 
 
-def offsets_decreasing(run: Path) -> str:
-    o = offsets(run / VICTIM)
+def offsets_decreasing(run: Path, victim: str = VICTIM) -> str:
+    o = offsets(run / victim)
     k = int(np.nonzero(np.diff(o) > 0)[0][0]) + 1  # o[k] > o[k - 1]: make o[k] < o[k - 1]
-    patch_i32(run / VICTIM, layout(run / VICTIM)["offsets"] + 4 * k, lambda v: int(o[k - 1]) - 1)
+    patch_i32(run / victim, layout(run / victim)["offsets"] + 4 * k, lambda v: int(o[k - 1]) - 1)
     return "not monotonic"
 
 
-def doc_start_out_of_row(run: Path) -> str:
-    lay = layout(run / VICTIM)
-    patch_i32(run / VICTIM, lay["values"] + 4 * (lay["n_values"] - 1), lambda v: lay["row_len"] + 100)
+def doc_start_out_of_row(run: Path, victim: str = VICTIM) -> str:
+    lay = layout(run / victim)
+    patch_i32(run / victim, lay["values"] + 4 * (lay["n_values"] - 1), lambda v: lay["row_len"] + 100)
     return r"doc_starts value \d+ in row \d+ is outside"
 
 
-def doc_start_negative(run: Path) -> str:
-    lay = layout(run / VICTIM)
-    patch_i32(run / VICTIM, lay["values"], lambda v: -3)
+def doc_start_negative(run: Path, victim: str = VICTIM) -> str:
+    lay = layout(run / victim)
+    patch_i32(run / victim, lay["values"], lambda v: -3)
     return "is outside"
 
 
-def doc_starts_unsorted(run: Path) -> str:
-    lay = layout(run / VICTIM)
-    o = offsets(run / VICTIM)
-    v = np.frombuffer((run / VICTIM).read_bytes(), np.int32, count=lay["n_values"], offset=lay["values"])
+def doc_starts_unsorted(run: Path, victim: str = VICTIM) -> str:
+    lay = layout(run / victim)
+    o = offsets(run / victim)
+    v = np.frombuffer((run / victim).read_bytes(), np.int32, count=lay["n_values"], offset=lay["values"])
     r = next(r for r in range(lay["rows"]) if o[r + 1] - o[r] >= 2 and v[o[r]] >= 1)  # two starts, first > 0
-    patch_i32(run / VICTIM, lay["values"] + 4 * int(o[r] + 1), lambda _: int(v[o[r]]) - 1)  # below the first
+    patch_i32(run / victim, lay["values"] + 4 * int(o[r] + 1), lambda _: int(v[o[r]]) - 1)  # below the first
     return f"doc_starts of row {r} are not sorted"
 
 
-def n_tokens_out_of_range(run: Path) -> str:
-    lay = layout(run / VICTIM)
-    patch_i32(run / VICTIM, lay["n_tokens"] + 4 * 3, lambda v: -5)
+def n_tokens_out_of_range(run: Path, victim: str = VICTIM) -> str:
+    lay = layout(run / victim)
+    patch_i32(run / victim, lay["n_tokens"] + 4 * 3, lambda v: -5)
     return r"n_tokens\[3\] = -5"
 
 
-def truncated_before_open(run: Path) -> str:
-    p = run / VICTIM
+def truncated_before_open(run: Path, victim: str = VICTIM) -> str:
+    p = run / victim
     os.truncate(p, p.stat().st_size // 2)
     return "no Arrow IPC file magic"
 
 
-def truncated_to_nothing(run: Path) -> str:
-    os.truncate(run / VICTIM, 3)
+def truncated_to_nothing(run: Path, victim: str = VICTIM) -> str:
+    os.truncate(run / victim, 3)
     return "too small"
 
 
-def flipped_token_byte(run: Path) -> str:
-    lay = layout(run / VICTIM)
+def flipped_token_byte(run: Path, victim: str = VICTIM) -> str:
+    lay = layout(run / victim)
     pos = lay["tokens"] + lay["rows"] * lay["row_len"]  # a byte in the middle of the token data
-    with (run / VICTIM).open("r+b") as f:
+    with (run / victim).open("r+b") as f:
         f.seek(pos)
         b = f.read(1)[0]
         f.seek(pos)
@@ -198,9 +198,9 @@ def flipped_token_byte(run: Path) -> str:
     return "sha256 .* does not match the manifest"
 
 
-def swapped_valid_shard(run: Path) -> str:
+def swapped_valid_shard(run: Path, victim: str = VICTIM) -> str:
     """Another valid shard in its place: same source, rows and token count, other rows."""
-    with pa.OSFile(str(run / VICTIM)) as f:
+    with pa.OSFile(str(run / victim)) as f:
         table = pa.ipc.open_file(f).read_all()
     meta = ShardMeta.from_schema(table.schema)
     ids = table.column("input_ids").combine_chunks()
@@ -209,8 +209,15 @@ def swapped_valid_shard(run: Path) -> str:
     counts = np.diff(starts.offsets.to_numpy())[::-1]
     values = [starts[i].values.to_numpy() for i in range(len(starts))][::-1]
     n_tok = table.column("n_tokens").to_numpy()[::-1]
-    write_shard(run / VICTIM, tokens, np.concatenate([[0], np.cumsum(counts)]),
+    write_shard(run / victim, tokens, np.concatenate([[0], np.cumsum(counts)]),
                 np.concatenate(values).astype(np.int32), n_tok, meta)
+    return "sha256 .* does not match the manifest"
+
+
+def copied_other_shard(run: Path, victim: str = VICTIM) -> str:
+    """A byte-for-byte copy of a sibling shard (same source, rows and token count) in its place."""
+    sibling = next(p for p in sorted((run / victim).parent.glob("*.arrow")) if p.name != Path(victim).name)
+    shutil.copy(sibling, run / victim)
     return "sha256 .* does not match the manifest"
 
 
@@ -229,21 +236,21 @@ def _set_path(run: Path, new: str) -> None:
     write_manifest(run, recs)
 
 
-def manifest_dotdot(run: Path) -> str:
+def manifest_dotdot(run: Path, victim: str = VICTIM) -> str:
     _outside_copy(run)
     _set_path(run, f"shards/../../{run.name}-elsewhere/x.arrow")
     return r"'\.\.' in a manifest path"
 
 
-def manifest_absolute(run: Path) -> str:
+def manifest_absolute(run: Path, victim: str = VICTIM) -> str:
     _set_path(run, str(_outside_copy(run)))
     return "absolute manifest paths are refused"
 
 
-def symlink_escaping(run: Path) -> str:
+def symlink_escaping(run: Path, victim: str = VICTIM) -> str:
     target = _outside_copy(run)
-    (run / VICTIM).unlink()
-    (run / VICTIM).symlink_to(target)
+    (run / victim).unlink()
+    (run / victim).symlink_to(target)
     return "outside the run folder"
 
 
@@ -260,6 +267,7 @@ CASES: dict[str, tuple[Callable[[Path], str], str]] = {  # name -> (corrupt, exc
     "truncated_to_nothing": (truncated_to_nothing, "ShardCorrupt"),
     "flipped_token_byte": (flipped_token_byte, "ShardCorrupt"),
     "swapped_valid_shard": (swapped_valid_shard, "ShardCorrupt"),
+    "copied_other_shard": (copied_other_shard, "ShardCorrupt"),
     "manifest_dotdot": (manifest_dotdot, "ShardPathError"),
     "manifest_absolute": (manifest_absolute, "ShardPathError"),
     "symlink_escaping": (symlink_escaping, "ShardPathError"),
@@ -308,6 +316,28 @@ def test_corruption_raises_naming_the_shard(clean_run, tmp_path, case, way, requ
         result = run_child({"run": str(run), "via": via}, numba)
     assert result["exc"] == exc_type, result
     assert VICTIM in result["msg"] or "x.arrow" in result["msg"], result  # names the shard
+    assert re.search(pattern, result["msg"]), (pattern, result)
+
+
+REAL_VICTIM = "shards/zh/train-00001.arrow"
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> Path:
+    """Shards best-fit packed from real zh/en Wikipedia text (tests/test_loader_real.py)."""
+    from tests.test_loader_real import _real_run
+
+    return _real_run(tmp_path_factory.mktemp("real"))[0]
+
+
+@pytest.mark.parametrize("numba", [True, False], ids=["numba", "numpy"])
+@pytest.mark.parametrize("case", ["last_offset_plus_4m", "n_tokens_out_of_range", "flipped_token_byte",
+                                  "swapped_valid_shard"])
+def test_real_text_shards(real_run, tmp_path, case, numba):
+    run = fresh_copy(real_run, tmp_path)
+    pattern = CASES[case][0](run, REAL_VICTIM)
+    result = run_child({"run": str(run), "via": "inproc"}, numba)
+    assert result["exc"] == "ShardCorrupt" and REAL_VICTIM in result["msg"], result
     assert re.search(pattern, result["msg"]), (pattern, result)
 
 
