@@ -356,6 +356,7 @@ class PackedDataset:
         bench/loader.py). Batches that cross a process boundary (``in_process=False``) get
         compact arrays of their own: tokens gathered per batch (no extra copy)."""
         plan = self.plan(worker_id, num_workers)
+        table, verifier = self.table, self._verifier  # locals: looked up per batch below
         B, L, G = self.batch_size, self.seq_len, self.global_batch_size
         plain = self.row_len == L + 1 and self.ignore_index is None  # input_ids and labels are views
         token_only = plain and not self._need_segments
@@ -372,7 +373,7 @@ class PackedDataset:
             # This rank's samples of every batch of the block, in one vectorized expression.
             starts = np.asarray(batches, dtype=np.int64) * G + self.rank * B
             shard, row = self.locate((starts[:, None] + np.arange(B, dtype=np.int64)).reshape(-1))
-            rows, lease = self.table.pin_rows(shard, row, self.row_len, fast=self._warm)
+            rows, lease = table.pin_rows(shard, row, self.row_len, fast=self._warm)
             try:
                 seg = self._segment_batches(shard, row, copy=not in_process) if self._need_segments else None
                 self._warm = True
@@ -381,7 +382,7 @@ class PackedDataset:
                 for k, g in enumerate(batches):
                     j = k % per
                     if j == 0:
-                        self.table.guard()  # a shrunk file raises here instead of SIGBUS in the gather
+                        table.guard()  # a shrunk file raises here instead of SIGBUS in the gather
                         tokens = rows.gather(slice(k * B, (k + per) * B))
                         if token_only:  # views of the whole gather; a batch is a first-axis slice of each
                             inputs, labels = tokens[:, :L], tokens[:, 1:]
@@ -393,8 +394,8 @@ class PackedDataset:
                     else:
                         out = self._assemble(tokens[j * B: (j + 1) * B], seg(k) if seg else {}, plain)
                     out["batch_index"] = index[k]
-                    if self._verifier.failed is not None:  # a background sha256 mismatch: see verify=
-                        raise self._verifier.failed
+                    if verifier.failed is not None:  # a background sha256 mismatch: see verify=
+                        raise verifier.failed
                     if in_process:
                         self.consumed_samples = (g + 1) * G
                     yield out
@@ -402,7 +403,7 @@ class PackedDataset:
                 lease.release()
             block = min(block * 2, max_block)
         if self.verify == "full":
-            self._verifier.wait()  # a pass never ends silently over a shard that fails its sha256
+            verifier.wait()  # a pass never ends silently over a shard that fails its sha256
         if not in_process:
             # A persistent worker keeps its own copy: its next pass starts after this epoch.
             end = (self.consumed_samples // G // self.batches_per_epoch + 1)
