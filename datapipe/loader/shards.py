@@ -209,7 +209,7 @@ class OpenShard:
         try:
             table = pa.ipc.open_file(pa.BufferReader(buf)).read_all()
             self.meta = ShardMeta.from_schema(table.schema)
-        except (pa.ArrowException, ValueError, TypeError, KeyError) as exc:  # json, missing fields
+        except (pa.ArrowException, OSError, ValueError, TypeError, KeyError) as exc:  # flatbuffers, json, fields
             raise ShardCorrupt(f"shard {name}: unreadable Arrow IPC footer, schema or metadata "
                                f"({type(exc).__name__}: {exc})", name) from None
         arrays = shard_arrays(table, self.meta, name, row_len, buf.address, self.size)
