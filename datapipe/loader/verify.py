@@ -231,7 +231,10 @@ class Verifier:
         """Verify now, in this thread (``verify="strict"``); remembered like background checks."""
         key = (path, identity, expect)
         if key not in self._done:
-            hash_file(path, identity, expect, name)
+            try:
+                hash_file(path, identity, expect, name)
+            except OSError as exc:
+                raise ShardCorrupt(f"shard {name}: cannot be read for verification ({exc})", name) from None
             self._done.add(key)
 
     def _run(self) -> None:
