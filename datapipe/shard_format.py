@@ -32,6 +32,18 @@ FORMAT_VERSION = 1
 META_KEY = b"datapipe.shard"
 
 
+class ShardCorrupt(ValueError):
+    """A shard's bytes break the format contract or disagree with the manifest.
+
+    The message names the shard and what is wrong. It takes one message argument (plus the
+    optional shard name) so that torch's DataLoader can re-raise it with its own type in
+    the main process."""
+
+    def __init__(self, message: str, shard: str | None = None) -> None:
+        super().__init__(message)
+        self.shard = shard
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 halves the bytes read per token whenever the vocabulary fits."""
     return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.uint32)

@@ -63,6 +63,15 @@ def write_manifest(root: Path, recs: list[dict]) -> None:
     pq.write_table(table, root / "shards" / "manifest.parquet")
 
 
+def refresh_sha256(root: Path) -> None:
+    """Recompute the manifest's sha256 column after a test rewrote shards on purpose."""
+    table = pq.read_table(root / "shards" / "manifest.parquet")
+    recs = table.to_pylist()
+    for rec in recs:
+        rec["sha256"] = file_sha256(root / rec["path"])
+    write_manifest(root, recs)
+
+
 def ident(batch: dict) -> list[int]:
     """(source id, shard, row) of each sample, encoded as one int, from tokens 0 and 1."""
     ids = np.asarray(batch["input_ids"])

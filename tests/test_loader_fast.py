@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from datapipe.loader import PackedDataset, fused
-from tests.loader_helpers import make_run
+from tests.loader_helpers import make_run, refresh_sha256
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +68,7 @@ def test_irregular_record_batches(tmp_path, kernel_mode):
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         for lo, hi in [(0, 5), (5, 6), (6, 17), (17, 23)]:  # uneven chunks: per-row addresses
             w.write_table(table.slice(lo, hi - lo))
+    refresh_sha256(run)
     ds = PackedDataset(run, backend="numpy", batch_size=11, seed=2)
     assert len(ds.table.shard(0).tokens) == 4
     assert _check_against_reference(ds) == 2 * len(ds)

@@ -46,5 +46,7 @@ State
 
 from datapipe.loader.dataset import PackedDataset, StateMismatch
 from datapipe.loader.order import integer_weights, permute
+from datapipe.loader.shards import ShardPathError
+from datapipe.shard_format import ShardCorrupt
 
-__all__ = ["PackedDataset", "StateMismatch", "integer_weights", "permute"]
+__all__ = ["PackedDataset", "ShardCorrupt", "ShardPathError", "StateMismatch", "integer_weights", "permute"]

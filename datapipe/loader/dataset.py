@@ -15,6 +15,8 @@ from datapipe.loader.batch import ALL_FIELDS, SEGMENT_FIELDS, assemble, check_se
 from datapipe.loader.gather import ShardTable
 from datapipe.loader.order import MixtureOrder, _mix, derive_key, integer_weights, permute
 from datapipe.loader.shards import OpenShard, local_copy, manifest_fingerprint, read_manifest
+from datapipe.loader.verify import VERIFY_MODES, Verifier
+from datapipe.shard_format import ShardCorrupt
 
 STATE_VERSION = 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -69,7 +71,35 @@ class PackedDataset:
         backend: str = "auto",
         fields: tuple[str, ...] = ALL_FIELDS,
         max_open_shards: int = 1024,
+        verify: str = "full",
+        recheck_interval: float = 0.25,
+        copy_shards: bool = False,
     ) -> None:
+        """``verify`` (every shard's structure, sizes, offsets and metadata are always checked
+        when it is opened; this picks what happens with its sha256 in the manifest):
+
+        * ``"full"`` (default): hashed in a background thread from first touch. A mismatch
+          raises ``ShardCorrupt`` from the iterator at the next batch after it is found, and a
+          pass never ends before every shard it read is verified: the iterator waits for
+          the hashes and raises then. Batches handed out before the mismatch was found may
+          hold bytes of that shard.
+        * ``"strict"``: hashed when first opened, before any of its rows is read: no batch
+          ever holds a byte of an unverified shard; the first batches wait for their shards'
+          hashes (one whole file per shard touched).
+        * ``"open"``: not hashed (flipped token bytes, or another shard of the same shape in
+          its place, go unnoticed).
+
+        ``recheck_interval``: seconds between re-checks that open shards' files did not shrink
+        (a read of a truncated map is SIGBUS, see ``gather``); 0 checks before every gather.
+        ``copy_shards``: map sha256-verified copies in ``cache_dir`` instead of local shards
+        themselves, where another process may rewrite shards in place.
+        """
+        if verify not in VERIFY_MODES:
+            raise ValueError(f"verify={verify!r}; allowed: {', '.join(VERIFY_MODES)}")
+        if copy_shards and cache_dir is None:
+            raise ValueError("copy_shards=True needs cache_dir= (where the copies go)")
+        self.verify, self.recheck_interval, self.copy_shards = verify, float(recheck_interval), copy_shards
+        self._verifier = Verifier()
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} not in [0, world_size={world_size})")
         if batch_size < 1:
@@ -232,29 +262,37 @@ class PackedDataset:
 
     # ---- reading -------------------------------------------------------------------------
     def _open_shard(self, i: int) -> OpenShard:
-        sh = OpenShard(local_copy(self.manifest, i, self.cache_dir))
+        m = self.manifest
+        path = local_copy(m, i, self.cache_dir, self.copy_shards)
+        sh = OpenShard(path, m.paths[i], m.row_len, -1 if m.bytes is None else int(m.bytes[i]))
         self._check(i, sh)
+        if self.verify == "strict":
+            self._verifier.check(path, sh.identity, m.sha256[i], m.paths[i])
+        elif self.verify == "full":
+            self._verifier.submit(path, sh.identity, m.sha256[i], m.paths[i])
         return sh
 
     @property
     def table(self) -> ShardTable:
         if self._table is None:
-            self._table = ShardTable(len(self.manifest.paths), self._open_shard, self.max_open_shards)
+            self._table = ShardTable(len(self.manifest.paths), self._open_shard, self.max_open_shards,
+                                     self.recheck_interval)
         return self._table
 
     def _check(self, i: int, sh: OpenShard) -> None:
         m, meta = self.manifest, sh.meta
-        expect = {"rows": int(m.rows[i]), "seq_len": m.seq_len, "row_len": m.row_len,
+        expect = {"rows": int(m.rows[i]), "tokens": int(m.tokens[i]), "seq_len": m.seq_len, "row_len": m.row_len,
                   "tokenizer_fingerprint": m.tokenizer_fingerprint, "source": m.sources[i], "split": self.split}
         got = {k: getattr(meta, k) for k in expect}
         if got != expect:
             bad = {k: (got[k], expect[k]) for k in expect if got[k] != expect[k]}
-            raise ValueError(f"shard {m.paths[i]} disagrees with the manifest (shard, manifest): {bad}")
+            raise ShardCorrupt(f"shard {m.paths[i]} disagrees with the manifest (shard, manifest): {bad}", m.paths[i])
         key = meta.compatibility_key()
         if self._compat is None:
             self._compat = key
         elif key != self._compat:
-            raise ValueError(f"shard {m.paths[i]} is incompatible with the others: {key} vs {self._compat}")
+            raise ShardCorrupt(f"shard {m.paths[i]} is incompatible with the others: {key} vs {self._compat}",
+                               m.paths[i])
 
     def read(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
         """Gather rows one by one and build one batch with numpy: the straightforward
@@ -267,6 +305,7 @@ class PackedDataset:
         docs = []
         for i, (s, r) in enumerate(zip(shard.tolist(), row.tolist())):
             sh = self.table.shard(s)
+            self.table.guard()
             tokens[i] = sh.row(r)
             n_tok[i] = sh.n_tokens[r]
             lo, hi = sh.doc_offsets[r], sh.doc_offsets[r + 1]
@@ -317,6 +356,7 @@ class PackedDataset:
         bench/loader.py). Batches that cross a process boundary (``in_process=False``) get
         compact arrays of their own: tokens gathered per batch (no extra copy)."""
         plan = self.plan(worker_id, num_workers)
+        table, verifier = self.table, self._verifier  # locals: looked up per batch below
         B, L, G = self.batch_size, self.seq_len, self.global_batch_size
         plain = self.row_len == L + 1 and self.ignore_index is None  # input_ids and labels are views
         token_only = plain and not self._need_segments
@@ -333,7 +373,7 @@ class PackedDataset:
             # This rank's samples of every batch of the block, in one vectorized expression.
             starts = np.asarray(batches, dtype=np.int64) * G + self.rank * B
             shard, row = self.locate((starts[:, None] + np.arange(B, dtype=np.int64)).reshape(-1))
-            rows, lease = self.table.pin_rows(shard, row, self.row_len, fast=self._warm)
+            rows, lease = table.pin_rows(shard, row, self.row_len, fast=self._warm)
             try:
                 seg = self._segment_batches(shard, row, copy=not in_process) if self._need_segments else None
                 self._warm = True
@@ -342,6 +382,7 @@ class PackedDataset:
                 for k, g in enumerate(batches):
                     j = k % per
                     if j == 0:
+                        table.guard()  # a shrunk file raises here instead of SIGBUS in the gather
                         tokens = rows.gather(slice(k * B, (k + per) * B))
                         if token_only:  # views of the whole gather; a batch is a first-axis slice of each
                             inputs, labels = tokens[:, :L], tokens[:, 1:]
@@ -353,12 +394,16 @@ class PackedDataset:
                     else:
                         out = self._assemble(tokens[j * B: (j + 1) * B], seg(k) if seg else {}, plain)
                     out["batch_index"] = index[k]
+                    if verifier.failed is not None:  # a background sha256 mismatch: see verify=
+                        raise verifier.failed
                     if in_process:
                         self.consumed_samples = (g + 1) * G
                     yield out
             finally:
                 lease.release()
             block = min(block * 2, max_block)
+        if self.verify == "full":
+            verifier.wait()  # a pass never ends silently over a shard that fails its sha256
         if not in_process:
             # A persistent worker keeps its own copy: its next pass starts after this epoch.
             end = (self.consumed_samples // G // self.batches_per_epoch + 1)

@@ -18,10 +18,17 @@ map stays open) until that lease is released, so eviction cannot unmap a block's
 when another iterator over the same dataset evicts them. (A lease costs O(1); holding
 references to a block's shards cost a cache miss per shard refcount, ~5% of a batch.)
 The span views never leave this module; callers get the copies the fancy index makes.
+
+A third rule guards the maps themselves: a mapped file that shrinks turns a read of its lost
+tail into SIGBUS. ``guard`` re-checks every open shard's size (one fstat each) before a
+gather, at most once per ``recheck_s`` (a check of 1,000 shards costs ~1 ms), and raises
+``ShardCorrupt`` instead. A file truncated after that check and before the gather reads it
+still kills the process: no check in user space can close that window (see the README).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -29,6 +36,7 @@ import numpy as np
 
 from datapipe.loader import fused
 from datapipe.loader.shards import OpenShard
+from datapipe.shard_format import ShardCorrupt
 
 
 class _Interface:
@@ -107,10 +115,12 @@ class ShardTable:
     bounds file descriptors and maps) plus flat address tables that make ``locate``'s output
     (manifest shard id, row) gatherable in a handful of numpy calls per block."""
 
-    def __init__(self, n_shards: int, opener: Callable[[int], OpenShard], max_open: int) -> None:
+    def __init__(self, n_shards: int, opener: Callable[[int], OpenShard], max_open: int,
+                 recheck_s: float = 0.25) -> None:
         if max_open < 1:
             raise ValueError("max_open_shards must be >= 1")
         self.opener, self.max_open, self.tick = opener, max_open, 0
+        self.recheck_s, self._next_check = recheck_s, 0.0
         self.slot_of = np.full(n_shards, -1, dtype=np.int64)  # manifest shard id -> slot
         # Per slot: the shard, its manifest id, when it was last used (the block tick), where
         # its chunk addresses start in chunk_addr and how many there are, rows per chunk, and
@@ -127,6 +137,20 @@ class ShardTable:
         self.dtype: np.dtype | None = None
         self.leases: Counter[int] = Counter()  # block tick -> leases held
         self.retired: list[tuple[int, OpenShard]] = []  # (tick evicted at, shard) kept for older leases
+
+    def guard(self) -> None:
+        """Before reading mapped tokens: ``check_sizes`` when ``recheck_s`` has passed since the last one."""
+        now = time.monotonic()
+        if now >= self._next_check:
+            self.check_sizes()
+            self._next_check = now + self.recheck_s
+
+    def check_sizes(self) -> None:
+        """Raise ShardCorrupt when a mapped shard's file shrank (a read of its tail would SIGBUS)."""
+        for sh in [*self.objs, *(sh for _, sh in self.retired)]:
+            if sh is not None and sh.truncated():
+                raise ShardCorrupt(f"shard {sh.name}: its file shrank below the {sh.size} bytes mapped at open "
+                                   "(truncated while in use)", sh.name)
 
     def shard(self, i: int) -> OpenShard:
         """Open shard i (used by the row-by-row reference path; the caller's reference keeps it open)."""

@@ -1,26 +1,41 @@
 """Finding and opening packed token shards: the manifest, filesystems, memory maps.
 
 Start-up reads only the manifest (one small Parquet file), so it costs O(shards). A shard
-is opened on first touch: a memory map plus Arrow's IPC footer, no token bytes read.
+is opened on first touch: a memory map plus Arrow's IPC footer and the checks of
+``verify.shard_arrays``; no token bytes are read.
+
+Manifest paths are relative to the run folder and must stay inside it: an absolute path,
+a ``..`` component or (for local runs) a symlink that resolves outside the folder is
+refused with ``ShardPathError``. A path written as a URI (``file:///data/x.arrow``,
+``s3://bucket/x.arrow``) names another location on purpose and is used as given.
 """
 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from datapipe.atomic import atomic_path
-from datapipe.shard_format import ShardMeta
+from datapipe.loader.verify import file_identity, shard_arrays
+from datapipe.shard_format import ShardCorrupt, ShardMeta
 
 MANIFEST_NAME = "manifest.parquet"
 MANIFEST_COLUMNS = ("path", "source", "split", "rows", "tokens", "sha256", "tokenizer_fingerprint", "seq_len", "row_len")
+_ARROW_MAGIC = b"ARROW1"
+
+
+class ShardPathError(ValueError):
+    """A manifest path that would read outside the run folder."""
 
 
 @dataclass
@@ -38,7 +53,23 @@ class Manifest:
     tokenizer_fingerprint: str
     seq_len: int
     row_len: int
+    tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # int64 per shard
+    bytes: np.ndarray | None = None  # file sizes, when the manifest has a ``bytes`` column
     fingerprint: str = field(default="")
+
+    def shard_path(self, i: int) -> str:
+        """Where shard i lives on ``fs`` (or a URI); refuses paths that escape the run folder."""
+        rel = self.paths[i]
+        if is_uri(rel):
+            return rel
+        path = f"{self.root}/{rel}"
+        if self.local:  # symlinks are resolved only here, at open: O(1) per shard, not O(shards) at start-up
+            real, root = os.path.realpath(path), os.path.realpath(self.root)
+            if not (real == root or real.startswith(root.rstrip("/") + "/")):
+                raise ShardPathError(f"shard {rel}: resolves to {real}, outside the run folder {root} (a symlink?); "
+                                     "write the manifest path as a file:// URI to read it from there on purpose")
+            return real
+        return path
 
     def shards_of(self, source: str) -> np.ndarray:
         return np.asarray([i for i, s in enumerate(self.sources) if s == source], dtype=np.int64)
@@ -80,13 +111,18 @@ def read_manifest(location: str | os.PathLike[str], split: str, root: str | None
         raise ValueError(f"manifest {location} has no shards for split {split!r} (splits: {splits})")
     idx = [i for _, _, i in keep]
     col = {c: [data[c][i] for i in idx] for c in MANIFEST_COLUMNS}
+    _check_manifest_columns(table.column("path"), table.column("sha256"), location)
+    sizes = None
+    if "bytes" in table.column_names:  # optional: lets a shard's size be checked before it is mapped
+        raw = table.column("bytes").to_pylist()
+        sizes = np.asarray([-1 if raw[i] is None else raw[i] for i in idx], dtype=np.int64)
     for c in ("tokenizer_fingerprint", "seq_len", "row_len"):
         if len(set(col[c])) != 1:
             raise ValueError(f"manifest mixes {c} values {sorted(set(col[c]))}; one loader reads one tokenization")
     m = Manifest(root=root, fs=fs, local=local, paths=col["path"], sources=col["source"],
                  rows=np.asarray(col["rows"], dtype=np.int64), sha256=col["sha256"],
                  tokenizer_fingerprint=col["tokenizer_fingerprint"][0], seq_len=int(col["seq_len"][0]),
-                 row_len=int(col["row_len"][0]))
+                 row_len=int(col["row_len"][0]), tokens=np.asarray(col["tokens"], dtype=np.int64), bytes=sizes)
     m.fingerprint = manifest_fingerprint(m, sorted(set(m.sources)))
     return m
 
@@ -101,30 +137,92 @@ def manifest_fingerprint(m: Manifest, sources: list[str]) -> str:
     return h.hexdigest()[:32]
 
 
+def is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def _check_manifest_columns(paths: pa.ChunkedArray, digests: pa.ChunkedArray, location: object) -> None:
+    """Paths and sha256 of every manifest row, vectorized (a Python loop costs ~5 ms per
+    1,000 shards of start-up); the row-by-row check runs only to name the first bad row."""
+    plain = pc.invert(pc.fill_null(pc.match_substring(paths, "://"), False))
+    suspect = pc.or_(pc.is_null(paths), pc.and_(plain, pc.or_(
+        pc.or_(pc.starts_with(paths, "/"), pc.match_substring_regex(paths, r"(^|/)\.\.(/|$)")),
+        pc.or_(pc.equal(pc.utf8_length(paths), 0), pc.match_substring(paths, "\x00")))))
+    if pc.any(pc.fill_null(suspect, True)).as_py():
+        for rel in paths.to_pylist():
+            check_manifest_path(rel)
+    good = pc.fill_null(pc.match_substring_regex(digests, r"^[0-9a-f]{64}$"), False)
+    if not pc.all(good).as_py():
+        k = pc.index(good, False).as_py()
+        raise ValueError(f"manifest {location}: shard {paths[k].as_py()} has sha256 {digests[k].as_py()!r}, "
+                         "not 64 lowercase hex digits")
+
+
+def check_manifest_path(rel: object) -> None:
+    """Lexical check of a manifest path (symlinks are checked at open, ``Manifest.shard_path``)."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel:
+        raise ShardPathError(f"manifest path {rel!r} is not a file path")
+    if is_uri(rel):
+        return
+    if rel.startswith("/") or os.path.isabs(rel):
+        raise ShardPathError(f"shard {rel}: absolute manifest paths are refused (paths are relative to the run "
+                             "folder; write a file:// URI to read another location on purpose)")
+    if ".." in rel.split("/"):
+        raise ShardPathError(f"shard {rel}: '..' in a manifest path would leave the run folder")
+
+
 class OpenShard:
-    """Zero-copy numpy views of one shard; a shard with several record batches keeps one
-    view per batch instead of concatenating (that would copy the whole file)."""
+    """A checked, memory-mapped shard: zero-copy token views (one per record batch: a shard
+    with several batches is not concatenated, that would copy the whole file) and copies
+    of the small per-row arrays (see ``verify``).
 
-    def __init__(self, local_path: str):
-        source = pa.memory_map(local_path, "r")
-        table = pa.ipc.open_file(source).read_all()
-        self.meta = ShardMeta.from_schema(table.schema)
-        ids = table.column("input_ids")
-        self.row_len = ids.type.list_size
-        self.tokens = [c.flatten().to_numpy(zero_copy_only=True).reshape(-1, self.row_len) for c in ids.chunks]
-        starts = np.cumsum([0] + [len(t) for t in self.tokens])
-        self.chunk_starts = starts  # row number where each chunk begins
-        n_tok = table.column("n_tokens").chunks
-        self.n_tokens = n_tok[0].to_numpy() if len(n_tok) == 1 else np.concatenate([c.to_numpy() for c in n_tok])
-        offs, vals, base = [], [], 0
-        for c in table.column("doc_starts").chunks:
-            o = c.offsets.to_numpy()
-            offs.append(o[:-1] - o[0] + base)
-            vals.append(c.flatten().to_numpy())
-            base += int(o[-1] - o[0])
-        self.doc_offsets = np.concatenate(offs + [np.asarray([base], dtype=np.int32)]).astype(np.int64)
-        self.doc_values = vals[0] if len(vals) == 1 else np.concatenate(vals)
+    The map is a Python ``mmap`` (not ``pa.memory_map``) because it owns a file descriptor
+    whose ``size()`` is one fstat: ``truncated()`` re-checks that the file still covers the
+    map, which is what ``ShardTable.check_sizes`` calls before gathers."""
 
+    def __init__(self, local_path: str, name: str, row_len: int, expect_bytes: int = -1) -> None:
+        self.path, self.name, self.row_len = local_path, name, row_len
+        try:
+            fd = os.open(local_path, os.O_RDONLY)
+        except OSError as exc:
+            raise ShardCorrupt(f"shard {name}: cannot be opened ({exc.strerror}: {local_path})", name) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ShardCorrupt(f"shard {name}: {local_path} is not a regular file", name)
+            if expect_bytes >= 0 and st.st_size != expect_bytes:
+                raise ShardCorrupt(f"shard {name}: {st.st_size} bytes on disk, the manifest says {expect_bytes} "
+                                   "(truncated or replaced)", name)
+            if st.st_size < 2 * len(_ARROW_MAGIC) + 4:
+                raise ShardCorrupt(f"shard {name}: {st.st_size} bytes is too small for an Arrow IPC file "
+                                   "(truncated?)", name)
+            self.mm = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)  # keeps its own (dup'd) descriptor
+        finally:
+            os.close(fd)
+        self.size, self.identity = st.st_size, file_identity(st)
+        if self.truncated():  # shrunk between fstat and mmap: touching the tail would SIGBUS
+            raise ShardCorrupt(f"shard {name}: truncated while being opened", name)
+        if self.mm[: len(_ARROW_MAGIC)] != _ARROW_MAGIC or self.mm[-len(_ARROW_MAGIC):] != _ARROW_MAGIC:
+            raise ShardCorrupt(f"shard {name}: no Arrow IPC file magic at its start and end (truncated or "
+                               "not a shard)", name)
+        buf = pa.py_buffer(self.mm)
+        try:
+            table = pa.ipc.open_file(pa.BufferReader(buf)).read_all()
+            self.meta = ShardMeta.from_schema(table.schema)
+        except (pa.ArrowException, OSError, ValueError, TypeError, KeyError) as exc:  # flatbuffers, json, fields
+            raise ShardCorrupt(f"shard {name}: unreadable Arrow IPC footer, schema or metadata "
+                               f"({type(exc).__name__}: {exc})", name) from None
+        arrays = shard_arrays(table, self.meta, name, row_len, buf.address, self.size)
+        self.tokens = arrays.tokens
+        self.chunk_starts = np.cumsum([0] + [len(t) for t in self.tokens])  # row where each chunk begins
+        self.n_tokens, self.doc_offsets, self.doc_values = arrays.n_tokens, arrays.doc_offsets, arrays.doc_values
+
+    def truncated(self) -> bool:
+        """True when the file no longer covers the map (reading its tail would raise SIGBUS)."""
+        try:
+            return self.mm.size() < self.size
+        except (OSError, ValueError):
+            return True
 
     def row(self, r: int) -> np.ndarray:
         if len(self.tokens) == 1:
@@ -133,26 +231,40 @@ class OpenShard:
         return self.tokens[c][r - self.chunk_starts[c]]
 
 
-def local_copy(m: Manifest, i: int, cache_dir: str | None) -> str:
-    """A local path for shard i: itself when local, else a verified copy in cache_dir.
+def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -> str:
+    """A local path for shard i: itself when local (unless ``copy``), else a verified copy in
+    cache_dir.
 
     Memory maps need a local file; remote shards are fetched once (atomically, named by
-    their sha256 so concurrent workers and later runs share the copy)."""
+    their sha256 so concurrent workers and later runs share the copy). ``copy`` fetches
+    local shards too: a map of a private copy cannot be truncated by whoever writes the
+    original in place."""
     rel = m.paths[i]
-    if m.local:
-        return f"{m.root}/{rel}"
+    where = m.shard_path(i)
+    if is_uri(where):
+        fs, src_path = pafs.FileSystem.from_uri(where)
+        if isinstance(fs, pafs.LocalFileSystem) and not copy:
+            return src_path
+    elif m.local:
+        if not copy:
+            return where
+        fs, src_path = pafs.LocalFileSystem(), where
+    else:
+        fs, src_path = m.fs, where
     if cache_dir is None:
-        raise ValueError(f"shards live on {type(m.fs).__name__}; pass cache_dir= to copy them to local disk")
-    target = Path(cache_dir) / f"{m.sha256[i]}.arrow"
+        raise ValueError(f"shard {rel} lives on {type(fs).__name__}; pass cache_dir= to copy it to local disk")
+    target = Path(cache_dir) / f"{m.sha256[i]}.arrow"  # sha256 is checked to be hex: no path tricks
     if not target.exists():
         digest = hashlib.sha256()
-        with atomic_path(target) as tmp, m.fs.open_input_stream(f"{m.root}/{rel}") as src, open(tmp, "wb") as dst:
+        with atomic_path(target) as tmp, fs.open_input_stream(src_path) as src, open(tmp, "wb") as dst:
             while block := src.read(1 << 22):
                 digest.update(block)
                 dst.write(block)
             if digest.hexdigest() != m.sha256[i]:
-                raise ValueError(f"shard {rel}: sha256 {digest.hexdigest()} does not match manifest {m.sha256[i]}")
+                raise ShardCorrupt(f"shard {rel}: sha256 {digest.hexdigest()} does not match manifest {m.sha256[i]}",
+                                   rel)
     return str(target)
 
 
-__all__ = ["Manifest", "OpenShard", "read_manifest", "manifest_fingerprint", "local_copy"]
+__all__ = ["Manifest", "OpenShard", "ShardPathError", "check_manifest_path", "read_manifest", "manifest_fingerprint",
+           "local_copy"]
