@@ -41,7 +41,7 @@ def test_funnel_counts_skipped_kinds_and_adds_up(tmp_path: Path) -> None:
     config = {"name": "mixed", "sources": [
         {"name": "oiwiki", "kind": "web", "paths": [str(shared_path("corpus", "zh_oiwiki.jsonl"))]},
         {"name": "humaneval", "kind": "code", "paths": [str(humaneval_repo(tmp_path))]}],
-        "stages": [{"langid": {"keep": ["zh"]}}, {"length": {"min_chars": 200}}, {"pii": {"kinds": ["web"]}}]}
+        "stages": [{"langid": {"keep": ["zh"], "min_score": 0.9}}, {"length": {"min_chars": 200}}, {"pii": {"kinds": ["web"]}}]}
     pipeline = load_pipeline(write_pipeline(tmp_path, config))
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
     folder = RunFolder(tmp_path / "out")
@@ -56,7 +56,7 @@ def test_funnel_counts_skipped_kinds_and_adds_up(tmp_path: Path) -> None:
     assert code_in == 164 and counts["sources"]["oiwiki"]["documents"] == 460
     assert langid["in"] == read["in"] - sum(read["rejected"].values())
     assert langid["skipped"] == code_in  # every code document passed langid untouched
-    assert sum(langid["rejected"].values()) > 0  # some OI-wiki pages are dropped (not zh enough)
+    assert sum(langid["rejected"].values()) > 0  # some OI-wiki pages are dropped (low language score)
     for before, after in ((read, langid), (langid, length), (length, pii)):
         assert after["in"] == before["in"] - sum(before["rejected"].values())
     short_code = 164 - counts["sources"]["humaneval"]["kept"]
