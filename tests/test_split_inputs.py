@@ -182,3 +182,66 @@ def test_effective_target_keeps_small_clusters_busy() -> None:
     assert effective_target(cfg, 10 << 40, 1000) == 256 << 20  # 10 TB on 1,000 CPUs: the target
     assert effective_target(cfg, 1 << 20, 2) == 8 << 20  # a tiny corpus: not below min_bytes
     assert effective_target(cfg, 2 << 30, None) == 256 << 20
+
+
+def test_split_run_equals_unsplit_run_through_the_engine(ray_local, tmp_path: Path) -> None:
+    """Two real Ray runs, one file per task vs 64 KiB ranges and grouped tiny files: the same
+    documents table, kept rows and byte-identical token shards (dedup's earliest survivor and
+    packing order follow the run order, which splitting keeps)."""
+    from datapipe.engine.runner import PipelineError, run_pipeline
+    from tests.shared_data import PROJECT_ROOT
+
+    big = _real_jsonl(tmp_path)
+    with big.open("ab") as f:  # planted exact duplicates across range boundaries
+        f.write(b"\n" + b"\n".join(big.read_bytes().splitlines()[:30]) + b"\n")
+    texts = [json.loads(line)["text"] for line in shared_path("corpus", "zh_wikipedia.jsonl").read_text().splitlines()[:200]]
+    pq.write_table(pa.table({"text": texts}), tmp_path / "wiki.parquet", row_group_size=20)
+    (tmp_path / "web.warc.gz").write_bytes(shared_path("web", "warc", "whirlwind_whirlwind.warc.gz").read_bytes() * 8)
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    for i, line in enumerate(shared_path("corpus", "zh_pingcap_docs.jsonl").read_text().splitlines()[:12]):
+        (tiny / f"t{i:02d}.jsonl").write_text(line + "\n")
+    config = {"name": "t", "sources": [
+        {"name": "big", "paths": [big.name]}, {"name": "pq", "paths": ["wiki.parquet"]},
+        {"name": "web", "kind": "web", "paths": ["web.warc.gz"]}, {"name": "tiny", "paths": ["tiny/*.jsonl"]}],
+        "stages": [{"length": {"min_chars": 100}}, {"dedup": {"exact": True}}],
+        "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 128,
+                     "val_fraction": 0.1, "rows_per_shard": 32}}
+
+    def run(split: dict, out: Path) -> dict:
+        pipeline = load_pipeline(write_pipeline(tmp_path, {**config, "split": split}))
+        result = run_pipeline(pipeline, output=out, show_progress=False, log=lambda m: None)
+        import duckdb
+
+        with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+            table = con.execute("SELECT id, status, stage, reason, detail FROM documents ORDER BY id").fetchall()
+        kept = [r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()]
+        manifest = pq.read_table(out / "shards" / "manifest.parquet").to_pylist()
+        return {"tasks": result.run["split"]["map_tasks"], "table": table, "kept": sorted(kept, key=lambda r: r["id"]),
+                "shards": sorted((m["path"], m["sha256"]) for m in manifest),
+                "sha256": sorted((i["path"], i.get("sha256")) for i in result.run["inputs"])}
+
+    whole = run({"target_bytes": 1 << 30, "group_small_files": False}, tmp_path / "whole")
+    split = run({"target_bytes": 64 << 10}, tmp_path / "split")
+    assert whole["tasks"] == 15 and split["tasks"] > whole["tasks"]
+    assert any(r[3] == "exact_duplicate" for r in whole["table"])
+    for key in ("table", "kept", "shards", "sha256"):
+        assert split[key] == whole[key], key
+    assert all(sha for _, sha in split["sha256"])
+    markers = tmp_path / "split" / "_work" / "markers"
+    per_source = {d.name: len(list(d.glob("*.json"))) for d in (markers / "map0").iterdir()}
+    assert per_source["big"] >= 4 and per_source["pq"] >= 2 and per_source["web"] >= 2 and per_source["tiny"] < 12
+    assert len(list((markers / "lines" / "big").glob("*.json"))) == per_source["big"] - 1
+
+    # Resume: the recorded layout finds every marker; lost markers rerun only their tasks.
+    pipeline = load_pipeline(write_pipeline(tmp_path, {**config, "split": {"target_bytes": 64 << 10}}))
+    again = run_pipeline(pipeline, output=tmp_path / "split", show_progress=False, log=lambda m: None)
+    assert again.executed_tasks == 0
+    (markers / "lines" / "big" / "00000.part0000.json").unlink()
+    (markers / "map0" / "big" / "00000.part0002.json").unlink()
+    again = run_pipeline(pipeline, output=tmp_path / "split", show_progress=False, log=lambda m: None)
+    assert again.executed_tasks == 2
+    assert run({"target_bytes": 64 << 10}, tmp_path / "split")["table"] == whole["table"]
+    # A different split setting is a different task layout: refused, not mixed.
+    with pytest.raises(PipelineError, match="split"):
+        run({"target_bytes": 128 << 10}, tmp_path / "split")
