@@ -147,6 +147,7 @@ class MapCounts:
 def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     """Run one map segment over one input shard; returns the marker contents."""
     started = time.perf_counter()
+    cpu_started = time.process_time()  # this worker's CPU (all its threads): for utilisation figures
     folder = RunFolder(Path(spec.root))
     counts = MapCounts()
     rejects: dict[tuple[int, tuple[str, ...]], ParquetSink] = {}
@@ -243,7 +244,8 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
             tokens.abort()
         raise
     result = {"shard": shard.key, "segment": segment.index, **counts.as_dict(),
-              "seconds": round(time.perf_counter() - started, 3)}
+              "seconds": round(time.perf_counter() - started, 3),
+              "cpu_seconds": round(time.process_time() - cpu_started, 3)}
     if segment.index == 0:
         # Each input file is hashed once: by its whole-file task, or by the task of its first range
         # (a 20 GB file split in 80 ranges is still read through for its hash once, not 80 times).
@@ -322,10 +324,11 @@ def count_range_lines(spec: RunSpec, shard: Shard) -> dict[str, Any]:
     """One task of the ``lines`` pre-pass: the newlines in one JSONL range."""
     from datapipe.engine.splits import count_newlines
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     piece = shard.inputs[0]
     return {"shard": shard.key, "newlines": count_newlines(piece.path, piece.start, piece.end),
-            "seconds": round(time.perf_counter() - started, 3)}
+            "seconds": round(time.perf_counter() - started, 3),
+            "cpu_seconds": round(time.process_time() - cpu_started, 3)}
 
 
 def _guarded(batches: Iterator[ReadBatch], file: InputFile) -> Iterator[ReadBatch]:
