@@ -204,7 +204,7 @@ def test_split_run_equals_unsplit_run_through_the_engine(ray_local, tmp_path: Pa
     config = {"name": "t", "sources": [
         {"name": "big", "paths": [big.name]}, {"name": "pq", "paths": ["wiki.parquet"]},
         {"name": "web", "kind": "web", "paths": ["web.warc.gz"]}, {"name": "tiny", "paths": ["tiny/*.jsonl"]}],
-        "stages": [{"length": {"min_chars": 100}}, {"dedup": {"exact": True}}],
+        "stages": [{"length": {"min_chars": 100}}, {"dedup": {"exact": True}}, {"minhash": {"threshold": 0.7}}],
         "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 128,
                      "val_fraction": 0.1, "rows_per_shard": 32}}
 
