@@ -98,7 +98,8 @@ def main() -> None:
             r = run_once(folder, data, split, args.cpus)
             rows[label] = r
             print(f"{label:20s} tasks={r['tasks']:4d}  map wall={r['map_wall']:7.1f} s  map CPU={r['map_cpu']:7.1f} s  "
-                  f"CPU/wall={r['map_cpu'] / r['map_wall']:.2f}  tasks running on average={r['concurrency']:.2f}  (run {r['run_wall']:.0f} s, "
+                  f"CPU/wall={r['map_cpu'] / r['map_wall']:.2f}  "
+                  f"tasks running on average={r['concurrency']:.2f}  (run {r['run_wall']:.0f} s, "
                   f"load average before {load:.1f} on {os.cpu_count()} cores)")
         a, b = rows["one task (unsplit)"], rows["split (defaults)"]
         assert a["docs"] == b["docs"]

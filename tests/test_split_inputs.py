@@ -11,11 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.config import SourceConfig, load_pipeline
+from datapipe.config import SourceConfig, SplitConfig, load_pipeline
 from datapipe.engine import tasks
 from datapipe.engine.plan import make_spec
 from datapipe.engine.splits import effective_target, plan_file
-from datapipe.config import SplitConfig
 from datapipe.readers import READERS, InputFile
 from datapipe.readers.streams import LineRange, count_newlines
 from tests.conftest import write_pipeline
@@ -139,8 +138,8 @@ def test_single_member_gzip_warc_is_not_split(tmp_path: Path) -> None:
 def _map_outputs(out: Path) -> dict[str, list[dict]]:
     docs = sorted((r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()),
                   key=lambda r: r["id"])
-    rejected = sorted(((r["id"], r["stage"], r["reason"]) for f in sorted((out / "rejected").glob("**/*.parquet"))
-                       for r in pq.read_table(f).to_pylist()))
+    rejected = sorted((r["id"], r["stage"], r["reason"]) for f in sorted((out / "rejected").glob("**/*.parquet"))
+                       for r in pq.read_table(f).to_pylist())
     return {"docs": docs, "rejected": rejected}  # type: ignore[dict-item]
 
 
@@ -178,7 +177,8 @@ def test_map_tasks_over_ranges_and_groups_equal_whole_files(tmp_path: Path) -> N
 
 def test_effective_target_keeps_small_clusters_busy() -> None:
     cfg = SplitConfig()
-    assert effective_target(cfg, 2 << 30, 2) == (2 << 30) // 6  # 2 GB on 2 CPUs: 6 ranges
+    assert effective_target(cfg, 2 << 30, 2) == 256 << 20  # 2 GiB on 2 CPUs: 8 ranges of the target
+    assert effective_target(cfg, 600 << 20, 2) == (600 << 20) // 6  # 600 MiB on 2 CPUs: 3 tasks per CPU
     assert effective_target(cfg, 10 << 40, 1000) == 256 << 20  # 10 TB on 1,000 CPUs: the target
     assert effective_target(cfg, 1 << 20, 2) == 8 << 20  # a tiny corpus: not below min_bytes
     assert effective_target(cfg, 2 << 30, None) == 256 << 20
@@ -245,3 +245,14 @@ def test_split_run_equals_unsplit_run_through_the_engine(ray_local, tmp_path: Pa
     # A different split setting is a different task layout: refused, not mixed.
     with pytest.raises(PipelineError, match="split"):
         run({"target_bytes": 128 << 10}, tmp_path / "split")
+
+
+def test_split_settings_are_validated_with_their_yaml_key(tmp_path: Path) -> None:
+    from datapipe.config import ConfigError
+
+    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
+    config = {"name": "t", "sources": [{"name": "s", "paths": ["a.jsonl"]}],
+              "split": {"target_bytes": 10, "chunk": 3}}
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(write_pipeline(tmp_path, config))
+    assert "split.target_bytes" in str(err.value) and "split.chunk: unknown key" in str(err.value)

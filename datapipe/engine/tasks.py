@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 from datapipe.atomic import atomic_path, temp_path_for
 from datapipe.engine.isolate import Isolator, Step
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
-from datapipe.engine.splits import InputRange
 from datapipe.engine.run_folder import RunFolder
+from datapipe.engine.splits import InputRange
 from datapipe.packing import PackedRows, ShardBuffer, make_packer, shard_meta_for
 from datapipe.readers import READERS, InputFile, ReadBatch
 from datapipe.readers.base import BatchBuilder, describe_error

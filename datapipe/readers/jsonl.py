@@ -31,14 +31,15 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         else:
             out.add(record, text, url)
 
-    lineno = file.first_record
+    lineno = file.first_record  # lines before this range (0 for a whole file): numbers are global
     try:
         with _open(file) as stream:
             if isinstance(stream, LineRange) and stream.skipped:
                 lineno += 1  # the partial line skipped at the start is the previous range's
             lines = bounded_lines(stream, limits.max_record_bytes, limits.max_file_decompressed_bytes,
                                   head=MAX_REJECT_TEXT)
-            for lineno, raw in enumerate(lines, start=lineno + 1):
+            first = lineno + 1
+            for lineno, raw in enumerate(lines, start=first):
                 if isinstance(raw, LineTooLong):
                     out.reject(f"L{lineno}", "record_too_large",
                                f"line of {raw.size:,} bytes > limits.max_record_bytes={limits.max_record_bytes:,}",
