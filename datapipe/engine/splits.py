@@ -16,7 +16,9 @@ files, in the run's order, become *pieces* of about ``split.target_bytes``:
   out and whose first bytes decompress to ``WARC/1.``; ids are member offsets, so a range
   ``[start, end)`` owns the records whose member starts in it. Plain WARC: cuts move to the next
   ``WARC/1.`` header at a line start whose Content-Length lands on the next header (or the end).
-  A file gzipped as one member (or an ARC file) has no such points: one task.
+  A file gzipped as one member (or an ARC file) has no such points: one task. Known limit: in a
+  hostile file whose record lies about its Content-Length across a cut, the whole-file read may
+  frame the bytes around the cut differently (the checked boundary makes this unlikely, not impossible).
 - Whole files smaller than the target are grouped, consecutively within a source, until the
   group reaches the target: a thousand 100 KB files are a handful of tasks, not a thousand.
 
