@@ -66,6 +66,23 @@ class TokenizeConfig(Strict):
     bestfit_window: int = Field(4096, ge=1, le=1 << 22, description="Documents best-fit packing sorts at a time.")
 
 
+class SplitConfig(Strict):
+    """How input files become map tasks (datapipe/engine/splits.py): large files split, tiny ones grouped."""
+
+    # 256 MiB: a range takes tens of seconds to minutes of map work per core, which keeps the per-task
+    # overhead (scheduling, building stages, one Parquet file per output) to a few percent, and a
+    # 10 TB crawl is ~40,000 tasks: enough for a 1,000-core cluster, few enough for the scheduler.
+    target_bytes: int = Field(256 << 20, ge=4096, le=1 << 40,
+                              description="Bytes of input per map task: larger files are split, smaller grouped.")
+    # 3 tasks per CPU: a small corpus still keeps every core busy, with slack for uneven ranges.
+    min_tasks_per_cpu: float = Field(3.0, ge=0, le=1000, description=(
+        "When the corpus is small, shrink the target so there are at least this many tasks per CPU "
+        "(0: never shrink)."))
+    min_bytes: int = Field(8 << 20, ge=4096, le=1 << 40, description=(
+        "The target is never shrunk below this (below it, per-task overhead dominates)."))
+    group_small_files: bool = Field(True, description="Read consecutive small files of a source in one task.")
+
+
 class PipelineConfig(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     output: str | None = Field(None, description="Run folder, relative to the pipeline file; default out/<name>.")
@@ -75,6 +92,7 @@ class PipelineConfig(Strict):
     mixture: dict[str, float] | None = None
     batch_size: int = Field(1000, ge=1, le=1_000_000, description="Documents per batch inside a task.")
     limits: ReadLimits = Field(default_factory=ReadLimits, description="Per-record caps on hostile input.")
+    split: SplitConfig = Field(default_factory=SplitConfig, description="How inputs become map tasks.")
 
 
 class Pipeline:

@@ -384,7 +384,7 @@ def test_ids_do_not_depend_on_where_the_data_lies(tmp_path: Path) -> None:
             {"name": "deep", "paths": [str(root / "**" / "gaokao-geography.jsonl")], "text_field": "question"},
             {"name": "linked", "paths": ["link/corpus/zh_wikipedia.jsonl"]}]}
         spec = make_spec(load_pipeline(write_pipeline(project, config)), project / "out", tmp_path / "cache")
-        names = {(s.source.name, s.input_name) for s in spec.shards}
+        names = {(s.source.name, r.input_name) for s in spec.shards for r in s.inputs}
         assert names == {("abs", "zh_oiwiki.jsonl"), ("glob", "zh_oiwiki.jsonl"), ("glob", "zh_pingcap_docs.jsonl"),
                          ("glob", "zh_wikipedia.jsonl"), ("deep", "benchmarks/agieval/gaokao-geography.jsonl"),
                          ("linked", "link/corpus/zh_wikipedia.jsonl")}

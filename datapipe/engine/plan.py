@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.config import Pipeline, SourceConfig, TokenizeConfig
+from datapipe.engine.splits import InputRange, effective_target, file_size, group_pieces, plan_file, task_key
 from datapipe.input_names import input_name
 from datapipe.limits import ReadLimits
 from datapipe.stages import STAGES, Stage, StageContext
@@ -28,12 +29,25 @@ from datapipe.tokenize import TokenizerInfo, load_tokenizer_info
 
 @dataclass(frozen=True)
 class Shard:
-    ordinal: int  # position in the run's global order: sources in file order, then sorted files
-    key: str  # "<source>/<NNNNN>": names every output of this shard
+    """One map task's input: a whole file, a range of one (a split large file) or several whole
+    small files (grouped), always contiguous in the run's order (engine/splits.py)."""
+
+    ordinal: int  # position in the run's global order: sources in file order, then sorted files, then ranges
+    key: str  # "<source>/<NNNNN>[.partPPPP|..<NNNNN>]": names every output of this shard
     source: SourceConfig
-    path: str
-    input_name: str
-    format: str
+    inputs: tuple[InputRange, ...]
+
+    @property
+    def path(self) -> str:
+        return self.inputs[0].path
+
+    @property
+    def input_name(self) -> str:
+        return self.inputs[0].input_name
+
+    @property
+    def format(self) -> str:
+        return self.inputs[0].format
 
 
 @dataclass(frozen=True)
@@ -99,12 +113,24 @@ def plan_segments(stages: list[tuple[str, dict[str, Any]]]) -> tuple[Segment, ..
     return tuple(segments)
 
 
-def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path) -> RunSpec:
+def split_target(pipeline: Pipeline, cpus: int | None) -> int:
+    """Bytes per map task for this corpus on ``cpus`` CPUs (``split:``; see engine/splits.py)."""
+    total = sum(file_size(str(p)) for files in pipeline.inputs.values() for p, _ in files)
+    return effective_target(pipeline.config.split, total, cpus)
+
+
+def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path, target_bytes: int | None = None) -> RunSpec:
+    """``target_bytes``: bytes per map task, as the runner chose it for the cluster and recorded in
+    run.json (a resumed run must form the same tasks); default ``split.target_bytes``."""
+    target = target_bytes or pipeline.config.split.target_bytes
     shards: list[Shard] = []
     for src in pipeline.config.sources:
+        ranges: list[InputRange] = []
         for i, (path, fmt) in enumerate(pipeline.inputs[src.name]):
             name = pipeline.input_names.get(src.name, {}).get(path) or input_name(path, str(path), pipeline.base_dir)
-            shards.append(Shard(len(shards), f"{src.name}/{i:05d}", src, str(path), name, fmt))
+            ranges += plan_file(str(path), name, fmt, i, target)
+        for pieces in group_pieces(ranges, target, pipeline.config.split.group_small_files):
+            shards.append(Shard(len(shards), task_key(src.name, pieces), src, pieces))
     tok_cfg = pipeline.config.tokenize
     tokenizer = load_tokenizer_info(pipeline.resolve(tok_cfg.tokenizer), tok_cfg) if tok_cfg else None
     stages = tuple((kind, opts.model_dump(mode="json")) for kind, opts in pipeline.stage_options)

@@ -22,7 +22,7 @@ from datapipe.atomic import fault_scope
 from datapipe.config import Pipeline
 from datapipe.engine import tasks
 from datapipe.engine.disk_full import DiskFull, find_disk_full
-from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage, make_spec
+from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
 from datapipe.engine.run_folder import RunFolder, RunFolderError
@@ -99,12 +99,14 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
     if swept:
         log(f"datapipe: removed {swept} temporary file(s) left by an interrupted run")
 
-    spec = make_spec(pipeline, folder.root, cache_dir())
-    for pos in range(1, len(spec.stages) + 1):
-        build_stage(spec, pos).prepare()  # fetch models now: one clear error instead of one per task
-
     run = previous if previous is not None and not fresh else {}
-    run.update({"name": pipeline.name, "fingerprint": spec.fingerprint, "config": normalized,
+    # Bytes per map task: chosen once per run folder for the cluster it starts on (engine/splits.py),
+    # then recorded, so a resumed run forms the same tasks (and finds their markers) on any cluster.
+    target = (run.get("split") or {}).get("target_bytes")
+    spec = make_spec(pipeline, folder.root, cache_dir(), target) if target else None
+    if spec is not None:
+        _prepare(spec)
+    run.update({"name": pipeline.name, "fingerprint": pipeline.fingerprint(), "config": normalized,
                 "resources": resources, "inputs": inputs,
                 "pipeline_file": str(pipeline.file) if pipeline.file else None, "status": "running",
                 "packages": _package_versions(), "python": platform.python_version()})
@@ -116,13 +118,15 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
 
     result = RunResult(folder.root, run)
     timings: dict[str, float] = dict(run.get("timings", {}))
-    all_tasks = _all_tasks(spec)
-    if any(folder.read_marker(phase, key) is None for phase, key in all_tasks):
+    if spec is None or any(folder.read_marker(phase, key) is None for phase, key in _all_tasks(spec)):
         with ray_session(ray_address, num_cpus) as where:
-            log(f"datapipe: running {pipeline.name!r} on {where}; output in {folder.root}")
+            if spec is None:
+                spec = _plan_for_cluster(pipeline, folder, run)
+            log(f"datapipe: running {pipeline.name!r} on {where} ({len(spec.shards)} map tasks); "
+                f"output in {folder.root}")
             _run_phases(result, folder, spec, timings, show_progress)
     else:  # nothing left to compute: no need to start Ray at all
-        result.skipped_tasks = len(all_tasks)
+        result.skipped_tasks = len(_all_tasks(spec))
         log(f"datapipe: every task of {pipeline.name!r} is already done in {folder.root}; rebuilding statistics")
 
     from datapipe.stats import build_stats
@@ -144,11 +148,38 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
     return result
 
 
+def _prepare(spec: RunSpec) -> None:
+    for pos in range(1, len(spec.stages) + 1):
+        build_stage(spec, pos).prepare()  # fetch models now: one clear error instead of one per task
+
+
+def _plan_for_cluster(pipeline: Pipeline, folder: RunFolder, run: dict[str, Any]) -> RunSpec:
+    """The run's tasks for the CPUs Ray has: large files split, small ones grouped, recorded in run.json."""
+    import ray
+
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    target = split_target(pipeline, cpus)
+    spec = make_spec(pipeline, folder.root, cache_dir(), target)
+    _prepare(spec)
+    run["split"] = {"target_bytes": target, "cpus": cpus, "map_tasks": len(spec.shards)}
+    folder.save_run_json(run)
+    return spec
+
+
+def _line_tasks(spec: RunSpec) -> list[Shard]:
+    """Ranges of split JSONL files whose newline count a later range needs (every one but the last)."""
+    return [s for s in spec.shards
+            if len(s.inputs) == 1 and s.format == "jsonl" and s.inputs[0].part < s.inputs[0].parts - 1]
+
+
 def _run_phases(result: RunResult, folder: RunFolder, spec: RunSpec, timings: dict[str, float],
                 show_progress: bool) -> None:
     import ray
 
     spec_ref = ray.put(spec)
+    if lines := _line_tasks(spec):  # global line numbers for JSONL ranges: a cheap parallel pre-pass
+        _run_phase(result, folder, tasks.LINES_PHASE, [(s.key, (spec_ref, s)) for s in lines], _lines_task,
+                   {"num_cpus": 1, "scheduling_strategy": "SPREAD"}, timings, show_progress, "ranges")
     for segment in spec.segments:
         phase = f"map{segment.index}"
         # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
@@ -173,7 +204,7 @@ def _run_phases(result: RunResult, folder: RunFolder, spec: RunSpec, timings: di
 
 def _all_tasks(spec: RunSpec) -> list[tuple[str, str]]:
     """(phase, task key) of every task the run consists of, as their markers name them."""
-    tasks_: list[tuple[str, str]] = []
+    tasks_: list[tuple[str, str]] = [(tasks.LINES_PHASE, s.key) for s in _line_tasks(spec)]
     for segment in spec.segments:
         tasks_ += [(f"map{segment.index}", s.key) for s in spec.shards]
         if segment.final:
@@ -252,6 +283,10 @@ def _with_marker(phase: str, key: str, fn: Callable[[], dict[str, Any]], root: s
 
 def _map_task(phase: str, spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     return _with_marker(phase, shard.key, lambda: tasks.map_shard(spec, shard, segment), spec.root)
+
+
+def _lines_task(phase: str, spec: RunSpec, shard: Shard) -> dict[str, Any]:
+    return _with_marker(phase, shard.key, lambda: tasks.count_range_lines(spec, shard), spec.root)
 
 
 def _reduce_task(phase: str, spec: RunSpec, segment: Segment) -> dict[str, Any]:
@@ -379,9 +414,11 @@ def _record_input_hashes(folder: RunFolder, spec: RunSpec, inputs: list[dict[str
     by_path = {i["path"]: i for i in inputs}
     for shard in spec.shards:
         marker = folder.read_marker("map0", shard.key) or {}
-        entry = by_path.get(str(Path(shard.path).resolve()))
-        if entry is not None and "input" in marker:
-            entry["sha256"] = marker["input"]["sha256"]
+        hashed = marker.get("inputs") or ([marker["input"]] if "input" in marker else [])  # "input": older runs
+        for h in hashed:
+            entry = by_path.get(str(Path(h["path"]).resolve()))
+            if entry is not None:
+                entry["sha256"] = h["sha256"]
 
 
 def _input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:

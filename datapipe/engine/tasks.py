@@ -21,6 +21,7 @@ from datapipe.atomic import atomic_path, temp_path_for
 from datapipe.engine.isolate import Isolator, Step
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.run_folder import RunFolder
+from datapipe.engine.splits import InputRange
 from datapipe.packing import PackedRows, ShardBuffer, make_packer, shard_meta_for
 from datapipe.readers import READERS, InputFile, ReadBatch
 from datapipe.readers.base import BatchBuilder, describe_error
@@ -146,6 +147,7 @@ class MapCounts:
 def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     """Run one map segment over one input shard; returns the marker contents."""
     started = time.perf_counter()
+    cpu_started = time.process_time()  # this worker's CPU (all its threads): for utilisation figures
     folder = RunFolder(Path(spec.root))
     counts = MapCounts()
     rejects: dict[tuple[int, tuple[str, ...]], ParquetSink] = {}
@@ -249,10 +251,15 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
             tokens.abort()
         raise
     result = {"shard": shard.key, "segment": segment.index, **counts.as_dict(),
-              "seconds": round(time.perf_counter() - started, 3)}
-    if segment.index == 0 and Path(shard.path).is_file():
-        result["input"] = {"path": shard.path, "bytes": Path(shard.path).stat().st_size,
-                           "sha256": file_sha256(shard.path)}
+              "seconds": round(time.perf_counter() - started, 3),
+              "cpu_seconds": round(time.process_time() - cpu_started, 3)}
+    if segment.index == 0:
+        # Each input file is hashed once: by its whole-file task, or by the task of its first range
+        # (a 20 GB file split in 80 ranges is still read through for its hash once, not 80 times).
+        hashed = [{"path": r.path, "bytes": Path(r.path).stat().st_size, "sha256": file_sha256(r.path)}
+                  for r in shard.inputs if r.part == 0 and Path(r.path).is_file()]
+        if hashed:
+            result["inputs"] = hashed
     return result
 
 
@@ -265,8 +272,17 @@ def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segm
         for rb in pq.ParquetFile(prev).iter_batches(batch_size=spec.batch_size):
             yield pa.Table.from_batches([rb])
         return
-    reader = READERS[shard.format]
-    file = InputFile(Path(shard.path), shard.input_name, shard.source, spec.limits)
+    for piece in shard.inputs:
+        yield from _read_piece(spec, folder, shard, piece, counts, reject)
+
+
+def _read_piece(spec: RunSpec, folder: RunFolder, shard: Shard, piece: InputRange, counts: MapCounts,
+                reject: Any) -> Iterator[pa.Table]:
+    """The documents of one input file, or of one range of it (engine/splits.py)."""
+    reader = READERS[piece.format]
+    first = _first_record(folder, shard, piece) if not piece.whole else 0
+    file = InputFile(Path(piece.path), piece.input_name, shard.source, spec.limits,
+                     start=piece.start, end=piece.end, first_record=first, ranged=not piece.whole)
     for rb in _guarded(reader(file, spec.batch_size), file):
         docs = rb.docs
         counts.docs_in += docs.num_rows
@@ -280,6 +296,46 @@ def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segm
         missing = pc.is_null(docs["text"])
         docs = reject(0, READ_STAGE, docs, Decision(pc.if_else(missing, "missing_text", _NULL_STR)))
         yield docs
+
+
+def _first_record(folder: RunFolder, shard: Shard, piece: InputRange) -> int:
+    """Records before a range that the reader cannot know by itself: for JSONL, the newlines before
+    it (its global line numbering), from the ``lines`` pre-pass markers of the file's earlier ranges
+    (counted here when a marker is missing, e.g. a task run on its own). Parquet and WARC ranges
+    number their records from the file's own structure: 0."""
+    if piece.format != "jsonl" or piece.part == 0:
+        return 0
+    from datapipe.engine.splits import count_newlines
+
+    prefix = shard.key.rsplit(".part", 1)[0]
+    total = 0
+    for j in range(piece.part):
+        marker = folder.read_marker(LINES_PHASE, f"{prefix}.part{j:04d}")
+        if marker is None:
+            starts = _range_starts(piece)
+            marker = {"newlines": count_newlines(piece.path, starts[j], starts[j + 1])}
+        total += int(marker["newlines"])
+    return total
+
+
+def _range_starts(piece: InputRange) -> list[int]:
+    """Byte starts of the file's ranges before and including ``piece`` (the planner cuts JSONL evenly)."""
+    step = piece.start // piece.part
+    return [step * j for j in range(piece.part + 1)]
+
+
+LINES_PHASE = "lines"  # pre-pass: newlines per JSONL range, for global line numbers
+
+
+def count_range_lines(spec: RunSpec, shard: Shard) -> dict[str, Any]:
+    """One task of the ``lines`` pre-pass: the newlines in one JSONL range."""
+    from datapipe.engine.splits import count_newlines
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    piece = shard.inputs[0]
+    return {"shard": shard.key, "newlines": count_newlines(piece.path, piece.start, piece.end),
+            "seconds": round(time.perf_counter() - started, 3),
+            "cpu_seconds": round(time.process_time() - cpu_started, 3)}
 
 
 def _guarded(batches: Iterator[ReadBatch], file: InputFile) -> Iterator[ReadBatch]:

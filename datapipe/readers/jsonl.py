@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from typing import IO
 
 from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
 from datapipe.readers.jsondepth import depth_exceeds, may_exceed_depth, must_check_before_parsing
 from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
-from datapipe.readers.streams import InputTooLarge, LineTooLong, bounded_lines, open_maybe_compressed
+from datapipe.readers.streams import InputTooLarge, LineRange, LineTooLong, bounded_lines, open_maybe_compressed
 
 
 def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
@@ -30,12 +31,15 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         else:
             out.add(record, text, url)
 
-    lineno = 0
+    lineno = file.first_record  # lines before this range (0 for a whole file): numbers are global
     try:
-        with open_maybe_compressed(file.path) as stream:
+        with _open(file) as stream:
+            if isinstance(stream, LineRange) and stream.skipped:
+                lineno += 1  # the partial line skipped at the start is the previous range's
             lines = bounded_lines(stream, limits.max_record_bytes, limits.max_file_decompressed_bytes,
                                   head=MAX_REJECT_TEXT)
-            for lineno, raw in enumerate(lines, start=1):
+            first = lineno + 1
+            for lineno, raw in enumerate(lines, start=first):
                 if isinstance(raw, LineTooLong):
                     out.reject(f"L{lineno}", "record_too_large",
                                f"line of {raw.size:,} bytes > limits.max_record_bytes={limits.max_record_bytes:,}",
@@ -51,6 +55,13 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
                    f"reading stopped after line {lineno}: {describe_error(exc)}")
     if (last := out.flush()) is not None:
         yield last
+
+
+def _open(file: InputFile) -> IO[bytes] | LineRange:
+    """The whole file, or the lines that start in its byte range (a split plain JSONL)."""
+    if file.ranged:
+        return LineRange(str(file.path), file.start, file.end)
+    return open_maybe_compressed(file.path)
 
 
 def _parse_line(out: BatchBuilder, lineno: int, raw: bytes, text_field: str, url_field: str | None,

@@ -44,8 +44,11 @@ def read_parquet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     extra = [f for f in (opts.path_field, opts.repo_field, opts.language_field, opts.arxiv_id_field)
              if f and f in names and f not in (field, url_field)]
     columns = [field] + ([url_field] if url_field else []) + extra
-    row = 0
-    for group in range(pf.num_row_groups):
+    # A split file's task reads a range of row groups; rows keep their index in the whole file.
+    first, stop = (file.start, file.end if file.end is not None else pf.num_row_groups) if file.ranged \
+        else (0, pf.num_row_groups)
+    row = sum(pf.metadata.row_group(g).num_rows for g in range(first))
+    for group in range(first, stop):
         end = row + pf.metadata.row_group(group).num_rows
         try:
             for batch in pf.iter_batches(batch_size=batch_size, row_groups=[group], columns=columns):

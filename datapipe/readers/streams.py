@@ -137,3 +137,89 @@ def _blocks(stream: IO[bytes], size: int) -> Iterator[bytes]:
         yield parts[0] if len(parts) == 1 else b"".join(parts)
         if have < size:
             return
+
+
+# --- byte ranges of a plain file (split inputs, engine/splits.py) --------------------
+
+SCAN = 1 << 20  # bytes read at a time when looking for a record boundary or counting newlines
+
+def count_newlines(path: str, start: int, end: int | None) -> int:
+    """Newline bytes in ``[start, end)``: one range's share of the line-numbering pre-pass."""
+    n = 0
+    with open(path, "rb") as f:
+        f.seek(start)
+        left = None if end is None else end - start
+        while left is None or left > 0:
+            data = f.read(SCAN * 8 if left is None else min(SCAN * 8, left))
+            if not data:
+                break
+            n += data.count(b"\n")
+            if left is not None:
+                left -= len(data)
+    return n
+
+
+class LineRange:
+    """A binary stream over the lines of a JSONL file that start in ``[start, end)``.
+
+    ``skipped`` tells whether a partial line was skipped at the start (then the first line's
+    number is one more than the newlines before ``start``)."""
+
+    def __init__(self, path: str, start: int, end: int | None) -> None:
+        self.f = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self.end = end
+        self.skipped = False
+        self.pos = start
+        self._tail = False  # past ``end``: reading the rest of the straddling line
+        self._done = False
+        if start > 0:
+            self.f.seek(start - 1)
+            if self.f.read(1) != b"\n":
+                self.skipped = True
+                self._skip_partial()
+
+    def _skip_partial(self) -> None:
+        while True:
+            data = self.f.read(SCAN)
+            if not data:
+                self._done = True
+                return
+            i = data.find(b"\n")
+            if i >= 0:
+                self.pos += i + 1
+                self.f.seek(self.pos)
+                break
+            self.pos += len(data)
+        if self.end is not None and self.pos >= self.end:
+            self._done = True  # the line that starts here belongs to the next range
+
+    def read(self, size: int = SCAN) -> bytes:
+        if self._done:
+            return b""
+        if self.end is not None and not self._tail and self.pos >= self.end:
+            self._tail = True
+        if self._tail:  # only up to the newline ending the line that started before ``end``
+            data = self.f.read(size)
+            i = data.find(b"\n")
+            if i >= 0 or not data:
+                self._done = True
+                data = data[:i + 1] if i >= 0 else data
+            self.pos += len(data)
+            return data
+        want = size if self.end is None else min(size, self.end - self.pos)
+        data = self.f.read(want)
+        if not data:
+            self._done = True
+        self.pos += len(data)
+        if self.end is not None and self.pos >= self.end and data.endswith(b"\n"):
+            self._done = True  # the range ends exactly at a line start
+        return data
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self) -> LineRange:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -63,16 +63,17 @@ class WebRecord:
 
 
 def iter_warc_records(path: Path, max_bytes: int, need_payload: tuple[str, ...] = DOC_TYPES,
-                      max_total: int = 1 << 62) -> Iterator[WebRecord]:
+                      max_total: int = 1 << 62, start: int = 0) -> Iterator[WebRecord]:
     """Records in file order; a record whose framing is wrong comes out with ``framing`` set and
-    bytes that are no record as type ``garbage`` (see warc_framing)."""
+    bytes that are no record as type ``garbage`` (see warc_framing). ``start``: a record boundary
+    (a gzip member or a plain record start, engine/splits.py) to begin at instead of the file start."""
     with path.open("rb") as f:
         head = f.read(64 * 1024)
         f.seek(0)
         if _is_arc(head):
             yield from _iter_arc(f, max_bytes)
             return
-        stream = DecompressedStream(f, gzipped=head.startswith(b"\x1f\x8b"), max_total=max_total)
+        stream = DecompressedStream(f, gzipped=head.startswith(b"\x1f\x8b"), max_total=max_total, start=start)
         framer = WarcFramer(stream, max_bytes, lambda h: h.get("warc-type", "") in need_payload)
         for fr in framer:
             yield _from_framed(fr)
@@ -266,10 +267,13 @@ def _read(file: InputFile, batch_size: int, fmt: str) -> Iterator[ReadBatch]:
     leading: WebRecord | None = None  # garbage at offset 0: "not a WARC file" if nothing else follows
     need = () if fmt == "wat" else DOC_TYPES  # WAT metadata is rejected unread
     try:
-        for rec in iter_warc_records(file.path, max_bytes, need, file.limits.max_file_decompressed_bytes):
+        start = file.start if file.ranged else 0
+        for rec in iter_warc_records(file.path, max_bytes, need, file.limits.max_file_decompressed_bytes, start):
             # The id is the record's gzip member offset (what a CDX index points at), numbered
             # within the member when it holds several records (a file gzipped as one member).
             key = rec.member if rec.member is not None else rec.offset
+            if file.ranged and file.end is not None and isinstance(key, int) and key >= file.end:
+                break  # the next range's first record
             n = per_member[key]
             per_member[key] += 1
             rec.offset = key if n == 0 else f"{key}.{n}"  # type: ignore[assignment]

@@ -61,18 +61,21 @@ class DecompressedStream:
     the gzip member that produced each byte (what a CDX index points at) and the holes left by
     corrupt members. Keeps only a sliding window in memory."""
 
-    def __init__(self, f: IO[bytes], gzipped: bool, max_total: int = 1 << 62) -> None:
+    def __init__(self, f: IO[bytes], gzipped: bool, max_total: int = 1 << 62, start: int = 0) -> None:
         self.f, self.gzipped, self.max_total = f, gzipped, max_total  # max_total: limits.max_file_decompressed_bytes
+        # start > 0: a split file's range begins at this record boundary (a member start when
+        # gzipped). Plain files keep file offsets as positions, so record ids match a whole read.
+        f.seek(start)
         self.total = 0
         self.buf = bytearray()
-        self.base = 0  # decompressed offset of buf[0]
+        self.base = 0 if gzipped else start  # decompressed offset of buf[0]
         self.eof = False
         self.holes: list[Hole] = []
         self._starts: list[int] = [0]  # decompressed offsets where a member starts ...
-        self._members: list[int] = [0]  # ... and that member's compressed offset
-        self._comp_pos = 0  # compressed offset of the next unread input byte
+        self._members: list[int] = [start if gzipped else 0]  # ... and that member's compressed offset
+        self._comp_pos = start if gzipped else 0  # compressed offset of the next unread input byte
         self._d: zlib._Decompress | None = zlib.decompressobj(31) if gzipped else None
-        self._member_start = 0
+        self._member_start = start if gzipped else 0
         self._pending = b""  # compressed input not yet fed
 
     @property
@@ -279,7 +282,7 @@ class WarcFramer:
 
     def __iter__(self) -> Iterator[Framed]:
         s = self.s
-        pos = 0
+        pos = s.base  # 0, or where a split file's range starts
         while True:
             s.discard(pos)
             pos = self._skip_ws(pos)
