@@ -20,6 +20,11 @@ from datapipe.stages.quality.gopher import repetition, repetition_filter
 from datapipe.stages.quality.rules import Filter, Rule, register
 from datapipe.stages.quality.text import Docs, Pieces, ratio, to_np
 
+try:  # numba is a dependency; the numpy reference keeps the package importable without it
+    from datapipe.stages.quality import _kernels
+except ImportError:  # pragma: no cover - only where numba is absent
+    _kernels = None  # type: ignore[assignment]
+
 F32 = pa.float32()
 # Sentence ends: the ideographic full stop 。 and the full-width full stop ． (U+FF0E, which
 # OI-wiki and much technical/academic Chinese use instead of 。), ! ? in both widths, the ellipsis.
@@ -88,17 +93,54 @@ register(Filter(
 
 def _char_repetition(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
     docs = _view(docs, params)
-    if params.get("latin_words"):
+    # N-gram repetition of a long page is judged on its first `ngram_chars` characters: machine
+    # repetition shows there too, and hashing every character of 50 kB manuals costs 10x more.
+    ids, doc, weight = char_tokens(docs, bool(params.get("latin_words")), int(params.get("ngram_chars", 5000)))
+    return repetition(docs, "zh_rep", ids, doc, weight)
+
+
+def char_tokens(docs: Docs, latin_words: bool, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token ids, documents and weights (characters) of the first ``limit`` characters of each text.
+
+    A compiled pass over the UTF-8 bytes (``_kernels.char_tokens``) that stops at the limit;
+    ``char_tokens_reference`` is the numpy definition it reproduces exactly (tested on real data).
+    """
+    if _kernels is None:  # pragma: no cover - only where numba is absent
+        return char_tokens_reference(docs, latin_words, limit)
+    data, offsets = _utf8_buffers(docs.text)
+    count = _kernels.char_tokens(data, offsets, latin_words, float(limit), _P,
+                                 np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    ids, doc, weight = np.empty(count, np.int64), np.empty(count, np.int64), np.empty(count)
+    _kernels.char_tokens(data, offsets, latin_words, float(limit), _P, ids, doc, weight)
+    return ids, doc, weight
+
+
+def _utf8_buffers(text: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of all texts and each text's byte offsets into them (nulls are empty)."""
+    text = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    if len(text) == 0:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    if text.null_count:  # a null's offsets need not be equal: make it an empty text
+        text = pc.fill_null(text, "")
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+        text = text.cast(pa.large_string())
+    width = np.int64 if pa.types.is_large_string(text.type) else np.int32
+    _, off_buf, data_buf = text.buffers()
+    offsets = np.frombuffer(off_buf, dtype=width)[text.offset:text.offset + len(text) + 1].astype(np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return data, offsets
+
+
+def char_tokens_reference(docs: Docs, latin_words: bool, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The numpy definition of ``char_tokens`` (tokenize every character, then keep the head)."""
+    if latin_words:
         ids, doc, weight = _mixed_tokens(docs)
     else:
         cps, doc = docs.chars
         ids, weight = cps.astype(np.int64), np.ones(len(cps))
-    # N-gram repetition of a long page is judged on its first `ngram_chars` characters: machine
-    # repetition shows there too, and hashing every character of 50 kB manuals costs 10x more.
-    limit = int(params.get("ngram_chars", 5000))
     starts = np.searchsorted(doc, np.arange(docs.n))
     head = (np.cumsum(weight) - weight - np.r_[0.0, np.cumsum(weight)][starts][doc]) < limit
-    return repetition(docs, "zh_rep", ids[head], doc[head], weight[head])
+    return ids[head], doc[head], weight[head]
 
 
 _P = np.uint64(1_000_003) ** np.arange(64, dtype=np.uint64)  # powers for hashing a word's letters (wraps)
