@@ -1,9 +1,10 @@
-"""The compiled repetition signals equal the numpy reference bit for bit, on the real corpora.
+"""The compiled quality signals equal their references bit for bit, on the real corpora.
 
 ``text.ngram_repetition`` (numba, one pass for all n) against ``ngram_repetition_reference``
-(exact grouping, one Arrow dictionary encoding per n), and ``zh.char_tokens`` (reads UTF-8 bytes,
-stops at ``ngram_chars``) against ``char_tokens_reference``; then every signal column of the
-filters that use them, computed both ways.
+(exact grouping, one Arrow dictionary encoding per n), ``zh.char_tokens`` (reads UTF-8 bytes,
+stops at ``ngram_chars``) against ``char_tokens_reference``, ``zh.class_counts`` (one pass, a
+code-point table) against one regex count per class; then every signal column of the filters
+that use them (gopher_repetition, zh_repetition, zh), computed both ways.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ CONFIGS = [
     ("zh_repetition", {"latin_words": True}),
     ("zh_repetition", {"markdown": True, "latin_words": True, "ngram_chars": 5000}),
     ("zh_repetition", {"markdown": True, "ngram_chars": 300}),
+    ("zh", {}),
+    ("zh", {"markdown": True}),
 ]
 
 
@@ -67,6 +70,8 @@ def _check(batches: list[pa.Array], monkeypatch: pytest.MonkeyPatch) -> int:
                 new, ref = zh.char_tokens(view, latin, limit), zh.char_tokens_reference(view, latin, limit)
                 for x, y in zip(new, ref):
                     assert x.dtype == y.dtype and np.array_equal(x, y)
+            for t in (view.text, view.lines.values):
+                assert np.array_equal(zh.class_counts(t), zh.class_counts(t, reference=True))
             w = view.words
             ids = text.to_np(pa.compute.dictionary_encode(w.values).indices).astype(np.int64)
             for ids_, doc, weight in ((ids, w.doc, w.lengths.astype(np.float64)), zh.char_tokens(view, True, 5000)):
@@ -77,6 +82,7 @@ def _check(batches: list[pa.Array], monkeypatch: pytest.MonkeyPatch) -> int:
             with monkeypatch.context() as m:
                 m.setattr(gopher, "ngram_repetition", text.ngram_repetition_reference)
                 m.setattr(zh, "char_tokens", zh.char_tokens_reference)
+                m.setattr(zh, "class_counts", lambda t, counts=zh.class_counts: counts(t, reference=True))
                 ref = FILTERS[name].compute(Docs(arr), params, pa.table({"text": arr}))
             assert set(new) == set(FILTERS[name].signals)
             assert not _equal(new, ref), (name, params)

@@ -45,6 +45,7 @@ def ngram_signals(ids, offsets, weight, max_n, want_top, want_dup, top_num, dup_
     g = np.empty(max(longest, 1), np.int64)
     w = np.empty(max(longest, 1), np.float64)
     count = np.empty(max(longest, 1), np.int64)
+    prev = np.empty(max(longest, 1), np.int64)  # occurrences of each (n-1)-gram number
     firstw = np.empty(max(longest, 1), np.float64)
     repeat = np.empty(max(longest, 1), np.bool_)
     for d in range(n_docs):
@@ -59,6 +60,7 @@ def ngram_signals(ids, offsets, weight, max_n, want_top, want_dup, top_num, dup_
         # Level 1: distinct token ids of this document (vals < 0 marks a free slot: any id is a valid key).
         vals[:c] = -1
         k = 0
+        prev[:L] = 0
         for i in range(L):
             key = ids[s + i]
             j = _slot(key, mask)
@@ -73,6 +75,7 @@ def ngram_signals(ids, offsets, weight, max_n, want_top, want_dup, top_num, dup_
                 j = (j + 1) & mask
             g1[i] = vals[j]
             g[i] = g1[i]
+            prev[g1[i]] += 1
             w[i] = weight[s + i]
         for n in range(2, max_n + 1):
             m = L - n + 1
@@ -81,8 +84,17 @@ def ngram_signals(ids, offsets, weight, max_n, want_top, want_dup, top_num, dup_
             vals[:c] = -1
             k = 0
             for i in range(m):
-                key = g[i] * L + g1[i + n - 1]
                 w[i] = w[i] + weight[s + i + n - 1]
+                if prev[g[i]] == 1:
+                    # A prefix seen once makes the n-gram unique too (an equal n-gram elsewhere
+                    # would repeat the prefix): a new number without a table probe.
+                    count[k] = 1
+                    firstw[k] = w[i]
+                    g[i] = k
+                    repeat[i] = False
+                    k += 1
+                    continue
+                key = g[i] * L + g1[i + n - 1]
                 j = _slot(key, mask)
                 while True:
                     if vals[j] < 0:
@@ -120,7 +132,9 @@ def ngram_signals(ids, offsets, weight, max_n, want_top, want_dup, top_num, dup_
                     if i < end:
                         acc += weight[s + i]
                 dup_num[n, d] = acc
-
+            if k == m:
+                break  # every n-gram is unique, so are all longer ones: their signals stay 0
+            prev, count = count, prev
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -196,3 +210,37 @@ def char_tokens(data, offsets, latin_words, limit, powers, ids, doc, weight):  #
                 p = q
             t += 1
     return t
+
+
+@numba.njit(cache=True, nogil=True)
+def mark_code_points(data, offsets, known, new):  # pragma: no cover - compiled
+    """Sets ``new[cp]`` for every code point of the texts that ``known`` lacks; returns how many."""
+    found = 0
+    for d in range(offsets.shape[0] - 1):
+        p = offsets[d]
+        end = offsets[d + 1]
+        while p < end:
+            cp, p = _decode(data, p)
+            if not known[cp] and not new[cp]:
+                new[cp] = True
+                found += 1
+    return found
+
+
+@numba.njit(cache=True, nogil=True)
+def class_counts(data, offsets, table, runs, out):  # pragma: no cover - compiled
+    """out[b, d]: characters of text d whose ``table`` entry has bit b; for bits with ``runs[b]``,
+    maximal runs of such characters instead (a regex ``[...]+`` counts each run once)."""
+    n_bits = out.shape[0]
+    for d in range(offsets.shape[0] - 1):
+        p = offsets[d]
+        end = offsets[d + 1]
+        last = 0
+        while p < end:
+            cp, p = _decode(data, p)
+            bits = table[cp]
+            if bits:
+                for b in range(n_bits):
+                    if bits >> b & 1 and not (runs[b] and last >> b & 1):
+                        out[b, d] += 1
+            last = bits

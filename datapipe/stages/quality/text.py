@@ -121,6 +121,22 @@ except ImportError:  # pragma: no cover - only where numba is absent
 _WHITESPACE = np.array([ord(c) for c in " \t\n\r\v\f\u3000\u00a0"], dtype=np.uint32)
 
 
+def utf8_buffers(text: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of all texts and each text's byte offsets into them (nulls are empty)."""
+    text = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    if len(text) == 0:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    if text.null_count:  # a null's offsets need not be equal: make it an empty text
+        text = pc.fill_null(text, "")
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+        text = text.cast(pa.large_string())
+    width = np.int64 if pa.types.is_large_string(text.type) else np.int32
+    _, off_buf, data_buf = text.buffers()
+    offsets = np.frombuffer(off_buf, dtype=width)[text.offset:text.offset + len(text) + 1].astype(np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return data, offsets
+
+
 def duplicates(pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
     """Per document: pieces that repeat an earlier piece of the same document, and their characters.
 
