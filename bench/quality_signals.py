@@ -3,10 +3,11 @@
     PYTHONPATH=. python bench/quality_signals.py [--docs 0] [--repeats 3] [--batch 1000]
 
 "before" is the former code path, kept in the package: n-gram repetition keyed by a 64-bit
-polynomial hash, one Arrow dictionary encoding per n (``ngram_repetition_reference(exact=False)``)
-and Chinese tokens from the whole text (``zh.char_tokens_reference``). "after" is the default
-(``_kernels``). Everything else in the stage is the same code. Documents get their rule set from
-their file (en_wikipedia -> en_web, zh_* -> zh_web), so no langid runs. Runs alternate
+polynomial hash, one Arrow dictionary encoding per n (``ngram_repetition_reference(exact=False)``),
+Chinese tokens from the whole text (``zh.char_tokens_reference``) and one regex scan per
+character class (``zh.class_counts(reference=True)``). "after" is the default (``_kernels``).
+Everything else in the stage is the same code. Documents get their rule set from their file
+(en_wikipedia -> en_web, zh_* -> zh_web), so no langid runs. Runs alternate
 before/after ``--repeats`` times; each line gives docs/s as median [min-max] and the ratio of
 medians. Signal values are compared too (they differ only where the former hash merged two
 n-grams: tests/test_quality_kernels.py).
@@ -41,12 +42,13 @@ def _before(ids, doc, weight, n_docs, top_ns, dup_ns):  # type: ignore[no-untype
 
 @contextmanager
 def former_code():  # type: ignore[no-untyped-def]
-    saved = gopher.ngram_repetition, zh.char_tokens
+    saved = gopher.ngram_repetition, zh.char_tokens, zh.class_counts
     gopher.ngram_repetition, zh.char_tokens = _before, zh.char_tokens_reference
+    zh.class_counts = lambda t: saved[2](t, reference=True)  # one regex scan per class
     try:
         yield
     finally:
-        gopher.ngram_repetition, zh.char_tokens = saved
+        gopher.ngram_repetition, zh.char_tokens, zh.class_counts = saved
 
 
 def batches(docs: list[dict], size: int) -> dict[str, list[pa.Table]]:
