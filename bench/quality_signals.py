@@ -5,7 +5,7 @@
 "before" is the former code path, kept in the package: n-gram repetition keyed by a 64-bit
 polynomial hash, one Arrow dictionary encoding per n (``ngram_repetition_reference(exact=False)``),
 Chinese tokens from the whole text (``zh.char_tokens_reference``) and one regex scan per
-character class (``zh.class_counts(reference=True)``). "after" is the default (``_kernels``).
+character class (``zh.class_counts`` and ``gopher.word_classes`` with ``reference=True``). "after" is the default (``_kernels``).
 Everything else in the stage is the same code. Documents get their rule set from their file
 (en_wikipedia -> en_web, zh_* -> zh_web), so no langid runs. Runs alternate
 before/after ``--repeats`` times; each line gives docs/s as median [min-max] and the ratio of
@@ -42,13 +42,14 @@ def _before(ids, doc, weight, n_docs, top_ns, dup_ns):  # type: ignore[no-untype
 
 @contextmanager
 def former_code():  # type: ignore[no-untyped-def]
-    saved = gopher.ngram_repetition, zh.char_tokens, zh.class_counts
+    saved = gopher.ngram_repetition, zh.char_tokens, zh.class_counts, gopher.word_classes
     gopher.ngram_repetition, zh.char_tokens = _before, zh.char_tokens_reference
     zh.class_counts = lambda t: saved[2](t, reference=True)  # one regex scan per class
+    gopher.word_classes = lambda w: saved[3](w, reference=True)
     try:
         yield
     finally:
-        gopher.ngram_repetition, zh.char_tokens, zh.class_counts = saved
+        gopher.ngram_repetition, zh.char_tokens, zh.class_counts, gopher.word_classes = saved
 
 
 def batches(docs: list[dict], size: int) -> dict[str, list[pa.Table]]:

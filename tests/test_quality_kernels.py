@@ -4,7 +4,7 @@
 (exact grouping, one Arrow dictionary encoding per n), ``zh.char_tokens`` (reads UTF-8 bytes,
 stops at ``ngram_chars``) against ``char_tokens_reference``, ``zh.class_counts`` (one pass, a
 code-point table) against one regex count per class; then every signal column of the filters
-that use them (gopher_repetition, zh_repetition, zh), computed both ways.
+that use them (gopher_repetition, zh_repetition, zh, gopher_quality), computed both ways.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ CONFIGS = [
     ("zh_repetition", {"markdown": True, "ngram_chars": 300}),
     ("zh", {}),
     ("zh", {"markdown": True}),
+    ("gopher_quality", {}),
 ]
 
 
@@ -73,6 +74,8 @@ def _check(batches: list[pa.Array], monkeypatch: pytest.MonkeyPatch) -> int:
             for t in (view.text, view.lines.values):
                 assert np.array_equal(zh.class_counts(t), zh.class_counts(t, reference=True))
             w = view.words
+            for x, y in zip(gopher.word_classes(w), gopher.word_classes(w, reference=True)):
+                assert x.dtype == y.dtype and np.array_equal(x, y)
             ids = text.to_np(pa.compute.dictionary_encode(w.values).indices).astype(np.int64)
             for ids_, doc, weight in ((ids, w.doc, w.lengths.astype(np.float64)), zh.char_tokens(view, True, 5000)):
                 args = (ids_, doc, weight, view.n, gopher.TOP_NS, gopher.DUP_NS)
@@ -83,6 +86,7 @@ def _check(batches: list[pa.Array], monkeypatch: pytest.MonkeyPatch) -> int:
                 m.setattr(gopher, "ngram_repetition", text.ngram_repetition_reference)
                 m.setattr(zh, "char_tokens", zh.char_tokens_reference)
                 m.setattr(zh, "class_counts", lambda t, counts=zh.class_counts: counts(t, reference=True))
+                m.setattr(gopher, "word_classes", lambda w, classes=gopher.word_classes: classes(w, reference=True))
                 ref = FILTERS[name].compute(Docs(arr), params, pa.table({"text": arr}))
             assert set(new) == set(FILTERS[name].signals)
             assert not _equal(new, ref), (name, params)
