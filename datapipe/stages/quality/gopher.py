@@ -12,18 +12,35 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datapipe.stages.quality.rules import Filter, Rule, register
-from datapipe.stages.quality.text import Docs, duplicates, ngram_repetition, ratio, to_np
+from datapipe.stages.quality.text import Docs, Pieces, duplicates, ngram_repetition, ratio, to_np
+
+try:  # numba is a dependency; the regex path keeps the package importable without it
+    from datapipe.stages.quality.charclass import CharClasses
+except ImportError:  # pragma: no cover - only where numba is absent
+    CharClasses = None  # type: ignore[assignment,misc]
 
 STOP_WORDS = pa.array(["the", "be", "to", "of", "and", "that", "have", "with"])  # the paper's list
 F32 = pa.float32()
 
 
+# Words with a letter, and with a letter or digit: one compiled pass over the words instead of a
+# regex scan each (charclass.py; the classes are still these RE2 patterns, so results are equal).
+_WORD_CLASSES = CharClasses((r"\pL", r"[\pL\pN]"), (False, False)) if CharClasses is not None else None
+
+
+def word_classes(words: Pieces, reference: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(has a letter, has a letter or digit) per word."""
+    if _WORD_CLASSES is None or reference:
+        return words.matches(r"\pL"), words.matches(r"[\pL\pN]")
+    counts = _WORD_CLASSES.counts(words.values)
+    return counts[0] > 0, counts[1] > 0
+
+
 def _quality(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
     words, lines = docs.words, docs.lines
     n_words = words.per_doc()
-    alpha = words.matches(r"\pL")
     # Mean word length over words with a letter or digit: punctuation tokens are not words.
-    wordish = words.matches(r"[\pL\pN]")
+    alpha, wordish = word_classes(words)
     stop = to_np(pc.is_in(pc.utf8_lower(words.values), STOP_WORDS)).astype(np.float64)
     symbols = docs.count(r"#") + docs.count(r"\.\.\.|…")
     n_lines = lines.per_doc()

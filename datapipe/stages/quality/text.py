@@ -113,7 +113,28 @@ class Docs:
         return cps[keep], doc[keep]
 
 
+try:  # numba is a dependency; the numpy reference keeps the package importable without it
+    from datapipe.stages.quality import _kernels
+except ImportError:  # pragma: no cover - only where numba is absent
+    _kernels = None  # type: ignore[assignment]
+
 _WHITESPACE = np.array([ord(c) for c in " \t\n\r\v\f\u3000\u00a0"], dtype=np.uint32)
+
+
+def utf8_buffers(text: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of all texts and each text's byte offsets into them (nulls are empty)."""
+    text = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    if len(text) == 0:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    if text.null_count:  # a null's offsets need not be equal: make it an empty text
+        text = pc.fill_null(text, "")
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+        text = text.cast(pa.large_string())
+    width = np.int64 if pa.types.is_large_string(text.type) else np.int32
+    _, off_buf, data_buf = text.buffers()
+    offsets = np.frombuffer(off_buf, dtype=width)[text.offset:text.offset + len(text) + 1].astype(np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return data, offsets
 
 
 def duplicates(pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
@@ -134,20 +155,64 @@ def duplicates(pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
 
 def ngram_repetition(ids: np.ndarray, doc: np.ndarray, weight: np.ndarray, n_docs: int,
                      top_ns: tuple[int, ...], dup_ns: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """Gopher's n-gram repetition over token ids (words or characters) of a whole batch.
+    """Gopher's n-gram repetition (see ``ngram_repetition_reference``), all n in one compiled pass.
+
+    The numba kernel (``_kernels.ngram_signals``) groups n-grams by their exact token sequences,
+    so its values equal the reference's bit for bit (tests/test_quality_kernels.py compares them on
+    the real corpora); the reference runs where numba is missing or tokens are not grouped by document.
+    """
+    max_n = max(top_ns + dup_ns, default=1)
+    if _kernels is None or min(top_ns + dup_ns, default=2) < 2 or len(doc) and bool(np.any(doc[1:] < doc[:-1])):
+        return ngram_repetition_reference(ids, doc, weight, n_docs, top_ns, dup_ns)
+    weight = np.ascontiguousarray(weight, dtype=np.float64)
+    total = np.bincount(doc, weight, minlength=n_docs).astype(np.float64)
+    offsets = np.searchsorted(doc, np.arange(n_docs + 1)).astype(np.int64)
+    want_top, want_dup = np.zeros(max_n + 1, bool), np.zeros(max_n + 1, bool)
+    want_top[list(top_ns)], want_dup[list(dup_ns)] = True, True
+    top_num, dup_num = np.zeros((max_n + 1, n_docs)), np.zeros((max_n + 1, n_docs))
+    _kernels.ngram_signals(np.ascontiguousarray(ids, dtype=np.int64), offsets, weight, max_n,
+                           want_top, want_dup, top_num, dup_num)
+    out: dict[str, np.ndarray] = {}
+    for n in range(1, max_n + 1):  # same keys, in the same order, as the reference
+        if n in top_ns:
+            out[f"top{n}"] = np.minimum(ratio(top_num[n], total), 1.0)
+        if n in dup_ns:
+            out[f"dup{n}"] = ratio(dup_num[n], total)
+    return out
+
+
+def ngram_repetition_reference(ids: np.ndarray, doc: np.ndarray, weight: np.ndarray, n_docs: int,
+                               top_ns: tuple[int, ...], dup_ns: tuple[int, ...],
+                               exact: bool = True) -> dict[str, np.ndarray]:
+    """Gopher's n-gram repetition over token ids (words or characters) of a whole batch (numpy reference).
 
     ``top<n>``: characters covered by the most frequent n-gram (count x its length) over all
     characters. ``dup<n>``: characters covered by the repeated occurrences of any n-gram (each
     occurrence after the first; a character counts once). ``weight`` is each token's length.
+
+    ``exact=False`` is the implementation before the numba kernel, kept so benchmarks can time
+    it: it keyed n-grams by a 64-bit polynomial hash (base 1,000,003), which merges distinct
+    n-grams whose ids happen to satisfy ``(a+1)P + b = (a'+1)P + b'``; with ``latin_words`` ids
+    (hashes of words) this happens on real pages (one zh_pingcap_docs page: dup5 0.2026 instead of
+    0.2010). ``exact=True`` numbers each n-gram by its (n-1)-gram's number and its last token's
+    number, packed exactly into an int64, so equal numbers mean equal token sequences.
     """
     total = np.bincount(doc, weight, minlength=n_docs).astype(np.float64)
     out: dict[str, np.ndarray] = {}
     P = np.uint64(1_000_003)
-    h = ids.astype(np.uint64) + np.uint64(1)
+    if exact:  # level 1: (document, token) numbered exactly; tokens numbered once per batch
+        tok, _ = _group(ids.astype(np.int64))
+        n_tok = int(tok.max()) + 1 if len(tok) else 1
+        h, _ = _group(doc.astype(np.int64) * n_tok + tok)
+    else:
+        h = ids.astype(np.uint64) + np.uint64(1)
     w = weight.astype(np.float64)
     for n in range(1, max(top_ns + dup_ns, default=1) + 1):
-        if n > 1:  # extend every (n-1)-gram hash by the next token
-            h = h[:-1] * P + ids[n - 1:].astype(np.uint64) + np.uint64(1)
+        if n > 1:  # extend every (n-1)-gram by the next token
+            if exact:
+                h, _ = _group(h[:-1] * n_tok + tok[n - 1:])
+            else:
+                h = h[:-1] * P + ids[n - 1:].astype(np.uint64) + np.uint64(1)
             w = w[:-1] + weight[n - 1:]
         if n not in top_ns and n not in dup_ns:
             continue
@@ -155,7 +220,10 @@ def ngram_repetition(ids: np.ndarray, doc: np.ndarray, weight: np.ndarray, n_doc
         start_doc = doc[:m]
         valid = start_doc == doc[n - 1:n - 1 + m]  # the n-gram does not cross a document boundary
         pos = np.flatnonzero(valid)
-        key = h[pos] ^ (start_doc[pos].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        if exact:
+            key = h[pos]  # the level-1 number already includes the document
+        else:
+            key = h[pos] ^ (start_doc[pos].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
         codes, first_mask = _group(key)
         counts = np.bincount(codes)
         first = np.flatnonzero(first_mask)  # codes are numbered in order of first occurrence

@@ -18,7 +18,14 @@ import pyarrow.compute as pc
 
 from datapipe.stages.quality.gopher import repetition, repetition_filter
 from datapipe.stages.quality.rules import Filter, Rule, register
-from datapipe.stages.quality.text import Docs, Pieces, ratio, to_np
+from datapipe.stages.quality.text import Docs, Pieces, ratio, utf8_buffers
+
+try:  # numba is a dependency; the numpy reference keeps the package importable without it
+    from datapipe.stages.quality import _kernels
+    from datapipe.stages.quality.charclass import CharClasses
+except ImportError:  # pragma: no cover - only where numba is absent
+    _kernels = None  # type: ignore[assignment]
+    CharClasses = None  # type: ignore[assignment,misc]
 
 F32 = pa.float32()
 # Sentence ends: the ideographic full stop 。 and the full-width full stop ． (U+FF0E, which
@@ -29,6 +36,22 @@ LIST_ITEM_HAN = 15
 ZH_LINE_END = r"[。．！？…；.!?;][”’」』）)]*$"
 BRACKETS = r"[\[\]{}()（）【】《》〈〉「」『』<>]"
 SYMBOLS = r"[\p{S}\p{Co}�]"  # symbols (★ ■ ♥ ©, emoji), private use, replacement char
+
+
+# One-character classes the rules count, in one pass per text (charclass.py); rows _SPACE.._SYM.
+_SPACE, _HAN, _TERM, _BRACKET, _DIGIT, _SYM = range(6)
+_CLASS_PATTERNS = (r"\s", r"\p{Han}", ZH_TERMINAL[:-1], BRACKETS, r"\pN", SYMBOLS)
+_CLASS_RUNS = (False, False, True, False, False, False)  # ZH_TERMINAL is a run: `[...]+`
+_classes = CharClasses(_CLASS_PATTERNS, _CLASS_RUNS) if CharClasses is not None else None
+
+
+def class_counts(text: pa.Array, reference: bool = False) -> np.ndarray:
+    """Counts of the ``_CLASS_PATTERNS`` in each text (int64, class x text), as ``Docs.count`` gives."""
+    if _classes is not None and not reference:
+        return _classes.counts(text)
+    text = pc.fill_null(text, "")
+    return np.array([pc.count_substring_regex(text, p + "+" if r else p).to_numpy(zero_copy_only=False)
+                     for p, r in zip(_CLASS_PATTERNS, _CLASS_RUNS)], dtype=np.int64).reshape(6, -1)
 
 
 def _view(docs: Docs, params: dict[str, Any]) -> Docs:
@@ -46,15 +69,18 @@ def _list_sentences(lines: Pieces, params: dict[str, Any]) -> np.ndarray:
     if not params.get("markdown"):
         return np.zeros(lines.n_docs)
     item = lines.matches(r"^(?:[-*+]|\d{1,3}[.)])\s") & ~lines.matches(ZH_LINE_END)
-    han = to_np(pc.count_substring_regex(lines.values, r"\p{Han}")).astype(np.int64)
+    han = class_counts(lines.values)[_HAN]
     return lines.per_doc((item & (han >= LIST_ITEM_HAN)).astype(np.float64))
 
 
 def _zh(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
-    all_chars = (docs.n_chars - docs.count(r"\s")).astype(np.float64)
-    docs = _view(docs, params)
-    chars = (docs.n_chars - docs.count(r"\s")).astype(np.float64)
-    han = docs.count(r"\p{Han}")
+    raw = class_counts(docs.text)
+    all_chars = (docs.n_chars - raw[_SPACE]).astype(np.float64)
+    view = _view(docs, params)
+    counts = raw if view is docs else class_counts(view.text)
+    docs = view
+    chars = (docs.n_chars - counts[_SPACE]).astype(np.float64)
+    han = counts[_HAN]
     lines = docs.lines
     n_lines = lines.per_doc()
     return {
@@ -63,10 +89,10 @@ def _zh(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.nda
         "zh_line_punct_ratio": ratio(lines.per_doc(lines.matches(ZH_LINE_END)), n_lines),
         # Sentence ends per 100 Han characters: works for one-line pages, where line ends do not,
         # and counts only the prose of pages with code or formulas.
-        "zh_terminal_per_100": 100 * ratio(docs.count(ZH_TERMINAL) + _list_sentences(lines, params), han),
-        "zh_bracket_ratio": ratio(docs.count(BRACKETS), chars),
-        "zh_digit_ratio": ratio(docs.count(r"\pN"), chars),
-        "zh_symbol_ratio": ratio(docs.count(SYMBOLS), chars),
+        "zh_terminal_per_100": 100 * ratio(counts[_TERM] + _list_sentences(lines, params), han),
+        "zh_bracket_ratio": ratio(counts[_BRACKET], chars),
+        "zh_digit_ratio": ratio(counts[_DIGIT], chars),
+        "zh_symbol_ratio": ratio(counts[_SYM], chars),
         "zh_mean_line_len": ratio(chars, n_lines),
         "zh_prose_frac": np.minimum(ratio(chars, all_chars), 1.0),
     }
@@ -88,17 +114,38 @@ register(Filter(
 
 def _char_repetition(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
     docs = _view(docs, params)
-    if params.get("latin_words"):
+    # N-gram repetition of a long page is judged on its first `ngram_chars` characters: machine
+    # repetition shows there too, and hashing every character of 50 kB manuals costs 10x more.
+    ids, doc, weight = char_tokens(docs, bool(params.get("latin_words")), int(params.get("ngram_chars", 5000)))
+    return repetition(docs, "zh_rep", ids, doc, weight)
+
+
+def char_tokens(docs: Docs, latin_words: bool, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token ids, documents and weights (characters) of the first ``limit`` characters of each text.
+
+    A compiled pass over the UTF-8 bytes (``_kernels.char_tokens``) that stops at the limit;
+    ``char_tokens_reference`` is the numpy definition it reproduces exactly (tested on real data).
+    """
+    if _kernels is None:  # pragma: no cover - only where numba is absent
+        return char_tokens_reference(docs, latin_words, limit)
+    data, offsets = utf8_buffers(docs.text)
+    count = _kernels.char_tokens(data, offsets, latin_words, float(limit), _P,
+                                 np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    ids, doc, weight = np.empty(count, np.int64), np.empty(count, np.int64), np.empty(count)
+    _kernels.char_tokens(data, offsets, latin_words, float(limit), _P, ids, doc, weight)
+    return ids, doc, weight
+
+
+def char_tokens_reference(docs: Docs, latin_words: bool, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The numpy definition of ``char_tokens`` (tokenize every character, then keep the head)."""
+    if latin_words:
         ids, doc, weight = _mixed_tokens(docs)
     else:
         cps, doc = docs.chars
         ids, weight = cps.astype(np.int64), np.ones(len(cps))
-    # N-gram repetition of a long page is judged on its first `ngram_chars` characters: machine
-    # repetition shows there too, and hashing every character of 50 kB manuals costs 10x more.
-    limit = int(params.get("ngram_chars", 5000))
     starts = np.searchsorted(doc, np.arange(docs.n))
     head = (np.cumsum(weight) - weight - np.r_[0.0, np.cumsum(weight)][starts][doc]) < limit
-    return repetition(docs, "zh_rep", ids[head], doc[head], weight[head])
+    return ids[head], doc[head], weight[head]
 
 
 _P = np.uint64(1_000_003) ** np.arange(64, dtype=np.uint64)  # powers for hashing a word's letters (wraps)

@@ -1,0 +1,123 @@
+"""Quality-stage speed before and after the compiled repetition kernels, same batches, one process.
+
+    PYTHONPATH=. python bench/quality_signals.py [--docs 0] [--repeats 3] [--batch 1000]
+
+"before" is the former code path, kept in the package: n-gram repetition keyed by a 64-bit
+polynomial hash, one Arrow dictionary encoding per n (``ngram_repetition_reference(exact=False)``),
+Chinese tokens from the whole text (``zh.char_tokens_reference``) and one regex scan per
+character class (``zh.class_counts`` and ``gopher.word_classes`` with ``reference=True``). "after" is the default (``_kernels``).
+Everything else in the stage is the same code. Documents get their rule set from their file
+(en_wikipedia -> en_web, zh_* -> zh_web), so no langid runs. Runs alternate
+before/after ``--repeats`` times; each line gives docs/s as median [min-max] and the ratio of
+medians. Signal values are compared too (they differ only where the former hash merged two
+n-grams: tests/test_quality_kernels.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import platform
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from bench._corpus import sample  # noqa: E402
+from datapipe.stages.base import StageContext  # noqa: E402
+from datapipe.stages.quality import Quality, QualityOptions, gopher, text, zh  # noqa: E402
+
+
+def _before(ids, doc, weight, n_docs, top_ns, dup_ns):  # type: ignore[no-untyped-def]
+    return text.ngram_repetition_reference(ids, doc, weight, n_docs, top_ns, dup_ns, exact=False)
+
+
+@contextmanager
+def former_code():  # type: ignore[no-untyped-def]
+    saved = gopher.ngram_repetition, zh.char_tokens, zh.class_counts, gopher.word_classes
+    gopher.ngram_repetition, zh.char_tokens = _before, zh.char_tokens_reference
+    zh.class_counts = lambda t: saved[2](t, reference=True)  # one regex scan per class
+    gopher.word_classes = lambda w: saved[3](w, reference=True)
+    try:
+        yield
+    finally:
+        gopher.ngram_repetition, zh.char_tokens, zh.class_counts, gopher.word_classes = saved
+
+
+def batches(docs: list[dict], size: int) -> dict[str, list[pa.Table]]:
+    """Per rule set, the batches of its documents (in sample order)."""
+    by_set: dict[str, list[str]] = collections.defaultdict(list)
+    for d in docs:
+        by_set["en_web" if d["file"].startswith("en_") else "zh_web"].append(d["text"])
+    out = {}
+    for key, texts in sorted(by_set.items()):
+        lang = key[:2]
+        out[key] = [pa.table({"id": [str(j) for j in range(len(texts[i:i + size]))],
+                              "kind": ["web"] * len(texts[i:i + size]), "lang": [lang] * len(texts[i:i + size]),
+                              "text": texts[i:i + size]}) for i in range(0, len(texts), size)]
+    return out
+
+
+def run(quality: Quality, tables: list[pa.Table]) -> tuple[float, list[pa.Table]]:
+    t0 = time.perf_counter()
+    out = []
+    for b in tables:
+        b = quality.compute(b)
+        quality.decide(b)
+        out.append(b)
+    return time.perf_counter() - t0, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=0, help="documents sampled from ../shared/data/corpus (0: all)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=1000)
+    args = ap.parse_args()
+    quality = Quality(QualityOptions(), StageContext(".", "."))
+    sets = batches(sample(args.docs), args.batch)
+    run(quality, [t.slice(0, 20) for ts in sets.values() for t in ts[:1]])  # compile / load numba's cache
+    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores (shared), one process, batches of {args.batch}, {args.repeats} repeats")
+    total = {"before": [0.0] * args.repeats, "after": [0.0] * args.repeats}
+    n_all = 0
+    for key, tables in sets.items():
+        n = sum(t.num_rows for t in tables)
+        n_all += n
+        times: dict[str, list[float]] = {"before": [], "after": []}
+        for r in range(args.repeats):
+            with former_code():
+                t, old = run(quality, tables)
+            times["before"].append(t)
+            t, new = run(quality, tables)
+            times["after"].append(t)
+            total["before"][r] += times["before"][-1]
+            total["after"][r] += t
+        cols = [c for c in quality.sets[key].columns()]
+        differ = sum(int(np.sum(~np.isclose(o[c].to_numpy(zero_copy_only=False).astype(float),
+                                               w[c].to_numpy(zero_copy_only=False).astype(float),
+                                               rtol=0, atol=0, equal_nan=True)))
+                     for o, w in zip(old, new) for c in cols)
+        report(f"{key} ({n} docs)", n, times)
+        print(f"    signal values that differ from the former code: {differ} of {n * len(cols)}")
+    report(f"whole stage ({n_all} docs)", n_all, total)
+
+
+def report(what: str, n: int, times: dict[str, list[float]]) -> None:
+    rate = {k: [n / t for t in v] for k, v in times.items()}
+    med = {k: statistics.median(v) for k, v in rate.items()}
+    print(f"  {what:24s} before {med['before']:7.0f} docs/s [{min(rate['before']):.0f}-{max(rate['before']):.0f}]"
+          f"  after {med['after']:7.0f} docs/s [{min(rate['after']):.0f}-{max(rate['after']):.0f}]"
+          f"  ratio {med['after'] / med['before']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
