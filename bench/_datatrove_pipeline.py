@@ -46,13 +46,16 @@ def main() -> None:
         print(json.dumps({"timings": timings}))
         return
 
-    from datatrove.pipeline.dedup import MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter, \
-        MinhashDedupSignature
-    from datatrove.pipeline.dedup.exact_dedup import ExactDedupConfig, ExactDedupFilter, ExactDedupSignature, \
-        ExactFindDedups
+    from datatrove.pipeline.dedup import MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter, MinhashDedupSignature
+    from datatrove.pipeline.dedup.exact_dedup import ExactDedupConfig, ExactDedupFilter, ExactDedupSignature, ExactFindDedups
     from datatrove.pipeline.dedup.minhash import MinhashConfig
-    from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, \
-        GopherRepetitionFilter, LanguageFilter
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+        LanguageFilter,
+    )
 
     lang = LanguageFilter(languages=["zh", "en"])  # the languages datapipe's langid keeps
     lang.model.MODEL_URL = cfg["lid_model"]  # a local path: datatrove copies it into its cache once
@@ -60,16 +63,16 @@ def main() -> None:
                     FineWebQualityFilter(), JsonlWriter(f"{work}/filtered")], files)
 
     exact = ExactDedupConfig(content_getter=lambda doc: doc.text)
-    run("exact_signature", [JsonlReader(f"{work}/filtered"), ExactDedupSignature(f"{work}/exact_sigs", exact)],
+    run("exact_signature", [JsonlReader(f"{work}/filtered"), ExactDedupSignature(f"{work}/exact_sigs", config=exact)],
         files)
-    run("exact_find", [ExactFindDedups(f"{work}/exact_sigs", f"{work}/exact_dups", exact)], 1)
-    run("exact_filter", [JsonlReader(f"{work}/filtered"), ExactDedupFilter(f"{work}/exact_dups", exact),
+    run("exact_find", [ExactFindDedups(f"{work}/exact_sigs", f"{work}/exact_dups", config=exact)], 1)
+    run("exact_filter", [JsonlReader(f"{work}/filtered"), ExactDedupFilter(f"{work}/exact_dups", config=exact),
                          JsonlWriter(f"{work}/exact")], files)
 
     mh = MinhashConfig()
-    run("minhash_signature", [JsonlReader(f"{work}/exact"), MinhashDedupSignature(f"{work}/mh_sigs", mh)], files)
-    run("minhash_buckets", [MinhashDedupBuckets(f"{work}/mh_sigs", f"{work}/mh_buckets", mh)], mh.num_buckets)
-    run("minhash_cluster", [MinhashDedupCluster(f"{work}/mh_buckets", f"{work}/mh_remove", mh)], 1)
+    run("minhash_signature", [JsonlReader(f"{work}/exact"), MinhashDedupSignature(f"{work}/mh_sigs", config=mh)], files)
+    run("minhash_buckets", [MinhashDedupBuckets(f"{work}/mh_sigs", f"{work}/mh_buckets", config=mh)], mh.num_buckets)
+    run("minhash_cluster", [MinhashDedupCluster(f"{work}/mh_buckets", f"{work}/mh_remove", config=mh)], 1)
     run("minhash_filter+tokenize", [JsonlReader(f"{work}/exact"), MinhashDedupFilter(f"{work}/mh_remove"),
                                     JsonlWriter(f"{work}/final"), tokenizer()], files)
     print(json.dumps({"timings": timings}))

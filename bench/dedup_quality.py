@@ -14,9 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from datapipe.dedup import evalset, near_duplicates  # noqa: E402
-
 from bench._harness import Harness, add_args  # noqa: E402
+from datapipe.dedup import evalset, near_duplicates  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 

@@ -9,8 +9,8 @@ responses, repeated to get stable numbers. Then, in one process on the same file
             + extract_plain_text(main_content=True), the library's own recipe;
   datapipe: READERS["warc"] (charset, provenance columns, license hints, Arrow batches).
 Prints documents per second of each (median and range over --repeats alternating pairs) and the
-per-pair ratio datapipe / direct, by process CPU time (both paths are single-threaded; CPU time is stable on a shared machine where
-wall time swings with other people's load) and by wall time.
+per-pair ratio datapipe / direct, by process CPU time (both paths are single-threaded; CPU time
+is stable on a shared machine where wall time swings with other people's load) and by wall time.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from datapipe.license import detect_code_file, detect_repository, detect_text, detect_web  # noqa: E402
 from bench._harness import Harness, add_args  # noqa: E402
+from datapipe.license import detect_code_file, detect_repository, detect_text, detect_web  # noqa: E402
 from tests.license_layouts import detect_case, load_cases, score  # noqa: E402
 from tests.license_variants import comment, load_choosealicense, variants  # noqa: E402
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +22,9 @@ from datasketch import MinHash
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._harness import Harness, add_args, pair_ratios
 from datapipe.dedup.minhash import signatures
 from datapipe.dedup.shingles import HAVE_NUMBA, shingle_hash, shingles
-
-from bench._harness import Harness, add_args, pair_ratios
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "corpus"
 

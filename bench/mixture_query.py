@@ -21,9 +21,8 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from datapipe.stats import mixture_view_sql  # noqa: E402
-
 from bench._harness import Harness, add_args  # noqa: E402
+from datapipe.stats import mixture_view_sql  # noqa: E402
 
 
 def main() -> None:

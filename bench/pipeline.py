@@ -120,10 +120,10 @@ def main() -> int:
     have_dt = Path(args.datatrove_python).exists()
     dt_version = "skipped"
     if have_dt:
-        dt_version = subprocess.run([args.datatrove_python, "-c", "import datatrove, spacy, tokenizers; "
-                                     "print(datatrove.__version__, spacy.__version__, tokenizers.__version__)"],
+        dt_version = subprocess.run([args.datatrove_python, "-c", "from importlib.metadata import version as v; "
+                                     "print(*(v(p) for p in ('datatrove', 'spacy', 'tokenizers', 'orjson')))"],
                                     capture_output=True, text=True).stdout.strip() or "does not import"
-        print(f"datatrove venv {args.datatrove_python}: datatrove, spacy, tokenizers = {dt_version}")
+        print(f"datatrove venv {args.datatrove_python}: datatrove, spacy, tokenizers, orjson = {dt_version}")
 
     work = args.work or Path(tempfile.mkdtemp(prefix="dp-bench-pipeline-"))
     try:
