@@ -123,7 +123,7 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
         ds.load_state_dict(epoch1)
         rows = epoch_rows(ds, args.rows)
         best_l = best_b = 0.0
-        ratios = []
+        ratios, bases = [], []
         for _ in range(args.repeats):
             ds.load_state_dict(epoch1)  # epoch 1 again
             tps, got = loader_pass(ds)
@@ -132,8 +132,9 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
                 assert np.array_equal(b["input_ids"], ids) and np.array_equal(b["labels"], lab), "not the same rows"
             best_l, best_b = max(best_l, tps), max(best_b, base)
             ratios.append(tps / base)
+            bases.append(base)
         res[mode], res[f"{mode}_base"], res[f"{mode}_median"] = best_l, best_b, float(np.median(ratios))
-        res[f"{mode}_ratios"] = ratios
+        res[f"{mode}_ratios"], res[f"{mode}_base_runs"] = ratios, bases
     return res
 
 
@@ -205,6 +206,7 @@ def main() -> None:
             h.ratio(f"{cfg} tokens-only loader / memmap", r["tokens_ratios"], target=">= 0.9")
             h.ratio(f"{cfg} full samples loader / memmap", r["full_ratios"])
             h.figure(f"{cfg} first batch", r["first"] * 1e3, "ms", show=False)
+            h.noise(f"{cfg} memmap tokens/s", r["tokens_base_runs"])
         print("targets: tokens-only ratio >= 0.9; first batch < 1 s with", args.shards, "shards")
         h.finish(configs=results)
 
