@@ -143,6 +143,11 @@ def main() -> int:
         dt_env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="true")
         kept: dict[str, dict[str, int]] = {}
 
+        def report(side: str, r: dict) -> None:  # each run as it ends: a long run cut short still tells
+            print(f"  {side} run: wall {r['wall_s']:.1f} s, tree CPU {r['cpu_s']:.1f} s ({r['cpu_method']}), "
+                  f"peak tree RSS {r['peak_rss_mib']:,.0f} MiB, PSS {r['peak_pss_mib']:,.0f} MiB, "
+                  f"kept {kept.get(side)}", flush=True)
+
         def datapipe() -> dict:
             out = work / "dp-out"
             shutil.rmtree(out, ignore_errors=True)
@@ -153,6 +158,7 @@ def main() -> int:
                 raise SystemExit(f"datapipe run failed (rc {r['rc']}):\n"
                                  + (work / "datapipe.log").read_text(errors="replace")[-3000:])
             kept["datapipe"] = kept_datapipe(out)
+            report("datapipe", r)
             return r
 
         def datatrove() -> dict:
@@ -170,6 +176,7 @@ def main() -> int:
             lines = (work / "datatrove.log").read_text(errors="replace").strip().splitlines()
             r["block_timings"] = next((json.loads(x)["timings"] for x in reversed(lines) if x.startswith("{")), {})
             kept["datatrove"] = kept_datatrove(out)
+            report("datatrove", r)
             return r
 
         if have_dt and args.stages != "tokenize":  # untimed: datatrove copies lid.176 into its cache once
