@@ -1,6 +1,9 @@
 """Precision/recall of near-duplicate detection on real text (edited copies) and UDHR variants.
 
-    PYTHONPATH=. python bench/dedup_quality.py [--n 3 5] [--threshold 0.5 0.6 0.7 0.8]
+    PYTHONPATH=. python bench/dedup_quality.py [--n 3 5] [--threshold 0.5 0.6 0.7 0.8] [--json PATH]
+
+Precision and recall are deterministic (fixed seeds), so there is nothing to repeat or interleave:
+the harness only adds the machine/commit header and the JSON output.
 """
 
 from __future__ import annotations
@@ -9,7 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from datapipe.dedup import evalset, near_duplicates
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import Harness, add_args  # noqa: E402
+from datapipe.dedup import evalset, near_duplicates  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
@@ -26,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threshold", type=float, nargs="+", default=[0.5, 0.6, 0.7, 0.8])
     ap.add_argument("--num-perm", type=int, default=128)
     ap.add_argument("--no-verify", action="store_true")
-    args = ap.parse_args(argv)
+    args = add_args(ap, repeats=1).parse_args(argv)
+    h = Harness("dedup_quality", args, libs=["numba"])
+    rows = []
     texts, groups, _ = evalset.build(neardup_corpora())
     truth = evalset.group_pairs(groups)
     u_texts, _, u_truth, u_neutral = evalset.udhr(DATA / "web" / "html" / "udhr")
@@ -42,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             up, ur, _, _ = evalset.pair_scores(uc, u_truth, u_neutral)
             sp, _, _, _ = evalset.pair_scores(uc, u_truth, strict_neutral)
             print(f"{n:>2} {thr:>4} | {p:6.3f} {r:6.3f} | {up:6.3f} {sp:8.3f} {ur:6.3f}")
+            rows.append({"n": n, "threshold": thr, "edit_precision": p, "edit_recall": r, "udhr_precision": up,
+                         "udhr_precision_strict": sp, "udhr_recall": ur})
+    h.finish(rows=rows)
     return 0
 
 

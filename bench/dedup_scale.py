@@ -1,11 +1,12 @@
 """Clustering memory and time on synthetic signatures (1M/2M/4M docs with --sizes).
 
-    PYTHONPATH=. python bench/dedup_scale.py [--sizes 200000 400000] [--num-perm 128]
+    PYTHONPATH=. python bench/dedup_scale.py [--sizes 200000 400000] [--num-perm 128] [--repeats 1] [--json PATH]
 
 Each size runs in a fresh subprocess so its peak RSS (ru_maxrss) is its own. 2% of the documents
 are planted near-copies (signature rows with 10% of values changed); the run checks they are found.
 Steps: signatures (input, uint32) -> band keys (uint64) -> per-band buckets + union-find with
-Jaccard verification -> survivors.
+Jaccard verification -> survivors. With --repeats N each size runs N times (fresh processes, sizes
+taking turns) and the table shows medians; the JSON has every run. There is no baseline.
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import Harness, add_args  # noqa: E402
 
 
 def one(n: int, num_perm: int, threshold: float) -> dict:
@@ -54,18 +60,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-perm", type=int, default=128)
     ap.add_argument("--threshold", type=float, default=0.7)
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    args = add_args(ap, repeats=1).parse_args(argv)
     if args.child:
         print(json.dumps(one(args.child, args.num_perm, args.threshold)))
         return 0
+    h = Harness("dedup_scale", args, libs=["numba"])
+
+    def child(n: int):  # noqa: ANN202 - a closure for the harness
+        def run() -> dict:
+            out = subprocess.run([sys.executable, __file__, "--child", str(n), "--num-perm", str(args.num_perm),
+                                  "--threshold", str(args.threshold)], capture_output=True, text=True, check=True)
+            return json.loads(out.stdout.strip().splitlines()[-1])
+        return run
+
+    runs = h.interleave({str(n): child(n) for n in args.sizes})
     print(f"{'docs':>9} {'b x r':>6} {'sigs MiB':>9} {'peak RSS MiB':>13} {'over sigs':>10} "
           f"{'keys s':>7} {'cluster s':>10} {'found':>6} {'removed':>8}")
     rows = []
     for n in args.sizes:
-        out = subprocess.run([sys.executable, __file__, "--child", str(n), "--num-perm", str(args.num_perm),
-                              "--threshold", str(args.threshold)], capture_output=True, text=True, check=True)
-        s = json.loads(out.stdout.strip().splitlines()[-1])
+        all_runs = runs[str(n)]
+        s = {k: (float(np.median([r[k] for r in all_runs])) if isinstance(v, float) else v)
+             for k, v in all_runs[0].items()}
         rows.append(s)
+        h.figure(f"{n} docs peak RSS", [r["peak_rss_MiB"] for r in all_runs], "MiB", show=False)
+        h.figure(f"{n} docs cluster seconds", [r["cluster_s"] for r in all_runs], "s", show=False)
         over = s["peak_rss_MiB"] - s["input_MiB"]
         print(f"{n:>9} {s['bands']:>3}x{s['rows']:<2} {s['input_MiB']:9.0f} {s['peak_rss_MiB']:13.0f} {over:10.0f} "
               f"{s['keys_s']:7.1f} {s['cluster_s']:10.1f} {s['planted_found']:6.3f} {s['removed']:>8}")
@@ -74,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         per_doc = (z["peak_rss_MiB"] - a["peak_rss_MiB"]) * 2**20 / (z["n"] - a["n"])
         print(f"marginal peak RSS: {per_doc:.0f} bytes/doc (signatures alone: {args.num_perm * 4} bytes/doc); "
               f"10M docs -> ~{per_doc * 10e6 / 2**30:.1f} GiB in one process")
+    h.finish(runs=runs)
     return 0
 
 

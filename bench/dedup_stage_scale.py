@@ -7,7 +7,9 @@ documents: id, n_chars, minhash_sig) together with their shuffle files, exactly 
 map phase writes them (``MinHashDedup.shuffle`` + the engine's ``ShuffleSink``). Then every
 partition task and the combine step run in a fresh child process each, so the peak RSS
 printed for a step is what one Ray worker needs. 2% of the documents are planted copies with
-10% of their signature values changed; the run checks they are all found.
+10% of their signature values changed; the run checks they are all found. Peak memory, not
+speed, is the figure, and there is no baseline: the harness adds the machine/commit header and
+--json; --repeats N runs each size N times (the JSON keeps every run).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import Harness, add_args  # noqa: E402
 
 SHARD_DOCS = 100_000
 
@@ -112,16 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step", choices=["partition", "combine", "baseline"], help=argparse.SUPPRESS)
     ap.add_argument("--partition", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
+    a = add_args(ap, repeats=1).parse_args(argv)
     common = ["--num-perm", str(a.num_perm), "--threshold", str(a.threshold), "--partitions", str(a.partitions)]
     if a.step:
         print(json.dumps(step(a.work, a.step, a.partition, a.num_perm, a.threshold, a.partitions)))
         return 0
+    h = Harness("dedup_stage_scale", a, libs=["numba"])
     base = child(["--step", "baseline", "--work", ".", *common])["peak_rss_mib"]
+    results = []
     print(f"process baseline after imports: {base:,.0f} MiB (included in the peaks below)")
     print(f"{'docs':>10} {'write s':>8} {'partition peak MiB':>19} {'partition s (sum)':>18} "
           f"{'combine peak MiB':>17} {'combine s':>10} {'removed':>8} {'planted found':>14}")
-    for n in a.sizes:
+    for n in [n for _ in range(a.repeats) for n in a.sizes]:
         work = Path(tempfile.mkdtemp(prefix="dp-dedup-scale-"))
         try:
             info = write_inputs(work, n, a.num_perm, a.threshold, a.partitions)
@@ -132,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{sum(p['seconds'] for p in parts):>18.1f} {comb['peak_rss_mib']:>17,.0f} "
                   f"{comb['seconds']:>10.1f} {comb['removed']:>8,} {comb['removed_planted'] / info['planted']:>14.3f}",
                   flush=True)
+            results.append({"docs": n, **info, "partition_peak_mib": max(p["peak_rss_mib"] for p in parts),
+                            "partition_s": sum(p["seconds"] for p in parts), "combine": comb})
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    h.finish(baseline_mib=base, runs=results)
     return 0
 
 

@@ -1,6 +1,6 @@
 """WARC-to-text throughput: datapipe's WARC reader against the extractor library called directly.
 
-    PYTHONPATH=. python bench/ingest.py --repeat 20 --udhr 60 --rounds 3
+    PYTHONPATH=. python bench/ingest.py --repeat 20 --udhr 60 --repeats 5 [--json PATH]
 
 Builds one WARC (a gzip member per record, as Common Crawl writes them) in a temporary
 folder from the whirlwind response record and UDHR pages (CJK included) wrapped as HTTP
@@ -8,19 +8,24 @@ responses, repeated to get stable numbers. Then, in one process on the same file
   direct:   FastWARC ArchiveIterator (responses, HTTP decoded) + resiliparse detect_encoding
             + extract_plain_text(main_content=True), the library's own recipe;
   datapipe: READERS["warc"] (charset, provenance columns, license hints, Arrow batches).
-Prints documents per second of each (best of --rounds) and the ratio datapipe / direct, by
-process CPU time (both paths are single-threaded; CPU time is stable on a shared machine where
-wall time swings with other people's load) and by wall time.
+Prints documents per second of each (median and range over --repeats alternating pairs) and the
+per-pair ratio datapipe / direct, by process CPU time (both paths are single-threaded; CPU time
+is stable on a shared machine where wall time swings with other people's load) and by wall time.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
@@ -82,27 +87,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=20, help="copies of the page set in the WARC")
     ap.add_argument("--udhr", type=int, default=60, help="UDHR pages in the page set (plus the whirlwind page)")
-    ap.add_argument("--rounds", type=int, default=3, help="timed rounds of each path; the best counts")
-    args = ap.parse_args()
+    args = add_args(ap).parse_args()
+    h = Harness("ingest", args, libs=["FastWARC", "Resiliparse"])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.warc.gz"
         n = build_warc(path, args.repeat, args.udhr)
         print(f"WARC: {n} response records, {path.stat().st_size / 1e6:.1f} MB gzipped")
-        run_direct(path), run_datapipe(path)  # warm-up: imports, caches
-        cpu = {"direct": 0.0, "datapipe": 0.0}
-        wall = dict(cpu)
-        counts = {}
-        for _ in range(args.rounds):
-            for name, fn in (("direct", run_direct), ("datapipe", run_datapipe)):
+        counts: dict[str, int] = {}
+
+        def side(name: str, fn):  # noqa: ANN001,ANN202 - a closure for the harness
+            def run() -> dict:
                 t, c = time.perf_counter(), time.process_time()
                 counts[name] = fn(path)
-                cpu[name] = max(cpu[name], counts[name] / (time.process_time() - c))
-                wall[name] = max(wall[name], counts[name] / (time.perf_counter() - t))
-        for name in cpu:
-            print(f"{name:>9}: {cpu[name]:8.1f} docs/CPU-s  {wall[name]:8.1f} docs/s wall  ({counts[name]} documents)")
-        print(f"    ratio: {cpu['datapipe'] / cpu['direct']:.3f} by CPU time, {wall['datapipe'] / wall['direct']:.3f} "
-              "by wall time  (datapipe / direct; goal >= 0.8)")
+                return {"cpu": time.process_time() - c, "wall": time.perf_counter() - t}
+            return run
 
+        runs = h.interleave({"direct": side("direct", run_direct), "datapipe": side("datapipe", run_datapipe)},
+                            warmup=True)
+        cpu = {k: [r["cpu"] for r in v] for k, v in runs.items()}
+        wall = {k: [r["wall"] for r in v] for k, v in runs.items()}
+        h.noise("direct (CPU s)", cpu["direct"])
+        for name in runs:
+            h.figure(f"{name} docs/CPU-s", [counts[name] / s for s in cpu[name]], "docs/CPU-s")
+            h.figure(f"{name} docs/s wall", [counts[name] / s for s in wall[name]], "docs/s")
+        h.ratio("datapipe / direct by CPU time", pair_ratios(cpu["direct"], cpu["datapipe"]), target=">= 0.8")
+        h.ratio("datapipe / direct by wall time", pair_ratios(wall["direct"], wall["datapipe"]), target=">= 0.8")
+        h.finish(records=n, documents=counts)
 
 if __name__ == "__main__":
     main()

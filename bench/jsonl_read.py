@@ -1,12 +1,12 @@
 """JSONL reader throughput: datapipe's read_jsonl against a plain `for line: json.loads` loop.
 
-    PYTHONPATH=. python bench/jsonl_read.py --rounds 3
+    PYTHONPATH=. python bench/jsonl_read.py --repeats 5 [--json PATH]
 
 Reads the real corpus files of ../shared/data/corpus (English and Chinese Wikipedia, TiDB docs,
 OI-wiki: 27k documents, 59 MB, plain and gzipped) with READERS["jsonl"] (bounded line reads,
 nesting-depth pre-check, Arrow batches) and with the plain loop (no caps, no Arrow), in one
-process, alternating, best of --rounds by process CPU time (stable on a shared machine).
-Prints MB/s of each and the ratio datapipe / plain. To compare two versions of the reader, run
+process, alternating for --repeats pairs, by process CPU time (stable on a shared machine).
+Prints MB/s of each (median, range) and the per-pair ratio datapipe / plain. To compare two versions of the reader, run
 the script once with each on PYTHONPATH: the plain loop is the common yardstick.
 """
 
@@ -16,9 +16,14 @@ import argparse
 import gzip
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "corpus"
 FILES = ("en_wikipedia.jsonl", "zh_wikipedia.jsonl", "zh_pingcap_docs.jsonl", "zh_oiwiki.jsonl")
@@ -48,20 +53,19 @@ def run_plain(paths: list[Path]) -> int:
     return n
 
 
-def best(fn, paths: list[Path], rounds: int) -> tuple[float, int]:  # type: ignore[no-untyped-def]
-    times, n = [], 0
-    for _ in range(rounds):
+def cpu_timed(fn, paths: list[Path], counts: dict, name: str):  # type: ignore[no-untyped-def]
+    def run() -> float:
         t = time.process_time()
-        n = fn(paths)
-        times.append(time.process_time() - t)
-    return min(times), n
+        counts[name] = fn(paths)
+        return time.process_time() - t
+    return run
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gzip", action="store_true", help="also read gzipped copies")
-    args = ap.parse_args()
+    args = add_args(ap).parse_args()
+    h = Harness("jsonl_read", args)
     with tempfile.TemporaryDirectory() as tmp:
         paths = [CORPUS / f for f in FILES]
         if args.gzip:
@@ -71,14 +75,15 @@ def main() -> None:
                     shutil.copyfileobj(src, dst)
                 paths.append(gz)
         mb = sum((CORPUS / f).stat().st_size for f in FILES) * (2 if args.gzip else 1) / 1e6
-        plain_t, plain_n = best(run_plain, paths, args.rounds)
-        dp_t, dp_n = best(run_datapipe, paths, args.rounds)
-        assert plain_n == dp_n, (plain_n, dp_n)
-        print(f"{dp_n} documents, {mb:.1f} MB (uncompressed)")
-        print(f"plain json.loads loop: {mb / plain_t:7.1f} MB/s  ({plain_t:.2f} s CPU)")
-        print(f"datapipe read_jsonl:   {mb / dp_t:7.1f} MB/s  ({dp_t:.2f} s CPU)")
-        print(f"ratio datapipe / plain: {plain_t / dp_t:.2f}")
-
+        counts: dict[str, int] = {}
+        runs = h.interleave({"plain json.loads loop": cpu_timed(run_plain, paths, counts, "plain"),
+                             "datapipe read_jsonl": cpu_timed(run_datapipe, paths, counts, "datapipe")})
+        assert counts["plain"] == counts["datapipe"], counts
+        print(f"{counts['datapipe']} documents, {mb:.1f} MB (uncompressed), process CPU time")
+        for name, secs in runs.items():
+            h.figure(f"{name} MB/CPU-s", [mb / s for s in secs], "MB/s")
+        h.ratio("datapipe / plain (MB/s)", pair_ratios(runs["plain json.loads loop"], runs["datapipe read_jsonl"]))
+        h.finish(documents=counts["datapipe"], mb=mb)
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,6 @@
 """Benchmark the streaming loader against a plain numpy memmap read of the same tokens.
 
-    PYTHONPATH=. python bench/loader.py --shards 1000 --rows 16 --configs 8x2048,32x2048,8x4096
+    PYTHONPATH=. python bench/loader.py --shards 1000 --rows 16 --configs 8x2048,32x2048,8x4096 [--json PATH]
 
 For each batch x seq_len it writes a synthetic run (packed shards + manifest) and one flat
 file of the same rows, then measures in one process, on one worker:
@@ -17,7 +17,8 @@ file of the same rows, then measures in one process, on one worker:
 Both sides consume batches as a training loop does: each batch is touched and dropped
 before the next (keeping every batch in a list would time page faults of fresh memory,
 not the loader). Runs alternate loader and baseline; the table shows the best of
-``--repeats`` for each and the median of the per-repeat ratios (the box is noisy).
+``--repeats`` for each and the median of the per-repeat ratios (the box is noisy); after the
+table, the median and min-max of those paired ratios for every configuration.
 ``--rows 256`` makes the data (1 GiB per seq_len) larger than this machine's L3 cache.
 Optionally LitData's TokensLoader when it imports. Not a test: it prints a table and ratios.
 """
@@ -25,14 +26,18 @@ Optionally LitData's TokensLoader when it imports. Not a test: it prints a table
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from datapipe.loader import PackedDataset
-from datapipe.shard_format import ShardMeta, file_sha256, write_shard
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import Harness, add_args  # noqa: E402
+from datapipe.loader import PackedDataset  # noqa: E402
+from datapipe.shard_format import ShardMeta, file_sha256, write_shard  # noqa: E402
 
 
 def make_run(root: Path, shards: int, rows: int, seq_len: int, docs_per_row: int, seed: int = 0) -> np.ndarray:
@@ -118,7 +123,7 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
         ds.load_state_dict(epoch1)
         rows = epoch_rows(ds, args.rows)
         best_l = best_b = 0.0
-        ratios = []
+        ratios, bases = [], []
         for _ in range(args.repeats):
             ds.load_state_dict(epoch1)  # epoch 1 again
             tps, got = loader_pass(ds)
@@ -127,7 +132,9 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
                 assert np.array_equal(b["input_ids"], ids) and np.array_equal(b["labels"], lab), "not the same rows"
             best_l, best_b = max(best_l, tps), max(best_b, base)
             ratios.append(tps / base)
+            bases.append(base)
         res[mode], res[f"{mode}_base"], res[f"{mode}_median"] = best_l, best_b, float(np.median(ratios))
+        res[f"{mode}_ratios"], res[f"{mode}_base_runs"] = ratios, bases
     return res
 
 
@@ -169,10 +176,10 @@ def main() -> None:
     p.add_argument("--shards", type=int, default=1000)
     p.add_argument("--rows", type=int, default=16, help="rows (packed sequences) per shard")
     p.add_argument("--configs", default="8x2048,32x2048,8x4096", help="batch x seq_len, comma separated")
-    p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--docs-per-row", type=int, default=4)
     p.add_argument("--litdata", action="store_true", help="also try LitData's TokensLoader")
-    args = p.parse_args()
+    args = add_args(p, repeats=7).parse_args()
+    h = Harness("loader", args)
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
     with tempfile.TemporaryDirectory(prefix="dp-bench-") as tmp:
         work = Path(tmp)
@@ -180,8 +187,10 @@ def main() -> None:
               "memmap gather of the same rows in the same order: of the best runs, and the median of paired runs\n")
         print(f"{'batch x seq':>12s} {'first ms':>8s} {'cold tok':>8s} {'cold full':>9s} | {'tokens':>7s} "
               f"{'memmap':>7s} {'ratio':>5s} {'median':>6s} | {'full':>7s} {'memmap':>7s} {'ratio':>5s} {'median':>6s}")
+        results = {}
         for b, L in configs:
             r = bench_config(work, args, b, L)
+            results[f"{b}x{L}"] = r
             print(f"{b:>5d} x {L:<5d} {r['first'] * 1e3:8.1f} {r['tokens_cold'] / 1e6:8.0f} {r['full_cold'] / 1e6:9.0f} | "
                   f"{r['tokens'] / 1e6:7.0f} {r['tokens_base'] / 1e6:7.0f} {r['tokens'] / r['tokens_base']:5.2f} "
                   f"{r['tokens_median']:6.2f} | {r['full'] / 1e6:7.0f} {r['full_base'] / 1e6:7.0f} "
@@ -192,7 +201,14 @@ def main() -> None:
             tokens = np.fromfile(work / f"tokens-{L}.bin", dtype=np.uint16).reshape(-1, L + 1)
             lit = bench_litdata(tokens, work, lit_args)
             print(f"\nlitdata TokensLoader {b} x {L}: " + (f"{lit / 1e6:.0f} Mtok/s" if isinstance(lit, float) else lit))
-        print("\ntargets: tokens-only ratio >= 0.9; first batch < 1 s with", args.shards, "shards")
+        print()
+        for cfg, r in results.items():
+            h.ratio(f"{cfg} tokens-only loader / memmap", r["tokens_ratios"], target=">= 0.9")
+            h.ratio(f"{cfg} full samples loader / memmap", r["full_ratios"])
+            h.figure(f"{cfg} first batch", r["first"] * 1e3, "ms", show=False)
+            h.noise(f"{cfg} memmap tokens/s", r["tokens_base_runs"])
+        print("targets: tokens-only ratio >= 0.9; first batch < 1 s with", args.shards, "shards")
+        h.finish(configs=results)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """Raw text -> MinHash signature throughput: datapipe vs datasketch on the same real documents.
 
-    PYTHONPATH=. python bench/minhash.py [--docs 2000] [--num-perm 128]
+    PYTHONPATH=. python bench/minhash.py [--docs 2000] [--num-perm 128] [--repeats 5] [--json PATH]
 
-Three paths, each timed from raw text to signatures in this one run:
+Three paths, each timed from raw text to signatures, alternating A, B, C for --repeats rounds:
   A  usual datasketch: Python shingles, MinHash.update_batch with its default hash (SHA-1)
   B  datasketch given datapipe's shingles and H (zlib CRC-32) as hashfunc
   C  datapipe: batch shingling + hashing + signatures (numba kernels), one call per batch
-Outputs are checked bit-identical between B and C before the ratios are printed.
+Outputs are checked bit-identical between B and C before the ratios are printed. Ratios are
+taken per round; the median and min-max are printed.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 from datasketch import MinHash
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import Harness, add_args, pair_ratios
 from datapipe.dedup.minhash import signatures
 from datapipe.dedup.shingles import HAVE_NUMBA, shingle_hash, shingles
 
@@ -51,32 +54,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=2000)
     ap.add_argument("--num-perm", type=int, default=128)
     ap.add_argument("--batch", type=int, default=1000, help="datapipe batch size")
-    args = ap.parse_args(argv)
+    args = add_args(ap).parse_args(argv)
+    h = Harness("minhash", args, libs=["datasketch", "numba"])
     docs = load(args.docs)
     chars = sum(map(len, docs))
     signatures(docs[:10], num_perm=args.num_perm)  # JIT warm-up (cached on disk after the first run)
+    out: dict[str, np.ndarray] = {}
 
-    t = time.perf_counter()
-    run_datasketch(docs, args.num_perm)
-    ta = time.perf_counter() - t
-    t = time.perf_counter()
-    ref = run_datasketch(docs, args.num_perm, shingle_hash)
-    tb = time.perf_counter() - t
-    t = time.perf_counter()
-    ours = np.concatenate([signatures(docs[i:i + args.batch], num_perm=args.num_perm)
-                           for i in range(0, len(docs), args.batch)])
-    tc = time.perf_counter() - t
-    if not np.array_equal(ref, ours):
+    def path_a() -> None:
+        run_datasketch(docs, args.num_perm)
+
+    def path_b() -> None:
+        out["ref"] = run_datasketch(docs, args.num_perm, shingle_hash)
+
+    def path_c() -> None:
+        out["ours"] = np.concatenate([signatures(docs[i:i + args.batch], num_perm=args.num_perm)
+                                      for i in range(0, len(docs), args.batch)])
+
+    names = ("A datasketch, default hash (SHA-1)", "B datasketch, hashfunc=H (same shingles)",
+             "C datapipe batch (bit-identical to B)")
+    runs = h.interleave(dict(zip(names, (path_a, path_b, path_c))))
+    if not np.array_equal(out["ref"], out["ours"]):
         print("MISMATCH: datapipe signatures differ from datasketch's", file=sys.stderr)
         return 1
 
     print(f"{len(docs)} real docs ({chars / 1e6:.1f} M chars), num_perm={args.num_perm}, numba={HAVE_NUMBA}")
-    print(f"{'path':<48} {'seconds':>8} {'docs/s':>9}")
-    for name, sec in (("A datasketch, default hash (SHA-1)", ta), ("B datasketch, hashfunc=H (same shingles)", tb),
-                      ("C datapipe batch (bit-identical to B)", tc)):
-        print(f"{name:<48} {sec:8.2f} {len(docs) / sec:9.0f}")
-    print(f"ratio C/A (vs usual datasketch path): {ta / tc:.1f}x")
-    print(f"ratio C/B (vs datasketch with same shingles and H): {tb / tc:.1f}x")
+    for name in names:
+        h.figure(f"{name} docs/s", [len(docs) / s for s in runs[name]], "docs/s")
+    ta, tb, tc = (runs[n] for n in names)
+    h.ratio("C/A (vs usual datasketch path)", pair_ratios(ta, tc), target=">= 10")
+    h.ratio("C/B (vs datasketch with same shingles and H)", pair_ratios(tb, tc), target=">= 3")
+    h.finish(docs=len(docs), chars=chars, num_perm=args.num_perm)
     return 0
 
 

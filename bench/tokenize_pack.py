@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/tokenize.py --docs 2000 --packing concat   (or bench/tokenize_pack.py)
 
-In one process, alternating, best of ``--repeat``:
+In one process, alternating for ``--repeats`` rounds (median and range of the per-round ratios):
   baseline   ``tok.encode_batch(batch)`` per batch of ``--batch-size`` documents (what a
              hand-written loop does), and ``encode_batch_fast`` (no offsets) for reference;
   datapipe   the pipeline's own functions for the same batches: encode (EOS appended),
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,11 +28,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
-from datapipe.config import TokenizeConfig
-from datapipe.engine.tasks import TokenSink
-from datapipe.packing import ShardBuffer, make_packer, shard_meta_for
-from datapipe.shard_format import ShardMeta, write_shard
-from datapipe.tokenize import assign_split, encode_documents, load_tokenizer_info
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
+from datapipe.config import TokenizeConfig  # noqa: E402
+from datapipe.engine.tasks import TokenSink  # noqa: E402
+from datapipe.packing import ShardBuffer, make_packer, shard_meta_for  # noqa: E402
+from datapipe.shard_format import ShardMeta, write_shard  # noqa: E402
+from datapipe.tokenize import assign_split, encode_documents, load_tokenizer_info  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_INPUTS = [str(ROOT.parent / "shared" / "data" / "corpus" / n) for n in ("zh_*.jsonl", "en_wikipedia.jsonl")]
@@ -99,8 +103,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=1000, help="documents per batch (the pipeline's batch_size)")
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--packing", choices=["concat", "bestfit"], default="concat")
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+    args = add_args(ap).parse_args()
+    h = Harness("tokenize", args, libs=["tokenizers"])
 
     texts = load_texts(args.inputs, args.docs)
     batches = [texts[i : i + args.batch_size] for i in range(0, len(texts), args.batch_size)]
@@ -109,27 +113,30 @@ def main() -> None:
                          rows_per_shard=8192)
     tok = Tokenizer.from_file(args.tokenizer)
     tok.encode_batch(batches[0][:10])  # warm up the thread pool outside the timings
-    best: dict[str, tuple[float, int]] = {}
-    for _ in range(args.repeat):
-        for name in ("encode_batch", "encode_batch_fast", "datapipe"):
+    counts: dict[str, int] = {}
+
+    def side(name: str):  # noqa: ANN202 - a closure for the harness
+        def run() -> float:
             with tempfile.TemporaryDirectory() as tmp:
                 if name == "datapipe":
-                    r = datapipe_path(cfg, batches, ids, Path(tmp))
+                    sec, n = datapipe_path(cfg, batches, ids, Path(tmp))
                 else:
-                    r = baseline(tok, batches, fast=name == "encode_batch_fast")
-            if name not in best or r[0] < best[name][0]:
-                best[name] = r
-    n_chars = sum(map(len, texts))
-    print(f"{len(texts):,} documents, {n_chars:,} characters, tokenizer {Path(args.tokenizer).name}, "
-          f"packing {args.packing}, seq_len {args.seq_len}, best of {args.repeat}")
-    print(f"{'path':<20}{'seconds':>10}{'tokens':>14}{'tokens/s':>14}")
-    for name, (sec, n) in best.items():
-        print(f"{name:<20}{sec:>10.3f}{n:>14,}{n / sec:>14,.0f}")
-    assert best["datapipe"][1] == best["encode_batch"][1], "the two paths must tokenize the same documents"
-    rate = {k: n / s for k, (s, n) in best.items()}
-    print(f"ratio datapipe / encode_batch      = {rate['datapipe'] / rate['encode_batch']:.2f} (target >= 0.8)")
-    print(f"ratio datapipe / encode_batch_fast = {rate['datapipe'] / rate['encode_batch_fast']:.2f}")
+                    sec, n = baseline(tok, batches, fast=name == "encode_batch_fast")
+            counts[name] = n
+            return sec
+        return run
 
+    runs = h.interleave({name: side(name) for name in ("encode_batch", "encode_batch_fast", "datapipe")})
+    n_chars = sum(map(len, texts))
+    print(f"{len(texts):,} documents, {n_chars:,} characters, {counts['encode_batch']:,} tokens, tokenizer "
+          f"{Path(args.tokenizer).name}, packing {args.packing}, seq_len {args.seq_len}")
+    assert counts["datapipe"] == counts["encode_batch"], "the two paths must tokenize the same documents"
+    for name, secs in runs.items():
+        h.figure(f"{name} tokens/s", [counts[name] / s for s in secs], "tokens/s")
+    h.ratio("datapipe / encode_batch (tokens/s)", pair_ratios(runs["encode_batch"], runs["datapipe"]),
+            target=">= 0.8")
+    h.ratio("datapipe / encode_batch_fast (tokens/s)", pair_ratios(runs["encode_batch_fast"], runs["datapipe"]))
+    h.finish(docs=len(texts), chars=n_chars, tokens=counts["encode_batch"], packing=args.packing)
 
 if __name__ == "__main__":
     main()
