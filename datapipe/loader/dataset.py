@@ -494,9 +494,9 @@ class PackedDataset:
     def expand_segments(self, batch: dict, device: object = None) -> dict:
         """``device.expand_segments`` with this dataset's mask_cross_document and ignore_index
         (needs torch): position_ids and loss_mask of a ``COMPACT_FIELDS`` batch, on ``device``."""
-        from datapipe.loader.device import expand_segments
-
         import torch
+
+        from datapipe.loader.device import expand_segments
 
         return expand_segments(batch, device, self.mask_cross_document, self.ignore_index,
                                torch.int16 if self.position_dtype is np.int16 else torch.int32)
