@@ -1,43 +1,46 @@
 """Benchmark the streaming loader against a plain numpy memmap read of the same tokens.
 
-    PYTHONPATH=. python bench/loader.py --shards 1000 --rows 16 --configs 8x2048,32x2048,8x4096 [--json PATH]
+    PYTHONPATH=. python bench/loader.py --shards 1000 --rows 16 --configs 8x2048,32x2048,8x4096
 
 For each batch x seq_len it writes a synthetic run (packed shards + manifest) and one flat
 file of the same rows, then measures in one process, on one worker:
 
 * time to first batch with all shards unopened (construction included);
 * the first epoch (every shard opened on first touch, numba loaded after the first batch);
-* steady state (the second epoch: shards open), tokens-only (``fields=("input_ids",
-  "labels")``) and full samples (plus position_ids, cu_seqlens, num_segments, loss_mask),
-  each against the baseline: the *same rows in the same order* (the loader's order,
-  precomputed and not timed) gathered from one np.memmap with one fancy index per batch,
-  returning input_ids and labels as views. The first batches of both are compared for
-  equality, so both do the same essential work.
+* steady state (the second epoch: shards open) of each mode against the baseline: the *same
+  rows in the same order* (the loader's order, precomputed and not timed) gathered from one
+  np.memmap with one fancy index per batch, returning input_ids and labels as views (tokens
+  only). The first batches of every mode are compared with the baseline's for equality.
+
+Modes: ``tokens`` (fields=TOKEN_FIELDS); ``compact``, *the full sample a trainer consumes*
+when position_ids and loss_mask are built on the device: every host-side field it needs
+(input_ids, labels, cu_seqlens, num_segments, label_end = batch.COMPACT_FIELDS), the
+per-token fields left to ``datapipe.loader.device.expand_segments`` after the transfer (not
+host work; ``--expand cuda`` times it too, ``--expand cpu`` on CPU torch for a machine
+without a GPU); ``full`` and ``full16``: every field built on the host, position_ids int32
+or int16 (the old all-on-host mode, for comparison).
 
 Both sides consume batches as a training loop does: each batch is touched and dropped
 before the next (keeping every batch in a list would time page faults of fresh memory,
-not the loader). Runs alternate loader and baseline; the table shows the best of
-``--repeats`` for each and the median of the per-repeat ratios (the box is noisy); after the
-table, the median and min-max of those paired ratios for every configuration.
-``--rows 256`` makes the data (1 GiB per seq_len) larger than this machine's L3 cache.
-Optionally LitData's TokensLoader when it imports. Not a test: it prints a table and ratios.
+not the loader). Each repeat runs the baseline once, then every mode once (interleaved, so
+load on the box hits all alike); the ratio of each mode to that repeat's baseline is printed
+as the median and range over repeats, in wall and in CPU time (process_time: steadier on a
+loaded box). ``--rows 256`` makes the data (1 GiB per seq_len) larger than this machine's L3
+cache. Optionally LitData's TokensLoader when it imports. Not a test: it prints a table and ratios.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.loader import PackedDataset  # noqa: E402
-from datapipe.shard_format import ShardMeta, file_sha256, write_shard  # noqa: E402
+from datapipe.loader import PackedDataset
+from datapipe.loader.batch import COMPACT_FIELDS, TOKEN_FIELDS
+from datapipe.shard_format import ShardMeta, file_sha256, write_shard
 
 
 def make_run(root: Path, shards: int, rows: int, seq_len: int, docs_per_row: int, seed: int = 0) -> np.ndarray:
@@ -74,28 +77,36 @@ def first_batch(run: Path, batch_size: int) -> float:
     return time.perf_counter() - t0
 
 
-def loader_pass(ds: PackedDataset, keep: int = 3) -> tuple[float, list[dict]]:
-    """Tokens/s over the rest of the current epoch; copies of the first ``keep`` batches."""
+def loader_pass(ds: PackedDataset, keep: int = 3, expand=None) -> tuple[float, float, list[dict]]:
+    """(tokens/s wall, tokens/s CPU) over the rest of the current epoch; copies of the first
+    ``keep`` batches. ``expand(batch)`` (compact mode) builds the per-token fields as a
+    trainer would after the transfer; its result is consumed like a batch."""
     first, n, touched = [], 0, 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for batch in ds:
+        if expand is not None:
+            batch = expand(batch)
         touched += int(batch["input_ids"][0, 0])  # consume it, then drop it, as a training step does
         if n < keep:
             first.append({k: np.array(v) for k, v in batch.items()})
         n += 1
-    return n * ds.batch_size * ds.seq_len / (time.perf_counter() - t0), first
+    if expand is not None:
+        expand(None)  # wait for the device
+    tok = n * ds.batch_size * ds.seq_len
+    return tok / (time.perf_counter() - t0), tok / max(time.process_time() - c0, 1e-9), first
 
 
-def baseline_pass(mm: np.memmap, rows: list[np.ndarray], seq_len: int, keep: int = 3) -> tuple[float, list[tuple]]:
+def baseline_pass(mm: np.memmap, rows: list[np.ndarray], seq_len: int, keep: int = 3) -> tuple[float, float, list]:
     first, touched = [], 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for r in rows:
         block = mm[r]
         ids, labels = block[:, :seq_len], block[:, 1:]
         touched += int(ids[0, 0])
         if len(first) < keep:
             first.append((ids.copy(), labels.copy()))
-    return sum(len(r) for r in rows) * seq_len / (time.perf_counter() - t0), first
+    tok = sum(len(r) for r in rows) * seq_len
+    return tok / (time.perf_counter() - t0), tok / max(time.process_time() - c0, 1e-9), first
 
 
 def epoch_rows(ds: PackedDataset, rows_per_shard: int) -> list[np.ndarray]:
@@ -108,34 +119,67 @@ def epoch_rows(ds: PackedDataset, rows_per_shard: int) -> list[np.ndarray]:
     return out
 
 
+def expander(ds: PackedDataset, device: str):
+    """expand_segments on ``device`` per batch; called with None at the end to synchronise."""
+    import torch
+
+    def expand(batch):
+        if batch is None:
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            return None
+        return ds.expand_segments(batch, device)
+
+    return expand
+
+
+# What each mode hands the training step. "compact" is the full sample a trainer consumes
+# when position_ids and loss_mask are built on the device (datapipe.loader.device): every
+# field it needs, host side, with the per-token ones left to the GPU.
+MODES = {
+    "tokens": {"fields": TOKEN_FIELDS},
+    "compact": {"fields": COMPACT_FIELDS},
+    "full": {},  # every field built on the host (the default fields), position_ids int32
+    "full16": {"position_dtype": "int16"},
+}
+
+
 def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len: int) -> dict:
     run = work / f"run-{seq_len}"
     flat = work / f"tokens-{seq_len}.bin"
     if not flat.exists():
         make_run(run, args.shards, args.rows, seq_len, args.docs_per_row).tofile(flat)
-    res = {"first": first_batch(run, batch_size)}
+    res: dict = {"first": first_batch(run, batch_size)}
     mm = np.memmap(flat, dtype=np.uint16, mode="r").reshape(-1, seq_len + 1)
-    for mode, fields in (("tokens", ("input_ids", "labels")), ("full", None)):
-        kw = {} if fields is None else {"fields": fields}
+    modes = dict(MODES)
+    if args.expand != "none":
+        modes["expand"] = {"fields": COMPACT_FIELDS}
+    sets, epoch1, rows = {}, None, None
+    for mode, kw in modes.items():
         ds = PackedDataset(run, batch_size=batch_size, seed=1, backend="numpy", **kw)
-        res[f"{mode}_cold"], _ = loader_pass(ds)  # epoch 0: opens every shard
+        res[f"{mode}_cold"], _, _ = loader_pass(ds)  # epoch 0: opens every shard
         epoch1 = {**ds.state_dict(), "consumed_samples": ds.samples_per_epoch}
-        ds.load_state_dict(epoch1)
-        rows = epoch_rows(ds, args.rows)
-        best_l = best_b = 0.0
-        ratios, bases = [], []
-        for _ in range(args.repeats):
+        sets[mode] = ds
+    ds0 = sets["tokens"]
+    ds0.load_state_dict(epoch1)
+    rows = epoch_rows(ds0, args.rows)
+    ratios: dict[str, list] = {m: [] for m in modes}
+    for _ in range(args.repeats):  # interleaved: one baseline pass, then each mode, per repeat
+        base_w, base_c, ref = baseline_pass(mm, rows, seq_len)
+        for mode, ds in sets.items():
             ds.load_state_dict(epoch1)  # epoch 1 again
-            tps, got = loader_pass(ds)
-            base, ref = baseline_pass(mm, rows, seq_len)
+            expand = expander(ds, args.expand) if mode == "expand" else None
+            w, c, got = loader_pass(ds, expand=expand)
             for b, (ids, lab) in zip(got, ref):
                 assert np.array_equal(b["input_ids"], ids) and np.array_equal(b["labels"], lab), "not the same rows"
-            best_l, best_b = max(best_l, tps), max(best_b, base)
-            ratios.append(tps / base)
-            bases.append(base)
-        res[mode], res[f"{mode}_base"], res[f"{mode}_median"] = best_l, best_b, float(np.median(ratios))
-        res[f"{mode}_ratios"], res[f"{mode}_base_runs"] = ratios, bases
+            ratios[mode].append((w / base_w, c / base_c))
+    res["ratios"] = {m: np.asarray(v) for m, v in ratios.items()}
     return res
+
+
+def _fmt(r: np.ndarray) -> str:
+    """median [min-max] of per-repeat ratios."""
+    return f"{np.median(r):.2f} [{r.min():.2f}-{r.max():.2f}]"
 
 
 def _lit_row(item: tuple[str, tuple[int, int], int]):
@@ -176,39 +220,35 @@ def main() -> None:
     p.add_argument("--shards", type=int, default=1000)
     p.add_argument("--rows", type=int, default=16, help="rows (packed sequences) per shard")
     p.add_argument("--configs", default="8x2048,32x2048,8x4096", help="batch x seq_len, comma separated")
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--docs-per-row", type=int, default=4)
+    p.add_argument("--expand", default="none", help="also time compact batches expanded by "
+                   "expand_segments on this torch device (cpu, cuda); none: skip")
     p.add_argument("--litdata", action="store_true", help="also try LitData's TokensLoader")
-    args = add_args(p, repeats=7).parse_args()
-    h = Harness("loader", args)
+    args = p.parse_args()
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
     with tempfile.TemporaryDirectory(prefix="dp-bench-") as tmp:
         work = Path(tmp)
-        print(f"{args.shards} shards x {args.rows} rows; Mtok/s per worker (best of {args.repeats}); ratio = loader / "
-              "memmap gather of the same rows in the same order: of the best runs, and the median of paired runs\n")
-        print(f"{'batch x seq':>12s} {'first ms':>8s} {'cold tok':>8s} {'cold full':>9s} | {'tokens':>7s} "
-              f"{'memmap':>7s} {'ratio':>5s} {'median':>6s} | {'full':>7s} {'memmap':>7s} {'ratio':>5s} {'median':>6s}")
-        results = {}
+        print(f"{args.shards} shards x {args.rows} rows, {args.repeats} interleaved repeats; ratio = loader / numpy "
+              "memmap gather of the same rows in the same order (tokens only), per repeat; median [min-max]\n"
+              "tokens: input_ids + labels; compact: the full sample a trainer consumes with positions/mask built "
+              "on the device (input_ids, labels, cu_seqlens, num_segments, label_end on the host); full: every "
+              "field on the host (position_ids int32, loss_mask); full16: same, position_ids int16"
+              + ("; expand: compact + expand_segments on " + args.expand if args.expand != "none" else "") + "\n")
         for b, L in configs:
             r = bench_config(work, args, b, L)
-            results[f"{b}x{L}"] = r
-            print(f"{b:>5d} x {L:<5d} {r['first'] * 1e3:8.1f} {r['tokens_cold'] / 1e6:8.0f} {r['full_cold'] / 1e6:9.0f} | "
-                  f"{r['tokens'] / 1e6:7.0f} {r['tokens_base'] / 1e6:7.0f} {r['tokens'] / r['tokens_base']:5.2f} "
-                  f"{r['tokens_median']:6.2f} | {r['full'] / 1e6:7.0f} {r['full_base'] / 1e6:7.0f} "
-                  f"{r['full'] / r['full_base']:5.2f} {r['full_median']:6.2f}")
+            print(f"{b} x {L}: first batch {r['first'] * 1e3:.1f} ms; cold epoch Mtok/s tokens "
+                  f"{r['tokens_cold'] / 1e6:.0f}, full {r['full_cold'] / 1e6:.0f}")
+            for mode, rat in r["ratios"].items():
+                print(f"  {mode:>8s}  wall {_fmt(rat[:, 0])}  cpu {_fmt(rat[:, 1])}")
         if args.litdata:
             b, L = configs[0]
             lit_args = argparse.Namespace(**{**vars(args), "batch_size": b, "seq_len": L})
             tokens = np.fromfile(work / f"tokens-{L}.bin", dtype=np.uint16).reshape(-1, L + 1)
             lit = bench_litdata(tokens, work, lit_args)
             print(f"\nlitdata TokensLoader {b} x {L}: " + (f"{lit / 1e6:.0f} Mtok/s" if isinstance(lit, float) else lit))
-        print()
-        for cfg, r in results.items():
-            h.ratio(f"{cfg} tokens-only loader / memmap", r["tokens_ratios"], target=">= 0.9")
-            h.ratio(f"{cfg} full samples loader / memmap", r["full_ratios"])
-            h.figure(f"{cfg} first batch", r["first"] * 1e3, "ms", show=False)
-            h.noise(f"{cfg} memmap tokens/s", r["tokens_base_runs"])
-        print("targets: tokens-only ratio >= 0.9; first batch < 1 s with", args.shards, "shards")
-        h.finish(configs=results)
+        print("\ntargets: tokens ratio >= 0.9; compact (full sample consumed) >= 0.8; first batch < 1 s with",
+              args.shards, "shards")
 
 
 if __name__ == "__main__":

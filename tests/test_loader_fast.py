@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from datapipe.loader import PackedDataset, fused
+from datapipe.loader.batch import ALL_FIELDS, COMPACT_FIELDS
 from tests.loader_helpers import make_run, refresh_sha256
 
 
@@ -30,7 +31,8 @@ def kernel_mode(request, monkeypatch):
 def _check_against_reference(ds: PackedDataset, passes: int = 2, copy: bool = False) -> int:
     ref = PackedDataset(ds.manifest.root, backend="numpy", batch_size=ds.batch_size, seed=ds.seed,
                         max_segments=ds.max_segments, mask_cross_document=ds.mask_cross_document,
-                        ignore_index=ds.ignore_index, fields=ds.fields)
+                        ignore_index=ds.ignore_index, fields=ds.fields,
+                        position_dtype="int16" if ds.position_dtype is np.int16 else "int32")
     n = 0
     for _ in range(passes):
         for b in (ds.iter_batches(in_process=True) if not copy else ds.iter_batches(0, 1, in_process=False)):
@@ -45,7 +47,10 @@ def _check_against_reference(ds: PackedDataset, passes: int = 2, copy: bool = Fa
 
 
 @pytest.mark.parametrize("opts", [{}, {"mask_cross_document": True}, {"ignore_index": -100},
-                                  {"fields": ("input_ids", "labels")}, {"fields": ("position_ids", "labels")}])
+                                  {"fields": ("input_ids", "labels")}, {"fields": ("position_ids", "labels")},
+                                  {"fields": COMPACT_FIELDS}, {"fields": COMPACT_FIELDS, "mask_cross_document": True},
+                                  {"fields": ("cu_seqlens", "label_end")}, {"fields": ALL_FIELDS},
+                                  {"position_dtype": "int16"}])
 def test_block_path_equals_reference(run, kernel_mode, opts):
     ds = PackedDataset(run, backend="numpy", batch_size=3, seed=4, **opts)
     assert _check_against_reference(ds) == 2 * len(ds)

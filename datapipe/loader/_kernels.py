@@ -14,6 +14,102 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _row_starts(n, doc_flat, d0, count, seq_len, starts):  # pragma: no cover - compiled
+    """Segment starts of one row into starts[:m], sorted and unique; returns m. A segment
+    starts at 0, at each document start inside (0, seq_len), and where padding begins."""
+    k = 1
+    starts[0] = 0
+    for j in range(d0, d0 + count):
+        d = doc_flat[j]
+        if 0 < d < seq_len:
+            starts[k] = d
+            k += 1
+    if n < seq_len:
+        starts[k] = n
+        k += 1
+    # Insertion sort + dedupe: a row has a handful of starts, rarely unsorted.
+    for a in range(1, k):
+        v = starts[a]
+        c = a - 1
+        while c >= 0 and starts[c] > v:
+            starts[c + 1] = starts[c]
+            c -= 1
+        starts[c + 1] = v
+    m = 1
+    for a in range(1, k):
+        if starts[a] != starts[m - 1]:
+            starts[m] = starts[a]
+            m += 1
+    return m
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _row_bounds(i, n, doc_flat, d0, count, seq_len, label_shift, mask_cross, starts,
+                cu_seqlens, num_segments, label_end):  # pragma: no cover - compiled
+    """Row i of batch.bounds; returns its segment count."""
+    m = _row_starts(n, doc_flat, d0, count, seq_len, starts)
+    num_segments[i] = m
+    cu = cu_seqlens[i]
+    cu[0] = 0
+    for s in range(1, cu.shape[0]):
+        cu[s] = starts[s] if s < m else seq_len
+    ok = max(min(n, seq_len + label_shift) - 1, 0)  # labels valid while p + 1 < n_tokens
+    if mask_cross and label_shift == 1 and ok == seq_len:
+        for j in range(d0, d0 + count):
+            if doc_flat[j] == seq_len:  # the last label starts a document: see batch.label_end
+                ok = seq_len - 1
+    label_end[i] = ok
+    return m
+
+
+@numba.njit(cache=True, nogil=True)
+def _bounds(n_tokens, doc_counts, doc_flat, seq_len, label_shift, mask_cross,
+            cu_seqlens, num_segments, label_end):  # pragma: no cover - compiled
+    """batch.bounds (cu_seqlens, num_segments, label_end: a few int32 a row, nothing per
+    token); returns the largest segment count, as _segments."""
+    starts = np.empty(doc_flat.shape[0] + 2, np.int64)
+    most, d0 = 0, 0
+    for i in range(n_tokens.shape[0]):
+        m = _row_bounds(i, n_tokens[i], doc_flat, d0, doc_counts[i], seq_len, label_shift, mask_cross, starts,
+                        cu_seqlens, num_segments, label_end)
+        most = max(most, m)
+        d0 += doc_counts[i]
+    return most
+
+
+@numba.njit(cache=True, nogil=True)
+def _block_bounds(shard, row, slot_of, meta_addr, seq_len, label_shift, mask_cross,
+                  cu_seqlens, num_segments, label_end):  # pragma: no cover - compiled
+    """ShardTable.meta + _bounds in one call: each row's n_tokens, doc_offsets[r:r+2] and
+    document starts are read at their raw addresses (meta_addr per slot: n_tokens int32,
+    doc_offsets int64, doc_values int32), as gather.RowView reads tokens: shards pinned,
+    under a lease. numpy's meta gathers cost ~1 us a row, about a 4 KiB token row's copy.
+
+    The reads go in two flat loops before any branchy work: rows sit in different shards'
+    pages, so most reads miss the cache, and a loop of independent loads keeps many misses in
+    flight where one row's full processing at a time would wait for each."""
+    b = shard.shape[0]
+    n = np.empty(b, np.int64)
+    cnt = np.empty(b, np.int64)
+    base = np.empty(b, np.int64)
+    for i in range(b):
+        sl = slot_of[shard[i]]
+        r = row[i]
+        a = meta_addr[sl, 1] + r * 8
+        lo = load_i64(a)
+        n[i] = load_i32(meta_addr[sl, 0] + r * 4)
+        cnt[i] = load_i64(a + 8) - lo
+        base[i] = meta_addr[sl, 2] + lo * 4
+    docs = np.empty(cnt.sum(), np.int64)
+    k = 0
+    for i in range(b):
+        for j in range(cnt[i]):
+            docs[k] = load_i32(base[i] + j * 4)
+            k += 1
+    return _bounds(n, cnt, docs, seq_len, label_shift, mask_cross, cu_seqlens, num_segments, label_end)
+
+
 @numba.njit(cache=True, nogil=True)
 def _segments(n_tokens, doc_counts, doc_flat, seq_len, label_shift, mask_cross,
               position_ids, cu_seqlens, num_segments, loss_mask):  # pragma: no cover - compiled
@@ -25,29 +121,7 @@ def _segments(n_tokens, doc_counts, doc_flat, seq_len, label_shift, mask_cross,
     most, d0 = 0, 0
     for i in range(b):
         n = n_tokens[i]
-        k = 1
-        starts[0] = 0
-        for j in range(d0, d0 + doc_counts[i]):
-            d = doc_flat[j]
-            if 0 < d < seq_len:
-                starts[k] = d
-                k += 1
-        if n < seq_len:
-            starts[k] = n
-            k += 1
-        # Insertion sort + dedupe: a row has a handful of starts, rarely unsorted.
-        for a in range(1, k):
-            v = starts[a]
-            c = a - 1
-            while c >= 0 and starts[c] > v:
-                starts[c + 1] = starts[c]
-                c -= 1
-            starts[c + 1] = v
-        m = 1
-        for a in range(1, k):
-            if starts[a] != starts[m - 1]:
-                starts[m] = starts[a]
-                m += 1
+        m = _row_starts(n, doc_flat, d0, doc_counts[i], seq_len, starts)
         most = max(most, m)
         num_segments[i] = m
         pos, cu = position_ids[i], cu_seqlens[i]
@@ -197,6 +271,26 @@ def _addresses(shard, row, slot_of, chunk_off, chunk_rows, chunk_addr, row_bytes
     for i in range(shard.shape[0]):
         elem_out[i] = (elem_out[i] - low) // itemsize
     return 0, low
+
+
+@intrinsic
+def load_i32(typingctx, addr):  # the int32 at a raw address
+    sig = types.int32(types.intp)
+
+    def codegen(context, builder, signature, args):  # pragma: no cover - runs at compile time
+        return builder.load(builder.inttoptr(args[0], ir.IntType(32).as_pointer()))
+
+    return sig, codegen
+
+
+@intrinsic
+def load_i64(typingctx, addr):  # the int64 at a raw address
+    sig = types.int64(types.intp)
+
+    def codegen(context, builder, signature, args):  # pragma: no cover - runs at compile time
+        return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()))
+
+    return sig, codegen
 
 
 @intrinsic

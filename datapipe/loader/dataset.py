@@ -11,7 +11,18 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from datapipe.loader import fused
-from datapipe.loader.batch import ALL_FIELDS, SEGMENT_FIELDS, assemble, check_segments, segments, token_fields
+from datapipe.loader.batch import (
+    ALL_FIELDS,
+    DEFAULT_FIELDS,
+    DENSE_FIELDS,
+    POSITION_DTYPES,
+    assemble,
+    bounds,
+    check_segments,
+    label_end,
+    segments,
+    token_fields,
+)
 from datapipe.loader.gather import ShardTable
 from datapipe.loader.order import MixtureOrder, _mix, derive_key, integer_weights, permute
 from datapipe.loader.shards import OpenShard, local_copy, manifest_fingerprint, read_manifest
@@ -69,7 +80,8 @@ class PackedDataset:
         root: str | None = None,
         max_mixture_period: int = 1 << 15,
         backend: str = "auto",
-        fields: tuple[str, ...] = ALL_FIELDS,
+        fields: tuple[str, ...] = DEFAULT_FIELDS,
+        position_dtype: str = "int32",
         max_open_shards: int = 1024,
         verify: str = "full",
         recheck_interval: float = 0.25,
@@ -93,6 +105,13 @@ class PackedDataset:
         (a read of a truncated map is SIGBUS, see ``gather``); 0 checks before every gather.
         ``copy_shards``: map sha256-verified copies in ``cache_dir`` instead of local shards
         themselves, where another process may rewrite shards in place.
+
+        ``fields``: default every field but ``label_end``; ``batch.COMPACT_FIELDS`` (tokens,
+        cu_seqlens, num_segments, label_end: a few int32 per row beyond the tokens) leaves
+        position_ids and loss_mask to ``device.expand_segments`` on the GPU, and then
+        ``ignore_index`` is applied there too (labels stay in the token dtype here).
+        ``position_dtype``: ``"int16"`` halves position_ids when seq_len <= 32768 (widen on
+        the device with ``.int()`` or ``.long()``).
         """
         if verify not in VERIFY_MODES:
             raise ValueError(f"verify={verify!r}; allowed: {', '.join(VERIFY_MODES)}")
@@ -119,8 +138,18 @@ class PackedDataset:
         if unknown or not fields:
             raise ValueError(f"fields {unknown or '()'} not among {ALL_FIELDS}")
         self.fields = tuple(f for f in ALL_FIELDS if f in fields)
-        # Segment fields cost ~3x the token copy; ignore_index needs the loss mask for labels.
-        self._need_segments = bool(set(self.fields) & set(SEGMENT_FIELDS)) or ignore_index is not None
+        if position_dtype not in POSITION_DTYPES:
+            raise ValueError(f"position_dtype={position_dtype!r}; allowed: {', '.join(POSITION_DTYPES)}")
+        if position_dtype == "int16" and self.seq_len > 32768:
+            raise ValueError(f"position_dtype='int16' holds positions of seq_len <= 32768, not {self.seq_len}")
+        self.position_dtype = POSITION_DTYPES[position_dtype]
+        # A batch carrying label_end describes its loss mask; ignore_index is then applied
+        # by device.expand_segments, otherwise here (it needs the loss mask for labels).
+        self._host_ignore = None if "label_end" in self.fields else ignore_index
+        # Per-token segment fields cost ~3x the token copy; the compact ones a few int32 a row.
+        self._need_segments = bool(set(self.fields) & set(DENSE_FIELDS)) or self._host_ignore is not None
+        self._need_bounds = not self._need_segments and bool(
+            set(self.fields) & {"cu_seqlens", "num_segments", "label_end"})
         self.max_open_shards = max_open_shards
 
         present = sorted(set(m.sources))
@@ -312,7 +341,8 @@ class PackedDataset:
             counts[i] = hi - lo
             docs.append(sh.doc_values[lo:hi])
         out = assemble(tokens, n_tok, counts, np.concatenate(docs), self.seq_len, self.max_segments,
-                       self.mask_cross_document, self.ignore_index)
+                       self.mask_cross_document, self._host_ignore)
+        out["position_ids"] = out["position_ids"].astype(self.position_dtype)
         return {k: out[k] for k in self.fields}
 
     def _segment_batches(self, shard: np.ndarray, row: np.ndarray, copy: bool) -> Callable[[int], dict[str, np.ndarray]]:
@@ -325,22 +355,45 @@ class PackedDataset:
         n_tok, counts, docs = self.table.meta(shard, row)
         # The first block (the first batch) never waits for numba's import and compile.
         kernel = fused.kernel() if self._warm else None
+        ends = label_end(n_tok, counts, docs, L, self.row_len, self.mask_cross_document) \
+            if "label_end" in self.fields else None
         if kernel is None:
-            block = segments(n_tok, counts, docs, L, self.row_len, self.max_segments, self.mask_cross_document)
+            block = segments(n_tok, counts, docs, L, self.row_len, self.max_segments, self.mask_cross_document,
+                             self.position_dtype)
+            if ends is not None:
+                block["label_end"] = ends
             return lambda k: {f: v[k * B: (k + 1) * B].copy() if copy else v[k * B: (k + 1) * B] for f, v in block.items()}
         doc_start = np.concatenate([[0], np.cumsum(counts)])
 
         def batch(k: int) -> dict[str, np.ndarray]:
             lo, hi = k * B, (k + 1) * B
-            out = {"position_ids": np.empty((B, L), np.int32), "cu_seqlens": np.empty((B, self.max_segments + 1), np.int32),
+            out = {"position_ids": np.empty((B, L), self.position_dtype),
+                   "cu_seqlens": np.empty((B, self.max_segments + 1), np.int32),
                    "num_segments": np.empty(B, np.int32), "loss_mask": np.empty((B, L), np.bool_)}
             most = kernel(n_tok[lo:hi], counts[lo:hi], docs[doc_start[lo]:doc_start[hi]], L, self.row_len - L,
                           self.mask_cross_document, out["position_ids"], out["cu_seqlens"], out["num_segments"],
                           out["loss_mask"])
             check_segments(most, self.max_segments)
+            if ends is not None:
+                out["label_end"] = ends[lo:hi].copy()
             return out
 
         return batch
+
+    def _bounds(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
+        """cu_seqlens, num_segments and label_end of a block's rows (pinned): the compact
+        segment description, compiled after the first block, else batch.bounds."""
+        kernel = fused.block_bounds_kernel() if self._warm else None
+        if kernel is None:
+            n_tok, counts, docs = self.table.meta(shard, row)
+            return bounds(n_tok, counts, docs, self.seq_len, self.row_len, self.max_segments, self.mask_cross_document)
+        b, t = len(shard), self.table
+        out = {"cu_seqlens": np.empty((b, self.max_segments + 1), np.int32), "num_segments": np.empty(b, np.int32),
+               "label_end": np.empty(b, np.int32)}
+        most = kernel(shard, row, t.slot_of, t.meta_addr, self.seq_len, self.row_len - self.seq_len,
+                      self.mask_cross_document, out["cu_seqlens"], out["num_segments"], out["label_end"])
+        check_segments(most, self.max_segments)
+        return out
 
     def iter_batches(self, worker_id: int = 0, num_workers: int = 1,
                      in_process: bool = True) -> Iterator[dict[str, np.ndarray]]:
@@ -358,8 +411,9 @@ class PackedDataset:
         plan = self.plan(worker_id, num_workers)
         table, verifier = self.table, self._verifier  # locals: looked up per batch below
         B, L, G = self.batch_size, self.seq_len, self.global_batch_size
-        plain = self.row_len == L + 1 and self.ignore_index is None  # input_ids and labels are views
-        token_only = plain and not self._need_segments
+        plain = self.row_len == L + 1 and self._host_ignore is None  # input_ids and labels are views
+        token_only = plain and not self._need_segments  # tokens as views, plus compact bounds if asked
+        both_tokens = "input_ids" in self.fields and "labels" in self.fields
         pos, block = 0, 1  # first block of one batch: time to first batch stays small
         # A block's shards must all be open at once: never more samples than open shards,
         # unless every shard fits.
@@ -376,6 +430,11 @@ class PackedDataset:
             rows, lease = table.pin_rows(shard, row, self.row_len, fast=self._warm)
             try:
                 seg = self._segment_batches(shard, row, copy=not in_process) if self._need_segments else None
+                if self._need_bounds:  # a few int32 per row, for the whole block
+                    # Each batch's views made in one C loop per field (list() over the first axis
+                    # of (batches, B, ...)): a Python slice per field and batch costs ~0.3 us more.
+                    compact = [(f, list(v.reshape(len(batches), B, *v.shape[1:])))
+                               for f, v in self._bounds(shard, row).items() if f in self.fields]
                 self._warm = True
                 per = max(1, _GATHER_BYTES // (self.row_len * rows.dtype.itemsize) // B) if in_process else 1
                 index = np.asarray(batches, dtype=np.int64)  # indexing it is 5x cheaper than np.int64(g)
@@ -391,8 +450,19 @@ class PackedDataset:
                             out = {"input_ids": inputs, "labels": labels}
                         else:
                             out = {"input_ids": inputs[j * B: (j + 1) * B], "labels": labels[j * B: (j + 1) * B]}
+                        if self._need_bounds:
+                            if not both_tokens:
+                                out = {f: out[f] for f in self.fields if f in out}
+                            for f, v in compact:
+                                out[f] = v[k] if in_process else v[k].copy()
                     else:
-                        out = self._assemble(tokens[j * B: (j + 1) * B], seg(k) if seg else {}, plain)
+                        if seg is not None:
+                            extra = seg(k)
+                        elif self._need_bounds:
+                            extra = {f: v[k] for f, v in compact}
+                        else:
+                            extra = {}
+                        out = self._assemble(tokens[j * B: (j + 1) * B], extra, plain)
                     out["batch_index"] = index[k]
                     if verifier.failed is not None:  # a background sha256 mismatch: see verify=
                         raise verifier.failed
@@ -415,11 +485,21 @@ class PackedDataset:
         if plain:
             out = {"input_ids": t[:, :L], "labels": t[:, 1:]}
         else:
-            out = token_fields(t, L, seg.get("loss_mask"), self.ignore_index)
+            out = token_fields(t, L, seg.get("loss_mask"), self._host_ignore)
         return {f: seg[f] if f in seg else out[f] for f in self.fields}
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self.iter_batches()
+
+    def expand_segments(self, batch: dict, device: object = None) -> dict:
+        """``device.expand_segments`` with this dataset's mask_cross_document and ignore_index
+        (needs torch): position_ids and loss_mask of a ``COMPACT_FIELDS`` batch, on ``device``."""
+        import torch
+
+        from datapipe.loader.device import expand_segments
+
+        return expand_segments(batch, device, self.mask_cross_document, self.ignore_index,
+                               torch.int16 if self.position_dtype is np.int16 else torch.int32)
 
     def __len__(self) -> int:
         """Batches per epoch for each rank (the same on every rank)."""

@@ -11,6 +11,8 @@ Why kernels at all:
 * segment fields (position_ids, cu_seqlens, num_segments, loss_mask): numpy needs ~30 calls
   and several full passes over (B, L) int32 temporaries per batch, while one compiled loop
   writes each output element once, in cache;
+* the compact segment fields (batch.bounds): numpy's lexsort and ~30 calls cost ~1 us a
+  row, more than copying the row's tokens; the loop costs tens of ns;
 * the order (blend, Feistel permutation, shard search) and row addresses of a block: numpy's
   ~60 array operations per block cost more than the gather they feed;
 * the row gather: numpy's fancy index spends ~100 ns a row on iterator set-up before it
@@ -26,7 +28,7 @@ from typing import Any
 
 _built: dict[str, Any] = {}
 _KERNELS = {  # accessor group -> kernel names in _kernels (a group is switched off as one in tests)
-    "segments": ("_segments",),
+    "segments": ("_segments", "_bounds", "_block_bounds"),
     "order": ("_permute_loop", "_locate", "_addresses"),
     "gather": ("_gather_rows",),
 }
@@ -50,6 +52,16 @@ def _compiled(group: str, name: str) -> Callable[..., Any] | None:
 def kernel() -> Callable[..., Any] | None:
     """The segment-fields kernel (same definitions as batch.assemble), or None."""
     return _compiled("segments", "_segments")
+
+
+def bounds_kernel() -> Callable[..., Any] | None:
+    """batch.bounds compiled (cu_seqlens, num_segments, label_end; nothing per token), or None."""
+    return _compiled("segments", "_bounds")
+
+
+def block_bounds_kernel() -> Callable[..., Any] | None:
+    """ShardTable.meta + batch.bounds of a block's rows in one compiled pass, or None."""
+    return _compiled("segments", "_block_bounds")
 
 
 def permute_kernel() -> Callable[..., Any] | None:
