@@ -1,6 +1,7 @@
 """The fixed cost of a `datapipe run`: wall time outside every phase (start-up, Ray, imports, shutdown).
 
     python bench/startup.py                    # a tiny pipeline (40 demo documents), 3 repeats
+    python bench/startup.py --in-process       # also: the tiny pipeline without Ray
     python bench/startup.py --tokenize-only    # also: a tokenize-only run on the shared corpus
 
 Each repeat runs `datapipe run --fresh` in a subprocess and reads the phase timings from the
@@ -58,9 +59,9 @@ def tokenize_only_pipeline(tmp: Path) -> Path:
     return path
 
 
-def timed_run(pipeline: Path, out: Path, num_cpus: int) -> tuple[float, dict[str, float]]:
+def timed_run(pipeline: Path, out: Path, num_cpus: int, in_process: bool = False) -> tuple[float, dict[str, float]]:
     cmd = [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out), "--fresh",
-           "--no-progress", "--num-cpus", str(num_cpus)]
+           "--no-progress", *(["--in-process"] if in_process else ["--num-cpus", str(num_cpus)])]
     started = time.perf_counter()
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -96,6 +97,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--docs", type=int, default=40)
     ap.add_argument("--num-cpus", type=int, default=2)
+    ap.add_argument("--in-process", action="store_true", help="Also time the tiny pipeline with --in-process (no Ray).")
     ap.add_argument("--tokenize-only", action="store_true", help="Also time a tokenize-only run of the shared corpus.")
     args = ap.parse_args()
     load = os.getloadavg()
@@ -108,6 +110,9 @@ def main() -> None:
         pipeline = tiny_pipeline(tmp, args.docs)
         report(f"tiny pipeline ({args.docs} documents)",
                [timed_run(pipeline, tmp / "out", args.num_cpus) for _ in range(args.repeats)])
+        if args.in_process:
+            report(f"tiny pipeline ({args.docs} documents), --in-process",
+                   [timed_run(pipeline, tmp / "out", args.num_cpus, True) for _ in range(args.repeats)])
         if args.tokenize_only:
             if not CORPUS.is_dir():
                 sys.exit(f"no shared corpus at {CORPUS}")
