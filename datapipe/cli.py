@@ -38,8 +38,11 @@ def main() -> None:
 @click.option("--num-cpus", type=click.IntRange(min=1), help="CPUs for the embedded Ray (default: all).")
 @click.option("--fresh", is_flag=True, help="Discard an existing run in the output folder and start over.")
 @click.option("--no-progress", is_flag=True, help="No progress bars (one line per phase instead).")
+@click.option("--in-process", is_flag=True,
+              help="Run every task in this process, one after another, without starting Ray: for small jobs, "
+                   "where Ray's start-up (seconds) would dominate. Same outputs.")
 def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: int | None, fresh: bool,
-        no_progress: bool) -> None:
+        no_progress: bool, in_process: bool) -> None:
     """Run PIPELINE (a YAML file) and write everything into one run folder.
 
     \b
@@ -60,10 +63,13 @@ def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: 
     from datapipe.models import ModelUnavailable
     from datapipe.summary import print_summary
 
+    if in_process and (ray_address or num_cpus):
+        _fail("--in-process runs without Ray: it cannot be combined with --ray-address or --num-cpus")
     try:
         pipe = load_pipeline(pipeline)
         result = run_pipeline(pipe, output=output, ray_address=ray_address, num_cpus=num_cpus, fresh=fresh,
-                              show_progress=not no_progress, log=lambda m: click.echo(m, err=True))
+                              show_progress=not no_progress, log=lambda m: click.echo(m, err=True),
+                              in_process=in_process)
     except ConfigError as exc:
         _fail(str(exc))
     except RunInterrupted as exc:

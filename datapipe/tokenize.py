@@ -77,22 +77,49 @@ def get_tokenizer(path: str):
     return _TOKENIZERS[path]
 
 
+# Characters per encode_batch call. The Rust encodings of one call all live at once (ids, tokens as
+# strings, offsets, masks: ~100 bytes per token), so a 1000-document batch of long documents held
+# 600+ MB in a worker; a bounded sub-batch keeps that to tens of MB, with the same ids.
+ENCODE_CHUNK_CHARS = 1 << 18
+
+
+def _chunks(texts: list[str], max_chars: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of consecutive texts of at most ``max_chars`` characters (at least one text)."""
+    out, start, size = [], 0, 0
+    for i, t in enumerate(texts):
+        if i > start and size + len(t) > max_chars:
+            out.append((start, i))
+            start, size = i, 0
+        size += len(t)
+    if start < len(texts):
+        out.append((start, len(texts)))
+    return out
+
+
 def encode_documents(texts: list[str], info: TokenizerInfo) -> pa.LargeListArray:
     """Token ids per document, each ending with EOS (and starting with BOS if configured)."""
     tok = get_tokenizer(info.path)
-    encodings = tok.encode_batch_fast(texts, add_special_tokens=False)  # Rust threads; no offsets needed
-    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
     extra = 1 + (info.bos_id is not None)
+    parts: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    for lo, hi in _chunks(texts, ENCODE_CHUNK_CHARS):
+        encodings = tok.encode_batch_fast(texts[lo:hi], add_special_tokens=False)  # Rust threads; no offsets
+        n = np.fromiter((len(e.ids) + extra for e in encodings), dtype=np.int64, count=len(encodings))
+        ends = np.cumsum(n)
+        flat = np.empty(int(ends[-1]), dtype=np.uint32)
+        for e, end in zip(encodings, ends.tolist()):
+            start = end - len(e.ids) - 1
+            if info.bos_id is not None:
+                flat[start - 1] = info.bos_id
+            flat[start : end - 1] = e.ids
+        flat[ends - 1] = info.eos_id
+        parts.append(flat)
+        lengths.append(n)
+        del encodings  # before the next chunk's are made
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum(lengths + extra, out=offsets[1:])
-    flat = np.empty(offsets[-1], dtype=np.uint32)
-    for i, e in enumerate(encodings):
-        start = offsets[i]
-        if info.bos_id is not None:
-            flat[start] = info.bos_id
-            start += 1
-        flat[start : offsets[i + 1] - 1] = e.ids
-    flat[offsets[1:] - 1] = info.eos_id
+    if texts:
+        np.cumsum(np.concatenate(lengths), out=offsets[1:])
+    flat = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint32)
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.uint32()))
 
 

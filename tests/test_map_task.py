@@ -40,3 +40,12 @@ def test_reader_rejects_and_missing_text_rejects_with_other_columns_are_all_kept
     rows = {r["id"]: r for f in files for r in pq.read_table(f).to_pylist()}
     assert rows["s/a#3"]["reason"] == "malformed_json" and rows["s/a#2"]["reason"] == "missing_text"
     assert rows["s/a#2"]["domain"] == "example.org"
+
+
+def test_long_batches_are_cut_by_text_size_keeping_every_document_in_order() -> None:
+    texts = ["aaaa", "bb", None, "cccccc", "d", "e" * 11]
+    table = pa.table({"text": texts, "n": list(range(len(texts)))})
+    parts = list(tasks._bounded(iter([table]), 6))
+    assert [p["n"].to_pylist() for p in parts] == [[0, 1, 2], [3], [4], [5]]  # a too-long document stays whole
+    assert pa.concat_tables(parts).equals(table)
+    assert list(tasks._bounded(iter([table]), 1000)) == [table]  # small batches pass as they are

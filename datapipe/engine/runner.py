@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,13 +54,16 @@ class RunInterrupted(PipelineError):
 
 def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: str | None = None,
                  num_cpus: int | None = None, fresh: bool = False, show_progress: bool = True,
-                 log: Callable[[str], None] = print) -> RunResult:
+                 log: Callable[[str], None] = print, in_process: bool = False) -> RunResult:
+    """Run ``pipeline`` into its run folder. ``in_process`` runs every task in this process, one after
+    another, without starting Ray: for small jobs, where Ray's start-up and shutdown (seconds) would
+    dominate. The tasks are the same functions, so the outputs are the same."""
     folder = RunFolder(output if output is not None else pipeline.default_output())
     folder.check_usable()  # before the lock creates anything in a folder that may be the user's
     try:
         # One driver per folder, taken before anything is read or written (--fresh deletes included).
         with RunLock(folder.root, log=log):
-            return _run_locked(pipeline, folder, ray_address, num_cpus, fresh, show_progress, log)
+            return _run_locked(pipeline, folder, ray_address, num_cpus, fresh, show_progress, log, in_process)
     except KeyboardInterrupt:
         raise RunInterrupted(
             f"interrupted: the run in {folder.root} was stopped; finished work is kept, and running the "
@@ -74,7 +78,7 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
 
 
 def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, num_cpus: int | None,
-                fresh: bool, show_progress: bool, log: Callable[[str], None]) -> RunResult:
+                fresh: bool, show_progress: bool, log: Callable[[str], None], in_process: bool = False) -> RunResult:
     folder.check_usable()
     normalized = pipeline.normalized()
     resources = pipeline.resources()
@@ -118,7 +122,13 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
 
     result = RunResult(folder.root, run)
     timings: dict[str, float] = dict(run.get("timings", {}))
-    if spec is None or any(folder.read_marker(phase, key) is None for phase, key in _all_tasks(spec)):
+    needs_work = spec is None or any(folder.read_marker(phase, key) is None for phase, key in _all_tasks(spec))
+    if in_process and needs_work:
+        if spec is None:
+            spec = _plan_for_cluster(pipeline, folder, run, cpus=1)
+        log(f"datapipe: running {pipeline.name!r} in this process (no Ray); output in {folder.root}")
+        _run_phases(result, folder, spec, timings, show_progress, local=True)
+    elif needs_work:
         with ray_session(ray_address, num_cpus) as where:
             if spec is None:
                 spec = _plan_for_cluster(pipeline, folder, run)
@@ -153,11 +163,13 @@ def _prepare(spec: RunSpec) -> None:
         build_stage(spec, pos).prepare()  # fetch models now: one clear error instead of one per task
 
 
-def _plan_for_cluster(pipeline: Pipeline, folder: RunFolder, run: dict[str, Any]) -> RunSpec:
-    """The run's tasks for the CPUs Ray has: large files split, small ones grouped, recorded in run.json."""
-    import ray
+def _plan_for_cluster(pipeline: Pipeline, folder: RunFolder, run: dict[str, Any], cpus: int | None = None) -> RunSpec:
+    """The run's tasks for the CPUs Ray has (or ``cpus``): large files split, small ones grouped,
+    recorded in run.json."""
+    if cpus is None:
+        import ray
 
-    cpus = int(ray.cluster_resources().get("CPU", 1))
+        cpus = int(ray.cluster_resources().get("CPU", 1))
     target = split_target(pipeline, cpus)
     spec = make_spec(pipeline, folder.root, cache_dir(), target)
     _prepare(spec)
@@ -173,19 +185,22 @@ def _line_tasks(spec: RunSpec) -> list[Shard]:
 
 
 def _run_phases(result: RunResult, folder: RunFolder, spec: RunSpec, timings: dict[str, float],
-                show_progress: bool) -> None:
-    import ray
+                show_progress: bool, local: bool = False) -> None:
+    if local:
+        spec_ref: Any = spec
+    else:
+        import ray
 
-    spec_ref = ray.put(spec)
+        spec_ref = ray.put(spec)
     if lines := _line_tasks(spec):  # global line numbers for JSONL ranges: a cheap parallel pre-pass
         _run_phase(result, folder, tasks.LINES_PHASE, [(s.key, (spec_ref, s)) for s in lines], _lines_task,
-                   {"num_cpus": 1, "scheduling_strategy": "SPREAD"}, timings, show_progress, "ranges")
+                   {"num_cpus": 1, "scheduling_strategy": "SPREAD"}, timings, show_progress, "ranges", local)
     for segment in spec.segments:
         phase = f"map{segment.index}"
         # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
         _run_phase(result, folder, phase, [(s.key, (spec_ref, s, segment)) for s in spec.shards],
                    _map_task, {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"},
-                   timings, show_progress, "shards")
+                   timings, show_progress, "shards", local)
         if segment.final:
             continue
         name = spec.stage_name(segment.compute_global)  # type: ignore[arg-type]
@@ -194,12 +209,12 @@ def _run_phases(result: RunResult, folder: RunFolder, spec: RunSpec, timings: di
             _run_phase(result, folder, f"shuffle{segment.index}",
                        [(f"{p:05d}", (spec_ref, segment, p)) for p in range(stage.partitions())],
                        _partition_task, {"num_cpus": stage.resources.num_cpus, "scheduling_strategy": "SPREAD"},
-                       timings, show_progress, "partitions")
+                       timings, show_progress, "partitions", local)
         _run_phase(result, folder, f"reduce{segment.index}", [(name, (spec_ref, segment))], _reduce_task,
-                   {"num_cpus": stage.resources.num_cpus}, timings, show_progress, "steps")
+                   {"num_cpus": stage.resources.num_cpus}, timings, show_progress, "steps", local)
     if spec.tokenizer is not None:
         _run_phase(result, folder, "pack", [(src, (spec_ref, src)) for src in spec.sources], _pack_task,
-                   {"num_cpus": 1}, timings, show_progress, "sources")
+                   {"num_cpus": 1}, timings, show_progress, "sources", local)
 
 
 def _all_tasks(spec: RunSpec) -> list[tuple[str, str]]:
@@ -228,17 +243,31 @@ def _segment_resources(spec: RunSpec, segment: Segment) -> dict[str, Any]:
 
 def _run_phase(result: RunResult, folder: RunFolder, phase: str, work: Sequence[tuple[str, tuple]],
                fn: Callable, resources: dict[str, Any], timings: dict[str, float], show_progress: bool,
-               unit: str) -> None:
-    import ray
-
+               unit: str, local: bool = False) -> None:
     todo = [(key, args) for key, args in work if folder.read_marker(phase, key) is None]
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
-    remote = ray.remote(max_retries=3, retry_exceptions=True)(fn).options(**resources, **_fault_env())
-    pending = {remote.remote(phase, *args): key for key, args in todo}
     failures: list[str] = []
     disk_full: DiskFull | None = None
+    if local:
+        pending: dict[Any, str] = {}
+    else:
+        import ray
+
+        remote = ray.remote(max_retries=3, retry_exceptions=True)(fn).options(**resources, **_fault_env())
+        pending = {remote.remote(phase, *args): key for key, args in todo}
     with PhaseProgress(phase, len(work), len(work) - len(todo), unit, enabled=show_progress) as progress:
+        for key, args in todo if local else []:  # in process: one task after another, no retries
+            try:
+                marker = fn(phase, *args)
+            except Exception as exc:  # noqa: BLE001 - reported with the others, as Ray's failures are
+                failures.append(f"{phase} {key}: {_short_error(exc)}")
+                disk_full = disk_full or find_disk_full(exc)
+                progress.advance(0)
+                continue
+            result.executed_tasks += 1
+            progress.advance(marker.get("docs_in", 0))
+            _fault_point(phase, progress.done - progress.resumed)
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in ready:
@@ -272,11 +301,9 @@ def _fault_env() -> dict[str, Any]:
 
 
 def _with_marker(phase: str, key: str, fn: Callable[[], dict[str, Any]], root: str) -> dict[str, Any]:
-    import ray
-
     with fault_scope(phase, key):
         marker = fn()
-        marker["node"] = ray.get_runtime_context().get_node_id()
+        marker["node"] = _node_id()
         RunFolder(Path(root)).write_marker(phase, key, marker)
     return marker
 
@@ -300,6 +327,14 @@ def _partition_task(phase: str, spec: RunSpec, segment: Segment, partition: int)
 
 def _pack_task(phase: str, spec: RunSpec, source: str) -> dict[str, Any]:
     return _with_marker(phase, source, lambda: tasks.pack_source(spec, source), spec.root)
+
+
+def _node_id() -> str:
+    """The Ray node running this task; "local" for a run without Ray (importing Ray costs a second)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return "local"
+    return ray.get_runtime_context().get_node_id()
 
 
 def _fault_point(phase: str, done: int) -> None:

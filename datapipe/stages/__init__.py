@@ -1,22 +1,64 @@
-"""Stage registry: the stage types a pipeline file may name under ``stages:``."""
+"""Stage registry: the stage types a pipeline file may name under ``stages:``.
+
+Stage modules are imported when a stage type is first looked up, not with this package: a Ray
+worker then imports only the stages its pipeline uses (decontaminate's and minhash's numba
+kernels, for example, cost seconds and tens of MB to import), and so does the CLI.
+"""
 
 from __future__ import annotations
 
-from datapipe.stages.base import Decision, GlobalStage, ReduceInputs, Resources, Stage, StageContext, StageOptions
-from datapipe.stages.boilerplate import Boilerplate
-from datapipe.stages.classify import Classify
-from datapipe.stages.decontaminate import Decontaminate
-from datapipe.stages.dedup import ExactDedup
-from datapipe.stages.langid import LangId
-from datapipe.stages.length import LengthFilter
-from datapipe.stages.license import LicenseTagger
-from datapipe.stages.minhash import MinHashDedup
-from datapipe.stages.pii import Pii
-from datapipe.stages.quality import Quality
+import importlib
+from collections.abc import Iterator, MutableMapping
 
-STAGES: dict[str, type[Stage]] = {
-    cls.name: cls for cls in (LangId, LengthFilter, Quality, Pii, ExactDedup, MinHashDedup, LicenseTagger,
-                              Decontaminate, Classify, Boilerplate)
+from datapipe.stages.base import Decision, GlobalStage, ReduceInputs, Resources, Stage, StageContext, StageOptions
+
+# name in a pipeline file -> (module, class); each class's ``name`` must equal its key (tested).
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "langid": ("datapipe.stages.langid", "LangId"),
+    "length": ("datapipe.stages.length", "LengthFilter"),
+    "quality": ("datapipe.stages.quality", "Quality"),
+    "pii": ("datapipe.stages.pii", "Pii"),
+    "dedup": ("datapipe.stages.dedup", "ExactDedup"),
+    "minhash": ("datapipe.stages.minhash", "MinHashDedup"),
+    "license": ("datapipe.stages.license", "LicenseTagger"),
+    "decontaminate": ("datapipe.stages.decontaminate", "Decontaminate"),
+    "classify": ("datapipe.stages.classify", "Classify"),
+    "boilerplate": ("datapipe.stages.boilerplate", "Boilerplate"),
 }
+
+
+class _LazyStages(MutableMapping[str, type[Stage]]):
+    """Stage name -> class, importing a stage's module on first lookup. Assignable like a dict
+    (tests register stages of their own)."""
+
+    def __init__(self, registry: dict[str, tuple[str, str]]) -> None:
+        self._registry = dict(registry)
+        self._loaded: dict[str, type[Stage]] = {}
+
+    def __setitem__(self, name: str, cls: type[Stage]) -> None:
+        self._registry[name] = (cls.__module__, cls.__qualname__)
+        self._loaded[name] = cls
+
+    def __delitem__(self, name: str) -> None:
+        del self._registry[name]
+        self._loaded.pop(name, None)
+
+    def __getitem__(self, name: str) -> type[Stage]:
+        if name not in self._loaded:
+            module, cls = self._registry[name]  # KeyError for an unknown name, as a dict would
+            self._loaded[name] = getattr(importlib.import_module(module), cls)
+        return self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._registry
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._registry)
+
+    def __len__(self) -> int:
+        return len(self._registry)
+
+
+STAGES: MutableMapping[str, type[Stage]] = _LazyStages(_REGISTRY)
 
 __all__ = ["STAGES", "Decision", "GlobalStage", "ReduceInputs", "Resources", "Stage", "StageContext", "StageOptions"]

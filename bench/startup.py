@@ -1,0 +1,125 @@
+"""The fixed cost of a `datapipe run`: wall time outside every phase (start-up, Ray, imports, shutdown).
+
+    python bench/startup.py                    # a tiny pipeline (40 demo documents), 3 repeats
+    python bench/startup.py --in-process       # also: the tiny pipeline without Ray
+    python bench/startup.py --tokenize-only    # also: a tokenize-only run on the shared corpus
+
+Each repeat runs `datapipe run --fresh` in a subprocess and reads the phase timings from the
+run's run.json; the fixed overhead is the wall time minus the sum of the phases (map, reduce,
+pack, stats). The target (issue 18) is under 2 s. Also printed: the import time of the CLI for
+`datapipe --help` (which must not import Ray, numba or torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+
+
+def tiny_pipeline(tmp: Path, docs: int) -> Path:
+    """The demo's first ``docs`` documents of each language through langid, length and tokenize."""
+    paths = []
+    for lang in ("zh", "en"):
+        src = sorted((ROOT / "pipelines" / "demo" / "data").glob(f"web_{lang}-*.jsonl"))[0]
+        out = tmp / f"web_{lang}.jsonl"
+        with open(src, encoding="utf-8") as f:
+            out.write_text("".join(line for _, line in zip(range(docs // 2), f)), encoding="utf-8")
+        paths.append(out)
+    spec = {"name": "tiny", "sources": [{"name": "web", "kind": "web", "paths": [str(p) for p in paths]}],
+            "stages": [{"langid": {"keep": ["zh", "en"]}}, {"length": {"min_chars": 20}}],
+            "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 512}}
+    path = tmp / "tiny.yaml"
+    path.write_text(json.dumps(spec))  # JSON is YAML
+    return path
+
+
+def tokenize_only_pipeline(tmp: Path) -> Path:
+    spec = {"name": "tokenize_only",
+            "sources": [{"name": p.stem, "kind": "web", "paths": [str(p)]} for p in sorted(CORPUS.glob("*.jsonl"))],
+            "stages": [],
+            "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 2048}}
+    path = tmp / "tokenize_only.yaml"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def timed_run(pipeline: Path, out: Path, num_cpus: int, in_process: bool = False) -> tuple[float, dict[str, float]]:
+    cmd = [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out), "--fresh",
+           "--no-progress", *(["--in-process"] if in_process else ["--num-cpus", str(num_cpus)])]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        sys.exit(f"datapipe run failed:\n{proc.stderr[-3000:]}")
+    return wall, json.loads((out / "run.json").read_text())["timings"]
+
+
+def help_import_seconds() -> tuple[float, list[str]]:
+    """Wall time of `datapipe --help`, and which heavy modules it imported."""
+    probe = ("import runpy, sys\nsys.argv = ['datapipe', '--help']\ntry:\n    runpy.run_module('datapipe.cli', "
+             "run_name='__main__')\nexcept SystemExit:\n    pass\nheavy = [m for m in ('ray', 'numba', 'torch', "
+             "'pyarrow', 'duckdb', 'tokenizers') if m in sys.modules]\nprint('HEAVY', *heavy, file=sys.stderr)")
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", probe], env=_env(), capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    heavy = next((line.split()[1:] for line in proc.stderr.splitlines() if line.startswith("HEAVY")), ["?"])
+    return wall, heavy
+
+
+def report(label: str, runs: list[tuple[float, dict[str, float]]]) -> None:
+    walls = [w for w, _ in runs]
+    fixed = [w - sum(t.values()) for w, t in runs]
+    print(f"{label}: wall median {statistics.median(walls):.2f} s (range {min(walls):.2f}-{max(walls):.2f}); "
+          f"fixed overhead outside phases median {statistics.median(fixed):.2f} s "
+          f"(range {min(fixed):.2f}-{max(fixed):.2f}); target < 2 s")
+    last = runs[-1][1]
+    print("  phases of the last run (s): " + ", ".join(f"{k} {v:.2f}" for k, v in last.items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--docs", type=int, default=40)
+    ap.add_argument("--num-cpus", type=int, default=2)
+    ap.add_argument("--in-process", action="store_true", help="Also time the tiny pipeline with --in-process (no Ray).")
+    ap.add_argument("--tokenize-only", action="store_true", help="Also time a tokenize-only run of the shared corpus.")
+    args = ap.parse_args()
+    load = os.getloadavg()
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {load[0]:.1f}, "
+          f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    wall, heavy = help_import_seconds()
+    print(f"datapipe --help: {wall:.2f} s; heavy modules imported: {', '.join(heavy) or 'none'}")
+    with tempfile.TemporaryDirectory(prefix="datapipe-startup-") as tmp_name:
+        tmp = Path(tmp_name)
+        pipeline = tiny_pipeline(tmp, args.docs)
+        report(f"tiny pipeline ({args.docs} documents)",
+               [timed_run(pipeline, tmp / "out", args.num_cpus) for _ in range(args.repeats)])
+        if args.in_process:
+            report(f"tiny pipeline ({args.docs} documents), --in-process",
+                   [timed_run(pipeline, tmp / "out", args.num_cpus, True) for _ in range(args.repeats)])
+        if args.tokenize_only:
+            if not CORPUS.is_dir():
+                sys.exit(f"no shared corpus at {CORPUS}")
+            pipeline = tokenize_only_pipeline(tmp)
+            report("tokenize-only, shared corpus",
+                   [timed_run(pipeline, tmp / "tok", args.num_cpus) for _ in range(args.repeats)])
+
+
+if __name__ == "__main__":
+    main()
