@@ -29,9 +29,11 @@ NOT_IN_DOCUMENTS = {"text"}  # the text stays in docs/ and rejected/; the table 
 
 
 def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
+    from datapipe.engine.pack_plan import pack_ranges
+
     rows: list[dict[str, Any]] = []
-    for source in spec.sources:
-        marker = folder.read_marker("pack", source)
+    for rng in (pack_ranges(folder, spec) or []) if spec.tokenizer is not None else []:
+        marker = folder.read_marker("pack", rng.key)
         if marker:
             rows.extend(marker["shards"])
     schema = pa.schema([("path", pa.string()), ("source", pa.string()), ("split", pa.string()),

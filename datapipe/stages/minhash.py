@@ -138,7 +138,7 @@ class MinHashDedup(ShuffledGlobalStage):
         return pa.table({"part": pa.array(partition_of(flat, self.options.partitions).astype(np.int32)),
                          "doc": pa.array(docs), "key": pa.array(flat)})
 
-    def reduce_partition(self, rows: pa.Table) -> pa.Table:
+    def reduce_partition(self, rows: pa.Table, round: int = 0) -> pa.Table:
         u, v = candidate_edges(rows["doc"].to_numpy(), rows["key"].to_numpy())
         pairs = np.unique(np.stack([u, v], axis=1), axis=0) if len(u) else np.empty((0, 2), np.int64)
         return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
