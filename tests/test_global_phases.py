@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -184,3 +185,61 @@ def test_parallel_packing_writes_the_single_task_packers_bytes(tmp_path: Path, p
         assert len(ranges) == sum(-(-n // files_per_task) for n in (n_train, len(expected) - n_train))
     else:  # bestfit: one task per (source, split)
         assert len(ranges) == 2 and all(r.n_files is None for r in ranges)
+
+
+def _edited(text: str, rng: random.Random) -> str:
+    """A near-duplicate: a few characters replaced, a sentence dropped or a phrase added."""
+    chars = list(text)
+    for _ in range(max(1, len(chars) // 200)):
+        chars[rng.randrange(len(chars))] = rng.choice("的了是在和 the of and")
+    text = "".join(chars)
+    cut = rng.randrange(len(text))
+    return rng.choice([text[:cut] + text[cut + 20:], text + " 转载请注明出处 reposted", text])
+
+
+@pytest.mark.parametrize(("survivor", "partitions"), [("earliest", 6), ("longest", 3), ("earliest", 1)])
+def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: Path, survivor: str,
+                                                                     partitions: int) -> None:
+    from datapipe.dedup.cluster import cluster_duplicates
+    from datapipe.dedup.minhash import band_keys, empty_mask
+    from datapipe.stages.minhash import SIG_COLUMN, _sig_matrix
+
+    rng = random.Random(11)
+    texts = [t for t in _real_texts(120, 120) if len(t) > 200]
+    docs = list(texts)
+    for _ in range(90):  # edited copies, some of earlier copies (chains across partitions)
+        docs.append(_edited(rng.choice(docs), rng))
+    docs += ["", "   "]  # no shingles: never clustered together
+    rng.shuffle(docs)
+    (tmp_path / "data").mkdir()
+    for f in range(4):
+        (tmp_path / "data" / f"part-{f}.jsonl").write_text(
+            "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in docs[f::4]))
+    pipeline = load_pipeline(write_pipeline(tmp_path, {
+        "name": "mh", "sources": [{"name": "t", "kind": "text", "paths": ["data/*.jsonl"]}],
+        "stages": [{"minhash": {"threshold": 0.7, "partitions": partitions, "survivor": survivor}}]}))
+    spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
+    folder = RunFolder(tmp_path / "out")
+    map0 = spec.segments[0]
+    for s in spec.shards:
+        tasks.map_shard(spec, s, map0)
+    for p in range(partitions):
+        tasks.reduce_partition(spec, map0, p)
+    tasks.reduce_stage(spec, map0)
+    got = {}
+    for s in spec.shards:
+        path = folder.decisions_file(0, s.key)
+        if path.exists():
+            got.update({r["id"]: (r["dup_of"], r["dup_cluster"]) for r in pq.read_table(path).to_pylist()})
+
+    # The in-memory clustering over the whole corpus at once, in run order.
+    table = pa.concat_tables([pq.read_table(folder.map_output(0, s.key)) for s in spec.shards])
+    stage = build_stage(spec, 1)
+    sigs = _sig_matrix(table[SIG_COLUMN], stage.options.num_perm)
+    bands, rows = stage.band_params()
+    res = cluster_duplicates(band_keys(sigs, bands, rows), len(sigs), valid=~empty_mask(sigs), sigs=sigs,
+                             verify_threshold=0.7, rule=survivor, lengths=table["n_chars"].to_numpy())
+    ids = table["id"].to_pylist()
+    expected = {ids[i]: (ids[res.survivor[i]], ids[res.cluster[i]]) for i in np.flatnonzero(res.duplicate)}
+    assert got == expected
+    assert len(expected) >= 60  # the planted copies are found (most of 90)

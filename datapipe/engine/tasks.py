@@ -389,6 +389,12 @@ def _value_counts(values: pa.ChunkedArray) -> list[tuple[str, int]]:
     return [(v["values"], v["counts"]) for v in vc.to_pylist()]
 
 
+def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment) -> ReduceInputs:
+    present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
+    scratch = folder.work / f"reduce{segment.index}-scratch"
+    return ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch))
+
+
 def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     """The corpus-wide step of the global stage that ends ``segment``."""
     started = time.perf_counter()
@@ -440,7 +446,9 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     files = [str(f) for f in sources if f.exists()]
     # Row-group statistics on `part` let the scan skip other partitions' data.
     rows = pads.dataset(files, format="parquet").to_table(filter=pads.field("part") == partition) if files else None
-    result = stage.reduce_partition(rows, round) if rows is not None and rows.num_rows else None
+    result = None
+    if rows is not None and rows.num_rows:
+        result = stage.reduce_partition(rows, round, _reduce_inputs(spec, folder, segment))
     if not isinstance(result, PartitionResult):
         result = PartitionResult(result)
     out = folder.partition_output(segment.index, partition, round)

@@ -195,8 +195,10 @@ class ShuffledGlobalStage(GlobalStage):
         The batch's i-th document has row key ``first_row_key + i``."""
         raise NotImplementedError
 
-    def reduce_partition(self, rows: pa.Table, round: int = 0) -> pa.Table | PartitionResult:
-        """One partition's rows of one round. A plain table is the partition's output."""
+    def reduce_partition(self, rows: pa.Table, round: int = 0,
+                         inputs: ReduceInputs | None = None) -> pa.Table | PartitionResult:
+        """One partition's rows of one round (``inputs``: the map outputs, to read columns of
+        documents by row key). A plain table is the partition's output."""
         raise NotImplementedError
 
     def combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:

@@ -26,6 +26,7 @@ from datapipe.stages.base import (
     ROW_KEY_SHIFT,
     CheckContext,
     PartitionResult,
+    ReduceInputs,
     Resources,
     ShuffledGlobalStage,
     StageOptions,
@@ -112,7 +113,7 @@ class ExactDedup(ShuffledGlobalStage):
         rows = rows.filter(pc.is_valid(rows["url_key"]))  # pages without a URL are never URL duplicates
         return _with_part(rows, "url_key", self.options.partitions)
 
-    def reduce_partition(self, rows: pa.Table, round: int = 0) -> PartitionResult:
+    def reduce_partition(self, rows: pa.Table, round: int = 0, inputs: ReduceInputs | None = None) -> PartitionResult:
         key = "url_key" if self._round_keys()[round] == "url" else "text_hash"
         # By key, then run order: the first row of each group is the earliest copy, the survivor.
         rows = rows.sort_by([(key, "ascending"), ("doc", "ascending")])
