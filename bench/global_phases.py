@@ -123,6 +123,12 @@ def run_phase(root: Path, phase: str) -> dict:
     elif kind == "combine":
         seg = spec.segments[int(arg)]
         work = [("reduce", "combine", lambda: tasks.reduce_stage(spec, seg))]
+    elif kind == "stats":  # the driver's step: the audit database over every Parquet output (DuckDB)
+        from datapipe.engine.runner import collect_counts
+        from datapipe.stats import build_stats
+
+        work = [("stats", "build", lambda: build_stats(folder, spec, collect_counts(folder, spec),
+                                                       memory_mb=int(arg)) or {})]
     elif kind == "pack":
         ranges = pack_ranges(folder, spec, files_per_task=2)
         work = [("pack", r.key, lambda r=r: tasks.pack_range(spec, r)) for r in ranges]
@@ -148,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-docs", type=int, default=1000)
     ap.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--stats-memory-mb", type=int, default=256,
+                    help="DuckDB memory cap of the statistics step (a small one shows it spilling)")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     ap.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -155,10 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_phase(a.root, a.phase)))
         return 0
     base = sample(a.base_docs, seed=1)
-    phases = ["map:0", "shuffle:0.0", "shuffle:0.1", "map:1", "shuffle:1.0", "combine:1", "map:2", "pack:"]
+    phases = ["map:0", "shuffle:0.0", "shuffle:0.1", "map:1", "shuffle:1.0", "combine:1", "map:2", "pack:",
+              f"stats:{a.stats_memory_mb}"]
     names = {"map:0": "map0 (dedup signals)", "shuffle:0.0": "dedup by text hash", "shuffle:0.1": "dedup by URL",
              "map:1": "map1 (minhash signatures)", "shuffle:1.0": "minhash partitions", "combine:1": "minhash combine",
-             "map:2": "map2 (tokenize)", "pack:": "pack ranges"}
+             "map:2": "map2 (tokenize)", "pack:": "pack ranges",
+             f"stats:{a.stats_memory_mb}": f"stats (DuckDB, {a.stats_memory_mb} MB cap)"}
     table: dict[int, dict[str, dict]] = {}
     for scale in a.scales:
         root = Path(tempfile.mkdtemp(prefix=f"dp-global-{scale}x-"))
