@@ -243,3 +243,23 @@ def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: P
     expected = {ids[i]: (ids[res.survivor[i]], ids[res.cluster[i]]) for i in np.flatnonzero(res.duplicate)}
     assert got == expected
     assert len(expected) >= 60  # the planted copies are found (most of 90)
+
+
+def test_spanning_forest_keeps_connectivity_with_one_edge_per_member() -> None:
+    from datapipe.dedup.cluster import UnionFind, spanning_forest
+
+    rng = np.random.default_rng(3)
+    ids = rng.choice(10**12, 400, replace=False).astype(np.int64)  # sparse row keys, not 0..n-1
+    u, v = ids[rng.integers(0, 400, 600)], ids[rng.integers(0, 400, 600)]
+    roots, members = spanning_forest(u, v)
+    assert len(np.unique(members)) == len(members)  # one edge per member
+
+    def components(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        uf = UnionFind(len(ids))
+        order = np.argsort(ids)
+        pos = order[np.searchsorted(ids[order], a)], order[np.searchsorted(ids[order], b)]
+        uf.union(*pos)
+        return uf.roots()
+
+    assert np.array_equal(components(u, v), components(roots, members))
+    assert np.all(roots < members)  # the root is the component's lowest row key: run order
