@@ -10,9 +10,9 @@ reuses. Input files hold a fixed number of documents and partitions grow with th
 (``2 x scale``), so a task's partition stays the same size while the corpus grows 16x.
 
 The pipeline is dedup (exact + URL, partitioned) -> minhash -> tokenize (concat packing). Every
-task of a phase runs in one child process per phase, one after the other, exactly as a Ray
-worker calls it; before each task the process's peak RSS (VmHWM) is reset through
-/proc/self/clear_refs, so the peak printed is one task's, not the phase's. Printed: per phase the
+task of a phase runs in a process forked for it from one per phase (imports loaded, no data:
+as a fresh Ray worker), calling the task function as the worker does; its peak RSS (VmHWM,
+reset through /proc/self/clear_refs at the start) is the task's peak. Printed: per phase the
 number of tasks and the largest per-task peak, and the ratio of the 16x (last) scale to the 1x.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -83,9 +84,9 @@ def make_corpus(folder: Path, base: list[dict], scale: int) -> dict[str, int]:
     return {"docs": len(docs), **planted}
 
 
-def _peak_mib() -> float:
+def _peak_mib(field: str = "VmHWM") -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     import resource
 
@@ -132,13 +133,27 @@ def run_phase(root: Path, phase: str) -> dict:
     elif kind == "pack":
         ranges = pack_ranges(folder, spec, files_per_task=2)
         work = [("pack", r.key, lambda r=r: tasks.pack_range(spec, r)) for r in ranges]
-    base = _peak_mib()
+    base = _peak_mib("VmRSS")  # what every task's process holds before any data: imports, the plan
     peaks, started = [], time.perf_counter()
     for marker_phase, key, fn in work:
-        _reset_peak()
-        marker = fn()
-        peaks.append(_peak_mib())
-        folder.write_marker(marker_phase, key, marker)
+        # A forked child per task starts as a fresh worker would (imports loaded, no data), so what
+        # one task leaves on the heap never counts against the next.
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            _reset_peak()
+            marker = fn()
+            folder.write_marker(marker_phase, key, marker)
+            os.write(write, json.dumps(_peak_mib()).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            got = f.read()
+        _, status = os.waitpid(pid, 0)
+        if status or not got:
+            raise RuntimeError(f"{marker_phase} {key} failed in its child process")
+        peaks.append(json.loads(got))
     return {"tasks": len(work), "peak_mib": max(peaks, default=0.0), "base_mib": base,
             "seconds": time.perf_counter() - started}
 
@@ -195,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = "".join(f"{table[s][phase]['tasks']:>10}{table[s][phase]['peak_mib']:>9.0f}" for s in a.scales)
         ratio = table[last][phase]["peak_mib"] / row["peak_mib"] if row["peak_mib"] else float("nan")
         print(f"{names[phase]:<28}{cells}{ratio:>10.2f}")
-    print("\nMiB: the largest peak RSS of one task (process baseline after imports included: "
+    print("\nMiB: the largest peak RSS of one task (the process before any data, included: "
           f"{table[first]['map:0']['base_mib']:.0f} MiB)")
     return 0
 
