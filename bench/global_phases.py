@@ -210,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         cells = "".join(f"{table[s][phase]['tasks']:>10}{table[s][phase]['peak_mib']:>9.0f}" for s in a.scales)
         ratio = table[last][phase]["peak_mib"] / row["peak_mib"] if row["peak_mib"] else float("nan")
         print(f"{names[phase]:<28}{cells}{ratio:>10.2f}")
-    print("\nMiB: the largest peak RSS of one task (the process before any data, included: "
-          f"{table[first]['map:0']['base_mib']:.0f} MiB)")
+    print("\nMiB: the largest peak RSS of one task's forked process (it counts the pages the task touches:"
+          " shared libraries mapped before the fork count only once used; the phase process before any"
+          f" data holds {table[first]['map:0']['base_mib']:.0f} MiB). Compare across scales.")
     return 0
 
 
