@@ -84,7 +84,8 @@ def step(work: Path, what: str, partition: int, num_perm: int, threshold: float,
     elif what == "partition":
         files = sorted(str(p) for p in work.glob("shuffle-*.parquet"))
         rows = pads.dataset(files, format="parquet").to_table(filter=pads.field("part") == partition)
-        edges = stage.reduce_partition(rows)
+        maps = sorted(work.glob("map-*.parquet"))  # verification reads the pairs' signatures back
+        edges = stage.reduce_partition(rows, 0, ReduceInputs([str(p) for p in maps], list(range(len(maps))), str(work)))
         pq.write_table(edges, work / f"part-{partition:05d}.parquet")
         out = {"rows": rows.num_rows, "edges": edges.num_rows}
     else:

@@ -47,9 +47,15 @@ class ConcatPacker:
 
     def add(self, flat: np.ndarray, doc_offsets: np.ndarray) -> PackedRows:
         """Add documents given as one flat token array and their offsets (n_docs + 1)."""
+        return self.add_pieces(flat, doc_offsets[:-1])
+
+    def add_pieces(self, flat: np.ndarray, starts: np.ndarray) -> PackedRows:
+        """Add a stretch of the token stream and the positions in it where documents start (a stretch
+        may begin inside a document: how a range task of parallel packing starts mid-stream)."""
         base = len(self._carry)
         stream = np.concatenate([self._carry, flat.astype(self.dtype, copy=False)])
-        starts = np.concatenate([np.asarray(self._carry_starts, dtype=np.int64), doc_offsets[:-1] + base])
+        starts = np.concatenate([np.asarray(self._carry_starts, dtype=np.int64),
+                                 np.asarray(starts, dtype=np.int64) + base])
         n_rows = len(stream) // self.row_len
         cut = n_rows * self.row_len
         rows = _rows(stream[:cut], starts[starts < cut], n_rows, self.row_len)

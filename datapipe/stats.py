@@ -9,6 +9,7 @@ from those tables.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,11 @@ NOT_IN_DOCUMENTS = {"text"}  # the text stays in docs/ and rejected/; the table 
 
 
 def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
+    from datapipe.engine.pack_plan import pack_ranges
+
     rows: list[dict[str, Any]] = []
-    for source in spec.sources:
-        marker = folder.read_marker("pack", source)
+    for rng in (pack_ranges(folder, spec) or []) if spec.tokenizer is not None else []:
+        marker = folder.read_marker("pack", rng.key)
         if marker:
             rows.extend(marker["shards"])
     schema = pa.schema([("path", pa.string()), ("source", pa.string()), ("split", pa.string()),
@@ -45,15 +48,25 @@ def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
     return table
 
 
-def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any]) -> None:
+# DuckDB's memory cap while building the audit database: beyond it, the scan and the sort by id
+# spill to a scratch folder in the run folder, so building statistics takes the same memory for a
+# million documents or a billion (the driver must not grow with the corpus).
+STATS_MEMORY_MB = 2048
+
+
+def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory_mb: int = STATS_MEMORY_MB) -> None:
     import duckdb
 
     manifest = write_manifest(folder, spec)
     kept = sorted(str(p) for p in (folder.root / "docs").glob("**/*.parquet"))
     rejected = sorted(str(p) for p in (folder.root / "rejected").glob("**/*.parquet"))
     tmp = temp_path_for(folder.stats_db)
+    scratch = folder.work / "stats-scratch"
     try:
         con = duckdb.connect(str(tmp))
+        scratch.mkdir(parents=True, exist_ok=True)
+        con.execute(f"SET memory_limit='{int(memory_mb)}MB'")
+        con.execute("SET temp_directory=?", [str(scratch)])
         columns = _union_columns(con, kept) | _union_columns(con, rejected)
         ordered = CORE_COLUMNS + sorted((c, t) for c, t in columns.items()
                                         if c not in dict(CORE_COLUMNS) and c not in NOT_IN_DOCUMENTS
@@ -92,6 +105,7 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any]) -> Non
     finally:
         tmp.unlink(missing_ok=True)
         Path(str(tmp) + ".wal").unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def create_views(con: Any) -> None:

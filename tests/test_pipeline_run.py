@@ -76,7 +76,7 @@ def test_demo_run_outputs_and_conservation(ray_local, demo_project: Path) -> Non
     # run.json records config, versions, input hashes and timings.
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "complete" and meta["packages"]["pyarrow"]
-    assert set(meta["timings"]) >= {"map0", "reduce0", "map1", "pack", "stats"}
+    assert set(meta["timings"]) >= {"map0", "shuffle0", "map1", "pack", "stats"}
     assert {i["sha256"] for i in meta["inputs"]} == {hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 

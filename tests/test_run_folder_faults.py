@@ -105,7 +105,7 @@ def clean(ray_local, tmp_path_factory) -> tuple[Path, dict]:
     return pipeline, fingerprint(project / "clean")
 
 
-@pytest.mark.parametrize("fault", ["map0:web_zh/*", "reduce0", "pack", "stats"])
+@pytest.mark.parametrize("fault", ["map0:web_zh/*", "shuffle0", "reduce1", "pack", "stats"])
 def test_disk_full_in_each_phase_gives_one_line_and_the_rerun_completes_identically(
         clean, tmp_path: Path, monkeypatch, fault: str) -> None:
     pipeline, expected = clean
@@ -132,13 +132,13 @@ def test_stray_temp_files_of_a_killed_worker_are_swept_and_never_read(clean, tmp
     run(pipeline, out)
     shard = out / "shards" / "web_zh" / "train-00000.arrow"
     half = shard.read_bytes()[: shard.stat().st_size // 2]
-    (out / "_work" / "markers" / "pack" / "web_zh.json").unlink()
+    (out / "_work" / "markers" / "pack" / "web_zh" / "train-00000.json").unlink()
     shard.unlink()
     planted = {
         shard.with_name(shard.name + ".tmp-4242-0badf00d"): half,
         next((out / "rejected").glob("*/*.parquet")).with_suffix(".parquet.tmp-4243-0badf00d"): b"PAR1",
         out / "docs" / "web_en" / "zz.parquet.tmp-4244-0badf00d": b"PAR1 half",
-        out / "_work" / "markers" / "pack" / "web_zh.json.tmp-4242-12345678": b'{"docs_in": 1',
+        out / "_work" / "markers" / "pack" / "web_zh" / "train-00000.json.tmp-4242-12345678": b'{"docs_in": 1',
         out / "stats.duckdb.tmp-4245-abcdef01.wal": b"wal",
     }
     for path, data in planted.items():

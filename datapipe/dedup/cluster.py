@@ -111,6 +111,20 @@ class UnionFind:
         return self.parent
 
 
+def spanning_forest(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The components of edges (u, v) over arbitrary int64 ids, as (root, member) edges: one per
+    member, root = the component's lowest id. Same connectivity as the input, at most one edge per
+    distinct id: what a partition hands on instead of all its pairs."""
+    if len(u) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    ids = np.unique(np.concatenate([u, v]))
+    uf = UnionFind(len(ids))
+    uf.union(np.searchsorted(ids, u), np.searchsorted(ids, v))
+    roots = uf.roots()
+    member = roots != np.arange(len(ids))
+    return ids[roots[member]], ids[member]
+
+
 def estimated_jaccard(sigs: np.ndarray, u: np.ndarray, v: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
     """Fraction of equal signature values per pair (datasketch's MinHash.jaccard), chunked."""
     out = np.empty(len(u), dtype=np.float32)

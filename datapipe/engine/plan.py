@@ -2,11 +2,15 @@
 
 For ``stages: [langid, length, dedup, X]`` the plan is
 
-    map0:    read -> langid -> length -> dedup.compute      (one Ray task per input shard)
-    reduce0: dedup.reduce over every shard's signals       (one task: the corpus-wide step)
-    map1:    apply dedup decisions -> X -> tokenize         (one task per shard)
-    pack:    concatenate tokens into Arrow shards           (one task per source)
-    stats:   stats.duckdb                                   (driver)
+    map0:     read -> langid -> length -> dedup.compute     (one Ray task per input shard)
+    shuffle0: dedup by text hash, then by URL key          (one task per partition and round)
+    map1:     apply dedup decisions -> X -> tokenize        (one task per shard)
+    pack:     concatenate tokens into Arrow shards          (one task per range of shard files)
+    stats:    stats.duckdb                                  (driver; DuckDB under a memory cap)
+
+A global stage that is not shuffled has one ``reduce<i>`` task instead of the shuffle; a
+shuffled one that does not decide in its partitions (minhash) has both: the partitions,
+then a combine step (``reduce<i>``).
 
 Everything a task needs travels in the picklable ``RunSpec``; workers rebuild stage
 objects from it, so stages never see Ray.

@@ -70,8 +70,13 @@ class RunFolder:
     def shuffle_file(self, segment: int, shard_key: str) -> Path:
         return self.work / f"shuffle{segment}" / f"{shard_key}.parquet"
 
-    def partition_output(self, segment: int, partition: int) -> Path:
-        return self.work / f"reduce{segment}-parts" / f"{partition:05d}.parquet"
+    def partition_output(self, segment: int, partition: int, round: int = 0) -> Path:
+        name = f"{partition:05d}.parquet" if round == 0 else f"r{round}-{partition:05d}.parquet"
+        return self.work / f"reduce{segment}-parts" / name
+
+    def forward_file(self, segment: int, round: int, partition: int) -> Path:
+        """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
+        return self.work / f"shuffle{segment}-r{round}" / f"{partition:05d}.parquet"
 
     def state_file(self, segment: int) -> Path:
         return self.work / f"reduce{segment}-state.parquet"

@@ -23,6 +23,7 @@ from datapipe.atomic import fault_scope
 from datapipe.config import Pipeline
 from datapipe.engine import tasks
 from datapipe.engine.disk_full import DiskFull, find_disk_full
+from datapipe.engine.pack_plan import PackRange, pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
@@ -122,7 +123,7 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
 
     result = RunResult(folder.root, run)
     timings: dict[str, float] = dict(run.get("timings", {}))
-    needs_work = spec is None or any(folder.read_marker(phase, key) is None for phase, key in _all_tasks(spec))
+    needs_work = spec is None or any(folder.read_marker(phase, key) is None for phase, key in _all_tasks(spec, folder))
     if in_process and needs_work:
         if spec is None:
             spec = _plan_for_cluster(pipeline, folder, run, cpus=1)
@@ -136,7 +137,7 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
                 f"output in {folder.root}")
             _run_phases(result, folder, spec, timings, show_progress)
     else:  # nothing left to compute: no need to start Ray at all
-        result.skipped_tasks = len(_all_tasks(spec))
+        result.skipped_tasks = len(_all_tasks(spec, folder))
         log(f"datapipe: every task of {pipeline.name!r} is already done in {folder.root}; rebuilding statistics")
 
     from datapipe.stats import build_stats
@@ -206,19 +207,25 @@ def _run_phases(result: RunResult, folder: RunFolder, spec: RunSpec, timings: di
         name = spec.stage_name(segment.compute_global)  # type: ignore[arg-type]
         stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
         if isinstance(stage, ShuffledGlobalStage):
-            _run_phase(result, folder, f"shuffle{segment.index}",
-                       [(f"{p:05d}", (spec_ref, segment, p)) for p in range(stage.partitions())],
-                       _partition_task, {"num_cpus": stage.resources.num_cpus, "scheduling_strategy": "SPREAD"},
-                       timings, show_progress, "partitions", local)
+            for r in range(stage.rounds()):
+                _run_phase(result, folder, shuffle_phase(segment.index, r),
+                           [(f"{p:05d}", (spec_ref, segment, p, r)) for p in range(stage.partitions())],
+                           _partition_task, {"num_cpus": stage.resources.num_cpus, "scheduling_strategy": "SPREAD"},
+                           timings, show_progress, "partitions", local)
+            if stage.decides_in_partitions:
+                continue  # the next map phase reads its shard's decisions from the partition outputs
         _run_phase(result, folder, f"reduce{segment.index}", [(name, (spec_ref, segment))], _reduce_task,
                    {"num_cpus": stage.resources.num_cpus}, timings, show_progress, "steps", local)
     if spec.tokenizer is not None:
-        _run_phase(result, folder, "pack", [(src, (spec_ref, src)) for src in spec.sources], _pack_task,
-                   {"num_cpus": 1}, timings, show_progress, "sources", local)
+        ranges = pack_ranges(folder, spec)
+        assert ranges is not None  # every final map task is done here
+        _run_phase(result, folder, "pack", [(r.key, (spec_ref, r)) for r in ranges], _pack_task,
+                   {"num_cpus": 1}, timings, show_progress, "ranges", local)
 
 
-def _all_tasks(spec: RunSpec) -> list[tuple[str, str]]:
-    """(phase, task key) of every task the run consists of, as their markers name them."""
+def _all_tasks(spec: RunSpec, folder: RunFolder) -> list[tuple[str, str]]:
+    """(phase, task key) of every task the run consists of, as their markers name them (packing's
+    ranges follow from the final map markers: until those exist, a placeholder stands for packing)."""
     tasks_: list[tuple[str, str]] = [(tasks.LINES_PHASE, s.key) for s in _line_tasks(spec)]
     for segment in spec.segments:
         tasks_ += [(f"map{segment.index}", s.key) for s in spec.shards]
@@ -226,11 +233,20 @@ def _all_tasks(spec: RunSpec) -> list[tuple[str, str]]:
             continue
         stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
         if isinstance(stage, ShuffledGlobalStage):
-            tasks_ += [(f"shuffle{segment.index}", f"{p:05d}") for p in range(stage.partitions())]
+            tasks_ += [(shuffle_phase(segment.index, r), f"{p:05d}")
+                       for r in range(stage.rounds()) for p in range(stage.partitions())]
+            if stage.decides_in_partitions:
+                continue
         tasks_.append((f"reduce{segment.index}", stage.name))
     if spec.tokenizer is not None:
-        tasks_ += [("pack", src) for src in spec.sources]
+        ranges = pack_ranges(folder, spec)
+        tasks_ += [("pack", r.key) for r in ranges] if ranges is not None else [("pack", "?planned-after-map")]
     return tasks_
+
+
+def shuffle_phase(segment: int, round: int) -> str:
+    """Phase (and marker folder) name of a shuffle round: round 0 keeps the name runs had before rounds."""
+    return f"shuffle{segment}" if round == 0 else f"shuffle{segment}r{round}"
 
 
 def _segment_resources(spec: RunSpec, segment: Segment) -> dict[str, Any]:
@@ -321,12 +337,13 @@ def _reduce_task(phase: str, spec: RunSpec, segment: Segment) -> dict[str, Any]:
     return _with_marker(phase, key, lambda: tasks.reduce_stage(spec, segment), spec.root)
 
 
-def _partition_task(phase: str, spec: RunSpec, segment: Segment, partition: int) -> dict[str, Any]:
-    return _with_marker(phase, f"{partition:05d}", lambda: tasks.reduce_partition(spec, segment, partition), spec.root)
+def _partition_task(phase: str, spec: RunSpec, segment: Segment, partition: int, round: int) -> dict[str, Any]:
+    return _with_marker(phase, f"{partition:05d}", lambda: tasks.reduce_partition(spec, segment, partition, round),
+                        spec.root)
 
 
-def _pack_task(phase: str, spec: RunSpec, source: str) -> dict[str, Any]:
-    return _with_marker(phase, source, lambda: tasks.pack_source(spec, source), spec.root)
+def _pack_task(phase: str, spec: RunSpec, rng: PackRange) -> dict[str, Any]:
+    return _with_marker(phase, rng.key, lambda: tasks.pack_range(spec, rng), spec.root)
 
 
 def _node_id() -> str:

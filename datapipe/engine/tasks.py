@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from datapipe.atomic import atomic_path, temp_path_for
 from datapipe.engine.isolate import Isolator, Step
+from datapipe.engine.pack_plan import PackRange
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.run_folder import RunFolder
 from datapipe.engine.splits import InputRange
@@ -27,7 +28,14 @@ from datapipe.readers import READERS, InputFile, ReadBatch
 from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.schema import READ_STAGE
 from datapipe.shard_format import ShardMeta, file_sha256, write_shard
-from datapipe.stages.base import ROW_KEY_SHIFT, Decision, ReduceInputs, ShuffledGlobalStage, Stage
+from datapipe.stages.base import (
+    ROW_KEY_SHIFT,
+    Decision,
+    PartitionResult,
+    ReduceInputs,
+    ShuffledGlobalStage,
+    Stage,
+)
 from datapipe.tokenize import TOKENS_TYPE, assign_split, encode_documents
 
 _NULL_STR = pa.scalar(None, pa.string())
@@ -115,13 +123,18 @@ class TokenSink:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.tokens = 0
+        self.split_tokens: dict[str, int] = {}
         self._ctx = atomic_path(path)
         self._tmp = self._ctx.__enter__()
         self._writer = pa.ipc.new_file(str(self._tmp), self.SCHEMA)
 
     def write(self, ids: pa.Array, split: pa.Array, tokens: pa.LargeListArray) -> None:
         self._writer.write_table(pa.table([ids, split, tokens], schema=self.SCHEMA))
-        self.tokens += int(pc.sum(pc.list_value_length(tokens)).as_py() or 0)  # .values ignores a slice's offset
+        lengths = pc.list_value_length(tokens)  # .values ignores a slice's offset
+        self.tokens += int(pc.sum(lengths).as_py() or 0)
+        for name in ("train", "val"):  # per split: parallel packing places its ranges from these
+            n = int(pc.sum(pc.if_else(pc.equal(split, name), lengths, 0)).as_py() or 0)
+            self.split_tokens[name] = self.split_tokens.get(name, 0) + n
 
     def close(self) -> None:
         self._writer.close()
@@ -137,12 +150,13 @@ class MapCounts:
         self.docs_in = 0
         self.kept = 0
         self.tokens = 0
+        self.split_tokens: dict[str, int] = {}
         self.stage_in: dict[int, int] = defaultdict(int)  # documents reaching the stage
         self.stage_skipped: dict[int, int] = defaultdict(int)  # of those, passed untouched (kind not in its kinds)
         self.rejected: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"docs_in": self.docs_in, "kept": self.kept, "tokens": self.tokens,
+        return {"docs_in": self.docs_in, "kept": self.kept, "tokens": self.tokens, "split_tokens": self.split_tokens,
                 "stage_in": {str(k): v for k, v in sorted(self.stage_in.items())},
                 "stage_skipped": {str(k): v for k, v in sorted(self.stage_skipped.items())},
                 "rejected": {str(k): dict(v) for k, v in sorted(self.rejected.items())}}
@@ -157,7 +171,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     rejects: dict[tuple[int, tuple[str, ...]], ParquetSink] = {}
     out = ParquetSink(folder.docs_file(shard.key) if segment.final else folder.map_output(segment.index, shard.key))
     tokens = TokenSink(folder.tokens_file(shard.key)) if segment.final and spec.tokenizer else None
-    decisions = _load_decisions(folder, segment, shard)
+    decisions = _load_decisions(spec, folder, segment, shard)
     state = _load_state(folder, segment, shard)  # what the applied stage's apply() needs besides decisions
     applied = build_stage(spec, segment.apply_global) if segment.apply_global else None
     stages = [(pos, build_stage(spec, pos)) for pos in segment.stages]
@@ -247,6 +261,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
         if tokens is not None:
             tokens.close()
             counts.tokens = tokens.tokens
+            counts.split_tokens = tokens.split_tokens
     except BaseException:
         out.abort()
         for sink in [*rejects.values(), *([shuffle] if shuffle is not None else [])]:
@@ -390,9 +405,12 @@ def _with_n_chars(table: pa.Table) -> pa.Table:
     return table.append_column("n_chars", pc.cast(pc.fill_null(pc.utf8_length(table["text"]), 0), pa.int64()))
 
 
-def _load_decisions(folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
+def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
     if segment.apply_global is None:
         return None
+    stage = build_stage(spec, segment.apply_global)
+    if isinstance(stage, ShuffledGlobalStage) and stage.decides_in_partitions:
+        return partition_decisions(folder, segment.index - 1, stage, shard.ordinal)
     path = folder.decisions_file(segment.index - 1, shard.key)
     return pq.read_table(path) if path.exists() else None
 
@@ -407,6 +425,17 @@ def _load_state(folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table |
     if "shard" in pq.read_schema(path).names:
         return pq.read_table(path, filters=[("shard", "=", shard.ordinal)])
     return pq.read_table(path)
+
+
+def partition_decisions(folder: RunFolder, segment: int, stage: ShuffledGlobalStage, ordinal: int) -> pa.Table | None:
+    """One shard's decisions, gathered from every partition output of every round (no combine step)."""
+    import pyarrow.dataset as pads
+
+    files = [str(f) for r in range(stage.rounds()) for p in range(stage.partitions())
+             if (f := folder.partition_output(segment, p, r)).exists()]
+    if not files:
+        return None
+    return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)
 
 
 def _join_decisions(batch: pa.Table, decisions: pa.Table | None) -> tuple[Decision, dict[str, pa.Array]]:
@@ -460,6 +489,12 @@ def _value_counts(values: pa.ChunkedArray) -> list[tuple[str, int]]:
     return [(v["values"], v["counts"]) for v in vc.to_pylist()]
 
 
+def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment) -> ReduceInputs:
+    present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
+    scratch = folder.work / f"reduce{segment.index}-scratch"
+    return ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch))
+
+
 def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     """The corpus-wide step of the global stage that ends ``segment``."""
     started = time.perf_counter()
@@ -500,38 +535,81 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 3)}
 
 
-def reduce_partition(spec: RunSpec, segment: Segment, partition: int) -> dict[str, Any]:
-    """One partition of a shuffled global stage: its rows from every shard, reduced."""
+def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int = 0) -> dict[str, Any]:
+    """One partition of one round of a shuffled global stage: its rows from every shard (round 0)
+    or from every partition of the round before, reduced."""
     import pyarrow.dataset as pads
 
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
     stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
-    files = [str(f) for s in spec.shards if (f := folder.shuffle_file(segment.index, s.key)).exists()]
+    assert isinstance(stage, ShuffledGlobalStage)
+    if round == 0:
+        sources = [folder.shuffle_file(segment.index, s.key) for s in spec.shards]
+    else:
+        sources = [folder.forward_file(segment.index, round - 1, p) for p in range(stage.partitions())]
+    files = [str(f) for f in sources if f.exists()]
     # Row-group statistics on `part` let the scan skip other partitions' data.
     rows = pads.dataset(files, format="parquet").to_table(filter=pads.field("part") == partition) if files else None
-    out = folder.partition_output(segment.index, partition)
-    result = stage.reduce_partition(rows) if rows is not None and rows.num_rows else None  # type: ignore[union-attr]
-    if result is None or result.num_rows == 0:
-        out.unlink(missing_ok=True)
-        n = 0
-    else:
-        with atomic_path(out) as tmp:
-            pq.write_table(result, tmp)
-        n = result.num_rows
-    return {"segment": segment.index, "partition": partition, "rows_in": rows.num_rows if rows is not None else 0,
-            "rows_out": n, "seconds": round(time.perf_counter() - started, 3)}
+    result = None
+    if rows is not None and rows.num_rows:
+        result = stage.reduce_partition(rows, round, _reduce_inputs(spec, folder, segment))
+    if not isinstance(result, PartitionResult):
+        result = PartitionResult(result)
+    out = folder.partition_output(segment.index, partition, round)
+    n = _write_or_remove(out, result.output, sort_by_shard=stage.decides_in_partitions)
+    forward = ShuffleSink(folder.forward_file(segment.index, round, partition))
+    if round + 1 < stage.rounds() and result.forward is not None:
+        forward.write(result.forward)
+    forward.close()  # nothing to forward: removes a stale file of an earlier attempt
+    return {"segment": segment.index, "partition": partition, "round": round,
+            "rows_in": rows.num_rows if rows is not None else 0, "rows_out": n,
+            "forwarded": result.forward.num_rows if result.forward is not None else 0,
+            "seconds": round_(time.perf_counter() - started)}
+
+
+def _write_or_remove(path: Path, table: pa.Table | None, sort_by_shard: bool) -> int:
+    if table is None or table.num_rows == 0:
+        path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not count
+        return 0
+    if sort_by_shard:
+        # Decisions read by each shard's map task: sorted by shard in small row groups, so that
+        # task's filter on `shard` skips the rest by row-group statistics.
+        table = table.sort_by([("shard", "ascending")])
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, row_group_size=_DECISION_ROW_GROUP)
+    return table.num_rows
+
+
+_DECISION_ROW_GROUP = 1 << 15
+
+
+def round_(x: float) -> float:
+    return round(x, 3)
 
 
 def pack_source(spec: RunSpec, source: str) -> dict[str, Any]:
-    """Pack one source's tokens into Arrow shards, per split, in the run's order."""
+    """Pack one source's tokens into Arrow shards, per split, in one task (the single-task packer)."""
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
     manifest = [row for split in ("train", "val") for row in _pack_split(spec, folder, source, split)]
     return {"source": source, "shards": manifest, "seconds": round(time.perf_counter() - started, 3)}
 
 
-def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> list[dict[str, Any]]:
+def pack_range(spec: RunSpec, rng: PackRange) -> dict[str, Any]:
+    """One task of parallel packing: whole output shard files of one (source, split)."""
+    started = time.perf_counter()
+    folder = RunFolder(Path(spec.root))
+    if rng.n_files is None:
+        manifest = _pack_split(spec, folder, rng.source, rng.split)
+    else:
+        manifest = _pack_concat_range(spec, folder, rng)
+    return {"source": rng.source, "split": rng.split, "range": rng.index, "shards": manifest,
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _packing_setup(spec: RunSpec, folder: RunFolder, source: str, split: str, first_file: int = 0):
+    """The packer, shard buffer, manifest and shard writer of one (source, split)."""
     assert spec.tokenizer is not None and spec.tokenize is not None
     info, cfg = spec.tokenizer, spec.tokenize
     row_len = cfg.seq_len + (1 if cfg.labels else 0)
@@ -544,7 +622,7 @@ def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> li
     manifest: list[dict[str, Any]] = []
 
     def emit(rows: PackedRows) -> None:
-        path = folder.shards_dir / source / f"{split}-{len(manifest):05d}.arrow"
+        path = folder.shards_dir / source / f"{split}-{first_file + len(manifest):05d}.arrow"
         written = write_shard(path, rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens,
                               shard_meta_for(meta, rows))
         manifest.append({"path": path.relative_to(folder.root).as_posix(), "source": source, "split": split,
@@ -552,22 +630,75 @@ def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> li
                          "sha256": file_sha256(path), "tokenizer_fingerprint": info.fingerprint,
                          "seq_len": cfg.seq_len, "row_len": row_len, "packing": cfg.packing})
 
+    return packer, buffer, manifest, emit
+
+
+def _split_tokens(path: Path, split: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """One shard's tokens of one split: the flat stream and document offsets (n_docs + 1, from 0)."""
+    with pa.memory_map(str(path)) as mm:
+        table = pa.ipc.open_file(mm).read_all()
+        part = table.filter(pc.equal(table["split"], split))
+        if part.num_rows == 0:
+            return None
+        lists = part["tokens"].combine_chunks()
+        offsets = lists.offsets.to_numpy()
+        flat = lists.flatten().to_numpy()  # flatten() honours the array's slice offset
+        return flat, offsets - offsets[0]
+
+
+def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> list[dict[str, Any]]:
+    packer, buffer, manifest, emit = _packing_setup(spec, folder, source, split)
     for shard in spec.shards_of(source):
         path = folder.tokens_file(shard.key)
         if not path.exists():
             continue  # nothing of this shard was kept
-        with pa.memory_map(str(path)) as mm:
-            table = pa.ipc.open_file(mm).read_all()
-            part = table.filter(pc.equal(table["split"], split))
-            if part.num_rows == 0:
-                continue
-            lists = part["tokens"].combine_chunks()
-            offsets = lists.offsets.to_numpy()
-            flat = lists.flatten().to_numpy()  # flatten() honours the array's slice offset
-            for rows in buffer.add(packer.add(flat, offsets - offsets[0])):
-                emit(rows)
+        got = _split_tokens(path, split)
+        if got is None:
+            continue
+        for rows in buffer.add(packer.add(*got)):
+            emit(rows)
     for rows in buffer.add(packer.finish()):
         emit(rows)
     for rows in buffer.finish():
         emit(rows)
+    return manifest
+
+
+def _pack_concat_range(spec: RunSpec, folder: RunFolder, rng: PackRange) -> list[dict[str, Any]]:
+    """Shard files ``first_file`` .. ``first_file + n_files - 1`` exactly as the single packer writes them.
+
+    Concat packing cuts the split's token stream every row_len tokens and every rows_per_shard rows
+    a file, so file f holds stream tokens [f * R * L, (f + 1) * R * L): the task reads only the input
+    shards overlapping that stretch (placed by the per-shard token counts of the map markers) and
+    packs it; the last range also writes the padded last row, as the single packer does.
+    """
+    assert spec.tokenize is not None and rng.n_files is not None
+    packer, buffer, manifest, emit = _packing_setup(spec, folder, rng.source, rng.split, rng.first_file)
+    span = buffer.rows_per_shard * buffer.row_len
+    lo_tok = rng.first_file * span
+    hi_tok = (rng.first_file + rng.n_files) * span if not rng.last else None
+    at = rng.stream_start  # stream position of the current input shard's first token of this split
+    for key, n in rng.shard_tokens:
+        if n == 0 or at + n <= lo_tok:
+            at += n
+            continue
+        if hi_tok is not None and at >= hi_tok:
+            break
+        got = _split_tokens(folder.tokens_file(key), rng.split)
+        assert got is not None and len(got[0]) == n, f"token counts of {key} differ from its map marker"
+        flat, offsets = got
+        lo = max(lo_tok - at, 0)
+        hi = n if hi_tok is None else min(hi_tok - at, n)
+        starts = offsets[:-1]
+        starts = starts[(starts >= lo) & (starts < hi)] - lo
+        for rows in buffer.add(packer.add_pieces(flat[lo:hi], starts)):
+            emit(rows)
+        at += n
+    if rng.last:
+        for rows in buffer.add(packer.finish()):
+            emit(rows)
+        for rows in buffer.finish():
+            emit(rows)
+    if len(manifest) != rng.n_files:
+        raise RuntimeError(f"pack range {rng.key} wrote {len(manifest)} shard files, planned {rng.n_files}")
     return manifest

@@ -189,15 +189,27 @@ class ShuffledGlobalStage(GlobalStage):
     document's position in its shard's map output, so the run order is the key order.
     """
 
+    # True: the partition outputs (of every round) *are* the decisions (id, shard, reason, detail,
+    # extra columns), so there is no combine step; the next map phase reads each shard's rows from them.
+    decides_in_partitions: ClassVar[bool] = False
+
     def partitions(self) -> int:
         raise NotImplementedError
+
+    def rounds(self) -> int:
+        """Shuffle rounds: round r+1's partition p reads the rows round r forwarded with ``part == p``
+        (exact dedup: by text hash, then the URLs of the text survivors by URL)."""
+        return 1
 
     def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
         """Rows to shuffle for a computed batch: must include an int32 ``part`` column.
         The batch's i-th document has row key ``first_row_key + i``."""
         raise NotImplementedError
 
-    def reduce_partition(self, rows: pa.Table) -> pa.Table:
+    def reduce_partition(self, rows: pa.Table, round: int = 0,
+                         inputs: ReduceInputs | None = None) -> pa.Table | PartitionResult:
+        """One partition's rows of one round (``inputs``: the map outputs, to read columns of
+        documents by row key). A plain table is the partition's output."""
         raise NotImplementedError
 
     def combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
@@ -214,6 +226,12 @@ class ShuffledGlobalStage(GlobalStage):
 
     def reduce(self, inputs: ReduceInputs) -> pa.Table:  # the engine calls combine() instead
         raise TypeError("a shuffled global stage is reduced by reduce_partition + combine")
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    output: pa.Table | None  # the partition's result (decisions, when ``decides_in_partitions``)
+    forward: pa.Table | None = None  # rows for the next round, with an int32 ``part`` column
 
 
 ROW_KEY_SHIFT = 32

@@ -208,7 +208,7 @@ class Boilerplate(ShuffledGlobalStage):
         return pa.table({"part": pa.array(partition_of(key_arr, o.partitions).astype(np.int32)),
                          "doc": pa.array(pairs[:, 0]), "key": pa.array(key_arr)})
 
-    def reduce_partition(self, rows: pa.Table) -> pa.Table:
+    def reduce_partition(self, rows: pa.Table, round: int = 0, inputs: ReduceInputs | None = None) -> pa.Table:
         keys = rows["key"].to_numpy()
         docs = rows["doc"].to_numpy()
         order = np.lexsort((docs, keys))  # by key, then run order: the first row of a key is its earliest doc

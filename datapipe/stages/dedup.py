@@ -4,17 +4,33 @@ Normalization (NFKC, lower case, whitespace collapsed) makes full-width/half-wid
 and spacing variants count as copies. The survivor of each group is the earliest
 document in the run's order (source order, then input file, then record), so the
 outcome does not depend on how tasks were scheduled.
+
+Partitioned by key, so no task holds the corpus: the map phase shuffles (row key, id,
+text hash, URL key) by text hash; each partition task keeps the lowest row key of each
+hash and drops the rest. URL dedup runs among the text survivors only (a page is never
+dropped in favour of one that was itself dropped), so with ``url: true`` a second round
+reshuffles the survivors that have a URL by URL key. Each partition writes its own
+decisions; there is no combine step.
 """
 
 from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from datapipe.stages.base import CheckContext, GlobalStage, ReduceInputs, Resources, StageOptions
+from datapipe.stages.base import (
+    ROW_KEY_SHIFT,
+    CheckContext,
+    PartitionResult,
+    ReduceInputs,
+    Resources,
+    ShuffledGlobalStage,
+    StageOptions,
+)
 from datapipe.stages.columns import set_column
 
 HASH_TYPE = pa.binary(16)
@@ -23,6 +39,7 @@ HASH_TYPE = pa.binary(16)
 class DedupOptions(StageOptions):
     exact: bool = Field(True, description="Drop documents whose normalized text equals an earlier one's.")
     url: bool = Field(False, description="Also drop web pages whose normalized URL an earlier kept page has.")
+    partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks the keys are split across.")
 
     @model_validator(mode="after")
     def _some_method(self) -> DedupOptions:
@@ -58,11 +75,12 @@ def text_hashes(text: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pa.array(digests, HASH_TYPE)
 
 
-class ExactDedup(GlobalStage):
+class ExactDedup(ShuffledGlobalStage):
     name = "dedup"
     Options = DedupOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
     signal_columns = ("text_hash",)
+    decides_in_partitions = True
 
     @classmethod
     def output_columns(cls, options: DedupOptions, context: CheckContext) -> set[str] | None:
@@ -74,50 +92,78 @@ class ExactDedup(GlobalStage):
             batch = set_column(batch, "url_key", url_keys(batch["url"]))
         return batch
 
-    def reduce(self, inputs: ReduceInputs) -> pa.Table:
-        import duckdb
+    def partitions(self) -> int:
+        return self.options.partitions
 
-        con = duckdb.connect()
-        try:
-            # DuckDB spills to disk beyond its memory limit: bounded memory at any corpus size.
-            con.execute(f"SET memory_limit='{inputs.memory_limit_mb}MB'")
-            con.execute("SET temp_directory=?", [inputs.scratch_dir])
-            con.execute("SET preserve_insertion_order=false")
-            files = pa.table({"filename": inputs.files, "shard": pa.array(inputs.shards, pa.int32())})
-            con.register("shard_files", files)
-            return con.sql(_reduce_query(self.options.exact, self.options.url),
-                           params={"files": inputs.files}).to_arrow_table()
-        finally:
-            con.close()
+    def _round_keys(self) -> list[str]:
+        return (["text"] if self.options.exact else []) + (["url"] if self.options.url else [])
+
+    def rounds(self) -> int:
+        return len(self._round_keys())
+
+    def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
+        rows = pa.table({"doc": pa.array(first_row_key + np.arange(batch.num_rows, dtype=np.int64)),
+                         "id": batch["id"].combine_chunks().cast(pa.string())})
+        if self.options.exact:
+            rows = rows.append_column("text_hash", batch["text_hash"].combine_chunks())
+            if self.options.url:
+                rows = rows.append_column("url_key", batch["url_key"].combine_chunks())
+            return _with_part(rows, "text_hash", self.options.partitions)
+        rows = rows.append_column("url_key", batch["url_key"].combine_chunks())
+        rows = rows.filter(pc.is_valid(rows["url_key"]))  # pages without a URL are never URL duplicates
+        return _with_part(rows, "url_key", self.options.partitions)
+
+    def reduce_partition(self, rows: pa.Table, round: int = 0, inputs: ReduceInputs | None = None) -> PartitionResult:
+        key = "url_key" if self._round_keys()[round] == "url" else "text_hash"
+        # By key, then run order: the first row of each group is the earliest copy, the survivor.
+        rows = rows.sort_by([(key, "ascending"), ("doc", "ascending")])
+        first, head = _groups(rows[key])
+        if key == "url_key":
+            return PartitionResult(_dropped(rows, first, head, "duplicate_url", "same URL as "))
+        decisions = _dropped(rows, first, head, "exact_duplicate", "same normalized text as ")
+        forward = None
+        if self.options.url:
+            kept = rows.filter(pa.array(first))
+            kept = kept.filter(pc.is_valid(kept["url_key"])).select(["doc", "id", "url_key"])
+            forward = _with_part(kept, "url_key", self.options.partitions)
+        return PartitionResult(decisions, forward)
 
 
-def _reduce_query(exact: bool, url: bool) -> str:
-    """Survivor = earliest in run order (shard, row). URL dedup runs among exact survivors,
-    so a page is never dropped in favour of one that was itself dropped."""
-    text_rank = "row_number() OVER (PARTITION BY text_hash ORDER BY shard, row)" if exact else "1"
-    text_survivor = "first_value(id) OVER (PARTITION BY text_hash ORDER BY shard, row)" if exact else "id"
-    url_column = "f.url_key" if url else "NULL::VARCHAR AS url_key"
-    return f"""
-        WITH docs AS (
-            SELECT f.id, f.text_hash, {url_column}, s.shard, f.file_row_number AS row
-            FROM read_parquet($files, filename=true, file_row_number=true, union_by_name=true) f
-            JOIN shard_files s USING (filename)
-        ), by_text AS (
-            SELECT *, {text_rank} AS text_rank, {text_survivor} AS text_survivor FROM docs
-        ), by_url AS (
-            SELECT *,
-                   CASE WHEN text_rank = 1 AND url_key IS NOT NULL THEN
-                        row_number() OVER (PARTITION BY (text_rank = 1), url_key ORDER BY shard, row) END AS url_rank,
-                   CASE WHEN text_rank = 1 AND url_key IS NOT NULL THEN
-                        first_value(id) OVER (PARTITION BY (text_rank = 1), url_key ORDER BY shard, row) END
-                        AS url_survivor
-            FROM by_text
-        )
-        SELECT id, shard,
-               CASE WHEN text_rank > 1 THEN 'exact_duplicate' ELSE 'duplicate_url' END AS reason,
-               CASE WHEN text_rank > 1 THEN 'same normalized text as ' || text_survivor
-                    ELSE 'same URL as ' || url_survivor END AS detail,
-               CASE WHEN text_rank > 1 THEN text_survivor ELSE url_survivor END AS dup_of
-        FROM by_url WHERE text_rank > 1 OR url_rank > 1
-        ORDER BY shard, row
-    """
+def _with_part(rows: pa.Table, key: str, partitions: int) -> pa.Table:
+    """Partition by a 64-bit digest of the key (text hashes are digests already)."""
+    values = rows[key].combine_chunks()
+    if pa.types.is_fixed_size_binary(values.type):
+        raw = np.frombuffer(values.buffers()[1], dtype=np.uint64, count=2 * len(values),
+                            offset=values.offset * values.type.byte_width)[0::2] if len(values) else np.empty(0, np.uint64)
+    else:
+        raw = np.array([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little")
+                        for v in values.to_pylist()], dtype=np.uint64)
+    part = (raw % np.uint64(partitions)).astype(np.int32)
+    return pa.table({"part": pa.array(part, pa.int32()), **{c: rows[c] for c in rows.column_names}})
+
+
+def _groups(keys: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """For sorted keys: whether each row starts its group, and the position of its group's start."""
+    n = len(keys)
+    first = np.ones(n, dtype=bool)
+    if n > 1:
+        keys = keys.combine_chunks()
+        first[1:] = pc.not_equal(keys.slice(1), keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    head = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    return first, head
+
+
+def _dropped(rows: pa.Table, first: np.ndarray, head: np.ndarray, reason: str, prefix: str) -> pa.Table:
+    """Decision rows (id, shard, reason, detail, dup_of) of the non-first rows, in run order."""
+    dup = np.flatnonzero(~first)
+    survivor = rows["id"].take(pa.array(head[dup])).combine_chunks().cast(pa.string())
+    docs = rows["doc"].to_numpy()[dup]
+    order = np.argsort(docs, kind="stable")
+    survivor = survivor.take(pa.array(order))
+    return pa.table({
+        "id": rows["id"].take(pa.array(dup[order])).combine_chunks().cast(pa.string()),
+        "shard": pa.array((docs[order] >> ROW_KEY_SHIFT).astype(np.int32), pa.int32()),
+        "reason": pa.array([reason] * len(dup), pa.string()),
+        "detail": pc.binary_join_element_wise(pa.scalar(prefix), survivor, ""),
+        "dup_of": survivor,
+    })

@@ -3,15 +3,17 @@
 Map phase: per document a MinHash signature (CJK character / Latin word shingles, see
 ``datapipe.dedup.shingles``), kept as the ``minhash_sig`` column, and one band key per
 LSH band, shuffled by key into partitions. Partition tasks (in parallel) pair documents
-that share a band key. The combine step verifies candidate pairs by estimated Jaccard,
-joins them into clusters with union-find and keeps one survivor per cluster.
+that share a band key, verify the pairs by estimated Jaccard (signatures read back from the
+map outputs) and reduce them to a spanning forest with a local union-find. The combine step
+merges the forests with union-find and keeps one survivor per cluster.
 
 Rehydration: every kept document gets ``dup_count``, the size of the cluster it survived (1 for a
 singleton), so a mixture can upsample by it later as FineWeb-2 does. The combine step hands the
 survivors' sizes to the next map segment as a per-shard state (12 bytes per cluster).
 
 Memory: a partition task holds its share of band keys (16 bytes x bands x documents /
-partitions); the combine step holds only documents that have a candidate pair.
+partitions) and the signatures of its paired documents; the combine step holds only the
+forest edges (at most one per paired document and partition), never the candidate pairs.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from datapipe.dedup.cluster import UnionFind, candidate_edges, estimated_jaccard, survivors
+from datapipe.dedup.cluster import UnionFind, candidate_edges, estimated_jaccard, spanning_forest, survivors
 from datapipe.dedup.fold import fold_traditional
 from datapipe.dedup.minhash import (
     DEFAULT_NUM_PERM,
@@ -147,10 +149,20 @@ class MinHashDedup(ShuffledGlobalStage):
         return pa.table({"part": pa.array(partition_of(flat, self.options.partitions).astype(np.int32)),
                          "doc": pa.array(docs), "key": pa.array(flat)})
 
-    def reduce_partition(self, rows: pa.Table) -> pa.Table:
+    def reduce_partition(self, rows: pa.Table, round: int = 0, inputs: ReduceInputs | None = None) -> pa.Table:
+        """The partition's candidate pairs, verified, reduced to a spanning forest: (root, member) edges
+        with root the lowest row key of its local component. Connectivity is what clustering needs, so
+        the combine step merges forests (at most one edge per document with a pair, per partition)
+        instead of every candidate pair."""
         u, v = candidate_edges(rows["doc"].to_numpy(), rows["key"].to_numpy())
-        pairs = np.unique(np.stack([u, v], axis=1), axis=0) if len(u) else np.empty((0, 2), np.int64)
-        return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
+        if len(u) and self.options.verify:
+            assert inputs is not None, "verification reads signatures from the map outputs"
+            docs = np.unique(np.concatenate([u, v]))
+            sigs = _sig_matrix(inputs.read_rows(docs, [SIG_COLUMN])[SIG_COLUMN], self.options.num_perm)
+            keep = estimated_jaccard(sigs, np.searchsorted(docs, u), np.searchsorted(docs, v)) >= self.options.threshold
+            u, v = u[keep], v[keep]
+        roots, members = spanning_forest(u, v)
+        return pa.table({"u": pa.array(roots), "v": pa.array(members)})
 
     def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
         """Cluster sizes of the survivors, per shard (the engine calls it after ``combine``)."""
@@ -176,18 +188,16 @@ class MinHashDedup(ShuffledGlobalStage):
         if not partition_outputs:
             return empty
         edges = pa.concat_tables([pq.read_table(p) for p in partition_outputs])
-        pairs = np.unique(np.stack([edges["u"].to_numpy(), edges["v"].to_numpy()], axis=1), axis=0)
-        involved = np.unique(pairs)  # row keys, sorted: position = run order among them
+        # Verified forest edges only: every document here is in a cluster of two or more.
+        u_keys, v_keys = edges["u"].to_numpy(), edges["v"].to_numpy()
+        involved = np.unique(np.concatenate([u_keys, v_keys]))  # row keys, sorted: position = run order
+        if len(involved) == 0:
+            return empty
         columns = ["id", SIG_COLUMN, "n_chars"] + ([o.score_column] if o.survivor == "best" else [])
         docs = inputs.read_rows(involved, columns)
         sigs = _sig_matrix(docs[SIG_COLUMN], o.num_perm)
-        u = np.searchsorted(involved, pairs[:, 0])
-        v = np.searchsorted(involved, pairs[:, 1])
-        if o.verify:
-            keep = estimated_jaccard(sigs, u, v) >= o.threshold
-            u, v = u[keep], v[keep]
         uf = UnionFind(len(involved))
-        uf.union(u, v)
+        uf.union(np.searchsorted(involved, u_keys), np.searchsorted(involved, v_keys))
         roots = uf.roots()
         scores = docs[o.score_column].to_numpy(zero_copy_only=False) if o.survivor == "best" else None
         surv = survivors(roots, o.survivor, lengths=docs["n_chars"].to_numpy(zero_copy_only=False), scores=scores)
