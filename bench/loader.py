@@ -88,7 +88,7 @@ def loader_pass(ds: PackedDataset, keep: int = 3, expand=None) -> tuple[float, f
             batch = expand(batch)
         touched += int(batch["input_ids"][0, 0])  # consume it, then drop it, as a training step does
         if n < keep:
-            first.append({k: np.array(v) for k, v in batch.items()})
+            first.append({k: v.cpu().numpy() if hasattr(v, "cpu") else np.array(v) for k, v in batch.items()})
         n += 1
     if expand is not None:
         expand(None)  # wait for the device
