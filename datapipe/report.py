@@ -174,6 +174,17 @@ def _boilerplate(con: Any) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]
     return [r for r in per_source if r[1]], top
 
 
+def _rehydration(con: Any) -> list[tuple[Any, ...]]:
+    """Per source: kept tokens and tokens weighted by minhash's cluster sizes (``dup_count``, what
+    FineWeb-2 upsamples by); nothing for a run without the column."""
+    if "dup_count" not in {r[0] for r in con.execute("DESCRIBE documents").fetchall()}:
+        return []
+    return con.execute("""
+        SELECT source, count(*), count(*) FILTER (dup_count > 1), max(dup_count),
+               coalesce(sum(n_tokens), 0)::BIGINT, coalesce(sum(n_tokens * coalesce(dup_count, 1)), 0)::BIGINT
+        FROM documents WHERE status = 'kept' GROUP BY source ORDER BY source""").fetchall()
+
+
 def build_report(run_dir: Path) -> str:
     run = read_run_json(Path(run_dir))
     with reading(Path(run_dir)) as con:
@@ -194,6 +205,7 @@ def build_report(run_dir: Path) -> str:
                              "GROUP BY ALL ORDER BY source, split").fetchall()
         contamination = _contamination(con)
         boilerplate, top_lines = _boilerplate(con)
+        rehydration = _rehydration(con)
         chars_hist = _log_hist(con, "n_chars")
         tokens_hist = _log_hist(con, "n_tokens")
         classifier = _classifier_sections(con)
@@ -228,6 +240,9 @@ def build_report(run_dir: Path) -> str:
         hbar_chart(mix_rows, [Series(s, color_of[s]) for s in sources]) if mix_rows else "<p>No kept documents.</p>",
         table(["source", "kept tokens", "share", "target weight"], source_rows),
         table(["source", "lang", "script", "license class", "documents", "tokens", "token share"], mixture),
+        *(["<h3>Rehydration weights (near-duplicate cluster sizes)</h3>",
+           table(["source", "kept documents", "that stand for a cluster", "largest cluster", "tokens",
+                  "rehydrated tokens"], rehydration)] if rehydration else []),
         *(["<h2>Benchmark contamination</h2>",
            table(["benchmark", "source", "documents", "dropped", "kept", "items", "n-gram hits", "max share"],
                  contamination)] if contamination else []),

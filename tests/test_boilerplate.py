@@ -165,3 +165,4 @@ def test_pipeline_run_shows_boilerplate_in_documents_explain_and_report(ray_loca
     assert result.exit_code == 0, result.output
     html = page.read_text(encoding="utf-8")
     assert "Boilerplate removed" in html and "most removed line" in html
+    assert "Rehydration weights" in html and "rehydrated tokens" in html  # minhash's dup_count, per source
