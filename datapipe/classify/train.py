@@ -19,7 +19,6 @@ check the numbers).
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import gzip
 import hashlib
@@ -236,33 +235,38 @@ def split_heldout(chosen: dict[str, dict[str, list[Example]]], options: TrainOpt
     return train, heldout
 
 
-@contextlib.contextmanager
-def fresh_zeroed_allocations() -> Iterator[None]:
-    """Make fastText's matrices start from zeroed memory, so one-thread training is reproducible.
+_TRAIN_IN_CHILD = """
+import ctypes, json, sys
+import fasttext
+try:  # large allocations as fresh, zeroed mappings (see train_in_fresh_process)
+    ctypes.CDLL("libc.so.6").mallopt(-3, 4096)
+except (OSError, AttributeError):
+    pass
+args = json.loads(sys.argv[1])
+fasttext.FastText.eprint = lambda *a, **k: None
+fasttext.train_supervised(**args["params"]).save_model(args["out"])
+"""
+
+
+def train_in_fresh_process(params: dict[str, Any], out: Path) -> None:
+    """``fasttext.train_supervised(**params)`` saved to ``out``, in a new Python process.
 
     With ``thread=1`` fastText (0.9.x and the fasttext-numpy2 build) initialises only part of its
     input matrix (``DenseMatrix::uniform`` fills one block per thread) and leaves the rest as the
-    allocator hands it over. Fresh pages are zero, but memory reused within a process is not: we
-    measured the same call giving different model bytes, or failing with "Encountered NaN", from
-    one call to the next. glibc maps allocations at or above ``M_MMAP_THRESHOLD`` as fresh
-    (zeroed) pages, and its dynamic threshold rises after large frees, which is how reused
-    memory reached the matrix; fixing the threshold at one page while training makes the matrix
-    a fresh mapping every time (then back to glibc's default of 128 KiB). Elsewhere than glibc
-    this is a no-op and reproducibility rests on the allocator.
+    allocator hands it over. Fresh pages are zero, but memory reused within a process is not: in
+    a long-lived process (a test session, a notebook) the same call gave different model bytes or
+    failed with "Encountered NaN". A new process whose large allocations are fresh mappings
+    (glibc's ``M_MMAP_THRESHOLD`` fixed at one page) starts the matrix from zeros every time, so
+    training is reproducible wherever it is called from.
     """
-    import ctypes
+    import subprocess
+    import sys
 
-    m_mmap_threshold = -3
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(m_mmap_threshold, 4096)
-    except (OSError, AttributeError):
-        libc = None
-    try:
-        yield
-    finally:
-        if libc is not None:
-            libc.mallopt(m_mmap_threshold, 128 * 1024)
+    proc = subprocess.run([sys.executable, "-c", _TRAIN_IN_CHILD, json.dumps({"params": params, "out": str(out)})],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = (proc.stderr or "").strip().splitlines()
+        raise RuntimeError(f"fastText training failed: {lines[-1] if lines else f'exit code {proc.returncode}'}")
 
 
 def train_classifier(positive_specs: list[str], negative_specs: list[str], run_dir: Path | None,
@@ -290,16 +294,15 @@ def train_classifier(positive_specs: list[str], negative_specs: list[str], run_d
         with open(train_file, "w", encoding="utf-8") as f:
             for cls, e in train:
                 f.write(f"__label__{label[cls]} {featurise(e.text[: options.max_chars])}\n")
-        fasttext.FastText.eprint = lambda *a, **k: None
-        with fresh_zeroed_allocations():
-            model = fasttext.train_supervised(
-                input=str(train_file), dim=p.dim, epoch=p.epoch, lr=p.lr, wordNgrams=p.word_ngrams,
-                minCount=p.min_count, bucket=p.bucket, loss=p.loss, minn=0, maxn=0, thread=1, seed=options.seed,
-                verbose=0)
+        params = {"input": str(train_file), "dim": p.dim, "epoch": p.epoch, "lr": p.lr, "wordNgrams": p.word_ngrams,
+                  "minCount": p.min_count, "bucket": p.bucket, "loss": p.loss, "minn": 0, "maxn": 0, "thread": 1,
+                  "seed": options.seed, "verbose": 0}
+        with atomic_path(model_path) as tmp:
+            train_in_fresh_process(params, tmp)
     finally:
         train_file.unlink(missing_ok=True)  # the examples are recorded by id; the featurised copy is not kept
-    with atomic_path(model_path) as tmp:
-        model.save_model(str(tmp))
+    fasttext.FastText.eprint = lambda *a, **k: None
+    model = fasttext.load_model(str(model_path))
     sha = hashlib.sha256(model_path.read_bytes()).hexdigest()
 
     counts = {lang: {label[c]: {"available": available[lang][c],
