@@ -12,7 +12,7 @@ import platform
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -257,6 +257,29 @@ def _segment_resources(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     return {"num_cpus": cpus, **({"memory": memory * 1024 * 1024} if memory else {})}
 
 
+def _outcomes(fn: Callable, phase: str, todo: list[tuple[str, tuple]], pending: dict[Any, str],
+              local: bool) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
+    """(task key, its marker or the exception it ended with), as tasks finish: in process one after
+    another without retries, else as Ray returns them."""
+    if local:
+        for key, args in todo:
+            try:
+                yield key, fn(phase, *args)
+            except Exception as exc:  # noqa: BLE001 - reported with the others, as Ray's failures are
+                yield key, exc
+        return
+    import ray
+
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+        for ref in ready:
+            key = pending.pop(ref)
+            try:
+                yield key, ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - already retried by Ray
+                yield key, exc
+
+
 def _run_phase(result: RunResult, folder: RunFolder, phase: str, work: Sequence[tuple[str, tuple]],
                fn: Callable, resources: dict[str, Any], timings: dict[str, float], show_progress: bool,
                unit: str, local: bool = False) -> None:
@@ -273,31 +296,15 @@ def _run_phase(result: RunResult, folder: RunFolder, phase: str, work: Sequence[
         remote = ray.remote(max_retries=3, retry_exceptions=True)(fn).options(**resources, **_fault_env())
         pending = {remote.remote(phase, *args): key for key, args in todo}
     with PhaseProgress(phase, len(work), len(work) - len(todo), unit, enabled=show_progress) as progress:
-        for key, args in todo if local else []:  # in process: one task after another, no retries
-            try:
-                marker = fn(phase, *args)
-            except Exception as exc:  # noqa: BLE001 - reported with the others, as Ray's failures are
-                failures.append(f"{phase} {key}: {_short_error(exc)}")
-                disk_full = disk_full or find_disk_full(exc)
+        for key, outcome in _outcomes(fn, phase, todo, pending, local):
+            if isinstance(outcome, Exception):  # Ray already retried it; keep the others running
+                failures.append(f"{phase} {key}: {_short_error(outcome)}")
+                disk_full = disk_full or find_disk_full(outcome)
                 progress.advance(0)
                 continue
             result.executed_tasks += 1
-            progress.advance(marker.get("docs_in", 0))
+            progress.advance(outcome.get("docs_in", 0))
             _fault_point(phase, progress.done - progress.resumed)
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-            for ref in ready:
-                key = pending.pop(ref)
-                try:
-                    marker = ray.get(ref)
-                except Exception as exc:  # already retried by Ray; keep the others running
-                    failures.append(f"{phase} {key}: {_short_error(exc)}")
-                    disk_full = disk_full or find_disk_full(exc)
-                    progress.advance(0)
-                    continue
-                result.executed_tasks += 1
-                progress.advance(marker.get("docs_in", 0))
-                _fault_point(phase, progress.done - progress.resumed)
     elapsed = time.perf_counter() - started
     timings[phase] = round(timings.get(phase, 0.0) + elapsed, 3)
     result.phases.append({"phase": phase, "tasks": len(work), "ran": len(todo), "seconds": round(elapsed, 3)})
