@@ -11,7 +11,6 @@ measured on it per group.
 from __future__ import annotations
 
 import glob
-import gzip
 import hashlib
 import heapq
 import json
@@ -21,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from datapipe.readers.streams import json_records
 
 CODE_EXTENSIONS = {".py", ".js", ".ts", ".java", ".c", ".h", ".cc", ".cpp", ".hpp", ".go", ".rs", ".rb", ".php",
                    ".sh", ".sql", ".scala", ".kt", ".swift", ".cs", ".lua", ".pl", ".r", ".m", ".jl", ".hs"}
@@ -137,16 +138,10 @@ def docs_from_files(patterns: Iterable[str]) -> Iterator[Doc]:
         name = path.name.lower()
         key = path.relative_to(found[path]).as_posix() if path.is_relative_to(found[path]) else path.as_posix()
         if name.endswith((".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")):
-            opener = gzip.open if name.endswith(".gz") else open
-            with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-                for n, line in enumerate(f, 1):
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    text = rec.get("text") if isinstance(rec, dict) else None
-                    if isinstance(text, str) and text:
-                        yield Doc(f"{key}#L{n}", rec.get("lang") or guess_group(text), text)
+            for n, rec in json_records(path):
+                text = rec.get("text")
+                if isinstance(text, str) and text:
+                    yield Doc(f"{key}#L{n}", rec.get("lang") or guess_group(text), text)
         elif name.endswith(".parquet"):
             table = pq.read_table(path)
             langs = table["lang"].to_pylist() if "lang" in table.column_names else [None] * table.num_rows

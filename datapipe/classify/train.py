@@ -20,7 +20,6 @@ check the numbers).
 from __future__ import annotations
 
 import glob
-import gzip
 import hashlib
 import json
 import re
@@ -35,6 +34,7 @@ import numpy as np
 from datapipe.atomic import atomic_path, temp_path_for
 from datapipe.classify.features import CJK_V1, featuriser
 from datapipe.classify.metrics import binary_metrics
+from datapipe.readers.streams import json_records
 
 
 @dataclass(frozen=True)
@@ -109,17 +109,11 @@ def examples_from_files(pattern: str, text_field: str = "text", lang_field: str 
         key = path.relative_to(base).as_posix() if path.is_relative_to(base) else path.as_posix()
         name = path.name.lower()
         if name.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".json.gz")):
-            opener: Any = gzip.open if name.endswith(".gz") else open
-            with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-                for n, line in enumerate(f, 1):
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    text = rec.get(text_field) if isinstance(rec, dict) else None
-                    if isinstance(text, str) and text.strip():
-                        lang = rec.get(lang_field)
-                        yield Example(f"{key}#L{n}", text, lang if isinstance(lang, str) else None, str(path), n)
+            for n, rec in json_records(path):
+                text = rec.get(text_field)
+                if isinstance(text, str) and text.strip():
+                    lang = rec.get(lang_field)
+                    yield Example(f"{key}#L{n}", text, lang if isinstance(lang, str) else None, str(path), n)
         elif name.endswith(".parquet"):
             import pyarrow.parquet as pq
 

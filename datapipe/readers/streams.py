@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import json
 import lzma
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 def open_maybe_compressed(path: Path) -> IO[bytes]:
@@ -223,3 +224,18 @@ class LineRange:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def json_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each JSON object line of a (gzipped) JSONL file; other lines are
+    skipped. For tools reading example text (train-tokenizer, train-classifier), not for pipeline
+    inputs, where every bad line must become a reject (readers/jsonl.py)."""
+    opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                yield n, rec
