@@ -126,7 +126,8 @@ def test_no_import_circles():
     graph, lines, _ = _graph()
     cycle = _find_cycle(graph)
     if cycle:
-        steps = "\n".join(f"  {a} -> {b}  ({ROOT.parent / a.replace('.', '/')}:{lines[(a, b)]})"
+        paths = _modules()
+        steps = "\n".join(f"  {a} -> {b}  ({paths[a].relative_to(ROOT.parent)}:{lines[(a, b)]})"
                           for a, b in zip(cycle, cycle[1:]))
         raise AssertionError(f"import circle in datapipe/:\n{steps}")
 
