@@ -2,10 +2,11 @@
 
 Every ``import`` statement in every module counts, at module level and inside functions alike.
 Some function-level imports exist only to keep start-up fast (the CLI imports the engine when
-``run`` is called, ``stats`` imports DuckDB when it builds the database); they are still
+``run`` is called, ``engine.audit`` imports DuckDB when it builds the database); they are still
 dependencies: the code cannot run without the other module, and a circle through a lazy import
 is a circle that merely has not bitten yet (it bites as soon as someone moves the import to the
-top, or imports the other side first). So the test does not tell the two apart.
+top, or imports the other side first). So the test does not tell the two apart; imports under
+``if TYPE_CHECKING:`` count too (the annotations still name the other module).
 
 Edges: ``import datapipe.a.b`` and ``from datapipe.a import b`` are an edge to ``datapipe.a.b``
 when that is a module, else to ``datapipe.a`` (``from datapipe.a import name``). Importing
