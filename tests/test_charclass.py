@@ -4,6 +4,7 @@ Script property as RE2 knows it, and the users that derive their tables and rege
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
@@ -12,16 +13,21 @@ import pytest
 
 from datapipe.text import charclass
 
-# Every code point but the surrogates, as one-character strings (for RE2 via Arrow and Python re).
-_CPS = np.array([c for c in range(charclass.CODE_POINTS) if not 0xD800 <= c < 0xE000])
-_CHARS = pa.array([chr(c) for c in _CPS.tolist()], pa.string())
+
+@lru_cache(maxsize=1)
+def every_char() -> tuple[np.ndarray, pa.Array]:
+    """Every code point but the surrogates, and as one-character strings (for RE2 and Python re)."""
+    cps = np.array([c for c in range(charclass.CODE_POINTS) if not 0xD800 <= c < 0xE000])
+    return cps, pa.array([chr(c) for c in cps.tolist()], pa.string())
+
 # Assigned in RE2's Unicode: in some general category (RE2 has no \p{Cn}).
 _ASSIGNED = r"[\p{L}\p{M}\p{N}\p{P}\p{S}\p{Z}\p{Cc}\p{Cf}\p{Co}]"
 
 
 def re2(pattern: str) -> np.ndarray:
     """The code points RE2 matches with ``pattern`` (one character each)."""
-    return _CPS[pc.match_substring_regex(_CHARS, pattern).to_numpy(zero_copy_only=False).astype(bool)]
+    cps, chars = every_char()
+    return cps[pc.match_substring_regex(chars, pattern).to_numpy(zero_copy_only=False).astype(bool)]
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +60,12 @@ def test_classes_are_the_unicode_scripts_by_block(name: str, script: str, outsid
 
 def test_regex_class_matches_the_ranges_in_re2_and_python_re() -> None:
     ranges = charclass.union(charclass.HAN, charclass.KANA, charclass.HANGUL, ((0x2D, 0x2D), (0x5D, 0x5E)))
-    want = charclass.mask(ranges)[_CPS]
-    got_re2 = pc.match_substring_regex(_CHARS, f"[{charclass.regex_class(ranges)}]").to_numpy(zero_copy_only=False)
+    cps, chars = every_char()
+    want = charclass.mask(ranges)[cps]
+    got_re2 = pc.match_substring_regex(chars, f"[{charclass.regex_class(ranges)}]").to_numpy(zero_copy_only=False)
     assert np.array_equal(got_re2.astype(bool), want)
     py = re.compile(f"[{charclass.regex_class(ranges)}]")
-    got_py = np.fromiter((py.match(chr(c)) is not None for c in _CPS.tolist()), bool, count=len(_CPS))
+    got_py = np.fromiter((py.match(chr(c)) is not None for c in cps.tolist()), bool, count=len(cps))
     assert np.array_equal(got_py, want)
 
 
