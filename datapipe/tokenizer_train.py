@@ -22,10 +22,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from datapipe.readers.streams import json_records
+from datapipe.text import charclass
 
 CODE_EXTENSIONS = {".py", ".js", ".ts", ".java", ".c", ".h", ".cc", ".cpp", ".hpp", ".go", ".rs", ".rb", ".php",
                    ".sh", ".sql", ".scala", ".kt", ".swift", ".cs", ".lua", ".pl", ".r", ".m", ".jl", ".hs"}
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_HAN = re.compile(f"[{charclass.regex_class(charclass.HAN)}]")  # datapipe.text.charclass
 _LETTER = re.compile(r"[^\W\d_]")
 
 

@@ -75,3 +75,38 @@ def test_candidate_edges_star_is_linear():
     keys = np.zeros(1000, dtype=np.uint64)  # one bucket of 1000 docs
     u, v = C.candidate_edges(np.arange(1000, dtype=np.int64)[::-1].copy(), keys)
     assert len(u) == 999 and (u == 0).all() and sorted(v.tolist()) == list(range(1, 1000))
+
+
+def test_verified_pairs_read_by_doc_id_equal_the_matrix_ones():
+    """The distributed stage reads only the paired documents' signatures; the in-memory path indexes
+    the whole matrix: both verify the same pairs (the one verify path of both)."""
+    rng = np.random.default_rng(5)
+    sigs = rng.integers(0, 2**32, size=(400, 32), dtype=np.uint64).astype(np.uint32)
+    for i in range(0, 400, 3):  # every third doc a near copy (~6/32 values changed) of a random earlier one
+        j = int(rng.integers(0, i + 1))
+        sigs[i] = sigs[j]
+        sigs[i, rng.integers(0, 32, 6)] += 1
+    keys = (sigs[:, 0] % 50).astype(np.uint64)  # coarse buckets: many false candidates
+    doc_index = np.arange(400, dtype=np.int64)
+    reads = []
+
+    def read(docs: np.ndarray) -> np.ndarray:
+        reads.append(docs)
+        return sigs[docs]
+
+    u, v, n = C.verified_pairs(doc_index, keys, 0.7, sigs)
+    u2, v2, n2 = C.verified_pairs(doc_index, keys, 0.7, read)
+    assert n == n2 > len(u) > 0 and np.array_equal(u, u2) and np.array_equal(v, v2)
+    assert len(reads) == 1 and np.all(np.diff(reads[0]) > 0)  # sorted, distinct doc ids
+    assert (C.estimated_jaccard(sigs, u, v) >= 0.7).all()
+    assert C.verified_pairs(doc_index, keys, None)[2] == n  # without a threshold: the candidates
+
+
+def test_settle_over_sparse_row_keys():
+    ids, uf = C.union_of(np.array([900, 40, 7000], np.int64), np.array([40, 5, 8000], np.int64))
+    assert ids.tolist() == [5, 40, 900, 7000, 8000]
+    c = C.settle(uf, "longest", lengths=np.array([1, 3, 2, 1, 1]))
+    assert c.cluster.tolist() == [0, 0, 0, 3, 3] and c.size.tolist() == [3, 3, 3, 2, 2]
+    assert c.survivor.tolist() == [1, 1, 1, 3, 3]  # longest of {5, 40, 900}; tie -> lowest key
+    assert c.kept.tolist() == [False, True, False, True, False]
+    assert c.duplicate.tolist() == [True, False, True, False, True]

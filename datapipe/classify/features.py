@@ -20,10 +20,15 @@ import re
 import unicodedata
 from collections.abc import Callable
 
+from datapipe.text import charclass
+
 CJK_V1 = "cjk-v1"
 PLAIN = "plain"
 
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f\u3040-\u30ff"  # Han (+ext., compat.), kana
+# Han ideographs and kana (datapipe.text.charclass). cjk-v1 keeps the ideographs only, not the Han
+# marks: 〇 and 々 stay word characters, as the models trained with it saw them ("二〇〇八" has the
+# token "〇〇").
+_HAN = charclass.regex_class(charclass.union(charclass.HAN_IDEOGRAPHS, charclass.KANA))
 # A token: one Han/kana character, a run of other word characters (a Latin word, a number), or
 # one character that is neither word nor space (punctuation, symbols, full-width forms after NFKC).
 _TOKEN = re.compile(rf"[{_HAN}]|[^\W{_HAN}]+|[^\w\s]")

@@ -1,4 +1,7 @@
-"""LSH clustering: band-key buckets -> candidate pairs -> union-find components -> survivors.
+"""LSH clustering: band-key buckets -> candidate pairs -> verified pairs -> union-find components ->
+survivors. The one path of both the in-memory clustering (``cluster_duplicates``) and the distributed
+minhash stage (``datapipe.stages.minhash``), which call the same steps: ``verified_pairs`` per band
+or partition, ``union_of`` over sparse row keys, ``settle`` for clusters and survivors.
 
 Memory is linear in the number of documents and bounded per step: bands are processed one at a
 time (a band column may be a slice of an ``np.memmap``), each band allocates a few int64/uint64
@@ -7,13 +10,13 @@ the int64 union-find parent array. There is no per-document Python object.
 
 Distributed use (the lead's Ray reduce phase): shuffle ``(doc_index, band_key)`` rows by
 ``minhash.partition_of(key, P)`` -- keys already mix in the band index, so all bands can share
-one shuffle -- call ``candidate_edges`` per partition, and feed the edges of all partitions to
-``UnionFind.union`` on the driver (8 bytes per document), then ``survivors``.
+one shuffle -- call ``verified_pairs`` and ``spanning_forest`` per partition, and feed the forests of
+all partitions to ``union_of`` on the driver (8 bytes per document), then ``settle``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +24,9 @@ import numpy as np
 from datapipe.dedup.shingles import HAVE_NUMBA
 
 SURVIVOR_RULES = ("earliest", "longest", "best")
+# Signatures for verification: the (docs, num_perm) matrix indexed by doc index, or a function that
+# returns the rows of the given sorted doc ids (a partition reads them back from the map outputs).
+Signatures = np.ndarray | Callable[[np.ndarray], np.ndarray]
 
 
 def candidate_edges(doc_index: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,15 +117,22 @@ class UnionFind:
         return self.parent
 
 
+def union_of(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, UnionFind]:
+    """Union-find over the distinct ids of edges (u, v) (arbitrary int64 ids, e.g. row keys): the
+    sorted ids, and the union-find whose index i stands for ``ids[i]`` (so roots are lowest ids)."""
+    ids = np.unique(np.concatenate([u, v]))
+    uf = UnionFind(len(ids))
+    uf.union(np.searchsorted(ids, u), np.searchsorted(ids, v))
+    return ids, uf
+
+
 def spanning_forest(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The components of edges (u, v) over arbitrary int64 ids, as (root, member) edges: one per
     member, root = the component's lowest id. Same connectivity as the input, at most one edge per
     distinct id: what a partition hands on instead of all its pairs."""
     if len(u) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    ids = np.unique(np.concatenate([u, v]))
-    uf = UnionFind(len(ids))
-    uf.union(np.searchsorted(ids, u), np.searchsorted(ids, v))
+    ids, uf = union_of(u, v)
     roots = uf.roots()
     member = roots != np.arange(len(ids))
     return ids[roots[member]], ids[member]
@@ -131,6 +144,26 @@ def estimated_jaccard(sigs: np.ndarray, u: np.ndarray, v: np.ndarray, chunk: int
     for s in range(0, len(u), chunk):
         out[s:s + chunk] = (sigs[u[s:s + chunk]] == sigs[v[s:s + chunk]]).mean(axis=1)
     return out
+
+
+def verified_pairs(doc_index: np.ndarray, keys: np.ndarray, threshold: float | None = None,
+                   sigs: Signatures | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Candidate pairs of one band (or one partition), verified: (u, v, number of candidates).
+
+    With a ``threshold``, only pairs whose estimated Jaccard reaches it are kept, cutting LSH false
+    positives at the cost of one signature comparison per pair; ``sigs`` gives the signatures."""
+    u, v = candidate_edges(doc_index, keys)
+    n_candidates = len(u)
+    if threshold is None or n_candidates == 0:
+        return u, v, n_candidates
+    if sigs is None:
+        raise ValueError("verification needs sigs")
+    if callable(sigs):  # only the paired documents' signatures, read by sorted doc id
+        docs = np.unique(np.concatenate([u, v]))
+        keep = estimated_jaccard(sigs(docs), np.searchsorted(docs, u), np.searchsorted(docs, v)) >= threshold
+    else:
+        keep = estimated_jaccard(sigs, u, v) >= threshold
+    return u[keep], v[keep], n_candidates
 
 
 def survivors(roots: np.ndarray, rule: str = "earliest", lengths: np.ndarray | None = None,
@@ -159,12 +192,34 @@ def survivors(roots: np.ndarray, rule: str = "earliest", lengths: np.ndarray | N
 
 
 @dataclass
-class DedupResult:
+class Clusters:
     cluster: np.ndarray  # int64 per doc: lowest doc index of its component (itself if alone)
     survivor: np.ndarray  # int64 per doc: the index kept for its component
-    duplicate: np.ndarray  # bool per doc: removed (in a component and not the survivor)
-    candidate_pairs: int
-    verified_pairs: int
+    size: np.ndarray  # int64 per doc: documents in its component
+
+    @property
+    def duplicate(self) -> np.ndarray:
+        """bool per doc: removed (in a component of two or more and not its survivor)."""
+        return (self.size > 1) & (self.survivor != np.arange(len(self.survivor)))
+
+    @property
+    def kept(self) -> np.ndarray:
+        """bool per doc: the survivor of a component of two or more."""
+        return (self.size > 1) & (self.survivor == np.arange(len(self.survivor)))
+
+
+def settle(uf: UnionFind, rule: str = "earliest", lengths: np.ndarray | None = None,
+           scores: np.ndarray | None = None) -> Clusters:
+    """Components of a union-find and the survivor of each by ``rule`` (see ``survivors``)."""
+    roots = uf.roots()
+    surv = survivors(roots, rule, lengths, scores)
+    return Clusters(roots, surv, np.bincount(roots, minlength=len(roots))[roots])
+
+
+@dataclass
+class DedupResult(Clusters):
+    candidate_pairs: int = 0
+    verified_pairs: int = 0
 
 
 def cluster_duplicates(band_columns: Iterable[np.ndarray] | np.ndarray, n_docs: int, *,
@@ -189,16 +244,10 @@ def cluster_duplicates(band_columns: Iterable[np.ndarray] | np.ndarray, n_docs: 
     for column in band_columns:
         keys = np.asarray(column)
         keys = keys if valid is None else keys[doc_index]
-        u, v = candidate_edges(doc_index, keys)
-        n_cand += len(u)
-        if verify_threshold is not None and len(u):
-            keep = estimated_jaccard(sigs, u, v) >= verify_threshold
-            u, v = u[keep], v[keep]
+        u, v, n = verified_pairs(doc_index, keys, verify_threshold, sigs)
+        n_cand += n
         n_ver += len(u)
         uf.union(u, v)
         del keys, u, v
-    roots = uf.roots()
-    surv = survivors(roots, rule, lengths, scores)
-    size = np.bincount(roots, minlength=n_docs)
-    duplicate = (size[roots] > 1) & (surv != np.arange(n_docs))
-    return DedupResult(roots, surv, duplicate, n_cand, n_ver)
+    c = settle(uf, rule, lengths, scores)
+    return DedupResult(c.cluster, c.survivor, c.size, n_cand, n_ver)

@@ -31,6 +31,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from datapipe.text import charclass
+
 try:  # numba is the default path; the numpy/Python fallback keeps the package importable.
     import numba
 
@@ -41,22 +43,13 @@ except ImportError:  # pragma: no cover - exercised only where numba is absent
 
 DEFAULT_N = 5
 
-# Scripts tokenized per character (inclusive code-point ranges).
-CJK_RANGES: tuple[tuple[int, int], ...] = (
-    (0x0E00, 0x0EFF),  # Thai, Lao
-    (0x1000, 0x109F),  # Myanmar
-    (0x1780, 0x17FF),  # Khmer
-    (0x2E80, 0x2FDF),  # CJK radicals, Kangxi radicals
-    (0x3005, 0x3007),  # 々 〆 〇
-    (0x3040, 0x30FF),  # Hiragana, Katakana
-    (0x3100, 0x312F),  # Bopomofo
-    (0x31A0, 0x31FF),  # Bopomofo ext, Katakana ext
-    (0x3400, 0x4DBF),  # CJK ext A
-    (0x4E00, 0x9FFF),  # CJK unified
-    (0xF900, 0xFAFF),  # CJK compatibility (mostly folded by NFKC)
-    (0x20000, 0x3FFFF),  # CJK ext B and later planes
+# Scripts tokenized per character (inclusive code-point ranges, ``datapipe.text.charclass``), and
+# 〆 and the CJK strokes, which only occur among Han characters.
+CJK_RANGES: charclass.Ranges = charclass.union(
+    charclass.HAN, charclass.KANA, charclass.BOPOMOFO, charclass.THAI_LAO, charclass.MYANMAR, charclass.KHMER,
+    ((0x3006, 0x3006), (0x31C0, 0x31EF)),
 )
-_CJK_CLASS = "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in CJK_RANGES)
+_CJK_CLASS = charclass.regex_class(CJK_RANGES)
 # A CJK character, or a run of alphanumerics that are not CJK (\w minus "_" minus CJK).
 _TOKEN_RE = re.compile(f"[{_CJK_CLASS}]|[^\\W_{_CJK_CLASS}]+")
 _DIGIT_RE = re.compile(r"\d")
@@ -102,8 +95,7 @@ def char_classes() -> np.ndarray:
     alnum = np.fromiter((chr(c).isalnum() for c in range(0x110000)), dtype=bool, count=0x110000)
     dec = np.fromiter((chr(c).isdecimal() for c in range(0x110000)), dtype=bool, count=0x110000)
     table[alnum] = WORD
-    for lo, hi in CJK_RANGES:
-        table[lo : hi + 1] = CJK
+    table[charclass.mask(CJK_RANGES)] = CJK
     table[dec] = DIGIT  # after CJK: Thai/Khmer/Myanmar digits become "0" before tokenizing too
     return table
 

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 from datapipe.license.fingerprints import FULL_TEXT, MODIFICATIONS, NAMED, NOTICES, SUBSUMES
 from datapipe.license.spdx import canonical_id
+from datapipe.text import charclass
 
 # Words: runs of letters/digits, except that each CJK ideograph is its own word (Chinese
 # has no spaces, and MulanPSL's Chinese half must match char by char).
-_WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[^\W_\u3400-\u9fff\uf900-\ufaff]+")
+_HAN = charclass.regex_class(charclass.HAN)  # datapipe.text.charclass
+_WORD = re.compile(rf"[{_HAN}]|[^\W_{_HAN}]+")
 MAX_CHARS = 400_000  # the longest licence texts are ~40 kB; more is not a licence file
 
 

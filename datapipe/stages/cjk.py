@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from datapipe.text import charclass
+
 # Written-Cantonese particles and pronouns that standard written Chinese does not use.
 # 係 and 唔 are left out: 係 is common in Traditional Mandarin (關係), 唔 in onomatopoeia.
 YUE_MARKERS = "[嘅咗喺冇哋嘢啲佢乜嚟睇冚揾嗰咁哂]"
@@ -27,19 +29,14 @@ SEGMENT_BREAKS = r"[。！？；：，、《》〈〉「」『』【】（）()\
 SCRIPT_SAMPLE_CHARS = 400  # OpenCC is the langid stage's largest cost after fastText itself
 
 
-# Code-point ranges per script (letters only), for counting without one regex pass per script.
+# Script class of every code point (Han, kana and hangul as ``datapipe.text.charclass`` defines
+# them; Latin letters as langid weighs them), for counting with one lookup per character.
 _OTHER, _HAN, _KANA, _HANGUL, _LATIN = range(5)
-_RANGES = sorted([(0x41, 0x5A, _LATIN), (0x61, 0x7A, _LATIN), (0xC0, 0x24F, _LATIN), (0x1E00, 0x1EFF, _LATIN),
-                  (0x1100, 0x11FF, _HANGUL), (0x3040, 0x30FF, _KANA), (0x3130, 0x318F, _HANGUL),
-                  (0x31F0, 0x31FF, _KANA), (0x3400, 0x4DBF, _HAN), (0x4E00, 0x9FFF, _HAN), (0xAC00, 0xD7AF, _HANGUL),
-                  (0xF900, 0xFAFF, _HAN), (0xFF66, 0xFF9D, _KANA), (0x20000, 0x3134F, _HAN)])
-_TABLE = np.zeros(0x10000, dtype=np.int64)  # script class of every BMP code point: one lookup per character
-for _a, _b, _c in _RANGES:
-    if _a < 0x10000:
-        _TABLE[_a:_b + 1] = _c
+_LATIN_LETTERS = ((0x41, 0x5A), (0x61, 0x7A), (0xC0, 0x24F), (0x1E00, 0x1EFF))
+_TABLE8 = charclass.table([(_LATIN_LETTERS, _LATIN), (charclass.HAN, _HAN), (charclass.KANA, _KANA),
+                           (charclass.HANGUL, _HANGUL)])
 _YUE = np.array([ord(c) for c in YUE_MARKERS.strip("[]")], dtype=np.uint32)
 NAMES = ("han", "kana", "hangul", "latin")
-_TABLE8 = _TABLE.astype(np.uint8)
 _YUE_TABLE = np.zeros(0x10000, dtype=np.uint8)
 _YUE_TABLE[_YUE] = 1
 
@@ -73,19 +70,11 @@ def line_script_counts(texts: list[str]) -> tuple[dict[str, np.ndarray], dict[st
     return d, ln, line_doc
 
 
-def _classes(cps: np.ndarray) -> np.ndarray:
-    cls = _TABLE[cps & 0xFFFF]
-    astral = cps > 0xFFFF  # outside the BMP only the Han extensions B-G count (as Han)
-    if astral.any():
-        cls[astral] = np.where((cps[astral] >= 0x20000) & (cps[astral] <= 0x3134F), _HAN, _OTHER)
-    return cls
-
-
 def _counts_numpy(cps: np.ndarray, lengths: np.ndarray, n: int, n_lines: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     doc = np.repeat(np.arange(n), lengths)[:len(cps)]
     line = np.cumsum(cps == 10) - (cps == 10)  # a newline counts on the line it ends
-    cls = _classes(cps)
+    cls = _TABLE8[cps].astype(np.int64)
     yue = np.isin(cps, _YUE)
     per_doc = np.zeros((n, 6), np.int64)
     per_line = np.zeros((n_lines, 6), np.int64)
@@ -115,12 +104,8 @@ def _count_loop(cps, lengths, table, yue_table, per_doc, per_line, line_doc):  #
             line_doc[line] = doc
             line += 1
             continue
-        if c < 0x10000:
-            k = table[c]
-            y = yue_table[c]
-        else:
-            k = 1 if 0x20000 <= c <= 0x3134F else 0
-            y = 0
+        k = table[c]
+        y = yue_table[c] if c < 0x10000 else 0
         per_doc[doc, k] += 1
         per_line[line, k] += 1
         if y:

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from datapipe.dedup.cluster import UnionFind, candidate_edges, estimated_jaccard, spanning_forest, survivors
+from datapipe.dedup.cluster import settle, spanning_forest, union_of, verified_pairs
 from datapipe.dedup.fold import fold_traditional
 from datapipe.dedup.minhash import (
     DEFAULT_NUM_PERM,
@@ -154,13 +154,12 @@ class MinHashDedup(ShuffledGlobalStage):
         with root the lowest row key of its local component. Connectivity is what clustering needs, so
         the combine step merges forests (at most one edge per document with a pair, per partition)
         instead of every candidate pair."""
-        u, v = candidate_edges(rows["doc"].to_numpy(), rows["key"].to_numpy())
-        if len(u) and self.options.verify:
+        def read_sigs(docs: np.ndarray) -> np.ndarray:
             assert inputs is not None, "verification reads signatures from the map outputs"
-            docs = np.unique(np.concatenate([u, v]))
-            sigs = _sig_matrix(inputs.read_rows(docs, [SIG_COLUMN])[SIG_COLUMN], self.options.num_perm)
-            keep = estimated_jaccard(sigs, np.searchsorted(docs, u), np.searchsorted(docs, v)) >= self.options.threshold
-            u, v = u[keep], v[keep]
+            return _sig_matrix(inputs.read_rows(docs, [SIG_COLUMN])[SIG_COLUMN], self.options.num_perm)
+
+        threshold = self.options.threshold if self.options.verify else None
+        u, v, _ = verified_pairs(rows["doc"].to_numpy(), rows["key"].to_numpy(), threshold, read_sigs)
         roots, members = spanning_forest(u, v)
         return pa.table({"u": pa.array(roots), "v": pa.array(members)})
 
@@ -189,29 +188,25 @@ class MinHashDedup(ShuffledGlobalStage):
             return empty
         edges = pa.concat_tables([pq.read_table(p) for p in partition_outputs])
         # Verified forest edges only: every document here is in a cluster of two or more.
-        u_keys, v_keys = edges["u"].to_numpy(), edges["v"].to_numpy()
-        involved = np.unique(np.concatenate([u_keys, v_keys]))  # row keys, sorted: position = run order
+        # Row keys, sorted: position = run order, so the lowest position of a cluster is its first copy.
+        involved, uf = union_of(edges["u"].to_numpy(), edges["v"].to_numpy())
         if len(involved) == 0:
             return empty
         columns = ["id", SIG_COLUMN, "n_chars"] + ([o.score_column] if o.survivor == "best" else [])
         docs = inputs.read_rows(involved, columns)
         sigs = _sig_matrix(docs[SIG_COLUMN], o.num_perm)
-        uf = UnionFind(len(involved))
-        uf.union(np.searchsorted(involved, u_keys), np.searchsorted(involved, v_keys))
-        roots = uf.roots()
         scores = docs[o.score_column].to_numpy(zero_copy_only=False) if o.survivor == "best" else None
-        surv = survivors(roots, o.survivor, lengths=docs["n_chars"].to_numpy(zero_copy_only=False), scores=scores)
-        size = np.bincount(roots, minlength=len(involved))
-        head = np.flatnonzero((size[roots] > 1) & (surv == np.arange(len(involved))))
-        self._survivor_sizes = _sizes(involved[head], size[roots[head]])
-        dup = np.flatnonzero((size[roots] > 1) & (surv != np.arange(len(involved))))
+        c = settle(uf, o.survivor, lengths=docs["n_chars"].to_numpy(zero_copy_only=False), scores=scores)
+        head = np.flatnonzero(c.kept)
+        self._survivor_sizes = _sizes(involved[head], c.size[head])
+        dup = np.flatnonzero(c.duplicate)
         if len(dup) == 0:
             return empty
         ids = np.asarray(docs["id"].to_pylist(), dtype=object)
-        similarity = (sigs[dup] == sigs[surv[dup]]).mean(axis=1)
+        surv = c.survivor[dup]
+        similarity = (sigs[dup] == sigs[surv]).mean(axis=1)
         return _decisions(ids[dup].tolist(), (involved[dup] >> ROW_KEY_SHIFT).astype(np.int32),
-                          ids[surv[dup]].tolist(), ids[roots[dup]].tolist(), size[roots[dup]].tolist(),
-                          similarity.tolist())
+                          ids[surv].tolist(), ids[c.cluster[dup]].tolist(), c.size[dup].tolist(), similarity.tolist())
 
 
 def _sig_matrix(column: pa.ChunkedArray | pa.Array, num_perm: int) -> np.ndarray:

@@ -24,6 +24,7 @@ from pydantic import Field
 
 from datapipe.stages.base import CheckContext, Problem, Stage, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
+from datapipe.text import charclass
 
 # Boundaries are ASCII for CJK: Chinese text runs straight into numbers and addresses
 # (请致电13800138000, 请发邮件至zhang.wei@example.cn), so Han, kana and hangul never join an
@@ -32,7 +33,14 @@ from datapipe.stages.columns import set_column
 # alice/kafka@REALM, a path) or by another local-part character.
 _LETTERS = "A-Za-z\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u024F\u0370-\u03FF\u0400-\u04FF\u0900-\u0DFF"
 _ADDR = _LETTERS + "0-9\u0300-\u036F"
-EMAIL = re.compile(rf"(?<![{_ADDR}._%+/-])[{_ADDR}._%+-]+@[{_ADDR}-]+(?:\.[{_ADDR}-]+)*\.[{_LETTERS}]{{2,24}}(?![\w-])")
+# Where a pattern must not run on into a word, Han, kana and hangul (datapipe.text.charclass) still
+# end it (请发邮件至zhang.wei@example.cn谢谢, 电话415-555-0123): "not after/before a word character,
+# or after/before a CJK one". The CJK class is only tried where the cheap \w test failed, and the
+# lookbehinds only where the first character can start a match (a lookahead for it comes first).
+_CJK = charclass.regex_class(charclass.union(charclass.HAN, charclass.KANA, charclass.HANGUL))
+_AFTER_CJK, _BEFORE_CJK = rf"(?<=[{_CJK}])", rf"(?=[{_CJK}])"
+EMAIL = re.compile(rf"(?<![{_ADDR}._%+/-])[{_ADDR}._%+-]+@[{_ADDR}-]+(?:\.[{_ADDR}-]+)*\.[{_LETTERS}]{{2,24}}"
+                   rf"(?:(?![\w-])|{_BEFORE_CJK})")
 # Suffixes that look like a top-level domain but name something else: systemd units
 # (user@1000.service) and names reserved for local or test use.
 NOT_TLD = frozenset({"service", "socket", "target", "timer", "mount", "slice", "scope", "device", "swap", "path",
@@ -48,13 +56,15 @@ END = r"(?![A-Za-z0-9]|\.\d)"
 PHONE = re.compile(
     r"(?<![A-Za-z0-9.+$=])(?:(?:\+|00)86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}" + END +
     r"|(?<![A-Za-z0-9+])\+[1-9]\d{0,2}(?:[ -]?\(?\d{1,4}\)?)(?:[ -]?\d{2,4}){2,4}" + END +
-    r"|(?<![\w+.-])(?:\+?1[ .-]?)?(?:\([2-9]\d{2}\) ?|[2-9]\d{2}[ .-])[2-9]\d{2}[ .-]\d{4}(?![\w-]|\.\d)")
+    rf"|(?=[+1(2-9])(?:(?<![\w+.-])|{_AFTER_CJK})(?:\+?1[ .-]?)?(?:\([2-9]\d{{2}}\) ?|[2-9]\d{{2}}[ .-])[2-9]\d{{2}}[ .-]\d{{4}}"
+    rf"(?:(?![\w-]|\.\d)|{_BEFORE_CJK})")
 MIN_INTL_DIGITS = 9
 ID_CARD = re.compile(r"(?<![A-Za-z0-9.])[1-9]\d{5}(?:18|19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])\d{3}[\dXx]" + END)
 # A dotted quad that continues a reference ("John 1:26.28.48.51", "12:25.29.31.35") is not an address.
 IPV4 = re.compile(r"(?<![A-Za-z0-9.])(?<!\d:)(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
                   + END)
-IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:(])")
+IPV6 = re.compile(rf"(?=[0-9A-Fa-f:])(?:(?<![\w:.])|{_AFTER_CJK})(?:[0-9A-Fa-f]{{0,4}}:){{2,7}}[0-9A-Fa-f]{{0,4}}"
+                  rf"(?:(?![\w:(])|{_BEFORE_CJK})")
 # Dotted quads after these words are version or section numbers ("version 1.2.3.4", "§ 3.1.4.1").
 VERSIONISH = re.compile(r"(?:\bv|version|ver\.?|release|section|sec\.|§|chapter|版本|章节|第)\s*$", re.I)
 # Addresses that identify no one: loopback, unspecified, and the documentation ranges (RFC 5737,

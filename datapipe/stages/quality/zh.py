@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from datapipe.stages.quality.gopher import repetition, repetition_filter
 from datapipe.stages.quality.rules import Filter, Rule, register
 from datapipe.stages.quality.text import Docs, Pieces, ratio, utf8_buffers
+from datapipe.text import charclass
 
 try:  # numba is a dependency; the numpy reference keeps the package importable without it
     from datapipe.stages.quality import _kernels
@@ -40,7 +41,8 @@ SYMBOLS = r"[\p{S}\p{Co}�]"  # symbols (★ ■ ♥ ©, emoji), private use, r
 
 # One-character classes the rules count, in one pass per text (charclass.py); rows _SPACE.._SYM.
 _SPACE, _HAN, _TERM, _BRACKET, _DIGIT, _SYM = range(6)
-_CLASS_PATTERNS = (r"\s", r"\p{Han}", ZH_TERMINAL[:-1], BRACKETS, r"\pN", SYMBOLS)
+HAN = f"[{charclass.regex_class(charclass.HAN)}]"  # one Han character (datapipe.text.charclass)
+_CLASS_PATTERNS = (r"\s", HAN, ZH_TERMINAL[:-1], BRACKETS, r"\pN", SYMBOLS)
 _CLASS_RUNS = (False, False, True, False, False, False)  # ZH_TERMINAL is a run: `[...]+`
 _classes = CharClasses(_CLASS_PATTERNS, _CLASS_RUNS) if CharClasses is not None else None
 

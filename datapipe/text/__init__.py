@@ -1,0 +1,1 @@
+"""Text facts shared by stages, dedup and training tools (character classes: ``charclass``)."""
