@@ -8,7 +8,7 @@ Credentials and endpoints come from the usual environment of each store, read by
 pyarrow lacks is taken from fsspec when it is installed (``pyarrow.fs.FSSpecHandler``).
 
 Readers and writers of datapipe work on local files, so a remote path has a local *mirror*
-under ``<cache>/remote/<scheme>/<bucket>/<key>``: an input object is downloaded there before it
+under ``<cache>/remote-mirror/<scheme>/<bucket>/<key>``: an input object is downloaded there before it
 is read (once per node, again when its size or modification time changes), and a run folder in
 object storage is worked on there and committed to the store by completion markers
 (``engine/remote_folder.py``). The mirror path names the remote one (:func:`remote_of`), so any
@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MIRROR_DIR = "remote"
+# The mirror's folder name: a mirror path is recognised by it, so a Ray worker whose cache
+# folder differs from the driver's still finds the URI behind the path it is handed.
+MIRROR_DIR = "remote-mirror"
 
 
 class StorageError(RuntimeError):
@@ -118,14 +120,13 @@ def mirror_of(uri: str) -> Path:
 
 def remote_of(path: str | os.PathLike[str]) -> str | None:
     """The URI a mirror path stands for, or None for an ordinary local path."""
-    p = Path(os.path.normpath(os.path.abspath(os.fspath(path))))
-    try:
-        rel = p.relative_to(mirror_base())
-    except ValueError:
+    parts = Path(os.path.normpath(os.path.abspath(os.fspath(path)))).parts
+    if MIRROR_DIR not in parts:
         return None
-    if len(rel.parts) < 2:
+    rel = parts[parts.index(MIRROR_DIR) + 1:]
+    if len(rel) < 2:
         return None
-    return f"{rel.parts[0]}://{'/'.join(rel.parts[1:])}"
+    return f"{rel[0]}://{'/'.join(rel[1:])}"
 
 
 def child(uri: str, rel: str) -> str:
