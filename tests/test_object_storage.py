@@ -133,6 +133,13 @@ def test_sql_and_loader_read_the_run_folder_on_s3(s3, runs) -> None:
     assert int(text.stdout.split()[-1]) == local.run["counts"]["kept"]
     mixture = datapipe("stats", f"s3://{BUCKET}/runs/full")
     assert mixture.returncode == 0 and "web_zh" in mixture.stdout, mixture.stderr
+    doc = datapipe("sql", str(local.root), "select id from documents where status = 'kept' order by id limit 1",
+                   "--format", "csv").stdout.split()[-1]
+    explained = datapipe("explain", f"s3://{BUCKET}/runs/full", doc)
+    assert explained.returncode == 0 and doc in explained.stdout, explained.stderr
+    assert explained.stdout == datapipe("explain", str(local.root), doc).stdout
+    report = datapipe("report", f"s3://{BUCKET}/runs/full", "--html", str(tmp / "report.html"))
+    assert report.returncode == 0 and "web_zh" in (tmp / "report.html").read_text(encoding="utf-8"), report.stderr
 
     def rows(source: str) -> list[np.ndarray]:  # remote shards are copied to cache_dir (verified by sha256)
         ds = PackedDataset(source, backend="numpy", batch_size=4, cache_dir=str(tmp / "shard-cache"))
