@@ -329,7 +329,7 @@ def delete_tree(uri: str) -> None:
     """Delete everything under a folder URI (nothing when there is none)."""
     fs, path = resolve(uri)
     try:
-        fs.delete_dir_contents(path, missing_dir_ok=True)
+        fs.delete_dir(path)  # not delete_dir_contents: on S3 that leaves an empty folder marker behind
     except FileNotFoundError:
         pass
     except OSError as exc:

@@ -187,3 +187,24 @@ def test_clear_errors_for_unusable_remote_paths(s3, tmp_path: Path) -> None:
     assert "s3://no-such-bucket/run: bucket 'no-such-bucket' does not exist" in bucket.stderr
     missing = datapipe("sql", f"s3://{BUCKET}/runs/never", "select 1")
     assert missing.returncode == 2 and "no run.json there" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_lock_record_on_s3_refuses_a_second_driver_and_fresh_wipes_the_store(s3, tmp_path: Path, monkeypatch) -> None:
+    from datapipe.engine.run_folder import RunFolder
+    from datapipe.engine.run_lock import RunLock, RunLockedError
+
+    keys = ["lk/run.json", "lk/docs/web/a.parquet", "lk/_work/markers/map0/a.json", "lk/stats.duckdb", "lk/notes.txt"]
+    for key in keys:
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"{}")
+    first = RunFolder(f"s3://{BUCKET}/lk")
+    with RunLock(first.root, log=lambda m: None):
+        # A driver elsewhere has its own mirror (no shared flock): only the conditional put refuses it.
+        monkeypatch.setenv("DATAPIPE_CACHE_DIR", str(tmp_path / "other-machine"))
+        second = RunFolder(f"s3://{BUCKET}/lk")
+        assert second.root != first.root
+        with pytest.raises(RunLockedError, match=f"s3://{BUCKET}/lk is in use by another datapipe driver"):
+            RunLock(second.root, log=lambda m: None).acquire()
+        monkeypatch.undo()
+        first.wipe()  # --fresh: the names datapipe manages go, the user's file stays
+    left = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="lk/")["Contents"])
+    assert [k for k in left if not k.endswith("/")] == ["lk/notes.txt"]  # the lock record is gone too
