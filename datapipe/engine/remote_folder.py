@@ -8,9 +8,12 @@ local run folder. What makes the store the record:
   with their sizes. An object store shows an object only once its upload completed, so a marker
   that exists names files that exist whole.
 * **Readers trust only what a marker names.** Before a task runs (on any node) and before each
-  phase, :func:`pull` downloads the markers it has not seen and the files they name that are
-  missing locally (or differ in size); a file a killed attempt uploaded without its marker is
-  never read, and it is deleted by :func:`sweep` under the run lock.
+  phase, :func:`pull` reads the markers this process has not seen; a file one of them names is
+  downloaded when a task asks the run folder for its path (:func:`fetch`, through ``RunFolder``'s
+  path methods) and it is missing locally or differs in size, so a node fetches the inputs of its
+  own tasks, not the whole run. The driver downloads the kept and rejected documents before it
+  builds the statistics. A file a killed attempt uploaded without its marker is never read, and it
+  is deleted by :func:`sweep` under the run lock.
 * The driver's own files (``run.json``, ``stats.duckdb``, the shard manifest) are uploaded when
   written; ``run.json`` last, so ``status: complete`` on the store means everything else is there.
 
@@ -35,6 +38,7 @@ DRIVER_FILES = ("run.json", "stats.duckdb", "shards/manifest.parquet")
 MANAGED_PREFIXES = ("docs/", "rejected/", "shards/", "_work/")
 
 _seen: dict[str, set[str]] = {}  # remote root -> markers already pulled or committed by this process
+_named: dict[str, dict[str, int]] = {}  # remote root -> {file a pulled marker names: its size}
 _lock = threading.Lock()
 
 
@@ -53,6 +57,7 @@ def commit(root: Path, uri: str, rel_marker: str, data: dict[str, Any], written:
     storage.write_bytes(storage.child(uri, rel_marker), body)
     with _lock:
         _seen.setdefault(uri, set()).add(rel_marker)
+        _named.setdefault(uri, {}).update({f["path"]: f["bytes"] for f in files})
     return body
 
 
@@ -65,11 +70,22 @@ def publish(root: Path, uri: str, rel: str) -> None:
         storage.delete(storage.child(uri, rel))
 
 
-def pull(root: Path, uri: str, full: bool = False) -> int:
+def fetch(root: Path, uri: str, path: Path) -> Path:
+    """``path`` (in the mirror), downloaded first when a pulled marker names it and it is not here whole."""
+    rel = path.relative_to(root).as_posix()
+    with _lock:
+        size = _named.get(uri, {}).get(rel)
+    if size is not None and not (path.is_file() and path.stat().st_size == size):
+        storage.download(storage.child(uri, rel), path)
+    return path
+
+
+def pull(root: Path, uri: str, full: bool = False, files: tuple[str, ...] = ()) -> int:
     """Bring the mirror up to date with the committed work on the store; returns files downloaded.
 
     ``full`` (the driver, under the run lock, at the start of a run) also drops local markers the
     store does not have (a mirror left by an older run of this folder) and takes run.json from the store.
+    ``files``: folders (``docs/``) whose named files are downloaded now rather than when asked for.
     """
     remote_markers = {f.uri[len(storage.child(uri, "")):]: f for f in storage.list_files(storage.child(uri, MARKERS))}
     remote_markers = {rel: f for rel, f in remote_markers.items() if rel.endswith(".json") and not is_temp_name(rel)}
@@ -78,6 +94,7 @@ def pull(root: Path, uri: str, full: bool = False) -> int:
     if full:
         with _lock:
             _seen.pop(uri, None)
+            _named.pop(uri, None)
         local_dir = root / MARKERS
         if local_dir.is_dir():
             for p in local_dir.rglob("*.json"):
@@ -101,17 +118,21 @@ def pull(root: Path, uri: str, full: bool = False) -> int:
             marker = json.loads(body)
         except ValueError:
             continue  # never the case for a completed upload; an unreadable marker means redo
-        for entry in marker.get("files", []):
-            named.add(entry["path"])
-            local = root / entry["path"]
-            if not (local.is_file() and local.stat().st_size == entry["bytes"]):
-                storage.download(storage.child(uri, entry["path"]), local)
-                downloaded += 1
+        named.update(e["path"] for e in marker.get("files", []))
+        with _lock:
+            _named.setdefault(uri, {}).update({e["path"]: e["bytes"] for e in marker.get("files", [])})
         local_marker = root / rel
         if not (local_marker.is_file() and local_marker.read_bytes() == body):
             write_bytes_atomic(local_marker, body)
         with _lock:
             _seen.setdefault(uri, set()).add(rel)
+    with _lock:
+        wanted = [rel for rel in _named.get(uri, {}) if rel.startswith(files)] if files else []
+    for rel in wanted:
+        local = root / rel
+        if not local.is_file():
+            downloaded += 1
+        fetch(root, uri, local)
     if full:  # files of an older run in the mirror must not be globbed into this one's statistics
         for prefix in MANAGED_PREFIXES:
             folder = root / prefix

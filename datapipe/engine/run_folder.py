@@ -65,33 +65,42 @@ class RunFolder:
         return self.root / "shards"
 
     def docs_file(self, shard_key: str) -> Path:
-        return self.root / "docs" / f"{shard_key}.parquet"
+        return self._local(self.root / "docs" / f"{shard_key}.parquet")
 
     def reject_file(self, shard_key: str, position: int, stage: str) -> Path:
-        return self.root / "rejected" / f"{shard_key}.{position:02d}-{stage}.parquet"
+        return self._local(self.root / "rejected" / f"{shard_key}.{position:02d}-{stage}.parquet")
 
     def map_output(self, segment: int, shard_key: str) -> Path:
-        return self.work / f"map{segment}" / f"{shard_key}.parquet"
+        return self._local(self.work / f"map{segment}" / f"{shard_key}.parquet")
 
     def decisions_file(self, segment: int, shard_key: str) -> Path:
-        return self.work / f"reduce{segment}" / f"{shard_key}.parquet"
+        return self._local(self.work / f"reduce{segment}" / f"{shard_key}.parquet")
 
     def shuffle_file(self, segment: int, shard_key: str) -> Path:
-        return self.work / f"shuffle{segment}" / f"{shard_key}.parquet"
+        return self._local(self.work / f"shuffle{segment}" / f"{shard_key}.parquet")
 
     def partition_output(self, segment: int, partition: int, round: int = 0) -> Path:
         name = f"{partition:05d}.parquet" if round == 0 else f"r{round}-{partition:05d}.parquet"
-        return self.work / f"reduce{segment}-parts" / name
+        return self._local(self.work / f"reduce{segment}-parts" / name)
 
     def forward_file(self, segment: int, round: int, partition: int) -> Path:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
-        return self.work / f"shuffle{segment}-r{round}" / f"{partition:05d}.parquet"
+        return self._local(self.work / f"shuffle{segment}-r{round}" / f"{partition:05d}.parquet")
 
     def state_file(self, segment: int) -> Path:
-        return self.work / f"reduce{segment}-state.parquet"
+        return self._local(self.work / f"reduce{segment}-state.parquet")
 
     def tokens_file(self, shard_key: str) -> Path:
-        return self.work / "tokens" / f"{shard_key}.arrow"
+        return self._local(self.work / "tokens" / f"{shard_key}.arrow")
+
+    def _local(self, path: Path) -> Path:
+        """A path of a task's output; in a remote folder, fetched first if a committed marker names it
+        and it is not here (every read of another task's output asks for its path here)."""
+        if self.remote is None:
+            return path
+        from datapipe.engine import remote_folder
+
+        return remote_folder.fetch(self.root, self.remote, path)
 
     def marker(self, phase: str, task: str) -> Path:
         return self.work / "markers" / phase / f"{task}.json"
@@ -117,12 +126,13 @@ class RunFolder:
         write_bytes_atomic(self.marker(phase, task),
                            remote_folder.commit(self.root, self.remote, rel, data, list(written or [])))
 
-    def pull(self, full: bool = False) -> None:
-        """A remote folder: fetch the work other processes committed (no-op for a local folder)."""
+    def pull(self, full: bool = False, files: tuple[str, ...] = ()) -> None:
+        """A remote folder: read the markers other processes committed, and download the files they
+        name under the folders ``files`` (others come when their path is asked for). No-op locally."""
         if self.remote is not None:
             from datapipe.engine import remote_folder
 
-            remote_folder.pull(self.root, self.remote, full=full)
+            remote_folder.pull(self.root, self.remote, full=full, files=files)
 
     def publish(self, *names: str) -> None:
         """A remote folder: upload files the driver wrote (run.json, stats.duckdb, the manifest)."""

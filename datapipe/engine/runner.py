@@ -144,7 +144,7 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
     from datapipe.stats import build_stats
 
     started = time.perf_counter()
-    folder.pull()
+    folder.pull(files=("docs/", "rejected/"))  # statistics read every kept and rejected document
     counts = collect_counts(folder, spec)
     with fault_scope("stats", "build"):
         build_stats(folder, spec, counts)
