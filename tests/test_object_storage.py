@@ -177,6 +177,22 @@ def test_kill_and_resume_on_s3_from_the_store_alone(s3, runs, tmp_path: Path, ki
     assert run["counts"] == remote.run["counts"]
 
 
+def test_ray_run_on_s3_equals_the_in_process_run(s3, runs, tmp_path: Path) -> None:
+    """Tasks in Ray workers commit to the store themselves (their own uploads and markers)."""
+    _, remote, _ = runs
+    pipe = pipeline_file(tmp_path, f"s3://{BUCKET}/data", f"s3://{BUCKET}/runs/ray")
+    proc = datapipe("run", str(pipe), "--num-cpus", "2", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(s3.get_object(Bucket=BUCKET, Key="runs/ray/run.json")["Body"].read())
+    assert run["counts"] == remote.run["counts"]
+    assert {i["path"] for i in run["inputs"]} == {f"s3://{BUCKET}/data/{f.name}" for f in DATA.glob("*.jsonl")}
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="runs/ray/_work/markers/map0/")["Contents"]
+    markers = [json.loads(s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()) for o in listed]
+    assert markers and all(m["node"] != "local" and m["files"] for m in markers)  # committed by Ray workers
+    assert fingerprint(download_run(s3, "runs/ray", tmp_path / "ray")) == \
+        fingerprint(download_run(s3, "runs/full", tmp_path / "full"))
+
+
 def test_clear_errors_for_unusable_remote_paths(s3, tmp_path: Path) -> None:
     scheme = datapipe("validate", str(pipeline_file(tmp_path / "a", "nosuch://bucket/data", "out")))
     assert scheme.returncode == 2 and "Traceback" not in scheme.stderr

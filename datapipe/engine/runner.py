@@ -32,6 +32,7 @@ from datapipe.engine.run_lock import RunLock
 from datapipe.models import cache_dir
 from datapipe.run_identity import config_changes, resource_changes
 from datapipe.stages.base import ShuffledGlobalStage
+from datapipe.storage import remote_of
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
 
@@ -482,7 +483,7 @@ def _record_input_hashes(folder: RunFolder, spec: RunSpec, inputs: list[dict[str
         marker = folder.read_marker("map0", shard.key) or {}
         hashed = marker.get("inputs") or ([marker["input"]] if "input" in marker else [])  # "input": older runs
         for h in hashed:
-            entry = by_path.get(str(Path(h["path"]).resolve()))
+            entry = by_path.get(remote_of(h["path"]) or str(Path(h["path"]).resolve()))
             if entry is not None:
                 entry["sha256"] = h["sha256"]
 
@@ -492,7 +493,8 @@ def _input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
     for source, files in pipeline.inputs.items():
         for path, fmt in files:
             st = path.stat()
-            listing.append({"source": source, "path": str(path.resolve()), "format": fmt, "bytes": st.st_size,
+            # an input in object storage by its URI: the same on every machine, whatever its mirror path
+            listing.append({"source": source, "path": remote_of(path) or str(path.resolve()), "format": fmt, "bytes": st.st_size,
                             "mtime": int(st.st_mtime)})
     return listing
 
