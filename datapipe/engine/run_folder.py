@@ -14,6 +14,10 @@ A task's outputs are renamed into place before its marker is written, so a marke
 means "done and durable"; work without a marker is redone on resume. Outputs are read
 only by their final names (``*.parquet``, ``*.arrow``, markers by name), never by a
 temporary one, and the driver sweeps temporary files of killed processes under its lock.
+
+A run folder in object storage (``s3://bucket/run``) is this layout in a local mirror, committed
+to the store by the markers, which then name the files their task uploaded: see
+``engine/remote_folder.py``.
 """
 
 from __future__ import annotations
