@@ -175,6 +175,11 @@ def test_kill_and_resume_on_s3_from_the_store_alone(s3, runs, tmp_path: Path, ki
     run = json.loads((on_s3 / "run.json").read_text())
     assert run["status"] == "complete" and run["attempts"] == 2
     assert run["counts"] == remote.run["counts"]
+    if kill_at == "pack:1":  # a complete run started again from an empty mirror: no task redone
+        shutil.rmtree(mirror_of(uri))
+        again = datapipe("run", str(pipe), "--in-process", "--no-progress")
+        assert again.returncode == 0 and "already done" in again.stderr, again.stderr
+        assert fingerprint(download_run(s3, key, tmp_path / "again")) == fingerprint(want)
 
 
 def test_ray_run_on_s3_equals_the_in_process_run(s3, runs, tmp_path: Path) -> None:
