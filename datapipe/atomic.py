@@ -32,6 +32,7 @@ TMP_MARK = ".tmp-"
 TEMP_NAME = re.compile(r"\.tmp-\d+-[0-9a-f]{8}")
 
 _fault_task: str | None = None  # "<phase>:<task>" of the task writing now (see fault_scope)
+_written: list[Path] | None = None  # final paths written while recording_writes is active
 
 
 def temp_path_for(path: Path) -> Path:
@@ -60,6 +61,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         if tmp.exists():
             _fsync_file(tmp)
             os.replace(tmp, final)
+            note_written(final)
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -96,6 +98,25 @@ def sweep_temp_files(root: Path) -> int:
                 dirs.remove(name)
                 removed += 1
     return removed
+
+
+@contextlib.contextmanager
+def recording_writes() -> Iterator[list[Path]]:
+    """Collect the final path of every file written atomically meanwhile: the files a task wrote,
+    which a run folder in object storage uploads and names in the task's marker (engine/remote_folder.py).
+    One task runs at a time in a process (Ray workers, in-process runs), so one list suffices."""
+    global _written
+    previous, _written = _written, []
+    try:
+        yield _written
+    finally:
+        _written = previous
+
+
+def note_written(path: Path) -> None:
+    """Record a finished file (a writer that renames its temporary file itself calls this)."""
+    if _written is not None:
+        _written.append(Path(path))
 
 
 @contextlib.contextmanager

@@ -15,6 +15,34 @@ def _fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+class _RunDir(click.ParamType):
+    """A run folder to read: a path, or a URI (s3://bucket/run) whose small files are fetched to a local mirror."""
+
+    name = "run_dir"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        from datapipe.storage import StorageError, local_run_dir
+
+        try:
+            return local_run_dir(str(value))
+        except StorageError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _Output(click.ParamType):
+    """A run folder to write: a path, or a URI kept as written (engine/remote_folder.py)."""
+
+    name = "output"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Path | str:
+        from datapipe.storage import is_uri
+
+        return str(value) if is_uri(str(value)) else Path(str(value))
+
+
+RUN_DIR = _RunDir()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="datapipe")
 def main() -> None:
@@ -30,8 +58,9 @@ def main() -> None:
 
 @main.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path),
-              help="Run folder (default: the pipeline's `output`, or out/<name> beside the pipeline file).")
+@click.option("--output", "-o", type=_Output(),
+              help="Run folder, a path or s3:// gs:// hdfs:// URI (default: the pipeline's `output`, or "
+                   "out/<name> beside the pipeline file).")
 @click.option("--ray-address", metavar="ADDR",
               help="Join a running Ray cluster (e.g. 10.0.0.1:6379 or 'auto') instead of starting one on this "
                    "machine. The run folder must be on storage every node can read and write.")
@@ -41,7 +70,7 @@ def main() -> None:
 @click.option("--in-process", is_flag=True,
               help="Run every task in this process, one after another, without starting Ray: for small jobs, "
                    "where Ray's start-up (seconds) would dominate. Same outputs.")
-def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: int | None, fresh: bool,
+def run(pipeline: Path, output: Path | str | None, ray_address: str | None, num_cpus: int | None, fresh: bool,
         no_progress: bool, in_process: bool) -> None:
     """Run PIPELINE (a YAML file) and write everything into one run folder.
 
@@ -62,6 +91,7 @@ def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: 
     from datapipe.engine.run_folder import RunFolderError
     from datapipe.engine.runner import PipelineError, RunInterrupted, run_pipeline
     from datapipe.models import ModelUnavailable
+    from datapipe.storage import StorageError
 
     if in_process and (ray_address or num_cpus):
         _fail("--in-process runs without Ray: it cannot be combined with --ray-address or --num-cpus")
@@ -76,7 +106,7 @@ def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: 
         _fail(str(exc), code=130)  # 128 + SIGINT, as shells report an interrupted command
     except KeyboardInterrupt:  # before the run folder was known (reading the pipeline file)
         _fail("interrupted before the run started", code=130)
-    except (PipelineError, RunFolderError, ModelUnavailable) as exc:
+    except (PipelineError, RunFolderError, ModelUnavailable, StorageError) as exc:
         _fail(str(exc), code=1)
     print_summary(result)
 
@@ -108,7 +138,7 @@ def validate(pipeline: Path) -> None:
 
 
 @main.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run_dir", type=RUN_DIR)
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="table for people, csv or json (one object per row, JSON Lines) for other tools.")
@@ -135,7 +165,7 @@ def sql(run_dir: Path, query: str, fmt: str) -> None:
 
 
 @main.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run_dir", type=RUN_DIR)
 @click.argument("doc_id")
 def explain(run_dir: Path, doc_id: str) -> None:
     """Show every signal of document DOC_ID in RUN_DIR and the stage and rule that kept or dropped it.
@@ -154,7 +184,7 @@ def explain(run_dir: Path, doc_id: str) -> None:
 
 
 @main.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run_dir", type=RUN_DIR)
 @click.option("--budget", metavar="TOKENS",
               help="Training token budget (e.g. 300M, 2.5B): print the sampling ratio each source needs.")
 def stats(run_dir: Path, budget: str | None) -> None:
@@ -295,7 +325,7 @@ def train_classifier(positive: tuple[str, ...], negative: tuple[str, ...], run_d
 
 
 @main.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run_dir", type=RUN_DIR)
 @click.option("--html", "html_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The HTML file to write.")
 def report(run_dir: Path, html_file: Path) -> None:

@@ -30,6 +30,7 @@ from datapipe.config_models import (  # the sections lower layers take (why apar
 )
 from datapipe.input_names import input_name
 from datapipe.limits import ReadLimits
+from datapipe.storage import StorageError, fetch, glob_files, is_uri, mirror_of
 
 __all__ = ["ConfigError", "Pipeline", "PipelineConfig", "SourceConfig", "SplitConfig", "TokenizeConfig",
            "build_pipeline", "load_pipeline", "read_yaml", "yaml_error_text"]
@@ -77,7 +78,10 @@ class Pipeline:
         path = Path(p).expanduser()
         return path if path.is_absolute() else (self.base_dir / path)
 
-    def default_output(self) -> Path:
+    def default_output(self) -> Path | str:
+        """The run folder: a path (relative to the pipeline file), or a URI such as s3://bucket/run."""
+        if self.config.output and is_uri(self.config.output):
+            return self.config.output
         return self.resolve(self.config.output or f"out/{self.config.name}")
 
     def normalized(self) -> dict[str, Any]:
@@ -212,13 +216,22 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
         files: list[Path] = []
         pattern_of: dict[Path, str] = {}  # the first pattern that matched each file names it in ids
         for j, pattern in enumerate(src.paths):
-            resolved = str(pipeline.resolve(pattern))
-            matched = sorted(Path(m) for m in glob.glob(resolved, recursive=True))
-            matched = [m for m in matched if m.is_file()
-                       or m.is_dir() and (src.format or infer_format(m, src.kind)) in DIRECTORY_FORMATS]
+            if is_uri(pattern):  # object storage: matched there, read from local mirror copies
+                try:
+                    resolved = str(mirror_of(pattern))
+                    matched = [fetch(f) for f in glob_files(pattern)]
+                except StorageError as exc:
+                    problems.append(f"sources[{i}].paths[{j}]: {exc}")
+                    continue
+            else:
+                resolved = str(pipeline.resolve(pattern))
+                matched = sorted(Path(m) for m in glob.glob(resolved, recursive=True))
+                matched = [m for m in matched if m.is_file()
+                           or m.is_dir() and (src.format or infer_format(m, src.kind)) in DIRECTORY_FORMATS]
             if not matched:
                 problems.append(f"sources[{i}].paths[{j}]: {pattern!r} matches no file "
-                                f"(resolved against {pipeline.base_dir})")
+                                + ("in object storage" if is_uri(pattern) else
+                                   f"(resolved against {pipeline.base_dir})"))
             files.extend(matched)
             for m in matched:
                 pattern_of.setdefault(m, resolved)

@@ -111,14 +111,25 @@ def _parquet_dataset(folder: Path) -> Any:
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
+    from datapipe import storage
     from datapipe.schema import BASE_SCHEMA
 
-    files = sorted(str(p) for p in folder.glob("**/*.parquet") if TMP_MARK not in p.name and p.is_file())
+    fs = None
+    uri = storage.remote_of(folder)
+    if uri is not None:  # a run folder in object storage: the text is read from the store, in place
+        try:
+            fs, _ = storage.resolve(uri)
+            files = [storage.resolve(f.uri)[1] for f in storage.list_files(uri)
+                     if f.uri.endswith(".parquet") and TMP_MARK not in f.uri.rsplit("/", 1)[-1]]
+        except storage.StorageError as exc:
+            raise AuditError(str(exc)) from None
+    else:
+        files = sorted(str(p) for p in folder.glob("**/*.parquet") if TMP_MARK not in p.name and p.is_file())
     if not files:
         return BASE_SCHEMA.empty_table()
     try:
-        schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
-        return ds.dataset(files, schema=schema, format="parquet")
+        schema = pa.unify_schemas([pq.read_schema(f, filesystem=fs) for f in files], promote_options="permissive")
+        return ds.dataset(files, schema=schema, format="parquet", filesystem=fs)
     except (OSError, pa.ArrowException) as exc:
         raise AuditError(f"cannot read the Parquet files in {folder}: {_first_line(exc)}") from None
 

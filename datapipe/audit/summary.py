@@ -31,7 +31,9 @@ def print_summary(result: RunResult, console: Console | None = None) -> None:
                                                     if result.skipped_tasks else "")
     console.print(f"{counts['documents']:,} documents in = {counts['kept']:,} kept + {counts['rejected']:,} "
                   f"rejected ({ran}).")
-    root = result.root
+    from datapipe.storage import remote_of
+
+    root = remote_of(result.root) or result.root  # a run folder in object storage by its URI
     console.print(f"\nOutputs in {root}:\n  docs/  rejected/  shards/  stats.duckdb  run.json")
     console.print(f"Try:\n  datapipe sql {root} \"select stage, reason, count(*) as n from documents "
                   f"group by all order by n desc\"", soft_wrap=True)

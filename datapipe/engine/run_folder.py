@@ -14,6 +14,10 @@ A task's outputs are renamed into place before its marker is written, so a marke
 means "done and durable"; work without a marker is redone on resume. Outputs are read
 only by their final names (``*.parquet``, ``*.arrow``, markers by name), never by a
 temporary one, and the driver sweeps temporary files of killed processes under its lock.
+
+A run folder in object storage (``s3://bucket/run``) is this layout in a local mirror, committed
+to the store by the markers, which then name the files their task uploaded: see
+``engine/remote_folder.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from datapipe.atomic import is_temp_name, sweep_temp_files, write_text_atomic
+from datapipe import storage
+from datapipe.atomic import is_temp_name, sweep_temp_files, write_bytes_atomic, write_text_atomic
 
 MANAGED = ("docs", "rejected", "shards", "_work", "stats.duckdb", "run.json")
 LOCK_FILE = ".datapipe.lock"  # never deleted, not even by --fresh: see run_lock.py
@@ -35,8 +40,16 @@ class RunFolderError(RuntimeError):
 
 
 class RunFolder:
-    def __init__(self, root: Path) -> None:
-        self.root = root.resolve()
+    def __init__(self, root: Path | str) -> None:
+        # A URI (s3://bucket/run) is worked on in its local mirror and committed to the store by
+        # markers (engine/remote_folder.py); ``remote`` is that URI, None for a local folder.
+        self.root = (storage.mirror_of(str(root)) if storage.is_uri(root) else Path(root)).resolve()
+        self.remote = storage.remote_of(self.root)
+
+    @property
+    def location(self) -> str:
+        """The run folder as the user named it (the URI of a remote one), for messages."""
+        return self.remote or str(self.root)
 
     # --- layout -------------------------------------------------------------
     @property
@@ -56,33 +69,42 @@ class RunFolder:
         return self.root / "shards"
 
     def docs_file(self, shard_key: str) -> Path:
-        return self.root / "docs" / f"{shard_key}.parquet"
+        return self._local(self.root / "docs" / f"{shard_key}.parquet")
 
     def reject_file(self, shard_key: str, position: int, stage: str) -> Path:
-        return self.root / "rejected" / f"{shard_key}.{position:02d}-{stage}.parquet"
+        return self._local(self.root / "rejected" / f"{shard_key}.{position:02d}-{stage}.parquet")
 
     def map_output(self, segment: int, shard_key: str) -> Path:
-        return self.work / f"map{segment}" / f"{shard_key}.parquet"
+        return self._local(self.work / f"map{segment}" / f"{shard_key}.parquet")
 
     def decisions_file(self, segment: int, shard_key: str) -> Path:
-        return self.work / f"reduce{segment}" / f"{shard_key}.parquet"
+        return self._local(self.work / f"reduce{segment}" / f"{shard_key}.parquet")
 
     def shuffle_file(self, segment: int, shard_key: str) -> Path:
-        return self.work / f"shuffle{segment}" / f"{shard_key}.parquet"
+        return self._local(self.work / f"shuffle{segment}" / f"{shard_key}.parquet")
 
     def partition_output(self, segment: int, partition: int, round: int = 0) -> Path:
         name = f"{partition:05d}.parquet" if round == 0 else f"r{round}-{partition:05d}.parquet"
-        return self.work / f"reduce{segment}-parts" / name
+        return self._local(self.work / f"reduce{segment}-parts" / name)
 
     def forward_file(self, segment: int, round: int, partition: int) -> Path:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
-        return self.work / f"shuffle{segment}-r{round}" / f"{partition:05d}.parquet"
+        return self._local(self.work / f"shuffle{segment}-r{round}" / f"{partition:05d}.parquet")
 
     def state_file(self, segment: int) -> Path:
-        return self.work / f"reduce{segment}-state.parquet"
+        return self._local(self.work / f"reduce{segment}-state.parquet")
 
     def tokens_file(self, shard_key: str) -> Path:
-        return self.work / "tokens" / f"{shard_key}.arrow"
+        return self._local(self.work / "tokens" / f"{shard_key}.arrow")
+
+    def _local(self, path: Path) -> Path:
+        """A path of a task's output; in a remote folder, fetched first if a committed marker names it
+        and it is not here (every read of another task's output asks for its path here)."""
+        if self.remote is None:
+            return path
+        from datapipe.engine import remote_folder
+
+        return remote_folder.fetch(self.root, self.remote, path)
 
     def marker(self, phase: str, task: str) -> Path:
         return self.work / "markers" / phase / f"{task}.json"
@@ -97,8 +119,32 @@ class RunFolder:
         except ValueError:
             return None  # a marker is written atomically; an unreadable one means redo
 
-    def write_marker(self, phase: str, task: str, data: dict[str, Any]) -> None:
-        write_text_atomic(self.marker(phase, task), json.dumps(data, sort_keys=True))
+    def write_marker(self, phase: str, task: str, data: dict[str, Any], written: list[Path] | None = None) -> None:
+        """``written``: the files the task wrote; a remote folder uploads them before the marker."""
+        if self.remote is None:
+            write_text_atomic(self.marker(phase, task), json.dumps(data, sort_keys=True))
+            return
+        from datapipe.engine import remote_folder
+
+        rel = self.marker(phase, task).relative_to(self.root).as_posix()
+        write_bytes_atomic(self.marker(phase, task),
+                           remote_folder.commit(self.root, self.remote, rel, data, list(written or [])))
+
+    def pull(self, full: bool = False, files: tuple[str, ...] = ()) -> None:
+        """A remote folder: read the markers other processes committed, and download the files they
+        name under the folders ``files`` (others come when their path is asked for). No-op locally."""
+        if self.remote is not None:
+            from datapipe.engine import remote_folder
+
+            remote_folder.pull(self.root, self.remote, full=full, files=files)
+
+    def publish(self, *names: str) -> None:
+        """A remote folder: upload files the driver wrote (run.json, stats.duckdb, the manifest)."""
+        if self.remote is not None:
+            from datapipe.engine import remote_folder
+
+            for name in names:
+                remote_folder.publish(self.root, self.remote, name)
 
     # --- lifecycle ----------------------------------------------------------
     def load_run_json(self) -> dict[str, Any] | None:
@@ -108,12 +154,18 @@ class RunFolder:
 
     def save_run_json(self, data: dict[str, Any]) -> None:
         write_text_atomic(self.run_json, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        self.publish("run.json")
 
     def is_run_folder(self) -> bool:
         return self.run_json.is_file()
 
     def check_usable(self) -> None:
         """Refuse to write into a non-empty folder that is not a datapipe run: it may be the user's data."""
+        if self.remote is not None:
+            from datapipe.engine import remote_folder
+
+            remote_folder.check_usable(self.remote, (LOCK_FILE, LOCK_RECORD))
+            return  # the mirror is this folder's own cache: the store decides
         if self.root.exists() and not self.root.is_dir():
             raise RunFolderError(f"output {self.root} exists and is not a folder")
         if self.root.is_dir() and not self.is_run_folder() and any(
@@ -124,6 +176,10 @@ class RunFolder:
     def wipe(self) -> None:
         """Delete a previous run's outputs (--fresh). Only the names datapipe manages are touched."""
         self.check_usable()
+        if self.remote is not None:
+            from datapipe.engine import remote_folder
+
+            remote_folder.wipe(self.root, self.remote, MANAGED)
         for name in MANAGED:
             p = self.root / name
             if p.is_dir() and not p.is_symlink():
@@ -133,4 +189,9 @@ class RunFolder:
 
     def sweep(self) -> int:
         """Remove temporary files of killed writers anywhere in the folder; only under the run lock."""
-        return sweep_temp_files(self.root)
+        removed = sweep_temp_files(self.root)
+        if self.remote is not None:
+            from datapipe.engine import remote_folder
+
+            removed += remote_folder.sweep(self.remote)
+        return removed

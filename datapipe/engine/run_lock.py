@@ -18,6 +18,14 @@ so every driver takes this lock before it reads or writes anything in the folder
   another host whose heartbeat is younger than ``DATAPIPE_LOCK_STALE_S`` (default 120 s)
   refuses the run even when the OS lock was granted; an older one is taken over. This
   assumes the hosts' clocks agree to well within that time.
+* A run folder in object storage (``s3://...``) has no flock: besides the lock of its local mirror,
+  the driver creates ``<run>/.datapipe.lock.json`` on the store with a *conditional* put
+  (``If-None-Match: *``, which S3 has honoured since 2024), so of two drivers racing for it exactly
+  one succeeds; a record of a dead driver (same rules as above, with the object's modification
+  time as heartbeat) is taken over with ``If-Match`` on its ETag, so two drivers taking over the same
+  dead record cannot both win. Limitation: this needs boto3 and an S3 store that honours the
+  conditions; on other stores (gs://, hdfs://) or without boto3 the record is written and read back
+  after 0.2 s, which narrows but does not close the race of two drivers starting at the same moment.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from datapipe import storage
 from datapipe.atomic import write_text_atomic
 from datapipe.engine.run_folder import LOCK_FILE, LOCK_RECORD, RunFolderError
 
@@ -54,6 +63,7 @@ class RunLock:
         self._fd: int | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._remote: RemoteLock | None = None  # the lock record on the store, for a remote run folder
 
     @property
     def lock_path(self) -> Path:
@@ -96,6 +106,15 @@ class RunLock:
             if mine is None or mine.get("token") != self.token:
                 self.release()
                 raise RunLockedError(self._refusal(mine, "it took the lock at the same moment"))
+        uri = storage.remote_of(self.root)
+        if uri is not None:
+            remote = RemoteLock(uri, self._record(), self.log)
+            try:
+                remote.acquire()
+            except BaseException:
+                self.release()
+                raise
+            self._remote = remote
         self._heartbeat = threading.Thread(target=self._beat, name="datapipe-lock-heartbeat", daemon=True)
         self._heartbeat.start()
 
@@ -104,6 +123,9 @@ class RunLock:
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
             self._heartbeat = None
+        if self._remote is not None:
+            self._remote.release()
+            self._remote = None
         if self._fd is None:
             return
         record = read_record(self.record_path)
@@ -121,7 +143,9 @@ class RunLock:
             try:
                 now = time.time()
                 os.utime(self.record_path, (now, now))
-            except OSError:
+                if self._remote is not None:
+                    self._remote.beat()
+            except (OSError, RuntimeError):
                 pass  # a missed beat only makes a takeover from another host possible sooner
 
     def _record(self) -> dict[str, Any]:
@@ -191,3 +215,118 @@ def _command() -> list[str]:
     if argv and argv[0].endswith(("cli.py", "__main__.py", "datapipe")):
         argv[0] = "datapipe"
     return argv
+
+
+class RemoteLock:
+    """The lock record of a run folder in object storage (see the module doc)."""
+
+    def __init__(self, uri: str, record: dict[str, Any], log: Callable[[str], None]) -> None:
+        self.uri = storage.child(uri, LOCK_RECORD)
+        self.root = uri
+        self.record = record
+        self.log = log
+        self.etag: str | None = None
+        self._s3 = _s3_client() if uri.startswith("s3://") else None
+
+    def _body(self) -> bytes:
+        return (json.dumps(self.record, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+    def _bucket_key(self) -> tuple[str, str]:
+        bucket, _, key = self.uri[len("s3://"):].partition("/")
+        return bucket, key
+
+    def _put(self, **condition: str) -> bool:
+        """Put the record under a condition; False when the store refused it (the condition failed)."""
+        if self._s3 is None:
+            storage.write_bytes(self.uri, self._body())
+            return True
+        from botocore.exceptions import ClientError
+
+        bucket, key = self._bucket_key()
+        try:
+            self.etag = self._s3.put_object(Bucket=bucket, Key=key, Body=self._body(), **condition)["ETag"]
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
+                return False
+            raise storage.StorageError(f"{self.uri}: writing the lock record failed ({code or exc})") from None
+        return True
+
+    def _read(self) -> tuple[dict[str, Any] | None, str | None]:
+        if self._s3 is None:
+            body, etag = storage.read_bytes(self.uri), None
+            f = storage.info(self.uri)
+        else:
+            from botocore.exceptions import ClientError
+
+            bucket, key = self._bucket_key()
+            try:
+                got = self._s3.get_object(Bucket=bucket, Key=key)
+            except ClientError:
+                return None, None
+            body, etag, f = got["Body"].read(), got["ETag"], None
+            mtime = got["LastModified"].timestamp()
+        if body is None:
+            return None, None
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return None, etag
+        if not isinstance(data, dict):
+            return None, etag
+        data["heartbeat"] = mtime if self._s3 is not None else (f.mtime if f else 0.0)
+        return data, etag
+
+    def acquire(self) -> None:
+        for _ in range(3):
+            if self._s3 is not None and self._put(IfNoneMatch="*"):
+                return
+            holder, etag = self._read()
+            if self._s3 is None and holder is None:  # no conditional put: write, then check who won
+                self._put()
+                time.sleep(0.2)
+                mine, _ = self._read()
+                if mine is not None and mine.get("token") == self.record["token"]:
+                    return
+                raise RunLockedError(self._refusal(mine, "it took the lock at the same moment"))
+            if holder is None:
+                continue  # released (or unreadable) just now: try again
+            alive, why = holder_alive(holder, False, Path(self.uri))
+            if alive:
+                raise RunLockedError(self._refusal(holder, why))
+            self.log(f"datapipe: taking over the lock of a driver that is gone ({describe(holder)}; {why})")
+            if self._s3 is None:
+                self._put()
+                return
+            if etag is not None and self._put(IfMatch=etag):
+                return
+        raise RunLockedError(self._refusal(self._read()[0], "another driver took the lock at the same moment"))
+
+    def beat(self) -> None:
+        """Rewrite the record (its modification time is the heartbeat) unless another driver took it."""
+        if self._s3 is None:
+            self._put()
+        elif self.etag is not None and not self._put(IfMatch=self.etag):
+            self.log(f"datapipe: the lock record {self.uri} was taken over by another driver")
+
+    def release(self) -> None:
+        holder, _ = self._read()
+        if holder is not None and holder.get("token") == self.record["token"]:
+            storage.delete(self.uri)
+
+    def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
+        who = describe(holder) if holder else "another process (its lock record is not readable yet)"
+        return (f"run folder {self.root} is in use by another datapipe driver: {who}"
+                + (f" ({why})" if why else "")
+                + ". Only one driver may write a run folder at a time: wait for it to finish or stop it "
+                  f"(a lock record without a heartbeat for {DEFAULT_STALE_S:.0f} s is taken over), "
+                  "or use --output for another folder.")
+
+
+def _s3_client() -> Any:
+    """boto3's S3 client (endpoint from AWS_ENDPOINT_URL, as pyarrow's), or None without boto3."""
+    try:
+        import boto3
+    except ImportError:
+        return None
+    return boto3.client("s3")

@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from datapipe.atomic import fault_scope
+from datapipe.atomic import fault_scope, recording_writes
 from datapipe.config import Pipeline
 from datapipe.engine import tasks
 from datapipe.engine.disk_full import DiskFull, find_disk_full
@@ -33,6 +33,7 @@ from datapipe.engine.run_lock import RunLock
 from datapipe.models import cache_dir
 from datapipe.run_identity import config_changes, resource_changes
 from datapipe.stages.base import ShuffledGlobalStage
+from datapipe.storage import remote_of
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
 
@@ -78,6 +79,7 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
 def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, num_cpus: int | None,
                 fresh: bool, show_progress: bool, log: Callable[[str], None], in_process: bool = False) -> RunResult:
     folder.check_usable()
+    folder.pull(full=True)  # a run folder in object storage: its mirror takes what the store committed
     normalized = pipeline.normalized()
     resources = pipeline.resources()
     inputs = _input_listing(pipeline)
@@ -140,9 +142,11 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
     from datapipe.engine.audit import build_stats, check_conservation, collect_counts
 
     started = time.perf_counter()
+    folder.pull(files=("docs/", "rejected/"))  # statistics read every kept and rejected document
     counts = collect_counts(folder, spec)
     with fault_scope("stats", "build"):
         build_stats(folder, spec, counts)
+    folder.publish("shards/manifest.parquet", "stats.duckdb")
     _fault_point("stats", 1)
     timings["stats"] = round(time.perf_counter() - started, 3)
     check_conservation(folder, counts)
@@ -214,6 +218,7 @@ def _run_phases(result: RunResult, folder: RunFolder, spec: RunSpec, timings: di
         _run_phase(result, folder, f"reduce{segment.index}", [(name, (spec_ref, segment))], _reduce_task,
                    {"num_cpus": stage.resources.num_cpus}, timings, show_progress, "steps", local)
     if spec.tokenizer is not None:
+        folder.pull()
         ranges = pack_ranges(folder, spec)
         assert ranges is not None  # every final map task is done here
         _run_phase(result, folder, "pack", [(r.key, (spec_ref, r)) for r in ranges], _pack_task,
@@ -280,6 +285,7 @@ def _outcomes(fn: Callable, phase: str, todo: list[tuple[str, tuple]], pending: 
 def _run_phase(result: RunResult, folder: RunFolder, phase: str, work: Sequence[tuple[str, tuple]],
                fn: Callable, resources: dict[str, Any], timings: dict[str, float], show_progress: bool,
                unit: str, local: bool = False) -> None:
+    folder.pull()  # markers that tasks on other nodes committed to a remote run folder
     todo = [(key, args) for key, args in work if folder.read_marker(phase, key) is None]
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
@@ -321,10 +327,12 @@ def _fault_env() -> dict[str, Any]:
 
 
 def _with_marker(phase: str, key: str, fn: Callable[[], dict[str, Any]], root: str) -> dict[str, Any]:
-    with fault_scope(phase, key):
+    folder = RunFolder(Path(root))
+    folder.pull()  # a remote run folder: this node fetches what earlier tasks committed
+    with fault_scope(phase, key), recording_writes() as written:
         marker = fn()
         marker["node"] = _node_id()
-        RunFolder(Path(root)).write_marker(phase, key, marker)
+        folder.write_marker(phase, key, marker, written)
     return marker
 
 
@@ -412,7 +420,7 @@ def _record_input_hashes(folder: RunFolder, spec: RunSpec, inputs: list[dict[str
         marker = folder.read_marker("map0", shard.key) or {}
         hashed = marker.get("inputs") or ([marker["input"]] if "input" in marker else [])  # "input": older runs
         for h in hashed:
-            entry = by_path.get(str(Path(h["path"]).resolve()))
+            entry = by_path.get(remote_of(h["path"]) or str(Path(h["path"]).resolve()))
             if entry is not None:
                 entry["sha256"] = h["sha256"]
 
@@ -422,7 +430,8 @@ def _input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
     for source, files in pipeline.inputs.items():
         for path, fmt in files:
             st = path.stat()
-            listing.append({"source": source, "path": str(path.resolve()), "format": fmt, "bytes": st.st_size,
+            # an input in object storage by its URI: the same on every machine, whatever its mirror path
+            listing.append({"source": source, "path": remote_of(path) or str(path.resolve()), "format": fmt, "bytes": st.st_size,
                             "mtime": int(st.st_mtime)})
     return listing
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datapipe.atomic import atomic_path, temp_path_for
+from datapipe.atomic import atomic_path, note_written, temp_path_for
 from datapipe.engine.isolate import Isolator, Step
 from datapipe.engine.pack_plan import PackRange
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
@@ -36,6 +36,7 @@ from datapipe.stages.base import (
     ShuffledGlobalStage,
     Stage,
 )
+from datapipe.storage import ensure_local
 from datapipe.tokenize import TOKENS_TYPE, assign_split, encode_documents
 
 _NULL_STR = pa.scalar(None, pa.string())
@@ -79,6 +80,7 @@ class ParquetSink:
         self._writer.close()
         assert self._tmp is not None
         self._tmp.replace(self.path)
+        note_written(self.path)
 
     def abort(self) -> None:
         if self._writer is not None:
@@ -300,7 +302,7 @@ def _read_piece(spec: RunSpec, folder: RunFolder, shard: Shard, piece: InputRang
     """The documents of one input file, or of one range of it (engine/splits.py)."""
     reader = READERS[piece.format]
     first = _first_record(folder, shard, piece) if not piece.whole else 0
-    file = InputFile(Path(piece.path), piece.input_name, shard.source, spec.limits,
+    file = InputFile(ensure_local(piece.path), piece.input_name, shard.source, spec.limits,
                      start=piece.start, end=piece.end, first_record=first, ranged=not piece.whole)
     for rb in _guarded(reader(file, spec.batch_size), file):
         docs = rb.docs

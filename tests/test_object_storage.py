@@ -1,0 +1,231 @@
+"""Object storage end to end, on a real S3 server on loopback (moto's ThreadedMotoServer).
+
+Inputs and the run folder on S3 give the same outputs as the same pipeline run locally; a driver
+killed mid-run resumes from the store alone (its local mirror deleted) with byte-identical shards
+and the same documents table; `datapipe sql` and the loader read the run folder on S3.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.shared_data import PROJECT_ROOT
+from tests.test_resume import fingerprint
+
+pytestmark = pytest.mark.slow
+
+moto_server = pytest.importorskip("moto.server", reason="needs moto[server] (the test extras)")
+boto3 = pytest.importorskip("boto3")
+
+BUCKET = "datapipe-test"
+DEMO = PROJECT_ROOT / "pipelines" / "demo.yaml"
+DATA = PROJECT_ROOT / "pipelines" / "demo" / "data"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A loopback S3 server with the demo inputs in s3://BUCKET/data/, and the environment to reach it."""
+    from datapipe.models import lid_model_path
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    lid = lid_model_path()  # before the cache moves: the mirrors go to a temporary cache, the model stays
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_DEFAULT_REGION": "us-east-1", "DATAPIPE_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
+           "DATAPIPE_LID_MODEL": str(lid)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        client = boto3.client("s3")
+        client.create_bucket(Bucket=BUCKET)
+        for f in sorted(DATA.glob("*.jsonl")):
+            client.upload_file(str(f), BUCKET, f"data/{f.name}")
+        yield client
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+def pipeline_file(folder: Path, data: str, output: str) -> Path:
+    """The demo pipeline with its inputs under ``data`` (a folder or a URI) and its run folder at ``output``."""
+    cfg = yaml.safe_load(DEMO.read_text(encoding="utf-8"))
+    cfg["sources"][0]["paths"] = [f"{data}/web_zh-*.jsonl"]
+    cfg["sources"][1]["paths"] = [f"{data}/web_en-*.jsonl"]
+    cfg["tokenize"]["tokenizer"] = str(PROJECT_ROOT / "tokenizer" / "demo.json")
+    cfg["output"] = output
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def datapipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "datapipe.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+def download_run(client, prefix: str, to: Path) -> Path:
+    """Every object of a run folder on S3, copied to ``to`` (to compare it with a local run)."""
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/"):
+        for obj in page.get("Contents", []):
+            if obj["Key"].endswith("/"):
+                continue  # a folder marker pyarrow leaves when it deletes a folder's last object
+            target = to / obj["Key"][len(prefix) + 1:]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            client.download_file(BUCKET, obj["Key"], str(target))
+    return to
+
+
+@pytest.fixture(scope="module")
+def runs(s3, tmp_path_factory):
+    """The demo pipeline in process: once all local, once with inputs and run folder on S3."""
+    from datapipe.config import load_pipeline
+    from datapipe.engine.runner import run_pipeline
+
+    tmp = tmp_path_factory.mktemp("runs")
+    local = run_pipeline(load_pipeline(pipeline_file(tmp / "local", str(DATA), str(tmp / "local-out"))),
+                         in_process=True, show_progress=False, log=lambda m: None)
+    remote = run_pipeline(load_pipeline(pipeline_file(tmp / "s3", f"s3://{BUCKET}/data", f"s3://{BUCKET}/runs/full")),
+                          in_process=True, show_progress=False, log=lambda m: None)
+    return local, remote, tmp
+
+
+def test_pipeline_with_every_path_on_s3_equals_the_local_run(s3, runs) -> None:
+    local, remote, tmp = runs
+    assert remote.run["counts"]["documents"] == sum(len(f.read_text().splitlines()) for f in DATA.glob("*.jsonl"))
+    counts = remote.run["counts"]
+    assert counts["documents"] == counts["kept"] + counts["rejected"] > 0  # conservation
+    on_s3 = download_run(s3, "runs/full", tmp / "from-s3")
+    assert json.loads((on_s3 / "run.json").read_text())["status"] == "complete"
+    expected = fingerprint(local.root)
+    assert fingerprint(on_s3) == expected  # shard bytes, docs, rejects, documents table, manifest
+    assert expected["shards"] and expected["documents"]
+
+
+def test_sql_and_loader_read_the_run_folder_on_s3(s3, runs) -> None:
+    from datapipe.loader import PackedDataset
+
+    local, _, tmp = runs
+    query = "select status, stage, reason, count(*) as n from documents group by all order by all"
+    on_s3 = datapipe("sql", f"s3://{BUCKET}/runs/full", query, "--format", "csv")
+    assert on_s3.returncode == 0, on_s3.stderr
+    assert on_s3.stdout == datapipe("sql", str(local.root), query, "--format", "csv").stdout
+    text = datapipe("sql", f"s3://{BUCKET}/runs/full", "select count(*) from kept_docs where length(text) > 0",
+                    "--format", "csv")
+    assert text.returncode == 0, text.stderr  # the text views read the Parquet files on S3 in place
+    assert int(text.stdout.split()[-1]) == local.run["counts"]["kept"]
+    mixture = datapipe("stats", f"s3://{BUCKET}/runs/full")
+    assert mixture.returncode == 0 and "web_zh" in mixture.stdout, mixture.stderr
+    doc = datapipe("sql", str(local.root), "select id from documents where status = 'kept' order by id limit 1",
+                   "--format", "csv").stdout.split()[-1]
+    explained = datapipe("explain", f"s3://{BUCKET}/runs/full", doc)
+    assert explained.returncode == 0 and doc in explained.stdout, explained.stderr
+    assert explained.stdout == datapipe("explain", str(local.root), doc).stdout
+    report = datapipe("report", f"s3://{BUCKET}/runs/full", "--html", str(tmp / "report.html"))
+    assert report.returncode == 0 and "web_zh" in (tmp / "report.html").read_text(encoding="utf-8"), report.stderr
+
+    def rows(source: str) -> list[np.ndarray]:  # remote shards are copied to cache_dir (verified by sha256)
+        ds = PackedDataset(source, backend="numpy", batch_size=4, cache_dir=str(tmp / "shard-cache"))
+        return [b["input_ids"].copy() for _, b in zip(range(6), ds)]
+
+    got, want = rows(f"s3://{BUCKET}/runs/full"), rows(str(local.root))
+    assert len(got) == len(want) == 6
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("kill_at", ["map1:1", "pack:1"])
+def test_kill_and_resume_on_s3_from_the_store_alone(s3, runs, tmp_path: Path, kill_at: str) -> None:
+    from datapipe.storage import mirror_of
+
+    _, remote, tmp = runs
+    uri = f"s3://{BUCKET}/runs/kill-{kill_at.replace(':', '-')}"
+    pipe = pipeline_file(tmp_path, f"s3://{BUCKET}/data", uri)
+    killed = datapipe("run", str(pipe), "--in-process", "--no-progress", env={"DATAPIPE_FAULT_KILL_AT": kill_at})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    key = uri.split("/", 3)[3]
+    assert b'"status": "running"' in s3.get_object(Bucket=BUCKET, Key=f"{key}/run.json")["Body"].read()
+    # Resume on "another machine": no local mirror at all, only what the store holds. An object that
+    # no marker names (an upload of a killed attempt) must be neither trusted nor kept.
+    shutil.rmtree(mirror_of(uri))
+    s3.put_object(Bucket=BUCKET, Key=f"{key}/docs/web_zh/zz-orphan.parquet", Body=b"not a committed output")
+    resumed = datapipe("run", str(pipe), "--in-process", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "taking over the lock of a driver that is gone" in resumed.stderr
+    on_s3 = download_run(s3, key, tmp_path / "from-s3")
+    assert not (on_s3 / "docs" / "web_zh" / "zz-orphan.parquet").exists()
+    want = download_run(s3, "runs/full", tmp_path / "full")
+    assert fingerprint(on_s3) == fingerprint(want)
+    run = json.loads((on_s3 / "run.json").read_text())
+    assert run["status"] == "complete" and run["attempts"] == 2
+    assert run["counts"] == remote.run["counts"]
+    if kill_at == "pack:1":  # a complete run started again from an empty mirror: no task redone
+        shutil.rmtree(mirror_of(uri))
+        again = datapipe("run", str(pipe), "--in-process", "--no-progress")
+        assert again.returncode == 0 and "already done" in again.stderr, again.stderr
+        assert fingerprint(download_run(s3, key, tmp_path / "again")) == fingerprint(want)
+
+
+def test_ray_run_on_s3_equals_the_in_process_run(s3, runs, tmp_path: Path) -> None:
+    """Tasks in Ray workers commit to the store themselves (their own uploads and markers)."""
+    _, remote, _ = runs
+    pipe = pipeline_file(tmp_path, f"s3://{BUCKET}/data", f"s3://{BUCKET}/runs/ray")
+    proc = datapipe("run", str(pipe), "--num-cpus", "2", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(s3.get_object(Bucket=BUCKET, Key="runs/ray/run.json")["Body"].read())
+    assert run["counts"] == remote.run["counts"]
+    assert {i["path"] for i in run["inputs"]} == {f"s3://{BUCKET}/data/{f.name}" for f in DATA.glob("*.jsonl")}
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="runs/ray/_work/markers/map0/")["Contents"]
+    markers = [json.loads(s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()) for o in listed]
+    assert markers and all(m["node"] != "local" and m["files"] for m in markers)  # committed by Ray workers
+    assert fingerprint(download_run(s3, "runs/ray", tmp_path / "ray")) == \
+        fingerprint(download_run(s3, "runs/full", tmp_path / "full"))
+
+
+def test_clear_errors_for_unusable_remote_paths(s3, tmp_path: Path) -> None:
+    scheme = datapipe("validate", str(pipeline_file(tmp_path / "a", "nosuch://bucket/data", "out")))
+    assert scheme.returncode == 2 and "Traceback" not in scheme.stderr
+    assert "nosuch://bucket/data/web_zh-*.jsonl" in scheme.stderr and "unknown storage scheme 'nosuch'" in scheme.stderr
+    bucket = datapipe("run", str(pipeline_file(tmp_path / "b", f"s3://{BUCKET}/data", "s3://no-such-bucket/run")),
+                      "--in-process", "--no-progress")
+    assert bucket.returncode == 1 and "Traceback" not in bucket.stderr
+    assert "s3://no-such-bucket/run: bucket 'no-such-bucket' does not exist" in bucket.stderr
+    missing = datapipe("sql", f"s3://{BUCKET}/runs/never", "select 1")
+    assert missing.returncode == 2 and "no run.json there" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_lock_record_on_s3_refuses_a_second_driver_and_fresh_wipes_the_store(s3, tmp_path: Path, monkeypatch) -> None:
+    from datapipe.engine.run_folder import RunFolder
+    from datapipe.engine.run_lock import RunLock, RunLockedError
+
+    keys = ["lk/run.json", "lk/docs/web/a.parquet", "lk/_work/markers/map0/a.json", "lk/stats.duckdb", "lk/notes.txt"]
+    for key in keys:
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"{}")
+    first = RunFolder(f"s3://{BUCKET}/lk")
+    with RunLock(first.root, log=lambda m: None):
+        # A driver elsewhere has its own mirror (no shared flock): only the conditional put refuses it.
+        monkeypatch.setenv("DATAPIPE_CACHE_DIR", str(tmp_path / "other-machine"))
+        second = RunFolder(f"s3://{BUCKET}/lk")
+        assert second.root != first.root
+        with pytest.raises(RunLockedError, match=f"s3://{BUCKET}/lk is in use by another datapipe driver"):
+            RunLock(second.root, log=lambda m: None).acquire()
+        monkeypatch.undo()
+        first.wipe()  # --fresh: the names datapipe manages go, the user's file stays
+    left = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="lk/")["Contents"])
+    assert [k for k in left if not k.endswith("/")] == ["lk/notes.txt"]  # the lock record is gone too
