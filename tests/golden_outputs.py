@@ -74,7 +74,7 @@ def run_digests(pipeline_file: Path, output: Path) -> dict[str, Any]:
     shards = {p.relative_to(output).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
               for p in sorted((output / "shards").rglob("*")) if p.is_file()}
     with duckdb.connect(str(output / "stats.duckdb"), read_only=True) as con:
-        table = con.execute("SELECT * FROM documents ORDER BY id").to_arrow_table()
+        table = con.sql("SELECT * FROM documents ORDER BY id").to_arrow_table()
     columns = {name: hashlib.sha256(json.dumps(table.column(name).to_pylist(), ensure_ascii=False,
                                                sort_keys=True, default=str).encode()).hexdigest()
                for name in table.column_names}
