@@ -1,6 +1,7 @@
 """Benchmark the streaming loader against a plain numpy memmap read of the same tokens.
 
-    PYTHONPATH=. python bench/loader.py --shards 1000 --rows 16 --configs 8x2048,32x2048,8x4096
+    PYTHONPATH=. python bench/loader.py --shards 1000 --rows 16 --configs 8x2048,32x2048,8x4096 \
+        --repeats 7 --json bench/results/loader.json
 
 For each batch x seq_len it writes a synthetic run (packed shards + manifest) and one flat
 file of the same rows, then measures in one process, on one worker:
@@ -27,20 +28,29 @@ load on the box hits all alike); the ratio of each mode to that repeat's baselin
 as the median and range over repeats, in wall and in CPU time (process_time: steadier on a
 loaded box). ``--rows 256`` makes the data (1 GiB per seq_len) larger than this machine's L3
 cache. Optionally LitData's TokensLoader when it imports. Not a test: it prints a table and ratios.
+
+Through ``bench/_harness.py``: machine, date, commit and load average first; per config the
+tokens-only and the full-sample (``compact``) ratios as median and range over the repeats, in
+CPU time (the figure; targets >= 0.9 and >= 0.8) and in wall time; the noise (load average
+after, the baseline's own spread); ``--json PATH`` writes it all.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from datapipe.loader import PackedDataset
-from datapipe.loader.batch import COMPACT_FIELDS, TOKEN_FIELDS
-from datapipe.shard_format import ShardMeta, file_sha256, write_shard
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import Harness, add_args  # noqa: E402
+from datapipe.loader import PackedDataset  # noqa: E402
+from datapipe.loader.batch import COMPACT_FIELDS, TOKEN_FIELDS  # noqa: E402
+from datapipe.shard_format import ShardMeta, file_sha256, write_shard  # noqa: E402
 
 
 def make_run(root: Path, shards: int, rows: int, seq_len: int, docs_per_row: int, seed: int = 0) -> np.ndarray:
@@ -164,8 +174,10 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
     ds0.load_state_dict(epoch1)
     rows = epoch_rows(ds0, args.rows)
     ratios: dict[str, list] = {m: [] for m in modes}
+    base_runs: list[float] = []
     for _ in range(args.repeats):  # interleaved: one baseline pass, then each mode, per repeat
         base_w, base_c, ref = baseline_pass(mm, rows, seq_len)
+        base_runs.append(base_c)
         for mode, ds in sets.items():
             ds.load_state_dict(epoch1)  # epoch 1 again
             expand = expander(ds, args.expand) if mode == "expand" else None
@@ -174,6 +186,7 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
                 assert np.array_equal(b["input_ids"], ids) and np.array_equal(b["labels"], lab), "not the same rows"
             ratios[mode].append((w / base_w, c / base_c))
     res["ratios"] = {m: np.asarray(v) for m, v in ratios.items()}
+    res["base_cpu_tok_s"] = base_runs
     return res
 
 
@@ -215,40 +228,60 @@ def bench_litdata(tokens: np.ndarray, work: Path, args: argparse.Namespace) -> f
         return f"skipped: litdata failed offline ({type(exc).__name__}: {str(exc)[:120]})"
 
 
+# The two figures the loader is held to (issue 17): label, mode, target.
+TARGETS = (("tokens-only", "tokens", ">= 0.9"), ("full sample (compact)", "compact", ">= 0.8"))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shards", type=int, default=1000)
     p.add_argument("--rows", type=int, default=16, help="rows (packed sequences) per shard")
     p.add_argument("--configs", default="8x2048,32x2048,8x4096", help="batch x seq_len, comma separated")
-    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--docs-per-row", type=int, default=4)
     p.add_argument("--expand", default="none", help="also time compact batches expanded by "
                    "expand_segments on this torch device (cpu, cuda); none: skip")
     p.add_argument("--litdata", action="store_true", help="also try LitData's TokensLoader")
-    args = p.parse_args()
+    args = add_args(p, repeats=5).parse_args()
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
+    h = Harness("loader", args, libs=["numba"], note=(
+        f"{args.shards} shards x {args.rows} rows; ratio = loader / numpy memmap gather of the same rows in the "
+        "same order (tokens only), per interleaved repeat. tokens: input_ids + labels; compact: the full sample a "
+        "trainer consumes, positions/mask built on the device (input_ids, labels, cu_seqlens, num_segments, "
+        "label_end on the host); full / full16: every field on the host (position_ids int32 / int16, loss_mask)"
+        + ("; expand: compact + expand_segments on " + args.expand if args.expand != "none" else "")))
+    results = {}
     with tempfile.TemporaryDirectory(prefix="dp-bench-") as tmp:
         work = Path(tmp)
-        print(f"{args.shards} shards x {args.rows} rows, {args.repeats} interleaved repeats; ratio = loader / numpy "
-              "memmap gather of the same rows in the same order (tokens only), per repeat; median [min-max]\n"
-              "tokens: input_ids + labels; compact: the full sample a trainer consumes with positions/mask built "
-              "on the device (input_ids, labels, cu_seqlens, num_segments, label_end on the host); full: every "
-              "field on the host (position_ids int32, loss_mask); full16: same, position_ids int16"
-              + ("; expand: compact + expand_segments on " + args.expand if args.expand != "none" else "") + "\n")
         for b, L in configs:
+            cfg = f"{b}x{L}"
             r = bench_config(work, args, b, L)
-            print(f"{b} x {L}: first batch {r['first'] * 1e3:.1f} ms; cold epoch Mtok/s tokens "
-                  f"{r['tokens_cold'] / 1e6:.0f}, full {r['full_cold'] / 1e6:.0f}")
+            print(f"{cfg}: first batch {r['first'] * 1e3:.1f} ms; cold epoch Mtok/s tokens "
+                  f"{r['tokens_cold'] / 1e6:.0f}, full {r['full_cold'] / 1e6:.0f}; ratios in CPU time (wall):")
             for mode, rat in r["ratios"].items():
-                print(f"  {mode:>8s}  wall {_fmt(rat[:, 0])}  cpu {_fmt(rat[:, 1])}")
+                print(f"  {mode:>8s}  cpu {_fmt(rat[:, 1])}  (wall {_fmt(rat[:, 0])})")
+            for label, mode, target in TARGETS:
+                h.ratio(f"{cfg} {label} loader / memmap, CPU time", r["ratios"][mode][:, 1].tolist(), target=target)
+            for label, mode, _ in TARGETS:
+                h.ratio(f"{cfg} {label} loader / memmap, wall", r["ratios"][mode][:, 0].tolist())
+            h.figure(f"{cfg} first batch", r["first"] * 1e3, "ms", show=False)
+            h.figure(f"{cfg} memmap baseline Mtok/s (CPU time)", [v / 1e6 for v in r["base_cpu_tok_s"]], "Mtok/s",
+                     show=False)
+            h.noise(f"{cfg} memmap tokens/s (CPU time)", r["base_cpu_tok_s"])
+            results[cfg] = {"first_batch_s": r["first"], "tokens_cold_tok_s": r["tokens_cold"],
+                            "full_cold_tok_s": r["full_cold"],
+                            "ratios_cpu": {m: v[:, 1].tolist() for m, v in r["ratios"].items()},
+                            "ratios_wall": {m: v[:, 0].tolist() for m, v in r["ratios"].items()}}
+            print()
         if args.litdata:
             b, L = configs[0]
             lit_args = argparse.Namespace(**{**vars(args), "batch_size": b, "seq_len": L})
             tokens = np.fromfile(work / f"tokens-{L}.bin", dtype=np.uint16).reshape(-1, L + 1)
             lit = bench_litdata(tokens, work, lit_args)
-            print(f"\nlitdata TokensLoader {b} x {L}: " + (f"{lit / 1e6:.0f} Mtok/s" if isinstance(lit, float) else lit))
-        print("\ntargets: tokens ratio >= 0.9; compact (full sample consumed) >= 0.8; first batch < 1 s with",
+            print(f"litdata TokensLoader {b} x {L}: " + (f"{lit / 1e6:.0f} Mtok/s" if isinstance(lit, float) else lit))
+            results["litdata_tok_s"] = lit
+        print("targets: tokens ratio >= 0.9; compact (full sample consumed) >= 0.8; first batch < 1 s with",
               args.shards, "shards")
+    h.finish(configs=results)
 
 
 if __name__ == "__main__":

@@ -179,3 +179,18 @@ def test_kernels_load_from_numbas_disk_cache(tmp_path):
     assert runs[0].stdout.split() == ["0", "0"] and runs[1].stdout.split() == ["1", "1"]
     files = sorted(p.name for p in tmp_path.rglob("*.nbc"))
     assert len(files) == len(set(files)) and len(files) <= 2
+
+
+def test_compact_fields_with_max_segments_exactly_used(run, kernel_mode):
+    """Rows whose segments fill cu_seqlens to its last column (num_segments == max_segments,
+    no seq_len padding left): the kernel writes starts, then the padding, in two loops that
+    meet at that edge; both must still equal the reference, in every field."""
+    probe = PackedDataset(run, backend="numpy", batch_size=5, seed=2, fields=("num_segments",))
+    most = max(int(b["num_segments"].max()) for b in probe)
+    assert most > 1
+    ds = PackedDataset(run, backend="numpy", batch_size=5, seed=2, fields=COMPACT_FIELDS, max_segments=most,
+                       mask_cross_document=True)
+    assert _check_against_reference(ds) > 0
+    full = [b["cu_seqlens"][b["num_segments"] == most] for b in ds]
+    assert sum(len(c) for c in full) > 0  # the edge case occurred
+    assert all((c[:, -1] == ds.seq_len).all() and (np.diff(c, axis=1) > 0).all() for c in full if len(c))
