@@ -125,8 +125,7 @@ def run_phase(root: Path, phase: str) -> dict:
         seg = spec.segments[int(arg)]
         work = [("reduce", "combine", lambda: tasks.reduce_stage(spec, seg))]
     elif kind == "stats":  # the driver's step: the audit database over every Parquet output (DuckDB)
-        from datapipe.engine.runner import collect_counts
-        from datapipe.stats import build_stats
+        from datapipe.engine.audit import build_stats, collect_counts
 
         work = [("stats", "build", lambda: build_stats(folder, spec, collect_counts(folder, spec),
                                                        memory_mb=int(arg)) or {})]

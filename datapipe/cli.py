@@ -59,11 +59,11 @@ def run(pipeline: Path, output: Path | None, ray_address: str | None, num_cpus: 
     same command is run again. A changed pipeline is refused unless --fresh is given.
     One driver at a time per run folder: a second one is refused, naming the first.
     """
+    from datapipe.audit.summary import print_summary
     from datapipe.config import ConfigError, load_pipeline
     from datapipe.engine.run_folder import RunFolderError
     from datapipe.engine.runner import PipelineError, RunInterrupted, run_pipeline
     from datapipe.models import ModelUnavailable
-    from datapipe.summary import print_summary
 
     if in_process and (ray_address or num_cpus):
         _fail("--in-process runs without Ray: it cannot be combined with --ray-address or --num-cpus")
@@ -127,7 +127,7 @@ def sql(run_dir: Path, query: str, fmt: str) -> None:
     Example:
       datapipe sql out/demo "select stage, reason, count(*) from documents group by all"
     """
-    from datapipe.audit import AuditError, run_query, write_result
+    from datapipe.audit.sql import AuditError, run_query, write_result
 
     try:
         table = run_query(run_dir, query)
@@ -146,8 +146,8 @@ def explain(run_dir: Path, doc_id: str) -> None:
     The same data in SQL:
       datapipe sql RUN "select * from documents where id = 'web_zh/a.jsonl#L3'"
     """
-    from datapipe.audit import AuditError
-    from datapipe.explain import explain as explain_doc
+    from datapipe.audit.explain import explain as explain_doc
+    from datapipe.audit.sql import AuditError
 
     try:
         explain_doc(run_dir, doc_id, sys.stdout)
@@ -166,8 +166,8 @@ def stats(run_dir: Path, budget: str | None) -> None:
     With --budget, each source's sampling ratio: target share x budget / its train tokens
     (above 1: epochs, the source is repeated; below 1: the fraction of it used).
     """
-    from datapipe.audit import AuditError
-    from datapipe.mixture import mixture_report, parse_tokens, print_mixture
+    from datapipe.audit.mixture import mixture_report, parse_tokens, print_mixture
+    from datapipe.audit.sql import AuditError
 
     try:
         tokens = parse_tokens(budget) if budget is not None else None
@@ -275,7 +275,7 @@ def train_classifier(positive: tuple[str, ...], negative: tuple[str, ...], run_d
       datapipe train-classifier --run out/demo --positive "select id, text, lang from kept_docs where source='zh_wiki'" \\
           --negative "select id, text, lang from kept_docs where source='web_zh'"
     """
-    from datapipe.audit import AuditError
+    from datapipe.audit.sql import AuditError
     from datapipe.classify.train import TrainOptions, TrainParams, report_lines
     from datapipe.classify.train import train_classifier as train
 
@@ -305,8 +305,8 @@ def report(run_dir: Path, html_file: Path) -> None:
 
     Charts are inline SVG: the page opens offline, with nothing fetched.
     """
-    from datapipe.audit import AuditError
-    from datapipe.report import write_report
+    from datapipe.audit.report import write_report
+    from datapipe.audit.sql import AuditError
 
     try:
         path = write_report(run_dir, html_file)

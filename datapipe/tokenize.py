@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from datapipe.config import TokenizeConfig
+from datapipe.config_models import TokenizeConfig
 from datapipe.shard_format import token_dtype
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "<|end_of_text|>")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from datapipe.audit import run_query
+from datapipe.audit.sql import run_query
 from datapipe.cli import main
 from datapipe.config import load_pipeline
 from datapipe.engine.runner import run_pipeline

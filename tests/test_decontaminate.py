@@ -289,11 +289,11 @@ def test_check_names_missing_files_formats_and_fields(tmp_path: Path) -> None:
 # --- one pipeline: the view, explain, the report ---------------------------------------------------
 
 def test_pipeline_contamination_view_explain_and_report(ray_local, tmp_path: Path) -> None:
-    from datapipe.audit import reading
+    from datapipe.audit.explain import explain
+    from datapipe.audit.report import build_report
+    from datapipe.audit.sql import reading
     from datapipe.config import load_pipeline
     from datapipe.engine.runner import run_pipeline
-    from datapipe.explain import explain
-    from datapipe.report import build_report
 
     zh = corpus("zh_wikipedia.jsonl")
     docs = [d for d in zh if d["source"].startswith("cmrc2018#DEV_")][:6] + [d for d in zh if "cmrc" not in d["source"]][:4]

@@ -466,8 +466,8 @@ def test_the_common_reader_path_turns_unstorable_values_into_rejects() -> None:
 
 def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from datapipe.engine.audit import collect_counts
     from datapipe.engine.run_folder import RunFolder
-    from datapipe.engine.runner import collect_counts
 
     real = tasks.encode_documents
     for poison in (False, True):

@@ -15,13 +15,13 @@ import duckdb
 import pytest
 from rich.console import Console
 
+from datapipe.audit.summary import print_summary
 from datapipe.config import load_pipeline
 from datapipe.engine import tasks
+from datapipe.engine.audit import build_stats, collect_counts
 from datapipe.engine.plan import make_spec
 from datapipe.engine.run_folder import RunFolder
-from datapipe.engine.runner import RunResult, collect_counts
-from datapipe.stats import build_stats
-from datapipe.summary import print_summary
+from datapipe.engine.runner import RunResult
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 from click.testing import CliRunner
 
+from datapipe.audit.report import Series, hbar_chart, histogram
 from datapipe.cli import main
 from datapipe.config import load_pipeline
 from datapipe.engine.runner import run_pipeline
-from datapipe.report import Series, hbar_chart, histogram
 
 
 class Tags(HTMLParser):

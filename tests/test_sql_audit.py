@@ -19,12 +19,12 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from datapipe.audit import AuditError, connect, run_query
+from datapipe.audit.report import Series, build_report, hbar_chart, text_width
+from datapipe.audit.sql import AuditError, connect, run_query
+from datapipe.audit.summary import print_summary
 from datapipe.cli import main
 from datapipe.config import load_pipeline
 from datapipe.engine.runner import RunResult, run_pipeline
-from datapipe.report import Series, build_report, hbar_chart, text_width
-from datapipe.summary import print_summary
 from tests.conftest import write_pipeline
 from tests.shared_data import PROJECT_ROOT, shared_path
 

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from datapipe.audit.mixture import mixture_report, parse_tokens
 from datapipe.cli import main
 from datapipe.config import load_pipeline
+from datapipe.engine.audit import mixture_view_sql
 from datapipe.engine.runner import run_pipeline
-from datapipe.mixture import mixture_report, parse_tokens
-from datapipe.stats import mixture_view_sql
 
 
 def make_documents(con: duckdb.DuckDBPyConnection, with_tags: bool) -> None:

@@ -133,7 +133,7 @@ def examples_from_files(pattern: str, text_field: str = "text", lang_field: str 
 def examples_from_sql(run_dir: Path, query: str, text_field: str = "text",
                       lang_field: str = "lang") -> Iterator[Example]:
     """Rows of one read-only query over the run (the confined audit connection of ``datapipe sql``)."""
-    from datapipe.audit import run_query
+    from datapipe.audit.sql import run_query
 
     table = run_query(run_dir, query)
     if text_field not in table.column_names:

@@ -23,6 +23,7 @@ from datapipe.atomic import fault_scope
 from datapipe.config import Pipeline
 from datapipe.engine import tasks
 from datapipe.engine.disk_full import DiskFull, find_disk_full
+from datapipe.engine.errors import PipelineError
 from datapipe.engine.pack_plan import PackRange, pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
@@ -34,10 +35,6 @@ from datapipe.run_identity import config_changes, resource_changes
 from datapipe.stages.base import ShuffledGlobalStage
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
-
-
-class PipelineError(RuntimeError):
-    """The run cannot go on; the message says why and what to do."""
 
 
 @dataclass
@@ -146,7 +143,7 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
         result.skipped_tasks = len(_all_tasks(spec, folder))
         log(f"datapipe: every task of {pipeline.name!r} is already done in {folder.root}; rebuilding statistics")
 
-    from datapipe.stats import build_stats
+    from datapipe.engine.audit import build_stats, check_conservation, collect_counts
 
     started = time.perf_counter()
     counts = collect_counts(folder, spec)
@@ -406,66 +403,6 @@ def _fault_point(phase: str, done: int) -> None:
 def _short_error(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[-1][:500] if text else type(exc).__name__
-
-
-# --- counts and conservation ---------------------------------------------------
-
-def _stage_row(stages: dict[int, dict[str, Any]], pos: str | int) -> dict[str, Any]:
-    """The funnel row of a stage position; the one past the last stage is the tokenizer's
-    (it appears only when the tokenizer rejected documents)."""
-    return stages.setdefault(int(pos), {"stage": "tokenize", "in": 0, "skipped": 0, "rejected": {}})
-
-
-def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
-    """Per-stage funnel and per-source totals, from the completion markers."""
-    # "in": documents reaching the stage; "skipped": of those, passed untouched (kind not in its kinds).
-    stages: dict[int, dict[str, Any]] = {0: {"stage": "read", "in": 0, "skipped": 0, "rejected": {}}}
-    for pos in range(1, len(spec.stages) + 1):
-        stages[pos] = {"stage": spec.stage_name(pos), "in": 0, "skipped": 0, "rejected": {}}
-    sources = {s: {"documents": 0, "kept": 0, "tokens": 0} for s in spec.sources}
-    for segment in spec.segments:
-        for shard in spec.shards:
-            m = folder.read_marker(f"map{segment.index}", shard.key)
-            if m is None:
-                raise PipelineError(f"marker missing for map{segment.index} {shard.key}: the run is incomplete")
-            if segment.index == 0:
-                stages[0]["in"] += m["docs_in"]
-                sources[shard.source.name]["documents"] += m["docs_in"]
-            for pos, n in m["stage_in"].items():
-                _stage_row(stages, pos)["in"] += n
-            for pos, n in m.get("stage_skipped", {}).items():
-                _stage_row(stages, pos)["skipped"] += n
-            for pos, reasons in m["rejected"].items():
-                bucket = _stage_row(stages, pos)["rejected"]
-                for reason, n in reasons.items():
-                    bucket[reason] = bucket.get(reason, 0) + n
-            if segment.final:
-                sources[shard.source.name]["kept"] += m["kept"]
-                sources[shard.source.name]["tokens"] += m["tokens"]
-    # The position after the last stage is tokenizing: in the funnel only if the tokenizer raised on
-    # documents (record_error), so ordinary runs show the stages they configured.
-    tokenize = len(spec.stages) + 1
-    if tokenize in stages and not stages[tokenize]["rejected"]:
-        del stages[tokenize]
-    total_in = stages[0]["in"]
-    total_rejected = sum(sum(s["rejected"].values()) for s in stages.values())
-    total_kept = sum(s["kept"] for s in sources.values())
-    return {"documents": total_in, "kept": total_kept, "rejected": total_rejected,
-            "stages": [{"position": p, **s} for p, s in sorted(stages.items())], "sources": sources}
-
-
-def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
-    """Inputs = kept + rejected, each document exactly once: checked on the outputs themselves."""
-    import duckdb
-
-    if counts["documents"] != counts["kept"] + counts["rejected"]:
-        raise PipelineError(f"conservation violated: {counts['documents']} documents read, but "
-                            f"{counts['kept']} kept + {counts['rejected']} rejected")
-    with duckdb.connect(str(folder.stats_db), read_only=True) as con:
-        n, distinct = con.execute("SELECT count(*), count(DISTINCT id) FROM documents").fetchone()
-    if n != counts["documents"] or distinct != n:
-        raise PipelineError(f"conservation violated in the outputs: {counts['documents']} documents read, "
-                            f"{n} rows in documents, {distinct} distinct ids")
 
 
 # --- change detection -------------------------------------------------------------

@@ -49,4 +49,15 @@ from datapipe.loader.order import integer_weights, permute
 from datapipe.loader.shards import ShardPathError
 from datapipe.shard_format import ShardCorrupt
 
+
+def _torch_dataset() -> type[PackedDataset]:
+    from datapipe.loader.torch_adapter import TorchPackedDataset  # imports torch: only when a dataset is built
+
+    return TorchPackedDataset
+
+
+# ``PackedDataset(...)`` builds the torch adapter when torch is installed. The choice is wired
+# here, above both classes, so that dataset.py need not import the adapter that subclasses it.
+PackedDataset.torch_class = staticmethod(_torch_dataset)
+
 __all__ = ["PackedDataset", "ShardCorrupt", "ShardPathError", "StateMismatch", "integer_weights", "permute"]

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 from collections.abc import Callable, Iterator
+from typing import ClassVar
 
 import numpy as np
 
@@ -53,13 +54,16 @@ class PackedDataset:
     ``IterableDataset``); pass ``backend="numpy"`` to get this class regardless.
     """
 
+    # Returns the torch adapter class (importing torch). Set by the package (loader/__init__.py),
+    # which owns both classes: this module never imports the adapter, which subclasses this one.
+    torch_class: ClassVar[Callable[[], type[PackedDataset]] | None] = None
+
     def __new__(cls, *args: object, backend: str = "auto", **kwargs: object) -> PackedDataset:
         # Only a real construction (with arguments) picks the adapter; unpickling calls
         # __new__ with no arguments and must keep the class it was pickled as.
-        if cls is PackedDataset and (args or kwargs) and backend != "numpy" and _torch_installed():
-            from datapipe.loader.torch_adapter import TorchPackedDataset
-
-            cls = TorchPackedDataset
+        if (cls is PackedDataset and (args or kwargs) and backend != "numpy" and PackedDataset.torch_class is not None
+                and _torch_installed()):
+            cls = PackedDataset.torch_class()
         return super().__new__(cls)
 
     def __init__(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from datapipe.config import SourceConfig
+from datapipe.config_models import SourceConfig
 from datapipe.limits import DEFAULT_LIMITS, ReadLimits
 from datapipe.schema import BASE_SCHEMA, doc_id
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from datapipe.config import SOURCE_KINDS
+from datapipe.config_models import SOURCE_KINDS
 from datapipe.decontam.benchmarks import file_format, has_field, items, records
 from datapipe.decontam.index import BenchmarkIndex
 from datapipe.stages.base import CheckContext, Decision, Problem, Stage, StageOptions, kinds_problems

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from datapipe.config import SOURCE_KINDS
+from datapipe.config_models import SOURCE_KINDS
 from datapipe.langcodes import language_problems
 from datapipe.stages.base import (
     CheckContext,

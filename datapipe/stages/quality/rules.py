@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from datapipe.config import read_yaml, yaml_error_text
+from datapipe.config_models import read_yaml, yaml_error_text
 from datapipe.resources import filter_file
 from datapipe.stages.quality.text import Docs
 

@@ -1,9 +1,13 @@
-"""The audit database ``stats.duckdb``: one row per input document, the funnel, the shards, the mixture.
+"""The end of a run: its counts, the audit database ``stats.duckdb``, and the conservation check.
 
-Built from the run's Parquet outputs at the end of a run, into a temporary file that is
+``collect_counts`` sums the funnel and per-source totals from the tasks' markers;
+``build_stats`` writes the database: one row per input document, the funnel, the shards, the
+mixture; ``check_conservation`` checks inputs = kept + rejected on the database itself.
+
+The database is built from the run's Parquet outputs, into a temporary file that is
 renamed into place. Tables (not views over files) so the database stays valid when the
 run folder is moved or copied; views (``funnel``, ``shards``, ``mixture``, ``contamination``) only derive
-from those tables.
+from those tables. Reading it (``datapipe sql``, explain, stats, report) is ``datapipe.audit``'s.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datapipe.atomic import atomic_path, temp_path_for
+from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import RunSpec
 from datapipe.engine.run_folder import RunFolder
 
@@ -198,3 +203,63 @@ def _select(con: Any, files: list[str], ordered: list[tuple[str, str]], status: 
             exprs.append(f'NULL::{ctype} AS "{name}"')
     listing = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
     return f"SELECT {', '.join(exprs)} FROM read_parquet({listing}, union_by_name=true)"
+
+
+# --- counts and conservation ---------------------------------------------------
+
+def _stage_row(stages: dict[int, dict[str, Any]], pos: str | int) -> dict[str, Any]:
+    """The funnel row of a stage position; the one past the last stage is the tokenizer's
+    (it appears only when the tokenizer rejected documents)."""
+    return stages.setdefault(int(pos), {"stage": "tokenize", "in": 0, "skipped": 0, "rejected": {}})
+
+
+def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
+    """Per-stage funnel and per-source totals, from the completion markers."""
+    # "in": documents reaching the stage; "skipped": of those, passed untouched (kind not in its kinds).
+    stages: dict[int, dict[str, Any]] = {0: {"stage": "read", "in": 0, "skipped": 0, "rejected": {}}}
+    for pos in range(1, len(spec.stages) + 1):
+        stages[pos] = {"stage": spec.stage_name(pos), "in": 0, "skipped": 0, "rejected": {}}
+    sources = {s: {"documents": 0, "kept": 0, "tokens": 0} for s in spec.sources}
+    for segment in spec.segments:
+        for shard in spec.shards:
+            m = folder.read_marker(f"map{segment.index}", shard.key)
+            if m is None:
+                raise PipelineError(f"marker missing for map{segment.index} {shard.key}: the run is incomplete")
+            if segment.index == 0:
+                stages[0]["in"] += m["docs_in"]
+                sources[shard.source.name]["documents"] += m["docs_in"]
+            for pos, n in m["stage_in"].items():
+                _stage_row(stages, pos)["in"] += n
+            for pos, n in m.get("stage_skipped", {}).items():
+                _stage_row(stages, pos)["skipped"] += n
+            for pos, reasons in m["rejected"].items():
+                bucket = _stage_row(stages, pos)["rejected"]
+                for reason, n in reasons.items():
+                    bucket[reason] = bucket.get(reason, 0) + n
+            if segment.final:
+                sources[shard.source.name]["kept"] += m["kept"]
+                sources[shard.source.name]["tokens"] += m["tokens"]
+    # The position after the last stage is tokenizing: in the funnel only if the tokenizer raised on
+    # documents (record_error), so ordinary runs show the stages they configured.
+    tokenize = len(spec.stages) + 1
+    if tokenize in stages and not stages[tokenize]["rejected"]:
+        del stages[tokenize]
+    total_in = stages[0]["in"]
+    total_rejected = sum(sum(s["rejected"].values()) for s in stages.values())
+    total_kept = sum(s["kept"] for s in sources.values())
+    return {"documents": total_in, "kept": total_kept, "rejected": total_rejected,
+            "stages": [{"position": p, **s} for p, s in sorted(stages.items())], "sources": sources}
+
+
+def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
+    """Inputs = kept + rejected, each document exactly once: checked on the outputs themselves."""
+    import duckdb
+
+    if counts["documents"] != counts["kept"] + counts["rejected"]:
+        raise PipelineError(f"conservation violated: {counts['documents']} documents read, but "
+                            f"{counts['kept']} kept + {counts['rejected']} rejected")
+    with duckdb.connect(str(folder.stats_db), read_only=True) as con:
+        n, distinct = con.execute("SELECT count(*), count(DISTINCT id) FROM documents").fetchone()
+    if n != counts["documents"] or distinct != n:
+        raise PipelineError(f"conservation violated in the outputs: {counts['documents']} documents read, "
+                            f"{n} rows in documents, {distinct} distinct ids")

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from datapipe.audit import DB_NAME, AuditError, reading
+from datapipe.audit.sql import DB_NAME, AuditError, reading
 
 DECISION = ("id", "source", "kind", "status", "stage", "reason", "detail")
 

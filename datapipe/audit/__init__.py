@@ -1,0 +1,11 @@
+"""Auditing a run: the commands that read a run folder and its ``stats.duckdb`` after the fact.
+
+- ``sql``: the confined, read-only connection every module here opens (``datapipe sql``);
+- ``explain``: one document's signals and the rule that decided it (``datapipe explain``);
+- ``mixture``: the token mixture against the target weights (``datapipe stats``);
+- ``report``: one self-contained HTML page (``datapipe report``);
+- ``summary``: the funnel a finished ``datapipe run`` prints.
+
+The database itself is written at the end of a run by ``datapipe.engine.audit``. This file
+imports nothing, so importing one module of the package does not import the others.
+"""

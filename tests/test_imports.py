@@ -1,0 +1,167 @@
+"""The import graph of ``datapipe/``: no circles, and a loader that stands on its own.
+
+Every ``import`` statement in every module counts, at module level and inside functions alike.
+Some function-level imports exist only to keep start-up fast (the CLI imports the engine when
+``run`` is called, ``engine.audit`` imports DuckDB when it builds the database); they are still
+dependencies: the code cannot run without the other module, and a circle through a lazy import
+is a circle that merely has not bitten yet (it bites as soon as someone moves the import to the
+top, or imports the other side first). So the test does not tell the two apart; imports under
+``if TYPE_CHECKING:`` count too (the annotations still name the other module).
+
+Edges: ``import datapipe.a.b`` and ``from datapipe.a import b`` are an edge to ``datapipe.a.b``
+when that is a module, else to ``datapipe.a`` (``from datapipe.a import name``). Importing
+``datapipe.a.b`` also runs ``datapipe/a/__init__.py``, but that implicit parent import is not an
+edge: counting it would make every package that re-exports its submodules a circle. An explicit
+``from datapipe.a import name`` inside ``datapipe.a.b`` is an edge, so a submodule that imports
+its own package's re-exports is reported. Imports by name string (``importlib.import_module``,
+as the stage registry does) are not statements and are not seen.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "datapipe"
+
+# What the loader may import besides itself and the shard format: the standard library and
+# the array/tensor libraries a training job has anyway (llvmlite is numba's compiler; the
+# kernels ask it for the CPU's features).
+LOADER_THIRD_PARTY = {"numpy", "pyarrow", "torch", "numba", "llvmlite"}
+# datapipe.atomic (write to a temporary name, then rename) is imported by the shard format itself
+# (it writes shards through it), so it comes with the shard format wherever that goes; the loader
+# uses it for its local copies of remote shards. It imports only the standard library (tested).
+LOADER_ALLOWED_DATAPIPE = ("datapipe.loader", "datapipe.shard_format", "datapipe.atomic")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, int]]:
+    """(imported name, line) for every import statement in the module, anywhere in it.
+    Names inside datapipe are resolved to the module they load; others are kept as written."""
+    is_package = path.name == "__init__.py"
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join(package + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.append((sub if sub in modules else base, node.lineno))
+    return found
+
+
+@functools.cache  # parsed once for all the tests
+def _graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], int], dict[str, list[tuple[str, int]]]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    lines: dict[tuple[str, str], int] = {}
+    raw: dict[str, list[tuple[str, int]]] = {}
+    for name, path in modules.items():
+        raw[name] = _imports(name, path, modules)
+        for target, line in raw[name]:
+            if target == name:
+                continue
+            # `import datapipe.a.b.c` where c is a function or class: the longest module prefix
+            while target and target not in modules and target.startswith("datapipe."):
+                target = target.rsplit(".", 1)[0]
+            if target in modules and target != name:
+                graph[name].add(target)
+                lines.setdefault((name, target), line)
+    return graph, lines, raw
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as [a, b, ..., a], or None. Iterative DFS, white/grey/black."""
+    state: dict[str, int] = {}
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        stack: list[tuple[str, list[str]]] = [(start, sorted(graph[start]))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, todo = stack[-1]
+            if not todo:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+                continue
+            nxt = todo.pop(0)
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append((nxt, sorted(graph[nxt])))
+    return None
+
+
+def test_walker_sees_module_and_function_level_imports():
+    graph, _, _ = _graph()
+    # module level
+    assert "datapipe.shard_format" in graph["datapipe.loader.shards"]
+    # function level (the CLI imports the runner inside the `run` command)
+    assert "datapipe.engine.runner" in graph["datapipe.cli"]
+    # the walker finds a cycle when there is one
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_circles():
+    graph, lines, _ = _graph()
+    cycle = _find_cycle(graph)
+    if cycle:
+        paths = _modules()
+        steps = "\n".join(f"  {a} -> {b}  ({paths[a].relative_to(ROOT.parent)}:{lines[(a, b)]})"
+                          for a, b in zip(cycle, cycle[1:]))
+        raise AssertionError(f"import circle in datapipe/:\n{steps}")
+
+
+def test_loader_imports_only_loader_shard_format_and_array_libraries():
+    _, _, raw = _graph()
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    bad = []
+    for name, imports in raw.items():
+        if not name.startswith("datapipe.loader"):
+            continue
+        for target, line in imports:
+            top = target.split(".")[0]
+            if top == "datapipe":
+                if not any(target == a or target.startswith(a + ".") for a in LOADER_ALLOWED_DATAPIPE):
+                    bad.append(f"{name}:{line} imports {target}")
+            elif top not in stdlib and top not in LOADER_THIRD_PARTY:
+                bad.append(f"{name}:{line} imports {target}")
+    assert not bad, "the loader must import only datapipe.loader, datapipe.shard_format and " \
+                    f"stdlib/{'/'.join(sorted(LOADER_THIRD_PARTY))}:\n" + "\n".join(bad)
+
+
+def test_loader_needs_nothing_else_of_datapipe_transitively():
+    """What a training job imports with the loader: the loader, the shard format, and what they import."""
+    graph, _, raw = _graph()
+    reached, todo = set(), [m for m in graph if m.startswith("datapipe.loader")]
+    while todo:
+        m = todo.pop()
+        if m not in reached:
+            reached.add(m)
+            todo.extend(graph[m])
+    outside = sorted(m for m in reached if not any(m == a or m.startswith(a + ".") for a in LOADER_ALLOWED_DATAPIPE))
+    assert not outside, f"the loader reaches {outside}"
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    assert all(t.split(".")[0] in stdlib for t, _ in raw["datapipe.atomic"]), raw["datapipe.atomic"]
+    assert {t.split(".")[0] for t, _ in raw["datapipe.shard_format"]} <= stdlib | LOADER_THIRD_PARTY | {"datapipe"}
