@@ -8,7 +8,8 @@ Input: the shared zh/en corpus (../shared/data/corpus, all four files; ``--docs 
 N documents of a seeded shuffle), dealt round-robin into ``--files`` JSONL files so every task gets
 the same mix. Both sides read those files with ``--workers`` processes:
 
-  datapipe   ``datapipe run`` in a subprocess (embedded Ray, ``--num-cpus workers``):
+  datapipe   ``datapipe run`` in a subprocess (``--num-cpus workers``; ``--mode``: its default executor,
+             which runs a one-map-task run in the driver and any larger one on embedded Ray, or forced):
              langid(zh, en) -> quality(auto) -> dedup(exact) -> minhash(0.7) -> tokenize (demo.json)
   datatrove  bench/_datatrove_pipeline.py in the datatrove venv: LanguageFilter(zh, en) -> Gopher
              repetition -> Gopher quality -> C4 -> FineWeb -> exact dedup (3 blocks) -> MinHash
@@ -112,6 +113,9 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=2, help="input files (= tasks of each side's first step)")
     ap.add_argument("--workers", type=int, default=2, help="processes per side (Ray CPUs / datatrove workers)")
     ap.add_argument("--tokenizer", type=Path, default=ROOT / "tokenizer" / "demo.json")
+    ap.add_argument("--mode", choices=["auto", "ray", "in-process"], default="auto",
+                    help="datapipe's executor: its default (auto: in the driver when the run has one map task), "
+                         "or forced with --ray / --in-process")
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between /proc samples")
     ap.add_argument("--work", type=Path, help="work folder (default: a temporary one, removed after)")
     args = add_args(ap, repeats=3).parse_args()
@@ -152,7 +156,10 @@ def main() -> int:
             out = work / "dp-out"
             shutil.rmtree(out, ignore_errors=True)
             cmd = [sys.executable, "-m", "datapipe.cli", "run", str(work / "pipeline.yaml"), "-o", str(out),
-                   "--num-cpus", str(args.workers), "--no-progress", "--fresh"]
+                   "--no-progress", "--fresh"]
+            # --in-process refuses --num-cpus (no Ray); the others size the embedded Ray (auto: its plan)
+            cmd += ["--in-process"] if args.mode == "in-process" else ["--num-cpus", str(args.workers)]
+            cmd += ["--ray"] if args.mode == "ray" else []
             r = run_tree(cmd, args.interval, env=env, log=work / "datapipe.log")
             if r["rc"] != 0:
                 raise SystemExit(f"datapipe run failed (rc {r['rc']}):\n"
@@ -179,6 +186,10 @@ def main() -> int:
             report("datatrove", r)
             return r
 
+        # Untimed, as `pip install` does for datatrove's venv: byte-compile datapipe. An editable checkout
+        # run under PYTHONDONTWRITEBYTECODE=1 would otherwise compile every module it imports in every
+        # run and every Ray worker (about 5% of a small run's samples).
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "datapipe")], capture_output=True)
         if have_dt and args.stages != "tokenize":  # untimed: datatrove copies lid.176 into its cache once
             subprocess.run([args.datatrove_python, "-c", "import sys; from datatrove.io import "
                             "cached_asset_path_or_download as c; c(sys.argv[1], namespace='lid', subfolder='ft176')",
@@ -218,7 +229,7 @@ def main() -> int:
             for side, k in kept.items():
                 print(f"kept per language, {side}: {dict(sorted(k.items(), key=lambda kv: -kv[1]))} "
                       f"(total {sum(k.values()):,})")
-        h.finish(input_docs=n_docs, input_per_lang=inputs, kept_per_lang=kept, workers=args.workers,
+        h.finish(input_docs=n_docs, input_per_lang=inputs, kept_per_lang=kept, workers=args.workers, mode=args.mode,
                  files=args.files, stages=args.stages, datatrove=dt_version, runs=runs)
     finally:
         if not args.work:

@@ -2,6 +2,7 @@
 
     python bench/startup.py                    # a tiny pipeline (40 demo documents), 3 repeats
     python bench/startup.py --in-process       # also: the tiny pipeline without Ray
+    python bench/startup.py --ray              # also: the tiny pipeline on embedded Ray
     python bench/startup.py --tokenize-only    # also: a tokenize-only run on the shared corpus
 
 Each repeat runs `datapipe run --fresh` in a subprocess and reads the phase timings from the
@@ -59,9 +60,11 @@ def tokenize_only_pipeline(tmp: Path) -> Path:
     return path
 
 
-def timed_run(pipeline: Path, out: Path, num_cpus: int, in_process: bool = False) -> tuple[float, dict[str, float]]:
+def timed_run(pipeline: Path, out: Path, num_cpus: int, in_process: bool = False,
+              ray: bool = False) -> tuple[float, dict[str, float]]:
     cmd = [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out), "--fresh",
-           "--no-progress", *(["--in-process"] if in_process else ["--num-cpus", str(num_cpus)])]
+           "--no-progress", *(["--in-process"] if in_process else ["--num-cpus", str(num_cpus)]),
+           *(["--ray"] if ray else [])]
     started = time.perf_counter()
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -98,6 +101,8 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=40)
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--in-process", action="store_true", help="Also time the tiny pipeline with --in-process (no Ray).")
+    ap.add_argument("--ray", action="store_true", help="Also time the tiny pipeline with --ray (its default is one "
+                    "map task, which runs in the driver).")
     ap.add_argument("--tokenize-only", action="store_true", help="Also time a tokenize-only run of the shared corpus.")
     args = ap.parse_args()
     load = os.getloadavg()
@@ -108,8 +113,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="datapipe-startup-") as tmp_name:
         tmp = Path(tmp_name)
         pipeline = tiny_pipeline(tmp, args.docs)
-        report(f"tiny pipeline ({args.docs} documents)",
+        report(f"tiny pipeline ({args.docs} documents), default (one map task: in the driver)",
                [timed_run(pipeline, tmp / "out", args.num_cpus) for _ in range(args.repeats)])
+        if args.ray:
+            report(f"tiny pipeline ({args.docs} documents), --ray",
+                   [timed_run(pipeline, tmp / "out", args.num_cpus, ray=True) for _ in range(args.repeats)])
         if args.in_process:
             report(f"tiny pipeline ({args.docs} documents), --in-process",
                    [timed_run(pipeline, tmp / "out", args.num_cpus, True) for _ in range(args.repeats)])

@@ -67,11 +67,13 @@ def main() -> None:
 @click.option("--num-cpus", type=click.IntRange(min=1), help="CPUs for the embedded Ray (default: all).")
 @click.option("--fresh", is_flag=True, help="Discard an existing run in the output folder and start over.")
 @click.option("--no-progress", is_flag=True, help="No progress bars (one line per phase instead).")
-@click.option("--in-process", is_flag=True,
-              help="Run every task in this process, one after another, without starting Ray: for small jobs, "
-                   "where Ray's start-up (seconds) would dominate. Same outputs.")
+@click.option("--in-process/--ray", "in_process", default=None,
+              help="--in-process: run every task in this process, one after another, without starting Ray: for "
+                   "small jobs, where Ray's start-up (seconds) would dominate. --ray: use Ray even for one task. "
+                   "Default: in this process when the run has a single map task (a small input), on Ray "
+                   "otherwise. Same outputs either way.")
 def run(pipeline: Path, output: Path | str | None, ray_address: str | None, num_cpus: int | None, fresh: bool,
-        no_progress: bool, in_process: bool) -> None:
+        no_progress: bool, in_process: bool | None) -> None:
     """Run PIPELINE (a YAML file) and write everything into one run folder.
 
     \b

@@ -44,3 +44,36 @@ def test_in_process_run_completes_without_importing_ray(tmp_path: Path) -> None:
     again = subprocess.run([sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out),
                             "--in-process", "--no-progress"], capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0 and "already done" in again.stderr
+
+
+def _two_source_pipeline(tmp_path: Path) -> Path:
+    demo = sorted((ROOT / "pipelines" / "demo" / "data").glob("web_*.jsonl"))[:2]
+    sources = []
+    for i, path in enumerate(demo):
+        (tmp_path / f"d{i}.jsonl").write_text("\n".join(path.read_text(encoding="utf-8").splitlines()[:5]) + "\n",
+                                              encoding="utf-8")
+        sources.append({"name": f"web{i}", "kind": "web", "paths": [f"d{i}.jsonl"]})
+    return write_pipeline(tmp_path, {"name": "t", "sources": sources, "stages": [{"length": {"min_chars": 20}}]})
+
+
+def test_default_runs_a_one_task_run_in_process_and_a_larger_one_on_ray(tmp_path: Path) -> None:
+    """Without --in-process or --ray the driver decides from the plan: one map task leaves Ray
+    nothing to overlap, so it runs here; two sources are two map tasks, so Ray."""
+    from datapipe.config import load_pipeline
+    from datapipe.engine.run_folder import RunFolder
+    from datapipe.engine.runner import _auto_in_process
+
+    two = load_pipeline(_two_source_pipeline(tmp_path))
+    folder = RunFolder(tmp_path / "out")
+    assert not _auto_in_process(two, folder, None, cpus=2)
+    one = two.config.model_copy(update={"sources": two.config.sources[:1]})
+    single = write_pipeline(tmp_path, {"name": "t", "sources": [s.model_dump(exclude_defaults=True) for s in one.sources],
+                                       "stages": [{"length": {"min_chars": 20}}]}, name="one.yaml")
+    assert _auto_in_process(load_pipeline(single), folder, None, cpus=2)
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "datapipe.cli", "run", str(single), "--output", str(tmp_path / "o"),
+                           "--no-progress"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "in this process (no Ray)" in proc.stderr
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["split"]["map_tasks"] == 1

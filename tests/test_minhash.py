@@ -95,3 +95,19 @@ def test_band_keys_follow_lsh_bands(real_docs):
     assert k2[-1, 0] == keys[1, 0] and (k2[-1, 1:] != keys[1, 1:]).all()
     with pytest.raises(ValueError):
         band_keys(sigs, 20, 9)
+
+
+@pytest.mark.parametrize("num_perm,threshold", [(64, 0.05), (128, 0.7), (128, 0.33), (128, 0.9)])
+def test_precomputed_lsh_params_are_datasketchs(num_perm, threshold):
+    """The shipped table (which spares scipy's import) gives what datasketch computes."""
+    from datasketch.lsh import _optimal_param
+
+    from datapipe.dedup.lsh_table import LSH_PARAMS
+
+    assert LSH_PARAMS[(num_perm, threshold)] == tuple(_optimal_param(threshold, num_perm, 0.5, 0.5))
+    assert lsh_params(threshold, num_perm) == LSH_PARAMS[(num_perm, threshold)]
+
+
+def test_lsh_params_outside_the_table_are_computed():
+    assert (100, 0.7) not in __import__("datapipe.dedup.lsh_table", fromlist=["x"]).LSH_PARAMS
+    assert lsh_params(0.7, 100) == (MinHashLSH(0.7, 100).b, MinHashLSH(0.7, 100).r)

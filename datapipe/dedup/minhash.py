@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from datapipe.dedup.lsh_table import LSH_PARAMS
 from datapipe.dedup.shingles import DEFAULT_N, HAVE_NUMBA, shingle_hashes
 
 DEFAULT_NUM_PERM = 128
@@ -145,6 +146,8 @@ def lsh_params(threshold: float = DEFAULT_THRESHOLD, num_perm: int = DEFAULT_NUM
 
 @lru_cache(maxsize=64)
 def _optimal_param_cached(threshold: float, num_perm: int, fpw: float, fnw: float) -> tuple[int, int]:
+    if (fpw, fnw) == (0.5, 0.5) and (known := LSH_PARAMS.get((num_perm, threshold))) is not None:
+        return known  # precomputed: computing imports scipy.integrate (about 1 s and 55 MB per process)
     from datasketch.lsh import _optimal_param  # scipy quad per (b, r): seconds, hence the cache
 
     return tuple(_optimal_param(threshold, num_perm, fpw, fnw))  # type: ignore[return-value]

@@ -32,6 +32,7 @@ from functools import lru_cache
 import numpy as np
 
 from datapipe.text import charclass
+from datapipe.unicode_tables import cached_table
 
 try:  # numba is the default path; the numpy/Python fallback keeps the package importable.
     import numba
@@ -90,6 +91,10 @@ def shingle_hash(b: bytes) -> int:
 @lru_cache(maxsize=1)
 def char_classes() -> np.ndarray:
     """uint8 class per code point (0..0x10FFFF), built from the same rules as ``_TOKEN_RE``."""
+    return cached_table("shingle-classes", 1, np.uint8, _build_char_classes, depends=repr(CJK_RANGES))
+
+
+def _build_char_classes() -> np.ndarray:
     table = np.zeros(0x110000, dtype=np.uint8)
     # isalnum / isdecimal over all code points once (~0.3 s); the regex defines the same sets.
     alnum = np.fromiter((chr(c).isalnum() for c in range(0x110000)), dtype=bool, count=0x110000)
@@ -112,6 +117,10 @@ def norm_table() -> np.ndarray:
     the previous one, expansions such as ligatures, final-sigma capital) is normalized by
     ``unicodedata`` instead; tests check both give ``normalize``'s result.
     """
+    return cached_table("shingle-norm", 1, np.uint32, _build_norm_table)
+
+
+def _build_norm_table() -> np.ndarray:
     cp = np.arange(0x110000, dtype=np.uint32)
     table = cp.copy()
     # Second members of canonical pairs compose with the previous character (NFC_QC = Maybe).

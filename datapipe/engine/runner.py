@@ -53,10 +53,11 @@ class RunInterrupted(PipelineError):
 
 def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: str | None = None,
                  num_cpus: int | None = None, fresh: bool = False, show_progress: bool = True,
-                 log: Callable[[str], None] = print, in_process: bool = False) -> RunResult:
+                 log: Callable[[str], None] = print, in_process: bool | None = False) -> RunResult:
     """Run ``pipeline`` into its run folder. ``in_process`` runs every task in this process, one after
     another, without starting Ray: for small jobs, where Ray's start-up and shutdown (seconds) would
-    dominate. The tasks are the same functions, so the outputs are the same."""
+    dominate. The tasks are the same functions, so the outputs are the same. ``None`` decides per run:
+    in this process when the run has a single map task on the embedded cluster (see ``_auto_in_process``)."""
     folder = RunFolder(output if output is not None else pipeline.default_output())
     folder.check_usable()  # before the lock creates anything in a folder that may be the user's
     try:
@@ -77,7 +78,8 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
 
 
 def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, num_cpus: int | None,
-                fresh: bool, show_progress: bool, log: Callable[[str], None], in_process: bool = False) -> RunResult:
+                fresh: bool, show_progress: bool, log: Callable[[str], None],
+                in_process: bool | None = False) -> RunResult:
     folder.check_usable()
     folder.pull(full=True)  # a run folder in object storage: its mirror takes what the store committed
     normalized = pipeline.normalized()
@@ -123,9 +125,13 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
     result = RunResult(folder.root, run)
     timings: dict[str, float] = dict(run.get("timings", {}))
     needs_work = spec is None or any(folder.read_marker(phase, key) is None for phase, key in _all_tasks(spec, folder))
+    auto_cpus = None
+    if in_process is None:
+        auto_cpus = num_cpus or _local_cpus()
+        in_process = not ray_address and _auto_in_process(pipeline, folder, spec, auto_cpus)
     if in_process and needs_work:
         if spec is None:
-            spec = _plan_for_cluster(pipeline, folder, run, cpus=1)
+            spec = _plan_for_cluster(pipeline, folder, run, cpus=auto_cpus or 1)
         log(f"datapipe: running {pipeline.name!r} in this process (no Ray); output in {folder.root}")
         _run_phases(result, folder, spec, timings, show_progress, local=True)
     elif needs_work:
@@ -178,6 +184,23 @@ def _plan_for_cluster(pipeline: Pipeline, folder: RunFolder, run: dict[str, Any]
     run["split"] = {"target_bytes": target, "cpus": cpus, "map_tasks": len(spec.shards)}
     folder.save_run_json(run)
     return spec
+
+
+def _local_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None, cpus: int) -> bool:
+    """Whether a run without --in-process or --ray should skip Ray: when it has one map task. Ray can
+    only overlap tasks, and one map task leaves nothing to overlap, while embedded Ray's start costs
+    seconds of wall and CPU (seven processes importing Ray: measured 12 s on a loaded 2-core
+    machine) and hundreds of MiB (bench/startup.py, bench/pipeline.py --stages tokenize)."""
+    if spec is None:  # not planned yet: plan as the embedded cluster of ``cpus`` CPUs would
+        spec = make_spec(pipeline, folder.root, cache_dir(), split_target(pipeline, cpus))
+    return len(spec.shards) <= 1
 
 
 def _line_tasks(spec: RunSpec) -> list[Shard]:
