@@ -30,6 +30,30 @@ LOCK_FILE = ".datapipe.lock"  # never deleted, not even by --fresh: see run_lock
 LOCK_RECORD = ".datapipe.lock.json"
 
 
+# Phase names: each is the folder of its completion markers (``_work/markers/<phase>/``) and, for
+# map, shuffle and reduce, of its outputs, so a resumed run finds work by these exact names.
+LINES_PHASE = "lines"  # pre-pass: newlines per JSONL range, for global line numbers
+PACK_PHASE = "pack"
+
+
+def map_phase(segment: int) -> str:
+    return f"map{segment}"
+
+
+def shuffle_phase(segment: int, round: int = 0) -> str:
+    """A shuffle round's phase: round 0 keeps the name runs had before rounds."""
+    return f"shuffle{segment}" if round == 0 else f"shuffle{segment}r{round}"
+
+
+def reduce_phase(segment: int) -> str:
+    return f"reduce{segment}"
+
+
+def partition_key(partition: int) -> str:
+    """The task key (marker name) of one partition of a shuffle round."""
+    return f"{partition:05d}"
+
+
 class RunFolderError(RuntimeError):
     pass
 
@@ -62,24 +86,28 @@ class RunFolder:
         return self.root / "rejected" / f"{shard_key}.{position:02d}-{stage}.parquet"
 
     def map_output(self, segment: int, shard_key: str) -> Path:
-        return self.work / f"map{segment}" / f"{shard_key}.parquet"
+        return self.work / map_phase(segment) / f"{shard_key}.parquet"
 
     def decisions_file(self, segment: int, shard_key: str) -> Path:
-        return self.work / f"reduce{segment}" / f"{shard_key}.parquet"
+        return self.work / reduce_phase(segment) / f"{shard_key}.parquet"
 
     def shuffle_file(self, segment: int, shard_key: str) -> Path:
-        return self.work / f"shuffle{segment}" / f"{shard_key}.parquet"
+        return self.work / shuffle_phase(segment) / f"{shard_key}.parquet"
 
     def partition_output(self, segment: int, partition: int, round: int = 0) -> Path:
-        name = f"{partition:05d}.parquet" if round == 0 else f"r{round}-{partition:05d}.parquet"
-        return self.work / f"reduce{segment}-parts" / name
+        name = f"{partition_key(partition)}.parquet" if round == 0 else f"r{round}-{partition_key(partition)}.parquet"
+        return self.work / f"{reduce_phase(segment)}-parts" / name
 
     def forward_file(self, segment: int, round: int, partition: int) -> Path:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
-        return self.work / f"shuffle{segment}-r{round}" / f"{partition:05d}.parquet"
+        return self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet"
+
+    def scratch_dir(self, segment: int) -> Path:
+        """Spill space of the global stage ending ``segment`` (DuckDB, sorts)."""
+        return self.work / f"{reduce_phase(segment)}-scratch"
 
     def state_file(self, segment: int) -> Path:
-        return self.work / f"reduce{segment}-state.parquet"
+        return self.work / f"{reduce_phase(segment)}-state.parquet"
 
     def tokens_file(self, shard_key: str) -> Path:
         return self.work / "tokens" / f"{shard_key}.arrow"
