@@ -14,7 +14,7 @@ from datapipe.engine.pack_plan import PackRange
 from datapipe.engine.plan import RunSpec
 from datapipe.engine.run_folder import RunFolder
 from datapipe.packing import PackedRows, ShardBuffer, make_packer, shard_meta_for
-from datapipe.shard_format import ShardMeta, file_sha256, write_shard
+from datapipe.shard_format import ShardMeta, file_sha256, manifest_row, write_shard
 
 
 def pack_source(spec: RunSpec, source: str) -> dict[str, Any]:
@@ -51,13 +51,12 @@ def _packing_setup(spec: RunSpec, folder: RunFolder, source: str, split: str, fi
     manifest: list[dict[str, Any]] = []
 
     def emit(rows: PackedRows) -> None:
-        path = folder.shards_dir / source / f"{split}-{first_file + len(manifest):05d}.arrow"
+        path = folder.shard_file(source, split, first_file + len(manifest))
         written = write_shard(path, rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens,
                               shard_meta_for(meta, rows))
-        manifest.append({"path": path.relative_to(folder.root).as_posix(), "source": source, "split": split,
-                         "rows": written.rows, "tokens": written.tokens, "documents": written.documents,
-                         "sha256": file_sha256(path), "tokenizer_fingerprint": info.fingerprint,
-                         "seq_len": cfg.seq_len, "row_len": row_len, "packing": cfg.packing})
+        manifest.append(manifest_row(path.relative_to(folder.root).as_posix(), source, split, written.rows,
+                                     written.tokens, written.documents, file_sha256(path), info.fingerprint,
+                                     cfg.seq_len, row_len, cfg.packing))
 
     return packer, buffer, manifest, emit
 

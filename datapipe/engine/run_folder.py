@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.atomic import is_temp_name, sweep_temp_files, write_text_atomic
+from datapipe.shard_format import MANIFEST_NAME, SHARDS_DIR, shard_file_name
 
-MANAGED = ("docs", "rejected", "shards", "_work", "stats.duckdb", "run.json")
+DOCS_DIR, REJECTED_DIR, WORK_DIR, STATS_DB, RUN_JSON = "docs", "rejected", "_work", "stats.duckdb", "run.json"
+MANAGED = (DOCS_DIR, REJECTED_DIR, SHARDS_DIR, WORK_DIR, STATS_DB, RUN_JSON)
 LOCK_FILE = ".datapipe.lock"  # never deleted, not even by --fresh: see run_lock.py
 LOCK_RECORD = ".datapipe.lock.json"
 
@@ -65,25 +67,41 @@ class RunFolder:
     # --- layout -------------------------------------------------------------
     @property
     def run_json(self) -> Path:
-        return self.root / "run.json"
+        return self.root / RUN_JSON
 
     @property
     def stats_db(self) -> Path:
-        return self.root / "stats.duckdb"
+        return self.root / STATS_DB
 
     @property
     def work(self) -> Path:
-        return self.root / "_work"
+        return self.root / WORK_DIR
 
     @property
     def shards_dir(self) -> Path:
-        return self.root / "shards"
+        return self.root / SHARDS_DIR
+
+    @property
+    def manifest(self) -> Path:
+        return self.shards_dir / MANIFEST_NAME
+
+    def shard_file(self, source: str, split: str, index: int) -> Path:
+        """A packed token shard (shard_format.py names it: the loader needs the name without the engine)."""
+        return self.shards_dir / shard_file_name(source, split, index)
+
+    @property
+    def docs_dir(self) -> Path:
+        return self.root / DOCS_DIR
+
+    @property
+    def rejected_dir(self) -> Path:
+        return self.root / REJECTED_DIR
 
     def docs_file(self, shard_key: str) -> Path:
-        return self.root / "docs" / f"{shard_key}.parquet"
+        return self.docs_dir / f"{shard_key}.parquet"
 
     def reject_file(self, shard_key: str, position: int, stage: str) -> Path:
-        return self.root / "rejected" / f"{shard_key}.{position:02d}-{stage}.parquet"
+        return self.rejected_dir / f"{shard_key}.{position:02d}-{stage}.parquet"
 
     def map_output(self, segment: int, shard_key: str) -> Path:
         return self.work / map_phase(segment) / f"{shard_key}.parquet"
@@ -109,11 +127,19 @@ class RunFolder:
     def state_file(self, segment: int) -> Path:
         return self.work / f"{reduce_phase(segment)}-state.parquet"
 
+    @property
+    def tokens_dir(self) -> Path:
+        return self.work / "tokens"
+
     def tokens_file(self, shard_key: str) -> Path:
-        return self.work / "tokens" / f"{shard_key}.arrow"
+        return self.tokens_dir / f"{shard_key}.arrow"
+
+    @property
+    def markers_dir(self) -> Path:
+        return self.work / "markers"
 
     def marker(self, phase: str, task: str) -> Path:
-        return self.work / "markers" / phase / f"{task}.json"
+        return self.markers_dir / phase / f"{task}.json"
 
     # --- markers ------------------------------------------------------------
     def read_marker(self, phase: str, task: str) -> dict[str, Any] | None:
