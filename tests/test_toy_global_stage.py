@@ -9,6 +9,7 @@ a combine step decides, so both kinds of step run. Nothing in datapipe/engine na
 from __future__ import annotations
 
 import json
+import pickle
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datapipe.config import load_pipeline
+from datapipe.engine.plan import make_spec
 from datapipe.engine.runner import run_pipeline
 from datapipe.stages import (
     CombineStep,
@@ -43,12 +45,20 @@ class ToyOptions(StageOptions):
     combine: bool = False  # True: partitions name the winners, a combine step decides
 
 
+SETUPS: list[str] = []  # one entry per setup() call in this process
+
+
 class LongestPerGroup(GlobalStage):
     name = "toy_longest"
     Options = ToyOptions
     signal_columns = ("toy_group",)
 
+    def setup(self) -> None:
+        SETUPS.append(self.name)
+        self.ready = True
+
     def compute(self, batch: pa.Table) -> pa.Table:
+        assert getattr(self, "ready", False), "the engine computes with a stage it did not set up"
         lang = pc.fill_null(batch["lang"], "?")
         return batch.append_column("toy_group", pc.binary_join_element_wise(batch["source"], lang, "/"))
 
@@ -117,9 +127,11 @@ def test_a_global_stage_from_a_test_module_runs_through_the_engine(toy_stage, tm
         "stages": [{"langid": {}}, {"length": {"min_chars": 60}},
                    {"toy_longest": {"partitions": 3, "combine": combine}}]})
     out = tmp_path / "out"
+    setups = len(SETUPS)
     result = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None,
                           in_process=True)
 
+    assert len(SETUPS) == setups + 1  # once in this process (the worker), for two shards
     phases = [p["phase"] for p in result.phases]
     assert phases == ["map0", "shuffle0", *(["reduce0"] if combine else []), "map1"]
     assert sorted(p.stem for p in (out / "_work" / "markers" / "shuffle0").glob("*.json")) == ["00000", "00001",
@@ -149,3 +161,18 @@ def test_a_global_stage_from_a_test_module_runs_through_the_engine(toy_stage, tm
     funnel = {s["stage"]: s for s in counts["stages"]}
     assert funnel["toy_longest"]["in"] == len(reached)
     assert funnel["toy_longest"]["rejected"] == {"not_longest": len(reached) - len(groups)}
+
+
+def test_workers_receive_validated_options(toy_stage, tmp_path: Path) -> None:
+    """The run spec carries the options objects validated on the driver; they pickle (to Ray workers)
+    as they are, so a worker validates nothing again."""
+    _inputs(tmp_path)
+    pipeline = load_pipeline(write_pipeline(tmp_path, {
+        "name": "toy", "sources": [{"name": "web_zh", "kind": "web", "paths": ["zh.jsonl"]}],
+        "stages": [{"length": {"min_chars": 60}}, {"toy_longest": {"partitions": 2}}]}))
+    spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
+    assert [o for _, o in spec.stage_options] == [o for _, o in pipeline.stage_options]
+    again = pickle.loads(pickle.dumps(spec))
+    assert isinstance(again.stage_options[1][1], ToyOptions) and again.stage_options[1][1].partitions == 2
+    assert again.stages == (("length", pipeline.stage_options[0][1].model_dump(mode="json")),
+                            ("toy_longest", {"partitions": 2, "combine": False}))

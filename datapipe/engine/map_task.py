@@ -141,7 +141,10 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     folder = RunFolder(Path(spec.root))
     stages = [(pos, build_stage(spec, pos)) for pos in segment.stages]
     skips = {pos for pos, st in stages if not st.applies_to(shard.source.kind)}  # passed through, counted
-    compute_global = build_stage(spec, segment.compute_global) if segment.compute_global else None
+    for pos, _ in stages:
+        if pos not in skips:  # the engine's one setup() per stage and worker (a skipped stage loads nothing)
+            build_stage(spec, pos, setup=True)
+    compute_global = build_stage(spec, segment.compute_global, setup=True) if segment.compute_global else None
     partitioned = step_of(compute_global, PartitionStep) if compute_global is not None else None
     out = ShardOutputs(spec, folder, shard, segment, shuffles=partitioned is not None)
     counts = out.counts
@@ -194,7 +197,7 @@ class _Applying:
     def __init__(self, spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> None:
         assert segment.apply_global is not None
         self.position = segment.apply_global
-        self.stage = build_stage(spec, self.position)
+        self.stage = build_stage(spec, self.position, setup=True)
         self.name = spec.stage_name(self.position)
         self.ordinal = shard.ordinal
         self.decisions = _load_decisions(spec, folder, segment, shard)

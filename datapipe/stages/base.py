@@ -136,7 +136,8 @@ class Stage:
         """Called once on the driver before any task: fetch models, fail early with a clear error."""
 
     def setup(self) -> None:
-        """Called once per worker process before the first batch: load models."""
+        """Load models and indexes: called by the engine once per worker process (``build_stage``)
+        before the stage's first batch; code that builds a stage itself calls it before ``compute``."""
 
     def applies_to(self, kind: str) -> bool:
         """Whether documents of this source kind go through the stage (others pass untouched)."""
