@@ -121,6 +121,16 @@ def _inputs(tmp_path: Path) -> dict[str, int]:
 @pytest.mark.parametrize("combine", [False, True])
 def test_a_global_stage_from_a_test_module_runs_through_the_engine(toy_stage, tmp_path: Path,
                                                                    combine: bool) -> None:
+    _run_and_check(tmp_path, combine, in_process=True)
+
+
+def test_the_toy_global_stage_runs_on_ray_too(toy_stage, ray_local, tmp_path: Path) -> None:
+    """Workers know the stage without its registration: the run spec carries its class (by reference
+    to this module, which Ray workers import from the driver's working directory)."""
+    _run_and_check(tmp_path, combine=True, in_process=False)
+
+
+def _run_and_check(tmp_path: Path, combine: bool, in_process: bool) -> None:
     sizes = _inputs(tmp_path)
     pipeline = write_pipeline(tmp_path, {
         "name": "toy", "sources": [{"name": s, "kind": "web", "paths": [f"{s[4:]}.jsonl"]} for s in sizes],
@@ -129,9 +139,10 @@ def test_a_global_stage_from_a_test_module_runs_through_the_engine(toy_stage, tm
     out = tmp_path / "out"
     setups = len(SETUPS)
     result = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None,
-                          in_process=True)
+                          in_process=in_process)
 
-    assert len(SETUPS) == setups + 1  # once in this process (the worker), for two shards
+    if in_process:
+        assert len(SETUPS) == setups + 1  # once in this process (the worker), for two shards
     phases = [p["phase"] for p in result.phases]
     assert phases == ["map0", "shuffle0", *(["reduce0"] if combine else []), "map1"]
     assert sorted(p.stem for p in (out / "_work" / "markers" / "shuffle0").glob("*.json")) == ["00000", "00001",
@@ -172,7 +183,9 @@ def test_workers_receive_validated_options(toy_stage, tmp_path: Path) -> None:
         "stages": [{"length": {"min_chars": 60}}, {"toy_longest": {"partitions": 2}}]}))
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
     assert [o for _, o in spec.stage_options] == [o for _, o in pipeline.stage_options]
+    assert spec.stage_types[1] is LongestPerGroup
     again = pickle.loads(pickle.dumps(spec))
     assert isinstance(again.stage_options[1][1], ToyOptions) and again.stage_options[1][1].partitions == 2
+    assert again.stage_types[1] is LongestPerGroup  # by reference: a worker imports this module for it
     assert again.stages == (("length", pipeline.stage_options[0][1].model_dump(mode="json")),
                             ("toy_longest", {"partitions": 2, "combine": False}))

@@ -73,6 +73,9 @@ class RunSpec:
     # (stage type, its options) in order, validated once on the driver: pydantic models pickle, so
     # workers build stages from them without validating again.
     stage_options: tuple[tuple[str, StageOptions], ...]
+    # Their classes, pickled by reference (module and name): a worker imports the module of a stage
+    # registered only on the driver (register_stage: a plugin, a test) instead of asking its registry.
+    stage_types: tuple[type[Stage], ...]
     segments: tuple[Segment, ...]
     tokenize: TokenizeConfig | None
     tokenizer: TokenizerInfo | None
@@ -109,7 +112,7 @@ def build_stage(spec: RunSpec, position: int, setup: bool = False) -> Stage:
     key = (spec.fingerprint, position)
     if key not in _STAGE_CACHE:
         kind, options = spec.stage_options[position - 1]
-        _STAGE_CACHE[key] = STAGES[kind](options, StageContext(spec.pipeline_dir, spec.cache_dir))
+        _STAGE_CACHE[key] = spec.stage_types[position - 1](options, StageContext(spec.pipeline_dir, spec.cache_dir))
     stage = _STAGE_CACHE[key]
     if setup and key not in _SET_UP:
         stage.setup()
@@ -156,6 +159,7 @@ def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path, target_bytes: int
     return RunSpec(
         root=str(root), pipeline_dir=str(pipeline.base_dir), cache_dir=str(cache_dir),
         fingerprint=pipeline.fingerprint(), batch_size=pipeline.config.batch_size, stage_options=stages,
+        stage_types=tuple(STAGES[kind] for kind, _ in stages),
         segments=plan_segments(list(stages)), tokenize=tok_cfg, tokenizer=tokenizer,
         limits=pipeline.config.limits, shards=tuple(shards),
     )
