@@ -31,6 +31,29 @@ from datapipe.atomic import atomic_path
 FORMAT_VERSION = 1
 META_KEY = b"datapipe.shard"
 
+# --- the manifest: one row per shard file, beside the shards -----------------------------------
+SHARDS_DIR = "shards"  # in the run folder: <run>/shards/<source>/<split>-NNNNN.arrow
+MANIFEST_NAME = "manifest.parquet"  # <run>/shards/manifest.parquet
+MANIFEST_SCHEMA = pa.schema([("path", pa.string()), ("source", pa.string()), ("split", pa.string()),
+                             ("rows", pa.int64()), ("tokens", pa.int64()), ("documents", pa.int64()),
+                             ("sha256", pa.string()), ("tokenizer_fingerprint", pa.string()),
+                             ("seq_len", pa.int64()), ("row_len", pa.int64()), ("packing", pa.string())])
+# The columns a loader needs (manifests of older runs may lack the others).
+MANIFEST_COLUMNS = ("path", "source", "split", "rows", "tokens", "sha256", "tokenizer_fingerprint", "seq_len", "row_len")
+
+
+def shard_file_name(source: str, split: str, index: int) -> str:
+    """A shard file's path under the shards folder: ``<source>/<split>-NNNNN.arrow``."""
+    return f"{source}/{split}-{index:05d}.arrow"
+
+
+def manifest_row(path: str, source: str, split: str, rows: int, tokens: int, documents: int, sha256: str,
+                 tokenizer_fingerprint: str, seq_len: int, row_len: int, packing: str) -> dict[str, object]:
+    """One manifest row (``path`` relative to the run folder), in ``MANIFEST_SCHEMA``'s order."""
+    return {"path": path, "source": source, "split": split, "rows": rows, "tokens": tokens, "documents": documents,
+            "sha256": sha256, "tokenizer_fingerprint": tokenizer_fingerprint, "seq_len": seq_len,
+            "row_len": row_len, "packing": packing}
+
 
 class ShardCorrupt(ValueError):
     """A shard's bytes break the format contract or disagree with the manifest.

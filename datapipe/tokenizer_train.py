@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from datapipe.engine.run_folder import RunFolder
 from datapipe.readers.streams import json_records
 from datapipe.text import charclass
 
@@ -111,7 +112,7 @@ def guess_group(text: str) -> str:
 
 def docs_from_run(run_dir: Path) -> Iterator[Doc]:
     """Kept documents of a run: group ``code`` for code sources, else the ``lang`` column."""
-    files = sorted((Path(run_dir) / "docs").glob("**/*.parquet"))
+    files = sorted(RunFolder(Path(run_dir)).docs_dir.glob("**/*.parquet"))
     if not files:
         raise FileNotFoundError(f"no kept documents in {run_dir}/docs: is it a run folder?")
     for path in files:

@@ -102,6 +102,7 @@ def test_license_stage_tags_all_kinds_and_applies_the_policy() -> None:
     stage = LicenseTagger(LicenseOptions.model_validate({"policy": {"code": {"deny": ["strong_copyleft"]},
                                                                     "paper": {"allow": ["permissive"]}}}),
                           StageContext(".", "."))
+    stage.setup()  # the engine calls it once per worker
     mit = (shared_path("licenses", "choosealicense", "_licenses", "mit.txt").read_text().split("---", 2)[2])
     code = pa.table({
         "kind": ["code"] * 3,

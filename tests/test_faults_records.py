@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datapipe.config import load_pipeline
-from datapipe.engine import tasks
+from datapipe.engine import map_task, tasks
 from datapipe.engine.isolate import StageBroken
 from datapipe.engine.plan import _STAGE_CACHE, make_spec
 from datapipe.stages import STAGES
@@ -418,14 +418,14 @@ def test_two_inputs_that_would_share_a_name_are_a_config_error(tmp_path: Path) -
 
 
 def test_the_tokenizer_raising_on_one_document_rejects_only_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = tasks.encode_documents
+    real = map_task.encode_documents
 
     def encode(texts, info):  # type: ignore[no-untyped-def]
         if any("POISON" in t for t in texts):
             raise RuntimeError("tokenizer cannot encode POISON")
         return real(texts, info)
 
-    monkeypatch.setattr(tasks, "encode_documents", encode)
+    monkeypatch.setattr(map_task, "encode_documents", encode)
     good = good_lines()[:20]
     mixed = good[:7] + [json.dumps({"text": "POISON for the tokenizer"}).encode()] + good[7:]
     _, clean_kept, _ = run_map(tmp_path, "clean", {"a.jsonl": b"\n".join(good)}, [])
@@ -469,14 +469,14 @@ def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(tm
     from datapipe.engine.audit import collect_counts
     from datapipe.engine.run_folder import RunFolder
 
-    real = tasks.encode_documents
+    real = map_task.encode_documents
     for poison in (False, True):
         def encode(texts, info, poison=poison):  # type: ignore[no-untyped-def]
             if poison and any("POISON" in t for t in texts):
                 raise RuntimeError("tokenizer cannot encode POISON")
             return real(texts, info)
 
-        monkeypatch.setattr(tasks, "encode_documents", encode)
+        monkeypatch.setattr(map_task, "encode_documents", encode)
         project = tmp_path / f"funnel-{poison}"
         (project / "data").mkdir(parents=True)
         write_jsonl(project / "data" / "a.jsonl", good_lines()[:4] + [b'{"text":"POISON here"}'])

@@ -21,6 +21,7 @@ def langid() -> LangId:
 
 
 def compute(stage: LangId, texts: list[str]) -> pa.Table:
+    stage.setup()  # as the engine does once per worker (the model is loaded once per process)
     return stage.compute(pa.table({"id": [str(i) for i in range(len(texts))], "text": texts}))
 
 
@@ -112,6 +113,7 @@ def test_thresholds_per_source_kind() -> None:
                                  by_kind={"paper": {"keep": ["en"], "min_score": 0.999}}), StageContext(".", "."))
     texts = ["这是一篇关于卷积神经网络的论文，我们提出了一种新的方法。",
              "We study convolution arithmetic for deep learning and give relationships between sizes."]
+    stage.setup()
     for kind, expected in (("web", [None, None]), ("paper", ["language_not_kept", "low_language_score"])):
         batch = stage.compute(pa.table({"text": texts, "kind": [kind, kind]}))
         assert stage.decide(batch).reason.to_pylist() == expected, kind

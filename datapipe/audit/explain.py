@@ -16,6 +16,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from datapipe.audit.sql import DB_NAME, AuditError, reading
+from datapipe.engine.run_folder import RunFolder
 
 DECISION = ("id", "source", "kind", "status", "stage", "reason", "detail")
 
@@ -82,7 +83,7 @@ def _run_rule_set(run_dir: Path | None, name: str) -> tuple[Any, str | None]:
 
 def _run_json(run_dir: Path) -> dict[str, Any]:
     try:
-        return json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        return json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 

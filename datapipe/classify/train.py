@@ -167,6 +167,7 @@ def identify_languages(examples: list[Example], batch: int = 512) -> list[Exampl
 
     stage = LangId(LangIdOptions(line_fractions=False, script=False), StageContext(".", str(cache_dir())))
     stage.prepare()
+    stage.setup()
     out = list(examples)
     for lo in range(0, len(missing), batch):
         idx = missing[lo:lo + batch]

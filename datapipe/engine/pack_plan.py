@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datapipe.engine.plan import RunSpec
-from datapipe.engine.run_folder import RunFolder
+from datapipe.engine.run_folder import RunFolder, map_phase
 
 SPLITS = ("train", "val")
 # A concat range task packs about this many tokens (whole files): enough to amortize a task,
@@ -54,7 +54,7 @@ def split_token_counts(folder: RunFolder, spec: RunSpec, source: str) -> dict[st
     final = spec.segments[-1].index
     out: dict[str, list[tuple[str, int]]] = {s: [] for s in SPLITS}
     for shard in spec.shards_of(source):
-        marker = folder.read_marker(f"map{final}", shard.key)
+        marker = folder.read_marker(map_phase(final), shard.key)
         if marker is None:
             return None
         counts = marker.get("split_tokens")

@@ -27,7 +27,7 @@ from datapipe.config import Pipeline, SourceConfig, TokenizeConfig
 from datapipe.engine.splits import InputRange, effective_target, file_size, group_pieces, plan_file, task_key
 from datapipe.input_names import input_name
 from datapipe.limits import ReadLimits
-from datapipe.stages import STAGES, Stage, StageContext
+from datapipe.stages import STAGES, Stage, StageContext, StageOptions
 from datapipe.tokenize import TokenizerInfo, load_tokenizer_info
 
 
@@ -70,7 +70,12 @@ class RunSpec:
     cache_dir: str
     fingerprint: str
     batch_size: int
-    stages: tuple[tuple[str, dict[str, Any]], ...]
+    # (stage type, its options) in order, validated once on the driver: pydantic models pickle, so
+    # workers build stages from them without validating again.
+    stage_options: tuple[tuple[str, StageOptions], ...]
+    # Their classes, pickled by reference (module and name): a worker imports the module of a stage
+    # registered only on the driver (register_stage: a plugin, a test) instead of asking its registry.
+    stage_types: tuple[type[Stage], ...]
     segments: tuple[Segment, ...]
     tokenize: TokenizeConfig | None
     tokenizer: TokenizerInfo | None
@@ -78,7 +83,12 @@ class RunSpec:
     shards: tuple[Shard, ...] = field(repr=False)
 
     def stage_name(self, position: int) -> str:
-        return self.stages[position - 1][0]
+        return self.stage_options[position - 1][0]
+
+    @property
+    def stages(self) -> tuple[tuple[str, dict[str, Any]], ...]:
+        """(stage type, options as JSON data): the record of what the run's stages were (stats.duckdb)."""
+        return tuple((kind, opts.model_dump(mode="json")) for kind, opts in self.stage_options)
 
     def shards_of(self, source: str) -> list[Shard]:
         return [s for s in self.shards if s.source.name == source]
@@ -89,26 +99,34 @@ class RunSpec:
 
 
 _STAGE_CACHE: dict[tuple[str, int], Stage] = {}
+_SET_UP: set[tuple[str, int]] = set()
 
 
-def build_stage(spec: RunSpec, position: int) -> Stage:
-    """The stage at ``position`` (1-based; 0 is reading), built once per worker process."""
+def build_stage(spec: RunSpec, position: int, setup: bool = False) -> Stage:
+    """The stage at ``position`` (1-based; 0 is reading), built once per process.
+
+    ``setup``: also load what its work needs (models, indexes: ``Stage.setup()``), once per process.
+    Tasks that run the stage's compute/decide/apply ask for it; the driver, which builds stages only
+    to plan (resources, steps) and ``prepare``, does not, so it loads no model it never uses.
+    """
     key = (spec.fingerprint, position)
     if key not in _STAGE_CACHE:
-        kind, options = spec.stages[position - 1]
-        cls = STAGES[kind]
-        _STAGE_CACHE[key] = cls(cls.Options.model_validate(options), StageContext(spec.pipeline_dir, spec.cache_dir))
-    return _STAGE_CACHE[key]
+        kind, options = spec.stage_options[position - 1]
+        _STAGE_CACHE[key] = spec.stage_types[position - 1](options, StageContext(spec.pipeline_dir, spec.cache_dir))
+    stage = _STAGE_CACHE[key]
+    if setup and key not in _SET_UP:
+        stage.setup()
+        _SET_UP.add(key)
+    return stage
 
 
-def plan_segments(stages: list[tuple[str, dict[str, Any]]]) -> tuple[Segment, ...]:
+def plan_segments(stages: list[tuple[str, StageOptions]]) -> tuple[Segment, ...]:
     """Split the stages at each one that is global with its options (``Stage.global_for``)."""
     segments: list[Segment] = []
     current: list[int] = []
     apply: int | None = None
     for pos, (kind, options) in enumerate(stages, start=1):
-        cls = STAGES[kind]
-        if cls.global_for(cls.Options.model_validate(options)):
+        if STAGES[kind].global_for(options):
             segments.append(Segment(len(segments), apply, tuple(current), pos, False))
             current, apply = [], pos
         else:
@@ -137,10 +155,11 @@ def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path, target_bytes: int
             shards.append(Shard(len(shards), task_key(src.name, pieces), src, pieces))
     tok_cfg = pipeline.config.tokenize
     tokenizer = load_tokenizer_info(pipeline.resolve(tok_cfg.tokenizer), tok_cfg) if tok_cfg else None
-    stages = tuple((kind, opts.model_dump(mode="json")) for kind, opts in pipeline.stage_options)
+    stages = tuple((kind, opts) for kind, opts in pipeline.stage_options)
     return RunSpec(
         root=str(root), pipeline_dir=str(pipeline.base_dir), cache_dir=str(cache_dir),
-        fingerprint=pipeline.fingerprint(), batch_size=pipeline.config.batch_size, stages=stages,
+        fingerprint=pipeline.fingerprint(), batch_size=pipeline.config.batch_size, stage_options=stages,
+        stage_types=tuple(STAGES[kind] for kind, _ in stages),
         segments=plan_segments(list(stages)), tokenize=tok_cfg, tokenizer=tokenizer,
         limits=pipeline.config.limits, shards=tuple(shards),
     )

@@ -29,10 +29,36 @@ from typing import Any
 
 from datapipe import storage
 from datapipe.atomic import is_temp_name, sweep_temp_files, write_bytes_atomic, write_text_atomic
+from datapipe.shard_format import MANIFEST_NAME, SHARDS_DIR, shard_file_name
 
-MANAGED = ("docs", "rejected", "shards", "_work", "stats.duckdb", "run.json")
+DOCS_DIR, REJECTED_DIR, WORK_DIR, STATS_DB, RUN_JSON = "docs", "rejected", "_work", "stats.duckdb", "run.json"
+MANAGED = (DOCS_DIR, REJECTED_DIR, SHARDS_DIR, WORK_DIR, STATS_DB, RUN_JSON)
 LOCK_FILE = ".datapipe.lock"  # never deleted, not even by --fresh: see run_lock.py
 LOCK_RECORD = ".datapipe.lock.json"
+
+
+# Phase names: each is the folder of its completion markers (``_work/markers/<phase>/``) and, for
+# map, shuffle and reduce, of its outputs, so a resumed run finds work by these exact names.
+LINES_PHASE = "lines"  # pre-pass: newlines per JSONL range, for global line numbers
+PACK_PHASE = "pack"
+
+
+def map_phase(segment: int) -> str:
+    return f"map{segment}"
+
+
+def shuffle_phase(segment: int, round: int = 0) -> str:
+    """A shuffle round's phase: round 0 keeps the name runs had before rounds."""
+    return f"shuffle{segment}" if round == 0 else f"shuffle{segment}r{round}"
+
+
+def reduce_phase(segment: int) -> str:
+    return f"reduce{segment}"
+
+
+def partition_key(partition: int) -> str:
+    """The task key (marker name) of one partition of a shuffle round."""
+    return f"{partition:05d}"
 
 
 class RunFolderError(RuntimeError):
@@ -54,48 +80,76 @@ class RunFolder:
     # --- layout -------------------------------------------------------------
     @property
     def run_json(self) -> Path:
-        return self.root / "run.json"
+        return self.root / RUN_JSON
 
     @property
     def stats_db(self) -> Path:
-        return self.root / "stats.duckdb"
+        return self.root / STATS_DB
 
     @property
     def work(self) -> Path:
-        return self.root / "_work"
+        return self.root / WORK_DIR
 
     @property
     def shards_dir(self) -> Path:
-        return self.root / "shards"
+        return self.root / SHARDS_DIR
+
+    @property
+    def manifest(self) -> Path:
+        return self.shards_dir / MANIFEST_NAME
+
+    def shard_file(self, source: str, split: str, index: int) -> Path:
+        """A packed token shard (shard_format.py names it: the loader needs the name without the engine)."""
+        return self.shards_dir / shard_file_name(source, split, index)
+
+    @property
+    def docs_dir(self) -> Path:
+        return self.root / DOCS_DIR
+
+    @property
+    def rejected_dir(self) -> Path:
+        return self.root / REJECTED_DIR
 
     def docs_file(self, shard_key: str) -> Path:
-        return self._local(self.root / "docs" / f"{shard_key}.parquet")
+        return self._local(self.docs_dir / f"{shard_key}.parquet")
 
     def reject_file(self, shard_key: str, position: int, stage: str) -> Path:
-        return self._local(self.root / "rejected" / f"{shard_key}.{position:02d}-{stage}.parquet")
+        return self._local(self.rejected_dir / f"{shard_key}.{position:02d}-{stage}.parquet")
 
     def map_output(self, segment: int, shard_key: str) -> Path:
-        return self._local(self.work / f"map{segment}" / f"{shard_key}.parquet")
+        return self._local(self.work / map_phase(segment) / f"{shard_key}.parquet")
 
     def decisions_file(self, segment: int, shard_key: str) -> Path:
-        return self._local(self.work / f"reduce{segment}" / f"{shard_key}.parquet")
+        return self._local(self.work / reduce_phase(segment) / f"{shard_key}.parquet")
 
     def shuffle_file(self, segment: int, shard_key: str) -> Path:
-        return self._local(self.work / f"shuffle{segment}" / f"{shard_key}.parquet")
+        return self._local(self.work / shuffle_phase(segment) / f"{shard_key}.parquet")
 
     def partition_output(self, segment: int, partition: int, round: int = 0) -> Path:
-        name = f"{partition:05d}.parquet" if round == 0 else f"r{round}-{partition:05d}.parquet"
-        return self._local(self.work / f"reduce{segment}-parts" / name)
+        name = f"{partition_key(partition)}.parquet" if round == 0 else f"r{round}-{partition_key(partition)}.parquet"
+        return self._local(self.work / f"{reduce_phase(segment)}-parts" / name)
 
     def forward_file(self, segment: int, round: int, partition: int) -> Path:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
-        return self._local(self.work / f"shuffle{segment}-r{round}" / f"{partition:05d}.parquet")
+        return self._local(self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet")
+
+    def scratch_dir(self, segment: int) -> Path:
+        """Spill space of the global stage ending ``segment`` (DuckDB, sorts)."""
+        return self.work / f"{reduce_phase(segment)}-scratch"  # local spill space, never committed
 
     def state_file(self, segment: int) -> Path:
-        return self._local(self.work / f"reduce{segment}-state.parquet")
+        return self._local(self.work / f"{reduce_phase(segment)}-state.parquet")
+
+    @property
+    def tokens_dir(self) -> Path:
+        return self.work / "tokens"
 
     def tokens_file(self, shard_key: str) -> Path:
-        return self._local(self.work / "tokens" / f"{shard_key}.arrow")
+        return self._local(self.tokens_dir / f"{shard_key}.arrow")
+
+    @property
+    def markers_dir(self) -> Path:
+        return self.work / "markers"
 
     def _local(self, path: Path) -> Path:
         """A path of a task's output; in a remote folder, fetched first if a committed marker names it
@@ -107,7 +161,7 @@ class RunFolder:
         return remote_folder.fetch(self.root, self.remote, path)
 
     def marker(self, phase: str, task: str) -> Path:
-        return self.work / "markers" / phase / f"{task}.json"
+        return self.markers_dir / phase / f"{task}.json"
 
     # --- markers ------------------------------------------------------------
     def read_marker(self, phase: str, task: str) -> dict[str, Any] | None:

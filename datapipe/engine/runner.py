@@ -21,18 +21,16 @@ from typing import Any
 
 from datapipe.atomic import fault_scope, recording_writes
 from datapipe.config import Pipeline
-from datapipe.engine import tasks
 from datapipe.engine.disk_full import DiskFull, find_disk_full
 from datapipe.engine.errors import PipelineError
-from datapipe.engine.pack_plan import PackRange, pack_ranges
-from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage, make_spec, split_target
+from datapipe.engine.phases import Phase, Task, plan_phases
+from datapipe.engine.plan import RunSpec, build_stage, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
-from datapipe.engine.run_folder import RunFolder, RunFolderError
+from datapipe.engine.run_folder import RunFolder, RunFolderError, map_phase
 from datapipe.engine.run_lock import RunLock
 from datapipe.models import cache_dir
 from datapipe.run_identity import config_changes, resource_changes
-from datapipe.stages.base import ShuffledGlobalStage
 from datapipe.storage import remote_of
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
@@ -203,98 +201,47 @@ def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None
     return len(spec.shards) <= 1
 
 
-def _line_tasks(spec: RunSpec) -> list[Shard]:
-    """Ranges of split JSONL files whose newline count a later range needs (every one but the last)."""
-    return [s for s in spec.shards
-            if len(s.inputs) == 1 and s.format == "jsonl" and s.inputs[0].part < s.inputs[0].parts - 1]
-
-
 def _run_phases(result: RunResult, folder: RunFolder, spec: RunSpec, timings: dict[str, float],
                 show_progress: bool, local: bool = False) -> None:
+    """The engine loop: each phase of the plan in order, its unfinished tasks submitted and awaited."""
     if local:
         spec_ref: Any = spec
     else:
         import ray
 
         spec_ref = ray.put(spec)
-    if lines := _line_tasks(spec):  # global line numbers for JSONL ranges: a cheap parallel pre-pass
-        _run_phase(result, folder, tasks.LINES_PHASE, [(s.key, (spec_ref, s)) for s in lines], _lines_task,
-                   {"num_cpus": 1, "scheduling_strategy": "SPREAD"}, timings, show_progress, "ranges", local)
-    for segment in spec.segments:
-        phase = f"map{segment.index}"
-        # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
-        _run_phase(result, folder, phase, [(s.key, (spec_ref, s, segment)) for s in spec.shards],
-                   _map_task, {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"},
-                   timings, show_progress, "shards", local)
-        if segment.final:
-            continue
-        name = spec.stage_name(segment.compute_global)  # type: ignore[arg-type]
-        stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
-        if isinstance(stage, ShuffledGlobalStage):
-            for r in range(stage.rounds()):
-                _run_phase(result, folder, shuffle_phase(segment.index, r),
-                           [(f"{p:05d}", (spec_ref, segment, p, r)) for p in range(stage.partitions())],
-                           _partition_task, {"num_cpus": stage.resources.num_cpus, "scheduling_strategy": "SPREAD"},
-                           timings, show_progress, "partitions", local)
-            if stage.decides_in_partitions:
-                continue  # the next map phase reads its shard's decisions from the partition outputs
-        _run_phase(result, folder, f"reduce{segment.index}", [(name, (spec_ref, segment))], _reduce_task,
-                   {"num_cpus": stage.resources.num_cpus}, timings, show_progress, "steps", local)
-    if spec.tokenizer is not None:
-        folder.pull()
-        ranges = pack_ranges(folder, spec)
-        assert ranges is not None  # every final map task is done here
-        _run_phase(result, folder, "pack", [(r.key, (spec_ref, r)) for r in ranges], _pack_task,
-                   {"num_cpus": 1}, timings, show_progress, "ranges", local)
+    for phase in plan_phases(spec):
+        folder.pull()  # a remote run folder: markers other nodes committed (pack's tasks follow from them)
+        work = phase.task_list(folder)
+        assert work is not None, f"{phase.name}: its tasks depend on phases that did not finish"
+        _run_phase(result, folder, phase, work, spec_ref, timings, show_progress, local)
 
 
 def _all_tasks(spec: RunSpec, folder: RunFolder) -> list[tuple[str, str]]:
     """(phase, task key) of every task the run consists of, as their markers name them (packing's
     ranges follow from the final map markers: until those exist, a placeholder stands for packing)."""
-    tasks_: list[tuple[str, str]] = [(tasks.LINES_PHASE, s.key) for s in _line_tasks(spec)]
-    for segment in spec.segments:
-        tasks_ += [(f"map{segment.index}", s.key) for s in spec.shards]
-        if segment.final:
-            continue
-        stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
-        if isinstance(stage, ShuffledGlobalStage):
-            tasks_ += [(shuffle_phase(segment.index, r), f"{p:05d}")
-                       for r in range(stage.rounds()) for p in range(stage.partitions())]
-            if stage.decides_in_partitions:
-                continue
-        tasks_.append((f"reduce{segment.index}", stage.name))
-    if spec.tokenizer is not None:
-        ranges = pack_ranges(folder, spec)
-        tasks_ += [("pack", r.key) for r in ranges] if ranges is not None else [("pack", "?planned-after-map")]
-    return tasks_
+    out: list[tuple[str, str]] = []
+    for phase in plan_phases(spec):
+        work = phase.task_list(folder)
+        out += [(phase.name, t.key) for t in work] if work is not None else [(phase.name, "?planned-after-map")]
+    return out
 
 
-def shuffle_phase(segment: int, round: int) -> str:
-    """Phase (and marker folder) name of a shuffle round: round 0 keeps the name runs had before rounds."""
-    return f"shuffle{segment}" if round == 0 else f"shuffle{segment}r{round}"
-
-
-def _segment_resources(spec: RunSpec, segment: Segment) -> dict[str, Any]:
-    positions = [*segment.stages, *(p for p in (segment.apply_global, segment.compute_global) if p)]
-    stages = [build_stage(spec, p) for p in positions]
-    cpus = max([1.0, *(s.resources.num_cpus for s in stages)])
-    memory = sum(s.resources.memory_mb for s in stages)
-    return {"num_cpus": cpus, **({"memory": memory * 1024 * 1024} if memory else {})}
-
-
-def _outcomes(fn: Callable, phase: str, todo: list[tuple[str, tuple]], pending: dict[Any, str],
-              local: bool) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
+def _outcomes(phase: Phase, todo: Sequence[Task], spec: Any, local: bool,
+              ) -> Iterator[tuple[str, dict[str, Any] | Exception]]:
     """(task key, its marker or the exception it ended with), as tasks finish: in process one after
-    another without retries, else as Ray returns them."""
+    another without retries, else as Ray returns them (submitted here, all at once)."""
     if local:
-        for key, args in todo:
+        for task in todo:
             try:
-                yield key, fn(phase, *args)
+                yield task.key, _run_task(phase.name, task.key, phase.fn, spec, *task.args)
             except Exception as exc:  # noqa: BLE001 - reported with the others, as Ray's failures are
-                yield key, exc
+                yield task.key, exc
         return
     import ray
 
+    remote = ray.remote(max_retries=3, retry_exceptions=True)(_run_task).options(**phase.resources, **_fault_env())
+    pending = {remote.remote(phase.name, t.key, phase.fn, spec, *t.args): t.key for t in todo}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
         for ref in ready:
@@ -305,39 +252,31 @@ def _outcomes(fn: Callable, phase: str, todo: list[tuple[str, tuple]], pending: 
                 yield key, exc
 
 
-def _run_phase(result: RunResult, folder: RunFolder, phase: str, work: Sequence[tuple[str, tuple]],
-               fn: Callable, resources: dict[str, Any], timings: dict[str, float], show_progress: bool,
-               unit: str, local: bool = False) -> None:
-    folder.pull()  # markers that tasks on other nodes committed to a remote run folder
-    todo = [(key, args) for key, args in work if folder.read_marker(phase, key) is None]
+def _run_phase(result: RunResult, folder: RunFolder, phase: Phase, work: Sequence[Task], spec: Any,
+               timings: dict[str, float], show_progress: bool, local: bool = False) -> None:
+    name = phase.name
+    todo = [task for task in work if folder.read_marker(name, task.key) is None]
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
     failures: list[str] = []
     disk_full: DiskFull | None = None
-    if local:
-        pending: dict[Any, str] = {}
-    else:
-        import ray
-
-        remote = ray.remote(max_retries=3, retry_exceptions=True)(fn).options(**resources, **_fault_env())
-        pending = {remote.remote(phase, *args): key for key, args in todo}
-    with PhaseProgress(phase, len(work), len(work) - len(todo), unit, enabled=show_progress) as progress:
-        for key, outcome in _outcomes(fn, phase, todo, pending, local):
+    with PhaseProgress(name, len(work), len(work) - len(todo), phase.unit, enabled=show_progress) as progress:
+        for key, outcome in _outcomes(phase, todo, spec, local):
             if isinstance(outcome, Exception):  # Ray already retried it; keep the others running
-                failures.append(f"{phase} {key}: {_short_error(outcome)}")
+                failures.append(f"{name} {key}: {_short_error(outcome)}")
                 disk_full = disk_full or find_disk_full(outcome)
                 progress.advance(0)
                 continue
             result.executed_tasks += 1
             progress.advance(outcome.get("docs_in", 0))
-            _fault_point(phase, progress.done - progress.resumed)
+            _fault_point(name, progress.done - progress.resumed)
     elapsed = time.perf_counter() - started
-    timings[phase] = round(timings.get(phase, 0.0) + elapsed, 3)
-    result.phases.append({"phase": phase, "tasks": len(work), "ran": len(todo), "seconds": round(elapsed, 3)})
+    timings[name] = round(timings.get(name, 0.0) + elapsed, 3)
+    result.phases.append({"phase": name, "tasks": len(work), "ran": len(todo), "seconds": round(elapsed, 3)})
     if disk_full is not None:  # one line, not one traceback per task: the cause is the same for all
         raise PipelineError(disk_full.message(folder.root))
     if failures:
-        raise PipelineError(f"{len(failures)} of {len(work)} {phase} tasks failed after retries "
+        raise PipelineError(f"{len(failures)} of {len(work)} {name} tasks failed after retries "
                             f"(finished work is kept; run the same command again to resume):\n"
                             + "\n".join(f"  - {f}" for f in failures[:20]))
 
@@ -349,36 +288,17 @@ def _fault_env() -> dict[str, Any]:
     return {"runtime_env": {"env_vars": env}} if env else {}
 
 
-def _with_marker(phase: str, key: str, fn: Callable[[], dict[str, Any]], root: str) -> dict[str, Any]:
-    folder = RunFolder(Path(root))
+def _run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: RunSpec, *args: Any) -> dict[str, Any]:
+    """One task of any phase, in a worker or in process: ``fn(spec, *args)``, then its completion marker
+    (written after the task's outputs are in place, so a marker means done and durable; a remote run
+    folder uploads the files the task wrote, then the marker that names them)."""
+    folder = RunFolder(Path(spec.root))
     folder.pull()  # a remote run folder: this node fetches what earlier tasks committed
     with fault_scope(phase, key), recording_writes() as written:
-        marker = fn()
+        marker = fn(spec, *args)
         marker["node"] = _node_id()
         folder.write_marker(phase, key, marker, written)
     return marker
-
-
-def _map_task(phase: str, spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
-    return _with_marker(phase, shard.key, lambda: tasks.map_shard(spec, shard, segment), spec.root)
-
-
-def _lines_task(phase: str, spec: RunSpec, shard: Shard) -> dict[str, Any]:
-    return _with_marker(phase, shard.key, lambda: tasks.count_range_lines(spec, shard), spec.root)
-
-
-def _reduce_task(phase: str, spec: RunSpec, segment: Segment) -> dict[str, Any]:
-    key = spec.stage_name(segment.compute_global)  # type: ignore[arg-type]
-    return _with_marker(phase, key, lambda: tasks.reduce_stage(spec, segment), spec.root)
-
-
-def _partition_task(phase: str, spec: RunSpec, segment: Segment, partition: int, round: int) -> dict[str, Any]:
-    return _with_marker(phase, f"{partition:05d}", lambda: tasks.reduce_partition(spec, segment, partition, round),
-                        spec.root)
-
-
-def _pack_task(phase: str, spec: RunSpec, rng: PackRange) -> dict[str, Any]:
-    return _with_marker(phase, rng.key, lambda: tasks.pack_range(spec, rng), spec.root)
 
 
 def _node_id() -> str:
@@ -440,7 +360,7 @@ def _record_input_hashes(folder: RunFolder, spec: RunSpec, inputs: list[dict[str
     """Attach the sha256 each map0 task computed while reading its input file."""
     by_path = {i["path"]: i for i in inputs}
     for shard in spec.shards:
-        marker = folder.read_marker("map0", shard.key) or {}
+        marker = folder.read_marker(map_phase(0), shard.key) or {}
         hashed = marker.get("inputs") or ([marker["input"]] if "input" in marker else [])  # "input": older runs
         for h in hashed:
             entry = by_path.get(remote_of(h["path"]) or str(Path(h["path"]).resolve()))

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datapipe.engine.run_folder import RunFolder
 from datapipe.shard_format import open_shard, tokens_view
 
 TOKENS = "input_ids"  # the pseudo-column with a document's token ids
@@ -48,7 +49,8 @@ class RunDocuments:
 
     def __init__(self, run_dir: str | Path, batch_docs: int = 1024) -> None:
         self.root = Path(run_dir).resolve()
-        run_json = self.root / "run.json"
+        self.folder = RunFolder(self.root)
+        run_json = self.folder.run_json
         if not run_json.is_file():
             raise ExportError(f"RUN: {self.root} is not a datapipe run folder (no run.json)")
         self.run = json.loads(run_json.read_text(encoding="utf-8"))
@@ -56,14 +58,14 @@ class RunDocuments:
             raise ExportError(f"RUN: the run in {self.root} is not complete (status {self.run.get('status')!r}); "
                               f"finish it with `datapipe run` first")
         self.batch_docs = batch_docs
-        self.sources = sorted(p.name for p in (self.root / "docs").iterdir() if p.is_dir()) \
-            if (self.root / "docs").is_dir() else []
+        self.sources = sorted(p.name for p in self.folder.docs_dir.iterdir() if p.is_dir()) \
+            if self.folder.docs_dir.is_dir() else []
         self._manifest = self._read_manifest()
         self.tokens = self._token_info()
 
     # --- what the run holds ---------------------------------------------------------
     def _read_manifest(self) -> pa.Table | None:
-        path = self.root / "shards" / "manifest.parquet"
+        path = self.folder.manifest
         return pq.read_table(path) if path.is_file() else None
 
     def _token_info(self) -> TokenInfo | None:
@@ -74,7 +76,7 @@ class RunDocuments:
 
     def doc_files(self, source: str) -> list[Path]:
         # Shard keys are <source>/<NNNNN>: name order is the run's order, which packing followed.
-        return sorted((self.root / "docs" / source).glob("*.parquet"))
+        return sorted((self.folder.docs_dir / source).glob("*.parquet"))
 
     def columns(self) -> list[str]:
         """Columns a user may export: the kept documents' columns, plus input_ids with tokens."""
@@ -161,11 +163,11 @@ class RunDocuments:
             raise ExportError(f"RUN: the shards of {source}/{split} hold more documents than docs/ does")
 
     def _have_token_lists(self, source: str) -> bool:
-        return all((self.root / "_work" / "tokens" / source / f"{f.stem}.arrow").is_file()
+        return all(self.folder.tokens_file(f"{source}/{f.stem}").is_file()
                    for f in self.doc_files(source))
 
     def _token_table(self, source: str, doc_file: Path) -> pa.Table:
-        path = self.root / "_work" / "tokens" / source / f"{doc_file.stem}.arrow"
+        path = self.folder.tokens_file(f"{source}/{doc_file.stem}")
         return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()  # zero-copy: pages load as read
 
     def _recovered_tokens(self, source: str, split: str) -> Iterator[np.ndarray]:

@@ -27,10 +27,8 @@ import pyarrow.parquet as pq
 
 from datapipe.atomic import atomic_path
 from datapipe.loader.verify import file_identity, shard_arrays
-from datapipe.shard_format import ShardCorrupt, ShardMeta
+from datapipe.shard_format import MANIFEST_COLUMNS, MANIFEST_NAME, ShardCorrupt, ShardMeta
 
-MANIFEST_NAME = "manifest.parquet"
-MANIFEST_COLUMNS = ("path", "source", "split", "rows", "tokens", "sha256", "tokenizer_fingerprint", "seq_len", "row_len")
 _ARROW_MAGIC = b"ARROW1"
 
 

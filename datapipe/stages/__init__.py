@@ -10,7 +10,18 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, MutableMapping
 
-from datapipe.stages.base import Decision, GlobalStage, ReduceInputs, Resources, Stage, StageContext, StageOptions
+from datapipe.stages.base import (
+    CombineStep,
+    Decision,
+    GlobalStage,
+    PartitionResult,
+    PartitionStep,
+    ReduceInputs,
+    Resources,
+    Stage,
+    StageContext,
+    StageOptions,
+)
 
 # name in a pipeline file -> (module, class); each class's ``name`` must equal its key (tested).
 _REGISTRY: dict[str, tuple[str, str]] = {
@@ -61,4 +72,28 @@ class _LazyStages(MutableMapping[str, type[Stage]]):
 
 STAGES: MutableMapping[str, type[Stage]] = _LazyStages(_REGISTRY)
 
-__all__ = ["STAGES", "Decision", "GlobalStage", "ReduceInputs", "Resources", "Stage", "StageContext", "StageOptions"]
+
+def register_stage(cls: type[Stage], replace: bool = False) -> type[Stage]:
+    """Make ``cls`` a stage type pipeline files may name (as ``cls.name``). Usable as a class decorator.
+
+    A stage defined outside this package (a plugin, a test) registers itself here; a global stage
+    needs nothing else: the engine runs the steps it declares (``GlobalStage.steps()``). Ray workers
+    find it if its module is importable there (the stage's options are pickled by reference to it).
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Stage)):
+        raise TypeError(f"{cls!r} is not a Stage subclass")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"stage class {cls.__qualname__} sets no name")
+    if name in STAGES and not replace and STAGES[name] is not cls:
+        raise ValueError(f"a stage named {name!r} is already registered ({STAGES[name].__qualname__})")
+    STAGES[name] = cls
+    return cls
+
+
+def unregister_stage(name: str) -> None:
+    """Forget a stage registered with ``register_stage`` (tests clean up with it)."""
+    del STAGES[name]
+
+__all__ = ["STAGES", "CombineStep", "Decision", "GlobalStage", "PartitionResult", "PartitionStep", "ReduceInputs",
+           "Resources", "Stage", "StageContext", "StageOptions", "register_stage", "unregister_stage"]

@@ -12,9 +12,10 @@ a task needs (NeMo Curator style) and the engine schedules them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -135,7 +136,8 @@ class Stage:
         """Called once on the driver before any task: fetch models, fail early with a clear error."""
 
     def setup(self) -> None:
-        """Called once per worker process before the first batch: load models."""
+        """Load models and indexes: called by the engine once per worker process (``build_stage``)
+        before the stage's first batch; code that builds a stage itself calls it before ``compute``."""
 
     def applies_to(self, kind: str) -> bool:
         """Whether documents of this source kind go through the stage (others pass untouched)."""
@@ -150,17 +152,69 @@ class Stage:
         return Decision.keep_all(batch.num_rows)
 
 
+@dataclass(frozen=True)
+class PartitionStep:
+    """A corpus-wide step split by key over ``partitions`` parallel tasks, in ``rounds`` rounds.
+
+    ``shuffle(batch, first_row_key)`` runs in the map task before it on each computed batch and
+    returns the rows to send, with an int32 ``part`` column; ``reduce(rows, round, inputs)`` runs
+    once per partition and round over that partition's rows from every shard (round 0) or from
+    what the round before forwarded, returning a table or a ``PartitionResult``. Without a
+    ``CombineStep`` after it, the partition outputs *are* the decisions (id, shard, reason,
+    detail, extra columns), read by each shard's next map task.
+    """
+
+    partitions: int
+    shuffle: Callable[[pa.Table, int], pa.Table]
+    reduce: Callable[..., Any]
+    rounds: int = 1
+
+
+@dataclass(frozen=True)
+class CombineStep:
+    """One task over the whole corpus: ``decide(partition_outputs, inputs)`` returns the decisions
+    (rows id, shard, reason, detail, extra columns for the documents to drop); ``state``, if set,
+    returns the table the map tasks after it load for ``GlobalStage.apply`` (see
+    ``ShuffledGlobalStage.combine_state``). ``partition_outputs`` are the Parquet outputs of a
+    ``PartitionStep`` before it (none without one)."""
+
+    decide: Callable[[list[str], ReduceInputs], pa.Table]
+    state: Callable[[list[str], ReduceInputs], pa.Table | None] | None = None
+
+
+GlobalStep = PartitionStep | CombineStep
+_S = TypeVar("_S", PartitionStep, CombineStep)
+
+
+def step_of(stage: Stage, kind: type[_S]) -> _S | None:
+    """The global stage's step of this kind (None: it has none, or the stage is not global)."""
+    steps = stage.steps() if isinstance(stage, GlobalStage) else ()
+    return next((s for s in steps if isinstance(s, kind)), None)
+
+
 class GlobalStage(Stage):
     """A stage whose decision needs the whole corpus (dedup).
 
-    The engine runs it in three steps: ``compute`` in the map phase before it (signals
-    per document), ``reduce`` once over the signal columns of every shard, and in the map
-    phase after it the reduce's decisions are joined to each row by id.
+    The engine runs it in three parts: ``compute`` in the map phase before it (signals per
+    document), the corpus-wide ``steps()`` (by default one ``reduce`` over the signal columns of
+    every shard), and in the map phase after it the decisions are joined to each row by id.
+    The engine knows global stages only by their steps: a new one declares them and registers
+    itself (``datapipe.stages.register_stage``), with no engine change.
     """
 
     is_global = True
     signal_columns: ClassVar[tuple[str, ...]] = ()
     transient_columns: ClassVar[tuple[str, ...]] = ()  # dropped once decisions are applied
+
+    def steps(self) -> tuple[GlobalStep, ...]:
+        """The corpus-wide steps, in order: at most one ``PartitionStep``, then at most one ``CombineStep``
+        (at least one of them). The default: one combine task calling ``reduce``."""
+        return (CombineStep(self._reduce_all),)
+
+    def _reduce_all(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        if not inputs.files:  # every document was dropped before the stage: nothing to decide
+            return pa.table({"id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())})
+        return self.reduce(inputs)
 
     def reduce(self, inputs: ReduceInputs) -> pa.Table:
         """Decide over the corpus. Returns rows (id, shard, reason, detail, extra columns...)
@@ -192,6 +246,10 @@ class ShuffledGlobalStage(GlobalStage):
     # True: the partition outputs (of every round) *are* the decisions (id, shard, reason, detail,
     # extra columns), so there is no combine step; the next map phase reads each shard's rows from them.
     decides_in_partitions: ClassVar[bool] = False
+
+    def steps(self) -> tuple[GlobalStep, ...]:
+        part = PartitionStep(self.partitions(), self.shuffle, self.reduce_partition, self.rounds())
+        return (part,) if self.decides_in_partitions else (part, CombineStep(self.combine, self.combine_state))
 
     def partitions(self) -> int:
         raise NotImplementedError

@@ -205,8 +205,6 @@ class Classify(GlobalStage):
         return kind in self.options.kinds
 
     def compute(self, batch: pa.Table) -> pa.Table:
-        if not hasattr(self, "_classifiers"):
-            self.setup()
         n = batch.num_rows
         kind = batch["kind"][0].as_py() if n and "kind" in batch.column_names else None
         if kind is not None and not self.applies_to(kind):  # global mode sees every kind: leave them unscored

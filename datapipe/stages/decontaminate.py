@@ -175,8 +175,6 @@ class Decontaminate(Stage):
         self.setup()  # fail on the driver, before any task, if a benchmark file cannot be read
 
     def compute(self, batch: pa.Table) -> pa.Table:
-        if not hasattr(self, "index"):
-            self.setup()
         texts = pc.fill_null(batch["text"], "").to_pylist()
         matches = self.index.match(texts)
         cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}

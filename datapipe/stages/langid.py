@@ -169,8 +169,6 @@ class LangId(Stage):
         return lang, np.minimum(score, 1.0)
 
     def compute(self, batch: pa.Table) -> pa.Table:
-        if not hasattr(self, "_model"):
-            self.setup()
         o = self.options
         text = pc.fill_null(batch["text"], "").combine_chunks()
         if o.markdown:

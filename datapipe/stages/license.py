@@ -88,8 +88,6 @@ class LicenseTagger(Stage):
         return batch
 
     def decide(self, batch: pa.Table) -> Decision:
-        if not hasattr(self, "_policy"):
-            self.setup()
         kind = batch["kind"][0].as_py() if batch.num_rows else "text"  # a batch is one source: one kind
         rule = self._policy.rules.get(kind) or self._policy.rules.get("default")
         if rule is None:

@@ -1,0 +1,116 @@
+"""The run as data: the ordered phases of a ``RunSpec``, each with its tasks, resources and task function.
+
+    lines                   newlines per JSONL range, when a large JSONL file is split (pre-pass)
+    map<i>                  one task per input shard: read or load, stages, compute the next global stage
+    shuffle<i>[r<r>]        a global stage's ``PartitionStep``: one task per partition, per round
+    reduce<i>               a global stage's ``CombineStep``: one task
+    pack                    one task per range of output shard files (known once the last map is done)
+
+The runner is one loop over this list; ``_all_tasks`` (is anything left to do?) reads the same list.
+A global stage is known here only by the steps it declares (``GlobalStage.steps()``), so a new one
+needs no engine change. Phase names come from ``run_folder`` (they name the marker folders).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from datapipe.engine.map_task import count_range_lines, map_shard
+from datapipe.engine.pack_plan import pack_ranges
+from datapipe.engine.pack_task import pack_range
+from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
+from datapipe.engine.reduce_task import reduce_partition, reduce_stage
+from datapipe.engine.run_folder import (
+    LINES_PHASE,
+    PACK_PHASE,
+    RunFolder,
+    map_phase,
+    partition_key,
+    reduce_phase,
+    shuffle_phase,
+)
+from datapipe.stages.base import CombineStep, PartitionStep
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: ``key`` names its marker; the phase's function is called as ``fn(spec, *args)``
+    (args picklable: they travel to a Ray worker)."""
+
+    key: str
+    args: tuple[Any, ...]
+
+
+TaskList = tuple[Task, ...] | Callable[[RunFolder], "tuple[Task, ...] | None"]
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str  # the marker folder: kept as runs before had it, so old run folders resume
+    fn: Callable[..., dict[str, Any]]  # fn(spec, *task.args) -> the marker's contents
+    tasks: TaskList  # or, where they depend on earlier outputs, a function of the run folder (None: not yet known)
+    resources: dict[str, Any]  # Ray task options: num_cpus, memory, scheduling_strategy
+    unit: str  # what the progress bar counts
+
+    def task_list(self, folder: RunFolder) -> tuple[Task, ...] | None:
+        return self.tasks(folder) if callable(self.tasks) else self.tasks
+
+
+def plan_phases(spec: RunSpec) -> list[Phase]:
+    """Every phase of the run, in the order they run."""
+    phases: list[Phase] = []
+    if lines := line_tasks(spec):  # global line numbers for JSONL ranges: a cheap parallel pre-pass
+        phases.append(Phase(LINES_PHASE, count_range_lines, tuple(Task(s.key, (s,)) for s in lines),
+                            {"num_cpus": 1, "scheduling_strategy": "SPREAD"}, "ranges"))
+    for segment in spec.segments:
+        # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
+        phases.append(Phase(map_phase(segment.index), map_shard,
+                            tuple(Task(s.key, (s, segment)) for s in spec.shards),
+                            {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"}, "shards"))
+        if not segment.final:
+            phases += _global_phases(spec, segment)
+    if spec.tokenizer is not None:
+        phases.append(Phase(PACK_PHASE, pack_range, lambda folder: _pack_tasks(folder, spec), {"num_cpus": 1},
+                            "ranges"))
+    return phases
+
+
+def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
+    """The phases of the global stage that ends ``segment``, from the steps it declares."""
+    assert segment.compute_global is not None
+    stage = build_stage(spec, segment.compute_global)
+    cpus = stage.resources.num_cpus
+    phases: list[Phase] = []
+    for step in stage.steps():
+        if isinstance(step, PartitionStep):
+            phases += [Phase(shuffle_phase(segment.index, r), reduce_partition,
+                             tuple(Task(partition_key(p), (segment, p, r)) for p in range(step.partitions)),
+                             {"num_cpus": cpus, "scheduling_strategy": "SPREAD"}, "partitions")
+                       for r in range(step.rounds)]
+        elif isinstance(step, CombineStep):
+            phases.append(Phase(reduce_phase(segment.index), reduce_stage, (Task(stage.name, (segment,)),),
+                                {"num_cpus": cpus}, "steps"))
+        else:
+            raise TypeError(f"stage {stage.name!r} declares an unknown step {step!r}")
+    return phases
+
+
+def line_tasks(spec: RunSpec) -> list[Shard]:
+    """Ranges of split JSONL files whose newline count a later range needs (every one but the last)."""
+    return [s for s in spec.shards
+            if len(s.inputs) == 1 and s.format == "jsonl" and s.inputs[0].part < s.inputs[0].parts - 1]
+
+
+def _pack_tasks(folder: RunFolder, spec: RunSpec) -> tuple[Task, ...] | None:
+    ranges = pack_ranges(folder, spec)  # None until every final map task is done
+    return None if ranges is None else tuple(Task(r.key, (r,)) for r in ranges)
+
+
+def _segment_resources(spec: RunSpec, segment: Segment) -> dict[str, Any]:
+    positions = [*segment.stages, *(p for p in (segment.apply_global, segment.compute_global) if p)]
+    stages = [build_stage(spec, p) for p in positions]
+    cpus = max([1.0, *(s.resources.num_cpus for s in stages)])
+    memory = sum(s.resources.memory_mb for s in stages)
+    return {"num_cpus": cpus, **({"memory": memory * 1024 * 1024} if memory else {})}
