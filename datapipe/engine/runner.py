@@ -29,6 +29,7 @@ from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
 from datapipe.engine.run_folder import RunFolder, RunFolderError
 from datapipe.engine.run_lock import RunLock
+from datapipe.engine.task_usage import TaskUsage
 from datapipe.models import cache_dir
 from datapipe.run_identity import config_changes, resource_changes
 from datapipe.stages.base import ShuffledGlobalStage
@@ -325,7 +326,10 @@ def _fault_env() -> dict[str, Any]:
 
 def _with_marker(phase: str, key: str, fn: Callable[[], dict[str, Any]], root: str) -> dict[str, Any]:
     with fault_scope(phase, key):
+        usage = TaskUsage()  # per-task peak RSS and CPU, for bench/scale.py and the audit
         marker = fn()
+        for name, value in usage.finish().items():
+            marker.setdefault(name, value)  # a task's own cpu_seconds (map: its work only) wins
         marker["node"] = _node_id()
         RunFolder(Path(root)).write_marker(phase, key, marker)
     return marker
