@@ -408,7 +408,14 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.25, help="seconds between /proc samples")
     ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where corpora and runs go")
     ap.add_argument("--keep", action="store_true", help="keep each scale's folder (default: deleted after it)")
+    ap.add_argument("--paper", type=Path, metavar="JSON",
+                    help="print docs/scaling.md's 10 TB estimate from a JSON this script wrote, and exit")
     args = add_args(ap, repeats=1).parse_args()
+    if args.paper:
+        from bench._scale_paper import estimate
+
+        print(estimate(args.paper))
+        return 0
     scales = [int(s) for s in args.scales.split(",")]
     h = Harness("scale", args, libs=["ray", "tokenizers", "fasttext-numpy2", "numba", "duckdb"],
                 note=f"scales {scales} x {args.base_docs:,} regular docs (+{args.plant_rate:.0%} exact and "
