@@ -212,10 +212,11 @@ def write_corpus(folder: Path, base: Base, n: int, files: int, rate: float = 0.0
     return Corpus([p for p in paths if p.exists()], n, exact, near, size, time.perf_counter() - started)
 
 
-def similarity_check(base: Base, p: float, pairs: int = 2000, threshold: float = 0.7, seed: int = 1) -> dict[str, Any]:
+def similarity_check(base: Base, p: float, pairs: int = 2000, threshold: float = 0.7, seed: int = 1,
+                     exact_pairs: int = 200) -> dict[str, Any]:
     """MinHash Jaccard (datapipe's signatures, 128 permutations) of sampled pairs: two perturbed
     copies of one base document (the most alike non-planted documents can be), and a perturbed
-    document against its near plant; exact shingle-set Jaccard on the first 200 of each, too."""
+    document against its near plant; exact shingle-set Jaccard on the first ``exact_pairs`` of each, too."""
     from datapipe.dedup.minhash import signatures
     from datapipe.dedup.shingles import shingles
 
@@ -236,7 +237,7 @@ def similarity_check(base: Base, p: float, pairs: int = 2000, threshold: float =
 
     def true(pairs_: list[tuple[str, str]]) -> np.ndarray:
         out = []
-        for a, b in pairs_[:200]:
+        for a, b in pairs_[:exact_pairs]:
             sa, sb = set(shingles(a)), set(shingles(b))
             out.append(len(sa & sb) / max(1, len(sa | sb)))
         return np.array(out)
