@@ -440,6 +440,10 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix=f"dp-scale-{scale}x-", dir=args.tmp))
         try:
             results.append(run_scale(scale, args, base, work, dt_python if i == 0 else None))
+            if args.json:  # each finished scale at once: a run stopped later keeps it (--paper reads this too)
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps({"bench": "scale", "env": h.env, "extra": {
+                    "partial": True, "similarity": sim, "scales": results}}, indent=1, default=str) + "\n")
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
