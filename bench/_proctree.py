@@ -126,8 +126,13 @@ def _reap_all(deadline_s: float) -> int:
 
 
 def run_tree(cmd: list[str], interval: float = 0.1, env: dict[str, str] | None = None,
-             cwd: str | None = None, log: Path | None = None, pss: bool = True) -> dict[str, Any]:
-    """Run ``cmd`` to completion and measure its whole process tree (see the module docstring)."""
+             cwd: str | None = None, log: Path | None = None, pss: bool = True,
+             timeline: list[tuple[float, int, int, int]] | None = None) -> dict[str, Any]:
+    """Run ``cmd`` to completion and measure its whole process tree (see the module docstring).
+
+    ``timeline``, when given, gets one entry per sample: (time.time(), tree RSS, RSS of the command's
+    own process, largest RSS of any other process of the tree), in bytes, so a caller can attribute
+    memory to what the command was doing at the time (bench/scale.py: per pipeline phase)."""
     subreaper = become_subreaper()
     me = os.getpid()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -145,6 +150,10 @@ def run_tree(cmd: list[str], interval: float = 0.1, env: dict[str, str] | None =
             rss += pages * _PAGE
         peak["rss"] = max(peak["rss"], rss)
         peak["procs"] = max(peak["procs"], len(tree))
+        if timeline is not None:
+            top = tree.get(proc.pid)
+            others = [pages for pid, (_, _, _, pages) in tree.items() if pid != proc.pid]
+            timeline.append((time.time(), rss, (top[3] if top else 0) * _PAGE, max(others, default=0) * _PAGE))
         if pss:
             peak["pss"] = max(peak["pss"], sum(_pss_kib(p) for p in tree) * 1024)
         samples += 1

@@ -29,6 +29,7 @@ from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
 from datapipe.engine.run_folder import RunFolder, RunFolderError, map_phase
 from datapipe.engine.run_lock import RunLock
+from datapipe.engine.task_usage import TaskUsage
 from datapipe.models import cache_dir
 from datapipe.run_identity import config_changes, resource_changes
 from datapipe.storage import remote_of
@@ -295,7 +296,10 @@ def _run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: Run
     folder = RunFolder(Path(spec.root))
     folder.pull()  # a remote run folder: this node fetches what earlier tasks committed
     with fault_scope(phase, key), recording_writes() as written:
+        usage = TaskUsage()  # per-task peak RSS and CPU, for bench/scale.py and the audit
         marker = fn(spec, *args)
+        for name, value in usage.finish().items():
+            marker.setdefault(name, value)  # a task's own cpu_seconds (map: its work only) wins
         marker["node"] = _node_id()
         folder.write_marker(phase, key, marker, written)
     return marker
