@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from datapipe.shard_format import ShardMeta, file_sha256, write_shard  # noqa: E402
+from datapipe.engine.shard_writer import write_shard  # noqa: E402
+from datapipe.shard_format import ShardMeta, file_sha256  # noqa: E402
 
 FILES_PER_SOURCE = 4
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking parent (this script,

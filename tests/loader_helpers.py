@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datapipe.shard_format import ShardMeta, file_sha256, write_shard
+from datapipe.engine.shard_writer import write_shard
+from datapipe.shard_format import ShardMeta, file_sha256
 
 FINGERPRINT = "tok-test-v1"
 

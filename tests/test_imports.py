@@ -30,10 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent / "datapipe"
 # the array/tensor libraries a training job has anyway (llvmlite is numba's compiler; the
 # kernels ask it for the CPU's features).
 LOADER_THIRD_PARTY = {"numpy", "pyarrow", "torch", "numba", "llvmlite"}
-# datapipe.atomic (write to a temporary name, then rename) is imported by the shard format itself
-# (it writes shards through it), so it comes with the shard format wherever that goes; the loader
-# uses it for its local copies of remote shards. It imports only the standard library (tested).
-LOADER_ALLOWED_DATAPIPE = ("datapipe.loader", "datapipe.shard_format", "datapipe.atomic")
+# Writing shards (atomically, recorded for object storage) is the engine's (engine/shard_writer.py),
+# so the shard format is pyarrow and numpy only and a training job gets nothing else of datapipe.
+LOADER_ALLOWED_DATAPIPE = ("datapipe.loader", "datapipe.shard_format")
 
 
 def _modules() -> dict[str, Path]:
@@ -163,5 +162,4 @@ def test_loader_needs_nothing_else_of_datapipe_transitively():
     outside = sorted(m for m in reached if not any(m == a or m.startswith(a + ".") for a in LOADER_ALLOWED_DATAPIPE))
     assert not outside, f"the loader reaches {outside}"
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    assert all(t.split(".")[0] in stdlib for t, _ in raw["datapipe.atomic"]), raw["datapipe.atomic"]
-    assert {t.split(".")[0] for t, _ in raw["datapipe.shard_format"]} <= stdlib | LOADER_THIRD_PARTY | {"datapipe"}
+    assert {t.split(".")[0] for t, _ in raw["datapipe.shard_format"]} <= stdlib | LOADER_THIRD_PARTY

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from datapipe.config import TokenizeConfig
+from datapipe.engine.shard_writer import write_shard
 from datapipe.loader import PackedDataset
 from datapipe.packing import BestFitPacker, concat_rows
-from datapipe.shard_format import ShardMeta, file_sha256, open_shard, tokens_view, write_shard
+from datapipe.shard_format import ShardMeta, file_sha256, open_shard, tokens_view
 from datapipe.tokenize import encode_documents, load_tokenizer_info
 from tests.loader_helpers import write_manifest
 from tests.shared_data import PROJECT_ROOT, shared_path

@@ -12,8 +12,9 @@ import pytest
 
 from datapipe.config import TokenizeConfig, load_pipeline
 from datapipe.engine.runner import run_pipeline
+from datapipe.engine.shard_writer import write_shard
 from datapipe.packing import BestFitPacker, ConcatPacker, PackedRows, concat_rows, make_packer
-from datapipe.shard_format import ShardMeta, open_shard, tokens_view, write_shard
+from datapipe.shard_format import ShardMeta, open_shard, tokens_view
 from datapipe.tokenize import encode_documents, load_tokenizer_info
 from tests.shared_data import PROJECT_ROOT, shared_path
 

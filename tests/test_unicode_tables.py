@@ -18,7 +18,7 @@ def test_cached_shingle_tables_equal_the_built_ones(tmp_path: Path, monkeypatch:
         built = build()
         calls = []
 
-        def counting(build=build) -> np.ndarray:
+        def counting(build=build, calls=calls) -> np.ndarray:
             calls.append(1)
             return build()
 

@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 from datapipe.atomic import atomic_path, temp_path_for
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import RunSpec
-from datapipe.engine.run_folder import RunFolder
+from datapipe.engine.run_folder import PACK_PHASE, RunFolder, map_phase
+from datapipe.shard_format import MANIFEST_SCHEMA
 
 # The documented columns of `documents`, in order, with their type when a run has no such signal.
 CORE_COLUMNS: list[tuple[str, str]] = [
@@ -39,16 +40,12 @@ def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
 
     rows: list[dict[str, Any]] = []
     for rng in (pack_ranges(folder, spec) or []) if spec.tokenizer is not None else []:
-        marker = folder.read_marker("pack", rng.key)
+        marker = folder.read_marker(PACK_PHASE, rng.key)
         if marker:
             rows.extend(marker["shards"])
-    schema = pa.schema([("path", pa.string()), ("source", pa.string()), ("split", pa.string()),
-                        ("rows", pa.int64()), ("tokens", pa.int64()), ("documents", pa.int64()),
-                        ("sha256", pa.string()), ("tokenizer_fingerprint", pa.string()),
-                        ("seq_len", pa.int64()), ("row_len", pa.int64()), ("packing", pa.string())])
-    table = pa.Table.from_pylist(rows, schema=schema)
+    table = pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA)
     if spec.tokenizer is not None:
-        with atomic_path(folder.shards_dir / "manifest.parquet") as tmp:
+        with atomic_path(folder.manifest) as tmp:
             pq.write_table(table, tmp)
     return table
 
@@ -63,8 +60,8 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
     import duckdb
 
     manifest = write_manifest(folder, spec)
-    kept = sorted(str(p) for p in (folder.root / "docs").glob("**/*.parquet"))
-    rejected = sorted(str(p) for p in (folder.root / "rejected").glob("**/*.parquet"))
+    kept = sorted(str(p) for p in folder.docs_dir.glob("**/*.parquet"))
+    rejected = sorted(str(p) for p in folder.rejected_dir.glob("**/*.parquet"))
     tmp = temp_path_for(folder.stats_db)
     scratch = folder.work / "stats-scratch"
     try:
@@ -222,7 +219,7 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
     sources = {s: {"documents": 0, "kept": 0, "tokens": 0} for s in spec.sources}
     for segment in spec.segments:
         for shard in spec.shards:
-            m = folder.read_marker(f"map{segment.index}", shard.key)
+            m = folder.read_marker(map_phase(segment.index), shard.key)
             if m is None:
                 raise PipelineError(f"marker missing for map{segment.index} {shard.key}: the run is incomplete")
             if segment.index == 0:

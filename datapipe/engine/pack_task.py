@@ -13,8 +13,9 @@ import pyarrow.compute as pc
 from datapipe.engine.pack_plan import PackRange
 from datapipe.engine.plan import RunSpec
 from datapipe.engine.run_folder import RunFolder
+from datapipe.engine.shard_writer import write_shard
 from datapipe.packing import PackedRows, ShardBuffer, make_packer, shard_meta_for
-from datapipe.shard_format import ShardMeta, file_sha256, manifest_row, write_shard
+from datapipe.shard_format import ShardMeta, file_sha256, manifest_row
 
 
 def pack_source(spec: RunSpec, source: str) -> dict[str, Any]:

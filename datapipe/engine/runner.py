@@ -244,7 +244,9 @@ def _outcomes(phase: Phase, todo: Sequence[Task], spec: Any, local: bool,
     remote = ray.remote(max_retries=3, retry_exceptions=True)(_run_task).options(**phase.resources, **_fault_env())
     pending = {remote.remote(phase.name, t.key, phase.fn, spec, *t.args): t.key for t in todo}
     while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+        # Every finished task at once, at most every 0.2 s: one wait per finished task would copy the
+        # list of pending refs each time, quadratic in a phase's tasks (tens of thousands at scale).
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.2)
         for ref in ready:
             key = pending.pop(ref)
             try:

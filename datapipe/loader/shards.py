@@ -16,6 +16,7 @@ import hashlib
 import mmap
 import os
 import stat
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,6 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from datapipe.atomic import atomic_path
 from datapipe.loader.verify import file_identity, shard_arrays
 from datapipe.shard_format import MANIFEST_COLUMNS, MANIFEST_NAME, ShardCorrupt, ShardMeta
 
@@ -253,14 +253,22 @@ def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -
         raise ValueError(f"shard {rel} lives on {type(fs).__name__}; pass cache_dir= to copy it to local disk")
     target = Path(cache_dir) / f"{m.sha256[i]}.arrow"  # sha256 is checked to be hex: no path tricks
     if not target.exists():
-        digest = hashlib.sha256()
-        with atomic_path(target) as tmp, fs.open_input_stream(src_path) as src, open(tmp, "wb") as dst:
-            while block := src.read(1 << 22):
-                digest.update(block)
-                dst.write(block)
+        # A private temporary name, renamed into place only once whole and verified: a worker killed
+        # mid-copy leaves no file under the final name (the loader keeps its own few lines for this
+        # rather than importing the engine's atomic writer: training jobs import only the loader).
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+        try:
+            digest = hashlib.sha256()
+            with fs.open_input_stream(src_path) as src, open(tmp, "wb") as dst:
+                while block := src.read(1 << 22):
+                    digest.update(block)
+                    dst.write(block)
             if digest.hexdigest() != m.sha256[i]:
-                raise ShardCorrupt(f"shard {rel}: sha256 {digest.hexdigest()} does not match manifest {m.sha256[i]}",
-                                   rel)
+                raise ShardCorrupt(f"shard {rel}: sha256 {digest.hexdigest()} does not match manifest "
+                                   f"{m.sha256[i]}", rel)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
     return str(target)
 
 
