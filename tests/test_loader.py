@@ -203,15 +203,12 @@ def test_sample_fields(tmp_path):
 
 
 def test_rows_without_label_token_and_multibatch_shards(tmp_path):
-    import datapipe.shard_format as sf
-    orig = sf.write_shard
-    sf.write_shard = lambda *a, **k: orig(*a, **{**k, "rows_per_batch": 4})
+    import tests.loader_helpers as h
+    orig = h.write_shard
+    h.write_shard = lambda *a, **k: orig(*a, **{**k, "rows_per_batch": 4})
     try:
-        import tests.loader_helpers as h
-        h.write_shard = sf.write_shard
         run = make_run(tmp_path, {"web": [11, 6]}, label_token=False)
     finally:
-        sf.write_shard = orig
         h.write_shard = orig
     ds = _ds(run, batch_size=17)
     b = next(iter(ds))

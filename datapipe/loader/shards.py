@@ -257,6 +257,7 @@ def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -
         # mid-copy leaves no file under the final name (the loader keeps its own few lines for this
         # rather than importing the engine's atomic writer: training jobs import only the loader).
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+        target.parent.mkdir(parents=True, exist_ok=True)
         try:
             digest = hashlib.sha256()
             with fs.open_input_stream(src_path) as src, open(tmp, "wb") as dst:
