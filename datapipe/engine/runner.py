@@ -327,6 +327,7 @@ def _with_marker(phase: str, key: str, fn: Callable[[], dict[str, Any]], root: s
     with fault_scope(phase, key):
         marker = fn()
         marker["node"] = _node_id()
+        _fault_hold(phase, key)
         RunFolder(Path(root)).write_marker(phase, key, marker)
     return marker
 
@@ -377,6 +378,22 @@ def _fault_point(phase: str, done: int) -> None:
     if pause and os.environ.get("DATAPIPE_FAULT_PAUSE_AT") == here:
         Path(pause + ".paused").touch()
         while not Path(pause).exists():
+            time.sleep(0.05)
+
+
+def _fault_hold(phase: str, key: str) -> None:
+    """Testing hook inside a task, between its outputs and its marker (the window a lost node
+    leaves behind: files written, no marker). DATAPIPE_FAULT_HOLD_AT=<phase> with
+    DATAPIPE_FAULT_HOLD_FILE=F writes the task key to F.held.<key, / as %> and waits until F exists. Set it in one
+    node's environment only: every task of that phase placed there is held in flight, so a test
+    can remove the node with tasks on it at a known point instead of racing them.
+    """
+    hold = os.environ.get("DATAPIPE_FAULT_HOLD_FILE")
+    if hold and os.environ.get("DATAPIPE_FAULT_HOLD_AT") == phase:
+        tmp = Path(f"{hold}.tmp-{os.getpid()}")
+        tmp.write_text(key)
+        tmp.replace(f"{hold}.held.{key.replace('/', '%')}")  # whole, so a watcher never reads it half-written
+        while not Path(hold).exists():
             time.sleep(0.05)
 
 
