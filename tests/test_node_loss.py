@@ -66,7 +66,8 @@ def test_removing_a_worker_node_mid_run_finishes_with_identical_outputs(tmp_path
     # Only the worker node's raylet (and so its task workers) gets the hold hook: each map0 task
     # placed there writes its outputs, then waits before its marker (engine/runner.py _fault_hold)
     # until the node is gone. No timing: the node is removed once a task is known to be held there.
-    # A fast health check lets the head learn of the loss in about a second instead of ~15 s.
+    # A short health check declares the node dead about a second after it is killed (Ray's default
+    # waits for several failed 3 s checks), so the test stays short.
     script = f"""
 import glob, json, subprocess, sys, time
 from pathlib import Path
@@ -78,24 +79,28 @@ cluster = Cluster(initialize_head=True, connect=False,
                                                        "health_check_failure_threshold": 3}}}})
 worker = cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1",
                           env_vars={{"DATAPIPE_FAULT_HOLD_AT": "map0", "DATAPIPE_FAULT_HOLD_FILE": {str(hold)!r}}})
-cluster.wait_for_nodes()
-driver = subprocess.Popen([sys.executable, "-m", "datapipe.cli", "run", {str(pipeline)!r}, "--output", {str(out)!r},
-                           "--ray-address", cluster.address, "--no-progress"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-deadline = time.time() + 240
-while not glob.glob({str(hold)!r} + ".held.*") and driver.poll() is None and time.time() < deadline:
-    time.sleep(0.05)
-held = sorted(Path(p).read_text() for p in glob.glob({str(hold)!r} + ".held.*"))
-# The held tasks' markers must not exist yet: their outputs are on disk, their completion is not.
-work = Path({str(out)!r}) / "_work"
-marked = [k for k in held if (work / "markers" / "map0" / (k + ".json")).exists()]
-written = {{k: (work / "map0" / (k + ".parquet")).stat().st_ino for k in held if (work / "map0" / (k + ".parquet")).exists()}}
-driver_alive = driver.poll() is None
-cluster.remove_node(worker, allow_graceful=False)  # SIGKILL: the node crashes, nothing cleans up
-_, err = driver.communicate(timeout=300)
-print(json.dumps({{"rc": driver.returncode, "stderr": err[-3000:], "held": held, "marked": marked, "written": written,
-                  "driver_alive": driver_alive, "head": cluster.head_node.node_id, "worker": worker.node_id}}))
-cluster.shutdown()
+try:
+  cluster.wait_for_nodes()
+  driver = subprocess.Popen([sys.executable, "-m", "datapipe.cli", "run", {str(pipeline)!r}, "--output", {str(out)!r},
+                             "--ray-address", cluster.address, "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 240
+  while not glob.glob({str(hold)!r} + ".held.*") and driver.poll() is None and time.time() < deadline:
+      time.sleep(0.05)
+  held = sorted(Path(p).read_text() for p in glob.glob({str(hold)!r} + ".held.*"))
+  # The held tasks' markers must not exist yet: their outputs are on disk, their completion is not.
+  work = Path({str(out)!r}) / "_work"
+  marked = [k for k in held if (work / "markers" / "map0" / (k + ".json")).exists()]
+  written = {{k: (work / "map0" / (k + ".parquet")).stat().st_ino for k in held if (work / "map0" / (k + ".parquet")).exists()}}
+  driver_alive = driver.poll() is None
+  cluster.remove_node(worker, allow_graceful=False)  # SIGKILL: the node crashes, nothing cleans up
+  _, err = driver.communicate(timeout=300)
+  print(json.dumps({{"rc": driver.returncode, "stderr": err[-3000:], "held": held, "marked": marked, "written": written,
+                    "driver_alive": driver_alive, "head": cluster.head_node.node_id, "worker": worker.node_id}}))
+finally:
+  if "driver" in globals() and driver.poll() is None:
+    driver.kill()
+  cluster.shutdown()
 """
     try:
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=500)
