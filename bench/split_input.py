@@ -12,7 +12,9 @@ process CPU of each task, newline pre-pass included) / wall seconds of those pha
 timings). 1.0 means one busy core; the ideal is --cpus. On a machine shared with other work the
 ratio is capped by what the OS gives us: the script prints the load average next to it, and
 also the tasks running on average (task wall seconds / phase wall seconds), which does not
-depend on the load: it says whether every CPU was given work.
+depend on the load: it says whether every CPU was given work. The split run goes first (it is
+the figure that matters; the one-task run takes --cpus times longer), and ``--json PATH`` writes
+what has been measured after each run, with the load averages before and after it.
 """
 
 from __future__ import annotations
@@ -72,8 +74,16 @@ def run_once(folder: Path, data: Path, split: dict, cpus: int) -> dict[str, floa
     busy = sum(m.get("seconds", 0.0) for m in markers)  # task wall seconds: tasks running on average = busy / wall
     shutil.rmtree(out)
     return {"tasks": result.run["split"]["map_tasks"], "map_wall": wall, "map_cpu": cpu, "run_wall": total,
+            "phase_wall": {p: result.run["timings"][p] for p in phases},
             "concurrency": busy / wall,
             "docs": result.run["counts"]["documents"]}
+
+
+def _commit() -> str:
+    import subprocess
+
+    done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
 
 
 def main() -> None:
@@ -82,6 +92,7 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=2, help="CPUs Ray may use (default 2)")
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--tmp", type=Path, default=None, help="where to write the corpus (default: system temp)")
+    ap.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
     args = ap.parse_args()
     if not args.corpus.is_dir():
         sys.exit(f"corpus not found: {args.corpus}")
@@ -91,12 +102,21 @@ def main() -> None:
         t = time.perf_counter()
         size, docs = write_corpus(data, int(args.gb * 1e9), args.corpus)
         print(f"corpus: {size / 1e9:.2f} GB, {docs:,} documents, written in {time.perf_counter() - t:.0f} s")
-        rows = {}
-        for label, split in (("one task (unsplit)", {"target_bytes": 1 << 40, "min_tasks_per_cpu": 0}),
-                             ("split (defaults)", {})):
+        rows: dict[str, dict] = {}
+        report = {"bench": "split_input", "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+                  "cores": os.cpu_count(), "argv": sys.argv[1:], "git_commit": _commit(),
+                  "corpus_bytes": size, "corpus_docs": docs,
+                  "runs": rows}
+        for label, split in (("split (defaults)", {}),
+                             ("one task (unsplit)", {"target_bytes": 1 << 40, "min_tasks_per_cpu": 0})):
             load = os.getloadavg()[0]
+            before = os.getloadavg()
             r = run_once(folder, data, split, args.cpus)
+            r.update({"cpu_per_wall": r["map_cpu"] / r["map_wall"], "loadavg_before": before,
+                      "loadavg_after": os.getloadavg()})
             rows[label] = r
+            if args.json:
+                args.json.write_text(json.dumps(report, indent=1) + "\n")
             print(f"{label:20s} tasks={r['tasks']:4d}  map wall={r['map_wall']:7.1f} s  map CPU={r['map_cpu']:7.1f} s  "
                   f"CPU/wall={r['map_cpu'] / r['map_wall']:.2f}  "
                   f"tasks running on average={r['concurrency']:.2f}  (run {r['run_wall']:.0f} s, "
@@ -105,6 +125,9 @@ def main() -> None:
         assert a["docs"] == b["docs"]
         print(f"utilisation: {b['map_cpu'] / b['map_wall']:.2f} split vs {a['map_cpu'] / a['map_wall']:.2f} unsplit "
               f"(ideal {args.cpus}); map wall speed-up {a['map_wall'] / b['map_wall']:.2f}x")
+        if args.json:
+            report["map_wall_speedup"] = a["map_wall"] / b["map_wall"]
+            args.json.write_text(json.dumps(report, indent=1) + "\n")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

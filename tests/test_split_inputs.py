@@ -14,7 +14,7 @@ import pytest
 from datapipe.config import SourceConfig, SplitConfig, load_pipeline
 from datapipe.engine import tasks
 from datapipe.engine.plan import make_spec
-from datapipe.engine.splits import effective_target, plan_file
+from datapipe.engine.splits import effective_target, even_cuts, plan_file
 from datapipe.readers import READERS, InputFile
 from datapipe.readers.streams import LineRange, count_newlines
 from tests.conftest import write_pipeline
@@ -182,6 +182,20 @@ def test_effective_target_keeps_small_clusters_busy() -> None:
     assert effective_target(cfg, 10 << 40, 1000) == 256 << 20  # 10 TB on 1,000 CPUs: the target
     assert effective_target(cfg, 1 << 20, 2) == 8 << 20  # a tiny corpus: not below min_bytes
     assert effective_target(cfg, 2 << 30, None) == 256 << 20
+
+
+def test_a_large_file_splits_into_equal_ranges_no_short_tail(tmp_path: Path) -> None:
+    # 2 GB in 256 MiB pieces: 8 equal ranges, not 7 full ones and a 0.45 one (an idle core at the end).
+    assert [b - a for a, b in zip(even_cuts(2_000_000_000, 256 << 20), [*even_cuts(2_000_000_000, 256 << 20)[1:],
+                                                                         2_000_000_000])] == [250_000_000] * 8
+    path = _real_jsonl(tmp_path)
+    size, target = path.stat().st_size, 64 << 10
+    ranges = plan_file(str(path), path.name, "jsonl", 0, target)
+    lengths = [(r.end if r.end is not None else size) - r.start for r in ranges]
+    assert len(ranges) == -(-size // target) and max(lengths) - min(lengths) <= 1 and max(lengths) <= target
+    # A target that does not divide the corpus evenly gives min_tasks_per_cpu ranges, not one more tiny one.
+    cfg = SplitConfig(min_bytes=4096)
+    assert len(plan_file(str(path), path.name, "jsonl", 0, effective_target(cfg, size, 2))) == 6
 
 
 def test_split_run_equals_unsplit_run_through_the_engine(ray_local, tmp_path: Path) -> None:

@@ -303,6 +303,7 @@ def _run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: Run
         for name, value in usage.finish().items():
             marker.setdefault(name, value)  # a task's own cpu_seconds (map: its work only) wins
         marker["node"] = _node_id()
+        _fault_hold(phase, key)
         folder.write_marker(phase, key, marker, written)
     return marker
 
@@ -331,6 +332,22 @@ def _fault_point(phase: str, done: int) -> None:
     if pause and os.environ.get("DATAPIPE_FAULT_PAUSE_AT") == here:
         Path(pause + ".paused").touch()
         while not Path(pause).exists():
+            time.sleep(0.05)
+
+
+def _fault_hold(phase: str, key: str) -> None:
+    """Testing hook inside a task, between its outputs and its marker (the window a lost node
+    leaves behind: files written, no marker). DATAPIPE_FAULT_HOLD_AT=<phase> with
+    DATAPIPE_FAULT_HOLD_FILE=F writes the task key to F.held.<key, / as %> and waits until F exists. Set it in one
+    node's environment only: every task of that phase placed there is held in flight, so a test
+    can remove the node with tasks on it at a known point instead of racing them.
+    """
+    hold = os.environ.get("DATAPIPE_FAULT_HOLD_FILE")
+    if hold and os.environ.get("DATAPIPE_FAULT_HOLD_AT") == phase:
+        tmp = Path(f"{hold}.tmp-{os.getpid()}")
+        tmp.write_text(key)
+        tmp.replace(f"{hold}.held.{key.replace('/', '%')}")  # whole, so a watcher never reads it half-written
+        while not Path(hold).exists():
             time.sleep(0.05)
 
 
