@@ -24,7 +24,7 @@ from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.run_folder import RunFolder
 from datapipe.engine.splits import InputRange
 from datapipe.packing import PackedRows, ShardBuffer, make_packer, shard_meta_for
-from datapipe.readers import READERS, InputFile, ReadBatch
+from datapipe.readers import READERS, InputFile, ReadBatch, reader_path
 from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.schema import READ_STAGE
 from datapipe.shard_format import ShardMeta, file_sha256, write_shard
@@ -36,7 +36,6 @@ from datapipe.stages.base import (
     ShuffledGlobalStage,
     Stage,
 )
-from datapipe.storage import ensure_local
 from datapipe.tokenize import TOKENS_TYPE, assign_split, encode_documents
 
 _NULL_STR = pa.scalar(None, pa.string())
@@ -302,7 +301,7 @@ def _read_piece(spec: RunSpec, folder: RunFolder, shard: Shard, piece: InputRang
     """The documents of one input file, or of one range of it (engine/splits.py)."""
     reader = READERS[piece.format]
     first = _first_record(folder, shard, piece) if not piece.whole else 0
-    file = InputFile(ensure_local(piece.path), piece.input_name, shard.source, spec.limits,
+    file = InputFile(reader_path(piece.path, piece.format), piece.input_name, shard.source, spec.limits,
                      start=piece.start, end=piece.end, first_record=first, ranged=not piece.whole)
     for rb in _guarded(reader(file, spec.batch_size), file):
         docs = rb.docs
