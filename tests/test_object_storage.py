@@ -346,3 +346,27 @@ def pipeline_file_from(cfg: dict, folder: Path) -> Path:
     path = folder / "pipeline.yaml"
     path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     return path
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
+def test_compressed_jsonl_on_s3_is_streamed_and_equals_the_local_file(s3, tmp_path: Path, suffix: str) -> None:
+    """A compressed JSONL (one task: no ranges) is decompressed from the object stream, not a download."""
+    import pyarrow as pa
+
+    from datapipe.config import SourceConfig
+    from datapipe.readers import reader_path
+    from datapipe.storage import FETCHED, mirror_of
+    from tests.test_split_inputs import _read_all, _real_jsonl
+
+    raw = _real_jsonl(tmp_path).read_bytes()
+    local = tmp_path / f"big{suffix}"
+    with pa.output_stream(str(local), compression="gzip" if suffix.endswith(".gz") else "zstd") as out:
+        out.write(raw)
+    s3.upload_file(str(local), BUCKET, f"compressed/{local.name}")
+    remote = reader_path(mirror_of(f"s3://{BUCKET}/compressed/{local.name}"), "jsonl")
+    before = (FETCHED.bytes, FETCHED.downloads)
+    src = SourceConfig(name="s", paths=["x"])
+    whole = _read_all("jsonl", local, src)
+    assert _read_all("jsonl", remote, src) == whole and len(whole[0]) > 200
+    assert FETCHED.downloads == before[1] and FETCHED.bytes - before[0] == local.stat().st_size
+    assert not remote.exists()
