@@ -30,7 +30,7 @@ from datapipe.config_models import (  # the sections lower layers take (why apar
 )
 from datapipe.input_names import input_name
 from datapipe.limits import ReadLimits
-from datapipe.storage import StorageError, fetch, glob_files, is_uri, mirror_of
+from datapipe.storage import PROBE_BUFFER, StorageError, glob_files, is_input_file, is_uri, mirror_of, parquet_source
 
 __all__ = ["ConfigError", "Pipeline", "PipelineConfig", "SourceConfig", "SplitConfig", "TokenizeConfig",
            "build_pipeline", "load_pipeline", "read_yaml", "yaml_error_text"]
@@ -216,10 +216,10 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
         files: list[Path] = []
         pattern_of: dict[Path, str] = {}  # the first pattern that matched each file names it in ids
         for j, pattern in enumerate(src.paths):
-            if is_uri(pattern):  # object storage: matched there, read from local mirror copies
+            if is_uri(pattern):  # object storage: listed there, named by mirror paths, never downloaded here
                 try:
                     resolved = str(mirror_of(pattern))
-                    matched = [fetch(f) for f in glob_files(pattern)]
+                    matched = [mirror_of(f.uri) for f in glob_files(pattern)]
                 except StorageError as exc:
                     problems.append(f"sources[{i}].paths[{j}]: {exc}")
                     continue
@@ -271,7 +271,7 @@ def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]]
     """
     field = src.options.get("content_field") or src.text_field
     key = f"sources[{i}].options.content_field" if src.options.get("content_field") else f"sources[{i}].text_field"
-    first = next(((f, fmt) for f, fmt in entries if fmt in ("jsonl", "parquet") and f.is_file()), None)
+    first = next(((f, fmt) for f, fmt in entries if fmt in ("jsonl", "parquet") and is_input_file(f)), None)
     if first is None or not isinstance(field, str):
         return
     path, fmt = first
@@ -290,12 +290,12 @@ def _first_fields(path: Path, fmt: str, records: int = 20) -> set[str] | None:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        return set(pq.ParquetFile(path).schema_arrow.names)
+        return set(pq.ParquetFile(parquet_source(path)).schema_arrow.names)  # the footer only
     from datapipe.readers.streams import open_maybe_compressed
 
     names: set[str] = set()
     seen = 0
-    with open_maybe_compressed(path) as stream:
+    with open_maybe_compressed(path, PROBE_BUFFER) as stream:  # an object: its first bytes only
         for raw in stream:
             try:
                 obj = json.loads(raw)

@@ -7,22 +7,28 @@ Credentials and endpoints come from the usual environment of each store, read by
 ``GOOGLE_APPLICATION_CREDENTIALS`` for GCS; ``HADOOP_HOME``/``CLASSPATH`` for HDFS. A scheme
 pyarrow lacks is taken from fsspec when it is installed (``pyarrow.fs.FSSpecHandler``).
 
-Readers and writers of datapipe work on local files, so a remote path has a local *mirror*
-under ``<cache>/remote-mirror/<scheme>/<bucket>/<key>``: an input object is downloaded there before it
-is read (once per node, again when its size or modification time changes), and a run folder in
-object storage is worked on there and committed to the store by completion markers
-(``engine/remote_folder.py``). The mirror path names the remote one (:func:`remote_of`), so any
-process of the run, on any node, finds the object behind a mirror path it is handed.
+A remote path has a local *mirror* path under ``<cache>/remote-mirror/<scheme>/<bucket>/<key>``,
+which names the remote one (:func:`remote_of`), so any process of the run, on any node, finds the
+object behind a mirror path it is handed. A run folder in object storage is worked on in its
+mirror and committed to the store by completion markers (``engine/remote_folder.py``).
+
+An input in object storage is named by its mirror path but never downloaded whole by the driver:
+its size and time come from the store's listing (:func:`input_stat`), and whatever reads it
+(split planning, the ``text_field`` check, the JSONL/Parquet/WARC readers of a map task) opens it
+with :func:`open_input`, which reads the object in place through ranged requests. Only readers
+that need a real local file (folders and archives: html, repo, arxiv) get a mirror copy
+(:func:`ensure_local`, once per node, again when the object's size or time changes).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 # The mirror's folder name: a mirror path is recognised by it, so a Ray worker whose cache
 # folder differs from the driver's still finds the URI behind the path it is handed.
@@ -178,6 +184,7 @@ def list_files(uri: str) -> list[RemoteFile]:
         if fi.type == pafs.FileType.File:
             out.append(RemoteFile(f"{scheme}://{fi.path}", int(fi.size or 0),
                                   fi.mtime.timestamp() if fi.mtime is not None else 0.0))
+    _LISTED.update((f.uri, f) for f in out)
     return sorted(out, key=lambda f: f.uri)
 
 
@@ -192,6 +199,8 @@ def glob_files(pattern: str) -> list[RemoteFile]:
         fixed.append(part)
     if len(fixed) == len(parts):  # no wildcard: the object itself
         f = info(pattern)
+        if f is not None:
+            _LISTED[f.uri] = f
         return [f] if f is not None else []
     check_bucket(pattern)
     regex = re.compile(_glob_regex("/".join(parts)))
@@ -279,8 +288,10 @@ def download(uri: str, local: Path, mtime: float | None = None) -> None:
 
     fs, path = resolve(uri)
     try:
+        FETCHED.downloads += 1
         with atomic_path(local) as tmp:
             pafs.copy_files(path, str(tmp), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+            FETCHED.bytes += tmp.stat().st_size
             if mtime:
                 os.utime(tmp, (mtime, mtime))
     except FileNotFoundError:
@@ -312,6 +323,114 @@ def ensure_local(path: str | os.PathLike[str]) -> Path:
             raise StorageError(f"{uri}: no such object (it was listed when the run was planned)")
         fetch(f)
     return p
+
+
+# --- inputs read in place ----------------------------------------------------------------
+
+# What this process listed in object storage: the planner and the input listing take sizes and
+# times from here (one LIST per pattern), not from a request per object nor from a download.
+_LISTED: dict[str, RemoteFile] = {}
+
+
+@dataclass
+class Fetched:
+    """Bytes this process read from object storage for inputs: ranged reads and whole downloads
+    (counted so tests and benchmarks can show what planning or a task really read)."""
+
+    bytes: int = 0
+    requests: int = 0
+    downloads: int = 0
+
+
+FETCHED = Fetched()
+
+PROBE_BUFFER = 64 << 10  # read size when looking at a few bytes (a record boundary, a first record)
+READ_BUFFER = 8 << 20  # read size of a task streaming its input: few requests, bounded memory
+
+
+def input_stat(path: str | os.PathLike[str]) -> RemoteFile | None:
+    """Size and modification time of an input file: a local file's ``stat``; for the mirror path of
+    an object, what the store listed (or a metadata request), never a download. None: no file."""
+    uri = remote_of(path)
+    if uri is None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        import stat
+
+        return RemoteFile(os.fspath(path), st.st_size, st.st_mtime) if stat.S_ISREG(st.st_mode) else None
+    return _LISTED.get(uri) or info(uri)
+
+
+def is_input_file(path: str | os.PathLike[str]) -> bool:
+    return input_stat(path) is not None
+
+
+class _RemoteRaw(io.RawIOBase):
+    """A pyarrow random-access file of an object as a Python raw stream: every read is one ranged
+    request, so wrapped in a ``BufferedReader`` it reads only the windows it is asked for."""
+
+    def __init__(self, f: Any, stop: int | None) -> None:
+        self.f = f
+        self.stop = stop  # a task's range end: no read crosses it; past it, small reads (a record's tail)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        want = len(b)
+        if self.stop is not None:
+            pos = self.f.tell()
+            want = min(want, self.stop - pos) if pos < self.stop else min(want, PROBE_BUFFER)
+        data = self.f.read(want)
+        n = len(data)
+        b[:n] = data
+        FETCHED.bytes += n
+        FETCHED.requests += 1
+        return n
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return self.f.seek(pos, whence)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.f.close()
+        super().close()
+
+
+def open_input(path: str | os.PathLike[str], buffer: int = READ_BUFFER, stop: int | None = None) -> IO[bytes]:
+    """An input file opened for reading (binary, seekable). A local path is opened as it is; the
+    mirror path of an object is read in place from the store, ``buffer`` bytes per request (even
+    when a mirror copy is there: it may be a stale one). ``stop``: where the caller's byte range
+    ends, so read-ahead does not fetch a buffer's worth of the next range. ``buffer=0``: no read
+    ahead at all, each read one request (for a caller that reads a few windows of its own size)."""
+    p = Path(path)
+    uri = remote_of(p)
+    if uri is None:
+        return p.open("rb")
+    fs, key = resolve(uri)
+    try:
+        f = fs.open_input_file(key)
+    except FileNotFoundError:
+        raise StorageError(f"{uri}: no such object (it was listed when the run was planned)") from None
+    except OSError as exc:
+        raise _fail(uri, "opening", exc) from None
+    raw = _RemoteRaw(f, stop)
+    return io.BufferedReader(raw, buffer_size=buffer) if buffer > 0 else raw  # type: ignore[return-value]
+
+
+def parquet_source(path: str | os.PathLike[str]) -> Any:
+    """What ``pq.ParquetFile`` should open: a local path as it is (memory-mapped, as before); an
+    object as a file read in place, so the footer and then only the row groups asked for are
+    requested (Parquet reads are large and positioned: a small buffer wastes nothing)."""
+    return os.fspath(path) if remote_of(path) is None else open_input(path, PROBE_BUFFER)
 
 
 def delete(uri: str) -> None:

@@ -229,3 +229,144 @@ def test_lock_record_on_s3_refuses_a_second_driver_and_fresh_wipes_the_store(s3,
         first.wipe()  # --fresh: the names datapipe manages go, the user's file stays
     left = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="lk/")["Contents"])
     assert [k for k in left if not k.endswith("/")] == ["lk/notes.txt"]  # the lock record is gone too
+
+
+# --- inputs read in place: the driver plans from the listing, tasks read their ranges ----------
+
+def _mirror_files(uri: str) -> list[Path]:
+    from datapipe.storage import mirror_of
+
+    root = mirror_of(uri)
+    return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+
+
+@pytest.mark.parametrize("name,fmt,target", [("big.jsonl", "jsonl", 16 << 10),
+                                             ("docs.parquet", "parquet", 64 << 10),
+                                             ("whirlwind_whirlwind.warc.gz", "warc", 64 << 10),
+                                             ("warcio_example-iana.org-chunked.warc", "warc", 128 << 10)])
+def test_split_planning_and_range_reads_on_s3_equal_the_local_file(s3, tmp_path: Path, name: str, fmt: str,
+                                                                   target: int) -> None:
+    """Bounds planned through ranged reads of the object equal the local file's; each range read
+    from the store gives, in order, exactly the whole local file's records; nothing is downloaded."""
+    from datapipe.config import SourceConfig
+    from datapipe.engine.splits import plan_file
+    from datapipe.storage import FETCHED, mirror_of
+    from tests.shared_data import shared_path
+    from tests.test_split_inputs import _read_all, _real_jsonl
+
+    if fmt == "jsonl":
+        local = _real_jsonl(tmp_path)
+    elif fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        texts = [json.loads(line)["text"] for line in
+                 shared_path("corpus", "zh_wikipedia.jsonl").read_text().splitlines()[:300]]
+        local = tmp_path / name
+        pq.write_table(pa.table({"text": texts}), local, row_group_size=25)
+    else:
+        local = tmp_path / name
+        data = shared_path("web", "warc", name).read_bytes()
+        local.write_bytes(data * (600_000 // len(data)))  # copies: several ranges of the target size
+    key = f"split-{fmt}/{name}"
+    s3.upload_file(str(local), BUCKET, key)
+    remote = mirror_of(f"s3://{BUCKET}/{key}")
+    size = local.stat().st_size
+
+    before = (FETCHED.bytes, FETCHED.downloads)
+    ranges = plan_file(str(remote), name, fmt, 0, target)
+    planned = FETCHED.bytes - before[0]
+    assert [(r.start, r.end) for r in ranges] == [(r.start, r.end) for r in plan_file(str(local), name, fmt, 0, target)]
+    assert len(ranges) >= 3
+    if fmt == "jsonl":
+        assert planned == 0  # cut evenly: the listing's size is all it takes
+    else:
+        assert 0 < planned < size / 2  # a footer, or a window after each cut
+    print(f"\n{name}: {size:,} bytes, {len(ranges)} ranges, planning read {planned:,} bytes")
+    src = SourceConfig(name="s", kind="web" if fmt == "warc" else "text", paths=["x"])
+    assert _read_all(fmt, remote, src, ranges) == _read_all(fmt, local, src)
+    assert FETCHED.downloads == before[1] and not remote.exists()
+
+
+def test_driver_plans_a_split_s3_input_without_downloading_it(s3, tmp_path: Path) -> None:
+    """`datapipe validate` and planning read no input whole (sizes from the listing, the text_field
+    check from the first bytes); the run's tasks read their byte ranges in place; a JSONL split into
+    ranges on S3 gives the outputs of the same file unsplit on local disk."""
+    from click.testing import CliRunner
+
+    from datapipe.cli import main
+    from datapipe.config import load_pipeline
+    from datapipe.engine.plan import make_spec
+    from datapipe.engine.runner import run_pipeline
+    from datapipe.storage import FETCHED, PROBE_BUFFER
+
+    local_data = tmp_path / "data"
+    local_data.mkdir()
+    big = local_data / "web_zh-0.jsonl"  # every demo document, three times: ~670 KB
+    big.write_bytes(b"".join(f.read_bytes() for f in sorted(DATA.glob("*.jsonl"))) * 3)
+    s3.upload_file(str(big), BUCKET, f"bigdata/{big.name}")
+
+    def config(data: str, output: str, split: dict) -> Path:
+        folder = tmp_path / f"pipeline-{output.rsplit('/', 1)[-1]}"
+        cfg = yaml.safe_load(pipeline_file(folder, data, output).read_text())
+        cfg["sources"] = cfg["sources"][:1]
+        cfg.pop("mixture", None)
+        cfg["split"] = split
+        return pipeline_file_from(cfg, folder)
+
+    remote_pipe = config(f"s3://{BUCKET}/bigdata", f"s3://{BUCKET}/runs/split", {"target_bytes": 65536, "min_bytes": 4096})
+    before = (FETCHED.bytes, FETCHED.requests, FETCHED.downloads)
+    validated = CliRunner().invoke(main, ["validate", str(remote_pipe)])
+    assert validated.exit_code == 0, validated.output
+    pipeline = load_pipeline(remote_pipe)
+    spec = make_spec(pipeline, tmp_path / "unused", tmp_path / "cache", 65536)
+    driver = FETCHED.bytes - before[0]
+    assert len([s for s in spec.shards if not s.inputs[0].whole]) >= 8  # split into ranges
+    assert FETCHED.downloads == before[2] and _mirror_files(f"s3://{BUCKET}/bigdata") == []
+    assert driver <= 2 * PROBE_BUFFER < big.stat().st_size / 5  # the first records, twice (validate, load)
+    print(f"\ndriver: {driver:,} bytes in {FETCHED.requests - before[1]} requests for a "
+          f"{big.stat().st_size:,}-byte input split in {len(spec.shards)} ranges")
+
+    run_before = (FETCHED.bytes, FETCHED.requests)
+    remote = run_pipeline(pipeline, in_process=True, show_progress=False, log=lambda m: None)
+    read = FETCHED.bytes - run_before[0]
+    print(f"run (lines pre-pass + map tasks): {read:,} bytes read in place in "
+          f"{FETCHED.requests - run_before[1]} requests")
+    assert read <= 2 * big.stat().st_size + len(spec.shards) * (64 << 10)  # each range twice, and a tail
+    assert FETCHED.downloads == before[2] and _mirror_files(f"s3://{BUCKET}/bigdata") == []
+    local = run_pipeline(load_pipeline(config(str(local_data), str(tmp_path / "local-out"), {})),
+                         in_process=True, show_progress=False, log=lambda m: None)
+    assert local.run["split"]["map_tasks"] == 1 and remote.run["split"]["map_tasks"] == len(spec.shards)
+    assert remote.run["counts"] == local.run["counts"]
+    assert fingerprint(download_run(s3, "runs/split", tmp_path / "from-s3")) == fingerprint(local.root)
+
+
+def pipeline_file_from(cfg: dict, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
+def test_compressed_jsonl_on_s3_is_streamed_and_equals_the_local_file(s3, tmp_path: Path, suffix: str) -> None:
+    """A compressed JSONL (one task: no ranges) is decompressed from the object stream, not a download."""
+    import pyarrow as pa
+
+    from datapipe.config import SourceConfig
+    from datapipe.readers import reader_path
+    from datapipe.storage import FETCHED, mirror_of
+    from tests.test_split_inputs import _read_all, _real_jsonl
+
+    raw = _real_jsonl(tmp_path).read_bytes()
+    local = tmp_path / f"big{suffix}"
+    with pa.output_stream(str(local), compression="gzip" if suffix.endswith(".gz") else "zstd") as out:
+        out.write(raw)
+    s3.upload_file(str(local), BUCKET, f"compressed/{local.name}")
+    remote = reader_path(mirror_of(f"s3://{BUCKET}/compressed/{local.name}"), "jsonl")
+    before = (FETCHED.bytes, FETCHED.downloads)
+    src = SourceConfig(name="s", paths=["x"])
+    whole = _read_all("jsonl", local, src)
+    assert _read_all("jsonl", remote, src) == whole and len(whole[0]) > 200
+    assert FETCHED.downloads == before[1] and FETCHED.bytes - before[0] == local.stat().st_size
+    assert not remote.exists()

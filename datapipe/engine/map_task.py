@@ -24,12 +24,11 @@ from datapipe.engine.reduce_task import partition_decisions
 from datapipe.engine.run_folder import LINES_PHASE, RunFolder
 from datapipe.engine.sinks import ParquetSink, ShuffleSink, TokenSink
 from datapipe.engine.splits import InputRange
-from datapipe.readers import READERS, InputFile, ReadBatch
+from datapipe.readers import READERS, InputFile, ReadBatch, reader_path
 from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.schema import READ_STAGE
 from datapipe.shard_format import file_sha256
 from datapipe.stages.base import ROW_KEY_SHIFT, CombineStep, Decision, PartitionStep, Stage, step_of
-from datapipe.storage import ensure_local
 from datapipe.tokenize import assign_split, encode_documents
 
 _NULL_STR = pa.scalar(None, pa.string())
@@ -236,7 +235,7 @@ def _read_piece(spec: RunSpec, folder: RunFolder, shard: Shard, piece: InputRang
     """The documents of one input file, or of one range of it (engine/splits.py)."""
     reader = READERS[piece.format]
     first = _first_record(folder, shard, piece) if not piece.whole else 0
-    file = InputFile(ensure_local(piece.path), piece.input_name, shard.source, spec.limits,
+    file = InputFile(reader_path(piece.path, piece.format), piece.input_name, shard.source, spec.limits,
                      start=piece.start, end=piece.end, first_record=first, ranged=not piece.whole)
     for rb in _guarded(reader(file, spec.batch_size), file):
         docs = rb.docs

@@ -32,7 +32,7 @@ from datapipe.engine.run_lock import RunLock
 from datapipe.engine.task_usage import TaskUsage
 from datapipe.models import cache_dir
 from datapipe.run_identity import config_changes, resource_changes
-from datapipe.storage import remote_of
+from datapipe.storage import input_stat, remote_of
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
 
@@ -395,10 +395,12 @@ def _input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
     listing = []
     for source, files in pipeline.inputs.items():
         for path, fmt in files:
-            st = path.stat()
+            st = input_stat(path)  # an input in object storage: as the store listed it, not downloaded
+            if st is None:
+                raise FileNotFoundError(path)
             # an input in object storage by its URI: the same on every machine, whatever its mirror path
-            listing.append({"source": source, "path": remote_of(path) or str(path.resolve()), "format": fmt, "bytes": st.st_size,
-                            "mtime": int(st.st_mtime)})
+            listing.append({"source": source, "path": remote_of(path) or str(path.resolve()), "format": fmt, "bytes": st.size,
+                            "mtime": int(st.mtime)})
     return listing
 
 

@@ -22,6 +22,10 @@ files, in the run's order, become *pieces* of about ``split.target_bytes``:
 - Whole files smaller than the target are grouped, consecutively within a source, until the
   group reaches the target: a thousand 100 KB files are a handful of tasks, not a thousand.
 
+An input in object storage is planned without a download: its size comes from the store's
+listing, and the few bytes planning looks at (a Parquet footer, a window after each WARC cut) are
+ranged reads (``storage.input_stat``, ``storage.open_input``). A JSONL needs no read at all.
+
 Ranges and groups keep the run's global order (sources, then sorted files, then ranges), so row
 keys, dedup's "earliest" survivor and packing order are those of an unsplit run: outputs are
 identical, only the task layout differs.
@@ -39,6 +43,7 @@ import pyarrow.parquet as pq
 
 from datapipe.config import SplitConfig
 from datapipe.readers.streams import SCAN, LineRange, count_newlines
+from datapipe.storage import input_stat, is_input_file, open_input, parquet_source
 
 __all__ = ["InputRange", "LineRange", "count_newlines", "effective_target", "group_pieces", "plan_file", "task_key"]
 
@@ -77,8 +82,8 @@ def effective_target(config: SplitConfig, total_bytes: int, cpus: int | None) ->
 
 def file_size(path: str) -> int:
     p = Path(path)
-    if p.is_file():
-        return p.stat().st_size
+    if (st := input_stat(p)) is not None:  # a file here, or an object in object storage
+        return st.size
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else 0
 
 
@@ -86,9 +91,10 @@ def plan_file(path: str, input_name: str, fmt: str, file_index: int, target: int
     """The ranges of one file (one whole-file range when it is small or cannot be split)."""
     p = Path(path)
     whole = [InputRange(path, input_name, fmt, file_index)]
-    if not p.is_file():
+    st = input_stat(p)  # an object in object storage: its listed size, nothing downloaded
+    if st is None:
         return whole
-    size = p.stat().st_size
+    size = st.size
     if fmt == "parquet":
         bounds = _parquet_bounds(p, target)
     elif size <= target:
@@ -123,7 +129,7 @@ def group_pieces(ranges: list[InputRange], target: int, group: bool) -> list[tup
     size = 0
     for r in ranges:
         n = file_size(r.path) if r.whole else 0
-        if not group or not r.whole or n >= target or not Path(r.path).is_file():
+        if not group or not r.whole or n >= target or not is_input_file(r.path):
             if current:
                 tasks.append(tuple(current))
                 current, size = [], 0
@@ -153,7 +159,7 @@ def task_key(source: str, pieces: tuple[InputRange, ...]) -> str:
 
 def _parquet_bounds(path: Path, target: int) -> list[int]:
     try:
-        meta = pq.ParquetFile(path).metadata
+        meta = pq.ParquetFile(parquet_source(path)).metadata  # the footer only
     except Exception:  # noqa: BLE001 - unreadable: one task, and the reader makes it a reject
         return [0]
     bounds, size = [0], 0
@@ -168,17 +174,18 @@ def _parquet_bounds(path: Path, target: int) -> list[int]:
 
 
 def parquet_first_row(path: str, first_group: int) -> int:
-    meta = pq.ParquetFile(path).metadata
+    meta = pq.ParquetFile(parquet_source(path)).metadata
     return sum(meta.row_group(g).num_rows for g in range(first_group))
 
 
 # --- WARC: record boundaries ---------------------------------------------------------
 
 _GZIP = b"\x1f\x8b\x08"
+_PROBE = 16 << 10  # first window after a cut (a record boundary is usually that close)
 
 
 def _warc_bounds(path: Path, size: int, target: int) -> list[int]:
-    with path.open("rb") as f:
+    with open_input(path, buffer=0) as f:  # on a store: one ranged read per window, nothing read ahead
         head = f.read(64)
         gzipped = head.startswith(b"\x1f\x8b")
         if _arc_like(head, gzipped):
@@ -204,25 +211,29 @@ def _arc_like(head: bytes, gzipped: bool) -> bool:
     return head.startswith(b"filedesc://")
 
 
-def _windows(f, start: int, size: int, overlap: int) -> Iterator[tuple[int, bytes]]:  # type: ignore[no-untyped-def]
-    pos = start
+def _windows(f, start: int, size: int, overlap: int) -> Iterator[tuple[int, int, bytes]]:  # type: ignore[no-untyped-def]
+    """(position, width, bytes) of consecutive windows from ``start``: a match is looked for in the
+    first ``width`` bytes, the ``overlap`` after them lets one that straddles be found. Windows
+    start small and double up to SCAN: a boundary is usually near the cut, and on object storage
+    every byte read is fetched."""
+    pos, width = start, _PROBE
     while pos < size:
         f.seek(pos)
-        data = f.read(SCAN + overlap)
+        data = f.read(width + overlap)
         if not data:
             return
-        yield pos, data
-        pos += SCAN
+        yield pos, width, data
+        pos += width
+        width = min(width * 2, SCAN)
 
 
 def _next_member(f, cut: int, size: int) -> int | None:  # type: ignore[no-untyped-def]
     """The first offset >= cut where a gzip member starts that decompresses to a WARC header."""
-    for pos, data in _windows(f, cut, size, 4096):
+    for pos, width, data in _windows(f, cut, size, 4096):
         i = data.find(_GZIP)
-        while 0 <= i < SCAN:
-            f.seek(pos + i)
-            try:
-                out = zlib.decompressobj(31).decompress(f.read(4096), 16)
+        while 0 <= i < width:
+            try:  # the window holds the member's first 4 KiB (its overlap): no second read
+                out = zlib.decompressobj(31).decompress(data[i:i + 4096], 16)
             except zlib.error:
                 out = b""
             if out.startswith(b"WARC/1."):
@@ -233,9 +244,9 @@ def _next_member(f, cut: int, size: int) -> int | None:  # type: ignore[no-untyp
 
 def _next_header(f, cut: int, size: int) -> int | None:  # type: ignore[no-untyped-def]
     """The first offset >= cut of a ``WARC/1.`` line whose Content-Length leads to the next header."""
-    for pos, data in _windows(f, cut - 1, size, 8192):
+    for pos, width, data in _windows(f, cut - 1, size, 8192):
         i = data.find(b"\nWARC/1.")
-        while 0 <= i < SCAN:
+        while 0 <= i < width:
             at = pos + i + 1
             if at >= cut and _header_chains(f, at, size):
                 return at
@@ -245,8 +256,12 @@ def _next_header(f, cut: int, size: int) -> int | None:  # type: ignore[no-untyp
 
 def _header_chains(f, at: int, size: int) -> bool:  # type: ignore[no-untyped-def]
     f.seek(at)
-    block = f.read(65536)
+    block = f.read(8192)  # a WARC header is rarely longer; up to 64 KiB when it is
     end = block.find(b"\r\n\r\n")
+    if end < 0:
+        f.seek(at)
+        block = f.read(65536)
+        end = block.find(b"\r\n\r\n")
     if end < 0:
         return False
     length = None

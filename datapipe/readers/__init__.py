@@ -14,6 +14,7 @@ from datapipe.readers.html import HtmlOptions, read_html
 from datapipe.readers.jsonl import read_jsonl
 from datapipe.readers.parquet import read_parquet
 from datapipe.readers.warc import read_warc, read_wat, read_wet
+from datapipe.storage import ensure_local
 
 Reader = Callable[[InputFile, int], Iterator[ReadBatch]]
 
@@ -34,6 +35,18 @@ READER_OPTIONS: dict[str, type[BaseModel]] = {
     "warc": HtmlOptions, "html": HtmlOptions, "repo": RepoOptions, "arxiv": ArxivOptions,
     "jsonl": TableOptions, "parquet": TableOptions,
 }
+
+# Formats whose reader reads an object in object storage in place (storage.open_input: ranged
+# reads, a split file's task only its range). The others walk folders or archives on disk
+# (zip/tar members, a repository's files): they get a whole mirror copy on the node that reads them.
+STREAMED_FORMATS = frozenset({"jsonl", "parquet", "warc", "wet", "wat"})
+
+
+def reader_path(path: str | Path, fmt: str) -> Path:
+    """The path a map task hands its reader: an object is read in place when the format streams,
+    and downloaded whole to this node's mirror only when its reader needs a local file."""
+    return Path(path) if fmt in STREAMED_FORMATS else ensure_local(path)
+
 
 # Formats whose input may be a folder (a repository, a folder of HTML pages, an unpacked arXiv source).
 DIRECTORY_FORMATS = {"repo", "html", "arxiv"}

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
 from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
 from datapipe.schema import BASE_SCHEMA, doc_id
+from datapipe.storage import parquet_source
 
 
 def read_parquet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
@@ -30,7 +31,7 @@ def read_parquet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     out = rows or BatchBuilder(file, batch_size)
     field = text_field(file, opts)
     try:
-        pf = pq.ParquetFile(file.path)
+        pf = pq.ParquetFile(parquet_source(file.path))  # an object in object storage: read in place
     except Exception as exc:
         out.reject("0-", "unreadable_input", f"cannot open as Parquet: {describe_error(exc)}")
         yield out.flush()  # type: ignore[misc]

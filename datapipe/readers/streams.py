@@ -1,4 +1,7 @@
-"""Opening input files as byte streams, decompressing by extension."""
+"""Opening input files as byte streams, decompressing by extension.
+
+An input in object storage (named by its mirror path, see ``datapipe/storage.py``) is read in
+place from the store through :func:`datapipe.storage.open_input`: ranged reads, no download."""
 
 from __future__ import annotations
 
@@ -10,8 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from datapipe.storage import READ_BUFFER, open_input, remote_of
 
-def open_maybe_compressed(path: Path) -> IO[bytes]:
+
+def open_maybe_compressed(path: Path, buffer: int | None = None) -> IO[bytes]:
+    """``buffer``: bytes per request for an object in object storage (a small one when only the
+    first records are read)."""
+    if remote_of(path) is not None:
+        return _remote_maybe_compressed(path, buffer or READ_BUFFER)
     name = path.name.lower()
     if name.endswith(".gz"):
         return gzip.open(path, "rb")
@@ -24,6 +33,48 @@ def open_maybe_compressed(path: Path) -> IO[bytes]:
 
         return pa.input_stream(str(path), compression="zstd")  # type: ignore[return-value]
     return path.open("rb")
+
+
+def _remote_maybe_compressed(path: Path, buffer: int) -> IO[bytes]:
+    raw = open_input(path, buffer)
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return _Owning(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
+    if name.endswith(".bz2"):
+        return _Owning(bz2.BZ2File(raw, "rb"), raw)
+    if name.endswith(".xz"):
+        return _Owning(lzma.LZMAFile(raw, "rb"), raw)
+    if name.endswith(".zst"):
+        import pyarrow as pa
+
+        return _Owning(pa.input_stream(raw, compression="zstd"), raw)
+    return raw
+
+
+class _Owning:
+    """A decompressing stream that also closes the object stream under it (given a file object,
+    gzip/bz2/lzma leave it open)."""
+
+    def __init__(self, stream: Any, raw: IO[bytes]) -> None:
+        self._stream, self._raw = stream, raw
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._stream)
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            self._raw.close()
+
+    def __enter__(self) -> _Owning:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class LineTooLong:
@@ -143,11 +194,12 @@ def _blocks(stream: IO[bytes], size: int) -> Iterator[bytes]:
 # --- byte ranges of a plain file (split inputs, engine/splits.py) --------------------
 
 SCAN = 1 << 20  # bytes read at a time when looking for a record boundary or counting newlines
+TAIL = 64 << 10  # bytes read at a time past a range's end, looking for the end of its last line
 
 def count_newlines(path: str, start: int, end: int | None) -> int:
     """Newline bytes in ``[start, end)``: one range's share of the line-numbering pre-pass."""
     n = 0
-    with open(path, "rb") as f:
+    with open_input(path, stop=end) as f:
         f.seek(start)
         left = None if end is None else end - start
         while left is None or left > 0:
@@ -167,7 +219,11 @@ class LineRange:
     number is one more than the newlines before ``start``)."""
 
     def __init__(self, path: str, start: int, end: int | None) -> None:
-        self.f = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self.f = open_input(path, stop=end)  # a local file, or an object read in place (ranged reads)
+        # One underlying read at most per call (read1): on a store, read() would keep requesting
+        # past the range's end to fill its size, and a seek back would fetch the range again.
+        self._read = getattr(self.f, "read1", self.f.read)
+        self._pending = b""  # read past the skipped partial line, served first
         self.end = end
         self.skipped = False
         self.pos = start
@@ -181,14 +237,14 @@ class LineRange:
 
     def _skip_partial(self) -> None:
         while True:
-            data = self.f.read(SCAN)
+            data = self._read(TAIL)  # a line's rest is usually short: no read far beyond it
             if not data:
                 self._done = True
                 return
             i = data.find(b"\n")
             if i >= 0:
                 self.pos += i + 1
-                self.f.seek(self.pos)
+                self._pending = data[i + 1:]  # kept, not sought back to: no second fetch of it
                 break
             self.pos += len(data)
         if self.end is not None and self.pos >= self.end:
@@ -200,7 +256,7 @@ class LineRange:
         if self.end is not None and not self._tail and self.pos >= self.end:
             self._tail = True
         if self._tail:  # only up to the newline ending the line that started before ``end``
-            data = self.f.read(size)
+            data = self._next(min(size, TAIL))  # small reads: a file on a store is fetched as read
             i = data.find(b"\n")
             if i >= 0 or not data:
                 self._done = True
@@ -208,13 +264,19 @@ class LineRange:
             self.pos += len(data)
             return data
         want = size if self.end is None else min(size, self.end - self.pos)
-        data = self.f.read(want)
+        data = self._next(want)
         if not data:
             self._done = True
         self.pos += len(data)
         if self.end is not None and self.pos >= self.end and data.endswith(b"\n"):
             self._done = True  # the range ends exactly at a line start
         return data
+
+    def _next(self, n: int) -> bytes:
+        if self._pending:
+            data, self._pending = self._pending[:n], self._pending[n:]
+            return data
+        return self._read(n)
 
     def close(self) -> None:
         self.f.close()

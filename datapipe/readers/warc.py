@@ -37,6 +37,7 @@ from datapipe.readers.base import InputFile, ReadBatch, describe_error
 from datapipe.readers.columns import ColumnsBuilder
 from datapipe.readers.html import HtmlOptions, decode_html, extract_text, license_hints, parse_checked, web_builder
 from datapipe.readers.warc_framing import DecompressedStream, Framed, WarcFramer
+from datapipe.storage import open_input
 
 log = logging.getLogger(__name__)
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -63,11 +64,12 @@ class WebRecord:
 
 
 def iter_warc_records(path: Path, max_bytes: int, need_payload: tuple[str, ...] = DOC_TYPES,
-                      max_total: int = 1 << 62, start: int = 0) -> Iterator[WebRecord]:
+                      max_total: int = 1 << 62, start: int = 0, stop: int | None = None) -> Iterator[WebRecord]:
     """Records in file order; a record whose framing is wrong comes out with ``framing`` set and
     bytes that are no record as type ``garbage`` (see warc_framing). ``start``: a record boundary
-    (a gzip member or a plain record start, engine/splits.py) to begin at instead of the file start."""
-    with path.open("rb") as f:
+    (a gzip member or a plain record start, engine/splits.py) to begin at instead of the file start;
+    ``stop``: where the caller's range ends (a hint for reading ahead on object storage)."""
+    with open_input(path, stop=stop) as f:  # an object in object storage is read in place (ranged reads)
         head = f.read(64 * 1024)
         f.seek(0)
         if _is_arc(head):
@@ -268,7 +270,8 @@ def _read(file: InputFile, batch_size: int, fmt: str) -> Iterator[ReadBatch]:
     need = () if fmt == "wat" else DOC_TYPES  # WAT metadata is rejected unread
     try:
         start = file.start if file.ranged else 0
-        for rec in iter_warc_records(file.path, max_bytes, need, file.limits.max_file_decompressed_bytes, start):
+        for rec in iter_warc_records(file.path, max_bytes, need, file.limits.max_file_decompressed_bytes, start,
+                                     file.end if file.ranged else None):
             # The id is the record's gzip member offset (what a CDX index points at), numbered
             # within the member when it holds several records (a file gzipped as one member).
             key = rec.member if rec.member is not None else rec.offset
