@@ -462,6 +462,8 @@ def _renames(fs: Any) -> bool:
 
 # --- the run folder of read-only commands ---------------------------------------------
 
+# What the driver writes into a run folder (the rest comes from tasks, named by their markers), and
+# what a read-only command needs of it.
 RUN_FILES = ("run.json", "stats.duckdb", "shards/manifest.parquet")
 
 

@@ -34,7 +34,7 @@ from datapipe.atomic import is_temp_name, write_bytes_atomic
 
 MARKERS = "_work/markers"
 # Written by the driver itself, not by a task: kept by the sweep although no marker names them.
-DRIVER_FILES = ("run.json", "stats.duckdb", "shards/manifest.parquet")
+DRIVER_FILES = storage.RUN_FILES
 MANAGED_PREFIXES = ("docs/", "rejected/", "shards/", "_work/")
 
 _seen: dict[str, set[str]] = {}  # remote root -> markers already pulled or committed by this process

@@ -32,7 +32,7 @@ from datapipe.engine.run_lock import RunLock
 from datapipe.engine.task_usage import TaskUsage
 from datapipe.models import cache_dir
 from datapipe.run_identity import config_changes, resource_changes
-from datapipe.storage import input_stat, remote_of
+from datapipe.storage import RUN_FILES, input_stat, remote_of
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
 
@@ -151,7 +151,7 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
     counts = collect_counts(folder, spec)
     with fault_scope("stats", "build"):
         build_stats(folder, spec, counts)
-    folder.publish("shards/manifest.parquet", "stats.duckdb")
+    folder.publish(*(f for f in RUN_FILES if f != "run.json"))  # run.json last: it says complete
     _fault_point("stats", 1)
     timings["stats"] = round(time.perf_counter() - started, 3)
     check_conservation(folder, counts)
