@@ -12,9 +12,9 @@ process CPU of each task, newline pre-pass included) / wall seconds of those pha
 timings). 1.0 means one busy core; the ideal is --cpus. On a machine shared with other work the
 ratio is capped by what the OS gives us: the script prints the load average next to it, and
 also the tasks running on average (task wall seconds / phase wall seconds), which does not
-depend on the load: it says whether every CPU was given work. The split run goes first (it is
-the figure that matters; the one-task run takes --cpus times longer), and ``--json PATH`` writes
-what has been measured after each run, with the load averages before and after it.
+depend on the load: it says whether every CPU was given work. The split run goes first in each
+repeat (it is the figure that matters; the one-task run takes --cpus times longer; ``--split-only``
+skips it); ``--json PATH`` writes the bench harness's JSON (machine, load, figures, ratios).
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "data" / "corpus"
@@ -79,55 +82,52 @@ def run_once(folder: Path, data: Path, split: dict, cpus: int) -> dict[str, floa
             "docs": result.run["counts"]["documents"]}
 
 
-def _commit() -> str:
-    import subprocess
-
-    done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gb", type=float, default=2.0, help="size of the generated JSONL in GB (default 2)")
     ap.add_argument("--cpus", type=int, default=2, help="CPUs Ray may use (default 2)")
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--tmp", type=Path, default=None, help="where to write the corpus (default: system temp)")
-    ap.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
+    ap.add_argument("--split-only", action="store_true",
+                    help="skip the one-task run (it takes --cpus times longer; the acceptance figure is the split run's)")
+    add_args(ap, repeats=1)
     args = ap.parse_args()
     if not args.corpus.is_dir():
         sys.exit(f"corpus not found: {args.corpus}")
+    h = Harness("split_input", args, libs=["ray"], note=f"{args.gb} GB JSONL, langid + length, {args.cpus} CPUs")
     folder = Path(tempfile.mkdtemp(prefix="datapipe-split-bench-", dir=args.tmp))
     try:
         data = folder / "big.jsonl"
         t = time.perf_counter()
         size, docs = write_corpus(data, int(args.gb * 1e9), args.corpus)
         print(f"corpus: {size / 1e9:.2f} GB, {docs:,} documents, written in {time.perf_counter() - t:.0f} s")
-        rows: dict[str, dict] = {}
-        report = {"bench": "split_input", "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-                  "cores": os.cpu_count(), "argv": sys.argv[1:], "git_commit": _commit(),
-                  "corpus_bytes": size, "corpus_docs": docs,
-                  "runs": rows}
-        for label, split in (("split (defaults)", {}),
-                             ("one task (unsplit)", {"target_bytes": 1 << 40, "min_tasks_per_cpu": 0})):
-            load = os.getloadavg()[0]
-            before = os.getloadavg()
-            r = run_once(folder, data, split, args.cpus)
-            r.update({"cpu_per_wall": r["map_cpu"] / r["map_wall"], "loadavg_before": before,
-                      "loadavg_after": os.getloadavg()})
-            rows[label] = r
-            if args.json:
-                args.json.write_text(json.dumps(report, indent=1) + "\n")
-            print(f"{label:20s} tasks={r['tasks']:4d}  map wall={r['map_wall']:7.1f} s  map CPU={r['map_cpu']:7.1f} s  "
-                  f"CPU/wall={r['map_cpu'] / r['map_wall']:.2f}  "
-                  f"tasks running on average={r['concurrency']:.2f}  (run {r['run_wall']:.0f} s, "
-                  f"load average before {load:.1f} on {os.cpu_count()} cores)")
-        a, b = rows["one task (unsplit)"], rows["split (defaults)"]
-        assert a["docs"] == b["docs"]
-        print(f"utilisation: {b['map_cpu'] / b['map_wall']:.2f} split vs {a['map_cpu'] / a['map_wall']:.2f} unsplit "
-              f"(ideal {args.cpus}); map wall speed-up {a['map_wall'] / b['map_wall']:.2f}x")
-        if args.json:
-            report["map_wall_speedup"] = a["map_wall"] / b["map_wall"]
-            args.json.write_text(json.dumps(report, indent=1) + "\n")
+        runs = {"split (defaults)": {}}
+        if not args.split_only:
+            runs["one task (unsplit)"] = {"target_bytes": 1 << 40, "min_tasks_per_cpu": 0}
+        results: dict[str, list[dict]] = {label: [] for label in runs}
+        for _ in range(h.repeats):
+            for label, split in runs.items():
+                before = os.getloadavg()
+                r = run_once(folder, data, split, args.cpus)
+                r.update({"cpu_per_wall": r["map_cpu"] / r["map_wall"], "loadavg_before": before,
+                          "loadavg_after": os.getloadavg()})
+                results[label].append(r)
+                print(f"{label:20s} tasks={r['tasks']:4d}  map wall={r['map_wall']:7.1f} s  map CPU={r['map_cpu']:7.1f} s  "
+                      f"CPU/wall={r['cpu_per_wall']:.2f}  tasks running on average={r['concurrency']:.2f}  "
+                      f"(run {r['run_wall']:.0f} s, load average before {before[0]:.1f} on {os.cpu_count()} cores)",
+                      flush=True)
+        for label, rs in results.items():
+            h.figure(f"{label}: map tasks", [r["tasks"] for r in rs])
+            h.figure(f"{label}: map-phase CPU s / wall s", [r["cpu_per_wall"] for r in rs])
+            h.figure(f"{label}: tasks running on average", [r["concurrency"] for r in rs])
+        split = results["split (defaults)"]
+        h.ratio("split map phase: CPU s / wall s", [r["cpu_per_wall"] for r in split],
+                target=f">= 1.7 on {args.cpus} idle cores")
+        if "one task (unsplit)" in results:
+            one = results["one task (unsplit)"]
+            assert all(a["docs"] == b["docs"] for a, b in zip(one, split))
+            h.ratio("map wall one task / split", pair_ratios([r["map_wall"] for r in one], [r["map_wall"] for r in split]))
+        h.finish(corpus_bytes=size, corpus_docs=docs, runs=results)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
