@@ -79,6 +79,22 @@ def test_irregular_record_batches(tmp_path, kernel_mode):
     assert _check_against_reference(ds) == 2 * len(ds)
 
 
+def test_equal_record_batches(tmp_path, kernel_mode):
+    # Chunks of equal rows and a shorter last one (what write_shard writes): one address per
+    # chunk, rows past the first chunk found by divmod, the first chunk's without.
+    run = make_run(tmp_path, {"web": [23, 10]})
+    path = run / "shards/web/train-00000.arrow"
+    with pa.OSFile(str(path)) as f:
+        table = pa.ipc.open_file(f).read_all()
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        for lo in range(0, 23, 6):
+            w.write_table(table.slice(lo, min(6, 23 - lo)))
+    refresh_sha256(run)
+    ds = PackedDataset(run, backend="numpy", batch_size=11, seed=2)
+    assert [len(t) for t in ds.table.shard(0).tokens] == [6, 6, 6, 5]
+    assert _check_against_reference(ds) == 2 * len(ds)
+
+
 def test_unknown_field_refused(run):
     with pytest.raises(ValueError, match="fields"):
         PackedDataset(run, backend="numpy", fields=("input_ids", "tokens"))

@@ -241,6 +241,13 @@ def _locate(index, blend_src, blend_ord, shares, period, n_rows, base_key, half,
         if n > 1:
             h = np.uint64(half[s])
             row = np.int64(feistel(np.uint64(ps), np.uint64(n), keys[s], h, (np.uint64(1) << h) - np.uint64(1)))
+        shard_out[i] = s  # the source and row for now: the shard is found below
+        row_out[i] = row
+    # The shard search in a loop of its own: its branches mispredict (rows are random), and
+    # each misprediction in the loop above also threw away the permutation work the core
+    # had run ahead on for the next samples (~13% of this kernel).
+    for i in range(index.shape[0]):
+        s, row = shard_out[i], row_out[i]
         b = first_off[s] + (row >> shift[s])
         lo, hi = cum_off[s] + first[b], cum_off[s] + first[b + 1] + 1
         while hi - lo > 1:  # largest k with cum[k] <= row
@@ -257,7 +264,11 @@ def _addresses(shard, row, slot_of, chunk_off, chunk_rows, chunk_addr, row_bytes
                last_used, tick, elem_out):  # pragma: no cover - compiled
     """ShardTable.token_addresses + RowView's offsets: returns (missing, lowest address);
     elem_out[i] = (address of row i - lowest) // itemsize. When shards are missing
-    (not open), returns their count and leaves elem_out undefined."""
+    (not open), returns their count and leaves elem_out undefined.
+
+    No 64-bit division per row where it can be helped (~40 cycles each, two a row were half
+    of this kernel's cost): a row of a shard's first chunk (every row of a one-chunk shard)
+    skips the divmod, and a power-of-two itemsize (uint16, uint32 tokens) is a shift."""
     missing = 0
     low = np.int64(0x7FFFFFFFFFFFFFFF)
     for i in range(shard.shape[0]):
@@ -266,14 +277,25 @@ def _addresses(shard, row, slot_of, chunk_off, chunk_rows, chunk_addr, row_bytes
             missing += 1
             continue
         last_used[sl] = tick
-        c, w = divmod(row[i], chunk_rows[sl])
-        a = chunk_addr[chunk_off[sl] + c] + w * row_bytes
+        r, per_chunk = row[i], chunk_rows[sl]
+        if r < per_chunk:
+            a = chunk_addr[chunk_off[sl]] + r * row_bytes
+        else:
+            c, w = divmod(r, per_chunk)
+            a = chunk_addr[chunk_off[sl] + c] + w * row_bytes
         elem_out[i] = a
         low = min(low, a)
     if missing:
         return missing, np.int64(0)
-    for i in range(shard.shape[0]):
-        elem_out[i] = (elem_out[i] - low) // itemsize
+    shift = 0
+    while (1 << shift) < itemsize:
+        shift += 1
+    if (1 << shift) == itemsize:
+        for i in range(shard.shape[0]):
+            elem_out[i] = (elem_out[i] - low) >> shift
+    else:
+        for i in range(shard.shape[0]):
+            elem_out[i] = (elem_out[i] - low) // itemsize
     return 0, low
 
 
