@@ -4,12 +4,13 @@ The planted set: real zh and en Wikipedia articles from ../shared/data/corpus, h
 in one of six site templates (navigation, cookie banner, share line, footer; tests/boilerplate_corpus.py).
 The pipeline runs through the engine's task functions in process (no Ray): map, shuffle partitions,
 reduce, and the map segment that removes the lines. Throughput is compared with the same pipeline
-without stages (read + write only), as a ratio.
+without stages (read + write only), as a ratio: the two pipelines alternate over ``--repeats`` pairs
+(``bench/_harness.py``: machine, date, median and range, ``--json``).
 
 With --web it also runs over the real pages in ../shared/data/web (Common Crawl WARC/WET, warcio
 samples, the UDHR pages) and prints the most removed lines, to judge by eye whether they are boilerplate.
 
-    PYTHONPATH=. python bench/boilerplate.py [--n 1000] [--min-docs 10] [--web]
+    PYTHONPATH=. python bench/boilerplate.py [--n 1000] [--min-docs 10] [--web] [--repeats 3] [--json PATH]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
 from datapipe.config import load_pipeline  # noqa: E402
 from datapipe.engine import tasks  # noqa: E402
 from datapipe.engine.plan import make_spec  # noqa: E402
@@ -58,38 +60,47 @@ def run_tasks(folder: Path, sources: list[dict[str, Any]], stages: list[dict[str
     return kept, rejected, seconds
 
 
-def planted(n: int, min_docs: int, files: int = 4) -> None:
+def planted(h: Harness, n: int, min_docs: int, files: int = 4) -> None:
     docs = boilerplate_corpus.build(DATA / "corpus", n_per_lang=n, share=0.5, seed=0)
-    results = {}
-    for label, stages in (("baseline", []), ("boilerplate", [{"boilerplate": {"min_docs": min_docs,
-                                                                               "partitions": 4}}])):
+    results: dict[str, tuple[dict, dict, float]] = {}
+
+    def pipeline(label: str, stages: list[dict[str, Any]]) -> float:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             (root / "data").mkdir()
             per = len(docs) // files + 1
-            ids = []
             for f in range(files):
                 chunk = docs[f * per:(f + 1) * per]
                 (root / "data" / f"p{f}.jsonl").write_text(
                     "".join(json.dumps({"text": d.text}, ensure_ascii=False) + "\n" for d in chunk))
-                ids += [f"web/data/p{f}.jsonl#L{i + 1}" for i in range(len(chunk))]
-            kept, rejected, seconds = run_tasks(root, [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
-                                                stages)
-            results[label] = (kept, rejected, seconds)
-    kept, rejected, seconds = results["boilerplate"]
+            results[label] = run_tasks(root, [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}], stages)
+        return results[label][2]
+
+    stages = [{"boilerplate": {"min_docs": min_docs, "partitions": 4}}]
+    runs = h.interleave({"read+write only": lambda: pipeline("baseline", []),
+                         "boilerplate": lambda: pipeline("boilerplate", stages)})
+    per = len(docs) // files + 1
+    ids = [f"web/data/p{f}.jsonl#L{i + 1}" for f in range(files) for i in range(len(docs[f * per:(f + 1) * per]))]
+    kept, rejected, _ = results["boilerplate"]  # the outputs are the same every repeat: the last one is scored
     assert len(kept) + len(rejected) == len(docs)
     outputs = [kept[i]["text"] if i in kept else None for i in ids]
     print(f"planted set: {len(docs)} documents ({n} zh + {n} en articles), "
           f"{sum(d.site is not None for d in docs)} with a site template, min_docs={min_docs}")
+    scores = {}
     for lang in ("zh", "en", "all"):
         pairs = [(d, o) for d, o in zip(docs, outputs) if lang == "all" or d.lang == lang]
-        s = boilerplate_corpus.score([d for d, _ in pairs], [o for _, o in pairs])
+        s = scores[lang] = boilerplate_corpus.score([d for d, _ in pairs], [o for _, o in pairs])
         print(f"  {lang:>3}: template lines removed {s['template_removed']:.2%} of {s['template_lines']:,}; "
               f"article characters kept {s['article_kept']:.3%} of {s['article_chars']:,}")
     print(f"  dropped as boilerplate_only: {len(rejected)}")
-    base = results["baseline"][2]
-    print(f"  throughput: {len(docs) / seconds:,.0f} docs/s with boilerplate vs {len(docs) / base:,.0f} docs/s "
-          f"read+write only (ratio {base / seconds:.2f}; in process, one core)")
+    for name, secs in runs.items():
+        h.figure(f"{name} docs/s (in process, one core)", [len(docs) / s for s in secs], "docs/s")
+    h.ratio("template lines removed, % (zh+en)", [100 * scores["all"]["template_removed"]], target=">= 95%")
+    h.ratio("article characters kept, % (zh+en)", [100 * scores["all"]["article_kept"]], target=">= 99%")
+    h.ratio("docs/s with boilerplate / read+write only",
+            pair_ratios(runs["read+write only"], runs["boilerplate"]))
+    h.extra.update(docs=len(docs), rejected=len(rejected),
+                   scores={k: {m: v for m, v in s.items()} for k, s in scores.items()})
 
 
 def web(min_docs: int) -> None:
@@ -119,10 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=1000, help="articles per language")
     ap.add_argument("--min-docs", type=int, default=10)
     ap.add_argument("--web", action="store_true", help="also run over ../shared/data/web")
-    args = ap.parse_args(argv)
-    planted(args.n, args.min_docs)
+    args = add_args(ap, repeats=3).parse_args(argv)
+    h = Harness("boilerplate", args)
+    planted(h, args.n, args.min_docs)
     if args.web:
         web(args.min_docs)
+    h.finish()
     return 0
 
 

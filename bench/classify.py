@@ -1,6 +1,6 @@
 """Documents per second through the classify stage vs raw fastText predict, same texts, one process.
 
-    PYTHONPATH=. python bench/classify.py --docs 4000
+    PYTHONPATH=. python bench/classify.py --docs 4000 [--repeats 5] [--json bench/results/classify.json]
 
 Two models, trained here in a temporary folder on ../shared/data (seconds): one with the
 ``cjk-v1`` featuriser (as ``datapipe train-classifier`` writes them) and one with ``plain``
@@ -8,7 +8,8 @@ features (what a model downloaded from elsewhere gets). The raw side is the bare
 would write: the same prefix and featurisation, then ``model.predict(texts, k=-1)`` (all labels'
 probabilities, as the stage records). The stage side is ``Classify.compute`` on Arrow batches,
 which also builds the score columns. Also printed: predict alone on pre-featurised texts, to
-show what featurisation costs.
+show what featurisation costs. The three alternate over ``--repeats`` rounds (``bench/_harness.py``);
+the ratio stage/raw is taken per round and reported as median and range.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pyarrow as pa  # noqa: E402
 
 from bench._corpus import CORPUS, sample  # noqa: E402
+from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
 from datapipe.classify.features import featuriser  # noqa: E402
 from datapipe.classify.train import TrainOptions, TrainParams, train_classifier  # noqa: E402
 from datapipe.stages.base import StageContext  # noqa: E402
@@ -43,15 +44,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--docs", type=int, default=4000, help="documents from ../shared/data/corpus (0: all)")
     ap.add_argument("--batch", type=int, default=1000)
-    ap.add_argument("--repeat", type=int, default=5, help="best of N timings for each side (the box is noisy)")
-    args = ap.parse_args()
+    args = add_args(ap, repeats=5).parse_args()
+    h = Harness("classify", args, libs=["fasttext-numpy2"])
     texts = [d["text"] for d in sample(args.docs)]
     with tempfile.TemporaryDirectory() as tmp:
         for feat in ("plain", "cjk-v1"):
-            bench_model(train(Path(tmp), feat), feat, texts, args.batch, args.repeat)
+            bench_model(h, train(Path(tmp), feat), feat, texts, args.batch)
+    h.finish(docs=len(texts))
 
 
-def bench_model(path: Path, feat: str, texts: list[str], batch: int, repeat: int) -> None:
+def bench_model(h: Harness, path: Path, feat: str, texts: list[str], batch: int) -> None:
     stage = Classify(ClassifyOptions(models={"q": {"path": str(path)}}), StageContext(str(path.parent), "."))
     stage.setup()
     clf = stage._classifiers[0][1]
@@ -70,17 +72,18 @@ def bench_model(path: Path, feat: str, texts: list[str], batch: int, repeat: int
         for i in range(0, len(texts), batch):
             stage.compute(pa.table({"text": texts[i:i + batch], "kind": kind[i:i + batch]}))
 
-    best: dict[str, float] = {}
-    contenders = (("raw predict", raw), ("classify stage", ours), ("predict, pre-featurised", raw_prefeaturised))
-    for name, f in contenders * repeat:
-        t0 = time.perf_counter()
-        f()
-        best[name] = min(best.get(name, 1e9), time.perf_counter() - t0)
-    print(f"model with featuriser {feat}:")
-    for name, sec in best.items():
-        print(f"  {name:24s} {len(texts) / sec:9.0f} docs/s  ({sec:.2f} s for {len(texts)} docs)")
-    print(f"  ratio stage/raw: {best['raw predict'] / best['classify stage']:.2f} (target >= 0.8); "
-          f"stage/pre-featurised predict: {best['predict, pre-featurised'] / best['classify stage']:.2f}")
+    runs = h.interleave({f"{feat}: raw predict": raw, f"{feat}: classify stage": ours,
+                         f"{feat}: predict, pre-featurised": raw_prefeaturised}, warmup=True)
+    n = len(texts)
+    print(f"model with featuriser {feat}, {n} documents, batch {batch}:")
+    for name, secs in runs.items():
+        h.figure(f"{name} docs/s", [n / s for s in secs], "docs/s")
+    h.ratio(f"{feat} model: stage/raw (docs/s)",
+            pair_ratios(runs[f"{feat}: raw predict"], runs[f"{feat}: classify stage"]), target=">= 0.8")
+    stage_vs_pre = pair_ratios(runs[f"{feat}: predict, pre-featurised"], runs[f"{feat}: classify stage"])
+    h.figure(f"{feat} model: stage/pre-featurised predict (docs/s)", stage_vs_pre)
+    print()
+
 
 if __name__ == "__main__":
     main()

@@ -4,7 +4,10 @@ case, ``\\w+`` words, n-grams joined by spaces), the lookup datatrove's n-gram d
 The baseline splits on words only, so on Chinese it sees whole clauses as single "words"; it is a
 speed reference, not a recall one.
 
-    PYTHONPATH=. python bench/decontaminate.py --docs 6000
+    PYTHONPATH=. python bench/decontaminate.py --docs 6000 [--repeats 3] [--json bench/results/decontaminate.json]
+
+The baseline and the stage alternate over ``--repeats`` pairs (``bench/_harness.py``); the ratio is
+taken per pair and reported as median and range.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -21,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pyarrow as pa  # noqa: E402
 
 from bench._corpus import sample  # noqa: E402
+from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
 from datapipe.decontam.benchmarks import items  # noqa: E402
 from datapipe.stages.base import StageContext  # noqa: E402
 from datapipe.stages.decontaminate import Decontaminate, DecontaminateOptions  # noqa: E402
@@ -47,26 +52,20 @@ def baseline_ngrams(text: str, n: int = 13) -> list[str]:
     return [" ".join(w[i:i + n]) for i in range(len(w) - n + 1)]
 
 
-def best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--docs", type=int, default=6000, help="documents from ../shared/data/corpus (0: all)")
     ap.add_argument("--batch", type=int, default=1000)
-    ap.add_argument("--repeat", type=int, default=3, help="best of N timings for each side (the box is noisy)")
-    args = ap.parse_args()
+    args = add_args(ap, repeats=3).parse_args()
+    h = Harness("decontaminate", args)
     texts = [d["text"] for d in sample(args.docs)]
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
 
     t0 = time.perf_counter()
-    stage = Decontaminate(DecontaminateOptions.model_validate({"benchmarks": BENCHMARKS}), StageContext(str(ROOT), "."))
+    # A fresh cache folder: the index is built here every run (and not left in the working tree).
+    cache = tempfile.TemporaryDirectory(prefix="bench-decontam-")
+    stage = Decontaminate(DecontaminateOptions.model_validate({"benchmarks": BENCHMARKS}),
+                          StageContext(str(ROOT), cache.name))
     stage.setup()
     build_s = time.perf_counter() - t0
     idx = stage.index
@@ -97,17 +96,23 @@ def main() -> None:
     def baseline() -> None:
         found["baseline"] = sum(any(g in base_set for g in baseline_ngrams(t)) for t in texts)
 
-    ours()  # warm up (numba kernels)
-    t_ours = best(ours, args.repeat)
-    t_base = best(baseline, args.repeat)
-    print(f"{len(texts)} documents, {mb:.1f} MB (shared corpus sample: en/zh Wikipedia, TiDB docs, OI-wiki)")
+    runs = h.interleave({"baseline word set": baseline, "decontaminate stage": ours}, warmup=True)  # numba kernels
+    n = len(texts)
+    print(f"{n} documents, {mb:.1f} MB (shared corpus sample: en/zh Wikipedia, TiDB docs, OI-wiki)")
     print(f"index: {len(idx.keys):,} (n-gram, item) entries from {len(idx.item_ids):,} items, "
           f"{idx.nbytes / 2**20:.1f} MiB (numpy), built in {build_s:.1f} s; items too short: {idx.too_short}")
     print(f"baseline index: {len(base_set):,} word 13-gram strings, {base_mem / 2**20:.1f} MiB (Python set), "
           f"built in {base_build_s:.1f} s")
-    print(f"decontaminate stage: {len(texts) / t_ours:,.0f} docs/s, {mb / t_ours:.1f} MB/s, {found['ours']} contaminated")
-    print(f"baseline word set  : {len(texts) / t_base:,.0f} docs/s, {mb / t_base:.1f} MB/s, {found['baseline']} with a hit")
-    print(f"ratio (stage / baseline docs/s): {t_base / t_ours:.2f}x")
+    print(f"decontaminate stage: {found['ours']} contaminated; baseline word set: {found['baseline']} with a hit")
+    for name, secs in runs.items():
+        h.figure(f"{name} docs/s", [n / s for s in secs], "docs/s")
+        h.figure(f"{name} MB/s", [mb / s for s in secs], "MB/s")
+    h.figure("stage index build (once per run)", build_s, "s")
+    h.figure("baseline word set build", base_build_s, "s")
+    h.ratio("stage / baseline word set (docs/s)", pair_ratios(runs["baseline word set"], runs["decontaminate stage"]))
+    h.finish(docs=n, mb=mb, index_build_s=build_s, baseline_build_s=base_build_s, index_mib=idx.nbytes / 2**20,
+             baseline_mib=base_mem / 2**20, contaminated=found)
+    cache.cleanup()
 
 
 if __name__ == "__main__":

@@ -1,16 +1,19 @@
-"""``python bench/export.py [--docs 20000]``: exports keep memory bounded, and their throughput.
+"""``python bench/export.py [--docs 8000] [--repeats 3] [--json PATH]``: exports keep memory bounded, and their throughput.
 
 Builds a synthetic run folder (docs/ Parquet, _work/tokens, one shard and the manifest, run.json;
 documents of ~3,000 characters and ~700 tokens) with N and 4N documents, then exports it in each
 format in a fresh process and reports the peak RSS of that process (``VmHWM``) and the input
 bytes per second. The baseline is the data itself: if an export held the run in memory, its
-peak would grow with the input (4x); streaming keeps the ratio of peaks near 1.
+peak would grow with the input (4x); streaming keeps the ratio of peaks near 1. Per format the
+1x and 4x exports alternate over ``--repeats`` pairs (``bench/_harness.py``); the ratio of peaks is
+taken per pair and reported as median and range.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +27,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._harness import Harness, add_args  # noqa: E402
 from datapipe.engine.shard_writer import write_shard  # noqa: E402
 from datapipe.shard_format import ShardMeta, file_sha256  # noqa: E402
 
@@ -81,34 +85,46 @@ def make_run(root: Path, n_docs: int, seed: int = 0) -> int:
     return sum(p.stat().st_size for d in ("docs", "_work") for p in (root / d).rglob("*") if p.is_file())
 
 
+FORMATS = ("megatron", "hf", "mds", "jsonl")
+
+
+def export_once(run: Path, fmt: str, out: Path, size: int) -> dict:
+    """One export in a fresh process: seconds, documents, peak RSS (VmHWM), input MiB/s."""
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(run), fmt, str(out)], capture_output=True,
+                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=True)
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    r["mib_s"] = size / 2**20 / r["seconds"]
+    shutil.rmtree(out)
+    return r
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--docs", type=int, default=20_000, help="documents in the small run (the large has 4x)")
-    args = ap.parse_args()
-    results: dict[tuple[str, int], dict] = {}
+    ap.add_argument("--docs", type=int, default=8_000, help="documents in the small run (the large has 4x; "
+                    "the README's figure used 16,000)")
+    args = add_args(ap, repeats=3).parse_args()
+    h = Harness("export", args)
     with tempfile.TemporaryDirectory() as tmp:
+        runs, sizes = {}, {}
         for n in (args.docs, 4 * args.docs):
-            run = Path(tmp) / f"run{n}"
+            runs[n] = Path(tmp) / f"run{n}"
             t = time.perf_counter()
-            size = make_run(run, n)
-            print(f"run of {n} documents: {size / 2**20:.0f} MiB of docs and token lists "
+            sizes[n] = make_run(runs[n], n)
+            print(f"run of {n} documents: {sizes[n] / 2**20:.0f} MiB of docs and token lists "
                   f"(built in {time.perf_counter() - t:.0f}s)")
-            for fmt in ("megatron", "hf", "mds", "jsonl"):
-                out = Path(tmp) / f"{fmt}{n}"
-                proc = subprocess.run([sys.executable, "-c", CHILD, str(run), fmt, str(out)], capture_output=True,
-                                      text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=True)
-                r = json.loads(proc.stdout.strip().splitlines()[-1])
-                r["mib_s"] = size / 2**20 / r["seconds"]
-                results[(fmt, n)] = r
-                print(f"  {fmt:9s} {r['docs']:7d} docs  {r['seconds']:6.1f}s  {r['mib_s']:6.1f} MiB/s in  "
-                      f"peak RSS {r['peak_mib']:6.0f} MiB (after imports {r['import_mib']:.0f})")
-                import shutil
-
-                shutil.rmtree(out)
-    print("\npeak RSS of the 4x run / peak RSS of the 1x run (the input grew 4.0x; bounded memory: ~1):")
-    for fmt in ("megatron", "hf", "mds", "jsonl"):
-        a, b = results[(fmt, args.docs)], results[(fmt, 4 * args.docs)]
-        print(f"  {fmt:9s} {b['peak_mib'] / a['peak_mib']:.2f}")
+        small, large = args.docs, 4 * args.docs
+        for fmt in FORMATS:
+            got = h.interleave({f"{fmt} 1x": lambda fmt=fmt: export_once(runs[small], fmt, Path(tmp) / "out", sizes[small]),
+                                f"{fmt} 4x": lambda fmt=fmt: export_once(runs[large], fmt, Path(tmp) / "out", sizes[large])})
+            a, b = got[f"{fmt} 1x"], got[f"{fmt} 4x"]
+            h.noise(f"{fmt} 1x seconds", [r["seconds"] for r in a])
+            print(f"  {fmt}: {a[-1]['docs']} / {b[-1]['docs']} docs, after imports {a[-1]['import_mib']:.0f} MiB")
+            for label, rs in ((f"{fmt} 1x", a), (f"{fmt} 4x", b)):
+                h.figure(f"{label} peak RSS", [r["peak_mib"] for r in rs], "MiB")
+                h.figure(f"{label} input MiB/s", [r["mib_s"] for r in rs], "MiB/s")
+            h.ratio(f"{fmt}: peak RSS 4x input / 1x input", [y["peak_mib"] / x["peak_mib"] for x, y in zip(a, b)],
+                    target="~1 (bounded; input 4.0x)")
+        h.finish(docs=[small, large], input_mib=[sizes[small] / 2**20, sizes[large] / 2**20])
 
 
 if __name__ == "__main__":

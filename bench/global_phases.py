@@ -1,6 +1,6 @@
 """Per-task peak memory of every distributed global phase at 1x / 4x / 16x corpus size.
 
-    python bench/global_phases.py [--base-docs 1000] [--scales 1 4 16]
+    python bench/global_phases.py [--base-docs 1000] [--scales 1 4 16] [--repeats 1] [--json PATH]
 
 Each scale is a corpus of real zh/en text from ../shared/data/corpus, repeated ``scale`` times
 with every copy perturbed (a per-copy character rotation: Latin letters shifted, Han characters
@@ -14,6 +14,8 @@ task of a phase runs in a process forked for it from one per phase (imports load
 as a fresh Ray worker), calling the task function as the worker does; its peak RSS (VmHWM,
 reset through /proc/self/clear_refs at the start) is the task's peak. Printed: per phase the
 number of tasks and the largest per-task peak, and the ratio of the 16x (last) scale to the 1x.
+With ``--repeats N`` the scales alternate (1x, 4x, 16x, 1x, ...), each round on a fresh corpus,
+and each ratio is reported as median and range over the rounds (``bench/_harness.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _corpus import sample  # noqa: E402
+from _harness import Harness, add_args  # noqa: E402
 
 DOCS_PER_FILE = 250
 TOKENIZER = Path(__file__).resolve().parent.parent / "tokenizer" / "demo.json"
@@ -55,7 +58,7 @@ def _rotate(text: str, k: int) -> str:
     return "".join(out)
 
 
-def make_corpus(folder: Path, base: list[dict], scale: int) -> dict[str, int]:
+def make_corpus(folder: Path, base: list[dict], scale: int, group: bool = False) -> dict[str, int]:
     rng = random.Random(scale)
     docs = [{"text": _rotate(d["text"], k), "url": f"https://site{k}.example/{i}"}
             for k in range(scale) for i, d in enumerate(base)]
@@ -80,7 +83,10 @@ def make_corpus(folder: Path, base: list[dict], scale: int) -> dict[str, int]:
         "name": "scale", "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
         "stages": [{"dedup": {"exact": True, "url": True, "partitions": 2 * scale}},
                    {"minhash": {"threshold": 0.7, "partitions": 2 * scale}}],
-        "tokenize": {"tokenizer": "tok.json", "seq_len": 512, "rows_per_shard": 256, "val_fraction": 0.02}}))
+        "tokenize": {"tokenizer": "tok.json", "seq_len": 512, "rows_per_shard": 256, "val_fraction": 0.02},
+        # One map task per input file, so a map task's input stays the same size as the corpus grows
+        # (the engine otherwise reads consecutive small files in one task, up to split.target_bytes).
+        "split": {"group_small_files": group}}))
     return {"docs": len(docs), **planted}
 
 
@@ -164,18 +170,44 @@ def found(root: Path) -> dict[str, int]:
     return {r: rejected.count(r) for r in ("exact_duplicate", "duplicate_url", "near_duplicate")}
 
 
+def measure(base: list[dict], scale: int, phases: list[str], group: bool = False) -> dict:
+    """Every phase at one scale on a fresh corpus: {phase: result, "info": ..., "found": ...}."""
+    root = Path(tempfile.mkdtemp(prefix=f"dp-global-{scale}x-"))
+    try:
+        info = make_corpus(root, base, scale, group)
+        out: dict = {}
+        for phase in phases:
+            proc = subprocess.run([sys.executable, __file__, "--phase", phase, "--root", str(root)],
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                sys.stderr.write(proc.stderr)
+                raise SystemExit(1)
+            out[phase] = json.loads(proc.stdout.strip().splitlines()[-1])
+        got = found(root)
+        print(f"{scale:>3}x: {info['docs']:,} docs; planted exact {info['exact']}, near {info['near']}, "
+              f"url {info['url']}; removed {got}", flush=True)
+        return {**out, "info": info, "found": got}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-docs", type=int, default=1000)
     ap.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--stats-memory-mb", type=int, default=256,
                     help="DuckDB memory cap of the statistics step (a small one shows it spilling)")
+    ap.add_argument("--group-small-files", action="store_true",
+                    help="let the engine group the small input files into map tasks (its default): one map task "
+                    "then reads the whole corpus at these sizes, so map and pack peaks grow with it")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     ap.add_argument("--root", type=Path, help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
+    a = add_args(ap, repeats=1).parse_args(argv)
     if a.phase:
         print(json.dumps(run_phase(a.root, a.phase)))
         return 0
+    h = Harness("global_phases", a, note="input files grouped into map tasks (engine default)"
+                if a.group_small_files else "one map task per input file of 250 documents")
     base = sample(a.base_docs, seed=1)
     phases = ["map:0", "shuffle:0.0", "shuffle:0.1", "map:1", "shuffle:1.0", "combine:1", "map:2", "pack:",
               f"stats:{a.stats_memory_mb}"]
@@ -183,24 +215,9 @@ def main(argv: list[str] | None = None) -> int:
              "map:1": "map1 (minhash signatures)", "shuffle:1.0": "minhash partitions", "combine:1": "minhash combine",
              "map:2": "map2 (tokenize)", "pack:": "pack ranges",
              f"stats:{a.stats_memory_mb}": f"stats (DuckDB, {a.stats_memory_mb} MB cap)"}
-    table: dict[int, dict[str, dict]] = {}
-    for scale in a.scales:
-        root = Path(tempfile.mkdtemp(prefix=f"dp-global-{scale}x-"))
-        try:
-            info = make_corpus(root, base, scale)
-            table[scale] = {}
-            for phase in phases:
-                proc = subprocess.run([sys.executable, __file__, "--phase", phase, "--root", str(root)],
-                                      capture_output=True, text=True)
-                if proc.returncode:
-                    sys.stderr.write(proc.stderr)
-                    return 1
-                table[scale][phase] = json.loads(proc.stdout.strip().splitlines()[-1])
-            got = found(root)
-            print(f"{scale:>3}x: {info['docs']:,} docs; planted exact {info['exact']}, near {info['near']}, "
-                  f"url {info['url']}; removed {got}", flush=True)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+    runs = h.interleave({scale: (lambda scale=scale: measure(base, scale, phases, a.group_small_files))
+                         for scale in a.scales})
+    table = {scale: rs[-1] for scale, rs in runs.items()}  # the last round's table is printed
     first, last = a.scales[0], a.scales[-1]
     print(f"\n{'phase':<28}" + "".join(f"{f'{s}x tasks':>10}{f'{s}x MiB':>9}" for s in a.scales)
           + f"{f'{last}x/{first}x':>10}")
@@ -211,7 +228,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{names[phase]:<28}{cells}{ratio:>10.2f}")
     print("\nMiB: the largest peak RSS of one task's forked process (it counts the pages the task touches:"
           " shared libraries mapped before the fork count only once used; the phase process before any"
-          f" data holds {table[first]['map:0']['base_mib']:.0f} MiB). Compare across scales.")
+          f" data holds {table[first]['map:0']['base_mib']:.0f} MiB). Compare across scales.\n")
+    for phase in phases:
+        for s in a.scales:
+            h.figure(f"{names[phase]} {s}x per-task peak RSS", [r[phase]["peak_mib"] for r in runs[s]], "MiB",
+                     show=False)
+    for phase in phases:
+        h.ratio(f"{names[phase]}: per-task peak {last}x/{first}x",
+                [b[phase]["peak_mib"] / f[phase]["peak_mib"] for f, b in zip(runs[first], runs[last])],
+                target="<= 1.2")
+    h.finish(group_small_files=a.group_small_files,
+             docs={s: table[s]["info"]["docs"] for s in a.scales}, found={s: table[s]["found"] for s in a.scales},
+             tasks={s: {p: table[s][p]["tasks"] for p in phases} for s in a.scales})
     return 0
 
 

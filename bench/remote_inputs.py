@@ -5,9 +5,11 @@ repeated) and times ``load_pipeline`` + ``make_spec`` (what `datapipe validate` 
 of `datapipe run` do) with a split target that cuts it into many ranges. Before this change the
 driver downloaded every input whole at load time; now it lists the store and reads the first
 records for the ``text_field`` check. Prints bytes fetched by the driver, the input size, and the
-ratio (old / new), then what one map task of a range reads.
+ratio (old / new), then what one map task of a range reads. The old way is also run: the whole
+object downloaded (``download_file``), alternated with load + plan over ``--repeats`` pairs
+(``bench/_harness.py``: machine, date, median and range, ``--json``).
 
-    python bench/remote_inputs.py --mb 64
+    python bench/remote_inputs.py --mb 64 [--repeats 3] [--json bench/results/remote_inputs.json]
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import logging
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
@@ -25,12 +26,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=int, default=64, help="size of the JSONL input in MB")
     parser.add_argument("--target-mb", type=int, default=8, help="split.target_bytes in MB")
-    args = parser.parse_args()
+    args = add_args(parser, repeats=3).parse_args()
+    h = Harness("remote_inputs", args, libs=["moto", "boto3"])
 
     import boto3
     from moto.server import ThreadedMotoServer
@@ -64,16 +68,33 @@ def main() -> None:
     pipe_file = tmp / "p.yaml"
     pipe_file.write_text(yaml.safe_dump(cfg), encoding="utf-8")
 
-    started = time.perf_counter()
-    pipeline = load_pipeline(pipe_file)
-    spec = make_spec(pipeline, tmp / "run", tmp / "cache", args.target_mb << 20)
-    seconds = time.perf_counter() - started
+    fetched: list[dict[str, int]] = []
+    plan: dict = {}
+
+    def whole_download() -> None:  # what the driver did before: the input copied whole
+        client.download_file("bench", "in/big.jsonl", str(tmp / "whole.jsonl"))
+        (tmp / "whole.jsonl").unlink()
+
+    def load_and_plan() -> None:
+        b, r, d = FETCHED.bytes, FETCHED.requests, FETCHED.downloads
+        plan["spec"] = make_spec(load_pipeline(pipe_file), tmp / "run", tmp / "cache", args.target_mb << 20)
+        fetched.append({"bytes": FETCHED.bytes - b, "requests": FETCHED.requests - r,
+                        "downloads": FETCHED.downloads - d})
+
+    runs = h.interleave({"whole download (before)": whole_download, "load + plan (now)": load_and_plan})
+    spec = plan["spec"]
     mirrored = list(mirror_of("s3://bench/in").rglob("*")) if mirror_of("s3://bench/in").exists() else []
+    last = fetched[-1]
     print(f"input: {size:,} bytes, {len(spec.shards)} ranges of {args.target_mb} MB")
-    print(f"driver (load + plan): {FETCHED.bytes:,} bytes in {FETCHED.requests} ranged requests, "
-          f"{FETCHED.downloads} downloads, {len(mirrored)} mirror files, {seconds:.2f} s")
-    print(f"before this change the driver downloaded the input whole: {size:,} bytes; "
-          f"ratio old/new = {size / max(FETCHED.bytes, 1):,.0f}x")
+    print(f"driver (load + plan), last of {len(fetched)}: {last['bytes']:,} bytes in {last['requests']} ranged "
+          f"requests, {last['downloads']} downloads, {len(mirrored)} mirror files")
+    print(f"before this change the driver downloaded the input whole: {size:,} bytes")
+    h.figure("driver bytes fetched (load + plan)", [float(f["bytes"]) for f in fetched], "bytes")
+    for name, secs in runs.items():
+        h.figure(f"{name} seconds", secs, "s")
+    h.ratio("driver bytes: whole download / load + plan", [size / max(f["bytes"], 1) for f in fetched])
+    h.ratio("driver seconds: whole download / load + plan",
+            pair_ratios(runs["whole download (before)"], runs["load + plan (now)"]))
 
     # One map task's input: the lines of one middle range, through the reader.
     from datapipe.readers import READERS, InputFile, reader_path
@@ -87,7 +108,9 @@ def main() -> None:
     width = (piece.end or size) - piece.start
     print(f"one map task ({shard.key}): range of {width:,} bytes, read {FETCHED.bytes - before:,} bytes "
           f"({(FETCHED.bytes - before) / width:.3f}x its range), {docs:,} documents")
+    h.ratio("one map task: bytes read / its range", [(FETCHED.bytes - before) / width], target="~1")
     server.stop()
+    h.finish(input_bytes=size, ranges=len(spec.shards), target_mb=args.target_mb, mirror_files=len(mirrored))
 
 
 if __name__ == "__main__":

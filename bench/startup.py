@@ -4,11 +4,13 @@
     python bench/startup.py --in-process       # also: the tiny pipeline without Ray
     python bench/startup.py --ray              # also: the tiny pipeline on embedded Ray
     python bench/startup.py --tokenize-only    # also: a tokenize-only run on the shared corpus
+    python bench/startup.py --json bench/results/startup.json
 
 Each repeat runs `datapipe run --fresh` in a subprocess and reads the phase timings from the
 run's run.json; the fixed overhead is the wall time minus the sum of the phases (map, reduce,
 pack, stats). The target (issue 18) is under 2 s. Also printed: the import time of the CLI for
-`datapipe --help` (which must not import Ray, numba or torch).
+`datapipe --help` (which must not import Ray, numba or torch). The variants alternate within each
+of the ``--repeats`` rounds (``bench/_harness.py``: machine, date, median and range, ``--json``).
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
+import resource
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._harness import Harness, add_args  # noqa: E402
+
 CORPUS = ROOT.parent / "shared" / "data" / "corpus"
 
 
@@ -61,16 +65,21 @@ def tokenize_only_pipeline(tmp: Path) -> Path:
 
 
 def timed_run(pipeline: Path, out: Path, num_cpus: int, in_process: bool = False,
-              ray: bool = False) -> tuple[float, dict[str, float]]:
+              ray: bool = False) -> tuple[float, dict[str, float], float]:
+    """Wall seconds, the run's phase timings, and the CPU seconds of the run's process (user + sys of it
+    and the children it waited for: Ray daemons it leaves behind are not counted)."""
     cmd = [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out), "--fresh",
            "--no-progress", *(["--in-process"] if in_process else ["--num-cpus", str(num_cpus)]),
            *(["--ray"] if ray else [])]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         sys.exit(f"datapipe run failed:\n{proc.stderr[-3000:]}")
-    return wall, json.loads((out / "run.json").read_text())["timings"]
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, json.loads((out / "run.json").read_text())["timings"], cpu
 
 
 def help_import_seconds() -> tuple[float, list[str]]:
@@ -85,48 +94,56 @@ def help_import_seconds() -> tuple[float, list[str]]:
     return wall, heavy
 
 
-def report(label: str, runs: list[tuple[float, dict[str, float]]]) -> None:
-    walls = [w for w, _ in runs]
-    fixed = [w - sum(t.values()) for w, t in runs]
-    print(f"{label}: wall median {statistics.median(walls):.2f} s (range {min(walls):.2f}-{max(walls):.2f}); "
-          f"fixed overhead outside phases median {statistics.median(fixed):.2f} s "
-          f"(range {min(fixed):.2f}-{max(fixed):.2f}); target < 2 s")
+def report(h: Harness, label: str, runs: list[tuple[float, dict[str, float], float]]) -> None:
+    walls = [w for w, _, _ in runs]
+    fixed = [w - sum(t.values()) for w, t, _ in runs]
+    h.figure(f"{label}: fixed overhead outside phases", fixed, "s", target="< 2 s")
+    h.figure(f"{label}: wall", walls, "s")
+    # On a loaded machine wall time stretches with the load; CPU time mostly does not.
+    h.figure(f"{label}: CPU of the run process", [c for _, _, c in runs], "s")
     last = runs[-1][1]
     print("  phases of the last run (s): " + ", ".join(f"{k} {v:.2f}" for k, v in last.items()))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--docs", type=int, default=40)
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--in-process", action="store_true", help="Also time the tiny pipeline with --in-process (no Ray).")
     ap.add_argument("--ray", action="store_true", help="Also time the tiny pipeline with --ray (its default is one "
                     "map task, which runs in the driver).")
     ap.add_argument("--tokenize-only", action="store_true", help="Also time a tokenize-only run of the shared corpus.")
-    args = ap.parse_args()
-    load = os.getloadavg()
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {load[0]:.1f}, "
-          f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
-    wall, heavy = help_import_seconds()
-    print(f"datapipe --help: {wall:.2f} s; heavy modules imported: {', '.join(heavy) or 'none'}")
+    args = add_args(ap, repeats=3).parse_args()
+    h = Harness("startup", args)
+    heavy: list[str] = []
+
+    def help_run() -> float:
+        wall, found = help_import_seconds()
+        heavy[:] = found
+        return wall
+
     with tempfile.TemporaryDirectory(prefix="datapipe-startup-") as tmp_name:
         tmp = Path(tmp_name)
         pipeline = tiny_pipeline(tmp, args.docs)
-        report(f"tiny pipeline ({args.docs} documents), default (one map task: in the driver)",
-               [timed_run(pipeline, tmp / "out", args.num_cpus) for _ in range(args.repeats)])
+        tiny = f"tiny pipeline ({args.docs} docs)"
+        sides = {"datapipe --help": help_run,
+                 f"{tiny}, default": lambda: timed_run(pipeline, tmp / "out", args.num_cpus)}
         if args.ray:
-            report(f"tiny pipeline ({args.docs} documents), --ray",
-                   [timed_run(pipeline, tmp / "out", args.num_cpus, ray=True) for _ in range(args.repeats)])
+            sides[f"{tiny}, --ray"] = lambda: timed_run(pipeline, tmp / "out", args.num_cpus, ray=True)
         if args.in_process:
-            report(f"tiny pipeline ({args.docs} documents), --in-process",
-                   [timed_run(pipeline, tmp / "out", args.num_cpus, True) for _ in range(args.repeats)])
+            sides[f"{tiny}, --in-process"] = lambda: timed_run(pipeline, tmp / "out", args.num_cpus, True)
         if args.tokenize_only:
             if not CORPUS.is_dir():
                 sys.exit(f"no shared corpus at {CORPUS}")
-            pipeline = tokenize_only_pipeline(tmp)
-            report("tokenize-only, shared corpus",
-                   [timed_run(pipeline, tmp / "tok", args.num_cpus) for _ in range(args.repeats)])
+            tok = tokenize_only_pipeline(tmp)
+            sides["tokenize-only, shared corpus"] = lambda: timed_run(tok, tmp / "tok", args.num_cpus)
+        runs = h.interleave(sides)
+    print(f"datapipe --help: heavy modules imported: {', '.join(heavy) or 'none'}")
+    h.figure("datapipe --help", runs.pop("datapipe --help"), "s")
+    h.noise(f"{tiny}, default wall", [w for w, _, _ in runs[f"{tiny}, default"]])
+    for label, rs in runs.items():
+        report(h, label, rs)
+    h.finish(help_heavy_modules=heavy, docs=args.docs, num_cpus=args.num_cpus)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Keep rate of langid + quality per Chinese corpus, and drop rate on junk, with top drop reasons.
 
-    PYTHONPATH=. python bench/zh_keep_rates.py [--limit N]
+    PYTHONPATH=. python bench/zh_keep_rates.py [--limit N] [--json bench/results/zh_keep_rates.json]
 
 Corpora (../shared/data/corpus): zh Wikipedia (reference prose), TiDB docs and OI-wiki
 (technical Markdown with code, math and tables). Junk: the demo's planted junk pages
@@ -8,6 +8,8 @@ Corpora (../shared/data/corpus): zh Wikipedia (reference prose), TiDB docs and O
 written for this project: ad stacks, keyword stuffing, navigation, link farms, tables, code dumps).
 Documents are judged as source kind ``web``, as a crawl would bring them. A good rule set keeps
 the corpora and drops the junk; the printed rates are the before/after numbers of issue 16.
+The rates are counts on fixed sets, so one run gives them exactly (``--repeats`` is accepted and
+ignored); the header and ``--json`` come from ``bench/_harness.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa  # noqa: E402
 
+from bench._harness import Harness, add_args  # noqa: E402
 from datapipe.stages.base import StageContext  # noqa: E402
 from datapipe.stages.langid import LangId, LangIdOptions  # noqa: E402
 from datapipe.stages.quality import Quality, QualityOptions  # noqa: E402
@@ -73,7 +76,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=int, default=0, help="documents per corpus (0: all)")
     ap.add_argument("--top", type=int, default=4, help="drop reasons to show per set")
-    args = ap.parse_args()
+    args = add_args(ap, repeats=1).parse_args()
+    h = Harness("zh_keep_rates", args, libs=["fasttext-numpy2"])
     langid = LangId(LangIdOptions(keep=["zh", "en"]), StageContext(str(ROOT), str(ROOT)))
     langid.setup()
     quality = Quality(QualityOptions(), StageContext(str(ROOT), str(ROOT)))
@@ -84,6 +88,11 @@ def main() -> None:
         top = collections.Counter(r for r in reasons if r).most_common(args.top)
         print(f"{name:<18} {len(texts):>5} {kept:>6.1%}  {'keep' if good else 'drop':<5} "
               + ", ".join(f"{r} {c}" for r, c in top))
+        h.figure(f"{name} kept, % of {len(texts)} docs", 100 * kept, "%", show=False,
+                 target="want kept" if good else "want dropped (0%)")
+        h.extra.setdefault("top_drop_reasons", {})[name] = dict(top)
+    print()
+    h.finish(limit=args.limit)
 
 
 if __name__ == "__main__":
