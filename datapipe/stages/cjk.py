@@ -41,7 +41,9 @@ _YUE_TABLE = np.zeros(0x10000, dtype=np.uint8)
 _YUE_TABLE[_YUE] = 1
 
 try:  # numba (a datapipe dependency) compiles the counting loop; numpy is the fallback
-    import numba
+    from datapipe.jit import load_numba
+
+    numba = load_numba()
 except ImportError:  # pragma: no cover
     numba = None
 
