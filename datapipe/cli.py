@@ -116,6 +116,9 @@ def run(pipeline: Path, output: Path | str | None, ray_address: str | None, num_
     same command is run again. A changed pipeline is refused unless --fresh is given.
     One driver at a time per run folder: a second one is refused, naming the first.
     """
+    from datapipe.arrow_pandas import enable_for_run
+
+    enable_for_run()  # before the engine's imports convert anything: pyarrow would import pandas
     from datapipe.audit.summary import print_summary
     from datapipe.config import ConfigError, load_pipeline
     from datapipe.engine.run_folder import RunFolderError
