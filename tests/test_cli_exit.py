@@ -29,4 +29,3 @@ def test_exit_handlers_still_run(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     r = _cli("--version", code=f"import atexit, pathlib\natexit.register(pathlib.Path({str(marker)!r}).touch)")
     assert r.returncode == 0 and marker.exists()
-
