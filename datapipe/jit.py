@@ -6,6 +6,11 @@ about 0.45 s of CPU in every process (driver and each Ray worker), for nothing, 
 kernel does linear algebra. ``load_numba`` imports that module with SciPy hidden, so the probe
 answers "no BLAS". Its only effect is that numba's ``np.correlate``/``np.convolve`` use their
 plain loop; ``np.dot`` and ``np.linalg`` still import SciPy when a kernel uses them.
+
+Likewise numba's typing context builds a ``cffi.FFI()`` (importing cffi and pycparser, ~80 ms of
+CPU) to recognise cffi functions passed to kernels, which datapipe never does: its module is
+imported here with cffi hidden, so numba's cffi support is off in the process (cffi itself still
+imports normally).
 """
 
 from __future__ import annotations
@@ -26,4 +31,11 @@ def load_numba() -> ModuleType:
         finally:
             if sys.modules.get("scipy.linalg", 0) is None:
                 del sys.modules["scipy.linalg"]
+    if "numba.core.typing.cffi_utils" not in sys.modules and "cffi" not in sys.modules:
+        sys.modules["cffi"] = None  # type: ignore[assignment]
+        try:
+            import numba.core.typing.cffi_utils  # noqa: F401
+        finally:
+            if sys.modules.get("cffi", 0) is None:
+                del sys.modules["cffi"]
     return numba
