@@ -5,3 +5,10 @@ and must not pay for Ray, DuckDB or the engine.
 """
 
 __version__ = "0.1.0"
+
+import os as _os
+
+if _os.environ.get("DATAPIPE_ARROW_WITHOUT_PANDAS"):  # a `datapipe run` worker (datapipe/arrow_pandas.py)
+    from datapipe.arrow_pandas import arrow_without_pandas as _skip
+
+    _skip()

@@ -68,9 +68,19 @@ class SplitConfig(Strict):
     group_small_files: bool = Field(True, description="Read consecutive small files of a source in one task.")
 
 
+# libyaml's parser with PyYAML's safe constructors: the same values, ~10x faster to parse. A run
+# reads the pipeline and each quality rule set once per stage check (24 times for the bench pipeline).
+_FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", None)
+
+
 def read_yaml(path: Path) -> Any:
     """``yaml.safe_load`` of a file whose syntax errors name the file (not ``<unicode string>``)."""
     text = path.read_text(encoding="utf-8")
+    if _FAST_SAFE_LOADER is not None:
+        try:
+            return yaml.load(text, Loader=_FAST_SAFE_LOADER)  # noqa: S506 - a safe loader
+        except yaml.YAMLError:
+            pass  # parsed again below: PyYAML's own message (with its snippet) for the error
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:

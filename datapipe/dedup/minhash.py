@@ -85,7 +85,9 @@ def _legacy_kernel(hashes, offsets, a, b, out):
 
 
 if HAVE_NUMBA:
-    import numba
+    from datapipe.jit import load_numba
+
+    numba = load_numba()
 
     _affine32_jit = numba.njit(cache=True, nogil=True)(_affine32_kernel)
     _legacy_jit = numba.njit(cache=True, nogil=True)(_legacy_kernel)

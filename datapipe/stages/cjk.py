@@ -41,7 +41,9 @@ _YUE_TABLE = np.zeros(0x10000, dtype=np.uint8)
 _YUE_TABLE[_YUE] = 1
 
 try:  # numba (a datapipe dependency) compiles the counting loop; numpy is the fallback
-    import numba
+    from datapipe.jit import load_numba
+
+    numba = load_numba()
 except ImportError:  # pragma: no cover
     numba = None
 
@@ -138,6 +140,9 @@ def script_language(c: dict[str, np.ndarray], yue: np.ndarray | None = None, min
     return out
 
 
+_SHARED_DETECTOR: ScriptDetector | None = None
+
+
 class ScriptDetector:
     """Traditional vs Simplified from OpenCC conversion deltas.
 
@@ -151,6 +156,15 @@ class ScriptDetector:
 
         self._t2s = opencc.OpenCC("t2s")
         self._s2t = opencc.OpenCC("s2t")
+
+    @staticmethod
+    def shared() -> ScriptDetector:
+        """One detector per process (loading OpenCC's two dictionaries costs ~0.1 s of CPU): the
+        driver's check and every task of a worker use the same one; conversion keeps no state."""
+        global _SHARED_DETECTOR
+        if _SHARED_DETECTOR is None:
+            _SHARED_DETECTOR = ScriptDetector()
+        return _SHARED_DETECTOR
 
     def to_simplified(self, text: str) -> str:
         return self._t2s.convert(text)

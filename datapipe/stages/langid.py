@@ -139,7 +139,7 @@ class LangId(Stage):
     def prepare(self) -> None:
         self._model_path()  # fetch once on the driver; a clear error here beats one per task
         if self.options.script or self.options.to_simplified:
-            cjk.ScriptDetector()  # fail early when OpenCC is missing
+            cjk.ScriptDetector.shared()  # fail early when OpenCC is missing
 
     def setup(self) -> None:
         path = str(self._model_path())
@@ -150,7 +150,7 @@ class LangId(Stage):
             _MODELS[path] = fasttext.load_model(path)
         self._model = _MODELS[path]
         if self.options.script or self.options.to_simplified:
-            self._script = cjk.ScriptDetector()
+            self._script = cjk.ScriptDetector.shared()
 
     def _model_path(self) -> Path:
         if self.options.model:

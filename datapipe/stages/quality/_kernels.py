@@ -13,8 +13,11 @@ collision costs a probe, not a wrong result. Sums of weights run in the same lef
 as the numpy reference, so even non-integer weights give the same float64 values.
 """
 
-import numba
 import numpy as np
+
+from datapipe.jit import load_numba
+
+numba = load_numba()
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 

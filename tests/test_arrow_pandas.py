@@ -1,0 +1,33 @@
+"""datapipe.arrow_pandas: a pipeline process converts Python objects to Arrow without importing pandas."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(code: str, env_on: bool) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DATAPIPE_ARROW_WITHOUT_PANDAS"}
+    if env_on:
+        env["DATAPIPE_ARROW_WITHOUT_PANDAS"] = "1"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_workers_skip_pandas_and_convert_the_same() -> None:
+    code = ("import sys\nimport datapipe.engine.map_task\nimport pyarrow as pa\n"
+            "a = pa.array([1.5, None, float('nan')], pa.float32(), from_pandas=True)\n"
+            "print('pandas' in sys.modules, a.null_count, pa.scalar(None, pa.string()).is_valid)")
+    assert _run(code, env_on=True) == ["False", "2", "False"]
+    assert _run(code, env_on=False) == ["True", "2", "False"]  # the default: pyarrow imports it
+
+
+def test_to_pandas_still_works_after_the_probe() -> None:
+    code = ("from datapipe.arrow_pandas import arrow_without_pandas\narrow_without_pandas()\n"
+            "import pyarrow as pa\nprint(type(pa.table({'a': [1]}).to_pandas()).__name__)")
+    assert _run(code, env_on=False) == ["DataFrame"]
