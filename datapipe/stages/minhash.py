@@ -137,10 +137,12 @@ class MinHashDedup(ShuffledGlobalStage):
         return lsh_params(o.threshold, o.num_perm)
 
     # Pairs of (small-star, large-star) rounds after round 0. A cluster whose star forms by round 2j-1
-    # is settled in round 2j: pairs of copies in round 2, chains of n copies in about log2(n) pairs
-    # (a chain of 100 in run order needs 8). A round with nothing left receives no rows and
-    # costs a task start per partition; what is open after the last one goes to the combine step.
-    star_pairs: ClassVar[int] = 8
+    # is settled in round 2j: pairs of copies in round 2, a chain of n copies in about log2(n) + 4
+    # pairs when they come in run order, the slowest case (100 copies: 8 pairs, 500: 10; in random
+    # order 1000: 9). Rounds after the last settled cluster have no tasks (the engine skips a
+    # round after one that forwarded nothing), so planning many costs nothing; what is still open
+    # after the last one goes to the combine step.
+    star_pairs: ClassVar[int] = 10
 
     def partitions(self) -> int:
         return self.options.partitions
@@ -232,10 +234,10 @@ class MinHashDedup(ShuffledGlobalStage):
         return _decisions(ids[dup].tolist(), (keys[dup] >> ROW_KEY_SHIFT).astype(np.int32), ids[surv].tolist(),
                           ids[c.cluster[dup]].tolist(), c.size[dup].tolist(), similarity.tolist()), sizes
 
-    def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
-        """Cluster sizes of the survivors the combine step settled (the engine calls it after ``combine``)."""
-        sizes: pa.Table | None = getattr(self, "_survivor_sizes", None)
-        return sizes if sizes is not None else _sizes(np.empty(0, np.int64), np.empty(0, np.int64))
+    def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table | None:
+        """Cluster sizes of the survivors the combine step settled (the engine calls it after ``combine``);
+        None when it settled none (the partitions hand on the others' sizes)."""
+        return getattr(self, "_survivor_sizes", None)
 
     def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
         dup_count = np.ones(batch.num_rows, np.int64)
