@@ -261,3 +261,29 @@ def test_a_chain_of_copies_settles_in_rounds_or_in_the_combine_step(tmp_path: Pa
     else:
         assert rows_in[-1] > 0 and left_open  # still open after the last round: finished by the combine step
 
+
+
+def test_a_run_plans_every_round_but_runs_only_those_with_work(tmp_path: Path) -> None:
+    """In a real run (in process) the clusters of the UDHR variants settle within a few rounds: the
+    rounds after the last with work have no tasks and no markers, and a rerun finds nothing to do."""
+    from datapipe.engine.runner import run_pipeline
+
+    udhr = shared_path("web", "html", "udhr")
+    pages = ["deu_1901", "deu_1996", "eng", "ron_1953", "ron_1993", "ron_2006", "fra", "cmn_hans", "cmn_hant"]
+    pipeline = load_pipeline(write_pipeline(tmp_path, {
+        "name": "plan", "sources": [{"name": "udhr", "kind": "web", "format": "html",
+                                     "paths": [str(udhr / f"{p}.html") for p in pages]}],
+        "stages": [{"minhash": {"threshold": 0.7, "fold_script": True, "partitions": 3}}]}))
+    out = tmp_path / "out"
+    result = run_pipeline(pipeline, output=out, show_progress=False, log=lambda _: None, in_process=True)
+    tasks_of = {p["phase"]: p["tasks"] for p in result.phases}
+    rounds = MinHashDedup.star_pairs * 2 + 1
+    ran = [tasks_of.get(f"shuffle0r{r}" if r else "shuffle0", 0) for r in range(rounds)]
+    busy = sum(1 for n in ran if n)
+    assert 3 <= busy < rounds and ran == [3] * busy + [0] * (rounds - busy)  # a prefix of the rounds, then none
+    assert sorted(p.name for p in (out / "_work" / "markers").iterdir() if p.name.startswith("shuffle")) == \
+        sorted(["shuffle0"] + [f"shuffle0r{r}" for r in range(1, busy)])
+    kept = {r["path"].removesuffix(".html"): r["dup_count"] for r in pq.read_table(out / "docs").to_pylist()}
+    assert kept == {"deu_1901": 2, "eng": 1, "ron_1953": 3, "fra": 1, "cmn_hans": 2}  # sizes from the partitions
+    again = run_pipeline(pipeline, output=out, show_progress=False, log=lambda _: None, in_process=True)
+    assert again.executed_tasks == 0
