@@ -149,7 +149,7 @@ def run_phase(root: Path, phase: str) -> dict:
         ranges = pack_ranges(folder, spec, files_per_task=2)
         work = [("pack", r.key, lambda r=r: tasks.pack_range(spec, r)) for r in ranges]
     base = _peak_mib("VmRSS")  # what every task's process holds before any data: imports, the plan
-    peaks, started, ran, rounds = [], time.perf_counter(), 0, set()
+    peaks, started, ran, rounds, by_round = [], time.perf_counter(), 0, set(), {}
     for i, (marker_phase, key, fn) in enumerate(work):
         if kind == "rounds" and i and work[i - 1][0] != marker_phase and not _forwarded(folder, work[i - 1][0]):
             break  # the round before forwarded nothing: the engine plans no tasks for this one or later
@@ -173,8 +173,9 @@ def run_phase(root: Path, phase: str) -> dict:
         if status or not got:
             raise RuntimeError(f"{marker_phase} {key} failed in its child process")
         peaks.append(json.loads(got))
+        by_round[marker_phase] = max(by_round.get(marker_phase, 0.0), peaks[-1])
     return {"tasks": ran, "rounds": len(rounds), "peak_mib": max(peaks, default=0.0), "base_mib": base,
-            "seconds": time.perf_counter() - started}
+            "seconds": time.perf_counter() - started, "by_round": by_round}
 
 
 def _forwarded(folder, phase: str) -> bool:
@@ -246,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     rounds = next((p for p in phases if p.startswith("rounds:")), None)
     if rounds:
         print("minhash rounds that had tasks: " + ", ".join(f"{s}x {table[s][rounds]['rounds']}" for s in a.scales))
+        for s in a.scales:
+            print(f"  {s}x largest task per round, MiB: " + ", ".join(
+                f"{k} {v:.0f}" for k, v in table[s][rounds].get("by_round", {}).items()))
     print("\nMiB: the largest peak RSS of one task's forked process (it counts the pages the task touches:"
           " shared libraries mapped before the fork count only once used; the phase process before any"
           f" data holds {table[first]['map:0']['base_mib']:.0f} MiB). Compare across scales.")
