@@ -1,6 +1,7 @@
 """Per-task peak memory of every distributed global phase at 1x / 4x / 16x corpus size.
 
-    python bench/global_phases.py [--base-docs 1000] [--scales 1 4 16] [--repeats 1] [--json PATH]
+    python bench/global_phases.py [--base-docs 1000] [--scales 1 4 16]
+    python bench/global_phases.py --minhash-only --base-docs 20000 --scales 1 4   # minhash's tasks alone
 
 Each scale is a corpus of real zh/en text from ../shared/data/corpus, repeated ``scale`` times
 with every copy perturbed (a per-copy character rotation: Latin letters shifted, Han characters
@@ -14,8 +15,9 @@ task of a phase runs in a process forked for it from one per phase (imports load
 as a fresh Ray worker), calling the task function as the worker does; its peak RSS (VmHWM,
 reset through /proc/self/clear_refs at the start) is the task's peak. Printed: per phase the
 number of tasks and the largest per-task peak, and the ratio of the 16x (last) scale to the 1x.
-With ``--repeats N`` the scales alternate (1x, 4x, 16x, 1x, ...), each round on a fresh corpus,
-and each ratio is reported as median and range over the rounds (``bench/_harness.py``).
+MinHash's partition step is all its rounds (band pairs, then star rounds until nothing is left,
+as the engine plans them); ``--minhash-only`` measures it alone on a corpus with many near copies,
+copies of copies among them (30% by default), where a task holding every cluster would grow.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _corpus import sample  # noqa: E402
-from _harness import Harness, add_args  # noqa: E402
 
 DOCS_PER_FILE = 250
 TOKENIZER = Path(__file__).resolve().parent.parent / "tokenizer" / "demo.json"
@@ -58,17 +59,19 @@ def _rotate(text: str, k: int) -> str:
     return "".join(out)
 
 
-def make_corpus(folder: Path, base: list[dict], scale: int, group: bool = False) -> dict[str, int]:
+def make_corpus(folder: Path, base: list[dict], scale: int, near: float = 0.03,
+                minhash_only: bool = False) -> dict[str, int]:
     rng = random.Random(scale)
     docs = [{"text": _rotate(d["text"], k), "url": f"https://site{k}.example/{i}"}
             for k in range(scale) for i, d in enumerate(base)]
     n = len(docs)
-    planted = {"exact": int(0.03 * n), "near": int(0.03 * n), "url": int(0.02 * n)}
+    planted = {"exact": int(0.03 * n), "near": int(near * n), "url": int(0.02 * n)}
     for _ in range(planted["exact"]):
         d = docs[rng.randrange(n)]
         docs.append({"text": d["text"].upper() + "  ", "url": f"https://copy.example/{rng.random()}"})
     for _ in range(planted["near"]):
-        t = docs[rng.randrange(n)]["text"]
+        # minhash_only: copies of copies too, so clusters grow past pairs and chain across partitions
+        t = docs[rng.randrange(len(docs) if minhash_only else n)]["text"]
         cut = rng.randrange(len(t) + 1)
         docs.append({"text": t[:cut] + " 转载 reposted " + t[cut:], "url": f"https://near.example/{rng.random()}"})
     for _ in range(planted["url"]):
@@ -83,10 +86,12 @@ def make_corpus(folder: Path, base: list[dict], scale: int, group: bool = False)
         "name": "scale", "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
         "stages": [{"dedup": {"exact": True, "url": True, "partitions": 2 * scale}},
                    {"minhash": {"threshold": 0.7, "partitions": 2 * scale}}],
-        "tokenize": {"tokenizer": "tok.json", "seq_len": 512, "rows_per_shard": 256, "val_fraction": 0.02},
-        # One map task per input file, so a map task's input stays the same size as the corpus grows
-        # (the engine otherwise reads consecutive small files in one task, up to split.target_bytes).
-        "split": {"group_small_files": group}}))
+        "tokenize": {"tokenizer": "tok.json", "seq_len": 512, "rows_per_shard": 256, "val_fraction": 0.02}}
+        if not minhash_only else {  # minhash alone: its tasks' memory, on a corpus with many near copies
+        "name": "scale", "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
+        # one map task per input file: map outputs (read back for signatures) stay one size
+        "split": {"group_small_files": False},
+        "stages": [{"minhash": {"threshold": 0.7, "partitions": 2 * scale}}]}))
     return {"docs": len(docs), **planted}
 
 
@@ -112,7 +117,7 @@ def run_phase(root: Path, phase: str) -> dict:
     from datapipe.engine import tasks
     from datapipe.engine.pack_plan import pack_ranges
     from datapipe.engine.plan import build_stage, make_spec
-    from datapipe.engine.run_folder import RunFolder
+    from datapipe.engine.run_folder import RunFolder, partition_key, shuffle_phase
 
     spec = make_spec(load_pipeline(root / "pipeline.yaml"), root / "out", root / "cache")
     folder = RunFolder(root / "out")
@@ -127,6 +132,11 @@ def run_phase(root: Path, phase: str) -> dict:
         stage = build_stage(spec, seg.compute_global)
         work = [(f"shuffle{seg_i}", f"{p:05d}", lambda p=p: tasks.reduce_partition(spec, seg, p, r))
                 for p in range(stage.partitions())]
+    elif kind == "rounds":  # every round of a partition step, as the engine runs them (see below)
+        seg = spec.segments[int(arg)]
+        stage = build_stage(spec, seg.compute_global)
+        work = [(shuffle_phase(seg.index, r), partition_key(p), lambda p=p, r=r: tasks.reduce_partition(spec, seg, p, r))
+                for r in range(stage.rounds()) for p in range(stage.partitions())]
     elif kind == "combine":
         seg = spec.segments[int(arg)]
         work = [("reduce", "combine", lambda: tasks.reduce_stage(spec, seg))]
@@ -139,8 +149,12 @@ def run_phase(root: Path, phase: str) -> dict:
         ranges = pack_ranges(folder, spec, files_per_task=2)
         work = [("pack", r.key, lambda r=r: tasks.pack_range(spec, r)) for r in ranges]
     base = _peak_mib("VmRSS")  # what every task's process holds before any data: imports, the plan
-    peaks, started = [], time.perf_counter()
-    for marker_phase, key, fn in work:
+    peaks, started, ran, rounds, by_round = [], time.perf_counter(), 0, set(), {}
+    for i, (marker_phase, key, fn) in enumerate(work):
+        if kind == "rounds" and i and work[i - 1][0] != marker_phase and not _forwarded(folder, work[i - 1][0]):
+            break  # the round before forwarded nothing: the engine plans no tasks for this one or later
+        ran += 1
+        rounds.add(marker_phase)
         # A forked child per task starts as a fresh worker would (imports loaded, no data), so what
         # one task leaves on the heap never counts against the next.
         read, write = os.pipe()
@@ -159,8 +173,14 @@ def run_phase(root: Path, phase: str) -> dict:
         if status or not got:
             raise RuntimeError(f"{marker_phase} {key} failed in its child process")
         peaks.append(json.loads(got))
-    return {"tasks": len(work), "peak_mib": max(peaks, default=0.0), "base_mib": base,
-            "seconds": time.perf_counter() - started}
+        by_round[marker_phase] = max(by_round.get(marker_phase, 0.0), peaks[-1])
+    return {"tasks": ran, "rounds": len(rounds), "peak_mib": max(peaks, default=0.0), "base_mib": base,
+            "seconds": time.perf_counter() - started, "by_round": by_round}
+
+
+def _forwarded(folder, phase: str) -> bool:
+    markers = (folder.markers_dir / phase).glob("*.json")
+    return any(json.loads(m.read_text()).get("forwarded", 0) for m in markers)
 
 
 def found(root: Path) -> dict[str, int]:
@@ -170,54 +190,52 @@ def found(root: Path) -> dict[str, int]:
     return {r: rejected.count(r) for r in ("exact_duplicate", "duplicate_url", "near_duplicate")}
 
 
-def measure(base: list[dict], scale: int, phases: list[str], group: bool = False) -> dict:
-    """Every phase at one scale on a fresh corpus: {phase: result, "info": ..., "found": ...}."""
-    root = Path(tempfile.mkdtemp(prefix=f"dp-global-{scale}x-"))
-    try:
-        info = make_corpus(root, base, scale, group)
-        out: dict = {}
-        for phase in phases:
-            proc = subprocess.run([sys.executable, __file__, "--phase", phase, "--root", str(root)],
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                sys.stderr.write(proc.stderr)
-                raise SystemExit(1)
-            out[phase] = json.loads(proc.stdout.strip().splitlines()[-1])
-        got = found(root)
-        print(f"{scale:>3}x: {info['docs']:,} docs; planted exact {info['exact']}, near {info['near']}, "
-              f"url {info['url']}; removed {got}", flush=True)
-        return {**out, "info": info, "found": got}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-docs", type=int, default=1000)
     ap.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--stats-memory-mb", type=int, default=256,
                     help="DuckDB memory cap of the statistics step (a small one shows it spilling)")
-    ap.add_argument("--group-small-files", action="store_true",
-                    help="let the engine group the small input files into map tasks (its default): one map task "
-                    "then reads the whole corpus at these sizes, so map and pack peaks grow with it")
+    ap.add_argument("--minhash-only", action="store_true",
+                    help="a pipeline of minhash alone, on a corpus with --near near copies (copies of copies too)")
+    ap.add_argument("--near", type=float, default=None,
+                    help="near copies planted, as a share of the corpus (default 0.03; 0.3 with --minhash-only)")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     ap.add_argument("--root", type=Path, help=argparse.SUPPRESS)
-    a = add_args(ap, repeats=1).parse_args(argv)
+    a = ap.parse_args(argv)
     if a.phase:
         print(json.dumps(run_phase(a.root, a.phase)))
         return 0
-    h = Harness("global_phases", a, note="input files grouped into map tasks (engine default)"
-                if a.group_small_files else "one map task per input file of 250 documents")
     base = sample(a.base_docs, seed=1)
-    phases = ["map:0", "shuffle:0.0", "shuffle:0.1", "map:1", "shuffle:1.0", "combine:1", "map:2", "pack:",
+    near = a.near if a.near is not None else (0.3 if a.minhash_only else 0.03)
+    phases = ["map:0", "shuffle:0.0", "shuffle:0.1", "map:1", "rounds:1", "combine:1", "map:2", "pack:",
               f"stats:{a.stats_memory_mb}"]
     names = {"map:0": "map0 (dedup signals)", "shuffle:0.0": "dedup by text hash", "shuffle:0.1": "dedup by URL",
-             "map:1": "map1 (minhash signatures)", "shuffle:1.0": "minhash partitions", "combine:1": "minhash combine",
+             "map:1": "map1 (minhash signatures)", "rounds:1": "minhash rounds (all)", "combine:1": "minhash combine",
              "map:2": "map2 (tokenize)", "pack:": "pack ranges",
              f"stats:{a.stats_memory_mb}": f"stats (DuckDB, {a.stats_memory_mb} MB cap)"}
-    runs = h.interleave({scale: (lambda scale=scale: measure(base, scale, phases, a.group_small_files))
-                         for scale in a.scales})
-    table = {scale: rs[-1] for scale, rs in runs.items()}  # the last round's table is printed
+    if a.minhash_only:
+        phases = ["map:0", "rounds:0", "combine:0", "map:1"]
+        names = {"map:0": "map0 (minhash signatures)", "rounds:0": "minhash rounds (all)",
+                 "combine:0": "minhash combine", "map:1": "map1 (decisions applied)"}
+    table: dict[int, dict[str, dict]] = {}
+    for scale in a.scales:
+        root = Path(tempfile.mkdtemp(prefix=f"dp-global-{scale}x-"))
+        try:
+            info = make_corpus(root, base, scale, near, a.minhash_only)
+            table[scale] = {}
+            for phase in phases:
+                proc = subprocess.run([sys.executable, __file__, "--phase", phase, "--root", str(root)],
+                                      capture_output=True, text=True)
+                if proc.returncode:
+                    sys.stderr.write(proc.stderr)
+                    return 1
+                table[scale][phase] = json.loads(proc.stdout.strip().splitlines()[-1])
+            got = found(root)
+            print(f"{scale:>3}x: {info['docs']:,} docs; planted exact {info['exact']}, near {info['near']}, "
+                  f"url {info['url']}; removed {got}", flush=True)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
     first, last = a.scales[0], a.scales[-1]
     print(f"\n{'phase':<28}" + "".join(f"{f'{s}x tasks':>10}{f'{s}x MiB':>9}" for s in a.scales)
           + f"{f'{last}x/{first}x':>10}")
@@ -226,20 +244,15 @@ def main(argv: list[str] | None = None) -> int:
         cells = "".join(f"{table[s][phase]['tasks']:>10}{table[s][phase]['peak_mib']:>9.0f}" for s in a.scales)
         ratio = table[last][phase]["peak_mib"] / row["peak_mib"] if row["peak_mib"] else float("nan")
         print(f"{names[phase]:<28}{cells}{ratio:>10.2f}")
+    rounds = next((p for p in phases if p.startswith("rounds:")), None)
+    if rounds:
+        print("minhash rounds that had tasks: " + ", ".join(f"{s}x {table[s][rounds]['rounds']}" for s in a.scales))
+        for s in a.scales:
+            print(f"  {s}x largest task per round, MiB: " + ", ".join(
+                f"{k} {v:.0f}" for k, v in table[s][rounds].get("by_round", {}).items()))
     print("\nMiB: the largest peak RSS of one task's forked process (it counts the pages the task touches:"
           " shared libraries mapped before the fork count only once used; the phase process before any"
-          f" data holds {table[first]['map:0']['base_mib']:.0f} MiB). Compare across scales.\n")
-    for phase in phases:
-        for s in a.scales:
-            h.figure(f"{names[phase]} {s}x per-task peak RSS", [r[phase]["peak_mib"] for r in runs[s]], "MiB",
-                     show=False)
-    for phase in phases:
-        h.ratio(f"{names[phase]}: per-task peak {last}x/{first}x",
-                [b[phase]["peak_mib"] / f[phase]["peak_mib"] for f, b in zip(runs[first], runs[last])],
-                target="<= 1.2")
-    h.finish(group_small_files=a.group_small_files,
-             docs={s: table[s]["info"]["docs"] for s in a.scales}, found={s: table[s]["found"] for s in a.scales},
-             tasks={s: {p: table[s][p]["tasks"] for p in phases} for s in a.scales})
+          f" data holds {table[first]['map:0']['base_mib']:.0f} MiB). Compare across scales.")
     return 0
 
 

@@ -18,7 +18,7 @@ import pytest
 from datapipe.config import load_pipeline
 from datapipe.engine import tasks
 from datapipe.engine.pack_plan import pack_ranges
-from datapipe.engine.plan import RunSpec, build_stage, make_spec
+from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
 from datapipe.engine.run_folder import RunFolder
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
@@ -223,14 +223,7 @@ def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: P
     map0 = spec.segments[0]
     for s in spec.shards:
         tasks.map_shard(spec, s, map0)
-    for p in range(partitions):
-        tasks.reduce_partition(spec, map0, p)
-    tasks.reduce_stage(spec, map0)
-    got = {}
-    for s in spec.shards:
-        path = folder.decisions_file(0, s.key)
-        if path.exists():
-            got.update({r["id"]: (r["dup_of"], r["dup_cluster"]) for r in pq.read_table(path).to_pylist()})
+    got = {r["id"]: (r["dup_of"], r["dup_cluster"]) for r in minhash_decisions(spec, folder, map0)}
 
     # The in-memory clustering over the whole corpus at once, in run order.
     table = pa.concat_tables([pq.read_table(folder.map_output(0, s.key)) for s in spec.shards])
@@ -243,6 +236,23 @@ def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: P
     expected = {ids[i]: (ids[res.survivor[i]], ids[res.cluster[i]]) for i in np.flatnonzero(res.duplicate)}
     assert got == expected
     assert len(expected) >= 60  # the planted copies are found (most of 90)
+
+
+def minhash_decisions(spec: RunSpec, folder: RunFolder, segment: Segment) -> list[dict]:
+    """Every round of a minhash stage's partition step (in this process), then its combine step: the
+    decisions of every shard, as the map phase after it reads them (partitions' and combine's)."""
+    stage = build_stage(spec, segment.compute_global)
+    for r in range(stage.rounds()):
+        for p in range(stage.partitions()):
+            tasks.reduce_partition(spec, segment, p, r)
+    tasks.reduce_stage(spec, segment)
+    rows = []
+    for s in spec.shards:
+        table = tasks.partition_decisions(folder, segment.index, stage, s.ordinal)
+        rows += table.to_pylist() if table is not None else []
+        path = folder.decisions_file(segment.index, s.key)
+        rows += pq.read_table(path).to_pylist() if path.exists() else []
+    return rows
 
 
 def test_spanning_forest_keeps_connectivity_with_one_edge_per_member() -> None:

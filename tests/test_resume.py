@@ -45,7 +45,7 @@ def baseline(tmp_path_factory) -> tuple[Path, dict[str, object]]:
     return root / "out", fingerprint(root / "out")
 
 
-@pytest.mark.parametrize("kill_at", ["map0:1", "shuffle0:1", "map1:1", "pack:1", "stats:1"])
+@pytest.mark.parametrize("kill_at", ["map0:1", "shuffle0:1", "map1:1", "shuffle1r1:1", "pack:1", "stats:1"])
 def test_sigkill_then_rerun_gives_identical_outputs(baseline, tmp_path: Path, kill_at: str) -> None:
     from tests.shared_data import PROJECT_ROOT
 

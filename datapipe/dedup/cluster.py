@@ -8,10 +8,11 @@ time (a band column may be a slice of an ``np.memmap``), each band allocates a f
 arrays of n entries (sort order, sorted keys, edges), and the only state kept across bands is
 the int64 union-find parent array. There is no per-document Python object.
 
-Distributed use (the lead's Ray reduce phase): shuffle ``(doc_index, band_key)`` rows by
+Distributed use (``datapipe.stages.minhash``): shuffle ``(doc_index, band_key)`` rows by
 ``minhash.partition_of(key, P)`` -- keys already mix in the band index, so all bands can share
-one shuffle -- call ``verified_pairs`` and ``spanning_forest`` per partition, and feed the forests of
-all partitions to ``union_of`` on the driver (8 bytes per document), then ``settle``.
+one shuffle -- call ``verified_pairs`` and ``spanning_forest`` per partition, then find the
+components of all partitions' forests in star rounds partitioned by document
+(``datapipe.dedup.components``) and pick each cluster's ``survivors`` where it is settled.
 """
 
 from __future__ import annotations

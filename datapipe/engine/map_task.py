@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from datapipe.engine.isolate import Isolator, Step
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
-from datapipe.engine.reduce_task import partition_decisions
+from datapipe.engine.reduce_task import decides_in_partitions, partition_decisions, partition_state
 from datapipe.engine.run_folder import LINES_PHASE, RunFolder
 from datapipe.engine.sinks import ParquetSink, ShuffleSink, TokenSink
 from datapipe.engine.splits import InputRange
@@ -201,7 +201,7 @@ class _Applying:
         self.name = spec.stage_name(self.position)
         self.ordinal = shard.ordinal
         self.decisions = _load_decisions(spec, folder, segment, shard)
-        self.state = _load_state(folder, segment, shard)  # what the applied stage's apply() needs besides decisions
+        self.state = _load_state(spec, folder, segment, shard)  # what the applied stage's apply() needs besides decisions
         self.rows_read = 0  # position in the previous segment's output: the row keys the reduce used
 
     def apply(self, batch: pa.Table, out: ShardOutputs) -> pa.Table:
@@ -341,22 +341,34 @@ def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: S
     if segment.apply_global is None:
         return None
     stage = build_stage(spec, segment.apply_global)
-    if step_of(stage, CombineStep) is None:  # the partition outputs are the decisions
-        return partition_decisions(folder, segment.index - 1, stage, shard.ordinal)
-    path = folder.decisions_file(segment.index - 1, shard.key)
-    return pq.read_table(path) if path.exists() else None
+    parts = []
+    if decides_in_partitions(stage):  # the partition outputs are decisions
+        parts.append(partition_decisions(folder, segment.index - 1, stage, shard.ordinal))
+    if step_of(stage, CombineStep) is not None:
+        path = folder.decisions_file(segment.index - 1, shard.key)
+        parts.append(pq.read_table(path) if path.exists() else None)
+    return _concat([t for t in parts if t is not None and t.num_rows])
 
 
-def _load_state(folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
-    """The applied stage's ``combine_state``: this shard's rows where it is per shard, else all of it."""
+def _load_state(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
+    """The applied stage's ``combine_state`` (this shard's rows where it is per shard, else all of it),
+    with this shard's rows of its partitions' states."""
     if segment.apply_global is None:
         return None
+    parts = [partition_state(folder, segment.index - 1, build_stage(spec, segment.apply_global), shard.ordinal)]
     path = folder.state_file(segment.index - 1)
-    if not path.exists():
+    if path.exists():
+        if "shard" in pq.read_schema(path).names:
+            parts.append(pq.read_table(path, filters=[("shard", "=", shard.ordinal)]))
+        else:
+            parts.append(pq.read_table(path))
+    return _concat([t for t in parts if t is not None and t.num_rows])
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table | None:
+    if not tables:
         return None
-    if "shard" in pq.read_schema(path).names:
-        return pq.read_table(path, filters=[("shard", "=", shard.ordinal)])
-    return pq.read_table(path)
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 
 def _join_decisions(batch: pa.Table, decisions: pa.Table | None) -> tuple[Decision, dict[str, pa.Array]]:

@@ -2,7 +2,8 @@
 
     lines                   newlines per JSONL range, when a large JSONL file is split (pre-pass)
     map<i>                  one task per input shard: read or load, stages, compute the next global stage
-    shuffle<i>[r<r>]        a global stage's ``PartitionStep``: one task per partition, per round
+    shuffle<i>[r<r>]        a global stage's ``PartitionStep``: one task per partition, per round (none
+                            in a round after one that forwarded nothing)
     reduce<i>               a global stage's ``CombineStep``: one task
     pack                    one task per range of output shard files (known once the last map is done)
 
@@ -85,8 +86,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
     phases: list[Phase] = []
     for step in stage.steps():
         if isinstance(step, PartitionStep):
-            phases += [Phase(shuffle_phase(segment.index, r), reduce_partition,
-                             tuple(Task(partition_key(p), (segment, p, r)) for p in range(step.partitions)),
+            phases += [Phase(shuffle_phase(segment.index, r), reduce_partition, _round_tasks(segment, step, r),
                              {"num_cpus": cpus, "scheduling_strategy": "SPREAD"}, "partitions")
                        for r in range(step.rounds)]
         elif isinstance(step, CombineStep):
@@ -95,6 +95,25 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
         else:
             raise TypeError(f"stage {stage.name!r} declares an unknown step {step!r}")
     return phases
+
+
+def _round_tasks(segment: Segment, step: PartitionStep, round: int) -> TaskList:
+    """One task per partition; a round after one that forwarded nothing has none (a stage planning
+    more rounds than its data needs, e.g. minhash's star rounds, pays nothing for the rest)."""
+    every = tuple(Task(partition_key(p), (segment, p, round)) for p in range(step.partitions))
+    if round == 0:
+        return every
+
+    def listed(folder: RunFolder) -> tuple[Task, ...] | None:
+        for r in range(round):  # from round 0: a round with no tasks forwards nothing
+            markers = [folder.read_marker(shuffle_phase(segment.index, r), partition_key(p))
+                       for p in range(step.partitions)]
+            if any(m is None for m in markers):
+                return None  # not known until that round is done
+            if not any(m.get("forwarded", 0) for m in markers):  # type: ignore[union-attr]
+                return ()
+        return every
+    return listed
 
 
 def line_tasks(spec: RunSpec) -> list[Shard]:

@@ -23,6 +23,12 @@ def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment) -> Reduce
     return ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch))
 
 
+def decides_in_partitions(stage: Stage) -> bool:
+    """Whether the stage's partition outputs are decisions (read by each shard's map task)."""
+    step = step_of(stage, PartitionStep)
+    return step is not None and (step.decides or step_of(stage, CombineStep) is None)
+
+
 def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     """The corpus-wide step of the global stage that ends ``segment``."""
     started = time.perf_counter()
@@ -33,11 +39,13 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     present = [(o, p) for o, p in present if p.exists()]
     scratch = folder.scratch_dir(segment.index)
     scratch.mkdir(parents=True, exist_ok=True)
-    inputs = ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch))
     combine = step_of(stage, CombineStep)
     assert combine is not None, f"stage {stage.name!r} declares no combine step"
     part = step_of(stage, PartitionStep)
     outputs = [folder.partition_output(segment.index, p) for p in range(part.partitions)] if part else []
+    forwarded = [folder.forward_file(segment.index, part.rounds - 1, p) for p in range(part.partitions)] if part else []
+    inputs = ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch),
+                          forwarded=tuple(str(f) for f in forwarded if f.exists()))
     decisions = combine.decide([str(p) for p in outputs if p.exists()], inputs)
     if combine.state is not None:
         state = combine.state([str(p) for p in outputs if p.exists()], inputs)
@@ -85,9 +93,11 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     if not isinstance(result, PartitionResult):
         result = PartitionResult(result)
     out = folder.partition_output(segment.index, partition, round)
-    n = _write_or_remove(out, result.output, sort_by_shard=step_of(stage, CombineStep) is None)
+    n = _write_or_remove(out, result.output, sort_by_shard=decides_in_partitions(stage))
+    _write_or_remove(folder.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
     forward = ShuffleSink(folder.forward_file(segment.index, round, partition))
-    if round + 1 < step.rounds and result.forward is not None:
+    # The last round's forwarded rows go to the combine step, if one follows.
+    if result.forward is not None and (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
         forward.write(result.forward)
     forward.close()  # nothing to forward: removes a stale file of an earlier attempt
     return {"segment": segment.index, "partition": partition, "round": round,
@@ -117,13 +127,27 @@ def round_(x: float) -> float:
 
 
 def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: int) -> pa.Table | None:
-    """One shard's decisions, gathered from every partition output of every round (no combine step)."""
+    """One shard's decisions, gathered from every partition output of every round (``decides_in_partitions``)."""
     import pyarrow.dataset as pads
 
     step = step_of(stage, PartitionStep)
     assert step is not None
     files = [str(f) for r in range(step.rounds) for p in range(step.partitions)
              if (f := folder.partition_output(segment, p, r)).exists()]
+    if not files:
+        return None
+    return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)
+
+
+def partition_state(folder: RunFolder, segment: int, stage: Stage, ordinal: int) -> pa.Table | None:
+    """One shard's rows of every partition's ``PartitionResult.state``, of every round (None: there are none)."""
+    import pyarrow.dataset as pads
+
+    step = step_of(stage, PartitionStep)
+    if step is None:
+        return None
+    files = [str(f) for r in range(step.rounds) for p in range(step.partitions)
+             if (f := folder.partition_state(segment, p, r)).exists()]
     if not files:
         return None
     return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)

@@ -129,6 +129,10 @@ class RunFolder:
         name = f"{partition_key(partition)}.parquet" if round == 0 else f"r{round}-{partition_key(partition)}.parquet"
         return self._local(self.work / f"{reduce_phase(segment)}-parts" / name)
 
+    def partition_state(self, segment: int, partition: int, round: int = 0) -> Path:
+        """A partition's rows for the applying map tasks (``PartitionResult.state``)."""
+        return self._local(self.work / f"{reduce_phase(segment)}-parts" / f"state-r{round}-{partition_key(partition)}.parquet")
+
     def forward_file(self, segment: int, round: int, partition: int) -> Path:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
         return self._local(self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet")

@@ -215,6 +215,8 @@ def _run_phases(result: RunResult, folder: RunFolder, spec: RunSpec, timings: di
         folder.pull()  # a remote run folder: markers other nodes committed (pack's tasks follow from them)
         work = phase.task_list(folder)
         assert work is not None, f"{phase.name}: its tasks depend on phases that did not finish"
+        if not work:  # e.g. shuffle rounds after one that forwarded nothing: nothing to run or show
+            continue
         _run_phase(result, folder, phase, work, spec_ref, timings, show_progress, local)
 
 

@@ -5,7 +5,7 @@ Each function writes its outputs atomically, then returns the marker contents
 The functions live by what they own; this module gathers them for tests and benches:
 
     map_task.py     map_shard, count_range_lines (the lines pre-pass)
-    reduce_task.py  reduce_partition, reduce_stage, partition_decisions
+    reduce_task.py  reduce_partition, reduce_stage, partition_decisions, partition_state
     pack_task.py    pack_range, pack_source
     sinks.py        ParquetSink, ShuffleSink, TokenSink
 """
@@ -21,10 +21,10 @@ from datapipe.engine.map_task import (
     map_shard,
 )
 from datapipe.engine.pack_task import pack_range, pack_source
-from datapipe.engine.reduce_task import partition_decisions, reduce_partition, reduce_stage
+from datapipe.engine.reduce_task import partition_decisions, partition_state, reduce_partition, reduce_stage
 from datapipe.engine.run_folder import LINES_PHASE
 from datapipe.engine.sinks import ParquetSink, ShuffleSink, TokenSink
 
 __all__ = ["LINES_PHASE", "MAX_BATCH_TEXT_BYTES", "TOKENIZE_STAGE", "MapCounts", "ParquetSink", "ShuffleSink",
            "TokenSink", "_bounded", "count_range_lines", "map_shard", "pack_range", "pack_source",
-           "partition_decisions", "reduce_partition", "reduce_stage"]
+           "partition_decisions", "partition_state", "reduce_partition", "reduce_stage"]

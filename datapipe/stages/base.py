@@ -160,14 +160,17 @@ class PartitionStep:
     returns the rows to send, with an int32 ``part`` column; ``reduce(rows, round, inputs)`` runs
     once per partition and round over that partition's rows from every shard (round 0) or from
     what the round before forwarded, returning a table or a ``PartitionResult``. Without a
-    ``CombineStep`` after it, the partition outputs *are* the decisions (id, shard, reason,
-    detail, extra columns), read by each shard's next map task.
+    ``CombineStep`` after it, or with ``decides``, the partition outputs (of every round) *are*
+    decisions (id, shard, reason, detail, extra columns), read by each shard's next map task; a
+    combine step after a deciding partition step adds its own decisions for what the rounds left
+    (the last round's forwarded rows, ``ReduceInputs.forwarded``).
     """
 
     partitions: int
     shuffle: Callable[[pa.Table, int], pa.Table]
     reduce: Callable[..., Any]
     rounds: int = 1
+    decides: bool = False  # the outputs are decisions even with a CombineStep after it
 
 
 @dataclass(frozen=True)
@@ -248,7 +251,8 @@ class ShuffledGlobalStage(GlobalStage):
     decides_in_partitions: ClassVar[bool] = False
 
     def steps(self) -> tuple[GlobalStep, ...]:
-        part = PartitionStep(self.partitions(), self.shuffle, self.reduce_partition, self.rounds())
+        part = PartitionStep(self.partitions(), self.shuffle, self.reduce_partition, self.rounds(),
+                             decides=self.decides_in_partitions)
         return (part,) if self.decides_in_partitions else (part, CombineStep(self.combine, self.combine_state))
 
     def partitions(self) -> int:
@@ -290,6 +294,9 @@ class ShuffledGlobalStage(GlobalStage):
 class PartitionResult:
     output: pa.Table | None  # the partition's result (decisions, when ``decides_in_partitions``)
     forward: pa.Table | None = None  # rows for the next round, with an int32 ``part`` column
+    # Rows for ``GlobalStage.apply`` (int32 ``shard`` column): each shard's map task reads its rows
+    # of every partition's state, as it does those of ``combine_state``.
+    state: pa.Table | None = None
 
 
 ROW_KEY_SHIFT = 32
@@ -303,6 +310,9 @@ class ReduceInputs:
     shards: list[int]  # shard ordinal of each file
     scratch_dir: str  # for spilling; inside the run folder
     memory_limit_mb: int = 4096
+    # For a combine step: the rows the last round of the partition step forwarded (Parquet files),
+    # i.e. the work its partitions left unfinished.
+    forwarded: tuple[str, ...] = ()
 
     def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
         """The given columns of the documents with these row keys, in the order of ``row_keys``."""
