@@ -25,7 +25,9 @@ def test_in_process_run_completes_without_importing_ray(tmp_path: Path) -> None:
         "stages": [{"langid": {"keep": ["zh", "en"]}}, {"length": {"min_chars": 20}}, {"dedup": {"exact": True}}],
         "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 128}})
     out = tmp_path / "out"
-    probe = ("import sys\nfrom datapipe.cli import main\ntry:\n    main()\nexcept SystemExit as e:\n"
+    # main.main: click's entry point, which returns by SystemExit (calling ``main()`` as a program
+    # ends the process with os._exit once the command is done, before the probe could print).
+    probe = ("import sys\nfrom datapipe.cli import main\ntry:\n    main.main()\nexcept SystemExit as e:\n"
              "    assert not e.code, e.code\nprint('RAY_IMPORTED', 'ray' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-c", probe, "run", str(pipeline), "--output", str(out), "--in-process",
