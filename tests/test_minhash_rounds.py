@@ -26,6 +26,7 @@ from datapipe.stages.base import ROW_KEY_SHIFT
 from datapipe.stages.minhash import SIG_COLUMN, MinHashDedup, _sig_matrix
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
+from tests.test_global_phases import _edited
 
 
 def star_rounds(u: np.ndarray, v: np.ndarray, partitions: int, pairs: int
@@ -92,15 +93,6 @@ def test_a_chain_needs_rounds_and_what_they_leave_is_finished_by_union_find(leng
         assert busy >= 12 and not left  # many rounds, all of them needed and enough
     if pairs < 4 and length >= 300:
         assert len(left_u) > 0  # not enough rounds: the combine step has work
-
-
-def _edited(text: str, rng: random.Random) -> str:
-    chars = list(text)
-    for _ in range(max(1, len(chars) // 200)):
-        chars[rng.randrange(len(chars))] = rng.choice("的了是在和 the of and")
-    text = "".join(chars)
-    cut = rng.randrange(len(text))
-    return rng.choice([text[:cut] + text[cut + 20:], text + " 转载请注明出处 reposted", text])
 
 
 def _wiki_docs(n: int) -> list[str]:
