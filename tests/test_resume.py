@@ -88,9 +88,13 @@ def start_paused_driver(out: Path, pause: Path) -> subprocess.Popen:
 
     cmd = [sys.executable, "-m", "datapipe.cli", "run", str(PROJECT_ROOT / "pipelines" / "demo.yaml"),
            "--output", str(out), "--no-progress"]
+    # Ctrl-C reaches the driver as from a terminal even when this test runs where SIGINT is ignored
+    # (a background job of a non-interactive shell): an ignored SIGINT is inherited, and Python only
+    # turns SIGINT into KeyboardInterrupt when it starts with the default disposition.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "DATAPIPE_FAULT_PAUSE_AT": "map0:1",
-                                 "DATAPIPE_FAULT_PAUSE_FILE": str(pause)})
+                                 "DATAPIPE_FAULT_PAUSE_FILE": str(pause)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
     while not Path(str(pause) + ".paused").exists():
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[1]
