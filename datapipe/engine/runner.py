@@ -26,6 +26,7 @@ from datapipe.engine.errors import PipelineError
 from datapipe.engine.phases import Phase, Task, plan_phases
 from datapipe.engine.plan import RunSpec, build_stage, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
+from datapipe.engine.release_memory import release_memory
 from datapipe.engine.ray_runtime import ray_session
 from datapipe.engine.run_folder import RunFolder, RunFolderError, map_phase
 from datapipe.engine.run_lock import RunLock
@@ -307,6 +308,8 @@ def _run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: Run
         marker["node"] = _node_id()
         _fault_hold(phase, key)
         folder.write_marker(phase, key, marker, written)
+    if marker["node"] != "local":  # a Ray worker: its next task starts from what that task needs
+        release_memory()
     return marker
 
 
