@@ -26,8 +26,8 @@ from datapipe.engine.errors import PipelineError
 from datapipe.engine.phases import Phase, Task, plan_phases
 from datapipe.engine.plan import RunSpec, build_stage, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
-from datapipe.engine.release_memory import release_memory
 from datapipe.engine.ray_runtime import ray_session
+from datapipe.engine.release_memory import release_memory
 from datapipe.engine.run_folder import RunFolder, RunFolderError, map_phase
 from datapipe.engine.run_lock import RunLock
 from datapipe.engine.task_usage import TaskUsage

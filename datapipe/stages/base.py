@@ -316,7 +316,6 @@ class ReduceInputs:
 
     def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
         """The given columns of the documents with these row keys, in the order of ``row_keys``."""
-        import pyarrow.parquet as pq
 
         row_keys = np.asarray(row_keys, dtype=np.int64)
         order = np.argsort(row_keys, kind="stable")
