@@ -86,7 +86,9 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
     phases: list[Phase] = []
     for step in stage.steps():
         if isinstance(step, PartitionStep):
-            phases += [Phase(shuffle_phase(segment.index, r), reduce_partition, _round_tasks(segment, step, r),
+            forwarded: dict[int, bool] = {}  # round -> forwarded anything, shared by the rounds' task lists
+            phases += [Phase(shuffle_phase(segment.index, r), reduce_partition,
+                             _round_tasks(segment, step, r, forwarded),
                              {"num_cpus": cpus, "scheduling_strategy": "SPREAD"}, "partitions")
                        for r in range(step.rounds)]
         elif isinstance(step, CombineStep):
@@ -97,20 +99,24 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
     return phases
 
 
-def _round_tasks(segment: Segment, step: PartitionStep, round: int) -> TaskList:
+def _round_tasks(segment: Segment, step: PartitionStep, round: int, forwarded: dict[int, bool]) -> TaskList:
     """One task per partition; a round after one that forwarded nothing has none (a stage planning
-    more rounds than its data needs, e.g. minhash's star rounds, pays nothing for the rest)."""
+    more rounds than its data needs, e.g. minhash's star rounds, pays nothing for the rest).
+    ``forwarded`` caches what finished rounds' markers say (they never change once written), so
+    listing round r reads one round's markers, not r rounds' (P x R^2 reads, on object stores too)."""
     every = tuple(Task(partition_key(p), (segment, p, round)) for p in range(step.partitions))
     if round == 0:
         return every
 
     def listed(folder: RunFolder) -> tuple[Task, ...] | None:
         for r in range(round):  # from round 0: a round with no tasks forwards nothing
-            markers = [folder.read_marker(shuffle_phase(segment.index, r), partition_key(p))
-                       for p in range(step.partitions)]
-            if any(m is None for m in markers):
-                return None  # not known until that round is done
-            if not any(m.get("forwarded", 0) for m in markers):  # type: ignore[union-attr]
+            if r not in forwarded:
+                markers = [folder.read_marker(shuffle_phase(segment.index, r), partition_key(p))
+                           for p in range(step.partitions)]
+                if any(m is None for m in markers):
+                    return None  # not known until that round is done
+                forwarded[r] = any(m.get("forwarded", 0) for m in markers)  # type: ignore[union-attr]
+            if not forwarded[r]:
                 return ()
         return every
     return listed
