@@ -44,6 +44,11 @@ class _Output(click.ParamType):
 RUN_DIR = _RunDir()
 
 
+# True once the group runs as the program (the process is ours to shape); False when a user's own
+# process (a notebook, a test, a job script) drives the commands through ``main.main``.
+_AS_PROGRAM = False
+
+
 class _Program(click.Group):
     """The command group. Called as a program (the ``datapipe`` script, ``python -m datapipe.cli``),
     it ends the process once the command is done without the interpreter's teardown: with numba,
@@ -52,6 +57,8 @@ class _Program(click.Group):
     logging) still run. Tests drive commands through ``main.main`` (click's CliRunner), not here."""
 
     def __call__(self, *args: object, **kwargs: object) -> None:
+        global _AS_PROGRAM
+        _AS_PROGRAM = True
         try:
             super().__call__(*args, **kwargs)
             code: object = 0
@@ -118,7 +125,8 @@ def run(pipeline: Path, output: Path | str | None, ray_address: str | None, num_
     """
     from datapipe.arrow_pandas import enable_for_run
 
-    enable_for_run()  # before the engine's imports convert anything: pyarrow would import pandas
+    if _AS_PROGRAM:  # never in a caller's process, which may hand pandas objects to pyarrow later
+        enable_for_run()  # before the engine's imports convert anything: pyarrow would import pandas
     from datapipe.audit.summary import print_summary
     from datapipe.config import ConfigError, load_pipeline
     from datapipe.engine.run_folder import RunFolderError

@@ -31,3 +31,23 @@ def test_to_pandas_still_works_after_the_probe() -> None:
     code = ("from datapipe.arrow_pandas import arrow_without_pandas\narrow_without_pandas()\n"
             "import pyarrow as pa\nprint(type(pa.table({'a': [1]}).to_pandas()).__name__)")
     assert _run(code, env_on=False) == ["DataFrame"]
+
+
+def test_run_driven_from_a_users_process_leaves_its_pyarrow_alone(tmp_path: Path) -> None:
+    """`datapipe run` through click's main.main (a notebook, a job script) must not change how that
+    process's pyarrow treats pandas objects afterwards: a Series' NaN still becomes null."""
+    import yaml
+
+    (tmp_path / "docs.jsonl").write_text('{"text": "hello world, a document long enough"}\n', encoding="utf-8")
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(yaml.safe_dump({
+        "name": "t", "sources": [{"name": "web", "kind": "web", "paths": [str(tmp_path / "docs.jsonl")]}],
+        "stages": [{"length": {"min_chars": 5}}],
+        "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 64}}))
+    code = ("import os, sys\nfrom datapipe.cli import main\n"
+            f"try:\n    main.main(['run', {str(pipeline)!r}, '--output', {str(tmp_path / 'out')!r}, '--in-process', "
+            "'--no-progress'])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "import pandas, pyarrow as pa\n"
+            "print(pa.array(pandas.Series([1.0, float('nan')])).null_count, "
+            "'DATAPIPE_ARROW_WITHOUT_PANDAS' in os.environ)")
+    assert _run(code, env_on=False)[-2:] == ["1", "False"]
