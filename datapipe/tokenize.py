@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from datapipe.config_models import TokenizeConfig
+from datapipe.process_cache import process_cache
 from datapipe.shard_format import token_dtype
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "<|end_of_text|>")
@@ -66,7 +67,7 @@ def load_tokenizer_info(path: Path, config: TokenizeConfig) -> TokenizerInfo:
                          int(eos), int(pad if pad is not None else eos), bos)
 
 
-_TOKENIZERS: dict[str, object] = {}
+_TOKENIZERS: dict[str, object] = process_cache({})
 
 
 def get_tokenizer(path: str):

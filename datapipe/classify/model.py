@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from datapipe.classify.features import PLAIN, featuriser
+from datapipe.process_cache import process_cache
 
 LABEL_PREFIX = "__label__"
-_MODELS: dict[str, Any] = {}  # one loaded model per worker process and path
+_MODELS: dict[str, Any] = process_cache({})  # one loaded model per worker process and path
 
 
 def meta_path(model_path: Path) -> Path:

@@ -27,6 +27,7 @@ from datapipe.config import Pipeline, SourceConfig, TokenizeConfig
 from datapipe.engine.splits import InputRange, effective_target, file_size, group_pieces, plan_file, task_key
 from datapipe.input_names import input_name
 from datapipe.limits import ReadLimits
+from datapipe.process_cache import clear_process_caches
 from datapipe.stages import STAGES, Stage, StageContext, StageOptions
 from datapipe.tokenize import TokenizerInfo, load_tokenizer_info
 
@@ -100,6 +101,14 @@ class RunSpec:
 
 _STAGE_CACHE: dict[tuple[str, int], Stage] = {}
 _SET_UP: set[tuple[str, int]] = set()
+
+
+def forget_stages() -> None:
+    """Drop every built stage and what stages loaded (``datapipe/process_cache.py``): for a worker
+    moving on to another phase, so it does not carry the last phase's models into this one."""
+    _STAGE_CACHE.clear()
+    _SET_UP.clear()
+    clear_process_caches()
 
 
 def build_stage(spec: RunSpec, position: int, setup: bool = False) -> Stage:

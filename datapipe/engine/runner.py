@@ -24,7 +24,7 @@ from datapipe.config import Pipeline
 from datapipe.engine.disk_full import DiskFull, find_disk_full
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.phases import Phase, Task, plan_phases
-from datapipe.engine.plan import RunSpec, build_stage, make_spec, split_target
+from datapipe.engine.plan import RunSpec, build_stage, forget_stages, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
 from datapipe.engine.release_memory import release_memory
@@ -298,6 +298,9 @@ def _run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: Run
     """One task of any phase, in a worker or in process: ``fn(spec, *args)``, then its completion marker
     (written after the task's outputs are in place, so a marker means done and durable; a remote run
     folder uploads the files the task wrote, then the marker that names them)."""
+    in_worker = _node_id() != "local"
+    if in_worker:
+        _enter_phase(phase)
     folder = RunFolder(Path(spec.root))
     folder.pull()  # a remote run folder: this node fetches what earlier tasks committed
     with fault_scope(phase, key), recording_writes() as written:
@@ -308,9 +311,23 @@ def _run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: Run
         marker["node"] = _node_id()
         _fault_hold(phase, key)
         folder.write_marker(phase, key, marker, written)
-    if marker["node"] != "local":  # a Ray worker: its next task starts from what that task needs
+    if in_worker:  # its next task starts from what that task needs
         release_memory()
     return marker
+
+
+_WORKER_PHASE: list[str] = []  # the phase of this worker process's last task
+
+
+def _enter_phase(phase: str) -> None:
+    """A Ray worker starting a task of another phase than its last one drops the stages and models
+    it built for that phase (phases run one after another, so they are not needed again): a reused
+    worker's tasks then peak with what their own phase loads. The models a phase needs are loaded
+    once per worker and phase. In-process runs keep everything: they are small, and one process."""
+    if _WORKER_PHASE and _WORKER_PHASE[-1] != phase:
+        forget_stages()
+        release_memory()
+    _WORKER_PHASE[:] = [phase]
 
 
 def _node_id() -> str:

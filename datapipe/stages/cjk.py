@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from datapipe.process_cache import process_cache
 from datapipe.text import charclass
 
 # Written-Cantonese particles and pronouns that standard written Chinese does not use.
@@ -140,7 +141,7 @@ def script_language(c: dict[str, np.ndarray], yue: np.ndarray | None = None, min
     return out
 
 
-_SHARED_DETECTOR: ScriptDetector | None = None
+_SHARED_DETECTOR: dict[str, ScriptDetector] = process_cache({})
 
 
 class ScriptDetector:
@@ -161,10 +162,9 @@ class ScriptDetector:
     def shared() -> ScriptDetector:
         """One detector per process (loading OpenCC's two dictionaries costs ~0.1 s of CPU): the
         driver's check and every task of a worker use the same one; conversion keeps no state."""
-        global _SHARED_DETECTOR
-        if _SHARED_DETECTOR is None:
-            _SHARED_DETECTOR = ScriptDetector()
-        return _SHARED_DETECTOR
+        if "detector" not in _SHARED_DETECTOR:
+            _SHARED_DETECTOR["detector"] = ScriptDetector()
+        return _SHARED_DETECTOR["detector"]
 
     def to_simplified(self, text: str) -> str:
         return self._t2s.convert(text)

@@ -31,12 +31,13 @@ from pydantic import Field, model_validator
 from datapipe.config_models import SOURCE_KINDS
 from datapipe.decontam.benchmarks import file_format, has_field, items, records
 from datapipe.decontam.index import BenchmarkIndex
+from datapipe.process_cache import process_cache
 from datapipe.stages.base import CheckContext, Decision, Problem, Stage, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
 
 log = logging.getLogger(__name__)
 
-_INDEXES: dict[tuple[Any, ...], BenchmarkIndex] = {}  # one index per worker process and configuration
+_INDEXES: dict[tuple[Any, ...], BenchmarkIndex] = process_cache({})  # one index per worker process and configuration
 CHECK_RECORDS = 20  # records per file that validation reads to find the fields
 INDEX_VERSION = 1  # bump when n-gram hashing changes: cached indexes of older versions are not used
 

@@ -25,6 +25,7 @@ from pydantic import Field
 
 from datapipe.langcodes import LID176_CODES, language_problems
 from datapipe.models import LID_FILENAME, LID_SHA256, ensure_lid_model, lid_model_path
+from datapipe.process_cache import process_cache
 from datapipe.stages import cjk
 from datapipe.stages.base import (
     CheckContext,
@@ -39,7 +40,7 @@ from datapipe.stages.base import (
 from datapipe.stages.columns import set_column
 from datapipe.stages.quality import markdown
 
-_MODELS: dict[str, object] = {}  # one loaded model per worker process
+_MODELS: dict[str, object] = process_cache({})  # one loaded model per worker process
 _NULL = pa.scalar(None, pa.string())
 
 
