@@ -149,8 +149,13 @@ def test_ctrl_c_says_the_run_can_be_resumed_and_the_rerun_completes(baseline, tm
 
     out = tmp_path / "out"
     driver = start_paused_driver(out, tmp_path / "pause")
-    driver.send_signal(signal.SIGINT)
-    _, err = driver.communicate(timeout=120)
+    try:
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:  # it did not stop: do not leave it (and its Ray) running past the test
+            driver.kill()
+            driver.wait()
     assert driver.returncode == 130, err
     assert "interrupted" in err and "running the same command again resumes it" in err
     assert "Aborted!" not in err and "Traceback" not in err
