@@ -91,11 +91,12 @@ def estimate(path: Path) -> str:
               f"{DOCS / PARTITIONS * EXACT_ROW * 3 / 2**20:,.0f} MiB",
               f"- minhash partition: {DOCS / PARTITIONS * BANDS:,.0f} band rows x {BAND_ROW} B x 3 = "
               f"{DOCS / PARTITIONS * BANDS * BAND_ROW * 3 / 2**20:,.0f} MiB, plus the signatures of its paired "
-              f"documents and one map output's whole signature column ({task_docs * SIG_BYTES / 2**20:,.0f} MiB)",
+              f"documents and the row groups of one map output holding them (at most its whole signature "
+              f"column, {task_docs * SIG_BYTES / 2**20:,.0f} MiB)",
               f"- minhash combine (one task): {COMBINE_PER_DOC} B per clustered document; "
               f"{involved:.0%} clustered as in the bench: {involved * DOCS * COMBINE_PER_DOC / 2**30:,.0f} GiB, "
               f"30%: {0.3 * DOCS * COMBINE_PER_DOC / 2**30:,.0f} GiB",
-              f"- signature re-reads in minhash verification: every partition reads the whole signature column of "
-              f"every map output holding one of its pairs: {PARTITIONS} x {DOCS * SIG_BYTES / 1e12:,.2f} TB = "
-              f"{sig_reread / 1e15:,.1f} PB"]
+              f"- signature re-reads in minhash verification: every partition reads the row groups holding its "
+              f"pairs, at this scale most row groups of every map output: up to {PARTITIONS} x "
+              f"{DOCS * SIG_BYTES / 1e12:,.2f} TB = {sig_reread / 1e15:,.1f} PB"]
     return "\n".join(lines)
