@@ -298,7 +298,7 @@ def _run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: Run
     """One task of any phase, in a worker or in process: ``fn(spec, *args)``, then its completion marker
     (written after the task's outputs are in place, so a marker means done and durable; a remote run
     folder uploads the files the task wrote, then the marker that names them)."""
-    in_worker = _node_id() != "local"
+    in_worker = _in_ray_worker()
     if in_worker:
         _enter_phase(phase)
     folder = RunFolder(Path(spec.root))
@@ -328,6 +328,17 @@ def _enter_phase(phase: str) -> None:
         forget_stages()
         release_memory()
     _WORKER_PHASE[:] = [phase]
+
+
+def _in_ray_worker() -> bool:
+    """Whether this process is a Ray worker (not a driver: an in-process run may share its process
+    with a Ray session, a notebook's or a test's, and must keep its stages)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return False
+    from ray._private.worker import WORKER_MODE, global_worker
+
+    return global_worker.mode == WORKER_MODE
 
 
 def _node_id() -> str:
