@@ -189,29 +189,49 @@ def take_rows(rows: PackedRows, lo: int, hi: int) -> PackedRows:
                       rows.n_tokens[lo:hi])
 
 
+_NO_TOKENS = np.empty((0, 0), np.uint8)
+
+
 @dataclass
 class ShardBuffer:
-    """Collects packed rows and hands out full shards of ``rows_per_shard`` rows."""
+    """Collects packed rows and hands out full shards of ``rows_per_shard`` rows.
+
+    Rows are copied into one shard-sized array as they come (a shard is written from it as is):
+    concatenating the pending parts once a shard was full held the parts, the merged copy and the
+    rest (a view keeping the merged copy alive) at once, about three shards of tokens at the peak.
+    """
 
     rows_per_shard: int
     row_len: int
     dtype: np.dtype
-    pending: list[PackedRows] = field(default_factory=list)
     count: int = 0
+    _tokens: np.ndarray | None = field(default=None, repr=False)
+    _meta: list[PackedRows] = field(default_factory=list, repr=False)  # each added part, tokens left out
 
     def add(self, rows: PackedRows) -> Iterator[PackedRows]:
-        self.pending.append(rows)
-        self.count += len(rows.n_tokens)
-        while self.count >= self.rows_per_shard:
-            merged = concat_rows(self.pending, self.row_len, self.dtype)
-            yield take_rows(merged, 0, self.rows_per_shard)
-            rest = take_rows(merged, self.rows_per_shard, len(merged.n_tokens))
-            self.pending, self.count = [rest], len(rest.n_tokens)
+        n, i = len(rows.n_tokens), 0
+        while i < n:
+            if self._tokens is None:  # a fresh array per shard: a yielded shard stays valid
+                self._tokens = np.empty((self.rows_per_shard, self.row_len), self.dtype)
+            take = min(n - i, self.rows_per_shard - self.count)
+            part = take_rows(rows, i, i + take)
+            self._tokens[self.count : self.count + take] = part.tokens
+            self._meta.append(replace(part, tokens=_NO_TOKENS))  # not a view: it would keep the input alive
+            self.count += take
+            i += take
+            if self.count == self.rows_per_shard:
+                yield self._take()
 
     def finish(self) -> Iterator[PackedRows]:
         if self.count:
-            yield concat_rows(self.pending, self.row_len, self.dtype)
-        self.pending, self.count = [], 0
+            yield self._take()
+
+    def _take(self) -> PackedRows:
+        assert self._tokens is not None
+        shard = concat_rows(self._meta, self.row_len, self.dtype)
+        shard.tokens = self._tokens[: self.count]
+        self._tokens, self._meta, self.count = None, [], 0
+        return shard
 
 
 def shard_meta_for(meta: ShardMeta, rows: PackedRows) -> ShardMeta:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -62,17 +63,27 @@ def _packing_setup(spec: RunSpec, folder: RunFolder, source: str, split: str, fi
     return packer, buffer, manifest, emit
 
 
-def _split_tokens(path: Path, split: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """One shard's tokens of one split: the flat stream and document offsets (n_docs + 1, from 0)."""
-    with pa.memory_map(str(path)) as mm:
-        table = pa.ipc.open_file(mm).read_all()
-        part = table.filter(pc.equal(table["split"], split))
-        if part.num_rows == 0:
-            return None
-        lists = part["tokens"].combine_chunks()
-        offsets = lists.offsets.to_numpy()
-        flat = lists.flatten().to_numpy()  # flatten() honours the array's slice offset
-        return flat, offsets - offsets[0]
+def _split_pieces(path: Path, split: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """One input shard's tokens of one split in stream order, a record batch at a time: each run of
+    consecutive documents of the split as (flat tokens, where its documents start in them, from 0).
+
+    The file is read a batch at a time (not mapped whole and filtered: that held the file's pages,
+    a filtered copy and a combined copy at once), so a pack task's memory is one input batch plus
+    the shard being filled, whatever the size of the map task's output.
+    """
+    with pa.OSFile(str(path)) as f:
+        reader = pa.ipc.open_file(f)
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)
+            keep = pc.fill_null(pc.equal(batch.column("split"), split), False).to_numpy(zero_copy_only=False)
+            if not keep.any():
+                continue
+            lists = batch.column("tokens")
+            offsets = lists.offsets.to_numpy()
+            values = lists.values.to_numpy()  # the whole values buffer: offsets index into it
+            edges = np.flatnonzero(np.diff(np.concatenate([[False], keep, [False]]).astype(np.int8)))
+            for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist()):  # runs [a, b) of kept documents
+                yield values[offsets[a] : offsets[b]], offsets[a:b] - offsets[a]
 
 
 def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> list[dict[str, Any]]:
@@ -81,11 +92,9 @@ def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> li
         path = folder.tokens_file(shard.key)
         if not path.exists():
             continue  # nothing of this shard was kept
-        got = _split_tokens(path, split)
-        if got is None:
-            continue
-        for rows in buffer.add(packer.add(*got)):
-            emit(rows)
+        for flat, starts in _split_pieces(path, split):
+            for rows in buffer.add(packer.add(flat, np.append(starts, len(flat)))):
+                emit(rows)
     for rows in buffer.add(packer.finish()):
         emit(rows)
     for rows in buffer.finish():
@@ -113,15 +122,18 @@ def _pack_concat_range(spec: RunSpec, folder: RunFolder, rng: PackRange) -> list
             continue
         if hi_tok is not None and at >= hi_tok:
             break
-        got = _split_tokens(folder.tokens_file(key), rng.split)
-        assert got is not None and len(got[0]) == n, f"token counts of {key} differ from its map marker"
-        flat, offsets = got
-        lo = max(lo_tok - at, 0)
-        hi = n if hi_tok is None else min(hi_tok - at, n)
-        starts = offsets[:-1]
-        starts = starts[(starts >= lo) & (starts < hi)] - lo
-        for rows in buffer.add(packer.add_pieces(flat[lo:hi], starts)):
-            emit(rows)
+        seen = 0  # tokens of this input shard's split stream passed so far
+        for flat, starts in _split_pieces(folder.tokens_file(key), rng.split):
+            # This piece is stream positions [at + seen, at + seen + len(flat)); keep what lies in the range.
+            lo = max(lo_tok - at - seen, 0)
+            hi = len(flat) if hi_tok is None else min(hi_tok - at - seen, len(flat))
+            seen += len(flat)
+            if hi <= lo:
+                continue
+            inside = starts[(starts >= lo) & (starts < hi)] - lo
+            for rows in buffer.add(packer.add_pieces(flat[lo:hi], inside)):
+                emit(rows)
+        assert seen == n, f"token counts of {key} differ from its map marker"
         at += n
     if rng.last:
         for rows in buffer.add(packer.finish()):
