@@ -82,6 +82,9 @@ def _bounds(n_tokens, doc_counts, doc_flat, seq_len, label_shift, mask_cross,
     return most
 
 
+_AHEAD = 16  # rows: how far ahead _block_bounds prefetches metadata
+
+
 @numba.njit(cache=True, nogil=True)
 def _block_bounds(shard, row, slot_of, meta_addr, seq_len, label_shift, mask_cross,
                   cu_seqlens, num_segments, label_end):  # pragma: no cover - compiled
@@ -97,7 +100,15 @@ def _block_bounds(shard, row, slot_of, meta_addr, seq_len, label_shift, mask_cro
     n = np.empty(b, np.int64)
     cnt = np.empty(b, np.int64)
     base = np.empty(b, np.int64)
+    for i in range(min(b, _AHEAD)):
+        sl = slot_of[shard[i]]
+        prefetch(meta_addr[sl, 0] + row[i] * 4)
+        prefetch(meta_addr[sl, 1] + row[i] * 8)
     for i in range(b):
+        if i + _AHEAD < b:
+            sl = slot_of[shard[i + _AHEAD]]
+            prefetch(meta_addr[sl, 0] + row[i + _AHEAD] * 4)
+            prefetch(meta_addr[sl, 1] + row[i + _AHEAD] * 8)
         sl = slot_of[shard[i]]
         r = row[i]
         a = meta_addr[sl, 1] + r * 8
@@ -107,7 +118,11 @@ def _block_bounds(shard, row, slot_of, meta_addr, seq_len, label_shift, mask_cro
         base[i] = meta_addr[sl, 2] + lo * 4
     docs = np.empty(cnt.sum(), np.int64)
     k = 0
+    for i in range(min(b, _AHEAD)):
+        prefetch(base[i])
     for i in range(b):
+        if i + _AHEAD < b:
+            prefetch(base[i + _AHEAD])
         for j in range(cnt[i]):
             docs[k] = load_i32(base[i] + j * 4)
             k += 1
