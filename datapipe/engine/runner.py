@@ -7,6 +7,7 @@ progress), and moves on; a killed run started again skips whatever finished.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import signal
@@ -301,6 +302,7 @@ def _run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: Run
     in_worker = _in_ray_worker()
     if in_worker:
         _enter_phase(phase)
+        size_thread_pools()
     folder = RunFolder(Path(spec.root))
     folder.pull()  # a remote run folder: this node fetches what earlier tasks committed
     with fault_scope(phase, key), recording_writes() as written:
@@ -325,6 +327,23 @@ RELEASE_ABOVE_MIB = 64
 def _grew(marker: dict[str, Any]) -> bool:
     peak, start = marker.get("peak_rss_mib"), marker.get("rss_start_mib")
     return peak is None or start is None or peak - start >= RELEASE_ABOVE_MIB
+
+
+def size_thread_pools() -> None:
+    """Size a Ray worker's native thread pools to the CPUs its task was given.
+
+    The tokenizer's rayon pool starts one thread per core of the machine, and Ray runs a worker per
+    CPU: on a 64-core node, 64 workers of 64 threads each. Ray caps OpenMP for its workers
+    (OMP_NUM_THREADS), not rayon. rayon reads RAYON_NUM_THREADS when it builds its pool, at the first
+    parallel call, so this runs before a task's work; a value the user set (inherited by embedded
+    workers, or in a cluster's environment) is kept. Measured on the shared corpus with 2 workers on
+    2 cores: a worker keeps ~20 MiB less after tokenizing, at the same or less CPU."""
+    if "RAYON_NUM_THREADS" in os.environ:
+        return
+    import ray
+
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
+    os.environ["RAYON_NUM_THREADS"] = str(max(1, math.ceil(cpus)))
 
 
 _WORKER_PHASE: list[str] = []  # the phase of this worker process's last task
