@@ -64,8 +64,8 @@ def _packing_setup(spec: RunSpec, folder: RunFolder, source: str, split: str, fi
 
 
 def _split_pieces(path: Path, split: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """One input shard's tokens of one split in stream order, a record batch at a time: each run of
-    consecutive documents of the split as (flat tokens, where its documents start in them, from 0).
+    """One input shard's tokens of one split in stream order, a record batch at a time: the batch's
+    documents of the split as (flat tokens, where its documents start in them, from 0).
 
     The file is read a batch at a time (not mapped whole and filtered: that held the file's pages,
     a filtered copy and a combined copy at once), so a pack task's memory is one input batch plus
@@ -78,12 +78,12 @@ def _split_pieces(path: Path, split: str) -> Iterator[tuple[np.ndarray, np.ndarr
             keep = pc.fill_null(pc.equal(batch.column("split"), split), False).to_numpy(zero_copy_only=False)
             if not keep.any():
                 continue
-            lists = batch.column("tokens")
-            offsets = lists.offsets.to_numpy()
-            values = lists.values.to_numpy()  # the whole values buffer: offsets index into it
-            edges = np.flatnonzero(np.diff(np.concatenate([[False], keep, [False]]).astype(np.int8)))
-            for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist()):  # runs [a, b) of kept documents
-                yield values[offsets[a] : offsets[b]], offsets[a:b] - offsets[a]
+            offsets = batch.column("tokens").offsets.to_numpy()
+            values = batch.column("tokens").values.to_numpy()[offsets[0] : offsets[-1]]
+            lengths = np.diff(offsets)
+            if not keep.all():  # the other split's documents out, in one vectorized copy
+                values, lengths = values[np.repeat(keep, lengths)], lengths[keep]
+            yield values, np.cumsum(lengths) - lengths
 
 
 def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> list[dict[str, Any]]:
