@@ -68,7 +68,7 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
     for segment in spec.segments:
         # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
         phases.append(Phase(map_phase(segment.index), map_shard,
-                            tuple(Task(s.key, (s, segment)) for s in spec.shards),
+                            tuple(Task(s.key, (s, segment)) for s in largest_first(spec.shards)),
                             {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"}, "shards"))
         if not segment.final:
             phases += _global_phases(spec, segment)
@@ -120,6 +120,14 @@ def _round_tasks(segment: Segment, step: PartitionStep, round: int, forwarded: d
                 return ()
         return every
     return listed
+
+
+def largest_first(shards: tuple[Shard, ...]) -> list[Shard]:
+    """Map tasks in the order they are submitted: largest input first (ties in run order). Ray starts
+    tasks in about the order they were submitted, so the longest ones no longer come last, on one
+    core while the others idle (greedy longest-processing-time order). Outputs are named by shard,
+    so the order changes nothing in them."""
+    return sorted(shards, key=lambda s: -s.nbytes)
 
 
 def line_tasks(spec: RunSpec) -> list[Shard]:

@@ -47,6 +47,11 @@ class Shard:
         return self.inputs[0].path
 
     @property
+    def nbytes(self) -> int:
+        """Input bytes it reads, as planned (0 where unknown: a folder of code)."""
+        return sum(r.nbytes for r in self.inputs)
+
+    @property
     def input_name(self) -> str:
         return self.inputs[0].input_name
 
