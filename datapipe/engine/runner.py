@@ -7,6 +7,7 @@ progress), and moves on; a killed run started again skips whatever finished.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import platform
@@ -353,8 +354,15 @@ def _enter_phase(phase: str) -> None:
     """A Ray worker starting a task of another phase than its last one drops the stages and models
     it built for that phase (phases run one after another, so they are not needed again): a reused
     worker's tasks then peak with what their own phase loads. The models a phase needs are loaded
-    once per worker and phase. In-process runs keep everything: they are small, and one process."""
-    if _WORKER_PHASE and _WORKER_PHASE[-1] != phase:
+    once per worker and phase. In-process runs keep everything: they are small, and one process.
+
+    A worker's first task freezes what the worker holds then (Ray, the imported modules: ~110,000
+    objects, none of which becomes garbage) out of the garbage collector's sight. A full collection
+    after a large task (``release_memory``) then scans the stages and the task's leftovers only:
+    it took ~0.15 s with everything in view, 13 times in a run of the shared corpus."""
+    if not _WORKER_PHASE:
+        gc.freeze()
+    elif _WORKER_PHASE[-1] != phase:
         forget_stages()
         release_memory(collect=False)  # the stages are gone by reference count; a full gc costs ~0.1 s
     _WORKER_PHASE[:] = [phase]
