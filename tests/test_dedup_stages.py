@@ -129,3 +129,24 @@ def test_license_stage_tags_all_kinds_and_applies_the_policy() -> None:
                           None]}))
     assert web["license"].to_pylist() == ["CC-BY-NC-SA-4.0", "unknown"]
     assert stage.decide(web).reason.to_pylist() == [None, None]  # no policy for web: tagged, kept
+
+
+def test_exact_dedup_normal_form_equals_its_definition_on_real_text() -> None:
+    """normalize_for_hash takes shortcuts (ASCII rows skip NFKC, only whitespace that changes is
+    replaced); the text it hashes must stay NFKC -> lower -> each \\s+ run one space -> trimmed."""
+    import pyarrow.compute as pc
+
+    from datapipe.stages.dedup import normalize_for_hash
+
+    texts: list[str | None] = []
+    for name in ("zh_wikipedia.jsonl", "en_wikipedia.jsonl", "zh_pingcap_docs.jsonl"):
+        with shared_path("corpus", name).open(encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for _, line in zip(range(400), f)]
+    texts += [None, "", " \t\n", "ＡＢ\u3000c\v\fd\r\n", "ﬁ  x"]  # full-width, ideographic space, \v (not RE2's \s)
+    arr = pa.chunked_array([texts[:700], texts[700:]])
+    definition = pc.utf8_trim_whitespace(pc.replace_substring_regex(
+        pc.utf8_lower(pc.utf8_normalize(pc.fill_null(arr, ""), "NFKC")), r"\s+", " "))
+    got = normalize_for_hash(arr)
+    assert got.to_pylist() == definition.to_pylist()
+    assert sum(t is not None and t.isascii() for t in texts) > 100  # both paths taken
+    assert sum(t is not None and not t.isascii() for t in texts) > 100

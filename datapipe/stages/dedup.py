@@ -48,10 +48,28 @@ class DedupOptions(StageOptions):
         return self
 
 
+# RE2's \s is [\t\n\f\r ]: runs of it become one space. Matching only runs of two or more and single
+# non-space characters gives the same text (a lone space stays itself) with far fewer replacements:
+# 0.25 s instead of 1.2 s on the shared corpus's 52 MB of kept text.
+_WHITESPACE_TO_FOLD = r"[\t\n\f\r ][\t\n\f\r ]+|[\t\n\f\r]"
+
+
 def normalize_for_hash(text: pa.ChunkedArray | pa.Array) -> pa.Array:
-    text = pc.utf8_normalize(pc.fill_null(text, ""), "NFKC")
-    text = pc.utf8_lower(text)
-    return pc.utf8_trim_whitespace(pc.replace_substring_regex(text, r"\s+", " "))
+    """NFKC, lower case, whitespace runs folded to one space, trimmed: the text exact dedup compares."""
+    text = pc.fill_null(text, "")
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    text = pc.utf8_lower(_nfkc(text))
+    return pc.utf8_trim_whitespace(pc.replace_substring_regex(text, _WHITESPACE_TO_FOLD, " "))
+
+
+def _nfkc(text: pa.Array) -> pa.Array:
+    # ASCII text is its own NFKC: only the other rows go through utf8proc (a third of the shared
+    # corpus's kept rows are ASCII).
+    other = pc.invert(pc.string_is_ascii(text))
+    if not pc.any(other).as_py():
+        return text
+    return pc.replace_with_mask(text, other, pc.utf8_normalize(pc.filter(text, other), "NFKC"))
 
 
 def url_keys(urls: pa.ChunkedArray | pa.Array) -> pa.Array:
