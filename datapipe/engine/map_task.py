@@ -68,8 +68,11 @@ class ShardOutputs:
         self.limits = spec.limits
         self.counts = MapCounts()
         self.rejects: dict[tuple[int, tuple[str, ...]], ParquetSink] = {}
-        self.docs = ParquetSink(folder.docs_file(shard.key) if segment.final
-                                else folder.map_output(segment.index, shard.key))
+        # A segment's kept documents before the last are scratch (_work/), read by the next segment
+        # only: lz4 writes and reads them in about half zstd's CPU (0.3 + 0.2 s against 0.55 + 0.3 s
+        # for the shared corpus's 65 MB), at 40 MB on disk instead of 33.
+        self.docs = (ParquetSink(folder.docs_file(shard.key)) if segment.final
+                     else ParquetSink(folder.map_output(segment.index, shard.key), compression="lz4"))
         self.tokens = TokenSink(folder.tokens_file(shard.key)) if segment.final and spec.tokenizer else None
         self.shuffle = ShuffleSink(folder.shuffle_file(segment.index, shard.key)) if shuffles else None
         self._isolators: dict[int, Isolator] = {}

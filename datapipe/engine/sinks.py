@@ -20,9 +20,10 @@ class ParquetSink:
     It opens on the first non-empty batch, so a shard with nothing to write leaves no file.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, compression: str = "zstd") -> None:
         self.path = path
         self.rows = 0
+        self.compression = compression
         self._tmp: Path | None = None
         self._writer: pq.ParquetWriter | None = None
 
@@ -33,7 +34,7 @@ class ParquetSink:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._tmp = temp_path_for(self.path)
             # zstd: text compresses 3-4x; dictionary-encoded source/kind columns cost nothing.
-            self._writer = pq.ParquetWriter(self._tmp, table.schema, compression="zstd")
+            self._writer = pq.ParquetWriter(self._tmp, table.schema, compression=self.compression)
         else:
             table = table.select(self._writer.schema.names).cast(self._writer.schema)
         self._writer.write_table(table)
