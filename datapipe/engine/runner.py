@@ -198,8 +198,8 @@ def _local_cpus() -> int:
 def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None, cpus: int) -> bool:
     """Whether a run without --in-process or --ray should skip Ray: when it has one map task. Ray can
     only overlap tasks, and one map task leaves nothing to overlap, while embedded Ray's start costs
-    seconds of wall and CPU (seven processes importing Ray: measured 12 s on a loaded 2-core
-    machine) and hundreds of MiB (bench/startup.py, bench/pipeline.py --stages tokenize)."""
+    seconds of wall and CPU (processes importing Ray: with seven of them, measured 12 s on a loaded
+    2-core machine; ray_runtime now starts four) and hundreds of MiB (bench/startup.py, bench/pipeline.py --stages tokenize)."""
     if spec is None:  # not planned yet: plan as the embedded cluster of ``cpus`` CPUs would
         spec = make_spec(pipeline, folder.root, cache_dir(), split_target(pipeline, cpus))
     return len(spec.shards) <= 1
