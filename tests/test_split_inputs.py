@@ -275,6 +275,14 @@ def test_split_run_equals_unsplit_run_through_the_engine(ray_local, tmp_path: Pa
     # A different split setting is a different task layout: refused, not mixed.
     with pytest.raises(PipelineError, match="split"):
         run({"target_bytes": 128 << 10}, tmp_path / "split")
+    # A folder planned by a datapipe that cut the same inputs into other ranges (run.json records how
+    # many map tasks it planned): refused, not resumed over markers of other byte ranges.
+    run_json = tmp_path / "split" / "run.json"
+    recorded = json.loads(run_json.read_text())
+    recorded["split"]["map_tasks"] += 1
+    run_json.write_text(json.dumps(recorded))
+    with pytest.raises(PipelineError, match="cannot be reused"):
+        run_pipeline(pipeline, output=tmp_path / "split", show_progress=False, log=lambda m: None)
 
 
 def test_split_settings_are_validated_with_their_yaml_key(tmp_path: Path) -> None:

@@ -113,6 +113,14 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
     target = (run.get("split") or {}).get("target_bytes")
     spec = make_spec(pipeline, folder.root, cache_dir(), target) if target else None
     if spec is not None:
+        planned = (run.get("split") or {}).get("map_tasks")
+        if planned is not None and planned != len(spec.shards):
+            # Same target, other ranges: the folder was planned by a datapipe whose splitting differed
+            # (e.g. before ranges could exceed the target by 10%). Its markers name other byte ranges.
+            raise PipelineError(
+                f"{folder.root} was planned as {planned} map tasks; this datapipe plans the same inputs "
+                f"as {len(spec.shards)}, so its finished tasks cannot be reused. Use --fresh to start over, "
+                f"or --output to write elsewhere.")
         _prepare(spec)
     run.update({"name": pipeline.name, "fingerprint": pipeline.fingerprint(), "config": normalized,
                 "resources": resources, "inputs": inputs,
