@@ -110,10 +110,11 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
     run = previous if previous is not None and not fresh else {}
     # Bytes per map task: chosen once per run folder for the cluster it starts on (engine/splits.py),
     # then recorded, so a resumed run forms the same tasks (and finds their markers) on any cluster.
-    target = (run.get("split") or {}).get("target_bytes")
+    recorded = run.get("split") or {}
+    target = recorded.get("target_bytes")
     spec = make_spec(pipeline, folder.root, cache_dir(), target) if target else None
     if spec is not None:
-        planned = (run.get("split") or {}).get("map_tasks")
+        planned = recorded.get("map_tasks")
         if planned is not None and planned != len(spec.shards):
             # Same target, other ranges: the folder was planned by a datapipe whose splitting differed
             # (e.g. before ranges could exceed the target by 10%). Its markers name other byte ranges.
@@ -206,8 +207,9 @@ def _local_cpus() -> int:
 def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None, cpus: int) -> bool:
     """Whether a run without --in-process or --ray should skip Ray: when it has one map task. Ray can
     only overlap tasks, and one map task leaves nothing to overlap, while embedded Ray's start costs
-    seconds of wall and CPU (processes importing Ray: with seven of them, measured 12 s on a loaded
-    2-core machine; ray_runtime now starts four) and hundreds of MiB (bench/startup.py, bench/pipeline.py --stages tokenize)."""
+    seconds of wall and CPU (each of its processes imports Ray; with the seven it once started,
+    12 s on a loaded 2-core machine) and hundreds of MiB (bench/startup.py, bench/pipeline.py
+    --stages tokenize)."""
     if spec is None:  # not planned yet: plan as the embedded cluster of ``cpus`` CPUs would
         spec = make_spec(pipeline, folder.root, cache_dir(), split_target(pipeline, cpus))
     return len(spec.shards) <= 1

@@ -143,7 +143,7 @@ def group_pieces(ranges: list[InputRange], target: int, group: bool) -> list[tup
     current: list[InputRange] = []
     size = 0
     for r in ranges:
-        n = file_size(r.path) if r.whole else 0
+        n = (r.nbytes or file_size(r.path)) if r.whole else 0  # planned size; a folder's is summed here
         if not group or not r.whole or n >= target or not is_input_file(r.path):
             if current:
                 tasks.append(tuple(current))
