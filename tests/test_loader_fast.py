@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from datapipe.loader import PackedDataset, fused
-from datapipe.loader.batch import ALL_FIELDS, COMPACT_FIELDS
+from datapipe.loader.batch import ALL_FIELDS, COMPACT_FIELDS, bounds
 from tests.loader_helpers import make_run, refresh_sha256
 
 
@@ -210,3 +210,34 @@ def test_compact_fields_with_max_segments_exactly_used(run, kernel_mode):
     full = [b["cu_seqlens"][b["num_segments"] == most] for b in ds]
     assert sum(len(c) for c in full) > 0  # the edge case occurred
     assert all((c[:, -1] == ds.seq_len).all() and (np.diff(c, axis=1) > 0).all() for c in full if len(c))
+
+
+@pytest.mark.parametrize("label_shift", [0, 1])
+@pytest.mark.parametrize("mask_cross", [False, True])
+def test_compiled_bounds_equal_numpy_on_irregular_starts(label_shift, mask_cross):
+    """The compiled bounds skip sorting a row whose starts are already strictly increasing
+    (every shard datapipe writes); rows that are not (unsorted, repeated, a start at 0, at
+    seq_len or exactly where padding begins) take the sort-and-dedupe path. Both must equal
+    batch.bounds."""
+    kernel = fused.bounds_kernel()
+    if kernel is None:
+        pytest.skip("numba not installed")
+    rng = np.random.default_rng(7)
+    L, rows = 32, 400
+    n_tok = rng.integers(1, L + label_shift + 1, rows)
+    counts = rng.integers(0, 6, rows)
+    docs = []
+    for r in range(rows):
+        pool = [0, L, int(n_tok[r]), *rng.integers(0, L + 1, 4).tolist()]
+        row_docs = rng.choice(pool, counts[r]).tolist()
+        docs += sorted(row_docs) if r % 2 else row_docs  # half sorted (maybe repeated), half in any order
+    docs = np.asarray(docs, np.int64)
+    want = bounds(n_tok, counts, docs, L, L + label_shift, 8, mask_cross)
+    got = {"cu_seqlens": np.empty((rows, 9), np.int32), "num_segments": np.empty(rows, np.int32),
+           "label_end": np.empty(rows, np.int32)}
+    most = kernel(n_tok, counts, docs, L, label_shift, mask_cross, got["cu_seqlens"], got["num_segments"],
+                  got["label_end"])
+    assert most == int(want["num_segments"].max())
+    assert (want["num_segments"] > 1).any() and (counts > 0).sum() > rows // 2
+    for k, v in want.items():
+        assert np.array_equal(got[k], v), k

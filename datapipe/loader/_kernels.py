@@ -20,14 +20,19 @@ def _row_starts(n, doc_flat, d0, count, seq_len, starts):  # pragma: no cover - 
     starts at 0, at each document start inside (0, seq_len), and where padding begins."""
     k = 1
     starts[0] = 0
+    ordered = True  # strictly increasing so far: then there is nothing to sort or dedupe
     for j in range(d0, d0 + count):
         d = doc_flat[j]
         if 0 < d < seq_len:
+            ordered &= d > starts[k - 1]
             starts[k] = d
             k += 1
     if n < seq_len:
+        ordered &= n > starts[k - 1]
         starts[k] = n
         k += 1
+    if ordered:  # the usual row: document starts are stored in order, padding comes last
+        return k
     # Insertion sort + dedupe: a row has a handful of starts, rarely unsorted.
     for a in range(1, k):
         v = starts[a]
@@ -54,10 +59,11 @@ def _row_bounds(i, n, doc_flat, d0, count, seq_len, label_shift, mask_cross, sta
     cu[0] = 0
     w = cu.shape[0]
     inner = min(m, w)
-    for s in range(1, inner):  # two plain loops, not a branch per entry: the fill vectorizes
-        cu[s] = starts[s]
-    for s in range(max(inner, 1), w):
-        cu[s] = seq_len
+    # Slice assignments, not `for s in range(...): cu[s] = ...`: a loop's signed index is
+    # checked for wraparound at every store and does not vectorize (~50 ns a row for the
+    # padding of 64 segments, against ~8 for the slice; a fifth of a compact batch's time).
+    cu[1:inner] = starts[1:inner]
+    cu[max(inner, 1):] = seq_len
     ok = max(min(n, seq_len + label_shift) - 1, 0)  # labels valid while p + 1 < n_tokens
     if mask_cross and label_shift == 1 and ok == seq_len:
         for j in range(d0, d0 + count):
