@@ -38,6 +38,11 @@ TOKENIZE_STAGE = "tokenize"  # stage name of documents the tokenizer raised on
 # (10 KB each in the TiDB docs) took a map worker from 350 MB to 900 MB inside the langid and
 # quality stages, whose working memory grows with the batch's text; 4 MB keeps that near 100 MB.
 MAX_BATCH_TEXT_BYTES = 4 << 20
+# A segment that tokenizes holds more per byte of text: the texts as Python strings, the Rust
+# encodings of a sub-batch, the token arrays, the Parquet and token writers' buffers. On the shared
+# corpus its tasks peaked 80-110 MiB above the worker's resting size at 4 MB (the run's largest
+# worker, ~385 MiB PSS, was always tokenizing) and 25-40 MiB lower at 2 MB, at the same CPU time.
+MAX_TOKENIZE_BATCH_TEXT_BYTES = 2 << 20
 
 
 class MapCounts:
@@ -154,7 +159,8 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     applying = _Applying(spec, folder, segment, shard) if segment.apply_global is not None else None
     tokenize_pos = len(spec.stages) + 1  # tokenizing counts as a stage after the last one
     try:
-        for batch in _bounded(_segment_input(spec, folder, shard, segment, counts, out.reject), MAX_BATCH_TEXT_BYTES):
+        max_bytes = MAX_BATCH_TEXT_BYTES if out.tokens is None else MAX_TOKENIZE_BATCH_TEXT_BYTES
+        for batch in _bounded(_segment_input(spec, folder, shard, segment, counts, out.reject), max_bytes):
             if applying is not None:
                 batch = applying.apply(batch, out)
             for pos, stage in stages:
