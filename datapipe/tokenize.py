@@ -105,18 +105,19 @@ def encode_documents(texts: list[str], info: TokenizerInfo) -> pa.LargeListArray
     lengths: list[np.ndarray] = []
     for lo, hi in _chunks(texts, ENCODE_CHUNK_CHARS):
         encodings = tok.encode_batch_fast(texts[lo:hi], add_special_tokens=False)  # Rust threads; no offsets
-        n = np.fromiter((len(e.ids) + extra for e in encodings), dtype=np.int64, count=len(encodings))
+        ids = [e.ids for e in encodings]  # each .ids builds a new Python list: read it once
+        del encodings  # before the next chunk's are made
+        n = np.fromiter((len(i) + extra for i in ids), dtype=np.int64, count=len(ids))
         ends = np.cumsum(n)
         flat = np.empty(int(ends[-1]), dtype=np.uint32)
-        for e, end in zip(encodings, ends.tolist()):
-            start = end - len(e.ids) - 1
+        for doc, end in zip(ids, ends.tolist()):
+            start = end - len(doc) - 1
             if info.bos_id is not None:
                 flat[start - 1] = info.bos_id
-            flat[start : end - 1] = e.ids
+            flat[start : end - 1] = doc
         flat[ends - 1] = info.eos_id
         parts.append(flat)
         lengths.append(n)
-        del encodings  # before the next chunk's are made
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     if texts:
         np.cumsum(np.concatenate(lengths), out=offsets[1:])
