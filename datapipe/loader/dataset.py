@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from typing import ClassVar
 
@@ -308,7 +309,16 @@ class PackedDataset:
     @property
     def table(self) -> ShardTable:
         if self._table is None:
-            self._table = ShardTable(len(self.manifest.paths), self._open_shard, self.max_open_shards,
+            # The table reaches back through a weak reference: a bound method would make dataset and
+            # table a cycle, and a dropped dataset's maps would stay open until a full collection.
+            this = weakref.ref(self)
+
+            def open_shard(i: int) -> OpenShard:
+                ds = this()
+                assert ds is not None, "shard table used after its dataset was dropped"
+                return ds._open_shard(i)
+
+            self._table = ShardTable(len(self.manifest.paths), open_shard, self.max_open_shards,
                                      self.recheck_interval)
         return self._table
 
