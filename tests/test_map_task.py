@@ -49,3 +49,37 @@ def test_long_batches_are_cut_by_text_size_keeping_every_document_in_order() -> 
     assert [p["n"].to_pylist() for p in parts] == [[0, 1, 2], [3], [4], [5]]  # a too-long document stays whole
     assert pa.concat_tables(parts).equals(table)
     assert list(tasks._bounded(iter([table]), 1000)) == [table]  # small batches pass as they are
+
+
+def test_tokenizing_batches_cut_smaller_give_the_same_documents_and_tokens(tmp_path: Path, monkeypatch) -> None:
+    """A tokenizing segment cuts its batches at MAX_TOKENIZE_BATCH_TEXT_BYTES (smaller than other
+    segments', for worker memory): where batches are cut must not change any kept document, any
+    token, or the order, on real zh and en pages."""
+    import pyarrow.ipc as ipc
+
+    from datapipe.engine import map_task
+    from tests.shared_data import PROJECT_ROOT, shared_path
+
+    lines = []
+    for name in ("zh_pingcap_docs.jsonl", "en_wikipedia.jsonl"):
+        with shared_path("corpus", name).open(encoding="utf-8") as f:
+            lines += [line for _, line in zip(range(40), f)]
+    (tmp_path / "in.jsonl").write_text("".join(lines), encoding="utf-8")
+    config = {"name": "t", "sources": [{"name": "web", "kind": "web", "paths": ["in.jsonl"]}],
+              "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 256}}
+    pipeline = load_pipeline(write_pipeline(tmp_path, config))
+
+    def run(out: str) -> tuple[pa.Table, pa.Table, int]:
+        spec = make_spec(pipeline, tmp_path / out, tmp_path / "cache")
+        (segment,) = spec.segments
+        assert tasks.map_shard(spec, spec.shards[0], segment)["kept"] > 0
+        docs = [pq.ParquetFile(f) for f in sorted((tmp_path / out / "docs").glob("**/*.parquet"))]
+        tokens = [ipc.open_file(str(f)).read_all() for f in sorted((tmp_path / out).glob("_work/**/*.arrow"))]
+        return (pa.concat_tables([d.read() for d in docs]), pa.concat_tables(tokens),
+                sum(d.num_row_groups for d in docs))
+
+    docs, tokens, groups = run("default")
+    monkeypatch.setattr(map_task, "MAX_TOKENIZE_BATCH_TEXT_BYTES", 8 << 10)
+    small_docs, small_tokens, small_groups = run("small")
+    assert small_groups > groups >= 1  # the small bound really cut the documents into more batches
+    assert small_docs.equals(docs) and small_tokens.equals(tokens) and tokens.num_rows == docs.num_rows
