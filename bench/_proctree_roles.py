@@ -53,7 +53,7 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -114,7 +114,7 @@ class TreeSampler:
         while not self._stop.is_set():
             pss_sum = rss_sum = 0
             for pid in descendants(self.root):
-                cmd = _cmdline(pid)
+                cmd = cmdline(pid)
                 mem = _rollup(pid)
                 if mem is None or not cmd:
                     continue

@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-def _descendants(root: int) -> dict[int, str]:
-    """pid -> command line of every process below ``root`` (from /proc)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    found, grew = {root}, True
-    while grew:
-        grew = False
-        for pid, parent in parents.items():
-            if parent in found and pid not in found:
-                found.add(pid)
-                grew = True
-    out = {}
-    for pid in found - {root}:
-        try:
-            out[pid] = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            pass
-    return out
+from bench._proctree_roles import cmdline, descendants  # noqa: E402
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
@@ -42,7 +22,7 @@ def test_embedded_ray_starts_no_cluster_services(ray_local: str) -> None:
         return os.getpid()
 
     workers = set(ray.get([pid.remote() for _ in range(2)]))  # the node works: tasks run
-    procs = _descendants(os.getpid())
+    procs = {p: cmdline(p) for p in descendants(os.getpid()) if p != os.getpid()}
     commands = " | ".join(procs.values())
     short = [c[:100] for c in procs.values()]  # a raylet's command line alone is ~6 KB
     assert "gcs_server" in commands and "raylet" in commands, short
