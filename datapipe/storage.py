@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -357,10 +358,27 @@ def input_stat(path: str | os.PathLike[str]) -> RemoteFile | None:
             st = os.stat(path)
         except OSError:
             return None
-        import stat
-
         return RemoteFile(os.fspath(path), st.st_size, st.st_mtime) if stat.S_ISREG(st.st_mode) else None
     return _LISTED.get(uri) or info(uri)
+
+
+def folder_stat(path: str | os.PathLike[str]) -> RemoteFile | None:
+    """A local folder read as one input (a site of HTML pages, a code repository, an unpacked arXiv
+    source): the total size of its files and the latest modification time of its files and folders,
+    so that a file added, removed or edited anywhere in it changes the listing. None: no folder."""
+    if not os.path.isdir(path):
+        return None
+    size, mtime = 0, os.stat(path).st_mtime
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            try:
+                st = os.stat(os.path.join(root, name))
+            except OSError:  # a dangling link: the readers skip it too
+                continue
+            mtime = max(mtime, st.st_mtime)
+            if name in files and stat.S_ISREG(st.st_mode):
+                size += st.st_size
+    return RemoteFile(os.fspath(path), size, mtime)
 
 
 def is_input_file(path: str | os.PathLike[str]) -> bool:

@@ -9,8 +9,10 @@ import tarfile
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from datapipe.config import load_pipeline
+from datapipe.engine.errors import PipelineError
 from datapipe.engine.runner import run_pipeline
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
@@ -73,3 +75,45 @@ def test_ingest_pipeline_conserves_documents_and_records_provenance(ray_local, t
         assert tags["web"][0].startswith("CC-BY-SA-") and "creativecommons.org" in tags["web"][2]
         assert tags["code"][:2] == ("MIT", "permissive") and "LICENSE" in tags["code"][2]
         assert tags["papers"][:2] == ("unknown", "unknown")
+
+
+def test_folder_inputs_run_resume_and_a_changed_file_is_detected(ray_local, tmp_path: Path) -> None:
+    """A folder is one input (a site of pages, a repository, a paper's sources): the run lists it by
+    the size and times of its files, resumes on the same folder and refuses one whose file changed."""
+    site = tmp_path / "data" / "udhr"
+    site.mkdir(parents=True)
+    pages = ["eng.html", "cmn_hans.html", "jpn.html", "kor.html"]
+    for name in pages:
+        shutil.copy(shared_path("web", "html", "udhr", name), site)
+    repo = tmp_path / "data" / "tool"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "LICENSE").write_bytes(shared_path("papers", "conv_arithmetic", "LICENSE").read_bytes())
+    (repo / "pkg" / "core.py").write_text("def run():\n    return 42\n")
+    paper = tmp_path / "data" / "conv_arithmetic"
+    paper.mkdir()
+    shutil.copy(shared_path("papers", "conv_arithmetic", "conv_arithmetic.tex"), paper)
+    spec = {"name": "folders",
+            "sources": [{"name": "web", "kind": "web", "paths": ["data/udhr"]},
+                        {"name": "code", "kind": "code", "paths": ["data/tool"]},
+                        {"name": "papers", "kind": "paper", "paths": ["data/conv_arithmetic"]}],
+            "stages": [{"length": {"min_chars": 10}}]}
+    pipeline = write_pipeline(tmp_path, spec)
+    out = tmp_path / "out"
+    result = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
+    assert result.run["counts"]["documents"] == len(pages) + 2 + 1
+    listed = {Path(i["path"]).name: i for i in json.loads((out / "run.json").read_text())["inputs"]}
+    assert sorted(listed) == ["conv_arithmetic", "tool", "udhr"]
+    assert listed["udhr"]["bytes"] == sum((site / p).stat().st_size for p in pages)
+
+    again = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
+    assert again.run["counts"] == result.run["counts"]
+
+    with (site / "eng.html").open("ab") as f:
+        f.write(b"<!-- edited -->")
+    with pytest.raises(PipelineError, match=r"input modified: .*udhr"):
+        run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
+    (repo / "pkg" / "extra.py").write_text("X = 1\n")
+    with pytest.raises(PipelineError, match=r"input modified: .*tool"):
+        run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
+    fresh = run_pipeline(load_pipeline(pipeline), output=out, fresh=True, show_progress=False, log=lambda m: None)
+    assert fresh.run["counts"]["documents"] == len(pages) + 3 + 1

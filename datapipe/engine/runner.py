@@ -35,7 +35,7 @@ from datapipe.engine.run_lock import RunLock
 from datapipe.engine.task_usage import TaskUsage
 from datapipe.models import cache_dir
 from datapipe.run_identity import config_changes, resource_changes
-from datapipe.storage import RUN_FILES, input_stat, remote_of
+from datapipe.storage import RUN_FILES, folder_stat, input_stat, remote_of
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
 
@@ -479,7 +479,8 @@ def _input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
     listing = []
     for source, files in pipeline.inputs.items():
         for path, fmt in files:
-            st = input_stat(path)  # an input in object storage: as the store listed it, not downloaded
+            # an input in object storage: as the store listed it, not downloaded; a folder input: its files
+            st = input_stat(path) or folder_stat(path)
             if st is None:
                 raise FileNotFoundError(path)
             # an input in object storage by its URI: the same on every machine, whatever its mirror path
