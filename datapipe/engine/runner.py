@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from datapipe import kernel_warmup
 from datapipe.atomic import fault_scope, recording_writes
 from datapipe.config import Pipeline
 from datapipe.engine.disk_full import DiskFull, find_disk_full
@@ -146,9 +147,14 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
         log(f"datapipe: running {pipeline.name!r} in this process (no Ray); output in {folder.root}")
         _run_phases(result, folder, spec, timings, show_progress, local=True)
     elif needs_work:
+        # On the first run after an install, the kernels compile in a throwaway process while Ray
+        # starts, not in every worker (whose memory would keep the compiler's); see kernel_warmup.
+        warmup = None if ray_address else kernel_warmup.start(log)
         with ray_session(ray_address, num_cpus) as where:
             if spec is None:
                 spec = _plan_for_cluster(pipeline, folder, run)
+            if warmup is not None:
+                warmup.wait()
             log(f"datapipe: running {pipeline.name!r} on {where} ({len(spec.shards)} map tasks); "
                 f"output in {folder.root}")
             _run_phases(result, folder, spec, timings, show_progress)

@@ -1,0 +1,161 @@
+"""Compile the pipeline's numba kernels once per install, in a throwaway process, before Ray's
+workers need them.
+
+Every kernel is ``cache=True``: after the first compilation a process loads it from numba's
+on-disk cache in milliseconds. On the first run after an install (or after a kernel's source
+changed) each Ray worker would compile the kernels it calls itself, and keep what LLVM's
+passes allocated: the largest map worker peaked at 387 MiB PSS against 361 MiB on later runs
+(``bench/worker_memory.py``, fresh ``NUMBA_CACHE_DIR``), and two workers compiled the same
+kernels twice. Instead the driver of an embedded-Ray run starts ``python -m
+datapipe.kernel_warmup`` alongside ``ray.init`` (the compile, ~6 CPU s, overlaps Ray's start) and
+waits for it before the first task; the compiler's memory goes with that process.
+
+``SIGNATURES`` lists each kernel with the argument types the stages pass it (the dtypes of their
+Arrow buffers and work arrays); tests/test_kernel_warmup.py runs the stages on real data after a
+warm-up and fails if any kernel still had to compile. A stamp in datapipe's cache (keyed by the
+kernel sources' sizes and times, numba's install and the interpreter) makes later runs skip the
+warm-up without importing numba. A failed or missing warm-up only means workers compile as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from datapipe.models import cache_dir
+
+# "module:attribute" -> argument types, spelled (dtype, ndim, readonly) for C-contiguous arrays
+# and a dtype name for scalars. readonly: an array viewed on an Arrow buffer (np.frombuffer).
+_A = tuple[str, int, bool]
+SIGNATURES: dict[str, tuple[_A | str, ...]] = {
+    "datapipe.stages.cjk:_count_kernel": (
+        ("uint32", 1, True), ("int64", 1, False), ("uint8", 1, False), ("uint8", 1, False),
+        ("int64", 2, False), ("int64", 2, False), ("int64", 1, False)),
+    "datapipe.stages.quality._kernels:ngram_signals": (
+        ("int64", 1, False), ("int64", 1, False), ("float64", 1, False), "int64", ("boolean", 1, False),
+        ("boolean", 1, False), ("float64", 2, False), ("float64", 2, False)),
+    "datapipe.stages.quality._kernels:char_tokens": (
+        ("uint8", 1, False), ("int64", 1, False), "boolean", "float64", ("uint64", 1, False),
+        ("int64", 1, False), ("int64", 1, False), ("float64", 1, False)),
+    "datapipe.stages.quality._kernels:mark_code_points": (
+        ("uint8", 1, False), ("int64", 1, False), ("boolean", 1, False), ("boolean", 1, False)),
+    "datapipe.stages.quality._kernels:class_counts": (
+        ("uint8", 1, False), ("int64", 1, False), ("uint8", 1, False), ("boolean", 1, False), ("int64", 2, False)),
+    "datapipe.dedup.shingles:_shingle_kernel_jit": (
+        ("uint32", 1, False), ("int64", 1, False), ("boolean", 1, False), ("uint32", 1, False), ("uint8", 1, False),
+        "int64", ("uint32", 1, False), ("uint32", 1, False), ("int64", 1, False), ("int64", 1, False),
+        ("int64", 1, False)),
+    "datapipe.dedup.shingles:_needs_python_jit": (
+        ("uint32", 1, True), ("int64", 1, False), ("uint32", 1, False), ("boolean", 1, False)),
+    "datapipe.dedup.cluster:_union_kernel": (("int64", 1, False), ("int64", 1, False), ("int64", 1, False)),
+    "datapipe.dedup.cluster:_flatten_kernel": (("int64", 1, False),),
+    "datapipe.dedup.minhash:_affine32_jit": (
+        ("uint32", 1, False), ("int64", 1, False), ("uint32", 1, False), ("uint32", 1, False), ("uint32", 2, False)),
+    "datapipe.dedup.minhash:_legacy_jit": (
+        ("uint32", 1, False), ("int64", 1, False), ("uint64", 1, False), ("uint64", 1, False), ("uint64", 2, False)),
+    "datapipe.stages.boilerplate:_fnv1a_kernel": (("uint8", 1, False), ("int64", 1, False), ("uint64", 1, False)),
+    "datapipe.decontam.ngrams:_ngram_kernel_jit": (
+        ("uint32", 1, True), ("int64", 1, False), ("boolean", 1, False), ("uint32", 1, False), ("uint32", 1, False),
+        ("uint8", 1, False), "int64", "int64", ("uint64", 1, False), ("int64", 1, False), ("uint64", 1, False),
+        ("int64", 1, False), ("boolean", 1, False)),
+    "datapipe.decontam.index:_lookup_jit": (
+        ("uint64", 1, False), ("uint8", 1, False), "int64", ("uint64", 1, False), ("boolean", 1, False)),
+}
+
+WAIT_SECONDS = 300.0  # a warm-up that takes longer is stopped; the workers then compile as before
+
+
+def _modules() -> list[str]:
+    return sorted({k.split(":")[0] for k in SIGNATURES})
+
+
+def stamp_path() -> Path | None:
+    """The stamp that says this install's kernels are compiled in numba's cache; None when numba
+    is not installed. Its name changes with any kernel module's size or time, numba's install,
+    the interpreter and ``NUMBA_CACHE_DIR`` (what numba's own cache index depends on)."""
+    numba = importlib.util.find_spec("numba")  # found, not imported (~0.4 s)
+    if numba is None or numba.origin is None:
+        return None
+    installed = os.stat(numba.origin)  # a reinstalled numba has a new __init__.py
+    parts = [numba.origin, str(installed.st_mtime_ns), sys.executable, sys.version, os.environ.get("NUMBA_CACHE_DIR", "")]
+    root = Path(__file__).resolve().parent.parent  # found by path: importing the stages costs seconds
+    for name in _modules():
+        source = root.joinpath(*name.split(".")).with_suffix(".py")
+        try:
+            st = source.stat()
+        except OSError:
+            return None
+        parts += [str(source), str(st.st_size), str(st.st_mtime_ns)]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+    return cache_dir() / "numba-warm" / key
+
+
+class Warmup:
+    """A warm-up process started by :func:`start`; :meth:`wait` before the first task."""
+
+    def __init__(self, proc: subprocess.Popen, stamp: Path) -> None:
+        self.proc, self.stamp, self.started = proc, stamp, time.perf_counter()
+
+    def wait(self, timeout: float = WAIT_SECONDS) -> bool:
+        """True when every kernel is compiled (the stamp is written); never raises."""
+        try:
+            ok = self.proc.wait(timeout=timeout) == 0
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            ok = False
+        if ok:
+            self.stamp.parent.mkdir(parents=True, exist_ok=True)
+            self.stamp.write_text(f"compiled in {time.perf_counter() - self.started:.1f} s\n")
+        return ok
+
+
+def start(log: Callable[[str], None] | None = None) -> Warmup | None:
+    """Start compiling the kernels in a subprocess unless this install's stamp says they are
+    compiled (or numba is missing); None when there is nothing to do."""
+    stamp = stamp_path()
+    if stamp is None or stamp.exists():
+        return None
+    if log is not None:
+        log("datapipe: compiling the numba kernels once for this install (later runs load them)")
+    package_parent = str(Path(__file__).resolve().parent.parent)  # the datapipe this driver runs
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.Popen([sys.executable, "-m", "datapipe.kernel_warmup"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+    return Warmup(proc, stamp)
+
+
+def _numba_type(spec: _A | str, types: Any) -> Any:
+    if isinstance(spec, str):
+        return getattr(types, spec)
+    dtype, ndim, readonly = spec
+    return types.Array(getattr(types, dtype), ndim, "C", readonly=readonly)
+
+
+def compile_all() -> dict[str, tuple[int, int]]:
+    """Compile (or load from numba's cache) every kernel for its signature, in this process.
+    Returns "module:attribute" -> (cache hits, compilations)."""
+    from datapipe.jit import load_numba
+
+    types = load_numba().types
+    out = {}
+    for key, args in SIGNATURES.items():
+        module, attr = key.split(":")
+        kernel = getattr(importlib.import_module(module), attr)
+        kernel.compile(tuple(_numba_type(a, types) for a in args))
+        stats = kernel.stats
+        out[key] = (sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
+    return out
+
+
+if __name__ == "__main__":
+    for name, (_hits, compiled) in compile_all().items():
+        print(f"{name}: {'compiled' if compiled else 'from cache'}")
