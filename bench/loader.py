@@ -95,16 +95,22 @@ def loader_pass(ds: PackedDataset, keep: int = 3, expand=None) -> tuple[float, f
     first, n, touched = [], 0, 0
     t0, c0 = time.perf_counter(), time.process_time()
     for batch in ds:
-        if expand is not None:
-            batch = expand(batch)
         touched += int(batch["input_ids"][0, 0])  # consume it, then drop it, as a training step does
+        if expand is not None:  # after the host touch: reading a GPU tensor back would wait for the device
+            batch = expand(batch)
         if n < keep:
             first.append({k: v.cpu().numpy() if hasattr(v, "cpu") else np.array(v) for k, v in batch.items()})
         n += 1
     if expand is not None:
         expand(None)  # wait for the device
     tok = n * ds.batch_size * ds.seq_len
-    return tok / (time.perf_counter() - t0), tok / max(time.process_time() - c0, 1e-9), first
+    wall = time.perf_counter() - t0
+    if expand is not None:
+        EXPAND_US.append(wall / max(n, 1) * 1e6)
+    return tok / wall, tok / max(time.process_time() - c0, 1e-9), first
+
+
+EXPAND_US: list[float] = []  # wall per batch of the expand mode (loader + transfer + expand_segments), us
 
 
 def baseline_pass(mm: np.memmap, rows: list[np.ndarray], seq_len: int, keep: int = 3) -> tuple[float, float, list]:
@@ -176,9 +182,12 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
     rows = epoch_rows(ds0, args.rows)
     ratios: dict[str, list] = {m: [] for m in modes}
     base_runs: list[float] = []
+    base_batch_us: list[float] = []
+    del EXPAND_US[:]
     for _ in range(args.repeats):  # interleaved: one baseline pass, then each mode, per repeat
         base_w, base_c, ref = baseline_pass(mm, rows, seq_len)
         base_runs.append(base_c)
+        base_batch_us.append(batch_size * seq_len / base_w * 1e6)
         for mode, ds in sets.items():
             ds.load_state_dict(epoch1)  # epoch 1 again
             expand = expander(ds, args.expand) if mode == "expand" else None
@@ -188,6 +197,7 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
             ratios[mode].append((w / base_w, c / base_c))
     res["ratios"] = {m: np.asarray(v) for m, v in ratios.items()}
     res["base_cpu_tok_s"] = base_runs
+    res["batch_us"] = {"memmap": base_batch_us, "expand": list(EXPAND_US)}
     return res
 
 
@@ -264,6 +274,12 @@ def main() -> None:
                 h.ratio(f"{cfg} {label} loader / memmap, CPU time", r["ratios"][mode][:, 1].tolist(), target=target)
             for label, mode, _ in TARGETS:
                 h.ratio(f"{cfg} {label} loader / memmap, wall", r["ratios"][mode][:, 0].tolist())
+            if r["batch_us"]["expand"]:  # absolute: a device's launch and copy latency is no host throughput
+                us = r["batch_us"]
+                print(f"  expand on {args.expand}: {np.median(us['expand']):.0f} us per batch (loader, copy to the "
+                      f"device, expand_segments) against {np.median(us['memmap']):.0f} us for the memmap gather")
+                h.figure(f"{cfg} compact + expand_segments on {args.expand}, wall per batch", us["expand"], "us",
+                         show=False)
             h.figure(f"{cfg} first batch", r["first"] * 1e3, "ms", show=False)
             h.figure(f"{cfg} memmap baseline Mtok/s (CPU time)", [v / 1e6 for v in r["base_cpu_tok_s"]], "Mtok/s",
                      show=False)
@@ -271,7 +287,8 @@ def main() -> None:
             results[cfg] = {"first_batch_s": r["first"], "tokens_cold_tok_s": r["tokens_cold"],
                             "full_cold_tok_s": r["full_cold"],
                             "ratios_cpu": {m: v[:, 1].tolist() for m, v in r["ratios"].items()},
-                            "ratios_wall": {m: v[:, 0].tolist() for m, v in r["ratios"].items()}}
+                            "ratios_wall": {m: v[:, 0].tolist() for m, v in r["ratios"].items()},
+                            "batch_us": r["batch_us"]}
             print()
         if args.litdata:
             b, L = configs[0]
