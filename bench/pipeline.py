@@ -190,6 +190,8 @@ def main() -> int:
         # run under PYTHONDONTWRITEBYTECODE=1 would otherwise compile every module it imports in every
         # run and every Ray worker (about 5% of a small run's samples).
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "datapipe")], capture_output=True)
+        # Likewise once per install: the numba kernels (a first run would compile them itself, ~6 CPU s).
+        subprocess.run([sys.executable, "-m", "datapipe.kernel_warmup"], env=env, capture_output=True)
         if have_dt and args.stages != "tokenize":  # untimed: datatrove copies lid.176 into its cache once
             subprocess.run([args.datatrove_python, "-c", "import sys; from datatrove.io import "
                             "cached_asset_path_or_download as c; c(sys.argv[1], namespace='lid', subfolder='ft176')",

@@ -4,11 +4,12 @@ workers need them.
 Every kernel is ``cache=True``: after the first compilation a process loads it from numba's
 on-disk cache in milliseconds. On the first run after an install (or after a kernel's source
 changed) each Ray worker would compile the kernels it calls itself, and keep what LLVM's
-passes allocated: the largest map worker peaked at 387 MiB PSS against 361 MiB on later runs
-(``bench/worker_memory.py``, fresh ``NUMBA_CACHE_DIR``), and two workers compiled the same
+passes allocated (the largest map worker peaked at 373 MiB PSS against 362 MiB on the next run,
+``bench/worker_memory.py`` with a fresh ``NUMBA_CACHE_DIR``), and two workers compiled the same
 kernels twice. Instead the driver of an embedded-Ray run starts ``python -m
-datapipe.kernel_warmup`` alongside ``ray.init`` (the compile, ~6 CPU s, overlaps Ray's start) and
-waits for it before the first task; the compiler's memory goes with that process.
+datapipe.kernel_warmup --part I/N`` in up to two processes alongside ``ray.init`` (~6 CPU s in
+all, overlapping Ray's start), waits for them before the first task and writes the stamp; the
+compiler's memory goes with those processes.
 
 ``SIGNATURES`` lists each kernel with the argument types the stages pass it (the dtypes of their
 Arrow buffers and work arrays); tests/test_kernel_warmup.py runs the stages on real data after a
@@ -99,28 +100,30 @@ def stamp_path() -> Path | None:
 
 
 class Warmup:
-    """A warm-up process started by :func:`start`; :meth:`wait` before the first task."""
+    """The warm-up processes started by :func:`start`; :meth:`wait` before the first task."""
 
-    def __init__(self, proc: subprocess.Popen, stamp: Path) -> None:
-        self.proc, self.stamp, self.started = proc, stamp, time.perf_counter()
+    def __init__(self, procs: list[subprocess.Popen], stamp: Path) -> None:
+        self.procs, self.stamp = procs, stamp
 
     def wait(self, timeout: float = WAIT_SECONDS) -> bool:
-        """True when every kernel is compiled (the stamp is written); never raises."""
-        try:
-            ok = self.proc.wait(timeout=timeout) == 0
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            ok = False
+        """True when every kernel is compiled (then the stamp is written); never raises."""
+        deadline, ok = time.monotonic() + timeout, True
+        for proc in self.procs:
+            try:
+                ok = proc.wait(timeout=max(deadline - time.monotonic(), 0.1)) == 0 and ok
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                ok = False
         if ok:
-            self.stamp.parent.mkdir(parents=True, exist_ok=True)
-            self.stamp.write_text(f"compiled in {time.perf_counter() - self.started:.1f} s\n")
+            _write_stamp(self.stamp)
         return ok
 
 
-def start(log: Callable[[str], None] | None = None) -> Warmup | None:
-    """Start compiling the kernels in a subprocess unless this install's stamp says they are
-    compiled (or numba is missing); None when there is nothing to do."""
+def start(log: Callable[[str], None] | None = None, cpus: int | None = None) -> Warmup | None:
+    """Start compiling the kernels, split over ``cpus`` processes (at most 2: each imports numba),
+    unless this install's stamp says they are compiled (or numba is missing); None when there is
+    nothing to do."""
     stamp = stamp_path()
     if stamp is None or stamp.exists():
         return None
@@ -128,9 +131,16 @@ def start(log: Callable[[str], None] | None = None) -> Warmup | None:
         log("datapipe: compiling the numba kernels once for this install (later runs load them)")
     package_parent = str(Path(__file__).resolve().parent.parent)  # the datapipe this driver runs
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.Popen([sys.executable, "-m", "datapipe.kernel_warmup"], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
-    return Warmup(proc, stamp)
+    n = max(1, min(2, cpus or os.cpu_count() or 1))
+    procs = [subprocess.Popen([sys.executable, "-m", "datapipe.kernel_warmup", "--part", f"{i}/{n}"], env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              close_fds=True) for i in range(n)]
+    return Warmup(procs, stamp)
+
+
+def _write_stamp(stamp: Path) -> None:
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text("numba kernels compiled into numba's cache\n")
 
 
 def _numba_type(spec: _A | str, types: Any) -> Any:
@@ -140,14 +150,15 @@ def _numba_type(spec: _A | str, types: Any) -> Any:
     return types.Array(getattr(types, dtype), ndim, "C", readonly=readonly)
 
 
-def compile_all() -> dict[str, tuple[int, int]]:
-    """Compile (or load from numba's cache) every kernel for its signature, in this process.
-    Returns "module:attribute" -> (cache hits, compilations)."""
+def compile_all(part: int = 0, parts: int = 1) -> dict[str, tuple[int, int]]:
+    """Compile (or load from numba's cache) every kernel for its signature, in this process; with
+    ``parts`` > 1 only every parts-th kernel from ``part`` on. Returns "module:attribute" ->
+    (cache hits, compilations)."""
     from datapipe.jit import load_numba
 
     types = load_numba().types
     out = {}
-    for key, args in SIGNATURES.items():
+    for key, args in list(SIGNATURES.items())[part::parts]:
         module, attr = key.split(":")
         kernel = getattr(importlib.import_module(module), attr)
         kernel.compile(tuple(_numba_type(a, types) for a in args))
@@ -156,6 +167,22 @@ def compile_all() -> dict[str, tuple[int, int]]:
     return out
 
 
-if __name__ == "__main__":
-    for name, (_hits, compiled) in compile_all().items():
+def main(argv: list[str] | None = None) -> None:
+    """``python -m datapipe.kernel_warmup``: compile every kernel and write the stamp (what a run
+    does on its own the first time; an image build can run it ahead). ``--part I/N``: the I-th
+    of N shares, no stamp (a run starts the shares side by side and stamps when all succeeded)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m datapipe.kernel_warmup", description=main.__doc__)
+    ap.add_argument("--part", default="0/1", help="I/N: compile the I-th of N shares of the kernels")
+    args = ap.parse_args(argv)
+    part, parts = (int(x) for x in args.part.split("/"))
+    stamp = stamp_path()
+    for name, (_hits, compiled) in compile_all(part, parts).items():
         print(f"{name}: {'compiled' if compiled else 'from cache'}")
+    if parts == 1 and stamp is not None:
+        _write_stamp(stamp)
+
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from datapipe import kernel_warmup
+from datapipe.models import lid_model_path
 from tests.conftest import write_pipeline
 from tests.shared_data import PROJECT_ROOT, shared_path
 
@@ -45,12 +46,14 @@ def _lines(name: str, n: int, cut: int = 3000) -> str:
 
 
 def test_after_the_warm_up_no_stage_compiles_a_kernel(tmp_path: Path) -> None:
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "DATAPIPE_CACHE_DIR": str(tmp_path / "cache"),
+           "DATAPIPE_LID_MODEL": str(lid_model_path()),
            "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)}
     warm = subprocess.run([sys.executable, "-m", "datapipe.kernel_warmup"], env=env, capture_output=True,
                           text=True, timeout=600)
     assert warm.returncode == 0, warm.stderr[-3000:]
     assert warm.stdout.count(": compiled") == len(kernel_warmup.SIGNATURES)  # a fresh cache: all compiled
+    assert len(list((tmp_path / "cache" / "numba-warm").iterdir())) == 1  # the stamp a run looks for
 
     data = tmp_path / "data"
     (data / "pages").mkdir(parents=True)

@@ -149,7 +149,7 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
     elif needs_work:
         # On the first run after an install, the kernels compile in a throwaway process while Ray
         # starts, not in every worker (whose memory would keep the compiler's); see kernel_warmup.
-        warmup = None if ray_address else kernel_warmup.start(log)
+        warmup = None if ray_address else kernel_warmup.start(log, num_cpus or _local_cpus())
         with ray_session(ray_address, num_cpus) as where:
             if spec is None:
                 spec = _plan_for_cluster(pipeline, folder, run)
