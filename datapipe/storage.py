@@ -370,14 +370,15 @@ def folder_stat(path: str | os.PathLike[str]) -> RemoteFile | None:
         return None
     size, mtime = 0, os.stat(path).st_mtime
     for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            try:
-                st = os.stat(os.path.join(root, name))
-            except OSError:  # a dangling link: the readers skip it too
-                continue
-            mtime = max(mtime, st.st_mtime)
-            if name in files and stat.S_ISREG(st.st_mode):
-                size += st.st_size
+        for is_file, names in ((False, dirs), (True, files)):
+            for name in names:
+                try:
+                    st = os.stat(os.path.join(root, name))
+                except OSError:  # a dangling link: the readers skip it too
+                    continue
+                mtime = max(mtime, st.st_mtime)
+                if is_file and stat.S_ISREG(st.st_mode):
+                    size += st.st_size
     return RemoteFile(os.fspath(path), size, mtime)
 
 
