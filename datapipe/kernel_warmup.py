@@ -132,15 +132,26 @@ def start(log: Callable[[str], None] | None = None, cpus: int | None = None) -> 
     package_parent = str(Path(__file__).resolve().parent.parent)  # the datapipe this driver runs
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)}
     n = max(1, min(2, cpus or os.cpu_count() or 1))
-    procs = [subprocess.Popen([sys.executable, "-m", "datapipe.kernel_warmup", "--part", f"{i}/{n}"], env=env,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              close_fds=True) for i in range(n)]
+    procs = []
+    try:
+        for i in range(n):
+            procs.append(subprocess.Popen([sys.executable, "-m", "datapipe.kernel_warmup", "--part", f"{i}/{n}"],
+                                          env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, close_fds=True))
+    except OSError:  # no process to spare: the workers compile as before
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        return None
     return Warmup(procs, stamp)
 
 
 def _write_stamp(stamp: Path) -> None:
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text("numba kernels compiled into numba's cache\n")
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text("numba kernels compiled into numba's cache\n")
+    except OSError:  # a read-only cache: the next run warms up again (loading, not compiling)
+        pass
 
 
 def _numba_type(spec: _A | str, types: Any) -> Any:

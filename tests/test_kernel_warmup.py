@@ -103,3 +103,16 @@ def test_the_stamp_makes_the_next_run_skip_the_warm_up(tmp_path: Path, monkeypat
     assert kernel_warmup.start() is None  # stamped: nothing to do, numba not even imported
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "other"))  # another cache: not warm there
     assert kernel_warmup.stamp_path() != first.stamp
+
+
+def test_a_stamp_that_cannot_be_written_never_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "numba-warm").write_text("a file where the stamps' folder goes")  # mkdir fails, even as root
+    monkeypatch.setenv("DATAPIPE_CACHE_DIR", str(cache))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    warmup = kernel_warmup.start()
+    assert warmup is not None and warmup.wait()  # compiled; no stamp, and nothing raised
+    assert not warmup.stamp.exists()
+    again = kernel_warmup.start()  # so the next run warms up again (loading from the cache: quick)
+    assert again is not None and again.wait()
