@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from datapipe.config import SplitConfig
 from datapipe.readers.streams import SCAN, LineRange, count_newlines
-from datapipe.storage import input_stat, is_input_file, open_input, parquet_source
+from datapipe.storage import folder_stat, input_stat, is_input_file, open_input, parquet_source
 
 __all__ = ["InputRange", "LineRange", "count_newlines", "effective_target", "group_pieces", "plan_file", "task_key"]
 
@@ -82,10 +82,9 @@ def effective_target(config: SplitConfig, total_bytes: int, cpus: int | None) ->
 
 
 def file_size(path: str) -> int:
-    p = Path(path)
-    if (st := input_stat(p)) is not None:  # a file here, or an object in object storage
-        return st.size
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else 0
+    # a file here, an object in object storage, or a folder input (its files' sizes summed)
+    st = input_stat(path) or folder_stat(path)
+    return st.size if st is not None else 0
 
 
 def plan_file(path: str, input_name: str, fmt: str, file_index: int, target: int) -> list[InputRange]:
