@@ -104,13 +104,7 @@ def loader_pass(ds: PackedDataset, keep: int = 3, expand=None) -> tuple[float, f
     if expand is not None:
         expand(None)  # wait for the device
     tok = n * ds.batch_size * ds.seq_len
-    wall = time.perf_counter() - t0
-    if expand is not None:
-        EXPAND_US.append(wall / max(n, 1) * 1e6)
-    return tok / wall, tok / max(time.process_time() - c0, 1e-9), first
-
-
-EXPAND_US: list[float] = []  # wall per batch of the expand mode (loader + transfer + expand_segments), us
+    return tok / (time.perf_counter() - t0), tok / max(time.process_time() - c0, 1e-9), first
 
 
 def baseline_pass(mm: np.memmap, rows: list[np.ndarray], seq_len: int, keep: int = 3) -> tuple[float, float, list]:
@@ -182,12 +176,11 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
     rows = epoch_rows(ds0, args.rows)
     ratios: dict[str, list] = {m: [] for m in modes}
     base_runs: list[float] = []
-    base_batch_us: list[float] = []
-    del EXPAND_US[:]
+    batch_us: dict[str, list[float]] = {"memmap": [], "expand": []}  # wall per batch (tokens/s -> us)
     for _ in range(args.repeats):  # interleaved: one baseline pass, then each mode, per repeat
         base_w, base_c, ref = baseline_pass(mm, rows, seq_len)
         base_runs.append(base_c)
-        base_batch_us.append(batch_size * seq_len / base_w * 1e6)
+        batch_us["memmap"].append(batch_size * seq_len / base_w * 1e6)
         for mode, ds in sets.items():
             ds.load_state_dict(epoch1)  # epoch 1 again
             expand = expander(ds, args.expand) if mode == "expand" else None
@@ -195,9 +188,11 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
             for b, (ids, lab) in zip(got, ref):
                 assert np.array_equal(b["input_ids"], ids) and np.array_equal(b["labels"], lab), "not the same rows"
             ratios[mode].append((w / base_w, c / base_c))
+            if mode == "expand":  # loader + transfer + expand_segments
+                batch_us["expand"].append(batch_size * seq_len / w * 1e6)
     res["ratios"] = {m: np.asarray(v) for m, v in ratios.items()}
     res["base_cpu_tok_s"] = base_runs
-    res["batch_us"] = {"memmap": base_batch_us, "expand": list(EXPAND_US)}
+    res["batch_us"] = batch_us
     return res
 
 
