@@ -1,10 +1,11 @@
 """Benchmark the streaming loader against a plain numpy memmap read of the same tokens.
 
-    PYTHONPATH=. python bench/loader.py --shards 1000 --rows 16 --configs 8x2048,32x2048,8x4096 \
-        --repeats 7 --json bench/results/loader.json
+    PYTHONPATH=. python bench/loader.py --configs 8x2048,32x2048,8x4096 --repeats 7 \
+        --json bench/results/loader.json
 
-For each batch x seq_len it writes a synthetic run (packed shards + manifest) and one flat
-file of the same rows, then measures in one process, on one worker:
+For each batch x seq_len and each of two shard layouts it writes a synthetic run (packed
+shards + manifest) and one flat file of the same rows, then measures in one process, on one
+worker:
 
 * time to first batch with all shards unopened (construction included);
 * the first epoch (every shard opened on first touch, numba loaded after the first batch);
@@ -26,8 +27,21 @@ before the next (keeping every batch in a list would time page faults of fresh m
 not the loader). Each repeat runs the baseline once, then every mode once (interleaved, so
 load on the box hits all alike); the ratio of each mode to that repeat's baseline is printed
 as the median and range over repeats, in wall and in CPU time (process_time: steadier on a
-loaded box). ``--rows 256`` makes the data (1 GiB per seq_len) larger than this machine's L3
-cache. Optionally LitData's TokensLoader when it imports. Not a test: it prints a table and ratios.
+loaded box). ``--rows 32768`` makes the data 1 GiB per seq_len. Optionally LitData's
+TokensLoader when it imports. Not a test: it prints a table and ratios.
+
+Two shard layouts, the same 16,384 rows (64 MiB at seq_len 2048, twice the L3 of a typical
+server core complex) in both:
+
+* ``--shards 8 --rows 2048`` (the figures the targets apply to): shard files of 8 MiB (16 MiB
+  at 4096), like the pipeline's, whose default rows_per_shard=8192 writes 33 MiB files at
+  2048. Files that big are mapped partly with 2 MiB pages (the page cache's large folios;
+  ``FilePmdMapped`` in /proc/self/smaps), as the baseline's single flat file is;
+* ``--stress-shards 1024 --stress-rows 16``: 68 KiB files, 1,024 of them open at once, every
+  batch touching as many shards as it has rows. It stresses opening, the address tables and
+  the per-row metadata; it also maps every row with 4 KiB pages while the flat file still
+  gets 2 MiB ones, so a TLB miss or two per row goes to the loader's side of the ratio (the
+  run prints how much of each side was mapped with 2 MiB pages). Reported, without targets.
 
 Through ``bench/_harness.py``: machine, date, commit and load average first; per config the
 tokens-only and the full-sample (``compact``) ratios as median and range over the repeats, in
@@ -155,11 +169,34 @@ MODES = {
 }
 
 
-def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len: int) -> dict:
-    run = work / f"run-{seq_len}"
-    flat = work / f"tokens-{seq_len}.bin"
+def huge_mapped(prefix: str) -> float | None:
+    """Fraction of this process's mapped bytes of files whose path starts with ``prefix`` that the
+    kernel maps with 2 MiB pages (FilePmdMapped / Rss in /proc/self/smaps); None without smaps."""
+    try:
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+    except OSError:
+        return None
+    rss = pmd = 0
+    ours = False
+    for line in lines:
+        head = line.split()
+        if head and "-" in head[0] and ":" not in head[0]:  # a mapping's first line: range perms ... path
+            ours = len(head) >= 6 and head[-1].startswith(prefix)
+        elif ours and head and head[0] in ("Rss:", "FilePmdMapped:"):
+            if head[0] == "Rss:":
+                rss += int(head[1])
+            else:
+                pmd += int(head[1])
+    return pmd / rss if rss else None
+
+
+def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len: int,
+                 layout: tuple[int, int]) -> dict:
+    shards, rows_per_shard = layout
+    run = work / f"run-{seq_len}-{shards}x{rows_per_shard}"
+    flat = work / f"tokens-{seq_len}-{shards}x{rows_per_shard}.bin"
     if not flat.exists():
-        make_run(run, args.shards, args.rows, seq_len, args.docs_per_row).tofile(flat)
+        make_run(run, shards, rows_per_shard, seq_len, args.docs_per_row).tofile(flat)
     res: dict = {"first": first_batch(run, batch_size)}
     mm = np.memmap(flat, dtype=np.uint16, mode="r").reshape(-1, seq_len + 1)
     modes = dict(MODES)
@@ -173,7 +210,7 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
         sets[mode] = ds
     ds0 = sets["tokens"]
     ds0.load_state_dict(epoch1)
-    rows = epoch_rows(ds0, args.rows)
+    rows = epoch_rows(ds0, rows_per_shard)
     ratios: dict[str, list] = {m: [] for m in modes}
     base_runs: list[float] = []
     batch_us: dict[str, list[float]] = {"memmap": [], "expand": []}  # wall per batch (tokens/s -> us)
@@ -190,10 +227,15 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
             ratios[mode].append((w / base_w, c / base_c))
             if mode == "expand":  # loader + transfer + expand_segments
                 batch_us["expand"].append(batch_size * seq_len / w * 1e6)
+    res["huge_pages"] = {"memmap": huge_mapped(str(flat)), "shards": huge_mapped(f"{run}/")}
     res["ratios"] = {m: np.asarray(v) for m, v in ratios.items()}
     res["base_cpu_tok_s"] = base_runs
     res["batch_us"] = batch_us
     return res
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"
 
 
 def _fmt(r: np.ndarray) -> str:
@@ -209,14 +251,13 @@ def _lit_row(item: tuple[str, tuple[int, int], int]):
     yield torch.from_numpy(np.array(np.memmap(path, dtype=np.uint16, mode="r", shape=shape)[i], dtype=np.int32))
 
 
-def bench_litdata(tokens: np.ndarray, work: Path, args: argparse.Namespace) -> float | str:
+def bench_litdata(tokens: np.ndarray, flat: Path, work: Path, args: argparse.Namespace) -> float | str:
     try:
         from litdata import StreamingDataset, TokensLoader, optimize  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any import problem means: skip, say why
         return f"skipped: litdata does not import ({type(exc).__name__}: {exc})"
     try:
         out = work / "litdata"
-        flat = work / f"tokens-{args.seq_len}.bin"
         inputs = [(str(flat), tokens.shape, i) for i in range(len(tokens))]
         optimize(fn=_lit_row, inputs=inputs, output_dir=str(out), chunk_bytes="64MB",
                  item_loader=TokensLoader(), num_workers=1)
@@ -240,8 +281,11 @@ TARGETS = (("tokens-only", "tokens", ">= 0.9"), ("full sample (compact)", "compa
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shards", type=int, default=1000)
-    p.add_argument("--rows", type=int, default=16, help="rows (packed sequences) per shard")
+    p.add_argument("--shards", type=int, default=8, help="shards of the main layout (the targets')")
+    p.add_argument("--rows", type=int, default=2048, help="rows (packed sequences) per shard, main layout")
+    p.add_argument("--stress-shards", type=int, default=1024,
+                   help="shards of the many-small-shards layout, reported without targets (0: skip it)")
+    p.add_argument("--stress-rows", type=int, default=16, help="rows per shard, many-small-shards layout")
     p.add_argument("--configs", default="8x2048,32x2048,8x4096", help="batch x seq_len, comma separated")
     p.add_argument("--docs-per-row", type=int, default=4)
     p.add_argument("--expand", default="none", help="also time compact batches expanded by "
@@ -249,8 +293,14 @@ def main() -> None:
     p.add_argument("--litdata", action="store_true", help="also try LitData's TokensLoader")
     args = add_args(p, repeats=5).parse_args()
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
+    layouts = {"": (args.shards, args.rows)}  # label suffix -> (shards, rows per shard)
+    if args.stress_shards > 0:
+        layouts[f", {args.stress_shards} shards x {args.stress_rows} rows"] = (args.stress_shards, args.stress_rows)
     h = Harness("loader", args, libs=["numba"], note=(
-        f"{args.shards} shards x {args.rows} rows; ratio = loader / numpy memmap gather of the same rows in the "
+        f"{args.shards} shards x {args.rows} rows (the targets'); "
+        + (f"also {args.stress_shards} shards x {args.stress_rows} rows (stress, no target); "
+           if args.stress_shards > 0 else "")
+        + "ratio = loader / numpy memmap gather of the same rows in the "
         "same order (tokens only), per interleaved repeat. tokens: input_ids + labels; compact: the full sample a "
         "trainer consumes, positions/mask built on the device (input_ids, labels, cu_seqlens, num_segments, "
         "label_end on the host); full / full16: every field on the host (position_ids int32 / int16, loss_mask)"
@@ -259,41 +309,50 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dp-bench-") as tmp:
         work = Path(tmp)
         for b, L in configs:
-            cfg = f"{b}x{L}"
-            r = bench_config(work, args, b, L)
-            print(f"{cfg}: first batch {r['first'] * 1e3:.1f} ms; cold epoch Mtok/s tokens "
-                  f"{r['tokens_cold'] / 1e6:.0f}, full {r['full_cold'] / 1e6:.0f}; ratios in CPU time (wall):")
-            for mode, rat in r["ratios"].items():
-                print(f"  {mode:>8s}  cpu {_fmt(rat[:, 1])}  (wall {_fmt(rat[:, 0])})")
-            for label, mode, target in TARGETS:
-                h.ratio(f"{cfg} {label} loader / memmap, CPU time", r["ratios"][mode][:, 1].tolist(), target=target)
-            for label, mode, _ in TARGETS:
-                h.ratio(f"{cfg} {label} loader / memmap, wall", r["ratios"][mode][:, 0].tolist())
-            if r["batch_us"]["expand"]:  # absolute: a device's launch and copy latency is no host throughput
-                us = r["batch_us"]
-                print(f"  expand on {args.expand}: {np.median(us['expand']):.0f} us per batch (loader, copy to the "
-                      f"device, expand_segments) against {np.median(us['memmap']):.0f} us for the memmap gather")
-                h.figure(f"{cfg} compact + expand_segments on {args.expand}, wall per batch", us["expand"], "us",
-                         show=False)
-            h.figure(f"{cfg} first batch", r["first"] * 1e3, "ms", show=False)
-            h.figure(f"{cfg} memmap baseline Mtok/s (CPU time)", [v / 1e6 for v in r["base_cpu_tok_s"]], "Mtok/s",
-                     show=False)
-            h.noise(f"{cfg} memmap tokens/s (CPU time)", r["base_cpu_tok_s"])
-            results[cfg] = {"first_batch_s": r["first"], "tokens_cold_tok_s": r["tokens_cold"],
-                            "full_cold_tok_s": r["full_cold"],
-                            "ratios_cpu": {m: v[:, 1].tolist() for m, v in r["ratios"].items()},
-                            "ratios_wall": {m: v[:, 0].tolist() for m, v in r["ratios"].items()},
-                            "batch_us": r["batch_us"]}
-            print()
+            for suffix, layout in layouts.items():
+                cfg = f"{b}x{L}"
+                r = bench_config(work, args, b, L, layout)
+                huge = r["huge_pages"]
+                print(f"{cfg}, {layout[0]} shards x {layout[1]} rows: first batch {r['first'] * 1e3:.1f} ms; cold "
+                      f"epoch Mtok/s tokens {r['tokens_cold'] / 1e6:.0f}, full {r['full_cold'] / 1e6:.0f}; mapped "
+                      f"with 2 MiB pages: memmap {_share(huge['memmap'])}, shards {_share(huge['shards'])}; ratios "
+                      "in CPU time (wall):")
+                for mode, rat in r["ratios"].items():
+                    print(f"  {mode:>8s}  cpu {_fmt(rat[:, 1])}  (wall {_fmt(rat[:, 0])})")
+                for label, mode, target in TARGETS:
+                    h.ratio(f"{cfg} {label} loader / memmap{suffix}, CPU time", r["ratios"][mode][:, 1].tolist(),
+                            target="" if suffix else target)
+                for label, mode, _ in TARGETS if not suffix else ():  # the stress layout's are in the JSON
+                    h.ratio(f"{cfg} {label} loader / memmap, wall", r["ratios"][mode][:, 0].tolist())
+                if r["batch_us"]["expand"]:  # absolute: a device's launch and copy latency is no host throughput
+                    us = r["batch_us"]
+                    print(f"  expand on {args.expand}: {np.median(us['expand']):.0f} us per batch (loader, copy to "
+                          f"the device, expand_segments) against {np.median(us['memmap']):.0f} us for the memmap "
+                          "gather")
+                    h.figure(f"{cfg}{suffix} compact + expand_segments on {args.expand}, wall per batch",
+                             us["expand"], "us", show=False)
+                h.figure(f"{cfg}{suffix} first batch", r["first"] * 1e3, "ms", show=False)
+                h.figure(f"{cfg}{suffix} memmap baseline Mtok/s (CPU time)", [v / 1e6 for v in r["base_cpu_tok_s"]],
+                         "Mtok/s", show=False)
+                h.noise(f"{cfg}{suffix} memmap tokens/s (CPU time)", r["base_cpu_tok_s"])
+                results[f"{cfg}{suffix}"] = {
+                    "shards": layout[0], "rows_per_shard": layout[1], "first_batch_s": r["first"],
+                    "tokens_cold_tok_s": r["tokens_cold"], "full_cold_tok_s": r["full_cold"],
+                    "huge_page_share": huge,
+                    "ratios_cpu": {m: v[:, 1].tolist() for m, v in r["ratios"].items()},
+                    "ratios_wall": {m: v[:, 0].tolist() for m, v in r["ratios"].items()},
+                    "batch_us": r["batch_us"]}
+                print()
         if args.litdata:
             b, L = configs[0]
             lit_args = argparse.Namespace(**{**vars(args), "batch_size": b, "seq_len": L})
-            tokens = np.fromfile(work / f"tokens-{L}.bin", dtype=np.uint16).reshape(-1, L + 1)
-            lit = bench_litdata(tokens, work, lit_args)
+            flat = work / f"tokens-{L}-{args.shards}x{args.rows}.bin"
+            tokens = np.fromfile(flat, dtype=np.uint16).reshape(-1, L + 1)
+            lit = bench_litdata(tokens, flat, work, lit_args)
             print(f"litdata TokensLoader {b} x {L}: " + (f"{lit / 1e6:.0f} Mtok/s" if isinstance(lit, float) else lit))
             results["litdata_tok_s"] = lit
-        print("targets: tokens ratio >= 0.9; compact (full sample consumed) >= 0.8; first batch < 1 s with",
-              args.shards, "shards")
+        print("targets (main layout): tokens ratio >= 0.9; compact (full sample consumed) >= 0.8; first batch "
+              f"< 1 s with {max(args.shards, args.stress_shards)} shards")
     h.finish(configs=results)
 
 
