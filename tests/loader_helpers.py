@@ -17,12 +17,12 @@ FINGERPRINT = "tok-test-v1"
 
 def make_run(root: Path, sources: dict[str, list[int]], seq_len: int = 16, split: str = "train",
              label_token: bool = True, fingerprint: str = FINGERPRINT, seed: int = 0,
-             vocab_size: int = 1000, padded_last: bool = True) -> Path:
+             vocab_size: int = 1000, padded_last: bool = True, max_starts: int = 2) -> Path:
     """Write shards for each source (one shard per entry of rows) and the manifest.
 
     Token 0 of every row encodes its identity: (source id * 1_000_000 + shard * 1_000 + row)
     split over two tokens so tests can recover (source, shard, row) from a sample. Tokens
-    otherwise are random; documents start at random positions.
+    otherwise are random; up to ``max_starts`` documents start at random positions of a row.
     """
     rng = np.random.default_rng(seed)
     row_len = seq_len + 1 if label_token else seq_len
@@ -38,7 +38,8 @@ def make_run(root: Path, sources: dict[str, list[int]], seq_len: int = 16, split
                 tokens[-1, n_tok[-1]:] = 0
             splits, values = [0], []
             for r in range(rows):
-                starts = sorted(set(rng.choice(np.arange(2, n_tok[r]), size=rng.integers(0, 3), replace=False).tolist()))
+                size = min(rng.integers(0, max_starts + 1), n_tok[r] - 2)
+                starts = sorted(set(rng.choice(np.arange(2, n_tok[r]), size=size, replace=False).tolist()))
                 if r % 3 == 0:
                     starts = [0] + starts
                 values += starts

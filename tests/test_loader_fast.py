@@ -58,6 +58,17 @@ def test_block_path_equals_reference(run, kernel_mode, opts):
     assert _check_against_reference(ds) == 2 * len(ds)
 
 
+@pytest.mark.parametrize("mask_cross", [False, True])
+def test_compact_rows_with_many_documents_equal_reference(tmp_path, kernel_mode, mask_cross):
+    """Rows of up to 200 documents (more segments than the default max_segments=64): compact
+    batches, bounds from numpy in the first block and compiled after, equal the reference."""
+    run = make_run(tmp_path, {"web": [40, 33]}, seq_len=256, max_starts=200)
+    ds = PackedDataset(run, backend="numpy", batch_size=4, seed=3, fields=COMPACT_FIELDS, max_segments=256,
+                       mask_cross_document=mask_cross)
+    assert _check_against_reference(ds) == 2 * len(ds)
+    assert max(int(b["num_segments"].max()) for b in ds) > 100
+
+
 def test_worker_copies_and_lru_eviction_equal_reference(run, kernel_mode):
     # Two open shards at most: every block evicts and reopens; batches still match.
     ds = PackedDataset(run, backend="numpy", batch_size=2, seed=9, max_open_shards=2)
