@@ -22,11 +22,13 @@ that need a real local file (folders and archives: html, repo, arxiv) get a mirr
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import stat
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -362,10 +364,39 @@ def input_stat(path: str | os.PathLike[str]) -> RemoteFile | None:
     return _LISTED.get(uri) or info(uri)
 
 
+# Within folder_stats_once(): folder_stat's answers by path, so a run start walks each folder once.
+_FOLDER_STATS: dict[str, RemoteFile | None] | None = None
+
+
+@contextlib.contextmanager
+def folder_stats_once() -> Iterator[None]:
+    """Inside, ``folder_stat`` walks each folder once and answers later calls from memory. A run's
+    start asks about every folder input three times (its listing, the corpus size that sets the
+    split target, the task plan); a repository of 100,000 files costs a walk of ~1 s each. Use
+    it around one run start only: a folder edited inside the block is not seen again."""
+    global _FOLDER_STATS
+    outer = _FOLDER_STATS
+    if outer is None:
+        _FOLDER_STATS = {}
+    try:
+        yield
+    finally:
+        _FOLDER_STATS = outer
+
+
 def folder_stat(path: str | os.PathLike[str]) -> RemoteFile | None:
     """A local folder read as one input (a site of HTML pages, a code repository, an unpacked arXiv
     source): the total size of its files and the latest modification time of its files and folders,
     so that a file added, removed or edited anywhere in it changes the listing. None: no folder."""
+    memo, key = _FOLDER_STATS, os.path.abspath(path)
+    if memo is None:
+        return _walk_folder(path)
+    if key not in memo:
+        memo[key] = _walk_folder(path)
+    return memo[key]
+
+
+def _walk_folder(path: str | os.PathLike[str]) -> RemoteFile | None:
     if not os.path.isdir(path):
         return None
     size, mtime = 0, os.stat(path).st_mtime

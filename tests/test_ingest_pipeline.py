@@ -6,11 +6,13 @@ import io
 import json
 import shutil
 import tarfile
+from collections import Counter
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from datapipe import storage
 from datapipe.config import load_pipeline
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.runner import run_pipeline
@@ -77,9 +79,19 @@ def test_ingest_pipeline_conserves_documents_and_records_provenance(ray_local, t
         assert tags["papers"][:2] == ("unknown", "unknown")
 
 
-def test_folder_inputs_run_resume_and_a_changed_file_is_detected(ray_local, tmp_path: Path) -> None:
+def test_folder_inputs_run_resume_and_a_changed_file_is_detected(ray_local, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder is one input (a site of pages, a repository, a paper's sources): the run lists it by
-    the size and times of its files, resumes on the same folder and refuses one whose file changed."""
+    the size and times of its files, walked once per run start, resumes on the same folder and
+    refuses one whose file changed."""
+    walks: Counter[str] = Counter()
+    walk = storage._walk_folder
+
+    def counted(path):
+        walks[Path(path).name] += 1
+        return walk(path)
+
+    monkeypatch.setattr(storage, "_walk_folder", counted)
     site = tmp_path / "data" / "udhr"
     site.mkdir(parents=True)
     pages = ["eng.html", "cmn_hans.html", "jpn.html", "kor.html"]
@@ -101,6 +113,8 @@ def test_folder_inputs_run_resume_and_a_changed_file_is_detected(ray_local, tmp_
     out = tmp_path / "out"
     result = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
     assert result.run["counts"]["documents"] == len(pages) + 2 + 1
+    # Listed, sized for the split target and planned: one walk each (three without the memo).
+    assert walks == {"udhr": 1, "tool": 1, "conv_arithmetic": 1}
     listed = {Path(i["path"]).name: i for i in json.loads((out / "run.json").read_text())["inputs"]}
     assert sorted(listed) == ["conv_arithmetic", "tool", "udhr"]
     assert listed["udhr"]["bytes"] == sum((site / p).stat().st_size for p in pages)

@@ -36,7 +36,7 @@ from datapipe.engine.run_lock import RunLock
 from datapipe.engine.task_usage import TaskUsage
 from datapipe.models import cache_dir
 from datapipe.run_identity import config_changes, resource_changes
-from datapipe.storage import RUN_FILES, folder_stat, input_stat, remote_of
+from datapipe.storage import RUN_FILES, folder_stat, folder_stats_once, input_stat, remote_of
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
 
@@ -65,7 +65,7 @@ def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: st
     folder.check_usable()  # before the lock creates anything in a folder that may be the user's
     try:
         # One driver per folder, taken before anything is read or written (--fresh deletes included).
-        with RunLock(folder.root, log=log):
+        with RunLock(folder.root, log=log), folder_stats_once():
             return _run_locked(pipeline, folder, ray_address, num_cpus, fresh, show_progress, log, in_process)
     except KeyboardInterrupt:
         raise RunInterrupted(
