@@ -30,8 +30,8 @@ as the median and range over repeats, in wall and in CPU time (process_time: ste
 loaded box). ``--rows 32768`` makes the data 1 GiB per seq_len. Optionally LitData's
 TokensLoader when it imports. Not a test: it prints a table and ratios.
 
-Two shard layouts, the same 16,384 rows (64 MiB at seq_len 2048, twice the L3 of a typical
-server core complex) in both:
+Two shard layouts, the same 16,384 rows (64 MiB at seq_len 2048, twice the 32 MiB L3 of the
+machine these figures come from) in both:
 
 * ``--shards 8 --rows 2048`` (the figures the targets apply to): shard files of 8 MiB (16 MiB
   at 4096), like the pipeline's, whose default rows_per_shard=8192 writes 33 MiB files at
