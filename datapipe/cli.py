@@ -387,12 +387,12 @@ def report(run_dir: Path, html_file: Path) -> None:
 
 
 @main.command("export")
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run_dir", metavar="RUN_DIR")
 @click.option("--format", "fmt", required=True, type=click.Choice(["megatron", "hf", "mds", "jsonl"]),
               help="megatron: .bin/.idx per source and split; hf: Arrow stream (or Parquet) files for `datasets`; "
                    "mds: MosaicML streaming shards; jsonl: one JSON object per document.")
-@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Export folder (new, empty, or an earlier export with the same options, which is resumed).")
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
+              help="Local export folder (new, empty, or an earlier export with the same options, which is resumed).")
 @click.option("--columns", metavar="COL,...",
               help="Document columns to write (any column of docs/, plus input_ids: the tokens). "
                    "Default: hf, mds id,text,input_ids; jsonl id,text; megatron tokens only.")
@@ -404,10 +404,13 @@ def report(run_dir: Path, html_file: Path) -> None:
 @click.option("--mds-size-limit", type=click.IntRange(min=1, max=(1 << 32) - 1), default=1 << 26, show_default=True,
               help="Bytes per MDS shard.")
 @click.option("--fresh", is_flag=True, help="Delete an earlier export's files in --output and start over.")
-def export_cmd(run_dir: Path, fmt: str, output: Path, columns: str | None, splits: tuple[str, ...],
+def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits: tuple[str, ...],
                sources: tuple[str, ...], docs_per_file: int, hf_file_format: str, mds_size_limit: int,
                fresh: bool) -> None:
     """Export RUN_DIR's kept documents for a trainer: Megatron, Hugging Face, MosaicML or JSONL.
+
+    RUN_DIR is a run folder: a path, or an s3:// gs:// hdfs:// URI, whose kept documents, token
+    lists and shards are then downloaded to its local mirror first. OUTPUT is a local folder.
 
     \b
     Streams batch by batch; a killed export resumes when the same command runs again (the

@@ -2,7 +2,8 @@
 
 Inputs and the run folder on S3 give the same outputs as the same pipeline run locally; a driver
 killed mid-run resumes from the store alone (its local mirror deleted) with byte-identical shards
-and the same documents table; `datapipe sql` and the loader read the run folder on S3.
+and the same documents table; `datapipe sql`, `datapipe export` and the loader read the run
+folder on S3.
 """
 
 from __future__ import annotations
@@ -196,6 +197,35 @@ def test_ray_run_on_s3_equals_the_in_process_run(s3, runs, tmp_path: Path) -> No
     assert markers and all(m["node"] != "local" and m["files"] for m in markers)  # committed by Ray workers
     assert fingerprint(download_run(s3, "runs/ray", tmp_path / "ray")) == \
         fingerprint(download_run(s3, "runs/full", tmp_path / "full"))
+
+
+def test_export_reads_the_run_folder_on_s3(s3, runs, tmp_path: Path) -> None:
+    """`datapipe export s3://...` on a machine that never saw the run (an empty cache, so no mirror)
+    writes the same files as the export of the same run made locally, and records it on the store."""
+    local, _, _ = runs
+    uri = f"s3://{BUCKET}/runs/full"
+
+    def files(folder: Path) -> dict[str, bytes]:  # data_path strings name the folder: compare without it
+        return {p.relative_to(folder).as_posix(): p.read_bytes().replace(str(folder).encode(), b"OUT")
+                for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "export-manifest.json"}
+
+    for fmt, opts in (("jsonl", ["--columns", "id,text,input_ids"]), ("megatron", [])):
+        out = tmp_path / f"from-s3-{fmt}"
+        got = datapipe("export", uri, "--format", fmt, *opts, "--output", str(out),
+                       env={"DATAPIPE_CACHE_DIR": str(tmp_path / f"cache-{fmt}")})
+        assert got.returncode == 0, got.stderr
+        want = datapipe("export", str(local.root), "--format", fmt, *opts, "--output", str(tmp_path / f"local-{fmt}"))
+        assert want.returncode == 0, want.stderr
+        assert files(out) == files(tmp_path / f"local-{fmt}") and files(out)
+    mirrored = [p.relative_to(tmp_path).parts for p in (tmp_path / "cache-jsonl").rglob("*") if p.is_file()]
+    assert any("docs" in parts for parts in mirrored)  # kept documents are fetched, rejected ones are not
+    assert not any("rejected" in parts for parts in mirrored)
+    record = json.loads(s3.get_object(Bucket=BUCKET, Key="runs/full/exports/jsonl.json")["Body"].read())
+    assert record["output"] == str(tmp_path / "from-s3-jsonl") and record["documents"] == local.run["counts"]["kept"]
+    to_store = datapipe("export", uri, "--format", "jsonl", "--output", f"s3://{BUCKET}/exports/x")
+    assert to_store.returncode == 2 and "--output: s3://" in to_store.stderr and "Traceback" not in to_store.stderr
+    missing = datapipe("export", f"s3://{BUCKET}/runs/never", "--format", "jsonl", "--output", str(tmp_path / "m"))
+    assert missing.returncode == 2 and "no run.json there" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_clear_errors_for_unusable_remote_paths(s3, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from datapipe.export.hf import FILE_FORMATS, HfFormat
 from datapipe.export.jsonl import JsonlFormat
 from datapipe.export.mds import SIZE_LIMIT, MdsFormat
 from datapipe.export.megatron import MegatronFormat
+from datapipe.storage import is_uri
 
 FORMATS = ("megatron", "hf", "mds", "jsonl")
 
@@ -30,7 +31,8 @@ def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequen
            splits: Sequence[str] | None = None, sources: Sequence[str] | None = None,
            docs_per_file: int = 100_000, hf_file_format: str = "arrow", mds_size_limit: int = SIZE_LIMIT,
            batch_docs: int = 1024, fresh: bool = False, log: Callable[[str], None] = lambda m: None) -> ExportResult:
-    """Export the kept documents of the run in ``run_dir`` to ``output`` in ``format``.
+    """Export the kept documents of the run in ``run_dir`` (a path, or the URI of a run folder in
+    object storage) to the local folder ``output`` in ``format``.
 
     ``columns``: document columns to write (any column of ``docs/``, plus ``input_ids``, the
     tokens); default per format (megatron writes tokens only). ``splits``/``sources``: a subset
@@ -38,6 +40,9 @@ def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequen
     """
     if format not in FORMATS:
         raise ExportError(f"--format: {format!r} is not allowed; choose one of {', '.join(FORMATS)}")
+    if is_uri(output):
+        raise ExportError(f"--output: {output} is in object storage; an export is written to a local folder "
+                          "(its resume manifest and temporary files live there): copy it to the store afterwards")
     docs = RunDocuments(run_dir, batch_docs=batch_docs)
     fmt = _make_format(format, docs_per_file, hf_file_format, mds_size_limit)
     cols = list(columns) if columns else list(fmt.default_columns)

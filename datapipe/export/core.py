@@ -138,7 +138,7 @@ def run_export(docs: RunDocuments, fmt: Format, output: Path, columns: list[str]
     if fresh and (out / MANIFEST).is_file():
         _wipe(out)
     out.mkdir(parents=True, exist_ok=True)
-    identity = {"format": fmt.name, "run": str(docs.root), "run_fingerprint": docs.run.get("fingerprint"),
+    identity = {"format": fmt.name, "run": docs.location, "run_fingerprint": docs.run.get("fingerprint"),
                 "run_finished": docs.run.get("finished"), "columns": columns, "splits": splits, "sources": sources,
                 "options": fmt.options()}
     manifest = _Manifest(out, identity)
@@ -295,6 +295,7 @@ def _record_in_run(docs: RunDocuments, result: ExportResult) -> None:
               "files": result.files, **result.extra}
     write_text_atomic(docs.root / "exports" / f"{result.format}.json",
                       json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    docs.folder.publish(f"exports/{result.format}.json")  # a run folder in object storage: to the store too
 
 
 def _fault_point(phase: str, n: int) -> None:

@@ -10,11 +10,17 @@ Exports read two things the run already holds, in the same order:
   the k-th kept document of that source and split).
 
 Neither path holds more than one batch of documents (plus one shard's memory map) at a time.
+
+A run folder in object storage (``s3://bucket/run``) is read through its local mirror, as the
+run itself was written: run.json, the shard manifest and the files its task markers name under
+``docs/``, ``_work/tokens/`` and ``shards/`` are downloaded first (again only when their size
+changed); rejected documents are not.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datapipe import storage
 from datapipe.engine.run_folder import RunFolder
 from datapipe.shard_format import open_shard, tokens_view
 
@@ -48,15 +55,20 @@ class RunDocuments:
     """Read access to one finished run's kept documents and their tokens."""
 
     def __init__(self, run_dir: str | Path, batch_docs: int = 1024) -> None:
-        self.root = Path(run_dir).resolve()
+        remote = storage.is_uri(run_dir)
+        # Where the run is, as the user named it: a path, or the URI of a run folder in object storage.
+        self.location = os.fspath(run_dir).rstrip("/") if remote else str(Path(run_dir).resolve())
+        self.root = _mirror(self.location) if remote else Path(self.location)
         self.folder = RunFolder(self.root)
         run_json = self.folder.run_json
         if not run_json.is_file():
             raise ExportError(f"RUN: {self.root} is not a datapipe run folder (no run.json)")
         self.run = json.loads(run_json.read_text(encoding="utf-8"))
         if self.run.get("status") != "complete":
-            raise ExportError(f"RUN: the run in {self.root} is not complete (status {self.run.get('status')!r}); "
-                              f"finish it with `datapipe run` first")
+            raise ExportError(f"RUN: the run in {self.location} is not complete (status "
+                              f"{self.run.get('status')!r}); finish it with `datapipe run` first")
+        if remote:
+            self.folder.pull(full=True, files=("docs/", "_work/tokens/", "shards/"))
         self.batch_docs = batch_docs
         self.sources = sorted(p.name for p in self.folder.docs_dir.iterdir() if p.is_dir()) \
             if self.folder.docs_dir.is_dir() else []
@@ -178,6 +190,14 @@ class RunDocuments:
                               f"which reorders documents; only 'concat' shards can be cut back into run order")
         paths = sorted(r["path"] for r in self._manifest.to_pylist() if r["source"] == source and r["split"] == split)
         return _cut_documents(self.root, paths)
+
+
+def _mirror(uri: str) -> Path:
+    """The local mirror of the run folder at ``uri``, with its run.json and manifest fetched."""
+    try:
+        return storage.local_run_dir(uri)
+    except storage.StorageError as exc:
+        raise ExportError(f"RUN: {exc}") from None
 
 
 def _cut_documents(root: Path, paths: list[str]) -> Iterator[np.ndarray]:
