@@ -34,14 +34,11 @@ Two shard layouts, the same 16,384 rows (64 MiB at seq_len 2048, twice the 32 Mi
 machine these figures come from) in both:
 
 * ``--shards 8 --rows 2048`` (the figures the targets apply to): shard files of 8 MiB (16 MiB
-  at 4096), like the pipeline's, whose default rows_per_shard=8192 writes 33 MiB files at
-  2048. Files that big are mapped partly with 2 MiB pages (the page cache's large folios;
-  ``FilePmdMapped`` in /proc/self/smaps), as the baseline's single flat file is;
+  at 4096). The pipeline's own are bigger still: its default rows_per_shard=8192 writes 33 MiB
+  files at 2048, and only the last shard of each source and split is smaller;
 * ``--stress-shards 1024 --stress-rows 16``: 68 KiB files, 1,024 of them open at once, every
-  batch touching as many shards as it has rows. It stresses opening, the address tables and
-  the per-row metadata; it also maps every row with 4 KiB pages while the flat file still
-  gets 2 MiB ones, so a TLB miss or two per row goes to the loader's side of the ratio (the
-  run prints how much of each side was mapped with 2 MiB pages). Reported, without targets.
+  batch touching as many shards as it has rows: a worst case for opening, the address tables
+  and the per-row metadata. Reported, without targets.
 
 Through ``bench/_harness.py``: machine, date, commit and load average first; per config the
 tokens-only and the full-sample (``compact``) ratios as median and range over the repeats, in
@@ -169,27 +166,6 @@ MODES = {
 }
 
 
-def huge_mapped(prefix: str) -> float | None:
-    """Fraction of this process's mapped bytes of files whose path starts with ``prefix`` that the
-    kernel maps with 2 MiB pages (FilePmdMapped / Rss in /proc/self/smaps); None without smaps."""
-    try:
-        lines = Path("/proc/self/smaps").read_text().splitlines()
-    except OSError:
-        return None
-    rss = pmd = 0
-    ours = False
-    for line in lines:
-        head = line.split()
-        if head and "-" in head[0] and ":" not in head[0]:  # a mapping's first line: range perms ... path
-            ours = len(head) >= 6 and head[-1].startswith(prefix)
-        elif ours and head and head[0] in ("Rss:", "FilePmdMapped:"):
-            if head[0] == "Rss:":
-                rss += int(head[1])
-            else:
-                pmd += int(head[1])
-    return pmd / rss if rss else None
-
-
 def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len: int,
                  layout: tuple[int, int]) -> dict:
     shards, rows_per_shard = layout
@@ -227,15 +203,10 @@ def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len:
             ratios[mode].append((w / base_w, c / base_c))
             if mode == "expand":  # loader + transfer + expand_segments
                 batch_us["expand"].append(batch_size * seq_len / w * 1e6)
-    res["huge_pages"] = {"memmap": huge_mapped(str(flat)), "shards": huge_mapped(f"{run}/")}
     res["ratios"] = {m: np.asarray(v) for m, v in ratios.items()}
     res["base_cpu_tok_s"] = base_runs
     res["batch_us"] = batch_us
     return res
-
-
-def _share(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.0%}"
 
 
 def _fmt(r: np.ndarray) -> str:
@@ -312,10 +283,8 @@ def main() -> None:
             for suffix, layout in layouts.items():
                 cfg = f"{b}x{L}"
                 r = bench_config(work, args, b, L, layout)
-                huge = r["huge_pages"]
                 print(f"{cfg}, {layout[0]} shards x {layout[1]} rows: first batch {r['first'] * 1e3:.1f} ms; cold "
-                      f"epoch Mtok/s tokens {r['tokens_cold'] / 1e6:.0f}, full {r['full_cold'] / 1e6:.0f}; mapped "
-                      f"with 2 MiB pages: memmap {_share(huge['memmap'])}, shards {_share(huge['shards'])}; ratios "
+                      f"epoch Mtok/s tokens {r['tokens_cold'] / 1e6:.0f}, full {r['full_cold'] / 1e6:.0f}; ratios "
                       "in CPU time (wall):")
                 for mode, rat in r["ratios"].items():
                     print(f"  {mode:>8s}  cpu {_fmt(rat[:, 1])}  (wall {_fmt(rat[:, 0])})")
@@ -338,7 +307,6 @@ def main() -> None:
                 results[f"{cfg}{suffix}"] = {
                     "shards": layout[0], "rows_per_shard": layout[1], "first_batch_s": r["first"],
                     "tokens_cold_tok_s": r["tokens_cold"], "full_cold_tok_s": r["full_cold"],
-                    "huge_page_share": huge,
                     "ratios_cpu": {m: v[:, 1].tolist() for m, v in r["ratios"].items()},
                     "ratios_wall": {m: v[:, 0].tolist() for m, v in r["ratios"].items()},
                     "batch_us": r["batch_us"]}
