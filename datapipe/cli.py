@@ -404,9 +404,10 @@ def report(run_dir: Path, html_file: Path) -> None:
 @click.option("--mds-size-limit", type=click.IntRange(min=1, max=(1 << 32) - 1), default=1 << 26, show_default=True,
               help="Bytes per MDS shard.")
 @click.option("--fresh", is_flag=True, help="Delete an earlier export's files in --output and start over.")
+@click.option("--no-progress", is_flag=True, help="No progress bars (one line per source and split instead).")
 def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits: tuple[str, ...],
                sources: tuple[str, ...], docs_per_file: int, hf_file_format: str, mds_size_limit: int,
-               fresh: bool) -> None:
+               fresh: bool, no_progress: bool) -> None:
     """Export RUN_DIR's kept documents for a trainer: Megatron, Hugging Face, MosaicML or JSONL.
 
     RUN_DIR is a run folder: a path, or an s3:// gs:// hdfs:// URI, whose kept documents, token
@@ -424,7 +425,7 @@ def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits:
         result = export(run_dir, fmt, output, columns=[c.strip() for c in columns.split(",") if c.strip()]
                         if columns else None, splits=list(splits) or None, sources=list(sources) or None,
                         docs_per_file=docs_per_file, hf_file_format=hf_file_format, mds_size_limit=mds_size_limit,
-                        fresh=fresh, log=lambda m: click.echo(m, err=True))
+                        fresh=fresh, log=lambda m: click.echo(m, err=True), progress=not no_progress)
     except ExportError as exc:
         _fail(str(exc))
     for stream, info in result.streams.items():

@@ -319,5 +319,11 @@ def test_cli_export(run: Path, expected, tmp_path: Path) -> None:
     assert f"zh/train: {len(expected[('zh', 'train')])} documents" in res.output
     data_path = next(line for line in lines if line.startswith("--data-path "))
     assert data_path.split(" ", 1)[1] == (tmp_path / "m" / "data_path.train.txt").read_text().strip()
+    # Progress, off a terminal: one line per source and split, every documents file of the source read.
+    for source, split in STREAMS:
+        n_files = len(list((run / "docs" / source).glob("*.parquet")))
+        assert f"export {source}/{split}: {n_files}/{n_files} files in " in res.output
+    quiet = CliRunner().invoke(main, ["export", str(run), "--format", "jsonl", "-o", str(tmp_path / "j"), "--no-progress"])
+    assert quiet.exit_code == 0 and "files in " not in quiet.output and "zh/train: " in quiet.output
     res = CliRunner().invoke(main, ["export", str(run), "--format", "hf", "-o", str(tmp_path / "h"), "--columns", "id,bad"])
     assert res.exit_code == 2 and "--columns: bad not among" in res.output

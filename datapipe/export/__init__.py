@@ -30,13 +30,15 @@ __all__ = ["FORMATS", "ExportError", "ExportResult", "export"]
 def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequence[str] | None = None,
            splits: Sequence[str] | None = None, sources: Sequence[str] | None = None,
            docs_per_file: int = 100_000, hf_file_format: str = "arrow", mds_size_limit: int = SIZE_LIMIT,
-           batch_docs: int = 1024, fresh: bool = False, log: Callable[[str], None] = lambda m: None) -> ExportResult:
+           batch_docs: int = 1024, fresh: bool = False, log: Callable[[str], None] = lambda m: None,
+           progress: bool = False) -> ExportResult:
     """Export the kept documents of the run in ``run_dir`` (a path, or the URI of a run folder in
     object storage) to the local folder ``output`` in ``format``.
 
     ``columns``: document columns to write (any column of ``docs/``, plus ``input_ids``, the
     tokens); default per format (megatron writes tokens only). ``splits``/``sources``: a subset
     (default all). ``docs_per_file`` bounds hf and jsonl files, ``mds_size_limit`` MDS shards.
+    ``progress``: a bar per source and split on a terminal (else a line each when it is done).
     """
     if format not in FORMATS:
         raise ExportError(f"--format: {format!r} is not allowed; choose one of {', '.join(FORMATS)}")
@@ -62,7 +64,8 @@ def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequen
     bad = [s for s in source_list if s not in docs.sources]
     if bad:
         raise ExportError(f"--source: {', '.join(bad)} not in the run (sources: {', '.join(docs.sources)})")
-    return run_export(docs, fmt, Path(output), cols, split_list, source_list, fresh=fresh, log=log)
+    return run_export(docs, fmt, Path(output), cols, split_list, source_list, fresh=fresh, log=log,
+                      progress=progress)
 
 
 def _make_format(name: str, docs_per_file: int, hf_file_format: str, mds_size_limit: int) -> Format:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from datapipe.atomic import TMP_MARK, sweep_temp_files, temp_path_for, write_text_atomic
+from datapipe.engine.progress import PhaseProgress
 from datapipe.export.documents import SPLITS, ExportError, RunDocuments
 from datapipe.shard_format import file_sha256
 
@@ -132,7 +133,10 @@ class _Manifest:
 
 
 def run_export(docs: RunDocuments, fmt: Format, output: Path, columns: list[str], splits: list[str],
-               sources: list[str], fresh: bool = False, log: Callable[[str], None] = lambda m: None) -> ExportResult:
+               sources: list[str], fresh: bool = False, log: Callable[[str], None] = lambda m: None,
+               progress: bool = False) -> ExportResult:
+    """``progress``: a bar per stream (documents files read of its source's), drawn on a terminal;
+    elsewhere one line per stream when it is done."""
     out = output.resolve()
     _check_outside(out, docs.root)
     if fresh and (out / MANIFEST).is_file():
@@ -151,8 +155,12 @@ def run_export(docs: RunDocuments, fmt: Format, output: Path, columns: list[str]
             done = manifest.done_parts(out, stream)
             if stream in manifest.streams:
                 result.parts_skipped += len(done)
-            else:
+            elif not progress:
                 _export_stream(docs, fmt, out, source, split, schema, manifest, done, result, log)
+            else:
+                with PhaseProgress(f"export {stream}", len(docs.doc_files(source)), 0, "files") as bar:
+                    _export_stream(docs, fmt, out, source, split, schema, manifest, done, result, log,
+                                   on_file=bar.advance)
             info = manifest.streams.get(stream)
             if info is not None:
                 result.streams[stream] = info
@@ -173,7 +181,7 @@ def run_export(docs: RunDocuments, fmt: Format, output: Path, columns: list[str]
 
 def _export_stream(docs: RunDocuments, fmt: Format, out: Path, source: str, split: str, schema: pa.Schema,
                    manifest: _Manifest, done: list[dict[str, Any]], result: ExportResult,
-                   log: Callable[[str], None]) -> None:
+                   log: Callable[[str], None], on_file: Callable[[int], None] | None = None) -> None:
     stream = f"{source}/{split}"
     skip = sum(p["docs"] for p in done)
     result.parts_skipped += len(done)
@@ -198,7 +206,7 @@ def _export_stream(docs: RunDocuments, fmt: Format, out: Path, source: str, spli
         writer, n_docs, n_tokens = None, 0, 0
 
     try:
-        for table in _skip(docs.batches(source, split, schema.names), skip):
+        for table in _skip(docs.batches(source, split, schema.names, on_file), skip):
             while table.num_rows:
                 if writer is None:
                     writer = fmt.open_part(out, source, split, part_no, schema, docs)

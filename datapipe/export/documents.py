@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,11 +131,13 @@ class RunDocuments:
         return out
 
     # --- streaming ------------------------------------------------------------------
-    def batches(self, source: str, split: str, columns: list[str]) -> Iterator[pa.Table]:
+    def batches(self, source: str, split: str, columns: list[str],
+                on_file: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
         """The kept documents of one source and split, in run order, as tables of ``columns``.
 
         ``input_ids`` (if asked) holds each document's tokens, EOS included, as the
-        packed shards hold them.
+        packed shards hold them. ``on_file(n)``: called after each file of ``docs/`` is read,
+        with the number of its documents in ``split`` (for progress).
         """
         want_tokens = TOKENS in columns
         schema = self.schema_of(columns)
@@ -149,7 +151,7 @@ class RunDocuments:
             pf = pq.ParquetFile(path)
             present = [c for c in read_cols if c in pf.schema_arrow.names]
             token_table = self._token_table(source, path) if want_tokens and recovered is None else None
-            cursor = 0
+            cursor = in_split = 0
             for rb in pf.iter_batches(batch_size=self.batch_docs, columns=present):
                 table = pa.Table.from_batches([rb])
                 n = table.num_rows
@@ -169,8 +171,11 @@ class RunDocuments:
                     else:
                         part = part.append_column(TOKENS, _take_docs(recovered, part.num_rows, self.token_type()))
                 cursor += n
+                in_split += part.num_rows
                 if part.num_rows:
                     yield _select(part, schema)
+            if on_file is not None:
+                on_file(in_split)
         if recovered is not None and next(recovered, None) is not None:
             raise ExportError(f"RUN: the shards of {source}/{split} hold more documents than docs/ does")
 
