@@ -392,7 +392,8 @@ def report(run_dir: Path, html_file: Path) -> None:
               help="megatron: .bin/.idx per source and split; hf: Arrow stream (or Parquet) files for `datasets`; "
                    "mds: MosaicML streaming shards; jsonl: one JSON object per document.")
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
-              help="Local export folder (new, empty, or an earlier export with the same options, which is resumed).")
+              help="Export folder, a path or s3:// gs:// hdfs:// URI (new, empty, or an earlier export with the "
+                   "same options, which is resumed).")
 @click.option("--columns", metavar="COL,...",
               help="Document columns to write (any column of docs/, plus input_ids: the tokens). "
                    "Default: hf, mds id,text,input_ids; jsonl id,text; megatron tokens only.")
@@ -411,7 +412,8 @@ def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits:
     """Export RUN_DIR's kept documents for a trainer: Megatron, Hugging Face, MosaicML or JSONL.
 
     RUN_DIR is a run folder: a path, or an s3:// gs:// hdfs:// URI, whose kept documents, token
-    lists and shards are then downloaded to its local mirror first. OUTPUT is a local folder.
+    lists and shards are then downloaded to its local mirror first. OUTPUT in object storage is
+    written through a local staging folder, one file at a time, and resumes from the store.
 
     \b
     Streams batch by batch; a killed export resumes when the same command runs again (the
@@ -420,13 +422,14 @@ def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits:
     OUTPUT/data_path.<split>.txt: the weighted --data-path string for the run's mixture.
     """
     from datapipe.export import ExportError, export
+    from datapipe.storage import StorageError
 
     try:
         result = export(run_dir, fmt, output, columns=[c.strip() for c in columns.split(",") if c.strip()]
                         if columns else None, splits=list(splits) or None, sources=list(sources) or None,
                         docs_per_file=docs_per_file, hf_file_format=hf_file_format, mds_size_limit=mds_size_limit,
                         fresh=fresh, log=lambda m: click.echo(m, err=True), progress=not no_progress)
-    except ExportError as exc:
+    except (ExportError, StorageError) as exc:
         _fail(str(exc))
     for stream, info in result.streams.items():
         click.echo(f"{stream}: {info['docs']} documents, {info['tokens']} tokens, {info['parts']} file(s)")

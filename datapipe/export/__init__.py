@@ -6,7 +6,8 @@
 
 Each export streams the kept documents batch by batch (``datapipe.export.documents``), writes
 every file under a temporary name and renames it, resumes after a kill from its manifest in the
-output folder, and records what it wrote in ``<run>/exports/<format>.json`` (``core``).
+output folder, and records what it wrote in ``<run>/exports/<format>.json`` (``core``). The run
+folder and the output folder may each be in object storage (``documents``, ``target``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from datapipe.export.hf import FILE_FORMATS, HfFormat
 from datapipe.export.jsonl import JsonlFormat
 from datapipe.export.mds import SIZE_LIMIT, MdsFormat
 from datapipe.export.megatron import MegatronFormat
-from datapipe.storage import is_uri
 
 FORMATS = ("megatron", "hf", "mds", "jsonl")
 
@@ -32,8 +32,8 @@ def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequen
            docs_per_file: int = 100_000, hf_file_format: str = "arrow", mds_size_limit: int = SIZE_LIMIT,
            batch_docs: int = 1024, fresh: bool = False, log: Callable[[str], None] = lambda m: None,
            progress: bool = False) -> ExportResult:
-    """Export the kept documents of the run in ``run_dir`` (a path, or the URI of a run folder in
-    object storage) to the local folder ``output`` in ``format``.
+    """Export the kept documents of the run in ``run_dir`` to ``output`` in ``format``. Either may be
+    a local path or the URI of a folder in object storage (``datapipe.export.target``).
 
     ``columns``: document columns to write (any column of ``docs/``, plus ``input_ids``, the
     tokens); default per format (megatron writes tokens only). ``splits``/``sources``: a subset
@@ -42,9 +42,6 @@ def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequen
     """
     if format not in FORMATS:
         raise ExportError(f"--format: {format!r} is not allowed; choose one of {', '.join(FORMATS)}")
-    if is_uri(output):
-        raise ExportError(f"--output: {output} is in object storage; an export is written to a local folder "
-                          "(its resume manifest and temporary files live there): copy it to the store afterwards")
     docs = RunDocuments(run_dir, batch_docs=batch_docs)
     fmt = _make_format(format, docs_per_file, hf_file_format, mds_size_limit)
     cols = list(columns) if columns else list(fmt.default_columns)
@@ -64,7 +61,7 @@ def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequen
     bad = [s for s in source_list if s not in docs.sources]
     if bad:
         raise ExportError(f"--source: {', '.join(bad)} not in the run (sources: {', '.join(docs.sources)})")
-    return run_export(docs, fmt, Path(output), cols, split_list, source_list, fresh=fresh, log=log,
+    return run_export(docs, fmt, output, cols, split_list, source_list, fresh=fresh, log=log,
                       progress=progress)
 
 

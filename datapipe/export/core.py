@@ -24,6 +24,7 @@ import pyarrow as pa
 from datapipe.atomic import TMP_MARK, sweep_temp_files, temp_path_for, write_text_atomic
 from datapipe.engine.progress import PhaseProgress
 from datapipe.export.documents import SPLITS, ExportError, RunDocuments
+from datapipe.export.target import ExportTarget
 from datapipe.shard_format import file_sha256
 
 MANIFEST = "export-manifest.json"
@@ -72,7 +73,7 @@ class Format(Protocol):
 @dataclass
 class ExportResult:
     run_dir: Path
-    output: Path
+    output: Path | str  # a local folder, or the URI of a folder in object storage
     format: str
     columns: list[str]
     streams: dict[str, dict[str, int]] = field(default_factory=dict)  # "source/split" -> docs, tokens, files
@@ -93,7 +94,7 @@ class ExportResult:
 class _Manifest:
     """``DIR/export-manifest.json``: what this export is, and every part already written."""
 
-    def __init__(self, out: Path, identity: dict[str, Any]) -> None:
+    def __init__(self, out: Path, identity: dict[str, Any], check_empty: bool = True) -> None:
         self.path = out / MANIFEST
         self.identity = identity
         self.parts: list[dict[str, Any]] = []
@@ -109,7 +110,7 @@ class _Manifest:
             self.parts = data.get("parts", [])
             self.streams = data.get("streams", {})
             self.finished = data.get("finished", {})
-        elif out.is_dir() and any(p for p in out.iterdir() if TMP_MARK not in p.name):
+        elif check_empty and out.is_dir() and any(p for p in out.iterdir() if TMP_MARK not in p.name):
             raise ExportError(f"--output: {out} is not empty and holds no {MANIFEST}; refusing to write "
                               f"there (choose an empty or new folder)")
 
@@ -117,13 +118,12 @@ class _Manifest:
         data = {"identity": self.identity, "parts": self.parts, "streams": self.streams, "finished": self.finished}
         write_text_atomic(self.path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
-    def done_parts(self, out: Path, stream: str) -> list[dict[str, Any]]:
+    def done_parts(self, target: ExportTarget, stream: str) -> list[dict[str, Any]]:
         """The recorded parts of ``stream`` whose files are all present with their recorded sizes."""
         parts = sorted((p for p in self.parts if p["stream"] == stream), key=lambda p: p["part"])
         good = []
         for k, p in enumerate(parts):
-            if p["part"] != k or not all((out / f).is_file() and (out / f).stat().st_size == info["bytes"]
-                                         for f, info in p["files"].items()):
+            if p["part"] != k or not all(target.present(f, info["bytes"]) for f, info in p["files"].items()):
                 break
             good.append(p)
         if len(good) != len(parts):  # a damaged tail: forget it and rewrite from there
@@ -132,34 +132,42 @@ class _Manifest:
         return good
 
 
-def run_export(docs: RunDocuments, fmt: Format, output: Path, columns: list[str], splits: list[str],
+def run_export(docs: RunDocuments, fmt: Format, output: str | Path, columns: list[str], splits: list[str],
                sources: list[str], fresh: bool = False, log: Callable[[str], None] = lambda m: None,
                progress: bool = False) -> ExportResult:
-    """``progress``: a bar per stream (documents files read of its source's), drawn on a terminal;
+    """Export into ``output``, a local folder or an object-store URI (``target``).
+
+    ``progress``: a bar per stream (documents files read of its source's), drawn on a terminal;
     elsewhere one line per stream when it is done."""
-    out = output.resolve()
-    _check_outside(out, docs.root)
+    target = ExportTarget(output, MANIFEST)
+    if target.inside(docs.location):
+        raise ExportError(f"--output: {target.name} is inside the run folder; exports go to their own folder")
+    out = target.out
+    target.pull()
     if fresh and (out / MANIFEST).is_file():
-        _wipe(out)
+        _wipe(out, target)
     out.mkdir(parents=True, exist_ok=True)
     identity = {"format": fmt.name, "run": docs.location, "run_fingerprint": docs.run.get("fingerprint"),
                 "run_finished": docs.run.get("finished"), "columns": columns, "splits": splits, "sources": sources,
                 "options": fmt.options()}
-    manifest = _Manifest(out, identity)
+    manifest = _Manifest(out, identity, check_empty=not target.remote)
+    if target.remote and not manifest.path.is_file():
+        manifest.save()  # on the store before any part: the folder is this export's from now on
+        target.commit_manifest()
     sweep_temp_files(out)  # temporary files of a killed export
     schema = docs.schema_of(columns)
-    result = ExportResult(docs.root, out, fmt.name, columns)
+    result = ExportResult(docs.root, target.name if target.remote else out, fmt.name, columns)
     for source in sources:
         for split in splits:
             stream = f"{source}/{split}"
-            done = manifest.done_parts(out, stream)
+            done = manifest.done_parts(target, stream)
             if stream in manifest.streams:
                 result.parts_skipped += len(done)
             elif not progress:
-                _export_stream(docs, fmt, out, source, split, schema, manifest, done, result, log)
+                _export_stream(docs, fmt, target, source, split, schema, manifest, done, result, log)
             else:
                 with PhaseProgress(f"export {stream}", len(docs.doc_files(source)), 0, "files") as bar:
-                    _export_stream(docs, fmt, out, source, split, schema, manifest, done, result, log,
+                    _export_stream(docs, fmt, target, source, split, schema, manifest, done, result, log,
                                    on_file=bar.advance)
             info = manifest.streams.get(stream)
             if info is not None:
@@ -173,15 +181,18 @@ def run_export(docs: RunDocuments, fmt: Format, output: Path, columns: list[str]
     _rename_all(out, described)
     for rel in described:
         result.files[rel] = _file_info(out / rel)
+    target.commit(described)
     manifest.finished.update({rel: result.files[rel] for rel in described})
     manifest.save()
+    target.commit_manifest()
     _record_in_run(docs, result)
     return result
 
 
-def _export_stream(docs: RunDocuments, fmt: Format, out: Path, source: str, split: str, schema: pa.Schema,
-                   manifest: _Manifest, done: list[dict[str, Any]], result: ExportResult,
+def _export_stream(docs: RunDocuments, fmt: Format, target: ExportTarget, source: str, split: str,
+                   schema: pa.Schema, manifest: _Manifest, done: list[dict[str, Any]], result: ExportResult,
                    log: Callable[[str], None], on_file: Callable[[int], None] | None = None) -> None:
+    out = target.out
     stream = f"{source}/{split}"
     skip = sum(p["docs"] for p in done)
     result.parts_skipped += len(done)
@@ -196,9 +207,11 @@ def _export_stream(docs: RunDocuments, fmt: Format, out: Path, source: str, spli
         temps = writer.temp_files
         _rename_all(out, temps)
         files = {rel: _file_info(out / rel) for rel in temps}
+        target.commit(files)  # on the store before the manifest that names them
         manifest.parts.append({"stream": stream, "part": part_no, "first_doc": first_doc, "docs": n_docs,
                                "tokens": n_tokens, "files": files, **extra})
         manifest.save()
+        target.commit_manifest()
         result.parts_written += 1
         log(f"export: {', '.join(files)} ({n_docs} documents)")
         _fault_point("export", result.parts_written)
@@ -230,9 +243,11 @@ def _export_stream(docs: RunDocuments, fmt: Format, out: Path, source: str, spli
     _rename_all(out, described)
     for rel in described:
         manifest.finished[rel] = _file_info(out / rel)
+    target.commit(described)
     manifest.streams[stream] = {"docs": sum(p["docs"] for p in parts), "tokens": sum(p["tokens"] for p in parts),
                                 "parts": len(parts)}
     manifest.save()
+    target.commit_manifest()
 
 
 def _skip(batches: Iterator[pa.Table], n: int) -> Iterator[pa.Table]:
@@ -275,15 +290,11 @@ def _file_info(path: Path) -> dict[str, Any]:
     return {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
 
 
-def _check_outside(out: Path, run: Path) -> None:
-    if out == run or run in out.parents:
-        raise ExportError(f"--output: {out} is inside the run folder; exports go to their own folder")
-
-
-def _wipe(out: Path) -> None:
+def _wipe(out: Path, target: ExportTarget) -> None:
     """--fresh: remove what a previous export recorded (and only that)."""
     data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     recorded = [f for p in data.get("parts", []) for f in p["files"]] + list(data.get("finished", {}))
+    target.delete(recorded)
     for f in recorded:
         (out / f).unlink(missing_ok=True)
     (out / MANIFEST).unlink()

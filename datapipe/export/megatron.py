@@ -124,7 +124,7 @@ class MegatronFormat:
                        if s.endswith(f"/{split}") and info["docs"] > 0}
             if not present:
                 continue
-            data_paths[split] = data_path_string(out, split, present, weights)
+            data_paths[split] = data_path_string(result.output, split, present, weights)  # a URI on a store
             rel = f"data_path.{split}.txt"
             temps[rel] = temp_for(out, rel)
             temps[rel].write_text(data_paths[split] + "\n", encoding="utf-8")
@@ -133,10 +133,12 @@ class MegatronFormat:
         return temps
 
 
-def data_path_string(out: Path, split: str, streams: dict[str, dict[str, int]], weights: dict[str, float]) -> str:
+def data_path_string(out: Path | str, split: str, streams: dict[str, dict[str, int]],
+                     weights: dict[str, float]) -> str:
     """``W1 PREFIX1 W2 PREFIX2 ...`` for Megatron's ``--data-path`` (weights normalized over the sources
     present; Megatron normalizes them again)."""
     raw = {s: float(weights.get(s, 0.0)) for s in streams} if weights else \
         {s: float(info["tokens"]) for s, info in streams.items()}
     total = sum(raw.values()) or 1.0
-    return " ".join(f"{raw[s] / total:.6g} {out / prefix(s, split)}" for s in sorted(streams) if raw[s] > 0)
+    root = str(out).rstrip("/")
+    return " ".join(f"{raw[s] / total:.6g} {root}/{prefix(s, split)}" for s in sorted(streams) if raw[s] > 0)
