@@ -284,6 +284,10 @@ def test_export_to_s3_resumes_from_the_store_alone(s3, runs, tmp_path: Path, fmt
             here = indexed.IndexedDataset(remote.replace(f"s3://{BUCKET}/{prefix}", str(want_dir)))
             assert len(on_s3) == len(here) > 0
             assert all(np.array_equal(on_s3[i], here[i]) for i in range(len(here)))
+    inputs = _objects(s3, "data")
+    occupied = datapipe("export", str(local.root), "--format", fmt, "-o", f"s3://{BUCKET}/data")
+    assert occupied.returncode == 2 and "is not empty and holds no export-manifest.json" in occupied.stderr
+    assert _objects(s3, "data") == inputs  # someone else's folder: nothing written there
     nobucket = datapipe("export", str(local.root), "--format", fmt, "-o", "s3://no-such-bucket/x")
     assert nobucket.returncode == 2 and "does not exist" in nobucket.stderr and "Traceback" not in nobucket.stderr
 

@@ -58,15 +58,15 @@ class ExportTarget:
         a store folder with other objects and no manifest, as a local export refuses such a folder."""
         if self.uri is None:
             return
-        shutil.rmtree(self.out, ignore_errors=True)  # the store is the record; staging is a cache
-        self.out.mkdir(parents=True)
         listed = {f.uri[len(self.uri) + 1:]: f.size for f in storage.list_files(self.uri)}
-        self._sizes = listed
-        if self.manifest_name in listed:
-            storage.download(storage.child(self.uri, self.manifest_name), self.out / self.manifest_name)
-        elif listed:
+        if listed and self.manifest_name not in listed:
             raise ExportError(f"--output: {self.uri} is not empty and holds no {self.manifest_name}; refusing to "
                               f"write there (choose an empty or new folder)")
+        self._sizes = listed
+        shutil.rmtree(self.out, ignore_errors=True)  # the store is the record; staging is a cache
+        self.out.mkdir(parents=True)
+        if self.manifest_name in listed:
+            storage.download(storage.child(self.uri, self.manifest_name), self.out / self.manifest_name)
 
     def present(self, rel: str, size: int) -> bool:
         """A file an earlier attempt recorded is whole where it should be."""
