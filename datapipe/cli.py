@@ -411,9 +411,9 @@ def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits:
                fresh: bool, no_progress: bool) -> None:
     """Export RUN_DIR's kept documents for a trainer: Megatron, Hugging Face, MosaicML or JSONL.
 
-    RUN_DIR is a run folder: a path, or an s3:// gs:// hdfs:// URI, whose kept documents, token
-    lists and shards are then downloaded to its local mirror first. OUTPUT in object storage is
-    written through a local staging folder, one file at a time, and resumes from the store.
+    RUN_DIR is a run folder: a path, or an s3:// gs:// hdfs:// URI, whose documents and token
+    lists are then read in place from the store. OUTPUT in object storage is written through a
+    local staging folder, one file at a time, and resumes from the store.
 
     \b
     Streams batch by batch; a killed export resumes when the same command runs again (the

@@ -217,13 +217,28 @@ def test_export_reads_the_run_folder_on_s3(s3, runs, tmp_path: Path) -> None:
         want = datapipe("export", str(local.root), "--format", fmt, *opts, "--output", str(tmp_path / f"local-{fmt}"))
         assert want.returncode == 0, want.stderr
         assert files(out) == files(tmp_path / f"local-{fmt}") and files(out)
-    mirrored = [p.relative_to(tmp_path).parts for p in (tmp_path / "cache-jsonl").rglob("*") if p.is_file()]
-    assert any("docs" in parts for parts in mirrored)  # kept documents are fetched, rejected ones are not
-    assert not any("rejected" in parts for parts in mirrored)
+    # Documents and token lists were streamed from the store: the mirror holds the run's own small
+    # files and the one shard read for the tokenizer's facts.
+    mirrored = sorted(p.as_posix().split("/runs/full/", 1)[1] for p in (tmp_path / "cache-jsonl").rglob("*")
+                      if p.is_file())
+    assert [m for m in mirrored if not m.startswith("shards/")] == ["exports/jsonl.json", "run.json", "stats.duckdb"]
+    assert len([m for m in mirrored if m.endswith(".arrow")]) == 1, mirrored
     record = json.loads(s3.get_object(Bucket=BUCKET, Key="runs/full/exports/jsonl.json")["Body"].read())
     assert record["output"] == str(tmp_path / "from-s3-jsonl") and record["documents"] == local.run["counts"]["kept"]
     missing = datapipe("export", f"s3://{BUCKET}/runs/never", "--format", "jsonl", "--output", str(tmp_path / "m"))
     assert missing.returncode == 2 and "no run.json there" in missing.stderr and "Traceback" not in missing.stderr
+    # The same run with _work/ deleted from the store (markers and token lists): documents come from
+    # docs/ as listed, tokens are cut back out of the packed shards.
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="runs/full/"):
+        for obj in page.get("Contents", []):
+            if not obj["Key"].startswith("runs/full/_work/"):
+                s3.copy_object(Bucket=BUCKET, Key=obj["Key"].replace("runs/full/", "runs/no-work/", 1),
+                               CopySource={"Bucket": BUCKET, "Key": obj["Key"]})
+    out = tmp_path / "no-work"
+    got = datapipe("export", f"s3://{BUCKET}/runs/no-work", "--format", "jsonl", "--columns", "id,text,input_ids",
+                   "--output", str(out), env={"DATAPIPE_CACHE_DIR": str(tmp_path / "cache-no-work")})
+    assert got.returncode == 0, got.stderr
+    assert files(out) == files(tmp_path / "local-jsonl")
 
 
 def _objects(client, prefix: str) -> dict[str, bytes]:

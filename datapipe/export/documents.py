@@ -11,10 +11,12 @@ Exports read two things the run already holds, in the same order:
 
 Neither path holds more than one batch of documents (plus one shard's memory map) at a time.
 
-A run folder in object storage (``s3://bucket/run``) is read through its local mirror, as the
-run itself was written: run.json, the shard manifest and the files its task markers name under
-``docs/``, ``_work/tokens/`` and ``shards/`` are downloaded first (again only when their size
-changed); rejected documents are not.
+A run folder in object storage (``s3://bucket/run``) is read in place, as the audit commands
+read it: run.json and the shard manifest are fetched to its local mirror; the documents and
+token lists listed under ``docs/`` and ``_work/tokens/`` are streamed from the store: Parquet by
+row groups, a token list whole (one task's output), so the local disk holds none of them. Only
+packed shards are downloaded: one to read the tokenizer facts and, when ``_work/tokens`` was
+deleted, those of the streams being cut back into documents.
 """
 
 from __future__ import annotations
@@ -67,11 +69,17 @@ class RunDocuments:
         if self.run.get("status") != "complete":
             raise ExportError(f"RUN: the run in {self.location} is not complete (status "
                               f"{self.run.get('status')!r}); finish it with `datapipe run` first")
-        if remote:
-            self.folder.pull(full=True, files=("docs/", "_work/tokens/", "shards/"))
+        # A remote run's documents and token lists (paths relative to the run folder), as listed on
+        # the store; None for a local run. A complete run holds no file of a killed attempt: each
+        # attempt's first act is deleting what no marker names, and a retried task rewrites its files.
+        self._remote_files: set[str] | None = self._listed(("docs", "_work/tokens")) if remote else None
         self.batch_docs = batch_docs
-        self.sources = sorted(p.name for p in self.folder.docs_dir.iterdir() if p.is_dir()) \
-            if self.folder.docs_dir.is_dir() else []
+        if self._remote_files is not None:
+            self.sources = sorted({rel.split("/")[1] for rel in self._remote_files
+                                   if rel.startswith("docs/") and rel.endswith(".parquet")})
+        else:
+            self.sources = sorted(p.name for p in self.folder.docs_dir.iterdir() if p.is_dir()) \
+                if self.folder.docs_dir.is_dir() else []
         self._manifest = self._read_manifest()
         self.tokens = self._token_info()
 
@@ -83,11 +91,27 @@ class RunDocuments:
     def _token_info(self) -> TokenInfo | None:
         if self._manifest is None or self._manifest.num_rows == 0:
             return None
-        _, meta = open_shard(self.root / self._manifest["path"][0].as_py())
+        _, meta = open_shard(self._shard(self._manifest["path"][0].as_py()))
         return TokenInfo(meta.dtype, meta.vocab_size, meta.eos_id, meta.packing, meta.tokenizer_fingerprint)
+
+    def _listed(self, folders: tuple[str, ...]) -> set[str]:
+        base = storage.child(self.location, "")
+        return {f.uri[len(base):] for folder in folders for f in storage.list_files(storage.child(self.location, folder))}
+
+    def _shard(self, rel: str) -> Path:
+        """A packed shard's local path; a remote run's shard is downloaded to its mirror first."""
+        if self._remote_files is None:
+            return self.root / rel
+        found = storage.info(storage.child(self.location, rel))
+        if found is None:
+            raise ExportError(f"RUN: {self.location}/{rel} is in the shard manifest but not in the store")
+        return storage.fetch(found)
 
     def doc_files(self, source: str) -> list[Path]:
         # Shard keys are <source>/<NNNNN>: name order is the run's order, which packing followed.
+        if self._remote_files is not None:  # mirror paths, read in place (storage.parquet_source)
+            return sorted(self.root / rel for rel in self._remote_files
+                          if rel.startswith(f"docs/{source}/") and rel.endswith(".parquet"))
         return sorted((self.folder.docs_dir / source).glob("*.parquet"))
 
     def columns(self) -> list[str]:
@@ -95,7 +119,7 @@ class RunDocuments:
         names: dict[str, None] = {}
         for source in self.sources:
             for f in self.doc_files(source)[:1]:
-                names.update(dict.fromkeys(pq.read_schema(f).names))
+                names.update(dict.fromkeys(_schema(f).names))
         if self.tokens is not None:
             names[TOKENS] = None
         return list(names)
@@ -108,7 +132,7 @@ class RunDocuments:
                 fields.append(pa.field(TOKENS, pa.list_(self.token_type())))
                 continue
             for source in self.sources:
-                hit = next((s.field(name) for f in self.doc_files(source) if name in (s := pq.read_schema(f)).names),
+                hit = next((s.field(name) for f in self.doc_files(source) if name in (s := _schema(f)).names),
                            None)
                 if hit is not None:
                     fields.append(pa.field(name, hit.type))
@@ -148,7 +172,7 @@ class RunDocuments:
         recovered = self._recovered_tokens(source, split) if want_tokens and not self._have_token_lists(source) \
             else None
         for path in self.doc_files(source):
-            pf = pq.ParquetFile(path)
+            pf = pq.ParquetFile(storage.parquet_source(path))
             present = [c for c in read_cols if c in pf.schema_arrow.names]
             token_table = self._token_table(source, path) if want_tokens and recovered is None else None
             cursor = in_split = 0
@@ -180,10 +204,20 @@ class RunDocuments:
             raise ExportError(f"RUN: the shards of {source}/{split} hold more documents than docs/ does")
 
     def _have_token_lists(self, source: str) -> bool:
+        if self._remote_files is not None:
+            return all(self._token_rel(source, f) in self._remote_files for f in self.doc_files(source))
         return all(self.folder.tokens_file(f"{source}/{f.stem}").is_file()
                    for f in self.doc_files(source))
 
+    def _token_rel(self, source: str, doc_file: Path) -> str:
+        return (self.folder.tokens_dir / source / f"{doc_file.stem}.arrow").relative_to(self.root).as_posix()
+
     def _token_table(self, source: str, doc_file: Path) -> pa.Table:
+        if self._remote_files is not None:  # one task's token lists, read whole from the store
+            body = storage.read_bytes(storage.child(self.location, self._token_rel(source, doc_file)))
+            if body is None:
+                raise ExportError(f"RUN: the token lists of {doc_file.name} are gone from {self.location}")
+            return pa.ipc.open_file(pa.BufferReader(body)).read_all()
         path = self.folder.tokens_file(f"{source}/{doc_file.stem}")
         return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()  # zero-copy: pages load as read
 
@@ -194,7 +228,7 @@ class RunDocuments:
             raise ExportError(f"RUN: _work/tokens is gone and the shards were packed with {self.tokens.packing!r}, "
                               f"which reorders documents; only 'concat' shards can be cut back into run order")
         paths = sorted(r["path"] for r in self._manifest.to_pylist() if r["source"] == source and r["split"] == split)
-        return _cut_documents(self.root, paths)
+        return _cut_documents(self._shard(rel) for rel in paths)
 
 
 def _mirror(uri: str) -> Path:
@@ -205,10 +239,14 @@ def _mirror(uri: str) -> Path:
         raise ExportError(f"RUN: {exc}") from None
 
 
-def _cut_documents(root: Path, paths: list[str]) -> Iterator[np.ndarray]:
+def _schema(path: Path) -> pa.Schema:
+    return pq.read_schema(storage.parquet_source(path))
+
+
+def _cut_documents(shards: Iterator[Path]) -> Iterator[np.ndarray]:
     carry: list[np.ndarray] = []  # the document that runs over the end of the rows read so far
-    for rel in paths:
-        table, _ = open_shard(root / rel)
+    for path in shards:
+        table, _ = open_shard(path)
         rows = tokens_view(table)
         n_tokens = table["n_tokens"].to_numpy()
         starts = table["doc_starts"].to_pylist()
