@@ -11,12 +11,12 @@ Exports read two things the run already holds, in the same order:
 
 Neither path holds more than one batch of documents (plus one shard's memory map) at a time.
 
-A run folder in object storage (``s3://bucket/run``) is read in place, as the audit commands
-read it: run.json and the shard manifest are fetched to its local mirror; the documents and
-token lists listed under ``docs/`` and ``_work/tokens/`` are streamed from the store: Parquet by
-row groups, a token list whole (one task's output), so the local disk holds none of them. Only
-packed shards are downloaded: one to read the tokenizer facts and, when ``_work/tokens`` was
-deleted, those of the streams being cut back into documents.
+A run folder in object storage (``s3://bucket/run``) is read in place: run.json and the shard
+manifest are fetched to its local mirror; the documents and token lists listed under ``docs/``
+and ``_work/tokens/`` are streamed from the store: Parquet by row groups, a token list whole
+(one task's output), so the local disk holds none of them. Only packed shards are downloaded:
+one to read the tokenizer facts and, when ``_work/tokens`` was deleted, those of the streams
+being cut back into documents.
 """
 
 from __future__ import annotations
@@ -232,11 +232,19 @@ class RunDocuments:
 
 
 def _mirror(uri: str) -> Path:
-    """The local mirror of the run folder at ``uri``, with its run.json and manifest fetched."""
+    """The local mirror of the run folder at ``uri``, with its run.json and shard manifest fetched
+    (not stats.duckdb, which ``datapipe sql`` fetches: its documents table grows with the corpus)."""
     try:
-        return storage.local_run_dir(uri)
+        storage.check_bucket(uri)
+        if storage.info(storage.child(uri, "run.json")) is None:
+            raise ExportError(f"RUN: {uri}: no run.json there; is it the run folder of a finished `datapipe run`?")
+        for rel in ("run.json", "shards/manifest.parquet"):
+            found = storage.info(storage.child(uri, rel))
+            if found is not None:
+                storage.fetch(found)
     except storage.StorageError as exc:
         raise ExportError(f"RUN: {exc}") from None
+    return storage.mirror_of(uri)
 
 
 def _schema(path: Path) -> pa.Schema:
