@@ -10,6 +10,7 @@ When everything is written, ``<run>/exports/<format>.json`` records paths, count
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -94,8 +95,9 @@ class ExportResult:
 class _Manifest:
     """``DIR/export-manifest.json``: what this export is, and every part already written."""
 
-    def __init__(self, out: Path, identity: dict[str, Any], check_empty: bool = True) -> None:
-        self.path = out / MANIFEST
+    def __init__(self, target: ExportTarget, identity: dict[str, Any]) -> None:
+        out = target.out
+        self.path, self.target = out / MANIFEST, target
         self.identity = identity
         self.parts: list[dict[str, Any]] = []
         self.streams: dict[str, dict[str, Any]] = {}
@@ -110,20 +112,22 @@ class _Manifest:
             self.parts = data.get("parts", [])
             self.streams = data.get("streams", {})
             self.finished = data.get("finished", {})
-        elif check_empty and out.is_dir() and any(p for p in out.iterdir() if TMP_MARK not in p.name):
+        elif not target.remote and out.is_dir() and any(p for p in out.iterdir() if TMP_MARK not in p.name):
             raise ExportError(f"--output: {out} is not empty and holds no {MANIFEST}; refusing to write "
                               f"there (choose an empty or new folder)")
 
     def save(self) -> None:
+        """Write the manifest; on a store, upload it (after the files it names: the commit point)."""
         data = {"identity": self.identity, "parts": self.parts, "streams": self.streams, "finished": self.finished}
         write_text_atomic(self.path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        self.target.commit_manifest()
 
-    def done_parts(self, target: ExportTarget, stream: str) -> list[dict[str, Any]]:
+    def done_parts(self, stream: str) -> list[dict[str, Any]]:
         """The recorded parts of ``stream`` whose files are all present with their recorded sizes."""
         parts = sorted((p for p in self.parts if p["stream"] == stream), key=lambda p: p["part"])
         good = []
         for k, p in enumerate(parts):
-            if p["part"] != k or not all(target.present(f, info["bytes"]) for f, info in p["files"].items()):
+            if p["part"] != k or not all(self.target.present(f, info["bytes"]) for f, info in p["files"].items()):
                 break
             good.append(p)
         if len(good) != len(parts):  # a damaged tail: forget it and rewrite from there
@@ -150,25 +154,23 @@ def run_export(docs: RunDocuments, fmt: Format, output: str | Path, columns: lis
     identity = {"format": fmt.name, "run": docs.location, "run_fingerprint": docs.run.get("fingerprint"),
                 "run_finished": docs.run.get("finished"), "columns": columns, "splits": splits, "sources": sources,
                 "options": fmt.options()}
-    manifest = _Manifest(out, identity, check_empty=not target.remote)
+    manifest = _Manifest(target, identity)
     if target.remote and not manifest.path.is_file():
         manifest.save()  # on the store before any part: the folder is this export's from now on
-        target.commit_manifest()
     sweep_temp_files(out)  # temporary files of a killed export
     schema = docs.schema_of(columns)
     result = ExportResult(docs.root, target.name if target.remote else out, fmt.name, columns)
     for source in sources:
         for split in splits:
             stream = f"{source}/{split}"
-            done = manifest.done_parts(target, stream)
+            done = manifest.done_parts(stream)
             if stream in manifest.streams:
                 result.parts_skipped += len(done)
-            elif not progress:
-                _export_stream(docs, fmt, target, source, split, schema, manifest, done, result, log)
             else:
-                with PhaseProgress(f"export {stream}", len(docs.doc_files(source)), 0, "files") as bar:
+                with (PhaseProgress(f"export {stream}", len(docs.doc_files(source)), 0, "files") if progress
+                      else contextlib.nullcontext()) as bar:
                     _export_stream(docs, fmt, target, source, split, schema, manifest, done, result, log,
-                                   on_file=bar.advance)
+                                   on_file=bar.advance if bar is not None else None)
             info = manifest.streams.get(stream)
             if info is not None:
                 result.streams[stream] = info
@@ -177,14 +179,10 @@ def run_export(docs: RunDocuments, fmt: Format, output: str | Path, columns: lis
             result.files[f] = {**info, "stream": p["stream"], "part": p["part"], "docs": p["docs"]}
     for f, info in manifest.finished.items():
         result.files[f] = info
-    described = fmt.finish(out, result, docs)
-    _rename_all(out, described)
-    for rel in described:
-        result.files[rel] = _file_info(out / rel)
-    target.commit(described)
-    manifest.finished.update({rel: result.files[rel] for rel in described})
+    described = _place(target, fmt.finish(out, result, docs))
+    result.files.update(described)
+    manifest.finished.update(described)
     manifest.save()
-    target.commit_manifest()
     _record_in_run(docs, result)
     return result
 
@@ -204,14 +202,10 @@ def _export_stream(docs: RunDocuments, fmt: Format, target: ExportTarget, source
         nonlocal writer, part_no, first_doc, n_docs, n_tokens
         assert writer is not None
         extra = writer.close()
-        temps = writer.temp_files
-        _rename_all(out, temps)
-        files = {rel: _file_info(out / rel) for rel in temps}
-        target.commit(files)  # on the store before the manifest that names them
+        files = _place(target, writer.temp_files)
         manifest.parts.append({"stream": stream, "part": part_no, "first_doc": first_doc, "docs": n_docs,
                                "tokens": n_tokens, "files": files, **extra})
         manifest.save()
-        target.commit_manifest()
         result.parts_written += 1
         log(f"export: {', '.join(files)} ({n_docs} documents)")
         _fault_point("export", result.parts_written)
@@ -239,15 +233,10 @@ def _export_stream(docs: RunDocuments, fmt: Format, target: ExportTarget, source
             writer.abort()
         raise
     parts = sorted((p for p in manifest.parts if p["stream"] == stream), key=lambda p: p["part"])
-    described = fmt.finish_stream(out, source, split, parts, schema)
-    _rename_all(out, described)
-    for rel in described:
-        manifest.finished[rel] = _file_info(out / rel)
-    target.commit(described)
+    manifest.finished.update(_place(target, fmt.finish_stream(out, source, split, parts, schema)))
     manifest.streams[stream] = {"docs": sum(p["docs"] for p in parts), "tokens": sum(p["tokens"] for p in parts),
                                 "parts": len(parts)}
     manifest.save()
-    target.commit_manifest()
 
 
 def _skip(batches: Iterator[pa.Table], n: int) -> Iterator[pa.Table]:
@@ -265,6 +254,15 @@ def _count_tokens(table: pa.Table) -> int:
     import pyarrow.compute as pc
 
     return int(pc.sum(pc.list_value_length(table["input_ids"])).as_py() or 0)
+
+
+def _place(target: ExportTarget, temps: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """Finished temporary files renamed into place and, on a store, uploaded (before the manifest
+    that will name them); returns their size and sha256 by relative path."""
+    _rename_all(target.out, temps)
+    files = {rel: _file_info(target.out / rel) for rel in temps}
+    target.commit(files)
+    return files
 
 
 def _rename_all(out: Path, temps: dict[str, Path]) -> None:
