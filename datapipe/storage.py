@@ -517,17 +517,18 @@ def _renames(fs: Any) -> bool:
 RUN_FILES = ("run.json", "stats.duckdb", "shards/manifest.parquet")
 
 
-def local_run_dir(run_dir: str | os.PathLike[str]) -> Path:
-    """A run folder to read (``sql``, ``stats``, ``report``, ``explain``): a local path as it is; for a
-    URI, its mirror with run.json, stats.duckdb and the shard manifest downloaded (again only when
-    they changed). The documents' Parquet files stay remote: the text views read them in place."""
+def local_run_dir(run_dir: str | os.PathLike[str], files: tuple[str, ...] = RUN_FILES) -> Path:
+    """A run folder to read (``sql``, ``stats``, ``report``, ``explain``, ``export``): a local path as
+    it is; for a URI, its mirror with ``files`` (run.json, stats.duckdb and the shard manifest)
+    downloaded (again only when they changed). The documents' Parquet files stay remote: the text
+    views and exports read them in place."""
     if not is_uri(run_dir):
         return Path(run_dir)
     uri = os.fspath(run_dir).rstrip("/")
     check_bucket(uri)
     if info(child(uri, "run.json")) is None:
         raise StorageError(f"{uri}: no run.json there; is it the run folder of a finished `datapipe run`?")
-    for rel in RUN_FILES:
+    for rel in files:
         f = info(child(uri, rel))
         if f is not None:
             fetch(f)

@@ -74,6 +74,7 @@ class RunDocuments:
         # attempt's first act is deleting what no marker names, and a retried task rewrites its files.
         self._remote_files: set[str] | None = self._listed(("docs", "_work/tokens")) if remote else None
         self.batch_docs = batch_docs
+        self._schemas: dict[Path, pa.Schema] = {}
         if self._remote_files is not None:
             self.sources = sorted({rel.split("/")[1] for rel in self._remote_files
                                    if rel.startswith("docs/") and rel.endswith(".parquet")})
@@ -93,6 +94,12 @@ class RunDocuments:
             return None
         _, meta = open_shard(self._shard(self._manifest["path"][0].as_py()))
         return TokenInfo(meta.dtype, meta.vocab_size, meta.eos_id, meta.packing, meta.tokenizer_fingerprint)
+
+    def _schema(self, path: Path) -> pa.Schema:
+        """A documents file's schema, read once (of a remote file: one request for its footer)."""
+        if path not in self._schemas:
+            self._schemas[path] = pq.read_schema(storage.parquet_source(path))
+        return self._schemas[path]
 
     def _listed(self, folders: tuple[str, ...]) -> set[str]:
         base = storage.child(self.location, "")
@@ -119,7 +126,7 @@ class RunDocuments:
         names: dict[str, None] = {}
         for source in self.sources:
             for f in self.doc_files(source)[:1]:
-                names.update(dict.fromkeys(_schema(f).names))
+                names.update(dict.fromkeys(self._schema(f).names))
         if self.tokens is not None:
             names[TOKENS] = None
         return list(names)
@@ -132,7 +139,7 @@ class RunDocuments:
                 fields.append(pa.field(TOKENS, pa.list_(self.token_type())))
                 continue
             for source in self.sources:
-                hit = next((s.field(name) for f in self.doc_files(source) if name in (s := _schema(f)).names),
+                hit = next((s.field(name) for f in self.doc_files(source) if name in (s := self._schema(f)).names),
                            None)
                 if hit is not None:
                     fields.append(pa.field(name, hit.type))
@@ -235,20 +242,9 @@ def _mirror(uri: str) -> Path:
     """The local mirror of the run folder at ``uri``, with its run.json and shard manifest fetched
     (not stats.duckdb, which ``datapipe sql`` fetches: its documents table grows with the corpus)."""
     try:
-        storage.check_bucket(uri)
-        if storage.info(storage.child(uri, "run.json")) is None:
-            raise ExportError(f"RUN: {uri}: no run.json there; is it the run folder of a finished `datapipe run`?")
-        for rel in ("run.json", "shards/manifest.parquet"):
-            found = storage.info(storage.child(uri, rel))
-            if found is not None:
-                storage.fetch(found)
+        return storage.local_run_dir(uri, files=("run.json", "shards/manifest.parquet"))
     except storage.StorageError as exc:
         raise ExportError(f"RUN: {exc}") from None
-    return storage.mirror_of(uri)
-
-
-def _schema(path: Path) -> pa.Schema:
-    return pq.read_schema(storage.parquet_source(path))
 
 
 def _cut_documents(shards: Iterator[Path]) -> Iterator[np.ndarray]:
