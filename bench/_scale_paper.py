@@ -20,7 +20,7 @@ DOCS = 5_000_000_000
 BYTES = 10 * 10**12
 CORES_PER_NODE = 64
 NODES = (16, 64, 256)
-TARGET = 256 << 20  # split.target_bytes default (datapipe/config.py SplitConfig)
+TARGET = 256 << 20  # split.target_bytes default (datapipe/pipeline/load.py SplitConfig)
 MIN_TASKS_PER_CPU = 3  # split.min_tasks_per_cpu default
 PARTITIONS = 4096  # the largest `partitions` dedup and minhash accept (le=4096); the default 16 is far too few
 BANDS = 14  # lsh_params(0.7, 128) = (14 bands, 9 rows)

@@ -30,9 +30,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.config import load_pipeline  # noqa: E402
-from datapipe.engine import tasks  # noqa: E402
 from datapipe.engine.plan import make_spec  # noqa: E402
+from datapipe.engine.tasks.map import map_shard  # noqa: E402
+from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage  # noqa: E402
+from datapipe.pipeline.load import load_pipeline  # noqa: E402
 from tests import boilerplate_corpus  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
@@ -46,12 +47,12 @@ def run_tasks(folder: Path, sources: list[dict[str, Any]], stages: list[dict[str
     started = time.perf_counter()
     for seg in spec.segments:
         for shard in spec.shards:
-            tasks.map_shard(spec, shard, seg)
+            map_shard(spec, shard, seg)
         if seg.compute_global is not None:
             stage = spec.stages[seg.compute_global - 1]
             for p in range(stage[1].get("partitions", 16)):
-                tasks.reduce_partition(spec, seg, p)
-            tasks.reduce_stage(spec, seg)
+                reduce_partition(spec, seg, p)
+            reduce_stage(spec, seg)
     seconds = time.perf_counter() - started
     out = folder / "out"
     kept = {r["id"]: r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}

@@ -26,9 +26,9 @@ import pyarrow as pa  # noqa: E402
 from bench._corpus import CORPUS, sample  # noqa: E402
 from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
 from datapipe.classify.features import featuriser  # noqa: E402
-from datapipe.classify.train import TrainOptions, TrainParams, train_classifier  # noqa: E402
 from datapipe.stages.base import StageContext  # noqa: E402
 from datapipe.stages.classify import Classify, ClassifyOptions  # noqa: E402
+from datapipe.train.classifier import TrainOptions, TrainParams, train_classifier  # noqa: E402
 
 
 def train(folder: Path, feat: str) -> Path:

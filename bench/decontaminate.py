@@ -26,7 +26,7 @@ import pyarrow as pa  # noqa: E402
 
 from bench._corpus import sample  # noqa: E402
 from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.decontam.benchmarks import items  # noqa: E402
+from datapipe.decontaminate.benchmarks import items  # noqa: E402
 from datapipe.stages.base import StageContext  # noqa: E402
 from datapipe.stages.decontaminate import Decontaminate, DecontaminateOptions  # noqa: E402
 

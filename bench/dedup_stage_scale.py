@@ -44,7 +44,7 @@ def _stage(num_perm: int, threshold: float, partitions: int):
 
 
 def write_inputs(work: Path, n: int, num_perm: int, threshold: float, partitions: int) -> dict:
-    from datapipe.engine.tasks import ShuffleSink
+    from datapipe.engine.tasks.sinks import ShuffleSink
     from datapipe.stages.base import ROW_KEY_SHIFT
 
     stage = _stage(num_perm, threshold, partitions)

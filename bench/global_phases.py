@@ -113,11 +113,13 @@ def _reset_peak() -> None:
 
 def run_phase(root: Path, phase: str) -> dict:
     """Every task of one phase, in this process; the peak RSS of each task."""
-    from datapipe.config import load_pipeline
-    from datapipe.engine import tasks
     from datapipe.engine.pack_plan import pack_ranges
     from datapipe.engine.plan import build_stage, make_spec
-    from datapipe.engine.run_folder import RunFolder, partition_key, shuffle_phase
+    from datapipe.engine.tasks.map import map_shard
+    from datapipe.engine.tasks.pack import pack_range
+    from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+    from datapipe.pipeline.load import load_pipeline
+    from datapipe.run_folder.layout import RunFolder, partition_key, shuffle_phase
 
     spec = make_spec(load_pipeline(root / "pipeline.yaml"), root / "out", root / "cache")
     folder = RunFolder(root / "out")
@@ -125,29 +127,29 @@ def run_phase(root: Path, phase: str) -> dict:
     work = []
     if kind == "map":
         seg = spec.segments[int(arg)]
-        work = [(f"map{seg.index}", s.key, lambda s=s, seg=seg: tasks.map_shard(spec, s, seg)) for s in spec.shards]
+        work = [(f"map{seg.index}", s.key, lambda s=s, seg=seg: map_shard(spec, s, seg)) for s in spec.shards]
     elif kind == "shuffle":
         seg_i, r = (int(x) for x in arg.split("."))
         seg = spec.segments[seg_i]
         stage = build_stage(spec, seg.compute_global)
-        work = [(f"shuffle{seg_i}", f"{p:05d}", lambda p=p: tasks.reduce_partition(spec, seg, p, r))
+        work = [(f"shuffle{seg_i}", f"{p:05d}", lambda p=p: reduce_partition(spec, seg, p, r))
                 for p in range(stage.partitions())]
     elif kind == "rounds":  # every round of a partition step, as the engine runs them (see below)
         seg = spec.segments[int(arg)]
         stage = build_stage(spec, seg.compute_global)
-        work = [(shuffle_phase(seg.index, r), partition_key(p), lambda p=p, r=r: tasks.reduce_partition(spec, seg, p, r))
+        work = [(shuffle_phase(seg.index, r), partition_key(p), lambda p=p, r=r: reduce_partition(spec, seg, p, r))
                 for r in range(stage.rounds()) for p in range(stage.partitions())]
     elif kind == "combine":
         seg = spec.segments[int(arg)]
-        work = [("reduce", "combine", lambda: tasks.reduce_stage(spec, seg))]
+        work = [("reduce", "combine", lambda: reduce_stage(spec, seg))]
     elif kind == "stats":  # the driver's step: the audit database over every Parquet output (DuckDB)
-        from datapipe.engine.audit import build_stats, collect_counts
+        from datapipe.engine.finish import build_stats, collect_counts
 
         work = [("stats", "build", lambda: build_stats(folder, spec, collect_counts(folder, spec),
                                                        memory_mb=int(arg)) or {})]
     elif kind == "pack":
         ranges = pack_ranges(folder, spec, files_per_task=2)
-        work = [("pack", r.key, lambda r=r: tasks.pack_range(spec, r)) for r in ranges]
+        work = [("pack", r.key, lambda r=r: pack_range(spec, r)) for r in ranges]
     base = _peak_mib("VmRSS")  # what every task's process holds before any data: imports, the plan
     peaks, started, ran, rounds, by_round = [], time.perf_counter(), 0, set(), {}
     for i, (marker_phase, key, fn) in enumerate(work):

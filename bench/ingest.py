@@ -76,7 +76,7 @@ def run_direct(path: Path) -> int:
 
 
 def run_datapipe(path: Path) -> int:
-    from datapipe.config import SourceConfig
+    from datapipe.pipeline.load import SourceConfig
     from datapipe.readers import READERS, InputFile
 
     src = SourceConfig(name="bench", kind="web", paths=["x"])

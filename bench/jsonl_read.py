@@ -30,7 +30,7 @@ FILES = ("en_wikipedia.jsonl", "zh_wikipedia.jsonl", "zh_pingcap_docs.jsonl", "z
 
 
 def run_datapipe(paths: list[Path]) -> int:
-    from datapipe.config import SourceConfig
+    from datapipe.pipeline.load import SourceConfig
     from datapipe.readers import READERS, InputFile
 
     src = SourceConfig.model_validate({"name": "s", "paths": ["x"]})

@@ -138,7 +138,7 @@ def main() -> int:
               f"in {args.files} files; {args.workers} workers each side; stages: {args.stages}")
         (work / "pipeline.yaml").write_text(datapipe_yaml(inp, args.stages, args.tokenizer.resolve()))
 
-        from datapipe.models import ensure_lid_model
+        from datapipe.assets.models import ensure_lid_model
 
         lid = str(ensure_lid_model())
         env = dict(os.environ)
@@ -191,7 +191,7 @@ def main() -> int:
         # run and every Ray worker (about 5% of a small run's samples).
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "datapipe")], capture_output=True)
         # Likewise once per install: the numba kernels (a first run would compile them itself, ~6 CPU s).
-        subprocess.run([sys.executable, "-m", "datapipe.kernel_warmup"], env=env, capture_output=True)
+        subprocess.run([sys.executable, "-m", "datapipe.runtime.kernel_warmup"], env=env, capture_output=True)
         if have_dt and args.stages != "tokenize":  # untimed: datatrove copies lid.176 into its cache once
             subprocess.run([args.datatrove_python, "-c", "import sys; from datatrove.io import "
                             "cached_asset_path_or_download as c; c(sys.argv[1], namespace='lid', subfolder='ft176')",

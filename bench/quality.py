@@ -26,7 +26,7 @@ import pyarrow as pa  # noqa: E402
 
 from bench._corpus import sample  # noqa: E402
 from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.models import ensure_lid_model  # noqa: E402
+from datapipe.assets.models import ensure_lid_model  # noqa: E402
 from datapipe.stages.base import StageContext  # noqa: E402
 from datapipe.stages.langid import LangId, LangIdOptions  # noqa: E402
 from datapipe.stages.quality import Quality, QualityOptions  # noqa: E402

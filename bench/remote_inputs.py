@@ -47,9 +47,9 @@ def main() -> None:
     os.environ.update({"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "x",
                        "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
                        "DATAPIPE_CACHE_DIR": str(tmp / "cache")})
-    from datapipe.config import load_pipeline
     from datapipe.engine.plan import make_spec
-    from datapipe.storage import FETCHED, mirror_of
+    from datapipe.pipeline.load import load_pipeline
+    from datapipe.storage.uri import FETCHED, mirror_of
 
     demo = b"".join(f.read_bytes() for f in sorted((ROOT / "pipelines" / "demo" / "data").glob("*.jsonl")))
     data = tmp / "big.jsonl"

@@ -24,7 +24,7 @@ every scale. What is measured:
   machine gives) and documents per CPU second (does not depend on the load);
 * per phase (from the completion markers): tasks, wall seconds, the tasks' CPU seconds, and the
   peak RSS of each task: VmHWM of its worker, reset when the task starts
-  (datapipe/engine/task_usage.py), so a reused worker's earlier tasks do not count; and the peak
+  (datapipe/runtime/task_usage.py), so a reused worker's earlier tasks do not count; and the peak
   RSS of the whole process tree while the phase ran (sampled every ``--interval`` s and attributed
   by the phase's marker times; RSS sums count shared pages once per process);
 * bytes each phase wrote (shuffle files, partition outputs, map outputs), per document;
@@ -192,7 +192,7 @@ def plants_found(corpus: Corpus, removed: dict[str, dict[int, str]], is_dup: Any
 # --- datatrove ------------------------------------------------------------------------------
 
 def run_datatrove(python: str, inp: Path, work: Path, files: int, workers: int, interval: float) -> dict[str, Any]:
-    from datapipe.models import ensure_lid_model
+    from datapipe.assets.models import ensure_lid_model
 
     lid = str(ensure_lid_model())
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

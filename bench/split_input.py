@@ -58,8 +58,8 @@ def write_corpus(path: Path, target_bytes: int, corpus: Path) -> tuple[int, int]
 def run_once(folder: Path, data: Path, split: dict, cpus: int) -> dict[str, float]:
     import yaml
 
-    from datapipe.config import load_pipeline
     from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
 
     config = {"name": "bench", "sources": [{"name": "big", "paths": [str(data)]}],
               "stages": [{"langid": {"keep": ["zh", "en"], "min_score": 0.3}}, {"length": {"min_chars": 50}}],

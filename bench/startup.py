@@ -125,7 +125,7 @@ def main() -> None:
         return wall
 
     # Untimed, once per install (a first run would do it itself): compile the numba kernels.
-    subprocess.run([sys.executable, "-m", "datapipe.kernel_warmup"], env=_env(), capture_output=True)
+    subprocess.run([sys.executable, "-m", "datapipe.runtime.kernel_warmup"], env=_env(), capture_output=True)
     with tempfile.TemporaryDirectory(prefix="datapipe-startup-") as tmp_name:
         tmp = Path(tmp_name)
         pipeline = tiny_pipeline(tmp, args.docs)

@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 import os as _os
 
-if _os.environ.get("DATAPIPE_ARROW_WITHOUT_PANDAS"):  # a `datapipe run` worker (datapipe/arrow_pandas.py)
-    from datapipe.arrow_pandas import arrow_without_pandas as _skip
+if _os.environ.get("DATAPIPE_ARROW_WITHOUT_PANDAS"):  # a `datapipe run` worker (datapipe/runtime/arrow_pandas.py)
+    from datapipe.runtime.arrow_pandas import arrow_without_pandas as _skip
 
     _skip()

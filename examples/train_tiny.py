@@ -76,7 +76,7 @@ def vocab_size(run: Path) -> int:
     """The tokenizer's vocabulary, from the metadata every shard carries."""
     import pyarrow.parquet as pq
 
-    from datapipe.shard_format import open_shard
+    from datapipe.tokens.shard_format import open_shard
 
     first = pq.read_table(run / "shards" / "manifest.parquet")["path"][0].as_py()
     return open_shard(run / first)[1].vocab_size

@@ -28,8 +28,8 @@ _BUILT: dict[str, Path] = {}
 def build_real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if "run" in _BUILT:
         return _BUILT["run"]
-    from datapipe.config import load_pipeline
     from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
 
     root = tmp_path_factory.mktemp("real_run")
     data = root / "data"

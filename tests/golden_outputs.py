@@ -66,8 +66,8 @@ def run_digests(pipeline_file: Path, output: Path) -> dict[str, Any]:
     """Run ``pipeline_file`` in process into ``output``; the digests of its shards and documents."""
     import duckdb
 
-    from datapipe.config import load_pipeline
     from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
 
     run_pipeline(load_pipeline(pipeline_file), output=output, show_progress=False, log=lambda _: None,
                  in_process=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from datapipe.config import SourceConfig
+from datapipe.pipeline.load import SourceConfig
 from datapipe.readers import READERS, infer_format
 from datapipe.readers.base import InputFile
 

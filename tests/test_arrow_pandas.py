@@ -1,4 +1,4 @@
-"""datapipe.arrow_pandas: a pipeline process converts Python objects to Arrow without importing pandas."""
+"""datapipe.runtime.arrow_pandas: a pipeline process converts Python objects to Arrow without importing pandas."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _run(code: str, env_on: bool) -> list[str]:
 
 
 def test_workers_skip_pandas_and_convert_the_same() -> None:
-    code = ("import sys\nimport datapipe.engine.map_task\nimport pyarrow as pa\n"
+    code = ("import sys\nimport datapipe.engine.tasks.map\nimport pyarrow as pa\n"
             "a = pa.array([1.5, None, float('nan')], pa.float32(), from_pandas=True)\n"
             "print('pandas' in sys.modules, a.null_count, pa.scalar(None, pa.string()).is_valid)")
     assert _run(code, env_on=True) == ["False", "2", "False"]
@@ -28,7 +28,7 @@ def test_workers_skip_pandas_and_convert_the_same() -> None:
 
 
 def test_to_pandas_still_works_after_the_probe() -> None:
-    code = ("from datapipe.arrow_pandas import arrow_without_pandas\narrow_without_pandas()\n"
+    code = ("from datapipe.runtime.arrow_pandas import arrow_without_pandas\narrow_without_pandas()\n"
             "import pyarrow as pa\nprint(type(pa.table({'a': [1]}).to_pandas()).__name__)")
     assert _run(code, env_on=False) == ["DataFrame"]
 

@@ -10,9 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.config import load_pipeline
-from datapipe.engine import tasks
 from datapipe.engine.plan import make_spec
+from datapipe.engine.tasks.map import map_shard
+from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.pipeline.load import load_pipeline
 from datapipe.stages.boilerplate import batch_unit_hashes, normalize_unit, split_units, strip_units
 from tests import boilerplate_corpus
 from tests.conftest import write_pipeline
@@ -36,11 +37,11 @@ def run_in_process(tmp_path: Path, texts: list[str], options: dict, n_files: int
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
     first, last = spec.segments
     for shard in spec.shards:
-        tasks.map_shard(spec, shard, first)
+        map_shard(spec, shard, first)
     for p in range(3):
-        tasks.reduce_partition(spec, first, p)
-    tasks.reduce_stage(spec, first)
-    markers = [tasks.map_shard(spec, shard, last) for shard in spec.shards]
+        reduce_partition(spec, first, p)
+    reduce_stage(spec, first)
+    markers = [map_shard(spec, shard, last) for shard in spec.shards]
     out = tmp_path / "out"
     kept = {r["id"]: r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}
     rejected = {r["id"]: r for f in sorted((out / "rejected").glob("**/*.parquet"))

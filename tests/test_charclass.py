@@ -83,10 +83,10 @@ TEXT = "二〇〇八年，人々は𠀀字カナｶﾅ한국어ㄱ abc ⺀"
 def test_every_user_counts_the_same_han() -> None:
     """langid's script counts, the Chinese quality rules' Han count, the tokenizer trainer and
     license-text words all see the same Han characters, 〇 々 and extension B included."""
-    from datapipe import tokenizer_train
     from datapipe.license import textmatch
     from datapipe.stages import cjk
     from datapipe.stages.quality import zh
+    from datapipe.train import tokenizer as tokenizer_train
 
     han = int(charclass.mask(charclass.HAN)[[ord(c) for c in TEXT]].sum())
     assert han == 10  # 二〇〇八年 人々 𠀀字 ⺀

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 from datapipe.classify.features import cjk_v1, plain
 from datapipe.cli import main
-from datapipe.config import ConfigError, load_pipeline
 from datapipe.engine.plan import make_spec
+from datapipe.pipeline.load import ConfigError, load_pipeline
 from datapipe.stages.base import ReduceInputs, StageContext
 from datapipe.stages.classify import Classify, ClassifyOptions
 from tests.shared_data import shared_path
@@ -232,7 +232,7 @@ def test_a_percentile_rule_makes_the_stage_global_a_threshold_does_not(trained: 
 
 
 def test_examples_from_parquet_text_and_jsonl_files_with_ids_relative_to_the_glob(tmp_path: Path) -> None:
-    from datapipe.classify.train import examples_from_files
+    from datapipe.train.classifier import examples_from_files
 
     (tmp_path / "d").mkdir()
     pq.write_table(pa.table({"body": ["维基百科是一部自由的百科全书。", None, "  "], "lang": ["zh", "zh", "zh"]}),

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from datapipe.audit.sql import run_query
 from datapipe.cli import main
-from datapipe.config import load_pipeline
 from datapipe.engine.runner import run_pipeline
+from datapipe.pipeline.load import load_pipeline
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from datapipe.cli import main
-from datapipe.config import ConfigError, load_pipeline
+from datapipe.pipeline.load import ConfigError, load_pipeline
 from tests.shared_data import PROJECT_ROOT
 
 TOKENIZER = str(PROJECT_ROOT / "tokenizer" / "demo.json")

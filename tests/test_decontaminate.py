@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.decontam.benchmarks import items
-from datapipe.decontam.ngrams import ngram_at, ngram_hashes, ngrams
+from datapipe.decontaminate.benchmarks import items
+from datapipe.decontaminate.ngrams import ngram_at, ngram_hashes, ngrams
 from datapipe.stages.base import CheckContext, StageContext
 from datapipe.stages.decontaminate import Decontaminate, DecontaminateOptions
 from tests.conftest import write_pipeline
@@ -292,8 +292,8 @@ def test_pipeline_contamination_view_explain_and_report(ray_local, tmp_path: Pat
     from datapipe.audit.explain import explain
     from datapipe.audit.report import build_report
     from datapipe.audit.sql import reading
-    from datapipe.config import load_pipeline
     from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
 
     zh = corpus("zh_wikipedia.jsonl")
     docs = [d for d in zh if d["source"].startswith("cmrc2018#DEV_")][:6] + [d for d in zh if "cmrc" not in d["source"]][:4]
@@ -337,7 +337,7 @@ def test_the_index_is_cached_for_other_workers_and_loads_equal(tmp_path: Path) -
 
 
 def test_a_broken_benchmark_line_is_named(tmp_path: Path) -> None:
-    from datapipe.decontam.benchmarks import BenchmarkError
+    from datapipe.decontaminate.benchmarks import BenchmarkError
 
     (tmp_path / "b.jsonl").write_text(json.dumps({"q": "fine"}) + "\n\n{broken\n")
     with pytest.raises(BenchmarkError, match=r"b\.jsonl:3: not a JSON object"):

@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datapipe.config import load_pipeline
 from datapipe.dedup import near_duplicates
 from datapipe.dedup.evalset import build
 from datapipe.engine.runner import run_pipeline
+from datapipe.pipeline.load import load_pipeline
 from datapipe.stages.base import StageContext
 from datapipe.stages.license import LicenseOptions, LicenseTagger
 from tests.conftest import write_pipeline

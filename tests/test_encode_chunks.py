@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from datapipe import tokenize
-from datapipe.config import TokenizeConfig
+from datapipe.pipeline.load import TokenizeConfig
+from datapipe.tokens import encode as tokenize
 from tests.shared_data import shared_path
 
 ROOT = Path(__file__).resolve().parent.parent

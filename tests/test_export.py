@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from datapipe.export import ExportError, export
-from datapipe.shard_format import file_sha256, open_shard, tokens_view
+from datapipe.tokens.shard_format import file_sha256, open_shard, tokens_view
 from tests.export_helpers import LINES, MIXTURE, build_real_run, expected_documents
 from tests.shared_data import PROJECT_ROOT
 

@@ -28,9 +28,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.config import load_pipeline
-from datapipe.engine import tasks
 from datapipe.engine.plan import make_spec
+from datapipe.engine.tasks.map import map_shard
+from datapipe.pipeline.load import load_pipeline
 from tests.conftest import write_pipeline
 from tests.shared_data import PROJECT_ROOT, shared_path
 
@@ -56,7 +56,7 @@ def _tree(folder: Path) -> set[str]:
 
 
 def run_map(project: Path, sources: list[dict[str, Any]], tag: str, limits: dict[str, int] | None = None) -> Run:
-    """Every input shard through tasks.map_shard (no stages): the reading stage as the engine runs it."""
+    """Every input shard through map_shard (no stages): the reading stage as the engine runs it."""
     config: dict[str, Any] = {"name": "faults", "sources": sources}
     if limits:
         config["limits"] = limits
@@ -64,7 +64,7 @@ def run_map(project: Path, sources: list[dict[str, Any]], tag: str, limits: dict
     out, cache = project / f"out-{tag}", project / f"cache-{tag}"
     before, outside = _tree(project), sorted(os.listdir(project.parent))
     spec = make_spec(pipeline, out, cache)
-    markers = [tasks.map_shard(spec, shard, spec.segments[0]) for shard in spec.shards]
+    markers = [map_shard(spec, shard, spec.segments[0]) for shard in spec.shards]
     # Nothing written outside the run folder (and its cache): not beside the inputs, not above them.
     after = {p for p in _tree(project) - before if not p.startswith((f"out-{tag}", f"cache-{tag}"))}
     assert after == set() and sorted(os.listdir(project.parent)) == outside
@@ -434,7 +434,7 @@ def test_archives_with_duplicate_unsafe_and_broken_members_keep_every_real_file(
 WORST = textwrap.dedent("""
     import sys, json, time
     from pathlib import Path
-    from datapipe.config import SourceConfig
+    from datapipe.pipeline.load import SourceConfig
     from datapipe.readers import READERS
     from datapipe.readers.base import InputFile
 

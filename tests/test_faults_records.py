@@ -24,10 +24,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.config import load_pipeline
-from datapipe.engine import map_task, tasks
-from datapipe.engine.isolate import StageBroken
 from datapipe.engine.plan import _STAGE_CACHE, make_spec
+from datapipe.engine.tasks import map as map_task
+from datapipe.engine.tasks.isolate import StageBroken
+from datapipe.engine.tasks.map import map_shard
+from datapipe.pipeline.load import load_pipeline
 from datapipe.stages import STAGES
 from datapipe.stages.base import Decision, Stage
 from tests.conftest import write_pipeline
@@ -114,7 +115,7 @@ def run_map(tmp_path: Path, name: str, files: dict[str, bytes], stages: list[dic
     out = project / "out"
     spec = make_spec(pipeline, out, tmp_path / "cache")
     before = _tree(project, exclude=out)
-    markers = [tasks.map_shard(spec, shard, spec.segments[0]) for shard in spec.shards]
+    markers = [map_shard(spec, shard, spec.segments[0]) for shard in spec.shards]
     assert _tree(project, exclude=out) == before, "a task wrote outside the run folder"
     kept = [pq.read_table(f) for f in sorted((out / "docs").glob("**/*.parquet"))]
     rejected = [pq.read_table(f, columns=["id", "text", "stage", "reason", "detail"])
@@ -228,7 +229,7 @@ def test_many_failing_records_exceed_the_error_budget(tmp_path: Path, explode_st
 
 def test_deep_records_are_checked_before_parsing_when_the_recursion_limit_is_raised(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from datapipe.config import SourceConfig
+    from datapipe.pipeline.load import SourceConfig
     from datapipe.readers import READERS, InputFile
 
     monkeypatch.setattr(sys, "getrecursionlimit", lambda: 1_000_000)  # as if a library had raised it
@@ -287,7 +288,7 @@ def test_a_gzipped_line_of_1_5_gib_is_rejected_in_bounded_memory(tmp_path: Path)
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from datapipe.config import SourceConfig\n"
+        "from datapipe.pipeline.load import SourceConfig\n"
         "from datapipe.readers import READERS, InputFile\n"
         "src = SourceConfig.model_validate({'name': 's', 'paths': ['x']})\n"
         "docs, rejects = [], []\n"
@@ -404,7 +405,7 @@ def _first_ids(spec: Any, shard: Any) -> list[str]:
 
 
 def test_two_inputs_that_would_share_a_name_are_a_config_error(tmp_path: Path) -> None:
-    from datapipe.config import ConfigError
+    from datapipe.pipeline.load import ConfigError
 
     a, b = tmp_path / "a", tmp_path / "b"
     for d in (a, b):
@@ -439,7 +440,7 @@ def test_the_tokenizer_raising_on_one_document_rejects_only_it(tmp_path: Path, m
 def test_the_common_reader_path_turns_unstorable_values_into_rejects() -> None:
     """Every reader goes through BatchBuilder/ColumnsBuilder: a value Arrow cannot store rejects
     its record only (invalid_unicode for lone surrogates, record_error for a mistyped column)."""
-    from datapipe.config import SourceConfig
+    from datapipe.pipeline.load import SourceConfig
     from datapipe.readers.base import InputFile
     from datapipe.readers.columns import ColumnsBuilder
 
@@ -466,8 +467,8 @@ def test_the_common_reader_path_turns_unstorable_values_into_rejects() -> None:
 
 def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from datapipe.engine.audit import collect_counts
-    from datapipe.engine.run_folder import RunFolder
+    from datapipe.engine.finish import collect_counts
+    from datapipe.run_folder.layout import RunFolder
 
     real = map_task.encode_documents
     for poison in (False, True):
@@ -484,7 +485,7 @@ def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(tm
                   "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 64}}
         spec = make_spec(load_pipeline(write_pipeline(project, config)), project / "out", tmp_path / "cache")
         folder = RunFolder(project / "out")
-        marker = tasks.map_shard(spec, spec.shards[0], spec.segments[0])
+        marker = map_shard(spec, spec.shards[0], spec.segments[0])
         folder.write_marker("map0", spec.shards[0].key, marker)
         counts = collect_counts(folder, spec)
         names = [s["stage"] for s in counts["stages"]]

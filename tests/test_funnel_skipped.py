@@ -15,13 +15,13 @@ import duckdb
 import pytest
 from rich.console import Console
 
-from datapipe.audit.summary import print_summary
-from datapipe.config import load_pipeline
-from datapipe.engine import tasks
-from datapipe.engine.audit import build_stats, collect_counts
+from datapipe.cli.summary import print_summary
+from datapipe.engine.finish import build_stats, collect_counts
 from datapipe.engine.plan import make_spec
-from datapipe.engine.run_folder import RunFolder
 from datapipe.engine.runner import RunResult
+from datapipe.engine.tasks.map import map_shard
+from datapipe.pipeline.load import load_pipeline
+from datapipe.run_folder.layout import RunFolder
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 
@@ -47,7 +47,7 @@ def test_funnel_counts_skipped_kinds_and_adds_up(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path / "out")
     (segment,) = spec.segments
     for shard in spec.shards:
-        folder.write_marker("map0", shard.key, tasks.map_shard(spec, shard, segment))
+        folder.write_marker("map0", shard.key, map_shard(spec, shard, segment))
     counts = collect_counts(folder, spec)
     build_stats(folder, spec, counts)
 

@@ -15,11 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.config import load_pipeline
-from datapipe.engine import tasks
 from datapipe.engine.pack_plan import pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
-from datapipe.engine.run_folder import RunFolder
+from datapipe.engine.tasks.map import map_shard
+from datapipe.engine.tasks.pack import pack_range, pack_source
+from datapipe.engine.tasks.reduce import partition_decisions, reduce_partition, reduce_stage
+from datapipe.pipeline.load import load_pipeline
+from datapipe.run_folder.layout import RunFolder
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 
@@ -116,15 +118,15 @@ def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, e
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
     folder = RunFolder(tmp_path / "out")
     map0, map1 = spec.segments
-    docs_in = sum(tasks.map_shard(spec, s, map0)["docs_in"] for s in spec.shards)
+    docs_in = sum(map_shard(spec, s, map0)["docs_in"] for s in spec.shards)
     stage = build_stage(spec, 1)
     assert stage.rounds() == int(exact) + int(url)
     for r in range(stage.rounds()):
         for p in range(partitions):
-            tasks.reduce_partition(spec, map0, p, r)
+            reduce_partition(spec, map0, p, r)
     got = []
     for s in spec.shards:
-        table = tasks.partition_decisions(folder, 0, stage, s.ordinal)
+        table = partition_decisions(folder, 0, stage, s.ordinal)
         if table is not None:
             got += [(r["id"], r["shard"], r["reason"], r["detail"], r["dup_of"]) for r in table.to_pylist()]
     expected = _single_task_reference(folder, spec, exact, url)
@@ -132,7 +134,7 @@ def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, e
     reasons = {r[2] for r in expected}
     assert ("exact_duplicate" in reasons) == exact and ("duplicate_url" in reasons) == url
     # The map phase after it applies exactly those decisions: kept + rejected = read, dup_of carried.
-    markers = [tasks.map_shard(spec, s, map1) for s in spec.shards]
+    markers = [map_shard(spec, s, map1) for s in spec.shards]
     assert sum(m["kept"] for m in markers) == docs_in - len(expected)
     rejected = pq.read_table(tmp_path / "out" / "rejected").to_pylist()
     assert sorted((r["id"], r["reason"], r["dup_of"]) for r in rejected) == sorted((e[0], e[2], e[4])
@@ -158,7 +160,7 @@ def _tokenized_run(folder: Path, packing: str, labels: bool) -> tuple[RunSpec, R
     spec = make_spec(pipeline, folder / "single", folder / "cache")
     run = RunFolder(folder / "single")
     for s in spec.shards:  # the markers as the runner records them: packing is planned from them
-        run.write_marker("map0", s.key, tasks.map_shard(spec, s, spec.segments[-1]))
+        run.write_marker("map0", s.key, map_shard(spec, s, spec.segments[-1]))
     return spec, run
 
 
@@ -169,10 +171,10 @@ def test_parallel_packing_writes_the_single_task_packers_bytes(tmp_path: Path, p
     spec, single = _tokenized_run(tmp_path, packing, labels)
     shutil.copytree(single.root, tmp_path / "ranged")
     ranged_spec = dataclasses.replace(spec, root=str(tmp_path / "ranged"))
-    expected = tasks.pack_source(spec, "zh_en")["shards"]
+    expected = pack_source(spec, "zh_en")["shards"]
     ranges = pack_ranges(RunFolder(tmp_path / "ranged"), ranged_spec, files_per_task=files_per_task)
     assert ranges is not None
-    got = [row for r in ranges for row in tasks.pack_range(ranged_spec, r)["shards"]]
+    got = [row for r in ranges for row in pack_range(ranged_spec, r)["shards"]]
     assert got == expected  # manifest rows: paths, counts and sha256 of every file, in order
     files = sorted(p.relative_to(single.shards_dir) for p in single.shards_dir.rglob("*.arrow"))
     assert files == sorted(p.relative_to(tmp_path / "ranged" / "shards")
@@ -222,7 +224,7 @@ def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: P
     folder = RunFolder(tmp_path / "out")
     map0 = spec.segments[0]
     for s in spec.shards:
-        tasks.map_shard(spec, s, map0)
+        map_shard(spec, s, map0)
     got = {r["id"]: (r["dup_of"], r["dup_cluster"]) for r in minhash_decisions(spec, folder, map0)}
 
     # The in-memory clustering over the whole corpus at once, in run order.
@@ -244,11 +246,11 @@ def minhash_decisions(spec: RunSpec, folder: RunFolder, segment: Segment) -> lis
     stage = build_stage(spec, segment.compute_global)
     for r in range(stage.rounds()):
         for p in range(stage.partitions()):
-            tasks.reduce_partition(spec, segment, p, r)
-    tasks.reduce_stage(spec, segment)
+            reduce_partition(spec, segment, p, r)
+    reduce_stage(spec, segment)
     rows = []
     for s in spec.shards:
-        table = tasks.partition_decisions(folder, segment.index, stage, s.ordinal)
+        table = partition_decisions(folder, segment.index, stage, s.ordinal)
         rows += table.to_pylist() if table is not None else []
         path = folder.decisions_file(segment.index, s.key)
         rows += pq.read_table(path).to_pylist() if path.exists() else []

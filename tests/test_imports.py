@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent / "datapipe"
 # the array/tensor libraries a training job has anyway (llvmlite is numba's compiler; the
 # kernels ask it for the CPU's features).
 LOADER_THIRD_PARTY = {"numpy", "pyarrow", "torch", "numba", "llvmlite"}
-# Writing shards (atomically, recorded for object storage) is the engine's (engine/shard_writer.py),
+# Writing shards (atomically, recorded for object storage) is the engine's (engine/tasks/shard_writer.py),
 # so the shard format is pyarrow and numpy only and a training job gets nothing else of datapipe.
-LOADER_ALLOWED_DATAPIPE = ("datapipe.loader", "datapipe.shard_format")
+LOADER_ALLOWED_DATAPIPE = ("datapipe.loader", "datapipe.tokens.shard_format")
 
 
 def _modules() -> dict[str, Path]:
@@ -114,7 +114,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_walker_sees_module_and_function_level_imports():
     graph, _, _ = _graph()
     # module level
-    assert "datapipe.shard_format" in graph["datapipe.loader.shards"]
+    assert "datapipe.tokens.shard_format" in graph["datapipe.loader.shards"]
     # function level (the CLI imports the runner inside the `run` command)
     assert "datapipe.engine.runner" in graph["datapipe.cli"]
     # the walker finds a cycle when there is one
@@ -146,7 +146,7 @@ def test_loader_imports_only_loader_shard_format_and_array_libraries():
                     bad.append(f"{name}:{line} imports {target}")
             elif top not in stdlib and top not in LOADER_THIRD_PARTY:
                 bad.append(f"{name}:{line} imports {target}")
-    assert not bad, "the loader must import only datapipe.loader, datapipe.shard_format and " \
+    assert not bad, "the loader must import only datapipe.loader, datapipe.tokens.shard_format and " \
                     f"stdlib/{'/'.join(sorted(LOADER_THIRD_PARTY))}:\n" + "\n".join(bad)
 
 
@@ -162,4 +162,4 @@ def test_loader_needs_nothing_else_of_datapipe_transitively():
     outside = sorted(m for m in reached if not any(m == a or m.startswith(a + ".") for a in LOADER_ALLOWED_DATAPIPE))
     assert not outside, f"the loader reaches {outside}"
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    assert {t.split(".")[0] for t, _ in raw["datapipe.shard_format"]} <= stdlib | LOADER_THIRD_PARTY
+    assert {t.split(".")[0] for t, _ in raw["datapipe.tokens.shard_format"]} <= stdlib | LOADER_THIRD_PARTY

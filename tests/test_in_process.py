@@ -61,9 +61,9 @@ def _two_source_pipeline(tmp_path: Path) -> Path:
 def test_default_runs_a_one_task_run_in_process_and_a_larger_one_on_ray(tmp_path: Path) -> None:
     """Without --in-process or --ray the driver decides from the plan: one map task leaves Ray
     nothing to overlap, so it runs here; two sources are two map tasks, so Ray."""
-    from datapipe.config import load_pipeline
-    from datapipe.engine.run_folder import RunFolder
     from datapipe.engine.runner import _auto_in_process
+    from datapipe.pipeline.load import load_pipeline
+    from datapipe.run_folder.layout import RunFolder
 
     two = load_pipeline(_two_source_pipeline(tmp_path))
     folder = RunFolder(tmp_path / "out")

@@ -12,10 +12,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from datapipe import storage
-from datapipe.config import load_pipeline
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.runner import run_pipeline
+from datapipe.pipeline.load import load_pipeline
+from datapipe.storage import uri as storage
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 

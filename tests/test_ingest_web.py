@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from datapipe.readers import infer_format
-from datapipe.readers.html import decode_html, license_hints
+from datapipe.readers.html_pages import decode_html, license_hints
 from datapipe.readers.warc import skipped_records
 from tests.ingest_helpers import read_all
 from tests.shared_data import shared_path

@@ -1,4 +1,4 @@
-"""datapipe.jit.load_numba: numba starts without importing scipy.linalg or cffi."""
+"""datapipe.runtime.jit.load_numba: numba starts without importing scipy.linalg or cffi."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_numba_kernels_load_without_scipy_linalg() -> None:
-    """datapipe.jit.load_numba: numba's BLAS probe is answered without importing scipy.linalg
+    """datapipe.runtime.jit.load_numba: numba's BLAS probe is answered without importing scipy.linalg
     (0.3-0.45 s per process); kernels still run, and np.dot in a kernel still finds SciPy."""
     code = ("import sys\nfrom datapipe.stages import cjk\nd, _, _ = cjk.line_script_counts(['ab 中文'])\n"
             "print(int(d['han'][0]), 'scipy.linalg' in sys.modules, 'cffi' in sys.modules)\n"

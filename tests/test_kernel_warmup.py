@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from datapipe import kernel_warmup
-from datapipe.models import lid_model_path
+from datapipe.assets.models import lid_model_path
+from datapipe.runtime import kernel_warmup
 from tests.conftest import write_pipeline
 from tests.shared_data import PROJECT_ROOT, shared_path
 
@@ -24,7 +24,7 @@ RUN_AND_COUNT = """
 import json, sys
 from pathlib import Path
 from numba.core.registry import CPUDispatcher
-from datapipe.config import load_pipeline
+from datapipe.pipeline.load import load_pipeline
 from datapipe.engine.runner import run_pipeline
 run_pipeline(load_pipeline(Path(sys.argv[1])), output=Path(sys.argv[2]), show_progress=False,
              log=lambda m: None, in_process=True)
@@ -49,7 +49,7 @@ def test_after_the_warm_up_no_stage_compiles_a_kernel(tmp_path: Path) -> None:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "DATAPIPE_CACHE_DIR": str(tmp_path / "cache"),
            "DATAPIPE_LID_MODEL": str(lid_model_path()),
            "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    warm = subprocess.run([sys.executable, "-m", "datapipe.kernel_warmup"], env=env, capture_output=True,
+    warm = subprocess.run([sys.executable, "-m", "datapipe.runtime.kernel_warmup"], env=env, capture_output=True,
                           text=True, timeout=600)
     assert warm.returncode == 0, warm.stderr[-3000:]
     assert warm.stdout.count(": compiled") == len(kernel_warmup.SIGNATURES)  # a fresh cache: all compiled
@@ -88,7 +88,7 @@ def test_after_the_warm_up_no_stage_compiles_a_kernel(tmp_path: Path) -> None:
     assert {"datapipe.stages.cjk:_count_kernel", "datapipe.stages.quality._kernels:ngram_signals",
             "datapipe.stages.quality._kernels:char_tokens", "datapipe.dedup.shingles:_shingle_kernel_jit",
             "datapipe.dedup.minhash:_affine32_jit", "datapipe.dedup.cluster:_union_kernel",
-            "datapipe.stages.boilerplate:_fnv1a_kernel", "datapipe.decontam.ngrams:_ngram_kernel_jit"} <= used, used
+            "datapipe.stages.boilerplate:_fnv1a_kernel", "datapipe.decontaminate.ngrams:_ngram_kernel_jit"} <= used, used
 
 
 def test_the_stamp_makes_the_next_run_skip_the_warm_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

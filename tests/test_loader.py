@@ -180,7 +180,7 @@ def test_sample_fields(tmp_path):
     b = next(iter(ds))
     ids, lab, pos, cu, lm = b["input_ids"], b["labels"], b["position_ids"], b["cu_seqlens"], b["loss_mask"]
     assert ids.shape == lab.shape == pos.shape == lm.shape == (30, 16) and cu.shape == (30, 9)
-    from datapipe.shard_format import open_shard, tokens_view
+    from datapipe.tokens.shard_format import open_shard, tokens_view
     table, _ = open_shard(run / "shards/web/train-00000.arrow")
     rows = tokens_view(table)
     starts, ntok = table.column("doc_starts").to_pylist(), table.column("n_tokens").to_pylist()

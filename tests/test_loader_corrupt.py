@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.engine.shard_writer import write_shard
-from datapipe.shard_format import ShardMeta
+from datapipe.engine.tasks.shard_writer import write_shard
+from datapipe.tokens.shard_format import ShardMeta
 from tests.loader_helpers import make_run, write_manifest
 from tests.shared_data import PROJECT_ROOT
 

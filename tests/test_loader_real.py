@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from datapipe.config import TokenizeConfig
-from datapipe.engine.shard_writer import write_shard
+from datapipe.engine.tasks.shard_writer import write_shard
 from datapipe.loader import PackedDataset
-from datapipe.packing import BestFitPacker, concat_rows
-from datapipe.shard_format import ShardMeta, file_sha256, open_shard, tokens_view
-from datapipe.tokenize import encode_documents, load_tokenizer_info
+from datapipe.pipeline.load import TokenizeConfig
+from datapipe.tokens.encode import encode_documents, load_tokenizer_info
+from datapipe.tokens.packing import BestFitPacker, concat_rows
+from datapipe.tokens.shard_format import ShardMeta, file_sha256, open_shard, tokens_view
 from tests.loader_helpers import write_manifest
 from tests.shared_data import PROJECT_ROOT, shared_path
 

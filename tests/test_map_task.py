@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datapipe.config import load_pipeline
-from datapipe.engine import tasks
 from datapipe.engine.plan import make_spec
+from datapipe.engine.tasks.map import _bounded, map_shard
+from datapipe.pipeline.load import load_pipeline
 from datapipe.readers import READERS, ReadBatch
 from datapipe.schema import BASE_SCHEMA
 from tests.conftest import write_pipeline
@@ -32,7 +32,7 @@ def test_reader_rejects_and_missing_text_rejects_with_other_columns_are_all_kept
         yield ReadBatch(docs, bad)
 
     monkeypatch.setitem(READERS, "jsonl", reader)
-    marker = tasks.map_shard(spec, spec.shards[0], spec.segments[0])
+    marker = map_shard(spec, spec.shards[0], spec.segments[0])
     assert marker["docs_in"] == 3 and marker["kept"] == 1
     assert marker["rejected"] == {"0": {"malformed_json": 1, "missing_text": 1}}
     files = sorted((tmp_path / "out" / "rejected").glob("**/*.parquet"))
@@ -45,10 +45,10 @@ def test_reader_rejects_and_missing_text_rejects_with_other_columns_are_all_kept
 def test_long_batches_are_cut_by_text_size_keeping_every_document_in_order() -> None:
     texts = ["aaaa", "bb", None, "cccccc", "d", "e" * 11]
     table = pa.table({"text": texts, "n": list(range(len(texts)))})
-    parts = list(tasks._bounded(iter([table]), 6))
+    parts = list(_bounded(iter([table]), 6))
     assert [p["n"].to_pylist() for p in parts] == [[0, 1, 2], [3], [4], [5]]  # a too-long document stays whole
     assert pa.concat_tables(parts).equals(table)
-    assert list(tasks._bounded(iter([table]), 1000)) == [table]  # small batches pass as they are
+    assert list(_bounded(iter([table]), 1000)) == [table]  # small batches pass as they are
 
 
 def test_tokenizing_batches_cut_smaller_give_the_same_documents_and_tokens(tmp_path: Path, monkeypatch) -> None:
@@ -57,7 +57,7 @@ def test_tokenizing_batches_cut_smaller_give_the_same_documents_and_tokens(tmp_p
     token, or the order, on real zh and en pages."""
     import pyarrow.ipc as ipc
 
-    from datapipe.engine import map_task
+    from datapipe.engine.tasks import map as map_task
     from tests.shared_data import PROJECT_ROOT, shared_path
 
     lines = []
@@ -72,7 +72,7 @@ def test_tokenizing_batches_cut_smaller_give_the_same_documents_and_tokens(tmp_p
     def run(out: str) -> tuple[pa.Table, pa.Table, int]:
         spec = make_spec(pipeline, tmp_path / out, tmp_path / "cache")
         (segment,) = spec.segments
-        assert tasks.map_shard(spec, spec.shards[0], segment)["kept"] > 0
+        assert map_shard(spec, spec.shards[0], segment)["kept"] > 0
         docs = [pq.ParquetFile(f) for f in sorted((tmp_path / out / "docs").glob("**/*.parquet"))]
         tokens = [ipc.open_file(str(f)).read_all() for f in sorted((tmp_path / out).glob("_work/**/*.arrow"))]
         return (pa.concat_tables([d.read() for d in docs]), pa.concat_tables(tokens),

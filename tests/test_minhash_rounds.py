@@ -15,13 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.config import load_pipeline
 from datapipe.dedup.cluster import cluster_duplicates, union_of
 from datapipe.dedup.components import both_ways, large_star, node_partition, small_star
 from datapipe.dedup.minhash import band_keys, empty_mask
-from datapipe.engine import tasks
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
-from datapipe.engine.run_folder import RunFolder
+from datapipe.engine.tasks.map import map_shard
+from datapipe.engine.tasks.reduce import partition_decisions, partition_state, reduce_partition, reduce_stage
+from datapipe.pipeline.load import load_pipeline
+from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.base import ROW_KEY_SHIFT
 from datapipe.stages.minhash import SIG_COLUMN, MinHashDedup, _sig_matrix
 from tests.conftest import write_pipeline
@@ -139,17 +140,17 @@ def _global_step(spec: RunSpec, segment: Segment) -> tuple[dict, dict, list[int]
     survivors' {row_key: dup_count} the map tasks after it read, and rows in per round."""
     folder = RunFolder(Path(spec.root))
     stage = build_stage(spec, segment.compute_global)
-    rows_in = [sum(tasks.reduce_partition(spec, segment, p, r)["rows_in"] for p in range(stage.partitions()))
+    rows_in = [sum(reduce_partition(spec, segment, p, r)["rows_in"] for p in range(stage.partitions()))
                for r in range(stage.rounds())]
-    tasks.reduce_stage(spec, segment)
+    reduce_stage(spec, segment)
     decisions, sizes = {}, {}
     for s in spec.shards:
-        for table in (tasks.partition_decisions(folder, segment.index, stage, s.ordinal),
+        for table in (partition_decisions(folder, segment.index, stage, s.ordinal),
                       pq.read_table(p) if (p := folder.decisions_file(segment.index, s.key)).exists() else None):
             for r in table.to_pylist() if table is not None else []:
                 assert r["id"] not in decisions  # one decision per document
                 decisions[r["id"]] = (r["dup_of"], r["dup_cluster"], r["detail"])
-        for table in (tasks.partition_state(folder, segment.index, stage, s.ordinal),
+        for table in (partition_state(folder, segment.index, stage, s.ordinal),
                       pq.read_table(folder.state_file(segment.index), filters=[("shard", "=", s.ordinal)])
                       if folder.state_file(segment.index).exists() else None):
             for r in table.to_pylist() if table is not None else []:
@@ -195,7 +196,7 @@ def test_star_rounds_equal_the_in_memory_clustering_on_real_near_duplicates(tmp_
     spec = _pipeline(tmp_path, partitions, "earliest")
     segment = spec.segments[0]
     for s in spec.shards:
-        tasks.map_shard(spec, s, segment)
+        map_shard(spec, s, segment)
     udhr_ids = set()
     for survivor in ("earliest", "longest", "best"):  # the map outputs do not depend on the rule
         spec = _pipeline(tmp_path, partitions, survivor)
@@ -242,7 +243,7 @@ def test_a_chain_of_copies_settles_in_rounds_or_in_the_combine_step(tmp_path: Pa
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
     segment = spec.segments[0]
     for s in spec.shards:
-        tasks.map_shard(spec, s, segment)
+        map_shard(spec, s, segment)
     got, sizes, rows_in = _global_step(spec, segment)
     expected, expected_sizes = _in_memory(spec, segment, survivor)
     assert got == expected and sizes == expected_sizes

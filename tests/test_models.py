@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from datapipe import models
-from datapipe.models import LID_SHA256, ModelUnavailable, ensure_lid_model
+from datapipe.assets import models
+from datapipe.assets.models import LID_SHA256, ModelUnavailable, ensure_lid_model
 
 
 def test_configured_model_file_is_used_and_a_missing_one_named(tmp_path: Path, monkeypatch) -> None:

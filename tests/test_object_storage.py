@@ -37,7 +37,7 @@ DATA = PROJECT_ROOT / "pipelines" / "demo" / "data"
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A loopback S3 server with the demo inputs in s3://BUCKET/data/, and the environment to reach it."""
-    from datapipe.models import lid_model_path
+    from datapipe.assets.models import lid_model_path
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     lid = lid_model_path()  # before the cache moves: the mirrors go to a temporary cache, the model stays
@@ -97,8 +97,8 @@ def download_run(client, prefix: str, to: Path) -> Path:
 @pytest.fixture(scope="module")
 def runs(s3, tmp_path_factory):
     """The demo pipeline in process: once all local, once with inputs and run folder on S3."""
-    from datapipe.config import load_pipeline
     from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
 
     tmp = tmp_path_factory.mktemp("runs")
     local = run_pipeline(load_pipeline(pipeline_file(tmp / "local", str(DATA), str(tmp / "local-out"))),
@@ -153,7 +153,7 @@ def test_sql_and_loader_read_the_run_folder_on_s3(s3, runs) -> None:
 
 @pytest.mark.parametrize("kill_at", ["map1:1", "pack:1"])
 def test_kill_and_resume_on_s3_from_the_store_alone(s3, runs, tmp_path: Path, kill_at: str) -> None:
-    from datapipe.storage import mirror_of
+    from datapipe.storage.uri import mirror_of
 
     _, remote, tmp = runs
     uri = f"s3://{BUCKET}/runs/kill-{kill_at.replace(':', '-')}"
@@ -320,8 +320,8 @@ def test_clear_errors_for_unusable_remote_paths(s3, tmp_path: Path) -> None:
 
 
 def test_lock_record_on_s3_refuses_a_second_driver_and_fresh_wipes_the_store(s3, tmp_path: Path, monkeypatch) -> None:
-    from datapipe.engine.run_folder import RunFolder
-    from datapipe.engine.run_lock import RunLock, RunLockedError
+    from datapipe.run_folder.layout import RunFolder
+    from datapipe.run_folder.lock import RunLock, RunLockedError
 
     keys = ["lk/run.json", "lk/docs/web/a.parquet", "lk/_work/markers/map0/a.json", "lk/stats.duckdb", "lk/notes.txt"]
     for key in keys:
@@ -343,7 +343,7 @@ def test_lock_record_on_s3_refuses_a_second_driver_and_fresh_wipes_the_store(s3,
 # --- inputs read in place: the driver plans from the listing, tasks read their ranges ----------
 
 def _mirror_files(uri: str) -> list[Path]:
-    from datapipe.storage import mirror_of
+    from datapipe.storage.uri import mirror_of
 
     root = mirror_of(uri)
     return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
@@ -357,9 +357,9 @@ def test_split_planning_and_range_reads_on_s3_equal_the_local_file(s3, tmp_path:
                                                                    target: int) -> None:
     """Bounds planned through ranged reads of the object equal the local file's; each range read
     from the store gives, in order, exactly the whole local file's records; nothing is downloaded."""
-    from datapipe.config import SourceConfig
     from datapipe.engine.splits import plan_file
-    from datapipe.storage import FETCHED, mirror_of
+    from datapipe.pipeline.load import SourceConfig
+    from datapipe.storage.uri import FETCHED, mirror_of
     from tests.shared_data import shared_path
     from tests.test_split_inputs import _read_all, _real_jsonl
 
@@ -404,10 +404,10 @@ def test_driver_plans_a_split_s3_input_without_downloading_it(s3, tmp_path: Path
     from click.testing import CliRunner
 
     from datapipe.cli import main
-    from datapipe.config import load_pipeline
     from datapipe.engine.plan import make_spec
     from datapipe.engine.runner import run_pipeline
-    from datapipe.storage import FETCHED, PROBE_BUFFER
+    from datapipe.pipeline.load import load_pipeline
+    from datapipe.storage.uri import FETCHED, PROBE_BUFFER
 
     local_data = tmp_path / "data"
     local_data.mkdir()
@@ -462,9 +462,9 @@ def test_compressed_jsonl_on_s3_is_streamed_and_equals_the_local_file(s3, tmp_pa
     """A compressed JSONL (one task: no ranges) is decompressed from the object stream, not a download."""
     import pyarrow as pa
 
-    from datapipe.config import SourceConfig
+    from datapipe.pipeline.load import SourceConfig
     from datapipe.readers import reader_path
-    from datapipe.storage import FETCHED, mirror_of
+    from datapipe.storage.uri import FETCHED, mirror_of
     from tests.test_split_inputs import _read_all, _real_jsonl
 
     raw = _real_jsonl(tmp_path).read_bytes()

@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from datapipe.cli import main
-from datapipe.config import load_pipeline
-from datapipe.engine.run_folder import RunFolderError
 from datapipe.engine.runner import PipelineError, run_pipeline
-from datapipe.shard_format import open_shard, tokens_view
+from datapipe.pipeline.load import load_pipeline
+from datapipe.run_folder.layout import RunFolderError
+from datapipe.tokens.shard_format import open_shard, tokens_view
 from tests.conftest import write_pipeline
 from tests.shared_data import PROJECT_ROOT
 

@@ -9,8 +9,8 @@ import duckdb
 from click.testing import CliRunner
 
 from datapipe.cli import main
-from datapipe.config import load_pipeline
 from datapipe.engine.runner import run_pipeline
+from datapipe.pipeline.load import load_pipeline
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 from tests.test_quality import GOOD_EN, GOOD_ZH

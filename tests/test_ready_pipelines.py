@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.config import ConfigError, load_pipeline
 from datapipe.engine.plan import make_spec, split_target
 from datapipe.engine.runner import _input_listing
+from datapipe.pipeline.load import ConfigError, load_pipeline
 from tests.shared_data import PROJECT_ROOT, shared_path
 
 READY = sorted((PROJECT_ROOT / "pipelines").glob("*.yaml"))

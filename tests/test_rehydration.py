@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from datapipe.config import load_pipeline
-from datapipe.engine import tasks
 from datapipe.engine.plan import build_stage, make_spec
+from datapipe.engine.tasks.map import map_shard
+from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.pipeline.load import load_pipeline
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 
@@ -27,14 +28,14 @@ def test_survivors_carry_their_cluster_size_on_real_udhr_variants(tmp_path: Path
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
     first, last = spec.segments
     for shard in spec.shards:
-        tasks.map_shard(spec, shard, first)
+        map_shard(spec, shard, first)
     stage = build_stage(spec, first.compute_global)
     for r in range(stage.rounds()):  # round 0 pairs the pages, then the star rounds settle the clusters
         for p in range(2):
-            tasks.reduce_partition(spec, first, p, r)
-    tasks.reduce_stage(spec, first)
+            reduce_partition(spec, first, p, r)
+    reduce_stage(spec, first)
     for shard in spec.shards:
-        tasks.map_shard(spec, shard, last)
+        map_shard(spec, shard, last)
     kept = {r["path"].removesuffix(".html"): r["dup_count"]
             for f in (tmp_path / "out" / "docs").glob("**/*.parquet") for r in pq.read_table(f).to_pylist()}
     rejected = {r["path"].removesuffix(".html"): r["dup_of"]

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from datapipe.audit.report import Series, hbar_chart, histogram
 from datapipe.cli import main
-from datapipe.config import load_pipeline
 from datapipe.engine.runner import run_pipeline
+from datapipe.pipeline.load import load_pipeline
 
 
 class Tags(HTMLParser):

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from datapipe.atomic import fault_scope, is_temp_name, sweep_temp_files, temp_path_for
 from datapipe.cli import main
-from datapipe.config import load_pipeline
 from datapipe.engine.disk_full import find_disk_full
 from datapipe.engine.runner import run_pipeline
+from datapipe.pipeline.load import load_pipeline
+from datapipe.storage.atomic import fault_scope, is_temp_name, sweep_temp_files, temp_path_for
 from tests.shared_data import PROJECT_ROOT
 from tests.test_resume import fingerprint
 

@@ -14,11 +14,11 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from datapipe.assets.filters_dir import filter_file
 from datapipe.cli import main
-from datapipe.config import load_pipeline
 from datapipe.engine.runner import PipelineError, run_pipeline
-from datapipe.resources import filter_file
-from datapipe.run_identity import resource_changes
+from datapipe.pipeline.identity import resource_changes
+from datapipe.pipeline.load import load_pipeline
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 
@@ -125,7 +125,7 @@ def test_comments_and_order_are_no_change_but_entries_are(tmp_path: Path) -> Non
 
 def _resources_without_validation(path: Path) -> list[dict]:
     """Validation refuses a missing rule file; the run identity still has to name it when asked directly."""
-    from datapipe.run_identity import record_resources
+    from datapipe.pipeline.identity import record_resources
     from datapipe.stages import STAGES
 
     quality = STAGES["quality"]

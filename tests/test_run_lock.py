@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.engine.run_folder import LOCK_RECORD, RunFolder
-from datapipe.engine.run_lock import RunLock, RunLockedError, holder_alive, process_start
+from datapipe.run_folder.layout import LOCK_RECORD, RunFolder
+from datapipe.run_folder.lock import RunLock, RunLockedError, holder_alive, process_start
 
 # A driver stand-in: takes the lock, starts a long-lived child as Ray's raylet would, says so, waits.
 HOLDER = """
 import subprocess, sys, time
 from pathlib import Path
-from datapipe.engine.run_lock import RunLock
+from datapipe.run_folder.lock import RunLock
 lock = RunLock(Path(sys.argv[1]), log=lambda m: None)
 lock.acquire()
 child = subprocess.Popen(["sleep", "60"])

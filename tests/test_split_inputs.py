@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.config import SourceConfig, SplitConfig, load_pipeline
-from datapipe.engine import tasks
 from datapipe.engine.plan import make_spec
 from datapipe.engine.splits import effective_target, even_cuts, plan_file
+from datapipe.engine.tasks.map import map_shard
+from datapipe.pipeline.load import SourceConfig, SplitConfig, load_pipeline
 from datapipe.readers import READERS, InputFile
 from datapipe.readers.streams import LineRange, count_newlines
 from tests.conftest import write_pipeline
@@ -159,7 +159,7 @@ def test_map_tasks_over_ranges_and_groups_equal_whole_files(tmp_path: Path) -> N
         spec = make_spec(pipeline, out, tmp_path / "cache")
         docs_in = 0
         for shard in spec.shards:
-            marker = tasks.map_shard(spec, shard, spec.segments[0])
+            marker = map_shard(spec, shard, spec.segments[0])
             docs_in += marker["docs_in"]
             for h in marker.get("inputs", []):
                 assert h["sha256"]
@@ -286,7 +286,7 @@ def test_split_run_equals_unsplit_run_through_the_engine(ray_local, tmp_path: Pa
 
 
 def test_split_settings_are_validated_with_their_yaml_key(tmp_path: Path) -> None:
-    from datapipe.config import ConfigError
+    from datapipe.pipeline.load import ConfigError
 
     (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
     config = {"name": "t", "sources": [{"name": "s", "paths": ["a.jsonl"]}],

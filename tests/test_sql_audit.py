@@ -21,10 +21,10 @@ from click.testing import CliRunner
 
 from datapipe.audit.report import Series, build_report, hbar_chart, text_width
 from datapipe.audit.sql import AuditError, connect, run_query
-from datapipe.audit.summary import print_summary
 from datapipe.cli import main
-from datapipe.config import load_pipeline
+from datapipe.cli.summary import print_summary
 from datapipe.engine.runner import RunResult, run_pipeline
+from datapipe.pipeline.load import load_pipeline
 from tests.conftest import write_pipeline
 from tests.shared_data import PROJECT_ROOT, shared_path
 
@@ -243,7 +243,7 @@ def test_run_summary_prints_names_and_paths_verbatim(tmp_path: Path) -> None:
     text = out.getvalue()
     for s in ("c4:lorem_ipsum:x:", "web[1]", "12,345,678"):
         assert s in text, s
-    from datapipe.textout import make_console
+    from datapipe.audit.textout import make_console
 
     out = io.StringIO()
     print_summary(RunResult(root, {"counts": counts}), make_console(out))

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from datapipe.audit.mixture import mixture_report, parse_tokens
 from datapipe.cli import main
-from datapipe.config import load_pipeline
-from datapipe.engine.audit import mixture_view_sql
+from datapipe.engine.finish import mixture_view_sql
 from datapipe.engine.runner import run_pipeline
+from datapipe.pipeline.load import load_pipeline
 
 
 def make_documents(con: duckdb.DuckDBPyConnection, with_tags: bool) -> None:

@@ -1,4 +1,4 @@
-"""Per-task CPU and peak RSS in completion markers (datapipe/engine/task_usage.py): the peak is the
+"""Per-task CPU and peak RSS in completion markers (datapipe/runtime/task_usage.py): the peak is the
 task's own in a process that runs many tasks, not the process's lifetime peak."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.engine.task_usage import TaskUsage
+from datapipe.runtime.task_usage import TaskUsage
 from tests.conftest import write_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +33,8 @@ def test_peak_belongs_to_the_task_that_reached_it() -> None:
 
 
 def test_every_marker_of_a_run_records_cpu_and_peak(tmp_path: Path) -> None:
-    from datapipe.config import load_pipeline
     from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
 
     demo = sorted((ROOT / "pipelines" / "demo" / "data").glob("web_*.jsonl"))[:2]
     lines = [line for path in demo for line in path.read_text(encoding="utf-8").splitlines()[:15]]

@@ -10,12 +10,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.config import TokenizeConfig, load_pipeline
 from datapipe.engine.runner import run_pipeline
-from datapipe.engine.shard_writer import write_shard
-from datapipe.packing import BestFitPacker, ConcatPacker, PackedRows, concat_rows, make_packer
-from datapipe.shard_format import ShardMeta, open_shard, tokens_view
-from datapipe.tokenize import encode_documents, load_tokenizer_info
+from datapipe.engine.tasks.shard_writer import write_shard
+from datapipe.pipeline.load import TokenizeConfig, load_pipeline
+from datapipe.tokens.encode import encode_documents, load_tokenizer_info
+from datapipe.tokens.packing import BestFitPacker, ConcatPacker, PackedRows, concat_rows, make_packer
+from datapipe.tokens.shard_format import ShardMeta, open_shard, tokens_view
 from tests.shared_data import PROJECT_ROOT, shared_path
 
 TOKENIZER = PROJECT_ROOT / "tokenizer" / "demo.json"

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from datapipe.cli import main
-from datapipe.config import TokenizeConfig
-from datapipe.tokenize import load_tokenizer_info
-from datapipe.tokenizer_train import (
+from datapipe.pipeline.load import TokenizeConfig
+from datapipe.tokens.encode import load_tokenizer_info
+from datapipe.train.tokenizer import (
     Doc,
     TrainOptions,
     docs_from_files,

@@ -21,9 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.config import load_pipeline
 from datapipe.engine.plan import make_spec
 from datapipe.engine.runner import run_pipeline
+from datapipe.pipeline.load import load_pipeline
 from datapipe.stages import (
     CombineStep,
     GlobalStage,

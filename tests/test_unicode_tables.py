@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from datapipe.dedup import shingles
-from datapipe.unicode_tables import SIZE, _path, cached_table
+from datapipe.text.unicode_tables import SIZE, _path, cached_table
 
 
 def test_cached_shingle_tables_equal_the_built_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

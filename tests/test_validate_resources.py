@@ -13,8 +13,8 @@ import yaml
 from click.testing import CliRunner
 
 from datapipe.cli import main
-from datapipe.config import ConfigError, load_pipeline
-from datapipe.langcodes import LID176_CODES, LID176_NAMES, suggest_language
+from datapipe.pipeline.load import ConfigError, load_pipeline
+from datapipe.text.langcodes import LID176_CODES, LID176_NAMES, suggest_language
 from tests.shared_data import PROJECT_ROOT, shared_path
 
 
@@ -36,7 +36,7 @@ def problems(path: Path) -> list[str]:
 def test_shipped_codes_are_the_models_labels() -> None:
     import fasttext
 
-    from datapipe.models import lid_model_path
+    from datapipe.assets.models import lid_model_path
 
     path = lid_model_path()
     if not path.is_file():

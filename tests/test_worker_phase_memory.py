@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.config import load_pipeline
 from datapipe.engine import plan, runner
+from datapipe.pipeline.load import load_pipeline
 from datapipe.stages import cjk, langid
 
 ROOT = Path(__file__).resolve().parent.parent

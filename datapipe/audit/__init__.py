@@ -6,6 +6,6 @@
 - ``report``: one self-contained HTML page (``datapipe report``);
 - ``summary``: the funnel a finished ``datapipe run`` prints.
 
-The database itself is written at the end of a run by ``datapipe.engine.audit``. This file
+The database itself is written at the end of a run by ``datapipe.engine.finish``. This file
 imports nothing, so importing one module of the package does not import the others.
 """

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from datapipe.audit.sql import DB_NAME, AuditError, reading
-from datapipe.engine.run_folder import RunFolder
+from datapipe.run_folder.layout import RunFolder
 
 DECISION = ("id", "source", "kind", "status", "stage", "reason", "detail")
 
@@ -58,7 +58,7 @@ def rule_lines(row: dict[str, Any], run_dir: Path | None = None) -> list[str]:
 
 def _run_rule_set(run_dir: Path | None, name: str) -> tuple[Any, str | None]:
     """(the rule set ``name`` as the run recorded it, or None; a note line or None)."""
-    from datapipe.run_identity import current_sha256
+    from datapipe.pipeline.identity import current_sha256
     from datapipe.stages.quality.rules import RuleSet, RuleSetError
 
     run = _run_json(run_dir) if run_dir is not None else {}

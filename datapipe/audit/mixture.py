@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from datapipe.audit.sql import read_run_json, reading
-from datapipe.textout import data_table, make_console
+from datapipe.audit.textout import data_table, make_console
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 

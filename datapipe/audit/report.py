@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datapipe.atomic import atomic_path
 from datapipe.audit.mixture import configured_sources
 from datapipe.audit.sql import read_run_json, reading
+from datapipe.storage.atomic import atomic_path
 
 COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
 BAR_H, LABEL_W, CHART_W = 22, 190, 520  # LABEL_W: the least room for labels; longer labels get more

@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
-from datapipe.atomic import TMP_MARK
+from datapipe.storage.atomic import TMP_MARK
 
 DB_NAME = "stats.duckdb"
 TEXT_VIEWS = {"kept_docs": "docs", "rejected_docs": "rejected"}
@@ -111,8 +111,8 @@ def _parquet_dataset(folder: Path) -> Any:
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from datapipe import storage
     from datapipe.schema import BASE_SCHEMA
+    from datapipe.storage import uri as storage
 
     fs = None
     uri = storage.remote_of(folder)
@@ -234,7 +234,7 @@ def write_result(table: pa.Table, fmt: str, out: TextIO) -> None:
         writer.writerow(table.column_names)
         writer.writerows([row[c] for c in table.column_names] for row in rows)
     else:
-        from datapipe.textout import data_table, make_console
+        from datapipe.audit.textout import data_table, make_console
 
         view = data_table(table.column_names)
         for row in rows:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.classify.features import PLAIN, featuriser
-from datapipe.process_cache import process_cache
+from datapipe.runtime.process_cache import process_cache
 
 LABEL_PREFIX = "__label__"
 _MODELS: dict[str, Any] = process_cache({})  # one loaded model per worker process and path

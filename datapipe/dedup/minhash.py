@@ -85,7 +85,7 @@ def _legacy_kernel(hashes, offsets, a, b, out):
 
 
 if HAVE_NUMBA:
-    from datapipe.jit import load_numba
+    from datapipe.runtime.jit import load_numba
 
     numba = load_numba()
 

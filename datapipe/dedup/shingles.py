@@ -32,7 +32,7 @@ from functools import lru_cache
 import numpy as np
 
 from datapipe.text import charclass
-from datapipe.unicode_tables import cached_table
+from datapipe.text.unicode_tables import cached_table
 
 try:  # numba is the default path; the numpy/Python fallback keeps the package importable.
     import numba

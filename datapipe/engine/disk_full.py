@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from datapipe.atomic import final_name
+from datapipe.storage.atomic import final_name
 
 _CODES = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
 _TEXT = re.compile(r"No space left on device|Disk quota exceeded|errno:? ?(?:28|122)\b", re.IGNORECASE)

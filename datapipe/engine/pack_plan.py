@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datapipe.engine.plan import RunSpec
-from datapipe.engine.run_folder import RunFolder, map_phase
+from datapipe.run_folder.layout import RunFolder, map_phase
 
 SPLITS = ("train", "val")
 # A concat range task packs about this many tokens (whole files): enough to amortize a task,

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from datapipe.engine.map_task import count_range_lines, map_shard
 from datapipe.engine.pack_plan import pack_ranges
-from datapipe.engine.pack_task import pack_range
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
-from datapipe.engine.reduce_task import reduce_partition, reduce_stage
-from datapipe.engine.run_folder import (
+from datapipe.engine.tasks.map import count_range_lines, map_shard
+from datapipe.engine.tasks.pack import pack_range
+from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.run_folder.layout import (
     LINES_PHASE,
     PACK_PHASE,
     RunFolder,

@@ -23,13 +23,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from datapipe.config import Pipeline, SourceConfig, TokenizeConfig
+from datapipe.config.input_names import input_name
+from datapipe.config.limits import ReadLimits
 from datapipe.engine.splits import InputRange, effective_target, file_size, group_pieces, plan_file, task_key
-from datapipe.input_names import input_name
-from datapipe.limits import ReadLimits
-from datapipe.process_cache import clear_process_caches
+from datapipe.pipeline.load import Pipeline, SourceConfig, TokenizeConfig
+from datapipe.runtime.process_cache import clear_process_caches
 from datapipe.stages import STAGES, Stage, StageContext, StageOptions
-from datapipe.tokenize import TokenizerInfo, load_tokenizer_info
+from datapipe.tokens.encode import TokenizerInfo, load_tokenizer_info
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ _SET_UP: set[tuple[str, int]] = set()
 
 
 def forget_stages() -> None:
-    """Drop every built stage and what stages loaded (``datapipe/process_cache.py``): for a worker
+    """Drop every built stage and what stages loaded (``datapipe/runtime/process_cache.py``): for a worker
     moving on to another phase, so it does not carry the last phase's models into this one."""
     _STAGE_CACHE.clear()
     _SET_UP.clear()

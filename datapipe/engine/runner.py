@@ -21,22 +21,22 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from datapipe import kernel_warmup
-from datapipe.atomic import fault_scope, recording_writes
-from datapipe.config import Pipeline
+from datapipe.assets.models import cache_dir
 from datapipe.engine.disk_full import DiskFull, find_disk_full
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.phases import Phase, Task, plan_phases
 from datapipe.engine.plan import RunSpec, build_stage, forget_stages, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.ray_runtime import ray_session
-from datapipe.engine.release_memory import release_memory
-from datapipe.engine.run_folder import RunFolder, RunFolderError, map_phase
-from datapipe.engine.run_lock import RunLock
-from datapipe.engine.task_usage import TaskUsage
-from datapipe.models import cache_dir
-from datapipe.run_identity import config_changes, resource_changes
-from datapipe.storage import RUN_FILES, folder_stat, folder_stats_once, input_stat, remote_of
+from datapipe.pipeline.identity import config_changes, resource_changes
+from datapipe.pipeline.load import Pipeline
+from datapipe.run_folder.layout import RunFolder, RunFolderError, map_phase
+from datapipe.run_folder.lock import RunLock
+from datapipe.runtime import kernel_warmup
+from datapipe.runtime.release_memory import release_memory
+from datapipe.runtime.task_usage import TaskUsage
+from datapipe.storage.atomic import fault_scope, recording_writes
+from datapipe.storage.uri import RUN_FILES, folder_stat, folder_stats_once, input_stat, remote_of
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
 
@@ -162,7 +162,7 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, ray_address: str | None, 
         result.skipped_tasks = len(_all_tasks(spec, folder))
         log(f"datapipe: every task of {pipeline.name!r} is already done in {folder.root}; rebuilding statistics")
 
-    from datapipe.engine.audit import build_stats, check_conservation, collect_counts
+    from datapipe.engine.finish import build_stats, check_conservation, collect_counts
 
     started = time.perf_counter()
     folder.pull(files=("docs/", "rejected/"))  # statistics read every kept and rejected document

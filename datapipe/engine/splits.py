@@ -41,9 +41,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from datapipe.config import SplitConfig
+from datapipe.pipeline.load import SplitConfig
 from datapipe.readers.streams import SCAN, LineRange, count_newlines
-from datapipe.storage import folder_stat, input_stat, is_input_file, open_input, parquet_source
+from datapipe.storage.uri import folder_stat, input_stat, is_input_file, open_input, parquet_source
 
 __all__ = ["InputRange", "LineRange", "count_newlines", "effective_target", "group_pieces", "plan_file", "task_key"]
 

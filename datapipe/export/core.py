@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from datapipe.atomic import TMP_MARK, sweep_temp_files, temp_path_for, write_text_atomic
 from datapipe.engine.progress import PhaseProgress
 from datapipe.export.documents import SPLITS, ExportError, RunDocuments
 from datapipe.export.target import ExportTarget
-from datapipe.shard_format import file_sha256
+from datapipe.storage.atomic import TMP_MARK, sweep_temp_files, temp_path_for, write_text_atomic
+from datapipe.tokens.shard_format import file_sha256
 
 MANIFEST = "export-manifest.json"
 

@@ -32,9 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datapipe import storage
-from datapipe.engine.run_folder import RunFolder
-from datapipe.shard_format import open_shard, tokens_view
+from datapipe.run_folder.layout import RunFolder
+from datapipe.storage import uri as storage
+from datapipe.tokens.shard_format import open_shard, tokens_view
 
 TOKENS = "input_ids"  # the pseudo-column with a document's token ids
 SPLITS = ("train", "val")

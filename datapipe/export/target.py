@@ -16,8 +16,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from datapipe import storage
 from datapipe.export.documents import ExportError
+from datapipe.storage import uri as storage
 
 
 class ExportTarget:

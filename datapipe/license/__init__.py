@@ -7,7 +7,7 @@ tags documents and splits kept / dropped.  Optional accurate path: datapipe.lice
 """
 
 from datapipe.license.arxiv import detect_arxiv
-from datapipe.license.code import (
+from datapipe.license.code_repos import (
                                    detect_code_batch,
                                    detect_code_file,
                                    detect_header,

@@ -6,7 +6,7 @@ from functools import lru_cache
 
 import yaml
 
-from datapipe.resources import filter_file
+from datapipe.assets.filters_dir import filter_file
 
 UNKNOWN = "unknown"
 # Rank used to pick the one `license_class` a document shows and to resolve AND / OR:

@@ -47,7 +47,7 @@ State
 from datapipe.loader.dataset import PackedDataset, StateMismatch
 from datapipe.loader.order import integer_weights, permute
 from datapipe.loader.shards import ShardPathError
-from datapipe.shard_format import ShardCorrupt
+from datapipe.tokens.shard_format import ShardCorrupt
 
 
 def _torch_dataset() -> type[PackedDataset]:

@@ -29,7 +29,7 @@ from datapipe.loader.gather import ShardTable
 from datapipe.loader.order import MixtureOrder, _mix, derive_key, integer_weights, permute
 from datapipe.loader.shards import OpenShard, local_copy, manifest_fingerprint, read_manifest
 from datapipe.loader.verify import VERIFY_MODES, Verifier
-from datapipe.shard_format import ShardCorrupt
+from datapipe.tokens.shard_format import ShardCorrupt
 
 STATE_VERSION = 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

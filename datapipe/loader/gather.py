@@ -36,7 +36,7 @@ import numpy as np
 
 from datapipe.loader import fused
 from datapipe.loader.shards import OpenShard
-from datapipe.shard_format import ShardCorrupt
+from datapipe.tokens.shard_format import ShardCorrupt
 
 
 class _Interface:

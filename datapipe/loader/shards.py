@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from datapipe.loader.verify import file_identity, shard_arrays
-from datapipe.shard_format import MANIFEST_COLUMNS, MANIFEST_NAME, ShardCorrupt, ShardMeta
+from datapipe.tokens.shard_format import MANIFEST_COLUMNS, MANIFEST_NAME, ShardCorrupt, ShardMeta
 
 _ARROW_MAGIC = b"ARROW1"
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from datapipe.shard_format import ShardCorrupt, ShardMeta
+from datapipe.tokens.shard_format import ShardCorrupt, ShardMeta
 
 VERIFY_MODES = ("full", "strict", "open")
 

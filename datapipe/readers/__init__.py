@@ -9,12 +9,12 @@ from pydantic import BaseModel
 
 from datapipe.readers.arxiv import ArxivOptions, read_arxiv
 from datapipe.readers.base import InputFile, ReadBatch
-from datapipe.readers.code import RepoOptions, TableOptions, read_repo
-from datapipe.readers.html import HtmlOptions, read_html
+from datapipe.readers.code_repos import RepoOptions, TableOptions, read_repo
+from datapipe.readers.html_pages import HtmlOptions, read_html
 from datapipe.readers.jsonl import read_jsonl
 from datapipe.readers.parquet import read_parquet
 from datapipe.readers.warc import read_warc, read_wat, read_wet
-from datapipe.storage import ensure_local
+from datapipe.storage.uri import ensure_local
 
 Reader = Callable[[InputFile, int], Iterator[ReadBatch]]
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from datapipe.license.code import is_license_file
-from datapipe.limits import DEFAULT_LIMITS, ReadLimits
+from datapipe.config.limits import DEFAULT_LIMITS, ReadLimits
+from datapipe.license.code_repos import is_license_file
 from datapipe.readers.archives import ARCHIVE_PROBLEMS, Caps, Member, MemberIds, clean_name, iter_archive
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from datapipe.config_models import SourceConfig
-from datapipe.limits import DEFAULT_LIMITS, ReadLimits
+from datapipe.config.limits import DEFAULT_LIMITS, ReadLimits
+from datapipe.config.sections import SourceConfig
 from datapipe.schema import BASE_SCHEMA, doc_id
 
 MAX_REJECT_TEXT = 65536  # raw bytes kept of a malformed record: enough to debug, bounded

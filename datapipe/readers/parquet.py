@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
 from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
 from datapipe.schema import BASE_SCHEMA, doc_id
-from datapipe.storage import parquet_source
+from datapipe.storage.uri import parquet_source
 
 
 def read_parquet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:

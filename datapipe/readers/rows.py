@@ -12,7 +12,7 @@ from typing import Any
 
 from datapipe.readers.arxiv import PAPER_COLUMNS, metadata_columns
 from datapipe.readers.base import InputFile
-from datapipe.readers.code import CODE_COLUMNS, TableOptions, add_code_file
+from datapipe.readers.code_repos import CODE_COLUMNS, TableOptions, add_code_file
 from datapipe.readers.columns import ColumnsBuilder
 
 

@@ -1,7 +1,7 @@
 """Opening input files as byte streams, decompressing by extension.
 
-An input in object storage (named by its mirror path, see ``datapipe/storage.py``) is read in
-place from the store through :func:`datapipe.storage.open_input`: ranged reads, no download."""
+An input in object storage (named by its mirror path, see ``datapipe/storage/uri.py``) is read in
+place from the store through :func:`datapipe.storage.uri.open_input`: ranged reads, no download."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from datapipe.storage import READ_BUFFER, open_input, remote_of
+from datapipe.storage.uri import READ_BUFFER, open_input, remote_of
 
 
 def open_maybe_compressed(path: Path, buffer: int | None = None) -> IO[bytes]:

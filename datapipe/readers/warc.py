@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from datapipe.limits import ReadLimits
+from datapipe.config.limits import ReadLimits
 from datapipe.readers.base import InputFile, ReadBatch, describe_error
 from datapipe.readers.columns import ColumnsBuilder
-from datapipe.readers.html import HtmlOptions, decode_html, extract_text, license_hints, parse_checked, web_builder
+from datapipe.readers.html_pages import HtmlOptions, decode_html, extract_text, license_hints, parse_checked, web_builder
 from datapipe.readers.warc_framing import DecompressedStream, Framed, WarcFramer
-from datapipe.storage import open_input
+from datapipe.storage.uri import open_input
 
 log = logging.getLogger(__name__)
 HTML_TYPES = ("text/html", "application/xhtml+xml")

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from datapipe.config_models import SOURCE_KINDS
+from datapipe.config.sections import SOURCE_KINDS
 
 
 class StageOptions(BaseModel):

@@ -115,7 +115,7 @@ def _fnv1a(data: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
 
 
 try:
-    from datapipe.jit import load_numba
+    from datapipe.runtime.jit import load_numba
 
     numba = load_numba()
     _fnv1a_kernel = numba.njit(cache=True, nogil=True)(_fnv1a)

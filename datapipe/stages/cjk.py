@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from datapipe.process_cache import process_cache
+from datapipe.runtime.process_cache import process_cache
 from datapipe.text import charclass
 
 # Written-Cantonese particles and pronouns that standard written Chinese does not use.
@@ -42,7 +42,7 @@ _YUE_TABLE = np.zeros(0x10000, dtype=np.uint8)
 _YUE_TABLE[_YUE] = 1
 
 try:  # numba (a datapipe dependency) compiles the counting loop; numpy is the fallback
-    from datapipe.jit import load_numba
+    from datapipe.runtime.jit import load_numba
 
     numba = load_numba()
 except ImportError:  # pragma: no cover

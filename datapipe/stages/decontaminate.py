@@ -12,8 +12,8 @@ Signals (columns), null/0 where a document holds no benchmark n-gram:
 The decision is separate: a document is contaminated when its best item has at least
 ``min_hits`` matched n-grams and a matched share of at least ``min_frac``; ``action: drop``
 rejects it with reason ``contaminated`` (detail: benchmark, item, hits, share, n-gram),
-``action: flag`` keeps it with the signals recorded. N-grams: ``datapipe.decontam.ngrams``;
-the index of every benchmark n-gram is built once per worker process (``datapipe.decontam.index``).
+``action: flag`` keeps it with the signals recorded. N-grams: ``datapipe.decontaminate.ngrams``;
+the index of every benchmark n-gram is built once per worker process (``datapipe.decontaminate.index``).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from datapipe.config_models import SOURCE_KINDS
-from datapipe.decontam.benchmarks import file_format, has_field, items, records
-from datapipe.decontam.index import BenchmarkIndex
-from datapipe.process_cache import process_cache
+from datapipe.config.sections import SOURCE_KINDS
+from datapipe.decontaminate.benchmarks import file_format, has_field, items, records
+from datapipe.decontaminate.index import BenchmarkIndex
+from datapipe.runtime.process_cache import process_cache
 from datapipe.stages.base import CheckContext, Decision, Problem, Stage, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
 

@@ -23,9 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from datapipe.langcodes import LID176_CODES, language_problems
-from datapipe.models import LID_FILENAME, LID_SHA256, ensure_lid_model, lid_model_path
-from datapipe.process_cache import process_cache
+from datapipe.assets.models import LID_FILENAME, LID_SHA256, ensure_lid_model, lid_model_path
+from datapipe.runtime.process_cache import process_cache
 from datapipe.stages import cjk
 from datapipe.stages.base import (
     CheckContext,
@@ -39,6 +38,7 @@ from datapipe.stages.base import (
 )
 from datapipe.stages.columns import set_column
 from datapipe.stages.quality import markdown
+from datapipe.text.langcodes import LID176_CODES, language_problems
 
 _MODELS: dict[str, object] = process_cache({})  # one loaded model per worker process
 _NULL = pa.scalar(None, pa.string())

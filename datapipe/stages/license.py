@@ -18,6 +18,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import Field, field_validator
 
+from datapipe.assets.filters_dir import filter_file
 from datapipe.license import (
     Detection,
     Policy,
@@ -30,7 +31,6 @@ from datapipe.license import (
 from datapipe.license.arxiv import ARXIV_NONEXCLUSIVE
 from datapipe.license.expression import combine
 from datapipe.license.spdx import CLASSES, UNKNOWN
-from datapipe.resources import filter_file
 from datapipe.stages.base import CheckContext, Decision, ResourceFile, Stage, StageOptions
 from datapipe.stages.columns import set_column
 

@@ -16,8 +16,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from datapipe.config_models import SOURCE_KINDS
-from datapipe.langcodes import language_problems
+from datapipe.config.sections import SOURCE_KINDS
 from datapipe.stages.base import (
     CheckContext,
     Decision,
@@ -28,9 +27,10 @@ from datapipe.stages.base import (
     kinds_problems,
 )
 from datapipe.stages.columns import set_column
-from datapipe.stages.quality import blocklist, c4, code, fineweb, gopher, paper, zh  # noqa: F401 (register)
+from datapipe.stages.quality import blocklist, c4, code_rules, fineweb, gopher, paper, zh  # noqa: F401 (register)
 from datapipe.stages.quality.rules import BUILTIN_DIR, FILTERS, RuleSet, RuleSetError
 from datapipe.stages.quality.text import Docs
+from datapipe.text.langcodes import language_problems
 
 
 class QualityOptions(StageOptions):

@@ -15,7 +15,7 @@ as the numpy reference, so even non-integer weights give the same float64 values
 
 import numpy as np
 
-from datapipe.jit import load_numba
+from datapipe.runtime.jit import load_numba
 
 numba = load_numba()
 

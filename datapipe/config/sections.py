@@ -1,0 +1,102 @@
+"""The leaves of a pipeline file: its typed sections, and how any YAML file is read.
+
+The layers below the pipeline take these as arguments: a reader its ``SourceConfig``, the
+tokenizer its ``TokenizeConfig``, the input splitter its ``SplitConfig``, a stage the source
+kinds, a rule set ``read_yaml``. They live here, apart from ``config.py``, because config.py
+validates across those layers (it looks up stages, readers and the tokenizer) and so imports
+them: were the sections defined there, every reader and stage would import config and config
+would import them back. This module imports nothing from datapipe, so the dependency points
+one way: pipeline.load -> readers/stages/tokenize -> config.sections.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+SOURCE_KINDS = ("web", "code", "paper", "text")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(Strict):
+    name: str = Field(pattern=NAME_PATTERN, description="Source name; used in document ids and output folders.")
+    kind: Literal["web", "code", "paper", "text"] = "text"
+    format: str | None = Field(None, description="Input format; inferred from the file extension when omitted.")
+    paths: list[str] = Field(min_length=1, description="Glob patterns, relative to the pipeline file.")
+    text_field: str = Field("text", min_length=1, description="JSONL/Parquet field holding the text.")
+    url_field: str | None = Field("url", description="JSONL/Parquet field holding the URL, if any.")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="Reader options for this format (checked against the reader).")
+
+
+class TokenizeConfig(Strict):
+    tokenizer: str = Field(description="Path to a Hugging Face tokenizer.json, relative to the pipeline file.")
+    seq_len: int = Field(2048, ge=8, le=1 << 20)
+    labels: bool = Field(False, description="Store seq_len + 1 tokens per row, for next-token labels.")
+    eos_token: str | None = Field(None, description="End-of-document token; detected from the vocabulary when omitted.")
+    pad_token: str | None = Field(None, description="Padding token; the EOS token when omitted.")
+    bos_token: str | None = Field(None, description="If set, prepended to every document.")
+    val_fraction: float = Field(0.0, ge=0.0, le=0.5, description="Share of documents (by id hash) in the val split.")
+    rows_per_shard: int = Field(8192, ge=1, le=1 << 24, description="Packed sequences per Arrow shard file.")
+    packing: Literal["concat", "bestfit"] = Field(
+        "concat", description="concat: documents end to end, cut every row (no padding); bestfit: whole documents "
+                              "per row by best-fit-decreasing, rows padded.")
+    bestfit_window: int = Field(4096, ge=1, le=1 << 22, description="Documents best-fit packing sorts at a time.")
+
+
+class SplitConfig(Strict):
+    """How input files become map tasks (datapipe/engine/splits.py): large files split, tiny ones grouped."""
+
+    # 256 MiB: a range takes tens of seconds to minutes of map work per core, which keeps the per-task
+    # overhead (scheduling, building stages, one Parquet file per output) to a few percent, and a
+    # 10 TB crawl is ~40,000 tasks: enough for a 1,000-core cluster, few enough for the scheduler.
+    target_bytes: int = Field(256 << 20, ge=4096, le=1 << 40,
+                              description="Bytes of input per map task: larger files are split, smaller grouped.")
+    # 3 tasks per CPU: a small corpus still keeps every core busy, with slack for uneven ranges.
+    min_tasks_per_cpu: float = Field(3.0, ge=0, le=1000, description=(
+        "When the corpus is small, shrink the target so there are at least this many tasks per CPU "
+        "(0: never shrink)."))
+    min_bytes: int = Field(8 << 20, ge=4096, le=1 << 40, description=(
+        "The target is never shrunk below this (below it, per-task overhead dominates)."))
+    group_small_files: bool = Field(True, description="Read consecutive small files of a source in one task.")
+
+
+# libyaml's parser with PyYAML's safe constructors: the same values, ~10x faster to parse. A run
+# reads the pipeline and each quality rule set once per stage check (24 times for the bench pipeline).
+_FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", None)
+
+
+def read_yaml(path: Path) -> Any:
+    """``yaml.safe_load`` of a file whose syntax errors name the file (not ``<unicode string>``)."""
+    text = path.read_text(encoding="utf-8")
+    if _FAST_SAFE_LOADER is not None:
+        try:
+            return yaml.load(text, Loader=_FAST_SAFE_LOADER)  # noqa: S506 - a safe loader
+        except yaml.YAMLError:
+            pass  # parsed again below: PyYAML's own message (with its snippet) for the error
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        for mark in (exc.context_mark, exc.problem_mark):
+            if mark is not None:
+                mark.name = str(path)
+        raise
+
+
+def yaml_error_text(exc: yaml.YAMLError) -> str:
+    """One line: ``p.yaml, line 4, column 3: not valid YAML: expected ',' or '}' (while parsing ...)``."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        m = exc.problem_mark
+        text = f"{m.name}, line {m.line + 1}, column {m.column + 1}: not valid YAML: {exc.problem}"
+        if exc.context:
+            c = exc.context_mark
+            text += f" ({exc.context}" + (f" at line {c.line + 1}, column {c.column + 1})" if c is not None else ")")
+        return text
+    return f"not valid YAML: {' '.join(str(exc).split())}"

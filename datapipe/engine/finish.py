@@ -1,0 +1,262 @@
+"""The end of a run: its counts, the audit database ``stats.duckdb``, and the conservation check.
+
+``collect_counts`` sums the funnel and per-source totals from the tasks' markers;
+``build_stats`` writes the database: one row per input document, the funnel, the shards, the
+mixture; ``check_conservation`` checks inputs = kept + rejected on the database itself.
+
+The database is built from the run's Parquet outputs, into a temporary file that is
+renamed into place. Tables (not views over files) so the database stays valid when the
+run folder is moved or copied; views (``funnel``, ``shards``, ``mixture``, ``contamination``) only derive
+from those tables. Reading it (``datapipe sql``, explain, stats, report) is ``datapipe.audit``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datapipe.engine.errors import PipelineError
+from datapipe.engine.plan import RunSpec
+from datapipe.run_folder.layout import PACK_PHASE, RunFolder, map_phase
+from datapipe.storage.atomic import atomic_path, temp_path_for
+from datapipe.tokens.shard_format import MANIFEST_SCHEMA
+
+# The documented columns of `documents`, in order, with their type when a run has no such signal.
+CORE_COLUMNS: list[tuple[str, str]] = [
+    ("id", "VARCHAR"), ("source", "VARCHAR"), ("kind", "VARCHAR"), ("lang", "VARCHAR"), ("license", "VARCHAR"),
+    ("status", "VARCHAR"), ("stage", "VARCHAR"), ("reason", "VARCHAR"), ("detail", "VARCHAR"),
+    ("n_chars", "BIGINT"), ("n_tokens", "BIGINT"),
+]
+NOT_IN_DOCUMENTS = {"text"}  # the text stays in docs/ and rejected/; the table is for counting
+
+
+def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
+    from datapipe.engine.pack_plan import pack_ranges
+
+    rows: list[dict[str, Any]] = []
+    for rng in (pack_ranges(folder, spec) or []) if spec.tokenizer is not None else []:
+        marker = folder.read_marker(PACK_PHASE, rng.key)
+        if marker:
+            rows.extend(marker["shards"])
+    table = pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA)
+    if spec.tokenizer is not None:
+        with atomic_path(folder.manifest) as tmp:
+            pq.write_table(table, tmp)
+    return table
+
+
+# DuckDB's memory cap while building the audit database: beyond it, the scan and the sort by id
+# spill to a scratch folder in the run folder, so building statistics takes the same memory for a
+# million documents or a billion (the driver must not grow with the corpus).
+STATS_MEMORY_MB = 2048
+
+
+def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory_mb: int = STATS_MEMORY_MB) -> None:
+    import duckdb
+
+    manifest = write_manifest(folder, spec)
+    kept = sorted(str(p) for p in folder.docs_dir.glob("**/*.parquet"))
+    rejected = sorted(str(p) for p in folder.rejected_dir.glob("**/*.parquet"))
+    tmp = temp_path_for(folder.stats_db)
+    scratch = folder.work / "stats-scratch"
+    try:
+        con = duckdb.connect(str(tmp))
+        scratch.mkdir(parents=True, exist_ok=True)
+        con.execute(f"SET memory_limit='{int(memory_mb)}MB'")
+        con.execute("SET temp_directory=?", [str(scratch)])
+        columns = _union_columns(con, kept) | _union_columns(con, rejected)
+        ordered = CORE_COLUMNS + sorted((c, t) for c, t in columns.items()
+                                        if c not in dict(CORE_COLUMNS) and c not in NOT_IN_DOCUMENTS
+                                        and t != "BLOB")
+        parts = []
+        if kept:
+            parts.append(_select(con, kept, ordered, status="kept"))
+        if rejected:
+            parts.append(_select(con, rejected, ordered, status="rejected"))
+        if not parts:
+            parts.append("SELECT " + ", ".join(f"NULL::{t} AS {c}" for c, t in ordered) + " WHERE false")
+        con.execute(f"CREATE TABLE documents AS {' UNION ALL BY NAME '.join(parts)} ORDER BY id")
+        funnel = [{"position": s["position"], "stage": s["stage"], "docs_in": s["in"], "reason": reason,
+                   "dropped": n} for s in counts["stages"] for reason, n in sorted(s["rejected"].items())]
+        funnel_table = pa.Table.from_pylist(funnel, schema=pa.schema(
+            [("position", pa.int32()), ("stage", pa.string()), ("docs_in", pa.int64()), ("reason", pa.string()),
+             ("dropped", pa.int64())]))
+        # skipped: documents that reached the stage and passed untouched because their kind is not in
+        # its kinds (langid skips code), so docs_out of one stage is docs_in of the next.
+        stages_table = pa.Table.from_pylist(
+            [{"position": s["position"], "stage": s["stage"], "docs_in": s["in"], "skipped": s.get("skipped", 0),
+              "dropped": sum(s["rejected"].values())} for s in counts["stages"]],
+            schema=pa.schema([("position", pa.int64()), ("stage", pa.string()), ("docs_in", pa.int64()),
+                              ("skipped", pa.int64()), ("dropped", pa.int64())]))
+        con.register("funnel_rows", funnel_table)
+        con.register("stage_rows", stages_table)
+        con.register("manifest_rows", manifest)
+        con.execute("CREATE TABLE stage_reasons AS SELECT * FROM funnel_rows ORDER BY position, reason")
+        con.execute("CREATE TABLE stages AS SELECT * FROM stage_rows ORDER BY position")
+        con.execute("CREATE TABLE shard_files AS SELECT * FROM manifest_rows ORDER BY path")
+        create_views(con)
+        con.execute("CREATE TABLE run AS SELECT ? AS root, ? AS fingerprint, ? AS stages",
+                    [spec.root, spec.fingerprint, json.dumps(spec.stages)])
+        con.close()
+        tmp.replace(folder.stats_db)
+    finally:
+        tmp.unlink(missing_ok=True)
+        Path(str(tmp) + ".wal").unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def create_views(con: Any) -> None:
+    """The derived views; built from whatever columns ``documents`` has in this run."""
+    # Every stage appears, also one that dropped nothing (reason NULL, dropped 0). docs_in counts the
+    # documents reaching the stage, skipped those of them it passed untouched (kind not in its kinds);
+    # drop_share is of the documents the stage judged (docs_in - skipped).
+    con.execute("""CREATE VIEW funnel AS
+        SELECT s.position, s.stage, s.docs_in, s.skipped, r.reason, coalesce(r.dropped, 0)::BIGINT AS dropped,
+               s.docs_in - s.dropped AS docs_out,
+               round(coalesce(r.dropped, 0) / nullif(s.docs_in - s.skipped, 0), 6) AS drop_share
+        FROM stages s LEFT JOIN stage_reasons r USING (position)
+        ORDER BY s.position, r.reason""")
+    # fill: the share of token slots that are not padding (what best-fit packing costs).
+    con.execute("""CREATE VIEW shards AS
+        SELECT *, round(tokens / nullif(rows * row_len, 0), 6) AS fill FROM shard_files ORDER BY path""")
+    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
+    con.execute(mixture_view_sql(columns))
+    con.execute(contamination_view_sql(columns))
+
+
+def contamination_view_sql(columns: set[str]) -> str:
+    """``contamination``: documents holding benchmark n-grams, per benchmark and source.
+
+    ``dropped`` were rejected as ``contaminated``; ``kept`` survived the run (flagged with
+    ``action: flag``, or below the thresholds); ``items`` distinct benchmark items matched. The
+    view exists in every run: empty without a ``decontaminate`` stage.
+    """
+    if "contam_hits" not in columns:
+        return """CREATE OR REPLACE VIEW contamination AS
+            SELECT NULL::VARCHAR AS benchmark, NULL::VARCHAR AS source, 0::BIGINT AS documents, 0::BIGINT AS dropped,
+                   0::BIGINT AS kept, 0::BIGINT AS items, 0::BIGINT AS ngram_hits, NULL::FLOAT AS max_frac WHERE false"""
+    return """CREATE OR REPLACE VIEW contamination AS
+        SELECT contam_benchmark AS benchmark, source, count(*)::BIGINT AS documents,
+               count(*) FILTER (WHERE reason = 'contaminated')::BIGINT AS dropped,
+               count(*) FILTER (WHERE status = 'kept')::BIGINT AS kept,
+               count(DISTINCT contam_item)::BIGINT AS items, sum(contam_hits)::BIGINT AS ngram_hits,
+               round(max(contam_frac), 4) AS max_frac
+        FROM documents WHERE contam_hits > 0 GROUP BY ALL ORDER BY documents DESC, benchmark, source"""
+
+
+def mixture_view_sql(columns: set[str]) -> str:
+    """``mixture``: kept documents and tokens by source x lang x script x license class, with shares.
+
+    ``script`` and ``license_class`` come from stages that a run may not have: a missing
+    column or a NULL value is grouped as 'unknown', so the view exists in every run.
+    """
+
+    def key(name: str) -> str:
+        return f"coalesce(nullif(CAST(\"{name}\" AS VARCHAR), ''), 'unknown')" if name in columns else "'unknown'"
+
+    names = ("source", "lang", "script", "license_class")
+    present = ", ".join(f'"{k}"' for k in names if k in columns)
+    # rehydrated_tokens: tokens weighted by the near-duplicate cluster each kept document survived
+    # (minhash's dup_count), what FineWeb-2 upsamples by; equal to tokens in a run without minhash.
+    weight = "coalesce(dup_count, 1)" if "dup_count" in columns else "1"
+    keys = ", ".join(f"{key(k)} AS {k}" for k in names)
+    # Group by the raw columns first and clean the keys on the small grouped result: twice as
+    # fast on 10M rows as computing coalesce(...) per row.
+    return f"""CREATE OR REPLACE VIEW mixture AS
+        WITH raw AS (
+            SELECT {present}, count(*) AS d, sum(n_tokens) AS t, sum(n_chars) AS c,
+                   sum(n_tokens * {weight}) AS rt
+            FROM documents WHERE status = 'kept' GROUP BY ALL),
+        g AS (
+            SELECT {keys}, sum(d)::BIGINT AS documents, coalesce(sum(t), 0)::BIGINT AS tokens,
+                   coalesce(sum(c), 0)::BIGINT AS chars, coalesce(sum(rt), 0)::BIGINT AS rehydrated_tokens
+            FROM raw GROUP BY ALL)
+        SELECT *, round(tokens / nullif(sum(tokens) OVER (), 0), 6) AS token_share,
+               round(documents / sum(documents) OVER (), 6) AS doc_share
+        FROM g ORDER BY tokens DESC, documents DESC, source, lang, script, license_class"""
+
+
+def _union_columns(con: Any, files: list[str]) -> dict[str, str]:
+    if not files:
+        return {}
+    rows = con.execute("DESCRIBE SELECT * FROM read_parquet(?, union_by_name=true)", [files]).fetchall()
+    return {name: ctype for name, ctype, *_ in rows}
+
+
+def _select(con: Any, files: list[str], ordered: list[tuple[str, str]], status: str) -> str:
+    present = _union_columns(con, files)
+    exprs = []
+    for name, ctype in ordered:
+        if name == "status":
+            exprs.append(f"'{status}' AS status")
+        elif name in present:
+            exprs.append(f'"{name}"')
+        else:
+            exprs.append(f'NULL::{ctype} AS "{name}"')
+    listing = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+    return f"SELECT {', '.join(exprs)} FROM read_parquet({listing}, union_by_name=true)"
+
+
+# --- counts and conservation ---------------------------------------------------
+
+def _stage_row(stages: dict[int, dict[str, Any]], pos: str | int) -> dict[str, Any]:
+    """The funnel row of a stage position; the one past the last stage is the tokenizer's
+    (it appears only when the tokenizer rejected documents)."""
+    return stages.setdefault(int(pos), {"stage": "tokenize", "in": 0, "skipped": 0, "rejected": {}})
+
+
+def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
+    """Per-stage funnel and per-source totals, from the completion markers."""
+    # "in": documents reaching the stage; "skipped": of those, passed untouched (kind not in its kinds).
+    stages: dict[int, dict[str, Any]] = {0: {"stage": "read", "in": 0, "skipped": 0, "rejected": {}}}
+    for pos in range(1, len(spec.stages) + 1):
+        stages[pos] = {"stage": spec.stage_name(pos), "in": 0, "skipped": 0, "rejected": {}}
+    sources = {s: {"documents": 0, "kept": 0, "tokens": 0} for s in spec.sources}
+    for segment in spec.segments:
+        for shard in spec.shards:
+            m = folder.read_marker(map_phase(segment.index), shard.key)
+            if m is None:
+                raise PipelineError(f"marker missing for map{segment.index} {shard.key}: the run is incomplete")
+            if segment.index == 0:
+                stages[0]["in"] += m["docs_in"]
+                sources[shard.source.name]["documents"] += m["docs_in"]
+            for pos, n in m["stage_in"].items():
+                _stage_row(stages, pos)["in"] += n
+            for pos, n in m.get("stage_skipped", {}).items():
+                _stage_row(stages, pos)["skipped"] += n
+            for pos, reasons in m["rejected"].items():
+                bucket = _stage_row(stages, pos)["rejected"]
+                for reason, n in reasons.items():
+                    bucket[reason] = bucket.get(reason, 0) + n
+            if segment.final:
+                sources[shard.source.name]["kept"] += m["kept"]
+                sources[shard.source.name]["tokens"] += m["tokens"]
+    # The position after the last stage is tokenizing: in the funnel only if the tokenizer raised on
+    # documents (record_error), so ordinary runs show the stages they configured.
+    tokenize = len(spec.stages) + 1
+    if tokenize in stages and not stages[tokenize]["rejected"]:
+        del stages[tokenize]
+    total_in = stages[0]["in"]
+    total_rejected = sum(sum(s["rejected"].values()) for s in stages.values())
+    total_kept = sum(s["kept"] for s in sources.values())
+    return {"documents": total_in, "kept": total_kept, "rejected": total_rejected,
+            "stages": [{"position": p, **s} for p, s in sorted(stages.items())], "sources": sources}
+
+
+def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
+    """Inputs = kept + rejected, each document exactly once: checked on the outputs themselves."""
+    import duckdb
+
+    if counts["documents"] != counts["kept"] + counts["rejected"]:
+        raise PipelineError(f"conservation violated: {counts['documents']} documents read, but "
+                            f"{counts['kept']} kept + {counts['rejected']} rejected")
+    with duckdb.connect(str(folder.stats_db), read_only=True) as con:
+        n, distinct = con.execute("SELECT count(*), count(DISTINCT id) FROM documents").fetchone()
+    if n != counts["documents"] or distinct != n:
+        raise PipelineError(f"conservation violated in the outputs: {counts['documents']} documents read, "
+                            f"{n} rows in documents, {distinct} distinct ids")

@@ -1,0 +1,1 @@
+"""The work of one task, as plain functions with no Ray: map, reduce and pack bodies, their sinks and isolation."""

@@ -1,0 +1,431 @@
+"""The map task: one input shard (or the previous segment's output of it) through one segment's stages.
+
+Reads (or loads), applies the decisions of the global stage before, runs the per-document stages,
+computes the next global stage's signals (and its shuffle rows), tokenizes in the final segment,
+and writes kept documents, rejects, shuffle rows and tokens; returns the marker contents.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
+from datapipe.engine.splits import InputRange
+from datapipe.engine.tasks.isolate import Isolator, Step
+from datapipe.engine.tasks.reduce import decides_in_partitions, partition_decisions, partition_state
+from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
+from datapipe.readers import READERS, InputFile, ReadBatch, reader_path
+from datapipe.readers.base import BatchBuilder, describe_error
+from datapipe.run_folder.layout import LINES_PHASE, RunFolder
+from datapipe.schema import READ_STAGE
+from datapipe.stages.base import ROW_KEY_SHIFT, CombineStep, Decision, PartitionStep, Stage, step_of
+from datapipe.tokens.encode import assign_split, encode_documents
+from datapipe.tokens.shard_format import file_sha256
+
+_NULL_STR = pa.scalar(None, pa.string())
+_TOKENS = "__tokens"  # transient column between encoding and the token sink
+TOKENIZE_STAGE = "tokenize"  # stage name of documents the tokenizer raised on
+# Text per batch through the stages. `batch_size` counts documents, and 1000 long documents
+# (10 KB each in the TiDB docs) took a map worker from 350 MB to 900 MB inside the langid and
+# quality stages, whose working memory grows with the batch's text; 4 MB keeps that near 100 MB.
+MAX_BATCH_TEXT_BYTES = 4 << 20
+# A segment that tokenizes holds more per byte of text: the texts as Python strings, the Rust
+# encodings of a sub-batch, the token arrays, the Parquet and token writers' buffers. On the shared
+# corpus its tasks peaked 80-110 MiB above the worker's resting size at 4 MB (the run's largest
+# worker, ~385 MiB PSS, was always tokenizing) and 25-40 MiB lower at 2 MB, at the same CPU time.
+MAX_TOKENIZE_BATCH_TEXT_BYTES = 2 << 20
+
+
+class MapCounts:
+    def __init__(self) -> None:
+        self.docs_in = 0
+        self.kept = 0
+        self.tokens = 0
+        self.split_tokens: dict[str, int] = {}
+        self.stage_in: dict[int, int] = defaultdict(int)  # documents reaching the stage
+        self.stage_skipped: dict[int, int] = defaultdict(int)  # of those, passed untouched (kind not in its kinds)
+        self.rejected: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"docs_in": self.docs_in, "kept": self.kept, "tokens": self.tokens, "split_tokens": self.split_tokens,
+                "stage_in": {str(k): v for k, v in sorted(self.stage_in.items())},
+                "stage_skipped": {str(k): v for k, v in sorted(self.stage_skipped.items())},
+                "rejected": {str(k): dict(v) for k, v in sorted(self.rejected.items())}}
+
+
+class ShardOutputs:
+    """Everything one map task writes, with its counts: kept documents (docs/ in the final segment,
+    else the segment's map output), rejects (one file per stage position and column set),
+    the next global stage's shuffle rows and the tokens. Closed together, or aborted together."""
+
+    def __init__(self, spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segment, shuffles: bool) -> None:
+        self.folder = folder
+        self.shard = shard
+        self.limits = spec.limits
+        self.counts = MapCounts()
+        self.rejects: dict[tuple[int, tuple[str, ...]], ParquetSink] = {}
+        # A segment's kept documents before the last are scratch (_work/), read by the next segment
+        # only: lz4 writes and reads them in about half zstd's CPU (0.3 + 0.2 s against 0.55 + 0.3 s
+        # for the shared corpus's 65 MB), at 40 MB on disk instead of 33.
+        self.docs = (ParquetSink(folder.docs_file(shard.key)) if segment.final
+                     else ParquetSink(folder.map_output(segment.index, shard.key), compression="lz4"))
+        self.tokens = TokenSink(folder.tokens_file(shard.key)) if segment.final and spec.tokenizer else None
+        self.shuffle = ShuffleSink(folder.shuffle_file(segment.index, shard.key)) if shuffles else None
+        self._isolators: dict[int, Isolator] = {}
+
+    def reject(self, position: int, stage: str, batch: pa.Table, decision: Decision,
+               extra: dict[str, pa.Array] | None = None) -> pa.Table:
+        """Write the rows ``decision`` drops as rejects of ``stage`` (at ``position``); return the rest."""
+        drop = pc.fill_null(pc.is_valid(decision.reason), False)
+        n_drop = pc.sum(drop).as_py() or 0
+        if n_drop == 0:
+            return batch
+        dropped = batch.filter(drop)
+        for name, values in (extra or {}).items():
+            dropped = dropped.append_column(name, values.filter(drop))
+        detail = decision.detail if decision.detail is not None else pa.nulls(batch.num_rows, pa.string())
+        dropped = (dropped.append_column("stage", pa.array([stage] * n_drop, pa.string()))
+                   .append_column("reason", decision.reason.filter(drop))
+                   .append_column("detail", detail.filter(drop)))
+        # One file per stage position and column set: reading rejects bad records with only the
+        # base columns and records without text with all the reader's columns, for example.
+        sink_key = (position, tuple(dropped.column_names))
+        if sink_key not in self.rejects:
+            n = sum(1 for p, _ in self.rejects if p == position)
+            name = stage if n == 0 else f"{stage}-{n}"
+            self.rejects[sink_key] = ParquetSink(self.folder.reject_file(self.shard.key, position, name))
+        self.rejects[sink_key].write(dropped)
+        for reason, n in _value_counts(dropped["reason"]):
+            self.counts.rejected[position][reason] += n
+        return batch.filter(pc.invert(drop))
+
+    def isolated(self, position: int, stage: str, batch: pa.Table, step: Step) -> tuple[pa.Table, Decision]:
+        """``step`` over the batch; rows on which it raises become record_error rejects of the stage."""
+        if position not in self._isolators:
+            self._isolators[position] = Isolator(stage, self.limits.max_record_errors,
+                                                 self.limits.max_record_error_fraction)
+        out, decision, bad, details = self._isolators[position].run(step, batch)
+        if bad is not None:
+            self.reject(position, stage, bad, Decision(pa.array(["record_error"] * bad.num_rows, pa.string()),
+                                                       pa.array(details, pa.string())))
+        return out, decision
+
+    def keep(self, batch: pa.Table) -> None:
+        self.counts.kept += batch.num_rows
+        self.docs.write(batch)
+
+    def close(self) -> None:
+        self.docs.close()
+        for sink in self.rejects.values():
+            sink.close()
+        if self.shuffle is not None:
+            self.shuffle.close()
+        if self.tokens is not None:
+            self.tokens.close()
+            self.counts.tokens = self.tokens.tokens
+            self.counts.split_tokens = self.tokens.split_tokens
+
+    def abort(self) -> None:
+        self.docs.abort()
+        for sink in [*self.rejects.values(), *([self.shuffle] if self.shuffle is not None else [])]:
+            sink.abort()
+        if self.tokens is not None:
+            self.tokens.abort()
+
+
+def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
+    """Run one map segment over one input shard; returns the marker contents."""
+    started = time.perf_counter()
+    cpu_started = time.process_time()  # this worker's CPU (all its threads): for utilisation figures
+    folder = RunFolder(Path(spec.root))
+    stages = [(pos, build_stage(spec, pos)) for pos in segment.stages]
+    skips = {pos for pos, st in stages if not st.applies_to(shard.source.kind)}  # passed through, counted
+    for pos, _ in stages:
+        if pos not in skips:  # the engine's one setup() per stage and worker (a skipped stage loads nothing)
+            build_stage(spec, pos, setup=True)
+    compute_global = build_stage(spec, segment.compute_global, setup=True) if segment.compute_global else None
+    partitioned = step_of(compute_global, PartitionStep) if compute_global is not None else None
+    out = ShardOutputs(spec, folder, shard, segment, shuffles=partitioned is not None)
+    counts = out.counts
+    applying = _Applying(spec, folder, segment, shard) if segment.apply_global is not None else None
+    tokenize_pos = len(spec.stages) + 1  # tokenizing counts as a stage after the last one
+    try:
+        max_bytes = MAX_BATCH_TEXT_BYTES if out.tokens is None else MAX_TOKENIZE_BATCH_TEXT_BYTES
+        for batch in _bounded(_segment_input(spec, folder, shard, segment, counts, out.reject), max_bytes):
+            if applying is not None:
+                batch = applying.apply(batch, out)
+            for pos, stage in stages:
+                counts.stage_in[pos] += batch.num_rows
+                if pos in skips:
+                    counts.stage_skipped[pos] += batch.num_rows
+                    continue
+                if batch.num_rows == 0:
+                    break
+                batch, decision = out.isolated(pos, stage.name, batch, _stage_step(stage))
+                batch = out.reject(pos, stage.name, batch, decision)
+            if compute_global is not None and batch.num_rows:
+                batch, _ = out.isolated(segment.compute_global, compute_global.name, batch,  # type: ignore[arg-type]
+                                        _compute_step(compute_global))
+                if partitioned is not None and batch.num_rows:  # row keys: this shard's ordinal, then the row in its output
+                    first = (shard.ordinal << ROW_KEY_SHIFT) + counts.kept
+                    out.shuffle.write(partitioned.shuffle(batch, first))  # type: ignore[union-attr]
+            if out.tokens is not None and batch.num_rows:
+                counts.stage_in[tokenize_pos] += batch.num_rows
+                batch, _ = out.isolated(tokenize_pos, TOKENIZE_STAGE, batch, lambda b: _encode(spec, b))
+                batch = _write_tokens(batch, out.tokens)
+            out.keep(batch)
+        out.close()
+    except BaseException:
+        out.abort()
+        raise
+    result = {"shard": shard.key, "segment": segment.index, **counts.as_dict(),
+              "seconds": round(time.perf_counter() - started, 3),
+              "cpu_seconds": round(time.process_time() - cpu_started, 3)}
+    if segment.index == 0:
+        # Each input file is hashed once: by its whole-file task, or by the task of its first range
+        # (a 20 GB file split in 80 ranges is still read through for its hash once, not 80 times).
+        hashed = [{"path": r.path, "bytes": Path(r.path).stat().st_size, "sha256": file_sha256(r.path)}
+                  for r in shard.inputs if r.part == 0 and Path(r.path).is_file()]
+        if hashed:
+            result["inputs"] = hashed
+    return result
+
+
+class _Applying:
+    """The decisions (and ``apply``) of the global stage before this segment, for one shard."""
+
+    def __init__(self, spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> None:
+        assert segment.apply_global is not None
+        self.position = segment.apply_global
+        self.stage = build_stage(spec, self.position, setup=True)
+        self.name = spec.stage_name(self.position)
+        self.ordinal = shard.ordinal
+        self.decisions = _load_decisions(spec, folder, segment, shard)
+        self.state = _load_state(spec, folder, segment, shard)  # what the applied stage's apply() needs besides decisions
+        self.rows_read = 0  # position in the previous segment's output: the row keys the reduce used
+
+    def apply(self, batch: pa.Table, out: ShardOutputs) -> pa.Table:
+        out.counts.stage_in[self.position] += batch.num_rows
+        keys = (self.ordinal << ROW_KEY_SHIFT) + self.rows_read + np.arange(batch.num_rows, dtype=np.int64)
+        self.rows_read += batch.num_rows
+        decision, extra = _join_decisions(batch, self.decisions)
+        keys = keys[~pc.fill_null(pc.is_valid(decision.reason), False).to_numpy(zero_copy_only=False)]
+        batch = out.reject(self.position, self.name, batch, decision, extra)
+        transient = [c for c in self.stage.transient_columns if c in batch.column_names]
+        batch = batch.drop_columns(transient)  # e.g. signatures: needed only by the reduce
+        batch, decision = self.stage.apply(batch, keys, self.state)  # e.g. boilerplate lines removed
+        return out.reject(self.position, self.name, batch, decision)
+
+
+def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segment, counts: MapCounts,
+                   reject: Any) -> Iterator[pa.Table]:
+    if segment.index > 0:
+        prev = folder.map_output(segment.index - 1, shard.key)
+        if not prev.exists():
+            return  # every document of this shard was dropped earlier
+        for rb in pq.ParquetFile(prev).iter_batches(batch_size=spec.batch_size):
+            yield pa.Table.from_batches([rb])
+        return
+    for piece in shard.inputs:
+        yield from _read_piece(spec, folder, shard, piece, counts, reject)
+
+
+def _read_piece(spec: RunSpec, folder: RunFolder, shard: Shard, piece: InputRange, counts: MapCounts,
+                reject: Any) -> Iterator[pa.Table]:
+    """The documents of one input file, or of one range of it (engine/splits.py)."""
+    reader = READERS[piece.format]
+    first = _first_record(folder, shard, piece) if not piece.whole else 0
+    file = InputFile(reader_path(piece.path, piece.format), piece.input_name, shard.source, spec.limits,
+                     start=piece.start, end=piece.end, first_record=first, ranged=not piece.whole)
+    for rb in _guarded(reader(file, spec.batch_size), file):
+        docs = rb.docs
+        counts.docs_in += docs.num_rows
+        docs = _with_n_chars(docs)
+        if rb.rejects is not None and rb.rejects.num_rows:
+            counts.docs_in += rb.rejects.num_rows
+            r = rb.rejects
+            base = r.drop_columns(["reason", "detail"])
+            base = _with_n_chars(base)
+            reject(0, READ_STAGE, base, Decision(r["reason"].combine_chunks(), r["detail"].combine_chunks()))
+        missing = pc.is_null(docs["text"])
+        docs = reject(0, READ_STAGE, docs, Decision(pc.if_else(missing, "missing_text", _NULL_STR)))
+        yield docs
+
+
+def _first_record(folder: RunFolder, shard: Shard, piece: InputRange) -> int:
+    """Records before a range that the reader cannot know by itself: for JSONL, the newlines before
+    it (its global line numbering), from the ``lines`` pre-pass markers of the file's earlier ranges
+    (counted here when a marker is missing, e.g. a task run on its own). Parquet and WARC ranges
+    number their records from the file's own structure: 0."""
+    if piece.format != "jsonl" or piece.part == 0:
+        return 0
+    from datapipe.engine.splits import count_newlines
+
+    prefix = shard.key.rsplit(".part", 1)[0]
+    total = 0
+    for j in range(piece.part):
+        marker = folder.read_marker(LINES_PHASE, f"{prefix}.part{j:04d}")
+        if marker is None:
+            starts = _range_starts(piece)
+            marker = {"newlines": count_newlines(piece.path, starts[j], starts[j + 1])}
+        total += int(marker["newlines"])
+    return total
+
+
+def _range_starts(piece: InputRange) -> list[int]:
+    """Byte starts of the file's ranges before and including ``piece`` (the planner cuts JSONL evenly)."""
+    step = piece.start // piece.part
+    return [step * j for j in range(piece.part + 1)]
+
+
+def count_range_lines(spec: RunSpec, shard: Shard) -> dict[str, Any]:
+    """One task of the ``lines`` pre-pass: the newlines in one JSONL range."""
+    from datapipe.engine.splits import count_newlines
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    piece = shard.inputs[0]
+    return {"shard": shard.key, "newlines": count_newlines(piece.path, piece.start, piece.end),
+            "seconds": round(time.perf_counter() - started, 3),
+            "cpu_seconds": round(time.process_time() - cpu_started, 3)}
+
+
+def _bounded(batches: Iterator[pa.Table], max_bytes: int) -> Iterator[pa.Table]:
+    """Each batch, cut into consecutive slices of at most ``max_bytes`` of text (a slice holds at
+    least one document). Same documents in the same order, so the same outputs."""
+    for batch in batches:
+        if batch.num_rows <= 1 or "text" not in batch.column_names:
+            yield batch
+            continue
+        sizes = pc.binary_length(batch["text"]).to_numpy(zero_copy_only=False)
+        sizes = np.nan_to_num(sizes.astype(np.float64))  # null text counts 0
+        if sizes.sum() <= max_bytes:
+            yield batch
+            continue
+        start, size = 0, 0.0
+        for i, n in enumerate(sizes.tolist()):
+            if i > start and size + n > max_bytes:
+                yield batch.slice(start, i - start)
+                start, size = i, 0.0
+            size += n
+        yield batch.slice(start)
+
+
+def _guarded(batches: Iterator[ReadBatch], file: InputFile) -> Iterator[ReadBatch]:
+    """A reader's batches; if the reader itself raises after giving records, the rest of the file is
+    one ``reader_error`` reject (readers turn bad data into rejects themselves: this is the net
+    under their bugs). A reader that raises before giving any record re-raises: that is a broken
+    reader or option, to be fixed, not a file to skip silently."""
+    given = 0
+    try:
+        for batch in batches:
+            given += batch.docs.num_rows + (batch.rejects.num_rows if batch.rejects is not None else 0)
+            yield batch
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if given == 0:
+            raise
+        out = BatchBuilder(file, 1)
+        out.reject(f"after-{given}", "reader_error",
+                   f"the reader failed after {given} records; the rest of the file is not read: "
+                   f"{describe_error(exc)}")
+        yield out.flush()  # type: ignore[misc]
+
+
+def _with_n_chars(table: pa.Table) -> pa.Table:
+    """Every document row, kept or rejected, carries its length in characters (for the audit)."""
+    return table.append_column("n_chars", pc.cast(pc.fill_null(pc.utf8_length(table["text"]), 0), pa.int64()))
+
+
+def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
+    if segment.apply_global is None:
+        return None
+    stage = build_stage(spec, segment.apply_global)
+    parts = []
+    if decides_in_partitions(stage):  # the partition outputs are decisions
+        parts.append(partition_decisions(folder, segment.index - 1, stage, shard.ordinal))
+    if step_of(stage, CombineStep) is not None:
+        path = folder.decisions_file(segment.index - 1, shard.key)
+        parts.append(pq.read_table(path) if path.exists() else None)
+    return _concat([t for t in parts if t is not None and t.num_rows])
+
+
+def _load_state(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
+    """The applied stage's ``combine_state`` (this shard's rows where it is per shard, else all of it),
+    with this shard's rows of its partitions' states."""
+    if segment.apply_global is None:
+        return None
+    parts = [partition_state(folder, segment.index - 1, build_stage(spec, segment.apply_global), shard.ordinal)]
+    path = folder.state_file(segment.index - 1)
+    if path.exists():
+        if "shard" in pq.read_schema(path).names:
+            parts.append(pq.read_table(path, filters=[("shard", "=", shard.ordinal)]))
+        else:
+            parts.append(pq.read_table(path))
+    return _concat([t for t in parts if t is not None and t.num_rows])
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table | None:
+    if not tables:
+        return None
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+
+
+def _join_decisions(batch: pa.Table, decisions: pa.Table | None) -> tuple[Decision, dict[str, pa.Array]]:
+    if decisions is None or decisions.num_rows == 0:
+        return Decision.keep_all(batch.num_rows), {}
+    # index_in keeps the batch's row order (a hash join would not).
+    idx = pc.index_in(batch["id"], value_set=decisions["id"])
+    picked = decisions.take(pc.fill_null(idx, 0))
+    hit = pc.is_valid(idx)
+
+    def col(name: str) -> pa.Array:
+        values = picked[name].combine_chunks()
+        return pc.if_else(hit, values, pa.scalar(None, values.type))
+
+    extra = {n: col(n) for n in decisions.column_names if n not in ("id", "shard", "reason", "detail")}
+    return Decision(col("reason"), col("detail")), extra
+
+
+def _stage_step(stage: Stage) -> Step:
+    def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
+        computed = stage.compute(batch)
+        return computed, stage.decide(computed)
+    return step
+
+
+def _compute_step(stage: Stage) -> Step:
+    def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
+        computed = stage.compute(batch)
+        return computed, Decision.keep_all(computed.num_rows)
+    return step
+
+
+def _encode(spec: RunSpec, batch: pa.Table) -> tuple[pa.Table, Decision]:
+    """Token ids per document as a transient column (written to the token sink, then dropped)."""
+    assert spec.tokenizer is not None and spec.tokenize is not None
+    texts = pc.fill_null(batch["text"], "").to_pylist()
+    tokens = encode_documents(texts, spec.tokenizer)
+    split = assign_split(batch["id"].to_pylist(), spec.tokenize.val_fraction)
+    batch = batch.append_column("n_tokens", pc.cast(pc.list_value_length(tokens), pa.int64()))
+    batch = batch.append_column("split", split).append_column(_TOKENS, tokens)
+    return batch, Decision.keep_all(batch.num_rows)
+
+
+def _write_tokens(batch: pa.Table, sink: TokenSink) -> pa.Table:
+    sink.write(batch["id"].combine_chunks(), batch["split"].combine_chunks(), batch[_TOKENS].combine_chunks())
+    return batch.drop_columns([_TOKENS])
+
+
+def _value_counts(values: pa.ChunkedArray) -> list[tuple[str, int]]:
+    vc = pc.value_counts(values)
+    return [(v["values"], v["counts"]) for v in vc.to_pylist()]

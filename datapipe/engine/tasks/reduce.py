@@ -1,0 +1,153 @@
+"""The corpus-wide tasks of a global stage: one partition of a shuffle round, and the combine step."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datapipe.engine.plan import RunSpec, Segment, build_stage
+from datapipe.engine.tasks.sinks import ShuffleSink
+from datapipe.run_folder.layout import RunFolder
+from datapipe.stages.base import CombineStep, PartitionResult, PartitionStep, ReduceInputs, Stage, step_of
+from datapipe.storage.atomic import atomic_path
+
+
+def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment) -> ReduceInputs:
+    present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
+    scratch = folder.scratch_dir(segment.index)
+    return ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch))
+
+
+def decides_in_partitions(stage: Stage) -> bool:
+    """Whether the stage's partition outputs are decisions (read by each shard's map task)."""
+    step = step_of(stage, PartitionStep)
+    return step is not None and (step.decides or step_of(stage, CombineStep) is None)
+
+
+def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
+    """The corpus-wide step of the global stage that ends ``segment``."""
+    started = time.perf_counter()
+    folder = RunFolder(Path(spec.root))
+    assert segment.compute_global is not None
+    stage = build_stage(spec, segment.compute_global)
+    present = [(s.ordinal, folder.map_output(segment.index, s.key)) for s in spec.shards]
+    present = [(o, p) for o, p in present if p.exists()]
+    scratch = folder.scratch_dir(segment.index)
+    scratch.mkdir(parents=True, exist_ok=True)
+    combine = step_of(stage, CombineStep)
+    assert combine is not None, f"stage {stage.name!r} declares no combine step"
+    part = step_of(stage, PartitionStep)
+    outputs = [folder.partition_output(segment.index, p) for p in range(part.partitions)] if part else []
+    forwarded = [folder.forward_file(segment.index, part.rounds - 1, p) for p in range(part.partitions)] if part else []
+    inputs = ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch),
+                          forwarded=tuple(str(f) for f in forwarded if f.exists()))
+    decisions = combine.decide([str(p) for p in outputs if p.exists()], inputs)
+    if combine.state is not None:
+        state = combine.state([str(p) for p in outputs if p.exists()], inputs)
+        folder.state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
+        if state is not None:
+            with atomic_path(folder.state_file(segment.index)) as tmp:
+                pq.write_table(state, tmp)
+    # Decisions come sorted by shard: slice each shard's rows instead of filtering per shard.
+    decisions = decisions.sort_by([("shard", "ascending")])
+    shard_col = decisions["shard"].to_numpy()
+    written = 0
+    for shard in spec.shards:
+        path = folder.decisions_file(segment.index, shard.key)
+        lo, hi = np.searchsorted(shard_col, [shard.ordinal, shard.ordinal + 1])
+        if hi == lo:
+            path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not apply
+            continue
+        with atomic_path(path) as tmp:
+            pq.write_table(decisions.slice(lo, hi - lo), tmp)
+        written += int(hi - lo)
+    return {"segment": segment.index, "stage": spec.stage_name(segment.compute_global), "decisions": written,
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int = 0) -> dict[str, Any]:
+    """One partition of one round of a shuffled global stage: its rows from every shard (round 0)
+    or from every partition of the round before, reduced."""
+    import pyarrow.dataset as pads
+
+    started = time.perf_counter()
+    folder = RunFolder(Path(spec.root))
+    stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
+    step = step_of(stage, PartitionStep)
+    assert step is not None, f"stage {stage.name!r} declares no partition step"
+    if round == 0:
+        sources = [folder.shuffle_file(segment.index, s.key) for s in spec.shards]
+    else:
+        sources = [folder.forward_file(segment.index, round - 1, p) for p in range(step.partitions)]
+    files = [str(f) for f in sources if f.exists()]
+    # Row-group statistics on `part` let the scan skip other partitions' data.
+    rows = pads.dataset(files, format="parquet").to_table(filter=pads.field("part") == partition) if files else None
+    result = None
+    if rows is not None and rows.num_rows:
+        result = step.reduce(rows, round, _reduce_inputs(spec, folder, segment))
+    if not isinstance(result, PartitionResult):
+        result = PartitionResult(result)
+    out = folder.partition_output(segment.index, partition, round)
+    n = _write_or_remove(out, result.output, sort_by_shard=decides_in_partitions(stage))
+    _write_or_remove(folder.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
+    forward = ShuffleSink(folder.forward_file(segment.index, round, partition))
+    # The last round's forwarded rows go to the combine step, if one follows.
+    if result.forward is not None and (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
+        forward.write(result.forward)
+    forward.close()  # nothing to forward: removes a stale file of an earlier attempt
+    return {"segment": segment.index, "partition": partition, "round": round,
+            "rows_in": rows.num_rows if rows is not None else 0, "rows_out": n,
+            "forwarded": result.forward.num_rows if result.forward is not None else 0,
+            "seconds": round_(time.perf_counter() - started)}
+
+
+def _write_or_remove(path: Path, table: pa.Table | None, sort_by_shard: bool) -> int:
+    if table is None or table.num_rows == 0:
+        path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not count
+        return 0
+    if sort_by_shard:
+        # Decisions read by each shard's map task: sorted by shard in small row groups, so that
+        # task's filter on `shard` skips the rest by row-group statistics.
+        table = table.sort_by([("shard", "ascending")])
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, row_group_size=_DECISION_ROW_GROUP)
+    return table.num_rows
+
+
+_DECISION_ROW_GROUP = 1 << 15
+
+
+def round_(x: float) -> float:
+    return round(x, 3)
+
+
+def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: int) -> pa.Table | None:
+    """One shard's decisions, gathered from every partition output of every round (``decides_in_partitions``)."""
+    import pyarrow.dataset as pads
+
+    step = step_of(stage, PartitionStep)
+    assert step is not None
+    files = [str(f) for r in range(step.rounds) for p in range(step.partitions)
+             if (f := folder.partition_output(segment, p, r)).exists()]
+    if not files:
+        return None
+    return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)
+
+
+def partition_state(folder: RunFolder, segment: int, stage: Stage, ordinal: int) -> pa.Table | None:
+    """One shard's rows of every partition's ``PartitionResult.state``, of every round (None: there are none)."""
+    import pyarrow.dataset as pads
+
+    step = step_of(stage, PartitionStep)
+    if step is None:
+        return None
+    files = [str(f) for r in range(step.rounds) for p in range(step.partitions)
+             if (f := folder.partition_state(segment, p, r)).exists()]
+    if not files:
+        return None
+    return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)

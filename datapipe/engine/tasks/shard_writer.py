@@ -1,0 +1,54 @@
+"""Writing one packed token shard (``datapipe/tokens/shard_format.py`` defines the format): atomically, and
+recorded as a task output so a run folder in object storage commits it with the task's marker."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict
+
+import numpy as np
+import pyarrow as pa
+
+from datapipe.storage.atomic import atomic_path
+from datapipe.tokens.shard_format import ShardMeta, shard_schema
+
+
+def write_shard(
+    path: str | os.PathLike[str],
+    tokens: np.ndarray,
+    doc_start_splits: np.ndarray,
+    doc_start_values: np.ndarray,
+    n_tokens: np.ndarray,
+    meta: ShardMeta,
+    rows_per_batch: int = 4096,
+) -> ShardMeta:
+    """Write one shard atomically and return the metadata stored in it.
+
+    ``tokens`` is (rows, row_len); row ``i``'s document starts are
+    ``doc_start_values[doc_start_splits[i]:doc_start_splits[i+1]]``.
+    """
+    dtype = np.dtype(meta.dtype)
+    tokens = np.ascontiguousarray(tokens, dtype=dtype)
+    rows, row_len = tokens.shape
+    if row_len != meta.row_len:
+        raise ValueError(f"tokens have {row_len} columns, metadata says row_len={meta.row_len}")
+    if len(doc_start_splits) != rows + 1 or len(n_tokens) != rows:
+        raise ValueError("doc_start_splits must have rows + 1 entries and n_tokens rows entries")
+    meta = ShardMeta(**{**asdict(meta), "rows": int(rows), "tokens": int(np.sum(n_tokens, dtype=np.int64)),
+                        "checksum": hashlib.sha256(tokens).hexdigest()})  # hashes the buffer, no copy
+    schema = shard_schema(meta)
+    splits = np.asarray(doc_start_splits, dtype=np.int32)
+    values = np.asarray(doc_start_values, dtype=np.int32)
+    n_tokens = np.asarray(n_tokens, dtype=np.int32)
+    with atomic_path(path) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for lo in range(0, max(rows, 1), rows_per_batch):
+                hi = min(rows, lo + rows_per_batch)
+                flat = pa.array(tokens[lo:hi].reshape(-1), type=schema.field("input_ids").type.value_type)
+                ids = pa.FixedSizeListArray.from_arrays(flat, row_len)
+                local = splits[lo : hi + 1] - splits[lo]
+                starts = pa.ListArray.from_arrays(pa.array(local, pa.int32()),
+                                                  pa.array(values[splits[lo] : splits[hi]], pa.int32()))
+                writer.write_batch(pa.record_batch([ids, starts, pa.array(n_tokens[lo:hi], pa.int32())], schema=schema))
+    return meta

@@ -1,0 +1,421 @@
+"""Pipeline files: YAML loaded safely into typed models, with errors that name the key.
+
+Every problem is found before any work starts and reported as
+``stages[2].dedup.threshold: 1.5 is out of range: Input should be less than or equal to 1``,
+all problems at once, so a user fixes the file in one go.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from datapipe.config.input_names import input_name
+from datapipe.config.limits import ReadLimits
+from datapipe.config.sections import (  # the sections lower layers take (why apart: config/sections.py)
+    NAME_PATTERN,
+    SourceConfig,
+    SplitConfig,
+    Strict,
+    TokenizeConfig,
+    read_yaml,
+    yaml_error_text,
+)
+from datapipe.storage.uri import PROBE_BUFFER, StorageError, glob_files, is_input_file, is_uri, mirror_of, parquet_source
+
+__all__ = ["ConfigError", "Pipeline", "PipelineConfig", "SourceConfig", "SplitConfig", "TokenizeConfig",
+           "build_pipeline", "load_pipeline", "read_yaml", "yaml_error_text"]
+
+
+class ConfigError(ValueError):
+    """A pipeline file that cannot run; ``problems`` are 'key.path: message' lines."""
+
+    def __init__(self, problems: list[str], file: str | None = None) -> None:
+        self.problems = problems
+        self.file = file
+        head = f"invalid pipeline file {file}" if file else "invalid pipeline"
+        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+class PipelineConfig(Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    output: str | None = Field(None, description="Run folder, relative to the pipeline file; default out/<name>.")
+    sources: list[SourceConfig] = Field(min_length=1)
+    stages: list[dict[str, Any]] = Field(default_factory=list)
+    tokenize: TokenizeConfig | None = None
+    mixture: dict[str, float] | None = None
+    batch_size: int = Field(1000, ge=1, le=1_000_000, description="Documents per batch inside a task.")
+    limits: ReadLimits = Field(default_factory=ReadLimits, description="Per-record caps on hostile input.")
+    split: SplitConfig = Field(default_factory=SplitConfig, description="How inputs become map tasks.")
+
+
+class Pipeline:
+    """A validated pipeline: the typed config plus everything resolved against the file system."""
+
+    def __init__(self, config: PipelineConfig, base_dir: Path, stage_options: list[tuple[str, BaseModel]],
+                 inputs: dict[str, list[tuple[Path, str]]], file: Path | None) -> None:
+        self.config = config
+        self.base_dir = base_dir
+        self.stage_options = stage_options  # [(stage type, validated options)], in order
+        self.inputs = inputs  # source name -> [(file, format)], sorted: the shard order
+        self.input_names: dict[str, dict[Path, str]] = {}  # source -> file -> its name in ids (input_names.py)
+        self.file = file
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def resolve(self, p: str) -> Path:
+        path = Path(p).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path)
+
+    def default_output(self) -> Path | str:
+        """The run folder: a path (relative to the pipeline file), or a URI such as s3://bucket/run."""
+        if self.config.output and is_uri(self.config.output):
+            return self.config.output
+        return self.resolve(self.config.output or f"out/{self.config.name}")
+
+    def normalized(self) -> dict[str, Any]:
+        """The config with defaults filled in: what a run folder records and compares."""
+        data = self.config.model_dump(mode="json", exclude={"output"})
+        data["stages"] = [{kind: opts.model_dump(mode="json")} for kind, opts in self.stage_options]
+        if self.config.tokenize:
+            data["tokenize"]["tokenizer_sha256"] = _sha256(self.resolve(self.config.tokenize.tokenizer))
+        return data
+
+    def resources(self) -> list[dict[str, Any]]:
+        """Every file besides this one that the run's decisions depend on, as run.json records them.
+
+        Each stage names its own (``Stage.resource_files``): rule sets, word and domain lists, the
+        license class table, models. See ``datapipe.pipeline.identity``.
+        """
+        from datapipe.pipeline.identity import record_resources
+        from datapipe.stages import STAGES  # late import: only validation needs the stage registry
+
+        files = [(kind, f) for kind, opts in self.stage_options
+                 for f in STAGES[kind].resource_files(opts, self.base_dir)]
+        return record_resources(files, self.base_dir)
+
+    def fingerprint(self) -> str:
+        """The run's identity: the normalized config (tokenizer hash included) and every resource file's hash.
+
+        A pipeline whose stages read no files keeps the fingerprint it had before resources counted.
+        """
+        from datapipe.pipeline.identity import identity
+
+        data = self.normalized()
+        resources = identity(self.resources())
+        if resources:
+            data = {**data, "resources": resources}  # not a config key: PipelineConfig forbids unknown keys
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_pipeline(path: str | Path) -> Pipeline:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError([f"pipeline file not found: {file}"])
+    try:
+        raw = read_yaml(file)
+    except yaml.YAMLError as exc:
+        raise ConfigError([yaml_error_text(exc)], str(file)) from None
+    except UnicodeDecodeError:
+        raise ConfigError(["not a UTF-8 text file"], str(file)) from None
+    return build_pipeline(raw, file.resolve().parent, file)
+
+
+def build_pipeline(raw: Any, base_dir: Path, file: Path | None = None) -> Pipeline:
+    where = str(file) if file else None
+    if not isinstance(raw, dict):
+        raise ConfigError([f"the top level must be a mapping of keys (name, sources, stages, ...), got {_show(raw)}"],
+                          where)
+    problems: list[str] = []
+    config: PipelineConfig | None = None
+    try:
+        config = PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems.extend(_format_errors(exc, PipelineConfig))
+    items = raw.get("stages")
+    # Stage options are checked even when the top level has errors: report everything at once.
+    checked = _validate_stages(items, problems) if isinstance(items, list) else []
+    if config is None:
+        raise ConfigError(problems, where)
+    pipeline = Pipeline(config, base_dir, [(kind, opts) for _, kind, opts in checked], {}, file)
+    pipeline.inputs = _resolve_inputs(pipeline, problems)
+    _check_semantics(pipeline, problems)
+    _check_stage_resources(pipeline, checked, problems)
+    if problems:
+        raise ConfigError(problems, where)
+    return pipeline
+
+
+def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, str, BaseModel]]:
+    """(index in the file, stage type, options) of every stage whose options are valid."""
+    from datapipe.stages import STAGES  # late import: only validation needs the stage registry
+
+    out: list[tuple[int, str, BaseModel]] = []
+    allowed = ", ".join(sorted(STAGES))
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue  # the top-level validation already reported it
+        if len(item) != 1:
+            problems.append(f"stages[{i}]: each stage is a mapping with exactly one key (the stage type), "
+                            f"got keys {sorted(item)}; stage types: {allowed}")
+            continue
+        (kind, options), = item.items()
+        if kind not in STAGES:
+            problems.append(f"stages[{i}]: unknown stage type {kind!r}; allowed: {allowed}")
+            continue
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            problems.append(f"stages[{i}].{kind}: options must be a mapping (use {{}} for defaults), "
+                            f"got {_show(options)}")
+            continue
+        model = STAGES[kind].Options
+        try:
+            out.append((i, kind, model.model_validate(options)))
+        except ValidationError as exc:
+            problems.extend(_format_errors(exc, model, prefix=f"stages[{i}].{kind}"))
+    counts: dict[str, int] = {}
+    for _, kind, _ in out:
+        counts[kind] = counts.get(kind, 0) + 1
+    for kind, n in counts.items():
+        if n > 1 and not STAGES[kind].repeatable:
+            problems.append(f"stages: stage type {kind!r} appears {n} times; it may appear once")
+    return out
+
+
+def _check_stage_resources(pipeline: Pipeline, checked: list[tuple[int, str, BaseModel]],
+                           problems: list[str]) -> None:
+    """Each stage's own check: files, model labels, names; what `run` would otherwise find out mid-way."""
+    from datapipe.stages import STAGES
+    from datapipe.stages.base import CheckContext
+
+    kinds = frozenset(s.kind for s in pipeline.config.sources)
+    for n, (i, kind, opts) in enumerate(checked):
+        before = tuple((k, o) for _, k, o in checked[:n])
+        context = CheckContext(pipeline.base_dir, kinds, before)
+        for key, message in STAGES[kind].check(opts, context):
+            problems.append(f"stages[{i}].{kind}{'.' + key if key else ''}: {message}")
+
+
+def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[tuple[Path, str]]]:
+    from datapipe.readers import DIRECTORY_FORMATS, READERS, infer_format
+
+    inputs: dict[str, list[tuple[Path, str]]] = {}
+    for i, src in enumerate(pipeline.config.sources):
+        files: list[Path] = []
+        pattern_of: dict[Path, str] = {}  # the first pattern that matched each file names it in ids
+        for j, pattern in enumerate(src.paths):
+            if is_uri(pattern):  # object storage: listed there, named by mirror paths, never downloaded here
+                try:
+                    resolved = str(mirror_of(pattern))
+                    matched = [mirror_of(f.uri) for f in glob_files(pattern)]
+                except StorageError as exc:
+                    problems.append(f"sources[{i}].paths[{j}]: {exc}")
+                    continue
+            else:
+                resolved = str(pipeline.resolve(pattern))
+                matched = sorted(Path(m) for m in glob.glob(resolved, recursive=True))
+                matched = [m for m in matched if m.is_file()
+                           or m.is_dir() and (src.format or infer_format(m, src.kind)) in DIRECTORY_FORMATS]
+            if not matched:
+                problems.append(f"sources[{i}].paths[{j}]: {pattern!r} matches no file "
+                                + ("in object storage" if is_uri(pattern) else
+                                   f"(resolved against {pipeline.base_dir})"))
+            files.extend(matched)
+            for m in matched:
+                pattern_of.setdefault(m, resolved)
+        entries: list[tuple[Path, str]] = []
+        for f in dict.fromkeys(files):  # a file matched by two globs is one shard
+            fmt = src.format or infer_format(f, src.kind)
+            if fmt is None:
+                problems.append(f"sources[{i}].format: cannot infer the format of {f.name}; "
+                                f"set format to one of: {', '.join(sorted(READERS))}")
+                break
+            if fmt not in READERS:
+                problems.append(f"sources[{i}].format: {fmt!r} is not supported; allowed: {', '.join(sorted(READERS))}")
+                break
+            entries.append((f, fmt))
+        inputs[src.name] = entries
+        names = {f: input_name(f, pattern_of[f], pipeline.base_dir) for f, _ in entries}
+        first: dict[str, Path] = {}
+        for f, name in names.items():
+            if name in first:
+                problems.append(f"sources[{i}].paths: {first[name]} and {f} would both be named {name!r} in "
+                                f"document ids (inputs outside the pipeline folder are named relative to "
+                                f"their pattern's fixed folder); match both with one pattern over a common "
+                                f"folder, or split them into two sources")
+            first.setdefault(name, f)
+        pipeline.input_names[src.name] = names
+        for fmt in sorted({f for _, f in entries}):
+            _validate_reader_options(i, src, fmt, pipeline.base_dir, problems)
+        _check_text_field(i, src, entries, problems)
+    return inputs
+
+
+def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]], problems: list[str]) -> None:
+    """A text field no record has rejects every document as missing_text_field: look at the first file.
+
+    Only the first records of the first JSONL or Parquet file are read (validation stays fast); the
+    field counts as present when any of the first 20 records has it.
+    """
+    field = src.options.get("content_field") or src.text_field
+    key = f"sources[{i}].options.content_field" if src.options.get("content_field") else f"sources[{i}].text_field"
+    first = next(((f, fmt) for f, fmt in entries if fmt in ("jsonl", "parquet") and is_input_file(f)), None)
+    if first is None or not isinstance(field, str):
+        return
+    path, fmt = first
+    try:
+        names = _first_fields(path, fmt)
+    except Exception:  # an unreadable file is the reader's business: it becomes an unreadable_input reject
+        return
+    if names is not None and field not in names:
+        shown = ", ".join(sorted(names)[:20]) or "none"
+        what = "column of" if fmt == "parquet" else "field of the first records of"
+        problems.append(f"{key}: {field!r} is not a {what} {path} (fields: {shown}); every document would be "
+                        f"rejected as missing_text_field")
+
+
+def _first_fields(path: Path, fmt: str, records: int = 20) -> set[str] | None:
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return set(pq.ParquetFile(parquet_source(path)).schema_arrow.names)  # the footer only
+    from datapipe.readers.streams import open_maybe_compressed
+
+    names: set[str] = set()
+    seen = 0
+    with open_maybe_compressed(path, PROBE_BUFFER) as stream:  # an object: its first bytes only
+        for raw in stream:
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                names |= set(obj)
+                seen += 1
+                if seen >= records:
+                    break
+    return names if seen else None
+
+
+def _validate_reader_options(i: int, src: SourceConfig, fmt: str, base_dir: Path, problems: list[str]) -> None:
+    from datapipe.readers import READER_OPTIONS
+
+    model = READER_OPTIONS.get(fmt)
+    if model is None:
+        if src.options:
+            problems.append(f"sources[{i}].options: the {fmt} reader takes no options, got {sorted(src.options)}")
+        return
+    try:
+        options = model.model_validate(src.options)
+    except ValidationError as exc:
+        problems.extend(_format_errors(exc, model, prefix=f"sources[{i}].options"))
+        return
+    # The arXiv metadata join opens its file per input; a missing one would fail every input of the source.
+    metadata = getattr(options, "metadata", None)
+    if metadata:
+        path = Path(metadata).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        if not path.is_file():
+            problems.append(f"sources[{i}].options.metadata: file not found: {path}")
+
+
+def _check_semantics(pipeline: Pipeline, problems: list[str]) -> None:
+    config = pipeline.config
+    names = [s.name for s in config.sources]
+    for name in {n for n in names if names.count(n) > 1}:
+        problems.append(f"sources: the name {name!r} is used by more than one source; names must be unique")
+    if config.mixture is not None:
+        for key, weight in config.mixture.items():
+            if key not in names:
+                problems.append(f"mixture.{key}: not a source name; sources are: {', '.join(names)}")
+            if not weight >= 0:
+                problems.append(f"mixture.{key}: {weight} is not allowed: weights must be >= 0")
+        if config.mixture and sum(config.mixture.values()) <= 0:
+            problems.append("mixture: the weights must not all be 0")
+    if config.tokenize is not None:
+        path = pipeline.resolve(config.tokenize.tokenizer)
+        if not path.is_file():
+            problems.append(f"tokenize.tokenizer: file not found: {path}")
+        else:
+            from datapipe.tokens.encode import TokenizerError, load_tokenizer_info
+
+            try:
+                load_tokenizer_info(path, config.tokenize)
+            except TokenizerError as exc:
+                problems.append(f"tokenize.{exc.key}: {exc}")
+
+
+def _format_errors(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[str]:
+    problems = []
+    for err in exc.errors():
+        loc = err["loc"]
+        path = _loc_to_path(loc, prefix)
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(model, loc[:-1])
+            allowed = ", ".join(parent.model_fields) if parent else "see the documentation"
+            problems.append(f"{path}: unknown key; allowed keys here: {allowed}")
+        elif err["type"] == "missing":
+            problems.append(f"{path}: required key is missing")
+        else:
+            problems.append(f"{path}: {_show(err.get('input'))} is not allowed: {err['msg']}")
+    return problems
+
+
+def _loc_to_path(loc: tuple[Any, ...], prefix: str) -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not re.fullmatch(r"[a-z_]+\[.*\]|function-.*|literal\[.*\]", str(part)):  # drop union branch names
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that owns the keys at ``loc`` (to list the allowed ones)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            current = _inner_model(current)
+            if isinstance(part, int):
+                continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            return None
+        current = _inner_model(current.model_fields[part].annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (list, typing.Union, types.UnionType, dict):
+        for arg in typing.get_args(annotation):
+            found = _inner_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str) if value is not None else "null"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None

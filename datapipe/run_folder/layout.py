@@ -1,0 +1,255 @@
+"""The run folder: where every output of one pipeline run lives, and how resume finds its place.
+
+    <run>/docs/<source>/<shard>.parquet       kept documents with their signals
+    <run>/rejected/<source>/<shard>.<n>-<stage>.parquet
+                                              dropped documents: stage, reason, detail, text
+    <run>/shards/<source>/<split>-NNNNN.arrow packed token shards (Arrow IPC, uncompressed)
+    <run>/shards/manifest.parquet             one row per shard
+    <run>/stats.duckdb                        the audit database
+    <run>/run.json                            config, versions, inputs, timings, counts
+    <run>/_work/                              intermediate outputs and completion markers
+    <run>/.datapipe.lock, .datapipe.lock.json the driver's lock and who holds it (run_folder/lock.py)
+
+A task's outputs are renamed into place before its marker is written, so a marker
+means "done and durable"; work without a marker is redone on resume. Outputs are read
+only by their final names (``*.parquet``, ``*.arrow``, markers by name), never by a
+temporary one, and the driver sweeps temporary files of killed processes under its lock.
+
+A run folder in object storage (``s3://bucket/run``) is this layout in a local mirror, committed
+to the store by the markers, which then name the files their task uploaded: see
+``run_folder/remote.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from datapipe.storage import uri as storage
+from datapipe.storage.atomic import is_temp_name, sweep_temp_files, write_bytes_atomic, write_text_atomic
+from datapipe.tokens.shard_format import MANIFEST_NAME, SHARDS_DIR, shard_file_name
+
+DOCS_DIR, REJECTED_DIR, WORK_DIR, STATS_DB, RUN_JSON = "docs", "rejected", "_work", "stats.duckdb", "run.json"
+MANAGED = (DOCS_DIR, REJECTED_DIR, SHARDS_DIR, WORK_DIR, STATS_DB, RUN_JSON)
+LOCK_FILE = ".datapipe.lock"  # never deleted, not even by --fresh: see run_folder/lock.py
+LOCK_RECORD = ".datapipe.lock.json"
+
+
+# Phase names: each is the folder of its completion markers (``_work/markers/<phase>/``) and, for
+# map, shuffle and reduce, of its outputs, so a resumed run finds work by these exact names.
+LINES_PHASE = "lines"  # pre-pass: newlines per JSONL range, for global line numbers
+PACK_PHASE = "pack"
+
+
+def map_phase(segment: int) -> str:
+    return f"map{segment}"
+
+
+def shuffle_phase(segment: int, round: int = 0) -> str:
+    """A shuffle round's phase: round 0 keeps the name runs had before rounds."""
+    return f"shuffle{segment}" if round == 0 else f"shuffle{segment}r{round}"
+
+
+def reduce_phase(segment: int) -> str:
+    return f"reduce{segment}"
+
+
+def partition_key(partition: int) -> str:
+    """The task key (marker name) of one partition of a shuffle round."""
+    return f"{partition:05d}"
+
+
+class RunFolderError(RuntimeError):
+    pass
+
+
+class RunFolder:
+    def __init__(self, root: Path | str) -> None:
+        # A URI (s3://bucket/run) is worked on in its local mirror and committed to the store by
+        # markers (run_folder/remote.py); ``remote`` is that URI, None for a local folder.
+        self.root = (storage.mirror_of(str(root)) if storage.is_uri(root) else Path(root)).resolve()
+        self.remote = storage.remote_of(self.root)
+
+    @property
+    def location(self) -> str:
+        """The run folder as the user named it (the URI of a remote one), for messages."""
+        return self.remote or str(self.root)
+
+    # --- layout -------------------------------------------------------------
+    @property
+    def run_json(self) -> Path:
+        return self.root / RUN_JSON
+
+    @property
+    def stats_db(self) -> Path:
+        return self.root / STATS_DB
+
+    @property
+    def work(self) -> Path:
+        return self.root / WORK_DIR
+
+    @property
+    def shards_dir(self) -> Path:
+        return self.root / SHARDS_DIR
+
+    @property
+    def manifest(self) -> Path:
+        return self.shards_dir / MANIFEST_NAME
+
+    def shard_file(self, source: str, split: str, index: int) -> Path:
+        """A packed token shard (tokens/shard_format.py names it: the loader needs the name without the engine)."""
+        return self.shards_dir / shard_file_name(source, split, index)
+
+    @property
+    def docs_dir(self) -> Path:
+        return self.root / DOCS_DIR
+
+    @property
+    def rejected_dir(self) -> Path:
+        return self.root / REJECTED_DIR
+
+    def docs_file(self, shard_key: str) -> Path:
+        return self._local(self.docs_dir / f"{shard_key}.parquet")
+
+    def reject_file(self, shard_key: str, position: int, stage: str) -> Path:
+        return self._local(self.rejected_dir / f"{shard_key}.{position:02d}-{stage}.parquet")
+
+    def map_output(self, segment: int, shard_key: str) -> Path:
+        return self._local(self.work / map_phase(segment) / f"{shard_key}.parquet")
+
+    def decisions_file(self, segment: int, shard_key: str) -> Path:
+        return self._local(self.work / reduce_phase(segment) / f"{shard_key}.parquet")
+
+    def shuffle_file(self, segment: int, shard_key: str) -> Path:
+        return self._local(self.work / shuffle_phase(segment) / f"{shard_key}.parquet")
+
+    def partition_output(self, segment: int, partition: int, round: int = 0) -> Path:
+        name = f"{partition_key(partition)}.parquet" if round == 0 else f"r{round}-{partition_key(partition)}.parquet"
+        return self._local(self.work / f"{reduce_phase(segment)}-parts" / name)
+
+    def partition_state(self, segment: int, partition: int, round: int = 0) -> Path:
+        """A partition's rows for the applying map tasks (``PartitionResult.state``)."""
+        return self._local(self.work / f"{reduce_phase(segment)}-parts" / f"state-r{round}-{partition_key(partition)}.parquet")
+
+    def forward_file(self, segment: int, round: int, partition: int) -> Path:
+        """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
+        return self._local(self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet")
+
+    def scratch_dir(self, segment: int) -> Path:
+        """Spill space of the global stage ending ``segment`` (DuckDB, sorts)."""
+        return self.work / f"{reduce_phase(segment)}-scratch"  # local spill space, never committed
+
+    def state_file(self, segment: int) -> Path:
+        return self._local(self.work / f"{reduce_phase(segment)}-state.parquet")
+
+    @property
+    def tokens_dir(self) -> Path:
+        return self.work / "tokens"
+
+    def tokens_file(self, shard_key: str) -> Path:
+        return self._local(self.tokens_dir / f"{shard_key}.arrow")
+
+    @property
+    def markers_dir(self) -> Path:
+        return self.work / "markers"
+
+    def _local(self, path: Path) -> Path:
+        """A path of a task's output; in a remote folder, fetched first if a committed marker names it
+        and it is not here (every read of another task's output asks for its path here)."""
+        if self.remote is None:
+            return path
+        from datapipe.run_folder import remote as remote_folder
+
+        return remote_folder.fetch(self.root, self.remote, path)
+
+    def marker(self, phase: str, task: str) -> Path:
+        return self.markers_dir / phase / f"{task}.json"
+
+    # --- markers ------------------------------------------------------------
+    def read_marker(self, phase: str, task: str) -> dict[str, Any] | None:
+        path = self.marker(phase, task)
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            return None  # a marker is written atomically; an unreadable one means redo
+
+    def write_marker(self, phase: str, task: str, data: dict[str, Any], written: list[Path] | None = None) -> None:
+        """``written``: the files the task wrote; a remote folder uploads them before the marker."""
+        if self.remote is None:
+            write_text_atomic(self.marker(phase, task), json.dumps(data, sort_keys=True))
+            return
+        from datapipe.run_folder import remote as remote_folder
+
+        rel = self.marker(phase, task).relative_to(self.root).as_posix()
+        write_bytes_atomic(self.marker(phase, task),
+                           remote_folder.commit(self.root, self.remote, rel, data, list(written or [])))
+
+    def pull(self, full: bool = False, files: tuple[str, ...] = ()) -> None:
+        """A remote folder: read the markers other processes committed, and download the files they
+        name under the folders ``files`` (others come when their path is asked for). No-op locally."""
+        if self.remote is not None:
+            from datapipe.run_folder import remote as remote_folder
+
+            remote_folder.pull(self.root, self.remote, full=full, files=files)
+
+    def publish(self, *names: str) -> None:
+        """A remote folder: upload files the driver wrote (run.json, stats.duckdb, the manifest)."""
+        if self.remote is not None:
+            from datapipe.run_folder import remote as remote_folder
+
+            for name in names:
+                remote_folder.publish(self.root, self.remote, name)
+
+    # --- lifecycle ----------------------------------------------------------
+    def load_run_json(self) -> dict[str, Any] | None:
+        if not self.run_json.is_file():
+            return None
+        return json.loads(self.run_json.read_text())
+
+    def save_run_json(self, data: dict[str, Any]) -> None:
+        write_text_atomic(self.run_json, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        self.publish("run.json")
+
+    def is_run_folder(self) -> bool:
+        return self.run_json.is_file()
+
+    def check_usable(self) -> None:
+        """Refuse to write into a non-empty folder that is not a datapipe run: it may be the user's data."""
+        if self.remote is not None:
+            from datapipe.run_folder import remote as remote_folder
+
+            remote_folder.check_usable(self.remote, (LOCK_FILE, LOCK_RECORD))
+            return  # the mirror is this folder's own cache: the store decides
+        if self.root.exists() and not self.root.is_dir():
+            raise RunFolderError(f"output {self.root} exists and is not a folder")
+        if self.root.is_dir() and not self.is_run_folder() and any(
+                p.name not in (LOCK_FILE, LOCK_RECORD) and not is_temp_name(p.name) for p in self.root.iterdir()):
+            raise RunFolderError(f"output folder {self.root} is not empty and holds no run.json; "
+                                 f"refusing to write there (choose an empty or new folder with --output)")
+
+    def wipe(self) -> None:
+        """Delete a previous run's outputs (--fresh). Only the names datapipe manages are touched."""
+        self.check_usable()
+        if self.remote is not None:
+            from datapipe.run_folder import remote as remote_folder
+
+            remote_folder.wipe(self.root, self.remote, MANAGED)
+        for name in MANAGED:
+            p = self.root / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+
+    def sweep(self) -> int:
+        """Remove temporary files of killed writers anywhere in the folder; only under the run lock."""
+        removed = sweep_temp_files(self.root)
+        if self.remote is not None:
+            from datapipe.run_folder import remote as remote_folder
+
+            removed += remote_folder.sweep(self.remote)
+        return removed

@@ -1,0 +1,203 @@
+"""A run folder in object storage: the store is the record, a local mirror is where tasks work.
+
+Tasks read and write the run folder's local mirror (``storage.mirror_of``) exactly as they do a
+local run folder. What makes the store the record:
+
+* **The marker is the commit point.** When a task finishes, every file it wrote (collected by
+  ``atomic.recording_writes``) is uploaded, and only then its marker, which names those files
+  with their sizes. An object store shows an object only once its upload completed, so a marker
+  that exists names files that exist whole.
+* **Readers trust only what a marker names.** Before a task runs (on any node) and before each
+  phase, :func:`pull` reads the markers this process has not seen; a file one of them names is
+  downloaded when a task asks the run folder for its path (:func:`fetch`, through ``RunFolder``'s
+  path methods) and it is missing locally or differs in size, so a node fetches the inputs of its
+  own tasks, not the whole run. The driver downloads the kept and rejected documents before it
+  builds the statistics. A file a killed attempt uploaded without its marker is never read, and it
+  is deleted by :func:`sweep` under the run lock.
+* The driver's own files (``run.json``, ``stats.duckdb``, the shard manifest) are uploaded when
+  written; ``run.json`` last, so ``status: complete`` on the store means everything else is there.
+
+So a run killed anywhere resumes from the store alone: a fresh machine with an empty mirror pulls
+the committed work and redoes the rest, with byte-identical outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from datapipe.storage import uri as storage
+from datapipe.storage.atomic import is_temp_name, write_bytes_atomic
+
+MARKERS = "_work/markers"
+# Written by the driver itself, not by a task: kept by the sweep although no marker names them.
+DRIVER_FILES = storage.RUN_FILES
+MANAGED_PREFIXES = ("docs/", "rejected/", "shards/", "_work/")
+
+_seen: dict[str, set[str]] = {}  # remote root -> markers already pulled or committed by this process
+_named: dict[str, dict[str, int]] = {}  # remote root -> {file a pulled marker names: its size}
+_lock = threading.Lock()
+
+
+def commit(root: Path, uri: str, rel_marker: str, data: dict[str, Any], written: list[Path]) -> bytes:
+    """Upload a task's files, then its marker naming them; returns the marker's bytes."""
+    files = []
+    for path in dict.fromkeys(written):
+        p = Path(path)
+        if not p.is_file() or not p.is_relative_to(root):
+            continue  # written, then removed by the task itself; or not in the run folder (a fetched input)
+        rel = p.relative_to(root).as_posix()
+        storage.upload(p, storage.child(uri, rel))
+        files.append({"path": rel, "bytes": p.stat().st_size})
+    data["files"] = sorted(files, key=lambda f: f["path"])
+    body = json.dumps(data, sort_keys=True).encode("utf-8")
+    storage.write_bytes(storage.child(uri, rel_marker), body)
+    with _lock:
+        _seen.setdefault(uri, set()).add(rel_marker)
+        _named.setdefault(uri, {}).update({f["path"]: f["bytes"] for f in files})
+    return body
+
+
+def publish(root: Path, uri: str, rel: str) -> None:
+    """Upload one file the driver wrote (or delete its remote copy when it is gone locally)."""
+    local = root / rel
+    if local.is_file():
+        storage.upload(local, storage.child(uri, rel))
+    else:
+        storage.delete(storage.child(uri, rel))
+
+
+def fetch(root: Path, uri: str, path: Path) -> Path:
+    """``path`` (in the mirror), downloaded first when a pulled marker names it and it is not here whole."""
+    rel = path.relative_to(root).as_posix()
+    with _lock:
+        size = _named.get(uri, {}).get(rel)
+    if size is not None and not (path.is_file() and path.stat().st_size == size):
+        storage.download(storage.child(uri, rel), path)
+    return path
+
+
+def pull(root: Path, uri: str, full: bool = False, files: tuple[str, ...] = ()) -> int:
+    """Bring the mirror up to date with the committed work on the store; returns files downloaded.
+
+    ``full`` (the driver, under the run lock, at the start of a run) also drops local markers the
+    store does not have (a mirror left by an older run of this folder) and takes run.json from the store.
+    ``files``: folders (``docs/``) whose named files are downloaded now rather than when asked for.
+    """
+    remote_markers = {f.uri[len(storage.child(uri, "")):]: f for f in storage.list_files(storage.child(uri, MARKERS))}
+    remote_markers = {rel: f for rel, f in remote_markers.items() if rel.endswith(".json") and not is_temp_name(rel)}
+    downloaded = 0
+    named: set[str] = set(DRIVER_FILES) | set(remote_markers)
+    if full:
+        with _lock:
+            _seen.pop(uri, None)
+            _named.pop(uri, None)
+        local_dir = root / MARKERS
+        if local_dir.is_dir():
+            for p in local_dir.rglob("*.json"):
+                if p.relative_to(root).as_posix() not in remote_markers:
+                    p.unlink()
+        run_json = storage.info(storage.child(uri, "run.json"))
+        if run_json is None:
+            (root / "run.json").unlink(missing_ok=True)
+        else:
+            storage.download(run_json.uri, root / "run.json")
+            downloaded += 1
+    with _lock:
+        seen = set(_seen.get(uri, set()))
+    for rel, f in sorted(remote_markers.items()):
+        if rel in seen:
+            continue
+        body = storage.read_bytes(f.uri)
+        if body is None:
+            continue
+        try:
+            marker = json.loads(body)
+        except ValueError:
+            continue  # never the case for a completed upload; an unreadable marker means redo
+        named.update(e["path"] for e in marker.get("files", []))
+        with _lock:
+            _named.setdefault(uri, {}).update({e["path"]: e["bytes"] for e in marker.get("files", [])})
+        local_marker = root / rel
+        if not (local_marker.is_file() and local_marker.read_bytes() == body):
+            write_bytes_atomic(local_marker, body)
+        with _lock:
+            _seen.setdefault(uri, set()).add(rel)
+    with _lock:
+        wanted = [rel for rel in _named.get(uri, {}) if rel.startswith(files)] if files else []
+    for rel in wanted:
+        local = root / rel
+        if not local.is_file():
+            downloaded += 1
+        fetch(root, uri, local)
+    if full:  # files of an older run in the mirror must not be globbed into this one's statistics
+        for prefix in MANAGED_PREFIXES:
+            folder = root / prefix
+            for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
+                if p.is_file() and p.relative_to(root).as_posix() not in named:
+                    p.unlink()
+    return downloaded
+
+
+def named_files(uri: str) -> set[str]:
+    """Every path (relative to the run folder) the store's markers name, and the markers themselves."""
+    keep: set[str] = set(DRIVER_FILES)
+    for f in storage.list_files(storage.child(uri, MARKERS)):
+        rel = f.uri[len(storage.child(uri, "")):]
+        body = storage.read_bytes(f.uri)
+        try:
+            marker = json.loads(body) if body is not None else None
+        except ValueError:
+            marker = None
+        if isinstance(marker, dict):
+            keep.add(rel)
+            keep.update(e["path"] for e in marker.get("files", []))
+    return keep
+
+
+def sweep(uri: str) -> int:
+    """Delete objects under the managed folders that no marker names: uploads of a killed attempt.
+    Only under the run lock (a live task's upload looks the same until its marker exists)."""
+    keep = named_files(uri)
+    removed = 0
+    prefix = storage.child(uri, "")
+    for f in storage.list_files(uri):
+        rel = f.uri[len(prefix):]
+        if rel.startswith(MANAGED_PREFIXES) and rel not in keep or is_temp_name(rel):
+            storage.delete(f.uri)
+            removed += 1
+    return removed
+
+
+def wipe(root: Path, uri: str, managed: tuple[str, ...]) -> None:
+    """--fresh: delete the managed names on the store and in the mirror."""
+    for name in managed:
+        target = storage.child(uri, name)
+        if storage.info(target) is not None:
+            storage.delete(target)
+        else:
+            storage.delete_tree(target)
+    with _lock:
+        _seen.pop(uri, None)
+    for name in managed:
+        p = root / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def check_usable(uri: str, lock_names: tuple[str, ...]) -> None:
+    """Refuse a non-empty remote folder that is not a datapipe run, as for a local one."""
+    storage.check_bucket(uri)
+    if storage.info(storage.child(uri, "run.json")) is not None:
+        return
+    prefix = storage.child(uri, "")
+    for f in storage.list_files(uri):
+        rel = f.uri[len(prefix):]
+        if rel not in lock_names and not is_temp_name(rel) and not rel.startswith(MANAGED_PREFIXES):
+            raise storage.StorageError(f"output folder {uri} is not empty and holds no run.json; refusing to "
+                                       f"write there (choose an empty or new folder with --output)")

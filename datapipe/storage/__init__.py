@@ -1,0 +1,1 @@
+"""Where bytes live: local disk or object storage (``uri``), atomic writes (``atomic``)."""

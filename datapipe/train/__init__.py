@@ -1,0 +1,1 @@
+"""The trainers behind ``datapipe train-tokenizer`` and ``datapipe train-classifier``."""
