@@ -460,6 +460,3 @@ def models_fetch() -> None:
         _fail(str(exc), code=1)
     click.echo(f"lid.176.ftz ready at {path} (sha256 {LID_SHA256[:12]}...)")
 
-
-if __name__ == "__main__":
-    main()
