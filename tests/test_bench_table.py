@@ -1,8 +1,8 @@
-"""The README's "Measured" table is the bench scripts' own output (issue 18: claims that reproduce).
+"""The documentation's benchmarks table is the bench scripts' own output (issue 18: claims that reproduce).
 
 ``bench/readme_table.py`` renders the table from ``bench/results/*.json``, the files the bench
-scripts write with ``--json``; README.md must hold exactly that table, so a number typed by hand,
-or a result file refreshed without regenerating the README, fails here.
+scripts write with ``--json``; docs/benchmarks.md must hold exactly that table, so a number typed
+by hand, or a result file refreshed without regenerating the page, fails here.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ def _table_module():
     return module
 
 
-def test_readme_holds_the_generated_table() -> None:
+def test_benchmarks_page_holds_the_generated_table() -> None:
     table = _table_module()
-    readme = (ROOT / "README.md").read_text()
-    assert table.START in readme and table.END in readme
-    block = readme.split(table.START, 1)[1].split(table.END, 1)[0]
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert table.START in page and table.END in page
+    block = page.split(table.START, 1)[1].split(table.END, 1)[0]
     assert block.strip() == table.render().strip(), (
-        "README.md's Measured table differs from bench/results/*.json: run `python bench/readme_table.py --write`")
+        "docs/benchmarks.md's table differs from bench/results/*.json: run `python bench/readme_table.py --write`")
 
 
 def test_every_result_file_has_rows_with_machine_and_range(tmp_path: Path) -> None:
