@@ -141,7 +141,8 @@ def _type(annotation: Any, links: dict[type, str]) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Literal:
-        return " or ".join(f"`{a}`" for a in args)
+        names = [f"`{a}`" for a in args]
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
     if origin is list:
         return f"list of {_type(args[0], links)}"
     if origin is dict:
@@ -235,7 +236,10 @@ def render() -> str:
                                    "the reader of the source's format. Formats that take no options: "
                                    + ", ".join(f"`{f}`" for f in formats if f not in readers) + "."}[kind])
         out.append(f"{'#' * section.level} {section.title} {{#{section.anchor}}}")
-        where = f"Keys under `{section.path}`." if section.path else "Keys at the top of the file."
+        if section.part == "readers" and section.path == "sources[].options":
+            where = f"Keys under `sources[].options` of a source whose format is {section.title.replace(', ', ' or ')}."
+        else:
+            where = f"Keys under `{section.path}`." if section.path else "Keys at the top of the file."
         name = section.path.split(".")[1] if kind == "stages" else None
         if name in stage_pages and section.path == f"stages[].{name}":
             where += f" How the stage works: [{name}]({stage_pages[name]})."
