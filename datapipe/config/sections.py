@@ -27,7 +27,8 @@ class Strict(BaseModel):
 
 class SourceConfig(Strict):
     name: str = Field(pattern=NAME_PATTERN, description="Source name; used in document ids and output folders.")
-    kind: Literal["web", "code", "paper", "text"] = "text"
+    kind: Literal["web", "code", "paper", "text"] = Field(
+        "text", description="Source kind: which stages and rule sets apply, and how folders and archives are read.")
     format: str | None = Field(None, description="Input format; inferred from the file extension when omitted.")
     paths: list[str] = Field(min_length=1, description="Glob patterns, relative to the pipeline file.")
     text_field: str = Field("text", min_length=1, description="JSONL/Parquet field holding the text.")
@@ -38,7 +39,7 @@ class SourceConfig(Strict):
 
 class TokenizeConfig(Strict):
     tokenizer: str = Field(description="Path to a Hugging Face tokenizer.json, relative to the pipeline file.")
-    seq_len: int = Field(2048, ge=8, le=1 << 20)
+    seq_len: int = Field(2048, ge=8, le=1 << 20, description="Tokens per packed row (one more with labels: true).")
     labels: bool = Field(False, description="Store seq_len + 1 tokens per row, for next-token labels.")
     eos_token: str | None = Field(None, description="End-of-document token; detected from the vocabulary when omitted.")
     pad_token: str | None = Field(None, description="Padding token; the EOS token when omitted.")

@@ -47,12 +47,16 @@ class ConfigError(ValueError):
 
 
 class PipelineConfig(Strict):
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, description="Pipeline name; the default run folder is out/<name>.")
     output: str | None = Field(None, description="Run folder, relative to the pipeline file; default out/<name>.")
-    sources: list[SourceConfig] = Field(min_length=1)
-    stages: list[dict[str, Any]] = Field(default_factory=list)
-    tokenize: TokenizeConfig | None = None
-    mixture: dict[str, float] | None = None
+    sources: list[SourceConfig] = Field(min_length=1, description="Input sources, in run order (the order that picks "
+                                                                  "earliest copies and lays out shards).")
+    stages: list[dict[str, Any]] = Field(default_factory=list, description="Stages in the order they run, each "
+                                                                           "a mapping {stage type: options}.")
+    tokenize: TokenizeConfig | None = Field(None, description="Tokenize kept documents into packed token shards; "
+                                                              "omitted: no shards.")
+    mixture: dict[str, float] | None = Field(None, description="Target weight per source name, for stats, the "
+                                                               "report and Megatron export; keeps and drops nothing.")
     batch_size: int = Field(1000, ge=1, le=1_000_000, description="Documents per batch inside a task.")
     limits: ReadLimits = Field(default_factory=ReadLimits, description="Per-record caps on hostile input.")
     split: SplitConfig = Field(default_factory=SplitConfig, description="How inputs become map tasks.")

@@ -57,14 +57,16 @@ class BenchmarkFiles(StageOptions):
 
 
 class DecontaminateOptions(StageOptions):
-    benchmarks: list[BenchmarkFiles] = Field(min_length=1)
+    benchmarks: list[BenchmarkFiles] = Field(min_length=1, description="Benchmarks to match, each with its own files "
+                                                                       "and text fields.")
     # 13 words: GPT-3, datatrove and OLMo's English decontamination. 13 characters for Chinese: on
     # the shared corpora 13 gives 2 matched documents among 1,730 zh pages that are not CMRC
     # paragraphs (8: 31, 10: 10) while leaving 30 of 1,766 Gaokao items too short to index (20: 111).
     n_word: int = Field(13, ge=1, description="Words per n-gram in Latin-script text.")
     n_char: int = Field(13, ge=1, description="Characters per n-gram in Han/kana text.")
     fold_script: bool = Field(True, description="Fold Traditional to Simplified before matching.")
-    action: Literal["drop", "flag"] = "drop"
+    action: Literal["drop", "flag"] = Field("drop", description="drop: reject matching documents as contaminated; "
+                                                               "flag: keep them with the contam_* signals.")
     min_hits: int = Field(1, ge=1, description="Matched n-grams of one item that make a document contaminated.")
     min_frac: float = Field(0.0, ge=0.0, le=1.0, description="And the share of that item's n-grams matched.")
     kinds: list[str] = Field(list(SOURCE_KINDS), description="Source kinds the stage applies to.")

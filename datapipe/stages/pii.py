@@ -143,10 +143,13 @@ def _phone_ok(m: re.Match[str]) -> bool:
 
 class PiiOptions(StageOptions):
     kinds: list[str] = Field(["web", "paper", "text", "code"], description="Source kinds the stage applies to.")
-    email: bool = True
-    phone: bool = True
-    id_card: bool = True
-    ip: bool = True
+    email: bool = Field(True, description="Replace email addresses with <EMAIL>.")
+    phone: bool = Field(True, description="Replace Chinese mobile, North American and international phone numbers "
+                                          "with <PHONE>.")
+    id_card: bool = Field(True, description="Replace Chinese resident ID numbers (checksum and birth date checked) "
+                                            "with <ID_CARD>.")
+    ip: bool = Field(True, description="Replace IPv4/IPv6 addresses (not loopback, unspecified or documentation "
+                                       "ones) with <IP>.")
 
 
 class Pii(Stage):
