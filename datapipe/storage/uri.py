@@ -113,7 +113,7 @@ def _fail(uri: str, what: str, exc: BaseException) -> StorageError:
 # --- the local mirror --------------------------------------------------------------
 
 def mirror_base() -> Path:
-    from datapipe.assets.models import cache_dir
+    from datapipe.storage.cache import cache_dir
 
     return (cache_dir() / MIRROR_DIR).resolve()
 
