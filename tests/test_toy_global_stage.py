@@ -63,7 +63,9 @@ class LongestPerGroup(GlobalStage):
         return batch.append_column("toy_group", pc.binary_join_element_wise(batch["source"], lang, "/"))
 
     def steps(self) -> tuple[PartitionStep | CombineStep, ...]:
-        part = PartitionStep(self.options.partitions, self._shuffle, self._reduce_partition)
+        # Without a combine step the partitions decide; with one, the combine step reads their outputs.
+        part = PartitionStep(self.options.partitions, self._shuffle, self._reduce_partition,
+                             decides=not self.options.combine)
         return (part, CombineStep(self._combine)) if self.options.combine else (part,)
 
     def _shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
@@ -189,3 +191,29 @@ def test_workers_receive_validated_options(toy_stage, tmp_path: Path) -> None:
     assert again.stage_types[1] is LongestPerGroup  # by reference: a worker imports this module for it
     assert again.stages == (("length", pipeline.stage_options[0][1].model_dump(mode="json")),
                             ("toy_longest", {"partitions": 2, "combine": False}))
+
+
+def test_the_engine_refuses_steps_it_could_not_run() -> None:
+    """A global stage declares a PartitionStep, a CombineStep or both, in that order; partition outputs
+    are decisions only where the step says ``decides``, else a combine step must read them."""
+    from datapipe.stages import StageContext
+    from datapipe.stages.base import checked_steps
+
+    context = StageContext("", "")
+    assert len(checked_steps(LongestPerGroup(ToyOptions(combine=True), context))) == 2
+
+    class NoSteps(GlobalStage):
+        name = "no_steps"
+
+    class UnreadPartitions(LongestPerGroup):
+        def steps(self) -> tuple[PartitionStep | CombineStep, ...]:
+            return (PartitionStep(2, self._shuffle, self._reduce_partition),)
+
+    class CombineFirst(LongestPerGroup):
+        def steps(self) -> tuple[PartitionStep | CombineStep, ...]:
+            return (CombineStep(self._combine), PartitionStep(2, self._shuffle, self._reduce_partition))
+
+    for cls, message in ((NoSteps, r"declares steps \[\]"), (UnreadPartitions, "does not decide"),
+                         (CombineFirst, "in that order")):
+        with pytest.raises(TypeError, match=message):
+            checked_steps(cls(ToyOptions(), context))

@@ -151,35 +151,42 @@ class Stage:
         """Keep or drop each row of a computed batch, from signals and thresholds only."""
         return Decision.keep_all(batch.num_rows)
 
+    def steps(self) -> tuple[GlobalStep, ...]:
+        """The corpus-wide steps a global stage declares (``GlobalStage``); a per-document stage has none."""
+        return ()
+
 
 @dataclass(frozen=True)
 class PartitionStep:
     """A corpus-wide step split by key over ``partitions`` parallel tasks, in ``rounds`` rounds.
 
     ``shuffle(batch, first_row_key)`` runs in the map task before it on each computed batch and
-    returns the rows to send, with an int32 ``part`` column; ``reduce(rows, round, inputs)`` runs
-    once per partition and round over that partition's rows from every shard (round 0) or from
-    what the round before forwarded, returning a table or a ``PartitionResult``. Without a
-    ``CombineStep`` after it, or with ``decides``, the partition outputs (of every round) *are*
-    decisions (id, shard, reason, detail, extra columns), read by each shard's next map task; a
-    combine step after a deciding partition step adds its own decisions for what the rounds left
-    (the last round's forwarded rows, ``ReduceInputs.forwarded``).
+    returns the rows to send, with an int32 ``part`` column (the batch's i-th document has row key
+    ``first_row_key + i``: see ``GlobalStage``); ``reduce(rows, round, inputs)`` runs once per
+    partition and round over that partition's rows from every shard (round 0) or from what the
+    round before forwarded (round r + 1's partition p reads the rows round r forwarded with
+    ``part == p``), returning a table or a ``PartitionResult``. With ``decides`` the partition
+    outputs (of every round) *are* decisions (id, shard, reason, detail, extra columns), read by
+    each shard's next map task; a combine step after it adds its own decisions for what the rounds
+    left (the last round's forwarded rows, ``ReduceInputs.forwarded``). Without ``decides`` the
+    outputs are for the ``CombineStep`` that must follow.
     """
 
     partitions: int
     shuffle: Callable[[pa.Table, int], pa.Table]
     reduce: Callable[..., Any]
     rounds: int = 1
-    decides: bool = False  # the outputs are decisions even with a CombineStep after it
+    decides: bool = False  # the outputs are decisions (else a CombineStep reads them)
 
 
 @dataclass(frozen=True)
 class CombineStep:
     """One task over the whole corpus: ``decide(partition_outputs, inputs)`` returns the decisions
-    (rows id, shard, reason, detail, extra columns for the documents to drop); ``state``, if set,
-    returns the table the map tasks after it load for ``GlobalStage.apply`` (see
-    ``ShuffledGlobalStage.combine_state``). ``partition_outputs`` are the Parquet outputs of a
-    ``PartitionStep`` before it (none without one)."""
+    (rows id, shard, reason, detail, extra columns for the documents to drop; ``no_drops`` where
+    ``apply`` does the work); ``state``, if set, returns the table the map tasks after it load for
+    ``GlobalStage.apply`` (None: nothing to load; with an int32 ``shard`` column each map task reads
+    only its shard's rows, without one every map task loads it whole, so it must stay small).
+    ``partition_outputs`` are the Parquet outputs of a ``PartitionStep`` before it (none without one)."""
 
     decide: Callable[[list[str], ReduceInputs], pa.Table]
     state: Callable[[list[str], ReduceInputs], pa.Table | None] | None = None
@@ -190,112 +197,67 @@ _S = TypeVar("_S", PartitionStep, CombineStep)
 
 
 def step_of(stage: Stage, kind: type[_S]) -> _S | None:
-    """The global stage's step of this kind (None: it has none, or the stage is not global)."""
-    steps = stage.steps() if isinstance(stage, GlobalStage) else ()
-    return next((s for s in steps if isinstance(s, kind)), None)
+    """The stage's step of this kind (None: it has none, or the stage is not global)."""
+    return next((s for s in stage.steps() if isinstance(s, kind)), None)
+
+
+def checked_steps(stage: Stage) -> tuple[GlobalStep, ...]:
+    """The stage's steps, or a TypeError saying what is wrong with them: a ``PartitionStep``, a
+    ``CombineStep``, or both in that order; a partition step that does not decide needs a combine step
+    after it (its outputs would be read by nothing)."""
+    steps = tuple(stage.steps())
+    kinds = [type(s) for s in steps]
+    if kinds not in ([PartitionStep], [CombineStep], [PartitionStep, CombineStep]):
+        raise TypeError(f"stage {stage.name!r} declares steps {[k.__name__ for k in kinds]}: a global stage "
+                        f"declares a PartitionStep, a CombineStep, or both in that order")
+    if kinds == [PartitionStep] and not steps[0].decides:  # type: ignore[union-attr]
+        raise TypeError(f"stage {stage.name!r}: its PartitionStep does not decide (decides=True) and no "
+                        f"CombineStep follows it to read its outputs")
+    return steps
+
+
+def no_drops(partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+    """A ``CombineStep.decide`` that drops no document (the stage's ``apply`` judges them instead)."""
+    return pa.table({"id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())})
 
 
 class GlobalStage(Stage):
     """A stage whose decision needs the whole corpus (dedup).
 
     The engine runs it in three parts: ``compute`` in the map phase before it (signals per
-    document), the corpus-wide ``steps()`` (by default one ``reduce`` over the signal columns of
-    every shard), and in the map phase after it the decisions are joined to each row by id.
+    document), the corpus-wide ``steps()`` it declares (a ``PartitionStep`` split by key across
+    parallel tasks, and/or a ``CombineStep``, one task), and in the map phase after it the
+    decisions are joined to each row by id, then ``apply`` edits what they kept.
     The engine knows global stages only by their steps: a new one declares them and registers
     itself (``datapipe.stages.register_stage``), with no engine change.
+
+    Document references between the map tasks and the steps are *row keys*: ``shard_ordinal << 32 | row``
+    where row is the document's position in its shard's map output, so the run order is the key order.
     """
 
     is_global = True
     signal_columns: ClassVar[tuple[str, ...]] = ()
     transient_columns: ClassVar[tuple[str, ...]] = ()  # dropped once decisions are applied
 
-    def steps(self) -> tuple[GlobalStep, ...]:
-        """The corpus-wide steps, in order: at most one ``PartitionStep``, then at most one ``CombineStep``
-        (at least one of them). The default: one combine task calling ``reduce``."""
-        return (CombineStep(self._reduce_all),)
-
-    def _reduce_all(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
-        if not inputs.files:  # every document was dropped before the stage: nothing to decide
-            return pa.table({"id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())})
-        return self.reduce(inputs)
-
-    def reduce(self, inputs: ReduceInputs) -> pa.Table:
-        """Decide over the corpus. Returns rows (id, shard, reason, detail, extra columns...)
-        for the documents to drop; every other document is kept."""
-        raise NotImplementedError
-
     def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
-        """In the map segment after the reduce, for the documents its decisions kept: edit them.
+        """In the map segment after the steps, for the documents their decisions kept: edit them.
 
         A stage that changes kept documents (removes boilerplate lines, adds a cluster size) returns
         the batch with the same rows, edited, and a decision that may drop some of them; a dropped
         row must keep its original text (a reject is never lost). ``row_keys`` are the documents'
-        row keys (see ``ShuffledGlobalStage``); ``state`` is what ``combine_state`` returned, for
-        this shard only where it has a ``shard`` column. The default changes nothing.
+        row keys; ``state`` is what ``CombineStep.state`` returned and the partitions' states
+        (``PartitionResult.state``), for this shard only where it has a ``shard`` column. The
+        default changes nothing.
         """
         return batch, Decision.keep_all(batch.num_rows)
 
 
-class ShuffledGlobalStage(GlobalStage):
-    """A global stage whose corpus-wide step is split by key across parallel tasks.
-
-    The engine runs: ``shuffle`` in the map phase (rows tagged with a ``part`` column,
-    written per shard), ``reduce_partition`` once per partition over that partition's rows
-    from every shard (in parallel), then ``combine`` once over the partition outputs.
-    Document references are *row keys*: ``shard_ordinal << 32 | row`` where row is the
-    document's position in its shard's map output, so the run order is the key order.
-    """
-
-    # True: the partition outputs (of every round) *are* the decisions (id, shard, reason, detail,
-    # extra columns), so there is no combine step; the next map phase reads each shard's rows from them.
-    decides_in_partitions: ClassVar[bool] = False
-
-    def steps(self) -> tuple[GlobalStep, ...]:
-        part = PartitionStep(self.partitions(), self.shuffle, self.reduce_partition, self.rounds(),
-                             decides=self.decides_in_partitions)
-        return (part,) if self.decides_in_partitions else (part, CombineStep(self.combine, self.combine_state))
-
-    def partitions(self) -> int:
-        raise NotImplementedError
-
-    def rounds(self) -> int:
-        """Shuffle rounds: round r+1's partition p reads the rows round r forwarded with ``part == p``
-        (exact dedup: by text hash, then the URLs of the text survivors by URL)."""
-        return 1
-
-    def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
-        """Rows to shuffle for a computed batch: must include an int32 ``part`` column.
-        The batch's i-th document has row key ``first_row_key + i``."""
-        raise NotImplementedError
-
-    def reduce_partition(self, rows: pa.Table, round: int = 0,
-                         inputs: ReduceInputs | None = None) -> pa.Table | PartitionResult:
-        """One partition's rows of one round (``inputs``: the map outputs, to read columns of
-        documents by row key). A plain table is the partition's output."""
-        raise NotImplementedError
-
-    def combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
-        """Decisions like ``GlobalStage.reduce``, from the partition outputs (Parquet files)."""
-        raise NotImplementedError
-
-    def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table | None:
-        """A table the map tasks after the reduce load for ``apply`` (None: nothing to load).
-
-        With an int32 ``shard`` column each map task reads only its shard's rows; without one every
-        map task loads it whole, so it must stay small (e.g. only the frequent line hashes).
-        """
-        return None
-
-    def reduce(self, inputs: ReduceInputs) -> pa.Table:  # the engine calls combine() instead
-        raise TypeError("a shuffled global stage is reduced by reduce_partition + combine")
-
-
 @dataclass(frozen=True)
 class PartitionResult:
-    output: pa.Table | None  # the partition's result (decisions, when ``decides_in_partitions``)
+    output: pa.Table | None  # the partition's result (decisions, when its step ``decides``)
     forward: pa.Table | None = None  # rows for the next round, with an int32 ``part`` column
     # Rows for ``GlobalStage.apply`` (int32 ``shard`` column): each shard's map task reads its rows
-    # of every partition's state, as it does those of ``combine_state``.
+    # of every partition's state, as it does those of ``CombineStep.state``.
     state: pa.Table | None = None
 
 

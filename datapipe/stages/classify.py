@@ -34,8 +34,10 @@ from pydantic import Field, model_validator
 from datapipe.classify.model import Classifier, column_name, meta_path, predict_all, read_meta
 from datapipe.stages.base import (
     CheckContext,
+    CombineStep,
     Decision,
     GlobalStage,
+    GlobalStep,
     Problem,
     ReduceInputs,
     ResourceFile,
@@ -240,6 +242,13 @@ class Classify(GlobalStage):
                 reason = pc.if_else(bad, f"classifier:{rule.score}", reason)
                 detail = pc.if_else(bad, text, detail)
         return Decision(reason, detail)
+
+    def steps(self) -> tuple[GlobalStep, ...]:
+        """One combine task over every shard's scores: a percentile is of the whole corpus."""
+        return (CombineStep(self._combine),)
+
+    def _combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        return self.reduce(inputs)
 
     def reduce(self, inputs: ReduceInputs) -> pa.Table:
         """Percentile cut-offs per group from histograms (pass 1), then every rule per document (pass 2)."""

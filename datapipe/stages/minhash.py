@@ -51,13 +51,13 @@ from datapipe.stages.base import (
     CheckContext,
     CombineStep,
     Decision,
+    GlobalStage,
     GlobalStep,
     PartitionResult,
     PartitionStep,
     Problem,
     ReduceInputs,
     Resources,
-    ShuffledGlobalStage,
     StageOptions,
 )
 from datapipe.stages.columns import set_column
@@ -94,7 +94,7 @@ class MinHashOptions(StageOptions):
         return self
 
 
-class MinHashDedup(ShuffledGlobalStage):
+class MinHashDedup(GlobalStage):
     name = "minhash"
     Options = MinHashOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
@@ -144,15 +144,10 @@ class MinHashDedup(ShuffledGlobalStage):
     # after the last one goes to the combine step.
     star_pairs: ClassVar[int] = 10
 
-    def partitions(self) -> int:
-        return self.options.partitions
-
-    def rounds(self) -> int:
-        return 1 + 2 * self.star_pairs
-
     def steps(self) -> tuple[GlobalStep, ...]:
         """The partitions decide (settled clusters); the combine step only finishes what they left open."""
-        return (PartitionStep(self.partitions(), self.shuffle, self.reduce_partition, self.rounds(), decides=True),
+        return (PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition,
+                              rounds=1 + 2 * self.star_pairs, decides=True),
                 CombineStep(self.combine, self.combine_state))
 
     def compute(self, batch: pa.Table) -> pa.Table:

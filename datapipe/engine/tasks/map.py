@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.splits import InputRange
 from datapipe.engine.tasks.isolate import Isolator, Step
-from datapipe.engine.tasks.reduce import decides_in_partitions, partition_decisions, partition_state
+from datapipe.engine.tasks.reduce import partition_decisions, partition_state, partitions_decide
 from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
 from datapipe.readers import READERS, InputFile, ReadBatch, reader_path
 from datapipe.readers.base import BatchBuilder, describe_error
@@ -351,7 +351,7 @@ def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: S
         return None
     stage = build_stage(spec, segment.apply_global)
     parts = []
-    if decides_in_partitions(stage):  # the partition outputs are decisions
+    if partitions_decide(stage):  # the partition outputs are decisions
         parts.append(partition_decisions(folder, segment.index - 1, stage, shard.ordinal))
     if step_of(stage, CombineStep) is not None:
         path = folder.decisions_file(segment.index - 1, shard.key)
@@ -360,7 +360,7 @@ def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: S
 
 
 def _load_state(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
-    """The applied stage's ``combine_state`` (this shard's rows where it is per shard, else all of it),
+    """The applied stage's ``CombineStep.state`` (this shard's rows where it is per shard, else all of it),
     with this shard's rows of its partitions' states."""
     if segment.apply_global is None:
         return None

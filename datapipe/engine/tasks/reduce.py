@@ -23,10 +23,10 @@ def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment) -> Reduce
     return ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch))
 
 
-def decides_in_partitions(stage: Stage) -> bool:
+def partitions_decide(stage: Stage) -> bool:
     """Whether the stage's partition outputs are decisions (read by each shard's map task)."""
     step = step_of(stage, PartitionStep)
-    return step is not None and (step.decides or step_of(stage, CombineStep) is None)
+    return step is not None and step.decides
 
 
 def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     if not isinstance(result, PartitionResult):
         result = PartitionResult(result)
     out = folder.partition_output(segment.index, partition, round)
-    n = _write_or_remove(out, result.output, sort_by_shard=decides_in_partitions(stage))
+    n = _write_or_remove(out, result.output, sort_by_shard=partitions_decide(stage))
     _write_or_remove(folder.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
     forward = ShuffleSink(folder.forward_file(segment.index, round, partition))
     # The last round's forwarded rows go to the combine step, if one follows.
@@ -127,7 +127,7 @@ def round_(x: float) -> float:
 
 
 def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: int) -> pa.Table | None:
-    """One shard's decisions, gathered from every partition output of every round (``decides_in_partitions``)."""
+    """One shard's decisions, gathered from every partition output of every round (``partitions_decide``)."""
     import pyarrow.dataset as pads
 
     step = step_of(stage, PartitionStep)
