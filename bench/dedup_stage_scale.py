@@ -44,8 +44,8 @@ def _stage(num_perm: int, threshold: float, partitions: int):
 
 
 def write_inputs(work: Path, n: int, num_perm: int, threshold: float, partitions: int) -> dict:
+    from datapipe.engine.row_keys import ROW_KEY_SHIFT
     from datapipe.engine.tasks.sinks import ShuffleSink
-    from datapipe.stages.base import ROW_KEY_SHIFT
 
     stage = _stage(num_perm, threshold, partitions)
     rng = np.random.default_rng(0)
@@ -75,7 +75,7 @@ def write_inputs(work: Path, n: int, num_perm: int, threshold: float, partitions
 def step(work: Path, what: str, partition: int, num_perm: int, threshold: float, partitions: int) -> dict:
     import pyarrow.dataset as pads
 
-    from datapipe.stages.base import ReduceInputs
+    from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs as ReduceInputs
 
     stage = _stage(num_perm, threshold, partitions)
     started = time.perf_counter()

@@ -121,7 +121,7 @@ def run_phase(root: Path, phase: str) -> dict:
     from datapipe.pipeline.load import load_pipeline
     from datapipe.run_folder.layout import RunFolder, partition_key, shuffle_phase
     from datapipe.stages import PartitionStep
-    from datapipe.stages.base import step_of
+    from datapipe.stages.global_stage import step_of
 
     spec = make_spec(load_pipeline(root / "pipeline.yaml"), root / "out", root / "cache")
     folder = RunFolder(root / "out")

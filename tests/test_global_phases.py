@@ -23,7 +23,7 @@ from datapipe.engine.tasks.reduce import partition_decisions, reduce_partition, 
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import PartitionStep
-from datapipe.stages.base import step_of
+from datapipe.stages.global_stage import step_of
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 

@@ -13,7 +13,7 @@ from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
 from datapipe.stages import PartitionStep
-from datapipe.stages.base import step_of
+from datapipe.stages.global_stage import step_of
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 

@@ -33,7 +33,7 @@ from datapipe.stages import (
     register_stage,
     unregister_stage,
 )
-from datapipe.stages.base import ROW_KEY_SHIFT
+from datapipe.stages.global_stage import ROW_KEY_SHIFT
 from tests.conftest import write_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,7 +197,7 @@ def test_the_engine_refuses_steps_it_could_not_run() -> None:
     """A global stage declares a PartitionStep, a CombineStep or both, in that order; partition outputs
     are decisions only where the step says ``decides``, else a combine step must read them."""
     from datapipe.stages import StageContext
-    from datapipe.stages.base import checked_steps
+    from datapipe.stages.global_stage import checked_steps
 
     context = StageContext("", "")
     assert len(checked_steps(LongestPerGroup(ToyOptions(combine=True), context))) == 2

@@ -32,7 +32,7 @@ from datapipe.run_folder.layout import (
     reduce_phase,
     shuffle_phase,
 )
-from datapipe.stages.base import CombineStep, PartitionStep, checked_steps
+from datapipe.stages.global_stage import CombineStep, PartitionStep, checked_steps
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, MutableMapping
 
-from datapipe.stages.base import (
-    CombineStep,
-    Decision,
-    GlobalStage,
-    PartitionResult,
-    PartitionStep,
-    ReduceInputs,
-    Resources,
-    Stage,
-    StageContext,
-    StageOptions,
-)
+from datapipe.stages.base import Decision, Resources, Stage, StageContext, StageOptions
+from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionResult, PartitionStep, ReduceInputs
 
 # name in a pipeline file -> (module, class); each class's ``name`` must equal its key (tested).
 _REGISTRY: dict[str, tuple[str, str]] = {

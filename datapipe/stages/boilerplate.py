@@ -38,21 +38,9 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from datapipe.dedup.minhash import partition_of
-from datapipe.stages.base import (
-    CheckContext,
-    CombineStep,
-    Decision,
-    GlobalStage,
-    GlobalStep,
-    PartitionStep,
-    Problem,
-    ReduceInputs,
-    Resources,
-    StageOptions,
-    kinds_problems,
-    no_drops,
-)
+from datapipe.stages.base import CheckContext, Decision, Problem, Resources, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
+from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, PartitionStep, ReduceInputs, no_drops
 
 # Why 10: a template line is on every page of its site (hundreds in a crawl), an article sentence
 # is rarely verbatim in more than a few documents (quotes, syndicated copies that minhash handles).

@@ -32,20 +32,9 @@ import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from datapipe.classify.model import Classifier, column_name, meta_path, predict_all, read_meta
-from datapipe.stages.base import (
-    CheckContext,
-    CombineStep,
-    Decision,
-    GlobalStage,
-    GlobalStep,
-    Problem,
-    ReduceInputs,
-    ResourceFile,
-    Resources,
-    StageOptions,
-    kinds_problems,
-)
+from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
+from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs
 
 _NULL = pa.scalar(None, pa.string())
 LOAD_LABELS_MAX_BYTES = 64 << 20  # validation reads a model's labels by loading it only below this size

@@ -22,18 +22,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from datapipe.stages.base import (
+from datapipe.stages.base import CheckContext, Resources, StageOptions
+from datapipe.stages.columns import set_column
+from datapipe.stages.global_stage import (
     ROW_KEY_SHIFT,
-    CheckContext,
     GlobalStage,
     GlobalStep,
     PartitionResult,
     PartitionStep,
     ReduceInputs,
-    Resources,
-    StageOptions,
 )
-from datapipe.stages.columns import set_column
 
 HASH_TYPE = pa.binary(16)
 

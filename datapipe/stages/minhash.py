@@ -46,21 +46,17 @@ from datapipe.dedup.minhash import (
     signatures,
 )
 from datapipe.dedup.shingles import DEFAULT_N
-from datapipe.stages.base import (
+from datapipe.stages.base import CheckContext, Decision, Problem, Resources, StageOptions
+from datapipe.stages.columns import set_column
+from datapipe.stages.global_stage import (
     ROW_KEY_SHIFT,
-    CheckContext,
     CombineStep,
-    Decision,
     GlobalStage,
     GlobalStep,
     PartitionResult,
     PartitionStep,
-    Problem,
     ReduceInputs,
-    Resources,
-    StageOptions,
 )
-from datapipe.stages.columns import set_column
 
 SIG_COLUMN = "minhash_sig"
 # Text and hash columns earlier stages add: a survivor cannot be chosen by them.

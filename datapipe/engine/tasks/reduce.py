@@ -11,16 +11,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, build_stage
+from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
 from datapipe.engine.tasks.sinks import ShuffleSink
 from datapipe.run_folder.layout import RunFolder
-from datapipe.stages.base import CombineStep, PartitionResult, PartitionStep, ReduceInputs, Stage, step_of
+from datapipe.stages.base import Stage
+from datapipe.stages.global_stage import CombineStep, PartitionResult, PartitionStep, step_of
 from datapipe.storage.atomic import atomic_path
 
 
-def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment) -> ReduceInputs:
+def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment,
+                   forwarded: tuple[str, ...] = ()) -> ParquetReduceInputs:
     present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
     scratch = folder.scratch_dir(segment.index)
-    return ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch))
+    return ParquetReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch), forwarded)
 
 
 def partitions_decide(stage: Stage) -> bool:
@@ -35,17 +38,13 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     folder = RunFolder(Path(spec.root))
     assert segment.compute_global is not None
     stage = build_stage(spec, segment.compute_global)
-    present = [(s.ordinal, folder.map_output(segment.index, s.key)) for s in spec.shards]
-    present = [(o, p) for o, p in present if p.exists()]
-    scratch = folder.scratch_dir(segment.index)
-    scratch.mkdir(parents=True, exist_ok=True)
+    folder.scratch_dir(segment.index).mkdir(parents=True, exist_ok=True)
     combine = step_of(stage, CombineStep)
     assert combine is not None, f"stage {stage.name!r} declares no combine step"
     part = step_of(stage, PartitionStep)
     outputs = [folder.partition_output(segment.index, p) for p in range(part.partitions)] if part else []
     forwarded = [folder.forward_file(segment.index, part.rounds - 1, p) for p in range(part.partitions)] if part else []
-    inputs = ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch),
-                          forwarded=tuple(str(f) for f in forwarded if f.exists()))
+    inputs = _reduce_inputs(spec, folder, segment, tuple(str(f) for f in forwarded if f.exists()))
     decisions = combine.decide([str(p) for p in outputs if p.exists()], inputs)
     if combine.state is not None:
         state = combine.state([str(p) for p in outputs if p.exists()], inputs)
