@@ -44,7 +44,7 @@ def _stage(num_perm: int, threshold: float, partitions: int):
 
 
 def write_inputs(work: Path, n: int, num_perm: int, threshold: float, partitions: int) -> dict:
-    from datapipe.engine.row_keys import ROW_KEY_SHIFT
+    from datapipe.engine.row_keys import row_key
     from datapipe.engine.tasks.sinks import ShuffleSink
 
     stage = _stage(num_perm, threshold, partitions)
@@ -67,7 +67,7 @@ def write_inputs(work: Path, n: int, num_perm: int, threshold: float, partitions
         pq.write_table(table, work / f"map-{shard:05d}.parquet")
         sink = ShuffleSink(work / f"shuffle-{shard:05d}.parquet")
         for b in range(0, m, 10_000):
-            sink.write(stage.shuffle(table.slice(b, 10_000), (shard << ROW_KEY_SHIFT) + b))
+            sink.write(stage.shuffle(table.slice(b, 10_000), row_key(shard, b)))
         sink.close()
     return {"planted": planted, "write_s": time.perf_counter() - started}
 

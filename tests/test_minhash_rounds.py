@@ -19,7 +19,7 @@ from datapipe.dedup.cluster import cluster_duplicates, union_of
 from datapipe.dedup.components import both_ways, large_star, node_partition, small_star
 from datapipe.dedup.minhash import band_keys, empty_mask
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
-from datapipe.engine.row_keys import ROW_KEY_SHIFT
+from datapipe.engine.row_keys import ROW_KEY_SHIFT, row_keys
 from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.reduce import partition_decisions, partition_state, reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
@@ -168,8 +168,7 @@ def _in_memory(spec: RunSpec, segment: Segment, survivor: str) -> tuple[dict, di
     folder = RunFolder(Path(spec.root))
     present = [s for s in spec.shards if folder.map_output(segment.index, s.key).exists()]
     tables = [pq.read_table(folder.map_output(segment.index, s.key)) for s in present]
-    keys = np.concatenate([(s.ordinal << ROW_KEY_SHIFT) + np.arange(t.num_rows, dtype=np.int64)
-                           for s, t in zip(present, tables)])
+    keys = np.concatenate([row_keys(s.ordinal, 0, t.num_rows) for s, t in zip(present, tables)])
     table = pa.concat_tables(tables, promote_options="permissive")  # sources differ in nullability
     order = np.argsort(keys)
     keys, table = keys[order], table.take(pa.array(order))

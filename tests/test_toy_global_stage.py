@@ -30,10 +30,10 @@ from datapipe.stages import (
     PartitionStep,
     ReduceInputs,
     StageOptions,
+    drop_rows,
     register_stage,
     unregister_stage,
 )
-from datapipe.stages.global_stage import ROW_KEY_SHIFT
 from tests.conftest import write_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +73,7 @@ class LongestPerGroup(GlobalStage):
         part = [zlib.crc32(g.encode()) % self.options.partitions for g in groups]
         keys = first_row_key + np.arange(batch.num_rows, dtype=np.int64)
         return pa.table({"part": pa.array(part, pa.int32()), "id": batch["id"], "group": batch["toy_group"],
-                         "n_chars": batch["n_chars"], "shard": pa.array(keys >> ROW_KEY_SHIFT, pa.int32())})
+                         "n_chars": batch["n_chars"], "doc": pa.array(keys)})
 
     def _reduce_partition(self, rows: pa.Table, round: int, inputs: ReduceInputs | None) -> pa.Table:
         """Every row of the partition with its group's winner (longest, then smallest id); without a
@@ -95,9 +95,7 @@ def _losers(rows: pa.Table) -> pa.Table:
     losers = rows.filter(lose)
     detail = [f"{n} chars; the longest of {g} is {w}" for n, g, w in
               zip(*(losers[c].to_pylist() for c in ("n_chars", "group", "winner")))]
-    return pa.table({"id": losers["id"], "shard": losers["shard"],
-                     "reason": pa.array(["not_longest"] * losers.num_rows, pa.string()),
-                     "detail": pa.array(detail, pa.string())})
+    return drop_rows(losers["doc"].to_numpy(), losers["id"], "not_longest", detail)
 
 
 @pytest.fixture
@@ -217,3 +215,18 @@ def test_the_engine_refuses_steps_it_could_not_run() -> None:
                          (CombineFirst, "in that order")):
         with pytest.raises(TypeError, match=message):
             checked_steps(cls(ToyOptions(), context))
+
+
+def test_drop_rows_and_state_rows_name_the_shard_of_a_row_key() -> None:
+    """The contract's helpers turn the engine's row keys into the shard each map task filters on."""
+    from datapipe.engine.row_keys import row_keys
+    from datapipe.stages import state_rows
+
+    keys = np.concatenate([row_keys(3, 7, 2), row_keys(0, 0, 1)])
+    dropped = drop_rows(keys, ["a", "b", "c"], "why", dup_of=pa.array(["x", "y", "z"]))
+    assert dropped.column_names == ["id", "shard", "reason", "detail", "dup_of"]
+    assert dropped["shard"].type == pa.int32() and dropped["shard"].to_pylist() == [3, 3, 0]
+    assert dropped["detail"].null_count == 3 and dropped["reason"].to_pylist() == ["why"] * 3
+    state = state_rows(keys, n=pa.array([1, 2, 3]))
+    assert state["shard"].to_pylist() == [3, 3, 0] and state["row_key"].to_pylist() == keys.tolist()
+    assert drop_rows(np.empty(0, np.int64), [], "none").num_rows == 0

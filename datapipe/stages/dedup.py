@@ -25,12 +25,12 @@ from pydantic import Field, model_validator
 from datapipe.stages.base import CheckContext, Resources, StageOptions
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import (
-    ROW_KEY_SHIFT,
     GlobalStage,
     GlobalStep,
     PartitionResult,
     PartitionStep,
     ReduceInputs,
+    drop_rows,
 )
 
 HASH_TYPE = pa.binary(16)
@@ -176,10 +176,5 @@ def _dropped(rows: pa.Table, first: np.ndarray, head: np.ndarray, reason: str, p
     docs = rows["doc"].to_numpy()[dup]
     order = np.argsort(docs, kind="stable")
     survivor = survivor.take(pa.array(order))
-    return pa.table({
-        "id": rows["id"].take(pa.array(dup[order])).combine_chunks().cast(pa.string()),
-        "shard": pa.array((docs[order] >> ROW_KEY_SHIFT).astype(np.int32), pa.int32()),
-        "reason": pa.array([reason] * len(dup), pa.string()),
-        "detail": pc.binary_join_element_wise(pa.scalar(prefix), survivor, ""),
-        "dup_of": survivor,
-    })
+    return drop_rows(docs[order], rows["id"].take(pa.array(dup[order])), reason,
+                     pc.binary_join_element_wise(pa.scalar(prefix), survivor, ""), dup_of=survivor)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from datapipe.engine.row_keys import ROW_KEY_SHIFT  # noqa: F401 (stages shift by hand until drop_rows)
+from datapipe.engine.row_keys import shard_of
 from datapipe.stages.base import Decision, Stage
 
 
@@ -81,9 +81,37 @@ def checked_steps(stage: Stage) -> tuple[GlobalStep, ...]:
     return steps
 
 
+def drop_rows(row_keys: np.ndarray, ids: pa.Array | pa.ChunkedArray | list[str], reason: str,
+              detail: pa.Array | pa.ChunkedArray | list[str | None] | None = None, **extra: pa.Array) -> pa.Table:
+    """Decisions that drop the documents with these row keys and ids: what a deciding step returns.
+
+    Columns id, shard (which map task applies the row), reason, detail (null where not given), then
+    ``extra`` in the order given (``dup_of``, ...: they go to rejected/ beside the document; typed
+    arrays, as an empty list has no type). The row-key layout stays the engine's."""
+    keys = np.asarray(row_keys, dtype=np.int64)
+    return pa.table({"id": _strings(ids), "shard": pa.array(shard_of(keys).astype(np.int32), pa.int32()),
+                     "reason": pa.array([reason] * len(keys), pa.string()),
+                     "detail": pa.nulls(len(keys), pa.string()) if detail is None else _strings(detail), **extra})
+
+
 def no_drops(partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
     """A ``CombineStep.decide`` that drops no document (the stage's ``apply`` judges them instead)."""
-    return pa.table({"id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())})
+    return drop_rows(np.empty(0, np.int64), [], "")
+
+
+def state_rows(row_keys: np.ndarray, **columns: pa.Array) -> pa.Table:
+    """Per-document state for ``GlobalStage.apply`` (``PartitionResult.state``, ``CombineStep.state``):
+    columns shard (each map task reads its own rows), row_key (compared with ``apply``'s row keys),
+    then ``columns``."""
+    keys = np.asarray(row_keys, dtype=np.int64)
+    return pa.table({"shard": pa.array(shard_of(keys).astype(np.int32), pa.int32()),
+                     "row_key": pa.array(keys, pa.int64()), **columns})
+
+
+def _strings(values: pa.Array | pa.ChunkedArray | list[str | None]) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return values.cast(pa.string()) if isinstance(values, pa.Array) else pa.array(values, pa.string())
 
 
 class GlobalStage(Stage):
@@ -96,8 +124,10 @@ class GlobalStage(Stage):
     The engine knows global stages only by their steps: a new one declares them and registers
     itself (``datapipe.stages.register_stage``), with no engine change.
 
-    Document references between the map tasks and the steps are *row keys*: ``shard_ordinal << 32 | row``
-    where row is the document's position in its shard's map output, so the run order is the key order.
+    Document references between the map tasks and the steps are *row keys*: one int64 per document,
+    ordered as the run is (the lowest key of a group is its earliest document). A step compares and
+    forwards them and turns them into decisions with ``drop_rows`` and into ``apply``'s state with
+    ``state_rows``; their layout is the engine's (``datapipe.engine.row_keys``).
     """
 
     is_global = True

@@ -49,13 +49,14 @@ from datapipe.dedup.shingles import DEFAULT_N
 from datapipe.stages.base import CheckContext, Decision, Problem, Resources, StageOptions
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import (
-    ROW_KEY_SHIFT,
     CombineStep,
     GlobalStage,
     GlobalStep,
     PartitionResult,
     PartitionStep,
     ReduceInputs,
+    drop_rows,
+    state_rows,
 )
 
 SIG_COLUMN = "minhash_sig"
@@ -208,7 +209,7 @@ class MinHashDedup(GlobalStage):
         documents only."""
         o = self.options
         if len(keys) == 0:
-            return _decisions([], [], [], [], [], []), _sizes(np.empty(0, np.int64), np.empty(0, np.int64))
+            return _decisions(keys, [], [], [], [], []), _sizes(keys, np.empty(0, np.int64))
         columns = ["id", SIG_COLUMN, "n_chars"] + ([o.score_column] if o.survivor == "best" else [])
         docs = inputs.read_rows(keys, columns)
         sigs = _sig_matrix(docs[SIG_COLUMN], o.num_perm)
@@ -222,8 +223,8 @@ class MinHashDedup(GlobalStage):
         ids = np.asarray(docs["id"].to_pylist(), dtype=object)
         surv = c.survivor[dup]
         similarity = (sigs[dup] == sigs[surv]).mean(axis=1)
-        return _decisions(ids[dup].tolist(), (keys[dup] >> ROW_KEY_SHIFT).astype(np.int32), ids[surv].tolist(),
-                          ids[c.cluster[dup]].tolist(), c.size[dup].tolist(), similarity.tolist()), sizes
+        return _decisions(keys[dup], ids[dup].tolist(), ids[surv].tolist(), ids[c.cluster[dup]].tolist(),
+                          c.size[dup].tolist(), similarity.tolist()), sizes
 
     def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table | None:
         """Cluster sizes of the survivors the combine step settled (the engine calls it after ``combine``);
@@ -248,7 +249,7 @@ class MinHashDedup(GlobalStage):
         import pyarrow.parquet as pq
 
         self._survivor_sizes = None
-        empty = _decisions([], [], [], [], [], [])
+        empty = _decisions(np.empty(0, np.int64), [], [], [], [], [])
         if not inputs.forwarded:
             return empty
         rows = pa.concat_tables([pq.read_table(p, columns=["node", "nbr", "kind"]) for p in inputs.forwarded])
@@ -279,14 +280,12 @@ def _sig_matrix(column: pa.ChunkedArray | pa.Array, num_perm: int) -> np.ndarray
 
 
 def _sizes(row_keys: np.ndarray, sizes: np.ndarray) -> pa.Table:
-    return pa.table({"shard": pa.array((row_keys >> ROW_KEY_SHIFT).astype(np.int32)),
-                     "row_key": pa.array(row_keys.astype(np.int64)), "dup_count": pa.array(sizes.astype(np.int64))})
+    return state_rows(row_keys, dup_count=pa.array(sizes.astype(np.int64)))
 
 
-def _decisions(ids: list, shards, survivor_ids: list, cluster_ids: list, sizes: list, similarity: list) -> pa.Table:
+def _decisions(keys: np.ndarray, ids: list, survivor_ids: list, cluster_ids: list, sizes: list,
+               similarity: list) -> pa.Table:
     detail = [f"near-duplicate of {s} (cluster of {n}, estimated Jaccard {j:.2f})"
               for s, n, j in zip(survivor_ids, sizes, similarity)]
-    return pa.table({"id": pa.array(ids, pa.string()), "shard": pa.array(shards, pa.int32()),
-                     "reason": pa.array(["near_duplicate"] * len(ids), pa.string()),
-                     "detail": pa.array(detail, pa.string()), "dup_of": pa.array(survivor_ids, pa.string()),
-                     "dup_cluster": pa.array(cluster_ids, pa.string())})
+    return drop_rows(keys, ids, "near_duplicate", detail, dup_of=pa.array(survivor_ids, pa.string()),
+                     dup_cluster=pa.array(cluster_ids, pa.string()))
