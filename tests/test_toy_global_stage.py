@@ -62,6 +62,13 @@ class LongestPerGroup(GlobalStage):
         lang = pc.fill_null(batch["lang"], "?")
         return batch.append_column("toy_group", pc.binary_join_element_wise(batch["source"], lang, "/"))
 
+    @classmethod
+    def audit_views(cls, columns: set[str]) -> dict[str, str]:
+        if "toy_group" not in columns:  # every document dropped before the stage: no signal to show
+            return {}
+        return {"toy_groups": "SELECT toy_group, count(*) FILTER (WHERE status = 'kept') AS kept, count(*) AS reached "
+                              "FROM documents WHERE toy_group IS NOT NULL GROUP BY ALL ORDER BY toy_group"}
+
     def steps(self) -> tuple[PartitionStep | CombineStep, ...]:
         # Without a combine step the partitions decide; with one, the combine step reads their outputs.
         part = PartitionStep(self.options.partitions, self._shuffle, self._reduce_partition,
@@ -154,6 +161,7 @@ def _run_and_check(tmp_path: Path, combine: bool, in_process: bool) -> None:
     with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
         rows = con.execute("select id, source, lang, n_chars, status, stage, reason, detail, toy_group "
                            "from documents").fetchall()
+        view = con.execute("select * from toy_groups").fetchall()  # the stage's own view, no engine edit
     assert len(rows) == sum(sizes.values()) and len({r[0] for r in rows}) == len(rows)  # each document once
     reached = [r for r in rows if r[4] == "kept" or r[5] == "toy_longest"]
     groups: dict[str, list[tuple]] = {}
@@ -169,6 +177,7 @@ def _run_and_check(tmp_path: Path, combine: bool, in_process: bool) -> None:
             if r is not longest:
                 assert (r[5], r[6]) == ("toy_longest", "not_longest")
                 assert r[7] == f"{r[3]} chars; the longest of {group} is {longest[0]}"
+    assert view == sorted((g, 1, len(docs)) for g, docs in groups.items())
     funnel = {s["stage"]: s for s in counts["stages"]}
     assert funnel["toy_longest"]["in"] == len(reached)
     assert funnel["toy_longest"]["rejected"] == {"not_longest": len(reached) - len(groups)}
@@ -230,3 +239,26 @@ def test_drop_rows_and_state_rows_name_the_shard_of_a_row_key() -> None:
     state = state_rows(keys, n=pa.array([1, 2, 3]))
     assert state["shard"].to_pylist() == [3, 3, 0] and state["row_key"].to_pylist() == keys.tolist()
     assert drop_rows(np.empty(0, np.int64), [], "none").num_rows == 0
+
+
+def test_a_stage_view_may_not_take_a_name_already_in_the_audit_database() -> None:
+    from datapipe.audit.views import stage_views
+
+    class Shadowing(LongestPerGroup):
+        name = "shadowing"
+
+        @classmethod
+        def audit_views(cls, columns: set[str]) -> dict[str, str]:
+            return {"funnel": "SELECT 1"}
+
+    class SameView(LongestPerGroup):
+        name = "same_view"
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE documents AS SELECT 'a' AS id, 'kept' AS status, 'x/zh' AS toy_group")
+    con.execute("CREATE VIEW funnel AS SELECT 1 AS position")
+    assert list(stage_views(con, {"id", "toy_group"}, [LongestPerGroup, LongestPerGroup])) == ["toy_groups"]
+    with pytest.raises(ValueError, match="'shadowing' declares the audit view 'funnel'"):
+        stage_views(con, set(), [Shadowing])
+    with pytest.raises(ValueError, match="a name stage 'toy_longest' already has"):
+        stage_views(con, {"toy_group"}, [LongestPerGroup, SameView])

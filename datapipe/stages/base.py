@@ -126,6 +126,16 @@ class Stage:
         return set()
 
     @classmethod
+    def audit_views(cls, columns: set[str]) -> dict[str, str]:
+        """Views this stage adds to the run's audit database: name -> a SELECT over its tables.
+
+        ``columns`` are those of the ``documents`` table in this run (one row per input document, the
+        stage's signals among them). Created at the end of every run with the stage, beside the views
+        of every run (``datapipe.audit.views``); a name already taken there is an error.
+        """
+        return {}
+
+    @classmethod
     def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
         """The files besides the pipeline file that the stage's outputs depend on: part of the run's identity.
 
