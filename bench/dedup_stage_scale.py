@@ -44,8 +44,8 @@ def _stage(num_perm: int, threshold: float, partitions: int):
 
 
 def write_inputs(work: Path, n: int, num_perm: int, threshold: float, partitions: int) -> dict:
+    from datapipe.engine.row_keys import row_key
     from datapipe.engine.tasks.sinks import ShuffleSink
-    from datapipe.stages.base import ROW_KEY_SHIFT
 
     stage = _stage(num_perm, threshold, partitions)
     rng = np.random.default_rng(0)
@@ -67,7 +67,7 @@ def write_inputs(work: Path, n: int, num_perm: int, threshold: float, partitions
         pq.write_table(table, work / f"map-{shard:05d}.parquet")
         sink = ShuffleSink(work / f"shuffle-{shard:05d}.parquet")
         for b in range(0, m, 10_000):
-            sink.write(stage.shuffle(table.slice(b, 10_000), (shard << ROW_KEY_SHIFT) + b))
+            sink.write(stage.shuffle(table.slice(b, 10_000), row_key(shard, b)))
         sink.close()
     return {"planted": planted, "write_s": time.perf_counter() - started}
 
@@ -75,7 +75,7 @@ def write_inputs(work: Path, n: int, num_perm: int, threshold: float, partitions
 def step(work: Path, what: str, partition: int, num_perm: int, threshold: float, partitions: int) -> dict:
     import pyarrow.dataset as pads
 
-    from datapipe.stages.base import ReduceInputs
+    from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs as ReduceInputs
 
     stage = _stage(num_perm, threshold, partitions)
     started = time.perf_counter()

@@ -120,6 +120,8 @@ def run_phase(root: Path, phase: str) -> dict:
     from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
     from datapipe.pipeline.load import load_pipeline
     from datapipe.run_folder.layout import RunFolder, partition_key, shuffle_phase
+    from datapipe.stages import PartitionStep
+    from datapipe.stages.global_stage import step_of
 
     spec = make_spec(load_pipeline(root / "pipeline.yaml"), root / "out", root / "cache")
     folder = RunFolder(root / "out")
@@ -131,14 +133,14 @@ def run_phase(root: Path, phase: str) -> dict:
     elif kind == "shuffle":
         seg_i, r = (int(x) for x in arg.split("."))
         seg = spec.segments[seg_i]
-        stage = build_stage(spec, seg.compute_global)
+        step = step_of(build_stage(spec, seg.compute_global), PartitionStep)
         work = [(f"shuffle{seg_i}", f"{p:05d}", lambda p=p: reduce_partition(spec, seg, p, r))
-                for p in range(stage.partitions())]
+                for p in range(step.partitions)]
     elif kind == "rounds":  # every round of a partition step, as the engine runs them (see below)
         seg = spec.segments[int(arg)]
-        stage = build_stage(spec, seg.compute_global)
+        step = step_of(build_stage(spec, seg.compute_global), PartitionStep)
         work = [(shuffle_phase(seg.index, r), partition_key(p), lambda p=p, r=r: reduce_partition(spec, seg, p, r))
-                for r in range(stage.rounds()) for p in range(stage.partitions())]
+                for r in range(step.rounds) for p in range(step.partitions)]
     elif kind == "combine":
         seg = spec.segments[int(arg)]
         work = [("reduce", "combine", lambda: reduce_stage(spec, seg))]

@@ -4,7 +4,7 @@
 
 Builds a ``documents`` table of ``--rows`` rows (source, lang, script, license_class with
 NULLs, status, n_chars, n_tokens) in a DuckDB file, creates the view exactly as
-``datapipe.engine.finish`` does, and times ``SELECT * FROM mixture`` (median and range of ``--repeats``
+``datapipe.audit.views`` does, and times ``SELECT * FROM mixture`` (median and range of ``--repeats``
 runs, the cold first run printed too). There is no baseline to interleave: the figure is
 absolute, against a target of under 2 seconds for 10M rows.
 """
@@ -22,7 +22,7 @@ import duckdb
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.engine.finish import mixture_view_sql  # noqa: E402
+from datapipe.audit.views import mixture_view_sql  # noqa: E402
 
 
 def main() -> None:

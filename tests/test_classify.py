@@ -21,8 +21,9 @@ from click.testing import CliRunner
 from datapipe.classify.features import cjk_v1, plain
 from datapipe.cli import main
 from datapipe.engine.plan import make_spec
+from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
 from datapipe.pipeline.load import ConfigError, load_pipeline
-from datapipe.stages.base import ReduceInputs, StageContext
+from datapipe.stages.base import StageContext
 from datapipe.stages.classify import Classify, ClassifyOptions
 from tests.shared_data import shared_path
 
@@ -179,7 +180,7 @@ def test_percentile_reduce_cuts_per_language_and_kind(tmp_path: Path) -> None:
     stage.options = ClassifyOptions(models={"q": {"path": "m.bin"}}, keep=[
         {"score": "cls_q_hq", "max": 0.99}, {"score": "cls_q_hq", "min_percentile": 30}])
     assert Classify.global_for(stage.options)
-    out = stage.reduce(ReduceInputs(files, [0, 1], str(tmp_path)))
+    out = stage.reduce(ParquetReduceInputs(files, [0, 1], str(tmp_path)))
     dropped = dict(zip(out["id"].to_pylist(), out["reason"].to_pylist()))
     details = dict(zip(out["id"].to_pylist(), out["detail"].to_pylist()))
     for code in ("zh", "en"):

@@ -22,6 +22,8 @@ from datapipe.engine.tasks.pack import pack_range, pack_source
 from datapipe.engine.tasks.reduce import partition_decisions, reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.layout import RunFolder
+from datapipe.stages import PartitionStep
+from datapipe.stages.global_stage import step_of
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 
@@ -120,8 +122,9 @@ def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, e
     map0, map1 = spec.segments
     docs_in = sum(map_shard(spec, s, map0)["docs_in"] for s in spec.shards)
     stage = build_stage(spec, 1)
-    assert stage.rounds() == int(exact) + int(url)
-    for r in range(stage.rounds()):
+    step = step_of(stage, PartitionStep)
+    assert step is not None and step.rounds == int(exact) + int(url)
+    for r in range(step.rounds):
         for p in range(partitions):
             reduce_partition(spec, map0, p, r)
     got = []
@@ -244,8 +247,10 @@ def minhash_decisions(spec: RunSpec, folder: RunFolder, segment: Segment) -> lis
     """Every round of a minhash stage's partition step (in this process), then its combine step: the
     decisions of every shard, as the map phase after it reads them (partitions' and combine's)."""
     stage = build_stage(spec, segment.compute_global)
-    for r in range(stage.rounds()):
-        for p in range(stage.partitions()):
+    step = step_of(stage, PartitionStep)
+    assert step is not None
+    for r in range(step.rounds):
+        for p in range(step.partitions):
             reduce_partition(spec, segment, p, r)
     reduce_stage(spec, segment)
     rows = []

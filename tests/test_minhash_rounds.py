@@ -19,11 +19,13 @@ from datapipe.dedup.cluster import cluster_duplicates, union_of
 from datapipe.dedup.components import both_ways, large_star, node_partition, small_star
 from datapipe.dedup.minhash import band_keys, empty_mask
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
+from datapipe.engine.row_keys import ROW_KEY_SHIFT, row_keys
 from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.reduce import partition_decisions, partition_state, reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.layout import RunFolder
-from datapipe.stages.base import ROW_KEY_SHIFT
+from datapipe.stages import PartitionStep
+from datapipe.stages.global_stage import step_of
 from datapipe.stages.minhash import SIG_COLUMN, MinHashDedup, _sig_matrix
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
@@ -140,8 +142,10 @@ def _global_step(spec: RunSpec, segment: Segment) -> tuple[dict, dict, list[int]
     survivors' {row_key: dup_count} the map tasks after it read, and rows in per round."""
     folder = RunFolder(Path(spec.root))
     stage = build_stage(spec, segment.compute_global)
-    rows_in = [sum(reduce_partition(spec, segment, p, r)["rows_in"] for p in range(stage.partitions()))
-               for r in range(stage.rounds())]
+    step = step_of(stage, PartitionStep)
+    assert step is not None
+    rows_in = [sum(reduce_partition(spec, segment, p, r)["rows_in"] for p in range(step.partitions))
+               for r in range(step.rounds)]
     reduce_stage(spec, segment)
     decisions, sizes = {}, {}
     for s in spec.shards:
@@ -164,8 +168,7 @@ def _in_memory(spec: RunSpec, segment: Segment, survivor: str) -> tuple[dict, di
     folder = RunFolder(Path(spec.root))
     present = [s for s in spec.shards if folder.map_output(segment.index, s.key).exists()]
     tables = [pq.read_table(folder.map_output(segment.index, s.key)) for s in present]
-    keys = np.concatenate([(s.ordinal << ROW_KEY_SHIFT) + np.arange(t.num_rows, dtype=np.int64)
-                           for s, t in zip(present, tables)])
+    keys = np.concatenate([row_keys(s.ordinal, 0, t.num_rows) for s, t in zip(present, tables)])
     table = pa.concat_tables(tables, promote_options="permissive")  # sources differ in nullability
     order = np.argsort(keys)
     keys, table = keys[order], table.take(pa.array(order))
@@ -213,8 +216,9 @@ def test_star_rounds_equal_the_in_memory_clustering_on_real_near_duplicates(tmp_
 def _left_open(spec: RunSpec) -> bool:
     """Whether the last round forwarded rows: clusters left for the combine step."""
     folder = RunFolder(Path(spec.root))
-    stage = build_stage(spec, spec.segments[0].compute_global)
-    return any(folder.forward_file(0, stage.rounds() - 1, p).exists() for p in range(stage.partitions()))
+    step = step_of(build_stage(spec, spec.segments[0].compute_global), PartitionStep)
+    assert step is not None
+    return any(folder.forward_file(0, step.rounds - 1, p).exists() for p in range(step.partitions))
 
 
 def _chain(folder: Path, length: int) -> None:

@@ -1,4 +1,4 @@
-"""ReduceInputs.read_rows: the rows a global stage asks for, in its order, read from the row groups
+"""ParquetReduceInputs.read_rows: the rows a global stage asks for, in its order, read from the row groups
 that hold them only (a MinHash partition needs a few documents of every shard)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.stages.base import ROW_KEY_SHIFT, ReduceInputs
+from datapipe.engine.row_keys import ROW_KEY_SHIFT
+from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
 
 
 def _shards(folder: Path, sizes: list[list[int]]) -> list[str]:
@@ -30,7 +31,7 @@ def _shards(folder: Path, sizes: list[list[int]]) -> list[str]:
 
 def test_rows_come_back_in_the_asked_order_across_shards_and_row_groups(tmp_path: Path) -> None:
     sizes = [[7, 1, 13, 5, 20], [3, 30], [50]]
-    inputs = ReduceInputs(_shards(tmp_path, sizes), [0, 1, 2], str(tmp_path))
+    inputs = ParquetReduceInputs(_shards(tmp_path, sizes), [0, 1, 2], str(tmp_path))
     rng = np.random.default_rng(7)
     for _ in range(50):
         keys = np.concatenate([(shard << ROW_KEY_SHIFT) + rng.choice(sum(b), rng.integers(1, 8), replace=False)
@@ -41,7 +42,7 @@ def test_rows_come_back_in_the_asked_order_across_shards_and_row_groups(tmp_path
 
 
 def test_only_the_row_groups_holding_the_rows_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    inputs = ReduceInputs(_shards(tmp_path, [[10] * 10]), [0], str(tmp_path))
+    inputs = ParquetReduceInputs(_shards(tmp_path, [[10] * 10]), [0], str(tmp_path))
     read: list[list[int]] = []
     original = pq.ParquetFile.read_row_groups
 

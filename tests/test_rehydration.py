@@ -12,6 +12,8 @@ from datapipe.engine.plan import build_stage, make_spec
 from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
+from datapipe.stages import PartitionStep
+from datapipe.stages.global_stage import step_of
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 
@@ -29,8 +31,9 @@ def test_survivors_carry_their_cluster_size_on_real_udhr_variants(tmp_path: Path
     first, last = spec.segments
     for shard in spec.shards:
         map_shard(spec, shard, first)
-    stage = build_stage(spec, first.compute_global)
-    for r in range(stage.rounds()):  # round 0 pairs the pages, then the star rounds settle the clusters
+    step = step_of(build_stage(spec, first.compute_global), PartitionStep)
+    assert step is not None
+    for r in range(step.rounds):  # round 0 pairs the pages, then the star rounds settle the clusters
         for p in range(2):
             reduce_partition(spec, first, p, r)
     reduce_stage(spec, first)

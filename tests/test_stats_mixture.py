@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from datapipe.audit.mixture import mixture_report, parse_tokens
+from datapipe.audit.views import mixture_view_sql
 from datapipe.cli import main
-from datapipe.engine.finish import mixture_view_sql
 from datapipe.engine.runner import run_pipeline
 from datapipe.pipeline.load import load_pipeline
 

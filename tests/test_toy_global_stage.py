@@ -30,10 +30,10 @@ from datapipe.stages import (
     PartitionStep,
     ReduceInputs,
     StageOptions,
+    drop_rows,
     register_stage,
     unregister_stage,
 )
-from datapipe.stages.base import ROW_KEY_SHIFT
 from tests.conftest import write_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,8 +62,17 @@ class LongestPerGroup(GlobalStage):
         lang = pc.fill_null(batch["lang"], "?")
         return batch.append_column("toy_group", pc.binary_join_element_wise(batch["source"], lang, "/"))
 
+    @classmethod
+    def audit_views(cls, columns: set[str]) -> dict[str, str]:
+        if "toy_group" not in columns:  # every document dropped before the stage: no signal to show
+            return {}
+        return {"toy_groups": "SELECT toy_group, count(*) FILTER (WHERE status = 'kept') AS kept, count(*) AS reached "
+                              "FROM documents WHERE toy_group IS NOT NULL GROUP BY ALL ORDER BY toy_group"}
+
     def steps(self) -> tuple[PartitionStep | CombineStep, ...]:
-        part = PartitionStep(self.options.partitions, self._shuffle, self._reduce_partition)
+        # Without a combine step the partitions decide; with one, the combine step reads their outputs.
+        part = PartitionStep(self.options.partitions, self._shuffle, self._reduce_partition,
+                             decides=not self.options.combine)
         return (part, CombineStep(self._combine)) if self.options.combine else (part,)
 
     def _shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
@@ -71,7 +80,7 @@ class LongestPerGroup(GlobalStage):
         part = [zlib.crc32(g.encode()) % self.options.partitions for g in groups]
         keys = first_row_key + np.arange(batch.num_rows, dtype=np.int64)
         return pa.table({"part": pa.array(part, pa.int32()), "id": batch["id"], "group": batch["toy_group"],
-                         "n_chars": batch["n_chars"], "shard": pa.array(keys >> ROW_KEY_SHIFT, pa.int32())})
+                         "n_chars": batch["n_chars"], "doc": pa.array(keys)})
 
     def _reduce_partition(self, rows: pa.Table, round: int, inputs: ReduceInputs | None) -> pa.Table:
         """Every row of the partition with its group's winner (longest, then smallest id); without a
@@ -93,9 +102,7 @@ def _losers(rows: pa.Table) -> pa.Table:
     losers = rows.filter(lose)
     detail = [f"{n} chars; the longest of {g} is {w}" for n, g, w in
               zip(*(losers[c].to_pylist() for c in ("n_chars", "group", "winner")))]
-    return pa.table({"id": losers["id"], "shard": losers["shard"],
-                     "reason": pa.array(["not_longest"] * losers.num_rows, pa.string()),
-                     "detail": pa.array(detail, pa.string())})
+    return drop_rows(losers["doc"].to_numpy(), losers["id"], "not_longest", detail)
 
 
 @pytest.fixture
@@ -154,6 +161,7 @@ def _run_and_check(tmp_path: Path, combine: bool, in_process: bool) -> None:
     with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
         rows = con.execute("select id, source, lang, n_chars, status, stage, reason, detail, toy_group "
                            "from documents").fetchall()
+        view = con.execute("select * from toy_groups").fetchall()  # the stage's own view, no engine edit
     assert len(rows) == sum(sizes.values()) and len({r[0] for r in rows}) == len(rows)  # each document once
     reached = [r for r in rows if r[4] == "kept" or r[5] == "toy_longest"]
     groups: dict[str, list[tuple]] = {}
@@ -169,6 +177,7 @@ def _run_and_check(tmp_path: Path, combine: bool, in_process: bool) -> None:
             if r is not longest:
                 assert (r[5], r[6]) == ("toy_longest", "not_longest")
                 assert r[7] == f"{r[3]} chars; the longest of {group} is {longest[0]}"
+    assert view == sorted((g, 1, len(docs)) for g, docs in groups.items())
     funnel = {s["stage"]: s for s in counts["stages"]}
     assert funnel["toy_longest"]["in"] == len(reached)
     assert funnel["toy_longest"]["rejected"] == {"not_longest": len(reached) - len(groups)}
@@ -189,3 +198,67 @@ def test_workers_receive_validated_options(toy_stage, tmp_path: Path) -> None:
     assert again.stage_types[1] is LongestPerGroup  # by reference: a worker imports this module for it
     assert again.stages == (("length", pipeline.stage_options[0][1].model_dump(mode="json")),
                             ("toy_longest", {"partitions": 2, "combine": False}))
+
+
+def test_the_engine_refuses_steps_it_could_not_run() -> None:
+    """A global stage declares a PartitionStep, a CombineStep or both, in that order; partition outputs
+    are decisions only where the step says ``decides``, else a combine step must read them."""
+    from datapipe.stages import StageContext
+    from datapipe.stages.global_stage import checked_steps
+
+    context = StageContext("", "")
+    assert len(checked_steps(LongestPerGroup(ToyOptions(combine=True), context))) == 2
+
+    class NoSteps(GlobalStage):
+        name = "no_steps"
+
+    class UnreadPartitions(LongestPerGroup):
+        def steps(self) -> tuple[PartitionStep | CombineStep, ...]:
+            return (PartitionStep(2, self._shuffle, self._reduce_partition),)
+
+    class CombineFirst(LongestPerGroup):
+        def steps(self) -> tuple[PartitionStep | CombineStep, ...]:
+            return (CombineStep(self._combine), PartitionStep(2, self._shuffle, self._reduce_partition))
+
+    for cls, message in ((NoSteps, r"declares steps \[\]"), (UnreadPartitions, "does not decide"),
+                         (CombineFirst, "in that order")):
+        with pytest.raises(TypeError, match=message):
+            checked_steps(cls(ToyOptions(), context))
+
+
+def test_drop_rows_and_state_rows_name_the_shard_of_a_row_key() -> None:
+    """The contract's helpers turn the engine's row keys into the shard each map task filters on."""
+    from datapipe.engine.row_keys import row_keys
+    from datapipe.stages import state_rows
+
+    keys = np.concatenate([row_keys(3, 7, 2), row_keys(0, 0, 1)])
+    dropped = drop_rows(keys, ["a", "b", "c"], "why", dup_of=pa.array(["x", "y", "z"]))
+    assert dropped.column_names == ["id", "shard", "reason", "detail", "dup_of"]
+    assert dropped["shard"].type == pa.int32() and dropped["shard"].to_pylist() == [3, 3, 0]
+    assert dropped["detail"].null_count == 3 and dropped["reason"].to_pylist() == ["why"] * 3
+    state = state_rows(keys, n=pa.array([1, 2, 3]))
+    assert state["shard"].to_pylist() == [3, 3, 0] and state["row_key"].to_pylist() == keys.tolist()
+    assert drop_rows(np.empty(0, np.int64), [], "none").num_rows == 0
+
+
+def test_a_stage_view_may_not_take_a_name_already_in_the_audit_database() -> None:
+    from datapipe.audit.views import stage_views
+
+    class Shadowing(LongestPerGroup):
+        name = "shadowing"
+
+        @classmethod
+        def audit_views(cls, columns: set[str]) -> dict[str, str]:
+            return {"funnel": "SELECT 1"}
+
+    class SameView(LongestPerGroup):
+        name = "same_view"
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE documents AS SELECT 'a' AS id, 'kept' AS status, 'x/zh' AS toy_group")
+    con.execute("CREATE VIEW funnel AS SELECT 1 AS position")
+    assert list(stage_views(con, {"id", "toy_group"}, [LongestPerGroup, LongestPerGroup])) == ["toy_groups"]
+    with pytest.raises(ValueError, match="'shadowing' declares the audit view 'funnel'"):
+        stage_views(con, set(), [Shadowing])
+    with pytest.raises(ValueError, match="a name stage 'toy_longest' already has"):
+        stage_views(con, {"toy_group"}, [LongestPerGroup, SameView])

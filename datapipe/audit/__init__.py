@@ -4,8 +4,9 @@
 - ``explain``: one document's signals and the rule that decided it (``datapipe explain``);
 - ``mixture``: the token mixture against the target weights (``datapipe stats``);
 - ``report``: one self-contained HTML page (``datapipe report``);
-- ``summary``: the funnel a finished ``datapipe run`` prints.
+- ``summary``: the funnel a finished ``datapipe run`` prints;
+- ``views``: the database's views (those of every run, and those stages declare), created at its end.
 
-The database itself is written at the end of a run by ``datapipe.engine.finish``. This file
+The database's tables are written at the end of a run by ``datapipe.engine.finish``. This file
 imports nothing, so importing one module of the package does not import the others.
 """

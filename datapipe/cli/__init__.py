@@ -191,7 +191,8 @@ def sql(run_dir: Path, query: str, fmt: str) -> None:
 
     \b
     Tables: documents (one row per input document: id, source, kind, lang, license,
-    status, stage, reason, detail, n_chars, n_tokens, signals...), funnel, stages, shards.
+    status, stage, reason, detail, n_chars, n_tokens, signals...), stages.
+    Views: funnel, shards, mixture, contamination, and those the run's stages add.
     Views with the text: kept_docs, rejected_docs.
     Example:
       datapipe sql out/demo "select stage, reason, count(*) from documents group by all"

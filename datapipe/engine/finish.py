@@ -6,8 +6,9 @@ mixture; ``check_conservation`` checks inputs = kept + rejected on the database 
 
 The database is built from the run's Parquet outputs, into a temporary file that is
 renamed into place. Tables (not views over files) so the database stays valid when the
-run folder is moved or copied; views (``funnel``, ``shards``, ``mixture``, ``contamination``) only derive
-from those tables. Reading it (``datapipe sql``, explain, stats, report) is ``datapipe.audit``'s.
+run folder is moved or copied; views only derive from those tables and are the audit layer's
+(``datapipe.audit.views``: those of every run and those the run's stages declare). Reading it
+(``datapipe sql``, explain, stats, report) is ``datapipe.audit``'s too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datapipe.audit.views import create_all
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import RunSpec
 from datapipe.run_folder.layout import PACK_PHASE, RunFolder, map_phase
@@ -99,86 +101,15 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
         con.execute("CREATE TABLE stage_reasons AS SELECT * FROM funnel_rows ORDER BY position, reason")
         con.execute("CREATE TABLE stages AS SELECT * FROM stage_rows ORDER BY position")
         con.execute("CREATE TABLE shard_files AS SELECT * FROM manifest_rows ORDER BY path")
-        create_views(con)
         con.execute("CREATE TABLE run AS SELECT ? AS root, ? AS fingerprint, ? AS stages",
                     [spec.root, spec.fingerprint, json.dumps(spec.stages)])
+        create_all(con, {r[0] for r in con.execute("DESCRIBE documents").fetchall()}, spec.stage_types)
         con.close()
         tmp.replace(folder.stats_db)
     finally:
         tmp.unlink(missing_ok=True)
         Path(str(tmp) + ".wal").unlink(missing_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def create_views(con: Any) -> None:
-    """The derived views; built from whatever columns ``documents`` has in this run."""
-    # Every stage appears, also one that dropped nothing (reason NULL, dropped 0). docs_in counts the
-    # documents reaching the stage, skipped those of them it passed untouched (kind not in its kinds);
-    # drop_share is of the documents the stage judged (docs_in - skipped).
-    con.execute("""CREATE VIEW funnel AS
-        SELECT s.position, s.stage, s.docs_in, s.skipped, r.reason, coalesce(r.dropped, 0)::BIGINT AS dropped,
-               s.docs_in - s.dropped AS docs_out,
-               round(coalesce(r.dropped, 0) / nullif(s.docs_in - s.skipped, 0), 6) AS drop_share
-        FROM stages s LEFT JOIN stage_reasons r USING (position)
-        ORDER BY s.position, r.reason""")
-    # fill: the share of token slots that are not padding (what best-fit packing costs).
-    con.execute("""CREATE VIEW shards AS
-        SELECT *, round(tokens / nullif(rows * row_len, 0), 6) AS fill FROM shard_files ORDER BY path""")
-    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
-    con.execute(mixture_view_sql(columns))
-    con.execute(contamination_view_sql(columns))
-
-
-def contamination_view_sql(columns: set[str]) -> str:
-    """``contamination``: documents holding benchmark n-grams, per benchmark and source.
-
-    ``dropped`` were rejected as ``contaminated``; ``kept`` survived the run (flagged with
-    ``action: flag``, or below the thresholds); ``items`` distinct benchmark items matched. The
-    view exists in every run: empty without a ``decontaminate`` stage.
-    """
-    if "contam_hits" not in columns:
-        return """CREATE OR REPLACE VIEW contamination AS
-            SELECT NULL::VARCHAR AS benchmark, NULL::VARCHAR AS source, 0::BIGINT AS documents, 0::BIGINT AS dropped,
-                   0::BIGINT AS kept, 0::BIGINT AS items, 0::BIGINT AS ngram_hits, NULL::FLOAT AS max_frac WHERE false"""
-    return """CREATE OR REPLACE VIEW contamination AS
-        SELECT contam_benchmark AS benchmark, source, count(*)::BIGINT AS documents,
-               count(*) FILTER (WHERE reason = 'contaminated')::BIGINT AS dropped,
-               count(*) FILTER (WHERE status = 'kept')::BIGINT AS kept,
-               count(DISTINCT contam_item)::BIGINT AS items, sum(contam_hits)::BIGINT AS ngram_hits,
-               round(max(contam_frac), 4) AS max_frac
-        FROM documents WHERE contam_hits > 0 GROUP BY ALL ORDER BY documents DESC, benchmark, source"""
-
-
-def mixture_view_sql(columns: set[str]) -> str:
-    """``mixture``: kept documents and tokens by source x lang x script x license class, with shares.
-
-    ``script`` and ``license_class`` come from stages that a run may not have: a missing
-    column or a NULL value is grouped as 'unknown', so the view exists in every run.
-    """
-
-    def key(name: str) -> str:
-        return f"coalesce(nullif(CAST(\"{name}\" AS VARCHAR), ''), 'unknown')" if name in columns else "'unknown'"
-
-    names = ("source", "lang", "script", "license_class")
-    present = ", ".join(f'"{k}"' for k in names if k in columns)
-    # rehydrated_tokens: tokens weighted by the near-duplicate cluster each kept document survived
-    # (minhash's dup_count), what FineWeb-2 upsamples by; equal to tokens in a run without minhash.
-    weight = "coalesce(dup_count, 1)" if "dup_count" in columns else "1"
-    keys = ", ".join(f"{key(k)} AS {k}" for k in names)
-    # Group by the raw columns first and clean the keys on the small grouped result: twice as
-    # fast on 10M rows as computing coalesce(...) per row.
-    return f"""CREATE OR REPLACE VIEW mixture AS
-        WITH raw AS (
-            SELECT {present}, count(*) AS d, sum(n_tokens) AS t, sum(n_chars) AS c,
-                   sum(n_tokens * {weight}) AS rt
-            FROM documents WHERE status = 'kept' GROUP BY ALL),
-        g AS (
-            SELECT {keys}, sum(d)::BIGINT AS documents, coalesce(sum(t), 0)::BIGINT AS tokens,
-                   coalesce(sum(c), 0)::BIGINT AS chars, coalesce(sum(rt), 0)::BIGINT AS rehydrated_tokens
-            FROM raw GROUP BY ALL)
-        SELECT *, round(tokens / nullif(sum(tokens) OVER (), 0), 6) AS token_share,
-               round(documents / sum(documents) OVER (), 6) AS doc_share
-        FROM g ORDER BY tokens DESC, documents DESC, source, lang, script, license_class"""
 
 
 def _union_columns(con: Any, files: list[str]) -> dict[str, str]:

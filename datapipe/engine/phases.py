@@ -32,7 +32,7 @@ from datapipe.run_folder.layout import (
     reduce_phase,
     shuffle_phase,
 )
-from datapipe.stages.base import CombineStep, PartitionStep
+from datapipe.stages.global_stage import CombineStep, PartitionStep, checked_steps
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
     stage = build_stage(spec, segment.compute_global)
     cpus = stage.resources.num_cpus
     phases: list[Phase] = []
-    for step in stage.steps():
+    for step in checked_steps(stage):
         if isinstance(step, PartitionStep):
             forwarded: dict[int, bool] = {}  # round -> forwarded anything, shared by the rounds' task lists
             phases += [Phase(shuffle_phase(segment.index, r), reduce_partition,

@@ -8,9 +8,9 @@ For ``stages: [langid, length, dedup, X]`` the plan is
     pack:     concatenate tokens into Arrow shards          (one task per range of shard files)
     stats:    stats.duckdb                                  (driver; DuckDB under a memory cap)
 
-A global stage that is not shuffled has one ``reduce<i>`` task instead of the shuffle; a
-shuffled one that does not decide in its partitions (minhash) has both: the partitions,
-then a combine step (``reduce<i>``).
+A global stage runs the steps it declares (``GlobalStage.steps()``): a ``PartitionStep`` as the
+``shuffle<i>`` rounds, a ``CombineStep`` as one ``reduce<i>`` task (classify has only that one;
+minhash and boilerplate have both).
 
 Everything a task needs travels in the picklable ``RunSpec``; workers rebuild stage
 objects from it, so stages never see Ray.

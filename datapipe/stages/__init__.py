@@ -10,17 +10,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, MutableMapping
 
-from datapipe.stages.base import (
+from datapipe.stages.base import Decision, Resources, Stage, StageContext, StageOptions
+from datapipe.stages.global_stage import (
     CombineStep,
-    Decision,
     GlobalStage,
     PartitionResult,
     PartitionStep,
     ReduceInputs,
-    Resources,
-    Stage,
-    StageContext,
-    StageOptions,
+    drop_rows,
+    no_drops,
+    state_rows,
 )
 
 # name in a pipeline file -> (module, class); each class's ``name`` must equal its key (tested).
@@ -96,4 +95,5 @@ def unregister_stage(name: str) -> None:
     del STAGES[name]
 
 __all__ = ["STAGES", "CombineStep", "Decision", "GlobalStage", "PartitionResult", "PartitionStep", "ReduceInputs",
-           "Resources", "Stage", "StageContext", "StageOptions", "register_stage", "unregister_stage"]
+           "Resources", "Stage", "StageContext", "StageOptions", "drop_rows", "no_drops", "register_stage", "state_rows",
+           "unregister_stage"]

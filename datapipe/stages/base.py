@@ -7,21 +7,23 @@ optional human-readable detail (the signal values behind the drop). This is
 datatrove's ``filter -> keep | (drop, reason)`` over a whole batch.
 
 Stages know nothing of Ray, the CLI or the run folder. They declare the resources
-a task needs (NeMo Curator style) and the engine schedules them.
+a task needs (NeMo Curator style) and the engine schedules them. A stage whose decision needs the
+whole corpus declares its corpus-wide steps as well: ``datapipe.stages.global_stage``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from datapipe.config.sections import SOURCE_KINDS
+
+if TYPE_CHECKING:
+    from datapipe.stages.global_stage import GlobalStep
 
 
 class StageOptions(BaseModel):
@@ -124,6 +126,16 @@ class Stage:
         return set()
 
     @classmethod
+    def audit_views(cls, columns: set[str]) -> dict[str, str]:
+        """Views this stage adds to the run's audit database: name -> a SELECT over its tables.
+
+        ``columns`` are those of the ``documents`` table in this run (one row per input document, the
+        stage's signals among them). Created at the end of every run with the stage, beside the views
+        of every run (``datapipe.audit.views``); a name already taken there is an error.
+        """
+        return {}
+
+    @classmethod
     def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
         """The files besides the pipeline file that the stage's outputs depend on: part of the run's identity.
 
@@ -151,203 +163,6 @@ class Stage:
         """Keep or drop each row of a computed batch, from signals and thresholds only."""
         return Decision.keep_all(batch.num_rows)
 
-
-@dataclass(frozen=True)
-class PartitionStep:
-    """A corpus-wide step split by key over ``partitions`` parallel tasks, in ``rounds`` rounds.
-
-    ``shuffle(batch, first_row_key)`` runs in the map task before it on each computed batch and
-    returns the rows to send, with an int32 ``part`` column; ``reduce(rows, round, inputs)`` runs
-    once per partition and round over that partition's rows from every shard (round 0) or from
-    what the round before forwarded, returning a table or a ``PartitionResult``. Without a
-    ``CombineStep`` after it, or with ``decides``, the partition outputs (of every round) *are*
-    decisions (id, shard, reason, detail, extra columns), read by each shard's next map task; a
-    combine step after a deciding partition step adds its own decisions for what the rounds left
-    (the last round's forwarded rows, ``ReduceInputs.forwarded``).
-    """
-
-    partitions: int
-    shuffle: Callable[[pa.Table, int], pa.Table]
-    reduce: Callable[..., Any]
-    rounds: int = 1
-    decides: bool = False  # the outputs are decisions even with a CombineStep after it
-
-
-@dataclass(frozen=True)
-class CombineStep:
-    """One task over the whole corpus: ``decide(partition_outputs, inputs)`` returns the decisions
-    (rows id, shard, reason, detail, extra columns for the documents to drop); ``state``, if set,
-    returns the table the map tasks after it load for ``GlobalStage.apply`` (see
-    ``ShuffledGlobalStage.combine_state``). ``partition_outputs`` are the Parquet outputs of a
-    ``PartitionStep`` before it (none without one)."""
-
-    decide: Callable[[list[str], ReduceInputs], pa.Table]
-    state: Callable[[list[str], ReduceInputs], pa.Table | None] | None = None
-
-
-GlobalStep = PartitionStep | CombineStep
-_S = TypeVar("_S", PartitionStep, CombineStep)
-
-
-def step_of(stage: Stage, kind: type[_S]) -> _S | None:
-    """The global stage's step of this kind (None: it has none, or the stage is not global)."""
-    steps = stage.steps() if isinstance(stage, GlobalStage) else ()
-    return next((s for s in steps if isinstance(s, kind)), None)
-
-
-class GlobalStage(Stage):
-    """A stage whose decision needs the whole corpus (dedup).
-
-    The engine runs it in three parts: ``compute`` in the map phase before it (signals per
-    document), the corpus-wide ``steps()`` (by default one ``reduce`` over the signal columns of
-    every shard), and in the map phase after it the decisions are joined to each row by id.
-    The engine knows global stages only by their steps: a new one declares them and registers
-    itself (``datapipe.stages.register_stage``), with no engine change.
-    """
-
-    is_global = True
-    signal_columns: ClassVar[tuple[str, ...]] = ()
-    transient_columns: ClassVar[tuple[str, ...]] = ()  # dropped once decisions are applied
-
     def steps(self) -> tuple[GlobalStep, ...]:
-        """The corpus-wide steps, in order: at most one ``PartitionStep``, then at most one ``CombineStep``
-        (at least one of them). The default: one combine task calling ``reduce``."""
-        return (CombineStep(self._reduce_all),)
-
-    def _reduce_all(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
-        if not inputs.files:  # every document was dropped before the stage: nothing to decide
-            return pa.table({"id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())})
-        return self.reduce(inputs)
-
-    def reduce(self, inputs: ReduceInputs) -> pa.Table:
-        """Decide over the corpus. Returns rows (id, shard, reason, detail, extra columns...)
-        for the documents to drop; every other document is kept."""
-        raise NotImplementedError
-
-    def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
-        """In the map segment after the reduce, for the documents its decisions kept: edit them.
-
-        A stage that changes kept documents (removes boilerplate lines, adds a cluster size) returns
-        the batch with the same rows, edited, and a decision that may drop some of them; a dropped
-        row must keep its original text (a reject is never lost). ``row_keys`` are the documents'
-        row keys (see ``ShuffledGlobalStage``); ``state`` is what ``combine_state`` returned, for
-        this shard only where it has a ``shard`` column. The default changes nothing.
-        """
-        return batch, Decision.keep_all(batch.num_rows)
-
-
-class ShuffledGlobalStage(GlobalStage):
-    """A global stage whose corpus-wide step is split by key across parallel tasks.
-
-    The engine runs: ``shuffle`` in the map phase (rows tagged with a ``part`` column,
-    written per shard), ``reduce_partition`` once per partition over that partition's rows
-    from every shard (in parallel), then ``combine`` once over the partition outputs.
-    Document references are *row keys*: ``shard_ordinal << 32 | row`` where row is the
-    document's position in its shard's map output, so the run order is the key order.
-    """
-
-    # True: the partition outputs (of every round) *are* the decisions (id, shard, reason, detail,
-    # extra columns), so there is no combine step; the next map phase reads each shard's rows from them.
-    decides_in_partitions: ClassVar[bool] = False
-
-    def steps(self) -> tuple[GlobalStep, ...]:
-        part = PartitionStep(self.partitions(), self.shuffle, self.reduce_partition, self.rounds(),
-                             decides=self.decides_in_partitions)
-        return (part,) if self.decides_in_partitions else (part, CombineStep(self.combine, self.combine_state))
-
-    def partitions(self) -> int:
-        raise NotImplementedError
-
-    def rounds(self) -> int:
-        """Shuffle rounds: round r+1's partition p reads the rows round r forwarded with ``part == p``
-        (exact dedup: by text hash, then the URLs of the text survivors by URL)."""
-        return 1
-
-    def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
-        """Rows to shuffle for a computed batch: must include an int32 ``part`` column.
-        The batch's i-th document has row key ``first_row_key + i``."""
-        raise NotImplementedError
-
-    def reduce_partition(self, rows: pa.Table, round: int = 0,
-                         inputs: ReduceInputs | None = None) -> pa.Table | PartitionResult:
-        """One partition's rows of one round (``inputs``: the map outputs, to read columns of
-        documents by row key). A plain table is the partition's output."""
-        raise NotImplementedError
-
-    def combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
-        """Decisions like ``GlobalStage.reduce``, from the partition outputs (Parquet files)."""
-        raise NotImplementedError
-
-    def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table | None:
-        """A table the map tasks after the reduce load for ``apply`` (None: nothing to load).
-
-        With an int32 ``shard`` column each map task reads only its shard's rows; without one every
-        map task loads it whole, so it must stay small (e.g. only the frequent line hashes).
-        """
-        return None
-
-    def reduce(self, inputs: ReduceInputs) -> pa.Table:  # the engine calls combine() instead
-        raise TypeError("a shuffled global stage is reduced by reduce_partition + combine")
-
-
-@dataclass(frozen=True)
-class PartitionResult:
-    output: pa.Table | None  # the partition's result (decisions, when ``decides_in_partitions``)
-    forward: pa.Table | None = None  # rows for the next round, with an int32 ``part`` column
-    # Rows for ``GlobalStage.apply`` (int32 ``shard`` column): each shard's map task reads its rows
-    # of every partition's state, as it does those of ``combine_state``.
-    state: pa.Table | None = None
-
-
-ROW_KEY_SHIFT = 32
-
-
-@dataclass(frozen=True)
-class ReduceInputs:
-    """The map outputs a global stage reduces over, in the run's deterministic shard order."""
-
-    files: list[str]  # one Parquet file per shard, in shard order
-    shards: list[int]  # shard ordinal of each file
-    scratch_dir: str  # for spilling; inside the run folder
-    memory_limit_mb: int = 4096
-    # For a combine step: the rows the last round of the partition step forwarded (Parquet files),
-    # i.e. the work its partitions left unfinished.
-    forwarded: tuple[str, ...] = ()
-
-    def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
-        """The given columns of the documents with these row keys, in the order of ``row_keys``."""
-
-        row_keys = np.asarray(row_keys, dtype=np.int64)
-        order = np.argsort(row_keys, kind="stable")
-        sorted_keys = row_keys[order]
-        shard_of = sorted_keys >> ROW_KEY_SHIFT
-        by_ordinal = dict(zip(self.shards, self.files))
-        parts = []
-        for ordinal in np.unique(shard_of):
-            rows = sorted_keys[shard_of == ordinal] & ((1 << ROW_KEY_SHIFT) - 1)
-            parts.append(_read_row_groups_of(by_ordinal[int(ordinal)], rows, columns))
-        if not parts:
-            return pa.table({c: pa.array([], pa.null()) for c in columns})
-        merged = pa.concat_tables(parts)
-        return merged.take(pa.array(np.argsort(order, kind="stable")))
-
-
-def _read_row_groups_of(path: str, rows: np.ndarray, columns: list[str]) -> pa.Table:
-    """``columns`` of a Parquet file's rows ``rows`` (sorted), reading only the row groups that hold
-    them. Map outputs are written a batch (at most ``batch_size`` documents) per row group, and a
-    MinHash partition needs a few rows of each shard: reading whole columns made that cost grow
-    with partitions x corpus (bench/scale.py, shuffle1 CPU per document 24 -> 176 us from 1x to 16x)."""
-    import pyarrow.parquet as pq
-
-    with pq.ParquetFile(path) as file:
-        meta = file.metadata
-        starts = np.zeros(meta.num_row_groups + 1, np.int64)
-        starts[1:] = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        group_of = np.searchsorted(starts, rows, side="right") - 1
-        groups = np.unique(group_of)
-        table = file.read_row_groups(groups.tolist(), columns=columns)
-    # Where each chosen group begins in ``table``: the groups are read in order, back to back.
-    begins = np.zeros(len(groups), np.int64)
-    begins[1:] = np.cumsum(starts[groups + 1] - starts[groups])[:-1]
-    local = rows - starts[group_of] + begins[np.searchsorted(groups, group_of)]
-    return table.take(pa.array(local))
+        """The corpus-wide steps a global stage declares (``GlobalStage``); a per-document stage has none."""
+        return ()

@@ -11,7 +11,7 @@ work: NFKC, lower case, every digit folded to 0, and whitespace, punctuation and
 A unit whose normalised form is shorter than ``min_unit_chars`` or only digits is never counted
 (blank and one-character lines, bullets, separators, "12." list counters).
 
-Engine steps (a ``ShuffledGlobalStage``):
+Engine steps (``steps()``):
 
 - map: per document, the 64-bit hashes (FNV-1a, numba) of its distinct counted units, shuffled by hash into
   ``partitions`` (20 bytes per distinct unit per document, written per shard);
@@ -38,17 +38,9 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from datapipe.dedup.minhash import partition_of
-from datapipe.stages.base import (
-    CheckContext,
-    Decision,
-    Problem,
-    ReduceInputs,
-    Resources,
-    ShuffledGlobalStage,
-    StageOptions,
-    kinds_problems,
-)
+from datapipe.stages.base import CheckContext, Decision, Problem, Resources, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
+from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, PartitionStep, ReduceInputs, no_drops
 
 # Why 10: a template line is on every page of its site (hundreds in a crawl), an article sentence
 # is rarely verbatim in more than a few documents (quotes, syndicated copies that minhash handles).
@@ -176,7 +168,7 @@ def strip_units(text: str, unit: str, drop: set[int]) -> tuple[str, list[str]]:
     return "".join(out), removed
 
 
-class Boilerplate(ShuffledGlobalStage):
+class Boilerplate(GlobalStage):
     name = "boilerplate"
     Options = BoilerplateOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
@@ -189,8 +181,11 @@ class Boilerplate(ShuffledGlobalStage):
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
         return {"lines_removed", "chars_removed", "removed_lines"}
 
-    def partitions(self) -> int:
-        return self.options.partitions
+    def steps(self) -> tuple[GlobalStep, ...]:
+        """Partitions count documents per unit hash; the combine step drops no document, it gathers the
+        frequent hashes as the state every next map task loads whole (``apply`` removes the units)."""
+        return (PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition),
+                CombineStep(no_drops, self.combine_state))
 
     def applies_to(self, kind: str) -> bool:
         return kind in self.options.kinds
@@ -218,9 +213,6 @@ class Boilerplate(ShuffledGlobalStage):
         frequent = count >= self.options.min_docs
         return pa.table({"key": pa.array(uniq[frequent]), "first": pa.array(docs[start[frequent]]),
                          "n_docs": pa.array(count[frequent].astype(np.int64))})
-
-    def combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
-        return pa.table({"id": pa.array([], pa.string()), "shard": pa.array([], pa.int32())})  # no whole-doc drops
 
     def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
         import pyarrow.parquet as pq

@@ -32,18 +32,9 @@ import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from datapipe.classify.model import Classifier, column_name, meta_path, predict_all, read_meta
-from datapipe.stages.base import (
-    CheckContext,
-    Decision,
-    GlobalStage,
-    Problem,
-    ReduceInputs,
-    ResourceFile,
-    Resources,
-    StageOptions,
-    kinds_problems,
-)
+from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
+from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs
 
 _NULL = pa.scalar(None, pa.string())
 LOAD_LABELS_MAX_BYTES = 64 << 20  # validation reads a model's labels by loading it only below this size
@@ -240,6 +231,13 @@ class Classify(GlobalStage):
                 reason = pc.if_else(bad, f"classifier:{rule.score}", reason)
                 detail = pc.if_else(bad, text, detail)
         return Decision(reason, detail)
+
+    def steps(self) -> tuple[GlobalStep, ...]:
+        """One combine task over every shard's scores: a percentile is of the whole corpus."""
+        return (CombineStep(self._combine),)
+
+    def _combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        return self.reduce(inputs)
 
     def reduce(self, inputs: ReduceInputs) -> pa.Table:
         """Percentile cut-offs per group from histograms (pass 1), then every rule per document (pass 2)."""

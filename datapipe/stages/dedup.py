@@ -22,16 +22,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from datapipe.stages.base import (
-    ROW_KEY_SHIFT,
-    CheckContext,
-    PartitionResult,
-    ReduceInputs,
-    Resources,
-    ShuffledGlobalStage,
-    StageOptions,
-)
+from datapipe.stages.base import CheckContext, Resources, StageOptions
 from datapipe.stages.columns import set_column
+from datapipe.stages.global_stage import (
+    GlobalStage,
+    GlobalStep,
+    PartitionResult,
+    PartitionStep,
+    ReduceInputs,
+    drop_rows,
+)
 
 HASH_TYPE = pa.binary(16)
 
@@ -93,12 +93,11 @@ def text_hashes(text: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pa.array(digests, HASH_TYPE)
 
 
-class ExactDedup(ShuffledGlobalStage):
+class ExactDedup(GlobalStage):
     name = "dedup"
     Options = DedupOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
     signal_columns = ("text_hash",)
-    decides_in_partitions = True
 
     @classmethod
     def output_columns(cls, options: DedupOptions, context: CheckContext) -> set[str] | None:
@@ -110,14 +109,13 @@ class ExactDedup(ShuffledGlobalStage):
             batch = set_column(batch, "url_key", url_keys(batch["url"]))
         return batch
 
-    def partitions(self) -> int:
-        return self.options.partitions
+    def steps(self) -> tuple[GlobalStep, ...]:
+        """One round per key (text hash, then URL key); each partition writes its own decisions."""
+        return (PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition,
+                              rounds=len(self._round_keys()), decides=True),)
 
     def _round_keys(self) -> list[str]:
         return (["text"] if self.options.exact else []) + (["url"] if self.options.url else [])
-
-    def rounds(self) -> int:
-        return len(self._round_keys())
 
     def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
         rows = pa.table({"doc": pa.array(first_row_key + np.arange(batch.num_rows, dtype=np.int64)),
@@ -178,10 +176,5 @@ def _dropped(rows: pa.Table, first: np.ndarray, head: np.ndarray, reason: str, p
     docs = rows["doc"].to_numpy()[dup]
     order = np.argsort(docs, kind="stable")
     survivor = survivor.take(pa.array(order))
-    return pa.table({
-        "id": rows["id"].take(pa.array(dup[order])).combine_chunks().cast(pa.string()),
-        "shard": pa.array((docs[order] >> ROW_KEY_SHIFT).astype(np.int32), pa.int32()),
-        "reason": pa.array([reason] * len(dup), pa.string()),
-        "detail": pc.binary_join_element_wise(pa.scalar(prefix), survivor, ""),
-        "dup_of": survivor,
-    })
+    return drop_rows(docs[order], rows["id"].take(pa.array(dup[order])), reason,
+                     pc.binary_join_element_wise(pa.scalar(prefix), survivor, ""), dup_of=survivor)

@@ -46,21 +46,18 @@ from datapipe.dedup.minhash import (
     signatures,
 )
 from datapipe.dedup.shingles import DEFAULT_N
-from datapipe.stages.base import (
-    ROW_KEY_SHIFT,
-    CheckContext,
+from datapipe.stages.base import CheckContext, Decision, Problem, Resources, StageOptions
+from datapipe.stages.columns import set_column
+from datapipe.stages.global_stage import (
     CombineStep,
-    Decision,
+    GlobalStage,
     GlobalStep,
     PartitionResult,
     PartitionStep,
-    Problem,
     ReduceInputs,
-    Resources,
-    ShuffledGlobalStage,
-    StageOptions,
+    drop_rows,
+    state_rows,
 )
-from datapipe.stages.columns import set_column
 
 SIG_COLUMN = "minhash_sig"
 # Text and hash columns earlier stages add: a survivor cannot be chosen by them.
@@ -94,7 +91,7 @@ class MinHashOptions(StageOptions):
         return self
 
 
-class MinHashDedup(ShuffledGlobalStage):
+class MinHashDedup(GlobalStage):
     name = "minhash"
     Options = MinHashOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
@@ -144,15 +141,10 @@ class MinHashDedup(ShuffledGlobalStage):
     # after the last one goes to the combine step.
     star_pairs: ClassVar[int] = 10
 
-    def partitions(self) -> int:
-        return self.options.partitions
-
-    def rounds(self) -> int:
-        return 1 + 2 * self.star_pairs
-
     def steps(self) -> tuple[GlobalStep, ...]:
         """The partitions decide (settled clusters); the combine step only finishes what they left open."""
-        return (PartitionStep(self.partitions(), self.shuffle, self.reduce_partition, self.rounds(), decides=True),
+        return (PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition,
+                              rounds=1 + 2 * self.star_pairs, decides=True),
                 CombineStep(self.combine, self.combine_state))
 
     def compute(self, batch: pa.Table) -> pa.Table:
@@ -217,7 +209,7 @@ class MinHashDedup(ShuffledGlobalStage):
         documents only."""
         o = self.options
         if len(keys) == 0:
-            return _decisions([], [], [], [], [], []), _sizes(np.empty(0, np.int64), np.empty(0, np.int64))
+            return _decisions(keys, [], [], [], [], []), _sizes(keys, np.empty(0, np.int64))
         columns = ["id", SIG_COLUMN, "n_chars"] + ([o.score_column] if o.survivor == "best" else [])
         docs = inputs.read_rows(keys, columns)
         sigs = _sig_matrix(docs[SIG_COLUMN], o.num_perm)
@@ -231,8 +223,8 @@ class MinHashDedup(ShuffledGlobalStage):
         ids = np.asarray(docs["id"].to_pylist(), dtype=object)
         surv = c.survivor[dup]
         similarity = (sigs[dup] == sigs[surv]).mean(axis=1)
-        return _decisions(ids[dup].tolist(), (keys[dup] >> ROW_KEY_SHIFT).astype(np.int32), ids[surv].tolist(),
-                          ids[c.cluster[dup]].tolist(), c.size[dup].tolist(), similarity.tolist()), sizes
+        return _decisions(keys[dup], ids[dup].tolist(), ids[surv].tolist(), ids[c.cluster[dup]].tolist(),
+                          c.size[dup].tolist(), similarity.tolist()), sizes
 
     def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table | None:
         """Cluster sizes of the survivors the combine step settled (the engine calls it after ``combine``);
@@ -257,7 +249,7 @@ class MinHashDedup(ShuffledGlobalStage):
         import pyarrow.parquet as pq
 
         self._survivor_sizes = None
-        empty = _decisions([], [], [], [], [], [])
+        empty = _decisions(np.empty(0, np.int64), [], [], [], [], [])
         if not inputs.forwarded:
             return empty
         rows = pa.concat_tables([pq.read_table(p, columns=["node", "nbr", "kind"]) for p in inputs.forwarded])
@@ -288,14 +280,12 @@ def _sig_matrix(column: pa.ChunkedArray | pa.Array, num_perm: int) -> np.ndarray
 
 
 def _sizes(row_keys: np.ndarray, sizes: np.ndarray) -> pa.Table:
-    return pa.table({"shard": pa.array((row_keys >> ROW_KEY_SHIFT).astype(np.int32)),
-                     "row_key": pa.array(row_keys.astype(np.int64)), "dup_count": pa.array(sizes.astype(np.int64))})
+    return state_rows(row_keys, dup_count=pa.array(sizes.astype(np.int64)))
 
 
-def _decisions(ids: list, shards, survivor_ids: list, cluster_ids: list, sizes: list, similarity: list) -> pa.Table:
+def _decisions(keys: np.ndarray, ids: list, survivor_ids: list, cluster_ids: list, sizes: list,
+               similarity: list) -> pa.Table:
     detail = [f"near-duplicate of {s} (cluster of {n}, estimated Jaccard {j:.2f})"
               for s, n, j in zip(survivor_ids, sizes, similarity)]
-    return pa.table({"id": pa.array(ids, pa.string()), "shard": pa.array(shards, pa.int32()),
-                     "reason": pa.array(["near_duplicate"] * len(ids), pa.string()),
-                     "detail": pa.array(detail, pa.string()), "dup_of": pa.array(survivor_ids, pa.string()),
-                     "dup_cluster": pa.array(cluster_ids, pa.string())})
+    return drop_rows(keys, ids, "near_duplicate", detail, dup_of=pa.array(survivor_ids, pa.string()),
+                     dup_cluster=pa.array(cluster_ids, pa.string()))

@@ -19,15 +19,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
+from datapipe.engine.row_keys import row_key, row_keys
 from datapipe.engine.splits import InputRange
 from datapipe.engine.tasks.isolate import Isolator, Step
-from datapipe.engine.tasks.reduce import decides_in_partitions, partition_decisions, partition_state
+from datapipe.engine.tasks.reduce import partition_decisions, partition_state, partitions_decide
 from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
 from datapipe.readers import READERS, InputFile, ReadBatch, reader_path
 from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
 from datapipe.schema import READ_STAGE
-from datapipe.stages.base import ROW_KEY_SHIFT, CombineStep, Decision, PartitionStep, Stage, step_of
+from datapipe.stages.base import Decision, Stage
+from datapipe.stages.global_stage import CombineStep, PartitionStep, step_of
 from datapipe.tokens.encode import assign_split, encode_documents
 from datapipe.tokens.shard_format import file_sha256
 
@@ -175,9 +177,8 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
             if compute_global is not None and batch.num_rows:
                 batch, _ = out.isolated(segment.compute_global, compute_global.name, batch,  # type: ignore[arg-type]
                                         _compute_step(compute_global))
-                if partitioned is not None and batch.num_rows:  # row keys: this shard's ordinal, then the row in its output
-                    first = (shard.ordinal << ROW_KEY_SHIFT) + counts.kept
-                    out.shuffle.write(partitioned.shuffle(batch, first))  # type: ignore[union-attr]
+                if partitioned is not None and batch.num_rows:  # row keys: this shard, the rows' place in its output
+                    out.shuffle.write(partitioned.shuffle(batch, row_key(shard.ordinal, counts.kept)))  # type: ignore[union-attr]
             if out.tokens is not None and batch.num_rows:
                 counts.stage_in[tokenize_pos] += batch.num_rows
                 batch, _ = out.isolated(tokenize_pos, TOKENIZE_STAGE, batch, lambda b: _encode(spec, b))
@@ -215,7 +216,7 @@ class _Applying:
 
     def apply(self, batch: pa.Table, out: ShardOutputs) -> pa.Table:
         out.counts.stage_in[self.position] += batch.num_rows
-        keys = (self.ordinal << ROW_KEY_SHIFT) + self.rows_read + np.arange(batch.num_rows, dtype=np.int64)
+        keys = row_keys(self.ordinal, self.rows_read, batch.num_rows)
         self.rows_read += batch.num_rows
         decision, extra = _join_decisions(batch, self.decisions)
         keys = keys[~pc.fill_null(pc.is_valid(decision.reason), False).to_numpy(zero_copy_only=False)]
@@ -351,7 +352,7 @@ def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: S
         return None
     stage = build_stage(spec, segment.apply_global)
     parts = []
-    if decides_in_partitions(stage):  # the partition outputs are decisions
+    if partitions_decide(stage):  # the partition outputs are decisions
         parts.append(partition_decisions(folder, segment.index - 1, stage, shard.ordinal))
     if step_of(stage, CombineStep) is not None:
         path = folder.decisions_file(segment.index - 1, shard.key)
@@ -360,7 +361,7 @@ def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: S
 
 
 def _load_state(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
-    """The applied stage's ``combine_state`` (this shard's rows where it is per shard, else all of it),
+    """The applied stage's ``CombineStep.state`` (this shard's rows where it is per shard, else all of it),
     with this shard's rows of its partitions' states."""
     if segment.apply_global is None:
         return None

@@ -11,22 +11,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, build_stage
+from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
 from datapipe.engine.tasks.sinks import ShuffleSink
 from datapipe.run_folder.layout import RunFolder
-from datapipe.stages.base import CombineStep, PartitionResult, PartitionStep, ReduceInputs, Stage, step_of
+from datapipe.stages.base import Stage
+from datapipe.stages.global_stage import CombineStep, PartitionResult, PartitionStep, step_of
 from datapipe.storage.atomic import atomic_path
 
 
-def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment) -> ReduceInputs:
+def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment,
+                   forwarded: tuple[str, ...] = ()) -> ParquetReduceInputs:
     present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
     scratch = folder.scratch_dir(segment.index)
-    return ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch))
+    return ParquetReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch), forwarded)
 
 
-def decides_in_partitions(stage: Stage) -> bool:
+def partitions_decide(stage: Stage) -> bool:
     """Whether the stage's partition outputs are decisions (read by each shard's map task)."""
     step = step_of(stage, PartitionStep)
-    return step is not None and (step.decides or step_of(stage, CombineStep) is None)
+    return step is not None and step.decides
 
 
 def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
@@ -35,17 +38,13 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     folder = RunFolder(Path(spec.root))
     assert segment.compute_global is not None
     stage = build_stage(spec, segment.compute_global)
-    present = [(s.ordinal, folder.map_output(segment.index, s.key)) for s in spec.shards]
-    present = [(o, p) for o, p in present if p.exists()]
-    scratch = folder.scratch_dir(segment.index)
-    scratch.mkdir(parents=True, exist_ok=True)
+    folder.scratch_dir(segment.index).mkdir(parents=True, exist_ok=True)
     combine = step_of(stage, CombineStep)
     assert combine is not None, f"stage {stage.name!r} declares no combine step"
     part = step_of(stage, PartitionStep)
     outputs = [folder.partition_output(segment.index, p) for p in range(part.partitions)] if part else []
     forwarded = [folder.forward_file(segment.index, part.rounds - 1, p) for p in range(part.partitions)] if part else []
-    inputs = ReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch),
-                          forwarded=tuple(str(f) for f in forwarded if f.exists()))
+    inputs = _reduce_inputs(spec, folder, segment, tuple(str(f) for f in forwarded if f.exists()))
     decisions = combine.decide([str(p) for p in outputs if p.exists()], inputs)
     if combine.state is not None:
         state = combine.state([str(p) for p in outputs if p.exists()], inputs)
@@ -93,7 +92,7 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     if not isinstance(result, PartitionResult):
         result = PartitionResult(result)
     out = folder.partition_output(segment.index, partition, round)
-    n = _write_or_remove(out, result.output, sort_by_shard=decides_in_partitions(stage))
+    n = _write_or_remove(out, result.output, sort_by_shard=partitions_decide(stage))
     _write_or_remove(folder.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
     forward = ShuffleSink(folder.forward_file(segment.index, round, partition))
     # The last round's forwarded rows go to the combine step, if one follows.
@@ -127,7 +126,7 @@ def round_(x: float) -> float:
 
 
 def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: int) -> pa.Table | None:
-    """One shard's decisions, gathered from every partition output of every round (``decides_in_partitions``)."""
+    """One shard's decisions, gathered from every partition output of every round (``partitions_decide``)."""
     import pyarrow.dataset as pads
 
     step = step_of(stage, PartitionStep)

@@ -1,0 +1,111 @@
+"""The views of a run's audit database ``stats.duckdb``, derived from its tables at the end of a run.
+
+Every run has ``funnel`` (per stage and reason), ``shards`` (the manifest with ``fill``), ``mixture``
+(kept documents and tokens by source x lang x script x license class) and ``contamination``
+(benchmark n-gram hits; empty without a ``decontaminate`` stage): built from whatever columns
+``documents`` has, so they exist and keep their columns in every run. A stage adds views of its own
+with ``Stage.audit_views(columns)``: a new stage's view needs no change here or in the engine.
+``datapipe.engine.finish`` writes the tables and calls ``create_all``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from datapipe.stages.base import Stage
+
+# Registered by ``datapipe.audit.sql.connect`` on every connection that asks for the text: not in
+# the database, but a view of that name would be hidden behind them.
+_TEXT_VIEWS = ("kept_docs", "rejected_docs")
+
+
+def create_all(con: Any, columns: set[str], stages: Iterable[type[Stage]] = ()) -> None:
+    """Every view of the run: its own, then those its stages declare (``columns``: those of ``documents``)."""
+    # Every stage appears, also one that dropped nothing (reason NULL, dropped 0). docs_in counts the
+    # documents reaching the stage, skipped those of them it passed untouched (kind not in its kinds);
+    # drop_share is of the documents the stage judged (docs_in - skipped).
+    con.execute("""CREATE VIEW funnel AS
+        SELECT s.position, s.stage, s.docs_in, s.skipped, r.reason, coalesce(r.dropped, 0)::BIGINT AS dropped,
+               s.docs_in - s.dropped AS docs_out,
+               round(coalesce(r.dropped, 0) / nullif(s.docs_in - s.skipped, 0), 6) AS drop_share
+        FROM stages s LEFT JOIN stage_reasons r USING (position)
+        ORDER BY s.position, r.reason""")
+    # fill: the share of token slots that are not padding (what best-fit packing costs).
+    con.execute("""CREATE VIEW shards AS
+        SELECT *, round(tokens / nullif(rows * row_len, 0), 6) AS fill FROM shard_files ORDER BY path""")
+    con.execute(mixture_view_sql(columns))
+    con.execute(contamination_view_sql(columns))
+    for name, select in stage_views(con, columns, stages).items():
+        con.execute(f'CREATE VIEW "{name}" AS {select}')
+
+
+def stage_views(con: Any, columns: set[str], stages: Iterable[type[Stage]]) -> dict[str, str]:
+    """The views the stages declare, name -> SELECT. A name already in the database (a table, a view
+    of every run) or taken by another stage type is a ValueError naming the stage: a view must never
+    stand in for another one silently."""
+    taken = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() UNION ALL "
+                                       "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    taken |= set(_TEXT_VIEWS)
+    views: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for cls in dict.fromkeys(stages):  # a stage type used twice (classify) declares its views once
+        for name, select in cls.audit_views(columns).items():
+            if name in taken or name in views:
+                by = f"stage {owner[name]!r}" if name in owner else "the audit database"
+                raise ValueError(f"stage {cls.name!r} declares the audit view {name!r}, a name {by} already has")
+            views[name], owner[name] = select, cls.name
+    return views
+
+
+def contamination_view_sql(columns: set[str]) -> str:
+    """``contamination``: documents holding benchmark n-grams, per benchmark and source.
+
+    ``dropped`` were rejected as ``contaminated``; ``kept`` survived the run (flagged with
+    ``action: flag``, or below the thresholds); ``items`` distinct benchmark items matched. The
+    view exists in every run: empty without a ``decontaminate`` stage.
+    """
+    if "contam_hits" not in columns:
+        return """CREATE OR REPLACE VIEW contamination AS
+            SELECT NULL::VARCHAR AS benchmark, NULL::VARCHAR AS source, 0::BIGINT AS documents, 0::BIGINT AS dropped,
+                   0::BIGINT AS kept, 0::BIGINT AS items, 0::BIGINT AS ngram_hits, NULL::FLOAT AS max_frac WHERE false"""
+    return """CREATE OR REPLACE VIEW contamination AS
+        SELECT contam_benchmark AS benchmark, source, count(*)::BIGINT AS documents,
+               count(*) FILTER (WHERE reason = 'contaminated')::BIGINT AS dropped,
+               count(*) FILTER (WHERE status = 'kept')::BIGINT AS kept,
+               count(DISTINCT contam_item)::BIGINT AS items, sum(contam_hits)::BIGINT AS ngram_hits,
+               round(max(contam_frac), 4) AS max_frac
+        FROM documents WHERE contam_hits > 0 GROUP BY ALL ORDER BY documents DESC, benchmark, source"""
+
+
+def mixture_view_sql(columns: set[str]) -> str:
+    """``mixture``: kept documents and tokens by source x lang x script x license class, with shares.
+
+    ``script`` and ``license_class`` come from stages that a run may not have: a missing
+    column or a NULL value is grouped as 'unknown', so the view exists in every run.
+    """
+
+    def key(name: str) -> str:
+        return f"coalesce(nullif(CAST(\"{name}\" AS VARCHAR), ''), 'unknown')" if name in columns else "'unknown'"
+
+    names = ("source", "lang", "script", "license_class")
+    present = ", ".join(f'"{k}"' for k in names if k in columns)
+    # rehydrated_tokens: tokens weighted by the near-duplicate cluster each kept document survived
+    # (minhash's dup_count), what FineWeb-2 upsamples by; equal to tokens in a run without minhash.
+    weight = "coalesce(dup_count, 1)" if "dup_count" in columns else "1"
+    keys = ", ".join(f"{key(k)} AS {k}" for k in names)
+    # Group by the raw columns first and clean the keys on the small grouped result: twice as
+    # fast on 10M rows as computing coalesce(...) per row.
+    return f"""CREATE OR REPLACE VIEW mixture AS
+        WITH raw AS (
+            SELECT {present}, count(*) AS d, sum(n_tokens) AS t, sum(n_chars) AS c,
+                   sum(n_tokens * {weight}) AS rt
+            FROM documents WHERE status = 'kept' GROUP BY ALL),
+        g AS (
+            SELECT {keys}, sum(d)::BIGINT AS documents, coalesce(sum(t), 0)::BIGINT AS tokens,
+                   coalesce(sum(c), 0)::BIGINT AS chars, coalesce(sum(rt), 0)::BIGINT AS rehydrated_tokens
+            FROM raw GROUP BY ALL)
+        SELECT *, round(tokens / nullif(sum(tokens) OVER (), 0), 6) AS token_share,
+               round(documents / sum(documents) OVER (), 6) AS doc_share
+        FROM g ORDER BY tokens DESC, documents DESC, source, lang, script, license_class"""

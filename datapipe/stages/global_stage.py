@@ -1,0 +1,177 @@
+"""The contract of a global stage: the corpus-wide steps it declares between two map phases.
+
+A stage whose decision needs the whole corpus (dedup, near-dedup, boilerplate, percentile cuts)
+declares them with ``GlobalStage.steps()``: a ``PartitionStep`` (split by key over parallel tasks,
+in rounds) and/or a ``CombineStep`` (one task). That is the only way: the engine plans and runs a
+global stage from its steps alone, so a new one needs no engine change. The steps read the map
+outputs through ``ReduceInputs``, which the engine implements (``datapipe.engine.tasks.reduce_inputs``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+from datapipe.engine.row_keys import shard_of
+from datapipe.stages.base import Decision, Stage
+
+
+@dataclass(frozen=True)
+class PartitionStep:
+    """A corpus-wide step split by key over ``partitions`` parallel tasks, in ``rounds`` rounds.
+
+    ``shuffle(batch, first_row_key)`` runs in the map task before it on each computed batch and
+    returns the rows to send, with an int32 ``part`` column (the batch's i-th document has row key
+    ``first_row_key + i``: see ``GlobalStage``); ``reduce(rows, round, inputs)`` runs once per
+    partition and round over that partition's rows from every shard (round 0) or from what the
+    round before forwarded (round r + 1's partition p reads the rows round r forwarded with
+    ``part == p``), returning a table or a ``PartitionResult``. With ``decides`` the partition
+    outputs (of every round) *are* decisions (id, shard, reason, detail, extra columns), read by
+    each shard's next map task; a combine step after it adds its own decisions for what the rounds
+    left (the last round's forwarded rows, ``ReduceInputs.forwarded``). Without ``decides`` the
+    outputs are for the ``CombineStep`` that must follow.
+    """
+
+    partitions: int
+    shuffle: Callable[[pa.Table, int], pa.Table]
+    reduce: Callable[..., Any]
+    rounds: int = 1
+    decides: bool = False  # the outputs are decisions (else a CombineStep reads them)
+
+
+@dataclass(frozen=True)
+class CombineStep:
+    """One task over the whole corpus: ``decide(partition_outputs, inputs)`` returns the decisions
+    (rows id, shard, reason, detail, extra columns for the documents to drop; ``no_drops`` where
+    ``apply`` does the work); ``state``, if set, returns the table the map tasks after it load for
+    ``GlobalStage.apply`` (None: nothing to load; with an int32 ``shard`` column each map task reads
+    only its shard's rows, without one every map task loads it whole, so it must stay small).
+    ``partition_outputs`` are the Parquet outputs of a ``PartitionStep`` before it (none without one)."""
+
+    decide: Callable[[list[str], ReduceInputs], pa.Table]
+    state: Callable[[list[str], ReduceInputs], pa.Table | None] | None = None
+
+
+GlobalStep = PartitionStep | CombineStep
+_S = TypeVar("_S", PartitionStep, CombineStep)
+
+
+def step_of(stage: Stage, kind: type[_S]) -> _S | None:
+    """The stage's step of this kind (None: it has none, or the stage is not global)."""
+    return next((s for s in stage.steps() if isinstance(s, kind)), None)
+
+
+def checked_steps(stage: Stage) -> tuple[GlobalStep, ...]:
+    """The stage's steps, or a TypeError saying what is wrong with them: a ``PartitionStep``, a
+    ``CombineStep``, or both in that order; a partition step that does not decide needs a combine step
+    after it (its outputs would be read by nothing)."""
+    steps = tuple(stage.steps())
+    kinds = [type(s) for s in steps]
+    if kinds not in ([PartitionStep], [CombineStep], [PartitionStep, CombineStep]):
+        raise TypeError(f"stage {stage.name!r} declares steps {[k.__name__ for k in kinds]}: a global stage "
+                        f"declares a PartitionStep, a CombineStep, or both in that order")
+    if kinds == [PartitionStep] and not steps[0].decides:  # type: ignore[union-attr]
+        raise TypeError(f"stage {stage.name!r}: its PartitionStep does not decide (decides=True) and no "
+                        f"CombineStep follows it to read its outputs")
+    return steps
+
+
+def drop_rows(row_keys: np.ndarray, ids: pa.Array | pa.ChunkedArray | list[str], reason: str,
+              detail: pa.Array | pa.ChunkedArray | list[str | None] | None = None, **extra: pa.Array) -> pa.Table:
+    """Decisions that drop the documents with these row keys and ids: what a deciding step returns.
+
+    Columns id, shard (which map task applies the row), reason, detail (null where not given), then
+    ``extra`` in the order given (``dup_of``, ...: they go to rejected/ beside the document; typed
+    arrays, as an empty list has no type). The row-key layout stays the engine's."""
+    keys = np.asarray(row_keys, dtype=np.int64)
+    return pa.table({"id": _strings(ids), "shard": pa.array(shard_of(keys).astype(np.int32), pa.int32()),
+                     "reason": pa.array([reason] * len(keys), pa.string()),
+                     "detail": pa.nulls(len(keys), pa.string()) if detail is None else _strings(detail), **extra})
+
+
+def no_drops(partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+    """A ``CombineStep.decide`` that drops no document (the stage's ``apply`` judges them instead)."""
+    return drop_rows(np.empty(0, np.int64), [], "")
+
+
+def state_rows(row_keys: np.ndarray, **columns: pa.Array) -> pa.Table:
+    """Per-document state for ``GlobalStage.apply`` (``PartitionResult.state``, ``CombineStep.state``):
+    columns shard (each map task reads its own rows), row_key (compared with ``apply``'s row keys),
+    then ``columns``."""
+    keys = np.asarray(row_keys, dtype=np.int64)
+    return pa.table({"shard": pa.array(shard_of(keys).astype(np.int32), pa.int32()),
+                     "row_key": pa.array(keys, pa.int64()), **columns})
+
+
+def _strings(values: pa.Array | pa.ChunkedArray | list[str | None]) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return values.cast(pa.string()) if isinstance(values, pa.Array) else pa.array(values, pa.string())
+
+
+class GlobalStage(Stage):
+    """A stage whose decision needs the whole corpus (dedup).
+
+    The engine runs it in three parts: ``compute`` in the map phase before it (signals per
+    document), the corpus-wide ``steps()`` it declares (a ``PartitionStep`` split by key across
+    parallel tasks, and/or a ``CombineStep``, one task), and in the map phase after it the
+    decisions are joined to each row by id, then ``apply`` edits what they kept.
+    The engine knows global stages only by their steps: a new one declares them and registers
+    itself (``datapipe.stages.register_stage``), with no engine change.
+
+    Document references between the map tasks and the steps are *row keys*: one int64 per document,
+    ordered as the run is (the lowest key of a group is its earliest document). A step compares and
+    forwards them and turns them into decisions with ``drop_rows`` and into ``apply``'s state with
+    ``state_rows``; their layout is the engine's (``datapipe.engine.row_keys``).
+    """
+
+    is_global = True
+    signal_columns: ClassVar[tuple[str, ...]] = ()
+    transient_columns: ClassVar[tuple[str, ...]] = ()  # dropped once decisions are applied
+
+    def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
+        """In the map segment after the steps, for the documents their decisions kept: edit them.
+
+        A stage that changes kept documents (removes boilerplate lines, adds a cluster size) returns
+        the batch with the same rows, edited, and a decision that may drop some of them; a dropped
+        row must keep its original text (a reject is never lost). ``row_keys`` are the documents'
+        row keys; ``state`` is what ``CombineStep.state`` returned and the partitions' states
+        (``PartitionResult.state``), for this shard only where it has a ``shard`` column. The
+        default changes nothing.
+        """
+        return batch, Decision.keep_all(batch.num_rows)
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    output: pa.Table | None  # the partition's result (decisions, when its step ``decides``)
+    forward: pa.Table | None = None  # rows for the next round, with an int32 ``part`` column
+    # Rows for ``GlobalStage.apply`` (int32 ``shard`` column): each shard's map task reads its rows
+    # of every partition's state, as it does those of ``CombineStep.state``.
+    state: pa.Table | None = None
+
+
+
+
+@dataclass(frozen=True)
+class ReduceInputs(ABC):
+    """The map outputs a global stage's steps read, in the run's deterministic shard order.
+
+    The engine provides them (``datapipe.engine.tasks.reduce_inputs``); a step reads documents it
+    holds row keys of with ``read_rows``, or whole files (classify's histograms)."""
+
+    files: list[str]  # one Parquet file per shard, in shard order
+    shards: list[int]  # shard ordinal of each file
+    scratch_dir: str  # for spilling; inside the run folder
+    # For a combine step: the rows the last round of the partition step forwarded (Parquet files),
+    # i.e. the work its partitions left unfinished.
+    forwarded: tuple[str, ...] = ()
+
+    @abstractmethod
+    def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
+        """The given columns of the documents with these row keys, in the order of ``row_keys``."""
