@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from datapipe.engine.plan import make_spec, split_target
-from datapipe.engine.runner import _input_listing
+from datapipe.engine.run_record import input_listing
 from datapipe.pipeline.load import ConfigError, load_pipeline
 from tests.shared_data import PROJECT_ROOT, shared_path
 
@@ -26,7 +26,7 @@ def test_ready_pipeline_lists_and_plans_its_inputs(path: Path, tmp_path: Path) -
     except ConfigError as e:
         assert path.name in NEEDS_FIRST and NEEDS_FIRST[path.name] in str(e), str(e)
         return
-    listing = _input_listing(pipeline)
+    listing = input_listing(pipeline)
     assert listing and all(i["bytes"] > 0 for i in listing), listing
     spec = make_spec(pipeline, tmp_path / "run", tmp_path / "cache", split_target(pipeline, 2))
     assert spec.shards

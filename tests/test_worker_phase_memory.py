@@ -1,5 +1,5 @@
 """A Ray worker keeps a phase's stages and models for that phase's tasks, and drops them when it moves
-on to another phase (engine/runner.py ``_enter_phase``), so later phases do not carry them."""
+on to another phase (engine/worker.py ``_enter_phase``), so later phases do not carry them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.engine import plan, runner
+from datapipe.engine import plan, worker
 from datapipe.pipeline.load import load_pipeline
 from datapipe.stages import cjk, langid
 
@@ -24,18 +24,18 @@ def _langid_position(spec: plan.RunSpec) -> int:
 
 
 def test_models_stay_within_a_phase_and_go_at_the_next(spec: plan.RunSpec, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner, "_WORKER_PHASE", [])
+    monkeypatch.setattr(worker, "_WORKER_PHASE", [])
     pos = _langid_position(spec)
-    runner._enter_phase("map0")
+    worker._enter_phase("map0")
     stage = plan.build_stage(spec, pos, setup=True)
     assert langid._MODELS, "langid's setup loads the fastText model"
     detector = cjk.ScriptDetector.shared()
 
-    runner._enter_phase("map0")  # another task of the same phase: everything is reused
+    worker._enter_phase("map0")  # another task of the same phase: everything is reused
     assert plan.build_stage(spec, pos, setup=True) is stage
     assert cjk.ScriptDetector.shared() is detector and langid._MODELS
 
-    runner._enter_phase("map1")  # the next phase: the worker lets them go
+    worker._enter_phase("map1")  # the next phase: the worker lets them go
     assert not langid._MODELS and not plan._STAGE_CACHE
     assert cjk.ScriptDetector.shared() is not detector
     again = plan.build_stage(spec, pos, setup=True)  # and a stage needed again loads again

@@ -1,5 +1,5 @@
 """A Ray worker sizes the tokenizer's thread pool (rayon) to the CPUs of its task, not the machine's
-cores (engine/runner.py ``size_thread_pools``), and keeps a value the user set."""
+cores (engine/worker.py ``size_thread_pools``), and keeps a value the user set."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ ray = pytest.importorskip("ray")
 
 
 def _sized(preset: str | None) -> str | None:
-    from datapipe.engine import runner
+    from datapipe.engine import worker
 
     os.environ.pop("RAYON_NUM_THREADS", None)  # workers are reused: start each call from scratch
     if preset is not None:
         os.environ["RAYON_NUM_THREADS"] = preset
-    runner.size_thread_pools()
+    worker.size_thread_pools()
     value = os.environ.get("RAYON_NUM_THREADS")
     os.environ.pop("RAYON_NUM_THREADS", None)
     return value

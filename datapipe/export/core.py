@@ -316,7 +316,7 @@ def _record_in_run(docs: RunDocuments, result: ExportResult) -> None:
 
 
 def _fault_point(phase: str, n: int) -> None:
-    """Testing hook, as the runner's: DATAPIPE_FAULT_KILL_AT=export:<n> SIGKILLs after n parts are
+    """Testing hook, as the engine's (engine/faults.py): DATAPIPE_FAULT_KILL_AT=export:<n> SIGKILLs after n parts are
     recorded; export-write:<n> while part n is half written (a temporary file is left behind)."""
     spec = os.environ.get("DATAPIPE_FAULT_KILL_AT")
     if spec and spec == f"{phase}:{n}":

@@ -6,8 +6,8 @@ resident memory ratchets up to the largest task it ever ran and every later task
 there: at 16x the scale bench, a pack task started at 900 MiB of which it used 360. Releasing
 after each task keeps a task's peak what that task needs, which is what "memory per task does not
 grow with the corpus" is about. The trims cost well under a millisecond, the garbage collection
-~0.1 s: the runner releases only after tasks that grew their worker by ``RELEASE_ABOVE_MIB`` or
-more (``engine/runner.py``).
+~0.1 s: a Ray worker releases only after tasks that grew their worker by ``RELEASE_ABOVE_MIB`` or
+more (``engine/worker.py``).
 """
 
 from __future__ import annotations

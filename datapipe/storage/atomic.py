@@ -9,7 +9,7 @@ matches one.
 
 Testing hook: ``DATAPIPE_FAULT_ENOSPC_AT=<phase>[:<task>]`` (fnmatch patterns, e.g.
 ``map0:web_zh/*``, ``reduce0``, ``pack``, ``stats``) makes every temporary file the
-matching task asks for fail with ``OSError(ENOSPC)``, as a full disk would; the runner
+matching task asks for fail with ``OSError(ENOSPC)``, as a full disk would; the engine
 names the task with :func:`fault_scope`. It lets CI cover disk-full handling in every
 phase without filling a real disk.
 """

@@ -1,0 +1,175 @@
+"""Where a run's tasks execute: in this process, or on Ray (embedded on this machine, or a cluster).
+
+The runner's loop knows only ``Executor``: entered once per run (a Ray session starts, the kernels
+warm up), asked for the CPUs the plan is sized for, then handed each phase's unfinished tasks; it
+answers with each task's marker or the exception the task ended with, as tasks finish. Every
+executor runs ``worker.run_task``, so outputs are the same whatever runs them; the order of the
+outcomes is free (outputs are named by task, never by completion order).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from typing import Any, Protocol
+
+from datapipe.engine.faults import fault_env
+from datapipe.engine.phases import Phase, Task
+from datapipe.engine.plan import RunSpec
+from datapipe.engine.ray_runtime import ray_session
+from datapipe.engine.worker import run_task
+from datapipe.runtime import kernel_warmup
+
+Outcome = tuple[str, dict[str, Any] | Exception]  # (task key, its marker or the exception it ended with)
+
+
+class Executor(Protocol):
+    """Runs a run's tasks; ``describe``, ``cpus`` and ``outcomes`` are asked between enter and exit."""
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def describe(self) -> str:
+        """Where the tasks run, for the log: "in this process (no Ray)", "on embedded Ray (...)"."""
+        ...
+
+    def cpus(self) -> int:
+        """The CPUs the run's map tasks are sized for (a run planned first here keeps that split)."""
+        ...
+
+    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
+        """Run ``tasks`` of ``phase``; one outcome per task, in any order. A task's failure is an
+        outcome (the others go on); retries, where the executor has them, are already spent."""
+        ...
+
+
+class InProcessExecutor:
+    """Every task in this process, one after another, without retries, and without importing Ray:
+    for small runs, where Ray's start-up and shutdown (seconds) would dominate."""
+
+    def __init__(self, cpus: int = 1) -> None:
+        self._cpus = cpus
+
+    def __enter__(self) -> InProcessExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def describe(self) -> str:
+        return "in this process (no Ray)"
+
+    def cpus(self) -> int:
+        return self._cpus
+
+    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
+        for task in tasks:
+            try:
+                yield task.key, run_task(phase.name, task.key, phase.fn, spec, *task.args)
+            except Exception as exc:  # noqa: BLE001 - reported with the others, as Ray's failures are
+                yield task.key, exc
+
+
+class RayExecutor:
+    """Tasks on Ray, each retried up to ``RETRIES`` times (a lost worker or node): the cluster at
+    ``address`` (joined with Ray's own defaults), else an embedded one-node Ray on loopback started
+    for the run (``num_cpus``: its CPUs; default all). A Ray this process already joined (a test's,
+    a notebook's) is used as it is, and left running."""
+
+    RETRIES = 3
+    POLL_SECONDS = 0.2
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None,
+                 log: Callable[[str], None] = print) -> None:
+        self.address, self.num_cpus, self._log = address, num_cpus, log
+        self._stack = ExitStack()
+        self._where = ""
+        self._warmup: kernel_warmup.Warmup | None = None
+        self._remote: Any = None
+        self._shared: tuple[RunSpec, Any] | None = None  # the spec and its ref in Ray's object store
+
+    def __enter__(self) -> RayExecutor:
+        # On the first run after an install, the kernels compile in a throwaway process while Ray
+        # starts, not in every worker (whose memory would keep the compiler's); see kernel_warmup.
+        # A cluster's workers are on other machines: they compile for themselves.
+        self._warmup = None if self.address else kernel_warmup.start(self._log, self.num_cpus or local_cpus())
+        self._where = "on " + self._stack.enter_context(ray_session(self.address, self.num_cpus))
+        import ray
+
+        # One remote function for every phase (exported to the cluster once); phases set their resources.
+        self._remote = ray.remote(max_retries=self.RETRIES, retry_exceptions=True)(run_task)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._shared = self._remote = None
+        self._stack.close()
+
+    def describe(self) -> str:
+        return self._where
+
+    def cpus(self) -> int:
+        import ray
+
+        return int(ray.cluster_resources().get("CPU", 1))
+
+    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
+        import ray
+
+        if self._warmup is not None:  # waited for here, so it overlaps Ray's start and the planning
+            self._warmup.wait()
+            self._warmup = None
+        remote = self._remote.options(**phase.resources, **fault_env())
+        shared = self._spec_ref(spec)
+        pending = {remote.remote(phase.name, t.key, phase.fn, shared, *t.args): t.key for t in tasks}
+        while pending:
+            # Every finished task at once, at most every POLL_SECONDS: one wait per finished task would
+            # copy the list of pending refs each time, quadratic in a phase's tasks (tens of thousands
+            # at scale). The last one left returns as soon as it is done (num_returns is 1 then).
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.POLL_SECONDS)
+            if ready:
+                yield from _fetch(ready, [pending.pop(ref) for ref in ready])
+
+    def _spec_ref(self, spec: RunSpec) -> Any:
+        """The spec in Ray's object store, put there once per run (not pickled into every task)."""
+        import ray
+
+        if self._shared is None or self._shared[0] is not spec:
+            self._shared = (spec, ray.put(spec))
+        return self._shared[1]
+
+
+def _fetch(refs: list[Any], keys: list[str]) -> Iterator[Outcome]:
+    """The results of finished tasks: one request for all of them; when one of them failed (Ray
+    already retried it), each on its own, so every task gets its own outcome."""
+    import ray
+
+    try:
+        markers = ray.get(refs)
+    except Exception:  # noqa: BLE001 - which one failed is found below
+        markers = None
+    if markers is not None:
+        yield from zip(keys, markers)
+        return
+    for ref, key in zip(refs, keys):
+        try:
+            yield key, ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - reported with the others; the rest of the phase goes on
+            yield key, exc
+
+
+def make_executor(in_process: bool, ray_address: str | None = None, num_cpus: int | None = None,
+                  log: Callable[[str], None] = print) -> Executor:
+    """The executor ``datapipe run`` asked for: ``--in-process``, else Ray (``--ray-address``: a cluster)."""
+    if in_process:
+        return InProcessExecutor()
+    return RayExecutor(ray_address, num_cpus, log)
+
+
+def local_cpus() -> int:
+    """The CPUs this process may use (its affinity: a container's or taskset's limit, not the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

@@ -1,0 +1,164 @@
+"""A run folder's record (run.json): what a run is, checked on every start, updated as it goes.
+
+A run folder holds one run: the pipeline's normalized config, the rule files and models it reads
+(``resources``) and its input files (size and modification time; sha256 once read). A start with
+any of them changed is refused (unless ``--fresh``): the finished tasks would mix two runs. The
+record also keeps how the run was split into map tasks, its attempts, timings and counts.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from datapipe.engine.errors import PipelineError
+from datapipe.engine.plan import RunSpec
+from datapipe.pipeline.identity import config_changes, resource_changes
+from datapipe.pipeline.load import Pipeline
+from datapipe.run_folder.layout import RunFolder, map_phase
+from datapipe.storage.uri import folder_stat, input_stat, remote_of
+
+PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
+
+
+@dataclass
+class RunRecord:
+    """run.json as this attempt keeps it (``run``: saved at each step), with what today's pipeline reads."""
+
+    folder: RunFolder
+    run: dict[str, Any]
+    normalized: dict[str, Any]
+    resources: list[dict[str, Any]]
+    inputs: list[dict[str, Any]]
+
+    @property
+    def split(self) -> dict[str, Any]:
+        """How the run was split into map tasks (``target_bytes``, ``cpus``, ``map_tasks``); {} before planning."""
+        return self.run.get("split") or {}
+
+    def start_attempt(self, pipeline: Pipeline) -> None:
+        self.run.update({"name": pipeline.name, "fingerprint": pipeline.fingerprint(), "config": self.normalized,
+                         "resources": self.resources, "inputs": self.inputs,
+                         "pipeline_file": str(pipeline.file) if pipeline.file else None, "status": "running",
+                         "packages": _package_versions(), "python": platform.python_version()})
+        self.run.setdefault("started", _now())
+        self.run.setdefault("attempts", 0)
+        self.run["attempts"] += 1
+        self.folder.save_run_json(self.run)
+
+    def record_split(self, target: int, cpus: int, map_tasks: int) -> None:
+        # Recorded, so a resumed run forms the same tasks (and finds their markers) on any cluster.
+        self.run["split"] = {"target_bytes": target, "cpus": cpus, "map_tasks": map_tasks}
+        self.folder.save_run_json(self.run)
+
+    def check_finished(self, pipeline: Pipeline, spec: RunSpec) -> None:
+        """Every task done: the inputs' hashes recorded, and the run refused if a rule file changed meanwhile."""
+        _record_input_hashes(self.folder, spec, self.inputs)
+        _check_resources_unchanged(pipeline, self.resources)
+
+    def complete(self, timings: dict[str, float], counts: dict[str, Any]) -> None:
+        self.run.update({"status": "complete", "finished": _now(), "timings": timings, "counts": counts})
+        self.folder.save_run_json(self.run)
+
+
+def open_record(pipeline: Pipeline, folder: RunFolder, fresh: bool, log: Callable[[str], None]) -> RunRecord:
+    """The folder's record, refused if it is of another pipeline, rule files or inputs (``fresh``: wiped
+    instead), and the folder ready to run in: created, and temporary files of a killed run swept.
+    The caller holds the folder's lock."""
+    folder.check_usable()
+    folder.pull(full=True)  # a run folder in object storage: its mirror takes what the store committed
+    normalized = pipeline.normalized()
+    resources = pipeline.resources()
+    inputs = input_listing(pipeline)
+    previous = folder.load_run_json()
+    if previous is not None and not fresh:
+        _refuse_changed(folder, previous, normalized, resources, inputs, log)
+    if fresh:
+        folder.wipe()
+    folder.root.mkdir(parents=True, exist_ok=True)
+    swept = folder.sweep()  # safe: we hold the lock, so no live writer of this folder exists
+    if swept:
+        log(f"datapipe: removed {swept} temporary file(s) left by an interrupted run")
+    run = previous if previous is not None and not fresh else {}
+    return RunRecord(folder, run, normalized, resources, inputs)
+
+
+def _refuse_changed(folder: RunFolder, previous: dict[str, Any], normalized: dict[str, Any],
+                    resources: list[dict[str, Any]], inputs: list[dict[str, Any]], log: Callable[[str], None]) -> None:
+    changes = config_changes(previous.get("config", {}), normalized)
+    if "resources" in previous:
+        changes += resource_changes(previous["resources"], resources)
+    else:  # a run.json from before rule files were recorded: nothing to compare them with
+        log(f"datapipe: {folder.run_json} records no rule files or models; recording today's")
+    changes += input_changes(previous.get("inputs", []), inputs)
+    if changes:
+        raise PipelineError(
+            f"{folder.root} holds a run of a different pipeline, rule files or inputs; changed since then:\n"
+            + "\n".join(f"  - {c}" for c in changes[:30])
+            + "\nUse --fresh to discard that run and start over, or --output to write elsewhere.")
+
+
+def _check_resources_unchanged(pipeline: Pipeline, recorded: list[dict[str, Any]]) -> None:
+    """A rule file edited while tasks ran may have judged some documents by the old rules and some by the
+    new (a worker reads it when it first builds the stage): such a run is not marked complete."""
+    changes = resource_changes(recorded, pipeline.resources())
+    if changes:
+        raise PipelineError("files the run depends on changed while it ran, so its documents may be judged by "
+                            "both versions:\n" + "\n".join(f"  - {c}" for c in changes[:30])
+                            + "\nRun again with --fresh to judge every document by today's files.")
+
+
+def input_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    before = {(i["source"], i["path"]): i for i in old}
+    after = {(i["source"], i["path"]): i for i in new}
+    out = [f"input added: {p} (source {s})" for s, p in after.keys() - before.keys()]
+    out += [f"input removed: {p} (source {s})" for s, p in before.keys() - after.keys()]
+    for key in sorted(before.keys() & after.keys()):
+        if before[key].get("bytes") != after[key].get("bytes") or before[key].get("mtime") != after[key].get("mtime"):
+            out.append(f"input modified: {key[1]} (size or modification time differs)")
+    return sorted(out)
+
+
+def _record_input_hashes(folder: RunFolder, spec: RunSpec, inputs: list[dict[str, Any]]) -> None:
+    """Attach the sha256 each map0 task computed while reading its input file."""
+    by_path = {i["path"]: i for i in inputs}
+    for shard in spec.shards:
+        marker = folder.read_marker(map_phase(0), shard.key) or {}
+        hashed = marker.get("inputs") or ([marker["input"]] if "input" in marker else [])  # "input": older runs
+        for h in hashed:
+            entry = by_path.get(remote_of(h["path"]) or str(Path(h["path"]).resolve()))
+            if entry is not None:
+                entry["sha256"] = h["sha256"]
+
+
+def input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
+    listing = []
+    for source, files in pipeline.inputs.items():
+        for path, fmt in files:
+            # an input in object storage: as the store listed it, not downloaded; a folder input: its files
+            st = input_stat(path) or folder_stat(path)
+            if st is None:
+                raise FileNotFoundError(path)
+            # an input in object storage by its URI: the same on every machine, whatever its mirror path
+            listing.append({"source": source, "path": remote_of(path) or str(path.resolve()), "format": fmt, "bytes": st.size,
+                            "mtime": int(st.mtime)})
+    return listing
+
+
+def _package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
