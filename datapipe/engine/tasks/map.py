@@ -264,27 +264,17 @@ def _read_piece(spec: RunSpec, folder: RunFolder, shard: Shard, piece: InputRang
 def _first_record(folder: RunFolder, shard: Shard, piece: InputRange) -> int:
     """Records before a range that the reader cannot know by itself: for JSONL, the newlines before
     it (its global line numbering), from the ``lines`` pre-pass markers of the file's earlier ranges
-    (counted here when a marker is missing, e.g. a task run on its own). Parquet and WARC ranges
+    (or, when one is missing, counted here up to the range). Parquet and WARC ranges
     number their records from the file's own structure: 0."""
     if piece.format != "jsonl" or piece.part == 0:
         return 0
     from datapipe.engine.splits import count_newlines
 
     prefix = shard.key.rsplit(".part", 1)[0]
-    total = 0
-    for j in range(piece.part):
-        marker = folder.read_marker(LINES_PHASE, f"{prefix}.part{j:04d}")
-        if marker is None:
-            starts = _range_starts(piece)
-            marker = {"newlines": count_newlines(piece.path, starts[j], starts[j + 1])}
-        total += int(marker["newlines"])
-    return total
-
-
-def _range_starts(piece: InputRange) -> list[int]:
-    """Byte starts of the file's ranges before and including ``piece`` (the planner cuts JSONL evenly)."""
-    step = piece.start // piece.part
-    return [step * j for j in range(piece.part + 1)]
+    markers = [folder.read_marker(LINES_PHASE, f"{prefix}.part{j:04d}") for j in range(piece.part)]
+    if any(m is None for m in markers):  # e.g. a task run on its own: count the bytes before the range
+        return count_newlines(piece.path, 0, piece.start)
+    return sum(int(m["newlines"]) for m in markers)  # type: ignore[index]
 
 
 def count_range_lines(spec: RunSpec, shard: Shard) -> dict[str, Any]:
