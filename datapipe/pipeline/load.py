@@ -30,6 +30,7 @@ from datapipe.config.sections import (  # the sections lower layers take (why ap
     read_yaml,
     yaml_error_text,
 )
+from datapipe.plugins import PluginError
 from datapipe.storage.uri import StorageError, glob_files, is_input_file, is_uri, mirror_of
 
 __all__ = ["ConfigError", "Pipeline", "PipelineConfig", "SourceConfig", "SplitConfig", "TokenizeConfig",
@@ -133,11 +134,18 @@ def load_pipeline(path: str | Path) -> Pipeline:
 
 
 def build_pipeline(raw: Any, base_dir: Path, file: Path | None = None) -> Pipeline:
+    problems: list[str] = []
+    try:
+        return _build(raw, base_dir, file, problems)
+    except PluginError as exc:  # an installed plugin that cannot be used (datapipe/plugins): checking stops there
+        raise ConfigError([*problems, *exc.problems], str(file) if file else None) from None
+
+
+def _build(raw: Any, base_dir: Path, file: Path | None, problems: list[str]) -> Pipeline:
     where = str(file) if file else None
     if not isinstance(raw, dict):
         raise ConfigError([f"the top level must be a mapping of keys (name, sources, stages, ...), got {_show(raw)}"],
                           where)
-    problems: list[str] = []
     config: PipelineConfig | None = None
     try:
         config = PipelineConfig.model_validate(raw)
@@ -180,7 +188,11 @@ def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, s
             problems.append(f"stages[{i}].{kind}: options must be a mapping (use {{}} for defaults), "
                             f"got {_show(options)}")
             continue
-        model = STAGES[kind].Options
+        try:
+            model = STAGES[kind].Options
+        except PluginError as exc:  # a plugin's stage whose module cannot be imported
+            problems.append(f"stages[{i}].{kind}: {exc}")
+            continue
         try:
             out.append((i, kind, model.model_validate(options)))
         except ValidationError as exc:

@@ -1,7 +1,8 @@
 """Reader registry: input format -> its ``ReaderSpec`` (how to read it and everything else about it).
 
 Each reader module declares its format's spec once (``datapipe/readers/spec.py``); this is the one
-list of built-in formats.
+list of built-in formats. Formats of other packages come in through entry points
+(``datapipe/plugins``, ``datapipe/readers/registry.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ READER_SPECS = ReaderRegistry(
 
 
 def reader_spec(fmt: str) -> ReaderSpec:
-    """The spec of a format; KeyError for an unknown one."""
+    """The spec of a format (a plugin's is loaded on first use); KeyError for an unknown one."""
     return READER_SPECS[fmt]
 
 

@@ -1,7 +1,10 @@
-"""The input formats a pipeline may read: the built-in reader specs.
+"""The input formats a pipeline may read: built-in reader specs, then those of installed plugins.
 
-Two formats claiming one suffix (for one source kind), one kind's folders or one kind's archives
-is an error: which reader a file would get could not be told.
+Plugins (entry point group ``datapipe.readers``, ``datapipe/plugins``) are loaded on the first
+lookup of a name that is not built in, or when every format is needed (inferring a format from a
+file name, listing the allowed ones); a run that names only built-in formats imports no plugin.
+A plugin whose name, suffix, folder kind or archive kind clashes with another format's is an
+error: which reader a file would get could not be told.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from datapipe.plugins import READER_GROUP, PluginError, discover
 from datapipe.readers.archives import ARCHIVE_SUFFIXES
 from datapipe.readers.spec import ReaderSpec
 
@@ -21,21 +25,29 @@ class ReaderRegistry(Mapping[str, ReaderSpec]):
         if len(self._builtin) != len(builtins):
             raise ValueError("two built-in reader specs share a format name")
         self._specs = dict(self._builtin)
+        self._origin: dict[str, str] = {}  # plugin format -> its entry point, for error messages
+        self._plugins_loaded = False
         self._suffixes: dict[str, list[tuple[str, str]]] = {}  # kind -> (suffix, format), longest first
         problems = _clashes(self._specs, self._who)
         if problems:
             raise ValueError("; ".join(problems))
 
     def __getitem__(self, fmt: str) -> ReaderSpec:
+        if fmt not in self._specs:
+            self._load_plugins()
         return self._specs[fmt]  # KeyError for an unknown format, as a dict would
 
     def __contains__(self, fmt: object) -> bool:
+        if fmt not in self._specs:
+            self._load_plugins()
         return fmt in self._specs
 
     def __iter__(self) -> Iterator[str]:
+        self._load_plugins()
         return iter(list(self._specs))
 
     def __len__(self) -> int:
+        self._load_plugins()
         return len(self._specs)
 
     def replace(self, spec: ReaderSpec) -> None:
@@ -60,6 +72,7 @@ class ReaderRegistry(Mapping[str, ReaderSpec]):
 
     def _suffix_table(self, kind: str) -> list[tuple[str, str]]:
         if kind not in self._suffixes:
+            self._load_plugins()
             # (length, kind-specific first): ".warc.wet.gz" wins over ".gz", paper's ".gz" over a general one
             entries = [(len(s), 0, s, f) for f, spec in self._specs.items() for s in spec.kind_suffixes.get(kind, ())]
             entries += [(len(s), 1, s, f) for f, spec in self._specs.items() for s in spec.suffixes]
@@ -67,8 +80,40 @@ class ReaderRegistry(Mapping[str, ReaderSpec]):
             self._suffixes[kind] = [(s, f) for _, _, s, f in entries]
         return self._suffixes[kind]
 
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        found: dict[str, ReaderSpec] = {}
+        problems: list[str] = []
+        for name, plugin in discover(READER_GROUP).items():
+            if name in self._builtin:
+                problems.append(f"{plugin.describe()} clashes with the built-in format {name!r}; the plugin "
+                                f"must register its reader under another name")
+                continue
+            try:
+                spec = plugin.load()
+            except PluginError as exc:
+                problems += exc.problems
+                continue
+            if not isinstance(spec, ReaderSpec):
+                problems.append(f"{plugin.describe()} is a {type(spec).__name__}, not a "
+                                f"datapipe.readers.spec.ReaderSpec")
+            elif spec.format != name:
+                problems.append(f"{plugin.describe()} declares format {spec.format!r}; the entry point's name "
+                                f"must be the format's")
+            else:
+                found[name] = spec
+                self._origin[name] = plugin.describe()
+        specs = {**self._specs, **found}
+        problems += _clashes(specs, self._who)
+        if problems:  # every plugin problem at once; raised again on the next lookup
+            raise PluginError(*problems)
+        self._specs = specs
+        self._suffixes.clear()
+        self._plugins_loaded = True
+
     def _who(self, fmt: str) -> str:
-        return f"built-in reader {fmt!r}"
+        return f"reader {fmt!r} ({self._origin[fmt]})" if fmt in self._origin else f"built-in reader {fmt!r}"
 
 
 def _clashes(specs: dict[str, ReaderSpec], who: Callable[[str], str]) -> list[str]:

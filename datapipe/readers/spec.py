@@ -4,7 +4,8 @@ Every place that needs to know something about a format asks its ``ReaderSpec`` 
 registry in ``datapipe/readers/__init__.py``): format inference from names, folders and archives,
 the options check, whether an object in object storage is read in place, how the engine may cut a
 large file into ranges, the record-numbering pre-pass of split files, and the field probe of
-``validate``. A new input format is one module declaring a spec plus one registration line.
+``validate``. A new input format is one module declaring a spec plus one registration line (or an
+entry point in group ``datapipe.readers`` of another package: ``datapipe/plugins``).
 """
 
 from __future__ import annotations
