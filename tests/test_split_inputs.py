@@ -294,3 +294,23 @@ def test_split_settings_are_validated_with_their_yaml_key(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as err:
         load_pipeline(write_pipeline(tmp_path, config))
     assert "split.target_bytes" in str(err.value) and "split.chunk: unknown key" in str(err.value)
+
+
+def test_a_later_range_without_pre_pass_markers_numbers_its_lines_from_the_file(tmp_path: Path) -> None:
+    """A range run without the ``lines`` markers (a task on its own) counts the newlines before it.
+    Even cuts of 30,002 bytes in 3 are 0, 10,000 and 20,001, and byte 20,000 ends a line: a count
+    that guessed the starts as multiples of the first (0, 10,000, 20,000) missed that newline."""
+    def line(n: int) -> bytes:
+        return b'{"text": "' + b"a" * (n - 13) + b'"}\n'
+
+    data = line(100) * 199 + line(101) + line(100) * 99 + line(101)  # 20,001 + 10,001 bytes
+    assert len(data) == 30_002 and data[20_000:20_001] == b"\n"
+    (tmp_path / "big.jsonl").write_bytes(data)
+    pipeline = load_pipeline(write_pipeline(tmp_path, {"name": "t", "sources": [{"name": "s", "paths": ["big.jsonl"]}],
+                                                       "split": {"target_bytes": 10_001}}))
+    spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
+    assert [s.inputs[0].start for s in spec.shards] == [0, 10_000, 20_001]
+    for shard in spec.shards:
+        map_shard(spec, shard, spec.segments[0])
+    ids = [r["id"] for r in _map_outputs(tmp_path / "out")["docs"]]
+    assert sorted(ids) == sorted(f"s/big.jsonl#L{n}" for n in range(1, 301))

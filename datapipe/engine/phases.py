@@ -1,6 +1,7 @@
 """The run as data: the ordered phases of a ``RunSpec``, each with its tasks, resources and task function.
 
-    lines                   newlines per JSONL range, when a large JSONL file is split (pre-pass)
+    lines                   records per range of a split file whose format numbers them across the
+                            file (JSONL lines; ReaderSpec.prepass_count): a pre-pass
     map<i>                  one task per input shard: read or load, stages, compute the next global stage
     shuffle<i>[r<r>]        a global stage's ``PartitionStep``: one task per partition, per round (none
                             in a round after one that forwarded nothing)
@@ -23,6 +24,7 @@ from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.tasks.map import count_range_lines, map_shard
 from datapipe.engine.tasks.pack import pack_range
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.readers import reader_spec
 from datapipe.run_folder.layout import (
     LINES_PHASE,
     PACK_PHASE,
@@ -62,7 +64,7 @@ class Phase:
 def plan_phases(spec: RunSpec) -> list[Phase]:
     """Every phase of the run, in the order they run."""
     phases: list[Phase] = []
-    if lines := line_tasks(spec):  # global line numbers for JSONL ranges: a cheap parallel pre-pass
+    if lines := line_tasks(spec):  # global record numbers (JSONL lines) for ranges: a cheap parallel pre-pass
         phases.append(Phase(LINES_PHASE, count_range_lines, tuple(Task(s.key, (s,)) for s in lines),
                             {"num_cpus": 1, "scheduling_strategy": "SPREAD"}, "ranges"))
     for segment in spec.segments:
@@ -131,9 +133,10 @@ def largest_first(shards: tuple[Shard, ...]) -> list[Shard]:
 
 
 def line_tasks(spec: RunSpec) -> list[Shard]:
-    """Ranges of split JSONL files whose newline count a later range needs (every one but the last)."""
-    return [s for s in spec.shards
-            if len(s.inputs) == 1 and s.format == "jsonl" and s.inputs[0].part < s.inputs[0].parts - 1]
+    """Ranges of split files whose record count a later range needs (every one but the last), where
+    the format numbers records across the file (``ReaderSpec.prepass_count``)."""
+    return [s for s in spec.shards if len(s.inputs) == 1 and s.inputs[0].part < s.inputs[0].parts - 1
+            and reader_spec(s.format).prepass_count is not None]
 
 
 def _pack_tasks(folder: RunFolder, spec: RunSpec) -> tuple[Task, ...] | None:

@@ -3,28 +3,19 @@
 One input file used to be one map task, so a 20 GB JSONL used one core. Here each source's
 files, in the run's order, become *pieces* of about ``split.target_bytes`` (at most 10% over it):
 
-- plain JSONL: byte ranges ``[start, end)``. A range owns the lines that *start* in it (Hadoop
-  style): it skips the partial line at its start and reads through the line straddling its end,
-  so any cut works and the planner reads nothing. Record ids use global line numbers (``#L<n>``),
-  so a range needs the number of newlines before it: a parallel pre-pass (phase ``lines``, one
-  task per range) counts each range's newlines once, and a range adds up the counts of the ranges
-  before it (k small marker reads for range k; every byte is counted once: linear, not quadratic).
-  Compressed JSONL (.gz/.zst/.bz2/.xz) cannot be entered mid-stream without an index: one task.
-- Parquet: ranges of whole row groups (sized by their compressed bytes); record ids are global
-  row indexes, which the footer gives for free.
-- WARC/WET/WAT gzipped per record: cuts move forward to the next gzip member whose header checks
-  out and whose first bytes decompress to ``WARC/1.``; ids are member offsets, so a range
-  ``[start, end)`` owns the records whose member starts in it. Plain WARC: cuts move to the next
-  ``WARC/1.`` header at a line start whose Content-Length lands on the next header (or the end).
-  A file gzipped as one member (or an ARC file) has no such points: one task. Known limit: in a
-  hostile file whose record lies about its Content-Length across a cut, the whole-file read may
-  frame the bytes around the cut differently (the checked boundary makes this unlikely, not impossible).
+- a file whose format can be split (its reader spec declares ``split_points``) is cut into
+  ranges: the planner chooses how many (even byte cuts), the format moves each cut to where a
+  record starts or plans its own units (the JSONL, Parquet and WARC modules in datapipe/readers
+  say how). Where record ids count records from the file's start (JSONL line numbers), a range
+  needs the count before it: a parallel pre-pass (phase ``lines``, one task per range but the
+  last, the spec's ``prepass_count``) counts each range once, and a range adds up the counts of
+  the ranges before it (k small marker reads for range k; linear, not quadratic).
 - Whole files smaller than the target are grouped, consecutively within a source, until the
   group reaches the target: a thousand 100 KB files are a handful of tasks, not a thousand.
 
 An input in object storage is planned without a download: its size comes from the store's
-listing, and the few bytes planning looks at (a Parquet footer, a window after each WARC cut) are
-ranged reads (``storage.input_stat``, ``storage.open_input``). A JSONL needs no read at all.
+listing, and the few bytes a format's split points look at (a Parquet footer, a window after each
+WARC cut) are ranged reads (``storage.input_stat``, ``storage.open_input``).
 
 Ranges and groups keep the run's global order (sources, then sorted files, then ranges), so row
 keys, dedup's "earliest" survivor and packing order are those of an unsplit run: outputs are
@@ -34,20 +25,14 @@ identical, only the task layout differs.
 from __future__ import annotations
 
 import math
-import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from datapipe.pipeline.load import SplitConfig
-from datapipe.readers.streams import SCAN, LineRange, count_newlines
-from datapipe.storage.uri import folder_stat, input_stat, is_input_file, open_input, parquet_source
+from datapipe.readers import reader_spec
+from datapipe.storage.uri import folder_stat, input_stat, is_input_file
 
-__all__ = ["InputRange", "LineRange", "count_newlines", "effective_target", "group_pieces", "plan_file", "task_key"]
-
-COMPRESSED = (".gz", ".zst", ".bz2", ".xz")
+__all__ = ["InputRange", "effective_target", "group_pieces", "plan_file", "task_key"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +43,7 @@ class InputRange:
     input_name: str
     format: str
     file_index: int  # position among the source's files
-    start: int = 0  # byte offset (jsonl, warc) or first row group (parquet)
+    start: int = 0  # byte offset, or the format's own unit (ReaderSpec.split_unit: Parquet row groups)
     end: int | None = None  # exclusive; None: to the end of the file
     part: int = 0  # position among the file's ranges
     parts: int = 1
@@ -95,22 +80,16 @@ def plan_file(path: str, input_name: str, fmt: str, file_index: int, target: int
         return [InputRange(path, input_name, fmt, file_index)]
     size = st.size
     whole = [InputRange(path, input_name, fmt, file_index, nbytes=size)]
-    if fmt == "parquet":
-        bounds = _parquet_bounds(p, target)
-    elif range_count(size, target) == 1:
-        return whole
-    elif fmt == "jsonl" and not p.name.lower().endswith(COMPRESSED):
-        bounds = even_cuts(size, target)
-    elif fmt in ("warc", "wet", "wat"):
-        bounds = _warc_bounds(p, size, target)
-    else:
-        return whole
-    bounds = sorted(set(bounds) | {0})
+    spec = reader_spec(fmt)
+    in_bytes = spec.split_unit == "bytes"
+    if spec.split_points is None or in_bytes and range_count(size, target) == 1:
+        return whole  # nothing to cut, and nothing read to find that out
+    bounds = sorted(set(spec.split_points(p, size, target, even_cuts(size, target))) | {0})
     if len(bounds) < 2:
         return whole
     ends: list[int | None] = [*bounds[1:], None]
-    # Parquet bounds are row groups, sized by _parquet_bounds near the target: an even share will do.
-    sizes = [size // len(bounds)] * len(bounds) if fmt == "parquet" else [(e or size) - s for s, e in zip(bounds, ends)]
+    # Bounds in the format's own units (row groups) were planned near the target: an even share will do.
+    sizes = [(e or size) - s for s, e in zip(bounds, ends)] if in_bytes else [size // len(bounds)] * len(bounds)
     return [InputRange(path, input_name, fmt, file_index, s, e, k, len(bounds), n)
             for k, (s, e, n) in enumerate(zip(bounds, ends, sizes))]
 
@@ -167,126 +146,3 @@ def task_key(source: str, pieces: tuple[InputRange, ...]) -> str:
     if not first.whole:
         return f"{source}/{first.file_index:05d}.part{first.part:04d}"
     return f"{source}/{first.file_index:05d}"
-
-
-# --- Parquet: row groups ----------------------------------------------------------
-
-def _parquet_bounds(path: Path, target: int) -> list[int]:
-    try:
-        meta = pq.ParquetFile(parquet_source(path)).metadata  # the footer only
-    except Exception:  # noqa: BLE001 - unreadable: one task, and the reader makes it a reject
-        return [0]
-    bounds, size = [0], 0
-    for g in range(meta.num_row_groups):
-        rg = meta.row_group(g)
-        n = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
-        if size and size + n > target:
-            bounds.append(g)
-            size = 0
-        size += n
-    return bounds
-
-
-def parquet_first_row(path: str, first_group: int) -> int:
-    meta = pq.ParquetFile(parquet_source(path)).metadata
-    return sum(meta.row_group(g).num_rows for g in range(first_group))
-
-
-# --- WARC: record boundaries ---------------------------------------------------------
-
-_GZIP = b"\x1f\x8b\x08"
-_PROBE = 16 << 10  # first window after a cut (a record boundary is usually that close)
-
-
-def _warc_bounds(path: Path, size: int, target: int) -> list[int]:
-    with open_input(path, buffer=0) as f:  # on a store: one ranged read per window, nothing read ahead
-        head = f.read(64)
-        gzipped = head.startswith(b"\x1f\x8b")
-        if _arc_like(head, gzipped):
-            return [0]
-        bounds = [0]
-        for cut in even_cuts(size, target)[1:]:
-            if cut <= bounds[-1]:
-                continue
-            b = _next_member(f, cut, size) if gzipped else _next_header(f, cut, size)
-            if b is None:
-                break
-            if b > bounds[-1]:
-                bounds.append(b)
-        return bounds
-
-
-def _arc_like(head: bytes, gzipped: bool) -> bool:
-    if gzipped:
-        try:
-            head = zlib.decompressobj(31).decompress(head, 16)
-        except zlib.error:
-            return True  # not something we can enter mid-file safely
-    return head.startswith(b"filedesc://")
-
-
-def _windows(f, start: int, size: int, overlap: int) -> Iterator[tuple[int, int, bytes]]:  # type: ignore[no-untyped-def]
-    """(position, width, bytes) of consecutive windows from ``start``: a match is looked for in the
-    first ``width`` bytes, the ``overlap`` after them lets one that straddles be found. Windows
-    start small and double up to SCAN: a boundary is usually near the cut, and on object storage
-    every byte read is fetched."""
-    pos, width = start, _PROBE
-    while pos < size:
-        f.seek(pos)
-        data = f.read(width + overlap)
-        if not data:
-            return
-        yield pos, width, data
-        pos += width
-        width = min(width * 2, SCAN)
-
-
-def _next_member(f, cut: int, size: int) -> int | None:  # type: ignore[no-untyped-def]
-    """The first offset >= cut where a gzip member starts that decompresses to a WARC header."""
-    for pos, width, data in _windows(f, cut, size, 4096):
-        i = data.find(_GZIP)
-        while 0 <= i < width:
-            try:  # the window holds the member's first 4 KiB (its overlap): no second read
-                out = zlib.decompressobj(31).decompress(data[i:i + 4096], 16)
-            except zlib.error:
-                out = b""
-            if out.startswith(b"WARC/1."):
-                return pos + i
-            i = data.find(_GZIP, i + 1)
-    return None
-
-
-def _next_header(f, cut: int, size: int) -> int | None:  # type: ignore[no-untyped-def]
-    """The first offset >= cut of a ``WARC/1.`` line whose Content-Length leads to the next header."""
-    for pos, width, data in _windows(f, cut - 1, size, 8192):
-        i = data.find(b"\nWARC/1.")
-        while 0 <= i < width:
-            at = pos + i + 1
-            if at >= cut and _header_chains(f, at, size):
-                return at
-            i = data.find(b"\nWARC/1.", i + 1)
-    return None
-
-
-def _header_chains(f, at: int, size: int) -> bool:  # type: ignore[no-untyped-def]
-    f.seek(at)
-    block = f.read(8192)  # a WARC header is rarely longer; up to 64 KiB when it is
-    end = block.find(b"\r\n\r\n")
-    if end < 0:
-        f.seek(at)
-        block = f.read(65536)
-        end = block.find(b"\r\n\r\n")
-    if end < 0:
-        return False
-    length = None
-    for line in block[:end].split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length" and value.strip().isdigit():
-            length = int(value.strip())
-    if length is None:
-        return False
-    nxt = at + end + 4 + length
-    if nxt >= size - 4:
-        return True
-    f.seek(nxt)
-    return f.read(64).lstrip(b"\r\n").startswith(b"WARC/1.")

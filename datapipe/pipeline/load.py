@@ -30,7 +30,8 @@ from datapipe.config.sections import (  # the sections lower layers take (why ap
     read_yaml,
     yaml_error_text,
 )
-from datapipe.storage.uri import PROBE_BUFFER, StorageError, glob_files, is_input_file, is_uri, mirror_of, parquet_source
+from datapipe.plugins import PluginError
+from datapipe.storage.uri import StorageError, glob_files, is_input_file, is_uri, mirror_of
 
 __all__ = ["ConfigError", "Pipeline", "PipelineConfig", "SourceConfig", "SplitConfig", "TokenizeConfig",
            "build_pipeline", "load_pipeline", "read_yaml", "yaml_error_text"]
@@ -137,11 +138,18 @@ def load_pipeline(path: str | Path) -> Pipeline:
 
 
 def build_pipeline(raw: Any, base_dir: Path, file: Path | None = None) -> Pipeline:
+    problems: list[str] = []
+    try:
+        return _build(raw, base_dir, file, problems)
+    except PluginError as exc:  # an installed plugin that cannot be used (datapipe/plugins): checking stops there
+        raise ConfigError([*problems, *exc.problems], str(file) if file else None) from None
+
+
+def _build(raw: Any, base_dir: Path, file: Path | None, problems: list[str]) -> Pipeline:
     where = str(file) if file else None
     if not isinstance(raw, dict):
         raise ConfigError([f"the top level must be a mapping of keys (name, sources, stages, ...), got {_show(raw)}"],
                           where)
-    problems: list[str] = []
     config: PipelineConfig | None = None
     try:
         config = PipelineConfig.model_validate(raw)
@@ -184,7 +192,11 @@ def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, s
             problems.append(f"stages[{i}].{kind}: options must be a mapping (use {{}} for defaults), "
                             f"got {_show(options)}")
             continue
-        model = STAGES[kind].Options
+        try:
+            model = STAGES[kind].Options
+        except PluginError as exc:  # a plugin's stage whose module cannot be imported
+            problems.append(f"stages[{i}].{kind}: {exc}")
+            continue
         try:
             out.append((i, kind, model.model_validate(options)))
         except ValidationError as exc:
@@ -213,7 +225,7 @@ def _check_stage_resources(pipeline: Pipeline, checked: list[tuple[int, str, Bas
 
 
 def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[tuple[Path, str]]]:
-    from datapipe.readers import DIRECTORY_FORMATS, READERS, infer_format
+    from datapipe.readers import READER_SPECS, infer_format
 
     inputs: dict[str, list[tuple[Path, str]]] = {}
     for i, src in enumerate(pipeline.config.sources):
@@ -230,8 +242,8 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
             else:
                 resolved = str(pipeline.resolve(pattern))
                 matched = sorted(Path(m) for m in glob.glob(resolved, recursive=True))
-                matched = [m for m in matched if m.is_file()
-                           or m.is_dir() and (src.format or infer_format(m, src.kind)) in DIRECTORY_FORMATS]
+                matched = [m for m in matched
+                           if m.is_file() or m.is_dir() and _reads_folders(src.format or infer_format(m, src.kind))]
             if not matched:
                 problems.append(f"sources[{i}].paths[{j}]: {pattern!r} matches no file "
                                 + ("in object storage" if is_uri(pattern) else
@@ -244,10 +256,11 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
             fmt = src.format or infer_format(f, src.kind)
             if fmt is None:
                 problems.append(f"sources[{i}].format: cannot infer the format of {f.name}; "
-                                f"set format to one of: {', '.join(sorted(READERS))}")
+                                f"set format to one of: {', '.join(sorted(READER_SPECS))}")
                 break
-            if fmt not in READERS:
-                problems.append(f"sources[{i}].format: {fmt!r} is not supported; allowed: {', '.join(sorted(READERS))}")
+            if fmt not in READER_SPECS:
+                problems.append(f"sources[{i}].format: {fmt!r} is not supported; "
+                                f"allowed: {', '.join(sorted(READER_SPECS))}")
                 break
             entries.append((f, fmt))
         inputs[src.name] = entries
@@ -267,56 +280,42 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
     return inputs
 
 
+def _reads_folders(fmt: str | None) -> bool:
+    from datapipe.readers import READER_SPECS
+
+    return fmt is not None and fmt in READER_SPECS and READER_SPECS[fmt].folders
+
+
 def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]], problems: list[str]) -> None:
     """A text field no record has rejects every document as missing_text_field: look at the first file.
 
-    Only the first records of the first JSONL or Parquet file are read (validation stays fast); the
-    field counts as present when any of the first 20 records has it.
+    Only the first file whose format can be probed is read (its spec's ``probe_fields``: a Parquet
+    footer, the first 20 records of a JSONL, where the field counts as present when any has it), so
+    validation stays fast.
     """
+    from datapipe.readers import reader_spec
+
     field = src.options.get("content_field") or src.text_field
     key = f"sources[{i}].options.content_field" if src.options.get("content_field") else f"sources[{i}].text_field"
-    first = next(((f, fmt) for f, fmt in entries if fmt in ("jsonl", "parquet") and is_input_file(f)), None)
+    first = next(((f, reader_spec(fmt)) for f, fmt in entries
+                  if reader_spec(fmt).probe_fields is not None and is_input_file(f)), None)
     if first is None or not isinstance(field, str):
         return
-    path, fmt = first
+    path, spec = first
     try:
-        names = _first_fields(path, fmt)
+        names = spec.probe_fields(path)  # type: ignore[misc]
     except Exception:  # an unreadable file is the reader's business: it becomes an unreadable_input reject
         return
     if names is not None and field not in names:
         shown = ", ".join(sorted(names)[:20]) or "none"
-        what = "column of" if fmt == "parquet" else "field of the first records of"
-        problems.append(f"{key}: {field!r} is not a {what} {path} (fields: {shown}); every document would be "
-                        f"rejected as missing_text_field")
-
-
-def _first_fields(path: Path, fmt: str, records: int = 20) -> set[str] | None:
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        return set(pq.ParquetFile(parquet_source(path)).schema_arrow.names)  # the footer only
-    from datapipe.readers.streams import open_maybe_compressed
-
-    names: set[str] = set()
-    seen = 0
-    with open_maybe_compressed(path, PROBE_BUFFER) as stream:  # an object: its first bytes only
-        for raw in stream:
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                names |= set(obj)
-                seen += 1
-                if seen >= records:
-                    break
-    return names if seen else None
+        problems.append(f"{key}: {field!r} is not a {spec.probed_as} {path} (fields: {shown}); every document "
+                        f"would be rejected as missing_text_field")
 
 
 def _validate_reader_options(i: int, src: SourceConfig, fmt: str, base_dir: Path, problems: list[str]) -> None:
-    from datapipe.readers import READER_OPTIONS
+    from datapipe.readers import reader_spec
 
-    model = READER_OPTIONS.get(fmt)
+    model = reader_spec(fmt).options
     if model is None:
         if src.options:
             problems.append(f"sources[{i}].options: the {fmt} reader takes no options, got {sorted(src.options)}")

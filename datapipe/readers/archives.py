@@ -42,6 +42,9 @@ class Caps:
     max_members: int = 1_000_000  # file members read from one archive (limits.max_archive_members)
 
 
+# Names of the archives read here: an input so named is a folder packed, its format from the source kind.
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
+
 # Problems that end an archive: one row stands for every member not read.
 ARCHIVE_PROBLEMS = ("corrupt_archive", "archive_too_large", "too_many_members", "empty_archive")
 

@@ -36,6 +36,7 @@ from datapipe.license.code_repos import is_license_file
 from datapipe.readers.archives import ARCHIVE_PROBLEMS, Caps, Member, MemberIds, clean_name, iter_archive
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
+from datapipe.readers.spec import ReaderSpec
 
 PAPER_COLUMNS = {"arxiv_id": "string", "license_url": "string", "categories": "string", "license_files": "string"}
 LICENSE_FILE_BYTES = 64 << 10  # as for code: a licence text is far shorter
@@ -403,3 +404,9 @@ def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         out.add_row(main, text, path=main, **(cols | {"license_files": licenses_beside(main, licenses)}))
     if (last := out.flush()) is not None:
         yield last
+
+
+# arXiv ships single-file sources as a bare gzipped .tex (1603.07285.gz): in a paper source, a .gz no
+# other format claims by a longer suffix (.jsonl.gz) is one.
+SPEC = ReaderSpec("arxiv", read_arxiv, ArxivOptions, suffixes=(".tex.gz", ".tex"), kind_suffixes={"paper": (".gz",)},
+                  folders=True, folder_kinds=frozenset({"paper"}), archive_kinds=frozenset({"paper"}))

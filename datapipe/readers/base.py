@@ -37,11 +37,11 @@ class InputFile:
     name: str  # how ids and provenance name the file: relative to the pipeline file when inside it
     source: SourceConfig
     limits: ReadLimits = DEFAULT_LIMITS  # the pipeline's `limits:` caps
-    # A part of the file (engine/splits.py): readers that can be split (jsonl, parquet, warc) read
-    # only it, numbering records as in the whole file; the others never get a range.
-    start: int = 0  # byte offset, or first row group for Parquet
+    # A part of the file (engine/splits.py): readers whose spec declares split points (jsonl, parquet,
+    # warc) read only it, numbering records as in the whole file; the others never get a range.
+    start: int = 0  # byte offset, or the spec's split unit (first row group for Parquet)
     end: int | None = None  # exclusive; None: to the end
-    first_record: int = 0  # JSONL: newlines before ``start`` (for global line numbers)
+    first_record: int = 0  # the spec's prepass_count before ``start`` (JSONL: newlines, for global line numbers)
     ranged: bool = False
 
 

@@ -28,9 +28,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from datapipe.license.code_repos import is_license_file
 from datapipe.license.metadata import is_metadata_file
 from datapipe.license.readme import is_readme, license_section
-from datapipe.readers.archives import ARCHIVE_PROBLEMS, Caps, Member, MemberIds, clean_name, iter_archive
+from datapipe.readers.archives import (
+    ARCHIVE_PROBLEMS,
+    ARCHIVE_SUFFIXES,
+    Caps,
+    Member,
+    MemberIds,
+    clean_name,
+    iter_archive,
+)
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
+from datapipe.readers.spec import ReaderSpec
 
 CODE_COLUMNS = {"repo": "string", "code_language": "string", "repo_license_files": "string"}
 LICENSE_FILE_BYTES = 64 << 10
@@ -227,7 +236,7 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
                 max_members=limits.max_archive_members)
     is_dir = file.path.is_dir()
     name = file.path.name
-    for ext in (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip"):
+    for ext in ARCHIVE_SUFFIXES:
         if name.lower().endswith(ext):
             name = name[: -len(ext)]
     default_repo = opts.repo or clean_name(name)[0]
@@ -301,3 +310,8 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
             yield out.flush()  # type: ignore[misc]
     if (last := out.flush()) is not None:
         yield last
+
+
+# A repository is a folder or an archive of one in a source of kind code; it has no suffix of its own.
+SPEC = ReaderSpec("repo", read_repo, RepoOptions, folders=True, folder_kinds=frozenset({"code"}),
+                  archive_kinds=frozenset({"code"}))

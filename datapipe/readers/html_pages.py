@@ -23,6 +23,7 @@ from datapipe.config.limits import ReadLimits
 from datapipe.readers.archives import clean_name
 from datapipe.readers.base import InputFile, ReadBatch, describe_error
 from datapipe.readers.columns import ColumnsBuilder
+from datapipe.readers.spec import ReaderSpec
 
 # WHATWG-style supersets: a page labelled gb2312 is decoded as GB18030, Shift_JIS as cp932, ...
 _ALIASES = {
@@ -236,3 +237,8 @@ WEB_COLUMNS = {"domain": "string", "warc_record_id": "string", "fetch_date": "st
 
 def web_builder(file: InputFile, batch_size: int) -> ColumnsBuilder:
     return ColumnsBuilder.create(file, batch_size, WEB_COLUMNS)
+
+
+# A page file, or a folder of them (a saved site) in a source of kind web.
+SPEC = ReaderSpec("html", read_html, HtmlOptions, suffixes=(".html", ".htm", ".xhtml"), folders=True,
+                  folder_kinds=frozenset({"web"}))

@@ -3,18 +3,38 @@
 Every line is read with a bounded buffer (``limits.max_record_bytes``), checked for nesting
 depth before it is parsed (``limits.max_json_depth``), and anything that goes wrong with one
 line becomes a reject of that line: the lines after it are still read.
+
+Split (engine/splits.py): a plain JSONL is cut into byte ranges anywhere. A range owns the lines
+that *start* in it (Hadoop style): it skips the partial line at its start and reads through the
+line straddling its end (``streams.LineRange``), so planning reads nothing. Record ids use global
+line numbers (``#L<n>``), so a range needs the number of newlines before it: a parallel pre-pass
+counts each range's newlines once (``prepass_count``) and a range adds up the counts of the ranges
+before it. Compressed JSONL (.gz/.zst/.bz2/.xz) cannot be entered mid-stream without an index: one task.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import IO
 
 from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
+from datapipe.readers.code_repos import TableOptions
 from datapipe.readers.jsondepth import depth_exceeds, may_exceed_depth, must_check_before_parsing
 from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
-from datapipe.readers.streams import InputTooLarge, LineRange, LineTooLong, bounded_lines, open_maybe_compressed
+from datapipe.readers.spec import ReaderSpec
+from datapipe.readers.streams import (
+    InputTooLarge,
+    LineRange,
+    LineTooLong,
+    bounded_lines,
+    count_newlines,
+    open_maybe_compressed,
+)
+from datapipe.storage.uri import PROBE_BUFFER
+
+COMPRESSED = (".gz", ".zst", ".bz2", ".xz")
 
 
 def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
@@ -129,3 +149,33 @@ def _raw_depth_exceeds(raw: bytes, max_depth: int) -> bool:
         elif b in (0x7D, 0x5D):
             depth -= 1
     return False
+
+
+def split_points(path: Path, size: int, target: int, cuts: list[int]) -> list[int]:
+    """Any byte cut of a plain file will do (a range owns the lines starting in it); none of a compressed one."""
+    return [0] if path.name.lower().endswith(COMPRESSED) else cuts
+
+
+def first_fields(path: Path, records: int = 20) -> set[str] | None:
+    """Field names of the first ``records`` JSON objects (None when no line is one)."""
+    names: set[str] = set()
+    seen = 0
+    with open_maybe_compressed(path, PROBE_BUFFER) as stream:  # an object: its first bytes only
+        for raw in stream:
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                names |= set(obj)
+                seen += 1
+                if seen >= records:
+                    break
+    return names if seen else None
+
+
+SPEC = ReaderSpec(
+    "jsonl", read_jsonl, TableOptions,
+    suffixes=(".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".jsonl.xz", ".json.gz", ".jsonl", ".ndjson", ".json"),
+    streamed=True, split_points=split_points, prepass_count=count_newlines, probe_fields=first_fields,
+)

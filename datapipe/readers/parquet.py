@@ -7,11 +7,15 @@ over ``limits.max_record_bytes`` is rejected as ``record_too_large``, and cells 
 valid UTF-8 as ``invalid_utf8`` (Arrow would otherwise carry them into every stage). Note
 that Arrow decodes a whole row group column at once, so a huge cell is in memory while its
 row group is read: the cap bounds what stages see, not what Parquet decoding costs.
+
+Split (engine/splits.py): ranges of whole row groups, sized by their compressed bytes from the
+footer; record ids are global row indexes, which the footer gives for free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +23,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
+from datapipe.readers.code_repos import TableOptions
 from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
+from datapipe.readers.spec import ReaderSpec
 from datapipe.schema import BASE_SCHEMA, doc_id
 from datapipe.storage.uri import parquet_source
 
@@ -171,3 +177,30 @@ def _to_docs(text: pa.Array, url: pa.Array, file: InputFile, positions: np.ndarr
          pa.array([file.name] * n, pa.string())],
         schema=BASE_SCHEMA,
     )
+
+
+def split_points(path: Path, size: int, target: int, cuts: list[int]) -> list[int]:
+    """First row groups of ranges of about ``target`` compressed bytes (from the footer only)."""
+    try:
+        meta = pq.ParquetFile(parquet_source(path)).metadata
+    except Exception:  # noqa: BLE001 - unreadable: one task, and the reader makes it a reject
+        return [0]
+    bounds, held = [0], 0  # compressed bytes of the range being planned
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        n = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+        if held and held + n > target:
+            bounds.append(g)
+            held = 0
+        held += n
+    return bounds
+
+
+def columns(path: Path) -> set[str]:
+    return set(pq.ParquetFile(parquet_source(path)).schema_arrow.names)  # the footer only
+
+
+SPEC = ReaderSpec(
+    "parquet", read_parquet, TableOptions, suffixes=(".parquet", ".pq"), streamed=True,
+    split_points=split_points, split_unit="row_groups", probe_fields=columns, probed_as="column of",
+)

@@ -36,7 +36,9 @@ from datapipe.config.limits import ReadLimits
 from datapipe.readers.base import InputFile, ReadBatch, describe_error
 from datapipe.readers.columns import ColumnsBuilder
 from datapipe.readers.html_pages import HtmlOptions, decode_html, extract_text, license_hints, parse_checked, web_builder
+from datapipe.readers.spec import ReaderSpec
 from datapipe.readers.warc_framing import DecompressedStream, Framed, WarcFramer
+from datapipe.readers.warc_splits import split_points
 from datapipe.storage.uri import open_input
 
 log = logging.getLogger(__name__)
@@ -316,3 +318,12 @@ def read_wet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
 
 def read_wat(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     return _read(file, batch_size, "wat")
+
+
+# WARC and ARC (told apart by their first bytes); WET and WAT take no options.
+WARC = ReaderSpec("warc", read_warc, HtmlOptions, suffixes=(".warc.gz", ".warc", ".arc.gz", ".arc"), streamed=True,
+                  split_points=split_points)
+WET = ReaderSpec("wet", read_wet, suffixes=(".warc.wet.gz", ".wet.gz", ".wet"), streamed=True,
+                 split_points=split_points)
+WAT = ReaderSpec("wat", read_wat, suffixes=(".warc.wat.gz", ".wat.gz", ".wat"), streamed=True,
+                 split_points=split_points)

@@ -3,6 +3,10 @@
 Stage modules are imported when a stage type is first looked up, not with this package: a Ray
 worker then imports only the stages its pipeline uses (decontaminate's and minhash's numba
 kernels, for example, cost seconds and tens of MB to import), and so does the CLI.
+
+Stage types of other packages come through entry points in group ``datapipe.stages``
+(``name = "module:StageClass"``, ``datapipe/plugins``): found on the first lookup of a name that is
+not built in (or when every name is listed), imported when first looked up, like the built-in ones.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, MutableMapping
 
+from datapipe.plugins import STAGE_GROUP, Plugin, PluginError, discover
 from datapipe.stages.base import Decision, Resources, Stage, StageContext, StageOptions
 from datapipe.stages.global_stage import (
     CombineStep,
@@ -39,11 +44,13 @@ _REGISTRY: dict[str, tuple[str, str]] = {
 
 class _LazyStages(MutableMapping[str, type[Stage]]):
     """Stage name -> class, importing a stage's module on first lookup. Assignable like a dict
-    (tests register stages of their own)."""
+    (tests register stages of their own). Installed plugins' stages are added on the first lookup
+    of a name not registered here."""
 
     def __init__(self, registry: dict[str, tuple[str, str]]) -> None:
         self._registry = dict(registry)
         self._loaded: dict[str, type[Stage]] = {}
+        self._plugins: dict[str, Plugin] | None = None  # None: entry points not read yet
 
     def __setitem__(self, name: str, cls: type[Stage]) -> None:
         self._registry[name] = (cls.__module__, cls.__qualname__)
@@ -55,18 +62,41 @@ class _LazyStages(MutableMapping[str, type[Stage]]):
 
     def __getitem__(self, name: str) -> type[Stage]:
         if name not in self._loaded:
-            module, cls = self._registry[name]  # KeyError for an unknown name, as a dict would
-            self._loaded[name] = getattr(importlib.import_module(module), cls)
+            if name in self._registry:
+                module, cls = self._registry[name]
+                self._loaded[name] = getattr(importlib.import_module(module), cls)
+            else:
+                self._loaded[name] = _plugin_stage(self._discovered()[name])  # KeyError for an unknown name
         return self._loaded[name]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._registry
+        return name in self._registry or name in self._discovered()
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._registry)
+        return iter([*self._registry, *(n for n in self._discovered() if n not in self._registry)])
 
     def __len__(self) -> int:
-        return len(self._registry)
+        return len(list(iter(self)))
+
+    def _discovered(self) -> dict[str, Plugin]:
+        if self._plugins is None:
+            plugins = discover(STAGE_GROUP)
+            clashes = [f"{plugin.describe()} clashes with the built-in stage {name!r}; the plugin must register "
+                       f"its stage under another name" for name, plugin in plugins.items() if name in _REGISTRY]
+            if clashes:  # raised again on the next lookup: which stage a pipeline means cannot be told
+                raise PluginError(*clashes)
+            self._plugins = plugins
+        return self._plugins
+
+
+def _plugin_stage(plugin: Plugin) -> type[Stage]:
+    cls = plugin.load()
+    if not (isinstance(cls, type) and issubclass(cls, Stage)):
+        raise PluginError(f"{plugin.describe()} is {cls!r}, not a datapipe.stages.Stage subclass")
+    if getattr(cls, "name", None) != plugin.name:
+        raise PluginError(f"{plugin.describe()}: the class's name is {getattr(cls, 'name', None)!r}; it must be "
+                          f"the entry point's name")
+    return cls
 
 
 STAGES: MutableMapping[str, type[Stage]] = _LazyStages(_REGISTRY)

@@ -8,7 +8,7 @@ default or a new stage appears on the next build, and nothing generated is commi
 The models come from where the pipeline loader takes them: the top-level ``PipelineConfig``
 (its sections ``sources``, ``tokenize``, ``limits``, ``split`` reached by walking its fields),
 every stage's ``Options`` in the stage registry (``datapipe.stages.STAGES``) and every reader's
-options in ``datapipe.readers.READER_OPTIONS``. Nested models are walked recursively.
+options declared in each format's ``ReaderSpec`` (``datapipe.readers.READER_SPECS``). Nested models are walked recursively.
 
 ``tests/test_docs_reference.py`` renders the page and fails when a field has no description.
 """
@@ -50,10 +50,10 @@ def _models() -> tuple[type, dict[str, type], dict[str, type], list[str]]:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # this checkout's datapipe, not another installed copy
     from datapipe.pipeline.load import PipelineConfig
-    from datapipe.readers import READER_OPTIONS, READERS
+    from datapipe.readers import READER_SPECS
     from datapipe.stages import STAGES
 
-    return PipelineConfig, {name: STAGES[name].Options for name in STAGES}, dict(READER_OPTIONS), list(READERS)
+    return PipelineConfig, {name: STAGES[name].Options for name in STAGES}, {f: READER_SPECS[f].options for f in READER_SPECS if READER_SPECS[f].options is not None}, list(READER_SPECS)
 
 
 def _is_model(tp: Any) -> bool:

@@ -24,7 +24,7 @@ from datapipe.engine.splits import InputRange
 from datapipe.engine.tasks.isolate import Isolator, Step
 from datapipe.engine.tasks.reduce import partition_decisions, partition_state, partitions_decide
 from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
-from datapipe.readers import READERS, InputFile, ReadBatch, reader_path
+from datapipe.readers import READERS, InputFile, ReadBatch, reader_path, reader_spec
 from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
 from datapipe.schema import READ_STAGE
@@ -263,38 +263,27 @@ def _read_piece(spec: RunSpec, folder: RunFolder, shard: Shard, piece: InputRang
 
 
 def _first_record(folder: RunFolder, shard: Shard, piece: InputRange) -> int:
-    """Records before a range that the reader cannot know by itself: for JSONL, the newlines before
-    it (its global line numbering), from the ``lines`` pre-pass markers of the file's earlier ranges
-    (counted here when a marker is missing, e.g. a task run on its own). Parquet and WARC ranges
-    number their records from the file's own structure: 0."""
-    if piece.format != "jsonl" or piece.part == 0:
+    """Records before a range that the reader cannot know by itself (for JSONL, the newlines before
+    it: its global line numbering), from the pre-pass markers of the file's earlier ranges. Formats
+    without a ``prepass_count`` number their records from the file's own structure: 0."""
+    count = reader_spec(piece.format).prepass_count
+    if count is None or piece.part == 0:
         return 0
-    from datapipe.engine.splits import count_newlines
-
     prefix = shard.key.rsplit(".part", 1)[0]
-    total = 0
-    for j in range(piece.part):
-        marker = folder.read_marker(LINES_PHASE, f"{prefix}.part{j:04d}")
-        if marker is None:
-            starts = _range_starts(piece)
-            marker = {"newlines": count_newlines(piece.path, starts[j], starts[j + 1])}
-        total += int(marker["newlines"])
-    return total
-
-
-def _range_starts(piece: InputRange) -> list[int]:
-    """Byte starts of the file's ranges before and including ``piece`` (the planner cuts JSONL evenly)."""
-    step = piece.start // piece.part
-    return [step * j for j in range(piece.part + 1)]
+    markers = [folder.read_marker(LINES_PHASE, f"{prefix}.part{j:04d}") for j in range(piece.part)]
+    if any(m is None for m in markers):  # e.g. a task run on its own: count the bytes before the range
+        return count(piece.path, 0, piece.start)
+    return sum(int(m["newlines"]) for m in markers)  # type: ignore[index]
 
 
 def count_range_lines(spec: RunSpec, shard: Shard) -> dict[str, Any]:
-    """One task of the ``lines`` pre-pass: the newlines in one JSONL range."""
-    from datapipe.engine.splits import count_newlines
-
+    """One task of the pre-pass: what a later range's first record adds up, in one range (JSONL:
+    newlines; the marker key says so, as in run folders written before formats declared it)."""
     started, cpu_started = time.perf_counter(), time.process_time()
     piece = shard.inputs[0]
-    return {"shard": shard.key, "newlines": count_newlines(piece.path, piece.start, piece.end),
+    count = reader_spec(piece.format).prepass_count
+    assert count is not None, f"{piece.format} needs no pre-pass"
+    return {"shard": shard.key, "newlines": count(piece.path, piece.start, piece.end),
             "seconds": round(time.perf_counter() - started, 3),
             "cpu_seconds": round(time.process_time() - cpu_started, 3)}
 

@@ -1,0 +1,61 @@
+"""Reader specs (datapipe/readers/spec.py): each format declared once, and everything asks the spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from datapipe.readers import READER_SPECS, READERS, infer_format, jsonl
+from datapipe.readers.registry import ReaderRegistry
+from datapipe.readers.spec import ReaderSpec
+
+
+def _nothing(file, batch_size):  # type: ignore[no-untyped-def]
+    return iter(())
+
+
+@pytest.mark.parametrize("name,kind,fmt", [
+    ("a.jsonl.gz", "text", "jsonl"), ("a.json", "text", "jsonl"), ("a.pq", "text", "parquet"),
+    ("x.warc.wet.gz", "text", "wet"), ("x.warc.gz", "text", "warc"), ("x.arc", "text", "warc"),
+    ("x.xhtml", "web", "html"), ("x.tex.gz", "text", "arxiv"),
+    ("x.tar.gz", "code", "repo"), ("x.tar.gz", "paper", "arxiv"), ("x.tar.gz", "text", None),
+    # A bare .gz is an arXiv single-file source in a paper source only, and only when no longer
+    # suffix claims it: a gzipped JSONL or WARC stays what its name says.
+    ("1603.07285.gz", "paper", "arxiv"), ("1603.07285.gz", "text", None), ("a.jsonl.gz", "paper", "jsonl"),
+    ("crawl.warc.gz", "paper", "warc"),
+])
+def test_formats_are_inferred_from_the_specs_suffixes(name: str, kind: str, fmt: str | None) -> None:
+    assert infer_format(Path(name), kind) == fmt
+
+
+def test_folders_take_their_format_from_the_source_kind(tmp_path: Path) -> None:
+    assert [infer_format(tmp_path, k) for k in ("code", "web", "paper", "text")] == ["repo", "html", "arxiv", None]
+    assert {f for f, s in READER_SPECS.items() if s.folders} == {"repo", "html", "arxiv"}
+
+
+def test_a_spec_with_bad_fields_is_refused_naming_them() -> None:
+    with pytest.raises(ValueError, match=r"reader spec 'x': suffixes must be lower-case .*'TXT'"):
+        ReaderSpec("x", _nothing, suffixes=("TXT",))
+    with pytest.raises(ValueError, match="prepass_count counts within byte ranges"):
+        ReaderSpec("x", _nothing, split_points=lambda p, s, t, c: [0], split_unit="row_groups",
+                   prepass_count=lambda p, s, e: 0)
+
+
+def test_two_formats_claiming_one_suffix_or_folder_kind_are_refused() -> None:
+    thief = ReaderSpec("other", _nothing, suffixes=(".jsonl",), folders=True, folder_kinds=frozenset({"code"}))
+    repo = ReaderSpec("repo", _nothing, folders=True, folder_kinds=frozenset({"code"}))
+    with pytest.raises(ValueError) as err:
+        ReaderRegistry(jsonl.SPEC, repo, thief)
+    assert "built-in reader 'other' and built-in reader 'jsonl' both claim the suffix '.jsonl'" in str(err.value)
+    assert "both claim the folders of kind 'code'" in str(err.value)
+
+
+def test_swapping_a_read_function_keeps_the_rest_of_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = READER_SPECS["jsonl"]
+    monkeypatch.setitem(READERS, "jsonl", _nothing)
+    assert READERS["jsonl"] is _nothing and READER_SPECS["jsonl"].suffixes == spec.suffixes
+    monkeypatch.undo()
+    assert READER_SPECS["jsonl"] == spec
+    with pytest.raises(KeyError):
+        READERS["no_such_format"] = _nothing
