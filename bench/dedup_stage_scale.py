@@ -44,8 +44,8 @@ def _stage(num_perm: int, threshold: float, partitions: int):
 
 
 def write_inputs(work: Path, n: int, num_perm: int, threshold: float, partitions: int) -> dict:
-    from datapipe.engine.row_keys import row_key
     from datapipe.engine.tasks.sinks import ShuffleSink
+    from datapipe.stages.row_keys import row_key
 
     stage = _stage(num_perm, threshold, partitions)
     rng = np.random.default_rng(0)

@@ -19,7 +19,6 @@ from datapipe.dedup.cluster import cluster_duplicates, union_of
 from datapipe.dedup.components import both_ways, large_star, node_partition, small_star
 from datapipe.dedup.minhash import band_keys, empty_mask
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
-from datapipe.engine.row_keys import ROW_KEY_SHIFT, row_keys
 from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.reduce import partition_decisions, partition_state, reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
@@ -27,6 +26,7 @@ from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import PartitionStep
 from datapipe.stages.global_stage import step_of
 from datapipe.stages.minhash import SIG_COLUMN, MinHashDedup, _sig_matrix
+from datapipe.stages.row_keys import ROW_KEY_SHIFT, row_keys
 from tests.conftest import write_pipeline
 from tests.shared_data import shared_path
 from tests.test_global_phases import _edited

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.engine.row_keys import ROW_KEY_SHIFT
 from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
+from datapipe.stages.row_keys import ROW_KEY_SHIFT
 
 
 def _shards(folder: Path, sizes: list[list[int]]) -> list[str]:

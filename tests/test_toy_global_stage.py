@@ -228,8 +228,8 @@ def test_the_engine_refuses_steps_it_could_not_run() -> None:
 
 def test_drop_rows_and_state_rows_name_the_shard_of_a_row_key() -> None:
     """The contract's helpers turn the engine's row keys into the shard each map task filters on."""
-    from datapipe.engine.row_keys import row_keys
     from datapipe.stages import state_rows
+    from datapipe.stages.row_keys import row_keys
 
     keys = np.concatenate([row_keys(3, 7, 2), row_keys(0, 0, 1)])
     dropped = drop_rows(keys, ["a", "b", "c"], "why", dup_of=pa.array(["x", "y", "z"]))

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from datapipe.config.sections import SOURCE_KINDS
 
 if TYPE_CHECKING:
-    from datapipe.stages.global_stage import GlobalStep
+    from datapipe.stages.steps import GlobalStep
 
 
 class StageOptions(BaseModel):

@@ -9,55 +9,15 @@ outputs through ``ReduceInputs``, which the engine implements (``datapipe.engine
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
-from datapipe.engine.row_keys import shard_of
 from datapipe.stages.base import Decision, Stage
+from datapipe.stages.row_keys import shard_of
+from datapipe.stages.steps import CombineStep, GlobalStep, PartitionResult, PartitionStep, ReduceInputs
 
-
-@dataclass(frozen=True)
-class PartitionStep:
-    """A corpus-wide step split by key over ``partitions`` parallel tasks, in ``rounds`` rounds.
-
-    ``shuffle(batch, first_row_key)`` runs in the map task before it on each computed batch and
-    returns the rows to send, with an int32 ``part`` column (the batch's i-th document has row key
-    ``first_row_key + i``: see ``GlobalStage``); ``reduce(rows, round, inputs)`` runs once per
-    partition and round over that partition's rows from every shard (round 0) or from what the
-    round before forwarded (round r + 1's partition p reads the rows round r forwarded with
-    ``part == p``), returning a table or a ``PartitionResult``. With ``decides`` the partition
-    outputs (of every round) *are* decisions (id, shard, reason, detail, extra columns), read by
-    each shard's next map task; a combine step after it adds its own decisions for what the rounds
-    left (the last round's forwarded rows, ``ReduceInputs.forwarded``). Without ``decides`` the
-    outputs are for the ``CombineStep`` that must follow.
-    """
-
-    partitions: int
-    shuffle: Callable[[pa.Table, int], pa.Table]
-    reduce: Callable[..., Any]
-    rounds: int = 1
-    decides: bool = False  # the outputs are decisions (else a CombineStep reads them)
-
-
-@dataclass(frozen=True)
-class CombineStep:
-    """One task over the whole corpus: ``decide(partition_outputs, inputs)`` returns the decisions
-    (rows id, shard, reason, detail, extra columns for the documents to drop; ``no_drops`` where
-    ``apply`` does the work); ``state``, if set, returns the table the map tasks after it load for
-    ``GlobalStage.apply`` (None: nothing to load; with an int32 ``shard`` column each map task reads
-    only its shard's rows, without one every map task loads it whole, so it must stay small).
-    ``partition_outputs`` are the Parquet outputs of a ``PartitionStep`` before it (none without one)."""
-
-    decide: Callable[[list[str], ReduceInputs], pa.Table]
-    state: Callable[[list[str], ReduceInputs], pa.Table | None] | None = None
-
-
-GlobalStep = PartitionStep | CombineStep
 _S = TypeVar("_S", PartitionStep, CombineStep)
 
 
@@ -127,7 +87,7 @@ class GlobalStage(Stage):
     Document references between the map tasks and the steps are *row keys*: one int64 per document,
     ordered as the run is (the lowest key of a group is its earliest document). A step compares and
     forwards them and turns them into decisions with ``drop_rows`` and into ``apply``'s state with
-    ``state_rows``; their layout is the engine's (``datapipe.engine.row_keys``).
+    ``state_rows``; their layout is defined once, in ``datapipe.stages.row_keys``, which the engine uses too.
     """
 
     is_global = True
@@ -147,31 +107,7 @@ class GlobalStage(Stage):
         return batch, Decision.keep_all(batch.num_rows)
 
 
-@dataclass(frozen=True)
-class PartitionResult:
-    output: pa.Table | None  # the partition's result (decisions, when its step ``decides``)
-    forward: pa.Table | None = None  # rows for the next round, with an int32 ``part`` column
-    # Rows for ``GlobalStage.apply`` (int32 ``shard`` column): each shard's map task reads its rows
-    # of every partition's state, as it does those of ``CombineStep.state``.
-    state: pa.Table | None = None
-
-
-
-
-@dataclass(frozen=True)
-class ReduceInputs(ABC):
-    """The map outputs a global stage's steps read, in the run's deterministic shard order.
-
-    The engine provides them (``datapipe.engine.tasks.reduce_inputs``); a step reads documents it
-    holds row keys of with ``read_rows``, or whole files (classify's histograms)."""
-
-    files: list[str]  # one Parquet file per shard, in shard order
-    shards: list[int]  # shard ordinal of each file
-    scratch_dir: str  # for spilling; inside the run folder
-    # For a combine step: the rows the last round of the partition step forwarded (Parquet files),
-    # i.e. the work its partitions left unfinished.
-    forwarded: tuple[str, ...] = ()
-
-    @abstractmethod
-    def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
-        """The given columns of the documents with these row keys, in the order of ``row_keys``."""
+# The step values live in stages/steps.py (so stages/base.py can name them); this module is where
+# a global stage's author imports the whole contract from.
+__all__ = ["CombineStep", "GlobalStage", "GlobalStep", "PartitionResult", "PartitionStep", "ReduceInputs", "checked_steps",
+           "drop_rows", "no_drops", "state_rows", "step_of"]

@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
-from datapipe.engine.row_keys import row_key, row_keys
 from datapipe.engine.splits import InputRange
 from datapipe.engine.tasks.isolate import Isolator, Step
 from datapipe.engine.tasks.reduce import partition_decisions, partition_state, partitions_decide
@@ -30,6 +29,7 @@ from datapipe.run_folder.layout import LINES_PHASE, RunFolder
 from datapipe.schema import READ_STAGE
 from datapipe.stages.base import Decision, Stage
 from datapipe.stages.global_stage import CombineStep, PartitionStep, step_of
+from datapipe.stages.row_keys import row_key, row_keys
 from datapipe.tokens.encode import assign_split, encode_documents
 from datapipe.tokens.shard_format import file_sha256
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from datapipe.engine.row_keys import row_of, shard_of
 from datapipe.stages.global_stage import ReduceInputs
+from datapipe.stages.row_keys import row_of, shard_of
 
 
 @dataclass(frozen=True)
