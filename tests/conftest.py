@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.shared_data import PROJECT_ROOT
+from tests.support.shared_data import PROJECT_ROOT
 
 
 @pytest.fixture(scope="session")
