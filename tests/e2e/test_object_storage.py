@@ -183,6 +183,7 @@ def test_kill_and_resume_on_s3_from_the_store_alone(s3, runs, tmp_path: Path, ki
         assert fingerprint(download_run(s3, key, tmp_path / "again")) == fingerprint(want)
 
 
+@pytest.mark.ray
 def test_ray_run_on_s3_equals_the_in_process_run(s3, runs, tmp_path: Path) -> None:
     """Tasks in Ray workers commit to the store themselves (their own uploads and markers)."""
     _, remote, _ = runs

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.shared_data import PROJECT_ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
 def test_run_on_a_two_node_cluster_uses_both_nodes(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import yaml
 
 from tests.support.shared_data import PROJECT_ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
 def _pipeline(folder: Path) -> Path:
