@@ -23,7 +23,8 @@ Markers (declared in pyproject.toml; the ones marked * are set here, in pytest_c
     ray*          needs Ray: uses ``ray_local``; tests that start Ray in a subprocess carry it themselves
     shared_data*  reads ../shared/data: the test, a fixture it uses, or a tests.* helper they call
                   (followed by name, transitively) calls ``shared_path`` or reads ``SHARED_DATA``
-    slow          multi-minute runs that start Ray in a subprocess (resume, two-node, node loss, S3)
+    slow          long on 2 cores: Ray started in a subprocess (resume, two-node, node loss, S3), and
+                  whole-corpus sweeps or subprocess matrices (quality kernels, loader corruption)
 
 Tiers:
 
@@ -35,6 +36,7 @@ Tiers:
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import shutil
 import types
@@ -100,8 +102,19 @@ def _code_reaches(code: types.CodeType, namespace: dict[str, Any], seen: set[typ
     for const in code.co_consts:  # nested functions, lambdas, comprehensions
         if isinstance(const, types.CodeType) and _code_reaches(const, namespace, seen):
             return True
-    return any(callable(namespace.get(name)) and _reaches_shared_data(namespace[name], seen)
-               for name in code.co_names)
+    # names imported inside the function (`from tests.x import f`: "tests.x" and "f" are both in co_names)
+    namespaces = [namespace] + [vars(m) for m in map(_tests_module, code.co_names) if m is not None]
+    return any(callable(ns.get(name)) and _reaches_shared_data(ns[name], seen)
+               for ns in namespaces for name in code.co_names)
+
+
+def _tests_module(name: str) -> types.ModuleType | None:
+    if not name.startswith("tests."):
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 @pytest.fixture(scope="session")

@@ -186,6 +186,7 @@ def _in_memory(spec: RunSpec, segment: Segment, survivor: str) -> tuple[dict, di
     return decisions, dict(zip(keys[kept].tolist(), res.size[kept].tolist()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("partitions", [1, 3, 16])
 def test_star_rounds_equal_the_in_memory_clustering_on_real_near_duplicates(tmp_path: Path, partitions: int) -> None:
     (tmp_path / "data").mkdir()

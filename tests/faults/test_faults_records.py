@@ -275,6 +275,7 @@ def test_parquet_oversized_cell_and_corrupt_row_group(tmp_path: Path) -> None:
     assert set(kept["text"].to_pylist()) == {t for i, t in enumerate(texts) if i != 3 and not 10 <= i < 20}
 
 
+@pytest.mark.slow
 def test_a_gzipped_line_of_1_5_gib_is_rejected_in_bounded_memory(tmp_path: Path) -> None:
     good = good_lines()[:2]
     path = tmp_path / "huge.jsonl.gz"

@@ -34,6 +34,9 @@ from datapipe.tokens.shard_format import ShardMeta
 from tests.support.loader_helpers import make_run, write_manifest
 from tests.support.shared_data import PROJECT_ROOT
 
+# Every case in child processes, three ways (one with torch DataLoader workers): minutes on 2 cores.
+pytestmark = pytest.mark.slow
+
 VICTIM = "shards/web/train-00001.arrow"
 
 

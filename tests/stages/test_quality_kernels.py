@@ -93,12 +93,14 @@ def _check(batches: list[pa.Array], monkeypatch: pytest.MonkeyPatch) -> int:
     return docs_seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["zh_wikipedia.jsonl", "zh_pingcap_docs.jsonl", "zh_oiwiki.jsonl"])
 def test_kernels_equal_reference_on_chinese_corpora(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     texts = _texts(shared_path("corpus", name), every=3)  # a third of each: the reference paths are slow in CI
     assert _check(_batches(texts), monkeypatch) == len(texts)
 
 
+@pytest.mark.slow
 def test_kernels_equal_reference_on_english_wikipedia(monkeypatch: pytest.MonkeyPatch) -> None:
     texts = _texts(shared_path("corpus", "en_wikipedia.jsonl"), every=32)  # 767 of 24,535 pages
     assert _check(_batches(texts), monkeypatch) == len(texts)

@@ -22,6 +22,7 @@ def _texts() -> list[str]:
     return texts + ["", "a", texts[0]]  # empty and one-character documents, a repeat
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bos", [None, 7])
 def test_chunked_encoding_equals_one_call(monkeypatch: pytest.MonkeyPatch, bos: int | None) -> None:
     tok = ROOT / "tokenizer" / "demo.json"
