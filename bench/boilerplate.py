@@ -1,7 +1,7 @@
 """Boilerplate removal: planted site templates removed, article text kept, and throughput.
 
 The planted set: real zh and en Wikipedia articles from ../shared/data/corpus, half of them wrapped
-in one of six site templates (navigation, cookie banner, share line, footer; tests/boilerplate_corpus.py).
+in one of six site templates (navigation, cookie banner, share line, footer; tests/support/boilerplate_corpus.py).
 The pipeline runs through the engine's task functions in process (no Ray): map, shuffle partitions,
 reduce, and the map segment that removes the lines. Throughput is compared with the same pipeline
 without stages (read + write only), as a ratio: the two pipelines alternate over ``--repeats`` pairs
@@ -34,7 +34,7 @@ from datapipe.engine.plan import make_spec  # noqa: E402
 from datapipe.engine.tasks.map import map_shard  # noqa: E402
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage  # noqa: E402
 from datapipe.pipeline.load import load_pipeline  # noqa: E402
-from tests import boilerplate_corpus  # noqa: E402
+from tests.support import boilerplate_corpus  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 

@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench._harness import Harness, add_args  # noqa: E402
 from datapipe.license import detect_code_file, detect_repository, detect_text, detect_web  # noqa: E402
-from tests.license_layouts import detect_case, load_cases, score  # noqa: E402
-from tests.license_variants import comment, load_choosealicense, variants  # noqa: E402
+from tests.support.license_layouts import detect_case, load_cases, score  # noqa: E402
+from tests.support.license_variants import comment, load_choosealicense, variants  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 

@@ -22,10 +22,10 @@ from datapipe.stages.pii import Pii, PiiOptions
 sys.path.append(str(Path(__file__).resolve().parent))
 from _harness import Harness, add_args  # noqa: E402
 
-# The evaluator is this checkout's tests/pii_sample.py, loaded by path: PYTHONPATH picks which
+# The evaluator is this checkout's tests/support/pii_sample.py, loaded by path: PYTHONPATH picks which
 # datapipe is measured and may point at a checkout without it.
 _spec = importlib.util.spec_from_file_location(
-    "pii_sample", Path(__file__).resolve().parent.parent / "tests" / "pii_sample.py")
+    "pii_sample", Path(__file__).resolve().parent.parent / "tests" / "support" / "pii_sample.py")
 sample = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sample)  # type: ignore[union-attr]
 

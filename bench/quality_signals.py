@@ -12,7 +12,7 @@ before/after ``--repeats`` times (``bench/_harness.py``); each line gives docs/s
 [min-max], and the ratios after/before are taken per pair (median and range). Issue 18's targets:
 the whole stage >= 3x faster, and zh_web after at least as fast as en_web before. Signal values
 are compared too (they differ only where the former hash merged two n-grams:
-tests/test_quality_kernels.py). ``--docs 0`` runs the whole shared corpus (27,369 documents).
+tests/stages/test_quality_kernels.py). ``--docs 0`` runs the whole shared corpus (27,369 documents).
 """
 
 from __future__ import annotations

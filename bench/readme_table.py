@@ -6,7 +6,7 @@
 Every bench script run with ``--json bench/results/NAME.json`` (through ``bench/_harness.py``) records
 the machine, date, commit, load average and, per figure and ratio, the median and the range over its
 interleaved repeats. This script turns those files into the table, so the documentation cannot quote
-a number that no script printed: ``tests/test_bench_table.py`` fails when docs/benchmarks.md and the
+a number that no script printed: ``tests/bench/test_bench_table.py`` fails when docs/benchmarks.md and the
 files in ``bench/results/`` disagree, and when a figure the README quotes is not in the table. To
 refresh a row, rerun its script with ``--json`` and then this script with ``--write``.
 

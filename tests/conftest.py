@@ -1,15 +1,122 @@
-"""Shared fixtures: one embedded Ray for in-process runs, and pipeline files in tmp folders."""
+"""The test suite's layout, its tiers, and the fixtures every folder shares.
+
+Layout (one folder per concept of ``datapipe/``; every folder is a package, so ``tests.<folder>.<module>``
+imports work and basenames may repeat across folders):
+
+    tests/support/      helpers, not tests: shared_data (``shared_path``, ``PROJECT_ROOT``), golden_outputs
+                        (``python -m tests.support.golden_outputs --write``), loader_helpers, export_helpers,
+                        ingest_helpers, license_layouts/_variants, pii_sample, boilerplate_corpus
+    tests/data/, tests/fixtures/   data files (and the scripts that made them)
+    tests/<concept>/    unit tests mirroring datapipe/<concept>/: assets, audit, classify, cli, dedup, engine,
+                        export, license, loader, pipeline, readers, run_folder, runtime, stages, text,
+                        tokens, train; tests/bench/ checks bench/'s harness and README table
+    tests/e2e/          whole runs: the demo and real pipelines, resume after SIGKILL, two-node Ray,
+                        object storage, golden outputs, ``datapipe run`` in a subprocess
+    tests/faults/       fault suites: hostile records and formats, corrupt shards, disk full, node loss
+    tests/test_imports.py, tests/test_layout.py   guards on datapipe/'s import graph and file layout
+
+Markers (declared in pyproject.toml; the ones marked * are set here, in pytest_collection_modifyitems):
+
+    e2e*          every test under tests/e2e/, and every test that uses the ``ray_local`` fixture
+                  (directly or through another fixture): whole runs in this process on embedded Ray
+    faults*       every test under tests/faults/
+    ray*          needs Ray: uses ``ray_local``; tests that start Ray in a subprocess carry it themselves
+    shared_data*  reads ../shared/data: the test, a fixture it uses, or a tests.* helper they call
+                  (followed by name, transitively) calls ``shared_path`` or reads ``SHARED_DATA``
+    slow          long on 2 cores: Ray started in a subprocess (resume, two-node, node loss, S3), and
+                  whole-corpus sweeps or subprocess matrices (quality kernels, loader corruption)
+
+Tiers:
+
+    python -m pytest -q                            everything (CI: .ci/run)
+    python -m pytest -q -m "not e2e and not slow"  the fast loop: no Ray started, no whole run on Ray
+                                                   (585 tests, 2 min of CPU on 2 cores; a test that takes
+                                                   tens of seconds goes to e2e/ or gets marked slow)
+    python -m pytest -q tests/stages               one folder
+    python -m pytest -q -m "not shared_data"       without ../shared/data
+"""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import shutil
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.shared_data import PROJECT_ROOT
+from tests.support.shared_data import PROJECT_ROOT
+
+TESTS = Path(__file__).resolve().parent
+# tests/<folder>/...: markers every test in the folder gets
+FOLDER_MARKERS = {"e2e": ("e2e",), "faults": ("faults",)}
+# a test that uses the fixture (directly or through other fixtures) gets the markers
+FIXTURE_MARKERS = {"ray_local": ("ray", "e2e")}
+# names whose use means ../shared/data (tests/support/shared_data.py)
+SHARED_DATA_NAMES = frozenset({"shared_path", "SHARED_DATA"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            folder = Path(item.path).resolve().relative_to(TESTS).parts[0]
+        except ValueError:
+            continue
+        names = set(FOLDER_MARKERS.get(folder, ()))
+        for fixture in getattr(item, "fixturenames", ()):
+            names.update(FIXTURE_MARKERS.get(fixture, ()))
+        if _needs_shared_data(item):
+            names.add("shared_data")
+        have = {m.name for m in item.iter_markers()}
+        for name in sorted(names - have):
+            item.add_marker(name)
+
+
+def _needs_shared_data(item: pytest.Item) -> bool:
+    """Whether the test function or one of its fixtures reaches ``shared_path``/``SHARED_DATA``: by the
+    names their code loads, following functions of tests.* modules that those names are bound to."""
+    funcs = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        funcs += [d.func for defs in info.name2fixturedefs.values() for d in defs]
+    seen: set[types.CodeType] = set()
+    return any(_reaches_shared_data(f, seen) for f in funcs if f is not None)
+
+
+def _reaches_shared_data(func: Any, seen: set[types.CodeType]) -> bool:
+    func = inspect.unwrap(func)
+    code = getattr(func, "__code__", None)
+    if code is None or not getattr(func, "__module__", "").startswith("tests"):
+        return False
+    return _code_reaches(code, getattr(func, "__globals__", {}), seen)
+
+
+def _code_reaches(code: types.CodeType, namespace: dict[str, Any], seen: set[types.CodeType]) -> bool:
+    if code in seen:
+        return False
+    seen.add(code)
+    if SHARED_DATA_NAMES & set(code.co_names):
+        return True
+    for const in code.co_consts:  # nested functions, lambdas, comprehensions
+        if isinstance(const, types.CodeType) and _code_reaches(const, namespace, seen):
+            return True
+    # names imported inside the function (`from tests.x import f`: "tests.x" and "f" are both in co_names)
+    namespaces = [namespace] + [vars(m) for m in map(_tests_module, code.co_names) if m is not None]
+    return any(callable(ns.get(name)) and _reaches_shared_data(ns[name], seen)
+               for ns in namespaces for name in code.co_names)
+
+
+def _tests_module(name: str) -> types.ModuleType | None:
+    if not name.startswith("tests."):
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""The import graph of ``datapipe/``: no circles, and a loader that stands on its own.
+"""The import graph of ``datapipe/``: no circles, no import up the layers (LAYERS, below), and a loader
+that stands on its own.
 
 Every ``import`` statement in every module counts, at module level and inside functions alike.
 Some function-level imports exist only to keep start-up fast (the CLI imports the engine when
@@ -163,3 +164,86 @@ def test_loader_needs_nothing_else_of_datapipe_transitively():
     assert not outside, f"the loader reaches {outside}"
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     assert {t.split(".")[0] for t, _ in raw["datapipe.tokens.shard_format"]} <= stdlib | LOADER_THIRD_PARTY
+
+
+# The layers of datapipe/, bottom up: a module may import its own layer and the ones below, never one
+# above. Every top-level module and folder of datapipe/ must be in exactly one layer (a new one is placed
+# here).
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"storage", "config", "schema", "errors", "plugins"}),
+    frozenset({"runtime", "assets", "text"}),
+    frozenset({"tokens", "dedup", "license", "classify"}),
+    frozenset({"readers", "loader", "run_folder", "decontaminate"}),
+    frozenset({"stages"}),
+    frozenset({"pipeline"}),
+    frozenset({"audit"}),
+    frozenset({"engine", "train"}),
+    frozenset({"export"}),
+    frozenset({"cli"}),
+)
+# datapipe/__init__.py itself: it imports datapipe.runtime.arrow_pandas (in `datapipe run` workers), so
+# it sits with runtime; a module below that must not import the bare package.
+PACKAGE_LAYER = 2
+
+
+def _layer(module: str) -> int:
+    """1-based layer of datapipe.<top>[.…]; KeyError for a top-level name in no layer."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return PACKAGE_LAYER
+    for n, members in enumerate(LAYERS, start=1):
+        if parts[1] in members:
+            return n
+    raise KeyError(parts[1])
+
+
+def test_every_top_level_module_and_folder_has_a_layer():
+    names = {p.stem for p in ROOT.iterdir()
+             if (p.suffix == ".py" and p.name != "__init__.py") or (p.is_dir() and (p / "__init__.py").exists())}
+    missing = sorted(n for n in names if not any(n in layer for layer in LAYERS))
+    assert not missing, f"datapipe/{missing} are in no layer: add them to LAYERS in tests/test_imports.py"
+    twice = sorted(n for n in set().union(*LAYERS) if sum(n in layer for layer in LAYERS) > 1)
+    assert not twice, f"{twice} are in more than one layer"
+
+
+def _upward_imports(raw: dict[str, list[tuple[str, int]]] | None = None,
+                    modules: dict[str, Path] | None = None) -> list[str]:
+    """Every import statement (module or function level) of a lower layer's module that loads a higher one
+    (of datapipe/ by default)."""
+    modules = _modules() if modules is None else modules
+    raw = _graph()[2] if raw is None else raw
+    found = []
+    for name, imports in raw.items():
+        for target, line in imports:
+            while target and target not in modules and target.startswith("datapipe."):
+                target = target.rsplit(".", 1)[0]  # `from datapipe.a.b import func`: module datapipe.a.b
+            if target not in modules or target == name:
+                continue
+            if _layer(target) > _layer(name):
+                where = f"{modules[name].relative_to(ROOT.parent)}:{line}"
+                found.append(f"{where}: {name} (layer {_layer(name)}) imports {target} (layer {_layer(target)})")
+    return sorted(found)
+
+
+# Upward imports found when the layers were defined, to be fixed (then removed here): (importer, imported).
+KNOWN_UPWARD: set[tuple[str, str]] = set()  # (importer, imported) pairs allowed for now: none
+
+
+def test_no_import_points_up_the_layers():
+    found = _upward_imports()
+    bad = [f for f in found if not any(f": {a} (" in f and f" imports {b} (" in f for a, b in KNOWN_UPWARD)]
+    assert not bad, f"{len(bad)} imports point up the layers (LAYERS in tests/test_imports.py):\n" + "\n".join(bad)
+    fixed = sorted(k for k in KNOWN_UPWARD if not any(f": {k[0]} (" in f and f" imports {k[1]} (" in f for f in found))
+    assert not fixed, f"no longer imported upwards, remove from KNOWN_UPWARD: {fixed}"
+
+
+def test_layer_check_sees_an_upward_import():
+    assert _layer("datapipe.storage.uri") == 1 and _layer("datapipe.cli.summary") == 10
+    assert _layer("datapipe.stages.quality.text") == 5 and _layer("datapipe") == PACKAGE_LAYER
+    modules = {m: ROOT / (m.split(".", 1)[1].replace(".", "/") + ".py")
+               for m in ("datapipe.text.charclass", "datapipe.stages.pii", "datapipe.engine.runner")}
+    raw = {"datapipe.text.charclass": [("datapipe.stages.pii.redact", 7)],  # up: a function of a module
+           "datapipe.stages.pii": [("datapipe.text.charclass", 3), ("re", 1)],  # down, and not datapipe
+           "datapipe.engine.runner": [("datapipe.stages.pii", 5)]}
+    assert _upward_imports(raw, modules) == [
+        "datapipe/text/charclass.py:7: datapipe.text.charclass (layer 2) imports datapipe.stages.pii (layer 5)"]

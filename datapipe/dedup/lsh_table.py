@@ -3,7 +3,7 @@ false-positive and false-negative weights, for num_perm 64 and 128 and threshold
 
 Computing one pair imports scipy.integrate (about 1 s of CPU and 55 MB in every process that plans
 bands) and integrates a thousand times; the table makes the common settings free. Generated with
-datasketch 2.0.0 (``python -m datapipe.dedup.lsh_table`` prints it again); tests/test_minhash.py
+datasketch 2.0.0 (``python -m datapipe.dedup.lsh_table`` prints it again); tests/dedup/test_minhash.py
 recomputes entries. Settings not listed are computed by datasketch as before.
 """
 

@@ -36,7 +36,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from datapipe.assets.models import cache_dir
+from datapipe.storage.cache import cache_dir
 
 LOOPBACK = "127.0.0.1"
 

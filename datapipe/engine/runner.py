@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datapipe.assets.models import cache_dir
 from datapipe.engine.disk_full import DiskFull, find_disk_full
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.executors import Executor, InProcessExecutor, local_cpus, make_executor
@@ -28,6 +27,7 @@ from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder, RunFolderError
 from datapipe.run_folder.lock import RunLock
 from datapipe.storage.atomic import fault_scope
+from datapipe.storage.cache import cache_dir
 from datapipe.storage.uri import RUN_FILES, folder_stats_once
 
 

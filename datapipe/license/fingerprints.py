@@ -125,7 +125,7 @@ NAMED: dict[str, str] = {
 
 # Words that turn a full licence text into a *different* licence: a restriction or term the
 # standard text does not have.  None of them occurs in any of the 47 reference texts (see
-# tests/test_license_text.py).  A file with a known text plus one of these is reported as
+# tests/license/test_license_text.py).  A file with a known text plus one of these is reported as
 # `LicenseRef-modified-<id>`: its class is `unknown`, never the base licence's.
 MODIFICATIONS: tuple[tuple[str, str], ...] = (  # (a word the text must hold, the pattern)
     ("evil", r"shall be used for good not evil"),

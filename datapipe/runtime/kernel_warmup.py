@@ -12,7 +12,7 @@ all, overlapping Ray's start), waits for them before the first task and writes t
 compiler's memory goes with those processes.
 
 ``SIGNATURES`` lists each kernel with the argument types the stages pass it (the dtypes of their
-Arrow buffers and work arrays); tests/test_kernel_warmup.py runs the stages on real data after a
+Arrow buffers and work arrays); tests/e2e/test_kernel_warmup.py runs the stages on real data after a
 warm-up and fails if any kernel still had to compile. A stamp in datapipe's cache (keyed by the
 kernel sources' sizes and times, numba's install and the interpreter) makes later runs skip the
 warm-up without importing numba. A failed or missing warm-up only means workers compile as before.
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from datapipe.assets.models import cache_dir
+from datapipe.storage.cache import cache_dir
 
 # "module:attribute" -> argument types, spelled (dtype, ndim, readonly) for C-contiguous arrays
 # and a dtype name for scalars. readonly: an array viewed on an Arrow buffer (np.frombuffer).

@@ -9,7 +9,7 @@ trainer's language guess and license-text words agree on what a Han character is
 The classes follow the Unicode Script property (Scripts.txt, 15.1) by whole blocks: a block's
 unassigned code points are included (they never occur in real text, and a block bound does not move
 when Unicode assigns more), so every class is a superset of RE2's ``\\p{Han}``, ``\\p{Hiragana}`` /
-``\\p{Katakana}`` and ``\\p{Hangul}`` restricted to the blocks below (tests/test_charclass.py checks
+``\\p{Katakana}`` and ``\\p{Hangul}`` restricted to the blocks below (tests/text/test_charclass.py checks
 it over all code points). This module imports only numpy: stages, dedup and kernels all import it.
 """
 

@@ -3,7 +3,7 @@
 A keep list with a code the model never outputs (``chinese``, ``EN``, ``zh-CN``) silently drops
 every document as ``language_not_kept``, so pipeline validation checks codes against this list.
 It is the label set of fastText lid.176 (``__label__`` stripped), shipped as a constant so a
-pipeline validates without loading or fetching the model; ``tests/test_validate_resources.py``
+pipeline validates without loading or fetching the model; ``tests/pipeline/test_validate_resources.py``
 checks it against the model file. English names come from CLDR (via babel, when this list was
 written) and from Wikipedia for the codes CLDR lacks.
 """

@@ -38,7 +38,7 @@ def _digest(build: Callable[[], np.ndarray], depends: str) -> str:
 
 
 def _path(name: str, version: int, build: Callable[[], np.ndarray] | None = None, depends: str = "") -> Path:
-    from datapipe.assets.models import cache_dir
+    from datapipe.storage.cache import cache_dir
 
     py = f"py{sys.version_info[0]}{sys.version_info[1]}"
     digest = f"-{_digest(build, depends)}" if build is not None else ""

@@ -161,9 +161,9 @@ def identify_languages(examples: list[Example], batch: int = 512) -> list[Exampl
         return examples
     import pyarrow as pa
 
-    from datapipe.assets.models import cache_dir
     from datapipe.stages.base import StageContext
     from datapipe.stages.langid import LangId, LangIdOptions
+    from datapipe.storage.cache import cache_dir
 
     stage = LangId(LangIdOptions(line_fractions=False, script=False), StageContext(".", str(cache_dir())))
     stage.prepare()

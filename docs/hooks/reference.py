@@ -10,7 +10,7 @@ The models come from where the pipeline loader takes them: the top-level ``Pipel
 every stage's ``Options`` in the stage registry (``datapipe.stages.STAGES``) and every reader's
 options declared in each format's ``ReaderSpec`` (``datapipe.readers.READER_SPECS``). Nested models are walked recursively.
 
-``tests/test_docs_reference.py`` renders the page and fails when a field has no description.
+``tests/docs/test_docs_reference.py`` renders the page and fails when a field has no description.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ classes (whitespace, Han, brackets, digits, symbols, sentence ends) over long pa
 most of their time. Here each class is still *defined by its RE2 pattern*: the first time a code
 point is seen, Arrow's regex decides its class membership (one tiny string per new code point),
 and the answer is kept in a table over all code points. Counting is then a table lookup per
-character, so the counts equal the regex counts exactly (tests/test_quality_kernels.py checks
+character, so the counts equal the regex counts exactly (tests/stages/test_quality_kernels.py checks
 them on the real corpora). A class marked ``runs`` counts maximal runs, as ``[...]+`` does.
 """
 

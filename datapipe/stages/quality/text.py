@@ -158,7 +158,7 @@ def ngram_repetition(ids: np.ndarray, doc: np.ndarray, weight: np.ndarray, n_doc
     """Gopher's n-gram repetition (see ``ngram_repetition_reference``), all n in one compiled pass.
 
     The numba kernel (``_kernels.ngram_signals``) groups n-grams by their exact token sequences,
-    so its values equal the reference's bit for bit (tests/test_quality_kernels.py compares them on
+    so its values equal the reference's bit for bit (tests/stages/test_quality_kernels.py compares them on
     the real corpora); the reference runs where numba is missing or tokens are not grouped by document.
     """
     max_n = max(top_ns + dup_ns, default=1)
