@@ -30,14 +30,17 @@ from datapipe.config.sections import (  # the sections lower layers take (why ap
     read_yaml,
     yaml_error_text,
 )
+from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.storage.uri import PROBE_BUFFER, StorageError, glob_files, is_input_file, is_uri, mirror_of, parquet_source
 
 __all__ = ["ConfigError", "Pipeline", "PipelineConfig", "SourceConfig", "SplitConfig", "TokenizeConfig",
            "build_pipeline", "load_pipeline", "read_yaml", "yaml_error_text"]
 
 
-class ConfigError(ValueError):
+class ConfigError(DatapipeError, ValueError):
     """A pipeline file that cannot run; ``problems`` are 'key.path: message' lines."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, problems: list[str], file: str | None = None) -> None:
         self.problems = problems
