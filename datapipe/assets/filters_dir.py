@@ -13,6 +13,12 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from datapipe.errors import DatapipeError
+
+
+class FiltersNotFound(DatapipeError, FileNotFoundError):
+    """datapipe's filters/ folder, or a file datapipe needs in it, is missing: an installation problem."""
+
 
 @lru_cache(maxsize=1)
 def filters_dir() -> Path:
@@ -22,9 +28,14 @@ def filters_dir() -> Path:
     for path in candidates:
         if (path / "quality").is_dir():
             return path
-    raise FileNotFoundError("datapipe's filters/ folder (rule sets, word lists) was not found; looked in "
-                            + ", ".join(map(str, candidates)) + ". Set DATAPIPE_FILTERS_DIR.")
+    raise FiltersNotFound("datapipe's filters/ folder (rule sets, word lists) was not found; looked in "
+                          + ", ".join(map(str, candidates)),
+                          hint="set DATAPIPE_FILTERS_DIR to a folder with quality/, words/ and licenses/ in it")
 
 
 def filter_file(*parts: str) -> Path:
-    return filters_dir().joinpath(*parts)
+    path = filters_dir().joinpath(*parts)
+    if not path.exists():
+        raise FiltersNotFound(f"{path} is missing from datapipe's filters/ folder {filters_dir()}",
+                              hint="restore it (it ships with datapipe), or set DATAPIPE_FILTERS_DIR to a complete copy")
+    return path

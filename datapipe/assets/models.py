@@ -17,6 +17,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from datapipe.errors import DatapipeError
 from datapipe.storage.atomic import write_bytes_atomic
 from datapipe.storage.cache import cache_dir
 
@@ -26,7 +27,7 @@ LID_SHA256 = "8f3472cfe8738a7b6099e8e999c3cbfae0dcd15696aac7d7738a8039db603e83"
 LID_FILENAME = "lid.176.ftz"
 
 
-class ModelUnavailable(RuntimeError):
+class ModelUnavailable(DatapipeError, RuntimeError):
     pass
 
 

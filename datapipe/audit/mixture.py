@@ -15,6 +15,7 @@ from rich.console import Console
 
 from datapipe.audit.sql import read_run_json, reading
 from datapipe.audit.textout import data_table, make_console
+from datapipe.errors import UsageError
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 
@@ -23,7 +24,7 @@ def parse_tokens(text: str) -> int:
     """'2.5B' -> 2_500_000_000; plain integers (with _ or ,) too."""
     m = re.fullmatch(r"\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([KMBGT]?)\s*", text.upper())
     if not m:
-        raise ValueError(f"not a token count: {text!r} (examples: 5000000, 300M, 2.5B)")
+        raise UsageError(f"not a token count: {text!r} (examples: 5000000, 300M, 2.5B)")
     return int(float(m.group(1).replace("_", "").replace(",", "")) * _SUFFIX[m.group(2)])
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from datapipe.audit.mixture import configured_sources
 from datapipe.audit.sql import read_run_json, reading
+from datapipe.errors import DatapipeError
 from datapipe.storage.atomic import atomic_path
 
 COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
@@ -265,11 +266,18 @@ def build_report(run_dir: Path) -> str:
     return PAGE.format(title=f"datapipe report: {name}", body="\n".join(sections))
 
 
+class ReportError(DatapipeError):
+    """The HTML page cannot be written (a folder that cannot be made, no permission, a full disk)."""
+
+
 def write_report(run_dir: Path, out: Path) -> Path:
     page = build_report(run_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        Path(tmp).write_text(page, encoding="utf-8")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out) as tmp:
+            Path(tmp).write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot write {out}: {exc.strerror or exc}") from exc
     return out
 
 

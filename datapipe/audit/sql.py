@@ -33,14 +33,17 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
+from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.storage.atomic import TMP_MARK
 
 DB_NAME = "stats.duckdb"
 TEXT_VIEWS = {"kept_docs": "docs", "rejected_docs": "rejected"}
 
 
-class AuditError(RuntimeError):
-    pass
+class AuditError(DatapipeError, RuntimeError):
+    """Not a run folder (or a damaged one), or SQL that is not one read-only query."""
+
+    exit_code = EXIT_USAGE
 
 
 def _first_line(exc: BaseException) -> str:

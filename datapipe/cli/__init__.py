@@ -5,14 +5,19 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
 from datapipe import __version__
+from datapipe.errors import EXIT_INTERRUPTED, EXIT_USAGE, DatapipeError
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = EXIT_USAGE, hint: str | None = None) -> NoReturn:
+    """One ``error:`` line (and the hint on its own line), then exit with ``code`` (datapipe/errors.py)."""
     click.echo(f"error: {message}", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
     sys.exit(code)
 
 
@@ -77,6 +82,16 @@ class _Program(click.Group):
                 pass
         os._exit(status)
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Every command, however called: a DatapipeError is its message (and hint) and its exit code,
+        not a traceback; any other exception is a bug and keeps its traceback."""
+        try:
+            return super().invoke(ctx)
+        except DatapipeError as exc:
+            _fail(str(exc), exc.exit_code, exc.hint)
+        except KeyboardInterrupt:  # a run says how to resume (RunInterrupted); this is before or outside one
+            _fail("interrupted", EXIT_INTERRUPTED)
+
 
 @click.group(cls=_Program, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="datapipe")
@@ -127,28 +142,16 @@ def run(pipeline: Path, output: Path | str | None, ray_address: str | None, num_
 
     if _AS_PROGRAM:  # never in a caller's process, which may hand pandas objects to pyarrow later
         enable_for_run()  # before the engine's imports convert anything: pyarrow would import pandas
-    from datapipe.assets.models import ModelUnavailable
     from datapipe.cli.summary import print_summary
-    from datapipe.engine.runner import PipelineError, RunInterrupted, run_pipeline
-    from datapipe.pipeline.load import ConfigError, load_pipeline
-    from datapipe.run_folder.layout import RunFolderError
-    from datapipe.storage.uri import StorageError
+    from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
 
     if in_process and (ray_address or num_cpus):
         _fail("--in-process runs without Ray: it cannot be combined with --ray-address or --num-cpus")
-    try:
-        pipe = load_pipeline(pipeline)
-        result = run_pipeline(pipe, output=output, ray_address=ray_address, num_cpus=num_cpus, fresh=fresh,
-                              show_progress=not no_progress, log=lambda m: click.echo(m, err=True),
-                              in_process=in_process)
-    except ConfigError as exc:
-        _fail(str(exc))
-    except RunInterrupted as exc:
-        _fail(str(exc), code=130)  # 128 + SIGINT, as shells report an interrupted command
-    except KeyboardInterrupt:  # before the run folder was known (reading the pipeline file)
-        _fail("interrupted before the run started", code=130)
-    except (PipelineError, RunFolderError, ModelUnavailable, StorageError) as exc:
-        _fail(str(exc), code=1)
+    pipe = load_pipeline(pipeline)
+    result = run_pipeline(pipe, output=output, ray_address=ray_address, num_cpus=num_cpus, fresh=fresh,
+                          show_progress=not no_progress, log=lambda m: click.echo(m, err=True),
+                          in_process=in_process)
     print_summary(result)
 
 
@@ -160,12 +163,9 @@ def validate(pipeline: Path) -> None:
 
     Exits 0 and prints what would run, or exits 2 and lists every problem with its key path.
     """
-    from datapipe.pipeline.load import ConfigError, load_pipeline
+    from datapipe.pipeline.load import load_pipeline
 
-    try:
-        pipe = load_pipeline(pipeline)
-    except ConfigError as exc:
-        _fail(str(exc))
+    pipe = load_pipeline(pipeline)
     click.echo(f"pipeline {pipe.name!r} is valid")
     for src in pipe.config.sources:
         files = pipe.inputs[src.name]
@@ -197,12 +197,9 @@ def sql(run_dir: Path, query: str, fmt: str) -> None:
     Example:
       datapipe sql out/demo "select stage, reason, count(*) from documents group by all"
     """
-    from datapipe.audit.sql import AuditError, run_query, write_result
+    from datapipe.audit.sql import run_query, write_result
 
-    try:
-        table = run_query(run_dir, query)
-    except AuditError as exc:
-        _fail(str(exc))
+    table = run_query(run_dir, query)
     write_result(table, fmt, sys.stdout)
 
 
@@ -217,12 +214,8 @@ def explain(run_dir: Path, doc_id: str) -> None:
       datapipe sql RUN "select * from documents where id = 'web_zh/a.jsonl#L3'"
     """
     from datapipe.audit.explain import explain as explain_doc
-    from datapipe.audit.sql import AuditError
 
-    try:
-        explain_doc(run_dir, doc_id, sys.stdout)
-    except AuditError as exc:
-        _fail(str(exc))
+    explain_doc(run_dir, doc_id, sys.stdout)
 
 
 @main.command()
@@ -237,13 +230,9 @@ def stats(run_dir: Path, budget: str | None) -> None:
     (above 1: epochs, the source is repeated; below 1: the fraction of it used).
     """
     from datapipe.audit.mixture import mixture_report, parse_tokens, print_mixture
-    from datapipe.audit.sql import AuditError
 
-    try:
-        tokens = parse_tokens(budget) if budget is not None else None
-        report = mixture_report(run_dir, tokens)
-    except (AuditError, ValueError, FileNotFoundError) as exc:
-        _fail(str(exc))
+    tokens = parse_tokens(budget) if budget is not None else None
+    report = mixture_report(run_dir, tokens)
     print_mixture(report)
 
 
@@ -289,13 +278,10 @@ def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tu
     files = files + more_files  # so `--files a.jsonl b.jsonl` reads both
     if bool(run_dir) == bool(files):
         _fail("give exactly one of --run RUN or --files GLOB...")
-    try:
-        options = TrainOptions(vocab_size=vocab_size, mix=parse_mix(mix), bos=bos, eos=eos, pad=pad,
-                               special=special, sample_chars=sample_chars, heldout_frac=heldout_frac)
-        docs = docs_from_run(run_dir) if run_dir else docs_from_files(files)
-        result = train_tokenizer(docs, output or Path("tokenizer") / f"{name}.json", options)
-    except (ValueError, FileNotFoundError) as exc:
-        _fail(str(exc))
+    options = TrainOptions(vocab_size=vocab_size, mix=parse_mix(mix), bos=bos, eos=eos, pad=pad,
+                           special=special, sample_chars=sample_chars, heldout_frac=heldout_frac)
+    docs = docs_from_run(run_dir) if run_dir else docs_from_files(files)
+    result = train_tokenizer(docs, output or Path("tokenizer") / f"{name}.json", options)
     click.echo(f"wrote {result.path} (vocabulary {result.vocab_size:,}, sha256 {result.sha256[:12]}...)")
     click.echo("special tokens: " + ", ".join(f"{t}={i}" for t, i in result.special_ids.items()))
     for line in report_lines(result):
@@ -345,7 +331,6 @@ def train_classifier(positive: tuple[str, ...], negative: tuple[str, ...], run_d
       datapipe train-classifier --run out/demo --positive "select id, text, lang from kept_docs where source='zh_wiki'" \\
           --negative "select id, text, lang from kept_docs where source='web_zh'"
     """
-    from datapipe.audit.sql import AuditError
     from datapipe.train.classifier import TrainOptions, TrainParams, report_lines
     from datapipe.train.classifier import train_classifier as train
 
@@ -356,10 +341,7 @@ def train_classifier(positive: tuple[str, ...], negative: tuple[str, ...], run_d
         text_field=text_field, lang_field=lang_field, langs=tuple(x for x in langs.split(",") if x),
         max_per_class=max_per_class, heldout_frac=heldout_frac, seed=seed, featuriser=featuriser,
         params=TrainParams(dim=dim, epoch=epoch, lr=lr, word_ngrams=word_ngrams, min_count=min_count, bucket=bucket))
-    try:
-        result = train(list(positive), list(negative), run_dir, options, log=lambda m: click.echo(m, err=True))
-    except (AuditError, ValueError, FileNotFoundError) as exc:
-        _fail(str(exc))
+    result = train(list(positive), list(negative), run_dir, options, log=lambda m: click.echo(m, err=True))
     counts = ", ".join(f"{lang} {sum(c['train'] for c in d.values())}" for lang, d in result.meta["counts"].items())
     click.echo(f"wrote {result.model} (sha256 {result.meta['model_sha256'][:12]}...), trained on {counts} examples")
     for line in report_lines(result.evaluation):
@@ -376,14 +358,8 @@ def report(run_dir: Path, html_file: Path) -> None:
     Charts are inline SVG: the page opens offline, with nothing fetched.
     """
     from datapipe.audit.report import write_report
-    from datapipe.audit.sql import AuditError
 
-    try:
-        path = write_report(run_dir, html_file)
-    except AuditError as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(f"cannot write {html_file}: {exc.strerror or exc}", code=1)
+    path = write_report(run_dir, html_file)
     click.echo(f"wrote {path}")
 
 
@@ -422,16 +398,12 @@ def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits:
     counts, sha256) is recorded in RUN_DIR/exports/<format>.json. megatron also writes
     OUTPUT/data_path.<split>.txt: the weighted --data-path string for the run's mixture.
     """
-    from datapipe.export import ExportError, export
-    from datapipe.storage.uri import StorageError
+    from datapipe.export import export
 
-    try:
-        result = export(run_dir, fmt, output, columns=[c.strip() for c in columns.split(",") if c.strip()]
-                        if columns else None, splits=list(splits) or None, sources=list(sources) or None,
-                        docs_per_file=docs_per_file, hf_file_format=hf_file_format, mds_size_limit=mds_size_limit,
-                        fresh=fresh, log=lambda m: click.echo(m, err=True), progress=not no_progress)
-    except (ExportError, StorageError) as exc:
-        _fail(str(exc))
+    result = export(run_dir, fmt, output, columns=[c.strip() for c in columns.split(",") if c.strip()]
+                    if columns else None, splits=list(splits) or None, sources=list(sources) or None,
+                    docs_per_file=docs_per_file, hf_file_format=hf_file_format, mds_size_limit=mds_size_limit,
+                    fresh=fresh, log=lambda m: click.echo(m, err=True), progress=not no_progress)
     for stream, info in result.streams.items():
         click.echo(f"{stream}: {info['docs']} documents, {info['tokens']} tokens, {info['parts']} file(s)")
     click.echo(f"{result.documents} documents in {result.output} ({result.parts_written} files written, "
@@ -453,11 +425,8 @@ def models_fetch() -> None:
     The cache is $DATAPIPE_CACHE_DIR, else $XDG_CACHE_HOME/datapipe, else ~/.cache/datapipe.
     Set DATAPIPE_LID_MODEL to use a model file you already have.
     """
-    from datapipe.assets.models import LID_SHA256, ModelUnavailable, ensure_lid_model
+    from datapipe.assets.models import LID_SHA256, ensure_lid_model
 
-    try:
-        path = ensure_lid_model()
-    except ModelUnavailable as exc:
-        _fail(str(exc), code=1)
+    path = ensure_lid_model()
     click.echo(f"lid.176.ftz ready at {path} (sha256 {LID_SHA256[:12]}...)")
 

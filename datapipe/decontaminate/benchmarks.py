@@ -18,11 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from datapipe.errors import EXIT_USAGE, DatapipeError
+
 FORMATS = ("jsonl", "parquet", "csv")
 
 
-class BenchmarkError(ValueError):
+class BenchmarkError(DatapipeError, ValueError):
     """A benchmark file that cannot be read; the message names the file (and line)."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The engine's error: what a run raises when it cannot go on (the CLI prints it as one message)."""
+"""The engine's error, defined with datapipe's other errors in datapipe/errors.py; this import path stays."""
 
+from datapipe.errors import PipelineError
 
-class PipelineError(RuntimeError):
-    """The run cannot go on; the message says why and what to do."""
+__all__ = ["PipelineError"]

@@ -43,6 +43,8 @@ class RunResult:
 class RunInterrupted(PipelineError):
     """Ctrl-C (SIGINT) or SIGTERM stopped the run; the message says how to resume."""
 
+    exit_code = 130  # 128 + SIGINT, as shells report an interrupted command (datapipe/errors.py)
+
 
 def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: str | None = None,
                  num_cpus: int | None = None, fresh: bool = False, show_progress: bool = True,

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.run_folder.layout import RunFolder
 from datapipe.storage import uri as storage
 from datapipe.tokens.shard_format import open_shard, tokens_view
@@ -40,8 +41,10 @@ TOKENS = "input_ids"  # the pseudo-column with a document's token ids
 SPLITS = ("train", "val")
 
 
-class ExportError(ValueError):
+class ExportError(DatapipeError, ValueError):
     """The export cannot be done as asked; the message names the option and what is allowed."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from datapipe.errors import DatapipeError
 from datapipe.license.spdx import CLASS_RANK, UNKNOWN, canonical_id, id_classes, primary_class
 
 # A parsed expression: an id string, ("WITH", id, exception), or ("AND"|"OR", [nodes]).
@@ -16,7 +17,7 @@ Node = str | tuple
 _TOKEN = re.compile(r"\(|\)|[A-Za-z0-9.\-+:]+")
 
 
-class ExpressionError(ValueError):
+class ExpressionError(DatapipeError, ValueError):
     pass
 
 

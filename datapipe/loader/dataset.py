@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.loader import fused
 from datapipe.loader.batch import (
     ALL_FIELDS,
@@ -42,9 +43,11 @@ _MAX_SEGMENT_BLOCK_SAMPLES = 1024
 _GATHER_BYTES = 1 << 19  # in-process batches are views of token gathers of up to this size
 
 
-class StateMismatch(ValueError):
+class StateMismatch(DatapipeError, ValueError):
     """A saved loader state does not belong to this dataset; resuming would silently
     change what the model sees, so it is refused."""
+
+    exit_code = EXIT_USAGE
 
 
 class PackedDataset:

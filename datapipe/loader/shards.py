@@ -26,13 +26,14 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from datapipe.errors import DatapipeError
 from datapipe.loader.verify import file_identity, shard_arrays
 from datapipe.tokens.shard_format import MANIFEST_COLUMNS, MANIFEST_NAME, ShardCorrupt, ShardMeta
 
 _ARROW_MAGIC = b"ARROW1"
 
 
-class ShardPathError(ValueError):
+class ShardPathError(DatapipeError, ValueError):
     """A manifest path that would read outside the run folder."""
 
 

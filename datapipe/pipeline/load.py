@@ -30,6 +30,7 @@ from datapipe.config.sections import (  # the sections lower layers take (why ap
     read_yaml,
     yaml_error_text,
 )
+from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.plugins import PluginError
 from datapipe.storage.uri import StorageError, glob_files, is_input_file, is_uri, mirror_of
 
@@ -37,8 +38,10 @@ __all__ = ["ConfigError", "Pipeline", "PipelineConfig", "SourceConfig", "SplitCo
            "build_pipeline", "load_pipeline", "read_yaml", "yaml_error_text"]
 
 
-class ConfigError(ValueError):
+class ConfigError(DatapipeError, ValueError):
     """A pipeline file that cannot run; ``problems`` are 'key.path: message' lines."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, problems: list[str], file: str | None = None) -> None:
         self.problems = problems

@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from datapipe.errors import DatapipeError
 from datapipe.storage import uri as storage
 from datapipe.storage.atomic import is_temp_name, sweep_temp_files, write_bytes_atomic, write_text_atomic
 from datapipe.tokens.shard_format import MANIFEST_NAME, SHARDS_DIR, shard_file_name
@@ -61,7 +62,7 @@ def partition_key(partition: int) -> str:
     return f"{partition:05d}"
 
 
-class RunFolderError(RuntimeError):
+class RunFolderError(DatapipeError, RuntimeError):
     pass
 
 

@@ -33,12 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from datapipe.errors import DatapipeError
+
 # The mirror's folder name: a mirror path is recognised by it, so a Ray worker whose cache
 # folder differs from the driver's still finds the URI behind the path it is handed.
 MIRROR_DIR = "remote-mirror"
 
 
-class StorageError(RuntimeError):
+class StorageError(DatapipeError, RuntimeError):
     """A remote path that cannot be used; the message names it and says what is wrong."""
 
 

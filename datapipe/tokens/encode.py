@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from datapipe.config.sections import TokenizeConfig
+from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.runtime.process_cache import process_cache
 from datapipe.tokens.shard_format import token_dtype
 
@@ -18,7 +19,9 @@ PAD_CANDIDATES = ("<|pad|>", "<pad>", "[PAD]")
 TOKENS_TYPE = pa.large_list(pa.uint32())
 
 
-class TokenizerError(ValueError):
+class TokenizerError(DatapipeError, ValueError):
+    exit_code = EXIT_USAGE
+
     def __init__(self, key: str, message: str) -> None:
         self.key = key
         super().__init__(message)

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from datapipe.errors import DatapipeError
+
 FORMAT_VERSION = 1
 META_KEY = b"datapipe.shard"
 
@@ -54,7 +56,7 @@ def manifest_row(path: str, source: str, split: str, rows: int, tokens: int, doc
             "row_len": row_len, "packing": packing}
 
 
-class ShardCorrupt(ValueError):
+class ShardCorrupt(DatapipeError, ValueError):
     """A shard's bytes break the format contract or disagree with the manifest.
 
     The message names the shard and what is wrong. It takes one message argument (plus the

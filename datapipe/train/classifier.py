@@ -33,6 +33,7 @@ import numpy as np
 
 from datapipe.classify.features import CJK_V1, featuriser
 from datapipe.classify.metrics import binary_metrics
+from datapipe.errors import InputNotFound, UsageError
 from datapipe.readers.streams import json_records
 from datapipe.storage.atomic import atomic_path, temp_path_for
 
@@ -103,7 +104,7 @@ def _glob_base(pattern: str) -> Path:
 def examples_from_files(pattern: str, text_field: str = "text", lang_field: str = "lang") -> Iterator[Example]:
     paths = sorted(Path(p) for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
     if not paths:
-        raise FileNotFoundError(f"no files match {pattern}")
+        raise InputNotFound(f"no files match {pattern}")
     base = _glob_base(pattern)
     for path in paths:
         key = path.relative_to(base).as_posix() if path.is_relative_to(base) else path.as_posix()
@@ -115,11 +116,15 @@ def examples_from_files(pattern: str, text_field: str = "text", lang_field: str 
                     lang = rec.get(lang_field)
                     yield Example(f"{key}#L{n}", text, lang if isinstance(lang, str) else None, str(path), n)
         elif name.endswith(".parquet"):
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            table = pq.read_table(path)
+            try:
+                table = pq.read_table(path)
+            except (OSError, pa.ArrowException) as exc:
+                raise UsageError(f"cannot read {path}: {exc}") from None
             if text_field not in table.column_names:
-                raise ValueError(f"{path} has no column {text_field!r} (columns: {', '.join(table.column_names)})")
+                raise UsageError(f"{path} has no column {text_field!r} (columns: {', '.join(table.column_names)})")
             langs = table[lang_field].to_pylist() if lang_field in table.column_names else [None] * table.num_rows
             for n, (text, lang) in enumerate(zip(table[text_field].to_pylist(), langs)):
                 if isinstance(text, str) and text.strip():
@@ -137,7 +142,7 @@ def examples_from_sql(run_dir: Path, query: str, text_field: str = "text",
 
     table = run_query(run_dir, query)
     if text_field not in table.column_names:
-        raise ValueError(f"the query returns no {text_field!r} column (columns: {', '.join(table.column_names)}); "
+        raise UsageError(f"the query returns no {text_field!r} column (columns: {', '.join(table.column_names)}); "
                          f"select the text, e.g. select id, text, lang from kept_docs where ...")
     ids = table["id"].to_pylist() if "id" in table.column_names else [f"row{i}" for i in range(table.num_rows)]
     langs = table[lang_field].to_pylist() if lang_field in table.column_names else [None] * table.num_rows
@@ -149,7 +154,7 @@ def examples_from_sql(run_dir: Path, query: str, text_field: str = "text",
 def load_examples(spec: str, run_dir: Path | None, options: TrainOptions) -> list[Example]:
     if is_sql(spec):
         if run_dir is None:
-            raise ValueError(f"{spec!r} is SQL: give the run it reads with --run RUN")
+            raise UsageError(f"{spec!r} is SQL: give the run it reads with --run RUN")
         return list(examples_from_sql(run_dir, spec, options.text_field, options.lang_field))
     return list(examples_from_files(spec, options.text_field, options.lang_field))
 
@@ -271,12 +276,12 @@ def train_classifier(positive_specs: list[str], negative_specs: list[str], run_d
     positives = [e for s in positive_specs for e in load_examples(s, run_dir, options)]
     negatives = [e for s in negative_specs for e in load_examples(s, run_dir, options)]
     if not positives or not negatives:
-        raise ValueError(f"need positive and negative examples; got {len(positives)} positive, "
+        raise UsageError(f"need positive and negative examples; got {len(positives)} positive, "
                          f"{len(negatives)} negative")
     positives, negatives = identify_languages(positives), identify_languages(negatives)
     chosen, available, warnings = balance(positives, negatives, options)
     if not chosen:
-        raise ValueError("no language has both positive and negative examples: " + "; ".join(warnings))
+        raise UsageError("no language has both positive and negative examples: " + "; ".join(warnings))
     train, heldout = split_heldout(chosen, options)
     featurise = featuriser(options.featuriser)
     label = {"pos": options.positive_label, "neg": options.negative_label}

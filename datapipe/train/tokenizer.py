@@ -19,8 +19,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datapipe.errors import InputNotFound, UsageError
 from datapipe.readers.streams import json_records
 from datapipe.run_folder.layout import RunFolder
 from datapipe.text import charclass
@@ -96,11 +98,11 @@ def parse_mix(text: str) -> dict[str, float]:
         except ValueError:
             weight = -1.0
         if not sep or not name.strip() or weight < 0:
-            raise ValueError(f"bad mix entry {part!r}: expected GROUP=WEIGHT, e.g. zh=0.4,en=0.4,code=0.2")
+            raise UsageError(f"bad mix entry {part!r}: expected GROUP=WEIGHT, e.g. zh=0.4,en=0.4,code=0.2")
         mix[name.strip()] = weight
     total = sum(mix.values())
     if total <= 0:
-        raise ValueError("the mix weights must not all be 0")
+        raise UsageError("the mix weights must not all be 0")
     return {k: v / total for k, v in mix.items()}
 
 
@@ -114,7 +116,7 @@ def docs_from_run(run_dir: Path) -> Iterator[Doc]:
     """Kept documents of a run: group ``code`` for code sources, else the ``lang`` column."""
     files = sorted(RunFolder(Path(run_dir)).docs_dir.glob("**/*.parquet"))
     if not files:
-        raise FileNotFoundError(f"no kept documents in {run_dir}/docs: is it a run folder?")
+        raise InputNotFound(f"no kept documents in {run_dir}/docs: is it a run folder?")
     for path in files:
         pf = pq.ParquetFile(path)
         cols = [c for c in ("id", "kind", "lang", "text") if c in pf.schema_arrow.names]
@@ -135,7 +137,7 @@ def docs_from_files(patterns: Iterable[str]) -> Iterator[Doc]:
     found = {Path(p): _glob_base(pattern) for pattern in patterns for p in glob.glob(pattern, recursive=True)}
     files = sorted(p for p in found if p.is_file())
     if not files:
-        raise FileNotFoundError(f"no files match {' '.join(patterns)}")
+        raise InputNotFound(f"no files match {' '.join(patterns)}")
     for path in files:
         name = path.name.lower()
         key = path.relative_to(found[path]).as_posix() if path.is_relative_to(found[path]) else path.as_posix()
@@ -145,7 +147,12 @@ def docs_from_files(patterns: Iterable[str]) -> Iterator[Doc]:
                 if isinstance(text, str) and text:
                     yield Doc(f"{key}#L{n}", rec.get("lang") or guess_group(text), text)
         elif name.endswith(".parquet"):
-            table = pq.read_table(path)
+            try:
+                table = pq.read_table(path)
+            except (OSError, pa.ArrowException) as exc:
+                raise UsageError(f"cannot read {path}: {exc}") from None
+            if "text" not in table.column_names:
+                raise UsageError(f"{path} has no column 'text' (columns: {', '.join(table.column_names)})")
             langs = table["lang"].to_pylist() if "lang" in table.column_names else [None] * table.num_rows
             for n, (text, lang) in enumerate(zip(table["text"].to_pylist(), langs)):
                 if text:
@@ -218,7 +225,7 @@ def train_tokenizer(docs: Iterable[Doc], output: Path, options: TrainOptions) ->
     train, held = sample(docs, options, ignored)
     if not any(train.values()):
         found = f" (documents found: {_counts(ignored)})" if ignored else ""
-        raise ValueError(f"no documents of the groups {', '.join(options.mix)} to train on{found}")
+        raise UsageError(f"no documents of the groups {', '.join(options.mix)} to train on{found}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()  # byte-level: every UTF-8 string encodes, decode gives it back

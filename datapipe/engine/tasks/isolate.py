@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from datapipe.errors import DatapipeError
 from datapipe.readers.base import describe_error
 from datapipe.stages.base import Decision
 
@@ -32,7 +33,7 @@ CANARY_TEXT = "This is an ordinary sentence used to check that the stage itself 
 Step = Callable[[pa.Table], tuple[pa.Table, Decision]]
 
 
-class StageBroken(RuntimeError):
+class StageBroken(DatapipeError, RuntimeError):
     """Too many rows of one task failed in one stage: the stage, not the data, is at fault."""
 
 

@@ -20,6 +20,7 @@ import yaml
 
 from datapipe.assets.filters_dir import filter_file
 from datapipe.config.sections import read_yaml, yaml_error_text
+from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.stages.quality.text import Docs
 
 BUILTIN_DIR = filter_file("quality")
@@ -62,8 +63,8 @@ def register(f: Filter) -> Filter:
     return f
 
 
-class RuleSetError(ValueError):
-    pass
+class RuleSetError(DatapipeError, ValueError):
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)
