@@ -187,7 +187,9 @@ def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
         raise PipelineError(f"conservation violated: {counts['documents']} documents read, but "
                             f"{counts['kept']} kept + {counts['rejected']} rejected")
     with duckdb.connect(str(folder.stats_db), read_only=True) as con:
-        n, distinct = con.execute("SELECT count(*), count(DISTINCT id) FROM documents").fetchone()
+        row = con.execute("SELECT count(*), count(DISTINCT id) FROM documents").fetchone()
+    assert row is not None  # an aggregate always returns one row
+    n, distinct = row
     if n != counts["documents"] or distinct != n:
         raise PipelineError(f"conservation violated in the outputs: {counts['documents']} documents read, "
                             f"{n} rows in documents, {distinct} distinct ids")

@@ -160,7 +160,8 @@ def _start_watchdog() -> subprocess.Popen | None:
     import ray
 
     try:
-        session = ray._private.worker.global_worker.node.get_session_dir_path()
+        node = ray._private.worker.global_worker.node
+        session = node.get_session_dir_path() if node is not None else None
     except Exception:  # noqa: BLE001 - a private API; without it we only lose the cleanup
         return None
     if not session or not os.path.isdir("/proc"):

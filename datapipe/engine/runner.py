@@ -46,7 +46,7 @@ class RunInterrupted(PipelineError):
     exit_code = 130  # 128 + SIGINT, as shells report an interrupted command (datapipe/errors.py)
 
 
-def run_pipeline(pipeline: Pipeline, output: Path | None = None, ray_address: str | None = None,
+def run_pipeline(pipeline: Pipeline, output: Path | str | None = None, ray_address: str | None = None,
                  num_cpus: int | None = None, fresh: bool = False, show_progress: bool = True,
                  log: Callable[[str], None] = print, in_process: bool | None = False,
                  executor: Executor | None = None) -> RunResult:

@@ -14,7 +14,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError
@@ -33,6 +33,9 @@ from datapipe.config.sections import (  # the sections lower layers take (why ap
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.plugins import PluginError
 from datapipe.storage.uri import StorageError, glob_files, is_input_file, is_uri, mirror_of
+
+if TYPE_CHECKING:  # the stage registry is imported late (validation only); its option type is named here
+    from datapipe.stages.base import StageOptions
 
 __all__ = ["ConfigError", "Pipeline", "PipelineConfig", "SourceConfig", "SplitConfig", "TokenizeConfig",
            "build_pipeline", "load_pipeline", "read_yaml", "yaml_error_text"]
@@ -69,7 +72,7 @@ class PipelineConfig(Strict):
 class Pipeline:
     """A validated pipeline: the typed config plus everything resolved against the file system."""
 
-    def __init__(self, config: PipelineConfig, base_dir: Path, stage_options: list[tuple[str, BaseModel]],
+    def __init__(self, config: PipelineConfig, base_dir: Path, stage_options: list[tuple[str, StageOptions]],
                  inputs: dict[str, list[tuple[Path, str]]], file: Path | None) -> None:
         self.config = config
         self.base_dir = base_dir
@@ -172,11 +175,11 @@ def _build(raw: Any, base_dir: Path, file: Path | None, problems: list[str]) -> 
     return pipeline
 
 
-def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, str, BaseModel]]:
+def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, str, StageOptions]]:
     """(index in the file, stage type, options) of every stage whose options are valid."""
     from datapipe.stages import STAGES  # late import: only validation needs the stage registry
 
-    out: list[tuple[int, str, BaseModel]] = []
+    out: list[tuple[int, str, StageOptions]] = []
     allowed = ", ".join(sorted(STAGES))
     for i, item in enumerate(items):
         if not isinstance(item, dict):
@@ -213,7 +216,7 @@ def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, s
     return out
 
 
-def _check_stage_resources(pipeline: Pipeline, checked: list[tuple[int, str, BaseModel]],
+def _check_stage_resources(pipeline: Pipeline, checked: list[tuple[int, str, StageOptions]],
                            problems: list[str]) -> None:
     """Each stage's own check: files, model labels, names; what `run` would otherwise find out mid-way."""
     from datapipe.stages import STAGES

@@ -16,6 +16,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from datapipe.readers.streams import SCAN
 from datapipe.storage.uri import open_input
@@ -52,7 +53,7 @@ def _arc_like(head: bytes, gzipped: bool) -> bool:
     return head.startswith(b"filedesc://")
 
 
-def _windows(f, start: int, size: int, overlap: int) -> Iterator[tuple[int, int, bytes]]:  # type: ignore[no-untyped-def]
+def _windows(f: IO[bytes], start: int, size: int, overlap: int) -> Iterator[tuple[int, int, bytes]]:
     """(position, width, bytes) of consecutive windows from ``start``: a match is looked for in the
     first ``width`` bytes, the ``overlap`` after them lets one that straddles be found. Windows
     start small and double up to SCAN: a boundary is usually near the cut, and on object storage
@@ -68,7 +69,7 @@ def _windows(f, start: int, size: int, overlap: int) -> Iterator[tuple[int, int,
         width = min(width * 2, SCAN)
 
 
-def _next_member(f, cut: int, size: int) -> int | None:  # type: ignore[no-untyped-def]
+def _next_member(f: IO[bytes], cut: int, size: int) -> int | None:
     """The first offset >= cut where a gzip member starts that decompresses to a WARC header."""
     for pos, width, data in _windows(f, cut, size, 4096):
         i = data.find(_GZIP)
@@ -83,7 +84,7 @@ def _next_member(f, cut: int, size: int) -> int | None:  # type: ignore[no-untyp
     return None
 
 
-def _next_header(f, cut: int, size: int) -> int | None:  # type: ignore[no-untyped-def]
+def _next_header(f: IO[bytes], cut: int, size: int) -> int | None:
     """The first offset >= cut of a ``WARC/1.`` line whose Content-Length leads to the next header."""
     for pos, width, data in _windows(f, cut - 1, size, 8192):
         i = data.find(b"\nWARC/1.")
@@ -95,7 +96,7 @@ def _next_header(f, cut: int, size: int) -> int | None:  # type: ignore[no-untyp
     return None
 
 
-def _header_chains(f, at: int, size: int) -> bool:  # type: ignore[no-untyped-def]
+def _header_chains(f: IO[bytes], at: int, size: int) -> bool:
     f.seek(at)
     block = f.read(8192)  # a WARC header is rarely longer; up to 64 KiB when it is
     end = block.find(b"\r\n\r\n")

@@ -22,6 +22,7 @@ Without a percentile rule the stage is an ordinary per-document stage (no extra 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -294,12 +295,12 @@ def _scores(table: pa.Table, column: str) -> np.ndarray:
     return pc.fill_null(pc.cast(table[column], pa.float64()), np.nan).to_numpy()
 
 
-def _group_keys(table: pa.Table, per: list[str]) -> list[tuple[str | None, ...]]:
+def _group_keys(table: pa.Table, per: Sequence[str]) -> list[tuple[str | None, ...]]:
     cols = [table[c].to_pylist() if c in table.column_names else [None] * table.num_rows for c in per]
     return list(zip(*cols)) if cols else [()] * table.num_rows
 
 
-def _describe(per: list[str], key: tuple[str | None, ...]) -> str:
+def _describe(per: Sequence[str], key: tuple[str | None, ...]) -> str:
     return " ".join(f"{c}={v}" for c, v in zip(per, key)) or "the run"
 
 

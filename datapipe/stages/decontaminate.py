@@ -123,9 +123,9 @@ class Decontaminate(Stage):
             wanted = [(f"{key}.fields[{j}]", f) for j, f in enumerate(b.fields)]
             if b.id_field:
                 wanted.append((f"{key}.id_field", b.id_field))
-            for where, f in wanted:
-                if not any(has_field(r, f) for r in heads):
-                    problems.append((where, f"field {f!r} is in none of the first {CHECK_RECORDS} records of "
+            for where, field in wanted:
+                if not any(has_field(r, field) for r in heads):
+                    problems.append((where, f"field {field!r} is in none of the first {CHECK_RECORDS} records of "
                                             f"{', '.join(x.name for x in files)}; fields there: {seen}"))
         return problems
 

@@ -40,7 +40,7 @@ from datapipe.stages.columns import set_column
 from datapipe.stages.quality import markdown
 from datapipe.text.langcodes import LID176_CODES, language_problems
 
-_MODELS: dict[str, object] = process_cache({})  # one loaded model per worker process
+_MODELS: dict[str, Any] = process_cache({})  # one loaded fastText model (an untyped library) per worker process
 _NULL = pa.scalar(None, pa.string())
 
 
@@ -238,7 +238,8 @@ class LangId(Stage):
             # such as 衣食住 are Japanese there) and Chinese elsewhere.
             doc_ja = (lang == "ja")[line_doc]
             line_lang = np.where(np.equal(line_lang, "zh") & doc_ja, "ja", line_lang)
-            latin_line = np.equal(line_lang, None) & (line_counts["latin"] > 0)
+            # numpy's stubs reject None as an operand; on an object array it is the elementwise `is None`
+            latin_line = np.equal(line_lang, None) & (line_counts["latin"] > 0)  # type: ignore[call-overload]
             first_line = np.searchsorted(line_doc, np.arange(n))
             parts, with_latin = [], []
             for i in idx:

@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +28,7 @@ from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
 from datapipe.schema import READ_STAGE
 from datapipe.stages.base import Decision, Stage
-from datapipe.stages.global_stage import CombineStep, PartitionStep, step_of
+from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, step_of
 from datapipe.stages.row_keys import row_key, row_keys
 from datapipe.tokens.encode import assign_split, encode_documents
 from datapipe.tokens.shard_format import file_sha256
@@ -138,8 +138,10 @@ class ShardOutputs:
 
     def abort(self) -> None:
         self.docs.abort()
-        for sink in [*self.rejects.values(), *([self.shuffle] if self.shuffle is not None else [])]:
+        for sink in self.rejects.values():
             sink.abort()
+        if self.shuffle is not None:
+            self.shuffle.abort()
         if self.tokens is not None:
             self.tokens.abort()
 
@@ -207,7 +209,8 @@ class _Applying:
     def __init__(self, spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> None:
         assert segment.apply_global is not None
         self.position = segment.apply_global
-        self.stage = build_stage(spec, self.position, setup=True)
+        # apply_global names a global stage (plan_segments ends a segment only at one)
+        self.stage = cast(GlobalStage, build_stage(spec, self.position, setup=True))
         self.name = spec.stage_name(self.position)
         self.ordinal = shard.ordinal
         self.decisions = _load_decisions(spec, folder, segment, shard)
@@ -271,9 +274,10 @@ def _first_record(folder: RunFolder, shard: Shard, piece: InputRange) -> int:
         return 0
     prefix = shard.key.rsplit(".part", 1)[0]
     markers = [folder.read_marker(LINES_PHASE, f"{prefix}.part{j:04d}") for j in range(piece.part)]
-    if any(m is None for m in markers):  # e.g. a task run on its own: count the bytes before the range
+    found = [m for m in markers if m is not None]
+    if len(found) < len(markers):  # e.g. a task run on its own: count the bytes before the range
         return count(piece.path, 0, piece.start)
-    return sum(int(m["newlines"]) for m in markers)  # type: ignore[index]
+    return sum(int(m["newlines"]) for m in found)
 
 
 def count_range_lines(spec: RunSpec, shard: Shard) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def write_shard(
     if len(doc_start_splits) != rows + 1 or len(n_tokens) != rows:
         raise ValueError("doc_start_splits must have rows + 1 entries and n_tokens rows entries")
     meta = ShardMeta(**{**asdict(meta), "rows": int(rows), "tokens": int(np.sum(n_tokens, dtype=np.int64)),
-                        "checksum": hashlib.sha256(tokens).hexdigest()})  # hashes the buffer, no copy
+                        "checksum": hashlib.sha256(tokens.data).hexdigest()})  # hashes the buffer, no copy
     schema = shard_schema(meta)
     splits = np.asarray(doc_start_splits, dtype=np.int32)
     values = np.asarray(doc_start_values, dtype=np.int32)

@@ -23,6 +23,7 @@ from datapipe.stages.base import (
     Problem,
     ResourceFile,
     Stage,
+    StageContext,
     StageOptions,
     kinds_problems,
 )
@@ -61,7 +62,7 @@ class Quality(Stage):
     name = "quality"
     Options = QualityOptions
 
-    def __init__(self, options: QualityOptions, context) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, options: QualityOptions, context: StageContext) -> None:
         super().__init__(options, context)
         self.sets = load_rule_sets(options.rules, options.builtin, Path(context.pipeline_dir))
         self.columns: dict[str, pa.DataType] = {}
@@ -140,7 +141,7 @@ class Quality(Stage):
             key = f"{lang}_{kind}" if f"{lang}_{kind}" in self.sets else kind if kind in self.sets else None
             keys.append(key)
         arr = np.array(keys, dtype=object)
-        return {k: np.flatnonzero(arr == k) for k in sorted(set(keys) - {None})}
+        return {k: np.flatnonzero(arr == k) for k in sorted({k for k in keys if k is not None})}
 
     def compute(self, batch: pa.Table) -> pa.Table:
         n = batch.num_rows
