@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import IO
 
 from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
 from datapipe.readers.jsondepth import depth_exceeds, may_exceed_depth, must_check_before_parsing
 from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
-from datapipe.readers.streams import InputTooLarge, LineRange, LineTooLong, bounded_lines, open_maybe_compressed
+from datapipe.readers.streams import ByteStream, InputTooLarge, LineRange, LineTooLong, bounded_lines, open_maybe_compressed
 
 
 def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
@@ -57,7 +56,7 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         yield last
 
 
-def _open(file: InputFile) -> IO[bytes] | LineRange:
+def _open(file: InputFile) -> ByteStream | LineRange:
     """The whole file, or the lines that start in its byte range (a split plain JSONL)."""
     if file.ranged:
         return LineRange(str(file.path), file.start, file.end)
