@@ -124,7 +124,7 @@ class _CountingReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    # BufferedReader hands a memoryview; RawIOBase declares any writable buffer, which slices cannot assign to.
+    # BufferedReader passes a memoryview; typeshed's RawIOBase.readinto takes any WriteableBuffer (no slicing).
     def readinto(self, b: memoryview) -> int:  # type: ignore[override]
         data = self.inner.read(len(b))
         self.count += len(data)
