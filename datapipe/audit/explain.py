@@ -42,6 +42,7 @@ def rule_lines(row: dict[str, Any], run_dir: Path | None = None) -> list[str]:
         return []
     rules, note = _run_rule_set(run_dir, name)
     if rules is None:
+        assert note is not None  # why there is no rule set
         return [note]
     out = [note] if note else []
     for fname, params in rules.filters.items():

@@ -115,7 +115,8 @@ def _log_hist(con: Any, column: str, per_decade: int = 4) -> tuple[list[tuple[fl
         return [], []
     counts = dict(rows)
     lo, hi = rows[0][0], rows[-1][0]
-    bins = [(round(10 ** (b / per_decade)), round(10 ** ((b + 1) / per_decade))) for b in range(lo, hi + 1)]
+    bins: list[tuple[float, float]] = [(round(10 ** (b / per_decade)), round(10 ** ((b + 1) / per_decade)))
+                                       for b in range(lo, hi + 1)]
     return bins, [float(counts.get(b, 0)) for b in range(lo, hi + 1)]
 
 

@@ -190,11 +190,11 @@ def _explained(query: str) -> str | None:
     words = [(pos, query[pos:].split(None, 1)[0].upper() if kind == duckdb.token_type.keyword else None)
              for pos, kind in tokens]
     i = 0
-    if i < len(words) and words[i][1] is not None and words[i][1].startswith("EXPLAIN"):
+    if i < len(words) and (w := words[i][1]) is not None and w.startswith("EXPLAIN"):
         i += 1
     else:
         return None
-    while i < len(words) and words[i][1] is not None and words[i][1].startswith("ANALYZE"):
+    while i < len(words) and (w := words[i][1]) is not None and w.startswith("ANALYZE"):
         i += 1
     if i < len(words) and query[words[i][0]] == "(":  # EXPLAIN (FORMAT json) ...: skip the options
         depth = 0

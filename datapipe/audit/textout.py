@@ -42,7 +42,7 @@ def cell(value: Any) -> Text:
 class DataTable(Table):
     """A rich Table whose cells are always literal text."""
 
-    def add_row(self, *renderables: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
         super().add_row(*(None if r is None else cell(r) for r in renderables), **kwargs)
 
 

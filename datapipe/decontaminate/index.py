@@ -33,7 +33,7 @@ def _bitmap(keys: np.ndarray) -> tuple[np.ndarray, int]:
     return bitmap, shift
 
 
-def _lookup(keys, bitmap, shift, hashes, found):  # type: ignore[no-untyped-def]
+def _lookup(keys, bitmap, shift, hashes, found):
     """found[i] = hashes[i] in keys: the bitmap rejects most misses with one access, then binary search."""
     n = keys.shape[0]
     for i in range(hashes.shape[0]):

@@ -28,13 +28,22 @@ also returns the window's text for the ``contam_ngram`` signal.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
 
 from datapipe.dedup.fold import t2s_table
-from datapipe.dedup.shingles import _TOKEN_RE, CJK, HAVE_NUMBA, _as_list, char_classes, norm_table, normalize, to_codepoints
+from datapipe.dedup.shingles import (
+    _TOKEN_RE,
+    CJK,
+    HAVE_NUMBA,
+    Texts,
+    _as_list,
+    char_classes,
+    norm_table,
+    normalize,
+    to_codepoints,
+)
 
 if HAVE_NUMBA:
     import numba
@@ -101,8 +110,8 @@ def ngrams(text: str, n_word: int, n_char: int, fold: bool = True) -> list[tuple
     out = []
     for i, j in _window_bounds(weights, numeric, n_word * n_char):
         h = 0
-        for t in range(i, j):
-            h = (h * POLY + th[t]) & MASK
+        for k in range(i, j):
+            h = (h * POLY + th[k]) & MASK
         out.append((_mix_py(h ^ (j - i)), _shown(toks, cjk, i, j)))
     return out
 
@@ -201,7 +210,7 @@ if HAVE_NUMBA:
     _ngram_kernel_jit = numba.njit(cache=True, nogil=True)(_ngram_kernel)
 
 
-def ngram_hashes(texts: Sequence[str] | object, n_word: int, n_char: int, fold: bool = True
+def ngram_hashes(texts: Texts, n_word: int, n_char: int, fold: bool = True
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Batch path: (uint64 n-gram hashes of all texts, int64 offsets[n_texts + 1]); equal to ``ngrams``."""
     if n_word < 1 or n_char < 1:

@@ -13,6 +13,7 @@ import itertools
 import json
 import random
 import re
+from collections.abc import Set
 from pathlib import Path
 
 import numpy as np
@@ -89,7 +90,7 @@ def build(corpora: list[tuple[Path, str, int, int]], seed: int = 0) -> tuple[lis
 
 
 def pair_scores(cluster: np.ndarray, truth_pairs: set[tuple[int, int]],
-                neutral: set[tuple[int, int]] = frozenset()) -> tuple[float, float, int, int]:
+                neutral: Set[tuple[int, int]] = frozenset()) -> tuple[float, float, int, int]:
     """Pair precision/recall of clusters against true duplicate pairs (i < j).
 
     neutral pairs count neither way (e.g. plausible near-duplicates outside the labelled set)."""
@@ -132,15 +133,20 @@ UDHR_POSITIVE += [("deu_1901", "deu_1996"), ("ron_1953", "ron_1993"), ("ron_1953
 UDHR_SAME_TEXT = [("ckb", "kmr"), ("kng", "ktu"), ("ven", "ven2")]
 
 
+def _ordered(i: int, j: int) -> tuple[int, int]:
+    """The pair (i, j) smaller first, as tuple(sorted((i, j)))."""
+    return (i, j) if i <= j else (j, i)
+
+
 def udhr(directory: Path, adjudicated: bool = True
          ) -> tuple[list[str], list[str], set[tuple[int, int]], set[tuple[int, int]]]:
     """All UDHR pages: texts, names, labelled positive pairs, neutral same-prefix pairs."""
     names = sorted(p.stem for p in directory.glob("*.html"))
     texts = [udhr_text(directory / f"{n}.html") for n in names]
     pos = {n: i for i, n in enumerate(names)}
-    truth = {tuple(sorted((pos[a], pos[b]))) for a, b in UDHR_POSITIVE}
+    truth = {_ordered(pos[a], pos[b]) for a, b in UDHR_POSITIVE}
     neutral = {(i, j) for i, j in itertools.combinations(range(len(names)), 2)
                if names[i].split("_")[0] == names[j].split("_")[0]} - truth
     if adjudicated:
-        neutral |= {tuple(sorted((pos[a], pos[b]))) for a, b in UDHR_SAME_TEXT}
+        neutral |= {_ordered(pos[a], pos[b]) for a, b in UDHR_SAME_TEXT}
     return texts, names, truth, neutral

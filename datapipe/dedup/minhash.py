@@ -13,13 +13,13 @@ matrix is the fallback, memory-bound and several times slower.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import lru_cache
 
 import numpy as np
 
 from datapipe.dedup.lsh_table import LSH_PARAMS
-from datapipe.dedup.shingles import DEFAULT_N, HAVE_NUMBA, shingle_hashes
+from datapipe.dedup.shingles import DEFAULT_N, HAVE_NUMBA, Texts, shingle_hashes
 
 DEFAULT_NUM_PERM = 128
 DEFAULT_SEED = 1
@@ -127,7 +127,7 @@ def _perms_cached(num_perm: int, seed: int, scheme: str) -> tuple[np.ndarray, np
     return permutations(num_perm, seed, scheme)
 
 
-def signatures(texts: Sequence[str] | object, num_perm: int = DEFAULT_NUM_PERM, seed: int = DEFAULT_SEED,
+def signatures(texts: Texts, num_perm: int = DEFAULT_NUM_PERM, seed: int = DEFAULT_SEED,
                n: int = DEFAULT_N, char_map: Mapping[int, str] | None = None,
                scheme: str = "affine32") -> np.ndarray:
     """Raw text batch (list of str or pyarrow string array) -> signature matrix."""
@@ -152,7 +152,7 @@ def _optimal_param_cached(threshold: float, num_perm: int, fpw: float, fnw: floa
         return known  # precomputed: computing imports scipy.integrate (about 1 s and 55 MB per process)
     from datasketch.lsh import _optimal_param  # scipy quad per (b, r): seconds, hence the cache
 
-    return tuple(_optimal_param(threshold, num_perm, fpw, fnw))  # type: ignore[return-value]
+    return tuple(_optimal_param(threshold, num_perm, fpw, fnw))
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:

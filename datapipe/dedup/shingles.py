@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import unicodedata
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 import numpy as np
@@ -39,10 +39,12 @@ try:  # numba is the default path; the numpy/Python fallback keeps the package i
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised only where numba is absent
-    numba = None
-    HAVE_NUMBA = False
+    HAVE_NUMBA = False  # numba stays unbound: every use of it is under HAVE_NUMBA
 
 DEFAULT_N = 5
+# A batch of texts: a list or tuple of str, a pyarrow string Array / ChunkedArray, a numpy array of str
+# (a null or None is read as "").
+Texts = Iterable[str | None]
 
 # Scripts tokenized per character (inclusive code-point ranges, ``datapipe.text.charclass``), and
 # 〆 and the CJK strokes, which only occur among Han characters.
@@ -171,7 +173,7 @@ def _crc_table() -> np.ndarray:
 CRC_TABLE = _crc_table()
 
 
-def _as_list(texts: Sequence[str] | object) -> list[str]:
+def _as_list(texts: Texts) -> list[str]:
     if not isinstance(texts, (list, tuple)):  # pyarrow Array / ChunkedArray, numpy array, ...
         texts = texts.to_pylist() if hasattr(texts, "to_pylist") else list(texts)
     return [t or "" for t in texts]
@@ -184,7 +186,7 @@ def _join(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32), offsets
 
 
-def to_codepoints(texts: Sequence[str] | object, char_map: Mapping[int, str] | None = None
+def to_codepoints(texts: Texts, char_map: Mapping[int, str] | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Code points of a batch: (uint32 cps, int64 offsets[n+1], bool ``done`` per doc).
 
@@ -274,7 +276,7 @@ if HAVE_NUMBA:
     _needs_python_jit = numba.njit(cache=True, nogil=True)(_needs_python_kernel)
 
 
-def shingle_hashes(texts: Sequence[str] | object, n: int = DEFAULT_N,
+def shingle_hashes(texts: Texts, n: int = DEFAULT_N,
                    char_map: Mapping[int, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Batch path: (uint32 shingle hashes of all docs, int64 offsets[n_docs+1]).
 

@@ -55,7 +55,7 @@ class HfPart:
 
 class HfFormat:
     name = "hf"
-    default_columns = ("id", "text", "input_ids")
+    default_columns: tuple[str, ...] = ("id", "text", "input_ids")
 
     def __init__(self, file_format: str = "arrow", docs_per_file: int = 100_000) -> None:
         self.file_format, self.docs_per_file = file_format, docs_per_file

@@ -44,7 +44,7 @@ class JsonlPart:
 
 class JsonlFormat:
     name = "jsonl"
-    default_columns = ("id", "text")
+    default_columns: tuple[str, ...] = ("id", "text")
 
     def __init__(self, docs_per_file: int = 100_000) -> None:
         self.docs_per_file = docs_per_file

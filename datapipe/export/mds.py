@@ -137,7 +137,7 @@ class MdsPart:
 
 class MdsFormat:
     name = "mds"
-    default_columns = ("id", "text", TOKENS)
+    default_columns: tuple[str, ...] = ("id", "text", TOKENS)
 
     def __init__(self, size_limit: int = SIZE_LIMIT) -> None:
         self.size_limit = size_limit

@@ -101,7 +101,7 @@ class MegatronPart:
 
 class MegatronFormat:
     name = "megatron"
-    default_columns = (TOKENS,)
+    default_columns: tuple[str, ...] = (TOKENS,)
 
     def options(self) -> dict[str, Any]:
         return {}

@@ -172,11 +172,11 @@ def detect_repository(files: Mapping[str, str]) -> Detection:
     if not texts:
         texts = _reuse_dir(files)
     texts = _combine_gnu(texts)
-    metas = [d for p, t in root.items() if is_metadata_file(p) if (d := detect_metadata(p, t)) is not None]
+    metas = [m for p, t in root.items() if is_metadata_file(p) if (m := detect_metadata(p, t)) is not None]
     from_text = combine([d.license for d in texts])
     from_meta = combine([d.license for d in metas])
     if from_text == UNKNOWN and from_meta == UNKNOWN:
-        readmes = [d for p, t in root.items() if is_readme(p) if (d := detect_readme(p, t)) is not None]
+        readmes = [r for p, t in root.items() if is_readme(p) if (r := detect_readme(p, t)) is not None]
         return readmes[0] if readmes else NOT_FOUND
     if from_text == UNKNOWN:
         chosen = metas

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from email.parser import HeaderParser
 from pathlib import PurePosixPath
+from typing import Any
 
 import tomllib
 
@@ -65,7 +66,9 @@ def declared(value: str, op: str = "OR") -> str | None:
     return _ALIASES.get(normalize(value).strip())
 
 
-def _values(values: list[str], where: str) -> Detection | None:
+def _values(values: list[Any], where: str) -> Detection | None:
+    # values as the manifest has them: package.json "licenses" may hold non-strings (skipped below,
+    # but the evidence join raises TypeError on them)
     exprs = [e for e in (declared(v) for v in values if isinstance(v, str)) if e]
     if not exprs:
         return None

@@ -74,10 +74,10 @@ def _section_end(text: str, start: int, md_level: int | None) -> int:
         if md_level is None or len(m.group(1)) <= md_level:
             ends.append(m.start())
             break
-    if m := _ANY_UNDERLINE.search(text, start):
-        ends.append(m.start())
-    if m := _ANY_HTML_HEAD.search(text, start):
-        ends.append(m.start())
+    if u := _ANY_UNDERLINE.search(text, start):
+        ends.append(u.start())
+    if h := _ANY_HTML_HEAD.search(text, start):
+        ends.append(h.start())
     return min(ends)
 
 

@@ -117,9 +117,9 @@ def match_normalized(norm: str) -> list[Match]:
     # licence text is there, not which version choice the author made: report the bare id.
     sample = " how to apply these terms to your new " in norm
     for m in _GNU.finditer(norm) if " gnu " in norm else ():
-        if lid := _gnu_notice(m):
-            lid = (canonical_id(_family(lid)) or lid) if sample else lid
-            notices.append(Match(lid, m.group(0).strip(), "notice"))
+        if gnu := _gnu_notice(m):
+            gnu = (canonical_id(_family(gnu)) or gnu) if sample else gnu
+            notices.append(Match(gnu, m.group(0).strip(), "notice"))
     for m in _NAMED.finditer(norm):
         notices.append(Match(NAMED[m.group(1)], m.group(0).strip(), "notice"))
     # A full GPL/Apache/MPL text carries its own "how to apply" notice: the text decides.

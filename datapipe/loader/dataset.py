@@ -8,7 +8,7 @@ import json
 import os
 import weakref
 from collections.abc import Callable, Iterator
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from datapipe.loader.order import MixtureOrder, _mix, derive_key, integer_weight
 from datapipe.loader.shards import OpenShard, local_copy, manifest_fingerprint, read_manifest
 from datapipe.loader.verify import VERIFY_MODES, Verifier
 from datapipe.tokens.shard_format import ShardCorrupt
+
+if TYPE_CHECKING:
+    import torch
 
 STATE_VERSION = 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -510,7 +513,7 @@ class PackedDataset:
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self.iter_batches()
 
-    def expand_segments(self, batch: dict, device: object = None) -> dict:
+    def expand_segments(self, batch: dict, device: torch.device | str | None = None) -> dict:
         """``device.expand_segments`` with this dataset's mask_cross_document and ignore_index
         (needs torch): position_ids and loss_mask of a ``COMPACT_FIELDS`` batch, on ``device``."""
         import torch

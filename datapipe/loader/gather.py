@@ -188,7 +188,7 @@ class ShardTable:
         if len(self.objs) < self.max_open:
             for name in ("shard_id", "last_used", "chunk_off", "chunk_n", "chunk_rows"):
                 setattr(self, name, np.append(getattr(self, name), 0))
-            self.objs = np.append(self.objs, None)
+            self.objs = np.append(self.objs, np.array([None], dtype=object))  # one more slot, empty
             self.meta_addr = np.vstack([self.meta_addr, np.zeros((1, 3), np.int64)])
             return len(self.objs) - 1
         slot = int(np.argmin(self.last_used))

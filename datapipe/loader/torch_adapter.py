@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Iterator
 from multiprocessing import context as mp_context
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,13 +24,14 @@ class TorchPackedDataset(PackedDataset, IterableDataset):
     num_workers-th batch of this rank. Use with ``batch_size=None`` (batches are built here),
     ideally through ``ds.dataloader(...)`` so that ``state_dict()`` stays exact."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # PackedDataset.__init__'s, passed on as they are
         super().__init__(*args, **kwargs)
         # Set by worker processes; lets state_dict() refuse to report a count it cannot know.
         self._workers_ran = multiprocessing.RawValue("b", 0)
         self._tracked = False
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    # The same batches as PackedDataset's, as tensors: the adapter's point, not a substitutable override.
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:  # type: ignore[override]
         info = get_worker_info()
         if info is None:
             batches = self.iter_batches()
@@ -40,7 +42,7 @@ class TorchPackedDataset(PackedDataset, IterableDataset):
         for batch in batches:
             yield {k: torch.from_numpy(np.asarray(v)) for k, v in batch.items()}
 
-    def dataloader(self, num_workers: int = 0, **kwargs: object) -> TrackingDataLoader:
+    def dataloader(self, num_workers: int = 0, **kwargs: Any) -> TrackingDataLoader:  # DataLoader's keywords
         """A torch DataLoader over this dataset that keeps ``state_dict()`` exact."""
         if kwargs.setdefault("batch_size", None) is not None:
             raise ValueError("the dataset yields whole batches; leave the DataLoader's batch_size=None")
@@ -72,7 +74,9 @@ class TrackingDataLoader(DataLoader):
     """A DataLoader that records the global batch number of every batch it returns, so the
     dataset's ``state_dict()`` resumes right after the last batch the loop received."""
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    # A generator over DataLoader's own iterator (typed as its _BaseDataLoaderIter class): a plain iterator
+    # is all a training loop uses.
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:  # type: ignore[override]
         ds: TorchPackedDataset = self.dataset  # type: ignore[assignment]
         for batch in super().__iter__():
             ds.mark_consumed(batch)

@@ -53,6 +53,7 @@ def _buffer_array(buf: pa.Buffer | None, dtype: np.dtype, start: int, count: int
         raise ShardCorrupt(f"shard {name}: {what} needs {need} bytes but its buffer holds {have}", name)
     if not count:
         return np.zeros(0, dtype)
+    assert buf is not None  # count > 0: checked above
     return np.frombuffer(buf, dtype=dtype, count=count, offset=start * dtype.itemsize)
 
 
@@ -144,9 +145,9 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
         # Sorted within each row: a decrease is only allowed where a new row begins.
         row_start = np.zeros(doc_values.size + 1, np.bool_)
         row_start[doc_offsets] = True
-        bad = (doc_values[1:] < doc_values[:-1]) & ~row_start[1:-1]
-        if bad.any():
-            k = int(np.argmax(bad)) + 1
+        unsorted = (doc_values[1:] < doc_values[:-1]) & ~row_start[1:-1]
+        if unsorted.any():
+            k = int(np.argmax(unsorted)) + 1
             r = int(np.searchsorted(doc_offsets, k, side="right")) - 1
             raise ShardCorrupt(f"shard {name}: doc_starts of row {r} are not sorted", name)
     try:  # Arrow's own O(columns) checks as a backstop (buffer sizes against lengths, list ends)

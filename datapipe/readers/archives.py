@@ -30,7 +30,9 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TypedDict
+
+from datapipe.readers.streams import Readable
 
 MiB = 1 << 20
 
@@ -60,6 +62,17 @@ class Member:
     ordinal: int = -1  # position among the archive's entries (every entry counted): stable for the file
     escaped: bool = False  # the raw name was not UTF-8: ``name`` writes those bytes as \\xNN
     size: int | None = None  # the size the archive declares, when it says
+
+
+class MemberAt(TypedDict):
+    """Where a member sits: the keyword arguments of ``Member`` that every row about it shares."""
+
+    ordinal: int
+    escaped: bool
+
+
+class _SizedAt(MemberAt):
+    size: int | None  # the size the archive declares for the entry
 
 
 def clean_name(raw: str) -> tuple[str, bool]:
@@ -107,14 +120,15 @@ class _CountingReader(io.RawIOBase):
 
     TAIL = 256 << 10  # recent bytes kept, to look at the block where tarfile stopped
 
-    def __init__(self, inner: IO[bytes], limit: int) -> None:
+    def __init__(self, inner: Readable, limit: int) -> None:
         self.inner, self.limit, self.count = inner, limit, 0
         self.tail = bytearray()
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
+    # BufferedReader passes a memoryview; typeshed's RawIOBase.readinto takes any WriteableBuffer (no slicing).
+    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
         data = self.inner.read(len(b))
         self.count += len(data)
         if self.count > self.limit:
@@ -130,7 +144,7 @@ class _CountingReader(io.RawIOBase):
         return bytes(self.tail[start: start + size]) if start >= 0 else None
 
 
-_MAGIC: list[tuple[bytes, Callable[[IO[bytes]], IO[bytes]]]] = [
+_MAGIC: list[tuple[bytes, Callable[[IO[bytes]], Readable]]] = [
     (b"\x1f\x8b", lambda f: gzip.GzipFile(fileobj=f, mode="rb")),
     (b"BZh", lambda f: bz2.BZ2File(f, "rb")),
     (b"\xfd7zXZ\x00", lambda f: lzma.LZMAFile(f, "rb")),
@@ -156,14 +170,14 @@ def sniff(path: Path) -> str:
     return "compressed" if stream is not None else "plain"
 
 
-def _decompressor(head: bytes, f: IO[bytes]) -> IO[bytes] | None:
+def _decompressor(head: bytes, f: IO[bytes]) -> Readable | None:
     for magic, opener in _MAGIC:
         if head.startswith(magic):
             return opener(f)
     return None
 
 
-def _open_decompressed(raw: IO[bytes]) -> IO[bytes]:
+def _open_decompressed(raw: IO[bytes]) -> Readable:
     """The decompressed stream of ``raw`` by its magic bytes (``raw`` itself when not compressed)."""
     head = raw.read(6)
     raw.seek(0)
@@ -222,7 +236,9 @@ def _iter_tar(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
                     member = _tar_member(tar, info, caps, want, ordinal)
                     if member is not None:
                         yield member
-                    tar.members.clear()  # tarfile keeps every TarInfo otherwise: memory grows per member
+                    # tarfile keeps every TarInfo otherwise: memory grows per member (``members`` is
+                    # TarFile's own list, set in __init__ but absent from typeshed's stub)
+                    tar.members.clear()  # type: ignore[attr-defined]
             # tarfile ends quietly at an invalid header after the first one, and at a stream cut
             # between members; a real end is a zero block.
             block = counted.block_at(tar.offset)
@@ -246,7 +262,7 @@ def _tar_member(tar: tarfile.TarFile, info: tarfile.TarInfo, caps: Caps,
                       ordinal=ordinal, escaped=escaped)
     if want is not None and not want(name):
         return None
-    at = {"ordinal": ordinal, "escaped": escaped, "size": info.size}
+    at: _SizedAt = {"ordinal": ordinal, "escaped": escaped, "size": info.size}
     if info.issym() or info.islnk():
         kind = "symlink" if info.issym() else "hard link"
         return Member(name, reason="link_member", detail=f"{kind} to {clean_name(info.linkname)[0]!r} not followed",
@@ -298,7 +314,7 @@ def _iter_zip(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
                     continue
                 if want is not None and not want(name):
                     continue
-                at = {"ordinal": ordinal, "escaped": escaped, "size": info.file_size}
+                at: _SizedAt = {"ordinal": ordinal, "escaped": escaped, "size": info.file_size}
                 if stat.S_ISLNK(info.external_attr >> 16):
                     yield Member(name, reason="link_member", detail="symlink member not followed", **at)
                     continue
@@ -361,7 +377,7 @@ def _iter_zip_local(path: Path, caps: Caps, want: Callable[[str], bool] | None, 
             raw, escaped = clean_name(rawname)
             name = safe_name(rawname)
             name = clean_name(name)[0] if name is not None else None
-            at = {"ordinal": ordinal, "escaped": escaped, "size": usize}
+            at: _SizedAt = {"ordinal": ordinal, "escaped": escaped, "size": usize}
             if rawname.endswith("/"):
                 entries[0] -= 1
             elif name is None:

@@ -28,17 +28,29 @@ import posixpath
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from datapipe.config.limits import DEFAULT_LIMITS, ReadLimits
 from datapipe.license.code_repos import is_license_file
-from datapipe.readers.archives import ARCHIVE_PROBLEMS, Caps, Member, MemberIds, clean_name, iter_archive
+from datapipe.readers.archives import ARCHIVE_PROBLEMS, Caps, Member, MemberAt, MemberIds, clean_name, iter_archive
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
 from datapipe.readers.spec import ReaderSpec
 
 PAPER_COLUMNS = {"arxiv_id": "string", "license_url": "string", "categories": "string", "license_files": "string"}
+
+
+class PaperColumns(TypedDict):
+    """Values of the PAPER_COLUMNS for one paper (keyword arguments of ColumnsBuilder.add_row/reject_row)."""
+
+    arxiv_id: str | None
+    license_url: str | None
+    categories: str | None
+    license_files: str | None
+
+
 LICENSE_FILE_BYTES = 64 << 10  # as for code: a licence text is far shorter
 MAX_INCLUDE_DEPTH = 8
 MAX_GROWTH = 4  # macro expansion may not make the text more than this many times longer
@@ -108,8 +120,8 @@ def resolve_option_path(file: InputFile, value: str) -> Path:
     return base / p
 
 
-def metadata_columns(file: InputFile, metadata: str | None, arxiv_id: str | None) -> dict[str, object]:
-    cols: dict[str, object] = {"arxiv_id": arxiv_id, "license_url": None, "categories": None, "license_files": None}
+def metadata_columns(file: InputFile, metadata: str | None, arxiv_id: str | None) -> PaperColumns:
+    cols: PaperColumns = {"arxiv_id": arxiv_id, "license_url": None, "categories": None, "license_files": None}
     if metadata and arxiv_id:
         path = resolve_option_path(file, metadata)
         cols["license_url"], cols["categories"] = load_metadata(str(path), path.stat().st_mtime).get(arxiv_id,
@@ -340,7 +352,7 @@ def _folder_members(root: Path, caps: Caps, max_record_bytes: int) -> Iterator[M
     wanted = (p for p in sorted(root.rglob("*")) if p.suffix == ".tex" or is_license_file(p.name))
     for ordinal, p in enumerate(wanted):
         name, escaped = clean_name(p.relative_to(root).as_posix())
-        at = {"ordinal": ordinal, "escaped": escaped}
+        at: MemberAt = {"ordinal": ordinal, "escaped": escaped}
         if p.is_symlink():
             yield Member(name, reason="symlink", detail=f"symlink to {clean_name(os.readlink(p))[0]!r} not followed",
                          **at)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +33,7 @@ from datapipe.readers.archives import (
     ARCHIVE_SUFFIXES,
     Caps,
     Member,
+    MemberAt,
     MemberIds,
     clean_name,
     iter_archive,
@@ -216,7 +217,7 @@ def _walk(root: Path) -> Iterator[tuple[Member, Path]]:
         for name in sorted(filenames):
             p = Path(dirpath) / name
             rel, escaped = clean_name(p.relative_to(root).as_posix())
-            at = {"ordinal": ordinal, "escaped": escaped}
+            at: MemberAt = {"ordinal": ordinal, "escaped": escaped}
             ordinal += 1
             if p.is_symlink():
                 target = clean_name(os.readlink(p))[0]
@@ -247,7 +248,7 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         reason = "record_too_large" if size is not None and size > limits.max_record_bytes else "file_too_large"
         return Member(m.name, reason=reason, detail=detail, ordinal=m.ordinal, escaped=m.escaped, size=size)
 
-    def members(want=None) -> Iterator[Member]:  # type: ignore[no-untyped-def]
+    def members(want: Callable[[str], bool] | None = None) -> Iterator[Member]:
         if not is_dir:
             for m in iter_archive(file.path, caps, want):
                 yield too_large(m, m.size, m.detail) if m.reason == "member_too_large" else m
@@ -275,8 +276,12 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         return split is not None and is_repo_meta_file(split[1])
 
     strip = False
+    def note_name(n: str) -> bool:
+        all_names.append(n)
+        return False  # names only: no member is read
+
     if not is_dir:  # archives: learn the shared top folder from a names-only pass first
-        for _ in iter_archive(file.path, caps, lambda n: (all_names.append(n), False)[1]):
+        for _ in iter_archive(file.path, caps, note_name):
             pass
         strip = not opts.multi_repo and _common_root(all_names) is not None
         all_names.clear()

@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,9 @@ from datapipe.readers.archives import clean_name
 from datapipe.readers.base import InputFile, ReadBatch, describe_error
 from datapipe.readers.columns import ColumnsBuilder
 from datapipe.readers.spec import ReaderSpec
+
+if TYPE_CHECKING:
+    from resiliparse.parse.html import HTMLTree
 
 # WHATWG-style supersets: a page labelled gb2312 is decoded as GB18030, Shift_JIS as cp932, ...
 _ALIASES = {
@@ -91,8 +94,8 @@ def decode_html(raw: bytes, header_charset: str | None = None) -> tuple[str, str
     from charset_normalizer import from_bytes  # only pages that fail every declared charset pay for this
 
     best = from_bytes(raw[:DETECT_BYTES]).best()
-    name = normalize_charset(best.encoding) if best is not None else None
-    name = name or "cp1252"
+    detected = normalize_charset(best.encoding) if best is not None else None
+    name = detected or "cp1252"
     return raw.decode(name, "replace"), name
 
 
@@ -137,7 +140,7 @@ def _depth_selector(max_depth: int) -> str:
     return " > ".join(["*"] * (max_depth + 1))
 
 
-def parse_checked(html: str, limits: ReadLimits):  # type: ignore[no-untyped-def]
+def parse_checked(html: str, limits: ReadLimits) -> tuple[HTMLTree | None, tuple[str, str] | None]:
     """(parsed resiliparse tree, None), or (None, (reason, detail)) when the page must not be extracted.
 
     Parsing (lexbor, C) is linear even for 100,000 nested elements; what is not is extraction,
@@ -162,7 +165,8 @@ def parse_checked(html: str, limits: ReadLimits):  # type: ignore[no-untyped-def
     return tree, None
 
 
-def extract_text(html: str, extractor: str = "resiliparse", main_content: bool = True, tree=None) -> str:  # type: ignore[no-untyped-def]
+def extract_text(html: str, extractor: str = "resiliparse", main_content: bool = True,
+                 tree: HTMLTree | None = None) -> str:
     """Main text of a page; ``tree``: the page already parsed by parse_checked (resiliparse only)."""
     if extractor == "trafilatura":
         import trafilatura
@@ -233,6 +237,22 @@ def _html_files(root: Path, out: ColumnsBuilder) -> Iterator[Path]:
 
 WEB_COLUMNS = {"domain": "string", "warc_record_id": "string", "fetch_date": "string", "content_type": "string",
                "http_status": "int32", "charset": "string", "license_hints": "string"}
+
+
+class _RecordColumns(TypedDict):
+    domain: str | None
+    warc_record_id: str | None
+    fetch_date: str | None
+    content_type: str | None
+    http_status: int | None
+
+
+class WebColumns(_RecordColumns, total=False):
+    """Values of the WEB_COLUMNS for one record (keyword arguments of ColumnsBuilder.add_row/reject_row):
+    the charset and licence hints are known once the page is decoded."""
+
+    charset: str
+    license_hints: str | None
 
 
 def web_builder(file: InputFile, batch_size: int) -> ColumnsBuilder:

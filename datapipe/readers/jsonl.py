@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
 from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
 from datapipe.readers.code_repos import TableOptions
@@ -25,6 +24,7 @@ from datapipe.readers.jsondepth import depth_exceeds, may_exceed_depth, must_che
 from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
 from datapipe.readers.spec import ReaderSpec
 from datapipe.readers.streams import (
+    ByteStream,
     InputTooLarge,
     LineRange,
     LineTooLong,
@@ -77,7 +77,7 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         yield last
 
 
-def _open(file: InputFile) -> IO[bytes] | LineRange:
+def _open(file: InputFile) -> ByteStream | LineRange:
     """The whole file, or the lines that start in its byte range (a split plain JSONL)."""
     if file.ranged:
         return LineRange(str(file.path), file.start, file.end)

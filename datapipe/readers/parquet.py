@@ -70,7 +70,7 @@ def read_parquet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         row = end
 
 
-def _batch(out: BatchBuilder, by_row: bool, file: InputFile, opts, batch: pa.RecordBatch,  # type: ignore[no-untyped-def]
+def _batch(out: BatchBuilder, by_row: bool, file: InputFile, opts: TableOptions, batch: pa.RecordBatch,
            start: int, field: str, url_field: str | None) -> Iterator[ReadBatch]:
     """One decoded batch: oversized and non-UTF-8 cells become rejects, the rest documents."""
     text = _as_text(batch.column(field))
@@ -145,7 +145,7 @@ def _invalid_utf8(values: pa.Array) -> np.ndarray:
     return bad
 
 
-def _rows(out: BatchBuilder, file: InputFile, opts, batch: pa.RecordBatch, positions: np.ndarray,  # type: ignore[no-untyped-def]
+def _rows(out: BatchBuilder, file: InputFile, opts: TableOptions, batch: pa.RecordBatch, positions: np.ndarray,
           field: str, url_field: str | None) -> None:
     for record, obj in zip(positions.tolist(), batch.to_pylist()):
         text = obj.get(field)

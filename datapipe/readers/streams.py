@@ -11,12 +11,33 @@ import json
 import lzma
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from types import TracebackType
+from typing import Any, Protocol
 
 from datapipe.storage.uri import READ_BUFFER, open_input, remote_of
 
 
-def open_maybe_compressed(path: Path, buffer: int | None = None) -> IO[bytes]:
+class Readable(Protocol):
+    """What reading lines or blocks needs of a stream: ``read`` (``read1`` is used when there)."""
+
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
+class ByteStream(Readable, Protocol):
+    """A readable binary stream: a file, a GzipFile / BZ2File / LZMAFile, a pyarrow NativeFile.
+    Not ``IO[bytes]``: that is a class, and GzipFile (a BufferedIOBase) does not derive from it."""
+
+    def close(self) -> object: ...
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def __enter__(self) -> ByteStream: ...
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
+                 /) -> object: ...
+
+
+def open_maybe_compressed(path: Path, buffer: int | None = None) -> ByteStream:
     """``buffer``: bytes per request for an object in object storage (a small one when only the
     first records are read)."""
     if remote_of(path) is not None:
@@ -31,11 +52,11 @@ def open_maybe_compressed(path: Path, buffer: int | None = None) -> IO[bytes]:
     if name.endswith(".zst"):
         import pyarrow as pa
 
-        return pa.input_stream(str(path), compression="zstd")  # type: ignore[return-value]
+        return pa.input_stream(str(path), compression="zstd")
     return path.open("rb")
 
 
-def _remote_maybe_compressed(path: Path, buffer: int) -> IO[bytes]:
+def _remote_maybe_compressed(path: Path, buffer: int) -> ByteStream:
     raw = open_input(path, buffer)
     name = path.name.lower()
     if name.endswith(".gz"):
@@ -55,7 +76,7 @@ class _Owning:
     """A decompressing stream that also closes the object stream under it (given a file object,
     gzip/bz2/lzma leave it open)."""
 
-    def __init__(self, stream: Any, raw: IO[bytes]) -> None:
+    def __init__(self, stream: Any, raw: ByteStream) -> None:
         self._stream, self._raw = stream, raw
 
     def __getattr__(self, name: str) -> Any:
@@ -99,7 +120,7 @@ class InputTooLarge(Exception):
 CHUNK = 1 << 20  # read size: large enough that splitting in C dominates, small enough to bound memory
 
 
-def bounded_lines(stream: IO[bytes], max_line: int, max_total: int, head: int = 65536,
+def bounded_lines(stream: Readable, max_line: int, max_total: int, head: int = 65536,
                   chunk: int = CHUNK) -> Iterator[bytes | LineTooLong]:
     """The lines of a byte stream (without their b"\\n"), never holding more than ``max_line`` bytes
     of one line nor ``chunk`` bytes of input beyond it.
@@ -161,7 +182,7 @@ def _head(pieces: list[bytes], n: int) -> bytes:
     return b"".join(out)
 
 
-def _blocks(stream: IO[bytes], size: int) -> Iterator[bytes]:
+def _blocks(stream: Readable, size: int) -> Iterator[bytes]:
     """Blocks of about ``size`` bytes. Built from read1() calls (what the decompressor has ready),
     so when a stream breaks off (truncated gzip) the bytes before the break still come out
     before the error: read(size) would drop the whole block."""

@@ -30,12 +30,21 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 from urllib.parse import urlsplit
 
 from datapipe.config.limits import ReadLimits
 from datapipe.readers.base import InputFile, ReadBatch, describe_error
 from datapipe.readers.columns import ColumnsBuilder
-from datapipe.readers.html_pages import HtmlOptions, decode_html, extract_text, license_hints, parse_checked, web_builder
+from datapipe.readers.html_pages import (
+    HtmlOptions,
+    WebColumns,
+    decode_html,
+    extract_text,
+    license_hints,
+    parse_checked,
+    web_builder,
+)
 from datapipe.readers.spec import ReaderSpec
 from datapipe.readers.warc_framing import DecompressedStream, Framed, WarcFramer
 from datapipe.readers.warc_splits import split_points
@@ -135,10 +144,10 @@ def _is_arc(head: bytes) -> bool:
     return head.startswith(b"filedesc://")
 
 
-def _iter_arc(f: io.BufferedReader, max_bytes: int) -> Iterator[WebRecord]:
+def _iter_arc(f: IO[bytes], max_bytes: int) -> Iterator[WebRecord]:
     head = f.read(2)
     f.seek(0)
-    stream = gzip.GzipFile(fileobj=f) if head == b"\x1f\x8b" else f
+    stream: IO[bytes] | gzip.GzipFile = gzip.GzipFile(fileobj=f) if head == b"\x1f\x8b" else f
     offset = 0
     while True:
         line = stream.readline(8192)
@@ -200,7 +209,7 @@ def _handle(out: ColumnsBuilder, rec: WebRecord, opts: HtmlOptions, fmt: str, sk
                        rec.framing or "not a WARC record")
         return
     domain = (urlsplit(rec.url).hostname or None) if rec.url else None
-    cols: dict[str, object] = {"domain": domain, "warc_record_id": rec.record_id, "fetch_date": rec.date,
+    cols: WebColumns = {"domain": domain, "warc_record_id": rec.record_id, "fetch_date": rec.date,
                                "content_type": rec.content_type or rec.warc_content_type, "http_status": rec.status}
     where = {"url": rec.url}
     if rec.framing:  # a lying Content-Length, a header cut off, a broken gzip member: never a document
@@ -281,7 +290,7 @@ def _read(file: InputFile, batch_size: int, fmt: str) -> Iterator[ReadBatch]:
                 break  # the next range's first record
             n = per_member[key]
             per_member[key] += 1
-            rec.offset = key if n == 0 else f"{key}.{n}"  # type: ignore[assignment]
+            rec.offset = key if n == 0 else f"{key}.{n}"
             last_end = rec.offset
             if rec.type in ("garbage", "corrupt_member") and rec.member == 0 and n == 0:
                 leading = rec

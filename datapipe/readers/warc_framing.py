@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -252,7 +252,7 @@ def _parse_header(raw: bytes) -> dict[str, str]:
 class WarcFramer:
     """Iterates framed records over a DecompressedStream, checking each record's end."""
 
-    def __init__(self, stream: DecompressedStream, max_bytes: int, need_payload) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, stream: DecompressedStream, max_bytes: int, need_payload: Callable[[dict[str, str]], bool]) -> None:
         self.s, self.max_bytes, self.need_payload = stream, max_bytes, need_payload
 
     def _skip_ws(self, pos: int) -> int:

@@ -27,7 +27,7 @@ import json
 import shutil
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from datapipe.storage import uri as storage
 from datapipe.storage.atomic import is_temp_name, write_bytes_atomic
@@ -42,9 +42,16 @@ _named: dict[str, dict[str, int]] = {}  # remote root -> {file a pulled marker n
 _lock = threading.Lock()
 
 
+class _MarkerFile(TypedDict):
+    """One file a marker names: its path in the run folder and its size."""
+
+    path: str
+    bytes: int
+
+
 def commit(root: Path, uri: str, rel_marker: str, data: dict[str, Any], written: list[Path]) -> bytes:
     """Upload a task's files, then its marker naming them; returns the marker's bytes."""
-    files = []
+    files: list[_MarkerFile] = []
     for path in dict.fromkeys(written):
         p = Path(path)
         if not p.is_file() or not p.is_relative_to(root):

@@ -8,6 +8,8 @@ Cantonese uses a handful of characters Mandarin does not (嘅 咗 喺 冇 哋 ..
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 
 from datapipe.runtime.process_cache import process_cache
@@ -44,7 +46,7 @@ _YUE_TABLE[_YUE] = 1
 try:  # numba (a datapipe dependency) compiles the counting loop; numpy is the fallback
     from datapipe.runtime.jit import load_numba
 
-    numba = load_numba()
+    numba: ModuleType | None = load_numba()
 except ImportError:  # pragma: no cover
     numba = None
 

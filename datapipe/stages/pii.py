@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from datetime import date
 
 import numpy as np
@@ -170,7 +171,8 @@ class Pii(Stage):
     def redact(self, text: str) -> tuple[str, dict[str, int]]:
         counts = {"email": 0, "phone": 0, "id_card": 0, "ip": 0}
 
-        def sub(kind: str, pattern: re.Pattern[str], placeholder: str, ok=None) -> None:  # type: ignore[no-untyped-def]
+        def sub(kind: str, pattern: re.Pattern[str], placeholder: str,
+                ok: Callable[[re.Match[str]], bool] | None = None) -> None:
             nonlocal text
 
             def repl(m: re.Match[str]) -> str:
@@ -209,6 +211,6 @@ class Pii(Stage):
                 for k, v in c.items():
                     counts[k][i] = v
             batch = set_column(batch, "text", pa.array(values, pa.string()))
-        for k, v in counts.items():
-            batch = set_column(batch, f"pii_{k}", pa.array(v, pa.int32()))
+        for k, col in counts.items():
+            batch = set_column(batch, f"pii_{k}", pa.array(col, pa.int32()))
         return batch

@@ -99,7 +99,7 @@ def mask(ranges: Ranges, size: int = CODE_POINTS) -> np.ndarray:
 
 def table(classes: list[tuple[Ranges, int]], size: int = CODE_POINTS, dtype: type = np.uint8) -> np.ndarray:
     """A lookup table over code points below ``size``: each class's value, 0 elsewhere (later classes win)."""
-    out = np.zeros(size, dtype)
+    out: np.ndarray = np.zeros(size, dtype)
     for ranges, value in classes:
         out[mask(ranges, size)] = value
     return out

@@ -64,6 +64,7 @@ def load_tokenizer_info(path: Path, config: TokenizeConfig) -> TokenizerInfo:
         return None
 
     eos = lookup("eos_token", config.eos_token, EOS_CANDIDATES, True)
+    assert eos is not None  # required: lookup raised otherwise
     pad = lookup("pad_token", config.pad_token, PAD_CANDIDATES, False)
     bos = lookup("bos_token", config.bos_token, (), False) if config.bos_token else None
     return TokenizerInfo(str(path), hashlib.sha256(data).hexdigest(), tok.get_vocab_size(with_added_tokens=True),

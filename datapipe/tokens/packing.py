@@ -133,8 +133,8 @@ class BestFitPacker:
             rows[r].append((i, 0, 0, n))
             if free > n:
                 bisect.insort(room, (free - n, r))
-        for r in rows:  # a tail stays first; whole documents follow in input order
-            r[1:] = sorted(r[1:])
+        for row in rows:  # a tail stays first; whole documents follow in input order
+            row[1:] = sorted(row[1:])
         rows.sort(key=lambda r: r[0][:2])
         tokens = np.full((len(rows), L), self.pad_id, dtype=self.dtype)
         n_tokens = np.zeros(len(rows), dtype=np.int32)

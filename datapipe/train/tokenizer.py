@@ -245,7 +245,11 @@ def train_tokenizer(docs: Iterable[Doc], output: Path, options: TrainOptions) ->
                                 sum(len(e.ids) for e in encoded), int(options.sample_chars * w), w,
                                 chars / used if used else 0.0))
     warnings = mix_warnings(stats, options, ignored)
-    special_ids = {t: int(tok.token_to_id(t)) for t in options.special_tokens}
+    special_ids: dict[str, int] = {}
+    for t in options.special_tokens:
+        tid = tok.token_to_id(t)
+        assert tid is not None  # the trainer put every special token in the vocabulary
+        special_ids[t] = int(tid)
     result = TrainResult(output, tok.get_vocab_size(with_added_tokens=True), special_ids, stats,
                          hashlib.sha256(output.read_bytes()).hexdigest(), warnings)
     # Provenance beside the tokenizer (tokenizer.json itself stays a plain Hugging Face file).
