@@ -11,12 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
+from datapipe.errors import EXIT_USAGE, DatapipeError
+
 STAGE_GROUP = "datapipe.stages"
 READER_GROUP = "datapipe.readers"
 
 
-class PluginError(Exception):
+class PluginError(DatapipeError):
     """Plugins that cannot be used; each problem names the entry point and its distribution."""
+
+    exit_code = EXIT_USAGE  # the installed packages must change before the command can run
 
     def __init__(self, *problems: str) -> None:
         self.problems = list(problems)
