@@ -12,6 +12,9 @@ given (EXPLAIN ANALYZE, CTEs, comments, COPY, ATTACH, INSTALL, read_csv, ...):
   file system is switched off altogether once the database is open (``disabled_filesystems``);
   pages of the database are read through the handle opened before that;
 - no temporary directory, so nothing spills to disk (a query larger than memory fails);
+- a memory limit and at most 4 threads (``limits.py``; ``run_query`` and ``query_result``
+  add a guard thread for the memory DuckDB does not count and for a time limit);
+- no progress bar (DuckDB draws it on stdout, inside CSV or JSON output);
 - ``lock_configuration=true`` so none of this can be SET back.
 
 The text of the documents is not in the database: ``kept_docs`` and ``rejected_docs`` are
@@ -33,6 +36,7 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
+from datapipe.audit import limits
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.storage.atomic import TMP_MARK
 
@@ -65,14 +69,20 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     return run
 
 
-def connect(run_dir: Path, text_views: bool | Iterable[str] = False) -> Any:
+def connect(run_dir: Path, text_views: bool | Iterable[str] = False, memory_limit: str | int | None = None) -> Any:
     """A read-only DuckDB connection to RUN/stats.duckdb that can reach no file (see the module doc).
 
     ``text_views``: True registers ``kept_docs`` and ``rejected_docs`` (the documents with their
     text), a collection of names only those; each costs a read of its Parquet footers.
+    ``memory_limit``: bytes or a size such as ``2GB``; default $DATAPIPE_SQL_MEMORY_LIMIT or
+    a quarter of the machine's memory (``limits.memory_limit``).
     """
     import duckdb
 
+    try:
+        memory = limits.memory_limit(memory_limit)
+    except limits.LimitError as exc:
+        raise AuditError(str(exc)) from None
     root = Path(run_dir)
     db = root / DB_NAME
     if not db.is_file():
@@ -94,6 +104,9 @@ def connect(run_dir: Path, text_views: bool | Iterable[str] = False) -> Any:
         try:
             # After opening (the database file is read through the handle opened already).
             con.execute("SET disabled_filesystems = 'LocalFileSystem'")
+            con.execute(f"SET memory_limit = '{memory}B'")
+            con.execute(f"SET threads = {limits.threads()}")
+            con.execute("SET enable_progress_bar = false")
             con.execute("SET lock_configuration = true")
         except duckdb.Error as exc:  # fail closed: never hand out a connection that is not confined
             raise AuditError(f"cannot confine the connection to {db} with duckdb {duckdb.__version__} "
@@ -137,17 +150,24 @@ def _parquet_dataset(folder: Path) -> Any:
         raise AuditError(f"cannot read the Parquet files in {folder}: {_first_line(exc)}") from None
 
 
+def _damaged(run_dir: Path, exc: BaseException) -> AuditError:
+    return AuditError(f"{Path(run_dir) / DB_NAME} is damaged ({_first_line(exc)}); run the same "
+                      f"`datapipe run` command again to rebuild it")
+
+
 @contextlib.contextmanager
-def reading(run_dir: Path, text_views: bool | Iterable[str] = False) -> Iterator[Any]:
+def reading(run_dir: Path, text_views: bool | Iterable[str] = False,
+            memory_limit: str | int | None = None) -> Iterator[Any]:
     """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
 
-    con = connect(run_dir, text_views=text_views)
+    con = connect(run_dir, text_views=text_views, memory_limit=memory_limit)
     try:
         yield con
+    except duckdb.OutOfMemoryException:
+        raise AuditError(limits.memory_message(limits.memory_limit(memory_limit))) from None
     except (duckdb.IOException, duckdb.InternalException) as exc:  # missing or corrupt blocks
-        raise AuditError(f"{Path(run_dir) / DB_NAME} is damaged ({_first_line(exc)}); run the same "
-                         f"`datapipe run` command again to rebuild it") from None
+        raise _damaged(run_dir, exc) from None
     except duckdb.Error as exc:
         raise AuditError(f"reading {Path(run_dir) / DB_NAME}: {_first_line(exc)}") from None
     finally:
@@ -208,39 +228,130 @@ def _explained(query: str) -> str | None:
     return query[words[i][0]:] if i < len(words) else None
 
 
-def run_query(run_dir: Path, query: str) -> pa.Table:
-    """The result of one read-only query; every problem is an AuditError with a one-line message."""
+BATCH_ROWS = 2048
+# A table is laid out by rich with every row in memory, at about 15 to 35 bytes and 4 us of CPU
+# per character of its cells (and more per cell): `datapipe sql --format table` shows at most
+# TABLE_MAX_ROWS rows unless --max-rows says otherwise, and stops at TABLE_MAX_CHARS characters.
+TABLE_MAX_ROWS = 200
+TABLE_MAX_CHARS = 1_000_000
+
+
+def _query_error(exc: BaseException, guard: limits.QueryGuard, run_dir: Path) -> AuditError:
+    """The one-line error for a failed query: a DuckDB error, or the same as an Arrow error from a batch stream."""
     import duckdb
 
+    text = _first_line(exc)
+    if guard.tripped:  # the guard interrupted it
+        return AuditError(guard.message())
+    if isinstance(exc, duckdb.OutOfMemoryException) or text.startswith("Out of Memory Error"):
+        return AuditError(guard.message("memory"))
+    if isinstance(exc, duckdb.InterruptException) or text.startswith("INTERRUPT Error"):
+        return AuditError("the query was interrupted")
+    if isinstance(exc, duckdb.PermissionException) or text.startswith("Permission Error"):
+        return AuditError(f"refused: datapipe sql reads only this run's tables ({text})")
+    if isinstance(exc, (duckdb.IOException, duckdb.InternalException)) or text.startswith(("IO Error", "INTERNAL Error")):
+        return _damaged(run_dir, exc)  # missing or corrupt blocks
+    return AuditError(f"SQL error: {text}")
+
+
+class QueryResult:
+    """The batches of a running query, fetched from DuckDB one at a time (see ``query_result``)."""
+
+    def __init__(self, reader: pa.RecordBatchReader, guard: limits.QueryGuard, run_dir: Path) -> None:
+        self.schema = reader.schema
+        self._reader, self._guard, self._run_dir = reader, guard, run_dir
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        while True:
+            try:
+                batch = self._reader.read_next_batch()
+            except StopIteration:
+                break
+            except (OSError, pa.ArrowException) as exc:  # DuckDB's error, through Arrow's stream interface
+                raise _query_error(exc, self._guard, self._run_dir) from None
+            if self._guard.tripped:  # past a limit while Python worked, where DuckDB's interrupt is not seen
+                raise AuditError(self._guard.message())
+            yield batch
+        if self._guard.tripped:
+            raise AuditError(self._guard.message())
+
+
+@contextlib.contextmanager
+def query_result(run_dir: Path, query: str, memory_limit: str | int | None = None,
+                 timeout: float | str | None = None, batch_rows: int = BATCH_ROWS) -> Iterator[QueryResult]:
+    """One read-only query whose rows stream in batches, under a memory and a time limit
+    (``limits.py``); every problem is an AuditError with a one-line message."""
+    import duckdb
+
+    try:
+        limit, seconds = limits.memory_limit(memory_limit), limits.timeout(timeout)
+    except limits.LimitError as exc:
+        raise AuditError(str(exc)) from None
     # Only the text views the query names: a run can have thousands of Parquet files.
     views = [v for v in TEXT_VIEWS if v in query.lower()]
-    with reading(run_dir, text_views=views) as con:
+    with reading(run_dir, text_views=views, memory_limit=limit) as con:
         check_query(con, query)
-        try:
-            return con.sql(query).to_arrow_table()
-        except duckdb.PermissionException as exc:
-            raise AuditError(f"refused: datapipe sql reads only this run's tables ({_first_line(exc)})") from None
-        except (duckdb.IOException, duckdb.InternalException):
-            raise  # a damaged database: `reading` says so
-        except duckdb.Error as exc:
-            raise AuditError(f"SQL error: {_first_line(exc)}") from None
+        with limits.QueryGuard(con, limit, seconds) as guard:
+            try:
+                reader = con.sql(query).to_arrow_reader(batch_rows)  # runs blocking operators (sort, aggregate)
+            except duckdb.Error as exc:
+                raise _query_error(exc, guard, run_dir) from None
+            yield QueryResult(reader, guard, run_dir)
 
 
-def write_result(table: pa.Table, fmt: str, out: TextIO) -> None:
-    """Write rows as they are: JSON Lines, CSV with LF line ends, or a table whose cells show data verbatim."""
-    rows = table.to_pylist()
-    if fmt == "json":
-        for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-    elif fmt == "csv":
+def run_query(run_dir: Path, query: str, memory_limit: str | int | None = None,
+              timeout: float | str | None = None) -> pa.Table:
+    """The result of one read-only query; every problem is an AuditError with a one-line message."""
+    with query_result(run_dir, query, memory_limit=memory_limit, timeout=timeout) as result:
+        return pa.Table.from_batches(list(result), schema=result.schema)
+
+
+def write_result(result: pa.Table | QueryResult, fmt: str, out: TextIO, max_rows: int | None = None) -> int | None:
+    """Write rows as they are: JSON Lines, CSV with LF line ends, or a table whose cells show data verbatim.
+
+    Rows are written as their batches come (a table is drawn once its rows are in), at most
+    ``max_rows`` of them (None: all); a table also stops at TABLE_MAX_CHARS characters of
+    cells. Returns the number of rows written when rows were left out, else None.
+    """
+    columns = result.schema.names
+    rows = _rows(result.to_batches() if isinstance(result, pa.Table) else result)
+    view = None
+    if fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")  # LF, as CSV tools on Linux expect (not csv's CRLF)
-        writer.writerow(table.column_names)
-        writer.writerows([row[c] for c in table.column_names] for row in rows)
-    else:
+        writer.writerow(columns)
+    elif fmt != "json":
         from datapipe.audit.textout import data_table, make_console
 
-        view = data_table(table.column_names)
-        for row in rows:
-            view.add_row(*("NULL" if row[c] is None else row[c] for c in table.column_names))
+        view = data_table(columns)
+    n, chars, cut = 0, 0, False
+    for row in rows:
+        if (max_rows is not None and n >= max_rows) or chars > TABLE_MAX_CHARS:
+            cut = True
+            break
+        if fmt == "json":
+            out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        elif fmt == "csv":
+            writer.writerow([row[c] for c in columns])
+        else:
+            assert view is not None  # made above for the table format
+            cells = ["NULL" if row[c] is None else row[c] for c in columns]
+            chars += sum(len(str(v)) for v in cells)
+            view.add_row(*cells)
+        n += 1
+    if view is not None:
         make_console(out).print(view)
-        out.write(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''})\n")
+        plural = "s" if n != 1 else ""
+        if not cut:
+            out.write(f"({n} row{plural})\n")
+        elif chars > TABLE_MAX_CHARS:
+            out.write(f"(first {n} row{plural}, {chars} characters: a table shows at most {TABLE_MAX_CHARS}; "
+                      f"--format csv or json to stream them all)\n")
+        else:
+            out.write(f"(first {n} row{plural}: there are more; --max-rows to show more, "
+                      f"--format csv or json to stream them all)\n")
+    return n if cut else None
+
+
+def _rows(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
+    for batch in batches:
+        yield from batch.to_pylist()

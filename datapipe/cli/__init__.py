@@ -183,11 +183,26 @@ def validate(pipeline: Path) -> None:
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="table for people, csv or json (one object per row, JSON Lines) for other tools.")
-def sql(run_dir: Path, query: str, fmt: str) -> None:
+@click.option("--memory-limit", metavar="SIZE",
+              help="Memory the query may use, e.g. 500MB, 2GB (default: $DATAPIPE_SQL_MEMORY_LIMIT, else a quarter "
+                   "of this machine's memory or of its cgroup's limit, at most 16GB).")
+@click.option("--timeout", metavar="SECONDS", type=float,
+              help="Stop the query after this many seconds (default: $DATAPIPE_SQL_TIMEOUT, else no time limit).")
+@click.option("--max-rows", type=click.IntRange(min=0), metavar="N",
+              help="Print at most N rows and say when there were more (default: 200 for a table, all for csv "
+                   "and json, which stream); 0 for all.")
+def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: float | None,
+        max_rows: int | None) -> None:
     """Run one read-only SQL QUERY (SELECT, or EXPLAIN of one) against RUN_DIR/stats.duckdb.
 
     The connection reads only this run: it cannot write any file or read files outside
     the run's own tables and documents. Cells are printed verbatim.
+
+    \b
+    Limits, so that a runaway query (a cross join, a sort of billions of rows) cannot take
+    a shared machine down: the query may use --memory-limit of memory (nothing spills to
+    disk) and at most 4 threads, and runs at most --timeout seconds; past a limit it ends
+    with an error that names it. The process itself takes 100 to 200MB more.
 
     \b
     Tables: documents (one row per input document: id, source, kind, lang, license,
@@ -197,10 +212,14 @@ def sql(run_dir: Path, query: str, fmt: str) -> None:
     Example:
       datapipe sql out/demo "select stage, reason, count(*) from documents group by all"
     """
-    from datapipe.audit.sql import run_query, write_result
+    from datapipe.audit.sql import TABLE_MAX_ROWS, query_result, write_result
 
-    table = run_query(run_dir, query)
-    write_result(table, fmt, sys.stdout)
+    if max_rows is None:
+        max_rows = TABLE_MAX_ROWS if fmt == "table" else 0
+    with query_result(run_dir, query, memory_limit=memory_limit, timeout=timeout) as result:
+        cut = write_result(result, fmt, sys.stdout, max_rows=max_rows or None)
+    if cut is not None and fmt != "table":  # a table says so under its rows
+        click.echo(f"note: printed the first {cut} rows only (--max-rows {max_rows}); there are more", err=True)
 
 
 @main.command()
