@@ -13,14 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from datapipe.storage.input_reads import recording
 from datapipe.storage.uri import READ_BUFFER, open_input, remote_of
 
 
 def open_maybe_compressed(path: Path, buffer: int | None = None) -> IO[bytes]:
     """``buffer``: bytes per request for an object in object storage (a small one when only the
-    first records are read)."""
-    if remote_of(path) is not None:
-        return _remote_maybe_compressed(path, buffer or READ_BUFFER)
+    first records are read). In a task recording its reads (storage/input_reads.py) a local file
+    is opened through ``open_input`` too, so the (compressed) bytes read are hashed."""
+    if remote_of(path) is not None or recording():
+        return _via_open_input(path, buffer or READ_BUFFER)
     name = path.name.lower()
     if name.endswith(".gz"):
         return gzip.open(path, "rb")
@@ -35,7 +37,7 @@ def open_maybe_compressed(path: Path, buffer: int | None = None) -> IO[bytes]:
     return path.open("rb")
 
 
-def _remote_maybe_compressed(path: Path, buffer: int) -> IO[bytes]:
+def _via_open_input(path: Path, buffer: int) -> IO[bytes]:
     raw = open_input(path, buffer)
     name = path.name.lower()
     if name.endswith(".gz"):
