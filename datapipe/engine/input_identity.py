@@ -9,15 +9,15 @@ their sha256, hashed while they were read (``storage/input_reads.py``).
 
 The check, cheapest first, per input file:
 
-1. the file now: one ``stat`` (one metadata request for an object). Gone, or of another size than
-   a task (or, at the end, the run's start) saw: changed; nothing is read.
+1. the file now: one ``stat`` (one metadata request for an object). Gone, or of another size or
+   modification time than a task (or, at the end, the run's start) saw: changed; nothing is read.
 2. the same size, mtime and change token as each task saw: unchanged; nothing is read. This is the
    common case, so a run pays a stat per input, not a second read of its inputs.
-3. otherwise (a same-size rewrite with its mtime put back shows a new ctime; an object overwritten
-   a new ETag; a copy put back from a backup a new inode) the tasks' extents of that file, and only
-   those, are read again and hashed: the same bytes (a restored or touched file) go on; other
-   bytes are a changed input. A read recorded without hashes (a reader that opens files itself:
-   archives, folders) cannot be settled so: changed.
+3. otherwise only the change token differs (a same-size rewrite with its mtime put back shows a
+   new ctime; an object overwritten a new ETag; a copy put back with ``cp -p`` a new inode): the
+   tasks' extents of that file, and only those, are read again and hashed. The same bytes (a
+   restored copy) go on; other bytes are a changed input. A read recorded without hashes (a
+   reader that opens files itself: archives, folders) cannot be settled so: changed.
 
 A changed input stops the run with :class:`InputChanged`, naming the file, before run.json says
 complete: the finished tasks and the rest would mix two versions of it.
@@ -36,8 +36,8 @@ from datapipe.run_folder.layout import LINES_PHASE, RunFolder, map_phase
 from datapipe.storage.uri import input_identity, is_uri, mirror_of, read_again_sha256
 
 READ_PHASES = (LINES_PHASE, map_phase(0))  # the phases whose tasks read input files
-START = "the run's start"  # who saw the listing's identity
-Reads = dict[str, list[tuple[str, dict[str, Any]]]]  # input -> (task, what it read) of every read of it
+START = "the run started"  # when the listing's identity was seen
+Reads = dict[str, list[tuple[str, dict[str, Any]]]]  # input -> (when: the task, what it read) of every read
 
 
 # Reads found to match a file's bytes again (check_one step 3), with the file's identity then: the
@@ -57,7 +57,7 @@ def recorded_reads(folder: RunFolder) -> Reads:
         for path in sorted(base.glob("**/*.json")) if base.is_dir() else []:
             key = path.relative_to(base).as_posix()[:-len(".json")]
             for read in (folder.read_marker(phase, key) or {}).get("reads", []):
-                out[read["path"]].append((f"task {phase} {key}", read))
+                out[read["path"]].append((f"task {phase} {key} read it", read))
     return out
 
 
@@ -104,21 +104,24 @@ def _local_name(name: str) -> str:
 
 def _check_one(name: str, now: dict[str, Any] | None, seen: list[tuple[str, dict[str, Any]]],
                log: Callable[[str], None]) -> str | None:
-    """What is wrong with one input (None: nothing). ``seen``: (who, identity it saw) of each read."""
+    """What is wrong with one input (None: nothing). ``seen``: (when, identity then) of each read,
+    and at the end of a run the listing of its start."""
     if now is None:
-        return f"{name}: deleted (read by {seen[-1][0] if seen else 'the run'})"
-    for who, then in seen:
+        return f"{name}: deleted (since {seen[-1][0] if seen else 'the run started'})"
+    for when, then in seen:  # steps 1 and 2: what the file's metadata tells
         if then.get("bytes") != now["bytes"]:
-            return f"{name}: {then.get('bytes'):,} bytes when {who} read it, {now['bytes']:,} now (appended to or truncated)"
-    # The run's start is no read: another version then (same size) is settled by what the tasks read.
-    unsure = [(who, then) for who, then in seen if who != START and not _same_version(then, now)]
+            return f"{name}: {then.get('bytes'):,} bytes when {when}, {now['bytes']:,} now (appended to or truncated)"
+        if then.get("mtime_ns") is not None and now.get("mtime_ns") is not None and then["mtime_ns"] != now["mtime_ns"]:
+            return f"{name}: modified since {when} (same size, another modification time)"
+    # Step 3. The run's start is no read: a token changed since then is settled by what the tasks read.
+    unsure = [(when, then) for when, then in seen if when != START and not _same_version(then, now)]
     if not unsure:
         return None
     known: dict[tuple[tuple[int, int], ...], str | None] = {}  # extents read again -> their sha256 now
     read_again = 0
-    for who, then in unsure:
+    for when, then in unsure:
         if "sha256" not in then:
-            return f"{name}: changed since {who} read it (its reader's bytes are not hashed, so it cannot be checked)"
+            return f"{name}: changed since {when} (its reader's bytes are not hashed, so it cannot be checked)"
         extents = tuple((int(a), int(b)) for a, b in then["extents"])
         confirmed = (name, now["bytes"], now.get("mtime_ns"), now["change"], extents, then["sha256"])
         if now["change"] is not None and confirmed in _CONFIRMED:
@@ -128,13 +131,13 @@ def _check_one(name: str, now: dict[str, Any] | None, seen: list[tuple[str, dict
             read_again += sum(b - a for a, b in extents)
         if known[extents] != then["sha256"]:
             span = f"bytes {extents[0][0]:,}-{extents[-1][1]:,}" if extents else "its bytes"
-            return (f"{name}: rewritten since {who} read it ({span} are not what it read; "
-                    f"same size{', same modification time' if then.get('mtime_ns') == now.get('mtime_ns') else ''})")
+            return (f"{name}: rewritten since {when} ({span} are not what it read, with the same size"
+                    + (" and modification time)" if then.get("mtime_ns") is not None else ")"))
         _CONFIRMED.add(confirmed)
     if not read_again:
         return None
-    log(f"datapipe: {name} was replaced, touched or rewritten since it was read, but holds the bytes the run's "
-        f"tasks read (read again: {read_again:,} bytes); going on")
+    log(f"datapipe: {name} was replaced or rewritten since it was read, but holds the bytes the run's tasks "
+        f"read (read again: {read_again:,} bytes); going on")
     return None
 
 
