@@ -4,7 +4,7 @@
 
 Runs the map phase (the newline pre-pass ``lines`` and ``map0``) of a light pipeline (``length``;
 ``--stages langid`` adds language ID) over the shared corpus's zh and en JSONL
-(../shared/data/corpus, 60 MB), in process, the files split into ranges of ``--target-mb`` (as
+(../shared/data/corpus, 60 MB; ``--copies`` of it, default 4), in process, the files split into ranges of ``--target-mb`` (as
 on a cluster: a newline pre-pass, several tasks per file), twice per repeat, interleaved: once with the code
 before input identity (``--base``, default the parent of the commit that added
 ``datapipe/storage/input_reads.py``, exported with ``git archive`` into a temporary folder) and
@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -101,13 +102,16 @@ def main() -> None:
     ap.add_argument("--stages", choices=("length", "langid"), default="length",
                     help="length: the lightest map phase (reading dominates: the worst case for hashing's share); "
                          "langid: language ID first")
+    ap.add_argument("--copies", type=int, default=4,
+                    help="copies of the corpus read per run (default 4: 240 MB, a map phase long enough to time "
+                         "on a shared machine)")
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     add_args(ap, repeats=5)
     args = ap.parse_args()
     if not args.corpus.is_dir():
         sys.exit(f"corpus not found: {args.corpus}")
     base = args.base or default_base()
-    size = sum((args.corpus / f).stat().st_size for f in FILES)
+    size = args.copies * sum((args.corpus / f).stat().st_size for f in FILES)
     h = Harness("input_identity", args, note=f"map phase over {size / 1e6:.0f} MB of JSONL, stages: {args.stages}, "
                 f"ranges of {args.target_mb:g} MB, in process; base {git('rev-parse', '--short=12', base)}")
     with tempfile.TemporaryDirectory(prefix="datapipe-identity-bench-") as tmp:
@@ -118,11 +122,16 @@ def main() -> None:
             stages.insert(0, {"langid": {"keep": ["zh", "en"], "min_score": 0.3}})
         import yaml
 
+        data = folder / "data"  # --copies of each file (copies, not links: a run names its inputs by real path)
+        data.mkdir()
+        for k in range(args.copies):
+            for f in FILES:
+                shutil.copyfile(args.corpus / f, data / f"{f[:2]}-{k}-{f}")
         pipeline = folder / "p.yaml"
         pipeline.write_text(yaml.safe_dump({
             "name": "bench", "stages": stages, "split": {"target_bytes": int(args.target_mb * 1e6), "min_tasks_per_cpu": 0},
-            "sources": [{"name": "zh", "paths": [str(args.corpus / f) for f in FILES if f.startswith("zh")]},
-                        {"name": "en", "paths": [str(args.corpus / f) for f in FILES if f.startswith("en")]}]}))
+            "sources": [{"name": "zh", "paths": [str(data / "zh-*.jsonl")]},
+                        {"name": "en", "paths": [str(data / "en-*.jsonl")]}]}))
         sides = {"base": base_tree, "this tree": ROOT}
         runs = h.interleave({label: (lambda t=tree, label=label: run_once(t, pipeline, folder / "out"))
                              for label, tree in sides.items()}, warmup=True)
