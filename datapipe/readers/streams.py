@@ -22,7 +22,7 @@ def open_maybe_compressed(path: Path, buffer: int | None = None) -> IO[bytes]:
     first records are read). In a task recording its reads (storage/input_reads.py) a local file
     is opened through ``open_input`` too, so the (compressed) bytes read are hashed."""
     if remote_of(path) is not None or recording():
-        return _via_open_input(path, buffer or READ_BUFFER)
+        return _remote_maybe_compressed(path, buffer or READ_BUFFER)
     name = path.name.lower()
     if name.endswith(".gz"):
         return gzip.open(path, "rb")
@@ -37,7 +37,7 @@ def open_maybe_compressed(path: Path, buffer: int | None = None) -> IO[bytes]:
     return path.open("rb")
 
 
-def _via_open_input(path: Path, buffer: int) -> IO[bytes]:
+def _remote_maybe_compressed(path: Path, buffer: int) -> IO[bytes]:
     raw = open_input(path, buffer)
     name = path.name.lower()
     if name.endswith(".gz"):
