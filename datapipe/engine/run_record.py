@@ -1,9 +1,11 @@
 """A run folder's record (run.json): what a run is, checked on every start, updated as it goes.
 
 A run folder holds one run: the pipeline's normalized config, the rule files and models it reads
-(``resources``) and its input files (size and modification time; sha256 once read). A start with
-any of them changed is refused (unless ``--fresh``): the finished tasks would mix two runs. The
-record also keeps how the run was split into map tasks, its attempts, timings and counts.
+(``resources``) and its input files (size, modification time and change token; sha256 where one
+task read the file whole). A start with any of them changed is refused (unless ``--fresh``): the
+finished tasks would mix two runs. Inputs are also checked against what the finished tasks read
+(their markers' hashes, engine/input_identity.py) at every resume and before the run is recorded
+complete. The record also keeps how the run was split into map tasks, its attempts, timings and counts.
 """
 
 from __future__ import annotations
@@ -13,15 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from datapipe.engine.errors import PipelineError
+from datapipe.engine.input_identity import InputChanged, Reads, check_inputs, whole_file_sha256
 from datapipe.engine.plan import RunSpec
 from datapipe.pipeline.identity import config_changes, resource_changes
 from datapipe.pipeline.load import Pipeline
-from datapipe.run_folder.layout import RunFolder, map_phase
-from datapipe.storage.uri import folder_stat, input_stat, remote_of
+from datapipe.run_folder.layout import RunFolder
+from datapipe.storage.uri import folder_stat, input_key, input_stat
 
 PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
 
@@ -35,6 +37,7 @@ class RunRecord:
     normalized: dict[str, Any]
     resources: list[dict[str, Any]]
     inputs: list[dict[str, Any]]
+    reads: Reads | None = None  # what the finished tasks read, once checked at the end
 
     @property
     def split(self) -> dict[str, Any]:
@@ -56,9 +59,13 @@ class RunRecord:
         self.run["split"] = {"target_bytes": target, "cpus": cpus, "map_tasks": map_tasks}
         self.folder.save_run_json(self.run)
 
+    def check_inputs(self, log: Callable[[str], None]) -> None:
+        """Every task done: refused (:class:`InputChanged`) if an input is not what the tasks read."""
+        self.reads = check_inputs(self.folder, self.inputs, at_end=True, log=log)
+
     def check_finished(self, pipeline: Pipeline, spec: RunSpec) -> None:
         """Every task done: the inputs' hashes recorded, and the run refused if a rule file changed meanwhile."""
-        _record_input_hashes(self.folder, spec, self.inputs)
+        _record_input_hashes(self.reads or {}, self.inputs)
         _check_resources_unchanged(pipeline, self.resources)
 
     def complete(self, timings: dict[str, float], counts: dict[str, Any]) -> None:
@@ -78,6 +85,7 @@ def open_record(pipeline: Pipeline, folder: RunFolder, fresh: bool, log: Callabl
     previous = folder.load_run_json()
     if previous is not None and not fresh:
         _refuse_changed(folder, previous, normalized, resources, inputs, log)
+        check_inputs(folder, inputs, at_end=False, log=log)  # same size and time: what the tasks read?
     if fresh:
         folder.wipe()
     folder.root.mkdir(parents=True, exist_ok=True)
@@ -95,12 +103,15 @@ def _refuse_changed(folder: RunFolder, previous: dict[str, Any], normalized: dic
         changes += resource_changes(previous["resources"], resources)
     else:  # a run.json from before rule files were recorded: nothing to compare them with
         log(f"datapipe: {folder.run_json} records no rule files or models; recording today's")
-    changes += input_changes(previous.get("inputs", []), inputs)
+    inputs_changed = input_changes(previous.get("inputs", []), inputs)
+    changes += inputs_changed
     if changes:
-        raise PipelineError(
+        only_inputs = changes == inputs_changed  # then putting the files back is a way on too
+        raise (InputChanged if only_inputs else PipelineError)(
             f"{folder.root} holds a run of a different pipeline, rule files or inputs; changed since then:\n"
             + "\n".join(f"  - {c}" for c in changes[:30])
-            + "\nUse --fresh to discard that run and start over, or --output to write elsewhere.")
+            + "\nUse --fresh to discard that run and start over, "
+            + ("put the input files back as they were, " if only_inputs else "") + "or --output to write elsewhere.")
 
 
 def _check_resources_unchanged(pipeline: Pipeline, recorded: list[dict[str, Any]]) -> None:
@@ -124,16 +135,14 @@ def input_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[
     return sorted(out)
 
 
-def _record_input_hashes(folder: RunFolder, spec: RunSpec, inputs: list[dict[str, Any]]) -> None:
-    """Attach the sha256 each map0 task computed while reading its input file."""
-    by_path = {i["path"]: i for i in inputs}
-    for shard in spec.shards:
-        marker = folder.read_marker(map_phase(0), shard.key) or {}
-        hashed = marker.get("inputs") or ([marker["input"]] if "input" in marker else [])  # "input": older runs
-        for h in hashed:
-            entry = by_path.get(remote_of(h["path"]) or str(Path(h["path"]).resolve()))
-            if entry is not None:
-                entry["sha256"] = h["sha256"]
+def _record_input_hashes(reads: Reads, inputs: list[dict[str, Any]]) -> None:
+    """Attach the sha256 of each input a task read whole (hashed as it read it: no second read). A file
+    read in ranges (split) or in pieces (Parquet row groups) has none; its tasks' markers keep the
+    hashes of what each read."""
+    for entry in inputs:
+        sha = whole_file_sha256(reads, entry["path"], entry["bytes"])
+        if sha is not None:
+            entry["sha256"] = sha
 
 
 def input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
@@ -145,8 +154,10 @@ def input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
             if st is None:
                 raise FileNotFoundError(path)
             # an input in object storage by its URI: the same on every machine, whatever its mirror path
-            listing.append({"source": source, "path": remote_of(path) or str(path.resolve()), "format": fmt, "bytes": st.size,
-                            "mtime": int(st.mtime)})
+            entry = {"source": source, "path": input_key(path), "format": fmt, "bytes": st.size, "mtime": int(st.mtime)}
+            if st.change is not None:  # what tells a rewrite with the same size and time (engine/input_identity.py)
+                entry.update({"mtime_ns": st.mtime_ns, "change": st.change})
+            listing.append(entry)
     return listing
 
 

@@ -4,7 +4,8 @@ One driver per run folder (the lock); the folder's record is opened and checked 
 the run is planned (its map tasks, once per folder); then each phase submits one task per piece of
 work that has no completion marker yet to the executor (executors.py: in this process or on Ray),
 waits for all of them (showing progress), and the loop moves on; statistics finish the run. A
-killed run started again skips whatever finished.
+killed run started again skips whatever finished. Before a run is recorded complete (and at every
+resume), its inputs are checked against what its tasks read (input_identity.py).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, fresh: bool, show_progres
             log(f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
                 f"output in {folder.root}")
             _run_phases(result, folder, spec, executor, timings, show_progress)
-    _finish(pipeline, record, spec, timings)
+    _finish(pipeline, record, spec, timings, log)
     return result
 
 
@@ -210,11 +211,14 @@ def _run_phase(result: RunResult, folder: RunFolder, phase: Phase, work: Sequenc
                             + "\n".join(f"  - {f}" for f in failures[:20]))
 
 
-def _finish(pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[str, float]) -> None:
-    """Every task done: statistics built and published, the run checked, then recorded as complete."""
+def _finish(pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[str, float],
+            log: Callable[[str], None]) -> None:
+    """Every task done: the inputs checked against what the tasks read (before anything is built
+    from them), statistics built and published, the run checked, then recorded as complete."""
     from datapipe.engine.finish import build_stats, check_conservation, collect_counts
 
     folder = record.folder
+    record.check_inputs(log)
     started = time.perf_counter()
     folder.pull(files=("docs/", "rejected/"))  # statistics read every kept and rejected document
     counts = collect_counts(folder, spec)

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+from datapipe.storage.input_reads import recording
 from datapipe.storage.uri import READ_BUFFER, open_input, remote_of
 
 
@@ -39,8 +40,9 @@ class ByteStream(Readable, Protocol):
 
 def open_maybe_compressed(path: Path, buffer: int | None = None) -> ByteStream:
     """``buffer``: bytes per request for an object in object storage (a small one when only the
-    first records are read)."""
-    if remote_of(path) is not None:
+    first records are read). In a task recording its reads (storage/input_reads.py) a local file
+    is opened through ``open_input`` too, so the (compressed) bytes read are hashed."""
+    if remote_of(path) is not None or recording():
         return _remote_maybe_compressed(path, buffer or READ_BUFFER)
     name = path.name.lower()
     if name.endswith(".gz"):

@@ -18,6 +18,10 @@ its size and time come from the store's listing (:func:`input_stat`), and whatev
 with :func:`open_input`, which reads the object in place through ranged requests. Only readers
 that need a real local file (folders and archives: html, repo, arxiv) get a mirror copy
 (:func:`ensure_local`, once per node, again when the object's size or time changes).
+
+Inside a map task, :func:`open_input` also records what is read (``storage/input_reads.py``): the
+file's identity when opened (:func:`input_identity`) and a hash of the bytes read, so a run can
+tell later whether its inputs still hold what its tasks read (``engine/input_identity.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from datapipe.errors import DatapipeError
+from datapipe.storage.input_reads import HashingRaw, extents_sha256, note_read, recording
 
 # The mirror's folder name: a mirror path is recognised by it, so a Ray worker whose cache
 # folder differs from the driver's still finds the URI behind the path it is handed.
@@ -49,6 +54,8 @@ class RemoteFile:
     uri: str
     size: int
     mtime: float  # seconds since the epoch (0.0 where the store gives none)
+    mtime_ns: int | None = None  # exact, where known (local files and folders)
+    change: str | None = None  # what changes on any change of content (see input_identity); None: unknown
 
 
 def is_uri(path: str | os.PathLike[str]) -> bool:
@@ -138,6 +145,12 @@ def remote_of(path: str | os.PathLike[str]) -> str | None:
     if len(rel) < 2:
         return None
     return f"{rel[0]}://{'/'.join(rel[1:])}"
+
+
+def input_key(path: str | os.PathLike[str]) -> str:
+    """How a run names an input file: an object by its URI (the same on every machine, whatever its
+    mirror path), a local file by its resolved path."""
+    return remote_of(path) or str(Path(path).resolve())
 
 
 def child(uri: str, rel: str) -> str:
@@ -351,6 +364,9 @@ FETCHED = Fetched()
 
 PROBE_BUFFER = 64 << 10  # read size when looking at a few bytes (a record boundary, a first record)
 READ_BUFFER = 8 << 20  # read size of a task streaming its input: few requests, bounded memory
+# Buffer of a local input opened by a task (its reads hashed): large enough that a reader reading
+# in small pieces (gzip: 8 KiB) costs one Python-level read per 256 KiB, not per piece.
+HASHED_LOCAL_BUFFER = 256 << 10
 
 
 def input_stat(path: str | os.PathLike[str]) -> RemoteFile | None:
@@ -362,8 +378,77 @@ def input_stat(path: str | os.PathLike[str]) -> RemoteFile | None:
             st = os.stat(path)
         except OSError:
             return None
-        return RemoteFile(os.fspath(path), st.st_size, st.st_mtime) if stat.S_ISREG(st.st_mode) else None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return RemoteFile(os.fspath(path), st.st_size, st.st_mtime, st.st_mtime_ns, _local_change(st))
     return _LISTED.get(uri) or info(uri)
+
+
+def _local_change(st: os.stat_result) -> str:
+    """What tells one version of a local file from another when its size and mtime are the same:
+    its inode and its ``st_ctime_ns``. The kernel sets ctime on every change of the file (a write, a
+    truncate, a chmod, a rename) and no user can set it (``os.utime``/``touch -d`` set only mtime
+    and atime), so a file rewritten in place with its size kept and its mtime put back still shows
+    a new ctime. The inode tells a file replaced by another (a copy renamed over it: rsync, an
+    editor saving) even where ctimes tie. Device numbers are left out: one network file system can
+    show a different one on each node."""
+    return f"{st.st_ino}:{st.st_ctime_ns}"
+
+
+def _local_identity(st: os.stat_result) -> dict[str, Any]:
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "change": _local_change(st)}
+
+
+# Response headers that change whenever an object is overwritten: the version (S3 VersionId, GCS
+# generation) where the bucket keeps versions, and the ETag (a new one on every PUT, even of the
+# same bytes by a multipart upload: then the recorded hashes decide).
+_VERSION_HEADERS = ("versionid", "x-amz-version-id", "generation", "x-goog-generation", "etag")
+
+
+def _object_identity(f: Any) -> dict[str, Any]:
+    """Identity of an object opened for reading (its metadata comes with the open: no extra request)."""
+    try:
+        meta = {str(k).lower(): v.decode() if isinstance(v, bytes) else str(v) for k, v in dict(f.metadata()).items()}
+    except Exception:  # noqa: BLE001 - a store without metadata: known by size only, the hashes decide
+        meta = {}
+    change = " ".join(f"{k}={meta[k]}" for k in _VERSION_HEADERS if meta.get(k)) or None
+    return {"bytes": int(f.size()), "mtime_ns": None, "change": change}
+
+
+def input_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """An input as it is now, asked afresh (no listing or folder walk remembered): ``bytes``,
+    ``mtime_ns`` and ``change``, a token that differs whenever the content may differ (local file:
+    inode and ctime; folder: the latest ctime in it; object: its version or ETag; None where the
+    store gives none). None: the input is gone."""
+    uri = remote_of(path)
+    if uri is not None:
+        fs, key = resolve(uri)
+        try:
+            with fs.open_input_file(key) as f:  # one metadata request, no bytes
+                return _object_identity(f)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _fail(uri, "reading its metadata", exc) from None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return _local_identity(st)
+    folder = _walk_folder(path)
+    if folder is None:
+        return None
+    return {"bytes": folder.size, "mtime_ns": folder.mtime_ns, "change": folder.change}
+
+
+def read_again_sha256(path: str | os.PathLike[str], extents: list[list[int]]) -> str | None:
+    """The sha256 of the bytes at ``extents`` of an input now (see storage/input_reads.py); None when
+    it is gone or shorter. Ranged reads on object storage: only those bytes are fetched."""
+    try:
+        return extents_sha256(lambda: open_input(path, buffer=0), extents)
+    except (FileNotFoundError, StorageError):
+        return None
 
 
 # Within folder_stats_once(): folder_stat's answers by path, so a run start walks each folder once.
@@ -401,7 +486,8 @@ def folder_stat(path: str | os.PathLike[str]) -> RemoteFile | None:
 def _walk_folder(path: str | os.PathLike[str]) -> RemoteFile | None:
     if not os.path.isdir(path):
         return None
-    size, mtime = 0, os.stat(path).st_mtime
+    top = os.stat(path)
+    size, mtime, mtime_ns, ctime_ns = 0, top.st_mtime, top.st_mtime_ns, top.st_ctime_ns
     for root, dirs, files in os.walk(path):
         for is_file, names in ((False, dirs), (True, files)):
             for name in names:
@@ -410,9 +496,11 @@ def _walk_folder(path: str | os.PathLike[str]) -> RemoteFile | None:
                 except OSError:  # a dangling link: the readers skip it too
                     continue
                 mtime = max(mtime, st.st_mtime)
+                mtime_ns = max(mtime_ns, st.st_mtime_ns)
+                ctime_ns = max(ctime_ns, st.st_ctime_ns)  # any file rewritten, added or removed (see _local_change)
                 if is_file and stat.S_ISREG(st.st_mode):
                     size += st.st_size
-    return RemoteFile(os.fspath(path), size, mtime)
+    return RemoteFile(os.fspath(path), size, mtime, mtime_ns, f"ctime:{ctime_ns}")
 
 
 def is_input_file(path: str | os.PathLike[str]) -> bool:
@@ -466,7 +554,13 @@ def open_input(path: str | os.PathLike[str], buffer: int = READ_BUFFER, stop: in
     p = Path(path)
     uri = remote_of(p)
     if uri is None:
-        return p.open("rb")
+        if not recording():
+            return p.open("rb")
+        # A task reading (storage/input_reads.py): the file's identity as opened, and every byte
+        # read hashed on its way in.
+        local = io.FileIO(p, "rb")
+        record = note_read(str(p.resolve()), _local_identity(os.fstat(local.fileno())))  # input_key
+        return io.BufferedReader(HashingRaw(local, record), buffer_size=HASHED_LOCAL_BUFFER)  # type: ignore[arg-type]
     fs, key = resolve(uri)
     try:
         f = fs.open_input_file(key)
@@ -474,15 +568,20 @@ def open_input(path: str | os.PathLike[str], buffer: int = READ_BUFFER, stop: in
         raise StorageError(f"{uri}: no such object (it was listed when the run was planned)") from None
     except OSError as exc:
         raise _fail(uri, "opening", exc) from None
-    raw = _RemoteRaw(f, stop)
+    raw: io.RawIOBase = _RemoteRaw(f, stop)
+    if recording():
+        raw = HashingRaw(raw, note_read(uri, _object_identity(f)))  # type: ignore[arg-type]
     return io.BufferedReader(raw, buffer_size=buffer) if buffer > 0 else raw  # type: ignore[return-value]
 
 
 def parquet_source(path: str | os.PathLike[str]) -> Any:
-    """What ``pq.ParquetFile`` should open: a local path as it is (memory-mapped, as before); an
-    object as a file read in place, so the footer and then only the row groups asked for are
-    requested (Parquet reads are large and positioned: a small buffer wastes nothing)."""
-    return os.fspath(path) if remote_of(path) is None else open_input(path, PROBE_BUFFER)
+    """What ``pq.ParquetFile`` should open: a local path as it is (planning, probes); an object as a
+    file read in place, so the footer and then only the row groups asked for are requested (Parquet
+    reads are large and positioned: a small buffer wastes nothing). In a task recording its reads,
+    a local file is opened the same way, so the footer and column chunks it reads are hashed."""
+    if remote_of(path) is None and not recording():
+        return os.fspath(path)
+    return open_input(path, PROBE_BUFFER)  # in a task, a local file too: its reads are hashed
 
 
 def delete(uri: str) -> None:

@@ -7,6 +7,7 @@ and writes kept documents, rejects, shuffle rows and tokens; returns the marker 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -30,8 +31,9 @@ from datapipe.schema import READ_STAGE
 from datapipe.stages.base import Decision, Stage
 from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, step_of
 from datapipe.stages.row_keys import row_key, row_keys
+from datapipe.storage.input_reads import ReadRecord, recording_reads
+from datapipe.storage.uri import input_identity, input_key
 from datapipe.tokens.encode import assign_split, encode_documents
-from datapipe.tokens.shard_format import file_sha256
 
 _NULL_STR = pa.scalar(None, pa.string())
 _TOKENS = "__tokens"  # transient column between encoding and the token sink
@@ -162,6 +164,12 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     counts = out.counts
     applying = _Applying(spec, folder, segment, shard) if segment.apply_global is not None else None
     tokenize_pos = len(spec.stages) + 1  # tokenizing counts as a stage after the last one
+    # What this task reads of its input files, hashed as it is read: the run checks it at its end and
+    # at every resume (engine/input_identity.py). A file a reader opens by its own means (archives,
+    # folders) is known by its identity before it is read.
+    opened = [_identity_only(r.path) for r in shard.inputs if segment.index == 0 and not reader_spec(r.format).streamed]
+    scope = contextlib.ExitStack()
+    reads = scope.enter_context(recording_reads()) if segment.index == 0 else []
     try:
         max_bytes = MAX_BATCH_TEXT_BYTES if out.tokens is None else MAX_TOKENIZE_BATCH_TEXT_BYTES
         for batch in _bounded(_segment_input(spec, folder, shard, segment, counts, out.reject), max_bytes):
@@ -190,17 +198,34 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     except BaseException:
         out.abort()
         raise
+    finally:
+        scope.close()
     result = {"shard": shard.key, "segment": segment.index, **counts.as_dict(),
               "seconds": round(time.perf_counter() - started, 3),
               "cpu_seconds": round(time.process_time() - cpu_started, 3)}
     if segment.index == 0:
-        # Each input file is hashed once: by its whole-file task, or by the task of its first range
-        # (a 20 GB file split in 80 ranges is still read through for its hash once, not 80 times).
-        hashed = [{"path": r.path, "bytes": Path(r.path).stat().st_size, "sha256": file_sha256(r.path)}
-                  for r in shard.inputs if r.part == 0 and Path(r.path).is_file()]
-        if hashed:
-            result["inputs"] = hashed
+        result["reads"] = _reads_marker(shard, [r for r in opened if r is not None] + reads)
     return result
+
+
+def _identity_only(path: str) -> ReadRecord | None:
+    """A read known by the file's identity alone (no hash): for readers that open files themselves."""
+    identity = input_identity(path)
+    return None if identity is None else ReadRecord(input_key(path), identity, hashed=False)
+
+
+def _reads_marker(shard: Shard, reads: list[ReadRecord]) -> list[dict[str, Any]]:
+    """The marker's ``reads``: every open of an input, and each input of the task that was not opened
+    at all (a reader that failed first) by its identity now, so that every input a task stands for
+    is in its marker."""
+    out = [r.as_dict() for r in reads]
+    seen = {r.path for r in reads}
+    for piece in shard.inputs:
+        key = input_key(piece.path)
+        if key not in seen and (identity := input_identity(piece.path)) is not None:
+            out.append({"path": key, **identity})
+            seen.add(key)
+    return out
 
 
 class _Applying:
@@ -287,7 +312,9 @@ def count_range_lines(spec: RunSpec, shard: Shard) -> dict[str, Any]:
     piece = shard.inputs[0]
     count = reader_spec(piece.format).prepass_count
     assert count is not None, f"{piece.format} needs no pre-pass"
-    return {"shard": shard.key, "newlines": count(piece.path, piece.start, piece.end),
+    with recording_reads() as reads:  # later ranges number their records by it: its bytes count too
+        newlines = count(piece.path, piece.start, piece.end)
+    return {"shard": shard.key, "newlines": newlines, "reads": _reads_marker(shard, reads),
             "seconds": round(time.perf_counter() - started, 3),
             "cpu_seconds": round(time.process_time() - cpu_started, 3)}
 
