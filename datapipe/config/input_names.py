@@ -46,5 +46,11 @@ def input_name(path: Path, pattern: str, base: Path) -> str:
         root = fixed_prefix(pattern)
         if os.path.commonpath([p, root]) != root:  # cannot happen for a path glob matched; stay relative
             root = os.path.dirname(p)
-    name = Path(os.path.relpath(p, root)).as_posix()
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return display_name(Path(os.path.relpath(p, root)).as_posix())
+
+
+def display_name(path: str) -> str:
+    """A path as text that is valid UTF-8: a file name that is not (its bytes were decoded by
+    ``os.fsdecode`` with surrogateescape) keeps those bytes as ``\\xNN`` escapes. Stable: the same
+    bytes give the same name on every run, so run.json can record and compare it."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from datapipe.config.input_names import display_name
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import RunSpec
 from datapipe.pipeline.identity import config_changes, resource_changes
@@ -131,7 +132,7 @@ def _record_input_hashes(folder: RunFolder, spec: RunSpec, inputs: list[dict[str
         marker = folder.read_marker(map_phase(0), shard.key) or {}
         hashed = marker.get("inputs") or ([marker["input"]] if "input" in marker else [])  # "input": older runs
         for h in hashed:
-            entry = by_path.get(remote_of(h["path"]) or str(Path(h["path"]).resolve()))
+            entry = by_path.get(remote_of(h["path"]) or display_name(str(Path(h["path"]).resolve())))
             if entry is not None:
                 entry["sha256"] = h["sha256"]
 
@@ -145,7 +146,9 @@ def input_listing(pipeline: Pipeline) -> list[dict[str, Any]]:
             if st is None:
                 raise FileNotFoundError(path)
             # an input in object storage by its URI: the same on every machine, whatever its mirror path
-            listing.append({"source": source, "path": remote_of(path) or str(path.resolve()), "format": fmt, "bytes": st.size,
+            # a file name that is not UTF-8: its bytes as \xNN escapes (run.json is UTF-8; stable across runs)
+            listing.append({"source": source, "path": remote_of(path) or display_name(str(path.resolve())), "format": fmt,
+                            "bytes": st.size,
                             "mtime": int(st.mtime)})
     return listing
 

@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from datapipe.config.input_names import display_name
 from datapipe.errors import DatapipeError
 from datapipe.storage import uri as storage
 from datapipe.storage.atomic import is_temp_name, sweep_temp_files, write_bytes_atomic, write_text_atomic
@@ -64,6 +65,17 @@ def partition_key(partition: int) -> str:
 
 class RunFolderError(DatapipeError, RuntimeError):
     pass
+
+
+def _utf8_names(value: Any) -> Any:
+    """``value`` with every string that is not valid UTF-8 (surrogate-escaped bytes) as its display name."""
+    if isinstance(value, str):
+        return display_name(value)
+    if isinstance(value, dict):
+        return {_utf8_names(k): _utf8_names(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_utf8_names(v) for v in value]
+    return value
 
 
 class RunFolder:
@@ -212,7 +224,12 @@ class RunFolder:
         return json.loads(self.run_json.read_text())
 
     def save_run_json(self, data: dict[str, Any]) -> None:
-        write_text_atomic(self.run_json, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a path that is not UTF-8 (e.g. the pipeline file's): named with escapes
+            text = json.dumps(_utf8_names(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        write_text_atomic(self.run_json, text)
         self.publish("run.json")
 
     def is_run_folder(self) -> bool:
