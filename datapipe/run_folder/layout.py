@@ -29,6 +29,7 @@ from typing import Any
 
 from datapipe.config.input_names import display_name
 from datapipe.errors import DatapipeError
+from datapipe.run_folder.files import describe_files
 from datapipe.storage import uri as storage
 from datapipe.storage.atomic import is_temp_name, sweep_temp_files, write_bytes_atomic, write_text_atomic
 from datapipe.tokens.shard_format import MANIFEST_NAME, SHARDS_DIR, shard_file_name
@@ -191,8 +192,12 @@ class RunFolder:
             return None  # a marker is written atomically; an unreadable one means redo
 
     def write_marker(self, phase: str, task: str, data: dict[str, Any], written: list[Path] | None = None) -> None:
-        """``written``: the files the task wrote; a remote folder uploads them before the marker."""
+        """``written``: the files the task wrote, named in the marker with their sizes (``files``; see
+        ``describe_files``), so a later start can tell a damaged output (run_folder/integrity.py);
+        a remote folder uploads them before the marker."""
         if self.remote is None:
+            if written is not None:
+                data["files"] = describe_files(self.root, written)
             write_text_atomic(self.marker(phase, task), json.dumps(data, sort_keys=True))
             return
         from datapipe.run_folder import remote as remote_folder
