@@ -9,7 +9,11 @@ disks and people damage them: truncated, deleted, a byte flipped in place, garba
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from datapipe.cli import main
+from tests.support.shared_data import PROJECT_ROOT
 from tests.support.small_real_run import output_digests, real_pipeline, run_in_process
 
 
@@ -64,5 +69,28 @@ def test_a_rerun_of_a_complete_run_redoes_damaged_work(clean, tmp_path: Path, da
     res = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress"])
     assert res.exit_code == 0, res.output
     assert "; redoing " in res.output  # said what was damaged and what is redone
+    assert output_digests(out) == expected
+
+
+def test_a_damaged_intermediate_of_an_unfinished_run_is_redone(clean, tmp_path: Path) -> None:
+    """Killed after the first task of the last map phase; then the map output the other shard's last
+    map task reads and the token list of the finished one are truncated. The rerun used to fail in
+    those tasks every time while saying "run the same command again to resume"."""
+    pipeline, _, expected = clean
+    out = tmp_path / "out"
+    env = {**os.environ, "DATAPIPE_FAULT_KILL_AT": "map1:1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    killed = subprocess.run([sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out),
+                             "--in-process", "--no-progress"], capture_output=True, text=True, env=env, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    done = {p.stem for p in (out / "_work" / "markers" / "map1").rglob("*.json")}
+    assert len(done) == 1  # one shard of the last map phase finished: its token list awaits packing
+    pending = "en" if (out / "_work" / "markers" / "map1" / "zh").is_dir() else "zh"
+    finished = "zh" if pending == "en" else "en"
+    _truncate(_first(out, f"_work/map0/{pending}/*.parquet"))  # the input of the pending map1 task
+    _truncate(_first(out, f"_work/tokens/{finished}/*.arrow"))  # the input of packing
+    res = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert f"redoing map0 {pending}/" in res.output and f"redoing map1 {finished}/" in res.output
     assert output_digests(out) == expected
 
