@@ -226,7 +226,17 @@ class RunFolder:
     def load_run_json(self) -> dict[str, Any] | None:
         if not self.run_json.is_file():
             return None
-        return json.loads(self.run_json.read_text())
+        try:
+            run = json.loads(self.run_json.read_bytes().decode("utf-8"))
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            run = None
+        if not isinstance(run, dict):
+            # It records the run's plan (how inputs were split into tasks), without which finished
+            # work cannot be matched to tasks: nothing in the folder can be trusted to resume from.
+            raise RunFolderError(f"{self.location}/{RUN_JSON} is damaged (truncated or not a JSON object), so the "
+                                 f"finished work in {self.location} cannot be resumed",
+                                 hint="run again with --fresh to start over (or --output to write elsewhere)")
+        return run
 
     def save_run_json(self, data: dict[str, Any]) -> None:
         text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

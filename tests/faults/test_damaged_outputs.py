@@ -94,3 +94,18 @@ def test_a_damaged_intermediate_of_an_unfinished_run_is_redone(clean, tmp_path: 
     assert f"redoing map0 {pending}/" in res.output and f"redoing map1 {finished}/" in res.output
     assert output_digests(out) == expected
 
+
+@pytest.mark.parametrize("content", [b"", b'{"name": "complete_real", "status": "comp', b"\xff\xfe garbage"])
+def test_a_damaged_run_json_is_one_error_naming_it(clean, tmp_path: Path, content: bytes) -> None:
+    pipeline, done, _ = clean
+    out = tmp_path / "out"
+    shutil.copytree(done, out)
+    (out / "run.json").write_bytes(content)
+    res = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"{out}/run.json is damaged" in errors[0], res.output
+    assert "hint: run again with --fresh" in res.output
+    fresh = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress",
+                                      "--fresh"])
+    assert fresh.exit_code == 0, fresh.output
