@@ -56,9 +56,12 @@ class RunLockedError(RunFolderError):
 
 
 class RunLock:
-    def __init__(self, root: Path, log: Callable[[str], None] = print) -> None:
+    """``what``: what the folder is, for the refusal ("run folder"; exports lock their output folder too)."""
+
+    def __init__(self, root: Path, log: Callable[[str], None] = print, what: str = "run folder") -> None:
         self.root = root
         self.log = log
+        self.what = what
         self.token = uuid.uuid4().hex
         self._fd: int | None = None
         self._stop = threading.Event()
@@ -108,7 +111,7 @@ class RunLock:
                 raise RunLockedError(self._refusal(mine, "it took the lock at the same moment"))
         uri = storage.remote_of(self.root)
         if uri is not None:
-            remote = RemoteLock(uri, self._record(), self.log)
+            remote = RemoteLock(uri, self._record(), self.log, self.what)
             try:
                 remote.acquire()
             except BaseException:
@@ -155,9 +158,9 @@ class RunLock:
 
     def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
         who = describe(holder) if holder else "another process (its lock record is not readable yet)"
-        return (f"run folder {self.root} is in use by another datapipe driver: {who}"
+        return (f"{self.what} {self.root} is in use by another datapipe driver: {who}"
                 + (f" ({why})" if why else "")
-                + ". Only one driver may write a run folder at a time: wait for it to finish or stop it "
+                + f". Only one driver may write a {self.what} at a time: wait for it to finish or stop it "
                   "(a driver that dies releases the lock by itself), or use --output for another folder.")
 
 
@@ -220,7 +223,8 @@ def _command() -> list[str]:
 class RemoteLock:
     """The lock record of a run folder in object storage (see the module doc)."""
 
-    def __init__(self, uri: str, record: dict[str, Any], log: Callable[[str], None]) -> None:
+    def __init__(self, uri: str, record: dict[str, Any], log: Callable[[str], None], what: str = "run folder") -> None:
+        self.what = what
         self.uri = storage.child(uri, LOCK_RECORD)
         self.root = uri
         self.record = record
@@ -316,9 +320,9 @@ class RemoteLock:
 
     def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
         who = describe(holder) if holder else "another process (its lock record is not readable yet)"
-        return (f"run folder {self.root} is in use by another datapipe driver: {who}"
+        return (f"{self.what} {self.root} is in use by another datapipe driver: {who}"
                 + (f" ({why})" if why else "")
-                + ". Only one driver may write a run folder at a time: wait for it to finish or stop it "
+                + f". Only one driver may write a {self.what} at a time: wait for it to finish or stop it "
                   f"(a lock record without a heartbeat for {DEFAULT_STALE_S:.0f} s is taken over), "
                   "or use --output for another folder.")
 
