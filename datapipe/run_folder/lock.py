@@ -127,7 +127,11 @@ class RunLock:
             self._heartbeat.join(timeout=5)
             self._heartbeat = None
         if self._remote is not None:
-            self._remote.release()
+            try:
+                self._remote.release()
+            except Exception as exc:  # the store gone too: say so, but do not hide why the run stopped
+                self.log(f"datapipe: could not remove the lock record {self._remote.uri} ({exc}); the next "
+                         f"run takes it over (at once on this host, after {DEFAULT_STALE_S:.0f} s on another)")
             self._remote = None
         if self._fd is None:
             return
@@ -148,7 +152,7 @@ class RunLock:
                 os.utime(self.record_path, (now, now))
                 if self._remote is not None:
                     self._remote.beat()
-            except (OSError, RuntimeError):
+            except Exception:  # OSError, StorageError, botocore's: never a traceback of this thread
                 pass  # a missed beat only makes a takeover from another host possible sooner
 
     def _record(self) -> dict[str, Any]:
@@ -247,8 +251,10 @@ class RemoteLock:
         from botocore.exceptions import ClientError
 
         bucket, key = self._bucket_key()
+        s3 = self._s3
         try:
-            self.etag = self._s3.put_object(Bucket=bucket, Key=key, Body=self._body(), **condition)["ETag"]
+            self.etag = storage.retrying(self.uri, "writing the lock record", lambda: s3.put_object(
+                Bucket=bucket, Key=key, Body=self._body(), **condition))["ETag"]
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
@@ -264,11 +270,13 @@ class RemoteLock:
             from botocore.exceptions import ClientError
 
             bucket, key = self._bucket_key()
+            s3 = self._s3
             try:
-                got = self._s3.get_object(Bucket=bucket, Key=key)
+                got = storage.retrying(self.uri, "reading the lock record", lambda: s3.get_object(Bucket=bucket, Key=key))
+                body = storage.retrying(self.uri, "reading the lock record", got["Body"].read)
             except ClientError:
                 return None, None
-            body, etag, f = got["Body"].read(), got["ETag"], None
+            etag, f = got["ETag"], None
             mtime = got["LastModified"].timestamp()
         if body is None:
             return None, None
