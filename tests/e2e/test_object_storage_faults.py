@@ -35,17 +35,19 @@ BUCKET = "datapipe-faults"
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """(boto3 client, proxy): a loopback S3 server reached through the proxy, the environment set."""
+    """(boto3 client, proxy): a loopback S3 server that datapipe reaches through the proxy (the environment
+    set) and the test's client directly (it sees the store while datapipe's endpoint is down)."""
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    proxy = TcpProxy(*server.get_host_and_port())
+    host, port = server.get_host_and_port()
+    proxy = TcpProxy(host, port)
     env = {"AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
            "AWS_DEFAULT_REGION": "us-east-1", "DATAPIPE_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        client = boto3.client("s3")
+        client = boto3.client("s3", endpoint_url=f"http://{host}:{port}")
         client.create_bucket(Bucket=BUCKET)
         yield client, proxy
     finally:
@@ -152,3 +154,52 @@ def test_endpoint_down_longer_than_the_retries_is_one_error_and_the_rerun_comple
     out, _ = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, out
     check_complete_on_store(client, prefix, expected, tmp_path / "from-s3")
+
+
+# --- item 1: objects lost behind the run's back ----------------------------------------------
+
+def lose(client, prefix: str) -> list[str]:
+    """Delete, as a store restarted without its data would have lost them, most rejected documents
+    files and every map work file of the run (not the markers that name them)."""
+    listed = objects(client, prefix)
+    rejected = sorted(k for k in listed if k.startswith("rejected/"))
+    gone = rejected[: max(1, len(rejected) - 1)] + sorted(k for k in listed if k.startswith("_work/map0/"))
+    assert len(gone) >= 3
+    for key in gone:
+        client.delete_object(Bucket=BUCKET, Key=f"{prefix}/{key}")
+    return gone
+
+
+def test_objects_deleted_between_a_kill_and_the_resume_are_redone(store, expected, tmp_path: Path) -> None:
+    client, _ = store
+    prefix = "runs/lost-at-rest"
+    pipeline = real_pipeline(tmp_path, output=f"s3://{BUCKET}/{prefix}")
+    killed = run_cli(pipeline, {"DATAPIPE_FAULT_KILL_AT": "pack:1"})
+    killed.communicate(timeout=600)
+    assert killed.returncode == -9
+    gone = lose(client, prefix)  # the local mirror still holds them all: only the store can tell
+    resumed = run_cli(pipeline)
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    check_complete_on_store(client, prefix, expected, tmp_path / "from-s3")
+    assert f"{prefix}/{gone[-1]}: missing" in out and "; redoing map0 " in out, out
+
+
+def test_objects_lost_mid_run_are_redone_before_the_run_says_complete(store, expected, tmp_path: Path) -> None:
+    client, proxy = store
+    prefix = "runs/lost-mid-run"
+    pipeline, pause = real_pipeline(tmp_path, output=f"s3://{BUCKET}/{prefix}"), tmp_path / "pause"
+    proc = run_cli(pipeline, {"DATAPIPE_FAULT_PAUSE_AT": "pack:1", "DATAPIPE_FAULT_PAUSE_FILE": str(pause)})
+    try:
+        paused(proc, pause)
+        proxy.down()  # the endpoint restarts ...
+        lose(client, prefix)  # ... without some of what was committed before
+        proxy.up()
+        pause.touch()
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        proxy.up()
+        proc.kill()
+    assert proc.returncode == 0, out
+    check_complete_on_store(client, prefix, expected, tmp_path / "from-s3")
+    assert "missing; redoing" in out, out

@@ -39,7 +39,7 @@ class TcpProxy:
             listener, self._listener = self._listener, None
             conns, self._conns = self._conns, set()
         if listener is not None:
-            listener.close()
+            _close(listener)  # shutdown first: a close alone leaves a thread blocked in accept() holding the port
         for c in conns:
             _close(c)
 
