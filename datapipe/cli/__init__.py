@@ -402,9 +402,11 @@ def report(run_dir: Path, html_file: Path) -> None:
               help="Bytes per MDS shard.")
 @click.option("--fresh", is_flag=True, help="Delete an earlier export's files in --output and start over.")
 @click.option("--no-progress", is_flag=True, help="No progress bars (one line per source and split instead).")
+@click.option("--allow-incomplete", is_flag=True,
+              help="Export a run whose run.json does not say complete (refused by default).")
 def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits: tuple[str, ...],
                sources: tuple[str, ...], docs_per_file: int, hf_file_format: str, mds_size_limit: int,
-               fresh: bool, no_progress: bool) -> None:
+               fresh: bool, no_progress: bool, allow_incomplete: bool) -> None:
     """Export RUN_DIR's kept documents for a trainer: Megatron, Hugging Face, MosaicML or JSONL.
 
     RUN_DIR is a run folder: a path, or an s3:// gs:// hdfs:// URI, whose documents and token
@@ -422,7 +424,8 @@ def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits:
     result = export(run_dir, fmt, output, columns=[c.strip() for c in columns.split(",") if c.strip()]
                     if columns else None, splits=list(splits) or None, sources=list(sources) or None,
                     docs_per_file=docs_per_file, hf_file_format=hf_file_format, mds_size_limit=mds_size_limit,
-                    fresh=fresh, log=lambda m: click.echo(m, err=True), progress=not no_progress)
+                    fresh=fresh, log=lambda m: click.echo(m, err=True), progress=not no_progress,
+                    allow_incomplete=allow_incomplete)
     for stream, info in result.streams.items():
         click.echo(f"{stream}: {info['docs']} documents, {info['tokens']} tokens, {info['parts']} file(s)")
     click.echo(f"{result.documents} documents in {result.output} ({result.parts_written} files written, "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from pathlib import Path
 
 
@@ -46,5 +47,23 @@ def input_name(path: Path, pattern: str, base: Path) -> str:
         root = fixed_prefix(pattern)
         if os.path.commonpath([p, root]) != root:  # cannot happen for a path glob matched; stay relative
             root = os.path.dirname(p)
-    name = Path(os.path.relpath(p, root)).as_posix()
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return display_name(Path(os.path.relpath(p, root)).as_posix())
+
+
+def display_name(path: str) -> str:
+    """A path as text that is valid UTF-8: a file name that is not (its bytes were decoded by
+    ``os.fsdecode`` with surrogateescape) keeps those bytes as ``\\xNN`` escapes. Stable: the same
+    bytes give the same name on every run, so run.json can record and compare it."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+_ESCAPED_BYTE = re.compile(rb"\\x([0-9a-f]{2})")
+
+
+def path_of_display_name(name: str) -> str:
+    """The file-system path behind ``display_name(path)``: its ``\\xNN`` escapes turned back into the
+    raw bytes, decoded as ``os.fsdecode`` does. A name that exists as written (a file whose name really
+    holds a backslash and an x) is taken as it is."""
+    if "\\x" not in name or os.path.lexists(name):
+        return name
+    return os.fsdecode(_ESCAPED_BYTE.sub(lambda m: bytes([int(m.group(1), 16)]), name.encode("utf-8")))

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from datapipe.config.input_names import path_of_display_name
 from datapipe.engine.errors import PipelineError
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder, map_phase
 from datapipe.storage.uri import input_identity, is_uri, mirror_of, read_again_sha256
@@ -99,7 +100,8 @@ def whole_file_sha256(reads: Reads, name: str, size: int) -> str | None:
 
 
 def _local_name(name: str) -> str:
-    return str(mirror_of(name)) if is_uri(name) else name  # an object: its mirror path names it
+    # an object: its mirror path names it; a local file: its recorded name (\xNN escapes) back to its path
+    return str(mirror_of(name)) if is_uri(name) else path_of_display_name(name)
 
 
 def _check_one(name: str, now: dict[str, Any] | None, seen: list[tuple[str, dict[str, Any]]],

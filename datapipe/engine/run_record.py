@@ -82,7 +82,7 @@ def open_record(pipeline: Pipeline, folder: RunFolder, fresh: bool, log: Callabl
     normalized = pipeline.normalized()
     resources = pipeline.resources()
     inputs = input_listing(pipeline)
-    previous = folder.load_run_json()
+    previous = None if fresh else folder.load_run_json()  # --fresh: even a damaged one is discarded
     if previous is not None and not fresh:
         _refuse_changed(folder, previous, normalized, resources, inputs, log)
         check_inputs(folder, inputs, at_end=False, log=log)  # same size and time: what the tasks read?

@@ -89,19 +89,39 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, fresh: bool, show_progres
     fault_point("lock", 1)
     result = RunResult(folder.root, record.run)
     timings: dict[str, float] = dict(record.run.get("timings", {}))
-    tasks = [] if spec is None else _all_tasks(spec, folder)
-    if spec is not None and all(folder.read_marker(p, k) is not None for p, k in tasks):
-        result.skipped_tasks = len(tasks)  # nothing left to compute: no executor started
-        log(f"datapipe: every task of {pipeline.name!r} is already done in {folder.root}; rebuilding statistics")
-    else:
-        with choose(spec) as executor:
-            if spec is None:
-                spec = _plan(pipeline, record, executor.cpus())
-            log(f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
-                f"output in {folder.root}")
-            _run_phases(result, folder, spec, executor, timings, show_progress)
-    _finish(pipeline, record, spec, timings, log)
-    return result
+    if spec is not None:  # work of earlier attempts: redone where its files are damaged or gone
+        _repair(folder, log, hashes=True)
+    for _ in range(MAX_REPAIRS + 1):
+        tasks = [] if spec is None else _all_tasks(spec, folder)
+        if spec is not None and all(folder.read_marker(p, k) is not None for p, k in tasks):
+            result.skipped_tasks = len(tasks)  # nothing left to compute: no executor started
+            log(f"datapipe: every task of {pipeline.name!r} is already done in {folder.root}; rebuilding statistics")
+        else:
+            with choose(spec) as executor:
+                if spec is None:
+                    spec = _plan(pipeline, record, executor.cpus())
+                log(f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
+                    f"output in {folder.root}")
+                _run_phases(result, folder, spec, executor, timings, show_progress)
+        if _finish(pipeline, record, spec, timings, log):
+            return result
+    raise PipelineError(f"files of {folder.location} were lost or damaged again after their tasks were redone "
+                        f"{MAX_REPAIRS} times, so the run is not marked complete; is something else deleting or "
+                        f"writing files there (or is the object store losing them)?")
+
+
+# Finished work found damaged at the end of a run (files lost from an object store meanwhile) is
+# redone, and the run finished again, at most this many times before the run gives up.
+MAX_REPAIRS = 2
+
+
+def _repair(folder: RunFolder, log: Callable[[str], None], hashes: bool) -> int:
+    """Discard finished work whose files are missing or damaged (run_folder/integrity.py), so it is
+    redone; returns how many tasks. ``hashes``: documents and shards are hashed too."""
+    from datapipe.run_folder.integrity import discard, find_damage
+
+    damaged = find_damage(folder, hashes=hashes)
+    return discard(folder, damaged, log) if damaged else 0
 
 
 def _recorded_plan(pipeline: Pipeline, record: RunRecord) -> RunSpec | None:
@@ -212,14 +232,18 @@ def _run_phase(result: RunResult, folder: RunFolder, phase: Phase, work: Sequenc
 
 
 def _finish(pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[str, float],
-            log: Callable[[str], None]) -> None:
+            log: Callable[[str], None]) -> bool:
     """Every task done: the inputs checked against what the tasks read (before anything is built
-    from them), statistics built and published, the run checked, then recorded as complete."""
+    from them), statistics built and published, the run checked, then recorded as complete. False,
+    with nothing recorded, when files of finished tasks were lost or damaged meanwhile (their tasks
+    are then to be redone): run.json says complete only over every file the markers name."""
     from datapipe.engine.finish import build_stats, check_conservation, collect_counts
 
     folder = record.folder
     record.check_inputs(log)
     started = time.perf_counter()
+    if _repair(folder, log, hashes=False):  # sizes (on a store: one listing), before they are read
+        return False
     folder.pull(files=("docs/", "rejected/"))  # statistics read every kept and rejected document
     counts = collect_counts(folder, spec)
     with fault_scope("stats", "build"):
@@ -232,7 +256,10 @@ def _finish(pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[
     # A Ray worker killed mid-write and retried leaves its temporary file behind; every task is
     # done now, so whatever temporary name is left belongs to no live writer.
     folder.sweep()
+    if _repair(folder, log, hashes=False):  # lost while statistics were built (an object store restarted)
+        return False
     record.complete(timings, counts)
+    return True
 
 
 def _short_error(exc: BaseException) -> str:

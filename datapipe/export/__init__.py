@@ -31,7 +31,7 @@ def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequen
            splits: Sequence[str] | None = None, sources: Sequence[str] | None = None,
            docs_per_file: int = 100_000, hf_file_format: str = "arrow", mds_size_limit: int = SIZE_LIMIT,
            batch_docs: int = 1024, fresh: bool = False, log: Callable[[str], None] = lambda m: None,
-           progress: bool = False) -> ExportResult:
+           progress: bool = False, allow_incomplete: bool = False) -> ExportResult:
     """Export the kept documents of the run in ``run_dir`` to ``output`` in ``format``. Either may be
     a local path or the URI of a folder in object storage (``datapipe.export.target``).
 
@@ -39,10 +39,12 @@ def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequen
     tokens); default per format (megatron writes tokens only). ``splits``/``sources``: a subset
     (default all). ``docs_per_file`` bounds hf and jsonl files, ``mds_size_limit`` MDS shards.
     ``progress``: a bar per source and split on a terminal (else a line each when it is done).
+    ``allow_incomplete``: export a run whose run.json does not say ``complete`` (refused by default:
+    its documents may be missing or about to be rewritten).
     """
     if format not in FORMATS:
         raise ExportError(f"--format: {format!r} is not allowed; choose one of {', '.join(FORMATS)}")
-    docs = RunDocuments(run_dir, batch_docs=batch_docs)
+    docs = RunDocuments(run_dir, batch_docs=batch_docs, allow_incomplete=allow_incomplete)
     fmt = _make_format(format, docs_per_file, hf_file_format, mds_size_limit)
     cols = list(columns) if columns else list(fmt.default_columns)
     allowed = docs.columns()

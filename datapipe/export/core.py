@@ -25,6 +25,8 @@ import pyarrow as pa
 from datapipe.engine.progress import PhaseProgress
 from datapipe.export.documents import SPLITS, ExportError, RunDocuments
 from datapipe.export.target import ExportTarget
+from datapipe.run_folder.layout import LOCK_FILE, LOCK_RECORD
+from datapipe.run_folder.lock import RunLock
 from datapipe.storage.atomic import TMP_MARK, sweep_temp_files, temp_path_for, write_text_atomic
 from datapipe.tokens.shard_format import file_sha256
 
@@ -112,7 +114,8 @@ class _Manifest:
             self.parts = data.get("parts", [])
             self.streams = data.get("streams", {})
             self.finished = data.get("finished", {})
-        elif not target.remote and out.is_dir() and any(p for p in out.iterdir() if TMP_MARK not in p.name):
+        elif not target.remote and out.is_dir() and any(p for p in out.iterdir() if TMP_MARK not in p.name
+                                                         and p.name not in (LOCK_FILE, LOCK_RECORD)):
             raise ExportError(f"--output: {out} is not empty and holds no {MANIFEST}; refusing to write "
                               f"there (choose an empty or new folder)")
 
@@ -146,6 +149,15 @@ def run_export(docs: RunDocuments, fmt: Format, output: str | Path, columns: lis
     target = ExportTarget(output, MANIFEST)
     if target.inside(docs.location):
         raise ExportError(f"--output: {target.name} is inside the run folder; exports go to their own folder")
+    # One export per output folder, as one driver per run folder: a second one would sweep the first's
+    # temporary files and rewrite its manifest (it crashed with FileNotFoundError). On a store, the
+    # lock record is there too (run_folder/lock.py), so two machines exporting to one URI are refused.
+    with RunLock(target.out, log=log, what="export folder"):
+        return _export_locked(docs, fmt, target, columns, splits, sources, fresh, log, progress)
+
+
+def _export_locked(docs: RunDocuments, fmt: Format, target: ExportTarget, columns: list[str], splits: list[str],
+                   sources: list[str], fresh: bool, log: Callable[[str], None], progress: bool) -> ExportResult:
     out = target.out
     target.pull()
     if fresh and (out / MANIFEST).is_file():

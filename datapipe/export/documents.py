@@ -59,7 +59,7 @@ class TokenInfo:
 class RunDocuments:
     """Read access to one finished run's kept documents and their tokens."""
 
-    def __init__(self, run_dir: str | Path, batch_docs: int = 1024) -> None:
+    def __init__(self, run_dir: str | Path, batch_docs: int = 1024, allow_incomplete: bool = False) -> None:
         remote = storage.is_uri(run_dir)
         # Where the run is, as the user named it: a path, or the URI of a run folder in object storage.
         self.location = os.fspath(run_dir).rstrip("/") if remote else str(Path(run_dir).resolve())
@@ -68,10 +68,15 @@ class RunDocuments:
         run_json = self.folder.run_json
         if not run_json.is_file():
             raise ExportError(f"RUN: {self.root} is not a datapipe run folder (no run.json)")
-        self.run = json.loads(run_json.read_text(encoding="utf-8"))
-        if self.run.get("status") != "complete":
+        try:
+            self.run = json.loads(run_json.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise ExportError(f"RUN: {run_json} is unreadable (truncated or not JSON)",
+                              hint="run the same `datapipe run` command again (with --fresh if it refuses)") from None
+        if self.run.get("status") != "complete" and not allow_incomplete:
             raise ExportError(f"RUN: the run in {self.location} is not complete (status "
-                              f"{self.run.get('status')!r}); finish it with `datapipe run` first")
+                              f"{self.run.get('status')!r}); finish it with `datapipe run` first",
+                              hint="or pass --allow-incomplete to export the documents as they are now")
         # A remote run's documents and token lists (paths relative to the run folder), as listed on
         # the store; None for a local run. A complete run holds no file of a killed attempt: each
         # attempt's first act is deleting what no marker names, and a retried task rewrites its files.

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from datapipe.export.documents import ExportError
+from datapipe.run_folder.layout import LOCK_FILE, LOCK_RECORD
 from datapipe.storage import uri as storage
 
 
@@ -59,12 +60,19 @@ class ExportTarget:
         if self.uri is None:
             return
         listed = {f.uri[len(self.uri) + 1:]: f.size for f in storage.list_files(self.uri)}
-        if listed and self.manifest_name not in listed:
+        if set(listed) - {LOCK_RECORD} and self.manifest_name not in listed:
             raise ExportError(f"--output: {self.uri} is not empty and holds no {self.manifest_name}; refusing to "
                               f"write there (choose an empty or new folder)")
         self._sizes = listed
-        shutil.rmtree(self.out, ignore_errors=True)  # the store is the record; staging is a cache
-        self.out.mkdir(parents=True)
+        # the store is the record; staging is a cache (but for the lock this export holds on it)
+        for p in list(self.out.iterdir()) if self.out.is_dir() else []:
+            if p.name in (LOCK_FILE, LOCK_RECORD):
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        self.out.mkdir(parents=True, exist_ok=True)
         if self.manifest_name in listed:
             storage.download(storage.child(self.uri, self.manifest_name), self.out / self.manifest_name)
 

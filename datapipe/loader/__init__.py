@@ -46,7 +46,7 @@ State
 
 from datapipe.loader.dataset import PackedDataset, StateMismatch
 from datapipe.loader.order import integer_weights, permute
-from datapipe.loader.shards import ShardPathError
+from datapipe.loader.shards import RunIncomplete, ShardPathError
 from datapipe.tokens.shard_format import ShardCorrupt
 
 
@@ -60,4 +60,4 @@ def _torch_dataset() -> type[PackedDataset]:
 # here, above both classes, so that dataset.py need not import the adapter that subclasses it.
 PackedDataset.torch_class = staticmethod(_torch_dataset)
 
-__all__ = ["PackedDataset", "ShardCorrupt", "ShardPathError", "StateMismatch", "integer_weights", "permute"]
+__all__ = ["PackedDataset", "RunIncomplete", "ShardCorrupt", "ShardPathError", "StateMismatch", "integer_weights", "permute"]

@@ -97,6 +97,7 @@ class PackedDataset:
         verify: str = "full",
         recheck_interval: float = 0.25,
         copy_shards: bool = False,
+        allow_incomplete: bool = False,
     ) -> None:
         """``verify`` (every shard's structure, sizes, offsets and metadata are always checked
         when it is opened; this picks what happens with its sha256 in the manifest):
@@ -117,6 +118,10 @@ class PackedDataset:
         ``copy_shards``: map sha256-verified copies in ``cache_dir`` instead of local shards
         themselves, where another process may rewrite shards in place.
 
+        ``allow_incomplete``: read a run folder whose run.json does not say ``complete`` (a run
+        still going, killed, or being run again). Refused by default (``RunIncomplete``): such a
+        run's manifest may name shards that are missing or about to be rewritten.
+
         ``fields``: default every field but ``label_end``; ``batch.COMPACT_FIELDS`` (tokens,
         cu_seqlens, num_segments, label_end: a few int32 per row beyond the tokens) leaves
         position_ids and loss_mask to ``device.expand_segments`` on the GPU, and then
@@ -134,7 +139,7 @@ class PackedDataset:
             raise ValueError(f"rank {rank} not in [0, world_size={world_size})")
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        self.manifest = m = read_manifest(source, split, root)
+        self.manifest = m = read_manifest(source, split, root, allow_incomplete=allow_incomplete)
         if seq_len is not None and seq_len != m.seq_len:
             raise ValueError(f"seq_len={seq_len} but the shards were packed with seq_len={m.seq_len}")
         if m.row_len not in (m.seq_len, m.seq_len + 1):

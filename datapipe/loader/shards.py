@@ -13,6 +13,7 @@ refused with ``ShardPathError``. A path written as a URI (``file:///data/x.arrow
 from __future__ import annotations
 
 import hashlib
+import json
 import mmap
 import os
 import stat
@@ -26,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from datapipe.errors import DatapipeError
+from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.loader.verify import file_identity, shard_arrays
 from datapipe.tokens.shard_format import MANIFEST_COLUMNS, MANIFEST_NAME, ShardCorrupt, ShardMeta
 
@@ -35,6 +36,13 @@ _ARROW_MAGIC = b"ARROW1"
 
 class ShardPathError(DatapipeError, ValueError):
     """A manifest path that would read outside the run folder."""
+
+
+class RunIncomplete(DatapipeError, ValueError):
+    """The run folder's run.json does not say ``complete``: its shards and manifest may be those of an
+    unfinished (or rerunning) run, so reading them is refused unless asked for (``allow_incomplete``)."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass
@@ -83,8 +91,11 @@ def _resolve(location: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str, bo
     return fs, path.rstrip("/") or "/", isinstance(fs, pafs.LocalFileSystem)
 
 
-def read_manifest(location: str | os.PathLike[str], split: str, root: str | None = None) -> Manifest:
-    """Read the manifest of a run folder, a manifest file, or a URI to either."""
+def read_manifest(location: str | os.PathLike[str], split: str, root: str | None = None,
+                  allow_incomplete: bool = False) -> Manifest:
+    """Read the manifest of a run folder, a manifest file, or a URI to either. A run folder whose
+    run.json does not say ``complete`` is refused (``RunIncomplete``) unless ``allow_incomplete``;
+    a manifest with no run.json beside it (shards written by other tools) is read as it is."""
     fs, path, local = _resolve(location)
     if fs.get_file_info(path).type == pafs.FileType.Directory:
         candidates = [f"{path}/shards/{MANIFEST_NAME}", f"{path}/{MANIFEST_NAME}"]
@@ -98,6 +109,8 @@ def read_manifest(location: str | os.PathLike[str], split: str, root: str | None
         # The pipeline writes <run>/shards/manifest.parquet with paths relative to <run>.
         parent = path.rsplit("/", 1)[0]
         root = parent.rsplit("/", 1)[0] if parent.rsplit("/", 1)[-1] == "shards" else parent
+    if not allow_incomplete:
+        check_run_complete(fs, root, location)
     with fs.open_input_file(path) as f:
         table = pq.read_table(f)
     missing = [c for c in MANIFEST_COLUMNS if c not in table.column_names]
@@ -124,6 +137,24 @@ def read_manifest(location: str | os.PathLike[str], split: str, root: str | None
                  row_len=int(col["row_len"][0]), tokens=np.asarray(col["tokens"], dtype=np.int64), bytes=sizes)
     m.fingerprint = manifest_fingerprint(m, sorted(set(m.sources)))
     return m
+
+
+def check_run_complete(fs: pafs.FileSystem, root: str, location: object) -> None:
+    """Refuse a run folder whose run.json is unreadable or does not say ``complete`` (one small read)."""
+    run_json = f"{root.rstrip('/')}/run.json"
+    if fs.get_file_info(run_json).type != pafs.FileType.File:
+        return  # not a datapipe run folder: a manifest of shards written some other way
+    hint = ("wait for `datapipe run` to finish (or run it again to complete the run); pass "
+            "allow_incomplete=True to read the shards as they are")
+    try:
+        with fs.open_input_stream(run_json) as f:
+            status = json.loads(f.read()).get("status")
+    except (ValueError, AttributeError, OSError) as exc:
+        raise RunIncomplete(f"{location}: {run_json} is unreadable ({type(exc).__name__}), so the run cannot be "
+                            "known to be complete", hint=hint) from None
+    if status != "complete":
+        raise RunIncomplete(f"{location}: the run is not complete (run.json says status {status!r}); its shards "
+                            "may be missing, partial or about to be rewritten", hint=hint)
 
 
 def manifest_fingerprint(m: Manifest, sources: list[str]) -> str:
@@ -274,5 +305,5 @@ def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -
     return str(target)
 
 
-__all__ = ["Manifest", "OpenShard", "ShardPathError", "check_manifest_path", "read_manifest", "manifest_fingerprint",
-           "local_copy"]
+__all__ = ["Manifest", "OpenShard", "RunIncomplete", "ShardPathError", "check_manifest_path", "check_run_complete",
+           "read_manifest", "manifest_fingerprint", "local_copy"]

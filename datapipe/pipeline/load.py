@@ -282,7 +282,7 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
         pipeline.input_names[src.name] = names
         for fmt in sorted({f for _, f in entries}):
             _validate_reader_options(i, src, fmt, pipeline.base_dir, problems)
-        _check_text_field(i, src, entries, problems)
+        _check_text_field(i, src, entries, problems, pipeline.config.limits.max_record_bytes)
     return inputs
 
 
@@ -292,12 +292,13 @@ def _reads_folders(fmt: str | None) -> bool:
     return fmt is not None and fmt in READER_SPECS and READER_SPECS[fmt].folders
 
 
-def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]], problems: list[str]) -> None:
+def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]], problems: list[str],
+                      max_record_bytes: int) -> None:
     """A text field no record has rejects every document as missing_text_field: look at the first file.
 
     Only the first file whose format can be probed is read (its spec's ``probe_fields``: a Parquet
     footer, the first 20 records of a JSONL, where the field counts as present when any has it), so
-    validation stays fast.
+    validation stays fast; it holds no more of a record than the reader would (``limits.max_record_bytes``).
     """
     from datapipe.readers import reader_spec
 
@@ -309,7 +310,7 @@ def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]]
         return
     path, spec = first
     try:
-        names = spec.probe_fields(path)  # type: ignore[misc]
+        names = spec.probe_fields(path, max_record_bytes)  # type: ignore[misc]
     except Exception:  # an unreadable file is the reader's business: it becomes an unreadable_input reject
         return
     if names is not None and field not in names:

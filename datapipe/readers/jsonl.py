@@ -35,6 +35,7 @@ from datapipe.readers.streams import (
 from datapipe.storage.uri import PROBE_BUFFER
 
 COMPRESSED = (".gz", ".zst", ".bz2", ".xz")
+PROBE_MAX_BYTES = 256 << 20  # what validate's field probe reads of a file at most (decompressed)
 
 
 def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
@@ -156,21 +157,35 @@ def split_points(path: Path, size: int, target: int, cuts: list[int]) -> list[in
     return [0] if path.name.lower().endswith(COMPRESSED) else cuts
 
 
-def first_fields(path: Path, records: int = 20) -> set[str] | None:
-    """Field names of the first ``records`` JSON objects (None when no line is one)."""
+def first_fields(path: Path, max_record_bytes: int, records: int = 20) -> set[str] | None:
+    """Field names of the first ``records`` JSON objects (None when no line is one).
+
+    Memory is bounded as the reader's is: a line is held only up to ``max_record_bytes`` (a longer
+    one is skipped chunk by chunk, ``bounded_lines``), so one 1.5 GiB line in a small gzip costs
+    ``max_record_bytes`` + a chunk, not gigabytes; and the probe reads (decompresses) at most
+    ``PROBE_MAX_BYTES`` or 4 records' worth, whichever is more (about a second), then decides on
+    what it saw.
+    """
     names: set[str] = set()
     seen = 0
     with open_maybe_compressed(path, PROBE_BUFFER) as stream:  # an object: its first bytes only
-        for raw in stream:
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                names |= set(obj)
-                seen += 1
-                if seen >= records:
-                    break
+        try:
+            cap = max(PROBE_MAX_BYTES, 4 * max_record_bytes)
+            # read PROBE_BUFFER at a time: an object in object storage is asked for its first bytes only
+            for raw in bounded_lines(stream, max_record_bytes, cap, head=0, chunk=PROBE_BUFFER):
+                if isinstance(raw, LineTooLong):
+                    continue  # the reader rejects it as record_too_large: it names no field
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    names |= set(obj)
+                    seen += 1
+                    if seen >= records:
+                        break
+        except InputTooLarge:
+            pass  # read enough: decide on the records seen so far
     return names if seen else None
 
 

@@ -196,7 +196,7 @@ def split_points(path: Path, size: int, target: int, cuts: list[int]) -> list[in
     return bounds
 
 
-def columns(path: Path) -> set[str]:
+def columns(path: Path, max_record_bytes: int = 0) -> set[str]:
     return set(pq.ParquetFile(parquet_source(path)).schema_arrow.names)  # the footer only
 
 

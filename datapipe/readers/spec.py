@@ -28,8 +28,9 @@ SplitPoints = Callable[[Path, int, int, list[int]], list[int]]
 # (path, start, end) -> what InputFile.first_record counts in that byte range (JSONL: newlines).
 # Additive over adjacent ranges: the count before a range is the sum over the ranges before it.
 RangeCount = Callable[[str, int, int | None], int]
-# path -> field names of the file's first records (None: no record could be read to tell).
-FieldProbe = Callable[[Path], set[str] | None]
+# (path, limits.max_record_bytes) -> field names of the file's first records (None: no record could
+# be read to tell). A probe holds no more of one record than the reader would (max_record_bytes).
+FieldProbe = Callable[[Path, int], set[str] | None]
 
 
 @dataclass(frozen=True)

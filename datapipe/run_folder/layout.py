@@ -27,7 +27,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from datapipe.config.input_names import display_name
 from datapipe.errors import DatapipeError
+from datapipe.run_folder.files import describe_files
 from datapipe.storage import uri as storage
 from datapipe.storage.atomic import is_temp_name, sweep_temp_files, write_bytes_atomic, write_text_atomic
 from datapipe.tokens.shard_format import MANIFEST_NAME, SHARDS_DIR, shard_file_name
@@ -64,6 +66,17 @@ def partition_key(partition: int) -> str:
 
 class RunFolderError(DatapipeError, RuntimeError):
     pass
+
+
+def _utf8_names(value: Any) -> Any:
+    """``value`` with every string that is not valid UTF-8 (surrogate-escaped bytes) as its display name."""
+    if isinstance(value, str):
+        return display_name(value)
+    if isinstance(value, dict):
+        return {_utf8_names(k): _utf8_names(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_utf8_names(v) for v in value]
+    return value
 
 
 class RunFolder:
@@ -179,8 +192,12 @@ class RunFolder:
             return None  # a marker is written atomically; an unreadable one means redo
 
     def write_marker(self, phase: str, task: str, data: dict[str, Any], written: list[Path] | None = None) -> None:
-        """``written``: the files the task wrote; a remote folder uploads them before the marker."""
+        """``written``: the files the task wrote, named in the marker with their sizes (``files``; see
+        ``describe_files``), so a later start can tell a damaged output (run_folder/integrity.py);
+        a remote folder uploads them before the marker."""
         if self.remote is None:
+            if written is not None:
+                data["files"] = describe_files(self.root, written)
             write_text_atomic(self.marker(phase, task), json.dumps(data, sort_keys=True))
             return
         from datapipe.run_folder import remote as remote_folder
@@ -209,10 +226,25 @@ class RunFolder:
     def load_run_json(self) -> dict[str, Any] | None:
         if not self.run_json.is_file():
             return None
-        return json.loads(self.run_json.read_text())
+        try:
+            run = json.loads(self.run_json.read_bytes().decode("utf-8"))
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            run = None
+        if not isinstance(run, dict):
+            # It records the run's plan (how inputs were split into tasks), without which finished
+            # work cannot be matched to tasks: nothing in the folder can be trusted to resume from.
+            raise RunFolderError(f"{self.location}/{RUN_JSON} is damaged (truncated or not a JSON object), so the "
+                                 f"finished work in {self.location} cannot be resumed",
+                                 hint="run again with --fresh to start over (or --output to write elsewhere)")
+        return run
 
     def save_run_json(self, data: dict[str, Any]) -> None:
-        write_text_atomic(self.run_json, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a path that is not UTF-8 (e.g. the pipeline file's): named with escapes
+            text = json.dumps(_utf8_names(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        write_text_atomic(self.run_json, text)
         self.publish("run.json")
 
     def is_run_folder(self) -> bool:

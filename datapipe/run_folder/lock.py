@@ -56,9 +56,12 @@ class RunLockedError(RunFolderError):
 
 
 class RunLock:
-    def __init__(self, root: Path, log: Callable[[str], None] = print) -> None:
+    """``what``: what the folder is, for the refusal ("run folder"; exports lock their output folder too)."""
+
+    def __init__(self, root: Path, log: Callable[[str], None] = print, what: str = "run folder") -> None:
         self.root = root
         self.log = log
+        self.what = what
         self.token = uuid.uuid4().hex
         self._fd: int | None = None
         self._stop = threading.Event()
@@ -108,7 +111,7 @@ class RunLock:
                 raise RunLockedError(self._refusal(mine, "it took the lock at the same moment"))
         uri = storage.remote_of(self.root)
         if uri is not None:
-            remote = RemoteLock(uri, self._record(), self.log)
+            remote = RemoteLock(uri, self._record(), self.log, self.what)
             try:
                 remote.acquire()
             except BaseException:
@@ -124,7 +127,11 @@ class RunLock:
             self._heartbeat.join(timeout=5)
             self._heartbeat = None
         if self._remote is not None:
-            self._remote.release()
+            try:
+                self._remote.release()
+            except Exception as exc:  # the store gone too: say so, but do not hide why the run stopped
+                self.log(f"datapipe: could not remove the lock record {self._remote.uri} ({exc}); the next "
+                         f"run takes it over (at once on this host, after {DEFAULT_STALE_S:.0f} s on another)")
             self._remote = None
         if self._fd is None:
             return
@@ -145,7 +152,7 @@ class RunLock:
                 os.utime(self.record_path, (now, now))
                 if self._remote is not None:
                     self._remote.beat()
-            except (OSError, RuntimeError):
+            except Exception:  # OSError, StorageError, botocore's: never a traceback of this thread
                 pass  # a missed beat only makes a takeover from another host possible sooner
 
     def _record(self) -> dict[str, Any]:
@@ -155,9 +162,9 @@ class RunLock:
 
     def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
         who = describe(holder) if holder else "another process (its lock record is not readable yet)"
-        return (f"run folder {self.root} is in use by another datapipe driver: {who}"
+        return (f"{self.what} {self.root} is in use by another datapipe driver: {who}"
                 + (f" ({why})" if why else "")
-                + ". Only one driver may write a run folder at a time: wait for it to finish or stop it "
+                + f". Only one driver may write a {self.what} at a time: wait for it to finish or stop it "
                   "(a driver that dies releases the lock by itself), or use --output for another folder.")
 
 
@@ -220,7 +227,8 @@ def _command() -> list[str]:
 class RemoteLock:
     """The lock record of a run folder in object storage (see the module doc)."""
 
-    def __init__(self, uri: str, record: dict[str, Any], log: Callable[[str], None]) -> None:
+    def __init__(self, uri: str, record: dict[str, Any], log: Callable[[str], None], what: str = "run folder") -> None:
+        self.what = what
         self.uri = storage.child(uri, LOCK_RECORD)
         self.root = uri
         self.record = record
@@ -243,8 +251,10 @@ class RemoteLock:
         from botocore.exceptions import ClientError
 
         bucket, key = self._bucket_key()
+        s3 = self._s3
         try:
-            self.etag = self._s3.put_object(Bucket=bucket, Key=key, Body=self._body(), **condition)["ETag"]
+            self.etag = storage.retrying(self.uri, "writing the lock record", lambda: s3.put_object(
+                Bucket=bucket, Key=key, Body=self._body(), **condition))["ETag"]
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
@@ -260,11 +270,13 @@ class RemoteLock:
             from botocore.exceptions import ClientError
 
             bucket, key = self._bucket_key()
+            s3 = self._s3
             try:
-                got = self._s3.get_object(Bucket=bucket, Key=key)
+                got = storage.retrying(self.uri, "reading the lock record", lambda: s3.get_object(Bucket=bucket, Key=key))
+                body = storage.retrying(self.uri, "reading the lock record", got["Body"].read)
             except ClientError:
                 return None, None
-            body, etag, f = got["Body"].read(), got["ETag"], None
+            etag, f = got["ETag"], None
             mtime = got["LastModified"].timestamp()
         if body is None:
             return None, None
@@ -316,9 +328,9 @@ class RemoteLock:
 
     def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
         who = describe(holder) if holder else "another process (its lock record is not readable yet)"
-        return (f"run folder {self.root} is in use by another datapipe driver: {who}"
+        return (f"{self.what} {self.root} is in use by another datapipe driver: {who}"
                 + (f" ({why})" if why else "")
-                + ". Only one driver may write a run folder at a time: wait for it to finish or stop it "
+                + f". Only one driver may write a {self.what} at a time: wait for it to finish or stop it "
                   f"(a lock record without a heartbeat for {DEFAULT_STALE_S:.0f} s is taken over), "
                   "or use --output for another folder.")
 

@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 from typing import Any, TypedDict
 
+from datapipe.run_folder.files import describe_files
 from datapipe.storage import uri as storage
 from datapipe.storage.atomic import is_temp_name, write_bytes_atomic
 
@@ -51,21 +52,26 @@ class _MarkerFile(TypedDict):
 
 def commit(root: Path, uri: str, rel_marker: str, data: dict[str, Any], written: list[Path]) -> bytes:
     """Upload a task's files, then its marker naming them; returns the marker's bytes."""
-    files: list[_MarkerFile] = []
-    for path in dict.fromkeys(written):
-        p = Path(path)
-        if not p.is_file() or not p.is_relative_to(root):
-            continue  # written, then removed by the task itself; or not in the run folder (a fetched input)
-        rel = p.relative_to(root).as_posix()
-        storage.upload(p, storage.child(uri, rel))
-        files.append({"path": rel, "bytes": p.stat().st_size})
-    data["files"] = sorted(files, key=lambda f: f["path"])
+    files = describe_files(root, written)
+    for f in files:
+        storage.upload(root / f["path"], storage.child(uri, f["path"]))
+    data["files"] = files
     body = json.dumps(data, sort_keys=True).encode("utf-8")
     storage.write_bytes(storage.child(uri, rel_marker), body)
     with _lock:
         _seen.setdefault(uri, set()).add(rel_marker)
         _named.setdefault(uri, {}).update({f["path"]: f["bytes"] for f in files})
     return body
+
+
+def forget(uri: str, rel_marker: str, files: list[str]) -> None:
+    """Un-commit a task whose files are damaged (run_folder/integrity.py): its marker deleted on the
+    store and forgotten here with the damaged files, so the task is redone and they are not fetched."""
+    storage.delete(storage.child(uri, rel_marker))
+    with _lock:
+        _seen.get(uri, set()).discard(rel_marker)
+        for rel in files:
+            _named.get(uri, {}).pop(rel, None)
 
 
 def publish(root: Path, uri: str, rel: str) -> None:

@@ -31,18 +31,21 @@ import io
 import os
 import re
 import stat
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
+from datapipe.config.input_names import display_name
 from datapipe.errors import DatapipeError
 from datapipe.storage.input_reads import HashingRaw, extents_sha256, note_read, recording
 
 # The mirror's folder name: a mirror path is recognised by it, so a Ray worker whose cache
 # folder differs from the driver's still finds the URI behind the path it is handed.
 MIRROR_DIR = "remote-mirror"
+T = TypeVar("T")
 
 
 class StorageError(DatapipeError, RuntimeError):
@@ -119,6 +122,66 @@ def _fail(uri: str, what: str, exc: BaseException) -> StorageError:
     return StorageError(f"{uri}: {what} failed ({_first_line(exc)}){_hint(uri)}")
 
 
+# --- retries ---------------------------------------------------------------------------
+
+RETRY_ENV = "DATAPIPE_STORE_RETRY_SECONDS"
+DEFAULT_RETRY_SECONDS = 60.0
+# Failures of the connection or of the store's availability, not of the request: worth another try
+# (pyarrow's AWS SDK messages, botocore's, and the OS's). Anything else (no such bucket, access
+# denied, a failed condition) fails at once.
+_TRANSIENT = re.compile(r"NETWORK_CONNECTION|SERVICE_UNAVAILABLE|SLOW_DOWN|SlowDown|ServiceUnavailable|THROTTL|"
+                        r"Throttl|INTERNAL_FAILURE|InternalError|REQUEST_TIMEOUT|RequestTimeout|HTTP status 5\d\d|"
+                        r"curlCode|[Cc]onnection (refused|reset|aborted|closed)|timed out|[Bb]roken pipe|"
+                        r"[Cc]ould not connect|[Tt]emporary failure in name resolution")
+_TRANSIENT_TYPES = frozenset({"EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError",
+                              "ConnectTimeoutError", "ConnectionError", "TimeoutError"})
+
+
+def retry_seconds() -> float:
+    """How long a store operation is retried while the store does not answer (``DATAPIPE_STORE_RETRY_SECONDS``)."""
+    try:
+        return max(0.0, float(os.environ.get(RETRY_ENV, DEFAULT_RETRY_SECONDS)))
+    except ValueError:
+        return DEFAULT_RETRY_SECONDS
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store could not be reached or was briefly unavailable."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, StorageError)):
+        return False
+    if any(t.__name__ in _TRANSIENT_TYPES for t in type(exc).__mro__):
+        return True
+    return bool(_TRANSIENT.search(str(exc)))
+
+
+def retrying(uri: str, what: str, call: Callable[[], T], before_retry: Callable[[], None] | None = None) -> T:
+    """``call()``, tried again with exponential backoff (0.5 s doubling, at most 8 s apart) while it fails
+    because the store cannot be reached, for ``retry_seconds()`` from the first failure (an endpoint
+    restarting, a network blip); then one ``StorageError`` saying so. Other errors are raised as they are.
+    ``before_retry`` restores what a failed attempt may have changed (a read position)."""
+    deadline: float | None = None
+    delay = 0.5
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + retry_seconds()
+            if now >= deadline:
+                raise StorageError(
+                    f"{uri}: {what} failed: the store did not answer for {retry_seconds():.0f} s "
+                    f"({_first_line(exc)}){_hint(uri)}",
+                    hint=f"check that the store is up and reachable, then run the same command again; "
+                         f"{RETRY_ENV}={retry_seconds() * 2:.0f} waits longer") from None
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, 8.0)
+            if before_retry is not None:
+                before_retry()
+
+
 # --- the local mirror --------------------------------------------------------------
 
 def mirror_base() -> Path:
@@ -150,7 +213,7 @@ def remote_of(path: str | os.PathLike[str]) -> str | None:
 def input_key(path: str | os.PathLike[str]) -> str:
     """How a run names an input file: an object by its URI (the same on every machine, whatever its
     mirror path), a local file by its resolved path."""
-    return remote_of(path) or str(Path(path).resolve())
+    return remote_of(path) or display_name(str(Path(path).resolve()))  # a non-UTF-8 name as \xNN escapes
 
 
 def child(uri: str, rel: str) -> str:
@@ -165,7 +228,7 @@ def info(uri: str) -> RemoteFile | None:
 
     fs, path = resolve(uri)
     try:
-        fi = fs.get_file_info(path)
+        fi = retrying(uri, "reading its metadata", lambda: fs.get_file_info(path))
     except OSError as exc:
         raise _fail(uri, "reading its metadata", exc) from None
     if fi.type != pafs.FileType.File:
@@ -180,7 +243,7 @@ def check_bucket(uri: str) -> None:
     fs, path = resolve(uri)
     bucket = path.split("/", 1)[0]
     try:
-        kind = fs.get_file_info(bucket).type
+        kind = retrying(uri, f"reaching bucket {bucket!r}", lambda: fs.get_file_info(bucket).type)
     except OSError as exc:
         raise _fail(uri, f"reaching bucket {bucket!r}", exc) from None
     if kind == pafs.FileType.NotFound:
@@ -193,7 +256,8 @@ def list_files(uri: str) -> list[RemoteFile]:
 
     fs, base = resolve(uri)
     try:
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        infos = retrying(uri, "listing", lambda: fs.get_file_info(pafs.FileSelector(base, recursive=True,
+                                                                                     allow_not_found=True)))
     except OSError as exc:
         raise _fail(uri, "listing", exc) from None
     scheme, _ = _split(uri)
@@ -254,9 +318,13 @@ def _glob_regex(pattern: str) -> str:
 def read_bytes(uri: str) -> bytes | None:
     """An object's bytes, or None when it does not exist."""
     fs, path = resolve(uri)
-    try:
+
+    def read() -> bytes:
         with fs.open_input_stream(path) as f:
             return f.read()
+
+    try:
+        return retrying(uri, "reading", read)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -270,7 +338,8 @@ def write_bytes(uri: str, data: bytes) -> None:
     PUT or a completed multipart upload), so readers never see half of it; a file system with
     rename (HDFS) gets a unique temporary name first, renamed into place."""
     fs, path = resolve(uri)
-    try:
+
+    def write() -> None:
         if _renames(fs):
             tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             with fs.open_output_stream(tmp) as f:
@@ -279,6 +348,9 @@ def write_bytes(uri: str, data: bytes) -> None:
         else:
             with fs.open_output_stream(path) as f:
                 f.write(data)
+
+    try:
+        retrying(uri, "writing", write)
     except OSError as exc:
         raise _fail(uri, "writing", exc) from None
 
@@ -289,10 +361,14 @@ def upload(local: Path, uri: str) -> None:
 
     fs, path = resolve(uri)
     target = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}" if _renames(fs) else path
-    try:
+
+    def copy() -> None:
         pafs.copy_files(str(local), target, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
         if target != path:
             fs.move(target, path)
+
+    try:
+        retrying(uri, f"uploading {local}", copy)
     except OSError as exc:
         raise _fail(uri, f"uploading {local}", exc) from None
 
@@ -308,7 +384,8 @@ def download(uri: str, local: Path, mtime: float | None = None) -> None:
     try:
         FETCHED.downloads += 1
         with atomic_path(local) as tmp:
-            pafs.copy_files(path, str(tmp), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+            retrying(uri, "downloading", lambda: pafs.copy_files(path, str(tmp), source_filesystem=fs,
+                                                                 destination_filesystem=pafs.LocalFileSystem()))
             FETCHED.bytes += tmp.stat().st_size
             if mtime:
                 os.utime(tmp, (mtime, mtime))
@@ -511,8 +588,9 @@ class _RemoteRaw(io.RawIOBase):
     """A pyarrow random-access file of an object as a Python raw stream: every read is one ranged
     request, so wrapped in a ``BufferedReader`` it reads only the windows it is asked for."""
 
-    def __init__(self, f: Any, stop: int | None) -> None:
+    def __init__(self, f: Any, stop: int | None, uri: str = "") -> None:
         self.f = f
+        self.uri = uri
         self.stop = stop  # a task's range end: no read crosses it; past it, small reads (a record's tail)
 
     def readable(self) -> bool:
@@ -526,7 +604,8 @@ class _RemoteRaw(io.RawIOBase):
         if self.stop is not None:
             pos = self.f.tell()
             want = min(want, self.stop - pos) if pos < self.stop else min(want, PROBE_BUFFER)
-        data = self.f.read(want)
+        at = self.f.tell()
+        data = retrying(self.uri, "reading", lambda: self.f.read(want), lambda: self.f.seek(at))
         n = len(data)
         b[:n] = data
         FETCHED.bytes += n
@@ -559,16 +638,16 @@ def open_input(path: str | os.PathLike[str], buffer: int = READ_BUFFER, stop: in
         # A task reading (storage/input_reads.py): the file's identity as opened, and every byte
         # read hashed on its way in.
         local = io.FileIO(p, "rb")
-        record = note_read(str(p.resolve()), _local_identity(os.fstat(local.fileno())))  # input_key
+        record = note_read(input_key(p), _local_identity(os.fstat(local.fileno())))
         return io.BufferedReader(HashingRaw(local, record), buffer_size=HASHED_LOCAL_BUFFER)  # type: ignore[arg-type]
     fs, key = resolve(uri)
     try:
-        f = fs.open_input_file(key)
+        f = retrying(uri, "opening", lambda: fs.open_input_file(key))
     except FileNotFoundError:
         raise StorageError(f"{uri}: no such object (it was listed when the run was planned)") from None
     except OSError as exc:
         raise _fail(uri, "opening", exc) from None
-    raw: io.RawIOBase = _RemoteRaw(f, stop)
+    raw: io.RawIOBase = _RemoteRaw(f, stop, uri)
     if recording():
         raw = HashingRaw(raw, note_read(uri, _object_identity(f)))  # type: ignore[arg-type]
     return io.BufferedReader(raw, buffer_size=buffer) if buffer > 0 else raw  # type: ignore[return-value]
@@ -587,7 +666,7 @@ def parquet_source(path: str | os.PathLike[str]) -> Any:
 def delete(uri: str) -> None:
     fs, path = resolve(uri)
     try:
-        fs.delete_file(path)
+        retrying(uri, "deleting", lambda: fs.delete_file(path))
     except FileNotFoundError:
         pass
     except OSError as exc:
@@ -599,7 +678,8 @@ def delete_tree(uri: str) -> None:
     """Delete everything under a folder URI (nothing when there is none)."""
     fs, path = resolve(uri)
     try:
-        fs.delete_dir(path)  # not delete_dir_contents: on S3 that leaves an empty folder marker behind
+        # not delete_dir_contents: on S3 that leaves an empty folder marker behind
+        retrying(uri, "deleting", lambda: fs.delete_dir(path))
     except FileNotFoundError:
         pass
     except OSError as exc:

@@ -261,7 +261,7 @@ def test_export_to_s3_resumes_from_the_store_alone(s3, runs, tmp_path: Path, fmt
     want_dir = tmp_path / "local"
     assert datapipe("export", str(local.root), "--format", fmt, *opts, "-o", str(want_dir)).returncode == 0
     want = {p.relative_to(want_dir).as_posix(): p.read_bytes().replace(str(want_dir).encode(), b"OUT")
-            for p in want_dir.rglob("*") if p.is_file() and p.name != "export-manifest.json"}
+            for p in want_dir.rglob("*") if p.is_file() and p.name not in ("export-manifest.json", ".datapipe.lock")}
     prefix = f"exports/{fmt}"
 
     def export(cache: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -279,7 +279,8 @@ def test_export_to_s3_resumes_from_the_store_alone(s3, runs, tmp_path: Path, fmt
     got = {k: v.replace(f"s3://{BUCKET}/{prefix}".encode(), b"OUT") for k, v in _objects(s3, prefix).items()
            if k != "export-manifest.json"}
     assert got == want and len(want) > 2
-    staged = [p for p in (tmp_path / "cache-b").rglob("*") if p.is_file() and p.name != "export-manifest.json"]
+    staged = [p for p in (tmp_path / "cache-b").rglob("*")  # but for the manifest and the export's lock file
+              if p.is_file() and p.name not in ("export-manifest.json", ".datapipe.lock")]
     assert staged == []  # every file was uploaded and its local copy removed
     again = export("cache-c")  # everything committed: nothing is written again
     assert again.returncode == 0 and "0 files written" in again.stdout, again.stderr

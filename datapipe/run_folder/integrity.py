@@ -1,0 +1,135 @@
+"""Finished work whose files are no longer what its marker recorded: found, and discarded so it is redone.
+
+A completion marker names the files its task wrote (``files``: path, bytes, and the sha256 of
+documents files; ``run_folder/files.py``) and a pack marker the sha256 of its shards (its
+manifest rows). A file that is missing, of another size or (documents and shards) of another
+sha256 means that task's work is damaged: its marker is deleted, with the damaged file, so the
+run does the task again (tasks are deterministic: the redone files are identical to the lost
+ones, and work done after it from the same inputs stays valid).
+
+Where the files are looked for: a local run folder on disk; a run folder in object storage on
+the store (one listing of it: the store is the record, ``run_folder/remote.py``), where the
+marker itself must be too; the sha256 of a remote file is taken of its mirror copy, when there
+is one of the right size (the copy statistics and the next tasks read).
+
+Cost: sizes are one ``stat`` per file a marker names (or one LIST of the store), cheap next to
+any run. Hashes are read only when asked for (``hashes=True``: once, when a run starts, of the
+work of earlier attempts), and only of what the markers record a sha256 of: kept and rejected
+documents and token shards, about the bytes the statistics of the run read again anyway.
+Markers of runs written before markers named their files are taken as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datapipe.run_folder.layout import PACK_PHASE, RunFolder
+from datapipe.storage import uri as storage
+from datapipe.storage.atomic import is_temp_name
+from datapipe.tokens.shard_format import file_sha256
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One damaged output: the task (phase, key) that wrote it, the file (relative path), and what is wrong."""
+
+    phase: str
+    key: str
+    path: str
+    what: str
+
+
+def find_damage(folder: RunFolder, hashes: bool) -> list[Damage]:
+    """Every file a marker of ``folder`` names that is missing, of another size or (``hashes``) of
+    another sha256 than recorded, with the task that wrote it; a marker a remote store lacks too."""
+    listed: dict[str, int] | None = None
+    if folder.remote is not None:
+        prefix = storage.child(folder.remote, "")
+        listed = {f.uri[len(prefix):]: f.size for f in storage.list_files(folder.remote)}
+    found: list[Damage] = []
+    for phase, key, marker_path in _markers(folder):
+        try:
+            marker = json.loads(marker_path.read_bytes())
+        except (OSError, ValueError):
+            continue  # unreadable: read_marker says None, so the task is redone anyway
+        if not isinstance(marker, dict):
+            continue
+        rel_marker = marker_path.relative_to(folder.root).as_posix()
+        if listed is not None and rel_marker not in listed:
+            found.append(Damage(phase, key, rel_marker, "the marker is not on the store"))
+            continue
+        found += _check_marker(folder, phase, key, marker, listed, hashes)
+    return found
+
+
+def _markers(folder: RunFolder) -> list[tuple[str, str, Path]]:
+    """(phase, task key, path) of every marker in the folder (the mirror's, for a remote folder)."""
+    out = []
+    base = folder.markers_dir
+    for path in sorted(base.rglob("*.json")) if base.is_dir() else []:
+        parts = path.relative_to(base).with_suffix("").parts
+        if len(parts) >= 2 and not is_temp_name(path.name):
+            out.append((parts[0], "/".join(parts[1:]), path))
+    return out
+
+
+def _check_marker(folder: RunFolder, phase: str, key: str, marker: dict[str, Any], listed: dict[str, int] | None,
+                  hashes: bool) -> list[Damage]:
+    out = []
+    digests: dict[str, str] = {}
+    for entry in marker.get("files") or []:
+        rel, size = entry["path"], entry["bytes"]
+        have = listed.get(rel) if listed is not None else _size(folder.root / rel)
+        if have is None:
+            out.append(Damage(phase, key, rel, "missing"))
+        elif have != size:
+            out.append(Damage(phase, key, rel, f"{have} bytes, {size} recorded (truncated or replaced)"))
+        elif "sha256" in entry:
+            digests[rel] = entry["sha256"]
+    if phase == PACK_PHASE:  # the shards' sha256 are in the marker's manifest rows
+        bad = {d.path for d in out}
+        digests.update({row["path"]: row["sha256"] for row in marker.get("shards") or []
+                        if row.get("sha256") and row["path"] not in bad})
+    if hashes:
+        for rel, digest in sorted(digests.items()):
+            local = folder.root / rel
+            if listed is not None and _size(local) != listed.get(rel):
+                continue  # a remote file with no whole mirror copy: sized on the store above, not read
+            if not local.is_file():
+                out.append(Damage(phase, key, rel, "missing"))
+            elif file_sha256(local) != digest:
+                out.append(Damage(phase, key, rel, "its sha256 differs from the one recorded (damaged in place)"))
+    return out
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size if path.is_file() else None
+    except OSError:
+        return None
+
+
+def discard(folder: RunFolder, damaged: list[Damage], log: Callable[[str], None]) -> int:
+    """Delete the markers of the tasks that wrote damaged files, and those files, so the run redoes
+    the tasks; returns how many tasks. The caller holds the run folder's lock."""
+    tasks: dict[tuple[str, str], list[Damage]] = {}
+    for d in damaged:
+        tasks.setdefault((d.phase, d.key), []).append(d)
+    for (phase, key), found in sorted(tasks.items()):
+        first = found[0]
+        more = f" (and {len(found) - 1} more of its files)" if len(found) > 1 else ""
+        log(f"datapipe: {folder.location}/{first.path}: {first.what}{more}; redoing {phase} {key}")
+        marker = folder.marker(phase, key)
+        files = [d.path for d in found if not d.path.startswith("_work/markers/")]
+        if folder.remote is not None:
+            from datapipe.run_folder import remote as remote_folder
+
+            remote_folder.forget(folder.remote, marker.relative_to(folder.root).as_posix(), files)
+        marker.unlink(missing_ok=True)
+        for rel in files:
+            (folder.root / rel).unlink(missing_ok=True)
+    return len(tasks)

@@ -1,0 +1,111 @@
+"""Complete means complete (issue 37): finished work whose files are damaged or gone is found when
+a run starts again, discarded and redone, so the outputs are those of a clean run; or the run stops
+with one error naming the file. Never rc 0 over damaged outputs, never a folder stuck for ever.
+
+All on a small real-data run in process (tests/support/small_real_run.py): outputs of every kind
+(shards, kept and rejected documents) and intermediates (a map output, token lists) damaged the ways
+disks and people damage them: truncated, deleted, a byte flipped in place, garbage.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from datapipe.cli import main
+from tests.support.shared_data import PROJECT_ROOT
+from tests.support.small_real_run import output_digests, real_pipeline, run_in_process
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """(pipeline file, a clean complete run folder, the digests of its outputs)."""
+    tmp = tmp_path_factory.mktemp("clean")
+    pipeline = real_pipeline(tmp)
+    run_in_process(pipeline, tmp / "out")
+    return pipeline, tmp / "out", output_digests(tmp / "out")
+
+
+def _flip(path: Path, at: float = 0.5) -> None:
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * at)] ^= 0xFF  # one byte, same size: only a checksum tells
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+
+
+def _first(out: Path, pattern: str) -> Path:
+    return sorted(out.glob(pattern))[0]
+
+
+DAMAGES: dict[str, Callable[[Path], None]] = {
+    "truncated shard": lambda out: _truncate(_first(out, "shards/zh/train-*.arrow")),
+    "deleted shard": lambda out: _first(out, "shards/en/train-*.arrow").unlink(),
+    "flipped shard byte": lambda out: _flip(_first(out, "shards/zh/train-0001*.arrow")),
+    "flipped docs page": lambda out: _flip(out / "docs" / "zh" / "00000.parquet", 0.3),
+    "garbage docs parquet": lambda out: (out / "docs" / "en" / "00000..00005.parquet").write_bytes(b"PAR1 garbage PAR1"),
+    "deleted rejected file": lambda out: _first(out, "rejected/en/*-dedup.parquet").unlink(),
+    "truncated token list": lambda out: _truncate(out / "_work" / "tokens" / "zh" / "00000.arrow"),
+    "truncated map output": lambda out: _truncate(_first(out, "_work/map0/en/*.parquet")),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_rerun_of_a_complete_run_redoes_damaged_work(clean, tmp_path: Path, damage: str) -> None:
+    pipeline, done, expected = clean
+    out = tmp_path / "out"
+    shutil.copytree(done, out)
+    DAMAGES[damage](out)
+    res = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "; redoing " in res.output  # said what was damaged and what is redone
+    assert output_digests(out) == expected
+
+
+def test_a_damaged_intermediate_of_an_unfinished_run_is_redone(clean, tmp_path: Path) -> None:
+    """Killed after the first task of the last map phase; then the map output the other shard's last
+    map task reads and the token list of the finished one are truncated. The rerun used to fail in
+    those tasks every time while saying "run the same command again to resume"."""
+    pipeline, _, expected = clean
+    out = tmp_path / "out"
+    env = {**os.environ, "DATAPIPE_FAULT_KILL_AT": "map1:1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    killed = subprocess.run([sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out),
+                             "--in-process", "--no-progress"], capture_output=True, text=True, env=env, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    done = {p.stem for p in (out / "_work" / "markers" / "map1").rglob("*.json")}
+    assert len(done) == 1  # one shard of the last map phase finished: its token list awaits packing
+    pending = "en" if (out / "_work" / "markers" / "map1" / "zh").is_dir() else "zh"
+    finished = "zh" if pending == "en" else "en"
+    _truncate(_first(out, f"_work/map0/{pending}/*.parquet"))  # the input of the pending map1 task
+    _truncate(_first(out, f"_work/tokens/{finished}/*.arrow"))  # the input of packing
+    res = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert f"redoing map0 {pending}/" in res.output and f"redoing map1 {finished}/" in res.output
+    assert output_digests(out) == expected
+
+
+@pytest.mark.parametrize("content", [b"", b'{"name": "complete_real", "status": "comp', b"\xff\xfe garbage"])
+def test_a_damaged_run_json_is_one_error_naming_it(clean, tmp_path: Path, content: bytes) -> None:
+    pipeline, done, _ = clean
+    out = tmp_path / "out"
+    shutil.copytree(done, out)
+    (out / "run.json").write_bytes(content)
+    res = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"{out}/run.json is damaged" in errors[0], res.output
+    assert "hint: run again with --fresh" in res.output
+    fresh = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress",
+                                      "--fresh"])
+    assert fresh.exit_code == 0, fresh.output
