@@ -83,8 +83,9 @@ def _pss_kib(pid: int) -> int:
     return 0
 
 
-def descendants(root: int) -> dict[int, tuple[int, int, int, int]]:
-    """Every live descendant of ``root`` with its _stat()."""
+def descendants(root: int, exclude: frozenset[tuple[int, int]] = frozenset()) -> dict[int, tuple[int, int, int, int]]:
+    """Every live descendant of ``root`` with its _stat(), leaving out the subtrees of the processes in
+    ``exclude`` ((pid, start time) pairs)."""
     stats = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -97,13 +98,17 @@ def descendants(root: int) -> dict[int, tuple[int, int, int, int]]:
     out, todo = {}, list(children.get(root, []))
     while todo:
         pid = todo.pop()
+        if (pid, stats[pid][2]) in exclude:
+            continue
         out[pid] = stats[pid]
         todo.extend(children.get(pid, []))
     return out
 
 
-def _reap_all(deadline_s: float) -> int:
-    """Wait for every remaining child of ours (orphans of the tree); kill them past the deadline."""
+def _reap_all(deadline_s: float, exclude: frozenset[tuple[int, int]] = frozenset()) -> int:
+    """Wait for every remaining child of ours (orphans of the tree); kill them past the deadline.
+    ``exclude``: children the caller had before the run (an embedded Ray in a test session), never
+    waited for or killed."""
     me, end, killed = os.getpid(), time.monotonic() + deadline_s, 0
     while True:
         try:
@@ -111,7 +116,7 @@ def _reap_all(deadline_s: float) -> int:
                 pass
         except ChildProcessError:
             return killed
-        left = descendants(me)
+        left = descendants(me, exclude)
         if not left:
             return killed
         if time.monotonic() > end:
@@ -135,6 +140,9 @@ def run_tree(cmd: list[str], interval: float = 0.1, env: dict[str, str] | None =
     memory to what the command was doing at the time (bench/scale.py: per pipeline phase)."""
     subreaper = become_subreaper()
     me = os.getpid()
+    # Processes of ours from before the run (e.g. an embedded Ray's, when a test calls this) are not
+    # the measured tree: not counted, not reaped, never killed.
+    theirs = frozenset((pid, s[2]) for pid, s in descendants(me).items() if s[0] == me)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     last_cpu: dict[tuple[int, int], int] = {}
     peak = {"rss": 0, "pss": 0, "procs": 0}
@@ -143,7 +151,7 @@ def run_tree(cmd: list[str], interval: float = 0.1, env: dict[str, str] | None =
 
     def sample() -> None:
         nonlocal samples
-        tree = descendants(me)
+        tree = descendants(me, theirs)
         rss = 0
         for pid, (_, ticks, start, pages) in tree.items():
             last_cpu[(pid, start)] = ticks
@@ -179,7 +187,7 @@ def run_tree(cmd: list[str], interval: float = 0.1, env: dict[str, str] | None =
     th.start()
     rc = proc.wait()
     wall = time.perf_counter() - t0
-    killed = _reap_all(deadline_s=30.0)
+    killed = _reap_all(deadline_s=30.0, exclude=theirs)
     drained = time.perf_counter() - t0
     stop.set()
     th.join()

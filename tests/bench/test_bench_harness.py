@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -65,3 +66,19 @@ def test_tree_counts_an_orphaned_grandchild(tmp_path: Path) -> None:
     assert r["cpu_s"] >= own * 0.95, (r, own)
     assert r["peak_rss_mib"] >= 200, r
     assert r["processes_seen"] >= 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_tree_leaves_the_callers_own_children_alone() -> None:
+    # A test session's embedded Ray (GCS, raylet) are children of the pytest process: measuring a
+    # command from that process must neither count them nor wait for or kill them (it once killed
+    # them, and the session's Ray runs died a minute later).
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        r = run_tree([sys.executable, "-c", "pass"], interval=0.05)
+        assert r["rc"] == 0
+        assert bystander.poll() is None, "run_tree killed a process that is not of the measured tree"
+        assert r["drained_s"] < 20, r  # it did not wait for the bystander either
+    finally:
+        bystander.kill()
+        bystander.wait()
