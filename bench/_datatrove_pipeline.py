@@ -33,13 +33,15 @@ def main() -> None:
 
     def run(name: str, pipeline: list, tasks: int) -> None:
         t = time.perf_counter()
-        LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=min(workers, tasks),
-                              logging_dir=f"{work}/logs/{name}").run()
+        LocalPipelineExecutor(
+            pipeline=pipeline, tasks=tasks, workers=min(workers, tasks), logging_dir=f"{work}/logs/{name}"
+        ).run()
         timings[name] = time.perf_counter() - t
 
     def tokenizer() -> DocumentTokenizer:
-        return DocumentTokenizer(output_folder=f"{work}/tokens", tokenizer_name_or_path=cfg["tokenizer"],
-                                 eos_token=cfg["eos_token"])
+        return DocumentTokenizer(
+            output_folder=f"{work}/tokens", tokenizer_name_or_path=cfg["tokenizer"], eos_token=cfg["eos_token"]
+        )
 
     if cfg["stages"] == "tokenize":
         run("tokenize", [JsonlReader(inp), tokenizer()], files)
@@ -59,22 +61,38 @@ def main() -> None:
 
     lang = LanguageFilter(languages=["zh", "en"])  # the languages datapipe's langid keeps
     lang.model.MODEL_URL = cfg["lid_model"]  # a local path: datatrove copies it into its cache once
-    run("quality", [JsonlReader(inp), lang, GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(),
-                    FineWebQualityFilter(), JsonlWriter(f"{work}/filtered")], files)
+    run(
+        "quality",
+        [
+            JsonlReader(inp),
+            lang,
+            GopherRepetitionFilter(),
+            GopherQualityFilter(),
+            C4QualityFilter(),
+            FineWebQualityFilter(),
+            JsonlWriter(f"{work}/filtered"),
+        ],
+        files,
+    )
 
     exact = ExactDedupConfig(content_getter=lambda doc: doc.text)
-    run("exact_signature", [JsonlReader(f"{work}/filtered"), ExactDedupSignature(f"{work}/exact_sigs", config=exact)],
-        files)
+    run("exact_signature", [JsonlReader(f"{work}/filtered"), ExactDedupSignature(f"{work}/exact_sigs", config=exact)], files)
     run("exact_find", [ExactFindDedups(f"{work}/exact_sigs", f"{work}/exact_dups", config=exact)], 1)
-    run("exact_filter", [JsonlReader(f"{work}/filtered"), ExactDedupFilter(f"{work}/exact_dups", config=exact),
-                         JsonlWriter(f"{work}/exact")], files)
+    run(
+        "exact_filter",
+        [JsonlReader(f"{work}/filtered"), ExactDedupFilter(f"{work}/exact_dups", config=exact), JsonlWriter(f"{work}/exact")],
+        files,
+    )
 
     mh = MinhashConfig()
     run("minhash_signature", [JsonlReader(f"{work}/exact"), MinhashDedupSignature(f"{work}/mh_sigs", config=mh)], files)
     run("minhash_buckets", [MinhashDedupBuckets(f"{work}/mh_sigs", f"{work}/mh_buckets", config=mh)], mh.num_buckets)
     run("minhash_cluster", [MinhashDedupCluster(f"{work}/mh_buckets", f"{work}/mh_remove", config=mh)], 1)
-    run("minhash_filter+tokenize", [JsonlReader(f"{work}/exact"), MinhashDedupFilter(f"{work}/mh_remove"),
-                                    JsonlWriter(f"{work}/final"), tokenizer()], files)
+    run(
+        "minhash_filter+tokenize",
+        [JsonlReader(f"{work}/exact"), MinhashDedupFilter(f"{work}/mh_remove"), JsonlWriter(f"{work}/final"), tokenizer()],
+        files,
+    )
     print(json.dumps({"timings": timings}))
 
 

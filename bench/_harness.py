@@ -37,8 +37,12 @@ BASE_LIBS = ("datapipe", "numpy", "pyarrow")
 
 def add_args(ap: argparse.ArgumentParser, repeats: int = 5) -> argparse.ArgumentParser:
     """The options every bench script takes."""
-    ap.add_argument("--repeats", type=int, default=repeats,
-                    help=f"interleaved baseline/datapipe pairs (default {repeats}); median and range are reported")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=repeats,
+        help=f"interleaved baseline/datapipe pairs (default {repeats}); median and range are reported",
+    )
     ap.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON to PATH")
     return ap
 
@@ -65,8 +69,7 @@ def _mem_total_gib() -> float | None:
 
 def _git(*args: str) -> str:
     try:
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -123,8 +126,9 @@ def timed(fn: Callable[[], Any]) -> float:
 class Harness:
     """One bench script's run: header, interleaved measurements, figures, ratios, noise, JSON."""
 
-    def __init__(self, name: str, args: argparse.Namespace | None = None, libs: list[str] | tuple[str, ...] = (),
-                 note: str = "") -> None:
+    def __init__(
+        self, name: str, args: argparse.Namespace | None = None, libs: list[str] | tuple[str, ...] = (), note: str = ""
+    ) -> None:
         self.name = name
         self.repeats = max(1, getattr(args, "repeats", 5) or 1)
         self.json_path: Path | None = getattr(args, "json", None)
@@ -136,15 +140,18 @@ class Harness:
         self.extra: dict[str, Any] = {}
         e = self.env
         print(f"== bench/{name}.py  {e['date_utc']} UTC  commit {e['git_commit'] or 'unknown'}")
-        print(f"   machine: {e['cores']} cores, {e['cpu_model']}, {e['mem_total_gib']} GiB RAM, "
-              f"load average {self.load_before[0]:.1f} / {self.load_before[1]:.1f} / {self.load_before[2]:.1f}")
+        print(
+            f"   machine: {e['cores']} cores, {e['cpu_model']}, {e['mem_total_gib']} GiB RAM, "
+            f"load average {self.load_before[0]:.1f} / {self.load_before[1]:.1f} / {self.load_before[2]:.1f}"
+        )
         print(f"   python {e['python']}; " + ", ".join(f"{k} {v}" for k, v in e["libs"].items()))
         if note:
             print(f"   {note}")
         print(flush=True)
 
-    def interleave(self, sides: dict[str, Callable[[], Any]], repeats: int | None = None,
-                   baseline: str | None = None, warmup: bool = False) -> dict[str, list[Any]]:
+    def interleave(
+        self, sides: dict[str, Callable[[], Any]], repeats: int | None = None, baseline: str | None = None, warmup: bool = False
+    ) -> dict[str, list[Any]]:
         """Call each side in turn, ``repeats`` rounds: b, d, b, d, ... The first side is the baseline.
 
         A side returning None is timed (wall seconds); one returning a value gives that value
@@ -169,8 +176,9 @@ class Harness:
         """Record the spread of a baseline's repeated timings (coefficient of variation)."""
         self.baseline_cv.append({"baseline": label, **summary(values)})
 
-    def figure(self, label: str, values: list[float] | float, unit: str = "", show: bool = True,
-               target: str = "") -> dict[str, Any]:
+    def figure(
+        self, label: str, values: list[float] | float, unit: str = "", show: bool = True, target: str = ""
+    ) -> dict[str, Any]:
         """An absolute figure (docs/s, MiB, seconds); ``target`` when the figure itself has one (< 2 s)."""
         vals = values if isinstance(values, list) else [values]
         rec = {"label": label, "unit": unit, **summary(vals)}
@@ -188,8 +196,9 @@ class Harness:
         rec = {"label": label, "target": target, **summary(values)}
         self.ratios.append(rec)
         tgt = f"  target {target}" if target else ""
-        print(f"ratio {label}: {fmt(rec['median'])} median, range {fmt(rec['min'])}-{fmt(rec['max'])} "
-              f"over {len(values)} pairs{tgt}")
+        print(
+            f"ratio {label}: {fmt(rec['median'])} median, range {fmt(rec['min'])}-{fmt(rec['max'])} over {len(values)} pairs{tgt}"
+        )
         return rec
 
     def finish(self, **extra: Any) -> dict[str, Any]:
@@ -197,15 +206,19 @@ class Harness:
         self.extra.update(extra)
         after = os.getloadavg()
         cores = self.env["cores"] or 1
-        print(f"\nnoise: load average {self.load_before[0]:.1f} before, {after[0]:.1f} after "
-              f"(1-min, {cores} cores)", end="")
+        print(f"\nnoise: load average {self.load_before[0]:.1f} before, {after[0]:.1f} after (1-min, {cores} cores)", end="")
         for n in self.baseline_cv:
             print(f"; {n['baseline']} CV {n['cv']:.1%} over {len(n['values'])} runs", end="")
         print()
-        result = {"bench": self.name, "env": self.env, "repeats": self.repeats,
-                  "noise": {"loadavg_before": self.load_before, "loadavg_after": after,
-                            "baseline_cv": self.baseline_cv},
-                  "figures": self.figures, "ratios": self.ratios, "extra": self.extra}
+        result = {
+            "bench": self.name,
+            "env": self.env,
+            "repeats": self.repeats,
+            "noise": {"loadavg_before": self.load_before, "loadavg_after": after, "baseline_cv": self.baseline_cv},
+            "figures": self.figures,
+            "ratios": self.ratios,
+            "extra": self.extra,
+        }
         if self.json_path:
             self.json_path.parent.mkdir(parents=True, exist_ok=True)
             self.json_path.write_text(json.dumps(result, indent=1, default=str, ensure_ascii=False) + "\n")

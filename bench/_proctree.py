@@ -69,7 +69,7 @@ def _stat(pid: int) -> tuple[int, int, int, int] | None:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    f = raw[raw.rindex(b")") + 2:].split()  # fields after "(comm)": state is f[0] = field 3
+    f = raw[raw.rindex(b")") + 2 :].split()  # fields after "(comm)": state is f[0] = field 3
     return int(f[1]), int(f[11]) + int(f[12]), int(f[19]), int(f[21])
 
 
@@ -130,9 +130,15 @@ def _reap_all(deadline_s: float, exclude: frozenset[tuple[int, int]] = frozenset
         time.sleep(0.05)
 
 
-def run_tree(cmd: list[str], interval: float = 0.1, env: dict[str, str] | None = None,
-             cwd: str | None = None, log: Path | None = None, pss: bool = True,
-             timeline: list[tuple[float, int, int, int]] | None = None) -> dict[str, Any]:
+def run_tree(
+    cmd: list[str],
+    interval: float = 0.1,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    log: Path | None = None,
+    pss: bool = True,
+    timeline: list[tuple[float, int, int, int]] | None = None,
+) -> dict[str, Any]:
     """Run ``cmd`` to completion and measure its whole process tree (see the module docstring).
 
     ``timeline``, when given, gets one entry per sample: (time.time(), tree RSS, RSS of the command's
@@ -202,11 +208,23 @@ def run_tree(cmd: list[str], interval: float = 0.1, env: dict[str, str] | None =
             cg.rmdir()  # empty now: every process of the tree has been reaped
         except (OSError, ValueError):
             pass
-    return {"rc": rc, "wall_s": wall, "drained_s": drained,
-            "cpu_s": cpu_cgroup if cpu_cgroup is not None else cpu_reaped,
-            "cpu_method": "cgroup cpuacct" if cpu_cgroup is not None else "RUSAGE_CHILDREN after reaping the tree",
-            "cpu_cgroup_s": cpu_cgroup, "cpu_reaped_s": cpu_reaped,
-            "cpu_user_s": after.ru_utime - before.ru_utime, "cpu_sys_s": after.ru_stime - before.ru_stime,
-            "cpu_sampled_s": sum(last_cpu.values()) / _TICK, "peak_rss_mib": peak["rss"] / 2**20,
-            "peak_pss_mib": peak["pss"] / 2**20, "max_procs": peak["procs"], "processes_seen": len(last_cpu),
-            "samples": samples, "interval_s": interval, "subreaper": subreaper, "killed_leftovers": killed}
+    return {
+        "rc": rc,
+        "wall_s": wall,
+        "drained_s": drained,
+        "cpu_s": cpu_cgroup if cpu_cgroup is not None else cpu_reaped,
+        "cpu_method": "cgroup cpuacct" if cpu_cgroup is not None else "RUSAGE_CHILDREN after reaping the tree",
+        "cpu_cgroup_s": cpu_cgroup,
+        "cpu_reaped_s": cpu_reaped,
+        "cpu_user_s": after.ru_utime - before.ru_utime,
+        "cpu_sys_s": after.ru_stime - before.ru_stime,
+        "cpu_sampled_s": sum(last_cpu.values()) / _TICK,
+        "peak_rss_mib": peak["rss"] / 2**20,
+        "peak_pss_mib": peak["pss"] / 2**20,
+        "max_procs": peak["procs"],
+        "processes_seen": len(last_cpu),
+        "samples": samples,
+        "interval_s": interval,
+        "subreaper": subreaper,
+        "killed_leftovers": killed,
+    }

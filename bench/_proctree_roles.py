@@ -131,8 +131,7 @@ class TreeSampler:
             self._stop.wait(self.interval)
 
 
-def run_sampled(cmd: list[str], env: dict[str, str] | None = None,
-                interval: float = 0.2) -> tuple[int, float, TreeSampler]:
+def run_sampled(cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.2) -> tuple[int, float, TreeSampler]:
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     with TreeSampler(proc.pid, interval) as sampler:

@@ -80,7 +80,7 @@ class Base:
                 ids, cdf = self.vocab[k]
                 seg[m] = ids[np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), len(ids) - 1)]
         pieces = self.table[seg].tolist()
-        bounds = (self.offsets[d:d + count + 1] - lo).tolist()
+        bounds = (self.offsets[d : d + count + 1] - lo).tolist()
         return ["".join(pieces[a:b]) for a, b in zip(bounds, bounds[1:])]
 
     def mean_bytes(self) -> float:
@@ -99,8 +99,7 @@ def load_base(max_chars: int = 5000, min_tokens: int = 30, seed: int = 0, corpus
                 if not line.strip():
                     continue
                 pieces = PIECE.findall(_cut(json.loads(line)["text"], max_chars))
-                docs.append(np.fromiter((piece_id.setdefault(s, len(piece_id)) for s in pieces), np.int32,
-                                        count=len(pieces)))
+                docs.append(np.fromiter((piece_id.setdefault(s, len(piece_id)) for s in pieces), np.int32, count=len(pieces)))
                 langs.append(lang)
     table = np.empty(len(piece_id), dtype=object)
     table[:] = list(piece_id)
@@ -149,12 +148,20 @@ class Corpus:
         return self.regular + len(self.exact) + len(self.near)
 
     def summary(self) -> dict[str, Any]:
-        return {"files": len(self.files), "docs": self.docs, "regular": self.regular, "exact_plants": len(self.exact),
-                "near_plants": len(self.near), "bytes": self.bytes, "write_seconds": round(self.seconds, 1)}
+        return {
+            "files": len(self.files),
+            "docs": self.docs,
+            "regular": self.regular,
+            "exact_plants": len(self.exact),
+            "near_plants": len(self.near),
+            "bytes": self.bytes,
+            "write_seconds": round(self.seconds, 1),
+        }
 
 
-def write_corpus(folder: Path, base: Base, n: int, files: int, rate: float = 0.05, p: float = 0.2,
-                 window: int = 200_000, seed: int = 0) -> Corpus:
+def write_corpus(
+    folder: Path, base: Base, n: int, files: int, rate: float = 0.05, p: float = 0.2, window: int = 200_000, seed: int = 0
+) -> Corpus:
     """``n`` regular documents (perturbed copies) plus ``rate`` x n exact and near plants each, in
     ``files`` JSONL files of about the same number of lines."""
     import time
@@ -212,8 +219,9 @@ def write_corpus(folder: Path, base: Base, n: int, files: int, rate: float = 0.0
     return Corpus([p for p in paths if p.exists()], n, exact, near, size, time.perf_counter() - started)
 
 
-def similarity_check(base: Base, p: float, pairs: int = 2000, threshold: float = 0.7, seed: int = 1,
-                     exact_pairs: int = 200) -> dict[str, Any]:
+def similarity_check(
+    base: Base, p: float, pairs: int = 2000, threshold: float = 0.7, seed: int = 1, exact_pairs: int = 200
+) -> dict[str, Any]:
     """MinHash Jaccard (datapipe's signatures, 128 permutations) of sampled pairs: two perturbed
     copies of one base document (the most alike non-planted documents can be), and a perturbed
     document against its near plant; exact shingle-set Jaccard on the first ``exact_pairs`` of each, too."""
@@ -244,10 +252,22 @@ def similarity_check(base: Base, p: float, pairs: int = 2000, threshold: float =
 
     c, n_ = est(copies), est(nears)
     tc, tn = true(copies), true(nears)
-    return {"pairs": pairs, "threshold": threshold, "perturbation_p": p,
-            "copies_minhash": {"mean": float(c.mean()), "p99": float(np.quantile(c, 0.99)), "max": float(c.max()),
-                               "at_or_above_threshold": int((c >= threshold).sum())},
-            "copies_true_jaccard": {"mean": float(tc.mean()), "max": float(tc.max())},
-            "near_minhash": {"mean": float(n_.mean()), "p01": float(np.quantile(n_, 0.01)), "min": float(n_.min()),
-                             "below_threshold": int((n_ < threshold).sum())},
-            "near_true_jaccard": {"mean": float(tn.mean()), "min": float(tn.min())}}
+    return {
+        "pairs": pairs,
+        "threshold": threshold,
+        "perturbation_p": p,
+        "copies_minhash": {
+            "mean": float(c.mean()),
+            "p99": float(np.quantile(c, 0.99)),
+            "max": float(c.max()),
+            "at_or_above_threshold": int((c >= threshold).sum()),
+        },
+        "copies_true_jaccard": {"mean": float(tc.mean()), "max": float(tc.max())},
+        "near_minhash": {
+            "mean": float(n_.mean()),
+            "p01": float(np.quantile(n_, 0.01)),
+            "min": float(n_.min()),
+            "below_threshold": int((n_ < threshold).sum()),
+        },
+        "near_true_jaccard": {"mean": float(tn.mean()), "min": float(tn.min())},
+    }

@@ -56,8 +56,7 @@ def run_tasks(folder: Path, sources: list[dict[str, Any]], stages: list[dict[str
     seconds = time.perf_counter() - started
     out = folder / "out"
     kept = {r["id"]: r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}
-    rejected = {r["id"]: r for f in sorted((out / "rejected").glob("**/*.parquet"))
-                for r in pq.read_table(f).to_pylist()}
+    rejected = {r["id"]: r for f in sorted((out / "rejected").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}
     return kept, rejected, seconds
 
 
@@ -71,56 +70,67 @@ def planted(h: Harness, n: int, min_docs: int, files: int = 4) -> None:
             (root / "data").mkdir()
             per = len(docs) // files + 1
             for f in range(files):
-                chunk = docs[f * per:(f + 1) * per]
+                chunk = docs[f * per : (f + 1) * per]
                 (root / "data" / f"p{f}.jsonl").write_text(
-                    "".join(json.dumps({"text": d.text}, ensure_ascii=False) + "\n" for d in chunk))
+                    "".join(json.dumps({"text": d.text}, ensure_ascii=False) + "\n" for d in chunk)
+                )
             results[label] = run_tasks(root, [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}], stages)
         return results[label][2]
 
     stages = [{"boilerplate": {"min_docs": min_docs, "partitions": 4}}]
-    runs = h.interleave({"read+write only": lambda: pipeline("baseline", []),
-                         "boilerplate": lambda: pipeline("boilerplate", stages)})
+    runs = h.interleave(
+        {"read+write only": lambda: pipeline("baseline", []), "boilerplate": lambda: pipeline("boilerplate", stages)}
+    )
     per = len(docs) // files + 1
-    ids = [f"web/data/p{f}.jsonl#L{i + 1}" for f in range(files) for i in range(len(docs[f * per:(f + 1) * per]))]
+    ids = [f"web/data/p{f}.jsonl#L{i + 1}" for f in range(files) for i in range(len(docs[f * per : (f + 1) * per]))]
     kept, rejected, _ = results["boilerplate"]  # the outputs are the same every repeat: the last one is scored
     assert len(kept) + len(rejected) == len(docs)
     outputs = [kept[i]["text"] if i in kept else None for i in ids]
-    print(f"planted set: {len(docs)} documents ({n} zh + {n} en articles), "
-          f"{sum(d.site is not None for d in docs)} with a site template, min_docs={min_docs}")
+    print(
+        f"planted set: {len(docs)} documents ({n} zh + {n} en articles), "
+        f"{sum(d.site is not None for d in docs)} with a site template, min_docs={min_docs}"
+    )
     scores = {}
     for lang in ("zh", "en", "all"):
         pairs = [(d, o) for d, o in zip(docs, outputs) if lang == "all" or d.lang == lang]
         s = scores[lang] = boilerplate_corpus.score([d for d, _ in pairs], [o for _, o in pairs])
-        print(f"  {lang:>3}: template lines removed {s['template_removed']:.2%} of {s['template_lines']:,}; "
-              f"article characters kept {s['article_kept']:.3%} of {s['article_chars']:,}")
+        print(
+            f"  {lang:>3}: template lines removed {s['template_removed']:.2%} of {s['template_lines']:,}; "
+            f"article characters kept {s['article_kept']:.3%} of {s['article_chars']:,}"
+        )
     print(f"  dropped as boilerplate_only: {len(rejected)}")
     for name, secs in runs.items():
         h.figure(f"{name} docs/s (in process, one core)", [len(docs) / s for s in secs], "docs/s")
     h.ratio("template lines removed, % (zh+en)", [100 * scores["all"]["template_removed"]], target=">= 95%")
     h.ratio("article characters kept, % (zh+en)", [100 * scores["all"]["article_kept"]], target=">= 99%")
-    h.ratio("docs/s with boilerplate / read+write only",
-            pair_ratios(runs["read+write only"], runs["boilerplate"]))
-    h.extra.update(docs=len(docs), rejected=len(rejected),
-                   scores={k: {m: v for m, v in s.items()} for k, s in scores.items()})
+    h.ratio("docs/s with boilerplate / read+write only", pair_ratios(runs["read+write only"], runs["boilerplate"]))
+    h.extra.update(docs=len(docs), rejected=len(rejected), scores={k: {m: v for m, v in s.items()} for k, s in scores.items()})
 
 
 def web(min_docs: int) -> None:
     w = DATA / "web"
-    sources = [{"name": "warc", "kind": "web", "paths": [str(p) for p in sorted((w / "warc").glob("*.warc.gz"))]
-                + [str(w / "warc" / "whirlwind_whirlwind.warc.wet.gz")]},
-               {"name": "udhr", "kind": "web", "format": "html", "paths": [str(w / "html" / "udhr")]}]
+    sources = [
+        {
+            "name": "warc",
+            "kind": "web",
+            "paths": [str(p) for p in sorted((w / "warc").glob("*.warc.gz"))]
+            + [str(w / "warc" / "whirlwind_whirlwind.warc.wet.gz")],
+        },
+        {"name": "udhr", "kind": "web", "format": "html", "paths": [str(w / "html" / "udhr")]},
+    ]
     with tempfile.TemporaryDirectory() as tmp:
-        kept, rejected, seconds = run_tasks(Path(tmp), sources, [{"boilerplate": {"min_docs": min_docs,
-                                                                                   "partitions": 4}}])
+        kept, rejected, seconds = run_tasks(Path(tmp), sources, [{"boilerplate": {"min_docs": min_docs, "partitions": 4}}])
     rows = list(kept.values()) + [r for r in rejected.values() if r["stage"] == "boilerplate"]
     chars_in = sum(r["n_chars"] + r["chars_removed"] if r["id"] in kept else r["n_chars"] for r in rows)
     removed = sum(r["chars_removed"] for r in rows)
     lines = Counter(x.strip() for r in rows for x in (r["removed_lines"] or []))
-    print(f"\nreal web pages: {len(rows)} documents read ({len(rejected) - (len(rows) - len(kept))} rejected while "
-          f"reading), {sum(r['lines_removed'] > 0 for r in rows)} lost lines, "
-          f"{sum(r['lines_removed'] for r in rows):,} lines / {removed:,} of {chars_in:,} characters removed "
-          f"({removed / max(chars_in, 1):.2%}); {len(rows) - len(kept)} dropped as boilerplate_only; "
-          f"{len(rows) / seconds:,.0f} docs/s")
+    print(
+        f"\nreal web pages: {len(rows)} documents read ({len(rejected) - (len(rows) - len(kept))} rejected while "
+        f"reading), {sum(r['lines_removed'] > 0 for r in rows)} lost lines, "
+        f"{sum(r['lines_removed'] for r in rows):,} lines / {removed:,} of {chars_in:,} characters removed "
+        f"({removed / max(chars_in, 1):.2%}); {len(rows) - len(kept)} dropped as boilerplate_only; "
+        f"{len(rows) / seconds:,.0f} docs/s"
+    )
     print("most removed lines (documents):")
     for line, n in lines.most_common(20):
         print(f"  {n:>5}  {line[:90]!r}")

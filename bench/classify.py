@@ -32,11 +32,20 @@ from datapipe.train.classifier import TrainOptions, TrainParams, train_classifie
 
 
 def train(folder: Path, feat: str) -> Path:
-    options = TrainOptions(name=f"bench_{feat.replace('-', '_')}", out_dir=folder, featuriser=feat, max_per_class=500,
-                           params=TrainParams(dim=64, epoch=3))
-    result = train_classifier([str(CORPUS / "zh_wikipedia.jsonl"), str(CORPUS / "en_wikipedia.jsonl")],
-                              [str(CORPUS / "zh_pingcap_docs.jsonl"), str(CORPUS / "zh_oiwiki.jsonl")], None, options,
-                              log=lambda m: None)
+    options = TrainOptions(
+        name=f"bench_{feat.replace('-', '_')}",
+        out_dir=folder,
+        featuriser=feat,
+        max_per_class=500,
+        params=TrainParams(dim=64, epoch=3),
+    )
+    result = train_classifier(
+        [str(CORPUS / "zh_wikipedia.jsonl"), str(CORPUS / "en_wikipedia.jsonl")],
+        [str(CORPUS / "zh_pingcap_docs.jsonl"), str(CORPUS / "zh_oiwiki.jsonl")],
+        None,
+        options,
+        log=lambda m: None,
+    )
     return result.model
 
 
@@ -70,16 +79,21 @@ def bench_model(h: Harness, path: Path, feat: str, texts: list[str], batch: int)
 
     def ours() -> None:
         for i in range(0, len(texts), batch):
-            stage.compute(pa.table({"text": texts[i:i + batch], "kind": kind[i:i + batch]}))
+            stage.compute(pa.table({"text": texts[i : i + batch], "kind": kind[i : i + batch]}))
 
-    runs = h.interleave({f"{feat}: raw predict": raw, f"{feat}: classify stage": ours,
-                         f"{feat}: predict, pre-featurised": raw_prefeaturised}, warmup=True)
+    runs = h.interleave(
+        {f"{feat}: raw predict": raw, f"{feat}: classify stage": ours, f"{feat}: predict, pre-featurised": raw_prefeaturised},
+        warmup=True,
+    )
     n = len(texts)
     print(f"model with featuriser {feat}, {n} documents, batch {batch}:")
     for name, secs in runs.items():
         h.figure(f"{name} docs/s", [n / s for s in secs], "docs/s")
-    h.ratio(f"{feat} model: stage/raw (docs/s)",
-            pair_ratios(runs[f"{feat}: raw predict"], runs[f"{feat}: classify stage"]), target=">= 0.8")
+    h.ratio(
+        f"{feat} model: stage/raw (docs/s)",
+        pair_ratios(runs[f"{feat}: raw predict"], runs[f"{feat}: classify stage"]),
+        target=">= 0.8",
+    )
     stage_vs_pre = pair_ratios(runs[f"{feat}: predict, pre-featurised"], runs[f"{feat}: classify stage"])
     h.figure(f"{feat} model: stage/pre-featurised predict (docs/s)", stage_vs_pre)
     print()

@@ -34,22 +34,35 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT.parent / "shared" / "data" / "benchmarks"
 BENCHMARKS = [
     {"name": "gsm8k", "paths": [str(BENCH / "gsm8k_test.jsonl")], "fields": ["question", "answer"]},
-    {"name": "humaneval", "paths": [str(BENCH / "HumanEval.jsonl.gz")], "fields": ["prompt", "canonical_solution"],
-     "id_field": "task_id"},
-    {"name": "cmrc2018", "paths": [str(BENCH / "cmrc2018_dev.jsonl")], "fields": ["context", "question", "answers"],
-     "id_field": "id"},
-    {"name": "agieval_gaokao", "paths": [str(BENCH / "agieval/gaokao-*.jsonl")],
-     "fields": ["passage", "question", "options", "answer"]},
-    {"name": "agieval_en", "paths": [str(BENCH / "agieval/sat-*.jsonl"), str(BENCH / "agieval/lsat-*.jsonl"),
-                                     str(BENCH / "agieval/aqua-rat.jsonl")],
-     "fields": ["passage", "question", "options", "other.solution"]},
+    {
+        "name": "humaneval",
+        "paths": [str(BENCH / "HumanEval.jsonl.gz")],
+        "fields": ["prompt", "canonical_solution"],
+        "id_field": "task_id",
+    },
+    {
+        "name": "cmrc2018",
+        "paths": [str(BENCH / "cmrc2018_dev.jsonl")],
+        "fields": ["context", "question", "answers"],
+        "id_field": "id",
+    },
+    {
+        "name": "agieval_gaokao",
+        "paths": [str(BENCH / "agieval/gaokao-*.jsonl")],
+        "fields": ["passage", "question", "options", "answer"],
+    },
+    {
+        "name": "agieval_en",
+        "paths": [str(BENCH / "agieval/sat-*.jsonl"), str(BENCH / "agieval/lsat-*.jsonl"), str(BENCH / "agieval/aqua-rat.jsonl")],
+        "fields": ["passage", "question", "options", "other.solution"],
+    },
 ]
 WORD = re.compile(r"\w+")
 
 
 def baseline_ngrams(text: str, n: int = 13) -> list[str]:
     w = WORD.findall(text.lower())
-    return [" ".join(w[i:i + n]) for i in range(len(w) - n + 1)]
+    return [" ".join(w[i : i + n]) for i in range(len(w) - n + 1)]
 
 
 def main() -> None:
@@ -64,8 +77,7 @@ def main() -> None:
     t0 = time.perf_counter()
     # A fresh cache folder: the index is built here every run (and not left in the working tree).
     cache = tempfile.TemporaryDirectory(prefix="bench-decontam-")
-    stage = Decontaminate(DecontaminateOptions.model_validate({"benchmarks": BENCHMARKS}),
-                          StageContext(str(ROOT), cache.name))
+    stage = Decontaminate(DecontaminateOptions.model_validate({"benchmarks": BENCHMARKS}), StageContext(str(ROOT), cache.name))
     stage.setup()
     build_s = time.perf_counter() - t0
     idx = stage.index
@@ -89,7 +101,7 @@ def main() -> None:
     def ours() -> None:
         n = 0
         for i in range(0, len(texts), args.batch):
-            b = stage.compute(pa.table({"text": texts[i:i + args.batch]}))
+            b = stage.compute(pa.table({"text": texts[i : i + args.batch]}))
             n += sum(r is not None for r in stage.decide(b).reason.to_pylist())
         found["ours"] = n
 
@@ -99,10 +111,14 @@ def main() -> None:
     runs = h.interleave({"baseline word set": baseline, "decontaminate stage": ours}, warmup=True)  # numba kernels
     n = len(texts)
     print(f"{n} documents, {mb:.1f} MB (shared corpus sample: en/zh Wikipedia, TiDB docs, OI-wiki)")
-    print(f"index: {len(idx.keys):,} (n-gram, item) entries from {len(idx.item_ids):,} items, "
-          f"{idx.nbytes / 2**20:.1f} MiB (numpy), built in {build_s:.1f} s; items too short: {idx.too_short}")
-    print(f"baseline index: {len(base_set):,} word 13-gram strings, {base_mem / 2**20:.1f} MiB (Python set), "
-          f"built in {base_build_s:.1f} s")
+    print(
+        f"index: {len(idx.keys):,} (n-gram, item) entries from {len(idx.item_ids):,} items, "
+        f"{idx.nbytes / 2**20:.1f} MiB (numpy), built in {build_s:.1f} s; items too short: {idx.too_short}"
+    )
+    print(
+        f"baseline index: {len(base_set):,} word 13-gram strings, {base_mem / 2**20:.1f} MiB (Python set), "
+        f"built in {base_build_s:.1f} s"
+    )
     print(f"decontaminate stage: {found['ours']} contaminated; baseline word set: {found['baseline']} with a hit")
     for name, secs in runs.items():
         h.figure(f"{name} docs/s", [n / s for s in secs], "docs/s")
@@ -110,8 +126,15 @@ def main() -> None:
     h.figure("stage index build (once per run)", build_s, "s")
     h.figure("baseline word set build", base_build_s, "s")
     h.ratio("stage / baseline word set (docs/s)", pair_ratios(runs["baseline word set"], runs["decontaminate stage"]))
-    h.finish(docs=n, mb=mb, index_build_s=build_s, baseline_build_s=base_build_s, index_mib=idx.nbytes / 2**20,
-             baseline_mib=base_mem / 2**20, contaminated=found)
+    h.finish(
+        docs=n,
+        mb=mb,
+        index_build_s=build_s,
+        baseline_build_s=base_build_s,
+        index_mib=idx.nbytes / 2**20,
+        baseline_mib=base_mem / 2**20,
+        contaminated=found,
+    )
     cache.cleanup()
 
 

@@ -22,8 +22,11 @@ DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 def neardup_corpora(scale: int = 1) -> list[tuple[Path, str, int, int]]:
     c = DATA / "corpus"
-    return [(c / "zh_wikipedia.jsonl", "zh", 150 * scale, 600), (c / "en_wikipedia.jsonl", "en", 150 * scale, 1500),
-            (c / "zh_pingcap_docs.jsonl", "zh", 60 * scale, 1000)]
+    return [
+        (c / "zh_wikipedia.jsonl", "zh", 150 * scale, 600),
+        (c / "en_wikipedia.jsonl", "en", 150 * scale, 1500),
+        (c / "zh_pingcap_docs.jsonl", "zh", 60 * scale, 1000),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     truth = evalset.group_pairs(groups)
     u_texts, _, u_truth, u_neutral = evalset.udhr(DATA / "web" / "html" / "udhr")
     _, _, _, strict_neutral = evalset.udhr(DATA / "web" / "html" / "udhr", adjudicated=False)
-    print(f"edited-copy set: {len(texts)} docs, {len(truth)} true pairs; UDHR: {len(u_texts)} pages, "
-          f"{len(u_truth)} labelled pairs")
+    print(
+        f"edited-copy set: {len(texts)} docs, {len(truth)} true pairs; UDHR: {len(u_texts)} pages, {len(u_truth)} labelled pairs"
+    )
     print(f"{'n':>2} {'thr':>4} | {'edit P':>6} {'edit R':>6} | {'udhr P':>6} {'(strict)':>8} {'udhr R':>6}")
     for n in args.n:
         for thr in args.threshold:
@@ -50,8 +54,17 @@ def main(argv: list[str] | None = None) -> int:
             up, ur, _, _ = evalset.pair_scores(uc, u_truth, u_neutral)
             sp, _, _, _ = evalset.pair_scores(uc, u_truth, strict_neutral)
             print(f"{n:>2} {thr:>4} | {p:6.3f} {r:6.3f} | {up:6.3f} {sp:8.3f} {ur:6.3f}")
-            rows.append({"n": n, "threshold": thr, "edit_precision": p, "edit_recall": r, "udhr_precision": up,
-                         "udhr_precision_strict": sp, "udhr_recall": ur})
+            rows.append(
+                {
+                    "n": n,
+                    "threshold": thr,
+                    "edit_precision": p,
+                    "edit_recall": r,
+                    "udhr_precision": up,
+                    "udhr_precision_strict": sp,
+                    "udhr_recall": ur,
+                }
+            )
     h.finish(rows=rows)
     return 0
 

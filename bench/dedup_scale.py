@@ -35,7 +35,7 @@ def one(n: int, num_perm: int, threshold: float) -> dict:
     sigs = rng.integers(0, 2**32, size=(n, num_perm), dtype=np.uint32)
     n_dup = n // 50
     src = rng.choice(n - n_dup, n_dup, replace=False)
-    sigs[n - n_dup:] = sigs[src]
+    sigs[n - n_dup :] = sigs[src]
     cols = rng.integers(0, num_perm, size=(n_dup, num_perm // 10))
     rows = np.arange(n - n_dup, n)[:, None]
     sigs[rows, cols] = rng.integers(0, 2**32, size=cols.shape, dtype=np.uint32)
@@ -47,11 +47,21 @@ def one(n: int, num_perm: int, threshold: float) -> dict:
     lengths = rng.integers(100, 10000, n)
     res = cluster_duplicates(keys, n, sigs=sigs, verify_threshold=threshold, rule="longest", lengths=lengths)
     t3 = time.perf_counter()
-    found = float(np.mean(res.cluster[n - n_dup:] == res.cluster[src]))
-    return {"n": n, "bands": b, "rows": r, "input_MiB": sigs.nbytes / 2**20, "rss_after_input_MiB": base,
-            "peak_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "keys_s": t2 - t1, "cluster_s": t3 - t2, "total_s": t3 - t0, "planted_found": found,
-            "removed": int(res.duplicate.sum()), "candidates": res.candidate_pairs}
+    found = float(np.mean(res.cluster[n - n_dup :] == res.cluster[src]))
+    return {
+        "n": n,
+        "bands": b,
+        "rows": r,
+        "input_MiB": sigs.nbytes / 2**20,
+        "rss_after_input_MiB": base,
+        "peak_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "keys_s": t2 - t1,
+        "cluster_s": t3 - t2,
+        "total_s": t3 - t0,
+        "planted_found": found,
+        "removed": int(res.duplicate.sum()),
+        "candidates": res.candidate_pairs,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,30 +78,49 @@ def main(argv: list[str] | None = None) -> int:
 
     def child(n: int):  # noqa: ANN202 - a closure for the harness
         def run() -> dict:
-            out = subprocess.run([sys.executable, __file__, "--child", str(n), "--num-perm", str(args.num_perm),
-                                  "--threshold", str(args.threshold)], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    str(n),
+                    "--num-perm",
+                    str(args.num_perm),
+                    "--threshold",
+                    str(args.threshold),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             return json.loads(out.stdout.strip().splitlines()[-1])
+
         return run
 
     runs = h.interleave({str(n): child(n) for n in args.sizes})
-    print(f"{'docs':>9} {'b x r':>6} {'sigs MiB':>9} {'peak RSS MiB':>13} {'over sigs':>10} "
-          f"{'keys s':>7} {'cluster s':>10} {'found':>6} {'removed':>8}")
+    print(
+        f"{'docs':>9} {'b x r':>6} {'sigs MiB':>9} {'peak RSS MiB':>13} {'over sigs':>10} "
+        f"{'keys s':>7} {'cluster s':>10} {'found':>6} {'removed':>8}"
+    )
     rows = []
     for n in args.sizes:
         all_runs = runs[str(n)]
-        s = {k: (float(np.median([r[k] for r in all_runs])) if isinstance(v, float) else v)
-             for k, v in all_runs[0].items()}
+        s = {k: (float(np.median([r[k] for r in all_runs])) if isinstance(v, float) else v) for k, v in all_runs[0].items()}
         rows.append(s)
         h.figure(f"{n} docs peak RSS", [r["peak_rss_MiB"] for r in all_runs], "MiB", show=False)
         h.figure(f"{n} docs cluster seconds", [r["cluster_s"] for r in all_runs], "s", show=False)
         over = s["peak_rss_MiB"] - s["input_MiB"]
-        print(f"{n:>9} {s['bands']:>3}x{s['rows']:<2} {s['input_MiB']:9.0f} {s['peak_rss_MiB']:13.0f} {over:10.0f} "
-              f"{s['keys_s']:7.1f} {s['cluster_s']:10.1f} {s['planted_found']:6.3f} {s['removed']:>8}")
+        print(
+            f"{n:>9} {s['bands']:>3}x{s['rows']:<2} {s['input_MiB']:9.0f} {s['peak_rss_MiB']:13.0f} {over:10.0f} "
+            f"{s['keys_s']:7.1f} {s['cluster_s']:10.1f} {s['planted_found']:6.3f} {s['removed']:>8}"
+        )
     if len(rows) > 1:
         a, z = rows[0], rows[-1]
         per_doc = (z["peak_rss_MiB"] - a["peak_rss_MiB"]) * 2**20 / (z["n"] - a["n"])
-        print(f"marginal peak RSS: {per_doc:.0f} bytes/doc (signatures alone: {args.num_perm * 4} bytes/doc); "
-              f"10M docs -> ~{per_doc * 10e6 / 2**30:.1f} GiB in one process")
+        print(
+            f"marginal peak RSS: {per_doc:.0f} bytes/doc (signatures alone: {args.num_perm * 4} bytes/doc); "
+            f"10M docs -> ~{per_doc * 10e6 / 2**30:.1f} GiB in one process"
+        )
     h.finish(runs=runs)
     return 0
 

@@ -56,13 +56,13 @@ def write_inputs(work: Path, n: int, num_perm: int, threshold: float, partitions
         sigs = rng.integers(0, 2**32, size=(m, num_perm), dtype=np.uint32)
         k = m // 50  # copies of earlier rows of the same shard, 10% of values changed
         src = rng.choice(m - k, k, replace=False)
-        sigs[m - k:] = sigs[src]
+        sigs[m - k :] = sigs[src]
         cols = rng.integers(0, num_perm, size=(k, num_perm // 10))
         sigs[np.arange(m - k, m)[:, None], cols] = rng.integers(0, 2**32, size=cols.shape, dtype=np.uint32)
         planted += k
         column = pa.Array.from_buffers(pa.binary(4 * num_perm), m, [None, pa.py_buffer(sigs.tobytes())])
         lengths = rng.integers(100, 10_000, m)
-        lengths[m - k:] = lengths[src] - 1  # the originals are longer: they survive under `longest`
+        lengths[m - k :] = lengths[src] - 1  # the originals are longer: they survive under `longest`
         table = pa.table({"id": [f"s{shard}#{i}" for i in range(m)], "n_chars": lengths, "minhash_sig": column})
         pq.write_table(table, work / f"map-{shard:05d}.parquet")
         sink = ShuffleSink(work / f"shuffle-{shard:05d}.parquet")
@@ -92,8 +92,9 @@ def step(work: Path, what: str, partition: int, num_perm: int, threshold: float,
         maps = sorted(work.glob("map-*.parquet"))
         inputs = ReduceInputs([str(p) for p in maps], list(range(len(maps))), str(work))
         decisions = stage.combine(sorted(str(p) for p in work.glob("part-*.parquet")), inputs)
-        planted_ok = sum(1 for i in decisions["id"].to_pylist()
-                         if int(i.split("#")[1]) >= min(SHARD_DOCS, _shard_size(work, i)) * 49 // 50)
+        planted_ok = sum(
+            1 for i in decisions["id"].to_pylist() if int(i.split("#")[1]) >= min(SHARD_DOCS, _shard_size(work, i)) * 49 // 50
+        )
         out = {"removed": decisions.num_rows, "removed_planted": planted_ok}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out.update(seconds=time.perf_counter() - started, peak_rss_mib=peak)
@@ -128,21 +129,33 @@ def main(argv: list[str] | None = None) -> int:
     base = child(["--step", "baseline", "--work", ".", *common])["peak_rss_mib"]
     results = []
     print(f"process baseline after imports: {base:,.0f} MiB (included in the peaks below)")
-    print(f"{'docs':>10} {'write s':>8} {'partition peak MiB':>19} {'partition s (sum)':>18} "
-          f"{'combine peak MiB':>17} {'combine s':>10} {'removed':>8} {'planted found':>14}")
+    print(
+        f"{'docs':>10} {'write s':>8} {'partition peak MiB':>19} {'partition s (sum)':>18} "
+        f"{'combine peak MiB':>17} {'combine s':>10} {'removed':>8} {'planted found':>14}"
+    )
     for n in [n for _ in range(a.repeats) for n in a.sizes]:
         work = Path(tempfile.mkdtemp(prefix="dp-dedup-scale-"))
         try:
             info = write_inputs(work, n, a.num_perm, a.threshold, a.partitions)
-            parts = [child(["--step", "partition", "--partition", str(p), "--work", str(work), *common])
-                     for p in range(a.partitions)]
+            parts = [
+                child(["--step", "partition", "--partition", str(p), "--work", str(work), *common]) for p in range(a.partitions)
+            ]
             comb = child(["--step", "combine", "--work", str(work), *common])
-            print(f"{n:>10,} {info['write_s']:>8.1f} {max(p['peak_rss_mib'] for p in parts):>19,.0f} "
-                  f"{sum(p['seconds'] for p in parts):>18.1f} {comb['peak_rss_mib']:>17,.0f} "
-                  f"{comb['seconds']:>10.1f} {comb['removed']:>8,} {comb['removed_planted'] / info['planted']:>14.3f}",
-                  flush=True)
-            results.append({"docs": n, **info, "partition_peak_mib": max(p["peak_rss_mib"] for p in parts),
-                            "partition_s": sum(p["seconds"] for p in parts), "combine": comb})
+            print(
+                f"{n:>10,} {info['write_s']:>8.1f} {max(p['peak_rss_mib'] for p in parts):>19,.0f} "
+                f"{sum(p['seconds'] for p in parts):>18.1f} {comb['peak_rss_mib']:>17,.0f} "
+                f"{comb['seconds']:>10.1f} {comb['removed']:>8,} {comb['removed_planted'] / info['planted']:>14.3f}",
+                flush=True,
+            )
+            results.append(
+                {
+                    "docs": n,
+                    **info,
+                    "partition_peak_mib": max(p["peak_rss_mib"] for p in parts),
+                    "partition_s": sum(p["seconds"] for p in parts),
+                    "combine": comb,
+                }
+            )
         finally:
             shutil.rmtree(work, ignore_errors=True)
     h.finish(baseline_mib=base, runs=results)

@@ -53,16 +53,39 @@ def make_run(root: Path, n_docs: int, seed: int = 0) -> int:
     """A complete run folder with two sources; returns the bytes of docs/ and _work/tokens."""
     rng = np.random.default_rng(seed)
     words = np.array(["data", "pipeline", "token", "shard", "export", "train", "model", "语料", "数据", "训练"])
-    meta = ShardMeta(tokenizer_fingerprint="bench", vocab_size=32000, seq_len=512, row_len=512, eos_id=0, pad_id=1,
-                     bos_id=None, packing="concat", source="a", split="train", dtype="uint16")
+    meta = ShardMeta(
+        tokenizer_fingerprint="bench",
+        vocab_size=32000,
+        seq_len=512,
+        row_len=512,
+        eos_id=0,
+        pad_id=1,
+        bos_id=None,
+        packing="concat",
+        source="a",
+        split="train",
+        dtype="uint16",
+    )
     manifest = []
     for source in ("a", "b"):
         rows = np.ones((1, 512), np.uint16)
         rel = f"shards/{source}/train-00000.arrow"
         m = write_shard(root / rel, rows, np.array([0, 1]), np.array([0]), np.array([512]), meta)
-        manifest.append({"path": rel, "source": source, "split": "train", "rows": 1, "tokens": m.tokens,
-                         "documents": 1, "sha256": file_sha256(root / rel), "tokenizer_fingerprint": "bench",
-                         "seq_len": 512, "row_len": 512, "packing": "concat"})
+        manifest.append(
+            {
+                "path": rel,
+                "source": source,
+                "split": "train",
+                "rows": 1,
+                "tokens": m.tokens,
+                "documents": 1,
+                "sha256": file_sha256(root / rel),
+                "tokenizer_fingerprint": "bench",
+                "seq_len": 512,
+                "row_len": 512,
+                "packing": "concat",
+            }
+        )
         per_file = n_docs // 2 // FILES_PER_SOURCE
         for k in range(FILES_PER_SOURCE):
             ids = [f"{source}/f{k}#L{i}" for i in range(per_file)]
@@ -75,8 +98,9 @@ def make_run(root: Path, n_docs: int, seed: int = 0) -> int:
             (root / "docs" / source).mkdir(parents=True, exist_ok=True)
             # Row groups of 1,000 documents, as the pipeline writes them (one per batch).
             pq.write_table(docs, root / "docs" / source / f"{k:05d}.parquet", row_group_size=1000, compression="zstd")
-            tokens = pa.table({"id": ids, "split": split,
-                               "tokens": pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+            tokens = pa.table(
+                {"id": ids, "split": split, "tokens": pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat))}
+            )
             (root / "_work" / "tokens" / source).mkdir(parents=True, exist_ok=True)
             with pa.ipc.new_file(str(root / "_work" / "tokens" / source / f"{k:05d}.arrow"), tokens.schema) as w:
                 w.write_table(tokens, max_chunksize=1000)  # record batches per map batch, as TokenSink
@@ -90,8 +114,13 @@ FORMATS = ("megatron", "hf", "mds", "jsonl")
 
 def export_once(run: Path, fmt: str, out: Path, size: int) -> dict:
     """One export in a fresh process: seconds, documents, peak RSS (VmHWM), input MiB/s."""
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(run), fmt, str(out)], capture_output=True,
-                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(run), fmt, str(out)],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     r["mib_s"] = size / 2**20 / r["seconds"]
     shutil.rmtree(out)
@@ -100,8 +129,9 @@ def export_once(run: Path, fmt: str, out: Path, size: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--docs", type=int, default=8_000, help="documents in the small run (the large has 4x; "
-                    "the README's figure used 16,000)")
+    ap.add_argument(
+        "--docs", type=int, default=8_000, help="documents in the small run (the large has 4x; the README's figure used 16,000)"
+    )
     args = add_args(ap, repeats=3).parse_args()
     h = Harness("export", args)
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,20 +140,29 @@ def main() -> None:
             runs[n] = Path(tmp) / f"run{n}"
             t = time.perf_counter()
             sizes[n] = make_run(runs[n], n)
-            print(f"run of {n} documents: {sizes[n] / 2**20:.0f} MiB of docs and token lists "
-                  f"(built in {time.perf_counter() - t:.0f}s)")
+            print(
+                f"run of {n} documents: {sizes[n] / 2**20:.0f} MiB of docs and token lists "
+                f"(built in {time.perf_counter() - t:.0f}s)"
+            )
         small, large = args.docs, 4 * args.docs
         for fmt in FORMATS:
-            got = h.interleave({f"{fmt} 1x": lambda fmt=fmt: export_once(runs[small], fmt, Path(tmp) / "out", sizes[small]),
-                                f"{fmt} 4x": lambda fmt=fmt: export_once(runs[large], fmt, Path(tmp) / "out", sizes[large])})
+            got = h.interleave(
+                {
+                    f"{fmt} 1x": lambda fmt=fmt: export_once(runs[small], fmt, Path(tmp) / "out", sizes[small]),
+                    f"{fmt} 4x": lambda fmt=fmt: export_once(runs[large], fmt, Path(tmp) / "out", sizes[large]),
+                }
+            )
             a, b = got[f"{fmt} 1x"], got[f"{fmt} 4x"]
             h.noise(f"{fmt} 1x seconds", [r["seconds"] for r in a])
             print(f"  {fmt}: {a[-1]['docs']} / {b[-1]['docs']} docs, after imports {a[-1]['import_mib']:.0f} MiB")
             for label, rs in ((f"{fmt} 1x", a), (f"{fmt} 4x", b)):
                 h.figure(f"{label} peak RSS", [r["peak_mib"] for r in rs], "MiB")
                 h.figure(f"{label} input MiB/s", [r["mib_s"] for r in rs], "MiB/s")
-            h.ratio(f"{fmt}: peak RSS 4x input / 1x input", [y["peak_mib"] / x["peak_mib"] for x, y in zip(a, b)],
-                    target="~1 (bounded; input 4.0x)")
+            h.ratio(
+                f"{fmt}: peak RSS 4x input / 1x input",
+                [y["peak_mib"] / x["peak_mib"] for x, y in zip(a, b)],
+                target="~1 (bounded; input 4.0x)",
+            )
         h.finish(docs=[small, large], input_mib=[sizes[small] / 2**20, sizes[large] / 2**20])
 
 

@@ -59,11 +59,11 @@ def _rotate(text: str, k: int) -> str:
     return "".join(out)
 
 
-def make_corpus(folder: Path, base: list[dict], scale: int, near: float = 0.03,
-                minhash_only: bool = False) -> dict[str, int]:
+def make_corpus(folder: Path, base: list[dict], scale: int, near: float = 0.03, minhash_only: bool = False) -> dict[str, int]:
     rng = random.Random(scale)
-    docs = [{"text": _rotate(d["text"], k), "url": f"https://site{k}.example/{i}"}
-            for k in range(scale) for i, d in enumerate(base)]
+    docs = [
+        {"text": _rotate(d["text"], k), "url": f"https://site{k}.example/{i}"} for k in range(scale) for i, d in enumerate(base)
+    ]
     n = len(docs)
     planted = {"exact": int(0.03 * n), "near": int(near * n), "url": int(0.02 * n)}
     for _ in range(planted["exact"]):
@@ -80,18 +80,30 @@ def make_corpus(folder: Path, base: list[dict], scale: int, near: float = 0.03,
     (folder / "data").mkdir(parents=True)
     for f, lo in enumerate(range(0, len(docs), DOCS_PER_FILE)):
         (folder / "data" / f"part-{f:05d}.jsonl").write_text(
-            "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs[lo:lo + DOCS_PER_FILE]))
+            "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs[lo : lo + DOCS_PER_FILE])
+        )
     shutil.copy(TOKENIZER, folder / "tok.json")
-    (folder / "pipeline.yaml").write_text(yaml.safe_dump({
-        "name": "scale", "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
-        "stages": [{"dedup": {"exact": True, "url": True, "partitions": 2 * scale}},
-                   {"minhash": {"threshold": 0.7, "partitions": 2 * scale}}],
-        "tokenize": {"tokenizer": "tok.json", "seq_len": 512, "rows_per_shard": 256, "val_fraction": 0.02}}
-        if not minhash_only else {  # minhash alone: its tasks' memory, on a corpus with many near copies
-        "name": "scale", "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
-        # one map task per input file: map outputs (read back for signatures) stay one size
-        "split": {"group_small_files": False},
-        "stages": [{"minhash": {"threshold": 0.7, "partitions": 2 * scale}}]}))
+    (folder / "pipeline.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "scale",
+                "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
+                "stages": [
+                    {"dedup": {"exact": True, "url": True, "partitions": 2 * scale}},
+                    {"minhash": {"threshold": 0.7, "partitions": 2 * scale}},
+                ],
+                "tokenize": {"tokenizer": "tok.json", "seq_len": 512, "rows_per_shard": 256, "val_fraction": 0.02},
+            }
+            if not minhash_only
+            else {  # minhash alone: its tasks' memory, on a corpus with many near copies
+                "name": "scale",
+                "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
+                # one map task per input file: map outputs (read back for signatures) stay one size
+                "split": {"group_small_files": False},
+                "stages": [{"minhash": {"threshold": 0.7, "partitions": 2 * scale}}],
+            }
+        )
+    )
     return {"docs": len(docs), **planted}
 
 
@@ -134,21 +146,22 @@ def run_phase(root: Path, phase: str) -> dict:
         seg_i, r = (int(x) for x in arg.split("."))
         seg = spec.segments[seg_i]
         step = step_of(build_stage(spec, seg.compute_global), PartitionStep)
-        work = [(f"shuffle{seg_i}", f"{p:05d}", lambda p=p: reduce_partition(spec, seg, p, r))
-                for p in range(step.partitions)]
+        work = [(f"shuffle{seg_i}", f"{p:05d}", lambda p=p: reduce_partition(spec, seg, p, r)) for p in range(step.partitions)]
     elif kind == "rounds":  # every round of a partition step, as the engine runs them (see below)
         seg = spec.segments[int(arg)]
         step = step_of(build_stage(spec, seg.compute_global), PartitionStep)
-        work = [(shuffle_phase(seg.index, r), partition_key(p), lambda p=p, r=r: reduce_partition(spec, seg, p, r))
-                for r in range(step.rounds) for p in range(step.partitions)]
+        work = [
+            (shuffle_phase(seg.index, r), partition_key(p), lambda p=p, r=r: reduce_partition(spec, seg, p, r))
+            for r in range(step.rounds)
+            for p in range(step.partitions)
+        ]
     elif kind == "combine":
         seg = spec.segments[int(arg)]
         work = [("reduce", "combine", lambda: reduce_stage(spec, seg))]
     elif kind == "stats":  # the driver's step: the audit database over every Parquet output (DuckDB)
         from datapipe.engine.finish import build_stats, collect_counts
 
-        work = [("stats", "build", lambda: build_stats(folder, spec, collect_counts(folder, spec),
-                                                       memory_mb=int(arg)) or {})]
+        work = [("stats", "build", lambda: build_stats(folder, spec, collect_counts(folder, spec), memory_mb=int(arg)) or {})]
     elif kind == "pack":
         ranges = pack_ranges(folder, spec, files_per_task=2)
         work = [("pack", r.key, lambda r=r: pack_range(spec, r)) for r in ranges]
@@ -178,8 +191,14 @@ def run_phase(root: Path, phase: str) -> dict:
             raise RuntimeError(f"{marker_phase} {key} failed in its child process")
         peaks.append(json.loads(got))
         by_round[marker_phase] = max(by_round.get(marker_phase, 0.0), peaks[-1])
-    return {"tasks": ran, "rounds": len(rounds), "peak_mib": max(peaks, default=0.0), "base_mib": base,
-            "seconds": time.perf_counter() - started, "by_round": by_round}
+    return {
+        "tasks": ran,
+        "rounds": len(rounds),
+        "peak_mib": max(peaks, default=0.0),
+        "base_mib": base,
+        "seconds": time.perf_counter() - started,
+        "by_round": by_round,
+    }
 
 
 def _forwarded(folder, phase: str) -> bool:
@@ -198,12 +217,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-docs", type=int, default=1000)
     ap.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16])
-    ap.add_argument("--stats-memory-mb", type=int, default=256,
-                    help="DuckDB memory cap of the statistics step (a small one shows it spilling)")
-    ap.add_argument("--minhash-only", action="store_true",
-                    help="a pipeline of minhash alone, on a corpus with --near near copies (copies of copies too)")
-    ap.add_argument("--near", type=float, default=None,
-                    help="near copies planted, as a share of the corpus (default 0.03; 0.3 with --minhash-only)")
+    ap.add_argument(
+        "--stats-memory-mb",
+        type=int,
+        default=256,
+        help="DuckDB memory cap of the statistics step (a small one shows it spilling)",
+    )
+    ap.add_argument(
+        "--minhash-only",
+        action="store_true",
+        help="a pipeline of minhash alone, on a corpus with --near near copies (copies of copies too)",
+    )
+    ap.add_argument(
+        "--near",
+        type=float,
+        default=None,
+        help="near copies planted, as a share of the corpus (default 0.03; 0.3 with --minhash-only)",
+    )
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     ap.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -212,16 +242,36 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     base = sample(a.base_docs, seed=1)
     near = a.near if a.near is not None else (0.3 if a.minhash_only else 0.03)
-    phases = ["map:0", "shuffle:0.0", "shuffle:0.1", "map:1", "rounds:1", "combine:1", "map:2", "pack:",
-              f"stats:{a.stats_memory_mb}"]
-    names = {"map:0": "map0 (dedup signals)", "shuffle:0.0": "dedup by text hash", "shuffle:0.1": "dedup by URL",
-             "map:1": "map1 (minhash signatures)", "rounds:1": "minhash rounds (all)", "combine:1": "minhash combine",
-             "map:2": "map2 (tokenize)", "pack:": "pack ranges",
-             f"stats:{a.stats_memory_mb}": f"stats (DuckDB, {a.stats_memory_mb} MB cap)"}
+    phases = [
+        "map:0",
+        "shuffle:0.0",
+        "shuffle:0.1",
+        "map:1",
+        "rounds:1",
+        "combine:1",
+        "map:2",
+        "pack:",
+        f"stats:{a.stats_memory_mb}",
+    ]
+    names = {
+        "map:0": "map0 (dedup signals)",
+        "shuffle:0.0": "dedup by text hash",
+        "shuffle:0.1": "dedup by URL",
+        "map:1": "map1 (minhash signatures)",
+        "rounds:1": "minhash rounds (all)",
+        "combine:1": "minhash combine",
+        "map:2": "map2 (tokenize)",
+        "pack:": "pack ranges",
+        f"stats:{a.stats_memory_mb}": f"stats (DuckDB, {a.stats_memory_mb} MB cap)",
+    }
     if a.minhash_only:
         phases = ["map:0", "rounds:0", "combine:0", "map:1"]
-        names = {"map:0": "map0 (minhash signatures)", "rounds:0": "minhash rounds (all)",
-                 "combine:0": "minhash combine", "map:1": "map1 (decisions applied)"}
+        names = {
+            "map:0": "map0 (minhash signatures)",
+            "rounds:0": "minhash rounds (all)",
+            "combine:0": "minhash combine",
+            "map:1": "map1 (decisions applied)",
+        }
     table: dict[int, dict[str, dict]] = {}
     for scale in a.scales:
         root = Path(tempfile.mkdtemp(prefix=f"dp-global-{scale}x-"))
@@ -229,20 +279,23 @@ def main(argv: list[str] | None = None) -> int:
             info = make_corpus(root, base, scale, near, a.minhash_only)
             table[scale] = {}
             for phase in phases:
-                proc = subprocess.run([sys.executable, __file__, "--phase", phase, "--root", str(root)],
-                                      capture_output=True, text=True)
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--phase", phase, "--root", str(root)], capture_output=True, text=True
+                )
                 if proc.returncode:
                     sys.stderr.write(proc.stderr)
                     return 1
                 table[scale][phase] = json.loads(proc.stdout.strip().splitlines()[-1])
             got = found(root)
-            print(f"{scale:>3}x: {info['docs']:,} docs; planted exact {info['exact']}, near {info['near']}, "
-                  f"url {info['url']}; removed {got}", flush=True)
+            print(
+                f"{scale:>3}x: {info['docs']:,} docs; planted exact {info['exact']}, near {info['near']}, "
+                f"url {info['url']}; removed {got}",
+                flush=True,
+            )
         finally:
             shutil.rmtree(root, ignore_errors=True)
     first, last = a.scales[0], a.scales[-1]
-    print(f"\n{'phase':<28}" + "".join(f"{f'{s}x tasks':>10}{f'{s}x MiB':>9}" for s in a.scales)
-          + f"{f'{last}x/{first}x':>10}")
+    print(f"\n{'phase':<28}" + "".join(f"{f'{s}x tasks':>10}{f'{s}x MiB':>9}" for s in a.scales) + f"{f'{last}x/{first}x':>10}")
     for phase in phases:
         row = table[first][phase]
         cells = "".join(f"{table[s][phase]['tasks']:>10}{table[s][phase]['peak_mib']:>9.0f}" for s in a.scales)
@@ -252,11 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     if rounds:
         print("minhash rounds that had tasks: " + ", ".join(f"{s}x {table[s][rounds]['rounds']}" for s in a.scales))
         for s in a.scales:
-            print(f"  {s}x largest task per round, MiB: " + ", ".join(
-                f"{k} {v:.0f}" for k, v in table[s][rounds].get("by_round", {}).items()))
-    print("\nMiB: the largest peak RSS of one task's forked process (it counts the pages the task touches:"
-          " shared libraries mapped before the fork count only once used; the phase process before any"
-          f" data holds {table[first]['map:0']['base_mib']:.0f} MiB). Compare across scales.")
+            print(
+                f"  {s}x largest task per round, MiB: "
+                + ", ".join(f"{k} {v:.0f}" for k, v in table[s][rounds].get("by_round", {}).items())
+            )
+    print(
+        "\nMiB: the largest peak RSS of one task's forked process (it counts the pages the task touches:"
+        " shared libraries mapped before the fork count only once used; the phase process before any"
+        f" data holds {table[first]['map:0']['base_mib']:.0f} MiB). Compare across scales."
+    )
     return 0
 
 

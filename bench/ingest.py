@@ -32,9 +32,11 @@ SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 def response_record(url: str, body: bytes, ctype: str = "text/html; charset=utf-8") -> bytes:
     http = f"HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
-    head = (f"WARC/1.0\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:{uuid.uuid4()}>\r\n"
-            f"WARC-Date: 2024-05-18T01:58:10Z\r\nWARC-Target-URI: {url}\r\n"
-            f"Content-Type: application/http; msgtype=response\r\nContent-Length: {len(http)}\r\n\r\n").encode()
+    head = (
+        f"WARC/1.0\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:{uuid.uuid4()}>\r\n"
+        f"WARC-Date: 2024-05-18T01:58:10Z\r\nWARC-Target-URI: {url}\r\n"
+        f"Content-Type: application/http; msgtype=response\r\nContent-Length: {len(http)}\r\n\r\n"
+    ).encode()
     return gzip.compress(head + http + b"\r\n\r\n", compresslevel=6)
 
 
@@ -100,10 +102,10 @@ def main() -> None:
                 t, c = time.perf_counter(), time.process_time()
                 counts[name] = fn(path)
                 return {"cpu": time.process_time() - c, "wall": time.perf_counter() - t}
+
             return run
 
-        runs = h.interleave({"direct": side("direct", run_direct), "datapipe": side("datapipe", run_datapipe)},
-                            warmup=True)
+        runs = h.interleave({"direct": side("direct", run_direct), "datapipe": side("datapipe", run_datapipe)}, warmup=True)
         cpu = {k: [r["cpu"] for r in v] for k, v in runs.items()}
         wall = {k: [r["wall"] for r in v] for k, v in runs.items()}
         h.noise("direct (CPU s)", cpu["direct"])
@@ -113,6 +115,7 @@ def main() -> None:
         h.ratio("datapipe / direct by CPU time", pair_ratios(cpu["direct"], cpu["datapipe"]), target=">= 0.8")
         h.ratio("datapipe / direct by wall time", pair_ratios(wall["direct"], wall["datapipe"]), target=">= 0.8")
         h.finish(records=n, documents=counts)
+
 
 if __name__ == "__main__":
     main()

@@ -68,16 +68,22 @@ def default_base() -> str:
 
 def export_tree(rev: str, to: Path) -> Path:
     """The package at ``rev`` (datapipe/ only: the pipeline and data are this run's), read-only on the repository."""
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, "datapipe"],
-                          capture_output=True, check=True).stdout
+    data = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, "datapipe"], capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=BytesIO(data)) as tar:
         tar.extractall(to, filter="data")
     return to
 
 
 def run_once(tree: Path, pipeline: Path, out: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-c", RUN, str(pipeline), str(out)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(tree)}, timeout=3600)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN, str(pipeline), str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        timeout=3600,
+    )
     if proc.returncode != 0:
         sys.exit(f"run with {tree} failed:\n{proc.stderr[-3000:]}")
     subprocess.run(["rm", "-rf", str(out)], check=True)
@@ -97,14 +103,24 @@ def sha256_speed() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", help="the code to compare with (a git revision; default: before input identity)")
-    ap.add_argument("--target-mb", type=float, default=8.0,
-                    help="split.target_bytes in MB (default 8: the 38 MB file in 5 ranges, the 12 MB one in 2)")
-    ap.add_argument("--stages", choices=("length", "langid"), default="length",
-                    help="length: the lightest map phase (reading dominates: the worst case for hashing's share); "
-                         "langid: language ID first")
-    ap.add_argument("--copies", type=int, default=4,
-                    help="copies of the corpus read per run (default 4: 240 MB, a map phase long enough to time "
-                         "on a shared machine)")
+    ap.add_argument(
+        "--target-mb",
+        type=float,
+        default=8.0,
+        help="split.target_bytes in MB (default 8: the 38 MB file in 5 ranges, the 12 MB one in 2)",
+    )
+    ap.add_argument(
+        "--stages",
+        choices=("length", "langid"),
+        default="length",
+        help="length: the lightest map phase (reading dominates: the worst case for hashing's share); langid: language ID first",
+    )
+    ap.add_argument(
+        "--copies",
+        type=int,
+        default=4,
+        help="copies of the corpus read per run (default 4: 240 MB, a map phase long enough to time on a shared machine)",
+    )
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     add_args(ap, repeats=5)
     args = ap.parse_args()
@@ -112,8 +128,12 @@ def main() -> None:
         sys.exit(f"corpus not found: {args.corpus}")
     base = args.base or default_base()
     size = args.copies * sum((args.corpus / f).stat().st_size for f in FILES)
-    h = Harness("input_identity", args, note=f"map phase over {size / 1e6:.0f} MB of JSONL, stages: {args.stages}, "
-                f"ranges of {args.target_mb:g} MB, in process; base {git('rev-parse', '--short=12', base)}")
+    h = Harness(
+        "input_identity",
+        args,
+        note=f"map phase over {size / 1e6:.0f} MB of JSONL, stages: {args.stages}, "
+        f"ranges of {args.target_mb:g} MB, in process; base {git('rev-parse', '--short=12', base)}",
+    )
     with tempfile.TemporaryDirectory(prefix="datapipe-identity-bench-") as tmp:
         folder = Path(tmp)
         base_tree = export_tree(base, folder / "base")
@@ -128,13 +148,24 @@ def main() -> None:
             for f in FILES:
                 shutil.copyfile(args.corpus / f, data / f"{f[:2]}-{k}-{f}")
         pipeline = folder / "p.yaml"
-        pipeline.write_text(yaml.safe_dump({
-            "name": "bench", "stages": stages, "split": {"target_bytes": int(args.target_mb * 1e6), "min_tasks_per_cpu": 0},
-            "sources": [{"name": "zh", "paths": [str(data / "zh-*.jsonl")]},
-                        {"name": "en", "paths": [str(data / "en-*.jsonl")]}]}))
+        pipeline.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "bench",
+                    "stages": stages,
+                    "split": {"target_bytes": int(args.target_mb * 1e6), "min_tasks_per_cpu": 0},
+                    "sources": [
+                        {"name": "zh", "paths": [str(data / "zh-*.jsonl")]},
+                        {"name": "en", "paths": [str(data / "en-*.jsonl")]},
+                    ],
+                }
+            )
+        )
         sides = {"base": base_tree, "this tree": ROOT}
-        runs = h.interleave({label: (lambda t=tree, label=label: run_once(t, pipeline, folder / "out"))
-                             for label, tree in sides.items()}, warmup=True)
+        runs = h.interleave(
+            {label: (lambda t=tree, label=label: run_once(t, pipeline, folder / "out")) for label, tree in sides.items()},
+            warmup=True,
+        )
     b, d = runs["base"], runs["this tree"]
     assert all(x["docs"] == y["docs"] and x["kept"] == y["kept"] for x, y in zip(b, d)), "the two trees disagree"
     assert all(x["status"] == "complete" for x in b + d)
@@ -146,8 +177,9 @@ def main() -> None:
     speed = sha256_speed()
     h.figure("bytes hashed per run (this tree)", hashed / 1e6, unit="MB")
     h.figure("of which hashing alone costs (sha256 here)", hashed / speed, unit="s")
-    h.ratio("map-phase throughput, this tree / base", pair_ratios([r["wall"] for r in b], [r["wall"] for r in d]),
-            target=">= 0.95")
+    h.ratio(
+        "map-phase throughput, this tree / base", pair_ratios([r["wall"] for r in b], [r["wall"] for r in d]), target=">= 0.95"
+    )
     h.ratio("task CPU, base / this tree", pair_ratios([r["cpu"] for r in b], [r["cpu"] for r in d]))
     h.finish(base=base, corpus_bytes=size, runs=runs, sha256_bytes_per_s=speed)
 

@@ -58,6 +58,7 @@ def cpu_timed(fn, paths: list[Path], counts: dict, name: str):  # type: ignore[n
         t = time.process_time()
         counts[name] = fn(paths)
         return time.process_time() - t
+
     return run
 
 
@@ -76,14 +77,19 @@ def main() -> None:
                 paths.append(gz)
         mb = sum((CORPUS / f).stat().st_size for f in FILES) * (2 if args.gzip else 1) / 1e6
         counts: dict[str, int] = {}
-        runs = h.interleave({"plain json.loads loop": cpu_timed(run_plain, paths, counts, "plain"),
-                             "datapipe read_jsonl": cpu_timed(run_datapipe, paths, counts, "datapipe")})
+        runs = h.interleave(
+            {
+                "plain json.loads loop": cpu_timed(run_plain, paths, counts, "plain"),
+                "datapipe read_jsonl": cpu_timed(run_datapipe, paths, counts, "datapipe"),
+            }
+        )
         assert counts["plain"] == counts["datapipe"], counts
         print(f"{counts['datapipe']} documents, {mb:.1f} MB (uncompressed), process CPU time")
         for name, secs in runs.items():
             h.figure(f"{name} MB/CPU-s", [mb / s for s in secs], "MB/s")
         h.ratio("datapipe / plain (MB/s)", pair_ratios(runs["plain json.loads loop"], runs["datapipe read_jsonl"]))
         h.finish(documents=counts["datapipe"], mb=mb)
+
 
 if __name__ == "__main__":
     main()

@@ -37,7 +37,7 @@ def main() -> None:
 
     def ours() -> None:
         for i in range(0, len(texts), args.batch):
-            b = stage.compute(pa.table({"text": texts[i:i + args.batch]}))
+            b = stage.compute(pa.table({"text": texts[i : i + args.batch]}))
             stage.decide(b)
 
     runs = h.interleave({"fasttext predict": raw, "langid stage": ours}, warmup=True)
@@ -47,6 +47,7 @@ def main() -> None:
         h.figure(f"{name} docs/s", [n / s for s in secs], "docs/s")
     h.ratio("stage/raw (docs/s)", pair_ratios(runs["fasttext predict"], runs["langid stage"]), target=">= 0.8")
     h.finish(docs=n)
+
 
 if __name__ == "__main__":
     main()

@@ -30,9 +30,11 @@ DATA = ROOT.parent / "shared" / "data"
 
 def _ids(expr: str) -> frozenset[str]:
     # Compare families: scancode says GPL-3.0-only where the texts' front matter says GPL-3.0.
-    return frozenset(t.removesuffix("-only").removesuffix("-or-later")
-                     for t in re.findall(r"[A-Za-z0-9.\-+:]+", expr)
-                     if t not in ("AND", "OR", "WITH", "unknown"))
+    return frozenset(
+        t.removesuffix("-only").removesuffix("-or-later")
+        for t in re.findall(r"[A-Za-z0-9.\-+:]+", expr)
+        if t not in ("AND", "OR", "WITH", "unknown")
+    )
 
 
 def _licence_files(data: Path) -> list[tuple[str, str, frozenset[str]]]:
@@ -50,8 +52,9 @@ def _accuracy(items, got: list[frozenset[str]]) -> str:  # type: ignore[no-untyp
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DATA, help="shared test data folder")
-    ap.add_argument("--scancode", type=int, default=0, metavar="N",
-                    help="also run scancode-toolkit on the first N licence files (0: skip)")
+    ap.add_argument(
+        "--scancode", type=int, default=0, metavar="N", help="also run scancode-toolkit on the first N licence files (0: skip)"
+    )
     args = add_args(ap).parse_args()
     h = Harness("license", args)
 
@@ -62,8 +65,10 @@ def main() -> None:
     sources = [comment("SPDX-License-Identifier: MIT", 0) + code] * 50
     sources += [comment(b[:1500], i % 3) + code for i, (_, b) in enumerate(refs)]
     sources += [code] * 50
-    pages = [p.read_text(encoding="utf-8", errors="replace")
-             for p in sorted((args.data / "web" / "html" / "udhr").glob("*.html"))[:200]]
+    pages = [
+        p.read_text(encoding="utf-8", errors="replace")
+        for p in sorted((args.data / "web" / "html" / "udhr").glob("*.html"))[:200]
+    ]
     mb = sum(map(len, pages)) / 1e6
     cases = load_cases()
     out: dict = {}
@@ -82,21 +87,30 @@ def main() -> None:
     def layouts() -> None:
         out["layouts"] = [score(c.expected, detect_case(c, detect_repository, detect_code_file)) for c in cases]
 
-    names = {"licence files": (files, len(items)), "code-file headers": (headers, len(sources)),
-             "web pages (UDHR HTML)": (web, len(pages)), "real-world layouts": (layouts, len(cases))}
+    names = {
+        "licence files": (files, len(items)),
+        "code-file headers": (headers, len(sources)),
+        "web pages (UDHR HTML)": (web, len(pages)),
+        "real-world layouts": (layouts, len(cases)),
+    }
     runs = h.interleave({k: fn for k, (fn, _) in names.items()}, warmup=True)
     for name, (_, n) in names.items():
         h.figure(f"default: {name} ({n}) files/s", [n / sec for sec in runs[name]], "files/s")
     print(f"web pages: {mb:.1f} MB, {h.figures[2]['median'] * mb / len(pages):.1f} MB/s")
     print(f"licence files: {_accuracy(items, out['files'])}")
     v, n = out["layouts"], len(cases)
-    print(f"real-world layouts: right {v.count('right')}/{n}  unknown {v.count('unknown')}  "
-          f"wrong {v.count('wrong')} ({v.count('wrong') / n:.1%})")
-    extra = {"licence_files_accuracy": _accuracy(items, out["files"]),
-             "layouts": {k: v.count(k) for k in ("right", "unknown", "wrong")}}
+    print(
+        f"real-world layouts: right {v.count('right')}/{n}  unknown {v.count('unknown')}  "
+        f"wrong {v.count('wrong')} ({v.count('wrong') / n:.1%})"
+    )
+    extra = {
+        "licence_files_accuracy": _accuracy(items, out["files"]),
+        "layouts": {k: v.count(k) for k in ("right", "unknown", "wrong")},
+    }
 
     if args.scancode:
         from datapipe.license import scancode
+
         if not scancode.available():
             print("scancode: not importable; install scancode-toolkit-mini 'pluggy<1.7' in a venv")
         else:
@@ -110,6 +124,7 @@ def main() -> None:
             h.figure("scancode: licence files files/s", len(sub) / (time.perf_counter() - t), "files/s")
             print(f"scancode: {_accuracy(sub, got)}")
     h.finish(**extra)
+
 
 if __name__ == "__main__":
     main()

@@ -82,9 +82,19 @@ def make_run(root: Path, shards: int, rows: int, seq_len: int, docs_per_row: int
         meta = ShardMeta("bench-tok", 50_000, seq_len, row_len, 2, 0, 1, "concat", source, "train", "uint16")
         rel = f"shards/{source}/train-{k:05d}.arrow"
         meta = write_shard(root / rel, tokens, splits, values, np.full(rows, row_len, np.int32), meta)
-        recs.append({"path": rel, "source": source, "split": "train", "rows": rows, "tokens": meta.tokens,
-                     "sha256": file_sha256(root / rel), "tokenizer_fingerprint": "bench-tok",
-                     "seq_len": seq_len, "row_len": row_len})
+        recs.append(
+            {
+                "path": rel,
+                "source": source,
+                "split": "train",
+                "rows": rows,
+                "tokens": meta.tokens,
+                "sha256": file_sha256(root / rel),
+                "tokenizer_fingerprint": "bench-tok",
+                "seq_len": seq_len,
+                "row_len": row_len,
+            }
+        )
         everything.append((source, rel, tokens))
     pq.write_table(pa.Table.from_pylist(recs), root / "shards" / "manifest.parquet")
     # Same row numbering as the manifest: the index below maps (shard id) -> rows of the flat file.
@@ -166,8 +176,7 @@ MODES = {
 }
 
 
-def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len: int,
-                 layout: tuple[int, int]) -> dict:
+def bench_config(work: Path, args: argparse.Namespace, batch_size: int, seq_len: int, layout: tuple[int, int]) -> dict:
     shards, rows_per_shard = layout
     run = work / f"run-{seq_len}-{shards}x{rows_per_shard}"
     flat = work / f"tokens-{seq_len}-{shards}x{rows_per_shard}.bin"
@@ -230,10 +239,10 @@ def bench_litdata(tokens: np.ndarray, flat: Path, work: Path, args: argparse.Nam
     try:
         out = work / "litdata"
         inputs = [(str(flat), tokens.shape, i) for i in range(len(tokens))]
-        optimize(fn=_lit_row, inputs=inputs, output_dir=str(out), chunk_bytes="64MB",
-                 item_loader=TokensLoader(), num_workers=1)
+        optimize(fn=_lit_row, inputs=inputs, output_dir=str(out), chunk_bytes="64MB", item_loader=TokensLoader(), num_workers=1)
         ds = StreamingDataset(str(out), item_loader=TokensLoader(block_size=args.seq_len + 1), shuffle=True)
         from litdata import StreamingDataLoader
+
         dl = StreamingDataLoader(ds, batch_size=args.batch_size, num_workers=0)
         it = iter(dl)
         next(it)
@@ -254,28 +263,44 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shards", type=int, default=8, help="shards of the main layout (the targets')")
     p.add_argument("--rows", type=int, default=2048, help="rows (packed sequences) per shard, main layout")
-    p.add_argument("--stress-shards", type=int, default=1024,
-                   help="shards of the many-small-shards layout, reported without targets (0: skip it)")
+    p.add_argument(
+        "--stress-shards",
+        type=int,
+        default=1024,
+        help="shards of the many-small-shards layout, reported without targets (0: skip it)",
+    )
     p.add_argument("--stress-rows", type=int, default=16, help="rows per shard, many-small-shards layout")
     p.add_argument("--configs", default="8x2048,32x2048,8x4096", help="batch x seq_len, comma separated")
     p.add_argument("--docs-per-row", type=int, default=4)
-    p.add_argument("--expand", default="none", help="also time compact batches expanded by "
-                   "expand_segments on this torch device (cpu, cuda); none: skip")
+    p.add_argument(
+        "--expand",
+        default="none",
+        help="also time compact batches expanded by expand_segments on this torch device (cpu, cuda); none: skip",
+    )
     p.add_argument("--litdata", action="store_true", help="also try LitData's TokensLoader")
     args = add_args(p, repeats=5).parse_args()
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
     layouts = {"": (args.shards, args.rows)}  # label suffix -> (shards, rows per shard)
     if args.stress_shards > 0:
         layouts[f", {args.stress_shards} shards x {args.stress_rows} rows"] = (args.stress_shards, args.stress_rows)
-    h = Harness("loader", args, libs=["numba"], note=(
-        f"{args.shards} shards x {args.rows} rows (the targets'); "
-        + (f"also {args.stress_shards} shards x {args.stress_rows} rows (stress, no target); "
-           if args.stress_shards > 0 else "")
-        + "ratio = loader / numpy memmap gather of the same rows in the "
-        "same order (tokens only), per interleaved repeat. tokens: input_ids + labels; compact: the full sample a "
-        "trainer consumes, positions/mask built on the device (input_ids, labels, cu_seqlens, num_segments, "
-        "label_end on the host); full / full16: every field on the host (position_ids int32 / int16, loss_mask)"
-        + ("; expand: compact + expand_segments on " + args.expand if args.expand != "none" else "")))
+    h = Harness(
+        "loader",
+        args,
+        libs=["numba"],
+        note=(
+            f"{args.shards} shards x {args.rows} rows (the targets'); "
+            + (
+                f"also {args.stress_shards} shards x {args.stress_rows} rows (stress, no target); "
+                if args.stress_shards > 0
+                else ""
+            )
+            + "ratio = loader / numpy memmap gather of the same rows in the "
+            "same order (tokens only), per interleaved repeat. tokens: input_ids + labels; compact: the full sample a "
+            "trainer consumes, positions/mask built on the device (input_ids, labels, cu_seqlens, num_segments, "
+            "label_end on the host); full / full16: every field on the host (position_ids int32 / int16, loss_mask)"
+            + ("; expand: compact + expand_segments on " + args.expand if args.expand != "none" else "")
+        ),
+    )
     results = {}
     with tempfile.TemporaryDirectory(prefix="dp-bench-") as tmp:
         work = Path(tmp)
@@ -283,33 +308,52 @@ def main() -> None:
             for suffix, layout in layouts.items():
                 cfg = f"{b}x{L}"
                 r = bench_config(work, args, b, L, layout)
-                print(f"{cfg}, {layout[0]} shards x {layout[1]} rows: first batch {r['first'] * 1e3:.1f} ms; cold "
-                      f"epoch Mtok/s tokens {r['tokens_cold'] / 1e6:.0f}, full {r['full_cold'] / 1e6:.0f}; ratios "
-                      "in CPU time (wall):")
+                print(
+                    f"{cfg}, {layout[0]} shards x {layout[1]} rows: first batch {r['first'] * 1e3:.1f} ms; cold "
+                    f"epoch Mtok/s tokens {r['tokens_cold'] / 1e6:.0f}, full {r['full_cold'] / 1e6:.0f}; ratios "
+                    "in CPU time (wall):"
+                )
                 for mode, rat in r["ratios"].items():
                     print(f"  {mode:>8s}  cpu {_fmt(rat[:, 1])}  (wall {_fmt(rat[:, 0])})")
                 for label, mode, target in TARGETS:
-                    h.ratio(f"{cfg} {label} loader / memmap{suffix}, CPU time", r["ratios"][mode][:, 1].tolist(),
-                            target="" if suffix else target)
+                    h.ratio(
+                        f"{cfg} {label} loader / memmap{suffix}, CPU time",
+                        r["ratios"][mode][:, 1].tolist(),
+                        target="" if suffix else target,
+                    )
                 for label, mode, _ in TARGETS if not suffix else ():  # the stress layout's are in the JSON
                     h.ratio(f"{cfg} {label} loader / memmap, wall", r["ratios"][mode][:, 0].tolist())
                 if r["batch_us"]["expand"]:  # absolute: a device's launch and copy latency is no host throughput
                     us = r["batch_us"]
-                    print(f"  expand on {args.expand}: {np.median(us['expand']):.0f} us per batch (loader, copy to "
-                          f"the device, expand_segments) against {np.median(us['memmap']):.0f} us for the memmap "
-                          "gather")
-                    h.figure(f"{cfg}{suffix} compact + expand_segments on {args.expand}, wall per batch",
-                             us["expand"], "us", show=False)
+                    print(
+                        f"  expand on {args.expand}: {np.median(us['expand']):.0f} us per batch (loader, copy to "
+                        f"the device, expand_segments) against {np.median(us['memmap']):.0f} us for the memmap "
+                        "gather"
+                    )
+                    h.figure(
+                        f"{cfg}{suffix} compact + expand_segments on {args.expand}, wall per batch",
+                        us["expand"],
+                        "us",
+                        show=False,
+                    )
                 h.figure(f"{cfg}{suffix} first batch", r["first"] * 1e3, "ms", show=False)
-                h.figure(f"{cfg}{suffix} memmap baseline Mtok/s (CPU time)", [v / 1e6 for v in r["base_cpu_tok_s"]],
-                         "Mtok/s", show=False)
+                h.figure(
+                    f"{cfg}{suffix} memmap baseline Mtok/s (CPU time)",
+                    [v / 1e6 for v in r["base_cpu_tok_s"]],
+                    "Mtok/s",
+                    show=False,
+                )
                 h.noise(f"{cfg}{suffix} memmap tokens/s (CPU time)", r["base_cpu_tok_s"])
                 results[f"{cfg}{suffix}"] = {
-                    "shards": layout[0], "rows_per_shard": layout[1], "first_batch_s": r["first"],
-                    "tokens_cold_tok_s": r["tokens_cold"], "full_cold_tok_s": r["full_cold"],
+                    "shards": layout[0],
+                    "rows_per_shard": layout[1],
+                    "first_batch_s": r["first"],
+                    "tokens_cold_tok_s": r["tokens_cold"],
+                    "full_cold_tok_s": r["full_cold"],
                     "ratios_cpu": {m: v[:, 1].tolist() for m, v in r["ratios"].items()},
                     "ratios_wall": {m: v[:, 0].tolist() for m, v in r["ratios"].items()},
-                    "batch_us": r["batch_us"]}
+                    "batch_us": r["batch_us"],
+                }
                 print()
         if args.litdata:
             b, L = configs[0]
@@ -319,8 +363,10 @@ def main() -> None:
             lit = bench_litdata(tokens, flat, work, lit_args)
             print(f"litdata TokensLoader {b} x {L}: " + (f"{lit / 1e6:.0f} Mtok/s" if isinstance(lit, float) else lit))
             results["litdata_tok_s"] = lit
-        print("targets (main layout): tokens ratio >= 0.9; compact (full sample consumed) >= 0.8; first batch "
-              f"< 1 s with {max(args.shards, args.stress_shards)} shards")
+        print(
+            "targets (main layout): tokens ratio >= 0.9; compact (full sample consumed) >= 0.8; first batch "
+            f"< 1 s with {max(args.shards, args.stress_shards)} shards"
+        )
     h.finish(configs=results)
 
 

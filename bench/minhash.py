@@ -68,11 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         out["ref"] = run_datasketch(docs, args.num_perm, shingle_hash)
 
     def path_c() -> None:
-        out["ours"] = np.concatenate([signatures(docs[i:i + args.batch], num_perm=args.num_perm)
-                                      for i in range(0, len(docs), args.batch)])
+        out["ours"] = np.concatenate(
+            [signatures(docs[i : i + args.batch], num_perm=args.num_perm) for i in range(0, len(docs), args.batch)]
+        )
 
-    names = ("A datasketch, default hash (SHA-1)", "B datasketch, hashfunc=H (same shingles)",
-             "C datapipe batch (bit-identical to B)")
+    names = (
+        "A datasketch, default hash (SHA-1)",
+        "B datasketch, hashfunc=H (same shingles)",
+        "C datapipe batch (bit-identical to B)",
+    )
     runs = h.interleave(dict(zip(names, (path_a, path_b, path_c))))
     if not np.array_equal(out["ref"], out["ours"]):
         print("MISMATCH: datapipe signatures differ from datasketch's", file=sys.stderr)

@@ -64,12 +64,15 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
         docs = sum(r[4] for r in rows)
         threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
-    print(f"{args.rows:,} document rows ({docs:,} kept) built in {build:.1f}s; mixture has {len(rows):,} groups; "
-          f"DuckDB threads {threads}")
+    print(
+        f"{args.rows:,} document rows ({docs:,} kept) built in {build:.1f}s; mixture has {len(rows):,} groups; "
+        f"DuckDB threads {threads}"
+    )
     h.figure("SELECT * FROM mixture, first (cold) run", times[0], "s")
     h.figure("SELECT * FROM mixture, later runs", times[1:] or times, "s")
     h.noise("query time", times[1:] or times)
     h.finish(rows=args.rows, groups=len(rows), threads=threads, target="< 2 s")
+
 
 if __name__ == "__main__":
     main()

@@ -25,7 +25,8 @@ from _harness import Harness, add_args  # noqa: E402
 # The evaluator is this checkout's tests/support/pii_sample.py, loaded by path: PYTHONPATH picks which
 # datapipe is measured and may point at a checkout without it.
 _spec = importlib.util.spec_from_file_location(
-    "pii_sample", Path(__file__).resolve().parent.parent / "tests" / "support" / "pii_sample.py")
+    "pii_sample", Path(__file__).resolve().parent.parent / "tests" / "support" / "pii_sample.py"
+)
 sample = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sample)  # type: ignore[union-attr]
 
@@ -43,8 +44,10 @@ def main() -> None:
     print(f"{len(rows)} candidates, labels {labels}")
     scores = sample.scores(stage.redact, rows)
     for t, s in scores.items():
-        print(f"{t:8} precision {s['precision']:.3f} ({s['tp']}/{s['tp'] + s['fp']})  "
-              f"recall {s['recall']:.3f} ({s['tp']}/{s['tp'] + s['fn']})")
+        print(
+            f"{t:8} precision {s['precision']:.3f} ({s['tp']}/{s['tp'] + s['fp']})  "
+            f"recall {s['recall']:.3f} ({s['tp']}/{s['tp'] + s['fn']})"
+        )
     for t, s in scores.items():
         h.figure(f"{t} precision ({s['tp']}/{s['tp'] + s['fp']})", s["precision"], show=False)
         h.figure(f"{t} recall ({s['tp']}/{s['tp'] + s['fn']})", s["recall"], show=False)

@@ -70,13 +70,24 @@ def prepare_input(folder: Path, docs: int, files: int, seed: int = 0) -> dict[st
 
 
 def datapipe_yaml(inp: Path, stages: str, tokenizer: Path) -> str:
-    body = ["name: bench_pipeline", "sources:", "  - name: corpus", "    kind: web", "    format: jsonl",
-            f"    paths: [{json.dumps(str(inp / '*.jsonl'))}]"]
+    body = [
+        "name: bench_pipeline",
+        "sources:",
+        "  - name: corpus",
+        "    kind: web",
+        "    format: jsonl",
+        f"    paths: [{json.dumps(str(inp / '*.jsonl'))}]",
+    ]
     if stages == "tokenize":
         body += ["stages: []"]
     else:
-        body += ["stages:", "  - langid: {keep: [zh, en]}", "  - quality: {rules: auto}", "  - dedup: {exact: true}",
-                 "  - minhash: {threshold: 0.7}"]
+        body += [
+            "stages:",
+            "  - langid: {keep: [zh, en]}",
+            "  - quality: {rules: auto}",
+            "  - dedup: {exact: true}",
+            "  - minhash: {threshold: 0.7}",
+        ]
     body += ["tokenize:", f"  tokenizer: {json.dumps(str(tokenizer))}", "  seq_len: 2048"]
     return "\n".join(body) + "\n"
 
@@ -97,7 +108,7 @@ def kept_datapipe(out: Path) -> dict[str, int]:
 def kept_datatrove(work: Path) -> dict[str, int]:
     counts: collections.Counter[str] = collections.Counter()
     for f in sorted(glob.glob(str(work / "final" / "*.jsonl*"))):
-        with (gzip.open(f, "rt", encoding="utf-8") if f.endswith(".gz") else open(f, encoding="utf-8")) as fh:
+        with gzip.open(f, "rt", encoding="utf-8") if f.endswith(".gz") else open(f, encoding="utf-8") as fh:
             for line in fh:
                 counts[json.loads(line).get("metadata", {}).get("language", "?")] += 1
     return dict(counts)
@@ -105,28 +116,47 @@ def kept_datatrove(work: Path) -> dict[str, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datatrove-python", default="/tmp/dt/bin/python",
-                    help="python of a venv with datatrove[processing] and spacy (the datatrove side is skipped "
-                         "when it is missing)")
+    ap.add_argument(
+        "--datatrove-python",
+        default="/tmp/dt/bin/python",
+        help="python of a venv with datatrove[processing] and spacy (the datatrove side is skipped when it is missing)",
+    )
     ap.add_argument("--stages", choices=["all", "tokenize"], default="all")
     ap.add_argument("--docs", type=int, default=0, help="documents from the corpus (0: all 27,369)")
     ap.add_argument("--files", type=int, default=2, help="input files (= tasks of each side's first step)")
     ap.add_argument("--workers", type=int, default=2, help="processes per side (Ray CPUs / datatrove workers)")
     ap.add_argument("--tokenizer", type=Path, default=ROOT / "tokenizer" / "demo.json")
-    ap.add_argument("--mode", choices=["auto", "ray", "in-process"], default="auto",
-                    help="datapipe's executor: its default (auto: in the driver when the run has one map task), "
-                         "or forced with --ray / --in-process")
+    ap.add_argument(
+        "--mode",
+        choices=["auto", "ray", "in-process"],
+        default="auto",
+        help="datapipe's executor: its default (auto: in the driver when the run has one map task), "
+        "or forced with --ray / --in-process",
+    )
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between /proc samples")
     ap.add_argument("--work", type=Path, help="work folder (default: a temporary one, removed after)")
     args = add_args(ap, repeats=3).parse_args()
-    h = Harness(f"pipeline{'_tokenize' if args.stages == 'tokenize' else ''}", args,
-                libs=["ray", "tokenizers", "fasttext-numpy2", "numba", "duckdb"])
+    h = Harness(
+        f"pipeline{'_tokenize' if args.stages == 'tokenize' else ''}",
+        args,
+        libs=["ray", "tokenizers", "fasttext-numpy2", "numba", "duckdb"],
+    )
     have_dt = Path(args.datatrove_python).exists()
     dt_version = "skipped"
     if have_dt:
-        dt_version = subprocess.run([args.datatrove_python, "-c", "from importlib.metadata import version as v; "
-                                     "print(*(v(p) for p in ('datatrove', 'spacy', 'tokenizers', 'orjson')))"],
-                                    capture_output=True, text=True).stdout.strip() or "does not import"
+        dt_version = (
+            subprocess.run(
+                [
+                    args.datatrove_python,
+                    "-c",
+                    "from importlib.metadata import version as v; "
+                    "print(*(v(p) for p in ('datatrove', 'spacy', 'tokenizers', 'orjson')))",
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            or "does not import"
+        )
         print(f"datatrove venv {args.datatrove_python}: datatrove, spacy, tokenizers, orjson = {dt_version}")
 
     work = args.work or Path(tempfile.mkdtemp(prefix="dp-bench-pipeline-"))
@@ -134,8 +164,10 @@ def main() -> int:
         inp = work / "input"
         inputs = prepare_input(inp, args.docs, args.files)
         n_docs = sum(inputs.values())
-        print(f"input: {n_docs:,} documents ({', '.join(f'{k} {v:,}' for k, v in sorted(inputs.items()))}) "
-              f"in {args.files} files; {args.workers} workers each side; stages: {args.stages}")
+        print(
+            f"input: {n_docs:,} documents ({', '.join(f'{k} {v:,}' for k, v in sorted(inputs.items()))}) "
+            f"in {args.files} files; {args.workers} workers each side; stages: {args.stages}"
+        )
         (work / "pipeline.yaml").write_text(datapipe_yaml(inp, args.stages, args.tokenizer.resolve()))
 
         from datapipe.assets.models import ensure_lid_model
@@ -148,22 +180,35 @@ def main() -> int:
         kept: dict[str, dict[str, int]] = {}
 
         def report(side: str, r: dict) -> None:  # each run as it ends: a long run cut short still tells
-            print(f"  {side} run: wall {r['wall_s']:.1f} s, tree CPU {r['cpu_s']:.1f} s ({r['cpu_method']}), "
-                  f"peak tree RSS {r['peak_rss_mib']:,.0f} MiB, PSS {r['peak_pss_mib']:,.0f} MiB, "
-                  f"kept {kept.get(side)}", flush=True)
+            print(
+                f"  {side} run: wall {r['wall_s']:.1f} s, tree CPU {r['cpu_s']:.1f} s ({r['cpu_method']}), "
+                f"peak tree RSS {r['peak_rss_mib']:,.0f} MiB, PSS {r['peak_pss_mib']:,.0f} MiB, "
+                f"kept {kept.get(side)}",
+                flush=True,
+            )
 
         def datapipe() -> dict:
             out = work / "dp-out"
             shutil.rmtree(out, ignore_errors=True)
-            cmd = [sys.executable, "-m", "datapipe.cli", "run", str(work / "pipeline.yaml"), "-o", str(out),
-                   "--no-progress", "--fresh"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "datapipe.cli",
+                "run",
+                str(work / "pipeline.yaml"),
+                "-o",
+                str(out),
+                "--no-progress",
+                "--fresh",
+            ]
             # --in-process refuses --num-cpus (no Ray); the others size the embedded Ray (auto: its plan)
             cmd += ["--in-process"] if args.mode == "in-process" else ["--num-cpus", str(args.workers)]
             cmd += ["--ray"] if args.mode == "ray" else []
             r = run_tree(cmd, args.interval, env=env, log=work / "datapipe.log")
             if r["rc"] != 0:
-                raise SystemExit(f"datapipe run failed (rc {r['rc']}):\n"
-                                 + (work / "datapipe.log").read_text(errors="replace")[-3000:])
+                raise SystemExit(
+                    f"datapipe run failed (rc {r['rc']}):\n" + (work / "datapipe.log").read_text(errors="replace")[-3000:]
+                )
             kept["datapipe"] = kept_datapipe(out)
             report("datapipe", r)
             return r
@@ -171,15 +216,27 @@ def main() -> int:
         def datatrove() -> dict:
             out = work / "dt-out"
             shutil.rmtree(out, ignore_errors=True)
-            cfg = {"input": str(inp), "work": str(out), "workers": args.workers, "files": args.files,
-                   "stages": args.stages, "tokenizer": str(args.tokenizer.resolve()), "eos_token": "<|endoftext|>",
-                   "lid_model": lid}
+            cfg = {
+                "input": str(inp),
+                "work": str(out),
+                "workers": args.workers,
+                "files": args.files,
+                "stages": args.stages,
+                "tokenizer": str(args.tokenizer.resolve()),
+                "eos_token": "<|endoftext|>",
+                "lid_model": lid,
+            }
             (work / "dt-config.json").write_text(json.dumps(cfg))
-            r = run_tree([args.datatrove_python, str(DT_SCRIPT), str(work / "dt-config.json")], args.interval,
-                         env=dt_env, log=work / "datatrove.log")
+            r = run_tree(
+                [args.datatrove_python, str(DT_SCRIPT), str(work / "dt-config.json")],
+                args.interval,
+                env=dt_env,
+                log=work / "datatrove.log",
+            )
             if r["rc"] != 0:
-                raise SystemExit(f"datatrove failed (rc {r['rc']}):\n"
-                                 + (work / "datatrove.log").read_text(errors="replace")[-3000:])
+                raise SystemExit(
+                    f"datatrove failed (rc {r['rc']}):\n" + (work / "datatrove.log").read_text(errors="replace")[-3000:]
+                )
             lines = (work / "datatrove.log").read_text(errors="replace").strip().splitlines()
             r["block_timings"] = next((json.loads(x)["timings"] for x in reversed(lines) if x.startswith("{")), {})
             kept["datatrove"] = kept_datatrove(out)
@@ -193,9 +250,17 @@ def main() -> int:
         # Likewise once per install: the numba kernels (a first run would compile them itself, ~6 CPU s).
         subprocess.run([sys.executable, "-m", "datapipe.runtime.kernel_warmup"], env=env, capture_output=True)
         if have_dt and args.stages != "tokenize":  # untimed: datatrove copies lid.176 into its cache once
-            subprocess.run([args.datatrove_python, "-c", "import sys; from datatrove.io import "
-                            "cached_asset_path_or_download as c; c(sys.argv[1], namespace='lid', subfolder='ft176')",
-                            lid], env=dt_env, capture_output=True)
+            subprocess.run(
+                [
+                    args.datatrove_python,
+                    "-c",
+                    "import sys; from datatrove.io import "
+                    "cached_asset_path_or_download as c; c(sys.argv[1], namespace='lid', subfolder='ft176')",
+                    lid,
+                ],
+                env=dt_env,
+                capture_output=True,
+            )
         sides = {"datapipe": datapipe}
         if have_dt:
             sides["datatrove"] = datatrove
@@ -209,30 +274,54 @@ def main() -> int:
             h.figure(f"{side} process-tree CPU, sampled (lower bound)", [r["cpu_sampled_s"] for r in rs], "s")
             h.figure(f"{side} peak tree RSS (sum)", [r["peak_rss_mib"] for r in rs], "MiB")
             h.figure(f"{side} peak tree PSS (sum)", [r["peak_pss_mib"] for r in rs], "MiB")
-            print(f"  {side}: up to {max(r['max_procs'] for r in rs)} processes at once, "
-                  f"{max(r['processes_seen'] for r in rs)} seen in a run")
+            print(
+                f"  {side}: up to {max(r['max_procs'] for r in rs)} processes at once, "
+                f"{max(r['processes_seen'] for r in rs)} seen in a run"
+            )
         if "datatrove" in runs:
             h.noise("datatrove wall", [r["wall_s"] for r in runs["datatrove"]])
             dp, dt = runs["datapipe"], runs["datatrove"]
             print()
-            h.ratio("wall datatrove/datapipe", pair_ratios([r["wall_s"] for r in dt], [r["wall_s"] for r in dp]),
-                    target=">= 8" if args.stages == "all" else ">= 1")
-            h.ratio("tree CPU datatrove/datapipe", pair_ratios([r["cpu_s"] for r in dt], [r["cpu_s"] for r in dp]),
-                    target=">= 10" if args.stages == "all" else "")
-            h.ratio("peak tree RSS datapipe/datatrove",
-                    pair_ratios([r["peak_rss_mib"] for r in dp], [r["peak_rss_mib"] for r in dt]), target="<= 1.2")
-            h.ratio("peak tree PSS datapipe/datatrove",
-                    pair_ratios([r["peak_pss_mib"] for r in dp], [r["peak_pss_mib"] for r in dt]), target="<= 1.2")
-            print("  datatrove block wall times (last run): "
-                  + ", ".join(f"{k} {v:.1f}s" for k, v in dt[-1]["block_timings"].items()))
+            h.ratio(
+                "wall datatrove/datapipe",
+                pair_ratios([r["wall_s"] for r in dt], [r["wall_s"] for r in dp]),
+                target=">= 8" if args.stages == "all" else ">= 1",
+            )
+            h.ratio(
+                "tree CPU datatrove/datapipe",
+                pair_ratios([r["cpu_s"] for r in dt], [r["cpu_s"] for r in dp]),
+                target=">= 10" if args.stages == "all" else "",
+            )
+            h.ratio(
+                "peak tree RSS datapipe/datatrove",
+                pair_ratios([r["peak_rss_mib"] for r in dp], [r["peak_rss_mib"] for r in dt]),
+                target="<= 1.2",
+            )
+            h.ratio(
+                "peak tree PSS datapipe/datatrove",
+                pair_ratios([r["peak_pss_mib"] for r in dp], [r["peak_pss_mib"] for r in dt]),
+                target="<= 1.2",
+            )
+            print(
+                "  datatrove block wall times (last run): "
+                + ", ".join(f"{k} {v:.1f}s" for k, v in dt[-1]["block_timings"].items())
+            )
         if args.stages != "tokenize":
             print()
             print(f"input per language (corpus label): {inputs}")
             for side, k in kept.items():
-                print(f"kept per language, {side}: {dict(sorted(k.items(), key=lambda kv: -kv[1]))} "
-                      f"(total {sum(k.values()):,})")
-        h.finish(input_docs=n_docs, input_per_lang=inputs, kept_per_lang=kept, workers=args.workers, mode=args.mode,
-                 files=args.files, stages=args.stages, datatrove=dt_version, runs=runs)
+                print(f"kept per language, {side}: {dict(sorted(k.items(), key=lambda kv: -kv[1]))} (total {sum(k.values()):,})")
+        h.finish(
+            input_docs=n_docs,
+            input_per_lang=inputs,
+            kept_per_lang=kept,
+            workers=args.workers,
+            mode=args.mode,
+            files=args.files,
+            stages=args.stages,
+            datatrove=dt_version,
+            runs=runs,
+        )
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

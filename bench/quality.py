@@ -60,9 +60,8 @@ def run_datapipe(docs: list[dict], batch: int) -> tuple[float, dict[str, float],
     kept: dict[str, int] = collections.Counter()
     t0 = time.perf_counter()
     for i in range(0, len(docs), batch):
-        part = docs[i:i + batch]
-        b = pa.table({"id": [str(j) for j in range(len(part))], "kind": ["web"] * len(part),
-                      "text": [d["text"] for d in part]})
+        part = docs[i : i + batch]
+        b = pa.table({"id": [str(j) for j in range(len(part))], "kind": ["web"] * len(part), "text": [d["text"] for d in part]})
         b = langid.compute(b)
         keep = np.array([r is None for r in langid.decide(b).reason.to_pylist()])
         b, files = b.filter(pa.array(keep)), [d["file"] for d, k in zip(part, keep) if k]
@@ -81,8 +80,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--docs", type=int, default=2000, help="documents sampled from ../shared/data/corpus (0: all)")
     ap.add_argument("--batch", type=int, default=1000)
-    ap.add_argument("--datatrove-python", default="/tmp/dt/bin/python",
-                    help="python of a venv with datatrove[processing] and spacy; skipped when missing")
+    ap.add_argument(
+        "--datatrove-python",
+        default="/tmp/dt/bin/python",
+        help="python of a venv with datatrove[processing] and spacy; skipped when missing",
+    )
     args = add_args(ap).parse_args()
     h = Harness("quality", args, libs=["fasttext-numpy2", "numba"])
     docs = sample(args.docs)
@@ -93,8 +95,9 @@ def main() -> None:
     results: dict[str, dict] = {}
 
     def datatrove() -> float:
-        proc = subprocess.run([args.datatrove_python, "-c", DATATROVE, str(tmp), str(ensure_lid_model())],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [args.datatrove_python, "-c", DATATROVE, str(tmp), str(ensure_lid_model())], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             raise SystemExit(f"datatrove: failed\n{proc.stderr[-2000:]}")
         res = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -121,12 +124,20 @@ def main() -> None:
         print(f"datatrove: skipped ({args.datatrove_python} not found)")
     else:
         dt_kept = collections.Counter(results["datatrove"]["kept"])
-        print("  datatrove kept per file: " + ", ".join(f"{f} {dt_kept.get(f, 0)}/{n}"
-                                                      for f, n in sorted(inputs.items())))
-        h.ratio("speed-up datapipe/datatrove (docs/s)",
-                pair_ratios(runs["datatrove chain"], runs["datapipe langid+quality"]), target=">= 5")
-    h.finish(docs=len(docs), inputs=dict(inputs), kept_datapipe=kept, kept_datatrove=dict(dt_kept),
-             rule_set_docs_per_s=results["datapipe"]["per_set"])
+        print("  datatrove kept per file: " + ", ".join(f"{f} {dt_kept.get(f, 0)}/{n}" for f, n in sorted(inputs.items())))
+        h.ratio(
+            "speed-up datapipe/datatrove (docs/s)",
+            pair_ratios(runs["datatrove chain"], runs["datapipe langid+quality"]),
+            target=">= 5",
+        )
+    h.finish(
+        docs=len(docs),
+        inputs=dict(inputs),
+        kept_datapipe=kept,
+        kept_datatrove=dict(dt_kept),
+        rule_set_docs_per_s=results["datapipe"]["per_set"],
+    )
+
 
 if __name__ == "__main__":
     main()

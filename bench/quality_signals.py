@@ -59,9 +59,17 @@ def batches(docs: list[dict], size: int) -> dict[str, list[pa.Table]]:
     out = {}
     for key, texts in sorted(by_set.items()):
         lang = key[:2]
-        out[key] = [pa.table({"id": [str(j) for j in range(len(texts[i:i + size]))],
-                              "kind": ["web"] * len(texts[i:i + size]), "lang": [lang] * len(texts[i:i + size]),
-                              "text": texts[i:i + size]}) for i in range(0, len(texts), size)]
+        out[key] = [
+            pa.table(
+                {
+                    "id": [str(j) for j in range(len(texts[i : i + size]))],
+                    "kind": ["web"] * len(texts[i : i + size]),
+                    "lang": [lang] * len(texts[i : i + size]),
+                    "text": texts[i : i + size],
+                }
+            )
+            for i in range(0, len(texts), size)
+        ]
     return out
 
 
@@ -106,19 +114,32 @@ def main() -> None:
             total["before"][r] += times[f"{key} before"][r]
             total["after"][r] += times[f"{key} after"][r]
         cols = [c for c in quality.sets[key].columns()]
-        differ = sum(int(np.sum(~np.isclose(o[c].to_numpy(zero_copy_only=False).astype(float),
-                                               w[c].to_numpy(zero_copy_only=False).astype(float),
-                                               rtol=0, atol=0, equal_nan=True)))
-                     for o, w in zip(outs["before"], outs["after"]) for c in cols)
-        rates[key] = {k: [n / t for t in v] for k, v in (("before", times[f"{key} before"]),
-                                                          ("after", times[f"{key} after"]))}
+        differ = sum(
+            int(
+                np.sum(
+                    ~np.isclose(
+                        o[c].to_numpy(zero_copy_only=False).astype(float),
+                        w[c].to_numpy(zero_copy_only=False).astype(float),
+                        rtol=0,
+                        atol=0,
+                        equal_nan=True,
+                    )
+                )
+            )
+            for o, w in zip(outs["before"], outs["after"])
+            for c in cols
+        )
+        rates[key] = {k: [n / t for t in v] for k, v in (("before", times[f"{key} before"]), ("after", times[f"{key} after"]))}
         report(h, f"{key} ({n} docs)", n, {"before": times[f"{key} before"], "after": times[f"{key} after"]})
         print(f"    signal values that differ from the former code: {differ} of {n * len(cols)}")
         h.extra.setdefault("signals_differ", {})[key] = [differ, n * len(cols)]
     report(h, f"whole stage ({n_all} docs)", n_all, total, target=">= 3x")
     if "zh_web" in rates and "en_web" in rates:
-        h.ratio("zh_web after / en_web before (docs/s)", pair_ratios(rates["zh_web"]["after"],
-                                                                     rates["en_web"]["before"]), target=">= 1")
+        h.ratio(
+            "zh_web after / en_web before (docs/s)",
+            pair_ratios(rates["zh_web"]["after"], rates["en_web"]["before"]),
+            target=">= 1",
+        )
     h.finish(docs=n_all, batch=args.batch)
 
 

@@ -44,9 +44,15 @@ def main() -> None:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    os.environ.update({"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "x",
-                       "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
-                       "DATAPIPE_CACHE_DIR": str(tmp / "cache")})
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "AWS_ACCESS_KEY_ID": "x",
+            "AWS_SECRET_ACCESS_KEY": "x",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "DATAPIPE_CACHE_DIR": str(tmp / "cache"),
+        }
+    )
     from datapipe.engine.plan import make_spec
     from datapipe.pipeline.load import load_pipeline
     from datapipe.storage.uri import FETCHED, mirror_of
@@ -78,23 +84,25 @@ def main() -> None:
     def load_and_plan() -> None:
         b, r, d = FETCHED.bytes, FETCHED.requests, FETCHED.downloads
         plan["spec"] = make_spec(load_pipeline(pipe_file), tmp / "run", tmp / "cache", args.target_mb << 20)
-        fetched.append({"bytes": FETCHED.bytes - b, "requests": FETCHED.requests - r,
-                        "downloads": FETCHED.downloads - d})
+        fetched.append({"bytes": FETCHED.bytes - b, "requests": FETCHED.requests - r, "downloads": FETCHED.downloads - d})
 
     runs = h.interleave({"whole download (before)": whole_download, "load + plan (now)": load_and_plan})
     spec = plan["spec"]
     mirrored = list(mirror_of("s3://bench/in").rglob("*")) if mirror_of("s3://bench/in").exists() else []
     last = fetched[-1]
     print(f"input: {size:,} bytes, {len(spec.shards)} ranges of {args.target_mb} MB")
-    print(f"driver (load + plan), last of {len(fetched)}: {last['bytes']:,} bytes in {last['requests']} ranged "
-          f"requests, {last['downloads']} downloads, {len(mirrored)} mirror files")
+    print(
+        f"driver (load + plan), last of {len(fetched)}: {last['bytes']:,} bytes in {last['requests']} ranged "
+        f"requests, {last['downloads']} downloads, {len(mirrored)} mirror files"
+    )
     print(f"before this change the driver downloaded the input whole: {size:,} bytes")
     h.figure("driver bytes fetched (load + plan)", [float(f["bytes"]) for f in fetched], "bytes")
     for name, secs in runs.items():
         h.figure(f"{name} seconds", secs, "s")
     h.ratio("driver bytes: whole download / load + plan", [size / max(f["bytes"], 1) for f in fetched])
-    h.ratio("driver seconds: whole download / load + plan",
-            pair_ratios(runs["whole download (before)"], runs["load + plan (now)"]))
+    h.ratio(
+        "driver seconds: whole download / load + plan", pair_ratios(runs["whole download (before)"], runs["load + plan (now)"])
+    )
 
     # One map task's input: the lines of one middle range, through the reader.
     from datapipe.readers import READERS, InputFile, reader_path
@@ -102,12 +110,22 @@ def main() -> None:
     shard = spec.shards[len(spec.shards) // 2]
     piece = shard.inputs[0]
     before = FETCHED.bytes
-    file = InputFile(reader_path(piece.path, piece.format), piece.input_name, shard.source, spec.limits,
-                     start=piece.start, end=piece.end, first_record=0, ranged=not piece.whole)
+    file = InputFile(
+        reader_path(piece.path, piece.format),
+        piece.input_name,
+        shard.source,
+        spec.limits,
+        start=piece.start,
+        end=piece.end,
+        first_record=0,
+        ranged=not piece.whole,
+    )
     docs = sum(b.docs.num_rows for b in READERS[piece.format](file, spec.batch_size))
     width = (piece.end or size) - piece.start
-    print(f"one map task ({shard.key}): range of {width:,} bytes, read {FETCHED.bytes - before:,} bytes "
-          f"({(FETCHED.bytes - before) / width:.3f}x its range), {docs:,} documents")
+    print(
+        f"one map task ({shard.key}): range of {width:,} bytes, read {FETCHED.bytes - before:,} bytes "
+        f"({(FETCHED.bytes - before) / width:.3f}x its range), {docs:,} documents"
+    )
     h.ratio("one map task: bytes read / its range", [(FETCHED.bytes - before) / width], target="~1")
     server.stop()
     h.finish(input_bytes=size, ranges=len(spec.shards), target_mb=args.target_mb, mirror_files=len(mirrored))

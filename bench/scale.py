@@ -68,24 +68,37 @@ DT_SCRIPT = ROOT / "bench" / "_datatrove_pipeline.py"
 TOKENIZER = ROOT / "tokenizer" / "demo.json"
 MIB = 1 << 20
 PHASES = {  # marker folder -> what the phase does in this pipeline
-    "lines": "newline pre-pass", "map0": "read + langid + quality + dedup keys", "shuffle0": "exact dedup partitions",
-    "map1": "apply dedup + minhash signatures", "shuffle1": "minhash band partitions", "reduce1": "minhash combine",
-    "map2": "apply minhash + tokenize", "pack": "pack ranges", "stats": "statistics, in the driver"}
+    "lines": "newline pre-pass",
+    "map0": "read + langid + quality + dedup keys",
+    "shuffle0": "exact dedup partitions",
+    "map1": "apply dedup + minhash signatures",
+    "shuffle1": "minhash band partitions",
+    "reduce1": "minhash combine",
+    "map2": "apply minhash + tokenize",
+    "pack": "pack ranges",
+    "stats": "statistics, in the driver",
+}
 DUP_REASONS = {"exact_duplicate", "near_duplicate"}
 
 
 def pipeline_config(inp: Path, partitions: int, target_bytes: int) -> dict[str, Any]:
-    return {"name": "scale",
-            "sources": [{"name": "web", "kind": "web", "format": "jsonl", "paths": [str(inp / "*.jsonl")]}],
-            "stages": [{"langid": {"keep": ["zh", "en"]}}, {"quality": {"rules": "auto"}},
-                       {"dedup": {"exact": True, "partitions": partitions}},
-                       {"minhash": {"threshold": 0.7, "partitions": partitions}}],
-            "tokenize": {"tokenizer": str(TOKENIZER), "seq_len": 2048},
-            # One input file = one map task at every scale: tasks of the same size, more of them.
-            "split": {"target_bytes": target_bytes, "min_tasks_per_cpu": 0, "group_small_files": False}}
+    return {
+        "name": "scale",
+        "sources": [{"name": "web", "kind": "web", "format": "jsonl", "paths": [str(inp / "*.jsonl")]}],
+        "stages": [
+            {"langid": {"keep": ["zh", "en"]}},
+            {"quality": {"rules": "auto"}},
+            {"dedup": {"exact": True, "partitions": partitions}},
+            {"minhash": {"threshold": 0.7, "partitions": partitions}},
+        ],
+        "tokenize": {"tokenizer": str(TOKENIZER), "seq_len": 2048},
+        # One input file = one map task at every scale: tasks of the same size, more of them.
+        "split": {"target_bytes": target_bytes, "min_tasks_per_cpu": 0, "group_small_files": False},
+    }
 
 
 # --- after a run: markers, phases, bytes, plants ----------------------------------------------
+
 
 def read_markers(out: Path) -> dict[str, list[dict[str, Any]]]:
     root = out / "_work" / "markers"
@@ -100,16 +113,22 @@ def read_markers(out: Path) -> dict[str, list[dict[str, Any]]]:
 def phase_windows(markers: dict[str, list[dict[str, Any]]], end: float) -> list[tuple[str, float, float]]:
     """(phase, start, end) in time.time(): from the first task start (marker time - task seconds) to
     the last marker; after the last one, the driver builds stats.duckdb until the run ends."""
-    wins = [(p, min(m["_end"] - m.get("seconds", 0.0) for m in ms), max(m["_end"] for m in ms))
-            for p, ms in markers.items() if ms]
+    wins = [
+        (p, min(m["_end"] - m.get("seconds", 0.0) for m in ms), max(m["_end"] for m in ms)) for p, ms in markers.items() if ms
+    ]
     wins.sort(key=lambda w: w[1])
     if wins:
         wins.append(("stats", wins[-1][2], end))
     return wins
 
 
-def phase_table(markers: dict[str, list[dict[str, Any]]], timings: dict[str, float], docs: int,
-                timeline: list[tuple[float, int, int, int]], end: float) -> dict[str, dict[str, Any]]:
+def phase_table(
+    markers: dict[str, list[dict[str, Any]]],
+    timings: dict[str, float],
+    docs: int,
+    timeline: list[tuple[float, int, int, int]],
+    end: float,
+) -> dict[str, dict[str, Any]]:
     windows = phase_windows(markers, end)
     table: dict[str, dict[str, Any]] = {}
     for phase, lo, hi in windows:
@@ -119,7 +138,9 @@ def phase_table(markers: dict[str, list[dict[str, Any]]], timings: dict[str, flo
         cpu = sum(m.get("cpu_seconds", 0.0) for m in ms)
         in_window = [s for s in timeline if lo <= s[0] <= hi]
         table[phase] = {
-            "tasks": len(ms), "wall_s": timings.get(phase, hi - lo), "task_cpu_s": round(cpu, 2),
+            "tasks": len(ms),
+            "wall_s": timings.get(phase, hi - lo),
+            "task_cpu_s": round(cpu, 2),
             "cpu_us_per_doc": cpu / docs * 1e6 if docs else None,
             "task_peak_rss_mib_max": max(peaks, default=None),
             "task_peak_rss_mib_median": statistics.median(peaks) if peaks else None,
@@ -128,7 +149,8 @@ def phase_table(markers: dict[str, list[dict[str, Any]]], timings: dict[str, flo
             "tree_rss_mib_peak": max((s[1] for s in in_window), default=0) / MIB,
             "driver_rss_mib_peak": max((s[2] for s in in_window), default=0) / MIB,
             "largest_process_rss_mib_peak": max((s[3] for s in in_window), default=0) / MIB,
-            "samples": len(in_window)}
+            "samples": len(in_window),
+        }
     return table
 
 
@@ -158,8 +180,10 @@ def rejected_reasons(out: Path) -> dict[str, dict[int, str]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tables = [pq.read_table(f, columns=["url", "reason"]) for f in sorted(glob.glob(str(out / "rejected" / "**" /
-                                                                                          "*.parquet"), recursive=True))]
+    tables = [
+        pq.read_table(f, columns=["url", "reason"])
+        for f in sorted(glob.glob(str(out / "rejected" / "**" / "*.parquet"), recursive=True))
+    ]
     return _status(pa.concat_tables(tables) if tables else pa.table({"url": [], "reason": []}))
 
 
@@ -179,17 +203,27 @@ def plants_found(corpus: Corpus, removed: dict[str, dict[int, str]], is_dup: Any
             n_dup = (a is not None) + (b is not None)
             found += n_dup == 1
             both += n_dup == 2
-        result[kind] = {"planted": len(js), "reached_dedup": reached, "found": found, "both_removed": both,
-                        "recall": found / reached if reached else None}
-    reached_regular = sum(1 for j in range(corpus.regular)
-                          if j not in originals and (removed["doc"].get(j) is None or is_dup(removed["doc"][j])))
+        result[kind] = {
+            "planted": len(js),
+            "reached_dedup": reached,
+            "found": found,
+            "both_removed": both,
+            "recall": found / reached if reached else None,
+        }
+    reached_regular = sum(
+        1 for j in range(corpus.regular) if j not in originals and (removed["doc"].get(j) is None or is_dup(removed["doc"][j]))
+    )
     fp = sum(1 for j, r in removed["doc"].items() if j not in originals and is_dup(r))
-    result["false_positives"] = {"regular_reached_dedup": reached_regular, "removed_as_duplicate": fp,
-                                 "rate": fp / reached_regular if reached_regular else None}
+    result["false_positives"] = {
+        "regular_reached_dedup": reached_regular,
+        "removed_as_duplicate": fp,
+        "rate": fp / reached_regular if reached_regular else None,
+    }
     return result
 
 
 # --- datatrove ------------------------------------------------------------------------------
+
 
 def run_datatrove(python: str, inp: Path, work: Path, files: int, workers: int, interval: float) -> dict[str, Any]:
     from datapipe.assets.models import ensure_lid_model
@@ -197,10 +231,27 @@ def run_datatrove(python: str, inp: Path, work: Path, files: int, workers: int, 
     lid = str(ensure_lid_model())
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="true")
-    subprocess.run([python, "-c", "import sys; from datatrove.io import cached_asset_path_or_download as c; "
-                    "c(sys.argv[1], namespace='lid', subfolder='ft176')", lid], env=env, capture_output=True)
-    cfg = {"input": str(inp), "work": str(work / "dt-out"), "workers": workers, "files": files, "stages": "all",
-           "tokenizer": str(TOKENIZER), "eos_token": "<|endoftext|>", "lid_model": lid}
+    subprocess.run(
+        [
+            python,
+            "-c",
+            "import sys; from datatrove.io import cached_asset_path_or_download as c; "
+            "c(sys.argv[1], namespace='lid', subfolder='ft176')",
+            lid,
+        ],
+        env=env,
+        capture_output=True,
+    )
+    cfg = {
+        "input": str(inp),
+        "work": str(work / "dt-out"),
+        "workers": workers,
+        "files": files,
+        "stages": "all",
+        "tokenizer": str(TOKENIZER),
+        "eos_token": "<|endoftext|>",
+        "lid_model": lid,
+    }
     (work / "dt-config.json").write_text(json.dumps(cfg))
     log = work / "datatrove.log"
     r = run_tree([python, str(DT_SCRIPT), str(work / "dt-config.json")], interval, env=env, log=log)
@@ -214,10 +265,11 @@ def run_datatrove(python: str, inp: Path, work: Path, files: int, workers: int, 
 def datatrove_removed(dt_out: Path, corpus: Corpus) -> dict[str, dict[int, str]]:
     """What datatrove did not keep: "quality" for documents its filter block dropped, "duplicate" for
     those past it but missing from its final output (removed by exact dedup or MinHash)."""
+
     def urls(folder: Path) -> set[str]:
         found: set[str] = set()
         for f in sorted(glob.glob(str(folder / "*.jsonl*"))):
-            with (gzip.open(f, "rt", encoding="utf-8") if f.endswith(".gz") else open(f, encoding="utf-8")) as fh:
+            with gzip.open(f, "rt", encoding="utf-8") if f.endswith(".gz") else open(f, encoding="utf-8") as fh:
                 for line in fh:
                     d = json.loads(line)
                     found.add(d.get("metadata", {}).get("url") or d.get("url"))
@@ -237,6 +289,7 @@ def datatrove_removed(dt_out: Path, corpus: Corpus) -> dict[str, dict[int, str]]
 
 # --- one scale --------------------------------------------------------------------------------
 
+
 def run_scale(scale: int, args: argparse.Namespace, base: Any, work: Path, dt_python: str | None) -> dict[str, Any]:
     n = scale * args.base_docs
     files = scale * args.files_per_scale
@@ -245,16 +298,30 @@ def run_scale(scale: int, args: argparse.Namespace, base: Any, work: Path, dt_py
     corpus = write_corpus(inp, base, n, files, rate=args.plant_rate, p=args.perturb, seed=scale)
     largest = max(f.stat().st_size for f in corpus.files)
     partitions = files
-    print(f"    {corpus.docs:,} documents, {corpus.bytes / 1e6:,.0f} MB, written in {corpus.seconds:.0f} s; "
-          f"{len(corpus.files)} map tasks (largest file {largest / MIB:.1f} MiB), {partitions} partitions", flush=True)
+    print(
+        f"    {corpus.docs:,} documents, {corpus.bytes / 1e6:,.0f} MB, written in {corpus.seconds:.0f} s; "
+        f"{len(corpus.files)} map tasks (largest file {largest / MIB:.1f} MiB), {partitions} partitions",
+        flush=True,
+    )
     import yaml
 
     (work / "pipeline.yaml").write_text(yaml.safe_dump(pipeline_config(inp, partitions, largest + MIB)))
     out = work / "dp-out"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    cmd = [sys.executable, "-m", "datapipe.cli", "run", str(work / "pipeline.yaml"), "-o", str(out),
-           "--num-cpus", str(args.cpus), "--no-progress", "--fresh"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "datapipe.cli",
+        "run",
+        str(work / "pipeline.yaml"),
+        "-o",
+        str(out),
+        "--num-cpus",
+        str(args.cpus),
+        "--no-progress",
+        "--fresh",
+    ]
     timeline: list[tuple[float, int, int, int]] = []
     load = os.getloadavg()
     r = run_tree(cmd, args.interval, env=env, log=work / "datapipe.log", timeline=timeline)
@@ -270,24 +337,45 @@ def run_scale(scale: int, args: argparse.Namespace, base: Any, work: Path, dt_py
     found = plants_found(corpus, rejected_reasons(out), lambda reason: reason in DUP_REASONS)
     sizes = bytes_written(out)
     task_cpu = sum(p["task_cpu_s"] for p in phases.values())
-    res = {"scale": scale, "corpus": corpus.summary(), "map_tasks": run["split"]["map_tasks"],
-           "partitions": partitions, "target_bytes": largest + MIB, "cpus": args.cpus,
-           "loadavg_before": load, "loadavg_after": os.getloadavg(),
-           "wall_s": r["wall_s"], "tree_cpu_s": r["cpu_s"], "cpu_method": r["cpu_method"], "task_cpu_s": task_cpu,
-           "tree_peak_rss_mib": r["peak_rss_mib"], "tree_peak_pss_mib": r["peak_pss_mib"],
-           "docs": docs, "kept": run["counts"]["kept"], "tokens": sum(s["tokens"] for s in run["counts"]["sources"].values()),
-           "docs_per_s_per_core": docs / r["wall_s"] / args.cpus, "docs_per_cpu_s": docs / r["cpu_s"],
-           "tree_cpu_us_per_doc": r["cpu_s"] / docs * 1e6, "task_cpu_us_per_doc": task_cpu / docs * 1e6,
-           "wall_us_per_doc": r["wall_s"] / docs * 1e6,
-           "task_peak_rss_mib_max": max(task_peaks, default=None),
-           "driver_peak_rss_mib": max((s[2] for s in timeline), default=0) / MIB, "phases": phases, "bytes": sizes,
-           "bytes_per_doc": {k: v / docs for k, v in sizes.items()}, "found": found,
-           "stage_counts": run["counts"]["stages"]}
-    print(f"    datapipe: wall {r['wall_s']:.0f} s, tree CPU {r['cpu_s']:.0f} s, {res['docs_per_s_per_core']:.0f} "
-          f"docs/s per core, {res['docs_per_cpu_s']:.0f} docs per CPU s; largest task peak "
-          f"{res['task_peak_rss_mib_max']:.0f} MiB, driver peak {res['driver_peak_rss_mib']:.0f} MiB; "
-          f"tree peak RSS {r['peak_rss_mib']:.0f} MiB "
-          f"(load average {load[0]:.1f} before, {res['loadavg_after'][0]:.1f} after)", flush=True)
+    res = {
+        "scale": scale,
+        "corpus": corpus.summary(),
+        "map_tasks": run["split"]["map_tasks"],
+        "partitions": partitions,
+        "target_bytes": largest + MIB,
+        "cpus": args.cpus,
+        "loadavg_before": load,
+        "loadavg_after": os.getloadavg(),
+        "wall_s": r["wall_s"],
+        "tree_cpu_s": r["cpu_s"],
+        "cpu_method": r["cpu_method"],
+        "task_cpu_s": task_cpu,
+        "tree_peak_rss_mib": r["peak_rss_mib"],
+        "tree_peak_pss_mib": r["peak_pss_mib"],
+        "docs": docs,
+        "kept": run["counts"]["kept"],
+        "tokens": sum(s["tokens"] for s in run["counts"]["sources"].values()),
+        "docs_per_s_per_core": docs / r["wall_s"] / args.cpus,
+        "docs_per_cpu_s": docs / r["cpu_s"],
+        "tree_cpu_us_per_doc": r["cpu_s"] / docs * 1e6,
+        "task_cpu_us_per_doc": task_cpu / docs * 1e6,
+        "wall_us_per_doc": r["wall_s"] / docs * 1e6,
+        "task_peak_rss_mib_max": max(task_peaks, default=None),
+        "driver_peak_rss_mib": max((s[2] for s in timeline), default=0) / MIB,
+        "phases": phases,
+        "bytes": sizes,
+        "bytes_per_doc": {k: v / docs for k, v in sizes.items()},
+        "found": found,
+        "stage_counts": run["counts"]["stages"],
+    }
+    print(
+        f"    datapipe: wall {r['wall_s']:.0f} s, tree CPU {r['cpu_s']:.0f} s, {res['docs_per_s_per_core']:.0f} "
+        f"docs/s per core, {res['docs_per_cpu_s']:.0f} docs per CPU s; largest task peak "
+        f"{res['task_peak_rss_mib_max']:.0f} MiB, driver peak {res['driver_peak_rss_mib']:.0f} MiB; "
+        f"tree peak RSS {r['peak_rss_mib']:.0f} MiB "
+        f"(load average {load[0]:.1f} before, {res['loadavg_after'][0]:.1f} after)",
+        flush=True,
+    )
     print_found("datapipe", found)
     if dt_python:
         print(f"    datatrove on the same {scale}x corpus, {args.cpus} workers ...", flush=True)
@@ -296,9 +384,12 @@ def run_scale(scale: int, args: argparse.Namespace, base: Any, work: Path, dt_py
         dt["found"] = plants_found(corpus, removed, lambda reason: reason == "duplicate")
         dt["kept"] = corpus.docs - sum(len(v) for v in removed.values())
         res["datatrove"] = {k: v for k, v in dt.items() if k != "rc"}
-        print(f"    datatrove: wall {dt['wall_s']:.0f} s, tree CPU {dt['cpu_s']:.0f} s, tree peak RSS "
-              f"{dt['peak_rss_mib']:.0f} MiB, kept {dt['kept']:,} (datapipe {res['kept']:,}); blocks: "
-              + ", ".join(f"{k} {v:.0f}s" for k, v in dt["block_timings"].items()), flush=True)
+        print(
+            f"    datatrove: wall {dt['wall_s']:.0f} s, tree CPU {dt['cpu_s']:.0f} s, tree peak RSS "
+            f"{dt['peak_rss_mib']:.0f} MiB, kept {dt['kept']:,} (datapipe {res['kept']:,}); blocks: "
+            + ", ".join(f"{k} {v:.0f}s" for k, v in dt["block_timings"].items()),
+            flush=True,
+        )
         print_found("datatrove", dt["found"])
     return res
 
@@ -309,13 +400,16 @@ def print_found(side: str, found: dict[str, Any]) -> None:
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{100 * x:.2f}%"
 
-    print(f"    {side} plants found: exact {e['found']:,}/{e['reached_dedup']:,} ({pct(e['recall'])}), near "
-          f"{nr['found']:,}/{nr['reached_dedup']:,} ({pct(nr['recall'])}); false positives "
-          f"{fp['removed_as_duplicate']:,} of {fp['regular_reached_dedup']:,} regular documents ({pct(fp['rate'])})",
-          flush=True)
+    print(
+        f"    {side} plants found: exact {e['found']:,}/{e['reached_dedup']:,} ({pct(e['recall'])}), near "
+        f"{nr['found']:,}/{nr['reached_dedup']:,} ({pct(nr['recall'])}); false positives "
+        f"{fp['removed_as_duplicate']:,} of {fp['regular_reached_dedup']:,} regular documents ({pct(fp['rate'])})",
+        flush=True,
+    )
 
 
 # --- report -----------------------------------------------------------------------------------
+
 
 def _mib(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.0f}"
@@ -326,8 +420,9 @@ def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
     s0, s1 = first["scale"], last["scale"]
     phases = [p for p in PHASES if any(p in r["phases"] for r in results)]
     print("\nper phase: tasks, task CPU us per document, largest per-task peak RSS MiB (median), tree peak RSS MiB")
-    head = f"{'phase':<44}" + "".join(f"{str(r['scale']) + 'x tasks':>9}{'us/doc':>8}{'task MiB':>14}{'tree':>7}"
-                                        for r in results)
+    head = f"{'phase':<44}" + "".join(
+        f"{str(r['scale']) + 'x tasks':>9}{'us/doc':>8}{'task MiB':>14}{'tree':>7}" for r in results
+    )
     print(head)
     for p in phases:
         cells = ""
@@ -337,8 +432,11 @@ def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
                 cells += f"{'-':>9}{'-':>8}{'-':>14}{'-':>7}"
                 continue
             us = "-" if p == "stats" else f"{ph['cpu_us_per_doc']:.0f}"
-            task = "-" if ph["task_peak_rss_mib_max"] is None else \
-                f"{ph['task_peak_rss_mib_max']:.0f} ({ph['task_peak_rss_mib_median']:.0f})"
+            task = (
+                "-"
+                if ph["task_peak_rss_mib_max"] is None
+                else f"{ph['task_peak_rss_mib_max']:.0f} ({ph['task_peak_rss_mib_median']:.0f})"
+            )
             tree = f"{ph['tree_rss_mib_peak']:.0f}" if ph["samples"] else "-"  # shorter than the interval
             cells += f"{ph['tasks']:>9}{us:>8}{task:>14}{tree:>7}"
         print(f"{p + ' ' + PHASES[p]:<44}{cells}")
@@ -349,9 +447,14 @@ def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
         "task_peak_rss": last["task_peak_rss_mib_max"] / first["task_peak_rss_mib_max"],
         "driver_peak_rss": last["driver_peak_rss_mib"] / first["driver_peak_rss_mib"],
     }
-    per_phase_peak = {p: last["phases"][p]["task_peak_rss_mib_max"] / first["phases"][p]["task_peak_rss_mib_max"]
-                      for p in phases if p in first["phases"] and p in last["phases"]
-                      and first["phases"][p]["task_peak_rss_mib_max"] and last["phases"][p]["task_peak_rss_mib_max"]}
+    per_phase_peak = {
+        p: last["phases"][p]["task_peak_rss_mib_max"] / first["phases"][p]["task_peak_rss_mib_max"]
+        for p in phases
+        if p in first["phases"]
+        and p in last["phases"]
+        and first["phases"][p]["task_peak_rss_mib_max"]
+        and last["phases"][p]["task_peak_rss_mib_max"]
+    }
     print()
     h.ratio(f"per-doc tree CPU {s1}x/{s0}x", [ratios["tree_cpu_per_doc"]], target="~1.0 (flat within noise)")
     h.ratio(f"per-doc task CPU {s1}x/{s0}x", [ratios["task_cpu_per_doc"]], target="~1.0 (flat within noise)")
@@ -365,22 +468,31 @@ def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
         h.ratio(f"{s0}x tree CPU datatrove/datapipe", [dt["cpu_s"] / first["tree_cpu_s"]], target="> 1")
         h.ratio(f"{s0}x peak tree RSS datapipe/datatrove", [first["tree_peak_rss_mib"] / dt["peak_rss_mib"]])
     print("\nmarkdown rows for docs/scaling.md (scale table):")
-    print("| scale | documents | input MB | map tasks / partitions | wall s | tree CPU s | docs/s per core (wall) "
-          "| docs per CPU s | largest task peak RSS MiB | driver peak RSS MiB | tree peak RSS MiB | exact / near found "
-          "| false positives |")
+    print(
+        "| scale | documents | input MB | map tasks / partitions | wall s | tree CPU s | docs/s per core (wall) "
+        "| docs per CPU s | largest task peak RSS MiB | driver peak RSS MiB | tree peak RSS MiB | exact / near found "
+        "| false positives |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         f = r["found"]
-        print(f"| {r['scale']}x | {r['docs']:,} | {r['corpus']['bytes'] / 1e6:,.0f} | {r['map_tasks']} / "
-              f"{r['partitions']} | {r['wall_s']:,.0f} | {r['tree_cpu_s']:,.0f} | {r['docs_per_s_per_core']:,.0f} | "
-              f"{r['docs_per_cpu_s']:,.0f} | {_mib(r['task_peak_rss_mib_max'])} | {_mib(r['driver_peak_rss_mib'])} | "
-              f"{_mib(r['tree_peak_rss_mib'])} | "
-              f"{f['exact']['found']:,}/{f['exact']['reached_dedup']:,} / {f['near']['found']:,}/"
-              f"{f['near']['reached_dedup']:,} | {f['false_positives']['removed_as_duplicate']} |")
-    print("\nmarkdown rows for docs/scaling.md (per phase: largest per-task peak RSS, MiB (stats: the driver's);"
-          " task CPU us per document):")
-    print("| phase | " + " | ".join(f"{r['scale']}x tasks | {r['scale']}x task MiB | {r['scale']}x us/doc"
-                                    for r in results) + f" | task MiB {s1}x/{s0}x |")
+        print(
+            f"| {r['scale']}x | {r['docs']:,} | {r['corpus']['bytes'] / 1e6:,.0f} | {r['map_tasks']} / "
+            f"{r['partitions']} | {r['wall_s']:,.0f} | {r['tree_cpu_s']:,.0f} | {r['docs_per_s_per_core']:,.0f} | "
+            f"{r['docs_per_cpu_s']:,.0f} | {_mib(r['task_peak_rss_mib_max'])} | {_mib(r['driver_peak_rss_mib'])} | "
+            f"{_mib(r['tree_peak_rss_mib'])} | "
+            f"{f['exact']['found']:,}/{f['exact']['reached_dedup']:,} / {f['near']['found']:,}/"
+            f"{f['near']['reached_dedup']:,} | {f['false_positives']['removed_as_duplicate']} |"
+        )
+    print(
+        "\nmarkdown rows for docs/scaling.md (per phase: largest per-task peak RSS, MiB (stats: the driver's);"
+        " task CPU us per document):"
+    )
+    print(
+        "| phase | "
+        + " | ".join(f"{r['scale']}x tasks | {r['scale']}x task MiB | {r['scale']}x us/doc" for r in results)
+        + f" | task MiB {s1}x/{s0}x |"
+    )
     print("|---|" + "---|" * (3 * len(results) + 1))
     for p in phases:
         cells = []
@@ -399,8 +511,9 @@ def main() -> int:
     ap.add_argument("--base-docs", type=int, default=125_000, help="regular documents at 1x (default 125,000)")
     ap.add_argument("--scales", default="1,4,16", help="comma-separated multiples of --base-docs (default 1,4,16)")
     ap.add_argument("--cpus", type=int, default=os.cpu_count() or 2, help="Ray CPUs and datatrove workers")
-    ap.add_argument("--files-per-scale", type=int, default=8,
-                    help="input files (= map tasks) and dedup/minhash partitions per 1x (default 8)")
+    ap.add_argument(
+        "--files-per-scale", type=int, default=8, help="input files (= map tasks) and dedup/minhash partitions per 1x (default 8)"
+    )
     ap.add_argument("--plant-rate", type=float, default=0.05, help="exact and near plants, each, per regular doc")
     ap.add_argument("--perturb", type=float, default=0.2, help="share of Han characters and words replaced per copy")
     ap.add_argument("--max-chars", type=int, default=5000, help="base documents cut at a paragraph end to this")
@@ -408,8 +521,12 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.25, help="seconds between /proc samples")
     ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where corpora and runs go")
     ap.add_argument("--keep", action="store_true", help="keep each scale's folder (default: deleted after it)")
-    ap.add_argument("--paper", type=Path, metavar="JSON",
-                    help="print docs/scaling.md's 10 TB estimate from a JSON this script wrote, and exit")
+    ap.add_argument(
+        "--paper",
+        type=Path,
+        metavar="JSON",
+        help="print docs/scaling.md's 10 TB estimate from a JSON this script wrote, and exit",
+    )
     args = add_args(ap, repeats=1).parse_args()
     if args.paper:
         from bench._scale_paper import estimate
@@ -417,24 +534,32 @@ def main() -> int:
         print(estimate(args.paper))
         return 0
     scales = [int(s) for s in args.scales.split(",")]
-    h = Harness("scale", args, libs=["ray", "tokenizers", "fasttext-numpy2", "numba", "duckdb"],
-                note=f"scales {scales} x {args.base_docs:,} regular docs (+{args.plant_rate:.0%} exact and "
-                     f"{args.plant_rate:.0%} near plants), {args.cpus} CPUs")
+    h = Harness(
+        "scale",
+        args,
+        libs=["ray", "tokenizers", "fasttext-numpy2", "numba", "duckdb"],
+        note=f"scales {scales} x {args.base_docs:,} regular docs (+{args.plant_rate:.0%} exact and "
+        f"{args.plant_rate:.0%} near plants), {args.cpus} CPUs",
+    )
     dt_python = args.datatrove_python
     if dt_python and not Path(dt_python).exists():
         sys.exit(f"--datatrove-python {dt_python}: not found")
     t = time.perf_counter()
     base = load_base(args.max_chars)
-    print(f"base: {len(base):,} real documents (zh {base.lang.count('zh'):,}, en {base.lang.count('en'):,}), "
-          f"{base.mean_bytes():,.0f} bytes on average, prepared in {time.perf_counter() - t:.0f} s")
+    print(
+        f"base: {len(base):,} real documents (zh {base.lang.count('zh'):,}, en {base.lang.count('en'):,}), "
+        f"{base.mean_bytes():,.0f} bytes on average, prepared in {time.perf_counter() - t:.0f} s"
+    )
     sim = similarity_check(base, args.perturb)
     c, nr = sim["copies_minhash"], sim["near_minhash"]
-    print(f"perturbation check ({sim['pairs']:,} sampled pairs, MinHash 128 perms, threshold {sim['threshold']}): "
-          f"two copies of one document mean {c['mean']:.3f}, p99 {c['p99']:.3f}, max {c['max']:.3f} "
-          f"({c['at_or_above_threshold']} at or above the threshold; exact shingle Jaccard max "
-          f"{sim['copies_true_jaccard']['max']:.3f}); a near plant vs its original mean {nr['mean']:.3f}, "
-          f"p01 {nr['p01']:.3f}, min {nr['min']:.3f} (exact shingle Jaccard min {sim['near_true_jaccard']['min']:.3f})",
-          flush=True)
+    print(
+        f"perturbation check ({sim['pairs']:,} sampled pairs, MinHash 128 perms, threshold {sim['threshold']}): "
+        f"two copies of one document mean {c['mean']:.3f}, p99 {c['p99']:.3f}, max {c['max']:.3f} "
+        f"({c['at_or_above_threshold']} at or above the threshold; exact shingle Jaccard max "
+        f"{sim['copies_true_jaccard']['max']:.3f}); a near plant vs its original mean {nr['mean']:.3f}, "
+        f"p01 {nr['p01']:.3f}, min {nr['min']:.3f} (exact shingle Jaccard min {sim['near_true_jaccard']['min']:.3f})",
+        flush=True,
+    )
     results = []
     for i, scale in enumerate(scales):
         work = Path(tempfile.mkdtemp(prefix=f"dp-scale-{scale}x-", dir=args.tmp))
@@ -442,14 +567,26 @@ def main() -> int:
             results.append(run_scale(scale, args, base, work, dt_python if i == 0 else None))
             if args.json:  # each finished scale at once: a run stopped later keeps it (--paper reads this too)
                 args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps({"bench": "scale", "env": h.env, "extra": {
-                    "partial": True, "similarity": sim, "scales": results}}, indent=1, default=str) + "\n")
+                args.json.write_text(
+                    json.dumps(
+                        {"bench": "scale", "env": h.env, "extra": {"partial": True, "similarity": sim, "scales": results}},
+                        indent=1,
+                        default=str,
+                    )
+                    + "\n"
+                )
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
     summary = report(results, h)
-    h.finish(similarity=sim, scales=results, **summary, base_docs=args.base_docs, base_real_docs=len(base),
-             files_per_scale=args.files_per_scale)
+    h.finish(
+        similarity=sim,
+        scales=results,
+        **summary,
+        base_docs=args.base_docs,
+        base_real_docs=len(base),
+        files_per_scale=args.files_per_scale,
+    )
     return 0
 
 

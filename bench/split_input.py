@@ -45,7 +45,7 @@ def write_corpus(path: Path, target_bytes: int, corpus: Path) -> tuple[int, int]
             tag = f"{copy} ".encode()
             for line in lines:
                 obj_start = line.find(b'"text": "')
-                out = line[:obj_start + 9] + tag + line[obj_start + 9:] if obj_start >= 0 else line
+                out = line[: obj_start + 9] + tag + line[obj_start + 9 :] if obj_start >= 0 else line
                 f.write(out + b"\n")
                 written += len(out) + 1
                 docs += 1
@@ -61,14 +61,16 @@ def run_once(folder: Path, data: Path, split: dict, cpus: int) -> dict[str, floa
     from datapipe.engine.runner import run_pipeline
     from datapipe.pipeline.load import load_pipeline
 
-    config = {"name": "bench", "sources": [{"name": "big", "paths": [str(data)]}],
-              "stages": [{"langid": {"keep": ["zh", "en"], "min_score": 0.3}}, {"length": {"min_chars": 50}}],
-              "split": split}
+    config = {
+        "name": "bench",
+        "sources": [{"name": "big", "paths": [str(data)]}],
+        "stages": [{"langid": {"keep": ["zh", "en"], "min_score": 0.3}}, {"length": {"min_chars": 50}}],
+        "split": split,
+    }
     out = folder / f"out-{len(list(folder.glob('out-*')))}"
     (folder / "p.yaml").write_text(yaml.safe_dump(config))
     started = time.perf_counter()
-    result = run_pipeline(load_pipeline(folder / "p.yaml"), output=out, num_cpus=cpus, show_progress=False,
-                          log=lambda m: None)
+    result = run_pipeline(load_pipeline(folder / "p.yaml"), output=out, num_cpus=cpus, show_progress=False, log=lambda m: None)
     total = time.perf_counter() - started
     phases = [p for p in ("lines", "map0") if p in result.run["timings"]]
     wall = sum(result.run["timings"][p] for p in phases)
@@ -76,10 +78,15 @@ def run_once(folder: Path, data: Path, split: dict, cpus: int) -> dict[str, floa
     cpu = sum(m.get("cpu_seconds", 0.0) for m in markers)
     busy = sum(m.get("seconds", 0.0) for m in markers)  # task wall seconds: tasks running on average = busy / wall
     shutil.rmtree(out)
-    return {"tasks": result.run["split"]["map_tasks"], "map_wall": wall, "map_cpu": cpu, "run_wall": total,
-            "phase_wall": {p: result.run["timings"][p] for p in phases},
-            "concurrency": busy / wall,
-            "docs": result.run["counts"]["documents"]}
+    return {
+        "tasks": result.run["split"]["map_tasks"],
+        "map_wall": wall,
+        "map_cpu": cpu,
+        "run_wall": total,
+        "phase_wall": {p: result.run["timings"][p] for p in phases},
+        "concurrency": busy / wall,
+        "docs": result.run["counts"]["documents"],
+    }
 
 
 def main() -> None:
@@ -88,8 +95,11 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=2, help="CPUs Ray may use (default 2)")
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--tmp", type=Path, default=None, help="where to write the corpus (default: system temp)")
-    ap.add_argument("--split-only", action="store_true",
-                    help="skip the one-task run (it takes --cpus times longer; the acceptance figure is the split run's)")
+    ap.add_argument(
+        "--split-only",
+        action="store_true",
+        help="skip the one-task run (it takes --cpus times longer; the acceptance figure is the split run's)",
+    )
     add_args(ap, repeats=1)
     args = ap.parse_args()
     if not args.corpus.is_dir():
@@ -109,20 +119,22 @@ def main() -> None:
             for label, split in runs.items():
                 before = os.getloadavg()
                 r = run_once(folder, data, split, args.cpus)
-                r.update({"cpu_per_wall": r["map_cpu"] / r["map_wall"], "loadavg_before": before,
-                          "loadavg_after": os.getloadavg()})
+                r.update(
+                    {"cpu_per_wall": r["map_cpu"] / r["map_wall"], "loadavg_before": before, "loadavg_after": os.getloadavg()}
+                )
                 results[label].append(r)
-                print(f"{label:20s} tasks={r['tasks']:4d}  map wall={r['map_wall']:7.1f} s  map CPU={r['map_cpu']:7.1f} s  "
-                      f"CPU/wall={r['cpu_per_wall']:.2f}  tasks running on average={r['concurrency']:.2f}  "
-                      f"(run {r['run_wall']:.0f} s, load average before {before[0]:.1f} on {os.cpu_count()} cores)",
-                      flush=True)
+                print(
+                    f"{label:20s} tasks={r['tasks']:4d}  map wall={r['map_wall']:7.1f} s  map CPU={r['map_cpu']:7.1f} s  "
+                    f"CPU/wall={r['cpu_per_wall']:.2f}  tasks running on average={r['concurrency']:.2f}  "
+                    f"(run {r['run_wall']:.0f} s, load average before {before[0]:.1f} on {os.cpu_count()} cores)",
+                    flush=True,
+                )
         for label, rs in results.items():
             h.figure(f"{label}: map tasks", [r["tasks"] for r in rs])
             h.figure(f"{label}: map-phase CPU s / wall s", [r["cpu_per_wall"] for r in rs])
             h.figure(f"{label}: tasks running on average", [r["concurrency"] for r in rs])
         split = results["split (defaults)"]
-        h.ratio("split map phase: CPU s / wall s", [r["cpu_per_wall"] for r in split],
-                target=f">= 1.7 on {args.cpus} idle cores")
+        h.ratio("split map phase: CPU s / wall s", [r["cpu_per_wall"] for r in split], target=f">= 1.7 on {args.cpus} idle cores")
         if "one task (unsplit)" in results:
             one = results["one task (unsplit)"]
             assert all(a["docs"] == b["docs"] for a, b in zip(one, split))

@@ -46,31 +46,47 @@ def tiny_pipeline(tmp: Path, docs: int) -> Path:
         with open(src, encoding="utf-8") as f:
             out.write_text("".join(line for _, line in zip(range(docs // 2), f)), encoding="utf-8")
         paths.append(out)
-    spec = {"name": "tiny", "sources": [{"name": "web", "kind": "web", "paths": [str(p) for p in paths]}],
-            "stages": [{"langid": {"keep": ["zh", "en"]}}, {"length": {"min_chars": 20}}],
-            "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 512}}
+    spec = {
+        "name": "tiny",
+        "sources": [{"name": "web", "kind": "web", "paths": [str(p) for p in paths]}],
+        "stages": [{"langid": {"keep": ["zh", "en"]}}, {"length": {"min_chars": 20}}],
+        "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 512},
+    }
     path = tmp / "tiny.yaml"
     path.write_text(json.dumps(spec))  # JSON is YAML
     return path
 
 
 def tokenize_only_pipeline(tmp: Path) -> Path:
-    spec = {"name": "tokenize_only",
-            "sources": [{"name": p.stem, "kind": "web", "paths": [str(p)]} for p in sorted(CORPUS.glob("*.jsonl"))],
-            "stages": [],
-            "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 2048}}
+    spec = {
+        "name": "tokenize_only",
+        "sources": [{"name": p.stem, "kind": "web", "paths": [str(p)]} for p in sorted(CORPUS.glob("*.jsonl"))],
+        "stages": [],
+        "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 2048},
+    }
     path = tmp / "tokenize_only.yaml"
     path.write_text(json.dumps(spec))
     return path
 
 
-def timed_run(pipeline: Path, out: Path, num_cpus: int, in_process: bool = False,
-              ray: bool = False) -> tuple[float, dict[str, float], float]:
+def timed_run(
+    pipeline: Path, out: Path, num_cpus: int, in_process: bool = False, ray: bool = False
+) -> tuple[float, dict[str, float], float]:
     """Wall seconds, the run's phase timings, and the CPU seconds of the run's process (user + sys of it
     and the children it waited for: Ray daemons it leaves behind are not counted)."""
-    cmd = [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out), "--fresh",
-           "--no-progress", *(["--in-process"] if in_process else ["--num-cpus", str(num_cpus)]),
-           *(["--ray"] if ray else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "datapipe.cli",
+        "run",
+        str(pipeline),
+        "--output",
+        str(out),
+        "--fresh",
+        "--no-progress",
+        *(["--in-process"] if in_process else ["--num-cpus", str(num_cpus)]),
+        *(["--ray"] if ray else []),
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
@@ -85,10 +101,12 @@ def timed_run(pipeline: Path, out: Path, num_cpus: int, in_process: bool = False
 def help_import_seconds() -> tuple[float, list[str]]:
     """Wall time of `datapipe --help`, and which heavy modules it imported."""
     # The CLI ends its process with os._exit after the exit handlers (cli._Program): report from one.
-    probe = ("import atexit, runpy, sys\nsys.argv = ['datapipe', '--help']\n"
-             "atexit.register(lambda: print('HEAVY', *[m for m in ('ray', 'numba', 'torch', 'pyarrow', 'duckdb', "
-             "'tokenizers') if m in sys.modules], file=sys.stderr))\n"
-             "runpy.run_module('datapipe.cli', run_name='__main__')")
+    probe = (
+        "import atexit, runpy, sys\nsys.argv = ['datapipe', '--help']\n"
+        "atexit.register(lambda: print('HEAVY', *[m for m in ('ray', 'numba', 'torch', 'pyarrow', 'duckdb', "
+        "'tokenizers') if m in sys.modules], file=sys.stderr))\n"
+        "runpy.run_module('datapipe.cli', run_name='__main__')"
+    )
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", probe], env=_env(), capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -112,8 +130,11 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=40)
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--in-process", action="store_true", help="Also time the tiny pipeline with --in-process (no Ray).")
-    ap.add_argument("--ray", action="store_true", help="Also time the tiny pipeline with --ray (its default is one "
-                    "map task, which runs in the driver).")
+    ap.add_argument(
+        "--ray",
+        action="store_true",
+        help="Also time the tiny pipeline with --ray (its default is one map task, which runs in the driver).",
+    )
     ap.add_argument("--tokenize-only", action="store_true", help="Also time a tokenize-only run of the shared corpus.")
     args = add_args(ap, repeats=3).parse_args()
     h = Harness("startup", args)
@@ -130,8 +151,7 @@ def main() -> None:
         tmp = Path(tmp_name)
         pipeline = tiny_pipeline(tmp, args.docs)
         tiny = f"tiny pipeline ({args.docs} docs)"
-        sides = {"datapipe --help": help_run,
-                 f"{tiny}, default": lambda: timed_run(pipeline, tmp / "out", args.num_cpus)}
+        sides = {"datapipe --help": help_run, f"{tiny}, default": lambda: timed_run(pipeline, tmp / "out", args.num_cpus)}
         if args.ray:
             sides[f"{tiny}, --ray"] = lambda: timed_run(pipeline, tmp / "out", args.num_cpus, ray=True)
         if args.in_process:

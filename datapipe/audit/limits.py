@@ -45,8 +45,18 @@ MEMORY_CAP = 16 * 10**9
 MAX_THREADS = 4
 POLL_S = 0.01  # the guard's period: at a few GB/s of growth, tens of MB past the limit at most
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 
 
 class LimitError(UsageError):
@@ -138,8 +148,7 @@ def threads() -> int:
 
 
 def memory_message(limit: int) -> str:
-    return (f"the query used more than the {format_size(limit)} memory limit "
-            f"(--memory-limit or {MEMORY_ENV} to raise it)")
+    return f"the query used more than the {format_size(limit)} memory limit (--memory-limit or {MEMORY_ENV} to raise it)"
 
 
 def timeout_message(seconds: float) -> str:

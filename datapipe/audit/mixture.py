@@ -75,13 +75,14 @@ def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
     run = read_run_json(Path(run_dir))
     weights: dict[str, float] = (run.get("config") or {}).get("mixture") or {}
     with reading(Path(run_dir)) as con:
-        docs = {s: (d, t) for s, d, t in con.execute(
-            "SELECT source, count(*), coalesce(sum(n_tokens), 0) FROM documents WHERE status = 'kept' "
-            "GROUP BY source").fetchall()}
-        train = dict(con.execute("SELECT source, sum(tokens) FROM shards WHERE split = 'train' "
-                                 "GROUP BY source").fetchall())
-        groups = con.execute("SELECT source, lang, script, license_class, documents, tokens, token_share "
-                             "FROM mixture").fetchall()
+        docs = {
+            s: (d, t)
+            for s, d, t in con.execute(
+                "SELECT source, count(*), coalesce(sum(n_tokens), 0) FROM documents WHERE status = 'kept' GROUP BY source"
+            ).fetchall()
+        }
+        train = dict(con.execute("SELECT source, sum(tokens) FROM shards WHERE split = 'train' GROUP BY source").fetchall())
+        groups = con.execute("SELECT source, lang, script, license_class, documents, tokens, token_share FROM mixture").fetchall()
     # Every source of the pipeline is listed, also one that kept nothing (it shows 0, not nothing).
     names = list(dict.fromkeys([*weights, *configured_sources(run), *sorted(docs)]))
     total = sum(t for _, t in docs.values()) or 1
@@ -96,8 +97,11 @@ def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
         if budget is not None:
             ratio = share_for_budget * budget / tr if tr else float("inf") if share_for_budget else 0.0
         rows.append(SourceMix(name, int(d), int(t), tr, t / total, target, ratio))
-    limits = {r.source: r.train_tokens / (r.target if r.target is not None else r.share)
-              for r in rows if (r.target if r.target is not None else r.share) > 0}
+    limits = {
+        r.source: r.train_tokens / (r.target if r.target is not None else r.share)
+        for r in rows
+        if (r.target if r.target is not None else r.share) > 0
+    }
     max_budget = int(min(limits.values())) if limits else None
     limiting = [s for s, v in limits.items() if max_budget is not None and int(v) == max_budget]
     fed = {r.source: r.target for r in rows if r.target and r.train_tokens}
@@ -118,12 +122,18 @@ def budget_line(report: MixtureReport) -> str | None:
         named = "; ".join(
             f"{r.source} (target {r.target:.1%}) has no train tokens: "
             + ("it kept no documents" if r.documents == 0 else f"its {r.documents:,} kept documents are all in val")
-            for r in starved)
-        without = (f" With {'them' if len(starved) > 1 else 'it'} at weight 0 the largest is "
-                   f"{report.max_budget_without_starved:,}." if report.max_budget_without_starved else "")
-        return (f"{head}, because {named}. Any budget would repeat it without end: give it weight 0 or fix its "
-                f"inputs (why it dropped documents: datapipe sql RUN \"select stage, reason, count(*) from documents "
-                f"where source = '{starved[0].source}' group by all\").{without}")
+            for r in starved
+        )
+        without = (
+            f" With {'them' if len(starved) > 1 else 'it'} at weight 0 the largest is {report.max_budget_without_starved:,}."
+            if report.max_budget_without_starved
+            else ""
+        )
+        return (
+            f"{head}, because {named}. Any budget would repeat it without end: give it weight 0 or fix its "
+            f'inputs (why it dropped documents: datapipe sql RUN "select stage, reason, count(*) from documents '
+            f"where source = '{starved[0].source}' group by all\").{without}"
+        )
     if report.max_budget_one_epoch == 0 and not any(r.train_tokens for r in report.sources):
         return f"{head}: the run has no train shards (no `tokenize` section, or every document went to val)."
     return f"{head} ({', '.join(report.limiting)} runs out first)."
@@ -135,26 +145,36 @@ def print_mixture(report: MixtureReport, console: Console | None = None) -> None
     cols = ["source", "docs", "tokens", "share", "target", "train tokens"]
     if report.budget is not None:
         cols += ["needed", "sampling"]
-    table = data_table(cols, title="Mixture per source (kept tokens)",
-                       right=[c for c in cols if c not in ("source", "sampling")])
+    table = data_table(cols, title="Mixture per source (kept tokens)", right=[c for c in cols if c not in ("source", "sampling")])
     for r in report.sources:
-        cells = [r.source, f"{r.documents:,}", f"{r.tokens:,}", f"{r.share:.1%}",
-                 f"{r.target:.1%}" if r.target is not None else "-", f"{r.train_tokens:,}"]
+        cells = [
+            r.source,
+            f"{r.documents:,}",
+            f"{r.tokens:,}",
+            f"{r.share:.1%}",
+            f"{r.target:.1%}" if r.target is not None else "-",
+            f"{r.train_tokens:,}",
+        ]
         if report.budget is not None:
             weight = r.target if r.target is not None else r.share
             cells += [f"{int(weight * report.budget):,}", r.advice]
         table.add_row(*cells)
     console.print(table)
     if report.budget is not None:
-        console.print(f"Budget {report.budget:,} tokens; needed = target x budget; sampling = needed / train tokens "
-                      f"(above 1: repeat the source, below 1: use that part of it).")
+        console.print(
+            f"Budget {report.budget:,} tokens; needed = target x budget; sampling = needed / train tokens "
+            f"(above 1: repeat the source, below 1: use that part of it)."
+        )
     if not has_target:
         console.print("The pipeline sets no `mixture` weights: the natural shares are the target.")
     line = budget_line(report)
     if line:
         console.print(line)
-    groups = data_table(("source", "lang", "script", "license", "docs", "tokens", "share"),
-                        title="Mixture by source x lang x script x license class", right=("docs", "tokens", "share"))
+    groups = data_table(
+        ("source", "lang", "script", "license", "docs", "tokens", "share"),
+        title="Mixture by source x lang x script x license class",
+        right=("docs", "tokens", "share"),
+    )
     for source, lang, script, lclass, d, t, share in report.groups:
         groups.add_row(source, lang, script, lclass, f"{d:,}", f"{t:,}", f"{(share or 0):.1%}")
     console.print(groups)

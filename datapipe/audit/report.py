@@ -47,8 +47,9 @@ def hbar_chart(rows: list[tuple[str, list[float]]], series: list[Series]) -> str
     top = max((sum(v) for _, v in rows), default=0) or 1
     height = BAR_H * len(rows) + 30
     label_w = max([float(LABEL_W)] + [text_width(label) + 12 for label, _ in rows])
-    out = [f'<svg width="{label_w + CHART_W + 90:.0f}" height="{height}" '
-           f'role="img" font-family="sans-serif" font-size="{FONT_PX}">']
+    out = [
+        f'<svg width="{label_w + CHART_W + 90:.0f}" height="{height}" role="img" font-family="sans-serif" font-size="{FONT_PX}">'
+    ]
     for i, (label, values) in enumerate(rows):
         y = i * BAR_H + 4
         out.append(f'<text x="{label_w - 6:.1f}" y="{y + 14}" text-anchor="end">{html.escape(label)}</text>')
@@ -56,9 +57,11 @@ def hbar_chart(rows: list[tuple[str, list[float]]], series: list[Series]) -> str
         for v, s in zip(values, series):
             w = CHART_W * v / top
             if w > 0:
-                out.append(f'<rect x="{x:.1f}" y="{y}" width="{max(w, 0.5):.1f}" height="{BAR_H - 6}" '
-                           f'fill="{s.color}"><title>{html.escape(label)} {html.escape(s.name)}: {_fmt(v)}</title>'
-                           f'</rect>')
+                out.append(
+                    f'<rect x="{x:.1f}" y="{y}" width="{max(w, 0.5):.1f}" height="{BAR_H - 6}" '
+                    f'fill="{s.color}"><title>{html.escape(label)} {html.escape(s.name)}: {_fmt(v)}</title>'
+                    f"</rect>"
+                )
             x += w
         out.append(f'<text x="{x + 4:.1f}" y="{y + 14}">{_fmt(sum(values))}</text>')
     out.append(_legend(series, height - 12, label_w))
@@ -70,15 +73,18 @@ def histogram(bins: list[tuple[float, float]], counts: list[float], x_label: str
     w, h, pad = 640, 200, 40
     top = max(counts, default=0) or 1
     bw = (w - pad) / max(len(counts), 1)
-    out = [f'<svg width="{w}" height="{h + 50}" role="img" '
-           f'font-family="sans-serif" font-size="11">',
-           f'<line x1="{pad}" y1="{h}" x2="{w}" y2="{h}" stroke="#888"/>',
-           f'<text x="{pad}" y="12">max {_fmt(top)}</text>']
+    out = [
+        f'<svg width="{w}" height="{h + 50}" role="img" font-family="sans-serif" font-size="11">',
+        f'<line x1="{pad}" y1="{h}" x2="{w}" y2="{h}" stroke="#888"/>',
+        f'<text x="{pad}" y="12">max {_fmt(top)}</text>',
+    ]
     for i, ((lo, hi), c) in enumerate(zip(bins, counts)):
         bh = (h - 20) * c / top
         x = pad + i * bw
-        out.append(f'<rect x="{x + 1:.1f}" y="{h - bh:.1f}" width="{max(bw - 2, 1):.1f}" height="{bh:.1f}" '
-                   f'fill="{color}"><title>{_fmt(lo)} to {_fmt(hi)}: {_fmt(c)}</title></rect>')
+        out.append(
+            f'<rect x="{x + 1:.1f}" y="{h - bh:.1f}" width="{max(bw - 2, 1):.1f}" height="{bh:.1f}" '
+            f'fill="{color}"><title>{_fmt(lo)} to {_fmt(hi)}: {_fmt(c)}</title></rect>'
+        )
         if i % max(1, len(bins) // 8) == 0:
             out.append(f'<text x="{x:.1f}" y="{h + 14}">{_fmt(lo)}</text>')
     out.append(f'<text x="{w / 2:.0f}" y="{h + 34}" text-anchor="middle">{html.escape(x_label)}</text>')
@@ -88,8 +94,10 @@ def histogram(bins: list[tuple[float, float]], counts: list[float], x_label: str
 def _legend(series: list[Series], y: int, x0: float = LABEL_W) -> str:
     parts, x = [], x0
     for s in series:
-        parts.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{s.color}"/>'
-                     f'<text x="{x + 14}" y="{y}">{html.escape(s.name)}</text>')
+        parts.append(
+            f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{s.color}"/>'
+            f'<text x="{x + 14}" y="{y}">{html.escape(s.name)}</text>'
+        )
         x += 20 + text_width(s.name) + 10
     return "".join(parts)
 
@@ -109,14 +117,17 @@ def table(header: list[str], rows: list[tuple[Any, ...]]) -> str:
 
 def _log_hist(con: Any, column: str, per_decade: int = 4) -> tuple[list[tuple[float, float]], list[float]]:
     """Histogram of a positive count column on log-spaced bins (lengths span 5 orders of magnitude)."""
-    rows = con.execute(f"SELECT floor(log10(greatest({column}, 1)) * {per_decade})::INT AS b, count(*) "
-                       f"FROM documents WHERE status = 'kept' AND {column} IS NOT NULL GROUP BY b ORDER BY b").fetchall()
+    rows = con.execute(
+        f"SELECT floor(log10(greatest({column}, 1)) * {per_decade})::INT AS b, count(*) "
+        f"FROM documents WHERE status = 'kept' AND {column} IS NOT NULL GROUP BY b ORDER BY b"
+    ).fetchall()
     if not rows:
         return [], []
     counts = dict(rows)
     lo, hi = rows[0][0], rows[-1][0]
-    bins: list[tuple[float, float]] = [(round(10 ** (b / per_decade)), round(10 ** ((b + 1) / per_decade)))
-                                       for b in range(lo, hi + 1)]
+    bins: list[tuple[float, float]] = [
+        (round(10 ** (b / per_decade)), round(10 ** ((b + 1) / per_decade))) for b in range(lo, hi + 1)
+    ]
     return bins, [float(counts.get(b, 0)) for b in range(lo, hi + 1)]
 
 
@@ -124,8 +135,9 @@ def _contamination(con: Any) -> list[tuple[Any, ...]]:
     """Rows of the ``contamination`` view; none for a run without it (built before the view existed)."""
     if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'contamination'").fetchone()[0]:
         return []
-    return con.execute("SELECT benchmark, source, documents, dropped, kept, items, ngram_hits, max_frac "
-                       "FROM contamination").fetchall()
+    return con.execute(
+        "SELECT benchmark, source, documents, dropped, kept, items, ngram_hits, max_frac FROM contamination"
+    ).fetchall()
 
 
 def _classifier_sections(con: Any) -> list[str]:
@@ -141,20 +153,27 @@ def _classifier_sections(con: Any) -> list[str]:
             f"SELECT least(floor({q} * 10), 9)::INT AS b, count(*) FILTER (status = 'kept'), "
             f"count(*) FILTER (status = 'rejected' AND stage = 'classify'), "
             f"count(*) FILTER (status = 'rejected' AND stage <> 'classify') "
-            f"FROM documents WHERE {q} IS NOT NULL GROUP BY b ORDER BY b").fetchall()
+            f"FROM documents WHERE {q} IS NOT NULL GROUP BY b ORDER BY b"
+        ).fetchall()
         by_bucket = {b: (k, c, o) for b, k, c, o in rows}
         hist = [(f"{b / 10:.1f}-{(b + 1) / 10:.1f}", [float(v) for v in by_bucket.get(b, (0, 0, 0))]) for b in range(10)]
         groups = con.execute(
             f"SELECT coalesce(lang, 'unknown'), kind, count(*), "
             f"round(quantile_cont({q}, 0.25), 4), round(median({q}), 4), round(quantile_cont({q}, 0.75), 4), "
             f"count(*) FILTER (status = 'rejected' AND stage = 'classify') "
-            f"FROM documents WHERE {q} IS NOT NULL GROUP BY ALL ORDER BY 3 DESC LIMIT 30").fetchall()
-        out += [f"<h3><code>{html.escape(col)}</code></h3>",
-                hbar_chart(hist, [Series("kept", COLORS[0]), Series("dropped by classify", COLORS[1]),
-                                  Series("dropped later", COLORS[5])]),
-                table(["score", "kept", "dropped by classify", "dropped later"],
-                      [(label, *(int(v) for v in vals)) for label, vals in hist]),
-                table(["lang", "kind", "documents", "p25", "median", "p75", "dropped by classify"], groups)]
+            f"FROM documents WHERE {q} IS NOT NULL GROUP BY ALL ORDER BY 3 DESC LIMIT 30"
+        ).fetchall()
+        out += [
+            f"<h3><code>{html.escape(col)}</code></h3>",
+            hbar_chart(
+                hist, [Series("kept", COLORS[0]), Series("dropped by classify", COLORS[1]), Series("dropped later", COLORS[5])]
+            ),
+            table(
+                ["score", "kept", "dropped by classify", "dropped later"],
+                [(label, *(int(v) for v in vals)) for label, vals in hist],
+            ),
+            table(["lang", "kind", "documents", "p25", "median", "p75", "dropped by classify"], groups),
+        ]
     return out
 
 
@@ -192,19 +211,27 @@ def build_report(run_dir: Path) -> str:
     with reading(Path(run_dir)) as con:
         total, kept, rejected, tokens = con.execute(
             "SELECT count(*), count(*) FILTER (status = 'kept'), count(*) FILTER (status = 'rejected'), "
-            "coalesce(sum(n_tokens) FILTER (status = 'kept'), 0) FROM documents").fetchone()
-        stages = con.execute("SELECT position, stage, docs_in, docs_in - dropped, dropped FROM stages "
-                             "ORDER BY position").fetchall()
-        funnel = con.execute("SELECT position, stage, reason, dropped, drop_share FROM funnel WHERE dropped > 0 "
-                             "ORDER BY position, dropped DESC").fetchall()
-        mixture = con.execute("SELECT source, lang, script, license_class, documents, tokens, token_share "
-                              "FROM mixture").fetchall()
-        langs = con.execute("SELECT coalesce(lang, 'unknown') AS l, count(*) FILTER (status = 'kept'), "
-                            "count(*) FILTER (status = 'rejected') FROM documents GROUP BY l "
-                            "ORDER BY count(*) DESC LIMIT 25").fetchall()
-        shards = con.execute("SELECT source, split, count(*), sum(rows), sum(tokens), "
-                             "round(sum(tokens) / nullif(sum(rows * row_len), 0), 4) FROM shards "
-                             "GROUP BY ALL ORDER BY source, split").fetchall()
+            "coalesce(sum(n_tokens) FILTER (status = 'kept'), 0) FROM documents"
+        ).fetchone()
+        stages = con.execute(
+            "SELECT position, stage, docs_in, docs_in - dropped, dropped FROM stages ORDER BY position"
+        ).fetchall()
+        funnel = con.execute(
+            "SELECT position, stage, reason, dropped, drop_share FROM funnel WHERE dropped > 0 ORDER BY position, dropped DESC"
+        ).fetchall()
+        mixture = con.execute(
+            "SELECT source, lang, script, license_class, documents, tokens, token_share FROM mixture"
+        ).fetchall()
+        langs = con.execute(
+            "SELECT coalesce(lang, 'unknown') AS l, count(*) FILTER (status = 'kept'), "
+            "count(*) FILTER (status = 'rejected') FROM documents GROUP BY l "
+            "ORDER BY count(*) DESC LIMIT 25"
+        ).fetchall()
+        shards = con.execute(
+            "SELECT source, split, count(*), sum(rows), sum(tokens), "
+            "round(sum(tokens) / nullif(sum(rows * row_len), 0), 4) FROM shards "
+            "GROUP BY ALL ORDER BY source, split"
+        ).fetchall()
         contamination = _contamination(con)
         boilerplate, top_lines = _boilerplate(con)
         rehydration = _rehydration(con)
@@ -218,47 +245,88 @@ def build_report(run_dir: Path) -> str:
         by_source[source] = by_source.get(source, 0) + t
     mix_total = sum(by_source.values()) or 1
     wsum = sum(weights.values()) or 1
-    source_rows = [(s, t, t / mix_total, (weights.get(s, 0) / wsum) if weights else None)
-                   for s, t in sorted(by_source.items(), key=lambda kv: -kv[1])]
+    source_rows = [
+        (s, t, t / mix_total, (weights.get(s, 0) / wsum) if weights else None)
+        for s, t in sorted(by_source.items(), key=lambda kv: -kv[1])
+    ]
     sources = sorted(by_source)
     color_of = {s: COLORS[i % len(COLORS)] for i, s in enumerate(sources)}
-    mix_rows = [(f"{s} / {lang} / {script} / {lic}", [float(t) if src == s else 0.0 for src in sources])
-                for s, lang, script, lic, _, t, _ in mixture]
+    mix_rows = [
+        (f"{s} / {lang} / {script} / {lic}", [float(t) if src == s else 0.0 for src in sources])
+        for s, lang, script, lic, _, t, _ in mixture
+    ]
 
     name = html.escape(str(run.get("name", Path(run_dir).name)))
     sections = [
         f"<h1>datapipe run <code>{name}</code></h1>",
         f"<p class='meta'>fingerprint {html.escape(str(run.get('fingerprint', '')))} &middot; status "
         f"{html.escape(str(run.get('status', '')))} &middot; finished {html.escape(str(run.get('finished', '')))}</p>",
-        "<div class='cards'>" + "".join(f"<div><b>{v:,}</b><span>{k}</span></div>" for k, v in
-                                        (("documents in", total), ("kept", kept), ("rejected", rejected),
-                                         ("kept tokens", tokens))) + "</div>",
+        "<div class='cards'>"
+        + "".join(
+            f"<div><b>{v:,}</b><span>{k}</span></div>"
+            for k, v in (("documents in", total), ("kept", kept), ("rejected", rejected), ("kept tokens", tokens))
+        )
+        + "</div>",
         "<h2>Funnel</h2>",
-        hbar_chart([(f"{p} {s}", [float(k), float(d)]) for p, s, _, k, d in stages],
-                   [Series("kept by the stage", COLORS[0]), Series("dropped", COLORS[1])]),
+        hbar_chart(
+            [(f"{p} {s}", [float(k), float(d)]) for p, s, _, k, d in stages],
+            [Series("kept by the stage", COLORS[0]), Series("dropped", COLORS[1])],
+        ),
         table(["#", "stage", "in", "out", "dropped"], stages),
         table(["#", "stage", "reason", "dropped", "share of stage input"], funnel) if funnel else "",
         "<h2>Mixture</h2>",
         hbar_chart(mix_rows, [Series(s, color_of[s]) for s in sources]) if mix_rows else "<p>No kept documents.</p>",
         table(["source", "kept tokens", "share", "target weight"], source_rows),
         table(["source", "lang", "script", "license class", "documents", "tokens", "token share"], mixture),
-        *(["<h3>Rehydration weights (near-duplicate cluster sizes)</h3>",
-           table(["source", "kept documents", "that stand for a cluster", "largest cluster", "tokens",
-                  "rehydrated tokens"], rehydration)] if rehydration else []),
-        *(["<h2>Benchmark contamination</h2>",
-           table(["benchmark", "source", "documents", "dropped", "kept", "items", "n-gram hits", "max share"],
-                 contamination)] if contamination else []),
-        *(["<h2>Boilerplate removed</h2>",
-            table(["source", "documents", "that lost lines", "lines removed", "characters removed",
-                   "share of characters", "dropped as boilerplate only"], boilerplate),
-            table(["most removed line (first 100 characters)", "documents"], top_lines)] if boilerplate else []),
+        *(
+            [
+                "<h3>Rehydration weights (near-duplicate cluster sizes)</h3>",
+                table(
+                    ["source", "kept documents", "that stand for a cluster", "largest cluster", "tokens", "rehydrated tokens"],
+                    rehydration,
+                ),
+            ]
+            if rehydration
+            else []
+        ),
+        *(
+            [
+                "<h2>Benchmark contamination</h2>",
+                table(
+                    ["benchmark", "source", "documents", "dropped", "kept", "items", "n-gram hits", "max share"], contamination
+                ),
+            ]
+            if contamination
+            else []
+        ),
+        *(
+            [
+                "<h2>Boilerplate removed</h2>",
+                table(
+                    [
+                        "source",
+                        "documents",
+                        "that lost lines",
+                        "lines removed",
+                        "characters removed",
+                        "share of characters",
+                        "dropped as boilerplate only",
+                    ],
+                    boilerplate,
+                ),
+                table(["most removed line (first 100 characters)", "documents"], top_lines),
+            ]
+            if boilerplate
+            else []
+        ),
         "<h2>Document lengths (kept)</h2>",
         histogram(*chars_hist, "characters per document (log bins)", COLORS[0]) if chars_hist[0] else "",
         histogram(*tokens_hist, "tokens per document (log bins)", COLORS[2]) if tokens_hist[0] else "",
         table(["characters from", "to", "documents"], [(lo, hi, int(c)) for (lo, hi), c in zip(*chars_hist)]),
         "<h2>Languages</h2>",
-        hbar_chart([(lang, [float(k), float(r)]) for lang, k, r in langs],
-                   [Series("kept", COLORS[0]), Series("rejected", COLORS[1])]),
+        hbar_chart(
+            [(lang, [float(k), float(r)]) for lang, k, r in langs], [Series("kept", COLORS[0]), Series("rejected", COLORS[1])]
+        ),
         table(["lang", "kept", "rejected"], langs),
         *classifier,
         "<h2>Shards</h2>",

@@ -62,8 +62,9 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     try:
         run = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AuditError(f"{path} is unreadable ({_first_line(exc)}); run the same `datapipe run` "
-                         f"command again to rewrite it") from None
+        raise AuditError(
+            f"{path} is unreadable ({_first_line(exc)}); run the same `datapipe run` command again to rewrite it"
+        ) from None
     if not isinstance(run, dict):
         raise AuditError(f"{path} is not a run description (a JSON object)")
     return run
@@ -88,14 +89,24 @@ def connect(run_dir: Path, text_views: bool | Iterable[str] = False, memory_limi
     if not db.is_file():
         raise AuditError(f"no {DB_NAME} in {run_dir}: is it the run folder of a finished `datapipe run`?")
     try:
-        con = duckdb.connect(str(db), read_only=True, config={
-            "enable_external_access": False, "temp_directory": "",
-            "autoinstall_known_extensions": False, "autoload_known_extensions": False,
-            "allow_community_extensions": False, "allow_unsigned_extensions": False,
-            "allow_persistent_secrets": False})
+        con = duckdb.connect(
+            str(db),
+            read_only=True,
+            config={
+                "enable_external_access": False,
+                "temp_directory": "",
+                "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False,
+                "allow_community_extensions": False,
+                "allow_unsigned_extensions": False,
+                "allow_persistent_secrets": False,
+            },
+        )
     except duckdb.Error as exc:
-        raise AuditError(f"{db} is not a readable DuckDB database ({_first_line(exc)}); run the same "
-                         f"`datapipe run` command again to rebuild it") from None
+        raise AuditError(
+            f"{db} is not a readable DuckDB database ({_first_line(exc)}); run the same "
+            f"`datapipe run` command again to rebuild it"
+        ) from None
     try:
         wanted = set(TEXT_VIEWS) if text_views is True else set(text_views or ())
         for view, folder in TEXT_VIEWS.items():
@@ -109,8 +120,9 @@ def connect(run_dir: Path, text_views: bool | Iterable[str] = False, memory_limi
             con.execute("SET enable_progress_bar = false")
             con.execute("SET lock_configuration = true")
         except duckdb.Error as exc:  # fail closed: never hand out a connection that is not confined
-            raise AuditError(f"cannot confine the connection to {db} with duckdb {duckdb.__version__} "
-                             f"({_first_line(exc)})") from None
+            raise AuditError(
+                f"cannot confine the connection to {db} with duckdb {duckdb.__version__} ({_first_line(exc)})"
+            ) from None
     except BaseException:
         con.close()
         raise
@@ -135,8 +147,11 @@ def _parquet_dataset(folder: Path) -> Any:
     if uri is not None:  # a run folder in object storage: the text is read from the store, in place
         try:
             fs, _ = storage.resolve(uri)
-            files = [storage.resolve(f.uri)[1] for f in storage.list_files(uri)
-                     if f.uri.endswith(".parquet") and TMP_MARK not in f.uri.rsplit("/", 1)[-1]]
+            files = [
+                storage.resolve(f.uri)[1]
+                for f in storage.list_files(uri)
+                if f.uri.endswith(".parquet") and TMP_MARK not in f.uri.rsplit("/", 1)[-1]
+            ]
         except storage.StorageError as exc:
             raise AuditError(str(exc)) from None
     else:
@@ -151,13 +166,13 @@ def _parquet_dataset(folder: Path) -> Any:
 
 
 def _damaged(run_dir: Path, exc: BaseException) -> AuditError:
-    return AuditError(f"{Path(run_dir) / DB_NAME} is damaged ({_first_line(exc)}); run the same "
-                      f"`datapipe run` command again to rebuild it")
+    return AuditError(
+        f"{Path(run_dir) / DB_NAME} is damaged ({_first_line(exc)}); run the same `datapipe run` command again to rebuild it"
+    )
 
 
 @contextlib.contextmanager
-def reading(run_dir: Path, text_views: bool | Iterable[str] = False,
-            memory_limit: str | int | None = None) -> Iterator[Any]:
+def reading(run_dir: Path, text_views: bool | Iterable[str] = False, memory_limit: str | int | None = None) -> Iterator[Any]:
     """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
 
@@ -198,8 +213,9 @@ def check_query(con: Any, query: str) -> None:
             return
     elif kind == "SELECT":
         return
-    raise AuditError(f"datapipe sql is read-only: {kind} statements are refused; only SELECT queries "
-                     f"(and EXPLAIN of one) are allowed")
+    raise AuditError(
+        f"datapipe sql is read-only: {kind} statements are refused; only SELECT queries (and EXPLAIN of one) are allowed"
+    )
 
 
 def _explained(query: str) -> str | None:
@@ -207,8 +223,7 @@ def _explained(query: str) -> str | None:
     import duckdb
 
     tokens = [(pos, kind) for pos, kind in duckdb.tokenize(query) if kind != duckdb.token_type.comment]
-    words = [(pos, query[pos:].split(None, 1)[0].upper() if kind == duckdb.token_type.keyword else None)
-             for pos, kind in tokens]
+    words = [(pos, query[pos:].split(None, 1)[0].upper() if kind == duckdb.token_type.keyword else None) for pos, kind in tokens]
     i = 0
     if i < len(words) and (w := words[i][1]) is not None and w.startswith("EXPLAIN"):
         i += 1
@@ -225,7 +240,7 @@ def _explained(query: str) -> str | None:
             i += 1
             if depth == 0:
                 break
-    return query[words[i][0]:] if i < len(words) else None
+    return query[words[i][0] :] if i < len(words) else None
 
 
 BATCH_ROWS = 2048
@@ -277,8 +292,13 @@ class QueryResult:
 
 
 @contextlib.contextmanager
-def query_result(run_dir: Path, query: str, memory_limit: str | int | None = None,
-                 timeout: float | str | None = None, batch_rows: int = BATCH_ROWS) -> Iterator[QueryResult]:
+def query_result(
+    run_dir: Path,
+    query: str,
+    memory_limit: str | int | None = None,
+    timeout: float | str | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[QueryResult]:
     """One read-only query whose rows stream in batches, under a memory and a time limit
     (``limits.py``); every problem is an AuditError with a one-line message."""
     import duckdb
@@ -299,8 +319,7 @@ def query_result(run_dir: Path, query: str, memory_limit: str | int | None = Non
             yield QueryResult(reader, guard, run_dir)
 
 
-def run_query(run_dir: Path, query: str, memory_limit: str | int | None = None,
-              timeout: float | str | None = None) -> pa.Table:
+def run_query(run_dir: Path, query: str, memory_limit: str | int | None = None, timeout: float | str | None = None) -> pa.Table:
     """The result of one read-only query; every problem is an AuditError with a one-line message."""
     with query_result(run_dir, query, memory_limit=memory_limit, timeout=timeout) as result:
         return pa.Table.from_batches(list(result), schema=result.schema)
@@ -344,11 +363,14 @@ def write_result(result: pa.Table | QueryResult, fmt: str, out: TextIO, max_rows
         if not cut:
             out.write(f"({n} row{plural})\n")
         elif chars > TABLE_MAX_CHARS:
-            out.write(f"(first {n} row{plural}, {chars} characters: a table shows at most {TABLE_MAX_CHARS}; "
-                      f"--format csv or json to stream them all)\n")
+            out.write(
+                f"(first {n} row{plural}, {chars} characters: a table shows at most {TABLE_MAX_CHARS}; "
+                f"--format csv or json to stream them all)\n"
+            )
         else:
-            out.write(f"(first {n} row{plural}: there are more; --max-rows to show more, "
-                      f"--format csv or json to stream them all)\n")
+            out.write(
+                f"(first {n} row{plural}: there are more; --max-rows to show more, --format csv or json to stream them all)\n"
+            )
     return n if cut else None
 
 

@@ -30,7 +30,7 @@ def make_console(file: TextIO | None = None) -> Console:
 
 
 # C0 controls but \t and \n, DEL and C1 controls -> a visible escape.
-_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0)]}
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
 
 
 def cell(value: Any) -> Text:

@@ -45,8 +45,12 @@ def stage_views(con: Any, columns: set[str], stages: Iterable[type[Stage]]) -> d
     """The views the stages declare, name -> SELECT. A name already in the database (a table, a view
     of every run) or taken by another stage type is a ValueError naming the stage: a view must never
     stand in for another one silently."""
-    taken = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() UNION ALL "
-                                       "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    taken = {
+        r[0]
+        for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() UNION ALL SELECT view_name FROM duckdb_views() WHERE NOT internal"
+        ).fetchall()
+    }
     taken |= set(_TEXT_VIEWS)
     views: dict[str, str] = {}
     owner: dict[str, str] = {}

@@ -35,8 +35,21 @@ def binary_metrics(scores: np.ndarray, positive: np.ndarray, threshold: float = 
     tn = int((~predicted & ~positive).sum())
     precision = tp / (tp + fp) if tp + fp else None
     recall = tp / (tp + fn) if tp + fn else None
-    f1 = (2 * precision * recall / (precision + recall)
-          if precision is not None and recall is not None and precision + recall else None)
-    return {"n_pos": int(positive.sum()), "n_neg": int((~positive).sum()), "tp": tp, "fp": fp, "fn": fn, "tn": tn,
-            "precision": precision, "recall": recall, "f1": f1, "accuracy": (tp + tn) / len(scores) if len(scores)
-            else None, "auc": auc(scores, positive)}
+    f1 = (
+        2 * precision * recall / (precision + recall)
+        if precision is not None and recall is not None and precision + recall
+        else None
+    )
+    return {
+        "n_pos": int(positive.sum()),
+        "n_neg": int((~positive).sum()),
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "tn": tn,
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "accuracy": (tp + tn) / len(scores) if len(scores) else None,
+        "auc": auc(scores, positive),
+    }

@@ -108,22 +108,40 @@ def main() -> None:
 
 @main.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--output", "-o", type=_Output(),
-              help="Run folder, a path or s3:// gs:// hdfs:// URI (default: the pipeline's `output`, or "
-                   "out/<name> beside the pipeline file).")
-@click.option("--ray-address", metavar="ADDR",
-              help="Join a running Ray cluster (e.g. 10.0.0.1:6379 or 'auto') instead of starting one on this "
-                   "machine. The run folder must be on storage every node can read and write.")
+@click.option(
+    "--output",
+    "-o",
+    type=_Output(),
+    help="Run folder, a path or s3:// gs:// hdfs:// URI (default: the pipeline's `output`, or "
+    "out/<name> beside the pipeline file).",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="Join a running Ray cluster (e.g. 10.0.0.1:6379 or 'auto') instead of starting one on this "
+    "machine. The run folder must be on storage every node can read and write.",
+)
 @click.option("--num-cpus", type=click.IntRange(min=1), help="CPUs for the embedded Ray (default: all).")
 @click.option("--fresh", is_flag=True, help="Discard an existing run in the output folder and start over.")
 @click.option("--no-progress", is_flag=True, help="No progress bars (one line per phase instead).")
-@click.option("--in-process/--ray", "in_process", default=None,
-              help="--in-process: run every task in this process, one after another, without starting Ray: for "
-                   "small jobs, where Ray's start-up (seconds) would dominate. --ray: use Ray even for one task. "
-                   "Default: in this process when the run has a single map task (a small input), on Ray "
-                   "otherwise. Same outputs either way.")
-def run(pipeline: Path, output: Path | str | None, ray_address: str | None, num_cpus: int | None, fresh: bool,
-        no_progress: bool, in_process: bool | None) -> None:
+@click.option(
+    "--in-process/--ray",
+    "in_process",
+    default=None,
+    help="--in-process: run every task in this process, one after another, without starting Ray: for "
+    "small jobs, where Ray's start-up (seconds) would dominate. --ray: use Ray even for one task. "
+    "Default: in this process when the run has a single map task (a small input), on Ray "
+    "otherwise. Same outputs either way.",
+)
+def run(
+    pipeline: Path,
+    output: Path | str | None,
+    ray_address: str | None,
+    num_cpus: int | None,
+    fresh: bool,
+    no_progress: bool,
+    in_process: bool | None,
+) -> None:
     """Run PIPELINE (a YAML file) and write everything into one run folder.
 
     \b
@@ -149,9 +167,16 @@ def run(pipeline: Path, output: Path | str | None, ray_address: str | None, num_
     if in_process and (ray_address or num_cpus):
         _fail("--in-process runs without Ray: it cannot be combined with --ray-address or --num-cpus")
     pipe = load_pipeline(pipeline)
-    result = run_pipeline(pipe, output=output, ray_address=ray_address, num_cpus=num_cpus, fresh=fresh,
-                          show_progress=not no_progress, log=lambda m: click.echo(m, err=True),
-                          in_process=in_process)
+    result = run_pipeline(
+        pipe,
+        output=output,
+        ray_address=ray_address,
+        num_cpus=num_cpus,
+        fresh=fresh,
+        show_progress=not no_progress,
+        log=lambda m: click.echo(m, err=True),
+        in_process=in_process,
+    )
     print_summary(result)
 
 
@@ -181,18 +206,34 @@ def validate(pipeline: Path) -> None:
 @main.command()
 @click.argument("run_dir", type=RUN_DIR)
 @click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
-              help="table for people, csv or json (one object per row, JSON Lines) for other tools.")
-@click.option("--memory-limit", metavar="SIZE",
-              help="Memory the query may use, e.g. 500MB, 2GB (default: $DATAPIPE_SQL_MEMORY_LIMIT, else a quarter "
-                   "of this machine's memory or of its cgroup's limit, at most 16GB).")
-@click.option("--timeout", metavar="SECONDS", type=float,
-              help="Stop the query after this many seconds (default: $DATAPIPE_SQL_TIMEOUT, else no time limit).")
-@click.option("--max-rows", type=click.IntRange(min=0), metavar="N",
-              help="Print at most N rows and say when there were more (default: 200 for a table, all for csv "
-                   "and json, which stream); 0 for all.")
-def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: float | None,
-        max_rows: int | None) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, csv or json (one object per row, JSON Lines) for other tools.",
+)
+@click.option(
+    "--memory-limit",
+    metavar="SIZE",
+    help="Memory the query may use, e.g. 500MB, 2GB (default: $DATAPIPE_SQL_MEMORY_LIMIT, else a quarter "
+    "of this machine's memory or of its cgroup's limit, at most 16GB).",
+)
+@click.option(
+    "--timeout",
+    metavar="SECONDS",
+    type=float,
+    help="Stop the query after this many seconds (default: $DATAPIPE_SQL_TIMEOUT, else no time limit).",
+)
+@click.option(
+    "--max-rows",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Print at most N rows and say when there were more (default: 200 for a table, all for csv "
+    "and json, which stream); 0 for all.",
+)
+def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: float | None, max_rows: int | None) -> None:
     """Run one read-only SQL QUERY (SELECT, or EXPLAIN of one) against RUN_DIR/stats.duckdb.
 
     The connection reads only this run: it cannot write any file or read files outside
@@ -239,8 +280,9 @@ def explain(run_dir: Path, doc_id: str) -> None:
 
 @main.command()
 @click.argument("run_dir", type=RUN_DIR)
-@click.option("--budget", metavar="TOKENS",
-              help="Training token budget (e.g. 300M, 2.5B): print the sampling ratio each source needs.")
+@click.option(
+    "--budget", metavar="TOKENS", help="Training token budget (e.g. 300M, 2.5B): print the sampling ratio each source needs."
+)
 def stats(run_dir: Path, budget: str | None) -> None:
     """Print RUN_DIR's token mixture against the pipeline's `mixture` weights.
 
@@ -257,27 +299,55 @@ def stats(run_dir: Path, budget: str | None) -> None:
 
 @main.command("train-tokenizer")
 @click.argument("more_files", nargs=-1, metavar="[GLOB]...")
-@click.option("--run", "run_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Train on this run folder's kept documents (grouped by lang; code sources as code).")
-@click.option("--files", multiple=True, metavar="GLOB",
-              help="Train on files instead (repeatable): JSONL/Parquet with text (and lang), code files, text lines.")
+@click.option(
+    "--run",
+    "run_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Train on this run folder's kept documents (grouped by lang; code sources as code).",
+)
+@click.option(
+    "--files",
+    multiple=True,
+    metavar="GLOB",
+    help="Train on files instead (repeatable): JSONL/Parquet with text (and lang), code files, text lines.",
+)
 @click.option("--name", default="tokenizer", show_default=True, help="Writes tokenizer/NAME.json.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Output file instead.")
 @click.option("--vocab-size", type=click.IntRange(min=300), default=32000, show_default=True)
-@click.option("--mix", default="zh=0.4,en=0.4,code=0.2", show_default=True,
-              help="Sampling weights per group (lang, or code).")
+@click.option("--mix", default="zh=0.4,en=0.4,code=0.2", show_default=True, help="Sampling weights per group (lang, or code).")
 @click.option("--special", multiple=True, metavar="TOKEN", help="Extra special tokens (repeatable).")
 @click.option("--bos", default="<|bos|>", show_default=True)
 @click.option("--eos", default="<|endoftext|>", show_default=True)
 @click.option("--pad", default="<|pad|>", show_default=True)
-@click.option("--sample-chars", type=click.IntRange(min=1), default=20_000_000, show_default=True,
-              help="Characters to train on, shared out by --mix.")
-@click.option("--heldout-frac", type=click.FloatRange(0.0, 0.5), default=0.02, show_default=True,
-              help="Documents (by id hash) held back from training; characters per token are measured on them.")
-def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tuple[str, ...], name: str,
-                    output: Path | None, vocab_size: int, mix: str, special: tuple[str, ...], bos: str, eos: str,
-                    pad: str, sample_chars: int,
-                    heldout_frac: float) -> None:
+@click.option(
+    "--sample-chars",
+    type=click.IntRange(min=1),
+    default=20_000_000,
+    show_default=True,
+    help="Characters to train on, shared out by --mix.",
+)
+@click.option(
+    "--heldout-frac",
+    type=click.FloatRange(0.0, 0.5),
+    default=0.02,
+    show_default=True,
+    help="Documents (by id hash) held back from training; characters per token are measured on them.",
+)
+def train_tokenizer(
+    more_files: tuple[str, ...],
+    run_dir: Path | None,
+    files: tuple[str, ...],
+    name: str,
+    output: Path | None,
+    vocab_size: int,
+    mix: str,
+    special: tuple[str, ...],
+    bos: str,
+    eos: str,
+    pad: str,
+    sample_chars: int,
+    heldout_frac: float,
+) -> None:
     """Train a byte-level BPE tokenizer (Hugging Face tokenizer.json) on a run or on files.
 
     \b
@@ -297,8 +367,16 @@ def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tu
     files = files + more_files  # so `--files a.jsonl b.jsonl` reads both
     if bool(run_dir) == bool(files):
         _fail("give exactly one of --run RUN or --files GLOB...")
-    options = TrainOptions(vocab_size=vocab_size, mix=parse_mix(mix), bos=bos, eos=eos, pad=pad,
-                           special=special, sample_chars=sample_chars, heldout_frac=heldout_frac)
+    options = TrainOptions(
+        vocab_size=vocab_size,
+        mix=parse_mix(mix),
+        bos=bos,
+        eos=eos,
+        pad=pad,
+        special=special,
+        sample_chars=sample_chars,
+        heldout_frac=heldout_frac,
+    )
     docs = docs_from_run(run_dir) if run_dir else docs_from_files(files)
     result = train_tokenizer(docs, output or Path("tokenizer") / f"{name}.json", options)
     click.echo(f"wrote {result.path} (vocabulary {result.vocab_size:,}, sha256 {result.sha256[:12]}...)")
@@ -310,20 +388,33 @@ def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tu
 
 
 @main.command("train-classifier")
-@click.option("--positive", multiple=True, required=True, metavar="FILES|SQL",
-              help="Positive examples (repeatable): a glob of JSONL/Parquet/text files, or a SELECT over --run.")
-@click.option("--negative", multiple=True, required=True, metavar="FILES|SQL",
-              help="Negative examples (repeatable), as --positive.")
-@click.option("--run", "run_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="The run folder that SQL examples read (kept_docs / rejected_docs / documents).")
+@click.option(
+    "--positive",
+    multiple=True,
+    required=True,
+    metavar="FILES|SQL",
+    help="Positive examples (repeatable): a glob of JSONL/Parquet/text files, or a SELECT over --run.",
+)
+@click.option(
+    "--negative", multiple=True, required=True, metavar="FILES|SQL", help="Negative examples (repeatable), as --positive."
+)
+@click.option(
+    "--run",
+    "run_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The run folder that SQL examples read (kept_docs / rejected_docs / documents).",
+)
 @click.option("--name", default="quality", show_default=True, help="Writes NAME.bin, NAME.meta.json, NAME.eval.json.")
-@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("models"),
-              show_default=True)
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("models"), show_default=True)
 @click.option("--positive-label", default="hq", show_default=True)
 @click.option("--negative-label", default="lq", show_default=True)
 @click.option("--text-field", default="text", show_default=True, help="JSONL/Parquet field or SQL column with the text.")
-@click.option("--lang-field", default="lang", show_default=True,
-              help="Field with the language; examples without one are identified with lid.176.")
+@click.option(
+    "--lang-field",
+    default="lang",
+    show_default=True,
+    help="Field with the language; examples without one are identified with lid.176.",
+)
 @click.option("--langs", default="", metavar="zh,en", help="Only these languages (default: all with both classes).")
 @click.option("--max-per-class", type=click.IntRange(min=1), help="Examples per language and class at most.")
 @click.option("--heldout-frac", type=click.FloatRange(0.0, 0.5), default=0.1, show_default=True)
@@ -335,10 +426,28 @@ def train_tokenizer(more_files: tuple[str, ...], run_dir: Path | None, files: tu
 @click.option("--word-ngrams", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--min-count", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--bucket", type=click.IntRange(min=1000), default=200_000, show_default=True)
-def train_classifier(positive: tuple[str, ...], negative: tuple[str, ...], run_dir: Path | None, name: str,
-                     out_dir: Path, positive_label: str, negative_label: str, text_field: str, lang_field: str,
-                     langs: str, max_per_class: int | None, heldout_frac: float, seed: int, featuriser: str,
-                     dim: int, epoch: int, lr: float, word_ngrams: int, min_count: int, bucket: int) -> None:
+def train_classifier(
+    positive: tuple[str, ...],
+    negative: tuple[str, ...],
+    run_dir: Path | None,
+    name: str,
+    out_dir: Path,
+    positive_label: str,
+    negative_label: str,
+    text_field: str,
+    lang_field: str,
+    langs: str,
+    max_per_class: int | None,
+    heldout_frac: float,
+    seed: int,
+    featuriser: str,
+    dim: int,
+    epoch: int,
+    lr: float,
+    word_ngrams: int,
+    min_count: int,
+    bucket: int,
+) -> None:
     """Train a fastText quality classifier from positive and negative examples, balanced per language.
 
     \b
@@ -356,10 +465,19 @@ def train_classifier(positive: tuple[str, ...], negative: tuple[str, ...], run_d
     if positive_label == negative_label:
         _fail("--positive-label and --negative-label must differ")
     options = TrainOptions(
-        name=name, out_dir=out_dir, positive_label=positive_label, negative_label=negative_label,
-        text_field=text_field, lang_field=lang_field, langs=tuple(x for x in langs.split(",") if x),
-        max_per_class=max_per_class, heldout_frac=heldout_frac, seed=seed, featuriser=featuriser,
-        params=TrainParams(dim=dim, epoch=epoch, lr=lr, word_ngrams=word_ngrams, min_count=min_count, bucket=bucket))
+        name=name,
+        out_dir=out_dir,
+        positive_label=positive_label,
+        negative_label=negative_label,
+        text_field=text_field,
+        lang_field=lang_field,
+        langs=tuple(x for x in langs.split(",") if x),
+        max_per_class=max_per_class,
+        heldout_frac=heldout_frac,
+        seed=seed,
+        featuriser=featuriser,
+        params=TrainParams(dim=dim, epoch=epoch, lr=lr, word_ngrams=word_ngrams, min_count=min_count, bucket=bucket),
+    )
     result = train(list(positive), list(negative), run_dir, options, log=lambda m: click.echo(m, err=True))
     counts = ", ".join(f"{lang} {sum(c['train'] for c in d.values())}" for lang, d in result.meta["counts"].items())
     click.echo(f"wrote {result.model} (sha256 {result.meta['model_sha256'][:12]}...), trained on {counts} examples")
@@ -369,8 +487,9 @@ def train_classifier(positive: tuple[str, ...], negative: tuple[str, ...], run_d
 
 @main.command()
 @click.argument("run_dir", type=RUN_DIR)
-@click.option("--html", "html_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The HTML file to write.")
+@click.option(
+    "--html", "html_file", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The HTML file to write."
+)
 def report(run_dir: Path, html_file: Path) -> None:
     """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, shards.
 
@@ -384,29 +503,58 @@ def report(run_dir: Path, html_file: Path) -> None:
 
 @main.command("export")
 @click.argument("run_dir", metavar="RUN_DIR")
-@click.option("--format", "fmt", required=True, type=click.Choice(["megatron", "hf", "mds", "jsonl"]),
-              help="megatron: .bin/.idx per source and split; hf: Arrow stream (or Parquet) files for `datasets`; "
-                   "mds: MosaicML streaming shards; jsonl: one JSON object per document.")
-@click.option("--output", "-o", required=True, type=click.Path(file_okay=False),
-              help="Export folder, a path or s3:// gs:// hdfs:// URI (new, empty, or an earlier export with the "
-                   "same options, which is resumed).")
-@click.option("--columns", metavar="COL,...",
-              help="Document columns to write (any column of docs/, plus input_ids: the tokens). "
-                   "Default: hf, mds id,text,input_ids; jsonl id,text; megatron tokens only.")
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    type=click.Choice(["megatron", "hf", "mds", "jsonl"]),
+    help="megatron: .bin/.idx per source and split; hf: Arrow stream (or Parquet) files for `datasets`; "
+    "mds: MosaicML streaming shards; jsonl: one JSON object per document.",
+)
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Export folder, a path or s3:// gs:// hdfs:// URI (new, empty, or an earlier export with the "
+    "same options, which is resumed).",
+)
+@click.option(
+    "--columns",
+    metavar="COL,...",
+    help="Document columns to write (any column of docs/, plus input_ids: the tokens). "
+    "Default: hf, mds id,text,input_ids; jsonl id,text; megatron tokens only.",
+)
 @click.option("--split", "splits", multiple=True, type=click.Choice(["train", "val"]), help="Only this split (repeatable).")
 @click.option("--source", "sources", multiple=True, metavar="NAME", help="Only this source (repeatable).")
-@click.option("--docs-per-file", type=click.IntRange(min=1), default=100_000, show_default=True,
-              help="Documents per hf/jsonl file.")
+@click.option(
+    "--docs-per-file", type=click.IntRange(min=1), default=100_000, show_default=True, help="Documents per hf/jsonl file."
+)
 @click.option("--hf-file-format", type=click.Choice(["arrow", "parquet"]), default="arrow", show_default=True)
-@click.option("--mds-size-limit", type=click.IntRange(min=1, max=(1 << 32) - 1), default=1 << 26, show_default=True,
-              help="Bytes per MDS shard.")
+@click.option(
+    "--mds-size-limit",
+    type=click.IntRange(min=1, max=(1 << 32) - 1),
+    default=1 << 26,
+    show_default=True,
+    help="Bytes per MDS shard.",
+)
 @click.option("--fresh", is_flag=True, help="Delete an earlier export's files in --output and start over.")
 @click.option("--no-progress", is_flag=True, help="No progress bars (one line per source and split instead).")
-@click.option("--allow-incomplete", is_flag=True,
-              help="Export a run whose run.json does not say complete (refused by default).")
-def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits: tuple[str, ...],
-               sources: tuple[str, ...], docs_per_file: int, hf_file_format: str, mds_size_limit: int,
-               fresh: bool, no_progress: bool, allow_incomplete: bool) -> None:
+@click.option("--allow-incomplete", is_flag=True, help="Export a run whose run.json does not say complete (refused by default).")
+def export_cmd(
+    run_dir: str,
+    fmt: str,
+    output: str,
+    columns: str | None,
+    splits: tuple[str, ...],
+    sources: tuple[str, ...],
+    docs_per_file: int,
+    hf_file_format: str,
+    mds_size_limit: int,
+    fresh: bool,
+    no_progress: bool,
+    allow_incomplete: bool,
+) -> None:
     """Export RUN_DIR's kept documents for a trainer: Megatron, Hugging Face, MosaicML or JSONL.
 
     RUN_DIR is a run folder: a path, or an s3:// gs:// hdfs:// URI, whose documents and token
@@ -421,15 +569,27 @@ def export_cmd(run_dir: str, fmt: str, output: str, columns: str | None, splits:
     """
     from datapipe.export import export
 
-    result = export(run_dir, fmt, output, columns=[c.strip() for c in columns.split(",") if c.strip()]
-                    if columns else None, splits=list(splits) or None, sources=list(sources) or None,
-                    docs_per_file=docs_per_file, hf_file_format=hf_file_format, mds_size_limit=mds_size_limit,
-                    fresh=fresh, log=lambda m: click.echo(m, err=True), progress=not no_progress,
-                    allow_incomplete=allow_incomplete)
+    result = export(
+        run_dir,
+        fmt,
+        output,
+        columns=[c.strip() for c in columns.split(",") if c.strip()] if columns else None,
+        splits=list(splits) or None,
+        sources=list(sources) or None,
+        docs_per_file=docs_per_file,
+        hf_file_format=hf_file_format,
+        mds_size_limit=mds_size_limit,
+        fresh=fresh,
+        log=lambda m: click.echo(m, err=True),
+        progress=not no_progress,
+        allow_incomplete=allow_incomplete,
+    )
     for stream, info in result.streams.items():
         click.echo(f"{stream}: {info['docs']} documents, {info['tokens']} tokens, {info['parts']} file(s)")
-    click.echo(f"{result.documents} documents in {result.output} ({result.parts_written} files written, "
-               f"{result.parts_skipped} already done)")
+    click.echo(
+        f"{result.documents} documents in {result.output} ({result.parts_written} files written, "
+        f"{result.parts_skipped} already done)"
+    )
     for split, data_path in result.extra.get("data_path", {}).items():
         flag = "--data-path" if split == "train" else "--valid-data-path"
         click.echo(f"{flag} {data_path}")
@@ -451,4 +611,3 @@ def models_fetch() -> None:
 
     path = ensure_lid_model()
     click.echo(f"lid.176.ftz ready at {path} (sha256 {LID_SHA256[:12]}...)")
-

@@ -28,13 +28,15 @@ class Strict(BaseModel):
 class SourceConfig(Strict):
     name: str = Field(pattern=NAME_PATTERN, description="Source name; used in document ids and output folders.")
     kind: Literal["web", "code", "paper", "text"] = Field(
-        "text", description="Source kind: which stages and rule sets apply, and how folders and archives are read.")
+        "text", description="Source kind: which stages and rule sets apply, and how folders and archives are read."
+    )
     format: str | None = Field(None, description="Input format; inferred from the file extension when omitted.")
     paths: list[str] = Field(min_length=1, description="Glob patterns, relative to the pipeline file.")
     text_field: str = Field("text", min_length=1, description="JSONL/Parquet field holding the text.")
     url_field: str | None = Field("url", description="JSONL/Parquet field holding the URL, if any.")
-    options: dict[str, Any] = Field(default_factory=dict,
-                                    description="Reader options for this format (checked against the reader).")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Reader options for this format (checked against the reader)."
+    )
 
 
 class TokenizeConfig(Strict):
@@ -47,8 +49,10 @@ class TokenizeConfig(Strict):
     val_fraction: float = Field(0.0, ge=0.0, le=0.5, description="Share of documents (by id hash) in the val split.")
     rows_per_shard: int = Field(8192, ge=1, le=1 << 24, description="Packed sequences per Arrow shard file.")
     packing: Literal["concat", "bestfit"] = Field(
-        "concat", description="concat: documents end to end, cut every row (no padding); bestfit: whole documents "
-                              "per row by best-fit-decreasing, rows padded.")
+        "concat",
+        description="concat: documents end to end, cut every row (no padding); bestfit: whole documents "
+        "per row by best-fit-decreasing, rows padded.",
+    )
     bestfit_window: int = Field(4096, ge=1, le=1 << 22, description="Documents best-fit packing sorts at a time.")
 
 
@@ -58,14 +62,24 @@ class SplitConfig(Strict):
     # 256 MiB: a range takes tens of seconds to minutes of map work per core, which keeps the per-task
     # overhead (scheduling, building stages, one Parquet file per output) to a few percent, and a
     # 10 TB crawl is ~40,000 tasks: enough for a 1,000-core cluster, few enough for the scheduler.
-    target_bytes: int = Field(256 << 20, ge=4096, le=1 << 40,
-                              description="Bytes of input per map task: larger files are split, smaller grouped.")
+    target_bytes: int = Field(
+        256 << 20, ge=4096, le=1 << 40, description="Bytes of input per map task: larger files are split, smaller grouped."
+    )
     # 3 tasks per CPU: a small corpus still keeps every core busy, with slack for uneven ranges.
-    min_tasks_per_cpu: float = Field(3.0, ge=0, le=1000, description=(
-        "When the corpus is small, shrink the target so there are at least this many tasks per CPU "
-        "(0: never shrink)."))
-    min_bytes: int = Field(8 << 20, ge=4096, le=1 << 40, description=(
-        "The target is never shrunk below this (below it, per-task overhead dominates)."))
+    min_tasks_per_cpu: float = Field(
+        3.0,
+        ge=0,
+        le=1000,
+        description=(
+            "When the corpus is small, shrink the target so there are at least this many tasks per CPU (0: never shrink)."
+        ),
+    )
+    min_bytes: int = Field(
+        8 << 20,
+        ge=4096,
+        le=1 << 40,
+        description=("The target is never shrunk below this (below it, per-task overhead dominates)."),
+    )
     group_small_files: bool = Field(True, description="Read consecutive small files of a source in one task.")
 
 

@@ -38,8 +38,15 @@ class Item:
 
 def file_format(path: Path) -> str | None:
     name = path.name.lower()
-    for suffix, fmt in ((".jsonl", "jsonl"), (".jsonl.gz", "jsonl"), (".json.gz", "jsonl"), (".ndjson", "jsonl"),
-                        (".parquet", "parquet"), (".csv", "csv"), (".csv.gz", "csv")):
+    for suffix, fmt in (
+        (".jsonl", "jsonl"),
+        (".jsonl.gz", "jsonl"),
+        (".json.gz", "jsonl"),
+        (".ndjson", "jsonl"),
+        (".parquet", "parquet"),
+        (".csv", "csv"),
+        (".csv.gz", "csv"),
+    ):
         if name.endswith(suffix):
             return fmt
     return None

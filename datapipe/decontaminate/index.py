@@ -87,8 +87,7 @@ class BenchmarkIndex:
 
     @property
     def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.items.nbytes + self.item_ngrams.nbytes + self.item_bench.nbytes
-                   + self.bitmap.nbytes)
+        return int(self.keys.nbytes + self.items.nbytes + self.item_ngrams.nbytes + self.item_bench.nbytes + self.bitmap.nbytes)
 
     def contains(self, hashes: np.ndarray) -> np.ndarray:
         """Boolean mask: which hashes are benchmark n-grams."""
@@ -100,8 +99,9 @@ class BenchmarkIndex:
         return found
 
     @classmethod
-    def build(cls, benchmark_items: Iterable[Item], n_word: int, n_char: int, fold: bool = True,
-              batch: int = 4096) -> BenchmarkIndex:
+    def build(
+        cls, benchmark_items: Iterable[Item], n_word: int, n_char: int, fold: bool = True, batch: int = 4096
+    ) -> BenchmarkIndex:
         benchmarks: list[str] = []
         item_ids: list[str] = []
         item_bench: list[int] = []
@@ -116,9 +116,9 @@ class BenchmarkIndex:
             text_item.extend([len(item_ids) - 1] * len(it.texts))
         hashes, owners = [], []
         for s in range(0, len(texts), batch):
-            h, off = ngram_hashes(texts[s:s + batch], n_word, n_char, fold)
+            h, off = ngram_hashes(texts[s : s + batch], n_word, n_char, fold)
             hashes.append(h)
-            owners.append(np.repeat(np.asarray(text_item[s:s + batch], dtype=np.int32), np.diff(off)))
+            owners.append(np.repeat(np.asarray(text_item[s : s + batch], dtype=np.int32), np.diff(off)))
         keys = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
         items = np.concatenate(owners) if owners else np.zeros(0, np.int32)
         order = np.lexsort((items, keys))
@@ -135,18 +135,35 @@ class BenchmarkIndex:
     def save(self, path: Path) -> None:
         """One .npz (no pickles), written atomically: workers load it instead of re-reading the benchmarks."""
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
-            np.savez(f, keys=self.keys, items=self.items, item_ngrams=self.item_ngrams, item_bench=self.item_bench,
-                     item_ids=np.array(self.item_ids, dtype=str), benchmarks=np.array(self.benchmarks, dtype=str),
-                     too_short=np.array([self.too_short.get(b, 0) for b in self.benchmarks], dtype=np.int64),
-                     params=np.array([self.n_word, self.n_char, int(self.fold)], dtype=np.int64))
+            np.savez(
+                f,
+                keys=self.keys,
+                items=self.items,
+                item_ngrams=self.item_ngrams,
+                item_bench=self.item_bench,
+                item_ids=np.array(self.item_ids, dtype=str),
+                benchmarks=np.array(self.benchmarks, dtype=str),
+                too_short=np.array([self.too_short.get(b, 0) for b in self.benchmarks], dtype=np.int64),
+                params=np.array([self.n_word, self.n_char, int(self.fold)], dtype=np.int64),
+            )
 
     @classmethod
     def load(cls, path: Path) -> BenchmarkIndex:
         with np.load(path, allow_pickle=False) as z:
             benchmarks = [str(b) for b in z["benchmarks"]]
             n_word, n_char, fold = (int(v) for v in z["params"])
-            return cls(z["keys"], z["items"], z["item_ngrams"], [str(i) for i in z["item_ids"]], z["item_bench"],
-                       benchmarks, n_word, n_char, bool(fold), dict(zip(benchmarks, (int(v) for v in z["too_short"]))))
+            return cls(
+                z["keys"],
+                z["items"],
+                z["item_ngrams"],
+                [str(i) for i in z["item_ids"]],
+                z["item_bench"],
+                benchmarks,
+                n_word,
+                n_char,
+                bool(fold),
+                dict(zip(benchmarks, (int(v) for v in z["too_short"]))),
+            )
 
     def match(self, texts: list[str]) -> list[Match | None]:
         """Per document: None without any benchmark n-gram, else its best-matching item."""
@@ -159,8 +176,8 @@ class BenchmarkIndex:
             return out
         doc_of = np.repeat(np.arange(len(texts)), np.diff(offsets))
         for d in np.unique(doc_of[found]):
-            local = hashes[offsets[d]:offsets[d + 1]]
-            matched = np.unique(local[found[offsets[d]:offsets[d + 1]]])
+            local = hashes[offsets[d] : offsets[d + 1]]
+            matched = np.unique(local[found[offsets[d] : offsets[d + 1]]])
             lo = np.searchsorted(self.keys, matched, "left")
             cnt = np.searchsorted(self.keys, matched, "right") - lo
             starts = np.cumsum(cnt) - cnt
@@ -172,8 +189,14 @@ class BenchmarkIndex:
             item = int(uit[best])
             of_best = np.repeat(matched, cnt)[its == item]
             window = int(np.flatnonzero(np.isin(local, of_best))[0])
-            out[int(d)] = Match(len(matched), self.benchmarks[self.item_bench[item]], self.item_ids[item],
-                                int(per_item[best]), float(frac[best]), window)
+            out[int(d)] = Match(
+                len(matched),
+                self.benchmarks[self.item_bench[item]],
+                self.item_ids[item],
+                int(per_item[best]),
+                float(frac[best]),
+                window,
+            )
         return out
 
     def ngram_text(self, text: str, window: int) -> str:

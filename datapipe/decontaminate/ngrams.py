@@ -210,8 +210,7 @@ if HAVE_NUMBA:
     _ngram_kernel_jit = numba.njit(cache=True, nogil=True)(_ngram_kernel)
 
 
-def ngram_hashes(texts: Texts, n_word: int, n_char: int, fold: bool = True
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def ngram_hashes(texts: Texts, n_word: int, n_char: int, fold: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Batch path: (uint64 n-gram hashes of all texts, int64 offsets[n_texts + 1]); equal to ``ngrams``."""
     if n_word < 1 or n_char < 1:
         raise ValueError("n_word and n_char must be >= 1")
@@ -229,6 +228,7 @@ def ngram_hashes(texts: Texts, n_word: int, n_char: int, fold: bool = True
     tok_w = np.empty(size, dtype=np.int64)
     tok_num = np.empty(size, dtype=np.bool_)
     fold_map = fold_array() if fold else np.arange(0x110000, dtype=np.uint32)
-    used = _ngram_kernel_jit(cps, offsets, done, norm_table(), fold_map, char_classes(), n_word, n_char,
-                             out_hash, out_off, tok_h, tok_w, tok_num)
+    used = _ngram_kernel_jit(
+        cps, offsets, done, norm_table(), fold_map, char_classes(), n_word, n_char, out_hash, out_off, tok_h, tok_w, tok_num
+    )
     return out_hash[:used].copy(), out_off

@@ -23,15 +23,31 @@ from datapipe.dedup.minhash import (
 from datapipe.dedup.shingles import DEFAULT_N
 
 
-def near_duplicates(texts: Sequence[str], *, threshold: float = DEFAULT_THRESHOLD, num_perm: int = DEFAULT_NUM_PERM,
-                    seed: int = DEFAULT_SEED, n: int = DEFAULT_N, bands_rows: tuple[int, int] | None = None,
-                    verify: bool = True, rule: str = "earliest", scores: np.ndarray | None = None,
-                    char_map: Mapping[int, str] | None = None) -> DedupResult:
+def near_duplicates(
+    texts: Sequence[str],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    num_perm: int = DEFAULT_NUM_PERM,
+    seed: int = DEFAULT_SEED,
+    n: int = DEFAULT_N,
+    bands_rows: tuple[int, int] | None = None,
+    verify: bool = True,
+    rule: str = "earliest",
+    scores: np.ndarray | None = None,
+    char_map: Mapping[int, str] | None = None,
+) -> DedupResult:
     """Cluster a batch held in memory; bands/rows derived like datasketch unless given."""
     sigs = signatures(texts, num_perm=num_perm, seed=seed, n=n, char_map=char_map)
     bands, rows = bands_rows or lsh_params(threshold, num_perm)
     keys = band_keys(sigs, bands, rows)
     lengths = np.fromiter((len(t or "") for t in texts), dtype=np.int64, count=len(texts))
-    return cluster_duplicates(keys, len(texts), valid=~empty_mask(sigs), sigs=sigs,
-                              verify_threshold=threshold if verify else None, rule=rule,
-                              lengths=lengths, scores=scores)
+    return cluster_duplicates(
+        keys,
+        len(texts),
+        valid=~empty_mask(sigs),
+        sigs=sigs,
+        verify_threshold=threshold if verify else None,
+        rule=rule,
+        lengths=lengths,
+        scores=scores,
+    )

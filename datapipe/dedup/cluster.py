@@ -143,12 +143,13 @@ def estimated_jaccard(sigs: np.ndarray, u: np.ndarray, v: np.ndarray, chunk: int
     """Fraction of equal signature values per pair (datasketch's MinHash.jaccard), chunked."""
     out = np.empty(len(u), dtype=np.float32)
     for s in range(0, len(u), chunk):
-        out[s:s + chunk] = (sigs[u[s:s + chunk]] == sigs[v[s:s + chunk]]).mean(axis=1)
+        out[s : s + chunk] = (sigs[u[s : s + chunk]] == sigs[v[s : s + chunk]]).mean(axis=1)
     return out
 
 
-def verified_pairs(doc_index: np.ndarray, keys: np.ndarray, threshold: float | None = None,
-                   sigs: Signatures | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+def verified_pairs(
+    doc_index: np.ndarray, keys: np.ndarray, threshold: float | None = None, sigs: Signatures | None = None
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Candidate pairs of one band (or one partition), verified: (u, v, number of candidates).
 
     With a ``threshold``, only pairs whose estimated Jaccard reaches it are kept, cutting LSH false
@@ -167,8 +168,9 @@ def verified_pairs(doc_index: np.ndarray, keys: np.ndarray, threshold: float | N
     return u[keep], v[keep], n_candidates
 
 
-def survivors(roots: np.ndarray, rule: str = "earliest", lengths: np.ndarray | None = None,
-              scores: np.ndarray | None = None) -> np.ndarray:
+def survivors(
+    roots: np.ndarray, rule: str = "earliest", lengths: np.ndarray | None = None, scores: np.ndarray | None = None
+) -> np.ndarray:
     """Survivor index per document: per component, the best by the rule, ties -> lowest index."""
     n = len(roots)
     idx = np.arange(n, dtype=np.int64)
@@ -209,8 +211,9 @@ class Clusters:
         return (self.size > 1) & (self.survivor == np.arange(len(self.survivor)))
 
 
-def settle(uf: UnionFind, rule: str = "earliest", lengths: np.ndarray | None = None,
-           scores: np.ndarray | None = None) -> Clusters:
+def settle(
+    uf: UnionFind, rule: str = "earliest", lengths: np.ndarray | None = None, scores: np.ndarray | None = None
+) -> Clusters:
     """Components of a union-find and the survivor of each by ``rule`` (see ``survivors``)."""
     roots = uf.roots()
     surv = survivors(roots, rule, lengths, scores)
@@ -223,10 +226,17 @@ class DedupResult(Clusters):
     verified_pairs: int = 0
 
 
-def cluster_duplicates(band_columns: Iterable[np.ndarray] | np.ndarray, n_docs: int, *,
-                       valid: np.ndarray | None = None, sigs: np.ndarray | None = None,
-                       verify_threshold: float | None = None, rule: str = "earliest",
-                       lengths: np.ndarray | None = None, scores: np.ndarray | None = None) -> DedupResult:
+def cluster_duplicates(
+    band_columns: Iterable[np.ndarray] | np.ndarray,
+    n_docs: int,
+    *,
+    valid: np.ndarray | None = None,
+    sigs: np.ndarray | None = None,
+    verify_threshold: float | None = None,
+    rule: str = "earliest",
+    lengths: np.ndarray | None = None,
+    scores: np.ndarray | None = None,
+) -> DedupResult:
     """Cluster n_docs documents from their band keys (an (n, bands) array or one column per band).
 
     valid: docs to consider (default all); pass ``~minhash.empty_mask(sigs)`` so that documents

@@ -100,8 +100,9 @@ def _is_member(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray
     return found
 
 
-def large_star(node: np.ndarray, nbr: np.ndarray, confirm: tuple[np.ndarray, np.ndarray]
-               ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+def large_star(
+    node: np.ndarray, nbr: np.ndarray, confirm: tuple[np.ndarray, np.ndarray]
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """One large-star step over the rows (node, nbr) of a partition's nodes, settling whole components.
 
     ``confirm``: the (centre, leaf) rows the small-star round before sent to this partition. Returns

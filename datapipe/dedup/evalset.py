@@ -21,12 +21,16 @@ import numpy as np
 _SENT_RE = re.compile(r"(?<=[。！？!?；])|(?<=\.)\s+")
 
 BOILERPLATE = {
-    "zh": ["首页 | 新闻 | 关于我们 | 联系我们 版权所有 © 2021 某某网 保留所有权利",
-           "返回顶部 分享到微信 分享到微博 本站内容仅供参考 转载请注明出处",
-           "登录 注册 帮助中心 ICP备案号 京ICP备000000号 违法和不良信息举报"],
-    "en": ["Home | News | About us | Contact Copyright © 2021 Example Media. All rights reserved.",
-           "Back to top. Share on Facebook. Share on Twitter. Subscribe to our newsletter for updates.",
-           "Sign in Register Help Privacy policy Terms of use Cookie settings Advertise with us"],
+    "zh": [
+        "首页 | 新闻 | 关于我们 | 联系我们 版权所有 © 2021 某某网 保留所有权利",
+        "返回顶部 分享到微信 分享到微博 本站内容仅供参考 转载请注明出处",
+        "登录 注册 帮助中心 ICP备案号 京ICP备000000号 违法和不良信息举报",
+    ],
+    "en": [
+        "Home | News | About us | Contact Copyright © 2021 Example Media. All rights reserved.",
+        "Back to top. Share on Facebook. Share on Twitter. Subscribe to our newsletter for updates.",
+        "Sign in Register Help Privacy policy Terms of use Cookie settings Advertise with us",
+    ],
 }
 
 
@@ -89,8 +93,9 @@ def build(corpora: list[tuple[Path, str, int, int]], seed: int = 0) -> tuple[lis
     return texts, np.array(groups, dtype=np.int64), labels
 
 
-def pair_scores(cluster: np.ndarray, truth_pairs: set[tuple[int, int]],
-                neutral: Set[tuple[int, int]] = frozenset()) -> tuple[float, float, int, int]:
+def pair_scores(
+    cluster: np.ndarray, truth_pairs: set[tuple[int, int]], neutral: Set[tuple[int, int]] = frozenset()
+) -> tuple[float, float, int, int]:
     """Pair precision/recall of clusters against true duplicate pairs (i < j).
 
     neutral pairs count neither way (e.g. plausible near-duplicates outside the labelled set)."""
@@ -121,10 +126,10 @@ def udhr_text(path: Path) -> str:
 # Simplified text, German 1901 vs 1996 spelling) and the other spelling/orthography revisions
 # of one translation (Romanian 1953/1993/2006). Other pages of the same language prefix are
 # neutral (some are rewrites, some other translations); pairs across prefixes are negatives.
-UDHR_POSITIVE = [("cmn_hans", v) for v in ("cmn_hans_beijing", "cmn_hans_guiyang", "cmn_hans_harbin",
-                                             "cmn_hans_nanjing", "cmn_hans_tianjin")]
-UDHR_POSITIVE += [("deu_1901", "deu_1996"), ("ron_1953", "ron_1993"), ("ron_1953", "ron_2006"),
-                  ("ron_1993", "ron_2006")]
+UDHR_POSITIVE = [
+    ("cmn_hans", v) for v in ("cmn_hans_beijing", "cmn_hans_guiyang", "cmn_hans_harbin", "cmn_hans_nanjing", "cmn_hans_tianjin")
+]
+UDHR_POSITIVE += [("deu_1901", "deu_1996"), ("ron_1953", "ron_1993"), ("ron_1953", "ron_2006"), ("ron_1993", "ron_2006")]
 
 
 # Pairs under different codes that the detector found and that turned out to carry (nearly) the
@@ -138,15 +143,15 @@ def _ordered(i: int, j: int) -> tuple[int, int]:
     return (i, j) if i <= j else (j, i)
 
 
-def udhr(directory: Path, adjudicated: bool = True
-         ) -> tuple[list[str], list[str], set[tuple[int, int]], set[tuple[int, int]]]:
+def udhr(directory: Path, adjudicated: bool = True) -> tuple[list[str], list[str], set[tuple[int, int]], set[tuple[int, int]]]:
     """All UDHR pages: texts, names, labelled positive pairs, neutral same-prefix pairs."""
     names = sorted(p.stem for p in directory.glob("*.html"))
     texts = [udhr_text(directory / f"{n}.html") for n in names]
     pos = {n: i for i, n in enumerate(names)}
     truth = {_ordered(pos[a], pos[b]) for a, b in UDHR_POSITIVE}
-    neutral = {(i, j) for i, j in itertools.combinations(range(len(names)), 2)
-               if names[i].split("_")[0] == names[j].split("_")[0]} - truth
+    neutral = {
+        (i, j) for i, j in itertools.combinations(range(len(names)), 2) if names[i].split("_")[0] == names[j].split("_")[0]
+    } - truth
     if adjudicated:
         neutral |= {_ordered(pos[a], pos[b]) for a, b in UDHR_SAME_TEXT}
     return texts, names, truth, neutral

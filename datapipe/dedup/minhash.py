@@ -35,8 +35,10 @@ def permutations(num_perm: int, seed: int = DEFAULT_SEED, scheme: str = "affine3
     """(a, b) exactly as datasketch.MinHash._init_permutations draws them."""
     gen = np.random.RandomState(seed)
     if scheme == "legacy":
-        ab = np.array([(gen.randint(1, _MERSENNE, dtype=np.uint64), gen.randint(0, _MERSENNE, dtype=np.uint64))
-                       for _ in range(num_perm)], dtype=np.uint64).T
+        ab = np.array(
+            [(gen.randint(1, _MERSENNE, dtype=np.uint64), gen.randint(0, _MERSENNE, dtype=np.uint64)) for _ in range(num_perm)],
+            dtype=np.uint64,
+        ).T
         return ab[0].copy(), ab[1].copy()
     if scheme != "affine32":
         raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
@@ -93,9 +95,14 @@ if HAVE_NUMBA:
     _legacy_jit = numba.njit(cache=True, nogil=True)(_legacy_kernel)
 
 
-def signatures_from_hashes(hashes: np.ndarray, offsets: np.ndarray, num_perm: int = DEFAULT_NUM_PERM,
-                           seed: int = DEFAULT_SEED, scheme: str = "affine32",
-                           use_numba: bool = HAVE_NUMBA) -> np.ndarray:
+def signatures_from_hashes(
+    hashes: np.ndarray,
+    offsets: np.ndarray,
+    num_perm: int = DEFAULT_NUM_PERM,
+    seed: int = DEFAULT_SEED,
+    scheme: str = "affine32",
+    use_numba: bool = HAVE_NUMBA,
+) -> np.ndarray:
     """(n_docs, num_perm) signatures: uint32 for affine32, uint64 for legacy (datasketch's dtypes).
 
     A document without shingles keeps datasketch's empty value (all 2^32-1).
@@ -110,7 +117,7 @@ def signatures_from_hashes(hashes: np.ndarray, offsets: np.ndarray, num_perm: in
         (_affine32_jit if scheme == "affine32" else _legacy_jit)(hashes, offsets, a, b, out)
         return out
     for d in range(n_docs):  # numpy fallback: one (shingles x num_perm) broadcast per document
-        h = hashes[offsets[d]:offsets[d + 1]]
+        h = hashes[offsets[d] : offsets[d + 1]]
         if len(h) == 0:
             continue
         if scheme == "affine32":
@@ -127,9 +134,14 @@ def _perms_cached(num_perm: int, seed: int, scheme: str) -> tuple[np.ndarray, np
     return permutations(num_perm, seed, scheme)
 
 
-def signatures(texts: Texts, num_perm: int = DEFAULT_NUM_PERM, seed: int = DEFAULT_SEED,
-               n: int = DEFAULT_N, char_map: Mapping[int, str] | None = None,
-               scheme: str = "affine32") -> np.ndarray:
+def signatures(
+    texts: Texts,
+    num_perm: int = DEFAULT_NUM_PERM,
+    seed: int = DEFAULT_SEED,
+    n: int = DEFAULT_N,
+    char_map: Mapping[int, str] | None = None,
+    scheme: str = "affine32",
+) -> np.ndarray:
     """Raw text batch (list of str or pyarrow string array) -> signature matrix."""
     hashes, offsets = shingle_hashes(texts, n=n, char_map=char_map)
     return signatures_from_hashes(hashes, offsets, num_perm, seed, scheme)
@@ -140,8 +152,9 @@ def empty_mask(sigs: np.ndarray) -> np.ndarray:
     return np.all(sigs == ((1 << 32) - 1), axis=1)
 
 
-def lsh_params(threshold: float = DEFAULT_THRESHOLD, num_perm: int = DEFAULT_NUM_PERM,
-               weights: tuple[float, float] = (0.5, 0.5)) -> tuple[int, int]:
+def lsh_params(
+    threshold: float = DEFAULT_THRESHOLD, num_perm: int = DEFAULT_NUM_PERM, weights: tuple[float, float] = (0.5, 0.5)
+) -> tuple[int, int]:
     """(bands, rows) exactly as datasketch.MinHashLSH derives them (its own _optimal_param)."""
     return _optimal_param_cached(float(threshold), int(num_perm), float(weights[0]), float(weights[1]))
 

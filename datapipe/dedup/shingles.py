@@ -49,7 +49,12 @@ Texts = Iterable[str | None]
 # Scripts tokenized per character (inclusive code-point ranges, ``datapipe.text.charclass``), and
 # 〆 and the CJK strokes, which only occur among Han characters.
 CJK_RANGES: charclass.Ranges = charclass.union(
-    charclass.HAN, charclass.KANA, charclass.BOPOMOFO, charclass.THAI_LAO, charclass.MYANMAR, charclass.KHMER,
+    charclass.HAN,
+    charclass.KANA,
+    charclass.BOPOMOFO,
+    charclass.THAI_LAO,
+    charclass.MYANMAR,
+    charclass.KHMER,
     ((0x3006, 0x3006), (0x31C0, 0x31EF)),
 )
 _CJK_CLASS = charclass.regex_class(CJK_RANGES)
@@ -186,8 +191,7 @@ def _join(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32), offsets
 
 
-def to_codepoints(texts: Texts, char_map: Mapping[int, str] | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def to_codepoints(texts: Texts, char_map: Mapping[int, str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Code points of a batch: (uint32 cps, int64 offsets[n+1], bool ``done`` per doc).
 
     Documents with ``done`` False are raw text that the kernel normalizes through
@@ -276,8 +280,7 @@ if HAVE_NUMBA:
     _needs_python_jit = numba.njit(cache=True, nogil=True)(_needs_python_kernel)
 
 
-def shingle_hashes(texts: Texts, n: int = DEFAULT_N,
-                   char_map: Mapping[int, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def shingle_hashes(texts: Texts, n: int = DEFAULT_N, char_map: Mapping[int, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Batch path: (uint32 shingle hashes of all docs, int64 offsets[n_docs+1]).
 
     Equal to ``[shingle_hash(s) for s in shingles(doc)]`` per document.
@@ -298,5 +301,3 @@ def shingle_hashes(texts: Texts, n: int = DEFAULT_N,
     tok_e = np.empty(size, dtype=np.int64)
     used = _shingle_kernel_jit(cps, offsets, done, norm_table(), char_classes(), n, CRC_TABLE, out_hash, out_off, tok_s, tok_e)
     return out_hash[:used].copy(), out_off
-
-

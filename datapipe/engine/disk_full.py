@@ -27,8 +27,10 @@ class DiskFull:
 
     def message(self, root: Path) -> str:
         where = f"writing {self.path}" if self.path else f"writing into {root}"
-        return (f"disk full ({self.what}) while {where}: free space on that file system (or raise the quota) "
-                f"and run the same command again to resume; finished work is kept")
+        return (
+            f"disk full ({self.what}) while {where}: free space on that file system (or raise the quota) "
+            f"and run the same command again to resume; finished work is kept"
+        )
 
 
 def find_disk_full(exc: BaseException) -> DiskFull | None:

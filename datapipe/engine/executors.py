@@ -81,8 +81,7 @@ class RayExecutor:
     RETRIES = 3
     POLL_SECONDS = 0.2
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None,
-                 log: Callable[[str], None] = print) -> None:
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, log: Callable[[str], None] = print) -> None:
         self.address, self.num_cpus, self._log = address, num_cpus, log
         self._stack = ExitStack()
         self._where = ""
@@ -159,8 +158,9 @@ def _fetch(refs: list[Any], keys: list[str]) -> Iterator[Outcome]:
             yield key, exc
 
 
-def make_executor(in_process: bool, ray_address: str | None = None, num_cpus: int | None = None,
-                  log: Callable[[str], None] = print) -> Executor:
+def make_executor(
+    in_process: bool, ray_address: str | None = None, num_cpus: int | None = None, log: Callable[[str], None] = print
+) -> Executor:
     """The executor ``datapipe run`` asked for: ``--in-process``, else Ray (``--ray-address``: a cluster)."""
     if in_process:
         return InProcessExecutor()

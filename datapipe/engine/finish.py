@@ -30,9 +30,17 @@ from datapipe.tokens.shard_format import MANIFEST_SCHEMA
 
 # The documented columns of `documents`, in order, with their type when a run has no such signal.
 CORE_COLUMNS: list[tuple[str, str]] = [
-    ("id", "VARCHAR"), ("source", "VARCHAR"), ("kind", "VARCHAR"), ("lang", "VARCHAR"), ("license", "VARCHAR"),
-    ("status", "VARCHAR"), ("stage", "VARCHAR"), ("reason", "VARCHAR"), ("detail", "VARCHAR"),
-    ("n_chars", "BIGINT"), ("n_tokens", "BIGINT"),
+    ("id", "VARCHAR"),
+    ("source", "VARCHAR"),
+    ("kind", "VARCHAR"),
+    ("lang", "VARCHAR"),
+    ("license", "VARCHAR"),
+    ("status", "VARCHAR"),
+    ("stage", "VARCHAR"),
+    ("reason", "VARCHAR"),
+    ("detail", "VARCHAR"),
+    ("n_chars", "BIGINT"),
+    ("n_tokens", "BIGINT"),
 ]
 NOT_IN_DOCUMENTS = {"text"}  # the text stays in docs/ and rejected/; the table is for counting
 
@@ -72,9 +80,9 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
         con.execute(f"SET memory_limit='{int(memory_mb)}MB'")
         con.execute("SET temp_directory=?", [str(scratch)])
         columns = _union_columns(con, kept) | _union_columns(con, rejected)
-        ordered = CORE_COLUMNS + sorted((c, t) for c, t in columns.items()
-                                        if c not in dict(CORE_COLUMNS) and c not in NOT_IN_DOCUMENTS
-                                        and t != "BLOB")
+        ordered = CORE_COLUMNS + sorted(
+            (c, t) for c, t in columns.items() if c not in dict(CORE_COLUMNS) and c not in NOT_IN_DOCUMENTS and t != "BLOB"
+        )
         parts = []
         if kept:
             parts.append(_select(con, kept, ordered, status="kept"))
@@ -83,26 +91,56 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
         if not parts:
             parts.append("SELECT " + ", ".join(f"NULL::{t} AS {c}" for c, t in ordered) + " WHERE false")
         con.execute(f"CREATE TABLE documents AS {' UNION ALL BY NAME '.join(parts)} ORDER BY id")
-        funnel = [{"position": s["position"], "stage": s["stage"], "docs_in": s["in"], "reason": reason,
-                   "dropped": n} for s in counts["stages"] for reason, n in sorted(s["rejected"].items())]
-        funnel_table = pa.Table.from_pylist(funnel, schema=pa.schema(
-            [("position", pa.int32()), ("stage", pa.string()), ("docs_in", pa.int64()), ("reason", pa.string()),
-             ("dropped", pa.int64())]))
+        funnel = [
+            {"position": s["position"], "stage": s["stage"], "docs_in": s["in"], "reason": reason, "dropped": n}
+            for s in counts["stages"]
+            for reason, n in sorted(s["rejected"].items())
+        ]
+        funnel_table = pa.Table.from_pylist(
+            funnel,
+            schema=pa.schema(
+                [
+                    ("position", pa.int32()),
+                    ("stage", pa.string()),
+                    ("docs_in", pa.int64()),
+                    ("reason", pa.string()),
+                    ("dropped", pa.int64()),
+                ]
+            ),
+        )
         # skipped: documents that reached the stage and passed untouched because their kind is not in
         # its kinds (langid skips code), so docs_out of one stage is docs_in of the next.
         stages_table = pa.Table.from_pylist(
-            [{"position": s["position"], "stage": s["stage"], "docs_in": s["in"], "skipped": s.get("skipped", 0),
-              "dropped": sum(s["rejected"].values())} for s in counts["stages"]],
-            schema=pa.schema([("position", pa.int64()), ("stage", pa.string()), ("docs_in", pa.int64()),
-                              ("skipped", pa.int64()), ("dropped", pa.int64())]))
+            [
+                {
+                    "position": s["position"],
+                    "stage": s["stage"],
+                    "docs_in": s["in"],
+                    "skipped": s.get("skipped", 0),
+                    "dropped": sum(s["rejected"].values()),
+                }
+                for s in counts["stages"]
+            ],
+            schema=pa.schema(
+                [
+                    ("position", pa.int64()),
+                    ("stage", pa.string()),
+                    ("docs_in", pa.int64()),
+                    ("skipped", pa.int64()),
+                    ("dropped", pa.int64()),
+                ]
+            ),
+        )
         con.register("funnel_rows", funnel_table)
         con.register("stage_rows", stages_table)
         con.register("manifest_rows", manifest)
         con.execute("CREATE TABLE stage_reasons AS SELECT * FROM funnel_rows ORDER BY position, reason")
         con.execute("CREATE TABLE stages AS SELECT * FROM stage_rows ORDER BY position")
         con.execute("CREATE TABLE shard_files AS SELECT * FROM manifest_rows ORDER BY path")
-        con.execute("CREATE TABLE run AS SELECT ? AS root, ? AS fingerprint, ? AS stages",
-                    [spec.root, spec.fingerprint, json.dumps(spec.stages)])
+        con.execute(
+            "CREATE TABLE run AS SELECT ? AS root, ? AS fingerprint, ? AS stages",
+            [spec.root, spec.fingerprint, json.dumps(spec.stages)],
+        )
         create_all(con, {r[0] for r in con.execute("DESCRIBE documents").fetchall()}, spec.stage_types)
         con.close()
         tmp.replace(folder.stats_db)
@@ -134,6 +172,7 @@ def _select(con: Any, files: list[str], ordered: list[tuple[str, str]], status: 
 
 
 # --- counts and conservation ---------------------------------------------------
+
 
 def _stage_row(stages: dict[int, dict[str, Any]], pos: str | int) -> dict[str, Any]:
     """The funnel row of a stage position; the one past the last stage is the tokenizer's
@@ -175,8 +214,13 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
     total_in = stages[0]["in"]
     total_rejected = sum(sum(s["rejected"].values()) for s in stages.values())
     total_kept = sum(s["kept"] for s in sources.values())
-    return {"documents": total_in, "kept": total_kept, "rejected": total_rejected,
-            "stages": [{"position": p, **s} for p, s in sorted(stages.items())], "sources": sources}
+    return {
+        "documents": total_in,
+        "kept": total_kept,
+        "rejected": total_rejected,
+        "stages": [{"position": p, **s} for p, s in sorted(stages.items())],
+        "sources": sources,
+    }
 
 
 def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
@@ -184,12 +228,16 @@ def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
     import duckdb
 
     if counts["documents"] != counts["kept"] + counts["rejected"]:
-        raise PipelineError(f"conservation violated: {counts['documents']} documents read, but "
-                            f"{counts['kept']} kept + {counts['rejected']} rejected")
+        raise PipelineError(
+            f"conservation violated: {counts['documents']} documents read, but "
+            f"{counts['kept']} kept + {counts['rejected']} rejected"
+        )
     with duckdb.connect(str(folder.stats_db), read_only=True) as con:
         row = con.execute("SELECT count(*), count(DISTINCT id) FROM documents").fetchone()
     assert row is not None  # an aggregate always returns one row
     n, distinct = row
     if n != counts["documents"] or distinct != n:
-        raise PipelineError(f"conservation violated in the outputs: {counts['documents']} documents read, "
-                            f"{n} rows in documents, {distinct} distinct ids")
+        raise PipelineError(
+            f"conservation violated in the outputs: {counts['documents']} documents read, "
+            f"{n} rows in documents, {distinct} distinct ids"
+        )

@@ -56,21 +56,19 @@ def recorded_reads(folder: RunFolder) -> Reads:
     for phase in READ_PHASES:
         base = folder.markers_dir / phase
         for path in sorted(base.glob("**/*.json")) if base.is_dir() else []:
-            key = path.relative_to(base).as_posix()[:-len(".json")]
+            key = path.relative_to(base).as_posix()[: -len(".json")]
             for read in (folder.read_marker(phase, key) or {}).get("reads", []):
                 out[read["path"]].append((f"task {phase} {key} read it", read))
     return out
 
 
-def check_inputs(folder: RunFolder, inputs: list[dict[str, Any]], at_end: bool,
-                 log: Callable[[str], None]) -> Reads:
+def check_inputs(folder: RunFolder, inputs: list[dict[str, Any]], at_end: bool, log: Callable[[str], None]) -> Reads:
     """Raise :class:`InputChanged` if an input is not what the finished tasks read (``at_end``: nor
     what this attempt listed at its start). ``inputs``: run.json's listing. Returns the reads."""
     reads = recorded_reads(folder)
     checked = [e for e in inputs if reads.get(e["path"]) or at_end]
     with ThreadPoolExecutor(16) as pool:  # one metadata request per object on a store: in parallel
-        now = dict(zip((e["path"] for e in checked),
-                       pool.map(lambda e: input_identity(_local_name(e["path"])), checked)))
+        now = dict(zip((e["path"] for e in checked), pool.map(lambda e: input_identity(_local_name(e["path"])), checked)))
     problems: list[str] = []
     for entry in checked:
         name = entry["path"]
@@ -83,10 +81,12 @@ def check_inputs(folder: RunFolder, inputs: list[dict[str, Any]], at_end: bool,
         raise InputChanged(
             f"input files of the run in {folder.root} changed {when}: its finished tasks read other versions "
             f"of them, so its outputs would mix old and new contents"
-            + (" (the run is not marked complete)" if at_end else "") + ":\n"
+            + (" (the run is not marked complete)" if at_end else "")
+            + ":\n"
             + "\n".join(f"  - {p}" for p in problems[:30])
             + "\nUse --fresh to start over on the files as they are now, or put them back as the tasks read "
-              "them (the same bytes, e.g. `cp -p` from a copy) and run the same command again.")
+            "them (the same bytes, e.g. `cp -p` from a copy) and run the same command again."
+        )
     return reads
 
 
@@ -104,8 +104,9 @@ def _local_name(name: str) -> str:
     return str(mirror_of(name)) if is_uri(name) else path_of_display_name(name)
 
 
-def _check_one(name: str, now: dict[str, Any] | None, seen: list[tuple[str, dict[str, Any]]],
-               log: Callable[[str], None]) -> str | None:
+def _check_one(
+    name: str, now: dict[str, Any] | None, seen: list[tuple[str, dict[str, Any]]], log: Callable[[str], None]
+) -> str | None:
     """What is wrong with one input (None: nothing). ``seen``: (when, identity then) of each read,
     and at the end of a run the listing of its start."""
     if now is None:
@@ -133,13 +134,16 @@ def _check_one(name: str, now: dict[str, Any] | None, seen: list[tuple[str, dict
             read_again += sum(b - a for a, b in extents)
         if known[extents] != then["sha256"]:
             span = f"bytes {extents[0][0]:,}-{extents[-1][1]:,}" if extents else "its bytes"
-            return (f"{name}: rewritten since {when} ({span} are not what it read, with the same size"
-                    + (" and modification time)" if then.get("mtime_ns") is not None else ")"))
+            return f"{name}: rewritten since {when} ({span} are not what it read, with the same size" + (
+                " and modification time)" if then.get("mtime_ns") is not None else ")"
+            )
         _CONFIRMED.add(confirmed)
     if not read_again:
         return None
-    log(f"datapipe: {name} was replaced or rewritten since it was read, but holds the bytes the run's tasks "
-        f"read (read again: {read_again:,} bytes); going on")
+    log(
+        f"datapipe: {name} was replaced or rewritten since it was read, but holds the bytes the run's tasks "
+        f"read (read again: {read_again:,} bytes); going on"
+    )
     return None
 
 

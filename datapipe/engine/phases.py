@@ -65,18 +65,30 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
     """Every phase of the run, in the order they run."""
     phases: list[Phase] = []
     if lines := line_tasks(spec):  # global record numbers (JSONL lines) for ranges: a cheap parallel pre-pass
-        phases.append(Phase(LINES_PHASE, count_range_lines, tuple(Task(s.key, (s,)) for s in lines),
-                            {"num_cpus": 1, "scheduling_strategy": "SPREAD"}, "ranges"))
+        phases.append(
+            Phase(
+                LINES_PHASE,
+                count_range_lines,
+                tuple(Task(s.key, (s,)) for s in lines),
+                {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
+                "ranges",
+            )
+        )
     for segment in spec.segments:
         # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
-        phases.append(Phase(map_phase(segment.index), map_shard,
-                            tuple(Task(s.key, (s, segment)) for s in largest_first(spec.shards)),
-                            {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"}, "shards"))
+        phases.append(
+            Phase(
+                map_phase(segment.index),
+                map_shard,
+                tuple(Task(s.key, (s, segment)) for s in largest_first(spec.shards)),
+                {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"},
+                "shards",
+            )
+        )
         if not segment.final:
             phases += _global_phases(spec, segment)
     if spec.tokenizer is not None:
-        phases.append(Phase(PACK_PHASE, pack_range, lambda folder: _pack_tasks(folder, spec), {"num_cpus": 1},
-                            "ranges"))
+        phases.append(Phase(PACK_PHASE, pack_range, lambda folder: _pack_tasks(folder, spec), {"num_cpus": 1}, "ranges"))
     return phases
 
 
@@ -89,13 +101,20 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
     for step in checked_steps(stage):
         if isinstance(step, PartitionStep):
             forwarded: dict[int, bool] = {}  # round -> forwarded anything, shared by the rounds' task lists
-            phases += [Phase(shuffle_phase(segment.index, r), reduce_partition,
-                             _round_tasks(segment, step, r, forwarded),
-                             {"num_cpus": cpus, "scheduling_strategy": "SPREAD"}, "partitions")
-                       for r in range(step.rounds)]
+            phases += [
+                Phase(
+                    shuffle_phase(segment.index, r),
+                    reduce_partition,
+                    _round_tasks(segment, step, r, forwarded),
+                    {"num_cpus": cpus, "scheduling_strategy": "SPREAD"},
+                    "partitions",
+                )
+                for r in range(step.rounds)
+            ]
         elif isinstance(step, CombineStep):
-            phases.append(Phase(reduce_phase(segment.index), reduce_stage, (Task(stage.name, (segment,)),),
-                                {"num_cpus": cpus}, "steps"))
+            phases.append(
+                Phase(reduce_phase(segment.index), reduce_stage, (Task(stage.name, (segment,)),), {"num_cpus": cpus}, "steps")
+            )
         else:
             raise TypeError(f"stage {stage.name!r} declares an unknown step {step!r}")
     return phases
@@ -113,14 +132,14 @@ def _round_tasks(segment: Segment, step: PartitionStep, round: int, forwarded: d
     def listed(folder: RunFolder) -> tuple[Task, ...] | None:
         for r in range(round):  # from round 0: a round with no tasks forwards nothing
             if r not in forwarded:
-                markers = [folder.read_marker(shuffle_phase(segment.index, r), partition_key(p))
-                           for p in range(step.partitions)]
+                markers = [folder.read_marker(shuffle_phase(segment.index, r), partition_key(p)) for p in range(step.partitions)]
                 if any(m is None for m in markers):
                     return None  # not known until that round is done
                 forwarded[r] = any(m.get("forwarded", 0) for m in markers)  # type: ignore[union-attr]
             if not forwarded[r]:
                 return ()
         return every
+
     return listed
 
 
@@ -135,8 +154,11 @@ def largest_first(shards: tuple[Shard, ...]) -> list[Shard]:
 def line_tasks(spec: RunSpec) -> list[Shard]:
     """Ranges of split files whose record count a later range needs (every one but the last), where
     the format numbers records across the file (``ReaderSpec.prepass_count``)."""
-    return [s for s in spec.shards if len(s.inputs) == 1 and s.inputs[0].part < s.inputs[0].parts - 1
-            and reader_spec(s.format).prepass_count is not None]
+    return [
+        s
+        for s in spec.shards
+        if len(s.inputs) == 1 and s.inputs[0].part < s.inputs[0].parts - 1 and reader_spec(s.format).prepass_count is not None
+    ]
 
 
 def _pack_tasks(folder: RunFolder, spec: RunSpec) -> tuple[Task, ...] | None:

@@ -171,9 +171,16 @@ def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path, target_bytes: int
     tokenizer = load_tokenizer_info(pipeline.resolve(tok_cfg.tokenizer), tok_cfg) if tok_cfg else None
     stages = tuple((kind, opts) for kind, opts in pipeline.stage_options)
     return RunSpec(
-        root=str(root), pipeline_dir=str(pipeline.base_dir), cache_dir=str(cache_dir),
-        fingerprint=pipeline.fingerprint(), batch_size=pipeline.config.batch_size, stage_options=stages,
+        root=str(root),
+        pipeline_dir=str(pipeline.base_dir),
+        cache_dir=str(cache_dir),
+        fingerprint=pipeline.fingerprint(),
+        batch_size=pipeline.config.batch_size,
+        stage_options=stages,
         stage_types=tuple(STAGES[kind] for kind, _ in stages),
-        segments=plan_segments(list(stages)), tokenize=tok_cfg, tokenizer=tokenizer,
-        limits=pipeline.config.limits, shards=tuple(shards),
+        segments=plan_segments(list(stages)),
+        tokenize=tok_cfg,
+        tokenizer=tokenizer,
+        limits=pipeline.config.limits,
+        shards=tuple(shards),
     )

@@ -27,9 +27,15 @@ class PhaseProgress:
         self._start = time.perf_counter()
         if self.live:
             self._progress = Progress(
-                TextColumn("[bold]{task.description:<8}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn(self.unit), TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-                console=self.console, transient=False)
+                TextColumn("[bold]{task.description:<8}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn(self.unit),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=False,
+            )
             self._progress.start()
             self._task = self._progress.add_task(self.phase, total=self.total, completed=self.done, rate="")
         return self
@@ -44,13 +50,15 @@ class PhaseProgress:
         elapsed = max(time.perf_counter() - self._start, 1e-6)
         return f"{self.docs / elapsed:,.0f} docs/s" if self.docs else ""
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._progress is not None:
             self._progress.stop()
         else:
             elapsed = time.perf_counter() - self._start
             resumed = f", {self.resumed} already done" if self.resumed else ""
             rate = f", {self._rate()}" if self.docs else ""
-            print(f"{self.phase}: {self.done}/{self.total} {self.unit}{resumed} in {elapsed:.1f}s{rate}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{self.phase}: {self.done}/{self.total} {self.unit}{resumed} in {elapsed:.1f}s{rate}",
+                file=sys.stderr,
+                flush=True,
+            )

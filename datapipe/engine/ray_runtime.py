@@ -167,8 +167,13 @@ def _start_watchdog() -> subprocess.Popen | None:
     if not session or not os.path.isdir("/proc"):
         return None
     # The pipe's write end stays in this process only (non-inheritable), so its death closes it.
-    return subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), session], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", WATCHDOG, str(os.getpid()), session],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+    )
 
 
 def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:

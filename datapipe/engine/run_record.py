@@ -45,10 +45,19 @@ class RunRecord:
         return self.run.get("split") or {}
 
     def start_attempt(self, pipeline: Pipeline) -> None:
-        self.run.update({"name": pipeline.name, "fingerprint": pipeline.fingerprint(), "config": self.normalized,
-                         "resources": self.resources, "inputs": self.inputs,
-                         "pipeline_file": str(pipeline.file) if pipeline.file else None, "status": "running",
-                         "packages": _package_versions(), "python": platform.python_version()})
+        self.run.update(
+            {
+                "name": pipeline.name,
+                "fingerprint": pipeline.fingerprint(),
+                "config": self.normalized,
+                "resources": self.resources,
+                "inputs": self.inputs,
+                "pipeline_file": str(pipeline.file) if pipeline.file else None,
+                "status": "running",
+                "packages": _package_versions(),
+                "python": platform.python_version(),
+            }
+        )
         self.run.setdefault("started", _now())
         self.run.setdefault("attempts", 0)
         self.run["attempts"] += 1
@@ -96,8 +105,14 @@ def open_record(pipeline: Pipeline, folder: RunFolder, fresh: bool, log: Callabl
     return RunRecord(folder, run, normalized, resources, inputs)
 
 
-def _refuse_changed(folder: RunFolder, previous: dict[str, Any], normalized: dict[str, Any],
-                    resources: list[dict[str, Any]], inputs: list[dict[str, Any]], log: Callable[[str], None]) -> None:
+def _refuse_changed(
+    folder: RunFolder,
+    previous: dict[str, Any],
+    normalized: dict[str, Any],
+    resources: list[dict[str, Any]],
+    inputs: list[dict[str, Any]],
+    log: Callable[[str], None],
+) -> None:
     changes = config_changes(previous.get("config", {}), normalized)
     if "resources" in previous:
         changes += resource_changes(previous["resources"], resources)
@@ -111,7 +126,9 @@ def _refuse_changed(folder: RunFolder, previous: dict[str, Any], normalized: dic
             f"{folder.root} holds a run of a different pipeline, rule files or inputs; changed since then:\n"
             + "\n".join(f"  - {c}" for c in changes[:30])
             + "\nUse --fresh to discard that run and start over, "
-            + ("put the input files back as they were, " if only_inputs else "") + "or --output to write elsewhere.")
+            + ("put the input files back as they were, " if only_inputs else "")
+            + "or --output to write elsewhere."
+        )
 
 
 def _check_resources_unchanged(pipeline: Pipeline, recorded: list[dict[str, Any]]) -> None:
@@ -119,9 +136,12 @@ def _check_resources_unchanged(pipeline: Pipeline, recorded: list[dict[str, Any]
     new (a worker reads it when it first builds the stage): such a run is not marked complete."""
     changes = resource_changes(recorded, pipeline.resources())
     if changes:
-        raise PipelineError("files the run depends on changed while it ran, so its documents may be judged by "
-                            "both versions:\n" + "\n".join(f"  - {c}" for c in changes[:30])
-                            + "\nRun again with --fresh to judge every document by today's files.")
+        raise PipelineError(
+            "files the run depends on changed while it ran, so its documents may be judged by "
+            "both versions:\n"
+            + "\n".join(f"  - {c}" for c in changes[:30])
+            + "\nRun again with --fresh to judge every document by today's files."
+        )
 
 
 def input_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:

@@ -47,10 +47,17 @@ class RunInterrupted(PipelineError):
     exit_code = 130  # 128 + SIGINT, as shells report an interrupted command (datapipe/errors.py)
 
 
-def run_pipeline(pipeline: Pipeline, output: Path | str | None = None, ray_address: str | None = None,
-                 num_cpus: int | None = None, fresh: bool = False, show_progress: bool = True,
-                 log: Callable[[str], None] = print, in_process: bool | None = False,
-                 executor: Executor | None = None) -> RunResult:
+def run_pipeline(
+    pipeline: Pipeline,
+    output: Path | str | None = None,
+    ray_address: str | None = None,
+    num_cpus: int | None = None,
+    fresh: bool = False,
+    show_progress: bool = True,
+    log: Callable[[str], None] = print,
+    in_process: bool | None = False,
+    executor: Executor | None = None,
+) -> RunResult:
     """Run ``pipeline`` into its run folder. ``in_process`` runs every task in this process, one after
     another, without starting Ray: for small jobs, where Ray's start-up and shutdown (seconds) would
     dominate. The tasks are the same functions, so the outputs are the same. ``None`` decides per run:
@@ -71,7 +78,8 @@ def run_pipeline(pipeline: Pipeline, output: Path | str | None = None, ray_addre
     except KeyboardInterrupt:
         raise RunInterrupted(
             f"interrupted: the run in {folder.root} was stopped; finished work is kept, and running the "
-            f"same command again resumes it") from None
+            f"same command again resumes it"
+        ) from None
     except (PipelineError, RunFolderError):
         raise
     except Exception as exc:
@@ -81,8 +89,14 @@ def run_pipeline(pipeline: Pipeline, output: Path | str | None = None, ray_addre
         raise PipelineError(full.message(folder.root)) from None
 
 
-def _run_locked(pipeline: Pipeline, folder: RunFolder, fresh: bool, show_progress: bool,
-                log: Callable[[str], None], choose: Callable[[RunSpec | None], Executor]) -> RunResult:
+def _run_locked(
+    pipeline: Pipeline,
+    folder: RunFolder,
+    fresh: bool,
+    show_progress: bool,
+    log: Callable[[str], None],
+    choose: Callable[[RunSpec | None], Executor],
+) -> RunResult:
     record = open_record(pipeline, folder, fresh, log)
     spec = _recorded_plan(pipeline, record)
     record.start_attempt(pipeline)
@@ -100,14 +114,18 @@ def _run_locked(pipeline: Pipeline, folder: RunFolder, fresh: bool, show_progres
             with choose(spec) as executor:
                 if spec is None:
                     spec = _plan(pipeline, record, executor.cpus())
-                log(f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
-                    f"output in {folder.root}")
+                log(
+                    f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
+                    f"output in {folder.root}"
+                )
                 _run_phases(result, folder, spec, executor, timings, show_progress)
         if _finish(pipeline, record, spec, timings, log):
             return result
-    raise PipelineError(f"files of {folder.location} were lost or damaged again after their tasks were redone "
-                        f"{MAX_REPAIRS} times, so the run is not marked complete; is something else deleting or "
-                        f"writing files there (or is the object store losing them)?")
+    raise PipelineError(
+        f"files of {folder.location} were lost or damaged again after their tasks were redone "
+        f"{MAX_REPAIRS} times, so the run is not marked complete; is something else deleting or "
+        f"writing files there (or is the object store losing them)?"
+    )
 
 
 # Finished work found damaged at the end of a run (files lost from an object store meanwhile) is
@@ -139,7 +157,8 @@ def _recorded_plan(pipeline: Pipeline, record: RunRecord) -> RunSpec | None:
         raise PipelineError(
             f"{record.folder.root} was planned as {planned} map tasks; this datapipe plans the same inputs "
             f"as {len(spec.shards)}, so its finished tasks cannot be reused. Use --fresh to start over, "
-            f"or --output to write elsewhere.")
+            f"or --output to write elsewhere."
+        )
     _prepare(spec)
     return spec
 
@@ -158,8 +177,15 @@ def _prepare(spec: RunSpec) -> None:
         build_stage(spec, pos).prepare()  # fetch models now: one clear error instead of one per task
 
 
-def _pick_executor(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None, ray_address: str | None,
-                   num_cpus: int | None, in_process: bool | None, log: Callable[[str], None]) -> Executor:
+def _pick_executor(
+    pipeline: Pipeline,
+    folder: RunFolder,
+    spec: RunSpec | None,
+    ray_address: str | None,
+    num_cpus: int | None,
+    in_process: bool | None,
+    log: Callable[[str], None],
+) -> Executor:
     if in_process is None:
         cpus = num_cpus or local_cpus()
         if not ray_address and _auto_in_process(pipeline, folder, spec, cpus):
@@ -178,8 +204,9 @@ def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None
     return len(spec.shards) <= 1
 
 
-def _run_phases(result: RunResult, folder: RunFolder, spec: RunSpec, executor: Executor,
-                timings: dict[str, float], show_progress: bool) -> None:
+def _run_phases(
+    result: RunResult, folder: RunFolder, spec: RunSpec, executor: Executor, timings: dict[str, float], show_progress: bool
+) -> None:
     """The engine loop: each phase of the plan in order, its unfinished tasks run and awaited."""
     for phase in plan_phases(spec):
         folder.pull()  # a remote run folder: markers other nodes committed (pack's tasks follow from them)
@@ -200,8 +227,16 @@ def _all_tasks(spec: RunSpec, folder: RunFolder) -> list[tuple[str, str]]:
     return out
 
 
-def _run_phase(result: RunResult, folder: RunFolder, phase: Phase, work: Sequence[Task], executor: Executor,
-               spec: RunSpec, timings: dict[str, float], show_progress: bool) -> None:
+def _run_phase(
+    result: RunResult,
+    folder: RunFolder,
+    phase: Phase,
+    work: Sequence[Task],
+    executor: Executor,
+    spec: RunSpec,
+    timings: dict[str, float],
+    show_progress: bool,
+) -> None:
     """Run the phase's unfinished tasks, counting their outcomes as they come; its failures, all of
     them, end the run once the phase is over."""
     name = phase.name
@@ -226,13 +261,13 @@ def _run_phase(result: RunResult, folder: RunFolder, phase: Phase, work: Sequenc
     if disk_full is not None:  # one line, not one traceback per task: the cause is the same for all
         raise PipelineError(disk_full.message(folder.root))
     if failures:
-        raise PipelineError(f"{len(failures)} of {len(work)} {name} tasks failed after retries "
-                            f"(finished work is kept; run the same command again to resume):\n"
-                            + "\n".join(f"  - {f}" for f in failures[:20]))
+        raise PipelineError(
+            f"{len(failures)} of {len(work)} {name} tasks failed after retries "
+            f"(finished work is kept; run the same command again to resume):\n" + "\n".join(f"  - {f}" for f in failures[:20])
+        )
 
 
-def _finish(pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[str, float],
-            log: Callable[[str], None]) -> bool:
+def _finish(pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[str, float], log: Callable[[str], None]) -> bool:
     """Every task done: the inputs checked against what the tasks read (before anything is built
     from them), statistics built and published, the run checked, then recorded as complete. False,
     with nothing recorded, when files of finished tasks were lost or damaged meanwhile (their tasks

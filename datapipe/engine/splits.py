@@ -90,8 +90,10 @@ def plan_file(path: str, input_name: str, fmt: str, file_index: int, target: int
     ends: list[int | None] = [*bounds[1:], None]
     # Bounds in the format's own units (row groups) were planned near the target: an even share will do.
     sizes = [(e or size) - s for s, e in zip(bounds, ends)] if in_bytes else [size // len(bounds)] * len(bounds)
-    return [InputRange(path, input_name, fmt, file_index, s, e, k, len(bounds), n)
-            for k, (s, e, n) in enumerate(zip(bounds, ends, sizes))]
+    return [
+        InputRange(path, input_name, fmt, file_index, s, e, k, len(bounds), n)
+        for k, (s, e, n) in enumerate(zip(bounds, ends, sizes))
+    ]
 
 
 def even_cuts(size: int, target: int) -> list[int]:

@@ -27,11 +27,22 @@ FORMATS = ("megatron", "hf", "mds", "jsonl")
 __all__ = ["FORMATS", "ExportError", "ExportResult", "export"]
 
 
-def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequence[str] | None = None,
-           splits: Sequence[str] | None = None, sources: Sequence[str] | None = None,
-           docs_per_file: int = 100_000, hf_file_format: str = "arrow", mds_size_limit: int = SIZE_LIMIT,
-           batch_docs: int = 1024, fresh: bool = False, log: Callable[[str], None] = lambda m: None,
-           progress: bool = False, allow_incomplete: bool = False) -> ExportResult:
+def export(
+    run_dir: str | Path,
+    format: str,
+    output: str | Path,
+    columns: Sequence[str] | None = None,
+    splits: Sequence[str] | None = None,
+    sources: Sequence[str] | None = None,
+    docs_per_file: int = 100_000,
+    hf_file_format: str = "arrow",
+    mds_size_limit: int = SIZE_LIMIT,
+    batch_docs: int = 1024,
+    fresh: bool = False,
+    log: Callable[[str], None] = lambda m: None,
+    progress: bool = False,
+    allow_incomplete: bool = False,
+) -> ExportResult:
     """Export the kept documents of the run in ``run_dir`` to ``output`` in ``format``. Either may be
     a local path or the URI of a folder in object storage (``datapipe.export.target``).
 
@@ -63,8 +74,7 @@ def export(run_dir: str | Path, format: str, output: str | Path, columns: Sequen
     bad = [s for s in source_list if s not in docs.sources]
     if bad:
         raise ExportError(f"--source: {', '.join(bad)} not in the run (sources: {', '.join(docs.sources)})")
-    return run_export(docs, fmt, output, cols, split_list, source_list, fresh=fresh, log=log,
-                      progress=progress)
+    return run_export(docs, fmt, output, cols, split_list, source_list, fresh=fresh, log=log, progress=progress)
 
 
 def _make_format(name: str, docs_per_file: int, hf_file_format: str, mds_size_limit: int) -> Format:

@@ -60,11 +60,11 @@ class Format(Protocol):
 
     def options(self) -> dict[str, Any]: ...
 
-    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema,
-                  docs: RunDocuments) -> PartWriter: ...
+    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema, docs: RunDocuments) -> PartWriter: ...
 
-    def finish_stream(self, out: Path, source: str, split: str, parts: list[dict[str, Any]],
-                      schema: pa.Schema) -> dict[str, Path]:
+    def finish_stream(
+        self, out: Path, source: str, split: str, parts: list[dict[str, Any]], schema: pa.Schema
+    ) -> dict[str, Path]:
         """Files that describe a whole stream (MDS index.json); final relative path -> temp file."""
         ...
 
@@ -107,17 +107,24 @@ class _Manifest:
         if self.path.is_file():
             data = json.loads(self.path.read_text(encoding="utf-8"))
             if data.get("identity") != identity:
-                changed = sorted(k for k in set(identity) | set(data.get("identity", {}))
-                                 if identity.get(k) != data.get("identity", {}).get(k))
-                raise ExportError(f"--output: {out} holds an export with other settings (changed: "
-                                  f"{', '.join(changed)}); use another --output folder or --fresh")
+                changed = sorted(
+                    k for k in set(identity) | set(data.get("identity", {})) if identity.get(k) != data.get("identity", {}).get(k)
+                )
+                raise ExportError(
+                    f"--output: {out} holds an export with other settings (changed: "
+                    f"{', '.join(changed)}); use another --output folder or --fresh"
+                )
             self.parts = data.get("parts", [])
             self.streams = data.get("streams", {})
             self.finished = data.get("finished", {})
-        elif not target.remote and out.is_dir() and any(p for p in out.iterdir() if TMP_MARK not in p.name
-                                                         and p.name not in (LOCK_FILE, LOCK_RECORD)):
-            raise ExportError(f"--output: {out} is not empty and holds no {MANIFEST}; refusing to write "
-                              f"there (choose an empty or new folder)")
+        elif (
+            not target.remote
+            and out.is_dir()
+            and any(p for p in out.iterdir() if TMP_MARK not in p.name and p.name not in (LOCK_FILE, LOCK_RECORD))
+        ):
+            raise ExportError(
+                f"--output: {out} is not empty and holds no {MANIFEST}; refusing to write there (choose an empty or new folder)"
+            )
 
     def save(self) -> None:
         """Write the manifest; on a store, upload it (after the files it names: the commit point)."""
@@ -139,9 +146,17 @@ class _Manifest:
         return good
 
 
-def run_export(docs: RunDocuments, fmt: Format, output: str | Path, columns: list[str], splits: list[str],
-               sources: list[str], fresh: bool = False, log: Callable[[str], None] = lambda m: None,
-               progress: bool = False) -> ExportResult:
+def run_export(
+    docs: RunDocuments,
+    fmt: Format,
+    output: str | Path,
+    columns: list[str],
+    splits: list[str],
+    sources: list[str],
+    fresh: bool = False,
+    log: Callable[[str], None] = lambda m: None,
+    progress: bool = False,
+) -> ExportResult:
     """Export into ``output``, a local folder or an object-store URI (``target``).
 
     ``progress``: a bar per stream (documents files read of its source's), drawn on a terminal;
@@ -156,16 +171,32 @@ def run_export(docs: RunDocuments, fmt: Format, output: str | Path, columns: lis
         return _export_locked(docs, fmt, target, columns, splits, sources, fresh, log, progress)
 
 
-def _export_locked(docs: RunDocuments, fmt: Format, target: ExportTarget, columns: list[str], splits: list[str],
-                   sources: list[str], fresh: bool, log: Callable[[str], None], progress: bool) -> ExportResult:
+def _export_locked(
+    docs: RunDocuments,
+    fmt: Format,
+    target: ExportTarget,
+    columns: list[str],
+    splits: list[str],
+    sources: list[str],
+    fresh: bool,
+    log: Callable[[str], None],
+    progress: bool,
+) -> ExportResult:
     out = target.out
     target.pull()
     if fresh and (out / MANIFEST).is_file():
         _wipe(out, target)
     out.mkdir(parents=True, exist_ok=True)
-    identity = {"format": fmt.name, "run": docs.location, "run_fingerprint": docs.run.get("fingerprint"),
-                "run_finished": docs.run.get("finished"), "columns": columns, "splits": splits, "sources": sources,
-                "options": fmt.options()}
+    identity = {
+        "format": fmt.name,
+        "run": docs.location,
+        "run_fingerprint": docs.run.get("fingerprint"),
+        "run_finished": docs.run.get("finished"),
+        "columns": columns,
+        "splits": splits,
+        "sources": sources,
+        "options": fmt.options(),
+    }
     manifest = _Manifest(target, identity)
     if target.remote and not manifest.path.is_file():
         manifest.save()  # on the store before any part: the folder is this export's from now on
@@ -179,10 +210,24 @@ def _export_locked(docs: RunDocuments, fmt: Format, target: ExportTarget, column
             if stream in manifest.streams:
                 result.parts_skipped += len(done)
             else:
-                with (PhaseProgress(f"export {stream}", len(docs.doc_files(source)), 0, "files") if progress
-                      else contextlib.nullcontext()) as bar:
-                    _export_stream(docs, fmt, target, source, split, schema, manifest, done, result, log,
-                                   on_file=bar.advance if bar is not None else None)
+                with (
+                    PhaseProgress(f"export {stream}", len(docs.doc_files(source)), 0, "files")
+                    if progress
+                    else contextlib.nullcontext()
+                ) as bar:
+                    _export_stream(
+                        docs,
+                        fmt,
+                        target,
+                        source,
+                        split,
+                        schema,
+                        manifest,
+                        done,
+                        result,
+                        log,
+                        on_file=bar.advance if bar is not None else None,
+                    )
             info = manifest.streams.get(stream)
             if info is not None:
                 result.streams[stream] = info
@@ -199,9 +244,19 @@ def _export_locked(docs: RunDocuments, fmt: Format, target: ExportTarget, column
     return result
 
 
-def _export_stream(docs: RunDocuments, fmt: Format, target: ExportTarget, source: str, split: str,
-                   schema: pa.Schema, manifest: _Manifest, done: list[dict[str, Any]], result: ExportResult,
-                   log: Callable[[str], None], on_file: Callable[[int], None] | None = None) -> None:
+def _export_stream(
+    docs: RunDocuments,
+    fmt: Format,
+    target: ExportTarget,
+    source: str,
+    split: str,
+    schema: pa.Schema,
+    manifest: _Manifest,
+    done: list[dict[str, Any]],
+    result: ExportResult,
+    log: Callable[[str], None],
+    on_file: Callable[[int], None] | None = None,
+) -> None:
     out = target.out
     stream = f"{source}/{split}"
     skip = sum(p["docs"] for p in done)
@@ -215,8 +270,17 @@ def _export_stream(docs: RunDocuments, fmt: Format, target: ExportTarget, source
         assert writer is not None
         extra = writer.close()
         files = _place(target, writer.temp_files)
-        manifest.parts.append({"stream": stream, "part": part_no, "first_doc": first_doc, "docs": n_docs,
-                               "tokens": n_tokens, "files": files, **extra})
+        manifest.parts.append(
+            {
+                "stream": stream,
+                "part": part_no,
+                "first_doc": first_doc,
+                "docs": n_docs,
+                "tokens": n_tokens,
+                "files": files,
+                **extra,
+            }
+        )
         manifest.save()
         result.parts_written += 1
         log(f"export: {', '.join(files)} ({n_docs} documents)")
@@ -246,8 +310,11 @@ def _export_stream(docs: RunDocuments, fmt: Format, target: ExportTarget, source
         raise
     parts = sorted((p for p in manifest.parts if p["stream"] == stream), key=lambda p: p["part"])
     manifest.finished.update(_place(target, fmt.finish_stream(out, source, split, parts, schema)))
-    manifest.streams[stream] = {"docs": sum(p["docs"] for p in parts), "tokens": sum(p["tokens"] for p in parts),
-                                "parts": len(parts)}
+    manifest.streams[stream] = {
+        "docs": sum(p["docs"] for p in parts),
+        "tokens": sum(p["tokens"] for p in parts),
+        "parts": len(parts),
+    }
     manifest.save()
 
 
@@ -318,12 +385,20 @@ def _wipe(out: Path, target: ExportTarget) -> None:
 
 def _record_in_run(docs: RunDocuments, result: ExportResult) -> None:
     """``<run>/exports/<format>.json``: where the export went and what it holds."""
-    record = {"format": result.format, "output": str(result.output), "columns": result.columns,
-              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "documents": result.documents, "tokens": result.tokens, "streams": result.streams,
-              "files": result.files, **result.extra}
-    write_text_atomic(docs.root / "exports" / f"{result.format}.json",
-                      json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    record = {
+        "format": result.format,
+        "output": str(result.output),
+        "columns": result.columns,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "documents": result.documents,
+        "tokens": result.tokens,
+        "streams": result.streams,
+        "files": result.files,
+        **result.extra,
+    }
+    write_text_atomic(
+        docs.root / "exports" / f"{result.format}.json", json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    )
     docs.folder.publish(f"exports/{result.format}.json")  # a run folder in object storage: to the store too
 
 

@@ -71,12 +71,16 @@ class RunDocuments:
         try:
             self.run = json.loads(run_json.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError):
-            raise ExportError(f"RUN: {run_json} is unreadable (truncated or not JSON)",
-                              hint="run the same `datapipe run` command again (with --fresh if it refuses)") from None
+            raise ExportError(
+                f"RUN: {run_json} is unreadable (truncated or not JSON)",
+                hint="run the same `datapipe run` command again (with --fresh if it refuses)",
+            ) from None
         if self.run.get("status") != "complete" and not allow_incomplete:
-            raise ExportError(f"RUN: the run in {self.location} is not complete (status "
-                              f"{self.run.get('status')!r}); finish it with `datapipe run` first",
-                              hint="or pass --allow-incomplete to export the documents as they are now")
+            raise ExportError(
+                f"RUN: the run in {self.location} is not complete (status "
+                f"{self.run.get('status')!r}); finish it with `datapipe run` first",
+                hint="or pass --allow-incomplete to export the documents as they are now",
+            )
         # A remote run's documents and token lists (paths relative to the run folder), as listed on
         # the store; None for a local run. A complete run holds no file of a killed attempt: each
         # attempt's first act is deleting what no marker names, and a retried task rewrites its files.
@@ -84,11 +88,13 @@ class RunDocuments:
         self.batch_docs = batch_docs
         self._schemas: dict[Path, pa.Schema] = {}
         if self._remote_files is not None:
-            self.sources = sorted({rel.split("/")[1] for rel in self._remote_files
-                                   if rel.startswith("docs/") and rel.endswith(".parquet")})
+            self.sources = sorted(
+                {rel.split("/")[1] for rel in self._remote_files if rel.startswith("docs/") and rel.endswith(".parquet")}
+            )
         else:
-            self.sources = sorted(p.name for p in self.folder.docs_dir.iterdir() if p.is_dir()) \
-                if self.folder.docs_dir.is_dir() else []
+            self.sources = (
+                sorted(p.name for p in self.folder.docs_dir.iterdir() if p.is_dir()) if self.folder.docs_dir.is_dir() else []
+            )
         self._manifest = self._read_manifest()
         self.tokens = self._token_info()
 
@@ -111,7 +117,7 @@ class RunDocuments:
 
     def _listed(self, folders: tuple[str, ...]) -> set[str]:
         base = storage.child(self.location, "")
-        return {f.uri[len(base):] for folder in folders for f in storage.list_files(storage.child(self.location, folder))}
+        return {f.uri[len(base) :] for folder in folders for f in storage.list_files(storage.child(self.location, folder))}
 
     def _shard(self, rel: str) -> Path:
         """A packed shard's local path; a remote run's shard is downloaded to its mirror first."""
@@ -125,8 +131,9 @@ class RunDocuments:
     def doc_files(self, source: str) -> list[Path]:
         # Shard keys are <source>/<NNNNN>: name order is the run's order, which packing followed.
         if self._remote_files is not None:  # mirror paths, read in place (storage.parquet_source)
-            return sorted(self.root / rel for rel in self._remote_files
-                          if rel.startswith(f"docs/{source}/") and rel.endswith(".parquet"))
+            return sorted(
+                self.root / rel for rel in self._remote_files if rel.startswith(f"docs/{source}/") and rel.endswith(".parquet")
+            )
         return sorted((self.folder.docs_dir / source).glob("*.parquet"))
 
     def columns(self) -> list[str]:
@@ -147,8 +154,7 @@ class RunDocuments:
                 fields.append(pa.field(TOKENS, pa.list_(self.token_type())))
                 continue
             for source in self.sources:
-                hit = next((s.field(name) for f in self.doc_files(source) if name in (s := self._schema(f)).names),
-                           None)
+                hit = next((s.field(name) for f in self.doc_files(source) if name in (s := self._schema(f)).names), None)
                 if hit is not None:
                     fields.append(pa.field(name, hit.type))
                     break
@@ -170,8 +176,9 @@ class RunDocuments:
         return out
 
     # --- streaming ------------------------------------------------------------------
-    def batches(self, source: str, split: str, columns: list[str],
-                on_file: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
+    def batches(
+        self, source: str, split: str, columns: list[str], on_file: Callable[[int], None] | None = None
+    ) -> Iterator[pa.Table]:
         """The kept documents of one source and split, in run order, as tables of ``columns``.
 
         ``input_ids`` (if asked) holds each document's tokens, EOS included, as the
@@ -184,8 +191,7 @@ class RunDocuments:
         read_cols = list(dict.fromkeys(["id", "split", *doc_cols]))
         if want_tokens and self.tokens is None:
             raise ExportError(f"--columns: {TOKENS} needs a run with a tokenize section (this run has no shards)")
-        recovered = self._recovered_tokens(source, split) if want_tokens and not self._have_token_lists(source) \
-            else None
+        recovered = self._recovered_tokens(source, split) if want_tokens and not self._have_token_lists(source) else None
         for path in self.doc_files(source):
             pf = pq.ParquetFile(storage.parquet_source(path))
             present = [c for c in read_cols if c in pf.schema_arrow.names]
@@ -203,8 +209,9 @@ class RunDocuments:
                         assert token_table is not None
                         tok = token_table.slice(cursor, n)
                         if not pc.all(pc.equal(tok["id"], table["id"])).as_py():
-                            raise ExportError(f"RUN: token lists of {path.name} do not match its documents; "
-                                              f"the run folder is inconsistent")
+                            raise ExportError(
+                                f"RUN: token lists of {path.name} do not match its documents; the run folder is inconsistent"
+                            )
                         lists = (tok.filter(keep) if keep is not None else tok)["tokens"]
                         part = part.append_column(TOKENS, pc.cast(lists, pa.list_(self.token_type())))
                     else:
@@ -221,8 +228,7 @@ class RunDocuments:
     def _have_token_lists(self, source: str) -> bool:
         if self._remote_files is not None:
             return all(self._token_rel(source, f) in self._remote_files for f in self.doc_files(source))
-        return all(self.folder.tokens_file(f"{source}/{f.stem}").is_file()
-                   for f in self.doc_files(source))
+        return all(self.folder.tokens_file(f"{source}/{f.stem}").is_file() for f in self.doc_files(source))
 
     def _token_rel(self, source: str, doc_file: Path) -> str:
         return (self.folder.tokens_dir / source / f"{doc_file.stem}.arrow").relative_to(self.root).as_posix()
@@ -240,8 +246,10 @@ class RunDocuments:
         """Documents cut back out of the packed shards at their ``doc_starts``."""
         assert self.tokens is not None and self._manifest is not None
         if self.tokens.packing != "concat":
-            raise ExportError(f"RUN: _work/tokens is gone and the shards were packed with {self.tokens.packing!r}, "
-                              f"which reorders documents; only 'concat' shards can be cut back into run order")
+            raise ExportError(
+                f"RUN: _work/tokens is gone and the shards were packed with {self.tokens.packing!r}, "
+                f"which reorders documents; only 'concat' shards can be cut back into run order"
+            )
         paths = sorted(r["path"] for r in self._manifest.to_pylist() if r["source"] == source and r["split"] == split)
         return _cut_documents(self._shard(rel) for rel in paths)
 

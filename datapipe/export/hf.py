@@ -27,8 +27,9 @@ class HfPart:
         self.tmp = temp_for(out, rel)
         self.schema = schema
         self.sink = pa.OSFile(str(self.tmp), "wb")
-        self.writer: Any = (pa.ipc.new_stream(self.sink, self.schema) if file_format == "arrow"
-                            else pq.ParquetWriter(self.sink, self.schema))
+        self.writer: Any = (
+            pa.ipc.new_stream(self.sink, self.schema) if file_format == "arrow" else pq.ParquetWriter(self.sink, self.schema)
+        )
 
     def room(self, table: pa.Table) -> int:
         return self.limit - self.n
@@ -63,13 +64,12 @@ class HfFormat:
     def options(self) -> dict[str, Any]:
         return {"file_format": self.file_format, "docs_per_file": self.docs_per_file}
 
-    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema,
-                  docs: RunDocuments) -> HfPart:
-        return HfPart(out, f"{source}/{split}-{part:05d}.{self.file_format}", schema, self.file_format,
-                      self.docs_per_file)
+    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema, docs: RunDocuments) -> HfPart:
+        return HfPart(out, f"{source}/{split}-{part:05d}.{self.file_format}", schema, self.file_format, self.docs_per_file)
 
-    def finish_stream(self, out: Path, source: str, split: str, parts: list[dict[str, Any]],
-                      schema: pa.Schema) -> dict[str, Path]:
+    def finish_stream(
+        self, out: Path, source: str, split: str, parts: list[dict[str, Any]], schema: pa.Schema
+    ) -> dict[str, Path]:
         return {}
 
     def finish(self, out: Path, result: Any, docs: RunDocuments) -> dict[str, Path]:

@@ -52,12 +52,12 @@ class JsonlFormat:
     def options(self) -> dict[str, Any]:
         return {"docs_per_file": self.docs_per_file}
 
-    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema,
-                  docs: RunDocuments) -> JsonlPart:
+    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema, docs: RunDocuments) -> JsonlPart:
         return JsonlPart(out, f"{source}/{split}-{part:05d}.jsonl", self.docs_per_file)
 
-    def finish_stream(self, out: Path, source: str, split: str, parts: list[dict[str, Any]],
-                      schema: pa.Schema) -> dict[str, Path]:
+    def finish_stream(
+        self, out: Path, source: str, split: str, parts: list[dict[str, Any]], schema: pa.Schema
+    ) -> dict[str, Path]:
         return {}
 
     def finish(self, out: Path, result: Any, docs: RunDocuments) -> dict[str, Path]:

@@ -46,8 +46,16 @@ def encodings(schema: pa.Schema) -> dict[str, str]:
 def shard_config(schema: pa.Schema, size_limit: int) -> dict[str, Any]:
     enc = encodings(schema)
     names = sorted(enc)
-    return {"version": 2, "format": "mds", "compression": None, "hashes": [], "size_limit": size_limit,
-            "column_names": names, "column_encodings": [enc[n] for n in names], "column_sizes": [None] * len(names)}
+    return {
+        "version": 2,
+        "format": "mds",
+        "compression": None,
+        "hashes": [],
+        "size_limit": size_limit,
+        "column_names": names,
+        "column_encodings": [enc[n] for n in names],
+        "column_sizes": [None] * len(names),
+    }
 
 
 def _encode_tokens(ids: np.ndarray) -> bytes:
@@ -89,8 +97,13 @@ class MdsPart:
             for n in self.names:
                 v = cols[n][i]
                 e = self.enc[n]
-                parts.append(_encode_tokens(v) if n in self.dtype else
-                             v.encode("utf-8") if e == "str" else json.dumps(v, ensure_ascii=False).encode("utf-8"))
+                parts.append(
+                    _encode_tokens(v)
+                    if n in self.dtype
+                    else v.encode("utf-8")
+                    if e == "str"
+                    else json.dumps(v, ensure_ascii=False).encode("utf-8")
+                )
             out.append(np.array([len(p) for p in parts], np.uint32).tobytes() + b"".join(parts))
         return out
 
@@ -145,20 +158,26 @@ class MdsFormat:
     def options(self) -> dict[str, Any]:
         return {"size_limit": self.size_limit}
 
-    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema,
-                  docs: RunDocuments) -> MdsPart:
+    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema, docs: RunDocuments) -> MdsPart:
         return MdsPart(out, f"{source}/{split}/shard.{part:05d}.mds", schema, self.size_limit)
 
-    def finish_stream(self, out: Path, source: str, split: str, parts: list[dict[str, Any]],
-                      schema: pa.Schema) -> dict[str, Path]:
+    def finish_stream(
+        self, out: Path, source: str, split: str, parts: list[dict[str, Any]], schema: pa.Schema
+    ) -> dict[str, Path]:
         if not parts:
             return {}
         config = shard_config(schema, self.size_limit)
         shards = []
         for p in parts:
             ((rel, info),) = p["files"].items()
-            shards.append({"samples": p["samples"], "raw_data": {"basename": Path(rel).name, "bytes": info["bytes"],
-                                                                  "hashes": {}}, "zip_data": None, **config})
+            shards.append(
+                {
+                    "samples": p["samples"],
+                    "raw_data": {"basename": Path(rel).name, "bytes": info["bytes"], "hashes": {}},
+                    "zip_data": None,
+                    **config,
+                }
+            )
         rel = f"{source}/{split}/index.json"
         tmp = temp_for(out, rel)
         tmp.write_text(json.dumps({"version": 2, "shards": shards}, sort_keys=True), encoding="utf-8")

@@ -106,13 +106,13 @@ class MegatronFormat:
     def options(self) -> dict[str, Any]:
         return {}
 
-    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema,
-                  docs: RunDocuments) -> MegatronPart:
+    def open_part(self, out: Path, source: str, split: str, part: int, schema: pa.Schema, docs: RunDocuments) -> MegatronPart:
         assert docs.tokens is not None
         return MegatronPart(out, source, split, bin_dtype(docs.tokens.vocab_size))
 
-    def finish_stream(self, out: Path, source: str, split: str, parts: list[dict[str, Any]],
-                      schema: pa.Schema) -> dict[str, Path]:
+    def finish_stream(
+        self, out: Path, source: str, split: str, parts: list[dict[str, Any]], schema: pa.Schema
+    ) -> dict[str, Path]:
         return {}
 
     def finish(self, out: Path, result: Any, docs: RunDocuments) -> dict[str, Path]:
@@ -120,8 +120,9 @@ class MegatronFormat:
         temps: dict[str, Path] = {}
         data_paths: dict[str, str] = {}
         for split in SPLITS:
-            present = {s.split("/")[0]: info for s, info in result.streams.items()
-                       if s.endswith(f"/{split}") and info["docs"] > 0}
+            present = {
+                s.split("/")[0]: info for s, info in result.streams.items() if s.endswith(f"/{split}") and info["docs"] > 0
+            }
             if not present:
                 continue
             data_paths[split] = data_path_string(result.output, split, present, weights)  # a URI on a store
@@ -133,12 +134,12 @@ class MegatronFormat:
         return temps
 
 
-def data_path_string(out: Path | str, split: str, streams: dict[str, dict[str, int]],
-                     weights: dict[str, float]) -> str:
+def data_path_string(out: Path | str, split: str, streams: dict[str, dict[str, int]], weights: dict[str, float]) -> str:
     """``W1 PREFIX1 W2 PREFIX2 ...`` for Megatron's ``--data-path`` (weights normalized over the sources
     present; Megatron normalizes them again)."""
-    raw = {s: float(weights.get(s, 0.0)) for s in streams} if weights else \
-        {s: float(info["tokens"]) for s, info in streams.items()}
+    raw = (
+        {s: float(weights.get(s, 0.0)) for s in streams} if weights else {s: float(info["tokens"]) for s, info in streams.items()}
+    )
     total = sum(raw.values()) or 1.0
     root = str(out).rstrip("/")
     return " ".join(f"{raw[s] / total:.6g} {root}/{prefix(s, split)}" for s in sorted(streams) if raw[s] > 0)

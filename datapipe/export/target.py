@@ -59,10 +59,12 @@ class ExportTarget:
         a store folder with other objects and no manifest, as a local export refuses such a folder."""
         if self.uri is None:
             return
-        listed = {f.uri[len(self.uri) + 1:]: f.size for f in storage.list_files(self.uri)}
+        listed = {f.uri[len(self.uri) + 1 :]: f.size for f in storage.list_files(self.uri)}
         if set(listed) - {LOCK_RECORD} and self.manifest_name not in listed:
-            raise ExportError(f"--output: {self.uri} is not empty and holds no {self.manifest_name}; refusing to "
-                              f"write there (choose an empty or new folder)")
+            raise ExportError(
+                f"--output: {self.uri} is not empty and holds no {self.manifest_name}; refusing to "
+                f"write there (choose an empty or new folder)"
+            )
         self._sizes = listed
         # the store is the record; staging is a cache (but for the lock this export holds on it)
         for p in list(self.out.iterdir()) if self.out.is_dir() else []:

@@ -8,12 +8,12 @@ tags documents and splits kept / dropped.  Optional accurate path: datapipe.lice
 
 from datapipe.license.arxiv import detect_arxiv
 from datapipe.license.code_repos import (
-                                   detect_code_batch,
-                                   detect_code_file,
-                                   detect_header,
-                                   detect_repository,
-                                   detect_text,
-                                   spdx_identifiers,
+    detect_code_batch,
+    detect_code_file,
+    detect_header,
+    detect_repository,
+    detect_text,
+    spdx_identifiers,
 )
 from datapipe.license.detection import Detection
 from datapipe.license.expression import combine, expression_classes
@@ -23,8 +23,22 @@ from datapipe.license.spdx import CLASSES, UNKNOWN
 from datapipe.license.web import detect_hints, detect_web, detect_web_batch
 
 __all__ = [
-    "CLASSES", "UNKNOWN", "Detection", "Policy", "Rule", "combine", "detect_arxiv",
-    "detect_code_batch", "detect_code_file", "detect_header", "detect_metadata",
-    "detect_hints", "detect_repository", "detect_text", "detect_web", "detect_web_batch",
-    "expression_classes", "spdx_identifiers",
+    "CLASSES",
+    "UNKNOWN",
+    "Detection",
+    "Policy",
+    "Rule",
+    "combine",
+    "detect_arxiv",
+    "detect_code_batch",
+    "detect_code_file",
+    "detect_header",
+    "detect_metadata",
+    "detect_hints",
+    "detect_repository",
+    "detect_text",
+    "detect_web",
+    "detect_web_batch",
+    "expression_classes",
+    "spdx_identifiers",
 ]

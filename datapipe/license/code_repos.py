@@ -39,8 +39,7 @@ def is_license_file(path: str) -> bool:
 def _from_matches(matches: list[Match], where: str) -> Detection:
     if not matches:
         return Detection(UNKNOWN, "", where)
-    return Detection(combine([m.license for m in matches]),
-                     "; ".join(m.evidence[:60] for m in matches), where)
+    return Detection(combine([m.license for m in matches]), "; ".join(m.evidence[:60] for m in matches), where)
 
 
 def plain_text(text: str) -> str:
@@ -103,10 +102,11 @@ def detect_header(text: str) -> Detection | None:
 
 def _same_licences(a: str, b: str) -> bool:
     """Same set of licence families (GPL-3.0 text vs GPL-3.0-or-later metadata)."""
+
     def fams(expr: str) -> set[str]:
         toks = re.findall(r"[A-Za-z0-9.\-+:]+", expr)
-        return {t.removesuffix("-only").removesuffix("-or-later") for t in toks
-                if t not in ("AND", "OR", "WITH")}
+        return {t.removesuffix("-only").removesuffix("-or-later") for t in toks if t not in ("AND", "OR", "WITH")}
+
     return fams(a) == fams(b)
 
 
@@ -185,8 +185,7 @@ def detect_repository(files: Mapping[str, str]) -> Detection:
     else:
         chosen = metas
     expr = combine([d.license for d in chosen])
-    return Detection(expr, "; ".join(d.evidence[:60] for d in chosen),
-                     ",".join(dict.fromkeys(d.where for d in chosen)))
+    return Detection(expr, "; ".join(d.evidence[:60] for d in chosen), ",".join(dict.fromkeys(d.where for d in chosen)))
 
 
 def detect_code_file(text: str, repo: Detection = NOT_FOUND) -> Detection:
@@ -200,8 +199,7 @@ def detect_code_file(text: str, repo: Detection = NOT_FOUND) -> Detection:
     if head.where == "header" and repo.known and head.license in _UNVERSIONED_GNU:
         fam = _UNVERSIONED_GNU[head.license]
         if any(_family_version(t)[0] == fam for t in re.findall(r"[A-Za-z0-9.\-+:]+", repo.license)):
-            return Detection(repo.license, f"{head.evidence[:80]} (no version) + {repo.where}",
-                             f"header,{repo.where}")
+            return Detection(repo.license, f"{head.evidence[:80]} (no version) + {repo.where}", f"header,{repo.where}")
     return head
 
 
@@ -209,5 +207,14 @@ def detect_code_batch(texts: Iterable[str], repo: Detection = NOT_FOUND) -> list
     return [detect_code_file(t, repo) for t in texts]
 
 
-__all__ = ["plain_text", "refine_gnu", "detect_text", "detect_header", "detect_repository", "detect_code_file",
-           "detect_code_batch", "spdx_identifiers", "is_license_file"]
+__all__ = [
+    "plain_text",
+    "refine_gnu",
+    "detect_text",
+    "detect_header",
+    "detect_repository",
+    "detect_code_file",
+    "detect_code_batch",
+    "spdx_identifiers",
+    "is_license_file",
+]

@@ -21,20 +21,43 @@ from datapipe.license.textmatch import normalize
 # Free-text values seen in the wild -> SPDX id.  Keys are textmatch-normalized.  GNU names
 # without "only"/"or later" keep the bare id (same class either way).
 _ALIASES = {
-    "mit license": "MIT", "the mit license": "MIT", "mit": "MIT", "expat": "MIT",
-    "apache 2 0": "Apache-2.0", "apache license 2 0": "Apache-2.0", "apache 2": "Apache-2.0",
-    "apache license version 2 0": "Apache-2.0", "apache software license": "Apache-2.0",
-    "asl 2 0": "Apache-2.0", "bsd": "BSD-3-Clause", "new bsd": "BSD-3-Clause",
-    "bsd license": "BSD-3-Clause", "3 clause bsd": "BSD-3-Clause", "simplified bsd": "BSD-2-Clause",
-    "2 clause bsd": "BSD-2-Clause", "isc license": "ISC", "gplv2": "GPL-2.0", "gplv3": "GPL-3.0",
-    "gpl v3": "GPL-3.0", "gpl v2": "GPL-2.0", "lgplv3": "LGPL-3.0", "lgplv2 1": "LGPL-2.1",
-    "agplv3": "AGPL-3.0", "mpl 2 0": "MPL-2.0", "mozilla public license 2 0": "MPL-2.0",
-    "public domain": "Unlicense", "psf": "PSF-2.0", "zlib license": "Zlib",
+    "mit license": "MIT",
+    "the mit license": "MIT",
+    "mit": "MIT",
+    "expat": "MIT",
+    "apache 2 0": "Apache-2.0",
+    "apache license 2 0": "Apache-2.0",
+    "apache 2": "Apache-2.0",
+    "apache license version 2 0": "Apache-2.0",
+    "apache software license": "Apache-2.0",
+    "asl 2 0": "Apache-2.0",
+    "bsd": "BSD-3-Clause",
+    "new bsd": "BSD-3-Clause",
+    "bsd license": "BSD-3-Clause",
+    "3 clause bsd": "BSD-3-Clause",
+    "simplified bsd": "BSD-2-Clause",
+    "2 clause bsd": "BSD-2-Clause",
+    "isc license": "ISC",
+    "gplv2": "GPL-2.0",
+    "gplv3": "GPL-3.0",
+    "gpl v3": "GPL-3.0",
+    "gpl v2": "GPL-2.0",
+    "lgplv3": "LGPL-3.0",
+    "lgplv2 1": "LGPL-2.1",
+    "agplv3": "AGPL-3.0",
+    "mpl 2 0": "MPL-2.0",
+    "mozilla public license 2 0": "MPL-2.0",
+    "public domain": "Unlicense",
+    "psf": "PSF-2.0",
+    "zlib license": "Zlib",
 }
 # Trove classifiers (PKG-INFO, pyproject): the most common ones.
 _CLASSIFIERS = {
-    "MIT License": "MIT", "Apache Software License": "Apache-2.0", "BSD License": "BSD-3-Clause",
-    "ISC License (ISCL)": "ISC", "Mozilla Public License 2.0 (MPL 2.0)": "MPL-2.0",
+    "MIT License": "MIT",
+    "Apache Software License": "Apache-2.0",
+    "BSD License": "BSD-3-Clause",
+    "ISC License (ISCL)": "ISC",
+    "Mozilla Public License 2.0 (MPL 2.0)": "MPL-2.0",
     "GNU General Public License v2 (GPLv2)": "GPL-2.0-only",
     "GNU General Public License v2 or later (GPLv2+)": "GPL-2.0-or-later",
     "GNU General Public License v3 (GPLv3)": "GPL-3.0-only",
@@ -42,7 +65,8 @@ _CLASSIFIERS = {
     "GNU Lesser General Public License v3 (LGPLv3)": "LGPL-3.0-only",
     "GNU Lesser General Public License v2 or later (LGPLv2+)": "LGPL-2.0-or-later",
     "GNU Affero General Public License v3": "AGPL-3.0-only",
-    "The Unlicense (Unlicense)": "Unlicense", "Python Software Foundation License": "PSF-2.0",
+    "The Unlicense (Unlicense)": "Unlicense",
+    "Python Software Foundation License": "PSF-2.0",
 }
 
 
@@ -57,9 +81,11 @@ def declared(value: str, op: str = "OR") -> str | None:
     try:
         node = parse(value)
         expr = render(node)
-        if all(canonical_id(tok) for tok in re.findall(r"[A-Za-z0-9.\-+:]+", expr)
-               if tok not in ("AND", "OR", "WITH") and not tok.endswith("exception")
-               and not tok.endswith("-note")):
+        if all(
+            canonical_id(tok)
+            for tok in re.findall(r"[A-Za-z0-9.\-+:]+", expr)
+            if tok not in ("AND", "OR", "WITH") and not tok.endswith("exception") and not tok.endswith("-note")
+        ):
             return expr
     except ExpressionError:
         pass
@@ -100,8 +126,11 @@ def _package_json(text: str) -> Detection | None:
 
 
 def _classifiers(items: list[str], where: str) -> Detection | None:
-    ids = [_CLASSIFIERS[c.rsplit("::", 1)[-1].strip()] for c in items
-           if c.startswith("License ::") and c.rsplit("::", 1)[-1].strip() in _CLASSIFIERS]
+    ids = [
+        _CLASSIFIERS[c.rsplit("::", 1)[-1].strip()]
+        for c in items
+        if c.startswith("License ::") and c.rsplit("::", 1)[-1].strip() in _CLASSIFIERS
+    ]
     return _values(ids, where) if ids else None
 
 
@@ -158,8 +187,12 @@ def _gemspec(text: str) -> Detection | None:
 
 
 _PARSERS: dict[str, Callable[[str], Detection | None]] = {
-    "package.json": _package_json, "pyproject.toml": _pyproject, "setup.cfg": _setup_cfg,
-    "PKG-INFO": _pkg_info, "METADATA": _pkg_info, "Cargo.toml": _cargo,
+    "package.json": _package_json,
+    "pyproject.toml": _pyproject,
+    "setup.cfg": _setup_cfg,
+    "PKG-INFO": _pkg_info,
+    "METADATA": _pkg_info,
+    "Cargo.toml": _cargo,
 }
 
 

@@ -65,8 +65,9 @@ class Policy:
             return True, ""
         return False, f"{kind}: license {detection.license} ({why}) [{detection.where}: {detection.evidence}]"
 
-    def apply(self, kind: str, docs: Iterable[dict[str, Any]], detections: Iterable[Detection]
-              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def apply(
+        self, kind: str, docs: Iterable[dict[str, Any]], detections: Iterable[Detection]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Tag each document with license, license_class, license_evidence; split into
         (kept, dropped), dropped documents carrying `drop_reason`.  Inputs are not mutated."""
         kept, dropped = [], []

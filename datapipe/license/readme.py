@@ -32,32 +32,45 @@ _ANY_UNDERLINE = re.compile(r"^[^\n]+\n[=\-~^\"'`#*+]{3,}[ \t]*$", re.M)
 _ANY_HTML_HEAD = re.compile(r"<h[1-6][^>]*>", re.I)
 
 # Licence names as READMEs write them -> SPDX id.  Ordered: longer / more specific first.
-_NAMES: list[tuple[re.Pattern[str], str]] = [(re.compile(rx, re.I), lid) for rx, lid in [
-    (r"\bMIT[- ]?0\b|\bMIT No Attribution\b", "MIT-0"),
-    (r"\bApache(?:[- ]License)?,?[- ](?:Version[- ]|v\.?[- ]?)?2(?:\.0)?\b|\bASL[- ]?2(?:\.0)?\b", "Apache-2.0"),
-    (r"\b(?:BSD[- ]?3[- ]?Clause|3[- ]Clause[- ]BSD|(?:New|Modified|Revised)[- ]BSD)\b", "BSD-3-Clause"),
-    (r"\b(?:BSD[- ]?2[- ]?Clause|2[- ]Clause[- ]BSD|Simplified[- ]BSD|FreeBSD[- ]License)\b", "BSD-2-Clause"),
-    (r"\b(?:A(?:ffero)?[- ]?GPL|GNU Affero General Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?3(?:\.0)?\b", "AGPL-3.0"),
-    (r"\b(?:L(?:esser)?[- ]?GPL|GNU (?:Lesser|Library) General Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?3(?:\.0)?\b",
-     "LGPL-3.0"),
-    (r"\b(?:L(?:esser)?[- ]?GPL|GNU (?:Lesser|Library) General Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?2\.1\b",
-     "LGPL-2.1"),
-    (r"(?<![LA])\b(?:GPL|GNU General Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?3(?:\.0)?\b", "GPL-3.0"),
-    (r"(?<![LA])\b(?:GPL|GNU General Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?2(?:\.0)?\b", "GPL-2.0"),
-    (r"\b(?:MPL|Mozilla Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?2\.0\b", "MPL-2.0"),
-    (r"\b(?:EPL|Eclipse Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?2\.0\b", "EPL-2.0"),
-    (r"\bBoost Software License\b|\bBSL[- ]1\.0\b", "BSL-1.0"),
-    (r"\bISC\b", "ISC"),
-    (r"\bUnlicen[sc]e\b", "Unlicense"),
-    (r"\bCC0\b|\bCreative Commons Zero\b", "CC0-1.0"),
-    (r"\bWTFPL\b", "WTFPL"),
-    (r"\bzlib\b", "Zlib"),
-    # MIT the licence, not MIT the institute ("© MIT", "MIT Media Lab", "MIT Press").
-    (r"(?<![©)] )(?<!copyright )(?<! at )(?<! by )(?<!from )\b(?:the )?MIT\b(?![- ]0)"
-     r"(?!\s+(?:Media|Press|Lincoln|Sloan|CSAIL|Technology|OpenCourseWare))", "MIT"),
-]]
-_SHIELD = re.compile(r"img\.shields\.io/(?:badge/)?licen[cs]e-([A-Za-z0-9.%_+-]+?)-[0-9a-f]{3,6}\b|"
-                     r"img\.shields\.io/badge/licen[cs]e-([A-Za-z0-9.%_+]+(?:--[A-Za-z0-9.%_+]+)*)-", re.I)
+_NAMES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(rx, re.I), lid)
+    for rx, lid in [
+        (r"\bMIT[- ]?0\b|\bMIT No Attribution\b", "MIT-0"),
+        (r"\bApache(?:[- ]License)?,?[- ](?:Version[- ]|v\.?[- ]?)?2(?:\.0)?\b|\bASL[- ]?2(?:\.0)?\b", "Apache-2.0"),
+        (r"\b(?:BSD[- ]?3[- ]?Clause|3[- ]Clause[- ]BSD|(?:New|Modified|Revised)[- ]BSD)\b", "BSD-3-Clause"),
+        (r"\b(?:BSD[- ]?2[- ]?Clause|2[- ]Clause[- ]BSD|Simplified[- ]BSD|FreeBSD[- ]License)\b", "BSD-2-Clause"),
+        (r"\b(?:A(?:ffero)?[- ]?GPL|GNU Affero General Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?3(?:\.0)?\b", "AGPL-3.0"),
+        (
+            r"\b(?:L(?:esser)?[- ]?GPL|GNU (?:Lesser|Library) General Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?3(?:\.0)?\b",
+            "LGPL-3.0",
+        ),
+        (
+            r"\b(?:L(?:esser)?[- ]?GPL|GNU (?:Lesser|Library) General Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?2\.1\b",
+            "LGPL-2.1",
+        ),
+        (r"(?<![LA])\b(?:GPL|GNU General Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?3(?:\.0)?\b", "GPL-3.0"),
+        (r"(?<![LA])\b(?:GPL|GNU General Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?2(?:\.0)?\b", "GPL-2.0"),
+        (r"\b(?:MPL|Mozilla Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?2\.0\b", "MPL-2.0"),
+        (r"\b(?:EPL|Eclipse Public License)[- ,]?(?:v(?:ersion)?\.?[- ]?)?2\.0\b", "EPL-2.0"),
+        (r"\bBoost Software License\b|\bBSL[- ]1\.0\b", "BSL-1.0"),
+        (r"\bISC\b", "ISC"),
+        (r"\bUnlicen[sc]e\b", "Unlicense"),
+        (r"\bCC0\b|\bCreative Commons Zero\b", "CC0-1.0"),
+        (r"\bWTFPL\b", "WTFPL"),
+        (r"\bzlib\b", "Zlib"),
+        # MIT the licence, not MIT the institute ("© MIT", "MIT Media Lab", "MIT Press").
+        (
+            r"(?<![©)] )(?<!copyright )(?<! at )(?<! by )(?<!from )\b(?:the )?MIT\b(?![- ]0)"
+            r"(?!\s+(?:Media|Press|Lincoln|Sloan|CSAIL|Technology|OpenCourseWare))",
+            "MIT",
+        ),
+    ]
+]
+_SHIELD = re.compile(
+    r"img\.shields\.io/(?:badge/)?licen[cs]e-([A-Za-z0-9.%_+-]+?)-[0-9a-f]{3,6}\b|"
+    r"img\.shields\.io/badge/licen[cs]e-([A-Za-z0-9.%_+]+(?:--[A-Za-z0-9.%_+]+)*)-",
+    re.I,
+)
 _SPDX_TOKEN = re.compile(r"(?<![\w.-])((?:[A-Za-z0-9]+[.-])+[A-Za-z0-9+]+|[A-Za-z]{3,}[0-9.]*)(?![\w-])")
 _OR_CUE = re.compile(r"\beither\b|\bat your option\b|\bdual[- ]licen[cs]ed\b|\bdual licen[cs]e\b|\bor\b", re.I)
 _NOT_LICENSE = re.compile(r"\b(?:dependenc(?:y|ies)|third[- ]party|vendored|bundled)\b", re.I)
@@ -87,7 +100,7 @@ def license_section(text: str) -> str | None:
         if m := rx.search(text):
             level = len(m.group(1)) if rx is _MD_HEAD and m.group(1).startswith("#") else None
             end = _section_end(text, m.end(), level)
-            return text[m.start(): min(end, m.end() + SECTION_CHARS)].strip()
+            return text[m.start() : min(end, m.end() + SECTION_CHARS)].strip()
     if m := _INLINE.search(text):
         return m.group(0).strip()[:SECTION_CHARS]
     return None

@@ -37,14 +37,15 @@ def available() -> bool:
 def _scancode() -> tuple[Any, Any, Any, Any]:
     from licensedcode.cache import build_spdx_license_expression, get_index, get_licensing
     from licensedcode.detection import detect_licenses
+
     return get_index(), get_licensing(), detect_licenses, build_spdx_license_expression
 
 
 def detect_text_scancode(text: str, where: str = "text") -> Detection:
     index, licensing, detect_licenses, to_spdx = _scancode()
     from license_expression import combine_expressions
-    exprs = [d.license_expression for d in detect_licenses(index=index, query_string=text)
-             if d.license_expression]
+
+    exprs = [d.license_expression for d in detect_licenses(index=index, query_string=text) if d.license_expression]
     if not exprs:
         return Detection(UNKNOWN, "", where)
     expr = combine_expressions(exprs, relation="AND", unique=True, licensing=licensing)

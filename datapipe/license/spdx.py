@@ -24,7 +24,6 @@ CLASS_RANK: dict[str, int] = {
 CLASSES = tuple(CLASS_RANK)
 
 
-
 @lru_cache(maxsize=1)
 def _table() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
     data = filter_file("licenses", "classes.yaml")

@@ -101,14 +101,14 @@ def _gnu_notice(m: re.Match[str]) -> str | None:
 
 
 def match_normalized(norm: str) -> list[Match]:
-    found = [Match(lid, _evidence(phrases[0]), "text")
-             for lid, phrases in _FULL.items() if all(_has(norm, p) for p in phrases)]
+    found = [Match(lid, _evidence(phrases[0]), "text") for lid, phrases in _FULL.items() if all(_has(norm, p) for p in phrases)]
     hidden = {sub for m in found for sub in SUBSUMES.get(m.license, ())}
     found = [m for m in found if m.license not in hidden]
     if found and (mod := next((m for w, rx in _MODIFIED if w in norm and (m := rx.search(norm))), None)):
         # A known text with an added restriction is another licence: never the base one.
-        found = [Match(f"LicenseRef-modified-{m.license}", f"adds \"{mod.group(0).strip()}\" to {m.evidence}", "text")
-                 for m in found]
+        found = [
+            Match(f"LicenseRef-modified-{m.license}", f'adds "{mod.group(0).strip()}" to {m.evidence}', "text") for m in found
+        ]
     notices: list[Match] = []
     for lid, rx in _NOTICE:
         if m := rx.search(norm):

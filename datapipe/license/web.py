@@ -24,19 +24,44 @@ _TAG = re.compile(r"<(a|link|img|meta)\b([^>]*)>", re.I)
 _ATTR = re.compile(r"""([\w:-]+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""")
 _STRIP = re.compile(r"<script\b.*?</script>|<style\b.*?</style>|<[^>]+>", re.I | re.S)
 
-_ZH_VARIANT = {"署名": "by", "姓名标示": "by", "姓名標示": "by", "非商业性使用": "nc", "非商業性": "nc",
-               "非商业性": "nc", "相同方式共享": "sa", "相同方式分享": "sa", "禁止演绎": "nd", "禁止改作": "nd"}
+_ZH_VARIANT = {
+    "署名": "by",
+    "姓名标示": "by",
+    "姓名標示": "by",
+    "非商业性使用": "nc",
+    "非商業性": "nc",
+    "非商业性": "nc",
+    "相同方式共享": "sa",
+    "相同方式分享": "sa",
+    "禁止演绎": "nd",
+    "禁止改作": "nd",
+}
 _VERSION = r"(?:[\s-]*(?:licen[cs]e\s*|v(?:ersion)?\.?\s*)?(\d\.\d))?"
 _TEXT_FORMS = [
     # CC BY-NC-SA 4.0 / CC-BY-4.0 / CC BY 3.0
     (re.compile(r"\bCC[\s-]+(BY(?:[\s-]+(?:NC|SA|ND)){0,2})\b" + _VERSION, re.I), "short"),
     # Creative Commons Attribution-NonCommercial-ShareAlike 4.0 International
-    (re.compile(r"Creative\s+Commons\s+(Attribution(?:[\s/-]+(?:Non[\s-]?Commercial|Share[\s-]?Alike"
-                r"|No[\s-]?Deriv(?:ative)?s|No[\s-]?Derivative[\s-]?Works))*)"
-                r"(?:\s+(?:International|Unported|Generic))?" + _VERSION, re.I), "long"),
+    (
+        re.compile(
+            r"Creative\s+Commons\s+(Attribution(?:[\s/-]+(?:Non[\s-]?Commercial|Share[\s-]?Alike"
+            r"|No[\s-]?Deriv(?:ative)?s|No[\s-]?Derivative[\s-]?Works))*)"
+            r"(?:\s+(?:International|Unported|Generic))?" + _VERSION,
+            re.I,
+        ),
+        "long",
+    ),
     # 知识共享 署名-非商业性使用-相同方式共享 4.0 / 创用CC 姓名標示
-    (re.compile(r"(?:知识共享|知識共享|创作共用|創作共用|創用\s?CC|共享创意)\s*[「“\"]?\s*((?:" + "|".join(_ZH_VARIANT)
-                + r")(?:\s*[-－—/]\s*(?:" + "|".join(_ZH_VARIANT) + r"))*)" + r"(?:\s*(\d\.\d))?"), "zh"),
+    (
+        re.compile(
+            r"(?:知识共享|知識共享|创作共用|創作共用|創用\s?CC|共享创意)\s*[「“\"]?\s*((?:"
+            + "|".join(_ZH_VARIANT)
+            + r")(?:\s*[-－—/]\s*(?:"
+            + "|".join(_ZH_VARIANT)
+            + r"))*)"
+            + r"(?:\s*(\d\.\d))?"
+        ),
+        "zh",
+    ),
     (re.compile(r"\bCC0(?:[\s-]+1\.0)?\b|Creative\s+Commons\s+Zero", re.I), "cc0"),
 ]
 # A licensing statement must precede the mention ("available under the", "©", 采用 ...);
@@ -44,17 +69,20 @@ _TEXT_FORMS = [
 _CUE_BEFORE = re.compile(
     r"(?:licen[cs]ed|available|released|published|distributed|dedicated|shared|offered|provided)\s+under"
     r"|under\s+(?:a|the|an)\s|under\s*$|licen[cs]e\s*[:：]|©|\(c\)|copyright|public domain"
-    r"|采用|遵循|依据|基于|授权|授權|许可|許可", re.I)
+    r"|采用|遵循|依据|基于|授权|授權|许可|許可",
+    re.I,
+)
 # A variant term later in the same sentence that the match did not absorb ("CC BY, non-
 # commercial use only"): skip the match rather than report a laxer licence than stated.
-_MORE_TERMS = re.compile(r"[^.。;；!?\n]{0,40}?(?:(?i:share[\s-]?alike|non[\s-]?commercial|no[\s-]?deriv)"
-                         r"|\b(?:NC|SA|ND)\b|非商|相同方式|禁止)")
+_MORE_TERMS = re.compile(
+    r"[^.。;；!?\n]{0,40}?(?:(?i:share[\s-]?alike|non[\s-]?commercial|no[\s-]?deriv)"
+    r"|\b(?:NC|SA|ND)\b|非商|相同方式|禁止)"
+)
 _CUE_AFTER = re.compile(r"^\W{0,3}[^。.!?]{0,20}(?:许可|許可|协议|協議|授權|授权)")
 
 
 def _attrs(raw: str) -> dict[str, str]:
-    return {m.group(1).lower(): htmllib.unescape(m.group(2) or m.group(3) or m.group(4) or "")
-            for m in _ATTR.finditer(raw)}
+    return {m.group(1).lower(): htmllib.unescape(m.group(2) or m.group(3) or m.group(4) or "") for m in _ATTR.finditer(raw)}
 
 
 def _from_text_match(m: re.Match[str], form: str) -> str | None:
@@ -66,8 +94,9 @@ def _from_text_match(m: re.Match[str], form: str) -> str | None:
     elif form == "long":
         # Flags by keyword: spellings vary (NonCommercial, Non-Commercial, Share Alike).
         flat = re.sub(r"[\s/-]+", "", m.group(1).lower())
-        variant = "-".join(["by"] + [v for k, v in (("noncommercial", "nc"), ("sharealike", "sa"),
-                                                     ("noderiv", "nd")) if k in flat])
+        variant = "-".join(
+            ["by"] + [v for k, v in (("noncommercial", "nc"), ("sharealike", "sa"), ("noderiv", "nd")) if k in flat]
+        )
     else:
         variant = "-".join(_ZH_VARIANT[w] for w in re.split(r"\s*[-－—/]\s*", m.group(1).strip()))
     return spdx_for(variant, m.group(2))
@@ -91,7 +120,7 @@ def _text_findings(text: str) -> list[tuple[str, str, str]]:
     out = []
     for rx, form in _TEXT_FORMS:
         for m in rx.finditer(text):
-            before, after = text[max(0, m.start() - 120): m.start()], text[m.end(): m.end() + 30]
+            before, after = text[max(0, m.start() - 120) : m.start()], text[m.end() : m.end() + 30]
             if not (_CUE_BEFORE.search(before) or _CUE_AFTER.search(after)):
                 continue
             if _MORE_TERMS.match(text, m.end()):
@@ -104,8 +133,7 @@ def _text_findings(text: str) -> list[tuple[str, str, str]]:
 def _detection(findings: list[tuple[str, str, str]]) -> Detection:
     ids = list(dict.fromkeys(f[0] for f in findings))
     first = {f[0]: f for f in reversed(findings)}
-    return Detection(combine(ids), "; ".join(first[i][1] for i in ids),
-                     ",".join(dict.fromkeys(first[i][2] for i in ids)))
+    return Detection(combine(ids), "; ".join(first[i][1] for i in ids), ",".join(dict.fromkeys(first[i][2] for i in ids)))
 
 
 def detect_web(html_or_text: str) -> Detection:

@@ -50,8 +50,9 @@ def _row_starts(n, doc_flat, d0, count, seq_len, starts):  # pragma: no cover - 
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _row_bounds(i, n, doc_flat, d0, count, seq_len, label_shift, mask_cross, starts,
-                cu_seqlens, num_segments, label_end):  # pragma: no cover - compiled
+def _row_bounds(
+    i, n, doc_flat, d0, count, seq_len, label_shift, mask_cross, starts, cu_seqlens, num_segments, label_end
+):  # pragma: no cover - compiled
     """Row i of batch.bounds; returns its segment count."""
     m = _row_starts(n, doc_flat, d0, count, seq_len, starts)
     num_segments[i] = m
@@ -63,7 +64,7 @@ def _row_bounds(i, n, doc_flat, d0, count, seq_len, label_shift, mask_cross, sta
     # checked for wraparound at every store and does not vectorize (~50 ns a row for the
     # padding of 64 segments against ~8 for the slice: ~5% of a compact batch at 32 x 2048).
     cu[1:inner] = starts[1:inner]
-    cu[max(inner, 1):] = seq_len
+    cu[max(inner, 1) :] = seq_len
     ok = max(min(n, seq_len + label_shift) - 1, 0)  # labels valid while p + 1 < n_tokens
     if mask_cross and label_shift == 1 and ok == seq_len:
         for j in range(d0, d0 + count):
@@ -74,15 +75,28 @@ def _row_bounds(i, n, doc_flat, d0, count, seq_len, label_shift, mask_cross, sta
 
 
 @numba.njit(cache=True, nogil=True)
-def _bounds(n_tokens, doc_counts, doc_flat, seq_len, label_shift, mask_cross,
-            cu_seqlens, num_segments, label_end):  # pragma: no cover - compiled
+def _bounds(
+    n_tokens, doc_counts, doc_flat, seq_len, label_shift, mask_cross, cu_seqlens, num_segments, label_end
+):  # pragma: no cover - compiled
     """batch.bounds (cu_seqlens, num_segments, label_end: a few int32 a row, nothing per
     token); returns the largest segment count, as _segments."""
     starts = np.empty(doc_flat.shape[0] + 2, np.int64)
     most, d0 = 0, 0
     for i in range(n_tokens.shape[0]):
-        m = _row_bounds(i, n_tokens[i], doc_flat, d0, doc_counts[i], seq_len, label_shift, mask_cross, starts,
-                        cu_seqlens, num_segments, label_end)
+        m = _row_bounds(
+            i,
+            n_tokens[i],
+            doc_flat,
+            d0,
+            doc_counts[i],
+            seq_len,
+            label_shift,
+            mask_cross,
+            starts,
+            cu_seqlens,
+            num_segments,
+            label_end,
+        )
         most = max(most, m)
         d0 += doc_counts[i]
     return most
@@ -92,8 +106,9 @@ _AHEAD = 16  # rows: how far ahead _block_bounds prefetches metadata
 
 
 @numba.njit(cache=True, nogil=True)
-def _block_bounds(shard, row, slot_of, meta_addr, seq_len, label_shift, mask_cross,
-                  cu_seqlens, num_segments, label_end):  # pragma: no cover - compiled
+def _block_bounds(
+    shard, row, slot_of, meta_addr, seq_len, label_shift, mask_cross, cu_seqlens, num_segments, label_end
+):  # pragma: no cover - compiled
     """ShardTable.meta + _bounds in one call: each row's n_tokens, doc_offsets[r:r+2] and
     document starts are read at their raw addresses (meta_addr per slot: n_tokens int32,
     doc_offsets int64, doc_values int32), as gather.RowView reads tokens: shards pinned,
@@ -136,8 +151,9 @@ def _block_bounds(shard, row, slot_of, meta_addr, seq_len, label_shift, mask_cro
 
 
 @numba.njit(cache=True, nogil=True)
-def _segments(n_tokens, doc_counts, doc_flat, seq_len, label_shift, mask_cross,
-              position_ids, cu_seqlens, num_segments, loss_mask):  # pragma: no cover - compiled
+def _segments(
+    n_tokens, doc_counts, doc_flat, seq_len, label_shift, mask_cross, position_ids, cu_seqlens, num_segments, loss_mask
+):  # pragma: no cover - compiled
     """Same definitions as batch.assemble (see there); returns the largest segment
     count so the caller can raise when it exceeds max_segments."""
     b = n_tokens.shape[0]
@@ -162,7 +178,7 @@ def _segments(n_tokens, doc_counts, doc_flat, seq_len, label_shift, mask_cross,
             if s + 1 < width:
                 cu[s + 1] = hi
         cu[0] = 0
-        cu[m + 1:] = seq_len
+        cu[m + 1 :] = seq_len
         ok = max(min(n, seq_len + label_shift) - 1, 0)  # labels valid while p + 1 < n_tokens
         mask = loss_mask[i]
         mask[:ok] = True
@@ -180,6 +196,7 @@ golden = np.uint64(0x9E3779B97F4A7C15)
 m1, m2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def mix(x):  # pragma: no cover - compiled; order._mix (splitmix64 finalizer)
     x = x ^ (x >> s30)
@@ -188,10 +205,12 @@ def mix(x):  # pragma: no cover - compiled; order._mix (splitmix64 finalizer)
     x = x * m2
     return x ^ (x >> s31)
 
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def round_keys(k, rk):  # pragma: no cover - compiled; order.permute's round keys
     for r in range(4):
         rk[r] = mix(k + golden * np.uint64(r + 1))
+
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def feistel(v, n, rk, half, mask):  # pragma: no cover - compiled; order.permute
@@ -203,6 +222,7 @@ def feistel(v, n, rk, half, mask):  # pragma: no cover - compiled; order.permute
         v = (left << half) | right
         if v < n:
             return v
+
 
 @numba.njit(cache=True, nogil=True)
 def _permute_loop(index, n, keys, half, out):  # pragma: no cover - compiled
@@ -216,9 +236,27 @@ def _permute_loop(index, n, keys, half, out):  # pragma: no cover - compiled
             last = k
         out[i] = np.int64(feistel(np.uint64(index[i]), n, rk, half, mask))
 
+
 @numba.njit(cache=True, nogil=True)
-def _locate(index, blend_src, blend_ord, shares, period, n_rows, base_key, half,
-            cum, cum_off, ids, ids_off, shift, first, first_off, shard_out, row_out):  # pragma: no cover
+def _locate(
+    index,
+    blend_src,
+    blend_ord,
+    shares,
+    period,
+    n_rows,
+    base_key,
+    half,
+    cum,
+    cum_off,
+    ids,
+    ids_off,
+    shift,
+    first,
+    first_off,
+    shard_out,
+    row_out,
+):  # pragma: no cover
     """PackedDataset.locate, same definitions: sample -> (virtual source s, ordinal j)
     by the blend (or s = 0, j = sample without one); pass, pos = divmod(j, period[s]);
     row = permute(pos, n_rows[s], mix(base_key[s] + pass * golden)); then the shard
@@ -284,9 +322,11 @@ def _locate(index, blend_src, blend_ord, shares, period, n_rows, base_key, half,
         shard_out[i] = ids[ids_off[s] + lo - cum_off[s]]
         row_out[i] = row - cum[lo]
 
+
 @numba.njit(cache=True, nogil=True)
-def _addresses(shard, row, slot_of, chunk_off, chunk_rows, chunk_addr, row_bytes, itemsize,
-               last_used, tick, elem_out):  # pragma: no cover - compiled
+def _addresses(
+    shard, row, slot_of, chunk_off, chunk_rows, chunk_addr, row_bytes, itemsize, last_used, tick, elem_out
+):  # pragma: no cover - compiled
     """ShardTable.token_addresses + RowView's offsets: returns (missing, lowest address);
     elem_out[i] = (address of row i - lowest) // itemsize. When shards are missing
     (not open), returns their count and leaves elem_out undefined.
@@ -363,8 +403,9 @@ def prefetch(typingctx, addr):  # llvm.prefetch (read, keep in all cache levels)
 
     def codegen(context, builder, signature, args):  # pragma: no cover - runs at compile time
         bytep, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [bytep, i32, i32, i32]),
-                                            "llvm.prefetch.p0i8")
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [bytep, i32, i32, i32]), "llvm.prefetch.p0i8"
+        )
         builder.call(fn, [builder.inttoptr(args[0], bytep), i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
 

@@ -47,8 +47,9 @@ def assemble(
     return {**token_fields(tokens, seq_len, seg["loss_mask"], ignore_index), **seg}
 
 
-def label_end(n_tokens: np.ndarray, doc_counts: np.ndarray, doc_flat: np.ndarray, seq_len: int,
-              row_len: int, mask_cross_document: bool) -> np.ndarray:
+def label_end(
+    n_tokens: np.ndarray, doc_counts: np.ndarray, doc_flat: np.ndarray, seq_len: int, row_len: int, mask_cross_document: bool
+) -> np.ndarray:
     """Per row, the first position whose label is not a real token (int32, B).
 
     With ``mask_cross_document`` it also stops before the last position when the label
@@ -66,8 +67,15 @@ def label_end(n_tokens: np.ndarray, doc_counts: np.ndarray, doc_flat: np.ndarray
     return end.astype(np.int32)
 
 
-def bounds(n_tokens: np.ndarray, doc_counts: np.ndarray, doc_flat: np.ndarray, seq_len: int,
-           row_len: int, max_segments: int, mask_cross_document: bool) -> dict[str, np.ndarray]:
+def bounds(
+    n_tokens: np.ndarray,
+    doc_counts: np.ndarray,
+    doc_flat: np.ndarray,
+    seq_len: int,
+    row_len: int,
+    max_segments: int,
+    mask_cross_document: bool,
+) -> dict[str, np.ndarray]:
     """cu_seqlens, num_segments and label_end of B rows: the compact segment description,
     a few int32 per row (segments() without its per-token fields)."""
     b, L = len(n_tokens), seq_len
@@ -90,12 +98,16 @@ def bounds(n_tokens: np.ndarray, doc_counts: np.ndarray, doc_flat: np.ndarray, s
     rank_in_row = np.arange(seg_row.size) - np.repeat(np.cumsum(counts) - counts, counts)
     later = rank_in_row > 0
     cu[seg_row[later], rank_in_row[later]] = seg_pos[later]
-    return {"cu_seqlens": cu, "num_segments": counts.astype(np.int32),
-            "label_end": label_end(n, doc_counts, doc_flat, seq_len, row_len, mask_cross_document)}
+    return {
+        "cu_seqlens": cu,
+        "num_segments": counts.astype(np.int32),
+        "label_end": label_end(n, doc_counts, doc_flat, seq_len, row_len, mask_cross_document),
+    }
 
 
-def token_fields(tokens: np.ndarray, seq_len: int, loss_mask: np.ndarray | None,
-                 ignore_index: int | None) -> dict[str, np.ndarray]:
+def token_fields(
+    tokens: np.ndarray, seq_len: int, loss_mask: np.ndarray | None, ignore_index: int | None
+) -> dict[str, np.ndarray]:
     """input_ids and labels: views of the gathered rows when they carry the label token."""
     L = seq_len
     input_ids = tokens[:, :L]
@@ -115,13 +127,22 @@ def token_fields(tokens: np.ndarray, seq_len: int, loss_mask: np.ndarray | None,
 
 def check_segments(counts_max: int, max_segments: int) -> None:
     if counts_max > max_segments:
-        raise ValueError(f"a sample has {counts_max} segments but max_segments={max_segments}; "
-                         "raise max_segments (cu_seqlens is padded to a fixed length)")
+        raise ValueError(
+            f"a sample has {counts_max} segments but max_segments={max_segments}; "
+            "raise max_segments (cu_seqlens is padded to a fixed length)"
+        )
 
 
-def segments(n_tokens: np.ndarray, doc_counts: np.ndarray, doc_flat: np.ndarray, seq_len: int,
-             row_len: int, max_segments: int, mask_cross_document: bool,
-             position_dtype: type = np.int32) -> dict[str, np.ndarray]:
+def segments(
+    n_tokens: np.ndarray,
+    doc_counts: np.ndarray,
+    doc_flat: np.ndarray,
+    seq_len: int,
+    row_len: int,
+    max_segments: int,
+    mask_cross_document: bool,
+    position_dtype: type = np.int32,
+) -> dict[str, np.ndarray]:
     """position_ids, cu_seqlens, num_segments and loss_mask of B rows (numpy, vectorized).
 
     Segments of a row start at 0, at each document start inside [1, seq_len), and at the
@@ -173,5 +194,4 @@ def segments(n_tokens: np.ndarray, doc_counts: np.ndarray, doc_flat: np.ndarray,
         d = doc_flat.astype(np.int64)
         hit = (d >= 1) & (d <= L)
         loss_mask[row_of_doc[hit], d[hit] - 1] = False
-    return {"position_ids": position_ids, "cu_seqlens": cu, "num_segments": counts.astype(np.int32),
-            "loss_mask": loss_mask}
+    return {"position_ids": position_ids, "cu_seqlens": cu, "num_segments": counts.astype(np.int32), "loss_mask": loss_mask}

@@ -68,8 +68,13 @@ class PackedDataset:
     def __new__(cls, *args: object, backend: str = "auto", **kwargs: object) -> PackedDataset:
         # Only a real construction (with arguments) picks the adapter; unpickling calls
         # __new__ with no arguments and must keep the class it was pickled as.
-        if (cls is PackedDataset and (args or kwargs) and backend != "numpy" and PackedDataset.torch_class is not None
-                and _torch_installed()):
+        if (
+            cls is PackedDataset
+            and (args or kwargs)
+            and backend != "numpy"
+            and PackedDataset.torch_class is not None
+            and _torch_installed()
+        ):
             cls = PackedDataset.torch_class()
         return super().__new__(cls)
 
@@ -164,8 +169,7 @@ class PackedDataset:
         self._host_ignore = None if "label_end" in self.fields else ignore_index
         # Per-token segment fields cost ~3x the token copy; the compact ones a few int32 a row.
         self._need_segments = bool(set(self.fields) & set(DENSE_FIELDS)) or self._host_ignore is not None
-        self._need_bounds = not self._need_segments and bool(
-            set(self.fields) & {"cu_seqlens", "num_segments", "label_end"})
+        self._need_bounds = not self._need_segments and bool(set(self.fields) & {"cu_seqlens", "num_segments", "label_end"})
         self.max_open_shards = max_open_shards
 
         present = sorted(set(m.sources))
@@ -194,17 +198,22 @@ class PackedDataset:
         total = int(self.source_rows.sum())
         n = total if samples_per_epoch is None else int(samples_per_epoch)
         if self.blend is None and n > total:
-            raise ValueError(f"samples_per_epoch={n} exceeds the {total} rows of the split; "
-                             "use a mixture to repeat sources")
+            raise ValueError(f"samples_per_epoch={n} exceeds the {total} rows of the split; use a mixture to repeat sources")
         self.samples_per_epoch = n // self.global_batch_size * self.global_batch_size
         if self.samples_per_epoch == 0:
             raise ValueError(f"an epoch of {n} samples holds no global batch of {self.global_batch_size}")
         self.batches_per_epoch = self.samples_per_epoch // self.global_batch_size
         self.manifest_fingerprint = manifest_fingerprint(m, self.sources)
-        self.config = {"split": split, "seq_len": self.seq_len, "row_len": self.row_len,
-                       "tokenizer_fingerprint": m.tokenizer_fingerprint, "seed": self.seed,
-                       "global_batch_size": self.global_batch_size, "samples_per_epoch": self.samples_per_epoch,
-                       "mixture": dict(zip(self.sources, self.shares)) if self.blend else None}
+        self.config = {
+            "split": split,
+            "seq_len": self.seq_len,
+            "row_len": self.row_len,
+            "tokenizer_fingerprint": m.tokenizer_fingerprint,
+            "seed": self.seed,
+            "global_batch_size": self.global_batch_size,
+            "samples_per_epoch": self.samples_per_epoch,
+            "mixture": dict(zip(self.sources, self.shares)) if self.blend else None,
+        }
         self.config_fingerprint = _digest(self.config)
         self._source_keys = np.asarray([derive_key(self.seed, "source", s) for s in self.sources], dtype=np.uint64)
         self._epoch_key = np.uint64(derive_key(self.seed, "epoch"))
@@ -241,9 +250,22 @@ class PackedDataset:
             starts = np.arange(((n - 1) >> shift) + 2, dtype=np.int64) << shift
             firsts.append(np.clip(np.searchsorted(c, starts, side="right") - 1, 0, shards - 1))
             shifts.append(shift)
-        return (blend_src, blend_ord, shares, period, n_rows, base_key, half,
-                np.concatenate(cums).astype(np.int64), _offsets(cums), np.concatenate(ids).astype(np.int64),
-                _offsets(ids), np.asarray(shifts, np.int64), np.concatenate(firsts).astype(np.int64), _offsets(firsts))
+        return (
+            blend_src,
+            blend_ord,
+            shares,
+            period,
+            n_rows,
+            base_key,
+            half,
+            np.concatenate(cums).astype(np.int64),
+            _offsets(cums),
+            np.concatenate(ids).astype(np.int64),
+            _offsets(ids),
+            np.asarray(shifts, np.int64),
+            np.concatenate(firsts).astype(np.int64),
+            _offsets(firsts),
+        )
 
     def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Global sample numbers -> (manifest shard id, row within shard)."""
@@ -329,14 +351,20 @@ class PackedDataset:
                 assert ds is not None, "shard table used after its dataset was dropped"
                 return ds._open_shard(i)
 
-            self._table = ShardTable(len(self.manifest.paths), open_shard, self.max_open_shards,
-                                     self.recheck_interval)
+            self._table = ShardTable(len(self.manifest.paths), open_shard, self.max_open_shards, self.recheck_interval)
         return self._table
 
     def _check(self, i: int, sh: OpenShard) -> None:
         m, meta = self.manifest, sh.meta
-        expect = {"rows": int(m.rows[i]), "tokens": int(m.tokens[i]), "seq_len": m.seq_len, "row_len": m.row_len,
-                  "tokenizer_fingerprint": m.tokenizer_fingerprint, "source": m.sources[i], "split": self.split}
+        expect = {
+            "rows": int(m.rows[i]),
+            "tokens": int(m.tokens[i]),
+            "seq_len": m.seq_len,
+            "row_len": m.row_len,
+            "tokenizer_fingerprint": m.tokenizer_fingerprint,
+            "source": m.sources[i],
+            "split": self.split,
+        }
         got = {k: getattr(meta, k) for k in expect}
         if got != expect:
             bad = {k: (got[k], expect[k]) for k in expect if got[k] != expect[k]}
@@ -345,8 +373,7 @@ class PackedDataset:
         if self._compat is None:
             self._compat = key
         elif key != self._compat:
-            raise ShardCorrupt(f"shard {m.paths[i]} is incompatible with the others: {key} vs {self._compat}",
-                               m.paths[i])
+            raise ShardCorrupt(f"shard {m.paths[i]} is incompatible with the others: {key} vs {self._compat}", m.paths[i])
 
     def read(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
         """Gather rows one by one and build one batch with numpy: the straightforward
@@ -365,8 +392,16 @@ class PackedDataset:
             lo, hi = sh.doc_offsets[r], sh.doc_offsets[r + 1]
             counts[i] = hi - lo
             docs.append(sh.doc_values[lo:hi])
-        out = assemble(tokens, n_tok, counts, np.concatenate(docs), self.seq_len, self.max_segments,
-                       self.mask_cross_document, self._host_ignore)
+        out = assemble(
+            tokens,
+            n_tok,
+            counts,
+            np.concatenate(docs),
+            self.seq_len,
+            self.max_segments,
+            self.mask_cross_document,
+            self._host_ignore,
+        )
         out["position_ids"] = out["position_ids"].astype(self.position_dtype)
         return {k: out[k] for k in self.fields}
 
@@ -380,24 +415,36 @@ class PackedDataset:
         n_tok, counts, docs = self.table.meta(shard, row)
         # The first block (the first batch) never waits for numba's import and compile.
         kernel = fused.kernel() if self._warm else None
-        ends = label_end(n_tok, counts, docs, L, self.row_len, self.mask_cross_document) \
-            if "label_end" in self.fields else None
+        ends = label_end(n_tok, counts, docs, L, self.row_len, self.mask_cross_document) if "label_end" in self.fields else None
         if kernel is None:
-            block = segments(n_tok, counts, docs, L, self.row_len, self.max_segments, self.mask_cross_document,
-                             self.position_dtype)
+            block = segments(
+                n_tok, counts, docs, L, self.row_len, self.max_segments, self.mask_cross_document, self.position_dtype
+            )
             if ends is not None:
                 block["label_end"] = ends
-            return lambda k: {f: v[k * B: (k + 1) * B].copy() if copy else v[k * B: (k + 1) * B] for f, v in block.items()}
+            return lambda k: {f: v[k * B : (k + 1) * B].copy() if copy else v[k * B : (k + 1) * B] for f, v in block.items()}
         doc_start = np.concatenate([[0], np.cumsum(counts)])
 
         def batch(k: int) -> dict[str, np.ndarray]:
             lo, hi = k * B, (k + 1) * B
-            out = {"position_ids": np.empty((B, L), self.position_dtype),
-                   "cu_seqlens": np.empty((B, self.max_segments + 1), np.int32),
-                   "num_segments": np.empty(B, np.int32), "loss_mask": np.empty((B, L), np.bool_)}
-            most = kernel(n_tok[lo:hi], counts[lo:hi], docs[doc_start[lo]:doc_start[hi]], L, self.row_len - L,
-                          self.mask_cross_document, out["position_ids"], out["cu_seqlens"], out["num_segments"],
-                          out["loss_mask"])
+            out = {
+                "position_ids": np.empty((B, L), self.position_dtype),
+                "cu_seqlens": np.empty((B, self.max_segments + 1), np.int32),
+                "num_segments": np.empty(B, np.int32),
+                "loss_mask": np.empty((B, L), np.bool_),
+            }
+            most = kernel(
+                n_tok[lo:hi],
+                counts[lo:hi],
+                docs[doc_start[lo] : doc_start[hi]],
+                L,
+                self.row_len - L,
+                self.mask_cross_document,
+                out["position_ids"],
+                out["cu_seqlens"],
+                out["num_segments"],
+                out["loss_mask"],
+            )
             check_segments(most, self.max_segments)
             if ends is not None:
                 out["label_end"] = ends[lo:hi].copy()
@@ -413,15 +460,27 @@ class PackedDataset:
             n_tok, counts, docs = self.table.meta(shard, row)
             return bounds(n_tok, counts, docs, self.seq_len, self.row_len, self.max_segments, self.mask_cross_document)
         b, t = len(shard), self.table
-        out = {"cu_seqlens": np.empty((b, self.max_segments + 1), np.int32), "num_segments": np.empty(b, np.int32),
-               "label_end": np.empty(b, np.int32)}
-        most = kernel(shard, row, t.slot_of, t.meta_addr, self.seq_len, self.row_len - self.seq_len,
-                      self.mask_cross_document, out["cu_seqlens"], out["num_segments"], out["label_end"])
+        out = {
+            "cu_seqlens": np.empty((b, self.max_segments + 1), np.int32),
+            "num_segments": np.empty(b, np.int32),
+            "label_end": np.empty(b, np.int32),
+        }
+        most = kernel(
+            shard,
+            row,
+            t.slot_of,
+            t.meta_addr,
+            self.seq_len,
+            self.row_len - self.seq_len,
+            self.mask_cross_document,
+            out["cu_seqlens"],
+            out["num_segments"],
+            out["label_end"],
+        )
         check_segments(most, self.max_segments)
         return out
 
-    def iter_batches(self, worker_id: int = 0, num_workers: int = 1,
-                     in_process: bool = True) -> Iterator[dict[str, np.ndarray]]:
+    def iter_batches(self, worker_id: int = 0, num_workers: int = 1, in_process: bool = True) -> Iterator[dict[str, np.ndarray]]:
         """This worker's batches of the current epoch; each carries ``batch_index`` (its
         global batch number). In-process iteration advances ``consumed_samples`` as each
         batch is handed out, so ``state_dict()`` after batch k resumes at batch k + 1.
@@ -449,7 +508,7 @@ class PackedDataset:
             most = min(most, self.max_open_shards)
         max_block = max(1, most // B)
         while pos < len(plan):
-            batches = plan[pos: pos + block]
+            batches = plan[pos : pos + block]
             pos += len(batches)
             # This rank's samples of every batch of the block, in one vectorized expression.
             starts = np.asarray(batches, dtype=np.int64) * G + self.rank * B
@@ -460,8 +519,11 @@ class PackedDataset:
                 if self._need_bounds:  # a few int32 per row, for the whole block
                     # Each batch's views made in one C loop per field (list() over the first axis
                     # of (batches, B, ...)): a Python slice per field and batch costs ~0.3 us more.
-                    compact = [(f, list(v.reshape(len(batches), B, *v.shape[1:])))
-                               for f, v in self._bounds(shard, row).items() if f in self.fields]
+                    compact = [
+                        (f, list(v.reshape(len(batches), B, *v.shape[1:])))
+                        for f, v in self._bounds(shard, row).items()
+                        if f in self.fields
+                    ]
                 self._warm = True
                 per = max(1, _GATHER_BYTES // (self.row_len * rows.dtype.itemsize) // B) if in_process else 1
                 index = np.asarray(batches, dtype=np.int64)  # indexing it is 5x cheaper than np.int64(g)
@@ -476,7 +538,7 @@ class PackedDataset:
                         if per == 1:
                             out = {"input_ids": inputs, "labels": labels}
                         else:
-                            out = {"input_ids": inputs[j * B: (j + 1) * B], "labels": labels[j * B: (j + 1) * B]}
+                            out = {"input_ids": inputs[j * B : (j + 1) * B], "labels": labels[j * B : (j + 1) * B]}
                         if self._need_bounds:
                             if not both_tokens:
                                 out = {f: out[f] for f in self.fields if f in out}
@@ -489,7 +551,7 @@ class PackedDataset:
                             extra = {f: v[k] for f, v in compact}
                         else:
                             extra = {}
-                        out = self._assemble(tokens[j * B: (j + 1) * B], extra, plain)
+                        out = self._assemble(tokens[j * B : (j + 1) * B], extra, plain)
                     out["batch_index"] = index[k]
                     if verifier.failed is not None:  # a background sha256 mismatch: see verify=
                         raise verifier.failed
@@ -503,7 +565,7 @@ class PackedDataset:
             verifier.wait()  # a pass never ends silently over a shard that fails its sha256
         if not in_process:
             # A persistent worker keeps its own copy: its next pass starts after this epoch.
-            end = (self.consumed_samples // G // self.batches_per_epoch + 1)
+            end = self.consumed_samples // G // self.batches_per_epoch + 1
             self.consumed_samples = end * self.batches_per_epoch * G
 
     def _assemble(self, t: np.ndarray, seg: dict[str, np.ndarray], plain: bool) -> dict[str, np.ndarray]:
@@ -525,8 +587,13 @@ class PackedDataset:
 
         from datapipe.loader.device import expand_segments
 
-        return expand_segments(batch, device, self.mask_cross_document, self.ignore_index,
-                               torch.int16 if self.position_dtype is np.int16 else torch.int32)
+        return expand_segments(
+            batch,
+            device,
+            self.mask_cross_document,
+            self.ignore_index,
+            torch.int16 if self.position_dtype is np.int16 else torch.int32,
+        )
 
     def __len__(self) -> int:
         """Batches per epoch for each rank (the same on every rank)."""
@@ -538,17 +605,23 @@ class PackedDataset:
         self.consumed_samples = (int(batch["batch_index"]) + 1) * self.global_batch_size
 
     def state_dict(self) -> dict:
-        return {"version": STATE_VERSION, "consumed_samples": int(self.consumed_samples),
-                "manifest_fingerprint": self.manifest_fingerprint, "config_fingerprint": self.config_fingerprint,
-                "config": dict(self.config)}
+        return {
+            "version": STATE_VERSION,
+            "consumed_samples": int(self.consumed_samples),
+            "manifest_fingerprint": self.manifest_fingerprint,
+            "config_fingerprint": self.config_fingerprint,
+            "config": dict(self.config),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("version") != STATE_VERSION:
             raise StateMismatch(f"loader state version {state.get('version')} != {STATE_VERSION}")
         if state["manifest_fingerprint"] != self.manifest_fingerprint:
-            raise StateMismatch("the shards changed since this state was saved (manifest fingerprint "
-                                f"{state['manifest_fingerprint']} != {self.manifest_fingerprint}); resuming "
-                                "would not continue the same order")
+            raise StateMismatch(
+                "the shards changed since this state was saved (manifest fingerprint "
+                f"{state['manifest_fingerprint']} != {self.manifest_fingerprint}); resuming "
+                "would not continue the same order"
+            )
         if state["config_fingerprint"] != self.config_fingerprint:
             old = state.get("config", {})
             diff = {k: (old.get(k), v) for k, v in self.config.items() if old.get(k) != v}

@@ -28,8 +28,7 @@ import numpy as np
 import torch
 
 
-def position_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, seq_len: int,
-                                 dtype: torch.dtype = torch.int32) -> torch.Tensor:
+def position_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, seq_len: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
     """(B, seq_len) positions restarting at 0 at each segment start, on cu_seqlens' device.
 
     cu_seqlens is (B, S + 1): 0, the ends of the row's segments, then seq_len repeated (the
@@ -46,8 +45,9 @@ def position_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, seq_len: int,
     return pos.to(dtype)
 
 
-def loss_mask_from_segments(cu_seqlens: torch.Tensor, label_end: torch.Tensor, seq_len: int,
-                            mask_cross_document: bool = False) -> torch.Tensor:
+def loss_mask_from_segments(
+    cu_seqlens: torch.Tensor, label_end: torch.Tensor, seq_len: int, mask_cross_document: bool = False
+) -> torch.Tensor:
     """(B, seq_len) bool: True where the label is a real token (p < label_end) and, with
     ``mask_cross_document``, not the first token of the next segment (p + 1 an inner
     boundary of cu_seqlens). Same definition as ``batch.segments`` (see ``batch.label_end``)."""
@@ -62,9 +62,13 @@ def loss_mask_from_segments(cu_seqlens: torch.Tensor, label_end: torch.Tensor, s
     return mask
 
 
-def expand_segments(batch: dict[str, Any], device: torch.device | str | None = None,
-                    mask_cross_document: bool = False, ignore_index: int | None = None,
-                    position_dtype: torch.dtype = torch.int32) -> dict[str, torch.Tensor]:
+def expand_segments(
+    batch: dict[str, Any],
+    device: torch.device | str | None = None,
+    mask_cross_document: bool = False,
+    ignore_index: int | None = None,
+    position_dtype: torch.dtype = torch.int32,
+) -> dict[str, torch.Tensor]:
     """A batch of ``COMPACT_FIELDS`` (tensors or numpy arrays) with ``position_ids`` and
     ``loss_mask`` added, built on ``device`` (default: where the batch already is).
 

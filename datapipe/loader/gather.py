@@ -51,8 +51,9 @@ class _Interface:
 def span_view(base: int, rows: int, width: int, dtype: np.dtype) -> np.ndarray:
     """Read-only (rows, width) view whose row k is the width elements at base + k*itemsize."""
     size = dtype.itemsize
-    return np.asarray(_Interface({"data": (base, True), "shape": (rows, width), "typestr": dtype.str,
-                                  "strides": (size, size), "version": 3}))
+    return np.asarray(
+        _Interface({"data": (base, True), "shape": (rows, width), "typestr": dtype.str, "strides": (size, size), "version": 3})
+    )
 
 
 def _address(a: np.ndarray) -> int:
@@ -115,8 +116,7 @@ class ShardTable:
     bounds file descriptors and maps) plus flat address tables that make ``locate``'s output
     (manifest shard id, row) gatherable in a handful of numpy calls per block."""
 
-    def __init__(self, n_shards: int, opener: Callable[[int], OpenShard], max_open: int,
-                 recheck_s: float = 0.25) -> None:
+    def __init__(self, n_shards: int, opener: Callable[[int], OpenShard], max_open: int, recheck_s: float = 0.25) -> None:
         if max_open < 1:
             raise ValueError("max_open_shards must be >= 1")
         self.opener, self.max_open, self.tick = opener, max_open, 0
@@ -149,8 +149,9 @@ class ShardTable:
         """Raise ShardCorrupt when a mapped shard's file shrank (a read of its tail would SIGBUS)."""
         for sh in [*self.objs, *(sh for _, sh in self.retired)]:
             if sh is not None and sh.truncated():
-                raise ShardCorrupt(f"shard {sh.name}: its file shrank below the {sh.size} bytes mapped at open "
-                                   "(truncated while in use)", sh.name)
+                raise ShardCorrupt(
+                    f"shard {sh.name}: its file shrank below the {sh.size} bytes mapped at open (truncated while in use)", sh.name
+                )
 
     def shard(self, i: int) -> OpenShard:
         """Open shard i (used by the row-by-row reference path; the caller's reference keeps it open)."""
@@ -210,8 +211,7 @@ class ShardTable:
             rows, addrs = max(sizes[0], 1), np.asarray([_address(t) for t in sh.tokens], np.int64)
         else:  # irregular chunks: one address per row (8 bytes per row of this shard)
             rows = 1
-            addrs = np.concatenate([_address(t) + np.arange(len(t), dtype=np.int64) * self.row_bytes
-                                    for t in sh.tokens])
+            addrs = np.concatenate([_address(t) + np.arange(len(t), dtype=np.int64) * self.row_bytes for t in sh.tokens])
         if len(self.chunk_addr) > 2 * int(self.chunk_n.sum()) + 4096:  # drop evicted shards' entries
             self._compact()
         self.objs[slot], self.shard_id[slot], self.last_used[slot] = sh, i, self.tick
@@ -222,7 +222,7 @@ class ShardTable:
 
     def _compact(self) -> None:
         live = np.nonzero(self.objs != None)[0]  # noqa: E711 - elementwise on an object array
-        parts = [self.chunk_addr[self.chunk_off[s]: self.chunk_off[s] + self.chunk_n[s]] for s in live.tolist()]
+        parts = [self.chunk_addr[self.chunk_off[s] : self.chunk_off[s] + self.chunk_n[s]] for s in live.tolist()]
         self.chunk_n[self.objs == None] = 0  # noqa: E711
         self.chunk_off[live] = np.cumsum(self.chunk_n[live]) - self.chunk_n[live]
         self.chunk_addr = np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -245,8 +245,19 @@ class ShardTable:
         if kernel is not None and self.dtype is not None:
             self.tick += 1
             elem = np.empty(len(shard), np.int64)
-            missing, low = kernel(shard, row, self.slot_of, self.chunk_off, self.chunk_rows, self.chunk_addr,
-                                  self.row_bytes, self.dtype.itemsize, self.last_used, self.tick, elem)
+            missing, low = kernel(
+                shard,
+                row,
+                self.slot_of,
+                self.chunk_off,
+                self.chunk_rows,
+                self.chunk_addr,
+                self.row_bytes,
+                self.dtype.itemsize,
+                self.last_used,
+                self.tick,
+                elem,
+            )
             if not missing:
                 return RowView(elem, int(low), row_len, self.dtype, fast), self.lease()
         self.pin(shard)

@@ -73,8 +73,10 @@ class Manifest:
         if self.local:  # symlinks are resolved only here, at open: O(1) per shard, not O(shards) at start-up
             real, root = os.path.realpath(path), os.path.realpath(self.root)
             if not (real == root or real.startswith(root.rstrip("/") + "/")):
-                raise ShardPathError(f"shard {rel}: resolves to {real}, outside the run folder {root} (a symlink?); "
-                                     "write the manifest path as a file:// URI to read it from there on purpose")
+                raise ShardPathError(
+                    f"shard {rel}: resolves to {real}, outside the run folder {root} (a symlink?); "
+                    "write the manifest path as a file:// URI to read it from there on purpose"
+                )
             return real
         return path
 
@@ -91,8 +93,9 @@ def _resolve(location: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str, bo
     return fs, path.rstrip("/") or "/", isinstance(fs, pafs.LocalFileSystem)
 
 
-def read_manifest(location: str | os.PathLike[str], split: str, root: str | None = None,
-                  allow_incomplete: bool = False) -> Manifest:
+def read_manifest(
+    location: str | os.PathLike[str], split: str, root: str | None = None, allow_incomplete: bool = False
+) -> Manifest:
     """Read the manifest of a run folder, a manifest file, or a URI to either. A run folder whose
     run.json does not say ``complete`` is refused (``RunIncomplete``) unless ``allow_incomplete``;
     a manifest with no run.json beside it (shards written by other tools) is read as it is."""
@@ -131,10 +134,20 @@ def read_manifest(location: str | os.PathLike[str], split: str, root: str | None
     for c in ("tokenizer_fingerprint", "seq_len", "row_len"):
         if len(set(col[c])) != 1:
             raise ValueError(f"manifest mixes {c} values {sorted(set(col[c]))}; one loader reads one tokenization")
-    m = Manifest(root=root, fs=fs, local=local, paths=col["path"], sources=col["source"],
-                 rows=np.asarray(col["rows"], dtype=np.int64), sha256=col["sha256"],
-                 tokenizer_fingerprint=col["tokenizer_fingerprint"][0], seq_len=int(col["seq_len"][0]),
-                 row_len=int(col["row_len"][0]), tokens=np.asarray(col["tokens"], dtype=np.int64), bytes=sizes)
+    m = Manifest(
+        root=root,
+        fs=fs,
+        local=local,
+        paths=col["path"],
+        sources=col["source"],
+        rows=np.asarray(col["rows"], dtype=np.int64),
+        sha256=col["sha256"],
+        tokenizer_fingerprint=col["tokenizer_fingerprint"][0],
+        seq_len=int(col["seq_len"][0]),
+        row_len=int(col["row_len"][0]),
+        tokens=np.asarray(col["tokens"], dtype=np.int64),
+        bytes=sizes,
+    )
     m.fingerprint = manifest_fingerprint(m, sorted(set(m.sources)))
     return m
 
@@ -144,17 +157,23 @@ def check_run_complete(fs: pafs.FileSystem, root: str, location: object) -> None
     run_json = f"{root.rstrip('/')}/run.json"
     if fs.get_file_info(run_json).type != pafs.FileType.File:
         return  # not a datapipe run folder: a manifest of shards written some other way
-    hint = ("wait for `datapipe run` to finish (or run it again to complete the run); pass "
-            "allow_incomplete=True to read the shards as they are")
+    hint = (
+        "wait for `datapipe run` to finish (or run it again to complete the run); pass "
+        "allow_incomplete=True to read the shards as they are"
+    )
     try:
         with fs.open_input_stream(run_json) as f:
             status = json.loads(f.read()).get("status")
     except (ValueError, AttributeError, OSError) as exc:
-        raise RunIncomplete(f"{location}: {run_json} is unreadable ({type(exc).__name__}), so the run cannot be "
-                            "known to be complete", hint=hint) from None
+        raise RunIncomplete(
+            f"{location}: {run_json} is unreadable ({type(exc).__name__}), so the run cannot be known to be complete", hint=hint
+        ) from None
     if status != "complete":
-        raise RunIncomplete(f"{location}: the run is not complete (run.json says status {status!r}); its shards "
-                            "may be missing, partial or about to be rewritten", hint=hint)
+        raise RunIncomplete(
+            f"{location}: the run is not complete (run.json says status {status!r}); its shards "
+            "may be missing, partial or about to be rewritten",
+            hint=hint,
+        )
 
 
 def manifest_fingerprint(m: Manifest, sources: list[str]) -> str:
@@ -175,17 +194,25 @@ def _check_manifest_columns(paths: pa.ChunkedArray, digests: pa.ChunkedArray, lo
     """Paths and sha256 of every manifest row, vectorized (a Python loop costs ~5 ms per
     1,000 shards of start-up); the row-by-row check runs only to name the first bad row."""
     plain = pc.invert(pc.fill_null(pc.match_substring(paths, "://"), False))
-    suspect = pc.or_(pc.is_null(paths), pc.and_(plain, pc.or_(
-        pc.or_(pc.starts_with(paths, "/"), pc.match_substring_regex(paths, r"(^|/)\.\.(/|$)")),
-        pc.or_(pc.equal(pc.utf8_length(paths), 0), pc.match_substring(paths, "\x00")))))
+    suspect = pc.or_(
+        pc.is_null(paths),
+        pc.and_(
+            plain,
+            pc.or_(
+                pc.or_(pc.starts_with(paths, "/"), pc.match_substring_regex(paths, r"(^|/)\.\.(/|$)")),
+                pc.or_(pc.equal(pc.utf8_length(paths), 0), pc.match_substring(paths, "\x00")),
+            ),
+        ),
+    )
     if pc.any(pc.fill_null(suspect, True)).as_py():
         for rel in paths.to_pylist():
             check_manifest_path(rel)
     good = pc.fill_null(pc.match_substring_regex(digests, r"^[0-9a-f]{64}$"), False)
     if not pc.all(good).as_py():
         k = pc.index(good, False).as_py()
-        raise ValueError(f"manifest {location}: shard {paths[k].as_py()} has sha256 {digests[k].as_py()!r}, "
-                         "not 64 lowercase hex digits")
+        raise ValueError(
+            f"manifest {location}: shard {paths[k].as_py()} has sha256 {digests[k].as_py()!r}, not 64 lowercase hex digits"
+        )
 
 
 def check_manifest_path(rel: object) -> None:
@@ -195,8 +222,10 @@ def check_manifest_path(rel: object) -> None:
     if is_uri(rel):
         return
     if rel.startswith("/") or os.path.isabs(rel):
-        raise ShardPathError(f"shard {rel}: absolute manifest paths are refused (paths are relative to the run "
-                             "folder; write a file:// URI to read another location on purpose)")
+        raise ShardPathError(
+            f"shard {rel}: absolute manifest paths are refused (paths are relative to the run "
+            "folder; write a file:// URI to read another location on purpose)"
+        )
     if ".." in rel.split("/"):
         raise ShardPathError(f"shard {rel}: '..' in a manifest path would leave the run folder")
 
@@ -221,27 +250,27 @@ class OpenShard:
             if not stat.S_ISREG(st.st_mode):
                 raise ShardCorrupt(f"shard {name}: {local_path} is not a regular file", name)
             if expect_bytes >= 0 and st.st_size != expect_bytes:
-                raise ShardCorrupt(f"shard {name}: {st.st_size} bytes on disk, the manifest says {expect_bytes} "
-                                   "(truncated or replaced)", name)
+                raise ShardCorrupt(
+                    f"shard {name}: {st.st_size} bytes on disk, the manifest says {expect_bytes} (truncated or replaced)", name
+                )
             if st.st_size < 2 * len(_ARROW_MAGIC) + 4:
-                raise ShardCorrupt(f"shard {name}: {st.st_size} bytes is too small for an Arrow IPC file "
-                                   "(truncated?)", name)
+                raise ShardCorrupt(f"shard {name}: {st.st_size} bytes is too small for an Arrow IPC file (truncated?)", name)
             self.mm = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)  # keeps its own (dup'd) descriptor
         finally:
             os.close(fd)
         self.size, self.identity = st.st_size, file_identity(st)
         if self.truncated():  # shrunk between fstat and mmap: touching the tail would SIGBUS
             raise ShardCorrupt(f"shard {name}: truncated while being opened", name)
-        if self.mm[: len(_ARROW_MAGIC)] != _ARROW_MAGIC or self.mm[-len(_ARROW_MAGIC):] != _ARROW_MAGIC:
-            raise ShardCorrupt(f"shard {name}: no Arrow IPC file magic at its start and end (truncated or "
-                               "not a shard)", name)
+        if self.mm[: len(_ARROW_MAGIC)] != _ARROW_MAGIC or self.mm[-len(_ARROW_MAGIC) :] != _ARROW_MAGIC:
+            raise ShardCorrupt(f"shard {name}: no Arrow IPC file magic at its start and end (truncated or not a shard)", name)
         buf = pa.py_buffer(self.mm)
         try:
             table = pa.ipc.open_file(pa.BufferReader(buf)).read_all()
             self.meta = ShardMeta.from_schema(table.schema)
         except (pa.ArrowException, OSError, ValueError, TypeError, KeyError) as exc:  # flatbuffers, json, fields
-            raise ShardCorrupt(f"shard {name}: unreadable Arrow IPC footer, schema or metadata "
-                               f"({type(exc).__name__}: {exc})", name) from None
+            raise ShardCorrupt(
+                f"shard {name}: unreadable Arrow IPC footer, schema or metadata ({type(exc).__name__}: {exc})", name
+            ) from None
         arrays = shard_arrays(table, self.meta, name, row_len, buf.address, self.size)
         self.tokens = arrays.tokens
         self.chunk_starts = np.cumsum([0] + [len(t) for t in self.tokens])  # row where each chunk begins
@@ -297,13 +326,21 @@ def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -
                     digest.update(block)
                     dst.write(block)
             if digest.hexdigest() != m.sha256[i]:
-                raise ShardCorrupt(f"shard {rel}: sha256 {digest.hexdigest()} does not match manifest "
-                                   f"{m.sha256[i]}", rel)
+                raise ShardCorrupt(f"shard {rel}: sha256 {digest.hexdigest()} does not match manifest {m.sha256[i]}", rel)
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
     return str(target)
 
 
-__all__ = ["Manifest", "OpenShard", "RunIncomplete", "ShardPathError", "check_manifest_path", "check_run_complete",
-           "read_manifest", "manifest_fingerprint", "local_copy"]
+__all__ = [
+    "Manifest",
+    "OpenShard",
+    "RunIncomplete",
+    "ShardPathError",
+    "check_manifest_path",
+    "check_run_complete",
+    "read_manifest",
+    "manifest_fingerprint",
+    "local_copy",
+]

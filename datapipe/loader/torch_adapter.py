@@ -58,7 +58,8 @@ class TorchPackedDataset(PackedDataset, IterableDataset):
                 "DataLoader workers read this dataset but the main process was never told which batches "
                 "the training loop consumed, so the saved position would be wrong. Iterate "
                 "ds.dataloader(num_workers=...) instead of DataLoader(ds, ...), or call "
-                "ds.mark_consumed(batch) for each batch.")
+                "ds.mark_consumed(batch) for each batch."
+            )
         return super().state_dict()
 
     def __getstate__(self) -> dict:

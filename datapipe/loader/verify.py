@@ -81,27 +81,39 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
             raise ShardCorrupt(f"shard {name}: column {col} is missing (has {sorted(got)})", name)
         # Field names and nullability inside the list type do not matter to the reads; the
         # value type and row_len do.
-        if not (got[col] == typ or (pa.types.is_list(typ) and type(got[col]) is type(typ)
-                                    and got[col].value_type == typ.value_type
-                                    and getattr(got[col], "list_size", None) == getattr(typ, "list_size", None))):
-            raise ShardCorrupt(f"shard {name}: column {col} has type {got[col]}, expected {typ} "
-                               f"(dtype {meta.dtype}, row_len {row_len})", name)
+        if not (
+            got[col] == typ
+            or (
+                pa.types.is_list(typ)
+                and type(got[col]) is type(typ)
+                and got[col].value_type == typ.value_type
+                and getattr(got[col], "list_size", None) == getattr(typ, "list_size", None)
+            )
+        ):
+            raise ShardCorrupt(
+                f"shard {name}: column {col} has type {got[col]}, expected {typ} (dtype {meta.dtype}, row_len {row_len})", name
+            )
 
     tokens: list[np.ndarray] = []
     for chunk in table.column("input_ids").chunks:
         _no_nulls(chunk, "input_ids", name)
         child = chunk.values  # the whole child array: chunk.offset counts rows into it
         _no_nulls(child, "input_ids values", name)
-        flat = _buffer_array(child.buffers()[1], dtype, child.offset + chunk.offset * row_len, len(chunk) * row_len,
-                             "input_ids", name)
+        flat = _buffer_array(
+            child.buffers()[1], dtype, child.offset + chunk.offset * row_len, len(chunk) * row_len, "input_ids", name
+        )
         if len(child) < (chunk.offset + len(chunk)) * row_len:
-            raise ShardCorrupt(f"shard {name}: input_ids holds {len(child)} tokens, fewer than its "
-                               f"{len(chunk)} rows of {row_len}", name)
+            raise ShardCorrupt(
+                f"shard {name}: input_ids holds {len(child)} tokens, fewer than its {len(chunk)} rows of {row_len}", name
+            )
         if flat.size:
             lo = flat.__array_interface__["data"][0]
             if lo < base or lo + flat.nbytes > base + size:
-                raise ShardCorrupt(f"shard {name}: token buffer [{lo - base}, {lo - base + flat.nbytes}) lies outside "
-                                   f"the {size}-byte file (compressed or corrupt)", name)
+                raise ShardCorrupt(
+                    f"shard {name}: token buffer [{lo - base}, {lo - base + flat.nbytes}) lies outside "
+                    f"the {size}-byte file (compressed or corrupt)",
+                    name,
+                )
         tokens.append(flat.reshape(-1, row_len))
     rows = sum(len(t) for t in tokens)
 
@@ -114,25 +126,28 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
     offs, vals, base_off = [], [], 0
     for chunk in table.column("doc_starts").chunks:
         _no_nulls(chunk, "doc_starts", name)
-        o = _buffer_array(chunk.buffers()[1], np.dtype(np.int32), chunk.offset, len(chunk) + 1, "doc_starts offsets",
-                          name)
+        o = _buffer_array(chunk.buffers()[1], np.dtype(np.int32), chunk.offset, len(chunk) + 1, "doc_starts offsets", name)
         child = chunk.values
         _no_nulls(child, "doc_starts values", name)
         v = _buffer_array(child.buffers()[1], np.dtype(np.int32), child.offset, len(child), "doc_starts values", name)
         if o[0] < 0 or o[-1] > len(v) or np.any(np.diff(o) < 0):
             bad = int(np.argmax(np.diff(o) < 0)) if np.any(np.diff(o) < 0) else None
             where = f"decrease after row {bad}" if bad is not None else f"span [{o[0]}, {o[-1]}]"
-            raise ShardCorrupt(f"shard {name}: doc_starts offsets out of bounds or not monotonic ({where}; "
-                               f"{len(v)} values)", name)
+            raise ShardCorrupt(
+                f"shard {name}: doc_starts offsets out of bounds or not monotonic ({where}; {len(v)} values)", name
+            )
         offs.append(o[:-1].astype(np.int64) - o[0] + base_off)
-        vals.append(v[o[0]:o[-1]])
+        vals.append(v[o[0] : o[-1]])
         base_off += int(o[-1] - o[0])
     doc_offsets = np.concatenate(offs + [np.asarray([base_off], np.int64)])
     doc_values = np.concatenate(vals) if vals else np.zeros(0, np.int32)  # a copy, always
 
     if not (rows == len(n_tokens) == len(doc_offsets) - 1 == meta.rows):
-        raise ShardCorrupt(f"shard {name}: row counts disagree (input_ids {rows}, n_tokens {len(n_tokens)}, "
-                           f"doc_starts {len(doc_offsets) - 1}, metadata {meta.rows})", name)
+        raise ShardCorrupt(
+            f"shard {name}: row counts disagree (input_ids {rows}, n_tokens {len(n_tokens)}, "
+            f"doc_starts {len(doc_offsets) - 1}, metadata {meta.rows})",
+            name,
+        )
     if n_tokens.size and (int(n_tokens.min()) < 0 or int(n_tokens.max()) > row_len):
         r = int(np.argmax((n_tokens < 0) | (n_tokens > row_len)))
         raise ShardCorrupt(f"shard {name}: n_tokens[{r}] = {int(n_tokens[r])} is outside [0, {row_len}]", name)
@@ -140,8 +155,7 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
         if int(doc_values.min()) < 0 or int(doc_values.max()) >= row_len:
             k = int(np.argmax((doc_values < 0) | (doc_values >= row_len)))
             r = int(np.searchsorted(doc_offsets, k, side="right")) - 1
-            raise ShardCorrupt(f"shard {name}: doc_starts value {int(doc_values[k])} in row {r} is outside "
-                               f"[0, {row_len})", name)
+            raise ShardCorrupt(f"shard {name}: doc_starts value {int(doc_values[k])} in row {r} is outside [0, {row_len})", name)
         # Sorted within each row: a decrease is only allowed where a new row begins.
         row_start = np.zeros(doc_values.size + 1, np.bool_)
         row_start[doc_offsets] = True
@@ -172,8 +186,11 @@ def hash_file(path: str, identity: tuple[int, int, int] | None, expect: str, nam
         st = os.fstat(f.fileno())
         if identity is not None and file_identity(st) != identity:
             dev, ino, size = identity
-            raise ShardCorrupt(f"shard {name}: the file changed on disk after it was opened ({size} -> {st.st_size} "
-                               f"bytes, inode {ino} -> {st.st_ino})", name)
+            raise ShardCorrupt(
+                f"shard {name}: the file changed on disk after it was opened ({size} -> {st.st_size} "
+                f"bytes, inode {ino} -> {st.st_ino})",
+                name,
+            )
         h, buf = hashlib.sha256(), bytearray(1 << 20)
         view, n = memoryview(buf), 0
         while k := f.readinto(buf):
@@ -182,8 +199,11 @@ def hash_file(path: str, identity: tuple[int, int, int] | None, expect: str, nam
     if identity is not None and n != identity[2]:
         raise ShardCorrupt(f"shard {name}: truncated to {n} bytes while being verified ({identity[2]} at open)", name)
     if h.hexdigest() != expect:
-        raise ShardCorrupt(f"shard {name}: sha256 {h.hexdigest()} does not match the manifest's {expect} "
-                           "(bytes changed, or another shard in its place)", name)
+        raise ShardCorrupt(
+            f"shard {name}: sha256 {h.hexdigest()} does not match the manifest's {expect} "
+            "(bytes changed, or another shard in its place)",
+            name,
+        )
 
 
 class Verifier:

@@ -32,8 +32,12 @@ def record_resources(files: list[tuple[str, ResourceFile]], pipeline_dir: Path) 
     seen: set[tuple[Any, ...]] = set()
     for stage, f in files:
         path = f.path.expanduser()
-        entry: dict[str, Any] = {"stage": stage, "role": f.role, "path": f.name or display_path(path, pipeline_dir),
-                                 "file": str(path.resolve())}
+        entry: dict[str, Any] = {
+            "stage": stage,
+            "role": f.role,
+            "path": f.name or display_path(path, pipeline_dir),
+            "file": str(path.resolve()),
+        }
         if f.key is not None:
             entry["key"] = f.key
         if _ident(entry) in seen:
@@ -67,10 +71,11 @@ def resource_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> li
     """
     before = {_ident(e): e for e in old}
     after = {_ident(e): e for e in new}
-    out = [f"{after[i]['path']}: now read ({_what(after[i])}), the earlier run did not read it"
-           for i in sorted(after.keys() - before.keys(), key=str)]
-    out += [f"{before[i]['path']}: no longer read ({_what(before[i])})"
-            for i in sorted(before.keys() - after.keys(), key=str)]
+    out = [
+        f"{after[i]['path']}: now read ({_what(after[i])}), the earlier run did not read it"
+        for i in sorted(after.keys() - before.keys(), key=str)
+    ]
+    out += [f"{before[i]['path']}: no longer read ({_what(before[i])})" for i in sorted(before.keys() - after.keys(), key=str)]
     for i in sorted(before.keys() & after.keys(), key=str):
         out += _file_changes(before[i], after[i])
     return out

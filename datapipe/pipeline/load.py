@@ -37,8 +37,18 @@ from datapipe.storage.uri import StorageError, glob_files, is_input_file, is_uri
 if TYPE_CHECKING:  # the stage registry is imported late (validation only); its option type is named here
     from datapipe.stages.base import StageOptions
 
-__all__ = ["ConfigError", "Pipeline", "PipelineConfig", "SourceConfig", "SplitConfig", "TokenizeConfig",
-           "build_pipeline", "load_pipeline", "read_yaml", "yaml_error_text"]
+__all__ = [
+    "ConfigError",
+    "Pipeline",
+    "PipelineConfig",
+    "SourceConfig",
+    "SplitConfig",
+    "TokenizeConfig",
+    "build_pipeline",
+    "load_pipeline",
+    "read_yaml",
+    "yaml_error_text",
+]
 
 
 class ConfigError(DatapipeError, ValueError):
@@ -56,14 +66,18 @@ class ConfigError(DatapipeError, ValueError):
 class PipelineConfig(Strict):
     name: str = Field(pattern=NAME_PATTERN, description="Pipeline name; the default run folder is out/<name>.")
     output: str | None = Field(None, description="Run folder, relative to the pipeline file; default out/<name>.")
-    sources: list[SourceConfig] = Field(min_length=1, description="Input sources, in run order (the order that picks "
-                                                                  "earliest copies and lays out shards).")
-    stages: list[dict[str, Any]] = Field(default_factory=list, description="Stages in the order they run, each "
-                                                                           "a mapping {stage type: options}.")
-    tokenize: TokenizeConfig | None = Field(None, description="Tokenize kept documents into packed token shards; "
-                                                              "omitted: no shards.")
-    mixture: dict[str, float] | None = Field(None, description="Target weight per source name, for stats, the "
-                                                               "report and Megatron export; keeps and drops nothing.")
+    sources: list[SourceConfig] = Field(
+        min_length=1, description="Input sources, in run order (the order that picks earliest copies and lays out shards)."
+    )
+    stages: list[dict[str, Any]] = Field(
+        default_factory=list, description="Stages in the order they run, each a mapping {stage type: options}."
+    )
+    tokenize: TokenizeConfig | None = Field(
+        None, description="Tokenize kept documents into packed token shards; omitted: no shards."
+    )
+    mixture: dict[str, float] | None = Field(
+        None, description="Target weight per source name, for stats, the report and Megatron export; keeps and drops nothing."
+    )
     batch_size: int = Field(1000, ge=1, le=1_000_000, description="Documents per batch inside a task.")
     limits: ReadLimits = Field(default_factory=ReadLimits, description="Per-record caps on hostile input.")
     split: SplitConfig = Field(default_factory=SplitConfig, description="How inputs become map tasks.")
@@ -72,8 +86,14 @@ class PipelineConfig(Strict):
 class Pipeline:
     """A validated pipeline: the typed config plus everything resolved against the file system."""
 
-    def __init__(self, config: PipelineConfig, base_dir: Path, stage_options: list[tuple[str, StageOptions]],
-                 inputs: dict[str, list[tuple[Path, str]]], file: Path | None) -> None:
+    def __init__(
+        self,
+        config: PipelineConfig,
+        base_dir: Path,
+        stage_options: list[tuple[str, StageOptions]],
+        inputs: dict[str, list[tuple[Path, str]]],
+        file: Path | None,
+    ) -> None:
         self.config = config
         self.base_dir = base_dir
         self.stage_options = stage_options  # [(stage type, validated options)], in order
@@ -112,8 +132,7 @@ class Pipeline:
         from datapipe.pipeline.identity import record_resources
         from datapipe.stages import STAGES  # late import: only validation needs the stage registry
 
-        files = [(kind, f) for kind, opts in self.stage_options
-                 for f in STAGES[kind].resource_files(opts, self.base_dir)]
+        files = [(kind, f) for kind, opts in self.stage_options for f in STAGES[kind].resource_files(opts, self.base_dir)]
         return record_resources(files, self.base_dir)
 
     def fingerprint(self) -> str:
@@ -154,8 +173,7 @@ def build_pipeline(raw: Any, base_dir: Path, file: Path | None = None) -> Pipeli
 def _build(raw: Any, base_dir: Path, file: Path | None, problems: list[str]) -> Pipeline:
     where = str(file) if file else None
     if not isinstance(raw, dict):
-        raise ConfigError([f"the top level must be a mapping of keys (name, sources, stages, ...), got {_show(raw)}"],
-                          where)
+        raise ConfigError([f"the top level must be a mapping of keys (name, sources, stages, ...), got {_show(raw)}"], where)
     config: PipelineConfig | None = None
     try:
         config = PipelineConfig.model_validate(raw)
@@ -185,18 +203,19 @@ def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, s
         if not isinstance(item, dict):
             continue  # the top-level validation already reported it
         if len(item) != 1:
-            problems.append(f"stages[{i}]: each stage is a mapping with exactly one key (the stage type), "
-                            f"got keys {sorted(item)}; stage types: {allowed}")
+            problems.append(
+                f"stages[{i}]: each stage is a mapping with exactly one key (the stage type), "
+                f"got keys {sorted(item)}; stage types: {allowed}"
+            )
             continue
-        (kind, options), = item.items()
+        ((kind, options),) = item.items()
         if kind not in STAGES:
             problems.append(f"stages[{i}]: unknown stage type {kind!r}; allowed: {allowed}")
             continue
         if options is None:
             options = {}
         if not isinstance(options, dict):
-            problems.append(f"stages[{i}].{kind}: options must be a mapping (use {{}} for defaults), "
-                            f"got {_show(options)}")
+            problems.append(f"stages[{i}].{kind}: options must be a mapping (use {{}} for defaults), got {_show(options)}")
             continue
         try:
             model = STAGES[kind].Options
@@ -216,8 +235,7 @@ def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, s
     return out
 
 
-def _check_stage_resources(pipeline: Pipeline, checked: list[tuple[int, str, StageOptions]],
-                           problems: list[str]) -> None:
+def _check_stage_resources(pipeline: Pipeline, checked: list[tuple[int, str, StageOptions]], problems: list[str]) -> None:
     """Each stage's own check: files, model labels, names; what `run` would otherwise find out mid-way."""
     from datapipe.stages import STAGES
     from datapipe.stages.base import CheckContext
@@ -248,12 +266,14 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
             else:
                 resolved = str(pipeline.resolve(pattern))
                 matched = sorted(Path(m) for m in glob.glob(resolved, recursive=True))
-                matched = [m for m in matched
-                           if m.is_file() or m.is_dir() and _reads_folders(src.format or infer_format(m, src.kind))]
+                matched = [
+                    m for m in matched if m.is_file() or m.is_dir() and _reads_folders(src.format or infer_format(m, src.kind))
+                ]
             if not matched:
-                problems.append(f"sources[{i}].paths[{j}]: {pattern!r} matches no file "
-                                + ("in object storage" if is_uri(pattern) else
-                                   f"(resolved against {pipeline.base_dir})"))
+                problems.append(
+                    f"sources[{i}].paths[{j}]: {pattern!r} matches no file "
+                    + ("in object storage" if is_uri(pattern) else f"(resolved against {pipeline.base_dir})")
+                )
             files.extend(matched)
             for m in matched:
                 pattern_of.setdefault(m, resolved)
@@ -261,12 +281,13 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
         for f in dict.fromkeys(files):  # a file matched by two globs is one shard
             fmt = src.format or infer_format(f, src.kind)
             if fmt is None:
-                problems.append(f"sources[{i}].format: cannot infer the format of {f.name}; "
-                                f"set format to one of: {', '.join(sorted(READER_SPECS))}")
+                problems.append(
+                    f"sources[{i}].format: cannot infer the format of {f.name}; "
+                    f"set format to one of: {', '.join(sorted(READER_SPECS))}"
+                )
                 break
             if fmt not in READER_SPECS:
-                problems.append(f"sources[{i}].format: {fmt!r} is not supported; "
-                                f"allowed: {', '.join(sorted(READER_SPECS))}")
+                problems.append(f"sources[{i}].format: {fmt!r} is not supported; allowed: {', '.join(sorted(READER_SPECS))}")
                 break
             entries.append((f, fmt))
         inputs[src.name] = entries
@@ -274,10 +295,12 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
         first: dict[str, Path] = {}
         for f, name in names.items():
             if name in first:
-                problems.append(f"sources[{i}].paths: {first[name]} and {f} would both be named {name!r} in "
-                                f"document ids (inputs outside the pipeline folder are named relative to "
-                                f"their pattern's fixed folder); match both with one pattern over a common "
-                                f"folder, or split them into two sources")
+                problems.append(
+                    f"sources[{i}].paths: {first[name]} and {f} would both be named {name!r} in "
+                    f"document ids (inputs outside the pipeline folder are named relative to "
+                    f"their pattern's fixed folder); match both with one pattern over a common "
+                    f"folder, or split them into two sources"
+                )
             first.setdefault(name, f)
         pipeline.input_names[src.name] = names
         for fmt in sorted({f for _, f in entries}):
@@ -292,8 +315,9 @@ def _reads_folders(fmt: str | None) -> bool:
     return fmt is not None and fmt in READER_SPECS and READER_SPECS[fmt].folders
 
 
-def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]], problems: list[str],
-                      max_record_bytes: int) -> None:
+def _check_text_field(
+    i: int, src: SourceConfig, entries: list[tuple[Path, str]], problems: list[str], max_record_bytes: int
+) -> None:
     """A text field no record has rejects every document as missing_text_field: look at the first file.
 
     Only the first file whose format can be probed is read (its spec's ``probe_fields``: a Parquet
@@ -304,8 +328,9 @@ def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]]
 
     field = src.options.get("content_field") or src.text_field
     key = f"sources[{i}].options.content_field" if src.options.get("content_field") else f"sources[{i}].text_field"
-    first = next(((f, reader_spec(fmt)) for f, fmt in entries
-                  if reader_spec(fmt).probe_fields is not None and is_input_file(f)), None)
+    first = next(
+        ((f, reader_spec(fmt)) for f, fmt in entries if reader_spec(fmt).probe_fields is not None and is_input_file(f)), None
+    )
     if first is None or not isinstance(field, str):
         return
     path, spec = first
@@ -315,8 +340,10 @@ def _check_text_field(i: int, src: SourceConfig, entries: list[tuple[Path, str]]
         return
     if names is not None and field not in names:
         shown = ", ".join(sorted(names)[:20]) or "none"
-        problems.append(f"{key}: {field!r} is not a {spec.probed_as} {path} (fields: {shown}); every document "
-                        f"would be rejected as missing_text_field")
+        problems.append(
+            f"{key}: {field!r} is not a {spec.probed_as} {path} (fields: {shown}); every document "
+            f"would be rejected as missing_text_field"
+        )
 
 
 def _validate_reader_options(i: int, src: SourceConfig, fmt: str, base_dir: Path, problems: list[str]) -> None:

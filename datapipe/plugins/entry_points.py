@@ -42,8 +42,9 @@ class Plugin:
         return f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
 
     def describe(self) -> str:
-        return (f"entry point {self.entry.name!r} = {self.entry.value!r} in group {self.group!r} "
-                f"of distribution {self.distribution}")
+        return (
+            f"entry point {self.entry.name!r} = {self.entry.value!r} in group {self.group!r} of distribution {self.distribution}"
+        )
 
     def load(self) -> object:
         try:
@@ -59,7 +60,8 @@ def discover(group: str) -> dict[str, Plugin]:
     for entry in entry_points(group=group):
         plugin = Plugin(group, entry)
         if plugin.name in found:
-            raise PluginError(f"{plugin.describe()} and {found[plugin.name].describe()} share the name "
-                              f"{plugin.name!r}; uninstall one of them")
+            raise PluginError(
+                f"{plugin.describe()} and {found[plugin.name].describe()} share the name {plugin.name!r}; uninstall one of them"
+            )
         found[plugin.name] = plugin
     return found

@@ -67,5 +67,14 @@ class _ReadFunctions(MutableMapping[str, Reader]):
 
 READERS: MutableMapping[str, Reader] = _ReadFunctions()
 
-__all__ = ["READERS", "READER_SPECS", "InputFile", "ReadBatch", "Reader", "ReaderSpec", "infer_format",
-           "reader_path", "reader_spec"]
+__all__ = [
+    "READERS",
+    "READER_SPECS",
+    "InputFile",
+    "ReadBatch",
+    "Reader",
+    "ReaderSpec",
+    "infer_format",
+    "reader_path",
+    "reader_spec",
+]

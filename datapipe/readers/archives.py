@@ -141,7 +141,7 @@ class _CountingReader(io.RawIOBase):
 
     def block_at(self, offset: int, size: int = 512) -> bytes | None:
         start = offset - (self.count - len(self.tail))
-        return bytes(self.tail[start: start + size]) if start >= 0 else None
+        return bytes(self.tail[start : start + size]) if start >= 0 else None
 
 
 _MAGIC: list[tuple[bytes, Callable[[IO[bytes]], Readable]]] = [
@@ -215,8 +215,11 @@ def iter_archive(path: Path, caps: Caps = Caps(), want: Callable[[str], bool] | 
 
 
 def _too_many(caps: Caps) -> Member:
-    return Member("", reason="too_many_members", detail=f"more than limits.max_archive_members {caps.max_members} "
-                  "file members: the rest is not read")
+    return Member(
+        "",
+        reason="too_many_members",
+        detail=f"more than limits.max_archive_members {caps.max_members} file members: the rest is not read",
+    )
 
 
 def _iter_tar(path: Path, caps: Caps, want: Callable[[str], bool] | None, entries: list[int]) -> Iterator[Member]:
@@ -252,21 +255,22 @@ def _iter_tar(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
             yield Member("", reason="corrupt_archive", detail=f"{type(exc).__name__}: {exc}")
 
 
-def _tar_member(tar: tarfile.TarFile, info: tarfile.TarInfo, caps: Caps,
-                want: Callable[[str], bool] | None, ordinal: int) -> Member | None:
+def _tar_member(
+    tar: tarfile.TarFile, info: tarfile.TarInfo, caps: Caps, want: Callable[[str], bool] | None, ordinal: int
+) -> Member | None:
     raw, escaped = clean_name(info.name)
     name = safe_name(info.name)  # on the raw name: the \\xNN escapes must not read as path separators
     name = clean_name(name)[0] if name is not None else None
     if name is None:
-        return Member(raw, reason="unsafe_member_path", detail=f"absolute or escaping path {raw!r}",
-                      ordinal=ordinal, escaped=escaped)
+        return Member(
+            raw, reason="unsafe_member_path", detail=f"absolute or escaping path {raw!r}", ordinal=ordinal, escaped=escaped
+        )
     if want is not None and not want(name):
         return None
     at: _SizedAt = {"ordinal": ordinal, "escaped": escaped, "size": info.size}
     if info.issym() or info.islnk():
         kind = "symlink" if info.issym() else "hard link"
-        return Member(name, reason="link_member", detail=f"{kind} to {clean_name(info.linkname)[0]!r} not followed",
-                      **at)
+        return Member(name, reason="link_member", detail=f"{kind} to {clean_name(info.linkname)[0]!r} not followed", **at)
     if not info.isfile():
         return Member(name, reason="special_member", detail="device, fifo or other non-regular member", **at)
     if info.size > caps.member_bytes:
@@ -309,8 +313,13 @@ def _iter_zip(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
                 name = safe_name(info.filename)
                 name = clean_name(name)[0] if name is not None else None
                 if name is None:
-                    yield Member(raw, reason="unsafe_member_path", detail=f"absolute or escaping path {raw!r}",
-                                 ordinal=ordinal, escaped=escaped)
+                    yield Member(
+                        raw,
+                        reason="unsafe_member_path",
+                        detail=f"absolute or escaping path {raw!r}",
+                        ordinal=ordinal,
+                        escaped=escaped,
+                    )
                     continue
                 if want is not None and not want(name):
                     continue
@@ -324,19 +333,32 @@ def _iter_zip(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
                     continue
                 # file_size is what the archive claims; the read below is capped whatever it says.
                 if info.file_size > caps.member_bytes:
-                    yield Member(name, reason="member_too_large", detail=f"{info.file_size} bytes > cap {caps.member_bytes}",
-                                 **at)
+                    yield Member(
+                        name, reason="member_too_large", detail=f"{info.file_size} bytes > cap {caps.member_bytes}", **at
+                    )
                     continue
                 try:
                     with zf.open(info) as f:
                         data = f.read(caps.member_bytes + 1)
-                except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError, ValueError,
-                        zlib.error, lzma.LZMAError) as exc:
+                except (
+                    zipfile.BadZipFile,
+                    OSError,
+                    EOFError,
+                    NotImplementedError,
+                    RuntimeError,
+                    ValueError,
+                    zlib.error,
+                    lzma.LZMAError,
+                ) as exc:
                     yield Member(name, reason="corrupt_member", detail=f"{type(exc).__name__}: {exc}", **at)
                     continue
                 if len(data) > caps.member_bytes:
-                    yield Member(name, reason="member_too_large", detail=f"more than cap {caps.member_bytes} bytes "
-                                 f"(the archive claims {info.file_size})", **at)
+                    yield Member(
+                        name,
+                        reason="member_too_large",
+                        detail=f"more than cap {caps.member_bytes} bytes (the archive claims {info.file_size})",
+                        **at,
+                    )
                     continue
                 total += len(data)
                 if total > caps.archive_bytes:
@@ -353,8 +375,7 @@ def _iter_zip(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")
 
 
-def _iter_zip_local(path: Path, caps: Caps, want: Callable[[str], bool] | None, entries: list[int],
-                    why: str) -> Iterator[Member]:
+def _iter_zip_local(path: Path, caps: Caps, want: Callable[[str], bool] | None, entries: list[int], why: str) -> Iterator[Member]:
     """Members of a zip whose central directory is gone (truncated): local headers read front to
     back, stored and deflated members with sizes in their header. Whatever follows the first
     member that cannot be read this way is one corrupt_archive item."""
@@ -396,18 +417,22 @@ def _iter_zip_local(path: Path, caps: Caps, want: Callable[[str], bool] | None, 
                     else:
                         total += len(data)
                         if total > caps.archive_bytes:
-                            yield Member(name, reason="archive_too_large",
-                                         detail=f"stopped: more than {caps.archive_bytes} bytes")
+                            yield Member(
+                                name, reason="archive_too_large", detail=f"stopped: more than {caps.archive_bytes} bytes"
+                            )
                             return
-                        yield Member(name, data, **at) if len(data) <= caps.member_bytes else \
-                            Member(name, reason="member_too_large", detail=f"more than cap {caps.member_bytes} bytes", **at)
+                        yield (
+                            Member(name, data, **at)
+                            if len(data) <= caps.member_bytes
+                            else Member(name, reason="member_too_large", detail=f"more than cap {caps.member_bytes} bytes", **at)
+                        )
             f.seek(start + csize)
-    yield Member("", reason="corrupt_archive", detail=f"{why}; members before the damage were read from their "
-                 "local headers")
+    yield Member("", reason="corrupt_archive", detail=f"{why}; members before the damage were read from their local headers")
 
 
-def _iter_single(path: Path, caps: Caps, want: Callable[[str], bool] | None, compressed: bool,
-                 entries: list[int]) -> Iterator[Member]:
+def _iter_single(
+    path: Path, caps: Caps, want: Callable[[str], bool] | None, compressed: bool, entries: list[int]
+) -> Iterator[Member]:
     name = clean_name(path.name)[0]
     for ext in (".gz", ".bz2", ".xz"):
         if compressed and name.lower().endswith(ext):

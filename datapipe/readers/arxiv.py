@@ -61,8 +61,10 @@ _ARXIV_ID = re.compile(r"(?:arxiv[-_:]?)?(\d{4}\.\d{4,5}|[a-z-]+(?:\.[A-Z]{2})?[
 # to match() instead of slicing the text (a slice per definition was quadratic).
 _COMMENT_LINE = re.compile(r"^[ \t]*%.*\n", re.M)
 _INCLUDE = re.compile(r"\\(?:input|include|subfile)\s*(?:\{([^{}\n]{1,512})\}|\s([\w./-]{1,512}))")
-_BIB = re.compile(r"\\bibliography\{[^{}]{0,4096}\}|\\bibliographystyle\{[^{}]{0,512}\}|"
-                  r"\\printbibliography(?:\[[^\]]{0,512}\])?|\\addbibresource\{[^{}]{0,4096}\}")
+_BIB = re.compile(
+    r"\\bibliography\{[^{}]{0,4096}\}|\\bibliographystyle\{[^{}]{0,512}\}|"
+    r"\\printbibliography(?:\[[^\]]{0,512}\])?|\\addbibresource\{[^{}]{0,4096}\}"
+)
 _DEFINE = re.compile(r"\\(newcommand|providecommand|DeclareMathOperator|def)\*?\s*")
 _DEF_NAME = re.compile(r"\{?\s*\\([A-Za-z@]+)\s*\}?")
 _DEF_PARAMS = re.compile(r"(?:#\d)*")
@@ -82,8 +84,11 @@ class TexLimitError(Exception):
 
 class ArxivOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    metadata: str | None = Field(None, description="arXiv metadata JSONL (id, license, categories) joined by id; "
-                                                   "relative paths resolve against the pipeline file's folder.")
+    metadata: str | None = Field(
+        None,
+        description="arXiv metadata JSONL (id, license, categories) joined by id; "
+        "relative paths resolve against the pipeline file's folder.",
+    )
     max_member_bytes: int = Field(32 << 20, ge=1024, description="Largest file read from a source archive.")
     max_archive_bytes: int = Field(512 << 20, ge=1024, description="Decompressed bytes read from one source at most.")
 
@@ -115,8 +120,11 @@ def resolve_option_path(file: InputFile, value: str) -> Path:
     if p.is_absolute():
         return p
     name_parts = Path(file.name).parts
-    base = file.path.parents[len(name_parts) - 1] if not Path(file.name).is_absolute() and \
-        file.path.parts[-len(name_parts):] == name_parts else file.path.parent
+    base = (
+        file.path.parents[len(name_parts) - 1]
+        if not Path(file.name).is_absolute() and file.path.parts[-len(name_parts) :] == name_parts
+        else file.path.parent
+    )
     return base / p
 
 
@@ -124,8 +132,7 @@ def metadata_columns(file: InputFile, metadata: str | None, arxiv_id: str | None
     cols: PaperColumns = {"arxiv_id": arxiv_id, "license_url": None, "categories": None, "license_files": None}
     if metadata and arxiv_id:
         path = resolve_option_path(file, metadata)
-        cols["license_url"], cols["categories"] = load_metadata(str(path), path.stat().st_mtime).get(arxiv_id,
-                                                                                                     (None, None))
+        cols["license_url"], cols["categories"] = load_metadata(str(path), path.stat().st_mtime).get(arxiv_id, (None, None))
     return cols
 
 
@@ -168,13 +175,19 @@ def find_main(files: dict[str, str]) -> str | None:
     has_class = [n for n, t in files.items() if re.search(r"^[ \t]*\\documentclass", t, re.M)]
     if not has_class:
         return None
-    return max(has_class, key=lambda n: ("\\begin{document}" in files[n],
-                                         posixpath.splitext(posixpath.basename(n))[0].lower() in ("main", "ms", "paper"),
-                                         len(files[n])))
+    return max(
+        has_class,
+        key=lambda n: (
+            "\\begin{document}" in files[n],
+            posixpath.splitext(posixpath.basename(n))[0].lower() in ("main", "ms", "paper"),
+            len(files[n]),
+        ),
+    )
 
 
-def resolve_includes(text: str, files: dict[str, str], here: str, depth: int = 0, stack: tuple[str, ...] = (),
-                     budget: list[int] | None = None) -> str:
+def resolve_includes(
+    text: str, files: dict[str, str], here: str, depth: int = 0, stack: tuple[str, ...] = (), budget: list[int] | None = None
+) -> str:
     """``text`` with its \\input/\\include files inlined. ``budget`` ([characters left]) stops a file
     included thousands of times (or a fan-out of includes) from growing the text without bound."""
     budget = budget if budget is not None else [1 << 62]
@@ -188,10 +201,10 @@ def resolve_includes(text: str, files: dict[str, str], here: str, depth: int = 0
                         return ""
                     budget[0] -= len(files[name])
                     if budget[0] < 0:
-                        raise TexLimitError("record_too_large", "included files make the paper longer than "
-                                            "limits.max_record_bytes")
-                    return resolve_includes(strip_comments(files[name]), files, name, depth + 1, (*stack, name),
-                                            budget)
+                        raise TexLimitError(
+                            "record_too_large", "included files make the paper longer than limits.max_record_bytes"
+                        )
+                    return resolve_includes(strip_comments(files[name]), files, name, depth + 1, (*stack, name), budget)
         return ""  # a missing file (or a cycle) contributes nothing
 
     return _INCLUDE.sub(sub, text)
@@ -215,7 +228,7 @@ def brace_pairs(s: str) -> dict[int, int]:
 def _group(s: str, i: int, pairs: dict[int, int]) -> tuple[str, int] | None:
     """The brace group starting at s[i] == '{' (contents, index after it); None if unbalanced."""
     j = pairs.get(i)
-    return None if j is None else (s[i + 1: j], j + 1)
+    return None if j is None else (s[i + 1 : j], j + 1)
 
 
 def collect_macros(tex: str) -> tuple[dict[str, tuple[int, str]], str]:
@@ -250,14 +263,15 @@ def collect_macros(tex: str) -> tuple[dict[str, tuple[int, str]], str]:
             continue
         body, end = group
         macros[name] = (nargs, body)
-        out.append(tex[pos: m.start()])
+        out.append(tex[pos : m.start()])
         pos = end
     out.append(tex[pos:])
     return macros, "".join(out)
 
 
-def expand_macros(tex: str, macros: dict[str, tuple[int, str]], rounds: int = 4,
-                  max_expansions: int = DEFAULT_LIMITS.max_tex_expansions) -> str:
+def expand_macros(
+    tex: str, macros: dict[str, tuple[int, str]], rounds: int = 4, max_expansions: int = DEFAULT_LIMITS.max_tex_expansions
+) -> str:
     """Expand simple macros, ``rounds`` passes (macros using macros); each pass is linear: a generic
     control-word scan with a dict lookup, never one regex alternative per macro. More than
     ``max_expansions`` expansions, or text growing past MAX_GROWTH times (a recursive \\def used
@@ -287,18 +301,23 @@ def expand_macros(tex: str, macros: dict[str, tuple[int, str]], rounds: int = 4,
                 continue  # unbraced arguments: leave the call as written
             done += 1
             if done > max_expansions:
-                raise TexLimitError("too_many_expansions", f"more than limits.max_tex_expansions {max_expansions} "
-                                    f"macro expansions (last: \\{m.group(1)})")
+                raise TexLimitError(
+                    "too_many_expansions",
+                    f"more than limits.max_tex_expansions {max_expansions} macro expansions (last: \\{m.group(1)})",
+                )
             text = body
             for k, a in enumerate(args, start=1):
                 text = text.replace(f"#{k}", a)
-            piece = tex[pos: m.start()]
+            piece = tex[pos : m.start()]
             out.append(piece)
             out.append(text + (" " if nargs == 0 and i < n and tex[i].isalpha() else ""))
             size += len(piece) + len(text) + 1
             if size > limit:
-                raise TexLimitError("too_many_expansions", f"macro expansion makes the text more than {MAX_GROWTH}x "
-                                    f"longer (a recursive definition such as \\{m.group(1)})")
+                raise TexLimitError(
+                    "too_many_expansions",
+                    f"macro expansion makes the text more than {MAX_GROWTH}x "
+                    f"longer (a recursive definition such as \\{m.group(1)})",
+                )
             pos, changed = i, True
         out.append(tex[pos:])
         tex = "".join(out)
@@ -312,11 +331,12 @@ def flatten(files: dict[str, str], limits: ReadLimits = DEFAULT_LIMITS) -> tuple
     main = find_main(files)
     if main is None:
         return None, "", "no .tex file with \\documentclass"
-    tex = resolve_includes(strip_comments(files[main]), files, main, stack=(main,),
-                           budget=[limits.max_record_bytes - len(files[main])])
+    tex = resolve_includes(
+        strip_comments(files[main]), files, main, stack=(main,), budget=[limits.max_record_bytes - len(files[main])]
+    )
     macros, tex = collect_macros(tex)
     begin, end = tex.find("\\begin{document}"), tex.rfind("\\end{document}")
-    body = tex[begin + len("\\begin{document}"): end if end > begin else len(tex)] if begin >= 0 else tex
+    body = tex[begin + len("\\begin{document}") : end if end > begin else len(tex)] if begin >= 0 else tex
     body = _drop_env(body, "\\begin{thebibliography}", "\\end{thebibliography}")
     body = _BIB.sub("", body)
     body = expand_macros(body, macros, max_expansions=limits.max_tex_expansions)
@@ -342,8 +362,9 @@ def licenses_beside(main: str, licenses: dict[str, str]) -> str | None:
     """JSON {path: text} of the licence files in the main file's folder or a folder above it
     (a paper repository's LICENSE at its root covers a main file in paper/)."""
     here = posixpath.dirname(main)
-    near = {p: t for p, t in sorted(licenses.items())
-            if (d := posixpath.dirname(p)) == "" or here == d or here.startswith(d + "/")}
+    near = {
+        p: t for p, t in sorted(licenses.items()) if (d := posixpath.dirname(p)) == "" or here == d or here.startswith(d + "/")
+    }
     return json.dumps(near, ensure_ascii=False, sort_keys=True) if near else None
 
 
@@ -354,8 +375,7 @@ def _folder_members(root: Path, caps: Caps, max_record_bytes: int) -> Iterator[M
         name, escaped = clean_name(p.relative_to(root).as_posix())
         at: MemberAt = {"ordinal": ordinal, "escaped": escaped}
         if p.is_symlink():
-            yield Member(name, reason="symlink", detail=f"symlink to {clean_name(os.readlink(p))[0]!r} not followed",
-                         **at)
+            yield Member(name, reason="symlink", detail=f"symlink to {clean_name(os.readlink(p))[0]!r} not followed", **at)
         elif p.is_file():
             size = p.stat().st_size
             if size > caps.member_bytes:
@@ -370,9 +390,11 @@ def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     out = ColumnsBuilder.create(file, batch_size, PAPER_COLUMNS)
     cols = metadata_columns(file, opts.metadata, arxiv_id_from_name(file.name))
     limits = file.limits
-    caps = Caps(member_bytes=min(opts.max_member_bytes, limits.max_record_bytes),
-                archive_bytes=min(opts.max_archive_bytes, limits.max_file_decompressed_bytes),
-                max_members=limits.max_archive_members)
+    caps = Caps(
+        member_bytes=min(opts.max_member_bytes, limits.max_record_bytes),
+        archive_bytes=min(opts.max_archive_bytes, limits.max_file_decompressed_bytes),
+        max_members=limits.max_archive_members,
+    )
     files: dict[str, str] = {}
     licenses: dict[str, str] = {}  # LICENSE / COPYING files beside the sources, for license tagging
     problems: list[Member] = []
@@ -381,9 +403,11 @@ def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     else:
         members = iter_archive(file.path, caps, lambda n: _is_tex_name(n) or is_license_file(n))
         if file.path.suffix.lower() in (".tex", ".ltx"):  # a lone .tex: the licence files in its folder
-            licenses = {p.name: _decode(p.read_bytes()[:LICENSE_FILE_BYTES]) for p in sorted(file.path.parent.iterdir())
-                        if is_license_file(p.name) and p.suffix.lower() not in (".tex", ".ltx")
-                        and p.is_file() and not p.is_symlink()}
+            licenses = {
+                p.name: _decode(p.read_bytes()[:LICENSE_FILE_BYTES])
+                for p in sorted(file.path.parent.iterdir())
+                if is_license_file(p.name) and p.suffix.lower() not in (".tex", ".ltx") and p.is_file() and not p.is_symlink()
+            }
     for m in members:
         if m.data is None:
             if m.reason == "member_too_large" and m.size is not None and m.size > limits.max_record_bytes:
@@ -392,13 +416,19 @@ def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         elif is_license_file(m.name) and not m.name.lower().endswith((".tex", ".ltx")):
             licenses[m.name] = _decode(m.data[:LICENSE_FILE_BYTES])
         else:
-            files[m.name if m.name.lower().endswith((".tex", ".ltx")) or file.path.is_dir() else m.name + ".tex"] = \
-                _decode(m.data)
+            files[m.name if m.name.lower().endswith((".tex", ".ltx")) or file.path.is_dir() else m.name + ".tex"] = _decode(
+                m.data
+            )
     ids = MemberIds()
     for m in problems:  # unsafe members, links, bombs, corruption: each one reject row
         record = ids(m)  # never the paper's own id (its main file): the reason is appended to member names
-        out.reject_row(record if record.startswith("//") else f"{record}:{m.reason}", m.reason or "", m.detail,
-                       path=m.name if m.name and m.reason != "unsafe_member_path" else None, **cols)
+        out.reject_row(
+            record if record.startswith("//") else f"{record}:{m.reason}",
+            m.reason or "",
+            m.detail,
+            path=m.name if m.name and m.reason != "unsafe_member_path" else None,
+            **cols,
+        )
     try:
         main, text, detail = flatten(files, file.limits)
     except TexLimitError as exc:  # a runaway macro or include fan-out: the paper is one reject
@@ -420,5 +450,13 @@ def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
 
 # arXiv ships single-file sources as a bare gzipped .tex (1603.07285.gz): in a paper source, a .gz no
 # other format claims by a longer suffix (.jsonl.gz) is one.
-SPEC = ReaderSpec("arxiv", read_arxiv, ArxivOptions, suffixes=(".tex.gz", ".tex"), kind_suffixes={"paper": (".gz",)},
-                  folders=True, folder_kinds=frozenset({"paper"}), archive_kinds=frozenset({"paper"}))
+SPEC = ReaderSpec(
+    "arxiv",
+    read_arxiv,
+    ArxivOptions,
+    suffixes=(".tex.gz", ".tex"),
+    kind_suffixes={"paper": (".gz",)},
+    folders=True,
+    folder_kinds=frozenset({"paper"}),
+    archive_kinds=frozenset({"paper"}),
+)

@@ -66,8 +66,7 @@ class BatchBuilder:
         self.rejects["reason"].append(reason)
         self.rejects["detail"].append(detail[:2000])
 
-    def _append(self, cols: dict[str, list], record: int | str, text: str | None, url: str | None,
-                path: str | None) -> None:
+    def _append(self, cols: dict[str, list], record: int | str, text: str | None, url: str | None, path: str | None) -> None:
         src = self.file.source
         cols["id"].append(doc_id(src.name, self.file.name, record))
         cols["source"].append(src.name)
@@ -141,7 +140,7 @@ class BatchBuilder:
         base = len(self.docs)
         for values, v in zip(self.rejects.values(), [*row[:base], reason, detail]):
             values.append(v)
-        extra = self._reject_lists()[len(self.rejects):]
+        extra = self._reject_lists()[len(self.rejects) :]
         for values, v in zip(extra, row[base:]):
             values.append(v)
 
@@ -189,4 +188,3 @@ def _escaped(value: str) -> str:
 
 def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
-

@@ -46,40 +46,223 @@ CODE_COLUMNS = {"repo": "string", "code_language": "string", "repo_license_files
 LICENSE_FILE_BYTES = 64 << 10
 
 _EXT = {
-    "py": "Python", "pyi": "Python", "pyx": "Cython", "ipynb": "Jupyter Notebook", "c": "C", "h": "C",
-    "cc": "C++", "cpp": "C++", "cxx": "C++", "hpp": "C++", "hh": "C++", "hxx": "C++", "cu": "CUDA", "cuh": "CUDA",
-    "java": "Java", "kt": "Kotlin", "kts": "Kotlin", "scala": "Scala", "groovy": "Groovy", "go": "Go",
-    "rs": "Rust", "js": "JavaScript", "mjs": "JavaScript", "cjs": "JavaScript", "jsx": "JavaScript",
-    "ts": "TypeScript", "tsx": "TypeScript", "vue": "Vue", "svelte": "Svelte", "rb": "Ruby", "php": "PHP",
-    "pl": "Perl", "pm": "Perl", "lua": "Lua", "r": "R", "jl": "Julia", "swift": "Swift", "m": "Objective-C",
-    "mm": "Objective-C++", "cs": "C#", "fs": "F#", "vb": "Visual Basic", "dart": "Dart", "hs": "Haskell",
-    "ml": "OCaml", "mli": "OCaml", "ex": "Elixir", "exs": "Elixir", "erl": "Erlang", "clj": "Clojure",
-    "lisp": "Common Lisp", "el": "Emacs Lisp", "scm": "Scheme", "rkt": "Racket", "zig": "Zig", "nim": "Nim",
-    "sh": "Shell", "bash": "Shell", "zsh": "Shell", "fish": "Shell", "ps1": "PowerShell", "bat": "Batchfile",
-    "sql": "SQL", "html": "HTML", "htm": "HTML", "css": "CSS", "scss": "SCSS", "sass": "Sass", "less": "Less",
-    "json": "JSON", "yaml": "YAML", "yml": "YAML", "toml": "TOML", "xml": "XML", "ini": "INI", "cfg": "INI",
-    "md": "Markdown", "markdown": "Markdown", "rst": "reStructuredText", "tex": "TeX", "proto": "Protocol Buffer",
-    "cmake": "CMake", "mk": "Makefile", "gradle": "Gradle", "tf": "HCL", "sol": "Solidity", "v": "Verilog",
-    "sv": "SystemVerilog", "vhd": "VHDL", "asm": "Assembly", "s": "Assembly", "f90": "Fortran", "f": "Fortran",
-    "pas": "Pascal", "ada": "Ada", "d": "D", "cr": "Crystal", "elm": "Elm", "purs": "PureScript",
+    "py": "Python",
+    "pyi": "Python",
+    "pyx": "Cython",
+    "ipynb": "Jupyter Notebook",
+    "c": "C",
+    "h": "C",
+    "cc": "C++",
+    "cpp": "C++",
+    "cxx": "C++",
+    "hpp": "C++",
+    "hh": "C++",
+    "hxx": "C++",
+    "cu": "CUDA",
+    "cuh": "CUDA",
+    "java": "Java",
+    "kt": "Kotlin",
+    "kts": "Kotlin",
+    "scala": "Scala",
+    "groovy": "Groovy",
+    "go": "Go",
+    "rs": "Rust",
+    "js": "JavaScript",
+    "mjs": "JavaScript",
+    "cjs": "JavaScript",
+    "jsx": "JavaScript",
+    "ts": "TypeScript",
+    "tsx": "TypeScript",
+    "vue": "Vue",
+    "svelte": "Svelte",
+    "rb": "Ruby",
+    "php": "PHP",
+    "pl": "Perl",
+    "pm": "Perl",
+    "lua": "Lua",
+    "r": "R",
+    "jl": "Julia",
+    "swift": "Swift",
+    "m": "Objective-C",
+    "mm": "Objective-C++",
+    "cs": "C#",
+    "fs": "F#",
+    "vb": "Visual Basic",
+    "dart": "Dart",
+    "hs": "Haskell",
+    "ml": "OCaml",
+    "mli": "OCaml",
+    "ex": "Elixir",
+    "exs": "Elixir",
+    "erl": "Erlang",
+    "clj": "Clojure",
+    "lisp": "Common Lisp",
+    "el": "Emacs Lisp",
+    "scm": "Scheme",
+    "rkt": "Racket",
+    "zig": "Zig",
+    "nim": "Nim",
+    "sh": "Shell",
+    "bash": "Shell",
+    "zsh": "Shell",
+    "fish": "Shell",
+    "ps1": "PowerShell",
+    "bat": "Batchfile",
+    "sql": "SQL",
+    "html": "HTML",
+    "htm": "HTML",
+    "css": "CSS",
+    "scss": "SCSS",
+    "sass": "Sass",
+    "less": "Less",
+    "json": "JSON",
+    "yaml": "YAML",
+    "yml": "YAML",
+    "toml": "TOML",
+    "xml": "XML",
+    "ini": "INI",
+    "cfg": "INI",
+    "md": "Markdown",
+    "markdown": "Markdown",
+    "rst": "reStructuredText",
+    "tex": "TeX",
+    "proto": "Protocol Buffer",
+    "cmake": "CMake",
+    "mk": "Makefile",
+    "gradle": "Gradle",
+    "tf": "HCL",
+    "sol": "Solidity",
+    "v": "Verilog",
+    "sv": "SystemVerilog",
+    "vhd": "VHDL",
+    "asm": "Assembly",
+    "s": "Assembly",
+    "f90": "Fortran",
+    "f": "Fortran",
+    "pas": "Pascal",
+    "ada": "Ada",
+    "d": "D",
+    "cr": "Crystal",
+    "elm": "Elm",
+    "purs": "PureScript",
 }
-_NAMES = {"Makefile": "Makefile", "GNUmakefile": "Makefile", "Dockerfile": "Dockerfile", "CMakeLists.txt": "CMake",
-          "Rakefile": "Ruby", "Gemfile": "Ruby", "BUILD": "Starlark", "BUILD.bazel": "Starlark", "Jenkinsfile": "Groovy"}
-_SHEBANG = [("python", "Python"), ("bash", "Shell"), ("sh", "Shell"), ("zsh", "Shell"), ("node", "JavaScript"),
-            ("perl", "Perl"), ("ruby", "Ruby"), ("php", "PHP"), ("lua", "Lua"), ("Rscript", "R")]
-_BINARY_EXT = {"png", "jpg", "jpeg", "gif", "bmp", "ico", "webp", "tif", "tiff", "pdf", "zip", "gz", "tgz", "bz2",
-               "xz", "7z", "rar", "jar", "war", "class", "so", "dll", "dylib", "exe", "o", "a", "obj", "pyc",
-               "pyo", "whl", "bin", "dat", "db", "sqlite", "woff", "woff2", "ttf", "otf", "eot", "mp3", "mp4",
-               "wav", "ogg", "avi", "mov", "npy", "npz", "pt", "pth", "onnx", "h5", "pkl", "parquet", "arrow"}
-VENDORED = {"node_modules", "vendor", "vendors", "third_party", "third-party", "thirdparty", "bower_components",
-            "site-packages", ".venv", "venv", "Pods", "Carthage", "external", "deps"}
+_NAMES = {
+    "Makefile": "Makefile",
+    "GNUmakefile": "Makefile",
+    "Dockerfile": "Dockerfile",
+    "CMakeLists.txt": "CMake",
+    "Rakefile": "Ruby",
+    "Gemfile": "Ruby",
+    "BUILD": "Starlark",
+    "BUILD.bazel": "Starlark",
+    "Jenkinsfile": "Groovy",
+}
+_SHEBANG = [
+    ("python", "Python"),
+    ("bash", "Shell"),
+    ("sh", "Shell"),
+    ("zsh", "Shell"),
+    ("node", "JavaScript"),
+    ("perl", "Perl"),
+    ("ruby", "Ruby"),
+    ("php", "PHP"),
+    ("lua", "Lua"),
+    ("Rscript", "R"),
+]
+_BINARY_EXT = {
+    "png",
+    "jpg",
+    "jpeg",
+    "gif",
+    "bmp",
+    "ico",
+    "webp",
+    "tif",
+    "tiff",
+    "pdf",
+    "zip",
+    "gz",
+    "tgz",
+    "bz2",
+    "xz",
+    "7z",
+    "rar",
+    "jar",
+    "war",
+    "class",
+    "so",
+    "dll",
+    "dylib",
+    "exe",
+    "o",
+    "a",
+    "obj",
+    "pyc",
+    "pyo",
+    "whl",
+    "bin",
+    "dat",
+    "db",
+    "sqlite",
+    "woff",
+    "woff2",
+    "ttf",
+    "otf",
+    "eot",
+    "mp3",
+    "mp4",
+    "wav",
+    "ogg",
+    "avi",
+    "mov",
+    "npy",
+    "npz",
+    "pt",
+    "pth",
+    "onnx",
+    "h5",
+    "pkl",
+    "parquet",
+    "arrow",
+}
+VENDORED = {
+    "node_modules",
+    "vendor",
+    "vendors",
+    "third_party",
+    "third-party",
+    "thirdparty",
+    "bower_components",
+    "site-packages",
+    ".venv",
+    "venv",
+    "Pods",
+    "Carthage",
+    "external",
+    "deps",
+}
 VCS = {".git", ".hg", ".svn"}
-LOCKFILES = {"package-lock.json", "yarn.lock", "pnpm-lock.yaml", "Cargo.lock", "poetry.lock", "Pipfile.lock",
-             "composer.lock", "Gemfile.lock", "go.sum", "uv.lock", "npm-shrinkwrap.json", "mix.lock", "flake.lock",
-             "packages.lock.json", "Podfile.lock", "pdm.lock", "bun.lockb"}
+LOCKFILES = {
+    "package-lock.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    "Cargo.lock",
+    "poetry.lock",
+    "Pipfile.lock",
+    "composer.lock",
+    "Gemfile.lock",
+    "go.sum",
+    "uv.lock",
+    "npm-shrinkwrap.json",
+    "mix.lock",
+    "flake.lock",
+    "packages.lock.json",
+    "Podfile.lock",
+    "pdm.lock",
+    "bun.lockb",
+}
 _GENERATED_NAME = re.compile(r"(_pb2(_grpc)?\.py|\.pb\.(go|cc|h)|\.g\.dart|\.generated\.\w+|\.designer\.cs)$", re.I)
-_GENERATED_MARK = re.compile(r"@generated|auto-?generated|do not edit|generated by (?!the\b)|code generated .* do not edit",
-                             re.I)
+_GENERATED_MARK = re.compile(r"@generated|auto-?generated|do not edit|generated by (?!the\b)|code generated .* do not edit", re.I)
 _NOTICE = re.compile(r"^(notice|copyright|authors)(\.\w+)?$", re.I)
 
 
@@ -109,8 +292,7 @@ def is_repo_meta_file(rel: str) -> bool:
     parts = PurePosixPath(rel).parts
     if len(parts) == 2 and parts[0] in ("LICENSES", "licenses"):
         return True
-    return len(parts) == 1 and (is_license_file(rel) or is_metadata_file(rel) or bool(_NOTICE.match(rel))
-                                or is_readme(rel))
+    return len(parts) == 1 and (is_license_file(rel) or is_metadata_file(rel) or bool(_NOTICE.match(rel)) or is_readme(rel))
 
 
 def detect_language(path: str, head: str) -> str | None:
@@ -176,9 +358,17 @@ def code_builder(file: InputFile, batch_size: int) -> ColumnsBuilder:
     return ColumnsBuilder.create(file, batch_size, CODE_COLUMNS)
 
 
-def add_code_file(out: ColumnsBuilder, record: str, path: str, data: bytes, repo: str | None,
-                  license_files: str | None, max_bytes: int, language: str | None = None,
-                  url: str | None = None) -> None:
+def add_code_file(
+    out: ColumnsBuilder,
+    record: str,
+    path: str,
+    data: bytes,
+    repo: str | None,
+    license_files: str | None,
+    max_bytes: int,
+    language: str | None = None,
+    url: str | None = None,
+) -> None:
     cols = {"repo": repo, "repo_license_files": license_files}
     if hit := check_path(path):
         out.reject_row(record, hit[0], hit[1], url=url, path=path, **cols)
@@ -232,9 +422,11 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     opts = RepoOptions.model_validate(file.source.options)
     out = code_builder(file, batch_size)
     limits = file.limits
-    caps = Caps(member_bytes=min(max(opts.max_file_bytes, LICENSE_FILE_BYTES), limits.max_record_bytes),
-                archive_bytes=min(opts.max_archive_bytes, limits.max_file_decompressed_bytes),
-                max_members=limits.max_archive_members)
+    caps = Caps(
+        member_bytes=min(max(opts.max_file_bytes, LICENSE_FILE_BYTES), limits.max_record_bytes),
+        archive_bytes=min(opts.max_archive_bytes, limits.max_file_decompressed_bytes),
+        max_members=limits.max_archive_members,
+    )
     is_dir = file.path.is_dir()
     name = file.path.name
     for ext in ARCHIVE_SUFFIXES:
@@ -255,15 +447,21 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
             return
         for n, (m, p) in enumerate(_walk(file.path)):
             if n >= caps.max_members:
-                yield Member("", reason="too_many_members", detail=f"more than limits.max_archive_members "
-                             f"{caps.max_members} files: the rest is not read")
+                yield Member(
+                    "",
+                    reason="too_many_members",
+                    detail=f"more than limits.max_archive_members {caps.max_members} files: the rest is not read",
+                )
                 return
             if want is not None and not want(m.name):
                 continue
             if m.reason == "lazy":
                 size = p.stat().st_size
-                m = Member(m.name, p.read_bytes(), ordinal=m.ordinal, escaped=m.escaped) if size <= caps.member_bytes \
+                m = (
+                    Member(m.name, p.read_bytes(), ordinal=m.ordinal, escaped=m.escaped)
+                    if size <= caps.member_bytes
                     else too_large(m, size, f"{size} bytes > max_file_bytes {min(opts.max_file_bytes, caps.member_bytes)}")
+                )
             yield m
 
     # Pass 1: names (for a shared top folder) and the license/metadata files of each repository.
@@ -276,6 +474,7 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         return split is not None and is_repo_meta_file(split[1])
 
     strip = False
+
     def note_name(n: str) -> bool:
         all_names.append(n)
         return False  # names only: no member is read
@@ -307,8 +506,7 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         record = ids(m)
         lic = license_json.get(repo) if repo else None
         if m.data is None:
-            out.reject_row(record, m.reason or "unreadable_input", m.detail, path=path or None, repo=repo,
-                           repo_license_files=lic)
+            out.reject_row(record, m.reason or "unreadable_input", m.detail, path=path or None, repo=repo, repo_license_files=lic)
         else:
             add_code_file(out, record, path, m.data, repo, lic, opts.max_file_bytes)  # type: ignore[arg-type]
         if out.full():
@@ -318,5 +516,6 @@ def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
 
 
 # A repository is a folder or an archive of one in a source of kind code; it has no suffix of its own.
-SPEC = ReaderSpec("repo", read_repo, RepoOptions, folders=True, folder_kinds=frozenset({"code"}),
-                  archive_kinds=frozenset({"code"}))
+SPEC = ReaderSpec(
+    "repo", read_repo, RepoOptions, folders=True, folder_kinds=frozenset({"code"}), archive_kinds=frozenset({"code"})
+)

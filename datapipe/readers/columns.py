@@ -23,8 +23,7 @@ class ColumnsBuilder(BatchBuilder):
 
     @classmethod
     def create(cls, file: InputFile, batch_size: int, columns: dict[str, str]) -> ColumnsBuilder:
-        return cls(file, batch_size, columns=columns, extra_docs={c: [] for c in columns},
-                   extra_rejects={c: [] for c in columns})
+        return cls(file, batch_size, columns=columns, extra_docs={c: [] for c in columns}, extra_rejects={c: [] for c in columns})
 
     def add(self, record: int | str, text: str | None, url: str | None = None, path: str | None = None) -> None:
         super().add(record, text, url, path)
@@ -36,14 +35,21 @@ class ColumnsBuilder(BatchBuilder):
         for values in self.extra_rejects.values():
             values.append(None)
 
-    def add_row(self, record: int | str, text: str, url: str | None = None, path: str | None = None,
-                **cols: object) -> None:
+    def add_row(self, record: int | str, text: str, url: str | None = None, path: str | None = None, **cols: object) -> None:
         self.add(record, text, url, path)
         for name, values in self.extra_docs.items():
             values[-1] = cols.get(name)
 
-    def reject_row(self, record: int | str, reason: str, detail: str, text: str | None = None,
-                   url: str | None = None, path: str | None = None, **cols: object) -> None:
+    def reject_row(
+        self,
+        record: int | str,
+        reason: str,
+        detail: str,
+        text: str | None = None,
+        url: str | None = None,
+        path: str | None = None,
+        **cols: object,
+    ) -> None:
         self.reject(record, reason, detail, text)
         self.rejects["url"][-1] = url  # BatchBuilder.reject leaves url null and path = the input file
         if path is not None:

@@ -30,11 +30,28 @@ if TYPE_CHECKING:
 
 # WHATWG-style supersets: a page labelled gb2312 is decoded as GB18030, Shift_JIS as cp932, ...
 _ALIASES = {
-    "gb2312": "gb18030", "gbk": "gb18030", "x-gbk": "gb18030", "gb_2312-80": "gb18030", "euc-cn": "gb18030",
-    "big5": "big5hkscs", "x-x-big5": "big5hkscs", "big5-hkscs": "big5hkscs",
-    "shift_jis": "cp932", "shift-jis": "cp932", "sjis": "cp932", "x-sjis": "cp932", "windows-31j": "cp932",
-    "euc-kr": "cp949", "ks_c_5601-1987": "cp949", "iso-8859-1": "cp1252", "latin1": "cp1252",
-    "latin-1": "cp1252", "us-ascii": "cp1252", "ascii": "cp1252", "tis-620": "cp874", "utf8": "utf-8",
+    "gb2312": "gb18030",
+    "gbk": "gb18030",
+    "x-gbk": "gb18030",
+    "gb_2312-80": "gb18030",
+    "euc-cn": "gb18030",
+    "big5": "big5hkscs",
+    "x-x-big5": "big5hkscs",
+    "big5-hkscs": "big5hkscs",
+    "shift_jis": "cp932",
+    "shift-jis": "cp932",
+    "sjis": "cp932",
+    "x-sjis": "cp932",
+    "windows-31j": "cp932",
+    "euc-kr": "cp949",
+    "ks_c_5601-1987": "cp949",
+    "iso-8859-1": "cp1252",
+    "latin1": "cp1252",
+    "latin-1": "cp1252",
+    "us-ascii": "cp1252",
+    "ascii": "cp1252",
+    "tis-620": "cp874",
+    "utf8": "utf-8",
 }
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{2,40})""", re.I)
 _BOMS = [(codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")]
@@ -57,7 +74,8 @@ _CC_NAME = re.compile(r"""Creative Commons (?:Attribution|Zero|CC0)[A-Za-z -]{0,
 class HtmlOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     extractor: Literal["resiliparse", "trafilatura"] = Field(
-        "resiliparse", description="resiliparse (fast, default) or trafilatura (slower, another main-content model).")
+        "resiliparse", description="resiliparse (fast, default) or trafilatura (slower, another main-content model)."
+    )
     main_content: bool = Field(True, description="Drop navigation, headers, footers and other boilerplate.")
     max_bytes: int = Field(8 << 20, ge=1024, description="Pages larger than this are rejected (page_too_large).")
 
@@ -115,7 +133,7 @@ def license_hints(html: str) -> str | None:
                 break  # each match looks at its whole tag: bounded, so many matches in one huge tag stay linear
             lo = html.rfind("<", max(m.start() - 4096, 0), m.start())
             hi = html.find(">", m.end(), m.end() + 4096)
-            tag = html[max(lo, m.start() - 4096): hi + 1 if hi >= 0 else m.end()]
+            tag = html[max(lo, m.start() - 4096) : hi + 1 if hi >= 0 else m.end()]
             if h := _HREF.search(tag):
                 keep(h.group(1))
     if "creativecommons.org" in html:
@@ -149,8 +167,7 @@ def parse_checked(html: str, limits: ReadLimits) -> tuple[HTMLTree | None, tuple
     right to left, walking up at most max_depth + 1 parents per element, in C, and the tree is
     then reused for extraction."""
     if len(html) > limits.max_record_bytes:
-        return None, ("record_too_large",
-                      f"{len(html)} characters > limits.max_record_bytes {limits.max_record_bytes}")
+        return None, ("record_too_large", f"{len(html)} characters > limits.max_record_bytes {limits.max_record_bytes}")
     from resiliparse.parse.html import HTMLTree
 
     tree = HTMLTree.parse(html)
@@ -158,15 +175,17 @@ def parse_checked(html: str, limits: ReadLimits) -> tuple[HTMLTree | None, tuple
     # Cheapest first: a tree of at most ``cap`` elements cannot be deeper than ``cap`` (counting them
     # is a C walk). lexbor parses a selector on every query, at a cost growing with its length: a
     # short chain next (real pages are rarely 64 deep), the full one only for pages deeper than that.
-    if doc is not None and len(doc.get_elements_by_tag_name("*")) > cap and \
-            doc.query_selector(_depth_selector(min(cap, _QUICK_DEPTH))) is not None and \
-            (cap <= _QUICK_DEPTH or doc.query_selector(_depth_selector(cap)) is not None):
+    if (
+        doc is not None
+        and len(doc.get_elements_by_tag_name("*")) > cap
+        and doc.query_selector(_depth_selector(min(cap, _QUICK_DEPTH))) is not None
+        and (cap <= _QUICK_DEPTH or doc.query_selector(_depth_selector(cap)) is not None)
+    ):
         return None, ("too_deeply_nested", f"elements nest deeper than limits.max_html_depth {cap}")
     return tree, None
 
 
-def extract_text(html: str, extractor: str = "resiliparse", main_content: bool = True,
-                 tree: HTMLTree | None = None) -> str:
+def extract_text(html: str, extractor: str = "resiliparse", main_content: bool = True, tree: HTMLTree | None = None) -> str:
     """Main text of a page; ``tree``: the page already parsed by parse_checked (resiliparse only)."""
     if extractor == "trafilatura":
         import trafilatura
@@ -192,8 +211,9 @@ def read_html(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         try:
             size = p.stat().st_size
             if size > limits.max_record_bytes:
-                out.reject_row(rel, "record_too_large", f"{size} bytes > limits.max_record_bytes "
-                               f"{limits.max_record_bytes}", path=rel)
+                out.reject_row(
+                    rel, "record_too_large", f"{size} bytes > limits.max_record_bytes {limits.max_record_bytes}", path=rel
+                )
                 continue
             if size > opts.max_bytes:
                 out.reject_row(rel, "page_too_large", f"{size} bytes > max_bytes {opts.max_bytes}", path=rel)
@@ -229,14 +249,20 @@ def _html_files(root: Path, out: ColumnsBuilder) -> Iterator[Path]:
                 continue
             if p.is_symlink():
                 rel = clean_name(p.relative_to(root).as_posix())[0]
-                out.reject_row(rel, "symlink", f"symlink to {clean_name(os.readlink(p))[0]!r} not followed",
-                               path=rel)
+                out.reject_row(rel, "symlink", f"symlink to {clean_name(os.readlink(p))[0]!r} not followed", path=rel)
             elif p.is_file():
                 yield p
 
 
-WEB_COLUMNS = {"domain": "string", "warc_record_id": "string", "fetch_date": "string", "content_type": "string",
-               "http_status": "int32", "charset": "string", "license_hints": "string"}
+WEB_COLUMNS = {
+    "domain": "string",
+    "warc_record_id": "string",
+    "fetch_date": "string",
+    "content_type": "string",
+    "http_status": "int32",
+    "charset": "string",
+    "license_hints": "string",
+}
 
 
 class _RecordColumns(TypedDict):
@@ -260,5 +286,6 @@ def web_builder(file: InputFile, batch_size: int) -> ColumnsBuilder:
 
 
 # A page file, or a folder of them (a saved site) in a source of kind web.
-SPEC = ReaderSpec("html", read_html, HtmlOptions, suffixes=(".html", ".htm", ".xhtml"), folders=True,
-                  folder_kinds=frozenset({"web"}))
+SPEC = ReaderSpec(
+    "html", read_html, HtmlOptions, suffixes=(".html", ".htm", ".xhtml"), folders=True, folder_kinds=frozenset({"web"})
+)

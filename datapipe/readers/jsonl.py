@@ -57,14 +57,16 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         with _open(file) as stream:
             if isinstance(stream, LineRange) and stream.skipped:
                 lineno += 1  # the partial line skipped at the start is the previous range's
-            lines = bounded_lines(stream, limits.max_record_bytes, limits.max_file_decompressed_bytes,
-                                  head=MAX_REJECT_TEXT)
+            lines = bounded_lines(stream, limits.max_record_bytes, limits.max_file_decompressed_bytes, head=MAX_REJECT_TEXT)
             first = lineno + 1
             for lineno, raw in enumerate(lines, start=first):
                 if isinstance(raw, LineTooLong):
-                    out.reject(f"L{lineno}", "record_too_large",
-                               f"line of {raw.size:,} bytes > limits.max_record_bytes={limits.max_record_bytes:,}",
-                               raw.head.decode("utf-8", "replace"))
+                    out.reject(
+                        f"L{lineno}",
+                        "record_too_large",
+                        f"line of {raw.size:,} bytes > limits.max_record_bytes={limits.max_record_bytes:,}",
+                        raw.head.decode("utf-8", "replace"),
+                    )
                 elif raw and not raw.isspace():  # blank lines are not records (isspace stops early; strip copies)
                     _parse_line(out, lineno, raw, field, src.url_field, limits.max_json_depth, add)
                 if out.full():
@@ -72,8 +74,7 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     except InputTooLarge as exc:  # a decompression bomb: the rest of the file is one reject
         out.reject(f"L{lineno + 1}-", "input_too_large", f"reading stopped after line {lineno}: {exc}")
     except Exception as exc:  # unreadable or truncated file: the rest of it is one reject
-        out.reject(f"L{lineno + 1}-", "unreadable_input",
-                   f"reading stopped after line {lineno}: {describe_error(exc)}")
+        out.reject(f"L{lineno + 1}-", "unreadable_input", f"reading stopped after line {lineno}: {describe_error(exc)}")
     if (last := out.flush()) is not None:
         yield last
 
@@ -85,8 +86,15 @@ def _open(file: InputFile) -> ByteStream | LineRange:
     return open_maybe_compressed(file.path)
 
 
-def _parse_line(out: BatchBuilder, lineno: int, raw: bytes, text_field: str, url_field: str | None,
-                max_depth: int, add: Callable[[str, dict, str, str | None], None]) -> None:
+def _parse_line(
+    out: BatchBuilder,
+    lineno: int,
+    raw: bytes,
+    text_field: str,
+    url_field: str | None,
+    max_depth: int,
+    add: Callable[[str, dict, str, str | None], None],
+) -> None:
     record = f"L{lineno}"
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]  # a UTF-8 byte order mark (Windows tools write one at the start of a file)
@@ -190,7 +198,12 @@ def first_fields(path: Path, max_record_bytes: int, records: int = 20) -> set[st
 
 
 SPEC = ReaderSpec(
-    "jsonl", read_jsonl, TableOptions,
+    "jsonl",
+    read_jsonl,
+    TableOptions,
     suffixes=(".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".jsonl.xz", ".json.gz", ".jsonl", ".ndjson", ".json"),
-    streamed=True, split_points=split_points, prepass_count=count_newlines, probe_fields=first_fields,
+    streamed=True,
+    split_points=split_points,
+    prepass_count=count_newlines,
+    probe_fields=first_fields,
 )

@@ -48,12 +48,14 @@ def read_parquet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         yield out.flush()  # type: ignore[misc]
         return
     url_field = src.url_field if src.url_field in names else None
-    extra = [f for f in (opts.path_field, opts.repo_field, opts.language_field, opts.arxiv_id_field)
-             if f and f in names and f not in (field, url_field)]
+    extra = [
+        f
+        for f in (opts.path_field, opts.repo_field, opts.language_field, opts.arxiv_id_field)
+        if f and f in names and f not in (field, url_field)
+    ]
     columns = [field] + ([url_field] if url_field else []) + extra
     # A split file's task reads a range of row groups; rows keep their index in the whole file.
-    first, stop = (file.start, file.end if file.end is not None else pf.num_row_groups) if file.ranged \
-        else (0, pf.num_row_groups)
+    first, stop = (file.start, file.end if file.end is not None else pf.num_row_groups) if file.ranged else (0, pf.num_row_groups)
     row = sum(pf.metadata.row_group(g).num_rows for g in range(first))
     for group in range(first, stop):
         end = row + pf.metadata.row_group(group).num_rows
@@ -63,15 +65,26 @@ def read_parquet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
                 row += batch.num_rows
         except Exception as exc:  # this row group is unreadable: its unread rows are one reject
             if row < end:
-                out.reject(f"{row}-{end - 1}", "unreadable_input",
-                           f"row group {group} (rows {row}-{end - 1}) unreadable: {describe_error(exc)}")
+                out.reject(
+                    f"{row}-{end - 1}",
+                    "unreadable_input",
+                    f"row group {group} (rows {row}-{end - 1}) unreadable: {describe_error(exc)}",
+                )
                 if (flushed := out.flush()) is not None:
                     yield flushed
         row = end
 
 
-def _batch(out: BatchBuilder, by_row: bool, file: InputFile, opts: TableOptions, batch: pa.RecordBatch,
-           start: int, field: str, url_field: str | None) -> Iterator[ReadBatch]:
+def _batch(
+    out: BatchBuilder,
+    by_row: bool,
+    file: InputFile,
+    opts: TableOptions,
+    batch: pa.RecordBatch,
+    start: int,
+    field: str,
+    url_field: str | None,
+) -> Iterator[ReadBatch]:
     """One decoded batch: oversized and non-UTF-8 cells become rejects, the rest documents."""
     text = _as_text(batch.column(field))
     url = _as_text(batch.column(url_field)) if url_field else pa.nulls(batch.num_rows, pa.string())
@@ -100,8 +113,9 @@ def _as_text(column: pa.Array) -> pa.Array:
     return pc.cast(column, pa.string())
 
 
-def _screen(out: BatchBuilder, file: InputFile, text: pa.Array, url: pa.Array, others: list[pa.Array],
-            start: int) -> np.ndarray | None:
+def _screen(
+    out: BatchBuilder, file: InputFile, text: pa.Array, url: pa.Array, others: list[pa.Array], start: int
+) -> np.ndarray | None:
     """Rejects rows whose text is too large or any string cell not UTF-8; the mask of the rest, or None if all pass."""
     cap = file.limits.max_record_bytes
     sizes = pc.fill_null(pc.binary_length(text), 0).to_numpy(zero_copy_only=False)
@@ -117,12 +131,19 @@ def _screen(out: BatchBuilder, file: InputFile, text: pa.Array, url: pa.Array, o
         raw = head.to_pybytes()[:MAX_REJECT_TEXT] if head is not None else b""
         record = start + int(i)
         if too_big[i]:
-            out.reject(record, "record_too_large",
-                       f"text cell of {int(sizes[i]):,} bytes > limits.max_record_bytes={cap:,}",
-                       raw.decode("utf-8", "replace"))
+            out.reject(
+                record,
+                "record_too_large",
+                f"text cell of {int(sizes[i]):,} bytes > limits.max_record_bytes={cap:,}",
+                raw.decode("utf-8", "replace"),
+            )
         else:
-            out.reject(record, "invalid_utf8", "a string cell (text, url or a provenance column) is not valid UTF-8",
-                       raw.decode("utf-8", "replace"))
+            out.reject(
+                record,
+                "invalid_utf8",
+                "a string cell (text, url or a provenance column) is not valid UTF-8",
+                raw.decode("utf-8", "replace"),
+            )
     return ~(too_big | bad_utf8)
 
 
@@ -145,15 +166,25 @@ def _invalid_utf8(values: pa.Array) -> np.ndarray:
     return bad
 
 
-def _rows(out: BatchBuilder, file: InputFile, opts: TableOptions, batch: pa.RecordBatch, positions: np.ndarray,
-          field: str, url_field: str | None) -> None:
+def _rows(
+    out: BatchBuilder,
+    file: InputFile,
+    opts: TableOptions,
+    batch: pa.RecordBatch,
+    positions: np.ndarray,
+    field: str,
+    url_field: str | None,
+) -> None:
     for record, obj in zip(positions.tolist(), batch.to_pylist()):
         text = obj.get(field)
         if isinstance(text, bytes):
             text = text.decode("utf-8")  # checked by _screen
         if not isinstance(text, str):
-            out.reject(record, "missing_text_field" if text is None else "malformed_record",
-                       f"{field!r} is {type(text).__name__}, not a string")
+            out.reject(
+                record,
+                "missing_text_field" if text is None else "malformed_record",
+                f"{field!r} is {type(text).__name__}, not a string",
+            )
             continue
         url = obj.get(url_field) if url_field else None
         mark = out.mark()
@@ -171,10 +202,14 @@ def _to_docs(text: pa.Array, url: pa.Array, file: InputFile, positions: np.ndarr
     rows = pc.cast(pa.array(positions.astype(np.int64)), pa.string())
     ids = pc.binary_join_element_wise(doc_id(src.name, file.name, ""), rows, "")
     return pa.Table.from_arrays(
-        [ids, pa.array([src.name] * n, pa.string()), pa.array([src.kind] * n, pa.string()),
-         text.view(pa.string()) if pa.types.is_binary(text.type) else text,
-         url.view(pa.string()) if pa.types.is_binary(url.type) else url,
-         pa.array([file.name] * n, pa.string())],
+        [
+            ids,
+            pa.array([src.name] * n, pa.string()),
+            pa.array([src.kind] * n, pa.string()),
+            text.view(pa.string()) if pa.types.is_binary(text.type) else text,
+            url.view(pa.string()) if pa.types.is_binary(url.type) else url,
+            pa.array([file.name] * n, pa.string()),
+        ],
         schema=BASE_SCHEMA,
     )
 
@@ -201,6 +236,13 @@ def columns(path: Path, max_record_bytes: int = 0) -> set[str]:
 
 
 SPEC = ReaderSpec(
-    "parquet", read_parquet, TableOptions, suffixes=(".parquet", ".pq"), streamed=True,
-    split_points=split_points, split_unit="row_groups", probe_fields=columns, probed_as="column of",
+    "parquet",
+    read_parquet,
+    TableOptions,
+    suffixes=(".parquet", ".pq"),
+    streamed=True,
+    split_points=split_points,
+    split_unit="row_groups",
+    probe_fields=columns,
+    probed_as="column of",
 )

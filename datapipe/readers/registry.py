@@ -87,8 +87,10 @@ class ReaderRegistry(Mapping[str, ReaderSpec]):
         problems: list[str] = []
         for name, plugin in discover(READER_GROUP).items():
             if name in self._builtin:
-                problems.append(f"{plugin.describe()} clashes with the built-in format {name!r}; the plugin "
-                                f"must register its reader under another name")
+                problems.append(
+                    f"{plugin.describe()} clashes with the built-in format {name!r}; the plugin "
+                    f"must register its reader under another name"
+                )
                 continue
             try:
                 spec = plugin.load()
@@ -96,11 +98,11 @@ class ReaderRegistry(Mapping[str, ReaderSpec]):
                 problems += exc.problems
                 continue
             if not isinstance(spec, ReaderSpec):
-                problems.append(f"{plugin.describe()} is a {type(spec).__name__}, not a "
-                                f"datapipe.readers.spec.ReaderSpec")
+                problems.append(f"{plugin.describe()} is a {type(spec).__name__}, not a datapipe.readers.spec.ReaderSpec")
             elif spec.format != name:
-                problems.append(f"{plugin.describe()} declares format {spec.format!r}; the entry point's name "
-                                f"must be the format's")
+                problems.append(
+                    f"{plugin.describe()} declares format {spec.format!r}; the entry point's name must be the format's"
+                )
             else:
                 found[name] = spec
                 self._origin[name] = plugin.describe()

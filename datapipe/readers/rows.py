@@ -35,12 +35,22 @@ def _str(obj: dict[str, Any], field: str | None) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def add_table_row(out: ColumnsBuilder, file: InputFile, opts: TableOptions, record: int | str, obj: dict[str, Any],
-                  text: str, url: str | None) -> None:
+def add_table_row(
+    out: ColumnsBuilder, file: InputFile, opts: TableOptions, record: int | str, obj: dict[str, Any], text: str, url: str | None
+) -> None:
     if file.source.kind == "code":
         path = _str(obj, opts.path_field) or ""
-        add_code_file(out, str(record), path, text.encode("utf-8", "surrogatepass"), _str(obj, opts.repo_field), None,
-                      opts.max_file_bytes, _str(obj, opts.language_field), url)
+        add_code_file(
+            out,
+            str(record),
+            path,
+            text.encode("utf-8", "surrogatepass"),
+            _str(obj, opts.repo_field),
+            None,
+            opts.max_file_bytes,
+            _str(obj, opts.language_field),
+            url,
+        )
     else:
         cols = metadata_columns(file, opts.metadata, _str(obj, opts.arxiv_id_field))
         out.add_row(record, text, url, **cols)

@@ -34,8 +34,7 @@ class ByteStream(Readable, Protocol):
 
     def __enter__(self) -> ByteStream: ...
 
-    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
-                 /) -> object: ...
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /) -> object: ...
 
 
 def open_maybe_compressed(path: Path, buffer: int | None = None) -> ByteStream:
@@ -114,16 +113,18 @@ class InputTooLarge(Exception):
     """More bytes were decompressed from one input file than `limits.max_file_decompressed_bytes`."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(f"more than {limit:,} bytes decompressed from this file "
-                         f"(limits.max_file_decompressed_bytes); the rest is not read")
+        super().__init__(
+            f"more than {limit:,} bytes decompressed from this file (limits.max_file_decompressed_bytes); the rest is not read"
+        )
         self.limit = limit
 
 
 CHUNK = 1 << 20  # read size: large enough that splitting in C dominates, small enough to bound memory
 
 
-def bounded_lines(stream: Readable, max_line: int, max_total: int, head: int = 65536,
-                  chunk: int = CHUNK) -> Iterator[bytes | LineTooLong]:
+def bounded_lines(
+    stream: Readable, max_line: int, max_total: int, head: int = 65536, chunk: int = CHUNK
+) -> Iterator[bytes | LineTooLong]:
     """The lines of a byte stream (without their b"\\n"), never holding more than ``max_line`` bytes
     of one line nor ``chunk`` bytes of input beyond it.
 
@@ -179,7 +180,7 @@ def _head(pieces: list[bytes], n: int) -> bytes:
     for piece in pieces:
         if size >= n:
             break
-        out.append(piece[:n - size])
+        out.append(piece[: n - size])
         size += len(out[-1])
     return b"".join(out)
 
@@ -218,6 +219,7 @@ def _blocks(stream: Readable, size: int) -> Iterator[bytes]:
 
 SCAN = 1 << 20  # bytes read at a time when looking for a record boundary or counting newlines
 TAIL = 64 << 10  # bytes read at a time past a range's end, looking for the end of its last line
+
 
 def count_newlines(path: str, start: int, end: int | None) -> int:
     """Newline bytes in ``[start, end)``: one range's share of the line-numbering pre-pass."""
@@ -267,7 +269,7 @@ class LineRange:
             i = data.find(b"\n")
             if i >= 0:
                 self.pos += i + 1
-                self._pending = data[i + 1:]  # kept, not sought back to: no second fetch of it
+                self._pending = data[i + 1 :]  # kept, not sought back to: no second fetch of it
                 break
             self.pos += len(data)
         if self.end is not None and self.pos >= self.end:
@@ -283,7 +285,7 @@ class LineRange:
             i = data.find(b"\n")
             if i >= 0 or not data:
                 self._done = True
-                data = data[:i + 1] if i >= 0 else data
+                data = data[: i + 1] if i >= 0 else data
             self.pos += len(data)
             return data
         want = size if self.end is None else min(size, self.end - self.pos)

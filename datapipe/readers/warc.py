@@ -74,8 +74,14 @@ class WebRecord:
     framing: str | None = None  # why the record's framing is wrong (lying Content-Length, corrupt member, ...)
 
 
-def iter_warc_records(path: Path, max_bytes: int, need_payload: tuple[str, ...] = DOC_TYPES,
-                      max_total: int = 1 << 62, start: int = 0, stop: int | None = None) -> Iterator[WebRecord]:
+def iter_warc_records(
+    path: Path,
+    max_bytes: int,
+    need_payload: tuple[str, ...] = DOC_TYPES,
+    max_total: int = 1 << 62,
+    start: int = 0,
+    stop: int | None = None,
+) -> Iterator[WebRecord]:
     """Records in file order; a record whose framing is wrong comes out with ``framing`` set and
     bytes that are no record as type ``garbage`` (see warc_framing). ``start``: a record boundary
     (a gzip member or a plain record start, engine/splits.py) to begin at instead of the file start;
@@ -95,8 +101,15 @@ def iter_warc_records(path: Path, max_bytes: int, need_payload: tuple[str, ...] 
 def _from_framed(fr: Framed) -> WebRecord:
     h = fr.headers
     rtype = ("corrupt_member" if fr.corrupt_member else "garbage") if fr.garbage else h.get("warc-type", "unknown")
-    out = WebRecord(fr.start, rtype, h.get("warc-target-uri"),
-                    h.get("warc-record-id"), h.get("warc-date"), h.get("content-type"), member=fr.member)
+    out = WebRecord(
+        fr.start,
+        rtype,
+        h.get("warc-target-uri"),
+        h.get("warc-record-id"),
+        h.get("warc-date"),
+        h.get("content-type"),
+        member=fr.member,
+    )
     out.framing = fr.problem
     out.too_large = fr.too_large
     if fr.problem or fr.payload is None:
@@ -115,8 +128,7 @@ def _split_ctype(value: str | None) -> tuple[str | None, str | None]:
     if not value:
         return None, None
     parts = [p.strip() for p in value.split(";")]
-    charset = next((p.split("=", 1)[1].strip().strip("\"'") for p in parts[1:] if p.lower().startswith("charset=")),
-                   None)
+    charset = next((p.split("=", 1)[1].strip().strip("\"'") for p in parts[1:] if p.lower().startswith("charset=")), None)
     return parts[0].lower() or None, charset
 
 
@@ -173,8 +185,7 @@ def _iter_arc(f: IO[bytes], max_bytes: int) -> Iterator[WebRecord]:
         if url.startswith("filedesc://"):
             yield WebRecord(start, "warcinfo", None, None, _arc_date(date), "text/plain")
             continue
-        rec = WebRecord(start, "response", url, None, _arc_date(date), fields[3], truncated=truncated,
-                        too_large=too_large)
+        rec = WebRecord(start, "response", url, None, _arc_date(date), fields[3], truncated=truncated, too_large=too_large)
         _parse_http(rec, body)
         yield rec
 
@@ -185,15 +196,18 @@ def _arc_date(d: str) -> str | None:
 
 def _parse_http(rec: WebRecord, block: bytes) -> None:
     sep = block.find(b"\r\n\r\n")
-    head, body = (block[:sep], block[sep + 4:]) if sep >= 0 else block.split(b"\n\n", 1) if b"\n\n" in block \
-        else (block, b"")
+    head, body = (block[:sep], block[sep + 4 :]) if sep >= 0 else block.split(b"\n\n", 1) if b"\n\n" in block else (block, b"")
     lines = head.decode("latin-1").splitlines()
     parts = lines[0].split() if lines else []
     rec.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
     headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
     rec.content_type, rec.charset = _split_ctype(headers.get("content-type"))
-    rec.encoding = tuple(e.strip().lower() for key in ("transfer-encoding", "content-encoding")
-                         for e in headers.get(key, "").split(",") if e.strip() and e.strip().lower() != "identity")
+    rec.encoding = tuple(
+        e.strip().lower()
+        for key in ("transfer-encoding", "content-encoding")
+        for e in headers.get(key, "").split(",")
+        if e.strip() and e.strip().lower() != "identity"
+    )
     rec.payload = body
 
 
@@ -202,23 +216,33 @@ def _looks_html(payload: bytes) -> bool:
     return head.startswith((b"<!doctype html", b"<html")) or b"<html" in head
 
 
-def _handle(out: ColumnsBuilder, rec: WebRecord, opts: HtmlOptions, fmt: str, skipped: Counter[str],
-            limits: ReadLimits) -> None:
+def _handle(out: ColumnsBuilder, rec: WebRecord, opts: HtmlOptions, fmt: str, skipped: Counter[str], limits: ReadLimits) -> None:
     if rec.type in ("garbage", "corrupt_member"):  # bytes between records, a corrupt gzip member: one row each
-        out.reject_row(rec.offset, "malformed_record" if rec.type == "garbage" else "corrupt_member",
-                       rec.framing or "not a WARC record")
+        out.reject_row(
+            rec.offset, "malformed_record" if rec.type == "garbage" else "corrupt_member", rec.framing or "not a WARC record"
+        )
         return
     domain = (urlsplit(rec.url).hostname or None) if rec.url else None
-    cols: WebColumns = {"domain": domain, "warc_record_id": rec.record_id, "fetch_date": rec.date,
-                               "content_type": rec.content_type or rec.warc_content_type, "http_status": rec.status}
+    cols: WebColumns = {
+        "domain": domain,
+        "warc_record_id": rec.record_id,
+        "fetch_date": rec.date,
+        "content_type": rec.content_type or rec.warc_content_type,
+        "http_status": rec.status,
+    }
     where = {"url": rec.url}
     if rec.framing:  # a lying Content-Length, a header cut off, a broken gzip member: never a document
         out.reject_row(rec.offset, "truncated_record", f"{rec.type} record: {rec.framing}", **where, **cols)
         return
     if fmt == "wat":
         if rec.type == "metadata":
-            out.reject_row(rec.offset, "wat_metadata_not_text", "WAT records hold link/header metadata as JSON, "
-                           "not page text: read the matching WARC or WET file", **where, **cols)
+            out.reject_row(
+                rec.offset,
+                "wat_metadata_not_text",
+                "WAT records hold link/header metadata as JSON, not page text: read the matching WARC or WET file",
+                **where,
+                **cols,
+            )
         else:
             skipped[rec.type] += 1
         return
@@ -227,11 +251,15 @@ def _handle(out: ColumnsBuilder, rec: WebRecord, opts: HtmlOptions, fmt: str, sk
         return
     if rec.too_large:
         if opts.max_bytes <= limits.max_record_bytes:
-            out.reject_row(rec.offset, "page_too_large", f"record larger than max_bytes {opts.max_bytes}",
-                           **where, **cols)
+            out.reject_row(rec.offset, "page_too_large", f"record larger than max_bytes {opts.max_bytes}", **where, **cols)
         else:
-            out.reject_row(rec.offset, "record_too_large", f"record larger than limits.max_record_bytes "
-                           f"{limits.max_record_bytes}", **where, **cols)
+            out.reject_row(
+                rec.offset,
+                "record_too_large",
+                f"record larger than limits.max_record_bytes {limits.max_record_bytes}",
+                **where,
+                **cols,
+            )
         return
     if rec.truncated:
         out.reject_row(rec.offset, "truncated_record", f"WARC-Truncated: {rec.truncated}", **where, **cols)
@@ -250,8 +278,7 @@ def _handle(out: ColumnsBuilder, rec: WebRecord, opts: HtmlOptions, fmt: str, sk
     try:
         payload = _undo_encodings(rec.payload, rec.encoding, opts.max_bytes) if rec.encoding else rec.payload
     except Exception as exc:  # broken chunking or compression inside one record: only that record
-        out.reject_row(rec.offset, "malformed_record", f"cannot undo {rec.encoding}: {describe_error(exc)}",
-                       **where, **cols)
+        out.reject_row(rec.offset, "malformed_record", f"cannot undo {rec.encoding}: {describe_error(exc)}", **where, **cols)
         return
     if rec.content_type not in HTML_TYPES and not (rec.content_type is None and _looks_html(payload)):
         out.reject_row(rec.offset, "not_html", f"content type {rec.content_type!r}", **where, **cols)
@@ -281,8 +308,9 @@ def _read(file: InputFile, batch_size: int, fmt: str) -> Iterator[ReadBatch]:
     need = () if fmt == "wat" else DOC_TYPES  # WAT metadata is rejected unread
     try:
         start = file.start if file.ranged else 0
-        for rec in iter_warc_records(file.path, max_bytes, need, file.limits.max_file_decompressed_bytes, start,
-                                     file.end if file.ranged else None):
+        for rec in iter_warc_records(
+            file.path, max_bytes, need, file.limits.max_file_decompressed_bytes, start, file.end if file.ranged else None
+        ):
             # The id is the record's gzip member offset (what a CDX index points at), numbered
             # within the member when it holds several records (a file gzipped as one member).
             key = rec.member if rec.member is not None else rec.offset
@@ -304,8 +332,7 @@ def _read(file: InputFile, batch_size: int, fmt: str) -> Iterator[ReadBatch]:
         if leading is not None:
             out.reject_row(leading.offset, "unreadable_input", f"not a WARC file: {leading.framing}")
     except Exception as exc:  # an I/O error, or ARC framing: the rest is one reject
-        out.reject_row(f"{last_end}-", "unreadable_input", f"reading stopped after record {last_end}: "
-                       f"{describe_error(exc)}")
+        out.reject_row(f"{last_end}-", "unreadable_input", f"reading stopped after record {last_end}: {describe_error(exc)}")
     if skipped:
         log.info("%s: skipped %d non-document record(s): %s", file.name, sum(skipped.values()), dict(skipped))
     if (last := out.flush()) is not None:
@@ -330,9 +357,8 @@ def read_wat(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
 
 
 # WARC and ARC (told apart by their first bytes); WET and WAT take no options.
-WARC = ReaderSpec("warc", read_warc, HtmlOptions, suffixes=(".warc.gz", ".warc", ".arc.gz", ".arc"), streamed=True,
-                  split_points=split_points)
-WET = ReaderSpec("wet", read_wet, suffixes=(".warc.wet.gz", ".wet.gz", ".wet"), streamed=True,
-                 split_points=split_points)
-WAT = ReaderSpec("wat", read_wat, suffixes=(".warc.wat.gz", ".wat.gz", ".wat"), streamed=True,
-                 split_points=split_points)
+WARC = ReaderSpec(
+    "warc", read_warc, HtmlOptions, suffixes=(".warc.gz", ".warc", ".arc.gz", ".arc"), streamed=True, split_points=split_points
+)
+WET = ReaderSpec("wet", read_wet, suffixes=(".warc.wet.gz", ".wet.gz", ".wet"), streamed=True, split_points=split_points)
+WAT = ReaderSpec("wat", read_wat, suffixes=(".warc.wat.gz", ".wat.gz", ".wat"), streamed=True, split_points=split_points)

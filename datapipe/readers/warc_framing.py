@@ -39,6 +39,8 @@ def find_header(buf: bytearray, start: int, stop: int | None = None) -> int:
             return i
         i = buf.find(b"WARC/1.", i + 1, stop)
     return -1
+
+
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 
 
@@ -118,14 +120,14 @@ class DecompressedStream:
         self.buf, self.base, self.eof = bytearray(), dstart, False
         self.holes = [h for h in self.holes if h.at < dstart]
         if self.gzipped:
-            del self._starts[i + 1:], self._members[i + 1:]
+            del self._starts[i + 1 :], self._members[i + 1 :]
             self._comp_pos = self._member_start = comp
             self._d, self._pending = zlib.decompressobj(31), b""
         self.fill(pos)
         self.discard(pos)
 
     def get(self, start: int, stop: int) -> bytes:
-        return bytes(self.buf[start - self.base: stop - self.base])
+        return bytes(self.buf[start - self.base : stop - self.base])
 
     def find(self, needle: bytes, start: int, stop: int | None = None) -> int:
         i = self.buf.find(needle, max(start - self.base, 0), None if stop is None else stop - self.base)
@@ -162,8 +164,7 @@ class DecompressedStream:
         self.buf += out
         self.total += len(out)
         if self.total > self.max_total:  # a decompression bomb: stop (the caller rejects the rest)
-            raise DecompressedTooLarge(f"more than limits.max_file_decompressed_bytes {self.max_total} "
-                                       "bytes decompressed")
+            raise DecompressedTooLarge(f"more than limits.max_file_decompressed_bytes {self.max_total} bytes decompressed")
         if d.eof:  # member done: the rest of this chunk starts the next member
             used = len(data) - len(d.unused_data)
             self._comp_pos += used
@@ -259,7 +260,7 @@ class WarcFramer:
         s = self.s
         while True:
             s.fill(pos + 64)
-            window = s.buf[pos - s.base: pos - s.base + 64]
+            window = s.buf[pos - s.base : pos - s.base + 64]
             skipped = len(window) - len(window.lstrip(b"\r\n\t "))
             pos += skipped
             if skipped < len(window) or not window:
@@ -290,17 +291,20 @@ class WarcFramer:
             for h in s.holes:  # corrupt members no record absorbed: one row each
                 if not h.reported and h.at <= pos:
                     h.reported = True
-                    yield Framed(h.at, h.member, garbage=True, corrupt_member=True,
-                                 problem=h.detail + "; its records are lost")
+                    yield Framed(h.at, h.member, garbage=True, corrupt_member=True, problem=h.detail + "; its records are lost")
             if s.holes:
                 s.holes[:] = [h for h in s.holes if not h.reported]  # stays short: many bad members stay linear
             if pos >= s.end:
                 return
             if not s.get(pos, pos + 7).startswith(b"WARC/1."):
                 nxt = self.next_header(pos)
-                yield Framed(pos, s.member_of(pos), garbage=True, length=nxt - pos,
-                             problem=f"{nxt - pos} bytes at {'decompressed ' if s.gzipped else ''}offset {pos} "
-                                     "are not a WARC record")
+                yield Framed(
+                    pos,
+                    s.member_of(pos),
+                    garbage=True,
+                    length=nxt - pos,
+                    problem=f"{nxt - pos} bytes at {'decompressed ' if s.gzipped else ''}offset {pos} are not a WARC record",
+                )
                 pos = nxt
                 continue
             rec = self._record(pos)
@@ -319,8 +323,7 @@ class WarcFramer:
         if head_end < 0:
             rec.headers = _parse_header(s.get(start, min(s.end, start + MAX_HEADER_BYTES)))
             nxt = self.next_header(start + 7)
-            rec.problem = ("record header cut off by the end of the file" if nxt >= s.end and s.eof
-                           else "record header has no end")
+            rec.problem = "record header cut off by the end of the file" if nxt >= s.end and s.eof else "record header has no end"
             rec.length = nxt - start
             return rec
         rec.headers = _parse_header(s.get(start, head_end))
@@ -348,8 +351,7 @@ class WarcFramer:
         stripped = tail.lstrip(b"\r\n")
         newlines = len(tail) - len(stripped)
         # A terminator followed by other bytes: this record is whole; those bytes are the next garbage.
-        clean = got == declared and (stripped.startswith(b"WARC/1.") or (not stripped and s.end <= end + 16)
-                                     or newlines >= 2)
+        clean = got == declared and (stripped.startswith(b"WARC/1.") or (not stripped and s.end <= end + 16) or newlines >= 2)
         new_holes = s.holes_in(start, end + 4) if s.holes else []
         if new_holes:
             for h in new_holes:
@@ -370,8 +372,10 @@ class WarcFramer:
         if got < declared and nxt >= s.end:
             rec.problem = f"Content-Length {declared} but the file ends after {got} bytes of the block"
         else:
-            rec.problem = (f"Content-Length {declared} does not match the record: next WARC header found "
-                           f"after {nxt - block} bytes of the block")
+            rec.problem = (
+                f"Content-Length {declared} does not match the record: next WARC header found "
+                f"after {nxt - block} bytes of the block"
+            )
         rec.length = nxt - start
         rec.too_large = False
         return rec

@@ -75,7 +75,7 @@ def _next_member(f: IO[bytes], cut: int, size: int) -> int | None:
         i = data.find(_GZIP)
         while 0 <= i < width:
             try:  # the window holds the member's first 4 KiB (its overlap): no second read
-                out = zlib.decompressobj(31).decompress(data[i:i + 4096], 16)
+                out = zlib.decompressobj(31).decompress(data[i : i + 4096], 16)
             except zlib.error:
                 out = b""
             if out.startswith(b"WARC/1."):

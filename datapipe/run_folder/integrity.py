@@ -49,7 +49,7 @@ def find_damage(folder: RunFolder, hashes: bool) -> list[Damage]:
     listed: dict[str, int] | None = None
     if folder.remote is not None:
         prefix = storage.child(folder.remote, "")
-        listed = {f.uri[len(prefix):]: f.size for f in storage.list_files(folder.remote)}
+        listed = {f.uri[len(prefix) :]: f.size for f in storage.list_files(folder.remote)}
     found: list[Damage] = []
     for phase, key, marker_path in _markers(folder):
         try:
@@ -77,8 +77,9 @@ def _markers(folder: RunFolder) -> list[tuple[str, str, Path]]:
     return out
 
 
-def _check_marker(folder: RunFolder, phase: str, key: str, marker: dict[str, Any], listed: dict[str, int] | None,
-                  hashes: bool) -> list[Damage]:
+def _check_marker(
+    folder: RunFolder, phase: str, key: str, marker: dict[str, Any], listed: dict[str, int] | None, hashes: bool
+) -> list[Damage]:
     out = []
     digests: dict[str, str] = {}
     for entry in marker.get("files") or []:
@@ -92,8 +93,9 @@ def _check_marker(folder: RunFolder, phase: str, key: str, marker: dict[str, Any
             digests[rel] = entry["sha256"]
     if phase == PACK_PHASE:  # the shards' sha256 are in the marker's manifest rows
         bad = {d.path for d in out}
-        digests.update({row["path"]: row["sha256"] for row in marker.get("shards") or []
-                        if row.get("sha256") and row["path"] not in bad})
+        digests.update(
+            {row["path"]: row["sha256"] for row in marker.get("shards") or [] if row.get("sha256") and row["path"] not in bad}
+        )
     if hashes:
         for rel, digest in sorted(digests.items()):
             local = folder.root / rel

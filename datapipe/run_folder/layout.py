@@ -203,8 +203,7 @@ class RunFolder:
         from datapipe.run_folder import remote as remote_folder
 
         rel = self.marker(phase, task).relative_to(self.root).as_posix()
-        write_bytes_atomic(self.marker(phase, task),
-                           remote_folder.commit(self.root, self.remote, rel, data, list(written or [])))
+        write_bytes_atomic(self.marker(phase, task), remote_folder.commit(self.root, self.remote, rel, data, list(written or [])))
 
     def pull(self, full: bool = False, files: tuple[str, ...] = ()) -> None:
         """A remote folder: read the markers other processes committed, and download the files they
@@ -233,9 +232,11 @@ class RunFolder:
         if not isinstance(run, dict):
             # It records the run's plan (how inputs were split into tasks), without which finished
             # work cannot be matched to tasks: nothing in the folder can be trusted to resume from.
-            raise RunFolderError(f"{self.location}/{RUN_JSON} is damaged (truncated or not a JSON object), so the "
-                                 f"finished work in {self.location} cannot be resumed",
-                                 hint="run again with --fresh to start over (or --output to write elsewhere)")
+            raise RunFolderError(
+                f"{self.location}/{RUN_JSON} is damaged (truncated or not a JSON object), so the "
+                f"finished work in {self.location} cannot be resumed",
+                hint="run again with --fresh to start over (or --output to write elsewhere)",
+            )
         return run
 
     def save_run_json(self, data: dict[str, Any]) -> None:
@@ -259,10 +260,15 @@ class RunFolder:
             return  # the mirror is this folder's own cache: the store decides
         if self.root.exists() and not self.root.is_dir():
             raise RunFolderError(f"output {self.root} exists and is not a folder")
-        if self.root.is_dir() and not self.is_run_folder() and any(
-                p.name not in (LOCK_FILE, LOCK_RECORD) and not is_temp_name(p.name) for p in self.root.iterdir()):
-            raise RunFolderError(f"output folder {self.root} is not empty and holds no run.json; "
-                                 f"refusing to write there (choose an empty or new folder with --output)")
+        if (
+            self.root.is_dir()
+            and not self.is_run_folder()
+            and any(p.name not in (LOCK_FILE, LOCK_RECORD) and not is_temp_name(p.name) for p in self.root.iterdir())
+        ):
+            raise RunFolderError(
+                f"output folder {self.root} is not empty and holds no run.json; "
+                f"refusing to write there (choose an empty or new folder with --output)"
+            )
 
     def wipe(self) -> None:
         """Delete a previous run's outputs (--fresh). Only the names datapipe manages are touched."""

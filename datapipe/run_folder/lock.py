@@ -130,8 +130,10 @@ class RunLock:
             try:
                 self._remote.release()
             except Exception as exc:  # the store gone too: say so, but do not hide why the run stopped
-                self.log(f"datapipe: could not remove the lock record {self._remote.uri} ({exc}); the next "
-                         f"run takes it over (at once on this host, after {DEFAULT_STALE_S:.0f} s on another)")
+                self.log(
+                    f"datapipe: could not remove the lock record {self._remote.uri} ({exc}); the next "
+                    f"run takes it over (at once on this host, after {DEFAULT_STALE_S:.0f} s on another)"
+                )
             self._remote = None
         if self._fd is None:
             return
@@ -156,16 +158,24 @@ class RunLock:
                 pass  # a missed beat only makes a takeover from another host possible sooner
 
     def _record(self) -> dict[str, Any]:
-        return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": process_start(os.getpid()),
-                "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "command": " ".join(_command()), "token": self.token, "heartbeat_every_s": HEARTBEAT_S}
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "pid_start": process_start(os.getpid()),
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(_command()),
+            "token": self.token,
+            "heartbeat_every_s": HEARTBEAT_S,
+        }
 
     def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
         who = describe(holder) if holder else "another process (its lock record is not readable yet)"
-        return (f"{self.what} {self.root} is in use by another datapipe driver: {who}"
-                + (f" ({why})" if why else "")
-                + f". Only one driver may write a {self.what} at a time: wait for it to finish or stop it "
-                  "(a driver that dies releases the lock by itself), or use --output for another folder.")
+        return (
+            f"{self.what} {self.root} is in use by another datapipe driver: {who}"
+            + (f" ({why})" if why else "")
+            + f". Only one driver may write a {self.what} at a time: wait for it to finish or stop it "
+            "(a driver that dies releases the lock by itself), or use --output for another folder."
+        )
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
@@ -178,8 +188,9 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 
 def describe(holder: dict[str, Any]) -> str:
-    return (f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started')}, "
-            f"command: {holder.get('command')}")
+    return (
+        f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started')}, command: {holder.get('command')}"
+    )
 
 
 def holder_alive(holder: dict[str, Any], os_locked: bool, record: Path) -> tuple[bool, str]:
@@ -196,8 +207,9 @@ def holder_alive(holder: dict[str, Any], os_locked: bool, record: Path) -> tuple
     stale_s = float(os.environ.get("DATAPIPE_LOCK_STALE_S", DEFAULT_STALE_S))
     age = time.time() - float(holder.get("heartbeat", 0.0))
     if age < stale_s:
-        return True, (f"its last heartbeat was {age:.0f} s ago; a lock of another host is taken over "
-                      f"after {stale_s:.0f} s without one")
+        return True, (
+            f"its last heartbeat was {age:.0f} s ago; a lock of another host is taken over after {stale_s:.0f} s without one"
+        )
     return False, f"no heartbeat for {age:.0f} s (more than {stale_s:.0f} s)"
 
 
@@ -214,7 +226,7 @@ def process_start(pid: int) -> str | None:
         except PermissionError:
             return "unknown"
         return "unknown"  # no /proc (macOS): alive, start time unknown
-    return stat[stat.rindex(")") + 2:].split()[19]
+    return stat[stat.rindex(")") + 2 :].split()[19]
 
 
 def _command() -> list[str]:
@@ -240,7 +252,7 @@ class RemoteLock:
         return (json.dumps(self.record, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
     def _bucket_key(self) -> tuple[str, str]:
-        bucket, _, key = self.uri[len("s3://"):].partition("/")
+        bucket, _, key = self.uri[len("s3://") :].partition("/")
         return bucket, key
 
     def _put(self, **condition: str) -> bool:
@@ -253,8 +265,9 @@ class RemoteLock:
         bucket, key = self._bucket_key()
         s3 = self._s3
         try:
-            self.etag = storage.retrying(self.uri, "writing the lock record", lambda: s3.put_object(
-                Bucket=bucket, Key=key, Body=self._body(), **condition))["ETag"]
+            self.etag = storage.retrying(
+                self.uri, "writing the lock record", lambda: s3.put_object(Bucket=bucket, Key=key, Body=self._body(), **condition)
+            )["ETag"]
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
@@ -328,11 +341,13 @@ class RemoteLock:
 
     def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
         who = describe(holder) if holder else "another process (its lock record is not readable yet)"
-        return (f"{self.what} {self.root} is in use by another datapipe driver: {who}"
-                + (f" ({why})" if why else "")
-                + f". Only one driver may write a {self.what} at a time: wait for it to finish or stop it "
-                  f"(a lock record without a heartbeat for {DEFAULT_STALE_S:.0f} s is taken over), "
-                  "or use --output for another folder.")
+        return (
+            f"{self.what} {self.root} is in use by another datapipe driver: {who}"
+            + (f" ({why})" if why else "")
+            + f". Only one driver may write a {self.what} at a time: wait for it to finish or stop it "
+            f"(a lock record without a heartbeat for {DEFAULT_STALE_S:.0f} s is taken over), "
+            "or use --output for another folder."
+        )
 
 
 def _s3_client() -> Any:

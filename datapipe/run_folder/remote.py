@@ -100,7 +100,7 @@ def pull(root: Path, uri: str, full: bool = False, files: tuple[str, ...] = ()) 
     store does not have (a mirror left by an older run of this folder) and takes run.json from the store.
     ``files``: folders (``docs/``) whose named files are downloaded now rather than when asked for.
     """
-    remote_markers = {f.uri[len(storage.child(uri, "")):]: f for f in storage.list_files(storage.child(uri, MARKERS))}
+    remote_markers = {f.uri[len(storage.child(uri, "")) :]: f for f in storage.list_files(storage.child(uri, MARKERS))}
     remote_markers = {rel: f for rel, f in remote_markers.items() if rel.endswith(".json") and not is_temp_name(rel)}
     downloaded = 0
     named: set[str] = set(DRIVER_FILES) | set(remote_markers)
@@ -159,7 +159,7 @@ def named_files(uri: str) -> set[str]:
     """Every path (relative to the run folder) the store's markers name, and the markers themselves."""
     keep: set[str] = set(DRIVER_FILES)
     for f in storage.list_files(storage.child(uri, MARKERS)):
-        rel = f.uri[len(storage.child(uri, "")):]
+        rel = f.uri[len(storage.child(uri, "")) :]
         body = storage.read_bytes(f.uri)
         try:
             marker = json.loads(body) if body is not None else None
@@ -178,7 +178,7 @@ def sweep(uri: str) -> int:
     removed = 0
     prefix = storage.child(uri, "")
     for f in storage.list_files(uri):
-        rel = f.uri[len(prefix):]
+        rel = f.uri[len(prefix) :]
         if rel.startswith(MANAGED_PREFIXES) and rel not in keep or is_temp_name(rel):
             storage.delete(f.uri)
             removed += 1
@@ -210,7 +210,9 @@ def check_usable(uri: str, lock_names: tuple[str, ...]) -> None:
         return
     prefix = storage.child(uri, "")
     for f in storage.list_files(uri):
-        rel = f.uri[len(prefix):]
+        rel = f.uri[len(prefix) :]
         if rel not in lock_names and not is_temp_name(rel) and not rel.startswith(MANAGED_PREFIXES):
-            raise storage.StorageError(f"output folder {uri} is not empty and holds no run.json; refusing to "
-                                       f"write there (choose an empty or new folder with --output)")
+            raise storage.StorageError(
+                f"output folder {uri} is not empty and holds no run.json; refusing to "
+                f"write there (choose an empty or new folder with --output)"
+            )

@@ -38,37 +38,105 @@ from datapipe.storage.cache import cache_dir
 _A = tuple[str, int, bool]
 SIGNATURES: dict[str, tuple[_A | str, ...]] = {
     "datapipe.stages.cjk:_count_kernel": (
-        ("uint32", 1, True), ("int64", 1, False), ("uint8", 1, False), ("uint8", 1, False),
-        ("int64", 2, False), ("int64", 2, False), ("int64", 1, False)),
+        ("uint32", 1, True),
+        ("int64", 1, False),
+        ("uint8", 1, False),
+        ("uint8", 1, False),
+        ("int64", 2, False),
+        ("int64", 2, False),
+        ("int64", 1, False),
+    ),
     "datapipe.stages.quality._kernels:ngram_signals": (
-        ("int64", 1, False), ("int64", 1, False), ("float64", 1, False), "int64", ("boolean", 1, False),
-        ("boolean", 1, False), ("float64", 2, False), ("float64", 2, False)),
+        ("int64", 1, False),
+        ("int64", 1, False),
+        ("float64", 1, False),
+        "int64",
+        ("boolean", 1, False),
+        ("boolean", 1, False),
+        ("float64", 2, False),
+        ("float64", 2, False),
+    ),
     "datapipe.stages.quality._kernels:char_tokens": (
-        ("uint8", 1, False), ("int64", 1, False), "boolean", "float64", ("uint64", 1, False),
-        ("int64", 1, False), ("int64", 1, False), ("float64", 1, False)),
+        ("uint8", 1, False),
+        ("int64", 1, False),
+        "boolean",
+        "float64",
+        ("uint64", 1, False),
+        ("int64", 1, False),
+        ("int64", 1, False),
+        ("float64", 1, False),
+    ),
     "datapipe.stages.quality._kernels:mark_code_points": (
-        ("uint8", 1, False), ("int64", 1, False), ("boolean", 1, False), ("boolean", 1, False)),
+        ("uint8", 1, False),
+        ("int64", 1, False),
+        ("boolean", 1, False),
+        ("boolean", 1, False),
+    ),
     "datapipe.stages.quality._kernels:class_counts": (
-        ("uint8", 1, False), ("int64", 1, False), ("uint8", 1, False), ("boolean", 1, False), ("int64", 2, False)),
+        ("uint8", 1, False),
+        ("int64", 1, False),
+        ("uint8", 1, False),
+        ("boolean", 1, False),
+        ("int64", 2, False),
+    ),
     "datapipe.dedup.shingles:_shingle_kernel_jit": (
-        ("uint32", 1, False), ("int64", 1, False), ("boolean", 1, False), ("uint32", 1, False), ("uint8", 1, False),
-        "int64", ("uint32", 1, False), ("uint32", 1, False), ("int64", 1, False), ("int64", 1, False),
-        ("int64", 1, False)),
+        ("uint32", 1, False),
+        ("int64", 1, False),
+        ("boolean", 1, False),
+        ("uint32", 1, False),
+        ("uint8", 1, False),
+        "int64",
+        ("uint32", 1, False),
+        ("uint32", 1, False),
+        ("int64", 1, False),
+        ("int64", 1, False),
+        ("int64", 1, False),
+    ),
     "datapipe.dedup.shingles:_needs_python_jit": (
-        ("uint32", 1, True), ("int64", 1, False), ("uint32", 1, False), ("boolean", 1, False)),
+        ("uint32", 1, True),
+        ("int64", 1, False),
+        ("uint32", 1, False),
+        ("boolean", 1, False),
+    ),
     "datapipe.dedup.cluster:_union_kernel": (("int64", 1, False), ("int64", 1, False), ("int64", 1, False)),
     "datapipe.dedup.cluster:_flatten_kernel": (("int64", 1, False),),
     "datapipe.dedup.minhash:_affine32_jit": (
-        ("uint32", 1, False), ("int64", 1, False), ("uint32", 1, False), ("uint32", 1, False), ("uint32", 2, False)),
+        ("uint32", 1, False),
+        ("int64", 1, False),
+        ("uint32", 1, False),
+        ("uint32", 1, False),
+        ("uint32", 2, False),
+    ),
     "datapipe.dedup.minhash:_legacy_jit": (
-        ("uint32", 1, False), ("int64", 1, False), ("uint64", 1, False), ("uint64", 1, False), ("uint64", 2, False)),
+        ("uint32", 1, False),
+        ("int64", 1, False),
+        ("uint64", 1, False),
+        ("uint64", 1, False),
+        ("uint64", 2, False),
+    ),
     "datapipe.stages.boilerplate:_fnv1a_kernel": (("uint8", 1, False), ("int64", 1, False), ("uint64", 1, False)),
     "datapipe.decontaminate.ngrams:_ngram_kernel_jit": (
-        ("uint32", 1, True), ("int64", 1, False), ("boolean", 1, False), ("uint32", 1, False), ("uint32", 1, False),
-        ("uint8", 1, False), "int64", "int64", ("uint64", 1, False), ("int64", 1, False), ("uint64", 1, False),
-        ("int64", 1, False), ("boolean", 1, False)),
+        ("uint32", 1, True),
+        ("int64", 1, False),
+        ("boolean", 1, False),
+        ("uint32", 1, False),
+        ("uint32", 1, False),
+        ("uint8", 1, False),
+        "int64",
+        "int64",
+        ("uint64", 1, False),
+        ("int64", 1, False),
+        ("uint64", 1, False),
+        ("int64", 1, False),
+        ("boolean", 1, False),
+    ),
     "datapipe.decontaminate.index:_lookup_jit": (
-        ("uint64", 1, False), ("uint8", 1, False), "int64", ("uint64", 1, False), ("boolean", 1, False)),
+        ("uint64", 1, False),
+        ("uint8", 1, False),
+        "int64",
+        ("uint64", 1, False),
+        ("boolean", 1, False),
+    ),
 }
 
 WAIT_SECONDS = 300.0  # a warm-up that takes longer is stopped; the workers then compile as before
@@ -135,9 +203,16 @@ def start(log: Callable[[str], None] | None = None, cpus: int | None = None) -> 
     procs = []
     try:
         for i in range(n):
-            procs.append(subprocess.Popen([sys.executable, "-m", "datapipe.runtime.kernel_warmup", "--part", f"{i}/{n}"],
-                                          env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, close_fds=True))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "datapipe.runtime.kernel_warmup", "--part", f"{i}/{n}"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    close_fds=True,
+                )
+            )
     except OSError:  # no process to spare: the workers compile as before
         for proc in procs:
             proc.kill()

@@ -52,6 +52,5 @@ class TaskUsage:
             # The kernel folds threads' RSS counters into VmRSS/VmHWM lazily, so either can trail the
             # other by a few pages; the task's peak is at least what it started with and what it ends with.
             peak = max(peak, self.rss_start, _status_kib("VmRSS") or 0)
-            out.update(peak_rss_mib=round(peak / 1024, 1), rss_start_mib=round(self.rss_start / 1024, 1),
-                       peak_scope=self.scope)
+            out.update(peak_rss_mib=round(peak / 1024, 1), rss_start_mib=round(self.rss_start / 1024, 1), peak_scope=self.scope)
         return out

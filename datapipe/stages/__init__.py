@@ -81,8 +81,12 @@ class _LazyStages(MutableMapping[str, type[Stage]]):
     def _discovered(self) -> dict[str, Plugin]:
         if self._plugins is None:
             plugins = discover(STAGE_GROUP)
-            clashes = [f"{plugin.describe()} clashes with the built-in stage {name!r}; the plugin must register "
-                       f"its stage under another name" for name, plugin in plugins.items() if name in _REGISTRY]
+            clashes = [
+                f"{plugin.describe()} clashes with the built-in stage {name!r}; the plugin must register "
+                f"its stage under another name"
+                for name, plugin in plugins.items()
+                if name in _REGISTRY
+            ]
             if clashes:  # raised again on the next lookup: which stage a pipeline means cannot be told
                 raise PluginError(*clashes)
             self._plugins = plugins
@@ -94,8 +98,9 @@ def _plugin_stage(plugin: Plugin) -> type[Stage]:
     if not (isinstance(cls, type) and issubclass(cls, Stage)):
         raise PluginError(f"{plugin.describe()} is {cls!r}, not a datapipe.stages.Stage subclass")
     if getattr(cls, "name", None) != plugin.name:
-        raise PluginError(f"{plugin.describe()}: the class's name is {getattr(cls, 'name', None)!r}; it must be "
-                          f"the entry point's name")
+        raise PluginError(
+            f"{plugin.describe()}: the class's name is {getattr(cls, 'name', None)!r}; it must be the entry point's name"
+        )
     return cls
 
 
@@ -124,6 +129,22 @@ def unregister_stage(name: str) -> None:
     """Forget a stage registered with ``register_stage`` (tests clean up with it)."""
     del STAGES[name]
 
-__all__ = ["STAGES", "CombineStep", "Decision", "GlobalStage", "PartitionResult", "PartitionStep", "ReduceInputs",
-           "Resources", "Stage", "StageContext", "StageOptions", "drop_rows", "no_drops", "register_stage", "state_rows",
-           "unregister_stage"]
+
+__all__ = [
+    "STAGES",
+    "CombineStep",
+    "Decision",
+    "GlobalStage",
+    "PartitionResult",
+    "PartitionStep",
+    "ReduceInputs",
+    "Resources",
+    "Stage",
+    "StageContext",
+    "StageOptions",
+    "drop_rows",
+    "no_drops",
+    "register_stage",
+    "state_rows",
+    "unregister_stage",
+]

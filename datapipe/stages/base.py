@@ -89,8 +89,11 @@ class ResourceFile:
 
 def kinds_problems(kinds: list[str], key: str = "kinds") -> list[Problem]:
     """A kind outside web/code/paper/text matches no source: the stage would silently skip everything."""
-    return [(f"{key}[{i}]", f"{k!r} is not a source kind; allowed: {', '.join(SOURCE_KINDS)}")
-            for i, k in enumerate(kinds) if k not in SOURCE_KINDS]
+    return [
+        (f"{key}[{i}]", f"{k!r} is not a source kind; allowed: {', '.join(SOURCE_KINDS)}")
+        for i, k in enumerate(kinds)
+        if k not in SOURCE_KINDS
+    ]
 
 
 class Stage:

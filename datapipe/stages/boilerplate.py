@@ -61,15 +61,18 @@ REMOVED_TYPE = pa.list_(pa.string())
 
 
 class BoilerplateOptions(StageOptions):
-    unit: Literal["line", "paragraph"] = Field("line", description="Count lines, or paragraphs (blank-line "
-                                                                  "separated).")
+    unit: Literal["line", "paragraph"] = Field("line", description="Count lines, or paragraphs (blank-line separated).")
     min_docs: int = Field(DEFAULT_MIN_DOCS, ge=2, description="Remove a unit seen in at least this many documents.")
     keep_first: bool = Field(False, description="Keep the unit in the earliest document (run order) that has it.")
     min_unit_chars: int = Field(2, ge=1, description="Units shorter than this once normalised are never counted.")
-    min_chars_after: int = Field(50, ge=0, description="Drop a document left shorter than this (boilerplate_only); "
-                                                       "only documents that lost a unit are judged.")
-    kinds: list[str] = Field(["web", "text"], description="Source kinds it applies to (code keeps its "
-                                                          "license headers and imports).")
+    min_chars_after: int = Field(
+        50,
+        ge=0,
+        description="Drop a document left shorter than this (boilerplate_only); only documents that lost a unit are judged.",
+    )
+    kinds: list[str] = Field(
+        ["web", "text"], description="Source kinds it applies to (code keeps its license headers and imports)."
+    )
     partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of the shuffle.")
 
 
@@ -117,8 +120,11 @@ except ImportError:  # pragma: no cover - numba is a dependency; the slow path k
 
 def hash_strings(values: pa.Array) -> np.ndarray:
     """uint64 FNV-1a of each (non-null) string."""
-    arr = pc.cast(values, pa.large_string()).combine_chunks() if isinstance(values, pa.ChunkedArray) \
+    arr = (
+        pc.cast(values, pa.large_string()).combine_chunks()
+        if isinstance(values, pa.ChunkedArray)
         else pc.cast(values, pa.large_string())
+    )
     out = np.empty(len(arr), np.uint64)
     if len(arr) == 0:
         return out
@@ -128,8 +134,7 @@ def hash_strings(values: pa.Array) -> np.ndarray:
     return out
 
 
-def batch_unit_hashes(texts: pa.Array | pa.ChunkedArray, unit: str, min_chars: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def batch_unit_hashes(texts: pa.Array | pa.ChunkedArray, unit: str, min_chars: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For every unit of every text: (document index, position of the unit in its text, hash).
 
     Only counted units are returned: normalised at least ``min_chars`` long and not only digits
@@ -143,8 +148,9 @@ def batch_unit_hashes(texts: pa.Array | pa.ChunkedArray, unit: str, min_chars: i
     offsets = parts.offsets.to_numpy()
     pos = np.arange(len(units), dtype=np.int64) - (offsets[doc] - offsets[0])
     norm = normalize_units(units)
-    counted = pc.and_(pc.greater_equal(pc.utf8_length(norm), min_chars),
-                      pc.greater(pc.utf8_length(pc.replace_substring(norm, "0", "")), 0))
+    counted = pc.and_(
+        pc.greater_equal(pc.utf8_length(norm), min_chars), pc.greater(pc.utf8_length(pc.replace_substring(norm, "0", "")), 0)
+    )
     keep = counted.to_numpy(zero_copy_only=False)
     return doc[keep], pos[keep], hash_strings(norm.filter(counted))
 
@@ -184,8 +190,10 @@ class Boilerplate(GlobalStage):
     def steps(self) -> tuple[GlobalStep, ...]:
         """Partitions count documents per unit hash; the combine step drops no document, it gathers the
         frequent hashes as the state every next map task loads whole (``apply`` removes the units)."""
-        return (PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition),
-                CombineStep(no_drops, self.combine_state))
+        return (
+            PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition),
+            CombineStep(no_drops, self.combine_state),
+        )
 
     def applies_to(self, kind: str) -> bool:
         return kind in self.options.kinds
@@ -198,11 +206,19 @@ class Boilerplate(GlobalStage):
         rows = np.flatnonzero(self._applies(batch))
         doc, _, keys = batch_unit_hashes(batch["text"].take(pa.array(rows)), o.unit, o.min_unit_chars)
         # Distinct units per document: the count is of documents, not of repeats inside one.
-        pairs = np.unique(np.stack([rows[doc] + first_row_key, keys.view(np.int64)], axis=1), axis=0) \
-            if len(keys) else np.empty((0, 2), np.int64)
+        pairs = (
+            np.unique(np.stack([rows[doc] + first_row_key, keys.view(np.int64)], axis=1), axis=0)
+            if len(keys)
+            else np.empty((0, 2), np.int64)
+        )
         key_arr = pairs[:, 1].view(np.uint64)
-        return pa.table({"part": pa.array(partition_of(key_arr, o.partitions).astype(np.int32)),
-                         "doc": pa.array(pairs[:, 0]), "key": pa.array(key_arr)})
+        return pa.table(
+            {
+                "part": pa.array(partition_of(key_arr, o.partitions).astype(np.int32)),
+                "doc": pa.array(pairs[:, 0]),
+                "key": pa.array(key_arr),
+            }
+        )
 
     def reduce_partition(self, rows: pa.Table, round: int = 0, inputs: ReduceInputs | None = None) -> pa.Table:
         keys = rows["key"].to_numpy()
@@ -211,8 +227,13 @@ class Boilerplate(GlobalStage):
         keys, docs = keys[order], docs[order]
         uniq, start, count = np.unique(keys, return_index=True, return_counts=True)
         frequent = count >= self.options.min_docs
-        return pa.table({"key": pa.array(uniq[frequent]), "first": pa.array(docs[start[frequent]]),
-                         "n_docs": pa.array(count[frequent].astype(np.int64))})
+        return pa.table(
+            {
+                "key": pa.array(uniq[frequent]),
+                "first": pa.array(docs[start[frequent]]),
+                "n_docs": pa.array(count[frequent].astype(np.int64)),
+            }
+        )
 
     def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
         import pyarrow.parquet as pq
@@ -259,17 +280,17 @@ class Boilerplate(GlobalStage):
             removed_lists[i] = [r[:REMOVED_LINE_CHARS] for r in removed[:MAX_REMOVED_LISTED]]
             if len(text.strip()) < o.min_chars_after:
                 reason[i] = "boilerplate_only"
-                detail[i] = (f"{len(removed)} {o.unit}s repeated in >= {o.min_docs} documents removed, "
-                             f"{len(text.strip())} characters left < min_chars_after {o.min_chars_after}")
+                detail[i] = (
+                    f"{len(removed)} {o.unit}s repeated in >= {o.min_docs} documents removed, "
+                    f"{len(text.strip())} characters left < min_chars_after {o.min_chars_after}"
+                )
             else:
                 new_texts[i] = text  # a dropped document keeps its original text in rejected/
         batch = set_column(batch, "text", pa.array(new_texts, pa.string()))
         if "n_chars" in batch.column_names:  # the length of what is kept, as every later stage sees it
-            batch = set_column(batch, "n_chars", pa.array([len(t) if t is not None else 0 for t in new_texts],
-                                                          pa.int64()))
+            batch = set_column(batch, "n_chars", pa.array([len(t) if t is not None else 0 for t in new_texts], pa.int64()))
         skipped = ~applies  # null, not 0, for documents of kinds the stage does not judge
         batch = set_column(batch, "lines_removed", pa.array(lines_removed, mask=skipped))
         batch = set_column(batch, "chars_removed", pa.array(chars_removed, mask=skipped))
         batch = set_column(batch, "removed_lines", pa.array(removed_lists, REMOVED_TYPE))
         return batch, Decision(pa.array(reason, pa.string()), pa.array(detail, pa.string()))
-

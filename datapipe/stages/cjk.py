@@ -36,8 +36,7 @@ SCRIPT_SAMPLE_CHARS = 400  # OpenCC is the langid stage's largest cost after fas
 # them; Latin letters as langid weighs them), for counting with one lookup per character.
 _OTHER, _HAN, _KANA, _HANGUL, _LATIN = range(5)
 _LATIN_LETTERS = ((0x41, 0x5A), (0x61, 0x7A), (0xC0, 0x24F), (0x1E00, 0x1EFF))
-_TABLE8 = charclass.table([(_LATIN_LETTERS, _LATIN), (charclass.HAN, _HAN), (charclass.KANA, _KANA),
-                           (charclass.HANGUL, _HANGUL)])
+_TABLE8 = charclass.table([(_LATIN_LETTERS, _LATIN), (charclass.HAN, _HAN), (charclass.KANA, _KANA), (charclass.HANGUL, _HANGUL)])
 _YUE = np.array([ord(c) for c in YUE_MARKERS.strip("[]")], dtype=np.uint32)
 NAMES = ("han", "kana", "hangul", "latin")
 _YUE_TABLE = np.zeros(0x10000, dtype=np.uint8)
@@ -75,9 +74,8 @@ def line_script_counts(texts: list[str]) -> tuple[dict[str, np.ndarray], dict[st
     return d, ln, line_doc
 
 
-def _counts_numpy(cps: np.ndarray, lengths: np.ndarray, n: int, n_lines: int
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    doc = np.repeat(np.arange(n), lengths)[:len(cps)]
+def _counts_numpy(cps: np.ndarray, lengths: np.ndarray, n: int, n_lines: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    doc = np.repeat(np.arange(n), lengths)[: len(cps)]
     line = np.cumsum(cps == 10) - (cps == 10)  # a newline counts on the line it ends
     cls = _TABLE8[cps].astype(np.int64)
     yue = np.isin(cps, _YUE)
@@ -91,7 +89,7 @@ def _counts_numpy(cps: np.ndarray, lengths: np.ndarray, n: int, n_lines: int
     # last line starts the last document (which may be empty).
     line_doc = np.zeros(n_lines, dtype=np.int64)
     ends = np.flatnonzero(cps == 10)
-    line_doc[:len(ends)] = doc[ends]
+    line_doc[: len(ends)] = doc[ends]
     if n_lines:
         line_doc[-1] = n - 1
     return per_doc, per_line, line_doc
@@ -120,8 +118,13 @@ def _count_loop(cps, lengths, table, yue_table, per_doc, per_line, line_doc):  #
         line_doc[line] = lengths.shape[0] - 1  # the last line starts the last document (maybe empty)
 
 
-def script_language(c: dict[str, np.ndarray], yue: np.ndarray | None = None, min_kana: float = MIN_KANA_SHARE,
-                    min_hangul: float = 0.3, min_yue: float = 0.02) -> np.ndarray:
+def script_language(
+    c: dict[str, np.ndarray],
+    yue: np.ndarray | None = None,
+    min_kana: float = MIN_KANA_SHARE,
+    min_hangul: float = 0.3,
+    min_yue: float = 0.02,
+) -> np.ndarray:
     """The language the scripts imply (object array; None where Latin letters dominate or no CJK).
 
     Kana decides ``ja`` only as a real share of the CJK letters (``min_kana``): a Chinese

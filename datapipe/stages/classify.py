@@ -44,7 +44,8 @@ LOAD_LABELS_MAX_BYTES = 64 << 20  # validation reads a model's labels by loading
 class ModelSpec(StageOptions):
     path: str = Field(description="fastText model file (.bin or .ftz), relative to the pipeline file.")
     featuriser: Literal["auto", "plain", "cjk-v1"] = Field(
-        "auto", description="How texts become tokens: auto reads the model's NAME.meta.json (plain without one).")
+        "auto", description="How texts become tokens: auto reads the model's NAME.meta.json (plain without one)."
+    )
     labels: list[str] | None = Field(None, description="Labels to record a score column for (default: all).")
 
 
@@ -53,9 +54,11 @@ class KeepRule(StageOptions):
     min: float | None = Field(None, ge=0.0, le=1.0, description="Drop documents scoring below this.")
     max: float | None = Field(None, ge=0.0, le=1.0, description="Drop documents scoring above this.")
     min_percentile: float | None = Field(
-        None, gt=0.0, lt=100.0, description="Drop documents below this percentile of their group's scores.")
+        None, gt=0.0, lt=100.0, description="Drop documents below this percentile of their group's scores."
+    )
     per: list[Literal["lang", "kind", "source"]] = Field(
-        ["lang", "kind"], description="Columns whose values form the groups of min_percentile.")
+        ["lang", "kind"], description="Columns whose values form the groups of min_percentile."
+    )
 
     @model_validator(mode="after")
     def _one_bound(self) -> KeepRule:
@@ -131,19 +134,30 @@ class Classify(GlobalStage):
                 continue
             for i, lab in enumerate(spec.labels or []):
                 if lab.removeprefix("__label__") not in labels:
-                    problems.append((f"models.{name}.labels[{i}]", f"{lab!r} is not a label of {path.name}; "
-                                                                    f"its labels: {', '.join(labels)}"))
+                    problems.append(
+                        (f"models.{name}.labels[{i}]", f"{lab!r} is not a label of {path.name}; its labels: {', '.join(labels)}")
+                    )
             wanted = [lab.removeprefix("__label__") for lab in spec.labels] if spec.labels else labels
             columns[name] = {column_name(name, lab) for lab in wanted}
         for i, rule in enumerate(o.keep):
             owner = next((n for n in o.models if rule.score.startswith(f"cls_{n}_")), None)
             if owner is None:
-                problems.append((f"keep[{i}].score", f"{rule.score!r} is not a score column of this stage; "
-                                                      f"columns are cls_<model>_<label> for models "
-                                                      f"{', '.join(o.models)}"))
+                problems.append(
+                    (
+                        f"keep[{i}].score",
+                        f"{rule.score!r} is not a score column of this stage; "
+                        f"columns are cls_<model>_<label> for models "
+                        f"{', '.join(o.models)}",
+                    )
+                )
             elif columns.get(owner) is not None and rule.score not in columns[owner]:  # type: ignore[operator]
-                problems.append((f"keep[{i}].score", f"{rule.score!r} is not a score column of model {owner}; "
-                                                      f"allowed: {', '.join(sorted(columns[owner] or []))}"))
+                problems.append(
+                    (
+                        f"keep[{i}].score",
+                        f"{rule.score!r} is not a score column of model {owner}; "
+                        f"allowed: {', '.join(sorted(columns[owner] or []))}",
+                    )
+                )
         return problems
 
     @classmethod
@@ -181,8 +195,10 @@ class Classify(GlobalStage):
             wanted = [lab.removeprefix("__label__") for lab in spec.labels] if spec.labels else clf.labels
             missing = [lab for lab in wanted if lab not in clf.labels]
             if missing:
-                raise ValueError(f"classify: models.{name}.labels: {', '.join(missing)} not labels of {clf.path.name}; "
-                                 f"its labels: {', '.join(clf.labels)}")
+                raise ValueError(
+                    f"classify: models.{name}.labels: {', '.join(missing)} not labels of {clf.path.name}; "
+                    f"its labels: {', '.join(clf.labels)}"
+                )
             cols = [(clf.labels.index(lab), column_name(name, lab)) for lab in wanted]
             self._classifiers.append((name, clf, cols))
         # A model too big to load at validation is checked here: a rule on a column no model writes
@@ -190,8 +206,10 @@ class Classify(GlobalStage):
         produced = {col for _, _, cols in self._classifiers for _, col in cols}
         for i, rule in enumerate(self.options.keep):
             if rule.score not in produced:
-                raise ValueError(f"classify: keep[{i}].score: {rule.score!r} is not a score column of this stage; "
-                                 f"allowed: {', '.join(sorted(produced))}")
+                raise ValueError(
+                    f"classify: keep[{i}].score: {rule.score!r} is not a score column of this stage; "
+                    f"allowed: {', '.join(sorted(produced))}"
+                )
 
     def applies_to(self, kind: str) -> bool:
         return kind in self.options.kinds
@@ -228,7 +246,8 @@ class Classify(GlobalStage):
                     continue
                 bad = pc.fill_null(fails(score, bound), False)
                 text = pc.binary_join_element_wise(
-                    f"{rule.score}=", pc.cast(pc.round(score, 4), pa.string()), f" {op} {bound:g}", "")
+                    f"{rule.score}=", pc.cast(pc.round(score, 4), pa.string()), f" {op} {bound:g}", ""
+                )
                 reason = pc.if_else(bad, f"classifier:{rule.score}", reason)
                 detail = pc.if_else(bad, text, detail)
         return Decision(reason, detail)
@@ -263,23 +282,38 @@ class Classify(GlobalStage):
                     cut = np.array([cutoffs[i].get(k, (0, 0))[0] for k in keys], dtype=np.int64)
                     bad = judged & (_bucket(score, o.bins) < cut)  # compared as buckets: no float edge cases
                     if bad.any():
-                        text = np.array([f"{rule.score}={s:.4f} < {c / o.bins:.4f} (p{rule.min_percentile:g} of "
-                                         f"{_describe(rule.per, k)}, {cutoffs[i].get(k, (0, 0))[1]} docs)"
-                                         for s, c, k in zip(score, cut, keys)])
+                        text = np.array(
+                            [
+                                f"{rule.score}={s:.4f} < {c / o.bins:.4f} (p{rule.min_percentile:g} of "
+                                f"{_describe(rule.per, k)}, {cutoffs[i].get(k, (0, 0))[1]} docs)"
+                                for s, c, k in zip(score, cut, keys)
+                            ]
+                        )
                         fails.append((bad, text))
                 for bad, text in reversed(fails):
                     reason[bad] = f"classifier:{rule.score}"
                     detail[bad] = text[bad]
             drop = np.flatnonzero(reason != None)  # noqa: E711 (elementwise on an object array)
             if len(drop):
-                out.append(pa.table({
-                    "id": table["id"].take(pa.array(drop)),
-                    "shard": pa.array(np.full(len(drop), shard, np.int32)),
-                    "reason": pa.array(reason[drop].tolist(), pa.string()),
-                    "detail": pa.array(detail[drop].tolist(), pa.string())}))
+                out.append(
+                    pa.table(
+                        {
+                            "id": table["id"].take(pa.array(drop)),
+                            "shard": pa.array(np.full(len(drop), shard, np.int32)),
+                            "reason": pa.array(reason[drop].tolist(), pa.string()),
+                            "detail": pa.array(detail[drop].tolist(), pa.string()),
+                        }
+                    )
+                )
         if not out:
-            return pa.table({"id": pa.array([], pa.string()), "shard": pa.array([], pa.int32()),
-                             "reason": pa.array([], pa.string()), "detail": pa.array([], pa.string())})
+            return pa.table(
+                {
+                    "id": pa.array([], pa.string()),
+                    "shard": pa.array([], pa.int32()),
+                    "reason": pa.array([], pa.string()),
+                    "detail": pa.array([], pa.string()),
+                }
+            )
         return pa.concat_tables(out)
 
 
@@ -308,8 +342,9 @@ def _bucket(score: np.ndarray, bins: int) -> np.ndarray:
     return np.clip(np.nan_to_num(score * bins, nan=0.0).astype(np.int64), 0, bins - 1)
 
 
-def percentile_cutoffs(inputs: ReduceInputs, rules: list[KeepRule],
-                       bins: int) -> dict[int, dict[tuple[str | None, ...], tuple[int, int]]]:
+def percentile_cutoffs(
+    inputs: ReduceInputs, rules: list[KeepRule], bins: int
+) -> dict[int, dict[tuple[str | None, ...], tuple[int, int]]]:
     """Per percentile rule (by index) and group: (cut-off bucket, documents in the group).
 
     One histogram of ``bins`` equal buckets over [0, 1] per group: memory is groups x bins, not
@@ -317,7 +352,8 @@ def percentile_cutoffs(inputs: ReduceInputs, rules: list[KeepRule],
     count passes P% of the group, so a document scoring at least that is kept.
     """
     hists: dict[int, dict[tuple[str | None, ...], np.ndarray]] = {
-        i: {} for i, r in enumerate(rules) if r.min_percentile is not None}
+        i: {} for i, r in enumerate(rules) if r.min_percentile is not None
+    }
     if not hists:
         return {}
     for path in inputs.files:
@@ -346,4 +382,3 @@ def percentile_cutoffs(inputs: ReduceInputs, rules: list[KeepRule],
             b = int(np.searchsorted(cum, p * n, side="right"))  # first bucket whose cumulative count passes P%
             out[i][key] = (min(b, bins - 1), n)
     return out
-

@@ -42,31 +42,39 @@ CHECK_RECORDS = 20  # records per file that validation reads to find the fields
 INDEX_VERSION = 1  # bump when n-gram hashing changes: cached indexes of older versions are not used
 
 COLUMNS: dict[str, pa.DataType] = {
-    "contam_hits": pa.int32(), "contam_benchmark": pa.string(), "contam_item": pa.string(),
-    "contam_item_hits": pa.int32(), "contam_frac": pa.float64(), "contam_ngram": pa.string(),
+    "contam_hits": pa.int32(),
+    "contam_benchmark": pa.string(),
+    "contam_item": pa.string(),
+    "contam_item_hits": pa.int32(),
+    "contam_frac": pa.float64(),
+    "contam_ngram": pa.string(),
 }
 
 
 class BenchmarkFiles(StageOptions):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Benchmark name in signals, details and the view.")
-    paths: list[str] = Field(min_length=1, description="Files or globs (JSONL, JSONL.gz, Parquet, CSV), "
-                                                       "relative to the pipeline file.")
-    fields: list[str] = Field(min_length=1, description="Fields holding text; dotted paths reach nested objects; "
-                                                        "lists and objects are flattened.")
+    paths: list[str] = Field(
+        min_length=1, description="Files or globs (JSONL, JSONL.gz, Parquet, CSV), relative to the pipeline file."
+    )
+    fields: list[str] = Field(
+        min_length=1, description="Fields holding text; dotted paths reach nested objects; lists and objects are flattened."
+    )
     id_field: str | None = Field(None, description="Field with the item id; default <file name>#<row>.")
 
 
 class DecontaminateOptions(StageOptions):
-    benchmarks: list[BenchmarkFiles] = Field(min_length=1, description="Benchmarks to match, each with its own files "
-                                                                       "and text fields.")
+    benchmarks: list[BenchmarkFiles] = Field(
+        min_length=1, description="Benchmarks to match, each with its own files and text fields."
+    )
     # 13 words: GPT-3, datatrove and OLMo's English decontamination. 13 characters for Chinese: on
     # the shared corpora 13 gives 2 matched documents among 1,730 zh pages that are not CMRC
     # paragraphs (8: 31, 10: 10) while leaving 30 of 1,766 Gaokao items too short to index (20: 111).
     n_word: int = Field(13, ge=1, description="Words per n-gram in Latin-script text.")
     n_char: int = Field(13, ge=1, description="Characters per n-gram in Han/kana text.")
     fold_script: bool = Field(True, description="Fold Traditional to Simplified before matching.")
-    action: Literal["drop", "flag"] = Field("drop", description="drop: reject matching documents as contaminated; "
-                                                               "flag: keep them with the contam_* signals.")
+    action: Literal["drop", "flag"] = Field(
+        "drop", description="drop: reject matching documents as contaminated; flag: keep them with the contam_* signals."
+    )
     min_hits: int = Field(1, ge=1, description="Matched n-grams of one item that make a document contaminated.")
     min_frac: float = Field(0.0, ge=0.0, le=1.0, description="And the share of that item's n-grams matched.")
     kinds: list[str] = Field(list(SOURCE_KINDS), description="Source kinds the stage applies to.")
@@ -105,8 +113,13 @@ class Decontaminate(Stage):
                     problems.append((f"{key}.paths[{j}]", f"no file matches {p!r} (relative to {context.pipeline_dir})"))
                 for f in found:
                     if file_format(f) is None:
-                        problems.append((f"{key}.paths[{j}]", f"{f.name}: not a benchmark format; allowed: "
-                                         ".jsonl, .jsonl.gz, .json.gz, .ndjson, .parquet, .csv, .csv.gz"))
+                        problems.append(
+                            (
+                                f"{key}.paths[{j}]",
+                                f"{f.name}: not a benchmark format; allowed: "
+                                ".jsonl, .jsonl.gz, .json.gz, .ndjson, .parquet, .csv, .csv.gz",
+                            )
+                        )
                     else:
                         files.append(f)
             # A field counts as present when the first records of any file have it (AGIEval's sat-*
@@ -125,8 +138,13 @@ class Decontaminate(Stage):
                 wanted.append((f"{key}.id_field", b.id_field))
             for where, field in wanted:
                 if not any(has_field(r, field) for r in heads):
-                    problems.append((where, f"field {field!r} is in none of the first {CHECK_RECORDS} records of "
-                                            f"{', '.join(x.name for x in files)}; fields there: {seen}"))
+                    problems.append(
+                        (
+                            where,
+                            f"field {field!r} is in none of the first {CHECK_RECORDS} records of "
+                            f"{', '.join(x.name for x in files)}; fields there: {seen}",
+                        )
+                    )
         return problems
 
     @classmethod
@@ -139,8 +157,15 @@ class Decontaminate(Stage):
     def _key(self) -> tuple[Any, ...]:
         o: DecontaminateOptions = self.options
         base = Path(self.context.pipeline_dir)
-        files = tuple((b.name, tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in resolve_paths(b, base)),
-                       tuple(b.fields), b.id_field) for b in o.benchmarks)
+        files = tuple(
+            (
+                b.name,
+                tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in resolve_paths(b, base)),
+                tuple(b.fields),
+                b.id_field,
+            )
+            for b in o.benchmarks
+        )
         return INDEX_VERSION, files, o.n_word, o.n_char, o.fold_script
 
     def setup(self) -> None:
@@ -148,8 +173,9 @@ class Decontaminate(Stage):
         ``prepare``) built it for the same files, options and code, else built and cached."""
         key = self._key()
         if key not in _INDEXES:
-            cached = Path(self.context.cache_dir) / "decontaminate" / (
-                hashlib.sha256(repr(key).encode()).hexdigest()[:24] + ".npz")
+            cached = (
+                Path(self.context.cache_dir) / "decontaminate" / (hashlib.sha256(repr(key).encode()).hexdigest()[:24] + ".npz")
+            )
             index = None
             if cached.is_file():
                 try:
@@ -169,9 +195,14 @@ class Decontaminate(Stage):
         base = Path(self.context.pipeline_dir)
         its = (it for b in self.options.benchmarks for it in items(b.name, resolve_paths(b, base), b.fields, b.id_field))
         index = BenchmarkIndex.build(its, self.options.n_word, self.options.n_char, self.options.fold_script)
-        log.info("decontaminate: %d n-gram entries from %d items of %s, %.1f MiB; items too short for an "
-                 "n-gram: %s", len(index.keys), len(index.item_ids), ", ".join(index.benchmarks),
-                 index.nbytes / 2**20, index.too_short)
+        log.info(
+            "decontaminate: %d n-gram entries from %d items of %s, %.1f MiB; items too short for an n-gram: %s",
+            len(index.keys),
+            len(index.item_ids),
+            ", ".join(index.benchmarks),
+            index.nbytes / 2**20,
+            index.too_short,
+        )
         return index
 
     def prepare(self) -> None:
@@ -205,6 +236,5 @@ class Decontaminate(Stage):
         for i in range(n):
             if hits[i] and hits[i] >= o.min_hits and frac[i] >= o.min_frac:
                 reason[i] = "contaminated"
-                detail[i] = (f"benchmark={bench[i]} item={item[i]} hits={hits[i]} frac={frac[i]:.3f} "
-                             f"ngram={ngram[i]!r}")
+                detail[i] = f"benchmark={bench[i]} item={item[i]} hits={hits[i]} frac={frac[i]:.3f} ngram={ngram[i]!r}"
         return Decision(pa.array(reason, pa.string()), pa.array(detail, pa.string()))

@@ -111,15 +111,22 @@ class ExactDedup(GlobalStage):
 
     def steps(self) -> tuple[GlobalStep, ...]:
         """One round per key (text hash, then URL key); each partition writes its own decisions."""
-        return (PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition,
-                              rounds=len(self._round_keys()), decides=True),)
+        return (
+            PartitionStep(
+                self.options.partitions, self.shuffle, self.reduce_partition, rounds=len(self._round_keys()), decides=True
+            ),
+        )
 
     def _round_keys(self) -> list[str]:
         return (["text"] if self.options.exact else []) + (["url"] if self.options.url else [])
 
     def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
-        rows = pa.table({"doc": pa.array(first_row_key + np.arange(batch.num_rows, dtype=np.int64)),
-                         "id": batch["id"].combine_chunks().cast(pa.string())})
+        rows = pa.table(
+            {
+                "doc": pa.array(first_row_key + np.arange(batch.num_rows, dtype=np.int64)),
+                "id": batch["id"].combine_chunks().cast(pa.string()),
+            }
+        )
         if self.options.exact:
             rows = rows.append_column("text_hash", batch["text_hash"].combine_chunks())
             if self.options.url:
@@ -149,11 +156,18 @@ def _with_part(rows: pa.Table, key: str, partitions: int) -> pa.Table:
     """Partition by a 64-bit digest of the key (text hashes are digests already)."""
     values = rows[key].combine_chunks()
     if pa.types.is_fixed_size_binary(values.type):
-        raw = np.frombuffer(values.buffers()[1], dtype=np.uint64, count=2 * len(values),
-                            offset=values.offset * values.type.byte_width)[0::2] if len(values) else np.empty(0, np.uint64)
+        raw = (
+            np.frombuffer(
+                values.buffers()[1], dtype=np.uint64, count=2 * len(values), offset=values.offset * values.type.byte_width
+            )[0::2]
+            if len(values)
+            else np.empty(0, np.uint64)
+        )
     else:
-        raw = np.array([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little")
-                        for v in values.to_pylist()], dtype=np.uint64)
+        raw = np.array(
+            [int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little") for v in values.to_pylist()],
+            dtype=np.uint64,
+        )
     part = (raw % np.uint64(partitions)).astype(np.int32)
     return pa.table({"part": pa.array(part, pa.int32()), **{c: rows[c] for c in rows.column_names}})
 
@@ -176,5 +190,10 @@ def _dropped(rows: pa.Table, first: np.ndarray, head: np.ndarray, reason: str, p
     docs = rows["doc"].to_numpy()[dup]
     order = np.argsort(docs, kind="stable")
     survivor = survivor.take(pa.array(order))
-    return drop_rows(docs[order], rows["id"].take(pa.array(dup[order])), reason,
-                     pc.binary_join_element_wise(pa.scalar(prefix), survivor, ""), dup_of=survivor)
+    return drop_rows(
+        docs[order],
+        rows["id"].take(pa.array(dup[order])),
+        reason,
+        pc.binary_join_element_wise(pa.scalar(prefix), survivor, ""),
+        dup_of=survivor,
+    )

@@ -33,25 +33,40 @@ def checked_steps(stage: Stage) -> tuple[GlobalStep, ...]:
     steps = tuple(stage.steps())
     kinds = [type(s) for s in steps]
     if kinds not in ([PartitionStep], [CombineStep], [PartitionStep, CombineStep]):
-        raise TypeError(f"stage {stage.name!r} declares steps {[k.__name__ for k in kinds]}: a global stage "
-                        f"declares a PartitionStep, a CombineStep, or both in that order")
+        raise TypeError(
+            f"stage {stage.name!r} declares steps {[k.__name__ for k in kinds]}: a global stage "
+            f"declares a PartitionStep, a CombineStep, or both in that order"
+        )
     if kinds == [PartitionStep] and not steps[0].decides:  # type: ignore[union-attr]
-        raise TypeError(f"stage {stage.name!r}: its PartitionStep does not decide (decides=True) and no "
-                        f"CombineStep follows it to read its outputs")
+        raise TypeError(
+            f"stage {stage.name!r}: its PartitionStep does not decide (decides=True) and no "
+            f"CombineStep follows it to read its outputs"
+        )
     return steps
 
 
-def drop_rows(row_keys: np.ndarray, ids: pa.Array | pa.ChunkedArray | list[str], reason: str,
-              detail: pa.Array | pa.ChunkedArray | list[str | None] | None = None, **extra: pa.Array) -> pa.Table:
+def drop_rows(
+    row_keys: np.ndarray,
+    ids: pa.Array | pa.ChunkedArray | list[str],
+    reason: str,
+    detail: pa.Array | pa.ChunkedArray | list[str | None] | None = None,
+    **extra: pa.Array,
+) -> pa.Table:
     """Decisions that drop the documents with these row keys and ids: what a deciding step returns.
 
     Columns id, shard (which map task applies the row), reason, detail (null where not given), then
     ``extra`` in the order given (``dup_of``, ...: they go to rejected/ beside the document; typed
     arrays, as an empty list has no type). The row-key layout stays the engine's."""
     keys = np.asarray(row_keys, dtype=np.int64)
-    return pa.table({"id": _strings(ids), "shard": pa.array(shard_of(keys).astype(np.int32), pa.int32()),
-                     "reason": pa.array([reason] * len(keys), pa.string()),
-                     "detail": pa.nulls(len(keys), pa.string()) if detail is None else _strings(detail), **extra})
+    return pa.table(
+        {
+            "id": _strings(ids),
+            "shard": pa.array(shard_of(keys).astype(np.int32), pa.int32()),
+            "reason": pa.array([reason] * len(keys), pa.string()),
+            "detail": pa.nulls(len(keys), pa.string()) if detail is None else _strings(detail),
+            **extra,
+        }
+    )
 
 
 def no_drops(partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
@@ -64,8 +79,9 @@ def state_rows(row_keys: np.ndarray, **columns: pa.Array) -> pa.Table:
     columns shard (each map task reads its own rows), row_key (compared with ``apply``'s row keys),
     then ``columns``."""
     keys = np.asarray(row_keys, dtype=np.int64)
-    return pa.table({"shard": pa.array(shard_of(keys).astype(np.int32), pa.int32()),
-                     "row_key": pa.array(keys, pa.int64()), **columns})
+    return pa.table(
+        {"shard": pa.array(shard_of(keys).astype(np.int32), pa.int32()), "row_key": pa.array(keys, pa.int64()), **columns}
+    )
 
 
 def _strings(values: pa.Array | pa.ChunkedArray | list[str | None]) -> pa.Array:
@@ -109,5 +125,16 @@ class GlobalStage(Stage):
 
 # The step values live in stages/steps.py (so stages/base.py can name them); this module is where
 # a global stage's author imports the whole contract from.
-__all__ = ["CombineStep", "GlobalStage", "GlobalStep", "PartitionResult", "PartitionStep", "ReduceInputs", "checked_steps",
-           "drop_rows", "no_drops", "state_rows", "step_of"]
+__all__ = [
+    "CombineStep",
+    "GlobalStage",
+    "GlobalStep",
+    "PartitionResult",
+    "PartitionStep",
+    "ReduceInputs",
+    "checked_steps",
+    "drop_rows",
+    "no_drops",
+    "state_rows",
+    "step_of",
+]

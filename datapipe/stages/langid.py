@@ -60,13 +60,16 @@ class LangIdOptions(StageOptions):
     line_fractions: bool = Field(True, description="Record per-line language shares (lang_frac_*).")
     fraction_langs: list[str] = Field(["zh", "en"], description="Languages that get a lang_frac_ column.")
     mixed_min_fraction: float | None = Field(
-        None, ge=0.0, le=1.0, description="Also keep a document whose kept languages cover this share of its lines.")
+        None, ge=0.0, le=1.0, description="Also keep a document whose kept languages cover this share of its lines."
+    )
     script: bool = Field(True, description="Detect Traditional/Simplified script of zh and yue documents.")
     to_simplified: bool = Field(False, description="Convert Traditional zh/yue text to Simplified (OpenCC t2s).")
     yue: Literal["label", "as_zh", "drop"] = Field(
-        "label", description="Cantonese: keep the label yue (keep list decides), relabel it zh, or drop it.")
+        "label", description="Cantonese: keep the label yue (keep list decides), relabel it zh, or drop it."
+    )
     by_kind: dict[Literal["web", "code", "paper", "text"], KindRule] = Field(
-        default_factory=dict, description="Per source kind: keep and min_score that override the ones above.")
+        default_factory=dict, description="Per source kind: keep and min_score that override the ones above."
+    )
 
 
 class LangId(Stage):
@@ -99,17 +102,28 @@ class LangId(Stage):
             problems += [(f"{key}[{i}]", msg) for i, msg in language_problems(values, codes, model)]
         for kind in o.by_kind:
             if kind not in o.kinds:
-                problems.append((f"by_kind.{kind}", f"{kind} is not in kinds {list(o.kinds)}: the stage never sees "
-                                                    f"{kind} documents, so this rule would never apply"))
+                problems.append(
+                    (
+                        f"by_kind.{kind}",
+                        f"{kind} is not in kinds {list(o.kinds)}: the stage never sees "
+                        f"{kind} documents, so this rule would never apply",
+                    )
+                )
         if o.mixed_min_fraction is not None and (o.keep is None or not o.line_fractions):
-            problems.append(("mixed_min_fraction", "needs keep (the languages whose shares count) and "
-                                                   "line_fractions: true; without them it would have no effect"))
+            problems.append(
+                (
+                    "mixed_min_fraction",
+                    "needs keep (the languages whose shares count) and "
+                    "line_fractions: true; without them it would have no effect",
+                )
+            )
         if o.script or o.to_simplified:
             try:
                 import opencc  # noqa: F401
             except ImportError:
-                problems.append(("script", "needs the opencc package (pip install opencc), or set script: false "
-                                           "and to_simplified: false"))
+                problems.append(
+                    ("script", "needs the opencc package (pip install opencc), or set script: false and to_simplified: false")
+                )
         return problems
 
     @classmethod
@@ -196,8 +210,9 @@ class LangId(Stage):
             batch = self._zh_script(batch, texts, lang)
         return batch
 
-    def _apply_script_rules(self, counts: dict[str, np.ndarray], lang: np.ndarray,
-                            score: np.ndarray, by: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _apply_script_rules(
+        self, counts: dict[str, np.ndarray], lang: np.ndarray, score: np.ndarray, by: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         by_script = cjk.script_language(counts)
         override = np.array([s is not None and s != m for s, m in zip(by_script, lang)], dtype=bool)
         if override.any():
@@ -209,8 +224,14 @@ class LangId(Stage):
             by = np.where(override, "script", by)
         return lang, score, by
 
-    def _line_fractions(self, texts: list[str], counts: dict[str, np.ndarray], line_counts: dict[str, np.ndarray],
-                        line_doc: np.ndarray, lang: np.ndarray) -> dict[str, np.ndarray]:
+    def _line_fractions(
+        self,
+        texts: list[str],
+        counts: dict[str, np.ndarray],
+        line_counts: dict[str, np.ndarray],
+        line_doc: np.ndarray,
+        lang: np.ndarray,
+    ) -> dict[str, np.ndarray]:
         """Share of each language over lines, in word units (a CJK character or five Latin letters).
 
         A single-script document is all its own language. In a document with both CJK and Latin
@@ -244,7 +265,7 @@ class LangId(Stage):
             parts, with_latin = [], []
             for i in idx:
                 lines = texts[i].split("\n")
-                flags = latin_line[first_line[i]:first_line[i] + len(lines)]
+                flags = latin_line[first_line[i] : first_line[i] + len(lines)]
                 if flags.any():  # an all-CJK document needs no fastText call
                     parts.append(" ".join(ln for ln, f in zip(lines, flags) if f)[:1000])
                     with_latin.append(i)

@@ -39,8 +39,7 @@ class LengthFilter(Stage):
         short = pc.less(n, self.options.min_chars)
         long = pc.greater(n, self.options.max_chars)
         reason = pc.if_else(short, "too_short", pc.if_else(long, "too_long", pa.scalar(None, pa.string())))
-        detail = pc.if_else(pc.or_(short, long),
-                            pc.binary_join_element_wise("chars=", pc.cast(n, pa.string()), ""),
-                            pa.scalar(None, pa.string()))
+        detail = pc.if_else(
+            pc.or_(short, long), pc.binary_join_element_wise("chars=", pc.cast(n, pa.string()), ""), pa.scalar(None, pa.string())
+        )
         return Decision(reason, detail)
-

@@ -36,8 +36,7 @@ from datapipe.stages.columns import set_column
 
 HEAD_CHARS, TAIL_CHARS = 2000, 4000  # license notices sit in headers and footers
 
-ClassName = Literal["permissive", "weak_copyleft", "strong_copyleft", "restricted", "non_commercial",
-                    "no_derivatives", "unknown"]
+ClassName = Literal["permissive", "weak_copyleft", "strong_copyleft", "restricted", "non_commercial", "no_derivatives", "unknown"]
 assert set(ClassName.__args__) == set(CLASSES)  # type: ignore[attr-defined]
 
 
@@ -47,16 +46,14 @@ class KindPolicy(StageOptions):
 
 
 class LicenseOptions(StageOptions):
-    policy: dict[str, KindPolicy] = Field(default_factory=dict,
-                                          description="Per source kind (web, code, paper, text, default).")
+    policy: dict[str, KindPolicy] = Field(default_factory=dict, description="Per source kind (web, code, paper, text, default).")
 
     @field_validator("policy")
     @classmethod
     def _kinds(cls, value: dict[str, KindPolicy]) -> dict[str, KindPolicy]:
         unknown = set(value) - {"web", "code", "paper", "text", "default"}
         if unknown:
-            raise ValueError(f"policy keys must be source kinds (web, code, paper, text) or default; "
-                             f"got {sorted(unknown)}")
+            raise ValueError(f"policy keys must be source kinds (web, code, paper, text) or default; got {sorted(unknown)}")
         return value
 
 
@@ -74,13 +71,17 @@ class LicenseTagger(Stage):
         return [ResourceFile(filter_file("licenses", "classes.yaml"), "license_classes")]  # what spdx.py reads
 
     def setup(self) -> None:
-        self._policy = Policy.from_config({k: v.model_dump(exclude_none=True) for k, v in
-                                           self.options.policy.items()})
+        self._policy = Policy.from_config({k: v.model_dump(exclude_none=True) for k, v in self.options.policy.items()})
 
     def compute(self, batch: pa.Table) -> pa.Table:
         kind = batch["kind"][0].as_py() if batch.num_rows else "text"
-        rows = batch.select([c for c in ("text", "license_hints", "repo_license_files", "license_url", "license_files")
-                             if c in batch.column_names]).to_pylist()
+        rows = batch.select(
+            [
+                c
+                for c in ("text", "license_hints", "repo_license_files", "license_url", "license_files")
+                if c in batch.column_names
+            ]
+        ).to_pylist()
         detections = _detect(kind, rows)
         fields = [d.as_fields() for d in detections]
         for name in ("license", "license_class", "license_evidence"):
@@ -95,10 +96,11 @@ class LicenseTagger(Stage):
         # Few distinct licenses per batch: ask the policy once per license, not once per document.
         licenses = batch["license"].to_pylist()
         refusals = {lic: rule.refusal(Detection(lic).classes) for lic in set(licenses)}
-        reasons = [f"license_{cls}" if refusals[lic] else None
-                   for lic, cls in zip(licenses, batch["license_class"].to_pylist())]
-        details = [f"{lic}: {refusals[lic]} (evidence {ev or 'none'})" if refusals[lic] else None
-                   for lic, ev in zip(licenses, batch["license_evidence"].to_pylist())]
+        reasons = [f"license_{cls}" if refusals[lic] else None for lic, cls in zip(licenses, batch["license_class"].to_pylist())]
+        details = [
+            f"{lic}: {refusals[lic]} (evidence {ev or 'none'})" if refusals[lic] else None
+            for lic, ev in zip(licenses, batch["license_evidence"].to_pylist())
+        ]
         return Decision(pa.array(reasons, pa.string()), pa.array(details, pa.string()))
 
 
@@ -129,13 +131,16 @@ def _paper(row: dict[str, Any]) -> Detection:
     non-exclusive licence, which grants arXiv alone and so takes nothing from the file's
     grant.  Neither known: notices in the text."""
     # Keyed by name, the file nearest the main .tex last (it wins): they are the paper's root files.
-    files = {p.rsplit("/", 1)[-1]: t for p, t in sorted(_json_object(row.get("license_files") or "{}").items(),
-                                                      key=lambda kv: kv[0].count("/"))}
+    files = {
+        p.rsplit("/", 1)[-1]: t
+        for p, t in sorted(_json_object(row.get("license_files") or "{}").items(), key=lambda kv: kv[0].count("/"))
+    }
     own = detect_repository(files) if files else Detection(UNKNOWN)
     meta = detect_arxiv(row["license_url"]) if row.get("license_url") else Detection(UNKNOWN)
     if own.known and meta.known and meta.license != ARXIV_NONEXCLUSIVE:
-        return Detection(combine([own.license, meta.license]), f"{own.evidence[:80]}; {meta.evidence[:80]}",
-                         f"{own.where},{meta.where}")
+        return Detection(
+            combine([own.license, meta.license]), f"{own.evidence[:80]}; {meta.evidence[:80]}", f"{own.where},{meta.where}"
+        )
     if own.known or meta.known:
         return own if own.known else meta
     found = _from_text(row.get("text"))

@@ -61,13 +61,29 @@ from datapipe.stages.global_stage import (
 
 SIG_COLUMN = "minhash_sig"
 # Text and hash columns earlier stages add: a survivor cannot be chosen by them.
-_NOT_NUMERIC = {"id", "source", "kind", "text", "url", "path", "lang", "lang_by", "script", "quality_rules",
-                "license", "license_class", "license_evidence", "text_hash", "url_key"}
+_NOT_NUMERIC = {
+    "id",
+    "source",
+    "kind",
+    "text",
+    "url",
+    "path",
+    "lang",
+    "lang_by",
+    "script",
+    "quality_rules",
+    "license",
+    "license_class",
+    "license_evidence",
+    "text_hash",
+    "url_key",
+}
 
 
 class MinHashOptions(StageOptions):
-    threshold: float = Field(DEFAULT_THRESHOLD, gt=0.0, lt=1.0,
-                             description="Jaccard similarity above which documents count as near-duplicates.")
+    threshold: float = Field(
+        DEFAULT_THRESHOLD, gt=0.0, lt=1.0, description="Jaccard similarity above which documents count as near-duplicates."
+    )
     num_perm: int = Field(DEFAULT_NUM_PERM, ge=16, le=1024, description="Permutations per signature.")
     bands: int | None = Field(None, ge=1, description="LSH bands; derived from threshold like datasketch if omitted.")
     rows: int | None = Field(None, ge=1, description="Rows per band; set together with bands.")
@@ -77,8 +93,10 @@ class MinHashOptions(StageOptions):
     survivor: Literal["earliest", "longest", "best"] = Field("earliest", description="Which copy of a cluster to keep.")
     score_column: str | None = Field(None, description="Signal column for survivor: best (higher is better).")
     partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of the shuffle.")
-    fold_script: bool = Field(False, description="Fold Traditional to Simplified characters first, so copies "
-                                                 "across the two scripts are near-duplicates.")
+    fold_script: bool = Field(
+        False,
+        description="Fold Traditional to Simplified characters first, so copies across the two scripts are near-duplicates.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> MinHashOptions:
@@ -117,8 +135,13 @@ class MinHashDedup(GlobalStage):
                 return []  # an earlier stage's columns are not known up front: leave it to the run
             available |= cols
         if o.score_column in _NOT_NUMERIC:
-            return [("score_column", f"{o.score_column!r} is not numeric; survivor: best needs a numeric signal "
-                                     f"(higher is better), e.g. lang_score or n_chars")]
+            return [
+                (
+                    "score_column",
+                    f"{o.score_column!r} is not numeric; survivor: best needs a numeric signal "
+                    f"(higher is better), e.g. lang_score or n_chars",
+                )
+            ]
         if o.score_column in available:
             return []
         import difflib
@@ -143,9 +166,12 @@ class MinHashDedup(GlobalStage):
 
     def steps(self) -> tuple[GlobalStep, ...]:
         """The partitions decide (settled clusters); the combine step only finishes what they left open."""
-        return (PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition,
-                              rounds=1 + 2 * self.star_pairs, decides=True),
-                CombineStep(self.combine, self.combine_state))
+        return (
+            PartitionStep(
+                self.options.partitions, self.shuffle, self.reduce_partition, rounds=1 + 2 * self.star_pairs, decides=True
+            ),
+            CombineStep(self.combine, self.combine_state),
+        )
 
     def compute(self, batch: pa.Table) -> pa.Table:
         o = self.options
@@ -166,8 +192,13 @@ class MinHashDedup(GlobalStage):
         valid = np.flatnonzero(~empty_mask(sigs))
         docs = np.repeat(first_row_key + valid.astype(np.int64), bands)
         flat = keys[valid].reshape(-1)
-        return pa.table({"part": pa.array(partition_of(flat, self.options.partitions).astype(np.int32)),
-                         "doc": pa.array(docs), "key": pa.array(flat)})
+        return pa.table(
+            {
+                "part": pa.array(partition_of(flat, self.options.partitions).astype(np.int32)),
+                "doc": pa.array(docs),
+                "key": pa.array(flat),
+            }
+        )
 
     def reduce_partition(self, rows: pa.Table, round: int = 0, inputs: ReduceInputs | None = None) -> PartitionResult:
         """Round 0: the partition's candidate pairs, verified, reduced to a spanning forest (one edge per
@@ -175,6 +206,7 @@ class MinHashDedup(GlobalStage):
         Odd rounds: small-star; even rounds: large-star, settling the clusters known whole."""
         assert inputs is not None, "verification and settling read columns from the map outputs"
         if round == 0:
+
             def read_sigs(docs: np.ndarray) -> np.ndarray:
                 return _sig_matrix(inputs.read_rows(docs, [SIG_COLUMN])[SIG_COLUMN], self.options.num_perm)
 
@@ -190,8 +222,7 @@ class MinHashDedup(GlobalStage):
         decisions, sizes = self._settle(*_star_clusters(roots, members), inputs)
         return PartitionResult(decisions, self._edges(u, v), sizes)
 
-    def _edges(self, u: np.ndarray, v: np.ndarray,
-               confirm: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
+    def _edges(self, u: np.ndarray, v: np.ndarray, confirm: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
         """Undirected edges as rows (part, node, nbr, kind) for the partitions of both endpoints, and
         confirm rows (centre, leaf) for the centre's partition."""
         node, nbr = both_ways(u, v)
@@ -199,9 +230,14 @@ class MinHashDedup(GlobalStage):
         if confirm is not None:
             node, nbr = np.concatenate([node, confirm[0]]), np.concatenate([nbr, confirm[1]])
             kind = np.concatenate([kind, np.full(len(confirm[0]), CONFIRM, np.int8)])
-        return pa.table({"part": pa.array(node_partition(node, self.options.partitions), pa.int32()),
-                         "node": pa.array(node, pa.int64()), "nbr": pa.array(nbr, pa.int64()),
-                         "kind": pa.array(kind, pa.int8())})
+        return pa.table(
+            {
+                "part": pa.array(node_partition(node, self.options.partitions), pa.int32()),
+                "node": pa.array(node, pa.int64()),
+                "nbr": pa.array(nbr, pa.int64()),
+                "kind": pa.array(kind, pa.int8()),
+            }
+        )
 
     def _settle(self, keys: np.ndarray, cluster: np.ndarray, inputs: ReduceInputs) -> tuple[pa.Table, pa.Table]:
         """Decisions and survivor sizes of whole clusters: ``keys`` sorted distinct row keys, ``cluster``
@@ -223,8 +259,14 @@ class MinHashDedup(GlobalStage):
         ids = np.asarray(docs["id"].to_pylist(), dtype=object)
         surv = c.survivor[dup]
         similarity = (sigs[dup] == sigs[surv]).mean(axis=1)
-        return _decisions(keys[dup], ids[dup].tolist(), ids[surv].tolist(), ids[c.cluster[dup]].tolist(),
-                          c.size[dup].tolist(), similarity.tolist()), sizes
+        return _decisions(
+            keys[dup],
+            ids[dup].tolist(),
+            ids[surv].tolist(),
+            ids[c.cluster[dup]].tolist(),
+            c.size[dup].tolist(),
+            similarity.tolist(),
+        ), sizes
 
     def combine_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table | None:
         """Cluster sizes of the survivors the combine step settled (the engine calls it after ``combine``);
@@ -283,9 +325,15 @@ def _sizes(row_keys: np.ndarray, sizes: np.ndarray) -> pa.Table:
     return state_rows(row_keys, dup_count=pa.array(sizes.astype(np.int64)))
 
 
-def _decisions(keys: np.ndarray, ids: list, survivor_ids: list, cluster_ids: list, sizes: list,
-               similarity: list) -> pa.Table:
-    detail = [f"near-duplicate of {s} (cluster of {n}, estimated Jaccard {j:.2f})"
-              for s, n, j in zip(survivor_ids, sizes, similarity)]
-    return drop_rows(keys, ids, "near_duplicate", detail, dup_of=pa.array(survivor_ids, pa.string()),
-                     dup_cluster=pa.array(cluster_ids, pa.string()))
+def _decisions(keys: np.ndarray, ids: list, survivor_ids: list, cluster_ids: list, sizes: list, similarity: list) -> pa.Table:
+    detail = [
+        f"near-duplicate of {s} (cluster of {n}, estimated Jaccard {j:.2f})" for s, n, j in zip(survivor_ids, sizes, similarity)
+    ]
+    return drop_rows(
+        keys,
+        ids,
+        "near_duplicate",
+        detail,
+        dup_of=pa.array(survivor_ids, pa.string()),
+        dup_cluster=pa.array(cluster_ids, pa.string()),
+    )

@@ -51,6 +51,7 @@ class CombineStep:
 
 GlobalStep = PartitionStep | CombineStep
 
+
 @dataclass(frozen=True)
 class PartitionResult:
     output: pa.Table | None  # the partition's result (decisions, when its step ``decides``)
@@ -58,8 +59,6 @@ class PartitionResult:
     # Rows for ``GlobalStage.apply`` (int32 ``shard`` column): each shard's map task reads its rows
     # of every partition's state, as it does those of ``CombineStep.state``.
     state: pa.Table | None = None
-
-
 
 
 @dataclass(frozen=True)

@@ -96,16 +96,20 @@ def _fsspec(uri: str) -> tuple[Any, str]:
 
         handler = pafs.PyFileSystem(pafs.FSSpecHandler(fsspec.filesystem(scheme)))
     except (ImportError, ValueError) as exc:
-        raise StorageError(f"{uri}: unknown storage scheme {scheme!r}; allowed: s3://, gs://, hdfs:// and local "
-                           f"paths (or a scheme fsspec knows, with fsspec installed: {_first_line(exc)})") from None
+        raise StorageError(
+            f"{uri}: unknown storage scheme {scheme!r}; allowed: s3://, gs://, hdfs:// and local "
+            f"paths (or a scheme fsspec knows, with fsspec installed: {_first_line(exc)})"
+        ) from None
     return handler, rest
 
 
 def _hint(uri: str) -> str:
     scheme, _ = _split(uri)
     if scheme == "s3":
-        return ("; S3 reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION and, for an "
-                "S3-compatible server, AWS_ENDPOINT_URL")
+        return (
+            "; S3 reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION and, for an "
+            "S3-compatible server, AWS_ENDPOINT_URL"
+        )
     if scheme in ("gs", "gcs"):
         return "; GCS reads GOOGLE_APPLICATION_CREDENTIALS"
     if scheme in ("hdfs", "viewfs"):
@@ -129,12 +133,22 @@ DEFAULT_RETRY_SECONDS = 60.0
 # Failures of the connection or of the store's availability, not of the request: worth another try
 # (pyarrow's AWS SDK messages, botocore's, and the OS's). Anything else (no such bucket, access
 # denied, a failed condition) fails at once.
-_TRANSIENT = re.compile(r"NETWORK_CONNECTION|SERVICE_UNAVAILABLE|SLOW_DOWN|SlowDown|ServiceUnavailable|THROTTL|"
-                        r"Throttl|INTERNAL_FAILURE|InternalError|REQUEST_TIMEOUT|RequestTimeout|HTTP status 5\d\d|"
-                        r"curlCode|[Cc]onnection (refused|reset|aborted|closed)|timed out|[Bb]roken pipe|"
-                        r"[Cc]ould not connect|[Tt]emporary failure in name resolution")
-_TRANSIENT_TYPES = frozenset({"EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError",
-                              "ConnectTimeoutError", "ConnectionError", "TimeoutError"})
+_TRANSIENT = re.compile(
+    r"NETWORK_CONNECTION|SERVICE_UNAVAILABLE|SLOW_DOWN|SlowDown|ServiceUnavailable|THROTTL|"
+    r"Throttl|INTERNAL_FAILURE|InternalError|REQUEST_TIMEOUT|RequestTimeout|HTTP status 5\d\d|"
+    r"curlCode|[Cc]onnection (refused|reset|aborted|closed)|timed out|[Bb]roken pipe|"
+    r"[Cc]ould not connect|[Tt]emporary failure in name resolution"
+)
+_TRANSIENT_TYPES = frozenset(
+    {
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "ConnectionError",
+        "TimeoutError",
+    }
+)
 
 
 def retry_seconds() -> float:
@@ -175,7 +189,8 @@ def retrying(uri: str, what: str, call: Callable[[], T], before_retry: Callable[
                     f"{uri}: {what} failed: the store did not answer for {retry_seconds():.0f} s "
                     f"({_first_line(exc)}){_hint(uri)}",
                     hint=f"check that the store is up and reachable, then run the same command again; "
-                         f"{RETRY_ENV}={retry_seconds() * 2:.0f} waits longer") from None
+                    f"{RETRY_ENV}={retry_seconds() * 2:.0f} waits longer",
+                ) from None
             time.sleep(min(delay, deadline - now))
             delay = min(delay * 2, 8.0)
             if before_retry is not None:
@@ -183,6 +198,7 @@ def retrying(uri: str, what: str, call: Callable[[], T], before_retry: Callable[
 
 
 # --- the local mirror --------------------------------------------------------------
+
 
 def mirror_base() -> Path:
     from datapipe.storage.cache import cache_dir
@@ -204,7 +220,7 @@ def remote_of(path: str | os.PathLike[str]) -> str | None:
     parts = Path(os.path.normpath(os.path.abspath(os.fspath(path)))).parts
     if MIRROR_DIR not in parts:
         return None
-    rel = parts[parts.index(MIRROR_DIR) + 1:]
+    rel = parts[parts.index(MIRROR_DIR) + 1 :]
     if len(rel) < 2:
         return None
     return f"{rel[0]}://{'/'.join(rel[1:])}"
@@ -221,6 +237,7 @@ def child(uri: str, rel: str) -> str:
 
 
 # --- operations ----------------------------------------------------------------------
+
 
 def info(uri: str) -> RemoteFile | None:
     """Size and modification time of an object; None when there is none (a folder counts as none)."""
@@ -256,16 +273,16 @@ def list_files(uri: str) -> list[RemoteFile]:
 
     fs, base = resolve(uri)
     try:
-        infos = retrying(uri, "listing", lambda: fs.get_file_info(pafs.FileSelector(base, recursive=True,
-                                                                                     allow_not_found=True)))
+        infos = retrying(uri, "listing", lambda: fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)))
     except OSError as exc:
         raise _fail(uri, "listing", exc) from None
     scheme, _ = _split(uri)
     out = []
     for fi in infos:
         if fi.type == pafs.FileType.File:
-            out.append(RemoteFile(f"{scheme}://{fi.path}", int(fi.size or 0),
-                                  fi.mtime.timestamp() if fi.mtime is not None else 0.0))
+            out.append(
+                RemoteFile(f"{scheme}://{fi.path}", int(fi.size or 0), fi.mtime.timestamp() if fi.mtime is not None else 0.0)
+            )
     _LISTED.update((f.uri, f) for f in out)
     return sorted(out, key=lambda f: f.uri)
 
@@ -306,7 +323,7 @@ def _glob_regex(pattern: str) -> str:
             out.append("[^/]")
             i += 1
         elif pattern[i] == "[" and (j := pattern.find("]", i + 2)) > 0:
-            body = pattern[i + 1:j]
+            body = pattern[i + 1 : j]
             out.append("[^" + re.escape(body[1:]) + "]" if body.startswith("!") else "[" + re.escape(body) + "]")
             i = j + 1
         else:
@@ -384,8 +401,11 @@ def download(uri: str, local: Path, mtime: float | None = None) -> None:
     try:
         FETCHED.downloads += 1
         with atomic_path(local) as tmp:
-            retrying(uri, "downloading", lambda: pafs.copy_files(path, str(tmp), source_filesystem=fs,
-                                                                 destination_filesystem=pafs.LocalFileSystem()))
+            retrying(
+                uri,
+                "downloading",
+                lambda: pafs.copy_files(path, str(tmp), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem()),
+            )
             FETCHED.bytes += tmp.stat().st_size
             if mtime:
                 os.utime(tmp, (mtime, mtime))

@@ -77,6 +77,7 @@ KHMER: Ranges = ((0x1780, 0x17FF),)
 
 def regex_class(ranges: Ranges) -> str:
     """The inside of a ``[...]`` character class for ``ranges``, valid in Python ``re`` and RE2."""
+
     def one(c: int) -> str:
         return re.escape(chr(c))
 
@@ -85,15 +86,14 @@ def regex_class(ranges: Ranges) -> str:
 
 def code_points(ranges: Ranges) -> np.ndarray:
     """Every code point of ``ranges``, ascending (int64)."""
-    return np.concatenate([np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in ranges]) if ranges \
-        else np.empty(0, np.int64)
+    return np.concatenate([np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in ranges]) if ranges else np.empty(0, np.int64)
 
 
 def mask(ranges: Ranges, size: int = CODE_POINTS) -> np.ndarray:
     """bool per code point below ``size``: in ``ranges``."""
     out = np.zeros(size, np.bool_)
     for lo, hi in ranges:
-        out[lo:min(hi, size - 1) + 1] = True
+        out[lo : min(hi, size - 1) + 1] = True
     return out
 
 

@@ -45,8 +45,7 @@ def _path(name: str, version: int, build: Callable[[], np.ndarray] | None = None
     return cache_dir() / "tables" / f"{name}-v{version}{digest}-unicode{unicodedata.unidata_version}-{py}.npy"
 
 
-def cached_table(name: str, version: int, dtype: type, build: Callable[[], np.ndarray],
-                 depends: str = "") -> np.ndarray:
+def cached_table(name: str, version: int, dtype: type, build: Callable[[], np.ndarray], depends: str = "") -> np.ndarray:
     """``build()`` (an array of ``SIZE`` entries of ``dtype``), read from the cache when present.
     ``depends``: a text form of whatever else ``build`` reads (ranges defined in other modules);
     the builder's own source file is digested too."""

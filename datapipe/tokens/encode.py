@@ -59,16 +59,21 @@ def load_tokenizer_info(path: Path, config: TokenizeConfig) -> TokenizerInfo:
         if name:
             raise TokenizerError(key, f"token {name!r} is not in the vocabulary of {path.name}")
         if required:
-            raise TokenizerError(key, f"{path.name} has none of {', '.join(candidates)}; set {key} to its "
-                                      f"end-of-document token")
+            raise TokenizerError(key, f"{path.name} has none of {', '.join(candidates)}; set {key} to its end-of-document token")
         return None
 
     eos = lookup("eos_token", config.eos_token, EOS_CANDIDATES, True)
     assert eos is not None  # required: lookup raised otherwise
     pad = lookup("pad_token", config.pad_token, PAD_CANDIDATES, False)
     bos = lookup("bos_token", config.bos_token, (), False) if config.bos_token else None
-    return TokenizerInfo(str(path), hashlib.sha256(data).hexdigest(), tok.get_vocab_size(with_added_tokens=True),
-                         int(eos), int(pad if pad is not None else eos), bos)
+    return TokenizerInfo(
+        str(path),
+        hashlib.sha256(data).hexdigest(),
+        tok.get_vocab_size(with_added_tokens=True),
+        int(eos),
+        int(pad if pad is not None else eos),
+        bos,
+    )
 
 
 _TOKENIZERS: dict[str, object] = process_cache({})
@@ -134,7 +139,7 @@ def assign_split(ids: list[str], val_fraction: float) -> pa.Array:
     if val_fraction <= 0:
         return pa.array(["train"] * len(ids), pa.string())
     limit = int(val_fraction * 2**64)
-    splits = ["val" if int.from_bytes(hashlib.blake2b(i.encode(), digest_size=8).digest(), "little") < limit
-              else "train" for i in ids]
+    splits = [
+        "val" if int.from_bytes(hashlib.blake2b(i.encode(), digest_size=8).digest(), "little") < limit else "train" for i in ids
+    ]
     return pa.array(splits, pa.string())
-

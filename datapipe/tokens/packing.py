@@ -54,8 +54,7 @@ class ConcatPacker:
         may begin inside a document: how a range task of parallel packing starts mid-stream)."""
         base = len(self._carry)
         stream = np.concatenate([self._carry, flat.astype(self.dtype, copy=False)])
-        starts = np.concatenate([np.asarray(self._carry_starts, dtype=np.int64),
-                                 np.asarray(starts, dtype=np.int64) + base])
+        starts = np.concatenate([np.asarray(self._carry_starts, dtype=np.int64), np.asarray(starts, dtype=np.int64) + base])
         n_rows = len(stream) // self.row_len
         cut = n_rows * self.row_len
         rows = _rows(stream[:cut], starts[starts < cut], n_rows, self.row_len)
@@ -174,19 +173,21 @@ def _rows(stream: np.ndarray, starts: np.ndarray, n_rows: int, row_len: int) -> 
 def concat_rows(parts: list[PackedRows], row_len: int, dtype: np.dtype) -> PackedRows:
     parts = [p for p in parts if len(p.n_tokens)]
     if not parts:
-        return PackedRows(np.empty((0, row_len), dtype), np.zeros(1, np.int32), np.empty(0, np.int32),
-                          np.empty(0, np.int32))
+        return PackedRows(np.empty((0, row_len), dtype), np.zeros(1, np.int32), np.empty(0, np.int32), np.empty(0, np.int32))
     splits = [parts[0].doc_start_splits]
     for p in parts[1:]:
         splits.append(p.doc_start_splits[1:] + splits[-1][-1])
-    return PackedRows(np.concatenate([p.tokens for p in parts]), np.concatenate(splits),
-                      np.concatenate([p.doc_start_values for p in parts]), np.concatenate([p.n_tokens for p in parts]))
+    return PackedRows(
+        np.concatenate([p.tokens for p in parts]),
+        np.concatenate(splits),
+        np.concatenate([p.doc_start_values for p in parts]),
+        np.concatenate([p.n_tokens for p in parts]),
+    )
 
 
 def take_rows(rows: PackedRows, lo: int, hi: int) -> PackedRows:
     s = rows.doc_start_splits
-    return PackedRows(rows.tokens[lo:hi], s[lo : hi + 1] - s[lo], rows.doc_start_values[s[lo] : s[hi]],
-                      rows.n_tokens[lo:hi])
+    return PackedRows(rows.tokens[lo:hi], s[lo : hi + 1] - s[lo], rows.doc_start_values[s[lo] : s[hi]], rows.n_tokens[lo:hi])
 
 
 _NO_TOKENS = np.empty((0, 0), np.uint8)

@@ -35,10 +35,21 @@ META_KEY = b"datapipe.shard"
 # --- the manifest: one row per shard file, beside the shards -----------------------------------
 SHARDS_DIR = "shards"  # in the run folder: <run>/shards/<source>/<split>-NNNNN.arrow
 MANIFEST_NAME = "manifest.parquet"  # <run>/shards/manifest.parquet
-MANIFEST_SCHEMA = pa.schema([("path", pa.string()), ("source", pa.string()), ("split", pa.string()),
-                             ("rows", pa.int64()), ("tokens", pa.int64()), ("documents", pa.int64()),
-                             ("sha256", pa.string()), ("tokenizer_fingerprint", pa.string()),
-                             ("seq_len", pa.int64()), ("row_len", pa.int64()), ("packing", pa.string())])
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("source", pa.string()),
+        ("split", pa.string()),
+        ("rows", pa.int64()),
+        ("tokens", pa.int64()),
+        ("documents", pa.int64()),
+        ("sha256", pa.string()),
+        ("tokenizer_fingerprint", pa.string()),
+        ("seq_len", pa.int64()),
+        ("row_len", pa.int64()),
+        ("packing", pa.string()),
+    ]
+)
 # The columns a loader needs (manifests of older runs may lack the others).
 MANIFEST_COLUMNS = ("path", "source", "split", "rows", "tokens", "sha256", "tokenizer_fingerprint", "seq_len", "row_len")
 
@@ -48,12 +59,33 @@ def shard_file_name(source: str, split: str, index: int) -> str:
     return f"{source}/{split}-{index:05d}.arrow"
 
 
-def manifest_row(path: str, source: str, split: str, rows: int, tokens: int, documents: int, sha256: str,
-                 tokenizer_fingerprint: str, seq_len: int, row_len: int, packing: str) -> dict[str, object]:
+def manifest_row(
+    path: str,
+    source: str,
+    split: str,
+    rows: int,
+    tokens: int,
+    documents: int,
+    sha256: str,
+    tokenizer_fingerprint: str,
+    seq_len: int,
+    row_len: int,
+    packing: str,
+) -> dict[str, object]:
     """One manifest row (``path`` relative to the run folder), in ``MANIFEST_SCHEMA``'s order."""
-    return {"path": path, "source": source, "split": split, "rows": rows, "tokens": tokens, "documents": documents,
-            "sha256": sha256, "tokenizer_fingerprint": tokenizer_fingerprint, "seq_len": seq_len,
-            "row_len": row_len, "packing": packing}
+    return {
+        "path": path,
+        "source": source,
+        "split": split,
+        "rows": rows,
+        "tokens": tokens,
+        "documents": documents,
+        "sha256": sha256,
+        "tokenizer_fingerprint": tokenizer_fingerprint,
+        "seq_len": seq_len,
+        "row_len": row_len,
+        "packing": packing,
+    }
 
 
 class ShardCorrupt(DatapipeError, ValueError):
@@ -102,16 +134,22 @@ class ShardMeta:
             raise ValueError("not a datapipe token shard: schema metadata has no datapipe.shard entry")
         data = json.loads(raw)
         if data.get("format_version") != FORMAT_VERSION:
-            raise ValueError(
-                f"shard format version {data.get('format_version')} is not supported (expected {FORMAT_VERSION})"
-            )
+            raise ValueError(f"shard format version {data.get('format_version')} is not supported (expected {FORMAT_VERSION})")
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def compatibility_key(self) -> tuple:
         """What must agree between shards that one loader mixes."""
-        return (self.tokenizer_fingerprint, self.vocab_size, self.seq_len, self.row_len,
-                self.eos_id, self.pad_id, self.bos_id, self.dtype)
+        return (
+            self.tokenizer_fingerprint,
+            self.vocab_size,
+            self.seq_len,
+            self.row_len,
+            self.eos_id,
+            self.pad_id,
+            self.bos_id,
+            self.dtype,
+        )
 
 
 def shard_schema(meta: ShardMeta) -> pa.Schema:

@@ -135,15 +135,16 @@ def examples_from_files(pattern: str, text_field: str = "text", lang_field: str 
                     yield Example(f"{key}#L{n}", line, None, str(path), n)
 
 
-def examples_from_sql(run_dir: Path, query: str, text_field: str = "text",
-                      lang_field: str = "lang") -> Iterator[Example]:
+def examples_from_sql(run_dir: Path, query: str, text_field: str = "text", lang_field: str = "lang") -> Iterator[Example]:
     """Rows of one read-only query over the run (the confined audit connection of ``datapipe sql``)."""
     from datapipe.audit.sql import run_query
 
     table = run_query(run_dir, query)
     if text_field not in table.column_names:
-        raise UsageError(f"the query returns no {text_field!r} column (columns: {', '.join(table.column_names)}); "
-                         f"select the text, e.g. select id, text, lang from kept_docs where ...")
+        raise UsageError(
+            f"the query returns no {text_field!r} column (columns: {', '.join(table.column_names)}); "
+            f"select the text, e.g. select id, text, lang from kept_docs where ..."
+        )
     ids = table["id"].to_pylist() if "id" in table.column_names else [f"row{i}" for i in range(table.num_rows)]
     langs = table[lang_field].to_pylist() if lang_field in table.column_names else [None] * table.num_rows
     for doc_id, text, lang in zip(ids, table[text_field].to_pylist(), langs):
@@ -175,7 +176,7 @@ def identify_languages(examples: list[Example], batch: int = 512) -> list[Exampl
     stage.setup()
     out = list(examples)
     for lo in range(0, len(missing), batch):
-        idx = missing[lo:lo + batch]
+        idx = missing[lo : lo + batch]
         langs = stage.compute(pa.table({"text": [examples[i].text for i in idx]}))["lang"].to_pylist()
         for i, lang in zip(idx, langs):
             e = out[i]
@@ -183,8 +184,9 @@ def identify_languages(examples: list[Example], batch: int = 512) -> list[Exampl
     return out
 
 
-def balance(positives: list[Example], negatives: list[Example], options: TrainOptions
-            ) -> tuple[dict[str, dict[str, list[Example]]], dict[str, dict[str, int]], list[str]]:
+def balance(
+    positives: list[Example], negatives: list[Example], options: TrainOptions
+) -> tuple[dict[str, dict[str, list[Example]]], dict[str, dict[str, int]], list[str]]:
     """Per language: the same number of each class, picked by a seeded hash of the id.
 
     Returns ({lang: {label: examples}}, {lang: {label: available}}, warnings).
@@ -208,8 +210,10 @@ def balance(positives: list[Example], negatives: list[Example], options: TrainOp
             n = min(n, options.max_per_class)
         if n == 0:
             if options.langs or len(d["pos"]) + len(d["neg"]) >= 10:
-                warnings.append(f"language {lang}: {len(d['pos'])} positive and {len(d['neg'])} negative "
-                                f"examples; a language needs both classes, so it is left out")
+                warnings.append(
+                    f"language {lang}: {len(d['pos'])} positive and {len(d['neg'])} negative "
+                    f"examples; a language needs both classes, so it is left out"
+                )
             continue
         chosen[lang] = {c: sorted(v, key=lambda e: _unit(options.seed, "pick", e.id))[:n] for c, v in d.items()}
     for lang in options.langs:
@@ -218,8 +222,9 @@ def balance(positives: list[Example], negatives: list[Example], options: TrainOp
     return chosen, available, warnings
 
 
-def split_heldout(chosen: dict[str, dict[str, list[Example]]], options: TrainOptions
-                  ) -> tuple[list[tuple[str, Example]], list[tuple[str, Example]]]:
+def split_heldout(
+    chosen: dict[str, dict[str, list[Example]]], options: TrainOptions
+) -> tuple[list[tuple[str, Example]], list[tuple[str, Example]]]:
     """(train, held-out) as (class, example); an exact share of each language and class is held out."""
     train, heldout = [], []
     for d in chosen.values():
@@ -262,22 +267,23 @@ def train_in_fresh_process(params: dict[str, Any], out: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", _TRAIN_IN_CHILD, json.dumps({"params": params, "out": str(out)})],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _TRAIN_IN_CHILD, json.dumps({"params": params, "out": str(out)})], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         lines = (proc.stderr or "").strip().splitlines()
         raise RuntimeError(f"fastText training failed: {lines[-1] if lines else f'exit code {proc.returncode}'}")
 
 
-def train_classifier(positive_specs: list[str], negative_specs: list[str], run_dir: Path | None,
-                     options: TrainOptions, log: Any = print) -> TrainResult:
+def train_classifier(
+    positive_specs: list[str], negative_specs: list[str], run_dir: Path | None, options: TrainOptions, log: Any = print
+) -> TrainResult:
     import fasttext
 
     positives = [e for s in positive_specs for e in load_examples(s, run_dir, options)]
     negatives = [e for s in negative_specs for e in load_examples(s, run_dir, options)]
     if not positives or not negatives:
-        raise UsageError(f"need positive and negative examples; got {len(positives)} positive, "
-                         f"{len(negatives)} negative")
+        raise UsageError(f"need positive and negative examples; got {len(positives)} positive, {len(negatives)} negative")
     positives, negatives = identify_languages(positives), identify_languages(negatives)
     chosen, available, warnings = balance(positives, negatives, options)
     if not chosen:
@@ -294,9 +300,21 @@ def train_classifier(positive_specs: list[str], negative_specs: list[str], run_d
         with open(train_file, "w", encoding="utf-8") as f:
             for cls, e in train:
                 f.write(f"__label__{label[cls]} {featurise(e.text[: options.max_chars])}\n")
-        params = {"input": str(train_file), "dim": p.dim, "epoch": p.epoch, "lr": p.lr, "wordNgrams": p.word_ngrams,
-                  "minCount": p.min_count, "bucket": p.bucket, "loss": p.loss, "minn": 0, "maxn": 0, "thread": 1,
-                  "seed": options.seed, "verbose": 0}
+        params = {
+            "input": str(train_file),
+            "dim": p.dim,
+            "epoch": p.epoch,
+            "lr": p.lr,
+            "wordNgrams": p.word_ngrams,
+            "minCount": p.min_count,
+            "bucket": p.bucket,
+            "loss": p.loss,
+            "minn": 0,
+            "maxn": 0,
+            "thread": 1,
+            "seed": options.seed,
+            "verbose": 0,
+        }
         with atomic_path(model_path) as tmp:
             train_in_fresh_process(params, tmp)
     finally:
@@ -305,26 +323,47 @@ def train_classifier(positive_specs: list[str], negative_specs: list[str], run_d
     model = fasttext.load_model(str(model_path))
     sha = hashlib.sha256(model_path.read_bytes()).hexdigest()
 
-    counts = {lang: {label[c]: {"available": available[lang][c],
-                                "train": sum(1 for cc, e in train if cc == c and (e.lang or "unknown") == lang),
-                                "heldout": sum(1 for cc, e in heldout if cc == c and (e.lang or "unknown") == lang)}
-                     for c in ("pos", "neg")} for lang in chosen}
-    meta = {"name": options.name, "model": model_path.name, "model_sha256": sha, "featuriser": options.featuriser,
-            "labels": [lab.removeprefix("__label__") for lab in model.get_labels()],
-            "positive_label": options.positive_label, "negative_label": options.negative_label,
-            "sources": {"positive": positive_specs, "negative": negative_specs,
-                        "run": str(run_dir) if run_dir else None},
-            "counts": counts, "skipped_languages": {lang: {label[c]: n for c, n in d.items()}
-                                                    for lang, d in available.items() if lang not in chosen},
-            "seed": options.seed, "heldout_frac": options.heldout_frac, "max_chars": options.max_chars,
-            "max_per_class": options.max_per_class, "params": {**asdict(p), "thread": 1},
-            "fasttext": _fasttext_version(), "warnings": warnings}
+    counts = {
+        lang: {
+            label[c]: {
+                "available": available[lang][c],
+                "train": sum(1 for cc, e in train if cc == c and (e.lang or "unknown") == lang),
+                "heldout": sum(1 for cc, e in heldout if cc == c and (e.lang or "unknown") == lang),
+            }
+            for c in ("pos", "neg")
+        }
+        for lang in chosen
+    }
+    meta = {
+        "name": options.name,
+        "model": model_path.name,
+        "model_sha256": sha,
+        "featuriser": options.featuriser,
+        "labels": [lab.removeprefix("__label__") for lab in model.get_labels()],
+        "positive_label": options.positive_label,
+        "negative_label": options.negative_label,
+        "sources": {"positive": positive_specs, "negative": negative_specs, "run": str(run_dir) if run_dir else None},
+        "counts": counts,
+        "skipped_languages": {lang: {label[c]: n for c, n in d.items()} for lang, d in available.items() if lang not in chosen},
+        "seed": options.seed,
+        "heldout_frac": options.heldout_frac,
+        "max_chars": options.max_chars,
+        "max_per_class": options.max_per_class,
+        "params": {**asdict(p), "thread": 1},
+        "fasttext": _fasttext_version(),
+        "warnings": warnings,
+    }
     _write_json(out_dir / f"{options.name}.meta.json", meta)
     with atomic_path(out_dir / f"{options.name}.heldout.jsonl") as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             for cls, e in heldout:
-                f.write(json.dumps({"id": e.id, "label": label[cls], "lang": e.lang or "unknown", "file": e.file,
-                                    "line": e.line}, ensure_ascii=False) + "\n")
+                f.write(
+                    json.dumps(
+                        {"id": e.id, "label": label[cls], "lang": e.lang or "unknown", "file": e.file, "line": e.line},
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
     evaluation = evaluate(model_path, heldout, options)
     _write_json(out_dir / f"{options.name}.eval.json", evaluation)
     for w in warnings:
@@ -344,22 +383,29 @@ def evaluate(model_path: Path, heldout: list[tuple[str, Example]], options: Trai
     is_pos = np.array([c == "pos" for c, _ in heldout], dtype=bool)
     langs = np.array([e.lang or "unknown" for _, e in heldout], dtype=object)
     per_lang = {lang: binary_metrics(scores[langs == lang], is_pos[langs == lang]) for lang in sorted(set(langs))}
-    return {"model": model_path.name, "positive_label": options.positive_label, "threshold": 0.5,
-            "heldout_file": f"{options.name}.heldout.jsonl", "per_lang": per_lang,
-            "all": binary_metrics(scores, is_pos)}
+    return {
+        "model": model_path.name,
+        "positive_label": options.positive_label,
+        "threshold": 0.5,
+        "heldout_file": f"{options.name}.heldout.jsonl",
+        "per_lang": per_lang,
+        "all": binary_metrics(scores, is_pos),
+    }
 
 
 def report_lines(evaluation: dict[str, Any]) -> list[str]:
     def f(v: Any) -> str:
         return "   -  " if v is None else f"{v:6.3f}"
 
-    lines = [f"held-out evaluation (positive = {evaluation['positive_label']}, "
-             f"score >= {evaluation['threshold']}):",
-             f"  {'lang':<8} {'pos':>6} {'neg':>6} {'precision':>9} {'recall':>6} {'F1':>6} {'AUC':>6}"]
+    lines = [
+        f"held-out evaluation (positive = {evaluation['positive_label']}, score >= {evaluation['threshold']}):",
+        f"  {'lang':<8} {'pos':>6} {'neg':>6} {'precision':>9} {'recall':>6} {'F1':>6} {'AUC':>6}",
+    ]
     rows = [*evaluation["per_lang"].items(), ("all", evaluation["all"])]
     for lang, m in rows:
-        lines.append(f"  {lang:<8} {m['n_pos']:>6} {m['n_neg']:>6}    {f(m['precision'])} {f(m['recall'])} "
-                     f"{f(m['f1'])} {f(m['auc'])}")
+        lines.append(
+            f"  {lang:<8} {m['n_pos']:>6} {m['n_neg']:>6}    {f(m['precision'])} {f(m['recall'])} {f(m['f1'])} {f(m['auc'])}"
+        )
     return lines
 
 

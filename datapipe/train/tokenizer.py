@@ -27,8 +27,33 @@ from datapipe.readers.streams import json_records
 from datapipe.run_folder.layout import RunFolder
 from datapipe.text import charclass
 
-CODE_EXTENSIONS = {".py", ".js", ".ts", ".java", ".c", ".h", ".cc", ".cpp", ".hpp", ".go", ".rs", ".rb", ".php",
-                   ".sh", ".sql", ".scala", ".kt", ".swift", ".cs", ".lua", ".pl", ".r", ".m", ".jl", ".hs"}
+CODE_EXTENSIONS = {
+    ".py",
+    ".js",
+    ".ts",
+    ".java",
+    ".c",
+    ".h",
+    ".cc",
+    ".cpp",
+    ".hpp",
+    ".go",
+    ".rs",
+    ".rb",
+    ".php",
+    ".sh",
+    ".sql",
+    ".scala",
+    ".kt",
+    ".swift",
+    ".cs",
+    ".lua",
+    ".pl",
+    ".r",
+    ".m",
+    ".jl",
+    ".hs",
+}
 _HAN = re.compile(f"[{charclass.regex_class(charclass.HAN)}]")  # datapipe.text.charclass
 _LETTER = re.compile(r"[^\W\d_]")
 
@@ -200,8 +225,9 @@ class _BottomK:
         return [t for _, _, t in sorted(self.heap, key=lambda e: (-e[0], e[1]))]
 
 
-def sample(docs: Iterable[Doc], options: TrainOptions,
-           ignored: dict[str, int] | None = None) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def sample(
+    docs: Iterable[Doc], options: TrainOptions, ignored: dict[str, int] | None = None
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(train texts, held-out texts) per group of the mix; ``ignored`` counts documents of other groups."""
     train = {g: _BottomK(int(options.sample_chars * w)) for g, w in options.mix.items()}
     held = {g: _BottomK(max(int(options.sample_chars * w * options.heldout_frac), 1)) for g, w in options.mix.items()}
@@ -229,9 +255,13 @@ def train_tokenizer(docs: Iterable[Doc], output: Path, options: TrainOptions) ->
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()  # byte-level: every UTF-8 string encodes, decode gives it back
-    trainer = trainers.BpeTrainer(vocab_size=options.vocab_size, min_frequency=options.min_frequency,
-                                  special_tokens=options.special_tokens, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=options.vocab_size,
+        min_frequency=options.min_frequency,
+        special_tokens=options.special_tokens,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     # Groups interleaved in a fixed order: the trainer sees the same sequence on every run.
     tok.train_from_iterator((t for g in sorted(train) for t in train[g]), trainer)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -241,22 +271,44 @@ def train_tokenizer(docs: Iterable[Doc], output: Path, options: TrainOptions) ->
     for g, w in options.mix.items():
         encoded = tok.encode_batch_fast(held[g], add_special_tokens=False) if held[g] else []
         chars = sum(map(len, train[g]))
-        stats.append(GroupStats(g, len(train[g]), chars, len(held[g]), sum(map(len, held[g])),
-                                sum(len(e.ids) for e in encoded), int(options.sample_chars * w), w,
-                                chars / used if used else 0.0))
+        stats.append(
+            GroupStats(
+                g,
+                len(train[g]),
+                chars,
+                len(held[g]),
+                sum(map(len, held[g])),
+                sum(len(e.ids) for e in encoded),
+                int(options.sample_chars * w),
+                w,
+                chars / used if used else 0.0,
+            )
+        )
     warnings = mix_warnings(stats, options, ignored)
     special_ids: dict[str, int] = {}
     for t in options.special_tokens:
         tid = tok.token_to_id(t)
         assert tid is not None  # the trainer put every special token in the vocabulary
         special_ids[t] = int(tid)
-    result = TrainResult(output, tok.get_vocab_size(with_added_tokens=True), special_ids, stats,
-                         hashlib.sha256(output.read_bytes()).hexdigest(), warnings)
+    result = TrainResult(
+        output,
+        tok.get_vocab_size(with_added_tokens=True),
+        special_ids,
+        stats,
+        hashlib.sha256(output.read_bytes()).hexdigest(),
+        warnings,
+    )
     # Provenance beside the tokenizer (tokenizer.json itself stays a plain Hugging Face file).
-    info = {"options": {**asdict(options), "special": list(options.special)}, "vocab_size": result.vocab_size,
-            "special_ids": special_ids, "sha256": result.sha256, "train_chars": used,
-            "groups": [{**asdict(s), "chars_per_token": s.chars_per_token, "filled": s.filled} for s in stats],
-            "ignored_docs": ignored, "warnings": warnings}
+    info = {
+        "options": {**asdict(options), "special": list(options.special)},
+        "vocab_size": result.vocab_size,
+        "special_ids": special_ids,
+        "sha256": result.sha256,
+        "train_chars": used,
+        "groups": [{**asdict(s), "chars_per_token": s.chars_per_token, "filled": s.filled} for s in stats],
+        "ignored_docs": ignored,
+        "warnings": warnings,
+    }
     output.with_suffix(".train.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     return result
 
@@ -268,9 +320,13 @@ def mix_warnings(stats: list[GroupStats], options: TrainOptions, ignored: dict[s
         return []
     realised = ", ".join(f"{s.group} {s.share:.2f}" for s in stats)
     asked = ", ".join(f"{s.group} {s.weight:.2f}" for s in stats)
-    out = [f"group {s.group}: only {s.train_chars:,} characters ({s.train_docs:,} documents) to train on, "
-           f"short of its share {s.weight:.2f} x {options.sample_chars:,} = {s.target_chars:,}" if s.train_docs else
-           f"group {s.group}: no documents to train on (its share {s.weight:.2f} went unused)" for s in short]
+    out = [
+        f"group {s.group}: only {s.train_chars:,} characters ({s.train_docs:,} documents) to train on, "
+        f"short of its share {s.weight:.2f} x {options.sample_chars:,} = {s.target_chars:,}"
+        if s.train_docs
+        else f"group {s.group}: no documents to train on (its share {s.weight:.2f} went unused)"
+        for s in short
+    ]
     out.append(f"trained on shares {realised} instead of {asked}")
     # Every group fills its share when sample_chars is at most (characters it has) / (its weight).
     fits = min(s.train_chars / s.weight for s in short if s.weight > 0)
@@ -288,10 +344,10 @@ def _counts(groups: dict[str, int]) -> str:
 
 def report_lines(result: TrainResult) -> list[str]:
     """The table train-tokenizer prints: per group what the mix asked for and what was used."""
-    lines = [f"{'group':<8}{'mix':>6}{'train docs':>12}{'train chars':>14}{'share':>7}{'held-out chars':>16}"
-             f"{'chars/token':>13}"]
+    lines = [f"{'group':<8}{'mix':>6}{'train docs':>12}{'train chars':>14}{'share':>7}{'held-out chars':>16}{'chars/token':>13}"]
     for g in result.groups:
         cpt = f"{g.chars_per_token:.3f}" if g.chars_per_token is not None else "-"
-        lines.append(f"{g.group:<8}{g.weight:>6.2f}{g.train_docs:>12,}{g.train_chars:>14,}{g.share:>7.2f}"
-                     f"{g.heldout_chars:>16,}{cpt:>13}")
+        lines.append(
+            f"{g.group:<8}{g.weight:>6.2f}{g.train_docs:>12,}{g.train_chars:>14,}{g.share:>7.2f}{g.heldout_chars:>16,}{cpt:>13}"
+        )
     return lines

@@ -53,7 +53,12 @@ def _models() -> tuple[type, dict[str, type], dict[str, type], list[str]]:
     from datapipe.readers import READER_SPECS
     from datapipe.stages import STAGES
 
-    return PipelineConfig, {name: STAGES[name].Options for name in STAGES}, {f: READER_SPECS[f].options for f in READER_SPECS if READER_SPECS[f].options is not None}, list(READER_SPECS)
+    return (
+        PipelineConfig,
+        {name: STAGES[name].Options for name in STAGES},
+        {f: READER_SPECS[f].options for f in READER_SPECS if READER_SPECS[f].options is not None},
+        list(READER_SPECS),
+    )
 
 
 def _is_model(tp: Any) -> bool:
@@ -94,16 +99,22 @@ def sections() -> list[Section]:
     pipeline, stages, readers, _ = _models()
     out: list[Section] = []
 
-    def walk(model: type, path: str, title: str, anchor: str, part: str, level: int,
-             seen: tuple[type, ...] = ()) -> None:
+    def walk(model: type, path: str, title: str, anchor: str, part: str, level: int, seen: tuple[type, ...] = ()) -> None:
         out.append(Section(title, anchor, model, path, part, level))
         for key, field in model.model_fields.items():
             for suffix, inner in _nested(field.annotation):
                 if inner in seen or inner is model:
                     continue  # a model that contains itself: its table is already there
                 sub = f"{path}.{key}{suffix}" if path else f"{key}{suffix}"
-                walk(inner, sub, f"`{sub}`", _slug(f"{anchor}-{key}") if path else _slug(key), part,
-                     level if not path else level + 1, seen + (model,))
+                walk(
+                    inner,
+                    sub,
+                    f"`{sub}`",
+                    _slug(f"{anchor}-{key}") if path else _slug(key),
+                    part,
+                    level if not path else level + 1,
+                    seen + (model,),
+                )
 
     # The file's own sections (sources[], tokenize, limits, split) sit beside the top level.
     walk(pipeline, "", "Top level", "top-level", "file", 3)
@@ -161,8 +172,14 @@ def _constraints(field: Any) -> str:
     marks = []
     unit = "characters" if field.annotation is str else "items"
     for meta in field.metadata:
-        for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"), ("min_length", "at least"),
-                           ("max_length", "at most")):
+        for attr, sign in (
+            ("ge", "≥"),
+            ("gt", ">"),
+            ("le", "≤"),
+            ("lt", "<"),
+            ("min_length", "at least"),
+            ("max_length", "at most"),
+        ):
             value = getattr(meta, attr, None)
             if value is not None:
                 marks.append(f"{sign} {value}" + (f" {unit}" if attr.endswith("length") else ""))
@@ -209,8 +226,7 @@ def _table(section: Section, links: dict[type, str]) -> str:
         limits = _constraints(field)
         if limits:
             kind += f"; {limits}"
-        rows.append(f"| `{key}` | {_cell(kind)} | {_cell(_default(key, field, links))} "
-                    f"| {_cell(field.description or '')} |")
+        rows.append(f"| `{key}` | {_cell(kind)} | {_cell(_default(key, field, links))} | {_cell(field.description or '')} |")
     return "\n".join(rows)
 
 
@@ -221,20 +237,24 @@ def render() -> str:
     links: dict[type, str] = {}
     for section in all_sections:
         links.setdefault(section.model, section.anchor)
-    stage_pages = {name: f"stages/{name}.md" for name in stages
-                   if (ROOT / "docs" / "stages" / f"{name}.md").is_file()}
+    stage_pages = {name: f"stages/{name}.md" for name in stages if (ROOT / "docs" / "stages" / f"{name}.md").is_file()}
     out: list[str] = []
     part = None
     for section in all_sections:
         kind = section.part
         if kind != part:
             part = kind
-            out.append({"file": "## The pipeline file {#pipeline-file}",
-                        "stages": "## Stages {#stages}\n\nEach item of `stages:` is a mapping with one key, the "
-                                  "stage type, whose value holds that stage's options (`{}` for the defaults).",
-                        "readers": "## Reader options {#reader-options}\n\n`sources[].options`, checked against "
-                                   "the reader of the source's format. Formats that take no options: "
-                                   + ", ".join(f"`{f}`" for f in formats if f not in readers) + "."}[kind])
+            out.append(
+                {
+                    "file": "## The pipeline file {#pipeline-file}",
+                    "stages": "## Stages {#stages}\n\nEach item of `stages:` is a mapping with one key, the "
+                    "stage type, whose value holds that stage's options (`{}` for the defaults).",
+                    "readers": "## Reader options {#reader-options}\n\n`sources[].options`, checked against "
+                    "the reader of the source's format. Formats that take no options: "
+                    + ", ".join(f"`{f}`" for f in formats if f not in readers)
+                    + ".",
+                }[kind]
+            )
         out.append(f"{'#' * section.level} {section.title} {{#{section.anchor}}}")
         if section.part == "readers" and section.path == "sources[].options":
             where = f"Keys under `sources[].options` of a source whose format is {section.title.replace(', ', ' or ')}."

@@ -31,8 +31,7 @@ class Tags(HTMLParser):
 
 def test_report_is_self_contained_and_holds_the_numbers(ray_local, demo_project: Path) -> None:
     out = demo_project / "out"
-    run_pipeline(load_pipeline(demo_project / "pipelines" / "demo.yaml"), output=out, show_progress=False,
-                 log=lambda m: None)
+    run_pipeline(load_pipeline(demo_project / "pipelines" / "demo.yaml"), output=out, show_progress=False, log=lambda m: None)
     page_file = demo_project / "report" / "run.html"
     result = CliRunner().invoke(main, ["report", str(out), "--html", str(page_file)])
     assert result.exit_code == 0, result.output
@@ -46,11 +45,13 @@ def test_report_is_self_contained_and_holds_the_numbers(ray_local, demo_project:
     cells = set(parser.cells)
 
     con = duckdb.connect(str(out / "stats.duckdb"), read_only=True)
-    total, kept, tokens = con.execute("SELECT count(*), count(*) FILTER (status='kept'), "
-                                      "sum(n_tokens) FILTER (status='kept') FROM documents").fetchone()
+    total, kept, tokens = con.execute(
+        "SELECT count(*), count(*) FILTER (status='kept'), sum(n_tokens) FILTER (status='kept') FROM documents"
+    ).fetchone()
     assert {f"{total:,}", f"{kept:,}", f"{tokens:,}"} <= cells
-    for _, stage, reason, dropped in con.execute("SELECT position, stage, reason, dropped FROM funnel "
-                                                 "WHERE dropped > 0").fetchall():
+    for _, stage, reason, dropped in con.execute(
+        "SELECT position, stage, reason, dropped FROM funnel WHERE dropped > 0"
+    ).fetchall():
         assert {stage, reason, f"{dropped:,}"} <= cells
     for source, t in con.execute("SELECT source, sum(tokens) FROM mixture GROUP BY source").fetchall():
         assert {source, f"{t:,}"} <= cells
@@ -58,8 +59,7 @@ def test_report_is_self_contained_and_holds_the_numbers(ray_local, demo_project:
         assert lang in cells and f"{n:,}" in cells
     train_rows = con.execute("SELECT sum(rows) FROM shards WHERE source='web_en' AND split='train'").fetchone()[0]
     con.close()
-    assert re.search(rf"<td>web_en</td><td>train</td><td class=\"n\">\d+</td><td class=\"n\">{train_rows:,}</td>",
-                     page)
+    assert re.search(rf"<td>web_en</td><td>train</td><td class=\"n\">\d+</td><td class=\"n\">{train_rows:,}</td>", page)
 
 
 def test_bar_lengths_follow_the_values() -> None:

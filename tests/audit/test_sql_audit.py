@@ -44,8 +44,7 @@ def _wiki_docs() -> tuple[list[dict], list[dict]]:
             elif len(text) < 150:
                 if len(stubs) < 8:
                     stubs.append(doc)
-            elif len(text) < 4000 and "\t" not in text and (re.search(r"\[[^\]\n]*\]", text)
-                                                             or re.search(r":[a-z_]+:", text)):
+            elif len(text) < 4000 and "\t" not in text and (re.search(r"\[[^\]\n]*\]", text) or re.search(r":[a-z_]+:", text)):
                 if len(marked) < 25:
                     marked.append(doc)
             elif len(text) < 4000 and len(plain) < 15:
@@ -63,16 +62,26 @@ def real_run(ray_local, tmp_path_factory) -> Path:
     for name, docs in (("wiki", wiki), ("stubs", stubs)):
         (base / "data" / f"{name}.jsonl").write_text(
             "".join(json.dumps({"text": d["text"], "url": d["source"]}, ensure_ascii=False) + "\n" for d in docs),
-            encoding="utf-8")
-    pipeline = write_pipeline(base, {
-        "name": "sqlaudit",
-        "sources": [{"name": "wiki", "kind": "web", "paths": ["data/wiki.jsonl"]},
-                    {"name": "stubs", "kind": "web", "paths": ["data/stubs.jsonl"]}],
-        "stages": [{"length": {"min_chars": 200}}],  # keeps no stub: a source that kept nothing
-        "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 128,
-                     "val_fraction": 0.1, "rows_per_shard": 64},
-        "mixture": {"wiki": 0.7, "stubs": 0.3},
-    })
+            encoding="utf-8",
+        )
+    pipeline = write_pipeline(
+        base,
+        {
+            "name": "sqlaudit",
+            "sources": [
+                {"name": "wiki", "kind": "web", "paths": ["data/wiki.jsonl"]},
+                {"name": "stubs", "kind": "web", "paths": ["data/stubs.jsonl"]},
+            ],
+            "stages": [{"length": {"min_chars": 200}}],  # keeps no stub: a source that kept nothing
+            "tokenize": {
+                "tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"),
+                "seq_len": 128,
+                "val_fraction": 0.1,
+                "rows_per_shard": 64,
+            },
+            "mixture": {"wiki": 0.7, "stubs": 0.3},
+        },
+    )
     run_pipeline(load_pipeline(pipeline), output=base / "out", show_progress=False, log=lambda m: None)
     (base / "canary.txt").write_text(SECRET + "\n", encoding="utf-8")
     return base / "out"
@@ -110,22 +119,43 @@ def hostile_statements(run: Path) -> list[str]:
         f"ATTACH '{base}/new.duckdb' AS other",
         f"ATTACH '{db}' AS again (READ_WRITE)",
         "ATTACH ':memory:' AS mem",
-        "INSTALL httpfs", "FORCE INSTALL json", "LOAD httpfs", "LOAD parquet",
-        "SET enable_external_access = true", "SET lock_configuration = false", "RESET lock_configuration",
-        f"SET temp_directory = '{base}/spill'", f"SET allowed_directories = ['{base}']",
+        "INSTALL httpfs",
+        "FORCE INSTALL json",
+        "LOAD httpfs",
+        "LOAD parquet",
+        "SET enable_external_access = true",
+        "SET lock_configuration = false",
+        "RESET lock_configuration",
+        f"SET temp_directory = '{base}/spill'",
+        f"SET allowed_directories = ['{base}']",
         "SET disabled_filesystems = ''",
-        "PRAGMA enable_profiling = 'json'", f"PRAGMA profiling_output = '{outside}'",
-        f"SET profiling_output = '{outside}'", "CALL enable_logging()",
-        "PRAGMA version", "CALL pragma_version()", "CHECKPOINT", "VACUUM",
-        "CREATE TABLE t AS SELECT 1", "CREATE VIEW v AS SELECT 1", "CREATE MACRO m(x) AS x",
-        "INSERT INTO documents SELECT * FROM documents", "UPDATE documents SET id = 'x'",
-        "DELETE FROM documents", "DROP TABLE documents", "ALTER TABLE documents ADD COLUMN z INT",
+        "PRAGMA enable_profiling = 'json'",
+        f"PRAGMA profiling_output = '{outside}'",
+        f"SET profiling_output = '{outside}'",
+        "CALL enable_logging()",
+        "PRAGMA version",
+        "CALL pragma_version()",
+        "CHECKPOINT",
+        "VACUUM",
+        "CREATE TABLE t AS SELECT 1",
+        "CREATE VIEW v AS SELECT 1",
+        "CREATE MACRO m(x) AS x",
+        "INSERT INTO documents SELECT * FROM documents",
+        "UPDATE documents SET id = 'x'",
+        "DELETE FROM documents",
+        "DROP TABLE documents",
+        "ALTER TABLE documents ADD COLUMN z INT",
         # reads outside the run folder, plain and wrapped
-        "SELECT * FROM read_csv('/etc/passwd')", "SELECT * FROM read_text('/proc/self/environ')",
-        f"SELECT * FROM read_text('{canary}')", f"SELECT * FROM read_blob('{canary}')",
-        f"SELECT * FROM read_csv('{canary}', header=false)", f"SELECT * FROM read_parquet('{canary}')",
-        f"SELECT * FROM read_text('{run}/docs/../../canary.txt')", f"SELECT * FROM glob('{base}/*')",
-        "SELECT * FROM glob('/etc/*')", f"SELECT * FROM sniff_csv('{canary}')",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM read_text('/proc/self/environ')",
+        f"SELECT * FROM read_text('{canary}')",
+        f"SELECT * FROM read_blob('{canary}')",
+        f"SELECT * FROM read_csv('{canary}', header=false)",
+        f"SELECT * FROM read_parquet('{canary}')",
+        f"SELECT * FROM read_text('{run}/docs/../../canary.txt')",
+        f"SELECT * FROM glob('{base}/*')",
+        "SELECT * FROM glob('/etc/*')",
+        f"SELECT * FROM sniff_csv('{canary}')",
         f"WITH c AS (SELECT * FROM read_text('{canary}')) SELECT content FROM c",
         f"EXPLAIN ANALYZE SELECT * FROM read_text('{canary}')",
         f"/* harmless */ SELECT content FROM read_text('{canary}') -- comment",
@@ -166,8 +196,9 @@ def test_sql_refuses_every_write_and_every_read_outside_the_run(real_run: Path, 
 
 
 def test_legit_queries_still_work(real_run: Path) -> None:
-    wiki_files = [json.loads(x)["text"] for x in
-                  (real_run.parent / "data" / "wiki.jsonl").read_text(encoding="utf-8").splitlines()]
+    wiki_files = [
+        json.loads(x)["text"] for x in (real_run.parent / "data" / "wiki.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     n_kept = run_query(real_run, "select count(*) as n from documents where status = 'kept'").column("n")[0].as_py()
     assert n_kept == sum(len(t.strip()) >= 200 for t in wiki_files) > 0
     texts = run_query(real_run, "with k as (select id, text from kept_docs) select text from k order by id")
@@ -206,8 +237,9 @@ def test_cli_prints_real_wikipedia_text_verbatim(real_run: Path) -> None:
     assert res.exit_code == 0
     assert list(csv.DictReader(io.StringIO(res.output, newline=""))) == expected
     assert res.output.count("\r\n") == sum(r["text"].count("\r\n") for r in expected)
-    res = runner.invoke(main, ["sql", str(real_run), "select id, text from kept_docs where text like '%narhf%'",
-                               "--format", "json"])
+    res = runner.invoke(
+        main, ["sql", str(real_run), "select id, text from kept_docs where text like '%narhf%'", "--format", "json"]
+    )
     assert [json.loads(x) for x in res.output.splitlines()] == [r for r in expected if "narhf" in r["text"]]
 
 
@@ -220,8 +252,7 @@ def test_cli_prints_markup_like_strings_verbatim(real_run: Path) -> None:
         assert c in res.output, c
     assert "\N{CROSS MARK}" not in res.output and "\N{THUMBS UP SIGN}" not in res.output
     # Terminal control sequences in data are shown, not obeyed (rich would pass ESC through).
-    res = CliRunner().invoke(main, ["sql", str(real_run), "select chr(27) || ']0;title' || chr(7) || chr(27) "
-                                                          "|| '[31mred' as t"])
+    res = CliRunner().invoke(main, ["sql", str(real_run), "select chr(27) || ']0;title' || chr(7) || chr(27) || '[31mred' as t"])
     assert res.exit_code == 0 and "\x1b" not in res.output and "\x07" not in res.output
     assert "\\x1b]0;title\\x07\\x1b[31mred" in res.output
     res = CliRunner().invoke(main, ["sql", str(real_run), f"select {select}", "--format", "csv"])
@@ -233,10 +264,13 @@ def test_run_summary_prints_names_and_paths_verbatim(tmp_path: Path) -> None:
     from rich.console import Console
 
     root = tmp_path / "runs[2024]" / ":x:"
-    counts = {"documents": 3, "kept": 1, "rejected": 2,
-              "stages": [{"position": 1, "stage": "quality", "in": 3,
-                          "rejected": {"zh:han_ratio": 1, "c4:lorem_ipsum:x:": 1}}],
-              "sources": {"web[1]": {"documents": 3, "kept": 1, "tokens": 12_345_678}}}
+    counts = {
+        "documents": 3,
+        "kept": 1,
+        "rejected": 2,
+        "stages": [{"position": 1, "stage": "quality", "in": 3, "rejected": {"zh:han_ratio": 1, "c4:lorem_ipsum:x:": 1}}],
+        "sources": {"web[1]": {"documents": 3, "kept": 1, "tokens": 12_345_678}},
+    }
     out = io.StringIO()
     print_summary(RunResult(root, {"counts": counts}), Console(file=out, width=120))
     print_summary(RunResult(root, {"counts": counts}))  # the default console, too (no exception)
@@ -298,16 +332,19 @@ def test_missing_or_corrupt_database_gives_one_line(real_run: Path, tmp_path: Pa
     elif damage == "truncated":  # the header survives, the first data block does not
         (run / "stats.duckdb").write_bytes(data[:12288])
     elif damage == "flipped":  # bytes flipped in the data blocks: their checksums no longer match
-        (run / "stats.duckdb").write_bytes(bytes(b ^ 0x55 if i > 16384 and i % 7 == 0 else b
-                                                 for i, b in enumerate(data)))
+        (run / "stats.duckdb").write_bytes(bytes(b ^ 0x55 if i > 16384 and i % 7 == 0 else b for i, b in enumerate(data)))
     elif damage == "empty":
         (run / "stats.duckdb").write_bytes(b"")
     elif damage == "run_json":
         (run / "stats.duckdb").write_bytes(data)
         (run / "run.json").write_text("{not json", encoding="utf-8")
     runner = CliRunner()
-    commands = [["sql", str(run), "select count(*) from documents"], ["explain", str(run), "wiki/x#L1"],
-                ["stats", str(run)], ["report", str(run), "--html", str(tmp_path / "r.html")]]
+    commands = [
+        ["sql", str(run), "select count(*) from documents"],
+        ["explain", str(run), "wiki/x#L1"],
+        ["stats", str(run)],
+        ["report", str(run), "--html", str(tmp_path / "r.html")],
+    ]
     for args in commands:
         if damage == "run_json" and args[0] in ("sql", "explain"):
             continue  # they do not read run.json
@@ -316,7 +353,7 @@ def test_missing_or_corrupt_database_gives_one_line(real_run: Path, tmp_path: Pa
         assert isinstance(res.exception, SystemExit), (args, res.exception)
         lines = res.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in res.output, res.output
-        assert ("stats.duckdb" in lines[0] or "run.json" in lines[0]), lines[0]
+        assert "stats.duckdb" in lines[0] or "run.json" in lines[0], lines[0]
     assert not (tmp_path / "r.html").exists()
     if damage != "run_json":
         with pytest.raises(AuditError):

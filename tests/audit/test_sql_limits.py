@@ -36,8 +36,7 @@ LIMIT = 300 * 10**6
 # at their next vector; runs here went at most 10 MB past limit + overhead. 50 MB leaves room
 # for a slower machine without letting a query that ignores the limit through.
 MARGIN = 50 * 10**6
-MEMORY_ERROR = (f"the query used more than the 300 MB memory limit "
-                f"(--memory-limit or {limits.MEMORY_ENV} to raise it)")
+MEMORY_ERROR = f"the query used more than the 300 MB memory limit (--memory-limit or {limits.MEMORY_ENV} to raise it)"
 CROSS4 = "from documents a, documents b, documents c, documents d"  # 40**4 = 2.56M rows
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="measures RSS through /proc")
@@ -51,11 +50,16 @@ def run40(ray_local, tmp_path_factory) -> Path:
         docs = [json.loads(line) for _, line in zip(range(40), f)]
     (base / "data").mkdir()
     (base / "data" / "wiki.jsonl").write_text(
-        "".join(json.dumps({"text": d["text"], "url": d["source"]}, ensure_ascii=False) + "\n" for d in docs),
-        encoding="utf-8")
-    pipeline = write_pipeline(base, {"name": "sqllimits",
-                                     "sources": [{"name": "wiki", "kind": "web", "paths": ["data/wiki.jsonl"]}],
-                                     "stages": [{"length": {"min_chars": 1}}]})
+        "".join(json.dumps({"text": d["text"], "url": d["source"]}, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8"
+    )
+    pipeline = write_pipeline(
+        base,
+        {
+            "name": "sqllimits",
+            "sources": [{"name": "wiki", "kind": "web", "paths": ["data/wiki.jsonl"]}],
+            "stages": [{"length": {"min_chars": 1}}],
+        },
+    )
     run_pipeline(load_pipeline(pipeline), output=base / "out", show_progress=False, log=lambda m: None)
     return base / "out"
 
@@ -63,8 +67,9 @@ def run40(ray_local, tmp_path_factory) -> Path:
 # The child's peak RSS is VmHWM, the high-water mark of its own memory map, read by an exit
 # handler (and polled, for a child that gets killed). Not ru_maxrss: Linux carries into it the
 # RSS of the process that forked the child (this test session's, with Ray: ~260 MB).
-PEAK_AT_EXIT = ("import atexit, os\n"
-                "atexit.register(lambda: open(os.environ['PEAK_FILE'], 'w').write(open('/proc/self/status').read()))\n")
+PEAK_AT_EXIT = (
+    "import atexit, os\natexit.register(lambda: open(os.environ['PEAK_FILE'], 'w').write(open('/proc/self/status').read()))\n"
+)
 
 
 def _hwm(status: str) -> int:
@@ -74,8 +79,14 @@ def _hwm(status: str) -> int:
     return 0
 
 
-def _child(code: str, argv: list[str], tmp_path: Path, env: dict[str, str] | None = None,
-           kill_above: int | None = None, timeout: float = 120) -> tuple[int, str, str, int, float]:
+def _child(
+    code: str,
+    argv: list[str],
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+    kill_above: int | None = None,
+    timeout: float = 120,
+) -> tuple[int, str, str, int, float]:
     """Run ``python -c code *argv`` to its end: (exit code, stdout, stderr, peak RSS in bytes, seconds).
 
     The child is killed past ``timeout`` seconds or once its peak RSS passes ``kill_above``
@@ -84,8 +95,13 @@ def _child(code: str, argv: list[str], tmp_path: Path, env: dict[str, str] | Non
     out, err, peak_file = tmp_path / "stdout", tmp_path / "stderr", tmp_path / "peak"
     start = time.monotonic()
     with out.open("wb") as o, err.open("wb") as e:
-        proc = subprocess.Popen([sys.executable, "-c", PEAK_AT_EXIT + code, *argv], stdout=o, stderr=e, cwd=ROOT,
-                                env={**os.environ, **(env or {}), "PEAK_FILE": str(peak_file)})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PEAK_AT_EXIT + code, *argv],
+            stdout=o,
+            stderr=e,
+            cwd=ROOT,
+            env={**os.environ, **(env or {}), "PEAK_FILE": str(peak_file)},
+        )
     peak = 0
 
     def watch() -> None:
@@ -105,8 +121,7 @@ def _child(code: str, argv: list[str], tmp_path: Path, env: dict[str, str] | Non
     watcher.join()
     if peak_file.exists():
         peak = max(peak, _hwm(peak_file.read_text(encoding="ascii")))
-    return (proc.returncode, out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8"), peak,
-            time.monotonic() - start)
+    return (proc.returncode, out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8"), peak, time.monotonic() - start)
 
 
 CLI = "from datapipe.cli import main\nmain()\n"
@@ -125,12 +140,14 @@ def overhead(run40: Path, tmp_path_factory) -> int:
     return peak
 
 
-@pytest.mark.parametrize("query, how", [
-    (f"select * {CROSS4} order by all", "flag"),  # a sort of 2.56M wide rows: GBs
-    ("select x % 1000000007 as k, count(*) as n from range(3000000000) t(x) group by all", "env"),  # 1e9 groups
-])
-def test_a_runaway_query_ends_at_the_memory_limit(run40: Path, overhead: int, tmp_path: Path, query: str,
-                                                  how: str) -> None:
+@pytest.mark.parametrize(
+    "query, how",
+    [
+        (f"select * {CROSS4} order by all", "flag"),  # a sort of 2.56M wide rows: GBs
+        ("select x % 1000000007 as k, count(*) as n from range(3000000000) t(x) group by all", "env"),  # 1e9 groups
+    ],
+)
+def test_a_runaway_query_ends_at_the_memory_limit(run40: Path, overhead: int, tmp_path: Path, query: str, how: str) -> None:
     bound = LIMIT + overhead + MARGIN
     args, env = (["--memory-limit", "300MB"], None) if how == "flag" else ([], {limits.MEMORY_ENV: "300MB"})
     code, out, err, peak, seconds = _child(CLI, _sql(run40, query, *args), tmp_path, env=env, kill_above=bound)
@@ -144,9 +161,11 @@ def test_a_runaway_query_ends_at_the_memory_limit(run40: Path, overhead: int, tm
 def test_run_query_in_a_python_process_stops_at_the_memory_limit(run40: Path, overhead: int, tmp_path: Path) -> None:
     """The library call materialises the result in Python, outside DuckDB's buffer manager: DuckDB's
     memory_limit alone let this process grow past 3 GB with a 1 GB limit; the RSS guard stops it."""
-    code = ("import sys\nfrom datapipe.audit.sql import AuditError, run_query\n"
-            f"try:\n    run_query(sys.argv[1], 'select * {CROSS4}', memory_limit='300MB')\n"
-            "except AuditError as exc:\n    print(exc, file=sys.stderr)\n    sys.exit(3)\n")
+    code = (
+        "import sys\nfrom datapipe.audit.sql import AuditError, run_query\n"
+        f"try:\n    run_query(sys.argv[1], 'select * {CROSS4}', memory_limit='300MB')\n"
+        "except AuditError as exc:\n    print(exc, file=sys.stderr)\n    sys.exit(3)\n"
+    )
     bound = LIMIT + overhead + MARGIN
     rc, _, err, peak, seconds = _child(code, [str(run40)], tmp_path, kill_above=bound)
     assert peak <= bound, f"peak RSS {peak / 1e6:.0f} MB > {bound / 1e6:.0f} MB (killed: rc {rc}, {seconds:.1f} s)"
@@ -161,8 +180,7 @@ def test_a_query_that_runs_for_ever_ends_at_the_time_limit(run40: Path, tmp_path
     assert code == 2 and out == "", (code, out, err, seconds)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].endswith(f"the query ran longer than the 5 s time limit (--timeout or {limits.TIMEOUT_ENV} "
-                             f"to raise it)"), err
+    assert lines[0].endswith(f"the query ran longer than the 5 s time limit (--timeout or {limits.TIMEOUT_ENV} to raise it)"), err
     assert 5 <= seconds < 60
 
 
@@ -171,10 +189,12 @@ def test_a_result_too_large_to_print_is_cut_with_a_message(run40: Path, overhead
     bound = LIMIT + overhead + MARGIN
     code, out, err, peak, _ = _child(CLI, _sql(run40, query, "--memory-limit", "300MB"), tmp_path, kill_above=bound)
     assert peak <= bound and code == 0, (peak, code, err)
-    assert out.rstrip().endswith("(first 200 rows: there are more; --max-rows to show more, "
-                                 "--format csv or json to stream them all)"), out[-300:]
-    code, out, err, peak, _ = _child(CLI, _sql(run40, query, "--memory-limit", "300MB", "--format", "json",
-                                          "--max-rows", "1000"), tmp_path, kill_above=bound)
+    assert out.rstrip().endswith(
+        "(first 200 rows: there are more; --max-rows to show more, --format csv or json to stream them all)"
+    ), out[-300:]
+    code, out, err, peak, _ = _child(
+        CLI, _sql(run40, query, "--memory-limit", "300MB", "--format", "json", "--max-rows", "1000"), tmp_path, kill_above=bound
+    )
     assert peak <= bound and code == 0, (peak, code, err)
     rows = [json.loads(line) for line in out.splitlines()]
     assert len(rows) == 1000 and set(rows[0]) == {"a", "b", "c", "d"}
@@ -184,10 +204,12 @@ def test_a_result_too_large_to_print_is_cut_with_a_message(run40: Path, overhead
 def test_limits_are_set_before_the_configuration_is_locked(run40: Path) -> None:
     con = connect(run40, memory_limit="300MB")
     try:
-        setting = dict(con.sql("select name, value from duckdb_settings() where name in "
-                               "('memory_limit', 'threads', 'enable_progress_bar')").fetchall())
-        assert setting == {"memory_limit": "286.1 MiB", "threads": str(limits.threads()),
-                           "enable_progress_bar": "false"}
+        setting = dict(
+            con.sql(
+                "select name, value from duckdb_settings() where name in ('memory_limit', 'threads', 'enable_progress_bar')"
+            ).fetchall()
+        )
+        assert setting == {"memory_limit": "286.1 MiB", "threads": str(limits.threads()), "enable_progress_bar": "false"}
         for sql in ("SET memory_limit = '100GB'", "SET threads = 64", "RESET memory_limit"):
             with pytest.raises(Exception, match="locked"):
                 con.execute(sql)
@@ -197,7 +219,12 @@ def test_limits_are_set_before_the_configuration_is_locked(run40: Path) -> None:
 
 def test_sizes_defaults_and_bad_values() -> None:
     assert [limits.parse_size(s) for s in ("300MB", "2GB", " 1.5 GiB ", "500mb", "1000000")] == [
-        300 * 10**6, 2 * 10**9, 3 * 2**29, 500 * 10**6, 10**6]
+        300 * 10**6,
+        2 * 10**9,
+        3 * 2**29,
+        500 * 10**6,
+        10**6,
+    ]
     assert [limits.format_size(n) for n in (300 * 10**6, 2 * 10**9)] == ["300 MB", "2.0 GB"]
     for bad in ("lots", "2 GBs", "-1GB", "10KB", ""):
         with pytest.raises(limits.LimitError):

@@ -38,8 +38,10 @@ def make_documents(con: duckdb.DuckDBPyConnection, with_tags: bool) -> None:
 def test_mixture_view_groups_missing_tags_as_unknown(with_tags: bool) -> None:
     con = duckdb.connect()
     make_documents(con, with_tags)
-    rows = con.execute("SELECT source, lang, script, license_class, documents, tokens, chars, token_share "
-                       "FROM mixture ORDER BY source, lang, script").fetchall()
+    rows = con.execute(
+        "SELECT source, lang, script, license_class, documents, tokens, chars, token_share "
+        "FROM mixture ORDER BY source, lang, script"
+    ).fetchall()
     if with_tags:
         assert rows == [
             ("code", "unknown", "Latn", "weak_copyleft", 1, 11, 40, round(11 / 32, 6)),
@@ -53,7 +55,7 @@ def test_mixture_view_groups_missing_tags_as_unknown(with_tags: bool) -> None:
             ("web", "en", "unknown", "unknown", 1, 9, 30, round(9 / 32, 6)),
             ("web", "zh", "unknown", "unknown", 2, 12, 30, round(12 / 32, 6)),
         ]
-    (share, docs), = con.execute("SELECT sum(token_share), sum(doc_share) FROM mixture").fetchall()
+    ((share, docs),) = con.execute("SELECT sum(token_share), sum(doc_share) FROM mixture").fetchall()
     assert share == pytest.approx(1, abs=1e-5) and docs == pytest.approx(1, abs=1e-5)
 
 
@@ -69,8 +71,9 @@ def test_mixture_view_weights_tokens_by_dup_count_where_minhash_recorded_it() ->
     assert rows == {"web/zh/Hans": 15, "web/zh/unknown": 7, "web/en/Latn": 9, "code/unknown/Latn": 11}
 
 
-@pytest.mark.parametrize("text,value", [("5000", 5000), ("300M", 300_000_000), ("2.5b", 2_500_000_000),
-                                        ("1_000", 1000), ("12K", 12_000)])
+@pytest.mark.parametrize(
+    "text,value", [("5000", 5000), ("300M", 300_000_000), ("2.5b", 2_500_000_000), ("1_000", 1000), ("12K", 12_000)]
+)
 def test_parse_tokens(text: str, value: int) -> None:
     assert parse_tokens(text) == value
 
@@ -82,17 +85,17 @@ def test_parse_tokens_rejects_junk() -> None:
 
 def test_run_views_and_stats_command(ray_local, demo_project: Path) -> None:
     out = demo_project / "out"
-    run_pipeline(load_pipeline(demo_project / "pipelines" / "demo.yaml"), output=out, show_progress=False,
-                 log=lambda m: None)
+    run_pipeline(load_pipeline(demo_project / "pipelines" / "demo.yaml"), output=out, show_progress=False, log=lambda m: None)
     con = duckdb.connect(str(out / "stats.duckdb"), read_only=True)
     # documents.n_tokens accounts for every token in the shards (train and val), per source.
     manifest = pq.read_table(out / "shards" / "manifest.parquet").to_pylist()
-    per_source = dict(con.execute("SELECT source, sum(n_tokens) FROM documents WHERE status='kept' "
-                                  "GROUP BY source").fetchall())
+    per_source = dict(con.execute("SELECT source, sum(n_tokens) FROM documents WHERE status='kept' GROUP BY source").fetchall())
     for source, n in per_source.items():
         assert n == sum(m["tokens"] for m in manifest if m["source"] == source) > 0
-    assert con.execute("SELECT sum(tokens), sum(documents) FROM mixture").fetchone() == \
-        con.execute("SELECT sum(n_tokens), count(*) FROM documents WHERE status='kept'").fetchone()
+    assert (
+        con.execute("SELECT sum(tokens), sum(documents) FROM mixture").fetchone()
+        == con.execute("SELECT sum(n_tokens), count(*) FROM documents WHERE status='kept'").fetchone()
+    )
     # The funnel: every stage, and what leaves one stage enters the next.
     funnel = con.execute("SELECT DISTINCT position, docs_in, docs_out FROM funnel ORDER BY position").fetchall()
     n_stages = len(json.loads((out / "run.json").read_text())["config"]["stages"])
@@ -101,15 +104,14 @@ def test_run_views_and_stats_command(ray_local, demo_project: Path) -> None:
     kept = con.execute("SELECT count(*) FROM documents WHERE status='kept'").fetchone()[0]
     assert funnel[-1][2] == kept
     dropped = con.execute("SELECT stage, reason, dropped FROM funnel WHERE dropped > 0").fetchall()
-    assert sorted(dropped) == sorted(con.execute(
-        "SELECT stage, reason, count(*) FROM documents WHERE status='rejected' GROUP BY ALL").fetchall())
-    assert con.execute("SELECT count(*), min(fill) > 0, max(fill) <= 1 FROM shards").fetchone() == \
-        (len(manifest), True, True)
+    assert sorted(dropped) == sorted(
+        con.execute("SELECT stage, reason, count(*) FROM documents WHERE status='rejected' GROUP BY ALL").fetchall()
+    )
+    assert con.execute("SELECT count(*), min(fill) > 0, max(fill) <= 1 FROM shards").fetchone() == (len(manifest), True, True)
     con.close()
 
     # Sampling ratios, computed here from the manifest and the demo's weights (web_zh 0.6, web_en 0.4).
-    train = {s: sum(m["tokens"] for m in manifest if m["source"] == s and m["split"] == "train")
-             for s in ("web_zh", "web_en")}
+    train = {s: sum(m["tokens"] for m in manifest if m["source"] == s and m["split"] == "train") for s in ("web_zh", "web_en")}
     report = mixture_report(out, budget=1_000_000)
     by_name = {r.source: r for r in report.sources}
     assert by_name["web_zh"].ratio == pytest.approx(0.6 * 1_000_000 / train["web_zh"])

@@ -43,7 +43,8 @@ def test_benchmarks_page_holds_the_generated_table() -> None:
     assert table.START in page and table.END in page
     block = page.split(table.START, 1)[1].split(table.END, 1)[0]
     assert block.strip() == table.render().strip(), (
-        "docs/benchmarks.md's table differs from bench/results/*.json: run `python bench/readme_table.py --write`")
+        "docs/benchmarks.md's table differs from bench/results/*.json: run `python bench/readme_table.py --write`"
+    )
 
 
 def test_readme_headline_quotes_rows_of_the_table() -> None:

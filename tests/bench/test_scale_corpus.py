@@ -54,17 +54,20 @@ def test_corpus_holds_every_regular_document_once_and_plants_after_their_origina
         plants = [f"https://{kind}.example/{j}" for j in js.tolist()]
         originals = [f"https://doc.example/{j}" for j in js.tolist()]
         assert all(position[a] > position[b] for a, b in zip(plants, originals))
-        same = pc.equal(normalize_for_hash(pa.array([text[u] for u in plants])),
-                        normalize_for_hash(pa.array([text[u] for u in originals]))).to_pylist()
+        same = pc.equal(
+            normalize_for_hash(pa.array([text[u] for u in plants])), normalize_for_hash(pa.array([text[u] for u in originals]))
+        ).to_pylist()
         assert all(same) if kind == "exact" else not any(same)
     assert len({text[f"https://doc.example/{j}"] for j in range(n)}) == n  # no two copies alike
 
 
 def test_recall_counts_pairs_that_reached_dedup() -> None:
     corpus = Corpus([], regular=10, exact=np.array([1, 2, 3]), near=np.array([4, 5]), bytes=0, seconds=0.0)
-    removed = {"doc": {2: "quality", 7: "exact_duplicate", 8: "lang"},  # 2: its pair never reached dedup
-               "exact": {1: "exact_duplicate", 2: "quality"},  # 3: missed (both kept)
-               "near": {4: "near_duplicate", 5: "near_duplicate"}}
+    removed = {
+        "doc": {2: "quality", 7: "exact_duplicate", 8: "lang"},  # 2: its pair never reached dedup
+        "exact": {1: "exact_duplicate", 2: "quality"},  # 3: missed (both kept)
+        "near": {4: "near_duplicate", 5: "near_duplicate"},
+    }
     removed["doc"][5] = "near_duplicate"  # both of pair 5 removed: not "found"
     got = plants_found(corpus, removed, lambda r: r.endswith("duplicate"))
     assert got["exact"] == {"planted": 3, "reached_dedup": 2, "found": 1, "both_removed": 0, "recall": 0.5}

@@ -32,11 +32,27 @@ SMALL = ["--dim", "16", "--epoch", "3", "--bucket", "20000", "--max-per-class", 
 
 def _train_args(out: Path, name: str, seed: int = 0) -> list[str]:
     corpus, en = shared_path("corpus"), shared_path("en")
-    return ["train-classifier", "--name", name, "--out-dir", str(out), "--seed", str(seed), *SMALL,
-            "--positive", str(corpus / "zh_wikipedia.jsonl"), "--positive", str(corpus / "en_wikipedia.jsonl"),
-            "--negative", str(corpus / "zh_pingcap_docs.jsonl"),
-            # no lang field in these: the langid model labels them
-            "--negative", str(en / "datajuicer_redpajama-*.jsonl"), "--negative", str(en / "datajuicer_demo-*.jsonl")]
+    return [
+        "train-classifier",
+        "--name",
+        name,
+        "--out-dir",
+        str(out),
+        "--seed",
+        str(seed),
+        *SMALL,
+        "--positive",
+        str(corpus / "zh_wikipedia.jsonl"),
+        "--positive",
+        str(corpus / "en_wikipedia.jsonl"),
+        "--negative",
+        str(corpus / "zh_pingcap_docs.jsonl"),
+        # no lang field in these: the langid model labels them
+        "--negative",
+        str(en / "datajuicer_redpajama-*.jsonl"),
+        "--negative",
+        str(en / "datajuicer_demo-*.jsonl"),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +153,7 @@ def test_stage_scores_are_fasttexts_own_on_the_featurised_text(trained: tuple[Pa
     scored = _stage(out / "q.bin", max_chars=3000).compute(batch)
     model = fasttext.load_model(str(out / "q.bin"))
     for label in ("hq", "lq"):
-        direct = [min(1.0, float(dict(zip(*model.predict(cjk_v1(t[:3000]), k=-1)))[f"__label__{label}"]))
-                  for t in texts]
+        direct = [min(1.0, float(dict(zip(*model.predict(cjk_v1(t[:3000]), k=-1)))[f"__label__{label}"])) for t in texts]
         assert scored[f"cls_q_{label}"].to_pylist() == pytest.approx(direct, abs=1e-6)
     # the same file without its meta: a model from elsewhere, given plain text
     shutil.copy(out / "q.bin", tmp_path / "foreign.bin")
@@ -154,10 +169,12 @@ def test_stage_scores_are_fasttexts_own_on_the_featurised_text(trained: tuple[Pa
 
 def test_threshold_decision_names_the_column_and_value() -> None:
     stage = Classify.__new__(Classify)
-    stage.options = ClassifyOptions(models={"q": {"path": "m.bin"}}, keep=[
-        {"score": "cls_q_hq", "min": 0.5}, {"score": "cls_q_lq", "max": 0.9}])
-    batch = pa.table({"cls_q_hq": pa.array([0.7, 0.2, 0.6, None], pa.float32()),
-                      "cls_q_lq": pa.array([0.3, 0.95, 0.95, None], pa.float32())})
+    stage.options = ClassifyOptions(
+        models={"q": {"path": "m.bin"}}, keep=[{"score": "cls_q_hq", "min": 0.5}, {"score": "cls_q_lq", "max": 0.9}]
+    )
+    batch = pa.table(
+        {"cls_q_hq": pa.array([0.7, 0.2, 0.6, None], pa.float32()), "cls_q_lq": pa.array([0.3, 0.95, 0.95, None], pa.float32())}
+    )
     d = stage.decide(batch)
     assert d.reason.to_pylist() == [None, "classifier:cls_q_hq", "classifier:cls_q_lq", None]  # first rule wins
     assert d.detail.to_pylist()[1] == "cls_q_hq=0.2 < 0.5" and d.detail.to_pylist()[2].endswith("> 0.9")
@@ -173,12 +190,22 @@ def test_percentile_reduce_cuts_per_language_and_kind(tmp_path: Path) -> None:
     for i in range(2):  # two shards
         sl = slice(i * n // 2, (i + 1) * n // 2)
         path = tmp_path / f"s{i}.parquet"
-        pq.write_table(pa.table({"id": [f"d{j}" for j in range(n)][sl], "kind": ["web"] * (n // 2),
-                                 "lang": lang[sl].tolist(), "cls_q_hq": scores[sl]}), path)
+        pq.write_table(
+            pa.table(
+                {
+                    "id": [f"d{j}" for j in range(n)][sl],
+                    "kind": ["web"] * (n // 2),
+                    "lang": lang[sl].tolist(),
+                    "cls_q_hq": scores[sl],
+                }
+            ),
+            path,
+        )
         files.append(str(path))
     stage = Classify.__new__(Classify)
-    stage.options = ClassifyOptions(models={"q": {"path": "m.bin"}}, keep=[
-        {"score": "cls_q_hq", "max": 0.99}, {"score": "cls_q_hq", "min_percentile": 30}])
+    stage.options = ClassifyOptions(
+        models={"q": {"path": "m.bin"}}, keep=[{"score": "cls_q_hq", "max": 0.99}, {"score": "cls_q_hq", "min_percentile": 30}]
+    )
     assert Classify.global_for(stage.options)
     out = stage.reduce(ParquetReduceInputs(files, [0, 1], str(tmp_path)))
     dropped = dict(zip(out["id"].to_pylist(), out["reason"].to_pylist()))
@@ -192,42 +219,57 @@ def test_percentile_reduce_cuts_per_language_and_kind(tmp_path: Path) -> None:
         share = sum(1 for j in group if f"d{j}" in dropped and scores[j] <= 0.99) / len(group)
         assert 0.29 <= share <= 0.30
     top = next(f"d{j}" for j in range(n) if scores[j] > 0.99)
-    assert details[top] .startswith("cls_q_hq=") and details[top].endswith("> 0.99")
+    assert details[top].startswith("cls_q_hq=") and details[top].endswith("> 0.99")
     low = next(i for i in dropped if "p30" in details[i])
     assert re.search(r"< 0\.\d{4} \(p30 of lang=(zh|en) kind=web, (250|750) docs\)", details[low])
     assert out["shard"].to_pylist() == sorted(out["shard"].to_pylist())
 
 
-def test_validation_reports_missing_models_and_unknown_score_columns(trained: tuple[Path, str],
-                                                                     tmp_path: Path) -> None:
+def test_validation_reports_missing_models_and_unknown_score_columns(trained: tuple[Path, str], tmp_path: Path) -> None:
     import yaml
 
     out, _ = trained
     src = [{"name": "s", "kind": "web", "paths": [str(shared_path("corpus", "zh_oiwiki.jsonl"))]}]
-    stages = [{"langid": {"keep": ["zh"]}},
-              {"classify": {"models": {"quality": {"path": "nope/quality.bin"}, "ok": {"path": str(out / "q.bin")}},
-                            "keep": [{"score": "cls_ok_good", "min": 0.5}, {"score": "cls_other_hq", "min": 0.5}]}}]
+    stages = [
+        {"langid": {"keep": ["zh"]}},
+        {
+            "classify": {
+                "models": {"quality": {"path": "nope/quality.bin"}, "ok": {"path": str(out / "q.bin")}},
+                "keep": [{"score": "cls_ok_good", "min": 0.5}, {"score": "cls_other_hq", "min": 0.5}],
+            }
+        },
+    ]
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"name": "t", "sources": src, "stages": stages}))
     with pytest.raises(ConfigError) as info:
         load_pipeline(path)
     found = info.value.problems
     assert f"stages[1].classify.models.quality.path: file not found: {tmp_path / 'nope' / 'quality.bin'}" in found
-    assert any(p.startswith("stages[1].classify.keep[0].score: 'cls_ok_good' is not a score column of model ok; "
-                            "allowed: cls_ok_hq, cls_ok_lq") for p in found), found
+    assert any(
+        p.startswith(
+            "stages[1].classify.keep[0].score: 'cls_ok_good' is not a score column of model ok; allowed: cls_ok_hq, cls_ok_lq"
+        )
+        for p in found
+    ), found
     assert any(p.startswith("stages[1].classify.keep[1].score: 'cls_other_hq'") for p in found), found
 
 
-def test_a_percentile_rule_makes_the_stage_global_a_threshold_does_not(trained: tuple[Path, str],
-                                                                        tmp_path: Path) -> None:
+def test_a_percentile_rule_makes_the_stage_global_a_threshold_does_not(trained: tuple[Path, str], tmp_path: Path) -> None:
     import yaml
 
     out, _ = trained
     src = [{"name": "s", "kind": "web", "paths": [str(shared_path("corpus", "zh_oiwiki.jsonl"))]}]
     for keep, n_segments in (([{"score": "cls_q_hq", "min": 0.5}], 1), ([{"score": "cls_q_hq", "min_percentile": 10}], 2)):
         path = tmp_path / "p.yaml"
-        path.write_text(yaml.safe_dump({"name": "t", "sources": src, "stages": [
-            {"classify": {"models": {"q": {"path": str(out / "q.bin")}}, "keep": keep}}]}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "t",
+                    "sources": src,
+                    "stages": [{"classify": {"models": {"q": {"path": str(out / "q.bin")}}, "keep": keep}}],
+                }
+            )
+        )
         spec = make_spec(load_pipeline(path), tmp_path / "out", tmp_path / "cache")
         assert len(spec.segments) == n_segments
 
@@ -236,13 +278,18 @@ def test_examples_from_parquet_text_and_jsonl_files_with_ids_relative_to_the_glo
     from datapipe.train.classifier import examples_from_files
 
     (tmp_path / "d").mkdir()
-    pq.write_table(pa.table({"body": ["维基百科是一部自由的百科全书。", None, "  "], "lang": ["zh", "zh", "zh"]}),
-                   tmp_path / "d" / "a.parquet")
+    pq.write_table(
+        pa.table({"body": ["维基百科是一部自由的百科全书。", None, "  "], "lang": ["zh", "zh", "zh"]}),
+        tmp_path / "d" / "a.parquet",
+    )
     (tmp_path / "d" / "b.txt").write_text("first line\n\nsecond line\n")
     (tmp_path / "d" / "c.jsonl").write_text(json.dumps({"body": "x", "lang": "en"}) + "\nnot json\n")
     got = list(examples_from_files(str(tmp_path / "d" / "*"), text_field="body"))
     assert [(e.id, e.text, e.lang, e.line) for e in got] == [
-        ("a.parquet#0", "维基百科是一部自由的百科全书。", "zh", 0), ("b.txt#L1", "first line", None, 1),
-        ("b.txt#L3", "second line", None, 3), ("c.jsonl#L1", "x", "en", 1)]
+        ("a.parquet#0", "维基百科是一部自由的百科全书。", "zh", 0),
+        ("b.txt#L1", "first line", None, 1),
+        ("b.txt#L3", "second line", None, 3),
+        ("c.jsonl#L1", "x", "en", 1),
+    ]
     with pytest.raises(FileNotFoundError):
         list(examples_from_files(str(tmp_path / "nothing*.jsonl")))

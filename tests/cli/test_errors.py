@@ -94,8 +94,14 @@ def test_message_hint_and_builtin_bases_survive() -> None:
 def _cli(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     import os
 
-    return subprocess.run([sys.executable, "-m", "datapipe.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "datapipe.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _invoke(*args: str) -> SimpleNamespace:
@@ -125,11 +131,17 @@ def tiny_run(tmp_path_factory) -> Path:
     """A finished run folder (one source, one stage, in this process: a few seconds)."""
     base = tmp_path_factory.mktemp("errors")
     (base / "data").mkdir()
-    (base / "data" / "a.jsonl").write_text("".join(
-        json.dumps({"text": f"This is a small English document, number {i}, with enough words in it."}) + "\n"
-        for i in range(5)), encoding="utf-8")
-    (base / "p.yaml").write_text("name: tiny\nsources:\n  - {name: a, kind: web, paths: [data/a.jsonl]}\n"
-                                 "stages:\n  - length: {min_chars: 10}\n", encoding="utf-8")
+    (base / "data" / "a.jsonl").write_text(
+        "".join(
+            json.dumps({"text": f"This is a small English document, number {i}, with enough words in it."}) + "\n"
+            for i in range(5)
+        ),
+        encoding="utf-8",
+    )
+    (base / "p.yaml").write_text(
+        "name: tiny\nsources:\n  - {name: a, kind: web, paths: [data/a.jsonl]}\nstages:\n  - length: {min_chars: 10}\n",
+        encoding="utf-8",
+    )
     res = _cli("run", "p.yaml", "--output", "out", "--in-process", "--no-progress", cwd=base)
     assert res.returncode == 0, res.stderr
     return base / "out"
@@ -137,8 +149,12 @@ def tiny_run(tmp_path_factory) -> Path:
 
 def test_user_mistakes_give_one_line_and_the_documented_code(tiny_run: Path, tmp_path: Path) -> None:
     base = tiny_run.parent
-    _one_error(_cli("run", str(tmp_path / "missing.yaml")), EXIT_USAGE,
-               f"pipeline file not found: {tmp_path / 'missing.yaml'}", problems=True)
+    _one_error(
+        _cli("run", str(tmp_path / "missing.yaml")),
+        EXIT_USAGE,
+        f"pipeline file not found: {tmp_path / 'missing.yaml'}",
+        problems=True,
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text((base / "p.yaml").read_text(encoding="utf-8") + "stagez: []\n", encoding="utf-8")
     _one_error(_cli("validate", str(bad)), EXIT_USAGE, "stagez: unknown key", problems=True)
@@ -148,11 +164,17 @@ def test_user_mistakes_give_one_line_and_the_documented_code(tiny_run: Path, tmp
     _one_error(_invoke("explain", str(tiny_run), "a/nope#L1"), EXIT_USAGE, "no document 'a/nope#L1'")
     _one_error(_invoke("stats", str(tmp_path / "gone")), EXIT_USAGE, f"no run.json in {tmp_path / 'gone'}")
     _one_error(_invoke("stats", str(tiny_run), "--budget", "lots"), EXIT_USAGE, "not a token count: 'lots'")
-    _one_error(_invoke("train-tokenizer", "--files", str(tmp_path / "nothing*.jsonl")), EXIT_USAGE,
-               f"no files match {tmp_path / 'nothing*.jsonl'}")
+    _one_error(
+        _invoke("train-tokenizer", "--files", str(tmp_path / "nothing*.jsonl")),
+        EXIT_USAGE,
+        f"no files match {tmp_path / 'nothing*.jsonl'}",
+    )
     (tmp_path / "a-file").write_text("", encoding="utf-8")
-    _one_error(_invoke("report", str(tiny_run), "--html", str(tmp_path / "a-file" / "r.html")), EXIT_FAILURE,
-               f"cannot write {tmp_path / 'a-file' / 'r.html'}")
+    _one_error(
+        _invoke("report", str(tiny_run), "--html", str(tmp_path / "a-file" / "r.html")),
+        EXIT_FAILURE,
+        f"cannot write {tmp_path / 'a-file' / 'r.html'}",
+    )
 
 
 def test_missing_filters_file_is_one_line_and_a_hint(tiny_run: Path, tmp_path: Path) -> None:
@@ -162,10 +184,20 @@ def test_missing_filters_file_is_one_line_and_a_hint(tiny_run: Path, tmp_path: P
     shutil.copytree(ROOT / "filters", filters)
     (filters / "licenses" / "classes.yaml").unlink()
     pipeline = tmp_path / "p.yaml"
-    pipeline.write_text((tiny_run.parent / "p.yaml").read_text(encoding="utf-8").replace("data/", f"{tiny_run.parent}/data/")
-                        + "  - license: {}\n", encoding="utf-8")
-    res = _cli("run", str(pipeline), "--output", str(tmp_path / "out"), "--in-process", "--no-progress",
-               env={"DATAPIPE_FILTERS_DIR": str(filters)})
+    pipeline.write_text(
+        (tiny_run.parent / "p.yaml").read_text(encoding="utf-8").replace("data/", f"{tiny_run.parent}/data/")
+        + "  - license: {}\n",
+        encoding="utf-8",
+    )
+    res = _cli(
+        "run",
+        str(pipeline),
+        "--output",
+        str(tmp_path / "out"),
+        "--in-process",
+        "--no-progress",
+        env={"DATAPIPE_FILTERS_DIR": str(filters)},
+    )
     line = _one_error(res, EXIT_FAILURE, "hint: restore it")
     assert line == f"error: {filters / 'licenses' / 'classes.yaml'} is missing from datapipe's filters/ folder {filters}"
 

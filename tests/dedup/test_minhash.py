@@ -23,13 +23,17 @@ def _docs(name: str, count: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def real_docs() -> dict[str, list[str]]:
-    return {"zh": _docs("zh_wikipedia.jsonl", 60), "en": _docs("en_wikipedia.jsonl", 60),
-            "mixed": _docs("zh_pingcap_docs.jsonl", 40)}
+    return {
+        "zh": _docs("zh_wikipedia.jsonl", 60),
+        "en": _docs("en_wikipedia.jsonl", 60),
+        "mixed": _docs("zh_pingcap_docs.jsonl", 40),
+    }
 
 
 @pytest.mark.parametrize("lang", ["zh", "en", "mixed"])
-@pytest.mark.parametrize("num_perm,seed,scheme", [(128, 1, "affine32"), (64, 42, "affine32"),
-                                                  (256, 7, "affine32"), (128, 1, "legacy")])
+@pytest.mark.parametrize(
+    "num_perm,seed,scheme", [(128, 1, "affine32"), (64, 42, "affine32"), (256, 7, "affine32"), (128, 1, "legacy")]
+)
 def test_bit_identical_to_datasketch(real_docs, lang, num_perm, seed, scheme):
     docs = real_docs[lang] + ["", "。，！", "短"]
     sigs = signatures(docs, num_perm=num_perm, seed=seed, scheme=scheme)
@@ -44,12 +48,14 @@ def test_batch_hashes_equal_reference_on_many_scripts():
     udhr = sorted(shared_path("web", "html", "udhr").glob("*.html"))
     docs = [evalset.udhr_text(p) for p in udhr[::3]] + _docs("zh_oiwiki.jsonl", 30)
     rng = random.Random(0)
-    alphabet = "aΣΑ ＡＢ１２ｶﾞ가각\u0301\u1161e\u0308İﬁ㈱，。 数据३๓" + "".join(chr(rng.randrange(0x20, 0x30000)) for _ in range(200))
+    alphabet = "aΣΑ ＡＢ１２ｶﾞ가각\u0301\u1161e\u0308İﬁ㈱，。 数据३๓" + "".join(
+        chr(rng.randrange(0x20, 0x30000)) for _ in range(200)
+    )
     docs += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(300)]
     for n in (1, 3, 5):
         hashes, offsets = shingle_hashes(docs, n=n)
         for i, doc in enumerate(docs):
-            assert hashes[offsets[i]:offsets[i + 1]].tolist() == [shingle_hash(s) for s in shingles(doc, n)]
+            assert hashes[offsets[i] : offsets[i + 1]].tolist() == [shingle_hash(s) for s in shingles(doc, n)]
 
 
 def test_normalization_and_mixed_tokens():

@@ -7,9 +7,11 @@ from tests.support.shared_data import shared_path
 
 
 def test_edited_copies_precision_recall():
-    corpora = [(shared_path("corpus", "zh_wikipedia.jsonl"), "zh", 80, 600),
-               (shared_path("corpus", "en_wikipedia.jsonl"), "en", 80, 1500),
-               (shared_path("corpus", "zh_pingcap_docs.jsonl"), "zh", 40, 1000)]
+    corpora = [
+        (shared_path("corpus", "zh_wikipedia.jsonl"), "zh", 80, 600),
+        (shared_path("corpus", "en_wikipedia.jsonl"), "en", 80, 1500),
+        (shared_path("corpus", "zh_pingcap_docs.jsonl"), "zh", 40, 1000),
+    ]
     texts, groups, _ = evalset.build(corpora, seed=0)
     p, r, n_pred, n_true = evalset.pair_scores(near_duplicates(texts).cluster, evalset.group_pairs(groups))
     print(f"edited copies: precision {p:.3f} recall {r:.3f} ({n_pred} predicted, {n_true} true pairs)")
@@ -50,7 +52,6 @@ def test_traditional_simplified_copies_found_when_folding():
     truth = evalset.group_pairs(np.array(groups))
     p_fold, r_fold, _, _ = evalset.pair_scores(near_duplicates(fold_traditional(texts)).cluster, truth)
     p_raw, r_raw, _, _ = evalset.pair_scores(near_duplicates(texts).cluster, truth)
-    print(f"Traditional/Simplified copies: folded precision {p_fold:.3f} recall {r_fold:.3f}; "
-          f"unfolded recall {r_raw:.3f}")
+    print(f"Traditional/Simplified copies: folded precision {p_fold:.3f} recall {r_fold:.3f}; unfolded recall {r_raw:.3f}")
     assert p_fold >= 0.98 and r_fold >= 0.9
     assert r_raw < r_fold  # without folding, script changes hide many copies

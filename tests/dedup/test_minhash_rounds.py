@@ -32,8 +32,9 @@ from tests.engine.test_global_phases import _edited
 from tests.support.shared_data import shared_path
 
 
-def star_rounds(u: np.ndarray, v: np.ndarray, partitions: int, pairs: int
-                ) -> tuple[dict[int, int], tuple[np.ndarray, np.ndarray], int]:
+def star_rounds(
+    u: np.ndarray, v: np.ndarray, partitions: int, pairs: int
+) -> tuple[dict[int, int], tuple[np.ndarray, np.ndarray], int]:
     """The star rounds as the stage runs them, each partition seeing only its nodes' rows: the
     settled {node: root}, the edges left after the last round, and the last round that had rows."""
     node, nbr = both_ways(u, v)
@@ -130,10 +131,17 @@ def _pipeline(folder: Path, partitions: int, survivor: str) -> RunSpec:
     minhash = {"threshold": 0.7, "fold_script": True, "partitions": partitions, "survivor": survivor}
     if survivor == "best":
         minhash["score_column"] = "lang_score"
-    pipeline = write_pipeline(folder, {
-        "name": "mhr", "sources": [{"name": "udhr", "kind": "web", "format": "html", "paths": _udhr_variants()},
-                                   {"name": "wiki", "kind": "text", "paths": ["data/*.jsonl"]}],
-        "stages": [{"langid": {"min_score": 0.0}}, {"minhash": minhash}]})
+    pipeline = write_pipeline(
+        folder,
+        {
+            "name": "mhr",
+            "sources": [
+                {"name": "udhr", "kind": "web", "format": "html", "paths": _udhr_variants()},
+                {"name": "wiki", "kind": "text", "paths": ["data/*.jsonl"]},
+            ],
+            "stages": [{"langid": {"min_score": 0.0}}, {"minhash": minhash}],
+        },
+    )
     return make_spec(load_pipeline(pipeline), folder / "out", folder / "cache")
 
 
@@ -144,19 +152,23 @@ def _global_step(spec: RunSpec, segment: Segment) -> tuple[dict, dict, list[int]
     stage = build_stage(spec, segment.compute_global)
     step = step_of(stage, PartitionStep)
     assert step is not None
-    rows_in = [sum(reduce_partition(spec, segment, p, r)["rows_in"] for p in range(step.partitions))
-               for r in range(step.rounds)]
+    rows_in = [sum(reduce_partition(spec, segment, p, r)["rows_in"] for p in range(step.partitions)) for r in range(step.rounds)]
     reduce_stage(spec, segment)
     decisions, sizes = {}, {}
     for s in spec.shards:
-        for table in (partition_decisions(folder, segment.index, stage, s.ordinal),
-                      pq.read_table(p) if (p := folder.decisions_file(segment.index, s.key)).exists() else None):
+        for table in (
+            partition_decisions(folder, segment.index, stage, s.ordinal),
+            pq.read_table(p) if (p := folder.decisions_file(segment.index, s.key)).exists() else None,
+        ):
             for r in table.to_pylist() if table is not None else []:
                 assert r["id"] not in decisions  # one decision per document
                 decisions[r["id"]] = (r["dup_of"], r["dup_cluster"], r["detail"])
-        for table in (partition_state(folder, segment.index, stage, s.ordinal),
-                      pq.read_table(folder.state_file(segment.index), filters=[("shard", "=", s.ordinal)])
-                      if folder.state_file(segment.index).exists() else None):
+        for table in (
+            partition_state(folder, segment.index, stage, s.ordinal),
+            pq.read_table(folder.state_file(segment.index), filters=[("shard", "=", s.ordinal)])
+            if folder.state_file(segment.index).exists()
+            else None,
+        ):
             for r in table.to_pylist() if table is not None else []:
                 assert r["row_key"] not in sizes
                 sizes[r["row_key"]] = r["dup_count"]
@@ -174,17 +186,26 @@ def _in_memory(spec: RunSpec, segment: Segment, survivor: str) -> tuple[dict, di
     keys, table = keys[order], table.take(pa.array(order))
     stage = build_stage(spec, segment.compute_global)
     sigs = _sig_matrix(table[SIG_COLUMN], stage.options.num_perm)
-    res = cluster_duplicates(band_keys(sigs, *stage.band_params()), len(sigs), valid=~empty_mask(sigs), sigs=sigs,
-                             verify_threshold=0.7, rule=survivor, lengths=table["n_chars"].to_numpy(),
-                             scores=table["lang_score"].to_numpy(zero_copy_only=False)
-                             if "lang_score" in table.column_names else None)
+    res = cluster_duplicates(
+        band_keys(sigs, *stage.band_params()),
+        len(sigs),
+        valid=~empty_mask(sigs),
+        sigs=sigs,
+        verify_threshold=0.7,
+        rule=survivor,
+        lengths=table["n_chars"].to_numpy(),
+        scores=table["lang_score"].to_numpy(zero_copy_only=False) if "lang_score" in table.column_names else None,
+    )
     ids = table["id"].to_pylist()
     decisions = {}
     for i in np.flatnonzero(res.duplicate):
         s = res.survivor[i]
         j = (sigs[i] == sigs[s]).mean()
-        decisions[ids[i]] = (ids[s], ids[res.cluster[i]],
-                             f"near-duplicate of {ids[s]} (cluster of {res.size[i]}, estimated Jaccard {j:.2f})")
+        decisions[ids[i]] = (
+            ids[s],
+            ids[res.cluster[i]],
+            f"near-duplicate of {ids[s]} (cluster of {res.size[i]}, estimated Jaccard {j:.2f})",
+        )
     kept = np.flatnonzero(res.kept)
     return decisions, dict(zip(keys[kept].tolist(), res.size[kept].tolist()))
 
@@ -196,7 +217,8 @@ def test_star_rounds_equal_the_in_memory_clustering_on_real_near_duplicates(tmp_
     docs = _wiki_docs(60)
     for f in range(3):
         (tmp_path / "data" / f"part-{f}.jsonl").write_text(
-            "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in docs[f::3]))
+            "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in docs[f::3])
+        )
     spec = _pipeline(tmp_path, partitions, "earliest")
     segment = spec.segments[0]
     for s in spec.shards:
@@ -230,21 +252,28 @@ def _chain(folder: Path, length: int) -> None:
         text = max((json.loads(line)["text"] for line in f), key=len)
     width, step = 600, 30
     assert len(text) >= width + step * length
-    windows = [text[i * step:i * step + width] for i in range(length)]
+    windows = [text[i * step : i * step + width] for i in range(length)]
     (folder / "data").mkdir()
     for f in range(4):  # consecutive windows in consecutive files: the chain crosses every shard
         (folder / "data" / f"part-{f}.jsonl").write_text(
-            "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in windows[f * length // 4:(f + 1) * length // 4]))
+            "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in windows[f * length // 4 : (f + 1) * length // 4])
+        )
 
 
 @pytest.mark.parametrize(("star_pairs", "survivor"), [(10, "longest"), (1, "earliest"), (2, "longest")])
-def test_a_chain_of_copies_settles_in_rounds_or_in_the_combine_step(tmp_path: Path, monkeypatch,
-                                                                     star_pairs: int, survivor: str) -> None:
+def test_a_chain_of_copies_settles_in_rounds_or_in_the_combine_step(
+    tmp_path: Path, monkeypatch, star_pairs: int, survivor: str
+) -> None:
     monkeypatch.setattr(MinHashDedup, "star_pairs", star_pairs)
     _chain(tmp_path, 80)
-    pipeline = write_pipeline(tmp_path, {
-        "name": "chain", "sources": [{"name": "w", "kind": "text", "paths": ["data/*.jsonl"]}],
-        "stages": [{"minhash": {"threshold": 0.7, "partitions": 4, "survivor": survivor}}]})
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "chain",
+            "sources": [{"name": "w", "kind": "text", "paths": ["data/*.jsonl"]}],
+            "stages": [{"minhash": {"threshold": 0.7, "partitions": 4, "survivor": survivor}}],
+        },
+    )
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
     segment = spec.segments[0]
     for s in spec.shards:
@@ -260,7 +289,6 @@ def test_a_chain_of_copies_settles_in_rounds_or_in_the_combine_step(tmp_path: Pa
         assert rows_in[-1] > 0 and left_open  # still open after the last round: finished by the combine step
 
 
-
 def test_a_run_plans_every_round_but_runs_only_those_with_work(tmp_path: Path) -> None:
     """In a real run (in process) the clusters of the UDHR variants settle within a few rounds: the
     rounds after the last with work have no tasks and no markers, and a rerun finds nothing to do."""
@@ -268,10 +296,16 @@ def test_a_run_plans_every_round_but_runs_only_those_with_work(tmp_path: Path) -
 
     udhr = shared_path("web", "html", "udhr")
     pages = ["deu_1901", "deu_1996", "eng", "ron_1953", "ron_1993", "ron_2006", "fra", "cmn_hans", "cmn_hant"]
-    pipeline = load_pipeline(write_pipeline(tmp_path, {
-        "name": "plan", "sources": [{"name": "udhr", "kind": "web", "format": "html",
-                                     "paths": [str(udhr / f"{p}.html") for p in pages]}],
-        "stages": [{"minhash": {"threshold": 0.7, "fold_script": True, "partitions": 3}}]}))
+    pipeline = load_pipeline(
+        write_pipeline(
+            tmp_path,
+            {
+                "name": "plan",
+                "sources": [{"name": "udhr", "kind": "web", "format": "html", "paths": [str(udhr / f"{p}.html") for p in pages]}],
+                "stages": [{"minhash": {"threshold": 0.7, "fold_script": True, "partitions": 3}}],
+            },
+        )
+    )
     out = tmp_path / "out"
     result = run_pipeline(pipeline, output=out, show_progress=False, log=lambda _: None, in_process=True)
     tasks_of = {p["phase"]: p["tasks"] for p in result.phases}
@@ -279,8 +313,9 @@ def test_a_run_plans_every_round_but_runs_only_those_with_work(tmp_path: Path) -
     ran = [tasks_of.get(f"shuffle0r{r}" if r else "shuffle0", 0) for r in range(rounds)]
     busy = sum(1 for n in ran if n)
     assert 3 <= busy < rounds and ran == [3] * busy + [0] * (rounds - busy)  # a prefix of the rounds, then none
-    assert sorted(p.name for p in (out / "_work" / "markers").iterdir() if p.name.startswith("shuffle")) == \
-        sorted(["shuffle0"] + [f"shuffle0r{r}" for r in range(1, busy)])
+    assert sorted(p.name for p in (out / "_work" / "markers").iterdir() if p.name.startswith("shuffle")) == sorted(
+        ["shuffle0"] + [f"shuffle0r{r}" for r in range(1, busy)]
+    )
     kept = {r["path"].removesuffix(".html"): r["dup_count"] for r in pq.read_table(out / "docs").to_pylist()}
     assert kept == {"deu_1901": 2, "eng": 1, "ron_1953": 3, "fra": 1, "cmn_hans": 2}  # sizes from the partitions
     again = run_pipeline(pipeline, output=out, show_progress=False, log=lambda _: None, in_process=True)

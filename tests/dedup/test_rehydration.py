@@ -22,11 +22,14 @@ PAGES = ["deu_1901", "deu_1996", "eng", "ron_1953", "ron_1993", "ron_2006", "fra
 
 def test_survivors_carry_their_cluster_size_on_real_udhr_variants(tmp_path: Path) -> None:
     udhr = shared_path("web", "html", "udhr")
-    pipeline = write_pipeline(tmp_path, {
-        "name": "rehydrate",
-        "sources": [{"name": "udhr", "kind": "web", "format": "html",
-                     "paths": [str(udhr / f"{p}.html") for p in PAGES]}],
-        "stages": [{"minhash": {"threshold": 0.7, "fold_script": True, "partitions": 2}}]})
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "rehydrate",
+            "sources": [{"name": "udhr", "kind": "web", "format": "html", "paths": [str(udhr / f"{p}.html") for p in PAGES]}],
+            "stages": [{"minhash": {"threshold": 0.7, "fold_script": True, "partitions": 2}}],
+        },
+    )
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
     first, last = spec.segments
     for shard in spec.shards:
@@ -39,10 +42,16 @@ def test_survivors_carry_their_cluster_size_on_real_udhr_variants(tmp_path: Path
     reduce_stage(spec, first)
     for shard in spec.shards:
         map_shard(spec, shard, last)
-    kept = {r["path"].removesuffix(".html"): r["dup_count"]
-            for f in (tmp_path / "out" / "docs").glob("**/*.parquet") for r in pq.read_table(f).to_pylist()}
-    rejected = {r["path"].removesuffix(".html"): r["dup_of"]
-                for f in (tmp_path / "out" / "rejected").glob("**/*.parquet") for r in pq.read_table(f).to_pylist()}
+    kept = {
+        r["path"].removesuffix(".html"): r["dup_count"]
+        for f in (tmp_path / "out" / "docs").glob("**/*.parquet")
+        for r in pq.read_table(f).to_pylist()
+    }
+    rejected = {
+        r["path"].removesuffix(".html"): r["dup_of"]
+        for f in (tmp_path / "out" / "rejected").glob("**/*.parquet")
+        for r in pq.read_table(f).to_pylist()
+    }
     assert set(kept) | set(rejected) == set(PAGES) and not set(kept) & set(rejected)
     assert kept == {"deu_1901": 2, "eng": 1, "ron_1953": 3, "fra": 1, "cmn_hans": 2}, (kept, rejected)
     assert sum(kept.values()) == len(PAGES)  # upsampling by dup_count gives back every page's weight

@@ -30,8 +30,7 @@ def test_reference_lists_every_stage_section_and_reader() -> None:
     from datapipe.stages import STAGES
 
     page = _hook().render()
-    expected = {"langid", "length", "quality", "pii", "dedup", "minhash", "boilerplate", "license",
-                "decontaminate", "classify"}
+    expected = {"langid", "length", "quality", "pii", "dedup", "minhash", "boilerplate", "license", "decontaminate", "classify"}
     assert expected <= set(STAGES)
     for name in STAGES:
         assert f"### `{name}` {{#stage-{name}}}" in page, name
@@ -55,8 +54,10 @@ def test_reference_shows_defaults_from_the_models() -> None:
 
 def test_every_field_has_a_description() -> None:
     missing = _hook().undocumented()
-    assert not missing, ("fields without a description (add Field(description=...), one sentence; they are "
-                         "the generated docs/reference.md): " + ", ".join(missing))
+    assert not missing, (
+        "fields without a description (add Field(description=...), one sentence; they are "
+        "the generated docs/reference.md): " + ", ".join(missing)
+    )
 
 
 def test_a_field_without_description_is_reported(monkeypatch) -> None:

@@ -48,16 +48,20 @@ class CountingExecutor:
 
 
 def _run(project: Path, out: Path, executor: Executor, log: list[str] | None = None) -> RunResult:
-    return run_pipeline(load_pipeline(project / "pipelines" / "demo.yaml"), output=out, show_progress=False,
-                        log=(log.append if log is not None else lambda _: None), executor=executor)
+    return run_pipeline(
+        load_pipeline(project / "pipelines" / "demo.yaml"),
+        output=out,
+        show_progress=False,
+        log=(log.append if log is not None else lambda _: None),
+        executor=executor,
+    )
 
 
 def _docs_files(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in (root / "docs").rglob("*.parquet"))
 
 
-def test_in_process_and_ray_executors_give_identical_outputs(demo_project: Path, ray_local: str,
-                                                             tmp_path: Path) -> None:
+def test_in_process_and_ray_executors_give_identical_outputs(demo_project: Path, ray_local: str, tmp_path: Path) -> None:
     # Planned for the shared Ray's 2 CPUs both times: the same map tasks, so the same file names.
     here = _run(demo_project, tmp_path / "here", InProcessExecutor(cpus=2))
     ray = _run(demo_project, tmp_path / "ray", RayExecutor())

@@ -26,44 +26,66 @@ def test_ingest_pipeline_conserves_documents_and_records_provenance(ray_local, t
     shutil.copy(shared_path("web", "warc", "whirlwind_whirlwind.warc.gz"), data)
     shutil.copy(shared_path("web", "warc", "warcio_post-test.warc.gz"), data)  # 3 JSON responses: not_html
     shutil.copy(shared_path("papers", "conv_arithmetic", "conv_arithmetic.tex"), data)
-    files = {"LICENSE": shared_path("papers", "conv_arithmetic", "LICENSE").read_bytes(),
-             "pkg/__init__.py": b"from .core import run\n", "pkg/core.py": b"def run():\n    return 42\n",
-             "node_modules/x/index.js": b"module.exports = 1;\n", "poetry.lock": b"# lock\n"}
+    files = {
+        "LICENSE": shared_path("papers", "conv_arithmetic", "LICENSE").read_bytes(),
+        "pkg/__init__.py": b"from .core import run\n",
+        "pkg/core.py": b"def run():\n    return 42\n",
+        "node_modules/x/index.js": b"module.exports = 1;\n",
+        "poetry.lock": b"# lock\n",
+    }
     with tarfile.open(data / "tool.tar.gz", "w:gz") as tar:
         for name, body in files.items():
             info = tarfile.TarInfo(f"tool-main/{name}")
             info.size = len(body)
             tar.addfile(info, io.BytesIO(body))
-    pipeline = write_pipeline(tmp_path, {
-        "name": "ingest",
-        "sources": [{"name": "web", "kind": "web", "paths": ["data/*.warc.gz"]},
-                    {"name": "code", "kind": "code", "paths": ["data/*.tar.gz"]},
-                    {"name": "papers", "kind": "paper", "paths": ["data/*.tex"]}],
-        "stages": [{"length": {"min_chars": 10}},
-                   {"license": {"policy": {"code": {"deny": ["strong_copyleft", "unknown"]}}}}],
-    })
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "ingest",
+            "sources": [
+                {"name": "web", "kind": "web", "paths": ["data/*.warc.gz"]},
+                {"name": "code", "kind": "code", "paths": ["data/*.tar.gz"]},
+                {"name": "papers", "kind": "paper", "paths": ["data/*.tex"]},
+            ],
+            "stages": [
+                {"length": {"min_chars": 10}},
+                {"license": {"policy": {"code": {"deny": ["strong_copyleft", "unknown"]}}}},
+            ],
+        },
+    )
     out = tmp_path / "out"
     result = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
     with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+
         def q(sql: str) -> list[tuple]:
             return con.execute(sql).fetchall()
 
         # Conservation: 1 page + 3 not_html, 5 repository files, 1 paper; every one kept or rejected once.
-        (n, distinct), = q("select count(*), count(distinct id) from documents")
+        ((n, distinct),) = q("select count(*), count(distinct id) from documents")
         assert n == distinct == 10 == result.run["counts"]["documents"]
         by_source = dict(q("select source, count(*) from documents group by all"))
         assert by_source == {"web": 4, "code": 5, "papers": 1}
         reasons = dict(q("select reason, count(*) from documents where status='rejected' group by all"))
         # LICENSE is no source file (no language) but is attached to every file of its repository.
         assert reasons == {"not_html": 3, "vendored": 1, "lockfile": 1, "unknown_language": 1}
-        (web,) = q("select url, domain, warc_record_id, fetch_date, content_type, http_status, charset, license_hints "
-                   "from documents where source='web' and status='kept'")
-        assert web[:7] == ("https://an.wikipedia.org/wiki/Escopete", "an.wikipedia.org",
-                           "<urn:uuid:2aabeff2-67f5-4608-8466-e87c6296e2b6>", "2024-05-18T01:58:10Z",
-                           "text/html", 200, "utf-8")
+        (web,) = q(
+            "select url, domain, warc_record_id, fetch_date, content_type, http_status, charset, license_hints "
+            "from documents where source='web' and status='kept'"
+        )
+        assert web[:7] == (
+            "https://an.wikipedia.org/wiki/Escopete",
+            "an.wikipedia.org",
+            "<urn:uuid:2aabeff2-67f5-4608-8466-e87c6296e2b6>",
+            "2024-05-18T01:58:10Z",
+            "text/html",
+            200,
+            "utf-8",
+        )
         assert "creativecommons.org/licenses/by-sa" in web[7]
-        code = q("select path, repo, code_language, repo_license_files from documents "
-                 "where source='code' and status='kept' order by path")
+        code = q(
+            "select path, repo, code_language, repo_license_files from documents "
+            "where source='code' and status='kept' order by path"
+        )
         assert [c[:3] for c in code] == [("pkg/__init__.py", "tool", "Python"), ("pkg/core.py", "tool", "Python")]
         license_text = shared_path("papers", "conv_arithmetic", "LICENSE").read_text(encoding="utf-8")
         assert json.loads(code[0][3]) == {"LICENSE": license_text}
@@ -71,16 +93,21 @@ def test_ingest_pipeline_conserves_documents_and_records_provenance(ray_local, t
         assert paper[0] == "conv_arithmetic.tex" and paper[1] is None and paper[3] > 30_000
         assert dict(q("select column_name, column_type from (describe documents)"))["http_status"] == "INTEGER"
         # License tagging reads what the readers kept: the page's CC link, the repository's LICENSE.
-        tags = dict((s, (lic, cls, ev)) for s, lic, cls, ev in q(
-            "select source, license, license_class, license_evidence from documents "
-            "where status='kept' and path not like 'pkg/__init__%'"))
+        tags = dict(
+            (s, (lic, cls, ev))
+            for s, lic, cls, ev in q(
+                "select source, license, license_class, license_evidence from documents "
+                "where status='kept' and path not like 'pkg/__init__%'"
+            )
+        )
         assert tags["web"][0].startswith("CC-BY-SA-") and "creativecommons.org" in tags["web"][2]
         assert tags["code"][:2] == ("MIT", "permissive") and "LICENSE" in tags["code"][2]
         assert tags["papers"][:2] == ("unknown", "unknown")
 
 
-def test_folder_inputs_run_resume_and_a_changed_file_is_detected(ray_local, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_folder_inputs_run_resume_and_a_changed_file_is_detected(
+    ray_local, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A folder is one input (a site of pages, a repository, a paper's sources): the run lists it by
     the size and times of its files, walked once per run start, resumes on the same folder and
     refuses one whose file changed."""
@@ -104,11 +131,15 @@ def test_folder_inputs_run_resume_and_a_changed_file_is_detected(ray_local, tmp_
     paper = tmp_path / "data" / "conv_arithmetic"
     paper.mkdir()
     shutil.copy(shared_path("papers", "conv_arithmetic", "conv_arithmetic.tex"), paper)
-    spec = {"name": "folders",
-            "sources": [{"name": "web", "kind": "web", "paths": ["data/udhr"]},
-                        {"name": "code", "kind": "code", "paths": ["data/tool"]},
-                        {"name": "papers", "kind": "paper", "paths": ["data/conv_arithmetic"]}],
-            "stages": [{"length": {"min_chars": 10}}]}
+    spec = {
+        "name": "folders",
+        "sources": [
+            {"name": "web", "kind": "web", "paths": ["data/udhr"]},
+            {"name": "code", "kind": "code", "paths": ["data/tool"]},
+            {"name": "papers", "kind": "paper", "paths": ["data/conv_arithmetic"]},
+        ],
+        "stages": [{"length": {"min_chars": 10}}],
+    }
     pipeline = write_pipeline(tmp_path, spec)
     out = tmp_path / "out"
     result = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)

@@ -38,8 +38,13 @@ SPLIT = {"target_bytes": 700_000, "min_tasks_per_cpu": 0}  # each file in ranges
 
 
 def datapipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "datapipe.cli", "run", *args, "--in-process", "--no-progress"],
-                          capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "datapipe.cli", "run", *args, "--in-process", "--no-progress"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+    )
 
 
 def make_project(folder: Path, data: str | None = None) -> Path:
@@ -49,13 +54,16 @@ def make_project(folder: Path, data: str | None = None) -> Path:
         d.mkdir(parents=True)
         shutil.copy(shared_path("corpus", "zh_wikipedia.jsonl"), d / "zh-0.jsonl")
         en = shared_path("corpus", "en_wikipedia.jsonl").read_bytes()
-        (d / "en-0.jsonl").write_bytes(en[:en.index(b"\n", 2_000_000) + 1])
+        (d / "en-0.jsonl").write_bytes(en[: en.index(b"\n", 2_000_000) + 1])
         oi = shared_path("corpus", "zh_oiwiki.jsonl").read_bytes()
-        (d / "zh-1.jsonl").write_bytes(oi[:oi.index(b"\n", 1_000_000) + 1])
+        (d / "zh-1.jsonl").write_bytes(oi[: oi.index(b"\n", 1_000_000) + 1])
         data = str(d)
-    config = {"name": "changes", "sources": [{"name": "zh", "paths": [f"{data}/zh-*.jsonl"]},
-                                             {"name": "en", "paths": [f"{data}/en-*.jsonl"]}],
-              "stages": [{"length": {"min_chars": 200}}], "split": SPLIT}
+    config = {
+        "name": "changes",
+        "sources": [{"name": "zh", "paths": [f"{data}/zh-*.jsonl"]}, {"name": "en", "paths": [f"{data}/en-*.jsonl"]}],
+        "stages": [{"length": {"min_chars": 200}}],
+        "split": SPLIT,
+    }
     path = folder / "pipeline.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
@@ -64,8 +72,11 @@ def make_project(folder: Path, data: str | None = None) -> Path:
 def outputs(root: Path) -> dict[str, object]:
     """What a user gets: kept documents, rejects and the counts."""
     docs = sorted((r["id"], r["text"]) for r in pq.read_table(root / "docs", columns=["id", "text"]).to_pylist())
-    rejected = sorted((r["id"], r["reason"]) for p in (root / "rejected").glob("**/*.parquet")
-                      for r in pq.read_table(p, columns=["id", "reason"]).to_pylist())
+    rejected = sorted(
+        (r["id"], r["reason"])
+        for p in (root / "rejected").glob("**/*.parquet")
+        for r in pq.read_table(p, columns=["id", "reason"]).to_pylist()
+    )
     counts = json.loads((root / "run.json").read_text())["counts"]
     return {"docs": docs, "rejected": rejected, "kept": counts["kept"], "documents": counts["documents"]}
 
@@ -90,20 +101,19 @@ def reverse_second_half(path: Path) -> None:
 
 def append(path: Path) -> None:
     data = path.read_bytes()
-    path.write_bytes(data + data[:data.index(b"\n", 10_000) + 1])
+    path.write_bytes(data + data[: data.index(b"\n", 10_000) + 1])
 
 
 def truncate(path: Path) -> None:
     data = path.read_bytes()
-    path.write_bytes(data[:data.index(b"\n", len(data) * 2 // 3) + 1])
+    path.write_bytes(data[: data.index(b"\n", len(data) * 2 // 3) + 1])
 
 
 def delete(path: Path) -> None:
     path.unlink()
 
 
-CHANGES = {"appended": append, "truncated": truncate, "rewritten_same_size_and_mtime": reverse_second_half,
-           "deleted": delete}
+CHANGES = {"appended": append, "truncated": truncate, "rewritten_same_size_and_mtime": reverse_second_half, "deleted": delete}
 
 
 @pytest.mark.parametrize("change", list(CHANGES))
@@ -163,10 +173,13 @@ def test_bytes_put_back_as_the_tasks_read_them_let_the_run_go_on(tmp_path: Path)
 
 def start_paused(pipeline: Path, out: Path, pause: Path) -> subprocess.Popen:
     """A run that stops after its first map task until ``pause`` exists (DATAPIPE_FAULT_PAUSE_AT)."""
-    proc = subprocess.Popen([sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out),
-                             "--in-process", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "DATAPIPE_FAULT_PAUSE_AT": "map0:1",
-                                            "DATAPIPE_FAULT_PAUSE_FILE": str(pause)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out), "--in-process", "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DATAPIPE_FAULT_PAUSE_AT": "map0:1", "DATAPIPE_FAULT_PAUSE_FILE": str(pause)},
+    )
     deadline = time.time() + 300
     while not Path(f"{pause}.paused").exists():
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[1]
@@ -193,6 +206,7 @@ def test_changed_during_the_run_is_never_complete(tmp_path: Path, change: str) -
 
 
 # --- object storage: the loopback S3 server of tests/test_object_storage.py ------------------------
+
 
 def _s3_project(s3, tmp_path: Path, prefix: str) -> Path:
     local = tmp_path / "upload"
@@ -243,4 +257,3 @@ def test_object_overwritten_during_the_run_is_caught_by_its_etag(s3, tmp_path: P
     assert proc.returncode == 1, err
     assert f"s3://{BUCKET}/changes-during/zh-0.jsonl" in err and "changed while the run ran" in err, err
     assert status(out) != "complete"
-

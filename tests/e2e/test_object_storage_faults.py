@@ -42,8 +42,13 @@ def store(tmp_path_factory):
     server.start()
     host, port = server.get_host_and_port()
     proxy = TcpProxy(host, port)
-    env = {"AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_DEFAULT_REGION": "us-east-1", "DATAPIPE_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+    env = {
+        "AWS_ENDPOINT_URL": proxy.url,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "DATAPIPE_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -69,11 +74,19 @@ def expected(tmp_path_factory) -> dict:
 
 
 def run_cli(pipeline: Path, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
-    full = {**os.environ, **(env or {}),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.Popen([sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--in-process",
-                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=full, **popen)
+    full = {
+        **os.environ,
+        **(env or {}),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--in-process", "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full,
+        **popen,
+    )
 
 
 def paused(proc: subprocess.Popen, pause: Path) -> None:
@@ -86,7 +99,7 @@ def paused(proc: subprocess.Popen, pause: Path) -> None:
 def objects(client, prefix: str) -> dict[str, int]:
     out = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/"):
-        out.update({o["Key"][len(prefix) + 1:]: o["Size"] for o in page.get("Contents", []) if not o["Key"].endswith("/")})
+        out.update({o["Key"][len(prefix) + 1 :]: o["Size"] for o in page.get("Contents", []) if not o["Key"].endswith("/")})
     return out
 
 
@@ -111,6 +124,7 @@ def check_complete_on_store(client, prefix: str, expected: dict, to: Path) -> No
 
 # --- item 7: the endpoint down --------------------------------------------------------------
 
+
 def test_endpoint_down_for_20_s_mid_run_is_waited_out(store, expected, tmp_path: Path) -> None:
     client, proxy = store
     prefix = "runs/outage"
@@ -131,13 +145,14 @@ def test_endpoint_down_for_20_s_mid_run_is_waited_out(store, expected, tmp_path:
     check_complete_on_store(client, prefix, expected, tmp_path / "from-s3")
 
 
-def test_endpoint_down_longer_than_the_retries_is_one_error_and_the_rerun_completes(store, expected,
-                                                                                     tmp_path: Path) -> None:
+def test_endpoint_down_longer_than_the_retries_is_one_error_and_the_rerun_completes(store, expected, tmp_path: Path) -> None:
     client, proxy = store
     prefix = "runs/outage-long"
     pipeline, pause = real_pipeline(tmp_path, output=f"s3://{BUCKET}/{prefix}"), tmp_path / "pause"
-    proc = run_cli(pipeline, {"DATAPIPE_FAULT_PAUSE_AT": "map0:1", "DATAPIPE_FAULT_PAUSE_FILE": str(pause),
-                              "DATAPIPE_STORE_RETRY_SECONDS": "3"})
+    proc = run_cli(
+        pipeline,
+        {"DATAPIPE_FAULT_PAUSE_AT": "map0:1", "DATAPIPE_FAULT_PAUSE_FILE": str(pause), "DATAPIPE_STORE_RETRY_SECONDS": "3"},
+    )
     try:
         paused(proc, pause)
         proxy.down()
@@ -157,6 +172,7 @@ def test_endpoint_down_longer_than_the_retries_is_one_error_and_the_rerun_comple
 
 
 # --- item 1: objects lost behind the run's back ----------------------------------------------
+
 
 def lose(client, prefix: str) -> list[str]:
     """Delete, as a store restarted without its data would have lost them, most rejected documents

@@ -16,15 +16,19 @@ def test_demo_and_real_data_outputs_equal_the_recorded_ones(tmp_path: Path) -> N
     golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
     now = all_digests(shared, tmp_path)
     drift = {k: (v, versions()[k]) for k, v in golden["versions"].items() if versions()[k] != v}
-    hint = (f" (library versions differ from the recording, {drift}: if only they changed, "
-            f"re-record with `python -m tests.support.golden_outputs --write`)" if drift else "")
+    hint = (
+        f" (library versions differ from the recording, {drift}: if only they changed, "
+        f"re-record with `python -m tests.support.golden_outputs --write`)"
+        if drift
+        else ""
+    )
     for run in ("demo", "real"):
         want, got = golden[run], now[run]
         assert got["documents"] == want["documents"], f"{run}: document count changed{hint}"
-        moved = sorted(k for k in want["columns"].keys() | got["columns"].keys()
-                       if want["columns"].get(k) != got["columns"].get(k))
+        moved = sorted(
+            k for k in want["columns"].keys() | got["columns"].keys() if want["columns"].get(k) != got["columns"].get(k)
+        )
         assert not moved, f"{run}: documents columns changed: {moved}{hint}"
-        changed = sorted(k for k in want["shards"].keys() | got["shards"].keys()
-                         if want["shards"].get(k) != got["shards"].get(k))
+        changed = sorted(k for k in want["shards"].keys() | got["shards"].keys() if want["shards"].get(k) != got["shards"].get(k))
         assert not changed, f"{run}: shard files differ: {changed[:10]}{hint}"
         assert len(got["shards"]) > 1, f"{run}: no shards written"

@@ -45,20 +45,24 @@ def test_demo_run_outputs_and_conservation(ray_local, demo_project: Path) -> Non
     n_inputs = input_records(files)  # counted independently of the pipeline
 
     # Every input record is one row of `documents`, kept or rejected, exactly once.
-    (n, distinct, kept, rejected), = query(out, "select count(*), count(distinct id), count(*) filter (status='kept'),"
-                                                " count(*) filter (status='rejected') from documents")
+    ((n, distinct, kept, rejected),) = query(
+        out,
+        "select count(*), count(distinct id), count(*) filter (status='kept'),"
+        " count(*) filter (status='rejected') from documents",
+    )
     assert n == distinct == n_inputs == kept + rejected
     assert result.run["counts"]["documents"] == n_inputs
-    assert query(out, "select count(*) from documents where status='rejected' and (stage is null or reason is null)") \
-        == [(0,)]
+    assert query(out, "select count(*) from documents where status='rejected' and (stage is null or reason is null)") == [(0,)]
     # docs/ and rejected/ hold the same rows as the table says.
     kept_files = pq.read_table(out / "docs").num_rows
     rejected_rows = sum(pq.read_table(p).num_rows for p in (out / "rejected").glob("**/*.parquet"))
     assert (kept_files, rejected_rows) == (kept, rejected)
 
     # The planted problems are caught by the right stage.
-    reasons = dict(((s, r), c) for s, r, c in query(out, "select stage, reason, count(*) from documents "
-                                                         "where status='rejected' group by all"))
+    reasons = dict(
+        ((s, r), c)
+        for s, r, c in query(out, "select stage, reason, count(*) from documents where status='rejected' group by all")
+    )
     assert reasons[("read", "malformed_json")] == 2
     assert reasons[("read", "missing_text_field")] == 2
     assert reasons[("langid", "language_not_kept")] >= 8  # fr, de, ja, es in both sources
@@ -92,8 +96,7 @@ def test_packed_shards_decode_to_the_kept_documents(ray_local, demo_project: Pat
         docs = pq.read_table(out / "docs" / source)  # files are in shard order, rows in input order
         expected = [t for t, s in zip(docs["text"].to_pylist(), docs["split"].to_pylist()) if s == "train"]
         streams = []
-        for entry in sorted((m for m in manifest if m["source"] == source and m["split"] == "train"),
-                            key=lambda m: m["path"]):
+        for entry in sorted((m for m in manifest if m["source"] == source and m["split"] == "train"), key=lambda m: m["path"]):
             table, meta = open_shard(out / entry["path"])
             tokens = tokens_view(table)
             assert tokens.dtype == np.uint16 and meta.seq_len == 512 and tokens.shape[1] == 512
@@ -112,8 +115,10 @@ def test_two_runs_give_byte_identical_shards(ray_local, demo_project: Path) -> N
     run(pipeline, demo_project / "b")
 
     def digests(root: Path) -> dict[str, str]:
-        return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in sorted((root / "shards").glob("**/*.arrow"))}
+        return {
+            p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((root / "shards").glob("**/*.arrow"))
+        }
 
     a, b = digests(demo_project / "a"), digests(demo_project / "b")
     assert a and a == b
@@ -136,20 +141,24 @@ def test_unreadable_inputs_become_rejects_and_the_run_goes_on(ray_local, tmp_pat
     (data / "garbage.jsonl.gz").write_bytes(b"\x00\x01 this is not gzip at all")
     (data / "binary.parquet").write_bytes(b"PAR1 not really parquet PAR1")
     (data / "latin1.jsonl").write_bytes(b'{"text": "caf\xe9 au lait"}\n{"text": "fine text here"}\n')
-    pipeline = write_pipeline(tmp_path, {
-        "name": "bad_inputs",
-        "sources": [{"name": "docs", "paths": ["data/*.jsonl", "data/*.jsonl.gz"]},
-                    {"name": "tables", "paths": ["data/*.parquet"]}],
-        "stages": [{"length": {"min_chars": 5}}],
-    })
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "bad_inputs",
+            "sources": [
+                {"name": "docs", "paths": ["data/*.jsonl", "data/*.jsonl.gz"]},
+                {"name": "tables", "paths": ["data/*.parquet"]},
+            ],
+            "stages": [{"length": {"min_chars": 5}}],
+        },
+    )
     result = run(pipeline, tmp_path / "out")
     out = tmp_path / "out"
     rows = query(out, "select id, reason, detail from documents where stage='read' order by id")
     by_reason = {}
     for id_, reason, detail in rows:
         by_reason.setdefault(reason, []).append((id_, detail))
-    assert {i for i, _ in by_reason["unreadable_input"]} >= {
-        "docs/data/garbage.jsonl.gz#L1-", "tables/data/binary.parquet#0-"}
+    assert {i for i, _ in by_reason["unreadable_input"]} >= {"docs/data/garbage.jsonl.gz#L1-", "tables/data/binary.parquet#0-"}
     assert any(i.startswith("docs/data/truncated.jsonl.gz#L") for i, _ in by_reason["unreadable_input"])
     assert by_reason["invalid_utf8"][0][0] == "docs/data/latin1.jsonl#L1"
     # The truncated file's complete lines before the break are kept.
@@ -194,16 +203,21 @@ def test_sql_command_answers_and_refuses_writes(ray_local, demo_project: Path) -
     out = demo_project / "out"
     run(demo_project / "pipelines" / "demo.yaml", out)
     runner = CliRunner()
-    res = runner.invoke(main, ["sql", str(out), "select stage, reason, count(*) from documents group by all",
-                               "--format", "csv"])
+    res = runner.invoke(main, ["sql", str(out), "select stage, reason, count(*) from documents group by all", "--format", "csv"])
     assert res.exit_code == 0, res.output
     lines = res.output.strip().splitlines()
     assert lines[0] == "stage,reason,count_star()" and "dedup,exact_duplicate," in res.output
-    res = runner.invoke(main, ["sql", str(out), "select count(*) as n from kept_docs where text like '%城市%'",
-                               "--format", "json"])
+    res = runner.invoke(
+        main, ["sql", str(out), "select count(*) as n from kept_docs where text like '%城市%'", "--format", "json"]
+    )
     assert res.exit_code == 0 and json.loads(res.output)["n"] > 0
-    for statement in ("delete from documents", "drop table documents", "copy documents to 'x.csv'",
-                      "attach 'other.duckdb'", "create table t as select 1"):
+    for statement in (
+        "delete from documents",
+        "drop table documents",
+        "copy documents to 'x.csv'",
+        "attach 'other.duckdb'",
+        "create table t as select 1",
+    ):
         res = runner.invoke(main, ["sql", str(out), statement])
         assert res.exit_code == 2, statement
         assert "read-only" in res.output

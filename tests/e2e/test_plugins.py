@@ -26,11 +26,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "tests" / "plugins" / "datapipe_toy_plugin"
 
 # Six records: blank lines are none, line 5 is a read reject (not UTF-8), lines 2 and 6 say the word.
-LINES = (b"A quiet first line of text.\nThis line says FORBIDDEN loudly.\n\nthird line, calm and long enough.\n"
-         b"\xff\xfe not utf-8\nforbidden again, forbidden twice\nthe last line\n")
+LINES = (
+    b"A quiet first line of text.\nThis line says FORBIDDEN loudly.\n\nthird line, calm and long enough.\n"
+    b"\xff\xfe not utf-8\nforbidden again, forbidden twice\nthe last line\n"
+)
 KEPT = {"toy/docs.lines#L1", "toy/docs.lines#L4", "toy/docs.lines#L7"}
-REJECTED = {("toy/docs.lines#L2", "shout", "shouted"), ("toy/docs.lines#L5", "read", "invalid_utf8"),
-            ("toy/docs.lines#L6", "shout", "shouted")}
+REJECTED = {
+    ("toy/docs.lines#L2", "shout", "shouted"),
+    ("toy/docs.lines#L5", "read", "invalid_utf8"),
+    ("toy/docs.lines#L6", "shout", "shouted"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +46,24 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = tmp / "source"
     shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     target = tmp / "site"
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                           "--no-index", "--target", str(target), str(source)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert list(target.glob("datapipe_toy_plugin-*.dist-info/entry_points.txt"))
     return target
@@ -52,14 +72,19 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _cli(site: list[Path], *args: str) -> subprocess.CompletedProcess[str]:
     paths = [*map(str, site), str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    return subprocess.run([sys.executable, "-m", "datapipe.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", "datapipe.cli", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
 def _toy_pipeline(folder: Path) -> Path:
     (folder / "docs.lines").write_bytes(LINES)
-    return write_pipeline(folder, {"name": "toy", "sources": [{"name": "toy", "paths": ["docs.lines"]}],
-                                   "stages": [{"shout": {"word": "forbidden"}}, {"length": {"min_chars": 1}}]})
+    return write_pipeline(
+        folder,
+        {
+            "name": "toy",
+            "sources": [{"name": "toy", "paths": ["docs.lines"]}],
+            "stages": [{"shout": {"word": "forbidden"}}, {"length": {"min_chars": 1}}],
+        },
+    )
 
 
 def _check_run(out: Path) -> None:
@@ -120,32 +145,53 @@ def _fake_distribution(site: Path, entry_points: str, modules: dict[str, str] | 
         (site / f"{name}.py").write_text(text)
 
 
-SUFFIX_THIEF = ("from datapipe.readers.spec import ReaderSpec\n"
-                "SPEC = ReaderSpec('tables', lambda file, batch_size: iter(()), suffixes=('.jsonl',))\n")
+SUFFIX_THIEF = (
+    "from datapipe.readers.spec import ReaderSpec\n"
+    "SPEC = ReaderSpec('tables', lambda file, batch_size: iter(()), suffixes=('.jsonl',))\n"
+)
 
 
-@pytest.mark.parametrize("entry_points,modules,stage,expected", [
-    ("[datapipe.stages]\nshout2 = no_such_module:Shout\n", None, "shout2",
-     "stages[0].shout2: entry point 'shout2' = 'no_such_module:Shout' in group 'datapipe.stages' of distribution "
-     "broken-plugin 1.0 failed to load: ModuleNotFoundError: No module named 'no_such_module'"),
-    ("[datapipe.stages]\nlength = no_such_module:Length\n", None, "length",
-     "entry point 'length' = 'no_such_module:Length' in group 'datapipe.stages' of distribution broken-plugin 1.0 "
-     "clashes with the built-in stage 'length'"),
-    ("[datapipe.readers]\njsonl = no_such_module:SPEC\nwet2 = no_such_module:SPEC\n", None, "length",
-     "entry point 'jsonl' = 'no_such_module:SPEC' in group 'datapipe.readers' of distribution broken-plugin 1.0 "
-     "clashes with the built-in format 'jsonl'"),
-    ("[datapipe.readers]\ntables = suffix_thief:SPEC\n", {"suffix_thief": SUFFIX_THIEF}, "length",
-     "reader 'tables' (entry point 'tables' = 'suffix_thief:SPEC' in group 'datapipe.readers' of distribution "
-     "broken-plugin 1.0) and built-in reader 'jsonl' both claim the suffix '.jsonl'"),
-], ids=["import_fails", "stage_clash", "format_clash", "suffix_clash"])
-def test_unusable_plugins_are_errors_naming_the_entry_point(tmp_path: Path, entry_points: str,
-                                                            modules: dict[str, str] | None, stage: str,
-                                                            expected: str) -> None:
+@pytest.mark.parametrize(
+    "entry_points,modules,stage,expected",
+    [
+        (
+            "[datapipe.stages]\nshout2 = no_such_module:Shout\n",
+            None,
+            "shout2",
+            "stages[0].shout2: entry point 'shout2' = 'no_such_module:Shout' in group 'datapipe.stages' of distribution "
+            "broken-plugin 1.0 failed to load: ModuleNotFoundError: No module named 'no_such_module'",
+        ),
+        (
+            "[datapipe.stages]\nlength = no_such_module:Length\n",
+            None,
+            "length",
+            "entry point 'length' = 'no_such_module:Length' in group 'datapipe.stages' of distribution broken-plugin 1.0 "
+            "clashes with the built-in stage 'length'",
+        ),
+        (
+            "[datapipe.readers]\njsonl = no_such_module:SPEC\nwet2 = no_such_module:SPEC\n",
+            None,
+            "length",
+            "entry point 'jsonl' = 'no_such_module:SPEC' in group 'datapipe.readers' of distribution broken-plugin 1.0 "
+            "clashes with the built-in format 'jsonl'",
+        ),
+        (
+            "[datapipe.readers]\ntables = suffix_thief:SPEC\n",
+            {"suffix_thief": SUFFIX_THIEF},
+            "length",
+            "reader 'tables' (entry point 'tables' = 'suffix_thief:SPEC' in group 'datapipe.readers' of distribution "
+            "broken-plugin 1.0) and built-in reader 'jsonl' both claim the suffix '.jsonl'",
+        ),
+    ],
+    ids=["import_fails", "stage_clash", "format_clash", "suffix_clash"],
+)
+def test_unusable_plugins_are_errors_naming_the_entry_point(
+    tmp_path: Path, entry_points: str, modules: dict[str, str] | None, stage: str, expected: str
+) -> None:
     site = tmp_path / "site"
     _fake_distribution(site, entry_points, modules)
     (tmp_path / "a.jsonl").write_text(json.dumps({"text": "hello"}) + "\n")
-    pipeline = write_pipeline(tmp_path, {"name": "t", "sources": [{"name": "s", "paths": ["a.jsonl"]}],
-                                         "stages": [{stage: {}}]})
+    pipeline = write_pipeline(tmp_path, {"name": "t", "sources": [{"name": "s", "paths": ["a.jsonl"]}], "stages": [{stage: {}}]})
     proc = _cli([site], "validate", str(pipeline))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert expected in proc.stderr and "Traceback" not in proc.stderr

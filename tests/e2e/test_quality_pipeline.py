@@ -19,23 +19,35 @@ from tests.support.shared_data import shared_path
 def test_run_with_quality_and_pii(ray_local, tmp_path: Path) -> None:
     wiki = shared_path("corpus", "zh_wikipedia.jsonl").read_text(encoding="utf-8").splitlines()[:40]
     records = [json.loads(x)["text"] for x in wiki]
-    records += [GOOD_EN + " Write to jane.doe@example.org or call +86 139 1234 5678.",
-                GOOD_EN + " Lorem ipsum dolor sit amet.",
-                GOOD_ZH + "百家乐、时时彩、六合彩，真人荷官在线，注册送彩金！",
-                "Le pipeline garde les documents utiles pour l'entraînement des modèles de langue."]
+    records += [
+        GOOD_EN + " Write to jane.doe@example.org or call +86 139 1234 5678.",
+        GOOD_EN + " Lorem ipsum dolor sit amet.",
+        GOOD_ZH + "百家乐、时时彩、六合彩，真人荷官在线，注册送彩金！",
+        "Le pipeline garde les documents utiles pour l'entraînement des modèles de langue.",
+    ]
     data = tmp_path / "data"
     data.mkdir()
-    (data / "web.jsonl").write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in records),
-                                    encoding="utf-8")
-    pipeline = write_pipeline(tmp_path, {
-        "name": "q", "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
-        "stages": [{"langid": {"keep": ["zh", "en"]}}, {"quality": {"rules": "auto"}}, {"pii": {}}]})
+    (data / "web.jsonl").write_text(
+        "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in records), encoding="utf-8"
+    )
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "q",
+            "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
+            "stages": [{"langid": {"keep": ["zh", "en"]}}, {"quality": {"rules": "auto"}}, {"pii": {}}],
+        },
+    )
     out = tmp_path / "out"
     run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
     with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
         ids = {r[0].rsplit("#L", 1)[1]: r[0] for r in con.execute("select id from documents").fetchall()}
-        rows = {r[0].rsplit("#L", 1)[1]: r[1:] for r in con.execute(
-            "select id, status, stage, reason, pii_email, pii_phone, quality_rules from documents").fetchall()}
+        rows = {
+            r[0].rsplit("#L", 1)[1]: r[1:]
+            for r in con.execute(
+                "select id, status, stage, reason, pii_email, pii_phone, quality_rules from documents"
+            ).fetchall()
+        }
     n = len(records)
     assert rows[str(n - 3)][:3] == ("kept", None, None) and rows[str(n - 3)][3:5] == (1, 1)
     assert rows[str(n - 2)][2] == "c4:lorem_ipsum"
@@ -43,8 +55,11 @@ def test_run_with_quality_and_pii(ray_local, tmp_path: Path) -> None:
     assert rows[str(n)][2] == "language_not_kept"
     kept_wiki = sum(rows[str(i)][0] == "kept" for i in range(1, 41))
     assert kept_wiki >= 38 and rows["1"][5] == "zh_web"
-    text = duckdb.connect().execute(f"select text from read_parquet('{out}/docs/**/*.parquet') "
-                                    "where text like '%<EMAIL>%'").fetchall()
+    text = (
+        duckdb.connect()
+        .execute(f"select text from read_parquet('{out}/docs/**/*.parquet') where text like '%<EMAIL>%'")
+        .fetchall()
+    )
     assert text and "<PHONE>" in text[0][0] and "jane.doe" not in text[0][0]
 
     doc_id = ids[str(n - 2)]

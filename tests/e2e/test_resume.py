@@ -18,17 +18,27 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
 def datapipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "datapipe.cli", *args, "--no-progress"], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "datapipe.cli", *args, "--no-progress"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
 
 
 def fingerprint(root: Path) -> dict[str, object]:
     """Everything a user gets, in a comparable form: shard bytes, kept and rejected rows, the documents table."""
-    shards = {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-              for p in sorted((root / "shards").glob("**/*.arrow"))}
+    shards = {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((root / "shards").glob("**/*.arrow"))
+    }
     docs = pq.read_table(root / "docs").sort_by("id").to_pylist()
-    rejected = sorted((r["id"], r["stage"], r["reason"]) for p in (root / "rejected").glob("**/*.parquet")
-                      for r in pq.read_table(p, columns=["id", "stage", "reason"]).to_pylist())
+    rejected = sorted(
+        (r["id"], r["stage"], r["reason"])
+        for p in (root / "rejected").glob("**/*.parquet")
+        for r in pq.read_table(p, columns=["id", "stage", "reason"]).to_pylist()
+    )
     with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
         table = con.execute("select id, status, stage, reason, n_tokens from documents order by id").fetchall()
     manifest = pq.read_table(root / "shards" / "manifest.parquet").to_pylist()
@@ -67,8 +77,16 @@ def test_external_sigkill_at_an_arbitrary_moment(baseline, tmp_path: Path) -> No
     from tests.support.shared_data import PROJECT_ROOT
 
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "datapipe.cli", "run", str(PROJECT_ROOT / "pipelines" / "demo.yaml"),
-           "--output", str(out), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "datapipe.cli",
+        "run",
+        str(PROJECT_ROOT / "pipelines" / "demo.yaml"),
+        "--output",
+        str(out),
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -86,15 +104,27 @@ def start_paused_driver(out: Path, pause: Path) -> subprocess.Popen:
     """A real driver that holds the lock and stops after its first map task until ``pause`` exists."""
     from tests.support.shared_data import PROJECT_ROOT
 
-    cmd = [sys.executable, "-m", "datapipe.cli", "run", str(PROJECT_ROOT / "pipelines" / "demo.yaml"),
-           "--output", str(out), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "datapipe.cli",
+        "run",
+        str(PROJECT_ROOT / "pipelines" / "demo.yaml"),
+        "--output",
+        str(out),
+        "--no-progress",
+    ]
     # Ctrl-C reaches the driver as from a terminal even when this test runs where SIGINT is ignored
     # (a background job of a non-interactive shell): an ignored SIGINT is inherited, and Python only
     # turns SIGINT into KeyboardInterrupt when it starts with the default disposition.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "DATAPIPE_FAULT_PAUSE_AT": "map0:1",
-                                 "DATAPIPE_FAULT_PAUSE_FILE": str(pause)},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "DATAPIPE_FAULT_PAUSE_AT": "map0:1", "DATAPIPE_FAULT_PAUSE_FILE": str(pause)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.time() + 240
     while not Path(str(pause) + ".paused").exists():
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[1]

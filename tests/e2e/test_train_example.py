@@ -12,8 +12,22 @@ from tests.support.export_helpers import build_real_run
 from tests.support.shared_data import PROJECT_ROOT
 
 pytest.importorskip("torch")
-SMALL = ["--d-model", "64", "--layers", "2", "--heads", "4", "--batch-size", "8", "--threads", "1",
-         "--warmup", "10", "--save-every", "30"]
+SMALL = [
+    "--d-model",
+    "64",
+    "--layers",
+    "2",
+    "--heads",
+    "4",
+    "--batch-size",
+    "8",
+    "--threads",
+    "1",
+    "--warmup",
+    "10",
+    "--save-every",
+    "30",
+]
 
 
 def _example():
@@ -32,8 +46,19 @@ def test_train_tiny_loss_falls_and_resume_continues_on_the_same_batch(ray_local,
     assert last < first - 1.0, (first, last)  # ln(vocab) ~ 7.9 at the start
     assert (tmp_path / "a" / "ckpt-000030.pt").is_file() and (tmp_path / "a" / "ckpt-000060.pt").is_file()
 
-    resumed = train.main(["--run", str(run), "--out", str(tmp_path / "b"), "--steps", "60", *SMALL,
-                          "--resume", str(tmp_path / "a" / "ckpt-000030.pt")])
+    resumed = train.main(
+        [
+            "--run",
+            str(run),
+            "--out",
+            str(tmp_path / "b"),
+            "--steps",
+            "60",
+            *SMALL,
+            "--resume",
+            str(tmp_path / "a" / "ckpt-000030.pt"),
+        ]
+    )
     assert resumed["start_step"] == 30 and sorted(resumed["steps"]) == list(range(31, 61))
     assert resumed["steps"][31]["batch"] == whole["steps"][31]["batch"]  # the very next sample
     assert [resumed["steps"][s]["batch"] for s in range(31, 61)] == [whole["steps"][s]["batch"] for s in range(31, 61)]

@@ -22,8 +22,13 @@ def test_run_on_a_two_node_cluster_uses_both_nodes(tmp_path: Path) -> None:
     ray_dir = tempfile.mkdtemp(prefix="dp2n-", dir="/tmp")
     os.makedirs(os.path.join(ray_dir, "ray"))
     # RAY_TMPDIR keeps Ray's cluster address file out of the machine-wide /tmp/ray.
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
-           "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": ray_dir}
+    env = {
+        **os.environ,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_TMPDIR": ray_dir,
+    }
     # The cluster lives in a child process so this test process keeps no Ray state of its own.
     script = f"""
 import json, os, sys, time, subprocess
@@ -33,8 +38,8 @@ cluster = Cluster(initialize_head=True, connect=False,
                                    "temp_dir": {ray_dir!r}}})
 cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
 cluster.wait_for_nodes()
-proc = subprocess.run([sys.executable, "-m", "datapipe.cli", "run", {str(PROJECT_ROOT / 'pipelines' / 'demo.yaml')!r},
-                       "--output", {str(tmp_path / 'out')!r}, "--ray-address", cluster.address, "--no-progress"],
+proc = subprocess.run([sys.executable, "-m", "datapipe.cli", "run", {str(PROJECT_ROOT / "pipelines" / "demo.yaml")!r},
+                       "--output", {str(tmp_path / "out")!r}, "--ray-address", cluster.address, "--no-progress"],
                       capture_output=True, text=True)
 print(json.dumps({{"rc": proc.returncode, "stderr": proc.stderr[-3000:], "address": cluster.address,
                   "nodes": [n.node_id for n in cluster.list_all_nodes()]}}))

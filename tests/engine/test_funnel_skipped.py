@@ -38,10 +38,14 @@ def humaneval_repo(folder: Path) -> Path:
 
 
 def test_funnel_counts_skipped_kinds_and_adds_up(tmp_path: Path) -> None:
-    config = {"name": "mixed", "sources": [
-        {"name": "oiwiki", "kind": "web", "paths": [str(shared_path("corpus", "zh_oiwiki.jsonl"))]},
-        {"name": "humaneval", "kind": "code", "paths": [str(humaneval_repo(tmp_path))]}],
-        "stages": [{"langid": {"keep": ["zh"], "min_score": 0.9}}, {"length": {"min_chars": 200}}, {"pii": {"kinds": ["web"]}}]}
+    config = {
+        "name": "mixed",
+        "sources": [
+            {"name": "oiwiki", "kind": "web", "paths": [str(shared_path("corpus", "zh_oiwiki.jsonl"))]},
+            {"name": "humaneval", "kind": "code", "paths": [str(humaneval_repo(tmp_path))]},
+        ],
+        "stages": [{"langid": {"keep": ["zh"], "min_score": 0.9}}, {"length": {"min_chars": 200}}, {"pii": {"kinds": ["web"]}}],
+    }
     pipeline = load_pipeline(write_pipeline(tmp_path, config))
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
     folder = RunFolder(tmp_path / "out")
@@ -64,14 +68,12 @@ def test_funnel_counts_skipped_kinds_and_adds_up(tmp_path: Path) -> None:
     assert pii["skipped"] == code_in - short_code  # code surviving length, passed by the web-only pii stage
 
     with duckdb.connect(str(folder.stats_db), read_only=True) as con:
-        rows = con.execute("SELECT DISTINCT position, stage, docs_in, skipped, docs_out FROM funnel "
-                           "ORDER BY position").fetchall()
+        rows = con.execute("SELECT DISTINCT position, stage, docs_in, skipped, docs_out FROM funnel ORDER BY position").fetchall()
         stages = con.execute("SELECT stage, docs_in, skipped, dropped FROM stages ORDER BY position").fetchall()
         langid_share = con.execute("SELECT sum(drop_share) FROM funnel WHERE stage = 'langid'").fetchone()[0]
     assert [r[1] for r in rows] == ["read", "langid", "length", "pii"]
     assert all(rows[i][4] == rows[i + 1][2] for i in range(len(rows) - 1))
-    assert rows[1][3] == code_in and stages[1] == ("langid", langid["in"], code_in,
-                                                    sum(langid["rejected"].values()))
+    assert rows[1][3] == code_in and stages[1] == ("langid", langid["in"], code_in, sum(langid["rejected"].values()))
     # The drop share is of the documents langid judged (the web pages), not diluted by skipped code.
     assert langid_share == pytest.approx(sum(langid["rejected"].values()) / (langid["in"] - code_in), abs=1e-5)
 

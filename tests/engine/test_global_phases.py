@@ -54,8 +54,7 @@ def _corpus_with_planted_copies(folder: Path, n_files: int = 4) -> None:
         docs.append({"text": variant, "url": f"https://mirror.example/{rng.randrange(10**6)}"})
     for _ in range(40):  # same page under another spelling of its URL, with other text
         src = rng.randrange(len(texts))
-        url = rng.choice([f"http://WIKI.example/{src}/", f"https://wiki.example/{src}#top",
-                          f"https://wiki.example:443/{src}"])
+        url = rng.choice([f"http://WIKI.example/{src}/", f"https://wiki.example/{src}#top", f"https://wiki.example:443/{src}"])
         docs.append({"text": texts[rng.randrange(len(texts))][::-1] + f" v{rng.random()}", "url": url})
     for _ in range(20):  # an exact copy under a fresh URL, then a page reusing that URL: kept (no chains)
         src = rng.randrange(len(texts))
@@ -67,14 +66,12 @@ def _corpus_with_planted_copies(folder: Path, n_files: int = 4) -> None:
     (folder / "data").mkdir()
     for f in range(n_files):
         part = docs[f::n_files]
-        (folder / "data" / f"part-{f}.jsonl").write_text("".join(json.dumps(d, ensure_ascii=False) + "\n"
-                                                                  for d in part))
+        (folder / "data" / f"part-{f}.jsonl").write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in part))
 
 
 def _single_task_reference(folder: RunFolder, spec: RunSpec, exact: bool, url: bool) -> list[tuple]:
     """The single-task reduce datapipe used before partitioning (one DuckDB query over every map output)."""
-    present = [(s.ordinal, str(folder.map_output(0, s.key))) for s in spec.shards
-               if folder.map_output(0, s.key).exists()]
+    present = [(s.ordinal, str(folder.map_output(0, s.key))) for s in spec.shards if folder.map_output(0, s.key).exists()]
     text_rank = "row_number() OVER (PARTITION BY text_hash ORDER BY shard, row)" if exact else "1"
     text_survivor = "first_value(id) OVER (PARTITION BY text_hash ORDER BY shard, row)" if exact else "id"
     url_column = "f.url_key" if url else "NULL::VARCHAR AS url_key"
@@ -102,21 +99,27 @@ def _single_task_reference(folder: RunFolder, spec: RunSpec, exact: bool, url: b
         FROM by_url WHERE text_rank > 1 OR url_rank > 1
     """
     con = duckdb.connect()
-    con.register("shard_files", pa.table({"filename": [p for _, p in present],
-                                          "shard": pa.array([o for o, _ in present], pa.int32())}))
+    con.register(
+        "shard_files", pa.table({"filename": [p for _, p in present], "shard": pa.array([o for o, _ in present], pa.int32())})
+    )
     rows = con.sql(query, params={"files": [p for _, p in present]}).fetchall()
     con.close()
     return sorted(rows)
 
 
-@pytest.mark.parametrize(("exact", "url", "partitions"), [(True, True, 5), (True, False, 3), (False, True, 4),
-                                                          (True, True, 1)])
-def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, exact: bool, url: bool,
-                                                                partitions: int) -> None:
+@pytest.mark.parametrize(("exact", "url", "partitions"), [(True, True, 5), (True, False, 3), (False, True, 4), (True, True, 1)])
+def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, exact: bool, url: bool, partitions: int) -> None:
     _corpus_with_planted_copies(tmp_path)
-    pipeline = load_pipeline(write_pipeline(tmp_path, {
-        "name": "xd", "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
-        "stages": [{"dedup": {"exact": exact, "url": url, "partitions": partitions}}]}))
+    pipeline = load_pipeline(
+        write_pipeline(
+            tmp_path,
+            {
+                "name": "xd",
+                "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
+                "stages": [{"dedup": {"exact": exact, "url": url, "partitions": partitions}}],
+            },
+        )
+    )
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
     folder = RunFolder(tmp_path / "out")
     map0, map1 = spec.segments
@@ -140,8 +143,7 @@ def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, e
     markers = [map_shard(spec, s, map1) for s in spec.shards]
     assert sum(m["kept"] for m in markers) == docs_in - len(expected)
     rejected = pq.read_table(tmp_path / "out" / "rejected").to_pylist()
-    assert sorted((r["id"], r["reason"], r["dup_of"]) for r in rejected) == sorted((e[0], e[2], e[4])
-                                                                                  for e in expected)
+    assert sorted((r["id"], r["reason"], r["dup_of"]) for r in rejected) == sorted((e[0], e[2], e[4]) for e in expected)
 
 
 TOKENIZER = Path(__file__).resolve().parents[2] / "tokenizer" / "demo.json"
@@ -154,12 +156,27 @@ def _tokenized_run(folder: Path, packing: str, labels: bool) -> tuple[RunSpec, R
     (folder / "data").mkdir()
     for f in range(5):
         (folder / "data" / f"part-{f}.jsonl").write_text(
-            "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts[f::5]))
+            "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts[f::5])
+        )
     shutil.copy(TOKENIZER, folder / "tok.json")
-    pipeline = load_pipeline(write_pipeline(folder, {
-        "name": "pk", "sources": [{"name": "zh_en", "kind": "text", "paths": ["data/*.jsonl"]}],
-        "tokenize": {"tokenizer": "tok.json", "seq_len": 96, "labels": labels, "val_fraction": 0.1,
-                     "rows_per_shard": 7, "packing": packing, "bestfit_window": 16}}))
+    pipeline = load_pipeline(
+        write_pipeline(
+            folder,
+            {
+                "name": "pk",
+                "sources": [{"name": "zh_en", "kind": "text", "paths": ["data/*.jsonl"]}],
+                "tokenize": {
+                    "tokenizer": "tok.json",
+                    "seq_len": 96,
+                    "labels": labels,
+                    "val_fraction": 0.1,
+                    "rows_per_shard": 7,
+                    "packing": packing,
+                    "bestfit_window": 16,
+                },
+            },
+        )
+    )
     spec = make_spec(pipeline, folder / "single", folder / "cache")
     run = RunFolder(folder / "single")
     for s in spec.shards:  # the markers as the runner records them: packing is planned from them
@@ -167,10 +184,13 @@ def _tokenized_run(folder: Path, packing: str, labels: bool) -> tuple[RunSpec, R
     return spec, run
 
 
-@pytest.mark.parametrize(("packing", "labels", "files_per_task"), [("concat", False, 1), ("concat", True, 3),
-                                                                    ("concat", False, 1000), ("bestfit", True, 2)])
-def test_parallel_packing_writes_the_single_task_packers_bytes(tmp_path: Path, packing: str, labels: bool,
-                                                               files_per_task: int) -> None:
+@pytest.mark.parametrize(
+    ("packing", "labels", "files_per_task"),
+    [("concat", False, 1), ("concat", True, 3), ("concat", False, 1000), ("bestfit", True, 2)],
+)
+def test_parallel_packing_writes_the_single_task_packers_bytes(
+    tmp_path: Path, packing: str, labels: bool, files_per_task: int
+) -> None:
     spec, single = _tokenized_run(tmp_path, packing, labels)
     shutil.copytree(single.root, tmp_path / "ranged")
     ranged_spec = dataclasses.replace(spec, root=str(tmp_path / "ranged"))
@@ -180,8 +200,9 @@ def test_parallel_packing_writes_the_single_task_packers_bytes(tmp_path: Path, p
     got = [row for r in ranges for row in pack_range(ranged_spec, r)["shards"]]
     assert got == expected  # manifest rows: paths, counts and sha256 of every file, in order
     files = sorted(p.relative_to(single.shards_dir) for p in single.shards_dir.rglob("*.arrow"))
-    assert files == sorted(p.relative_to(tmp_path / "ranged" / "shards")
-                           for p in (tmp_path / "ranged" / "shards").rglob("*.arrow"))
+    assert files == sorted(
+        p.relative_to(tmp_path / "ranged" / "shards") for p in (tmp_path / "ranged" / "shards").rglob("*.arrow")
+    )
     for f in files:
         assert (single.shards_dir / f).read_bytes() == (tmp_path / "ranged" / "shards" / f).read_bytes()
     n_train = sum(1 for row in expected if row["split"] == "train")
@@ -199,12 +220,11 @@ def _edited(text: str, rng: random.Random) -> str:
         chars[rng.randrange(len(chars))] = rng.choice("的了是在和 the of and")
     text = "".join(chars)
     cut = rng.randrange(len(text))
-    return rng.choice([text[:cut] + text[cut + 20:], text + " 转载请注明出处 reposted", text])
+    return rng.choice([text[:cut] + text[cut + 20 :], text + " 转载请注明出处 reposted", text])
 
 
 @pytest.mark.parametrize(("survivor", "partitions"), [("earliest", 6), ("longest", 3), ("earliest", 1)])
-def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: Path, survivor: str,
-                                                                     partitions: int) -> None:
+def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: Path, survivor: str, partitions: int) -> None:
     from datapipe.dedup.cluster import cluster_duplicates
     from datapipe.dedup.minhash import band_keys, empty_mask
     from datapipe.stages.minhash import SIG_COLUMN, _sig_matrix
@@ -219,10 +239,18 @@ def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: P
     (tmp_path / "data").mkdir()
     for f in range(4):
         (tmp_path / "data" / f"part-{f}.jsonl").write_text(
-            "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in docs[f::4]))
-    pipeline = load_pipeline(write_pipeline(tmp_path, {
-        "name": "mh", "sources": [{"name": "t", "kind": "text", "paths": ["data/*.jsonl"]}],
-        "stages": [{"minhash": {"threshold": 0.7, "partitions": partitions, "survivor": survivor}}]}))
+            "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in docs[f::4])
+        )
+    pipeline = load_pipeline(
+        write_pipeline(
+            tmp_path,
+            {
+                "name": "mh",
+                "sources": [{"name": "t", "kind": "text", "paths": ["data/*.jsonl"]}],
+                "stages": [{"minhash": {"threshold": 0.7, "partitions": partitions, "survivor": survivor}}],
+            },
+        )
+    )
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
     folder = RunFolder(tmp_path / "out")
     map0 = spec.segments[0]
@@ -235,8 +263,15 @@ def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: P
     stage = build_stage(spec, 1)
     sigs = _sig_matrix(table[SIG_COLUMN], stage.options.num_perm)
     bands, rows = stage.band_params()
-    res = cluster_duplicates(band_keys(sigs, bands, rows), len(sigs), valid=~empty_mask(sigs), sigs=sigs,
-                             verify_threshold=0.7, rule=survivor, lengths=table["n_chars"].to_numpy())
+    res = cluster_duplicates(
+        band_keys(sigs, bands, rows),
+        len(sigs),
+        valid=~empty_mask(sigs),
+        sigs=sigs,
+        verify_threshold=0.7,
+        rule=survivor,
+        lengths=table["n_chars"].to_numpy(),
+    )
     ids = table["id"].to_pylist()
     expected = {ids[i]: (ids[res.survivor[i]], ids[res.cluster[i]]) for i in np.flatnonzero(res.duplicate)}
     assert got == expected

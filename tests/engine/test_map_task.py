@@ -22,13 +22,32 @@ def test_reader_rejects_and_missing_text_rejects_with_other_columns_are_all_kept
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
 
     def reader(file, batch_size):  # docs carry a provenance column; a bad record has only the base ones
-        docs = pa.table({"id": ["s/a#1", "s/a#2"], "source": ["s", "s"], "kind": ["text", "text"],
-                         "text": ["kept text", None], "url": [None, None], "path": ["a", "a"],
-                         "domain": ["example.org", "example.org"]})
-        bad = pa.Table.from_pylist([{"id": "s/a#3", "source": "s", "kind": "text", "text": "{bro", "url": None,
-                                     "path": "a", "reason": "malformed_json", "detail": "cut"}],
-                                   schema=BASE_SCHEMA.append(pa.field("reason", pa.string()))
-                                   .append(pa.field("detail", pa.string())))
+        docs = pa.table(
+            {
+                "id": ["s/a#1", "s/a#2"],
+                "source": ["s", "s"],
+                "kind": ["text", "text"],
+                "text": ["kept text", None],
+                "url": [None, None],
+                "path": ["a", "a"],
+                "domain": ["example.org", "example.org"],
+            }
+        )
+        bad = pa.Table.from_pylist(
+            [
+                {
+                    "id": "s/a#3",
+                    "source": "s",
+                    "kind": "text",
+                    "text": "{bro",
+                    "url": None,
+                    "path": "a",
+                    "reason": "malformed_json",
+                    "detail": "cut",
+                }
+            ],
+            schema=BASE_SCHEMA.append(pa.field("reason", pa.string())).append(pa.field("detail", pa.string())),
+        )
         yield ReadBatch(docs, bad)
 
     monkeypatch.setitem(READERS, "jsonl", reader)
@@ -65,8 +84,11 @@ def test_tokenizing_batches_cut_smaller_give_the_same_documents_and_tokens(tmp_p
         with shared_path("corpus", name).open(encoding="utf-8") as f:
             lines += [line for _, line in zip(range(40), f)]
     (tmp_path / "in.jsonl").write_text("".join(lines), encoding="utf-8")
-    config = {"name": "t", "sources": [{"name": "web", "kind": "web", "paths": ["in.jsonl"]}],
-              "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 256}}
+    config = {
+        "name": "t",
+        "sources": [{"name": "web", "kind": "web", "paths": ["in.jsonl"]}],
+        "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 256},
+    }
     pipeline = load_pipeline(write_pipeline(tmp_path, config))
 
     def run(out: str) -> tuple[pa.Table, pa.Table, int]:
@@ -75,8 +97,7 @@ def test_tokenizing_batches_cut_smaller_give_the_same_documents_and_tokens(tmp_p
         assert map_shard(spec, spec.shards[0], segment)["kept"] > 0
         docs = [pq.ParquetFile(f) for f in sorted((tmp_path / out / "docs").glob("**/*.parquet"))]
         tokens = [ipc.open_file(str(f)).read_all() for f in sorted((tmp_path / out).glob("_work/**/*.arrow"))]
-        return (pa.concat_tables([d.read() for d in docs]), pa.concat_tables(tokens),
-                sum(d.num_row_groups for d in docs))
+        return (pa.concat_tables([d.read() for d in docs]), pa.concat_tables(tokens), sum(d.num_row_groups for d in docs))
 
     docs, tokens, groups = run("default")
     monkeypatch.setattr(map_task, "MAX_TOKENIZE_BATCH_TEXT_BYTES", 8 << 10)

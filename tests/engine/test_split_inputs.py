@@ -31,8 +31,9 @@ def _read_all(fmt: str, path: Path, source: SourceConfig, ranges=None) -> tuple[
         first = 0
         if r is not None and fmt == "jsonl":
             first = count_newlines(str(path), 0, r.start)
-        file = InputFile(path, path.name, source, start=r.start if r else 0, end=r.end if r else None,
-                         first_record=first, ranged=r is not None)
+        file = InputFile(
+            path, path.name, source, start=r.start if r else 0, end=r.end if r else None, first_record=first, ranged=r is not None
+        )
         for batch in READERS[fmt](file, 100):
             docs += [tuple(row.values()) for row in batch.docs.to_pylist()]
             if batch.rejects is not None:
@@ -100,8 +101,7 @@ def test_compressed_jsonl_is_one_task(tmp_path: Path) -> None:
 def test_parquet_row_group_ranges_give_the_whole_files_rows(tmp_path: Path) -> None:
     texts = [json.loads(line)["text"] for line in shared_path("corpus", "zh_wikipedia.jsonl").read_text().splitlines()[:300]]
     path = tmp_path / "docs.parquet"
-    pq.write_table(pa.table({"text": texts, "url": [f"https://x/{i}" for i in range(len(texts))]}), path,
-                   row_group_size=25)
+    pq.write_table(pa.table({"text": texts, "url": [f"https://x/{i}" for i in range(len(texts))]}), path, row_group_size=25)
     ranges = plan_file(str(path), path.name, "parquet", 0, 64 << 10)
     assert len(ranges) >= 3
     assert {(r.start, r.end) for r in ranges} >= {(0, ranges[1].start)}
@@ -109,10 +109,15 @@ def test_parquet_row_group_ranges_give_the_whole_files_rows(tmp_path: Path) -> N
     assert _read_all("parquet", path, src, ranges) == _read_all("parquet", path, src)
 
 
-@pytest.mark.parametrize("name,fmt", [("whirlwind_whirlwind.warc.gz", "warc"),
-                                      ("whirlwind_whirlwind.warc.wet.gz", "wet"),
-                                      ("warcio_example.warc.gz", "warc"),
-                                      ("warcio_example-iana.org-chunked.warc", "warc")])
+@pytest.mark.parametrize(
+    "name,fmt",
+    [
+        ("whirlwind_whirlwind.warc.gz", "warc"),
+        ("whirlwind_whirlwind.warc.wet.gz", "wet"),
+        ("warcio_example.warc.gz", "warc"),
+        ("warcio_example-iana.org-chunked.warc", "warc"),
+    ],
+)
 def test_warc_ranges_at_record_boundaries_give_the_whole_files_records(tmp_path: Path, name: str, fmt: str) -> None:
     # Real Common Crawl / warcio files, repeated so there are several ranges of 4 KiB
     # (per-record gzip concatenates into a valid file; the copies get other offsets, so other ids).
@@ -137,10 +142,14 @@ def test_single_member_gzip_warc_is_not_split(tmp_path: Path) -> None:
 
 
 def _map_outputs(out: Path) -> dict[str, list[dict]]:
-    docs = sorted((r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()),
-                  key=lambda r: r["id"])
-    rejected = sorted((r["id"], r["stage"], r["reason"]) for f in sorted((out / "rejected").glob("**/*.parquet"))
-                       for r in pq.read_table(f).to_pylist())
+    docs = sorted(
+        (r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()), key=lambda r: r["id"]
+    )
+    rejected = sorted(
+        (r["id"], r["stage"], r["reason"])
+        for f in sorted((out / "rejected").glob("**/*.parquet"))
+        for r in pq.read_table(f).to_pylist()
+    )
     return {"docs": docs, "rejected": rejected}  # type: ignore[dict-item]
 
 
@@ -151,9 +160,12 @@ def test_map_tasks_over_ranges_and_groups_equal_whole_files(tmp_path: Path) -> N
     tiny.mkdir()
     lines = shared_path("corpus", "zh_pingcap_docs.jsonl").read_text().splitlines()[:40]
     for i in range(20):
-        (tiny / f"t{i:02d}.jsonl").write_text("\n".join(lines[2 * i: 2 * i + 2]) + "\n")
-    config = {"name": "t", "sources": [{"name": "big", "paths": [big.name]}, {"name": "tiny", "paths": ["tiny/*.jsonl"]}],
-              "stages": [{"length": {"min_chars": 200}}]}
+        (tiny / f"t{i:02d}.jsonl").write_text("\n".join(lines[2 * i : 2 * i + 2]) + "\n")
+    config = {
+        "name": "t",
+        "sources": [{"name": "big", "paths": [big.name]}, {"name": "tiny", "paths": ["tiny/*.jsonl"]}],
+        "stages": [{"length": {"min_chars": 200}}],
+    }
 
     def run(split: dict, out: Path) -> tuple[dict, dict]:
         pipeline = load_pipeline(write_pipeline(tmp_path, {**config, "split": split}))
@@ -187,8 +199,9 @@ def test_effective_target_keeps_small_clusters_busy() -> None:
 
 def test_a_large_file_splits_into_equal_ranges_no_short_tail(tmp_path: Path) -> None:
     # 2 GB in 256 MiB pieces: 8 equal ranges, not 7 full ones and a 0.45 one (an idle core at the end).
-    assert [b - a for a, b in zip(even_cuts(2_000_000_000, 256 << 20), [*even_cuts(2_000_000_000, 256 << 20)[1:],
-                                                                         2_000_000_000])] == [250_000_000] * 8
+    assert [
+        b - a for a, b in zip(even_cuts(2_000_000_000, 256 << 20), [*even_cuts(2_000_000_000, 256 << 20)[1:], 2_000_000_000])
+    ] == [250_000_000] * 8
     path = _real_jsonl(tmp_path)
     size, target = path.stat().st_size, 64 << 10
     ranges = plan_file(str(path), path.name, "jsonl", 0, target)
@@ -232,12 +245,22 @@ def test_split_run_equals_unsplit_run_through_the_engine(ray_local, tmp_path: Pa
     tiny.mkdir()
     for i, line in enumerate(shared_path("corpus", "zh_pingcap_docs.jsonl").read_text().splitlines()[:12]):
         (tiny / f"t{i:02d}.jsonl").write_text(line + "\n")
-    config = {"name": "t", "sources": [
-        {"name": "big", "paths": [big.name]}, {"name": "pq", "paths": ["wiki.parquet"]},
-        {"name": "web", "kind": "web", "paths": ["web.warc.gz"]}, {"name": "tiny", "paths": ["tiny/*.jsonl"]}],
+    config = {
+        "name": "t",
+        "sources": [
+            {"name": "big", "paths": [big.name]},
+            {"name": "pq", "paths": ["wiki.parquet"]},
+            {"name": "web", "kind": "web", "paths": ["web.warc.gz"]},
+            {"name": "tiny", "paths": ["tiny/*.jsonl"]},
+        ],
         "stages": [{"length": {"min_chars": 100}}, {"dedup": {"exact": True}}, {"minhash": {"threshold": 0.7}}],
-        "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 128,
-                     "val_fraction": 0.1, "rows_per_shard": 32}}
+        "tokenize": {
+            "tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"),
+            "seq_len": 128,
+            "val_fraction": 0.1,
+            "rows_per_shard": 32,
+        },
+    }
 
     def run(split: dict, out: Path) -> dict:
         pipeline = load_pipeline(write_pipeline(tmp_path, {**config, "split": split}))
@@ -248,9 +271,13 @@ def test_split_run_equals_unsplit_run_through_the_engine(ray_local, tmp_path: Pa
             table = con.execute("SELECT id, status, stage, reason, detail FROM documents ORDER BY id").fetchall()
         kept = [r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()]
         manifest = pq.read_table(out / "shards" / "manifest.parquet").to_pylist()
-        return {"tasks": result.run["split"]["map_tasks"], "table": table, "kept": sorted(kept, key=lambda r: r["id"]),
-                "shards": sorted((m["path"], m["sha256"]) for m in manifest),
-                "sha256": sorted((i["path"], i.get("sha256")) for i in result.run["inputs"])}
+        return {
+            "tasks": result.run["split"]["map_tasks"],
+            "table": table,
+            "kept": sorted(kept, key=lambda r: r["id"]),
+            "shards": sorted((m["path"], m["sha256"]) for m in manifest),
+            "sha256": sorted((i["path"], i.get("sha256")) for i in result.run["inputs"]),
+        }
 
     whole = run({"target_bytes": 1 << 30, "group_small_files": False}, tmp_path / "whole")
     split = run({"target_bytes": 64 << 10}, tmp_path / "split")
@@ -296,8 +323,7 @@ def test_split_settings_are_validated_with_their_yaml_key(tmp_path: Path) -> Non
     from datapipe.pipeline.load import ConfigError
 
     (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
-    config = {"name": "t", "sources": [{"name": "s", "paths": ["a.jsonl"]}],
-              "split": {"target_bytes": 10, "chunk": 3}}
+    config = {"name": "t", "sources": [{"name": "s", "paths": ["a.jsonl"]}], "split": {"target_bytes": 10, "chunk": 3}}
     with pytest.raises(ConfigError) as err:
         load_pipeline(write_pipeline(tmp_path, config))
     assert "split.target_bytes" in str(err.value) and "split.chunk: unknown key" in str(err.value)
@@ -307,14 +333,18 @@ def test_a_later_range_without_pre_pass_markers_numbers_its_lines_from_the_file(
     """A range run without the ``lines`` markers (a task on its own) counts the newlines before it.
     Even cuts of 30,002 bytes in 3 are 0, 10,000 and 20,001, and byte 20,000 ends a line: a count
     that guessed the starts as multiples of the first (0, 10,000, 20,000) missed that newline."""
+
     def line(n: int) -> bytes:
         return b'{"text": "' + b"a" * (n - 13) + b'"}\n'
 
     data = line(100) * 199 + line(101) + line(100) * 99 + line(101)  # 20,001 + 10,001 bytes
     assert len(data) == 30_002 and data[20_000:20_001] == b"\n"
     (tmp_path / "big.jsonl").write_bytes(data)
-    pipeline = load_pipeline(write_pipeline(tmp_path, {"name": "t", "sources": [{"name": "s", "paths": ["big.jsonl"]}],
-                                                       "split": {"target_bytes": 10_001}}))
+    pipeline = load_pipeline(
+        write_pipeline(
+            tmp_path, {"name": "t", "sources": [{"name": "s", "paths": ["big.jsonl"]}], "split": {"target_bytes": 10_001}}
+        )
+    )
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
     assert [s.inputs[0].start for s in spec.shards] == [0, 10_000, 20_001]
     for shard in spec.shards:

@@ -58,6 +58,7 @@ def test_expected_documents_are_the_packed_shards(run: Path, expected) -> None:
 
 # --- megatron ----------------------------------------------------------------------------------
 
+
 def _read_idx(prefix: Path) -> tuple[np.dtype, np.ndarray, np.ndarray, np.ndarray]:
     """The .idx layout of megatron.core.datasets.indexed_dataset (_IndexWriter), read from the spec."""
     raw = Path(str(prefix) + ".idx").read_bytes()
@@ -126,6 +127,7 @@ def test_megatron_from_packed_shards_when_token_lists_are_gone(run: Path, expect
 
 # --- hugging face ------------------------------------------------------------------------------
 
+
 def test_hf_arrow_roundtrip_with_datasets(run: Path, expected, tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
     out = tmp_path / "hf"
@@ -142,8 +144,9 @@ def test_hf_arrow_roundtrip_with_datasets(run: Path, expected, tmp_path: Path) -
             assert (got["id"], got["text"], got["input_ids"]) == (doc["id"], doc["text"], doc["input_ids"])
             assert got["n_chars"] == len(doc["text"]) and got["url"] is None
         # load_dataset reads the same files (the "arrow" builder takes IPC stream files).
-        loaded = datasets.load_dataset("arrow", data_files=[str(f) for f in files], split="train",
-                                       cache_dir=str(tmp_path / "cache"))
+        loaded = datasets.load_dataset(
+            "arrow", data_files=[str(f) for f in files], split="train", cache_dir=str(tmp_path / "cache")
+        )
         assert loaded["id"] == [d["id"] for d in want]
 
 
@@ -154,13 +157,18 @@ def test_hf_parquet_roundtrip_with_load_dataset(run: Path, expected, tmp_path: P
     assert not list(out.rglob("val-*"))
     for source in LINES:
         want = expected[(source, "train")]
-        ds = datasets.load_dataset("parquet", data_files={"train": sorted(str(f) for f in (out / source).glob("*.parquet"))},
-                                   split="train", cache_dir=str(tmp_path / "cache"))
+        ds = datasets.load_dataset(
+            "parquet",
+            data_files={"train": sorted(str(f) for f in (out / source).glob("*.parquet"))},
+            split="train",
+            cache_dir=str(tmp_path / "cache"),
+        )
         assert ds["id"] == [d["id"] for d in want] and ds["text"] == [d["text"] for d in want]
         assert ds["input_ids"] == [d["input_ids"] for d in want]
 
 
 # --- mosaicml streaming ------------------------------------------------------------------------
+
 
 def _mds_read_by_spec(folder: Path) -> list[dict[str, Any]]:
     """MDS as streaming's MDSWriter documents it: index.json, then per shard
@@ -180,13 +188,13 @@ def _mds_read_by_spec(folder: Path) -> list[dict[str, Any]]:
             sizes = np.frombuffer(data, np.uint32, len(names))
             pos, row = 4 * len(names), {}
             for name, enc, size in zip(names, encs, sizes):
-                value = data[pos:pos + size]
+                value = data[pos : pos + size]
                 pos += size
                 if enc.startswith("ndarray:"):
                     code = value[0] & 3
                     width = 1 << code
-                    length = int.from_bytes(value[1:1 + width], "little")
-                    row[name] = np.frombuffer(value[1 + width:], enc.split(":")[1]).tolist()
+                    length = int.from_bytes(value[1 : 1 + width], "little")
+                    row[name] = np.frombuffer(value[1 + width :], enc.split(":")[1]).tolist()
                     assert len(row[name]) == length and value[0] >> 2 == 1
                 else:
                     row[name] = value.decode() if enc == "str" else json.loads(value)
@@ -200,8 +208,9 @@ def test_mds_layout_roundtrip(run: Path, expected, tmp_path: Path) -> None:
     for source, split in STREAMS:
         want = expected[(source, split)]
         got = _mds_read_by_spec(out / source / split)
-        assert [(g["id"], g["text"], g["input_ids"], g["url"]) for g in got] == \
-            [(d["id"], d["text"], d["input_ids"], None) for d in want]
+        assert [(g["id"], g["text"], g["input_ids"], g["url"]) for g in got] == [
+            (d["id"], d["text"], d["input_ids"], None) for d in want
+        ]
     assert len(json.loads((out / "zh" / "train" / "index.json").read_text())["shards"]) > 1  # size_limit splits
 
 
@@ -226,21 +235,23 @@ def test_mds_streaming_reader(run: Path, expected, tmp_path: Path) -> None:
     python = os.environ.get("DATAPIPE_STREAMING_PYTHON")
     try:
         import streaming  # noqa: F401
+
         python = sys.executable
     except ImportError:
         if not python:
             pytest.skip("streaming is not installed; set DATAPIPE_STREAMING_PYTHON to a Python that has it")
-    proc = subprocess.run([python, "-c", STREAMING_READ, *folders], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)
+    proc = subprocess.run([python, "-c", STREAMING_READ, *folders], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     for (source, split), folder in zip(STREAMS, folders):
         want = expected[(source, split)]
-        assert got[folder] == [{"id": d["id"], "text": d["text"], "n_chars": len(d["text"]), "url": None,
-                                "input_ids": d["input_ids"]} for d in want]
+        assert got[folder] == [
+            {"id": d["id"], "text": d["text"], "n_chars": len(d["text"]), "url": None, "input_ids": d["input_ids"]} for d in want
+        ]
 
 
 # --- jsonl, records, resume --------------------------------------------------------------------
+
 
 def test_jsonl_with_chosen_columns(run: Path, expected, tmp_path: Path) -> None:
     out = tmp_path / "jsonl"
@@ -248,8 +259,9 @@ def test_jsonl_with_chosen_columns(run: Path, expected, tmp_path: Path) -> None:
     assert sorted(result.streams) == ["zh/train", "zh/val"]
     for split in ("train", "val"):
         got = [json.loads(line) for line in (out / "zh" / f"{split}-00000.jsonl").open(encoding="utf-8")]
-        assert got == [{"id": d["id"], "text": d["text"], "split": split, "n_tokens": len(d["input_ids"])}
-                       for d in expected[("zh", split)]]
+        assert got == [
+            {"id": d["id"], "text": d["text"], "split": split, "n_tokens": len(d["input_ids"])} for d in expected[("zh", split)]
+        ]
 
 
 def test_export_is_recorded_in_the_run(run: Path, expected, tmp_path: Path) -> None:
@@ -267,8 +279,11 @@ def test_export_is_recorded_in_the_run(run: Path, expected, tmp_path: Path) -> N
 
 def _kill_export(run: Path, out: Path, fault: str, fmt: str, **kw: Any) -> subprocess.CompletedProcess:
     code = f"from datapipe.export import export; export({str(run)!r}, {fmt!r}, {str(out)!r}, **{kw!r})"
-    env = {**os.environ, "DATAPIPE_FAULT_KILL_AT": fault,
-           "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "DATAPIPE_FAULT_KILL_AT": fault,
+        "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
 
 

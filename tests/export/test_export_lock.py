@@ -29,11 +29,11 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_second_export_into_the_same_folder_is_refused(real_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "export"
-    args = ["export", str(real_run), "--format", "jsonl", "--output", str(out), "--docs-per-file", "10",
-            "--no-progress"]
+    args = ["export", str(real_run), "--format", "jsonl", "--output", str(out), "--docs-per-file", "10", "--no-progress"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
-    first = subprocess.Popen([sys.executable, "-m", "datapipe.cli", *args], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "datapipe.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         deadline = time.time() + 300
         while not (out / "export-manifest.json").is_file():  # the first export has begun writing parts
@@ -44,8 +44,9 @@ def test_a_second_export_into_the_same_folder_is_refused(real_run: Path, tmp_pat
         first.send_signal(signal.SIGCONT)
         assert second.exit_code == 1 and "Traceback" not in second.output, second.output
         errors = [line for line in second.output.splitlines() if line.startswith("error:")]
-        assert len(errors) == 1 and f"export folder {out} is in use by another datapipe driver: pid {first.pid}" \
-            in errors[0], second.output
+        assert len(errors) == 1 and f"export folder {out} is in use by another datapipe driver: pid {first.pid}" in errors[0], (
+            second.output
+        )
         _, err = first.communicate(timeout=300)
         assert first.returncode == 0, err
     finally:

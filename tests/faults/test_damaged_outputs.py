@@ -78,10 +78,18 @@ def test_a_damaged_intermediate_of_an_unfinished_run_is_redone(clean, tmp_path: 
     those tasks every time while saying "run the same command again to resume"."""
     pipeline, _, expected = clean
     out = tmp_path / "out"
-    env = {**os.environ, "DATAPIPE_FAULT_KILL_AT": "map1:1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
-    killed = subprocess.run([sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out),
-                             "--in-process", "--no-progress"], capture_output=True, text=True, env=env, timeout=600)
+    env = {
+        **os.environ,
+        "DATAPIPE_FAULT_KILL_AT": "map1:1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    killed = subprocess.run(
+        [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out), "--in-process", "--no-progress"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     done = {p.stem for p in (out / "_work" / "markers" / "map1").rglob("*.json")}
     assert len(done) == 1  # one shard of the last map phase finished: its token list awaits packing
@@ -106,6 +114,5 @@ def test_a_damaged_run_json_is_one_error_naming_it(clean, tmp_path: Path, conten
     errors = [line for line in res.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"{out}/run.json is damaged" in errors[0], res.output
     assert "hint: run again with --fresh" in res.output
-    fresh = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress",
-                                      "--fresh"])
+    fresh = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress", "--fresh"])
     assert fresh.exit_code == 0, fresh.output

@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore:Dupli
 
 # ---------------------------------------------------------------- running the map task in-process
 
+
 @dataclass
 class Run:
     docs: list[dict[str, Any]]
@@ -46,8 +47,10 @@ class Run:
 
     def of(self, input_name: str) -> tuple[list[dict], list[dict]]:
         """(docs, rejects) of one input file (ids are <source>/<input>#<record>)."""
+
         def mine(r: dict) -> bool:
             return r["id"].split("/", 1)[1].split("#", 1)[0] == input_name
+
         return [d for d in self.docs if mine(d)], [r for r in self.rejects if mine(r)]
 
 
@@ -90,6 +93,7 @@ def extra_rejects(bad: list[dict], clean: list[dict]) -> list[tuple[str | None, 
 
 # ---------------------------------------------------------------- WARC / WET framing
 
+
 def _members(path: Path) -> list[bytes]:
     """The decompressed records of a per-record gzipped WARC (one per member)."""
     data, out = path.read_bytes(), []
@@ -100,18 +104,23 @@ def _members(path: Path) -> list[bytes]:
     return out
 
 
-def _record(url: str, http: bytes, rtype: str = "response", length: object = None,
-            ctype: str = "application/http; msgtype=response") -> bytes:
+def _record(
+    url: str, http: bytes, rtype: str = "response", length: object = None, ctype: str = "application/http; msgtype=response"
+) -> bytes:
     clen = "" if length == "missing" else f"Content-Length: {len(http) if length is None else length}\r\n"
-    head = (f"WARC/1.0\r\nWARC-Type: {rtype}\r\nWARC-Record-ID: <urn:uuid:{abs(hash(url)) % 10**12:032d}>\r\n"
-            f"WARC-Date: 2024-01-01T00:00:00Z\r\nWARC-Target-URI: {url}\r\nContent-Type: {ctype}\r\n{clen}\r\n")
+    head = (
+        f"WARC/1.0\r\nWARC-Type: {rtype}\r\nWARC-Record-ID: <urn:uuid:{abs(hash(url)) % 10**12:032d}>\r\n"
+        f"WARC-Date: 2024-01-01T00:00:00Z\r\nWARC-Target-URI: {url}\r\nContent-Type: {ctype}\r\n{clen}\r\n"
+    )
     return head.encode() + http + b"\r\n\r\n"
 
 
 def _page(i: int) -> bytes:
-    body = (f"<html><head><title>Page {i}</title></head><body><article><h1>Report {i}</h1><p>"
-            + f"Paragraph {i} of real looking text about rivers, bridges and towns. " * 25
-            + "</p></article></body></html>").encode()
+    body = (
+        f"<html><head><title>Page {i}</title></head><body><article><h1>Report {i}</h1><p>"
+        + f"Paragraph {i} of real looking text about rivers, bridges and towns. " * 25
+        + "</p></article></body></html>"
+    ).encode()
     return b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\r\n" + body
 
 
@@ -119,15 +128,13 @@ DEEP = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<html><body>" + b"<di
 
 # case -> (how the bad record is written, expected reason, whether it is the last record)
 WARC_CASES: dict[str, tuple[Any, str, bool]] = {
-    "length_too_large": (lambda http: _record("http://bad.example/", http, length=len(http) + 4000),
-                         "truncated_record", False),
+    "length_too_large": (lambda http: _record("http://bad.example/", http, length=len(http) + 4000), "truncated_record", False),
     "length_beyond_file": (lambda http: _record("http://bad.example/", http, length=10**12), "truncated_record", False),
     "length_too_small": (lambda http: _record("http://bad.example/", http, length=102), "truncated_record", False),
     "length_negative": (lambda http: _record("http://bad.example/", http, length=-5), "truncated_record", False),
     "length_not_a_number": (lambda http: _record("http://bad.example/", http, length="12x"), "truncated_record", False),
     "length_missing": (lambda http: _record("http://bad.example/", http, length="missing"), "truncated_record", False),
-    "garbage_between": (lambda http: b"\x00\x01 not a record \xff\xfe\r\nWARC/0.9 nope\r\n\r\n", "malformed_record",
-                        False),
+    "garbage_between": (lambda http: b"\x00\x01 not a record \xff\xfe\r\nWARC/0.9 nope\r\n\r\n", "malformed_record", False),
     "truncated_final": (lambda http: _record("http://bad.example/", http)[:400], "truncated_record", True),
     "deeply_nested": (lambda http: _record("http://bad.example/", DEEP), "too_deeply_nested", False),
 }
@@ -150,8 +157,12 @@ def _write_warc(path: Path, records: list[bytes], container: str, corrupt: int |
 
 def test_warc_with_lying_lengths_garbage_and_broken_members_loses_only_the_bad_record(tmp_path: Path) -> None:
     real = _members(shared_path("web", "warc", "whirlwind_whirlwind.warc.gz"))  # warcinfo, request, response, metadata
-    good = [*real, _record("http://good.example/1", _page(1)), _record("http://good.example/2", _page(2)),
-            _record("http://good.example/3", _page(3))]
+    good = [
+        *real,
+        _record("http://good.example/1", _page(1)),
+        _record("http://good.example/2", _page(2)),
+        _record("http://good.example/3", _page(3)),
+    ]
     (tmp_path / "bad").mkdir()
     (tmp_path / "clean").mkdir()
     expected: dict[str, tuple[str | None, str] | None] = {}  # None: no reject beyond the clean twin's
@@ -171,8 +182,7 @@ def test_warc_with_lying_lengths_garbage_and_broken_members_loses_only_the_bad_r
     expected["corrupt_member.warc.gz"] = (None, "corrupt_member")
     # Zero padding after the last gzip member (some writers align files) is not data: no row at all.
     _write_warc(tmp_path / "clean" / "padded.warc.gz", good, "gzip_per_record")
-    (tmp_path / "bad" / "padded.warc.gz").write_bytes((tmp_path / "clean" / "padded.warc.gz").read_bytes()
-                                                      + b"\x00" * 10_000)
+    (tmp_path / "bad" / "padded.warc.gz").write_bytes((tmp_path / "clean" / "padded.warc.gz").read_bytes() + b"\x00" * 10_000)
     expected["padded.warc.gz"] = None
     # WET: conversion records taken as they are; a lying one is found the same way.
     wet = _members(shared_path("web", "warc", "whirlwind_whirlwind.warc.wet.gz"))
@@ -183,16 +193,20 @@ def test_warc_with_lying_lengths_garbage_and_broken_members_loses_only_the_bad_r
         _write_warc(tmp_path / "clean" / name, wet, container)
         expected[name] = ("http://bad.example/", "truncated_record")
 
-    run = run_map(tmp_path, [{"name": "bad", "kind": "web", "paths": ["bad/*"]},
-                             {"name": "clean", "kind": "web", "paths": ["clean/*"]}], "warc")
+    run = run_map(
+        tmp_path,
+        [{"name": "bad", "kind": "web", "paths": ["bad/*"]}, {"name": "clean", "kind": "web", "paths": ["clean/*"]}],
+        "warc",
+    )
     for name, bad in expected.items():
         url, reason = bad or (None, None)
         bad_docs, bad_rejects = run.of(f"bad/{name}")
         clean_docs, clean_rejects = run.of(f"clean/{name}")
         assert len(clean_docs) == (4 if "wet" not in name else 1), name  # the real page + 3 built ones
         # Every good record as in the clean run: same pages, same text, same provenance.
-        assert [(d["url"], d["text"], d["domain"]) for d in bad_docs] == \
-            [(d["url"], d["text"], d["domain"]) for d in clean_docs], name
+        assert [(d["url"], d["text"], d["domain"]) for d in bad_docs] == [
+            (d["url"], d["text"], d["domain"]) for d in clean_docs
+        ], name
         assert extra_rejects(bad_rejects, clean_rejects) == ([(url, reason)] if bad else []), name
         if name.startswith("length_"):
             detail = next(r["detail"] for r in bad_rejects if r["reason"] == reason)
@@ -200,6 +214,7 @@ def test_warc_with_lying_lengths_garbage_and_broken_members_loses_only_the_bad_r
 
 
 # ---------------------------------------------------------------- HTML nesting and size
+
 
 def test_html_pathological_pages_are_rejected_or_read_in_linear_time(tmp_path: Path) -> None:
     pages = ["cmn_hans", "eng", "jpn", "kor", "cmn_hant"]
@@ -211,14 +226,15 @@ def test_html_pathological_pages_are_rejected_or_read_in_linear_time(tmp_path: P
     text = "<p>Words in a paragraph that a reader keeps.</p>"
     hostile = {
         "deep_div.html": ("<html><body>" + "<div>x" * 100_000 + "</body></html>", "too_deeply_nested"),
-        "deep_span_closed.html": ("<html><body>" + "<span>" * 5_000 + "x" + "</span>" * 5_000 + "</body></html>",
-                                  "too_deeply_nested"),
+        "deep_span_closed.html": (
+            "<html><body>" + "<span>" * 5_000 + "x" + "</span>" * 5_000 + "</body></html>",
+            "too_deeply_nested",
+        ),
         "deep_table.html": ("<html><body>" + "<table><tr><td>" * 3_000 + "</body></html>", "too_deeply_nested"),
         # Shapes the parser and extractor handle in linear time: kept (or empty), never rejected for depth.
         "siblings.html": ("<html><body>" + text * 20_000 + "</body></html>", None),
         "unclosed_p.html": ("<html><body>" + "<p>an unclosed paragraph of words" * 20_000 + "</body></html>", None),
-        "huge_attribute.html": ("<html><body><div title='" + "a" * 3_000_000 + "'>" + text + "</div></body></html>",
-                                None),
+        "huge_attribute.html": ("<html><body><div title='" + "a" * 3_000_000 + "'>" + text + "</div></body></html>", None),
         "one_line.html": ("<html><body><p>" + "word " * 600_000 + "</p></body></html>", None),
         "over_record_cap.html": ("<html><body><p>" + "x" * (5 << 20) + "</p></body></html>", "record_too_large"),
     }
@@ -226,9 +242,12 @@ def test_html_pathological_pages_are_rejected_or_read_in_linear_time(tmp_path: P
         (bad / name).write_text(html)
     (bad / "linked.html").symlink_to(tmp_path / "clean" / "eng.html")
     (bad / os.fsdecode(b"caf\xe9.html")).write_bytes((bad / "eng.html").read_bytes())  # a name that is not UTF-8
-    run = run_map(tmp_path, [{"name": "bad", "kind": "web", "paths": ["bad"]},
-                             {"name": "clean", "kind": "web", "paths": ["clean"]}], "html",
-                  limits={"max_record_bytes": 4 << 20})
+    run = run_map(
+        tmp_path,
+        [{"name": "bad", "kind": "web", "paths": ["bad"]}, {"name": "clean", "kind": "web", "paths": ["clean"]}],
+        "html",
+        limits={"max_record_bytes": 4 << 20},
+    )
     bad_docs, bad_rejects = run.of("bad")
     clean_docs, _ = run.of("clean")
     assert len(clean_docs) == len(pages)
@@ -246,11 +265,13 @@ def test_html_pathological_pages_are_rejected_or_read_in_linear_time(tmp_path: P
     escaped = next(d for d in bad_docs if d["path"].startswith("caf\\xe9.html//"))  # escaped, id kept unique
     assert escaped["text"] == by_path["eng.html"]["text"] and escaped["id"].endswith("#" + escaped["path"])
     assert "Words in a paragraph" in by_path["siblings.html"]["text"]
-    assert set(reasons) == {n for n, (_, r) in hostile.items() if r} | {"linked.html"} | \
-        {n for n in hostile if reasons.get(n) == "extraction_empty"}
+    assert set(reasons) == {n for n, (_, r) in hostile.items() if r} | {"linked.html"} | {
+        n for n in hostile if reasons.get(n) == "extraction_empty"
+    }
 
 
 # ---------------------------------------------------------------- arXiv LaTeX
+
 
 def _tar(path: Path, files: dict[str, bytes], mode: str = "w:gz") -> Path:
     with tarfile.open(path, mode, format=tarfile.GNU_FORMAT) as tar:
@@ -272,15 +293,18 @@ def test_latex_macro_bombs_are_linear_and_capped(tmp_path: Path) -> None:
 
     (tmp_path / "in").mkdir()
     _tar(tmp_path / "in" / "1603.07285.tar.gz", {"conv_arithmetic.tex": paper})  # the clean twin
-    _tar(tmp_path / "in" / "1603.07286.tar.gz",
-         {"conv_arithmetic.tex": with_preamble(b"\\def\\x{ unbalanced\n" * 30_000)})
-    _tar(tmp_path / "in" / "1603.07287.tar.gz",
-         {"conv_arithmetic.tex": with_preamble(b"\\def\\a{\\a\\a}\n").replace(b"\\begin{document}",
-                                                                               b"\\begin{document}\\a")})
+    _tar(tmp_path / "in" / "1603.07286.tar.gz", {"conv_arithmetic.tex": with_preamble(b"\\def\\x{ unbalanced\n" * 30_000)})
+    _tar(
+        tmp_path / "in" / "1603.07287.tar.gz",
+        {"conv_arithmetic.tex": with_preamble(b"\\def\\a{\\a\\a}\n").replace(b"\\begin{document}", b"\\begin{document}\\a")},
+    )
     bomb = b"\\documentclass{article}\\def\\a{\\a\\a}\\begin{document}" + b"\\a " * 200_000 + b"\\end{document}"
     _tar(tmp_path / "in" / "1603.07288.tar.gz", {"main.tex": bomb})
-    fan = {"main.tex": b"\\documentclass{article}\\begin{document}" + b"\\input{a}" * 2000 + b"\\end{document}",
-           "a.tex": b"\\input{b}" * 2000, "b.tex": b"long text " * 1000}
+    fan = {
+        "main.tex": b"\\documentclass{article}\\begin{document}" + b"\\input{a}" * 2000 + b"\\end{document}",
+        "a.tex": b"\\input{b}" * 2000,
+        "b.tex": b"long text " * 1000,
+    }
     _tar(tmp_path / "in" / "1603.07289.tar.gz", fan)
     _tar(tmp_path / "in" / "1603.07290.tar.gz", {})
     folder = tmp_path / "in" / "1603.07291"
@@ -304,14 +328,19 @@ def test_latex_macro_bombs_are_linear_and_capped(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- archives
 
+
 def _real_python() -> dict[str, bytes]:
     """Real Python files: this project's readers."""
-    return {f"pkg/{p.name}": p.read_bytes() for p in sorted((PROJECT_ROOT / "datapipe" / "readers").glob("*.py"))
-            if p.stat().st_size < 64_000 and p.name != "__init__.py"}
+    return {
+        f"pkg/{p.name}": p.read_bytes()
+        for p in sorted((PROJECT_ROOT / "datapipe" / "readers").glob("*.py"))
+        if p.stat().st_size < 64_000 and p.name != "__init__.py"
+    }
 
 
 def _hostile_tar(path: Path, real: dict[str, bytes], mode: str) -> Path:
     with tarfile.open(path, mode, format=tarfile.GNU_FORMAT) as tar:
+
         def add(name: str, data: bytes | None = None, kind: bytes = tarfile.REGTYPE, link: str = "") -> None:
             info = tarfile.TarInfo(name)
             info.type, info.linkname = kind, link
@@ -333,9 +362,15 @@ def _hostile_tar(path: Path, real: dict[str, bytes], mode: str) -> Path:
     return path
 
 
-HOSTILE_MEMBERS = {"a.py~2": "unknown_language", "../escape.py": "unsafe_member_path",
-                   "/abs/path.py": "unsafe_member_path", "link.py": "link_member", "hard.py": "link_member",
-                   "dev/null0": "special_member", "fifo": "special_member"}
+HOSTILE_MEMBERS = {
+    "a.py~2": "unknown_language",
+    "../escape.py": "unsafe_member_path",
+    "/abs/path.py": "unsafe_member_path",
+    "link.py": "link_member",
+    "hard.py": "link_member",
+    "dev/null0": "special_member",
+    "fifo": "special_member",
+}
 
 
 def _zip_bomb(path: Path, real: dict[str, bytes], size: int) -> Path:
@@ -362,8 +397,9 @@ def test_archives_with_duplicate_unsafe_and_broken_members_keep_every_real_file(
     for mode, ext in (("w:gz", ".tar.gz"), ("w:bz2", ".tar.bz2"), ("w:xz", ".tar.xz"), ("w", ".tar")):
         _hostile_tar(src / f"hostile{ext}", real, mode)
     _zip_bomb(src / "bomb.zip", real, 80 << 20)
-    whole = _hostile_tar(tmp_path / "whole.tar.gz", {f"f{i:02d}.py": data for i, data in
-                                                      enumerate(list(real.values()) * 3)}, "w:gz").read_bytes()
+    whole = _hostile_tar(
+        tmp_path / "whole.tar.gz", {f"f{i:02d}.py": data for i, data in enumerate(list(real.values()) * 3)}, "w:gz"
+    ).read_bytes()
     (src / "truncated.tar.gz").write_bytes(whole[: len(whole) * 2 // 3])
     zipped = (src / "bomb.zip").read_bytes()
     (src / "cut.zip").write_bytes(zipped[: zipped.rindex(b"PK\x01\x02") - 10])  # central directory gone
@@ -396,12 +432,15 @@ def test_archives_with_duplicate_unsafe_and_broken_members_keep_every_real_file(
             rows = [r for r in rejects if r["path"] == name or repr(name) in r["detail"]]
             assert [r["reason"] for r in rows] == [reason], (ext, name, rows)
         assert len(rejects) == len(HOSTILE_MEMBERS)
-        assert not any(".." in r["id"].split("#", 1)[1] or r["id"].split("#", 1)[1].startswith("/abs")
-                       for r in rejects)  # ids never carry an escaping path
+        assert not any(
+            ".." in r["id"].split("#", 1)[1] or r["id"].split("#", 1)[1].startswith("/abs") for r in rejects
+        )  # ids never carry an escaping path
     docs, rejects = run.of("in/bomb.zip")
     assert texts([d for d in docs if d["path"].startswith("pkg/")]) == expected_real
-    assert sorted(d["id"].split("#", 1)[1] for d in docs if not d["path"].startswith("pkg/")) == ["a.py", "a.py//1"] \
+    assert (
+        sorted(d["id"].split("#", 1)[1] for d in docs if not d["path"].startswith("pkg/")) == ["a.py", "a.py//1"]
         or sorted(d["id"].split("#", 1)[1] for d in docs if d["path"] == "a.py")[0] == "a.py"
+    )
     assert [(r["path"], r["reason"]) for r in rejects] == [("bomb.py", "record_too_large")]
     docs, rejects = run.of("in/cut.zip")  # no central directory: read from the local headers up to the damage
     assert texts([d for d in docs if d["path"].startswith("pkg/")]) == expected_real
@@ -411,8 +450,9 @@ def test_archives_with_duplicate_unsafe_and_broken_members_keep_every_real_file(
     for d in docs:
         assert d["text"] == list(real.values())[int(d["path"][1:3]) % len(real)].decode()
     for name in ("empty.tar.gz", "empty.tar.bz2", "empty.zip", "zero.tar.gz"):
-        assert [(r["reason"], r["id"].split("#")[1]) for r in run.of(f"in/{name}")[1]] == \
-            [("empty_archive", "//empty_archive")], name
+        assert [(r["reason"], r["id"].split("#")[1]) for r in run.of(f"in/{name}")[1]] == [
+            ("empty_archive", "//empty_archive")
+        ], name
     docs, rejects = run.of("in/repo_folder")
     assert texts(docs) == expected_real | {"caf\\xe9.py": "y = 1\n"}
     assert next(d["id"] for d in docs if d["path"] == "caf\\xe9.py").endswith("#caf\\xe9.py//0")
@@ -422,8 +462,12 @@ def test_archives_with_duplicate_unsafe_and_broken_members_keep_every_real_file(
     again = run_map(tmp_path, sources, "code-again", limits={"max_record_bytes": 8 << 20})
     assert sorted(r["id"] for r in again.docs + again.rejects) == sorted(r["id"] for r in run.docs + run.rejects)
     # More members than limits.max_archive_members: the first ones read, one row for the rest.
-    few = run_map(tmp_path, [{"name": "code", "kind": "code", "paths": ["in/hostile.tar", "in/bomb.zip"]}], "few",
-                  limits={"max_archive_members": 5})
+    few = run_map(
+        tmp_path,
+        [{"name": "code", "kind": "code", "paths": ["in/hostile.tar", "in/bomb.zip"]}],
+        "few",
+        limits={"max_archive_members": 5},
+    )
     for name in ("in/hostile.tar", "in/bomb.zip"):  # a zip's directory is not even loaded: local headers
         docs, rejects = few.of(name)
         assert len(docs) == 5 and [r["reason"] for r in rejects] == ["too_many_members"], name
@@ -467,22 +511,29 @@ def test_worst_cases_stay_within_bounded_memory(tmp_path: Path) -> None:
     page = _page(1)
     warc = tmp_path / "liar.warc"  # a 10**12-byte Content-Length, then a 60 MB honest record skipped unread
     huge = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<html><body><p>" + b"w " * (30 << 20)
-    warc.write_bytes(_record("http://a/1", page) + _record("http://bad/", page, length=10**12)
-                     + _record("http://big/", huge) + _record("http://a/2", page))
+    warc.write_bytes(
+        _record("http://a/1", page)
+        + _record("http://bad/", page, length=10**12)
+        + _record("http://big/", huge)
+        + _record("http://a/2", page)
+    )
     deep = tmp_path / "deep.html"
     deep.write_text("<html><body>" + "<div>x" * 100_000 + "</body></html>")
     bomb = _zip_bomb(tmp_path / "bomb.zip", {"ok.py": b"x = 1\n"}, 128 << 20)  # 2x max_record_bytes, ~130 KB
     tex = tmp_path / "2101.00001.tex"
-    tex.write_bytes(b"\\documentclass{article}\n" + b"\\def\\x{ unbalanced\n" * 30_000 + b"\\def\\a{\\a\\a\\a\\a}"
-                    b"\\begin{document}" + b"\\a " * 100_000 + b"\\end{document}")
-    cases = [(warc, "warc", "web", ["doc", "truncated_record", "page_too_large", "doc"]),
-             (deep, "html", "web", ["too_deeply_nested"]),
-             (bomb, "repo", "code", ["record_too_large", "doc", "doc", "doc"]),
-             (tex, "arxiv", "paper", ["too_many_expansions"])]
+    tex.write_bytes(
+        b"\\documentclass{article}\n" + b"\\def\\x{ unbalanced\n" * 30_000 + b"\\def\\a{\\a\\a\\a\\a}"
+        b"\\begin{document}" + b"\\a " * 100_000 + b"\\end{document}"
+    )
+    cases = [
+        (warc, "warc", "web", ["doc", "truncated_record", "page_too_large", "doc"]),
+        (deep, "html", "web", ["too_deeply_nested"]),
+        (bomb, "repo", "code", ["record_too_large", "doc", "doc", "doc"]),
+        (tex, "arxiv", "paper", ["too_many_expansions"]),
+    ]
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     arg = json.dumps([(str(p), fmt, kind) for p, fmt, kind, _ in cases])
-    done = subprocess.run([sys.executable, "-c", WORST, arg], capture_output=True, text=True, env=env, timeout=110,
-                          check=True)
+    done = subprocess.run([sys.executable, "-c", WORST, arg], capture_output=True, text=True, env=env, timeout=110, check=True)
     results = json.loads(done.stdout.strip().splitlines()[-1])
     print(results)  # peak growth and CPU seconds per case, for the record (-s shows them)
     for (path, _, _, reasons), got in zip(cases, results):

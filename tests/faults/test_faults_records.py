@@ -46,8 +46,7 @@ STAGES_USED: list[dict[str, Any]] = [
 def good_lines() -> list[bytes]:
     """Real documents: zh and en Wikipedia, TiDB docs (Markdown with code), OI-wiki (LaTeX math)."""
     out: list[bytes] = []
-    for name, n in (("zh_wikipedia.jsonl", 12), ("en_wikipedia.jsonl", 12), ("zh_pingcap_docs.jsonl", 6),
-                    ("zh_oiwiki.jsonl", 6)):
+    for name, n in (("zh_wikipedia.jsonl", 12), ("en_wikipedia.jsonl", 12), ("zh_pingcap_docs.jsonl", 6), ("zh_oiwiki.jsonl", 6)):
         with open(shared_path("corpus", name), "rb") as f:
             lines = [ln.rstrip(b"\n") for ln in f if 200 < len(ln) < MAX_RECORD // 3][:n]
         out.extend(lines)
@@ -63,8 +62,7 @@ BAD: list[tuple[str, bytes, tuple[str, str]]] = [
     ("lone high surrogate", b'{"text":"x \\ud800 y"}', ("read", "invalid_unicode")),
     ("lone low surrogate", b'{"text":"x \\udfff y and more words here"}', ("read", "invalid_unicode")),
     ("surrogates in the wrong order", b'{"text":"pair \\udc00\\ud800 reversed"}', ("read", "invalid_unicode")),
-    ("surrogate in the url", b'{"text":"a perfectly ordinary text","url":"http://x/\\ud83d"}',
-     ("read", "invalid_unicode")),
+    ("surrogate in the url", b'{"text":"a perfectly ordinary text","url":"http://x/\\ud83d"}', ("read", "invalid_unicode")),
     ("100,000 nested objects", deep(100_000), ("read", "too_deeply_nested")),
     ("100,000 nested arrays", b"[" * 100_000, ("read", "too_deeply_nested")),
     ("65 levels, a valid record", b'{"text":"t","x":' + b'{"a":' * 64 + b"1" + b"}" * 65, ("read", "too_deeply_nested")),
@@ -100,17 +98,25 @@ def write_jsonl(path: Path, lines: list[bytes]) -> None:
     path.write_bytes(b"".join(ln + b"\n" for ln in lines))
 
 
-def run_map(tmp_path: Path, name: str, files: dict[str, bytes], stages: list[dict[str, Any]] | None = None,
-            limits: dict[str, int] | None = None) -> tuple[dict[str, Any], pa.Table, pa.Table]:
+def run_map(
+    tmp_path: Path,
+    name: str,
+    files: dict[str, bytes],
+    stages: list[dict[str, Any]] | None = None,
+    limits: dict[str, int] | None = None,
+) -> tuple[dict[str, Any], pa.Table, pa.Table]:
     """map_shard (no Ray) over each file of one source; returns the markers summed, kept docs, rejects."""
     project = tmp_path / name
     (project / "data").mkdir(parents=True)
     for fname, body in files.items():
         (project / "data" / fname).write_bytes(body)
-    config: dict[str, Any] = {"name": name, "sources": [{"name": "s", "kind": "web", "paths": ["data/*"]}],
-                              "stages": STAGES_USED if stages is None else stages,
-                              "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 64},
-                              "limits": {"max_record_bytes": MAX_RECORD, **(limits or {})}}
+    config: dict[str, Any] = {
+        "name": name,
+        "sources": [{"name": "s", "kind": "web", "paths": ["data/*"]}],
+        "stages": STAGES_USED if stages is None else stages,
+        "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 64},
+        "limits": {"max_record_bytes": MAX_RECORD, **(limits or {})},
+    }
     pipeline = load_pipeline(write_pipeline(project, config))
     out = project / "out"
     spec = make_spec(pipeline, out, tmp_path / "cache")
@@ -118,17 +124,21 @@ def run_map(tmp_path: Path, name: str, files: dict[str, bytes], stages: list[dic
     markers = [map_shard(spec, shard, spec.segments[0]) for shard in spec.shards]
     assert _tree(project, exclude=out) == before, "a task wrote outside the run folder"
     kept = [pq.read_table(f) for f in sorted((out / "docs").glob("**/*.parquet"))]
-    rejected = [pq.read_table(f, columns=["id", "text", "stage", "reason", "detail"])
-                for f in sorted((out / "rejected").glob("**/*.parquet"))]
+    rejected = [
+        pq.read_table(f, columns=["id", "text", "stage", "reason", "detail"])
+        for f in sorted((out / "rejected").glob("**/*.parquet"))
+    ]
     total = {"docs_in": sum(m["docs_in"] for m in markers), "kept": sum(m["kept"] for m in markers)}
     empty = pa.table({c: pa.array([], pa.string()) for c in ("id", "text", "stage", "reason", "detail")})
-    return (total, pa.concat_tables(kept, promote_options="permissive") if kept else None,  # type: ignore[return-value]
-            pa.concat_tables(rejected, promote_options="permissive") if rejected else empty)
+    return (
+        total,
+        pa.concat_tables(kept, promote_options="permissive") if kept else None,  # type: ignore[return-value]
+        pa.concat_tables(rejected, promote_options="permissive") if rejected else empty,
+    )
 
 
 def _tree(root: Path, exclude: Path) -> dict[str, tuple[int, int]]:
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
-            if p.is_file() and exclude not in p.parents}
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file() and exclude not in p.parents}
 
 
 def _comparable(kept: pa.Table) -> dict[str, dict[str, Any]]:
@@ -148,7 +158,7 @@ def test_hostile_jsonl_records_are_each_one_reject_and_good_records_unchanged(tm
             mixed.append(BAD[i][1])
         if i < len(odd):
             mixed.append(odd[i])
-    mixed += [b[1] for b in BAD[len(good) - 1:]] + odd[len(good) - 1:]
+    mixed += [b[1] for b in BAD[len(good) - 1 :]] + odd[len(good) - 1 :]
     mixed.insert(0, bom_good)
 
     clean_counts, clean_kept, clean_rej = run_map(tmp_path, "clean", {"good.jsonl": b"\n".join(good) + b"\n"})
@@ -214,8 +224,9 @@ def test_a_stage_raising_on_some_records_rejects_only_those(tmp_path: Path, expl
     assert _comparable(kept) == _comparable(clean_kept)
 
 
-def test_a_broken_stage_fails_loudly_instead_of_rejecting_everything(tmp_path: Path, explode_stage: None,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broken_stage_fails_loudly_instead_of_rejecting_everything(
+    tmp_path: Path, explode_stage: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("EXPLODE_ALWAYS", "1")
     with pytest.raises(ValueError, match="cannot handle POISON"):
         run_map(tmp_path, "broken", {"good.jsonl": b"\n".join(good_lines())}, [{"explode": {}}])
@@ -228,15 +239,24 @@ def test_many_failing_records_exceed_the_error_budget(tmp_path: Path, explode_st
 
 
 def test_deep_records_are_checked_before_parsing_when_the_recursion_limit_is_raised(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from datapipe.pipeline.load import SourceConfig
     from datapipe.readers import READERS, InputFile
 
     monkeypatch.setattr(sys, "getrecursionlimit", lambda: 1_000_000)  # as if a library had raised it
     good = good_lines()[:2]
     path = tmp_path / "deep.jsonl"
-    write_jsonl(path, [good[0], deep(100_000), b'{"text":"[[[[{{{{ in a string","x":' + b"[" * 65 + b"]" * 65 + b"}",
-                       b'{"text":"' + b"{[" * 200 + b'","x":[[1]]}', good[1]])
+    write_jsonl(
+        path,
+        [
+            good[0],
+            deep(100_000),
+            b'{"text":"[[[[{{{{ in a string","x":' + b"[" * 65 + b"]" * 65 + b"}",
+            b'{"text":"' + b"{[" * 200 + b'","x":[[1]]}',
+            good[1],
+        ],
+    )
     src = SourceConfig.model_validate({"name": "s", "paths": ["x"]})
     batches = list(READERS["jsonl"](InputFile(path, "deep.jsonl", src), 1024))
     kept = [i for b in batches for i in b.docs["id"].to_pylist()]
@@ -249,8 +269,9 @@ def test_decompression_bomb_stops_at_the_cap_as_one_reject(tmp_path: Path) -> No
     good = good_lines()
     filler = [json.dumps({"text": "filler " * 2000}).encode()] * 400  # ~5.6 MB decompressed, ~30 KB gzipped
     body = gzip.compress(b"\n".join(good[:4] + filler + good[4:]) + b"\n")
-    counts, kept, rejected = run_map(tmp_path, "bomb", {"bomb.jsonl.gz": body}, [],
-                                     limits={"max_file_decompressed_bytes": 1 << 20})
+    counts, kept, rejected = run_map(
+        tmp_path, "bomb", {"bomb.jsonl.gz": body}, [], limits={"max_file_decompressed_bytes": 1 << 20}
+    )
     assert counts["docs_in"] == counts["kept"] + rejected.num_rows
     stop = rejected.filter(pc.equal(rejected["reason"], "input_too_large")).to_pylist()
     assert len(stop) == 1 and "max_file_decompressed_bytes" in stop[0]["detail"]
@@ -266,7 +287,7 @@ def test_parquet_oversized_cell_and_corrupt_row_group(tmp_path: Path) -> None:
     meta = pq.ParquetFile(src).metadata.row_group(1).column(0)
     body = bytearray(src.read_bytes())
     start = meta.data_page_offset + 16
-    body[start:start + 64] = b"\x5a" * 64  # garbage inside row group 1's first page
+    body[start : start + 64] = b"\x5a" * 64  # garbage inside row group 1's first page
     counts, kept, rejected = run_map(tmp_path, "pq", {"docs.parquet": bytes(body)}, [])
     assert counts["docs_in"] == counts["kept"] + rejected.num_rows
     by_reason = {r["reason"]: r for r in rejected.to_pylist()}
@@ -298,9 +319,15 @@ def test_a_gzipped_line_of_1_5_gib_is_rejected_in_bounded_memory(tmp_path: Path)
         "    rejects += b.rejects.select(['id', 'reason', 'detail']).to_pylist() if b.rejects else []\n"
         # VmHWM: this process's own peak since exec; ru_maxrss would carry the forking pytest's peak over.
         "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
-        "print(json.dumps({'docs': docs, 'rejects': rejects, 'maxrss_kb': hwm}))\n")
-    proc = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+        "print(json.dumps({'docs': docs, 'rejects': rejects, 'maxrss_kb': hwm}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["docs"] == ["s/huge.jsonl.gz#L1", "s/huge.jsonl.gz#L3"]
@@ -318,17 +345,22 @@ def test_pipeline_run_over_hostile_files_completes_and_conserves(ray_local, tmp_
     project = tmp_path / "project"
     data = project / "data"
     data.mkdir(parents=True)
-    write_jsonl(data / "mixed.jsonl", good[:12] + [b[1] for b in BAD[:8]] + [json.dumps({"text": t}).encode()
-                                                                              for t in ODD_TEXTS[:5]])
-    (data / "long.jsonl.gz").write_bytes(gzip.compress(b"\n".join(
-        [good[12], b'{"text":"' + b"z" * (MAX_RECORD + 5) + b'"}', deep(50_000), good[13]]) + b"\n"))
+    write_jsonl(
+        data / "mixed.jsonl", good[:12] + [b[1] for b in BAD[:8]] + [json.dumps({"text": t}).encode() for t in ODD_TEXTS[:5]]
+    )
+    (data / "long.jsonl.gz").write_bytes(
+        gzip.compress(b"\n".join([good[12], b'{"text":"' + b"z" * (MAX_RECORD + 5) + b'"}', deep(50_000), good[13]]) + b"\n")
+    )
     texts = [json.loads(g)["text"] for g in good[14:24]] + ["y" * (MAX_RECORD + 1)]
     pq.write_table(pa.table({"text": texts}), data / "table.parquet")
     write_jsonl(data / "clean.jsonl", good[24:])
-    config = {"name": "hostile", "sources": [{"name": "web", "kind": "web", "paths": ["data/*"]}],
-              "stages": [*STAGES_USED, {"dedup": {"exact": True}}],
-              "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 64},
-              "limits": {"max_record_bytes": MAX_RECORD}}
+    config = {
+        "name": "hostile",
+        "sources": [{"name": "web", "kind": "web", "paths": ["data/*"]}],
+        "stages": [*STAGES_USED, {"dedup": {"exact": True}}],
+        "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 64},
+        "limits": {"max_record_bytes": MAX_RECORD},
+    }
     pipeline = write_pipeline(project, config)
     before = _tree(project, exclude=project / "out")
     result = run_pipeline(load_pipeline(pipeline), output=project / "out", show_progress=False, log=lambda m: None)
@@ -341,8 +373,7 @@ def test_pipeline_run_over_hostile_files_completes_and_conserves(ray_local, tmp_
     assert not any("record_error" in s["rejected"] for s in counts["stages"])
 
 
-def test_a_reader_that_raises_mid_file_leaves_one_reject_for_the_rest(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_reader_that_raises_mid_file_leaves_one_reject_for_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from datapipe.readers import READERS
 
     real = READERS["jsonl"]
@@ -380,16 +411,25 @@ def test_ids_do_not_depend_on_where_the_data_lies(tmp_path: Path) -> None:
         project = tmp_path / f"project-{len(ids)}"
         project.mkdir()
         (project / "link").symlink_to(root, target_is_directory=True)
-        config = {"name": "ids", "sources": [
-            {"name": "abs", "paths": [str(root / "corpus" / "zh_oiwiki.jsonl")]},
-            {"name": "glob", "paths": [str(root / "corpus" / "zh_*.jsonl")]},
-            {"name": "deep", "paths": [str(root / "**" / "gaokao-geography.jsonl")], "text_field": "question"},
-            {"name": "linked", "paths": ["link/corpus/zh_wikipedia.jsonl"]}]}
+        config = {
+            "name": "ids",
+            "sources": [
+                {"name": "abs", "paths": [str(root / "corpus" / "zh_oiwiki.jsonl")]},
+                {"name": "glob", "paths": [str(root / "corpus" / "zh_*.jsonl")]},
+                {"name": "deep", "paths": [str(root / "**" / "gaokao-geography.jsonl")], "text_field": "question"},
+                {"name": "linked", "paths": ["link/corpus/zh_wikipedia.jsonl"]},
+            ],
+        }
         spec = make_spec(load_pipeline(write_pipeline(project, config)), project / "out", tmp_path / "cache")
         names = {(s.source.name, r.input_name) for s in spec.shards for r in s.inputs}
-        assert names == {("abs", "zh_oiwiki.jsonl"), ("glob", "zh_oiwiki.jsonl"), ("glob", "zh_pingcap_docs.jsonl"),
-                         ("glob", "zh_wikipedia.jsonl"), ("deep", "benchmarks/agieval/gaokao-geography.jsonl"),
-                         ("linked", "link/corpus/zh_wikipedia.jsonl")}
+        assert names == {
+            ("abs", "zh_oiwiki.jsonl"),
+            ("glob", "zh_oiwiki.jsonl"),
+            ("glob", "zh_pingcap_docs.jsonl"),
+            ("glob", "zh_wikipedia.jsonl"),
+            ("deep", "benchmarks/agieval/gaokao-geography.jsonl"),
+            ("linked", "link/corpus/zh_wikipedia.jsonl"),
+        }
         # The ids themselves, as the reader writes them.
         shard = next(s for s in spec.shards if s.source.name == "abs")
         marker_ids = _first_ids(spec, shard)
@@ -455,24 +495,31 @@ def test_the_common_reader_path_turns_unstorable_values_into_rejects() -> None:
     out.reject_row(6, "malformed_json", "cut", "raw \udc00 line")
     batch = out.flush()
     assert batch is not None and batch.rejects is not None
-    assert batch.docs.select(["id", "n", "d"]).to_pylist() == [{"id": "s/f.jsonl#1", "n": 3, "d": "x"},
-                                                               {"id": "s/f.jsonl#5", "n": None, "d": None}]
+    assert batch.docs.select(["id", "n", "d"]).to_pylist() == [
+        {"id": "s/f.jsonl#1", "n": 3, "d": "x"},
+        {"id": "s/f.jsonl#5", "n": None, "d": None},
+    ]
     rejects = {r["id"]: r for r in batch.rejects.to_pylist()}
     assert {i: r["reason"] for i, r in rejects.items()} == {
-        "s/f.jsonl#2": "record_error", "s/f.jsonl#3": "invalid_unicode", "s/f.jsonl#4": "invalid_unicode",
-        "s/f.jsonl#6": "malformed_json"}
+        "s/f.jsonl#2": "record_error",
+        "s/f.jsonl#3": "invalid_unicode",
+        "s/f.jsonl#4": "invalid_unicode",
+        "s/f.jsonl#6": "malformed_json",
+    }
     assert rejects["s/f.jsonl#3"]["text"] == "surrogate \\ud800"  # kept for debugging, escaped
     assert rejects["s/f.jsonl#4"]["detail"].startswith("d: surrogates not allowed")
     assert out.flush() is None  # nothing left behind for a later batch
 
 
-def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from datapipe.engine.finish import collect_counts
     from datapipe.run_folder.layout import RunFolder
 
     real = map_task.encode_documents
     for poison in (False, True):
+
         def encode(texts, info, poison=poison):  # type: ignore[no-untyped-def]
             if poison and any("POISON" in t for t in texts):
                 raise RuntimeError("tokenizer cannot encode POISON")
@@ -482,8 +529,12 @@ def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(tm
         project = tmp_path / f"funnel-{poison}"
         (project / "data").mkdir(parents=True)
         write_jsonl(project / "data" / "a.jsonl", good_lines()[:4] + [b'{"text":"POISON here"}'])
-        config = {"name": "funnel", "sources": [{"name": "s", "paths": ["data/*"]}], "stages": [{"length": {}}],
-                  "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 64}}
+        config = {
+            "name": "funnel",
+            "sources": [{"name": "s", "paths": ["data/*"]}],
+            "stages": [{"length": {}}],
+            "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 64},
+        }
         spec = make_spec(load_pipeline(write_pipeline(project, config)), project / "out", tmp_path / "cache")
         folder = RunFolder(project / "out")
         marker = map_shard(spec, spec.shards[0], spec.segments[0])
@@ -506,7 +557,9 @@ def test_parquet_binary_text_that_is_not_utf8_rejects_only_its_rows(tmp_path: Pa
     counts, kept, rejected = run_map(tmp_path, "pqbin", {"bin.parquet": src.read_bytes()}, [])
     assert counts["docs_in"] == 8 == counts["kept"] + rejected.num_rows
     assert {(r["id"], r["reason"]) for r in rejected.to_pylist()} == {
-        ("s/data/bin.parquet#2", "invalid_utf8"), ("s/data/bin.parquet#3", "invalid_utf8")}
+        ("s/data/bin.parquet#2", "invalid_utf8"),
+        ("s/data/bin.parquet#3", "invalid_utf8"),
+    }
     assert kept["text"].to_pylist() == [t.decode() for t in texts]
 
 
@@ -521,8 +574,10 @@ def test_bounded_lines_equals_splitting_whole_lines_for_any_chunking() -> None:
         lines = [b"x" * rng.choice([0, 1, 5, 30, 31, 32, 33, 200]) for _ in range(rng.randint(0, 12))]
         data = b"\n".join(lines) + (b"\n" if rng.random() < 0.5 else b"")
         cap, chunk = rng.choice([8, 31, 32, 64]), rng.choice([1, 3, 16, 64, 1024])
-        got = [(x.size, x.head) if isinstance(x, LineTooLong) else x
-               for x in bounded_lines(io.BytesIO(data), cap, 1 << 30, head=4, chunk=chunk)]
+        got = [
+            (x.size, x.head) if isinstance(x, LineTooLong) else x
+            for x in bounded_lines(io.BytesIO(data), cap, 1 << 30, head=4, chunk=chunk)
+        ]
         want = [(len(ln), ln[:4]) if len(ln) > cap else ln for ln in data.split(b"\n")]
         if data.endswith(b"\n") or not data:
             want = want[:-1]

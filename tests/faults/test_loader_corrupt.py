@@ -47,8 +47,13 @@ def child(spec: dict) -> dict:
 
     from datapipe.loader import PackedDataset, fused
 
-    kw = {"batch_size": 4, "seed": 3, "verify": spec.get("verify", "full"),
-          "recheck_interval": spec.get("recheck", 0.0), **spec.get("kw", {})}
+    kw = {
+        "batch_size": 4,
+        "seed": 3,
+        "verify": spec.get("verify", "full"),
+        "recheck_interval": spec.get("recheck", 0.0),
+        **spec.get("kw", {}),
+    }
     n = 0
     try:
         if spec["via"] == "torch":
@@ -118,8 +123,14 @@ def run_child(spec: dict | list[dict], numba: bool = True) -> dict | list[dict]:
     """Run ``child`` in a fresh interpreter; a list of specs runs as ``forked`` there."""
     env = {**os.environ, "DATAPIPE_LOADER_NUMBA": "1" if numba else "0"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run([sys.executable, "-m", "tests.faults.test_loader_corrupt", json.dumps(spec)], cwd=PROJECT_ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.faults.test_loader_corrupt", json.dumps(spec)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode >= 0, f"the reader CRASHED with signal {-proc.returncode}:\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -146,9 +157,16 @@ def layout(path: Path) -> dict[str, int]:
     def at(b: pa.Buffer) -> int:
         return b.address - buf.address
 
-    return {"tokens": at(ids.values.buffers()[1]), "offsets": at(starts.buffers()[1]),
-            "values": at(starts.values.buffers()[1]), "n_tokens": at(n_tok.buffers()[1]), "rows": len(ids),
-            "n_values": len(starts.values), "size": len(data), "row_len": ids.type.list_size}
+    return {
+        "tokens": at(ids.values.buffers()[1]),
+        "offsets": at(starts.buffers()[1]),
+        "values": at(starts.values.buffers()[1]),
+        "n_tokens": at(n_tok.buffers()[1]),
+        "rows": len(ids),
+        "n_values": len(starts.values),
+        "size": len(data),
+        "row_len": ids.type.list_size,
+    }
 
 
 def patch_i32(path: Path, pos: int, change: Callable[[int], int]) -> None:
@@ -249,8 +267,9 @@ def swapped_valid_shard(run: Path, victim: str = VICTIM) -> str:
     counts = np.diff(starts.offsets.to_numpy())[::-1]
     values = [starts[i].values.to_numpy() for i in range(len(starts))][::-1]
     n_tok = table.column("n_tokens").to_numpy()[::-1]
-    write_shard(run / victim, tokens, np.concatenate([[0], np.cumsum(counts)]),
-                np.concatenate(values).astype(np.int32), n_tok, meta)
+    write_shard(
+        run / victim, tokens, np.concatenate([[0], np.cumsum(counts)]), np.concatenate(values).astype(np.int32), n_tok, meta
+    )
     return "sha256 .* does not match the manifest"
 
 
@@ -424,8 +443,7 @@ def test_truncated_after_mapping(clean_run, tmp_path, way):
     if way == "torch-workers":
         pytest.importorskip("torch")
     via, numba = WAYS[way]
-    result = run_child({"run": str(fresh_copy(clean_run, tmp_path)), "via": via, "truncate_after_first": True},
-                       numba)
+    result = run_child({"run": str(fresh_copy(clean_run, tmp_path)), "via": via, "truncate_after_first": True}, numba)
     assert result["exc"] == "ShardCorrupt", result
     assert "shards/" in result["msg"], result
     if via == "inproc":  # in-process, exactly the mapped shards were cut: the size re-check caught it
@@ -435,16 +453,22 @@ def test_truncated_after_mapping(clean_run, tmp_path, way):
 def test_truncated_after_mapping_default_interval(clean_run, tmp_path):
     """With the default re-check interval the check runs before the next gather once it has passed."""
     run = fresh_copy(clean_run, tmp_path)
-    result = run_child({"run": str(run), "via": "inproc", "truncate_after_first": True, "recheck": 0.25,
-                        "sleep_after": 0.6})
+    result = run_child({"run": str(run), "via": "inproc", "truncate_after_first": True, "recheck": 0.25, "sleep_after": 0.6})
     assert result["exc"] == "ShardCorrupt" and "shrank below" in result["msg"], result
 
 
 def test_copy_shards_survives_truncated_originals(clean_run, tmp_path):
     """copy_shards maps private, verified copies: cutting the originals in place harms nothing."""
     run = fresh_copy(clean_run, tmp_path)
-    result = run_child({"run": str(run), "via": "inproc", "truncate_after_first": "all", "preopen": True,
-                        "kw": {"copy_shards": True, "cache_dir": str(tmp_path / "cache")}})
+    result = run_child(
+        {
+            "run": str(run),
+            "via": "inproc",
+            "truncate_after_first": "all",
+            "preopen": True,
+            "kw": {"copy_shards": True, "cache_dir": str(tmp_path / "cache")},
+        }
+    )
     assert result["exc"] is None and result["batches"] == 60, result
     assert (run / VICTIM).stat().st_size < (clean_run / VICTIM).stat().st_size  # the originals were cut
 
@@ -456,8 +480,7 @@ def test_verify_modes(clean_run, tmp_path):
     flipped_token_byte(run)
     strict = run_child({"run": str(run), "via": "inproc", "verify": "strict"})
     assert strict["exc"] == "ShardCorrupt" and VICTIM in strict["msg"] and "sha256" in strict["msg"], strict
-    assert run_child({"run": str(run), "via": "inproc", "verify": "open"}) == {"exc": None, "batches": 60,
-                                                                               "numba": _has_numba()}
+    assert run_child({"run": str(run), "via": "inproc", "verify": "open"}) == {"exc": None, "batches": 60, "numba": _has_numba()}
     run2 = fresh_copy(clean_run, tmp_path / "b")
     last_offset_plus_4m(run2)
     opened = run_child({"run": str(run2), "via": "inproc", "verify": "open"})

@@ -27,12 +27,21 @@ def _pipeline(folder: Path) -> Path:
     demo = PROJECT_ROOT / "pipelines"
     config = {
         "name": "nodeloss",
-        "sources": [{"name": "web_zh", "kind": "web", "format": "jsonl", "paths": [str(demo / "demo/data/web_zh-*.jsonl")]},
-                    {"name": "web_en", "kind": "web", "paths": [str(demo / "demo/data/web_en-*.jsonl")]}],
-        "stages": [{"langid": {"keep": ["zh", "en"], "min_score": 0.5}}, {"length": {"min_chars": 20}},
-                   {"dedup": {"exact": True}}],
-        "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 512,
-                     "val_fraction": 0.05, "rows_per_shard": 64},
+        "sources": [
+            {"name": "web_zh", "kind": "web", "format": "jsonl", "paths": [str(demo / "demo/data/web_zh-*.jsonl")]},
+            {"name": "web_en", "kind": "web", "paths": [str(demo / "demo/data/web_en-*.jsonl")]},
+        ],
+        "stages": [
+            {"langid": {"keep": ["zh", "en"], "min_score": 0.5}},
+            {"length": {"min_chars": 20}},
+            {"dedup": {"exact": True}},
+        ],
+        "tokenize": {
+            "tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"),
+            "seq_len": 512,
+            "val_fraction": 0.05,
+            "rows_per_shard": 64,
+        },
         "split": {"target_bytes": 16384, "min_bytes": 4096, "group_small_files": False},
     }
     path = folder / "nodeloss.yaml"
@@ -42,8 +51,10 @@ def _pipeline(folder: Path) -> Path:
 
 def _outputs(root: Path) -> dict[str, object]:
     """What a user gets: the bytes of every shard file and the documents table, by id."""
-    shards = {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-              for p in sorted((root / "shards").glob("**/*.arrow"))}
+    shards = {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((root / "shards").glob("**/*.arrow"))
+    }
     with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
         documents = con.execute("select * from documents order by id").fetchall()
     return {"shards": shards, "documents": documents}
@@ -52,16 +63,34 @@ def _outputs(root: Path) -> dict[str, object]:
 def test_removing_a_worker_node_mid_run_finishes_with_identical_outputs(tmp_path: Path) -> None:
     pipeline = _pipeline(tmp_path)
     # Reference: the same pipeline on one healthy node (in this machine's process, no cluster).
-    ref = subprocess.run([sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output",
-                          str(tmp_path / "ref"), "--in-process", "--no-progress"],
-                         capture_output=True, text=True, timeout=300)
+    ref = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "datapipe.cli",
+            "run",
+            str(pipeline),
+            "--output",
+            str(tmp_path / "ref"),
+            "--in-process",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ref.returncode == 0, ref.stderr
 
     # Ray's socket paths must stay under 107 bytes: pytest's tmp_path is too deep for them.
     ray_dir = tempfile.mkdtemp(prefix="dpnl-", dir="/tmp")
     os.makedirs(os.path.join(ray_dir, "ray"))
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
-           "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": ray_dir}
+    env = {
+        **os.environ,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_TMPDIR": ray_dir,
+    }
     out, hold = tmp_path / "out", tmp_path / "hold"
     # Only the worker node's raylet (and so its task workers) gets the hold hook: each map0 task
     # placed there writes its outputs, then waits before its marker (engine/faults.py fault_hold)
@@ -117,8 +146,10 @@ finally:
     assert report["rc"] == 0, report["stderr"]
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "complete" and run["attempts"] == 1
-    markers = {p.relative_to(out / "_work" / "markers").as_posix(): json.loads(p.read_text())
-               for p in (out / "_work" / "markers").glob("**/*.json")}
+    markers = {
+        p.relative_to(out / "_work" / "markers").as_posix(): json.loads(p.read_text())
+        for p in (out / "_work" / "markers").glob("**/*.json")
+    }
     for key in report["held"]:  # redone on the head, not trusted from the orphaned files: rewritten
         assert markers[f"map0/{key}.json"]["node"] == report["head"]
         assert (out / "_work" / "map0" / f"{key}.parquet").stat().st_ino != report["written"][key]

@@ -30,6 +30,7 @@ def temp_names(root: Path) -> list[str]:
 
 # --- pieces, no Ray -------------------------------------------------------------
 
+
 def test_sweep_removes_every_temporary_name_and_nothing_else(tmp_path: Path) -> None:
     planted = [
         "rejected/web_zh/web_zh-00000.01-langid.parquet.tmp-4711-0a1b2c3d",
@@ -79,8 +80,7 @@ def test_disk_full_is_recognised_in_every_wrapping() -> None:
     assert find_disk_full(arrow) is not None and find_disk_full(arrow).path is None
     try:
         try:
-            raise RuntimeError('IO Error: Could not write file "/run/stats.duckdb.tmp-3-aaaabbbb": '
-                               'No space left on device')
+            raise RuntimeError('IO Error: Could not write file "/run/stats.duckdb.tmp-3-aaaabbbb": No space left on device')
         except RuntimeError as inner:
             raise ValueError("building statistics failed") from inner
     except ValueError as outer:
@@ -89,6 +89,7 @@ def test_disk_full_is_recognised_in_every_wrapping() -> None:
 
 
 # --- whole runs on the shared embedded Ray ------------------------------------------
+
 
 def run(pipeline: Path, out: Path, **kw):
     return run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None, **kw)
@@ -107,7 +108,8 @@ def clean(ray_local, tmp_path_factory) -> tuple[Path, dict]:
 
 @pytest.mark.parametrize("fault", ["map0:web_zh/*", "shuffle0", "reduce1", "pack", "stats"])
 def test_disk_full_in_each_phase_gives_one_line_and_the_rerun_completes_identically(
-        clean, tmp_path: Path, monkeypatch, fault: str) -> None:
+    clean, tmp_path: Path, monkeypatch, fault: str
+) -> None:
     pipeline, expected = clean
     out = tmp_path / "out"
     monkeypatch.setenv("DATAPIPE_FAULT_ENOSPC_AT", fault)
@@ -155,8 +157,7 @@ def _can_mount() -> str | None:
     probe = Path("/tmp") / f"datapipe-mount-probe-{os.getpid()}"
     probe.mkdir(exist_ok=True)
     try:
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
-                          capture_output=True).returncode != 0:
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)], capture_output=True).returncode != 0:
             return "mount -t tmpfs is not permitted here (no CAP_SYS_ADMIN)"
         subprocess.run(["umount", str(probe)], check=True)
         return None

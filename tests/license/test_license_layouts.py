@@ -22,40 +22,53 @@ CASES = {c.name: c for c in load_cases()}
 
 
 def test_real_world_set_right_unknown_wrong() -> None:
-    results = {name: score(c.expected, detect_case(c, detect_repository, detect_code_file))
-               for name, c in CASES.items()}
+    results = {name: score(c.expected, detect_case(c, detect_repository, detect_code_file)) for name, c in CASES.items()}
     n = len(results)
     right, wrong = [k for k, v in results.items() if v == "right"], [k for k, v in results.items() if v == "wrong"]
-    print(f"\nreal-world licence layouts: n={n} right={len(right)} unknown={n - len(right) - len(wrong)} "
-          f"wrong={len(wrong)} {wrong}")
+    print(
+        f"\nreal-world licence layouts: n={n} right={len(right)} unknown={n - len(right) - len(wrong)} wrong={len(wrong)} {wrong}"
+    )
     assert n >= 50
     assert len(wrong) / n < 0.02
     assert len(right) / n >= 0.9
 
 
-@pytest.mark.parametrize("name, want", [
-    # a README "License" section is the only statement
-    ("readme-mit-research", "MIT"), ("readme-mit-bare", "MIT"), ("readme-mit-zh", "MIT"),
-    ("readme-mit-or-apache", "MIT OR Apache-2.0"), ("readme-bsd-3", "BSD-3-Clause"),
-    ("readme-gpl-3-notice", "GPL-3.0-or-later"), ("readme-no-name", "unknown"),
-    # REUSE: LICENSES/<id>.txt without and with a root LICENSE
-    ("reuse-licenses-folder-only", "MIT"), ("reuse-licenses-folder-and-root", "MIT"),
-    # licence text in HTML paragraphs
-    ("readme-mit-html-paragraphs", "MIT"), ("header-mit-javadoc-paragraphs", "MIT"),
-    # BSD with the holder named in the disclaimer clause
-    ("header-bsd-2-author-in-disclaimer", "BSD-2-Clause"), ("licensee-bsd-3-the-name-of", "BSD-3-Clause"),
-    ("licensee-bsd-3-org-name-disclaimer", "BSD-3-Clause"),
-    # MIT with its optional "(including the next paragraph)"
-    ("header-mit-next-paragraph-c", "MIT"), ("header-mit-next-paragraph-python", "MIT"),
-    # a modified licence is not its base licence
-    ("modified-mit-good-not-evil-js", "LicenseRef-modified-MIT"),
-    # GNU convention: COPYING.LESSER + COPYING is the LGPL
-    ("copying-lesser-and-copying", "LGPL-3.0"),
-    # SPDX lines and expressions in licence files and manifests
-    ("licensee-spdx-license-or", "MIT OR Apache-2.0"), ("scancode-apache-or-mit-expression", "Apache-2.0 OR MIT"),
-    ("licensee-npm-license-expression", "MIT OR Apache-2.0 OR AGPL-3.0-or-later"),
-    ("header-gpl-terms-of-version-2-suse", "GPL-2.0-only"), ("header-lgpl-terms-and-conditions", "LGPL-2.0-or-later"),
-])
+@pytest.mark.parametrize(
+    "name, want",
+    [
+        # a README "License" section is the only statement
+        ("readme-mit-research", "MIT"),
+        ("readme-mit-bare", "MIT"),
+        ("readme-mit-zh", "MIT"),
+        ("readme-mit-or-apache", "MIT OR Apache-2.0"),
+        ("readme-bsd-3", "BSD-3-Clause"),
+        ("readme-gpl-3-notice", "GPL-3.0-or-later"),
+        ("readme-no-name", "unknown"),
+        # REUSE: LICENSES/<id>.txt without and with a root LICENSE
+        ("reuse-licenses-folder-only", "MIT"),
+        ("reuse-licenses-folder-and-root", "MIT"),
+        # licence text in HTML paragraphs
+        ("readme-mit-html-paragraphs", "MIT"),
+        ("header-mit-javadoc-paragraphs", "MIT"),
+        # BSD with the holder named in the disclaimer clause
+        ("header-bsd-2-author-in-disclaimer", "BSD-2-Clause"),
+        ("licensee-bsd-3-the-name-of", "BSD-3-Clause"),
+        ("licensee-bsd-3-org-name-disclaimer", "BSD-3-Clause"),
+        # MIT with its optional "(including the next paragraph)"
+        ("header-mit-next-paragraph-c", "MIT"),
+        ("header-mit-next-paragraph-python", "MIT"),
+        # a modified licence is not its base licence
+        ("modified-mit-good-not-evil-js", "LicenseRef-modified-MIT"),
+        # GNU convention: COPYING.LESSER + COPYING is the LGPL
+        ("copying-lesser-and-copying", "LGPL-3.0"),
+        # SPDX lines and expressions in licence files and manifests
+        ("licensee-spdx-license-or", "MIT OR Apache-2.0"),
+        ("scancode-apache-or-mit-expression", "Apache-2.0 OR MIT"),
+        ("licensee-npm-license-expression", "MIT OR Apache-2.0 OR AGPL-3.0-or-later"),
+        ("header-gpl-terms-of-version-2-suse", "GPL-2.0-only"),
+        ("header-lgpl-terms-and-conditions", "LGPL-2.0-or-later"),
+    ],
+)
 def test_layout(name: str, want: str) -> None:
     c = CASES[name]
     assert detect_case(c, detect_repository, detect_code_file) == want
@@ -73,9 +86,11 @@ def test_unversioned_gnu_header_takes_the_version_of_copying() -> None:
     copying = CASES["copying-lesser-and-copying"].files
     gpl_repo = detect_repository({"COPYING": copying["COPYING"]})
     assert gpl_repo.license == "GPL-3.0"
-    header = ("/*\n * This program is free software; you can redistribute it and/or modify\n"
-              " * it under the terms of the GNU General Public License as published by\n"
-              " * the Free Software Foundation.\n */\nint main(void) { return 0; }\n")
+    header = (
+        "/*\n * This program is free software; you can redistribute it and/or modify\n"
+        " * it under the terms of the GNU General Public License as published by\n"
+        " * the Free Software Foundation.\n */\nint main(void) { return 0; }\n"
+    )
     d = detect_code_file(header, gpl_repo)
     assert d.license == "GPL-3.0" and "no version" in d.evidence and "COPYING" in d.where
     lib = CASES["header-lgpl-library-unversioned"]
@@ -90,8 +105,11 @@ def test_unversioned_gnu_header_takes_the_version_of_copying() -> None:
 def test_license_html_file() -> None:
     refs = dict(load_choosealicense(shared_path("licenses", "choosealicense", "_licenses")))
     paras = [p.strip().replace('"', "&quot;") for p in refs["MIT"].strip().split("\n\n")]
-    page = ("<!DOCTYPE html>\n<html><head><title>License</title><style>p{margin:0}</style></head><body>\n"
-            + "\n".join(f"<p>{p}</p>" for p in paras) + "\n</body></html>\n")
+    page = (
+        "<!DOCTYPE html>\n<html><head><title>License</title><style>p{margin:0}</style></head><body>\n"
+        + "\n".join(f"<p>{p}</p>" for p in paras)
+        + "\n</body></html>\n"
+    )
     d = detect_repository({"license.html": page})
     assert (d.license, d.where) == ("MIT", "file:license.html")
 
@@ -106,11 +124,12 @@ def test_repo_reader_carries_readme_section_and_reuse_folder(tmp_path: Path) -> 
     (reuse_repo / "LICENSES").mkdir(parents=True)
     (reuse_repo / "LICENSES" / "MIT.txt").write_text(CASES["reuse-licenses-folder-only"].files["LICENSES/MIT.txt"])
     (reuse_repo / "main.go").write_text("package main\n")
-    stage = LicenseTagger(LicenseOptions.model_validate({"policy": {"code": {"deny": ["unknown"]}}}),
-                          StageContext(".", "."))
+    stage = LicenseTagger(LicenseOptions.model_validate({"policy": {"code": {"deny": ["unknown"]}}}), StageContext(".", "."))
     stage.setup()
-    for repo, carried, evidence in [(readme_repo, "README.md", "README.md:license-section"),
-                                    (reuse_repo, "LICENSES/MIT.txt", "file:LICENSES/MIT.txt")]:
+    for repo, carried, evidence in [
+        (readme_repo, "README.md", "README.md:license-section"),
+        (reuse_repo, "LICENSES/MIT.txt", "file:LICENSES/MIT.txt"),
+    ]:
         docs, _ = read_all(repo, "code")
         assert docs and all(carried in json.loads(d["repo_license_files"]) for d in docs)
         if carried == "README.md":  # only the section travels, not the whole README

@@ -20,10 +20,12 @@ from datapipe.stages.license import LicenseOptions, LicenseTagger
 from tests.support.ingest_helpers import read_all
 from tests.support.shared_data import shared_path
 
-README_POLICY = {"code": {"deny": ["strong_copyleft", "non_commercial", "no_derivatives", "unknown"]},
-                 "web": {"deny": ["non_commercial", "no_derivatives"]},
-                 "paper": {"allow": ["permissive", "weak_copyleft"]},
-                 "default": {"deny": ["non_commercial"]}}
+README_POLICY = {
+    "code": {"deny": ["strong_copyleft", "non_commercial", "no_derivatives", "unknown"]},
+    "web": {"deny": ["non_commercial", "no_derivatives"]},
+    "paper": {"allow": ["permissive", "weak_copyleft"]},
+    "default": {"deny": ["non_commercial"]},
+}
 
 
 def _tag(docs: list[dict]) -> tuple[list[dict], list[str | None]]:
@@ -49,9 +51,12 @@ def _tarball(tmp_path: Path, with_license: bool, top: str = "conv_arithmetic-mas
 @pytest.mark.parametrize("layout", ["folder", "tarball", "flat-tarball", "lone-tex"])
 def test_paper_license_file_is_read_and_kept_by_the_readme_policy(tmp_path: Path, layout: str) -> None:
     src = shared_path("papers", "conv_arithmetic")
-    path = {"folder": lambda: src, "tarball": lambda: _tarball(tmp_path, True),
-            "flat-tarball": lambda: _tarball(tmp_path, True, top=""),
-            "lone-tex": lambda: src / "conv_arithmetic.tex"}[layout]()
+    path = {
+        "folder": lambda: src,
+        "tarball": lambda: _tarball(tmp_path, True),
+        "flat-tarball": lambda: _tarball(tmp_path, True, top=""),
+        "lone-tex": lambda: src / "conv_arithmetic.tex",
+    }[layout]()
     (doc,), rejects = read_all(path, "paper")
     assert rejects == [] and doc["path"].endswith("conv_arithmetic.tex")
     files = json.loads(doc["license_files"])
@@ -72,8 +77,11 @@ def test_paper_without_license_file_stays_unknown_and_is_dropped(tmp_path: Path)
 
 def test_arxiv_nonexclusive_does_not_override_the_authors_grant(tmp_path: Path) -> None:
     meta = tmp_path / "meta.jsonl"
-    meta.write_text(json.dumps({"id": "1603.07285", "license": "http://arxiv.org/licenses/nonexclusive-distrib/1.0/"})
-                    + "\n" + json.dumps({"id": "1603.07286", "license": "http://creativecommons.org/licenses/by-nc-sa/4.0/"}))
+    meta.write_text(
+        json.dumps({"id": "1603.07285", "license": "http://arxiv.org/licenses/nonexclusive-distrib/1.0/"})
+        + "\n"
+        + json.dumps({"id": "1603.07286", "license": "http://creativecommons.org/licenses/by-nc-sa/4.0/"})
+    )
     (doc,), _ = read_all(_tarball(tmp_path, True), "paper", options={"metadata": str(meta)})
     (tagged,), (reason,) = _tag([doc])
     assert tagged["license"] == "MIT" and reason is None

@@ -8,19 +8,21 @@ import yaml
 from datapipe.license import Detection, Policy, detect_arxiv, detect_web
 
 
-@pytest.mark.parametrize("url, want, cls", [
-    ("http://creativecommons.org/licenses/by/4.0/", "CC-BY-4.0", "permissive"),
-    ("http://creativecommons.org/licenses/by-sa/4.0/", "CC-BY-SA-4.0", "weak_copyleft"),
-    ("http://creativecommons.org/licenses/by-nc-sa/4.0/", "CC-BY-NC-SA-4.0", "non_commercial"),
-    ("http://creativecommons.org/licenses/by-nc-nd/4.0/", "CC-BY-NC-ND-4.0", "no_derivatives"),
-    ("http://creativecommons.org/licenses/by-nc-sa/3.0/", "CC-BY-NC-SA-3.0", "non_commercial"),
-    ("http://creativecommons.org/publicdomain/zero/1.0/", "CC0-1.0", "permissive"),
-    ("http://arxiv.org/licenses/nonexclusive-distrib/1.0/", "LicenseRef-arXiv-nonexclusive-distrib-1.0",
-     "restricted"),
-    ("http://arxiv.org/licenses/assumed-1991-2003/", "LicenseRef-arXiv-nonexclusive-distrib-1.0", "restricted"),
-    ("https://example.org/my-license", "unknown", "unknown"),
-    (None, "unknown", "unknown"),
-])
+@pytest.mark.parametrize(
+    "url, want, cls",
+    [
+        ("http://creativecommons.org/licenses/by/4.0/", "CC-BY-4.0", "permissive"),
+        ("http://creativecommons.org/licenses/by-sa/4.0/", "CC-BY-SA-4.0", "weak_copyleft"),
+        ("http://creativecommons.org/licenses/by-nc-sa/4.0/", "CC-BY-NC-SA-4.0", "non_commercial"),
+        ("http://creativecommons.org/licenses/by-nc-nd/4.0/", "CC-BY-NC-ND-4.0", "no_derivatives"),
+        ("http://creativecommons.org/licenses/by-nc-sa/3.0/", "CC-BY-NC-SA-3.0", "non_commercial"),
+        ("http://creativecommons.org/publicdomain/zero/1.0/", "CC0-1.0", "permissive"),
+        ("http://arxiv.org/licenses/nonexclusive-distrib/1.0/", "LicenseRef-arXiv-nonexclusive-distrib-1.0", "restricted"),
+        ("http://arxiv.org/licenses/assumed-1991-2003/", "LicenseRef-arXiv-nonexclusive-distrib-1.0", "restricted"),
+        ("https://example.org/my-license", "unknown", "unknown"),
+        (None, "unknown", "unknown"),
+    ],
+)
 def test_arxiv(url, want, cls):
     d = detect_arxiv(url)
     assert (d.license, d.license_class, d.where) == (want, cls, "arxiv-metadata")
@@ -52,9 +54,11 @@ def test_policy_decisions():
 
 def test_policy_apply_tags_and_records_drops():
     policy = Policy.from_config(CONFIG["license"])
-    docs = [{"id": 1, "html": '<link rel="license" href="https://creativecommons.org/licenses/by/4.0/">'},
-            {"id": 2, "html": "<p>Licensed under CC BY-NC 4.0</p>"},
-            {"id": 3, "html": "<p>no licence</p>"}]
+    docs = [
+        {"id": 1, "html": '<link rel="license" href="https://creativecommons.org/licenses/by/4.0/">'},
+        {"id": 2, "html": "<p>Licensed under CC BY-NC 4.0</p>"},
+        {"id": 3, "html": "<p>no licence</p>"},
+    ]
     kept, dropped = policy.apply("web", docs, [detect_web(d["html"]) for d in docs])
     assert [d["id"] for d in kept] == [1, 3]
     assert kept[0]["license"] == "CC-BY-4.0" and kept[0]["license_class"] == "permissive"

@@ -135,11 +135,14 @@ def test_seq_len_change_refused_in_state(tmp_path):
         PackedDataset(b, backend="numpy", batch_size=2).load_state_dict(state)
 
 
-@pytest.mark.parametrize("weights", [
-    {"a": 0.5, "b": 0.3, "c": 0.2},
-    {"a": 297, "b": 42, "c": 1, "d": 117, "e": 1, "f": 281, "g": 2, "h": 177},  # skewed: greedy drifts here
-    {"a": 1 / 3, "b": 2 / 3},
-])
+@pytest.mark.parametrize(
+    "weights",
+    [
+        {"a": 0.5, "b": 0.3, "c": 0.2},
+        {"a": 297, "b": 42, "c": 1, "d": 117, "e": 1, "f": 281, "g": 2, "h": 177},  # skewed: greedy drifts here
+        {"a": 1 / 3, "b": 2 / 3},
+    ],
+)
 def test_mixture_exact_at_every_prefix(weights):
     shares = integer_weights(weights)
     names = sorted(shares)
@@ -166,7 +169,7 @@ def test_mixture_on_data_repeats_and_truncates(tmp_path):
     for n in range(1, len(src) + 1):
         assert abs(src[:n].count(1) - n / 2) <= 1
     small = [i for i in samples if i // 1_000_000 == 1]
-    passes = [small[k:k + 5] for k in range(0, 40, 5)]
+    passes = [small[k : k + 5] for k in range(0, 40, 5)]
     assert all(sorted(p) == sorted(passes[0]) for p in passes)  # each pass: every row once
     assert len({tuple(p) for p in passes}) > 1  # ... in a new order
     big = [i for i in samples if i // 1_000_000 == 0]
@@ -181,6 +184,7 @@ def test_sample_fields(tmp_path):
     ids, lab, pos, cu, lm = b["input_ids"], b["labels"], b["position_ids"], b["cu_seqlens"], b["loss_mask"]
     assert ids.shape == lab.shape == pos.shape == lm.shape == (30, 16) and cu.shape == (30, 9)
     from datapipe.tokens.shard_format import open_shard, tokens_view
+
     table, _ = open_shard(run / "shards/web/train-00000.arrow")
     rows = tokens_view(table)
     starts, ntok = table.column("doc_starts").to_pylist(), table.column("n_tokens").to_pylist()
@@ -190,7 +194,7 @@ def test_sample_fields(tmp_path):
         bounds = sorted({0, *[d for d in starts[r] if d < 16], *([ntok[r]] if ntok[r] < 16 else [])})
         expect = np.concatenate([np.arange(e - s) for s, e in zip(bounds, bounds[1:] + [16])])
         assert np.array_equal(pos[i], expect)
-        assert cu[i, : len(bounds) + 1].tolist() == bounds + [16] and set(cu[i, len(bounds) + 1:]) <= {16}
+        assert cu[i, : len(bounds) + 1].tolist() == bounds + [16] and set(cu[i, len(bounds) + 1 :]) <= {16}
         mask = np.arange(16) + 1 < ntok[r]
         for d in starts[r]:
             if 1 <= d <= 16:
@@ -204,6 +208,7 @@ def test_sample_fields(tmp_path):
 
 def test_rows_without_label_token_and_multibatch_shards(tmp_path):
     import tests.support.loader_helpers as h
+
     orig = h.write_shard
     h.write_shard = lambda *a, **k: orig(*a, **{**k, "rows_per_batch": 4})
     try:
@@ -228,11 +233,18 @@ def test_uri_and_remote_copy(tmp_path, run):
 
 
 def test_import_is_light():
-    code = ("import sys; sys.modules['torch'] = None; import datapipe.loader as L; "
-            "bad = [m for m in ('ray', 'duckdb', 'torch') if sys.modules.get(m) is not None]; "
-            "assert not bad, bad; print(L.PackedDataset.__name__)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys; sys.modules['torch'] = None; import datapipe.loader as L; "
+        "bad = [m for m in ('ray', 'duckdb', 'torch') if sys.modules.get(m) is not None]; "
+        "assert not bad, bad; print(L.PackedDataset.__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -251,5 +263,6 @@ def test_compiled_permutation_equals_numpy() -> None:
         for key in (np.uint64(12345), rng.integers(0, 2**63, 3000).astype(np.uint64)):
             fast = permute(index, n, key, fast=True)
             assert np.array_equal(permute(index, n, key), fast)
-            assert len(np.unique(permute(np.arange(min(n, 5000)), n, key if np.ndim(key) == 0 else key[0],
-                                         fast=True))) == min(n, 5000)
+            assert len(np.unique(permute(np.arange(min(n, 5000)), n, key if np.ndim(key) == 0 else key[0], fast=True))) == min(
+                n, 5000
+            )

@@ -19,8 +19,7 @@ from tests.loader.test_loader_real import _real_run  # noqa: E402
 from tests.support.loader_helpers import ident, make_run  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*worker processes in total.*")
-OPTS = [{}, {"mask_cross_document": True}, {"ignore_index": -100},
-        {"mask_cross_document": True, "ignore_index": -100}]
+OPTS = [{}, {"mask_cross_document": True}, {"ignore_index": -100}, {"mask_cross_document": True, "ignore_index": -100}]
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +48,14 @@ def _check(run: Path, opts: dict, batch_size: int = 3, passes: int = 2, in_proce
     the reference's full sample (position_ids, loss_mask, labels with ignore_index)."""
     ds = PackedDataset(run, backend="numpy", batch_size=batch_size, seed=4, fields=COMPACT_FIELDS, **opts)
     full = PackedDataset(run, backend="numpy", batch_size=batch_size, seed=4, **opts)  # host path, default fields
-    ref = PackedDataset(run, backend="numpy", batch_size=batch_size, seed=4, fields=DEFAULT_FIELDS + ("label_end",),
-                        **{k: v for k, v in opts.items() if k != "ignore_index"})
+    ref = PackedDataset(
+        run,
+        backend="numpy",
+        batch_size=batch_size,
+        seed=4,
+        fields=DEFAULT_FIELDS + ("label_end",),
+        **{k: v for k, v in opts.items() if k != "ignore_index"},
+    )
     host = iter([b for _ in range(passes) for b in full])
     n = 0
     for _ in range(passes):
@@ -99,8 +104,13 @@ def test_position_ids_helper_by_hand():
     cu = torch.tensor([[0, 3, 5, 8, 8], [0, 8, 8, 8, 8]], dtype=torch.int32)
     pos = position_ids_from_cu_seqlens(cu, 8)
     assert pos.tolist() == [[0, 1, 2, 0, 1, 0, 1, 2], list(range(8))]
-    batch = {"input_ids": torch.zeros(2, 8, dtype=torch.int64), "labels": torch.ones(2, 8, dtype=torch.int64),
-             "cu_seqlens": cu, "num_segments": torch.tensor([3, 1]), "label_end": torch.tensor([7, 8])}
+    batch = {
+        "input_ids": torch.zeros(2, 8, dtype=torch.int64),
+        "labels": torch.ones(2, 8, dtype=torch.int64),
+        "cu_seqlens": cu,
+        "num_segments": torch.tensor([3, 1]),
+        "label_end": torch.tensor([7, 8]),
+    }
     out = expand_segments(batch, mask_cross_document=True, ignore_index=-1)
     assert out["loss_mask"].tolist() == [[1, 1, 0, 1, 0, 1, 1, 0], [1] * 8]
     assert out["labels"].tolist() == [[1, 1, -1, 1, -1, 1, 1, -1], [1] * 8]
@@ -110,10 +120,8 @@ def test_position_ids_helper_by_hand():
 
 def test_int16_positions_round_trip(run, kernel_mode, tmp_path):
     wide = PackedDataset(run, backend="numpy", batch_size=3, seed=4, mask_cross_document=True)
-    narrow = PackedDataset(run, backend="numpy", batch_size=3, seed=4, mask_cross_document=True,
-                           position_dtype="int16")
-    compact = PackedDataset(run, backend="numpy", batch_size=3, seed=4, fields=COMPACT_FIELDS,
-                            position_dtype="int16")
+    narrow = PackedDataset(run, backend="numpy", batch_size=3, seed=4, mask_cross_document=True, position_dtype="int16")
+    compact = PackedDataset(run, backend="numpy", batch_size=3, seed=4, fields=COMPACT_FIELDS, position_dtype="int16")
     for w, n, c in zip(wide, narrow, compact):
         assert n["position_ids"].dtype == np.int16 and w["position_ids"].dtype == np.int32
         widened = torch.from_numpy(n["position_ids"]).int()  # what a trainer does on the GPU
@@ -140,9 +148,8 @@ def test_compact_through_dataloader_workers_exact_once_and_resume(run):
     again = PackedDataset(run, batch_size=4, seed=2, fields=COMPACT_FIELDS, mask_cross_document=True)
     again.load_state_dict(ds.state_dict())
     for _ in range(2):  # rest of epoch 0, then all of epoch 1
-        got += [(ident(b), b["cu_seqlens"].tolist(), b["label_end"].tolist())
-                for b in again.dataloader(num_workers=2)]
-    seen = [i for ids, _, _ in got[:len(plain)] for i in ids]
+        got += [(ident(b), b["cu_seqlens"].tolist(), b["label_end"].tolist()) for b in again.dataloader(num_workers=2)]
+    seen = [i for ids, _, _ in got[: len(plain)] for i in ids]
     assert len(seen) == len(set(seen)) == len(plain) * 4
     # mask_cross_document changes label_end only where a document starts at the last label
     assert [g[:2] for g in got] == [r[:2] for r in ref]
@@ -150,8 +157,9 @@ def test_compact_through_dataloader_workers_exact_once_and_resume(run):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_expand_on_cuda_equals_cpu(run):
-    ds = PackedDataset(run, backend="numpy", batch_size=5, seed=3, fields=COMPACT_FIELDS,
-                       mask_cross_document=True, ignore_index=-100)
+    ds = PackedDataset(
+        run, backend="numpy", batch_size=5, seed=3, fields=COMPACT_FIELDS, mask_cross_document=True, ignore_index=-100
+    )
     for b in ds:
         cpu, gpu = ds.expand_segments(b), ds.expand_segments(b, "cuda")
         assert gpu["position_ids"].is_cuda

@@ -31,13 +31,20 @@ def kernel_mode(request, monkeypatch):
 
 
 def _check_against_reference(ds: PackedDataset, passes: int = 2, copy: bool = False) -> int:
-    ref = PackedDataset(ds.manifest.root, backend="numpy", batch_size=ds.batch_size, seed=ds.seed,
-                        max_segments=ds.max_segments, mask_cross_document=ds.mask_cross_document,
-                        ignore_index=ds.ignore_index, fields=ds.fields,
-                        position_dtype="int16" if ds.position_dtype is np.int16 else "int32")
+    ref = PackedDataset(
+        ds.manifest.root,
+        backend="numpy",
+        batch_size=ds.batch_size,
+        seed=ds.seed,
+        max_segments=ds.max_segments,
+        mask_cross_document=ds.mask_cross_document,
+        ignore_index=ds.ignore_index,
+        fields=ds.fields,
+        position_dtype="int16" if ds.position_dtype is np.int16 else "int32",
+    )
     n = 0
     for _ in range(passes):
-        for b in (ds.iter_batches(in_process=True) if not copy else ds.iter_batches(0, 1, in_process=False)):
+        for b in ds.iter_batches(in_process=True) if not copy else ds.iter_batches(0, 1, in_process=False):
             want = ref.read(*ref.locate(ref.batch_indices(int(b["batch_index"]))))
             assert set(b) - {"batch_index"} == set(want) == set(ds.fields)
             for k, v in want.items():
@@ -48,11 +55,21 @@ def _check_against_reference(ds: PackedDataset, passes: int = 2, copy: bool = Fa
     return n
 
 
-@pytest.mark.parametrize("opts", [{}, {"mask_cross_document": True}, {"ignore_index": -100},
-                                  {"fields": ("input_ids", "labels")}, {"fields": ("position_ids", "labels")},
-                                  {"fields": COMPACT_FIELDS}, {"fields": COMPACT_FIELDS, "mask_cross_document": True},
-                                  {"fields": ("cu_seqlens", "label_end")}, {"fields": ALL_FIELDS},
-                                  {"position_dtype": "int16"}])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        {},
+        {"mask_cross_document": True},
+        {"ignore_index": -100},
+        {"fields": ("input_ids", "labels")},
+        {"fields": ("position_ids", "labels")},
+        {"fields": COMPACT_FIELDS},
+        {"fields": COMPACT_FIELDS, "mask_cross_document": True},
+        {"fields": ("cu_seqlens", "label_end")},
+        {"fields": ALL_FIELDS},
+        {"position_dtype": "int16"},
+    ],
+)
 def test_block_path_equals_reference(run, kernel_mode, opts):
     ds = PackedDataset(run, backend="numpy", batch_size=3, seed=4, **opts)
     assert _check_against_reference(ds) == 2 * len(ds)
@@ -63,8 +80,9 @@ def test_compact_rows_with_many_documents_equal_reference(tmp_path, kernel_mode,
     """Rows of up to 200 documents (more segments than the default max_segments=64): compact
     batches, bounds from numpy in the first block and compiled after, equal the reference."""
     run = make_run(tmp_path, {"web": [40, 33]}, seq_len=256, max_starts=200)
-    ds = PackedDataset(run, backend="numpy", batch_size=4, seed=3, fields=COMPACT_FIELDS, max_segments=256,
-                       mask_cross_document=mask_cross)
+    ds = PackedDataset(
+        run, backend="numpy", batch_size=4, seed=3, fields=COMPACT_FIELDS, max_segments=256, mask_cross_document=mask_cross
+    )
     assert _check_against_reference(ds) == 2 * len(ds)
     assert max(int(b["num_segments"].max()) for b in ds) > 100
 
@@ -118,14 +136,21 @@ def test_runs_without_numba(run):
     import sys
     from pathlib import Path
 
-    code = ("import sys; sys.modules['numba'] = None; sys.modules['torch'] = None\n"
-            "from datapipe.loader import PackedDataset, fused\n"
-            f"ds = PackedDataset({str(run)!r}, batch_size=3, mask_cross_document=True)\n"
-            "n = sum(1 for _ in ds)\n"
-            "assert fused.kernel() is None and n == len(ds), n\n")
+    code = (
+        "import sys; sys.modules['numba'] = None; sys.modules['torch'] = None\n"
+        "from datapipe.loader import PackedDataset, fused\n"
+        f"ds = PackedDataset({str(run)!r}, batch_size=3, mask_cross_document=True)\n"
+        "n = sum(1 for _ in ds)\n"
+        "assert fused.kernel() is None and n == len(ds), n\n"
+    )
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -133,9 +158,24 @@ def _manifest_only(root, shard_rows: dict[str, list[int]]):
     """A manifest without shard files: locate is pure arithmetic and never opens a shard."""
     from tests.support.loader_helpers import FINGERPRINT, write_manifest
 
-    write_manifest(root, [{"path": f"shards/{s}/train-{k:05d}.arrow", "source": s, "split": "train", "rows": n,
-                           "tokens": n * 16, "sha256": "0" * 64, "tokenizer_fingerprint": FINGERPRINT,
-                           "seq_len": 16, "row_len": 17} for s, rows in shard_rows.items() for k, n in enumerate(rows)])
+    write_manifest(
+        root,
+        [
+            {
+                "path": f"shards/{s}/train-{k:05d}.arrow",
+                "source": s,
+                "split": "train",
+                "rows": n,
+                "tokens": n * 16,
+                "sha256": "0" * 64,
+                "tokenizer_fingerprint": FINGERPRINT,
+                "seq_len": 16,
+                "row_len": 17,
+            }
+            for s, rows in shard_rows.items()
+            for k, n in enumerate(rows)
+        ],
+    )
     return root
 
 
@@ -148,8 +188,9 @@ def test_compiled_locate_equals_numpy(tmp_path, mixture):
     if fused.locate_kernel() is None:
         pytest.skip("numba is not installed: only the numpy order exists")
     rng = np.random.default_rng(3)
-    run = _manifest_only(tmp_path, {"big": rng.integers(1, 400, 57).tolist(), "tiny": [3, 1, 2],
-                                    "skewed": [1, 1, 5000, 2, 1, 1, 700, 1]})
+    run = _manifest_only(
+        tmp_path, {"big": rng.integers(1, 400, 57).tolist(), "tiny": [3, 1, 2], "skewed": [1, 1, 5000, 2, 1, 1, 700, 1]}
+    )
     kw = {"mixture": mixture, "samples_per_epoch": 9000} if mixture else {}
     ds = PackedDataset(run, backend="numpy", batch_size=7, world_size=3, seed=11, **kw)
     starts = [0, ds.samples_per_epoch - 500, 5 * ds.samples_per_epoch + 13]
@@ -218,18 +259,19 @@ def test_kernels_load_from_numbas_disk_cache(tmp_path):
 
     if fused.locate_kernel() is None:
         pytest.skip("numba is not installed")
-    code = ("import numpy as np\n"
-            "from datapipe.loader import fused\n"
-            "g = fused.gather_kernel(); src = np.arange(64, dtype=np.uint16); out = np.empty((1, 4), np.uint16)\n"
-            "g(src.__array_interface__['data'][0], np.array([3], np.int64), 2, out)\n"
-            "assert out.tolist() == [[3, 4, 5, 6]], out\n"
-            "p = fused.permute_kernel(); p(np.arange(4), np.uint64(10), np.zeros(4, np.uint64), np.uint64(2), "
-            "np.empty(4, np.int64))\n"
-            "print(sum(g.stats.cache_hits.values()), sum(p.stats.cache_hits.values()))\n")
+    code = (
+        "import numpy as np\n"
+        "from datapipe.loader import fused\n"
+        "g = fused.gather_kernel(); src = np.arange(64, dtype=np.uint16); out = np.empty((1, 4), np.uint16)\n"
+        "g(src.__array_interface__['data'][0], np.array([3], np.int64), 2, out)\n"
+        "assert out.tolist() == [[3, 4, 5, 6]], out\n"
+        "p = fused.permute_kernel(); p(np.arange(4), np.uint64(10), np.zeros(4, np.uint64), np.uint64(2), "
+        "np.empty(4, np.int64))\n"
+        "print(sum(g.stats.cache_hits.values()), sum(p.stats.cache_hits.values()))\n"
+    )
     root = Path(__file__).resolve().parents[2]
     env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "NUMBA_CACHE_DIR": str(tmp_path)}
-    runs = [subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=env)
-            for _ in range(2)]
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=env) for _ in range(2)]
     assert all(r.returncode == 0 for r in runs), runs[-1].stderr
     assert runs[0].stdout.split() == ["0", "0"] and runs[1].stdout.split() == ["1", "1"]
     files = sorted(p.name for p in tmp_path.rglob("*.nbc"))
@@ -243,8 +285,9 @@ def test_compact_fields_with_max_segments_exactly_used(run, kernel_mode):
     probe = PackedDataset(run, backend="numpy", batch_size=5, seed=2, fields=("num_segments",))
     most = max(int(b["num_segments"].max()) for b in probe)
     assert most > 1
-    ds = PackedDataset(run, backend="numpy", batch_size=5, seed=2, fields=COMPACT_FIELDS, max_segments=most,
-                       mask_cross_document=True)
+    ds = PackedDataset(
+        run, backend="numpy", batch_size=5, seed=2, fields=COMPACT_FIELDS, max_segments=most, mask_cross_document=True
+    )
     assert _check_against_reference(ds) > 0
     full = [b["cu_seqlens"][b["num_segments"] == most] for b in ds]
     assert sum(len(c) for c in full) > 0  # the edge case occurred
@@ -272,10 +315,12 @@ def test_compiled_bounds_equal_numpy_on_irregular_starts(label_shift, mask_cross
         docs += sorted(row_docs) if r % 2 else row_docs  # half sorted (maybe repeated), half in any order
     docs = np.asarray(docs, np.int64)
     want = bounds(n_tok, counts, docs, L, L + label_shift, 8, mask_cross)
-    got = {"cu_seqlens": np.empty((rows, 9), np.int32), "num_segments": np.empty(rows, np.int32),
-           "label_end": np.empty(rows, np.int32)}
-    most = kernel(n_tok, counts, docs, L, label_shift, mask_cross, got["cu_seqlens"], got["num_segments"],
-                  got["label_end"])
+    got = {
+        "cu_seqlens": np.empty((rows, 9), np.int32),
+        "num_segments": np.empty(rows, np.int32),
+        "label_end": np.empty(rows, np.int32),
+    }
+    most = kernel(n_tok, counts, docs, L, label_shift, mask_cross, got["cu_seqlens"], got["num_segments"], got["label_end"])
     assert most == int(want["num_segments"].max())
     assert (want["num_segments"] > 1).any() and (counts > 0).sum() > rows // 2
     for k, v in want.items():

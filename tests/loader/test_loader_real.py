@@ -32,19 +32,41 @@ def _real_run(root: Path) -> tuple[Path, list[str], int]:
             docs = [json.loads(next(f))["text"][:600] for _ in range(90)]
         texts += docs
         for k in range(3):
-            lists = encode_documents(docs[k * 30:(k + 1) * 30], info)
+            lists = encode_documents(docs[k * 30 : (k + 1) * 30], info)
             packer = BestFitPacker(cfg.seq_len + 1, info.pad_id, np.dtype(info.dtype), window=16)
-            rows = concat_rows([packer.add(lists.values.to_numpy(), lists.offsets.to_numpy()), packer.finish()],
-                               cfg.seq_len + 1, np.dtype(info.dtype))
-            meta = ShardMeta(tokenizer_fingerprint=info.fingerprint, vocab_size=info.vocab_size, seq_len=cfg.seq_len,
-                             row_len=cfg.seq_len + 1, eos_id=info.eos_id, pad_id=info.pad_id, bos_id=None,
-                             packing="bestfit", source=source, split="train", dtype=info.dtype)
+            rows = concat_rows(
+                [packer.add(lists.values.to_numpy(), lists.offsets.to_numpy()), packer.finish()],
+                cfg.seq_len + 1,
+                np.dtype(info.dtype),
+            )
+            meta = ShardMeta(
+                tokenizer_fingerprint=info.fingerprint,
+                vocab_size=info.vocab_size,
+                seq_len=cfg.seq_len,
+                row_len=cfg.seq_len + 1,
+                eos_id=info.eos_id,
+                pad_id=info.pad_id,
+                bos_id=None,
+                packing="bestfit",
+                source=source,
+                split="train",
+                dtype=info.dtype,
+            )
             rel = f"shards/{source}/train-{k:05d}.arrow"
-            meta = write_shard(root / rel, rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens,
-                               meta)
-            recs.append({"path": rel, "source": source, "split": "train", "rows": len(rows.n_tokens),
-                         "tokens": meta.tokens, "sha256": file_sha256(root / rel),
-                         "tokenizer_fingerprint": info.fingerprint, "seq_len": cfg.seq_len, "row_len": cfg.seq_len + 1})
+            meta = write_shard(root / rel, rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens, meta)
+            recs.append(
+                {
+                    "path": rel,
+                    "source": source,
+                    "split": "train",
+                    "rows": len(rows.n_tokens),
+                    "tokens": meta.tokens,
+                    "sha256": file_sha256(root / rel),
+                    "tokenizer_fingerprint": info.fingerprint,
+                    "seq_len": cfg.seq_len,
+                    "row_len": cfg.seq_len + 1,
+                }
+            )
     write_manifest(root, recs)
     return root, texts, info.eos_id
 
@@ -58,15 +80,16 @@ def test_loader_on_real_text(tmp_path: Path) -> None:
     rows = Counter()
     decoded = []
     for batch in ds:
-        for ids, lab, pos, cu, n in zip(batch["input_ids"], batch["labels"], batch["position_ids"],
-                                         batch["cu_seqlens"], batch["num_segments"]):
+        for ids, lab, pos, cu, n in zip(
+            batch["input_ids"], batch["labels"], batch["position_ids"], batch["cu_seqlens"], batch["num_segments"]
+        ):
             rows[np.append(ids, lab[-1]).tobytes()] += 1
             bounds = cu[: n + 1]
             assert np.array_equal(np.nonzero(pos == 0)[0], bounds[:-1])  # positions restart at each segment
             for a, b in zip(bounds[:-1], bounds[1:]):
                 # Inside a row, a segment starts at a document start; ending in EOS, it is whole.
                 if a > 0 and ids[b - 1] == eos:
-                    decoded.append(tok.decode(ids[a:b - 1].tolist()))
+                    decoded.append(tok.decode(ids[a : b - 1].tolist()))
     # Every row of the split exactly once (the epoch drops fewer than one global batch).
     every = Counter()
     for m in ds.manifest.paths:

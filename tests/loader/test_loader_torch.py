@@ -6,8 +6,9 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0 gives a CPU build); "
-                                            "DataLoader worker tests skipped")
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed (pip install torch==2.13.0 gives a CPU build); DataLoader worker tests skipped"
+)
 
 from datapipe.loader import PackedDataset  # noqa: E402
 from tests.support.loader_helpers import ident, make_run  # noqa: E402

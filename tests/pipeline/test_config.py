@@ -23,9 +23,12 @@ def folder(tmp_path: Path) -> Path:
 
 
 def base() -> dict:
-    return {"name": "t", "sources": [{"name": "web_en", "kind": "web", "paths": ["data/*.jsonl"]}],
-            "stages": [{"langid": {"keep": ["en"]}}, {"length": {}}, {"dedup": {"exact": True}}],
-            "tokenize": {"tokenizer": TOKENIZER, "seq_len": 128}}
+    return {
+        "name": "t",
+        "sources": [{"name": "web_en", "kind": "web", "paths": ["data/*.jsonl"]}],
+        "stages": [{"langid": {"keep": ["en"]}}, {"length": {}}, {"dedup": {"exact": True}}],
+        "tokenize": {"tokenizer": TOKENIZER, "seq_len": 128},
+    }
 
 
 def with_(path: str, value) -> dict:
@@ -42,33 +45,69 @@ def with_(path: str, value) -> dict:
 
 BAD = [
     ("unknown top-level key", with_("colour", "red"), ["colour: unknown key", "allowed keys here: name, output, sources"]),
-    ("unknown stage option", with_("stages.2.dedup.threshold", 0.8),
-     ["stages[2].dedup.threshold: unknown key", "allowed keys here: exact"]),
-    ("out of range", with_("stages.0.langid.min_score", 1.5),
-     ["stages[0].langid.min_score: 1.5 is not allowed", "less than or equal to 1"]),
-    ("wrong type", with_("tokenize.seq_len", "long"), ["tokenize.seq_len: \"long\" is not allowed", "valid integer"]),
+    (
+        "unknown stage option",
+        with_("stages.2.dedup.threshold", 0.8),
+        ["stages[2].dedup.threshold: unknown key", "allowed keys here: exact"],
+    ),
+    (
+        "out of range",
+        with_("stages.0.langid.min_score", 1.5),
+        ["stages[0].langid.min_score: 1.5 is not allowed", "less than or equal to 1"],
+    ),
+    ("wrong type", with_("tokenize.seq_len", "long"), ['tokenize.seq_len: "long" is not allowed', "valid integer"]),
     ("seq_len too small", with_("tokenize.seq_len", 4), ["tokenize.seq_len: 4 is not allowed", "greater than or equal to 8"]),
-    ("unknown stage type", with_("stages.1", {"lenght": {}}),
-     ["stages[1]: unknown stage type 'lenght'", "allowed: ", "classify, decontaminate, dedup, langid, length, license, minhash"]),
-    ("two keys in a stage", with_("stages.1", {"length": {}, "langid": {}}), ["stages[1]: each stage is a mapping with exactly one key"]),
-    ("bad source kind", with_("sources.0.kind", "video"),
-     ["sources[0].kind: \"video\" is not allowed", "'web', 'code', 'paper' or 'text'"]),
-    ("glob matches nothing", with_("sources.0.paths", ["nothing/*.jsonl"]),
-     ["sources[0].paths[0]: 'nothing/*.jsonl' matches no file"]),
+    (
+        "unknown stage type",
+        with_("stages.1", {"lenght": {}}),
+        [
+            "stages[1]: unknown stage type 'lenght'",
+            "allowed: ",
+            "classify, decontaminate, dedup, langid, length, license, minhash",
+        ],
+    ),
+    (
+        "two keys in a stage",
+        with_("stages.1", {"length": {}, "langid": {}}),
+        ["stages[1]: each stage is a mapping with exactly one key"],
+    ),
+    (
+        "bad source kind",
+        with_("sources.0.kind", "video"),
+        ['sources[0].kind: "video" is not allowed', "'web', 'code', 'paper' or 'text'"],
+    ),
+    (
+        "glob matches nothing",
+        with_("sources.0.paths", ["nothing/*.jsonl"]),
+        ["sources[0].paths[0]: 'nothing/*.jsonl' matches no file"],
+    ),
     ("mixture names no source", with_("mixture", {"web_xx": 1.0}), ["mixture.web_xx: not a source name", "sources are: web_en"]),
     ("negative mixture weight", with_("mixture", {"web_en": -1.0}), ["mixture.web_en: -1.0 is not allowed"]),
     ("tokenizer missing", with_("tokenize.tokenizer", "nope/tok.json"), ["tokenize.tokenizer: file not found"]),
     ("missing sources", {"name": "t"}, ["sources: required key is missing"]),
-    ("unsafe source name", with_("sources.0.name", "../escape"), ["sources[0].name: \"../escape\" is not allowed"]),
-    ("unsupported format", with_("sources.0.format", "pdf"), ["sources[0].format: 'pdf' is not supported", "allowed: arxiv, html, jsonl, parquet, repo, warc, wat, wet"]),
-    ("min above max", with_("stages.1.length", {"min_chars": 10, "max_chars": 5}),
-     ["stages[1].length: ", "max_chars (5) must be >= min_chars (10)"]),
+    ("unsafe source name", with_("sources.0.name", "../escape"), ['sources[0].name: "../escape" is not allowed']),
+    (
+        "unsupported format",
+        with_("sources.0.format", "pdf"),
+        ["sources[0].format: 'pdf' is not supported", "allowed: arxiv, html, jsonl, parquet, repo, warc, wat, wet"],
+    ),
+    (
+        "min above max",
+        with_("stages.1.length", {"min_chars": 10, "max_chars": 5}),
+        ["stages[1].length: ", "max_chars (5) must be >= min_chars (10)"],
+    ),
     ("stage options not a mapping", with_("stages.1.length", [1, 2]), ["stages[1].length: options must be a mapping"]),
     ("dedup without a method", with_("stages.2.dedup.exact", False), ["stages[2].dedup: ", "set exact: true and/or url: true"]),
-    ("eos token not in vocabulary", with_("tokenize.eos_token", "<nope>"), ["tokenize.eos_token: token '<nope>' is not in the vocabulary"]),
-    ("duplicate source names", with_("sources", [{"name": "a", "paths": ["data/*.jsonl"]},
-                                                 {"name": "a", "paths": ["data/*.jsonl"]}]),
-     ["sources: the name 'a' is used by more than one source"]),
+    (
+        "eos token not in vocabulary",
+        with_("tokenize.eos_token", "<nope>"),
+        ["tokenize.eos_token: token '<nope>' is not in the vocabulary"],
+    ),
+    (
+        "duplicate source names",
+        with_("sources", [{"name": "a", "paths": ["data/*.jsonl"]}, {"name": "a", "paths": ["data/*.jsonl"]}]),
+        ["sources: the name 'a' is used by more than one source"],
+    ),
 ]
 
 

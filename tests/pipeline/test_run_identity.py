@@ -39,11 +39,17 @@ def project(tmp_path: Path, zh_lines: int = 150, en_lines: int = 100) -> Path:
         # The list path is absolute: relative ones are read from datapipe's filters/ folder.
         text = text.replace("  blocklist:", f"  blocklist:\n    spam_list: {tmp_path / 'words' / 'spam.txt'}", 1)
         (tmp_path / "rules" / f"{key}.yaml").write_text(text, encoding="utf-8")
-    return write_pipeline(tmp_path, {
-        "name": "ident", "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
-        "stages": [{"langid": {"keep": ["zh", "en"]}},
-                   {"quality": {"rules": {"zh_web": "rules/zh_web.yaml", "en_web": "rules/en_web.yaml"},
-                                "builtin": False}}]})
+    return write_pipeline(
+        tmp_path,
+        {
+            "name": "ident",
+            "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
+            "stages": [
+                {"langid": {"keep": ["zh", "en"]}},
+                {"quality": {"rules": {"zh_web": "rules/zh_web.yaml", "en_web": "rules/en_web.yaml"}, "builtin": False}},
+            ],
+        },
+    )
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -63,13 +69,19 @@ def rule_line(explained: str, rule: str) -> tuple[str, str]:
 
 # --- without Ray: what is recorded and what counts as a change ----------------------------------
 
+
 def test_resources_list_rule_files_lists_and_model(tmp_path: Path) -> None:
     pipe = load_pipeline(project(tmp_path, 5, 5))
     entries = {(e["role"], e["path"]): e for e in pipe.resources()}
-    assert set(entries) == {("model", "lid.176.ftz"), ("rules", "rules/zh_web.yaml"), ("rules", "rules/en_web.yaml"),
-                            ("word_list", "words/spam.txt"), ("word_list", "filters/words/adult.txt"),
-                            ("word_list", "filters/words/gambling.txt"),
-                            ("domain_list", "filters/blocklist/domains.txt")}
+    assert set(entries) == {
+        ("model", "lid.176.ftz"),
+        ("rules", "rules/zh_web.yaml"),
+        ("rules", "rules/en_web.yaml"),
+        ("word_list", "words/spam.txt"),
+        ("word_list", "filters/words/adult.txt"),
+        ("word_list", "filters/words/gambling.txt"),
+        ("domain_list", "filters/blocklist/domains.txt"),
+    }
     zh = entries[("rules", "rules/zh_web.yaml")]
     raw = (tmp_path / "rules" / "zh_web.yaml").read_bytes()
     assert zh["key"] == "zh_web" and zh["content"] == raw.decode() and zh["sha256"] == hashlib.sha256(raw).hexdigest()
@@ -79,9 +91,16 @@ def test_resources_list_rule_files_lists_and_model(tmp_path: Path) -> None:
 
 def test_builtin_rule_sets_and_license_table_are_covered(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_text('{"text": "hello"}\n')
-    pipe = load_pipeline(write_pipeline(tmp_path, {
-        "name": "b", "sources": [{"name": "w", "kind": "web", "paths": ["a.jsonl"]}],
-        "stages": [{"quality": {"rules": "auto"}}, {"license": {}}]}))
+    pipe = load_pipeline(
+        write_pipeline(
+            tmp_path,
+            {
+                "name": "b",
+                "sources": [{"name": "w", "kind": "web", "paths": ["a.jsonl"]}],
+                "stages": [{"quality": {"rules": "auto"}}, {"license": {}}],
+            },
+        )
+    )
     paths = {e["path"] for e in pipe.resources()}
     assert {f"filters/quality/{p.name}" for p in filter_file("quality").glob("*.yaml")} <= paths
     assert {"filters/words/spam.txt", "filters/blocklist/domains.txt", "filters/licenses/classes.yaml"} <= paths
@@ -95,15 +114,17 @@ def test_fingerprint_is_deterministic_and_covers_thresholds(tmp_path: Path) -> N
     edit(rules, "han_ratio: 0.1 ", "han_ratio: 0.5 ")
     changed = load_pipeline(path)
     assert changed.fingerprint() != fingerprint
-    assert resource_changes(resources, changed.resources()) == [
-        "rules/zh_web.yaml: filters.zh.han_ratio: 0.1 -> 0.5"]
+    assert resource_changes(resources, changed.resources()) == ["rules/zh_web.yaml: filters.zh.han_ratio: 0.1 -> 0.5"]
 
 
 def test_fingerprint_of_a_pipeline_without_resource_files_is_unchanged(tmp_path: Path) -> None:
     """Stages that read no files add nothing: such a pipeline keeps the fingerprint it always had."""
     (tmp_path / "a.jsonl").write_text('{"text": "hello"}\n')
-    pipe = load_pipeline(write_pipeline(tmp_path, {
-        "name": "c", "sources": [{"name": "w", "paths": ["a.jsonl"]}], "stages": [{"length": {}}, {"dedup": {}}]}))
+    pipe = load_pipeline(
+        write_pipeline(
+            tmp_path, {"name": "c", "sources": [{"name": "w", "paths": ["a.jsonl"]}], "stages": [{"length": {}}, {"dedup": {}}]}
+        )
+    )
     assert pipe.resources() == []
     assert pipe.fingerprint() == hashlib.sha256(json.dumps(pipe.normalized(), sort_keys=True).encode()).hexdigest()[:16]
 
@@ -148,6 +169,7 @@ def test_a_custom_model_is_recorded_by_its_hash(tmp_path: Path) -> None:
 
 # --- one real run: refused, accepted with --fresh, explained with the run's own rules ------------
 
+
 def test_edited_rules_stop_a_resume_and_explain_uses_the_recorded_ones(ray_local, tmp_path: Path) -> None:
     pipeline = project(tmp_path)
     out = tmp_path / "out"
@@ -163,8 +185,12 @@ def test_edited_rules_stop_a_resume_and_explain_uses_the_recorded_ones(ray_local
     recorded = json.loads((out / "run.json").read_text(encoding="utf-8"))["resources"]
     assert any(e["path"] == "rules/zh_web.yaml" and "han_ratio: 0.1 " in e["content"] for e in recorded)
     # Kept zh pages with less than half Han characters (docs with code and SQL): what the edit below drops.
-    mixed = [r[0] for r in query("select id from documents where quality_rules = 'zh_web' and status = 'kept' "
-                                 "and zh_han_ratio < 0.5 order by id")]
+    mixed = [
+        r[0]
+        for r in query(
+            "select id from documents where quality_rules = 'zh_web' and status = 'kept' and zh_han_ratio < 0.5 order by id"
+        )
+    ]
     assert mixed, "the sample should hold zh pages with code (Han ratio between 0.1 and 0.5)"
 
     again = run()  # unchanged: resumes, nothing to do

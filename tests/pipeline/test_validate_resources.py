@@ -19,8 +19,10 @@ from tests.support.shared_data import PROJECT_ROOT, shared_path
 
 
 def write_pipeline(folder: Path, stages: list, **extra) -> Path:
-    sources = [{"name": "oiwiki", "kind": "web", "paths": [str(shared_path("corpus", "zh_oiwiki.jsonl"))]},
-               {"name": "enwiki", "kind": "web", "paths": [str(shared_path("corpus", "en_wikipedia.jsonl"))]}]
+    sources = [
+        {"name": "oiwiki", "kind": "web", "paths": [str(shared_path("corpus", "zh_oiwiki.jsonl"))]},
+        {"name": "enwiki", "kind": "web", "paths": [str(shared_path("corpus", "en_wikipedia.jsonl"))]},
+    ]
     cfg = {"name": "t", "sources": sources, "stages": stages, **extra}
     path = folder / "p.yaml"
     path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
@@ -46,19 +48,42 @@ def test_shipped_codes_are_the_models_labels() -> None:
     assert set(LID176_NAMES) == labels
 
 
-@pytest.mark.parametrize(("value", "code"), [("chinese", "zh"), ("english", "en"), ("japanese", "ja"),
-                                             ("cantonese", "yue"), ("EN", "en"), ("zh-CN", "zh"), ("zh_Hant", "zh"),
-                                             ("eng", "en"), ("Mandarin", "zh"), ("germn", "de")])
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        ("chinese", "zh"),
+        ("english", "en"),
+        ("japanese", "ja"),
+        ("cantonese", "yue"),
+        ("EN", "en"),
+        ("zh-CN", "zh"),
+        ("zh_Hant", "zh"),
+        ("eng", "en"),
+        ("Mandarin", "zh"),
+        ("germn", "de"),
+    ],
+)
 def test_suggestions(value: str, code: str) -> None:
     assert suggest_language(value) == code
 
 
 def test_language_names_instead_of_codes_fail_with_a_suggestion(tmp_path: Path) -> None:
-    path = write_pipeline(tmp_path, [{"langid": {"keep": ["chinese", "english"], "fraction_langs": ["zh", "en"],
-                                                 "by_kind": {"web": {"keep": ["japanese"]}}}}])
+    path = write_pipeline(
+        tmp_path,
+        [
+            {
+                "langid": {
+                    "keep": ["chinese", "english"],
+                    "fraction_langs": ["zh", "en"],
+                    "by_kind": {"web": {"keep": ["japanese"]}},
+                }
+            }
+        ],
+    )
     found = problems(path)
-    assert "stages[0].langid.keep[0]: 'chinese' is not a language code of the lid.176 model; " \
-           "did you mean 'zh' (Chinese)?" in found
+    assert (
+        "stages[0].langid.keep[0]: 'chinese' is not a language code of the lid.176 model; did you mean 'zh' (Chinese)?" in found
+    )
     assert any(p.startswith("stages[0].langid.keep[1]: 'english'") and "did you mean 'en'" in p for p in found)
     assert any(p.startswith("stages[0].langid.by_kind.web.keep[0]: 'japanese'") and "'ja'" in p for p in found)
     assert len(found) == 3
@@ -68,9 +93,14 @@ def test_language_names_instead_of_codes_fail_with_a_suggestion(tmp_path: Path) 
 
 
 def test_kinds_typos_and_rules_that_never_apply(tmp_path: Path) -> None:
-    path = write_pipeline(tmp_path, [{"langid": {"keep": ["zh"], "kinds": ["webpage"], "by_kind": {"paper": {}}}},
-                                     {"pii": {"kinds": ["web", "txt"]}},
-                                     {"langid": {"keep": ["zh"], "mixed_min_fraction": 0.5, "line_fractions": False}}])
+    path = write_pipeline(
+        tmp_path,
+        [
+            {"langid": {"keep": ["zh"], "kinds": ["webpage"], "by_kind": {"paper": {}}}},
+            {"pii": {"kinds": ["web", "txt"]}},
+            {"langid": {"keep": ["zh"], "mixed_min_fraction": 0.5, "line_fractions": False}},
+        ],
+    )
     found = problems(path)
     assert "stages[0].langid.kinds[0]: 'webpage' is not a source kind; allowed: web, code, paper, text" in found
     assert any(p.startswith("stages[0].langid.by_kind.paper: paper is not in kinds") for p in found)
@@ -79,9 +109,11 @@ def test_kinds_typos_and_rules_that_never_apply(tmp_path: Path) -> None:
 
 
 def test_missing_rule_file_fails_validate_and_run_before_any_work(tmp_path: Path) -> None:
-    path = write_pipeline(tmp_path, [{"langid": {"keep": ["zh", "en"]}},
-                                     {"quality": {"rules": {"zh_web": "nope/zh_web.yaml"}}}],
-                          output=str(tmp_path / "out"))
+    path = write_pipeline(
+        tmp_path,
+        [{"langid": {"keep": ["zh", "en"]}}, {"quality": {"rules": {"zh_web": "nope/zh_web.yaml"}}}],
+        output=str(tmp_path / "out"),
+    )
     expected = f"stages[1].quality.rules.zh_web: file not found: {tmp_path / 'nope' / 'zh_web.yaml'}"
     assert problems(path) == [expected]
     runner = CliRunner()
@@ -98,11 +130,24 @@ def test_rule_sets_are_loaded_by_the_stages_loader_and_their_values_checked(tmp_
     (tmp_path / "rules" / "unknown.yaml").write_text("filters:\n  gopher_qualty: {min_words: 50}\n")
     (tmp_path / "rules" / "values.yaml").write_text(
         "filters:\n  c4: {lorem_ipsum: yes please, min_sentences: '5'}\n"
-        "  blocklist: {max_spam_words: 2, spam_list: /nonexistent/spam.txt}\n")
-    path = write_pipeline(tmp_path, [{"quality": {"rules": {"web": "rules/broken.yaml", "code": "rules/unknown.yaml",
-                                                            "paper": "rules/values.yaml", "chinese_web": "x.yaml",
-                                                            "zh_web": str(PROJECT_ROOT / "filters/quality/zh_web.yaml")
-                                                            }}}])
+        "  blocklist: {max_spam_words: 2, spam_list: /nonexistent/spam.txt}\n"
+    )
+    path = write_pipeline(
+        tmp_path,
+        [
+            {
+                "quality": {
+                    "rules": {
+                        "web": "rules/broken.yaml",
+                        "code": "rules/unknown.yaml",
+                        "paper": "rules/values.yaml",
+                        "chinese_web": "x.yaml",
+                        "zh_web": str(PROJECT_ROOT / "filters/quality/zh_web.yaml"),
+                    }
+                }
+            }
+        ],
+    )
     found = problems(path)
     broken = [p for p in found if p.startswith("stages[0].quality.rules.web: ")]
     assert len(broken) == 1 and f"{tmp_path / 'rules' / 'broken.yaml'}, line 3" in broken[0]
@@ -119,20 +164,22 @@ def test_rule_sets_are_loaded_by_the_stages_loader_and_their_values_checked(tmp_
 
 def test_pipeline_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
-    path.write_text(f"name: t\nsources:\n  - {{name: a, paths: [{shared_path('corpus', 'zh_oiwiki.jsonl')}]\n"
-                    "stages: []\n")
+    path.write_text(f"name: t\nsources:\n  - {{name: a, paths: [{shared_path('corpus', 'zh_oiwiki.jsonl')}]\nstages: []\n")
     found = problems(path)
     assert len(found) == 1 and found[0].startswith(f"{path}, line 4, column 1: not valid YAML: ")
     assert "<unicode string>" not in found[0]
 
 
 def test_score_column_and_metadata_file_are_checked(tmp_path: Path) -> None:
-    path = write_pipeline(tmp_path, [{"langid": {"keep": ["zh", "en"]}},
-                                     {"minhash": {"survivor": "best", "score_column": "lang_scor"}}])
-    assert problems(path) == ["stages[1].minhash.score_column: 'lang_scor' is not a column of the documents at "
-                              "this stage; did you mean 'lang_score'?"]
-    write_pipeline(tmp_path, [{"langid": {"keep": ["zh", "en"]}},
-                              {"minhash": {"survivor": "best", "score_column": "lang_score"}}])
+    path = write_pipeline(
+        tmp_path, [{"langid": {"keep": ["zh", "en"]}}, {"minhash": {"survivor": "best", "score_column": "lang_scor"}}]
+    )
+    assert problems(path) == [
+        "stages[1].minhash.score_column: 'lang_scor' is not a column of the documents at this stage; did you mean 'lang_score'?"
+    ]
+    write_pipeline(
+        tmp_path, [{"langid": {"keep": ["zh", "en"]}}, {"minhash": {"survivor": "best", "score_column": "lang_score"}}]
+    )
     load_pipeline(path)
     cfg = yaml.safe_load(path.read_text())
     cfg["sources"][0]["options"] = {"metadata": "meta/arxiv.jsonl"}
@@ -162,7 +209,10 @@ def test_text_field_no_record_has_is_caught(tmp_path: Path) -> None:
 
 
 def test_score_column_must_be_numeric(tmp_path: Path) -> None:
-    path = write_pipeline(tmp_path, [{"langid": {"keep": ["zh", "en"]}},
-                                     {"minhash": {"survivor": "best", "score_column": "lang"}}])
-    assert problems(path) == ["stages[1].minhash.score_column: 'lang' is not numeric; survivor: best needs a numeric "
-                              "signal (higher is better), e.g. lang_score or n_chars"]
+    path = write_pipeline(
+        tmp_path, [{"langid": {"keep": ["zh", "en"]}}, {"minhash": {"survivor": "best", "score_column": "lang"}}]
+    )
+    assert problems(path) == [
+        "stages[1].minhash.score_column: 'lang' is not numeric; survivor: best needs a numeric "
+        "signal (higher is better), e.g. lang_score or n_chars"
+    ]

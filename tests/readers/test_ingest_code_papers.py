@@ -32,11 +32,24 @@ REPO_FILES: dict[str, bytes] = {
     "README": b"Just a readme without an extension\n",
     "latin1.c": "/* caf\xe9 */ int y;\n".encode("latin-1"),
 }
-EXPECTED = {"src/main.py": None, "bin/tool": None, "package.json": None, "src/app.min.js": "minified",
-            "web/bundle.js": "minified", "node_modules/left-pad/index.js": "vendored", "third_party/lib/x.c": "vendored",
-            "yarn.lock": "lockfile", "api_pb2.py": "generated", "gen/models.go": "generated", "logo.png": "binary_file",
-            "data.txt.bin": "binary_file", "huge.py": "file_too_large", "README": "unknown_language",
-            "LICENSE": "unknown_language", "latin1.c": "invalid_utf8"}
+EXPECTED = {
+    "src/main.py": None,
+    "bin/tool": None,
+    "package.json": None,
+    "src/app.min.js": "minified",
+    "web/bundle.js": "minified",
+    "node_modules/left-pad/index.js": "vendored",
+    "third_party/lib/x.c": "vendored",
+    "yarn.lock": "lockfile",
+    "api_pb2.py": "generated",
+    "gen/models.go": "generated",
+    "logo.png": "binary_file",
+    "data.txt.bin": "binary_file",
+    "huge.py": "file_too_large",
+    "README": "unknown_language",
+    "LICENSE": "unknown_language",
+    "latin1.c": "invalid_utf8",
+}
 
 
 def make_tar(path: Path, files: dict[str, bytes], top: str = "demo-main") -> Path:
@@ -90,20 +103,23 @@ def test_multi_repo_folder_attaches_each_repos_own_license(tmp_path: Path) -> No
         (tmp_path / "repos" / repo / "LICENSE").write_bytes(lic)
         (tmp_path / "repos" / repo / "x.py").write_bytes(b"x = 1\n")
     docs, _ = read_all(tmp_path / "repos", "code", options={"multi_repo": True})
-    assert {d["repo"]: json.loads(d["repo_license_files"])["LICENSE"].split()[0] for d in docs} == \
-        {"alpha": "MIT", "beta": "Apache"}
+    assert {d["repo"]: json.loads(d["repo_license_files"])["LICENSE"].split()[0] for d in docs} == {
+        "alpha": "MIT",
+        "beta": "Apache",
+    }
 
 
 def test_stack_style_jsonl_rows_get_code_columns_and_rules(tmp_path: Path) -> None:
-    rows = [{"content": "def f():\n    return 1\n", "path": "a/f.py", "repo_name": "o/r"},
-            {"content": "x", "path": "node_modules/z.js", "repo_name": "o/r"},
-            {"content": "SELECT 1;", "path": "q", "repo_name": "o/r", "lang": "SQL"}]
+    rows = [
+        {"content": "def f():\n    return 1\n", "path": "a/f.py", "repo_name": "o/r"},
+        {"content": "x", "path": "node_modules/z.js", "repo_name": "o/r"},
+        {"content": "SELECT 1;", "path": "q", "repo_name": "o/r", "lang": "SQL"},
+    ]
     path = tmp_path / "stack.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     opts = {"content_field": "content", "path_field": "path", "repo_field": "repo_name", "language_field": "lang"}
     docs, rejects = read_all(path, "code", options=opts)
-    assert [(d["path"], d["repo"], d["code_language"]) for d in docs] == [("a/f.py", "o/r", "Python"),
-                                                                          ("q", "o/r", "SQL")]
+    assert [(d["path"], d["repo"], d["code_language"]) for d in docs] == [("a/f.py", "o/r", "Python"), ("q", "o/r", "SQL")]
     assert [r["reason"] for r in rejects] == ["vendored"]
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -126,18 +142,23 @@ def test_conv_arithmetic_tex_gives_clean_text() -> None:
 
 
 def test_arxiv_tarball_resolves_inputs_macros_and_joins_metadata(tmp_path: Path) -> None:
-    main = (b"\\documentclass{article}\n\\usepackage{amsmath}\n\\newcommand{\\R}{\\mathbb{R}}\n"
-            b"\\newcommand{\\norm}[1]{\\lVert #1 \\rVert}\n\\def\\eps{\\varepsilon}\n\\begin{document}\n"
-            b"\\section{Intro}\nLet $x \\in \\R$ and $\\norm{x} < \\eps$. 50\\% done. % a comment\n"
-            b"% whole-line comment\n\\input{sections/method}\n\\include{missing}\n"
-            b"\\bibliographystyle{plain}\n\\bibliography{refs}\n\\end{document}\n")
+    main = (
+        b"\\documentclass{article}\n\\usepackage{amsmath}\n\\newcommand{\\R}{\\mathbb{R}}\n"
+        b"\\newcommand{\\norm}[1]{\\lVert #1 \\rVert}\n\\def\\eps{\\varepsilon}\n\\begin{document}\n"
+        b"\\section{Intro}\nLet $x \\in \\R$ and $\\norm{x} < \\eps$. 50\\% done. % a comment\n"
+        b"% whole-line comment\n\\input{sections/method}\n\\include{missing}\n"
+        b"\\bibliographystyle{plain}\n\\bibliography{refs}\n\\end{document}\n"
+    )
     method = b"\\section{Method}\nWe use \\R.\n\\begin{comment}hidden\\end{comment}\n"
     tar = tmp_path / "1603.07285v2.tar.gz"
-    make_tar(tar, {"ms.tex": main, "sections/method.tex": method, "other.tex": b"\\section{Orphan}\n",
-                   "fig.pdf": b"%PDF"}, top="")
+    make_tar(
+        tar, {"ms.tex": main, "sections/method.tex": method, "other.tex": b"\\section{Orphan}\n", "fig.pdf": b"%PDF"}, top=""
+    )
     meta = tmp_path / "arxiv-metadata.jsonl"
-    meta.write_text(json.dumps({"id": "1603.07285", "license": "http://creativecommons.org/licenses/by/4.0/",
-                                "categories": "stat.ML cs.LG"}) + "\n")
+    meta.write_text(
+        json.dumps({"id": "1603.07285", "license": "http://creativecommons.org/licenses/by/4.0/", "categories": "stat.ML cs.LG"})
+        + "\n"
+    )
     (doc,), rejects = read_all(tar, "paper", options={"metadata": str(meta)})
     assert rejects == [] and doc["path"] == "ms.tex" and doc["arxiv_id"] == "1603.07285"
     assert doc["license_url"] == "http://creativecommons.org/licenses/by/4.0/" and doc["categories"] == "stat.ML cs.LG"
@@ -159,6 +180,7 @@ def test_arxiv_tarball_resolves_inputs_macros_and_joins_metadata(tmp_path: Path)
 
 # ---- malformed inputs: each one built here; each becomes rejects and reading goes on ----
 
+
 def test_truncated_gzip_and_corrupt_tar_are_rejects(tmp_path: Path) -> None:
     tgz = make_tar(tmp_path / "repo.tar.gz", {"a.py": b"a = 1\n" * 2000, "b.py": b"b = 2\n" * 2000})
     cut = tmp_path / "cut.tar.gz"
@@ -172,7 +194,7 @@ def test_truncated_gzip_and_corrupt_tar_are_rejects(tmp_path: Path) -> None:
             info.size = 6
             tar.addfile(info, io.BytesIO(b"x = 1\n"))
     raw = bytearray((tmp_path / "plain.tar").read_bytes())
-    raw[1024 + 148: 1024 + 156] = b"garbage!"  # header checksum of the second member
+    raw[1024 + 148 : 1024 + 156] = b"garbage!"  # header checksum of the second member
     corrupt.write_bytes(bytes(raw))
     docs, rejects = read_all(corrupt, "code")
     assert [d["path"] for d in docs] == ["a.py"] and [r["reason"] for r in rejects] == ["corrupt_archive"]

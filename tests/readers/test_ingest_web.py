@@ -25,8 +25,12 @@ def test_whirlwind_warc_gives_the_page_with_provenance() -> None:
     assert d["id"] == "s/whirlwind_whirlwind.warc.gz#1023"  # the record's byte offset in the file
     assert d["url"] == "https://an.wikipedia.org/wiki/Escopete" and d["domain"] == "an.wikipedia.org"
     assert d["warc_record_id"] == "<urn:uuid:2aabeff2-67f5-4608-8466-e87c6296e2b6>"
-    assert (d["fetch_date"], d["content_type"], d["http_status"], d["charset"]) == \
-        ("2024-05-18T01:58:10Z", "text/html", 200, "utf-8")
+    assert (d["fetch_date"], d["content_type"], d["http_status"], d["charset"]) == (
+        "2024-05-18T01:58:10Z",
+        "text/html",
+        200,
+        "utf-8",
+    )
     assert d["text"].startswith("Escopete") and "<div" not in d["text"]
     hints = json.loads(d["license_hints"])
     assert any("creativecommons.org/licenses/by-sa" in h for h in hints) and len(d["license_hints"]) < 2000
@@ -61,9 +65,11 @@ def test_warcio_files_arc_chunked_revisit_and_non_html() -> None:
 
 
 def _warc_record(url: str, http: bytes, rtype: str = "response", extra: str = "") -> bytes:
-    head = (f"WARC/1.0\r\nWARC-Type: {rtype}\r\nWARC-Record-ID: <urn:uuid:{abs(hash(url)):032x}>\r\n"
-            f"WARC-Date: 2024-01-01T00:00:00Z\r\nWARC-Target-URI: {url}\r\n{extra}"
-            f"Content-Type: application/http; msgtype=response\r\nContent-Length: {len(http)}\r\n\r\n")
+    head = (
+        f"WARC/1.0\r\nWARC-Type: {rtype}\r\nWARC-Record-ID: <urn:uuid:{abs(hash(url)):032x}>\r\n"
+        f"WARC-Date: 2024-01-01T00:00:00Z\r\nWARC-Target-URI: {url}\r\n{extra}"
+        f"Content-Type: application/http; msgtype=response\r\nContent-Length: {len(http)}\r\n\r\n"
+    )
     return head.encode() + http + b"\r\n\r\n"
 
 
@@ -75,18 +81,23 @@ PAGE = b"<html><body><article><h1>Title</h1><p>" + b"Real paragraph text here. "
 
 
 def test_status_type_truncation_and_empty_are_rejected_with_reasons(tmp_path: Path) -> None:
-    data = (_warc_record("http://a.example/ok", _http(PAGE))
-            + _warc_record("http://a.example/404", _http(PAGE, "404 Not Found"))
-            + _warc_record("http://a.example/img", _http(b"\x89PNG....", ctype="image/png"))
-            + _warc_record("http://a.example/cut", _http(PAGE), extra="WARC-Truncated: length\r\n")
-            + _warc_record("http://a.example/empty", _http(b"<html><body></body></html>")))
+    data = (
+        _warc_record("http://a.example/ok", _http(PAGE))
+        + _warc_record("http://a.example/404", _http(PAGE, "404 Not Found"))
+        + _warc_record("http://a.example/img", _http(b"\x89PNG....", ctype="image/png"))
+        + _warc_record("http://a.example/cut", _http(PAGE), extra="WARC-Truncated: length\r\n")
+        + _warc_record("http://a.example/empty", _http(b"<html><body></body></html>"))
+    )
     path = tmp_path / "mixed.warc.gz"
     path.write_bytes(gzip.compress(data))
     docs, rejects = read_all(path, "web")
     assert [d["url"] for d in docs] == ["http://a.example/ok"]
     assert {r["url"]: r["reason"] for r in rejects} == {
-        "http://a.example/404": "http_status_not_ok", "http://a.example/img": "not_html",
-        "http://a.example/cut": "truncated_record", "http://a.example/empty": "extraction_empty"}
+        "http://a.example/404": "http_status_not_ok",
+        "http://a.example/img": "not_html",
+        "http://a.example/cut": "truncated_record",
+        "http://a.example/empty": "extraction_empty",
+    }
     assert next(r for r in rejects if r["reason"] == "http_status_not_ok")["http_status"] == 404
 
 
@@ -98,7 +109,7 @@ def test_truncated_and_garbage_warc_files_become_rejects(tmp_path: Path) -> None
     assert docs == [] and [r["reason"] for r in rejects] == ["truncated_record"]
     plain = gzip.decompress(whole)
     cut_header = tmp_path / "cut_header.warc"
-    cut_header.write_bytes(plain[:plain.index(b"WARC-Type: response") + 30])  # ends inside a record header
+    cut_header.write_bytes(plain[: plain.index(b"WARC-Type: response") + 30])  # ends inside a record header
     docs, rejects = read_all(cut_header, "web")
     assert docs == [] and rejects and rejects[-1]["reason"] in ("unreadable_input", "truncated_record")
     garbage = tmp_path / "garbage.warc"
@@ -142,8 +153,11 @@ def test_wrong_declared_charset_falls_back_to_the_bytes() -> None:
 
 
 def test_license_hints_are_short_evidence_not_pages() -> None:
-    page = ('<html><head><link rel="license" href="https://creativecommons.org/licenses/by/4.0/"></head><body>'
-            + "x" * 100_000 + '<img alt="Creative Commons License" src="cc.png"> Licensed CC BY-SA 4.0.</body></html>')
+    page = (
+        '<html><head><link rel="license" href="https://creativecommons.org/licenses/by/4.0/"></head><body>'
+        + "x" * 100_000
+        + '<img alt="Creative Commons License" src="cc.png"> Licensed CC BY-SA 4.0.</body></html>'
+    )
     hints = json.loads(license_hints(page) or "[]")
     assert "https://creativecommons.org/licenses/by/4.0/" in hints
     assert "Creative Commons License" in hints and "CC BY-SA 4.0" in hints

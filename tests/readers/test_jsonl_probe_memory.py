@@ -51,13 +51,19 @@ def test_validate_probe_of_a_gzip_with_one_huge_line_stays_bounded(tmp_path: Pat
     _huge_line_gzip(data)
     assert data.stat().st_size < 64 << 20  # small on disk, LINE_MIB MiB decompressed
     pipeline = tmp_path / "p.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "name": "probe", "sources": [{"name": "en", "kind": "web", "paths": [str(data)], "text_field": "body"}],
-        "stages": [{"length": {"min_chars": 10}}],
-        "limits": {"max_record_bytes": 16 << 20}}), encoding="utf-8")
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "name": "probe",
+                "sources": [{"name": "en", "kind": "web", "paths": [str(data)], "text_field": "body"}],
+                "stages": [{"length": {"min_chars": 10}}],
+                "limits": {"max_record_bytes": 16 << 20},
+            }
+        ),
+        encoding="utf-8",
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(pipeline)], capture_output=True, text=True, env=env,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(pipeline)], capture_output=True, text=True, env=env, timeout=600)
     assert "PEAK_MIB" in proc.stdout, proc.stderr[-3000:]
     peak = int(proc.stdout.split("PEAK_MIB")[-1])
     assert peak < 400, f"validate peaked at {peak} MiB for a {LINE_MIB} MiB line"

@@ -15,16 +15,28 @@ def _nothing(file, batch_size):  # type: ignore[no-untyped-def]
     return iter(())
 
 
-@pytest.mark.parametrize("name,kind,fmt", [
-    ("a.jsonl.gz", "text", "jsonl"), ("a.json", "text", "jsonl"), ("a.pq", "text", "parquet"),
-    ("x.warc.wet.gz", "text", "wet"), ("x.warc.gz", "text", "warc"), ("x.arc", "text", "warc"),
-    ("x.xhtml", "web", "html"), ("x.tex.gz", "text", "arxiv"),
-    ("x.tar.gz", "code", "repo"), ("x.tar.gz", "paper", "arxiv"), ("x.tar.gz", "text", None),
-    # A bare .gz is an arXiv single-file source in a paper source only, and only when no longer
-    # suffix claims it: a gzipped JSONL or WARC stays what its name says.
-    ("1603.07285.gz", "paper", "arxiv"), ("1603.07285.gz", "text", None), ("a.jsonl.gz", "paper", "jsonl"),
-    ("crawl.warc.gz", "paper", "warc"),
-])
+@pytest.mark.parametrize(
+    "name,kind,fmt",
+    [
+        ("a.jsonl.gz", "text", "jsonl"),
+        ("a.json", "text", "jsonl"),
+        ("a.pq", "text", "parquet"),
+        ("x.warc.wet.gz", "text", "wet"),
+        ("x.warc.gz", "text", "warc"),
+        ("x.arc", "text", "warc"),
+        ("x.xhtml", "web", "html"),
+        ("x.tex.gz", "text", "arxiv"),
+        ("x.tar.gz", "code", "repo"),
+        ("x.tar.gz", "paper", "arxiv"),
+        ("x.tar.gz", "text", None),
+        # A bare .gz is an arXiv single-file source in a paper source only, and only when no longer
+        # suffix claims it: a gzipped JSONL or WARC stays what its name says.
+        ("1603.07285.gz", "paper", "arxiv"),
+        ("1603.07285.gz", "text", None),
+        ("a.jsonl.gz", "paper", "jsonl"),
+        ("crawl.warc.gz", "paper", "warc"),
+    ],
+)
 def test_formats_are_inferred_from_the_specs_suffixes(name: str, kind: str, fmt: str | None) -> None:
     assert infer_format(Path(name), kind) == fmt
 
@@ -38,8 +50,7 @@ def test_a_spec_with_bad_fields_is_refused_naming_them() -> None:
     with pytest.raises(ValueError, match=r"reader spec 'x': suffixes must be lower-case .*'TXT'"):
         ReaderSpec("x", _nothing, suffixes=("TXT",))
     with pytest.raises(ValueError, match="prepass_count counts within byte ranges"):
-        ReaderSpec("x", _nothing, split_points=lambda p, s, t, c: [0], split_unit="row_groups",
-                   prepass_count=lambda p, s, e: 0)
+        ReaderSpec("x", _nothing, split_points=lambda p, s, t, c: [0], split_unit="row_groups", prepass_count=lambda p, s, e: 0)
 
 
 def test_two_formats_claiming_one_suffix_or_folder_kind_are_refused() -> None:

@@ -30,8 +30,12 @@ time.sleep(120)
 
 
 def start_holder(root: Path) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root)], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(root)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
     grandchild = int(proc.stdout.readline())  # the lock is held once this line arrives
     return proc, grandchild
 
@@ -73,8 +77,15 @@ def test_lock_files_do_not_make_an_empty_folder_look_foreign(tmp_path: Path) -> 
 
 
 def record(host: str, pid: int, pid_start: str | None) -> dict:
-    return {"host": host, "pid": pid, "pid_start": pid_start, "started": "2026-01-01T00:00:00+00:00",
-            "command": "datapipe run p.yaml", "token": "x", "heartbeat": time.time()}
+    return {
+        "host": host,
+        "pid": pid,
+        "pid_start": pid_start,
+        "started": "2026-01-01T00:00:00+00:00",
+        "command": "datapipe run p.yaml",
+        "token": "x",
+        "heartbeat": time.time(),
+    }
 
 
 def test_same_host_without_os_locks_decides_by_pid_and_start_time() -> None:

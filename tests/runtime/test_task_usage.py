@@ -39,10 +39,15 @@ def test_every_marker_of_a_run_records_cpu_and_peak(tmp_path: Path) -> None:
     demo = sorted((ROOT / "pipelines" / "demo" / "data").glob("web_*.jsonl"))[:2]
     lines = [line for path in demo for line in path.read_text(encoding="utf-8").splitlines()[:15]]
     (tmp_path / "docs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    pipeline = write_pipeline(tmp_path, {
-        "name": "t", "sources": [{"name": "web", "kind": "web", "paths": ["docs.jsonl"]}],
-        "stages": [{"dedup": {"exact": True, "partitions": 2}}, {"minhash": {"partitions": 2}}],
-        "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 128}})
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "t",
+            "sources": [{"name": "web", "kind": "web", "paths": ["docs.jsonl"]}],
+            "stages": [{"dedup": {"exact": True, "partitions": 2}}, {"minhash": {"partitions": 2}}],
+            "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 128},
+        },
+    )
     out = tmp_path / "out"
     run_pipeline(load_pipeline(pipeline), output=out, in_process=True, show_progress=False, log=lambda m: None)
     markers = {p: json.loads(p.read_text()) for p in (out / "_work" / "markers").glob("**/*.json")}

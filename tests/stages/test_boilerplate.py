@@ -28,12 +28,17 @@ def run_in_process(tmp_path: Path, texts: list[str], options: dict, n_files: int
     per = len(texts) // n_files + 1
     ids = []
     for f in range(n_files):
-        chunk = texts[f * per:(f + 1) * per]
+        chunk = texts[f * per : (f + 1) * per]
         (data / f"p{f}.jsonl").write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in chunk))
         ids += [f"web/data/p{f}.jsonl#L{i + 1}" for i in range(len(chunk))]
-    pipeline = write_pipeline(tmp_path, {"name": "bp", "sources": [{"name": "web", "kind": "web",
-                                                                     "paths": ["data/*.jsonl"]}],
-                                         "stages": [{"boilerplate": {"partitions": 3, **options}}]})
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "bp",
+            "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
+            "stages": [{"boilerplate": {"partitions": 3, **options}}],
+        },
+    )
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
     first, last = spec.segments
     for shard in spec.shards:
@@ -44,8 +49,7 @@ def run_in_process(tmp_path: Path, texts: list[str], options: dict, n_files: int
     markers = [map_shard(spec, shard, last) for shard in spec.shards]
     out = tmp_path / "out"
     kept = {r["id"]: r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}
-    rejected = {r["id"]: r for f in sorted((out / "rejected").glob("**/*.parquet"))
-                for r in pq.read_table(f).to_pylist()}
+    rejected = {r["id"]: r for f in sorted((out / "rejected").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}
     assert sum(m["kept"] for m in markers) == len(kept)
     return kept, rejected, ids
 
@@ -61,8 +65,7 @@ def test_normalisation_folds_width_case_digits_and_punctuation_without_splitting
 
 
 def test_strip_units_removes_marked_lines_and_their_separators() -> None:
-    assert strip_units("nav | home\nArticle one.\n© 1999 foo", "line", {0, 2}) == \
-        ("Article one.", ["nav | home", "© 1999 foo"])
+    assert strip_units("nav | home\nArticle one.\n© 1999 foo", "line", {0, 2}) == ("Article one.", ["nav | home", "© 1999 foo"])
     assert strip_units("A.\n\n  \nB.\n\nC.", "paragraph", {1}) == ("A.\n\nC.", ["B."])
 
 
@@ -96,32 +99,37 @@ def test_planted_templates_go_and_articles_stay_zh_en(tmp_path: Path) -> None:
             assert row["lines_removed"] >= n_tpl and row["chars_removed"] == len(d.text) - len(row["text"])
             assert row["n_chars"] == len(row["text"])
         if n_tpl:
-            assert any("首页" in x or "Home" in x or "Skip" in x or "博客" in x or "Menu" in x or "返回" in x
-                       for x in row["removed_lines"])
+            assert any(
+                "首页" in x or "Home" in x or "Skip" in x or "博客" in x or "Menu" in x or "返回" in x
+                for x in row["removed_lines"]
+            )
     # Untemplated articles mostly lose nothing.
     clean = [kept[i] for d, i in zip(docs, ids) if d.site is None and i in kept]
     assert sum(r["lines_removed"] == 0 for r in clean) >= 0.9 * len(clean)
 
 
 def test_keep_first_keeps_the_earliest_copy_and_short_leftovers_are_rejected(tmp_path: Path) -> None:
-    articles = [json.loads(line)["text"] for line in
-                shared_path("corpus", "zh_wikipedia.jsonl").read_text(encoding="utf-8").splitlines()[:24]]
+    articles = [
+        json.loads(line)["text"]
+        for line in shared_path("corpus", "zh_wikipedia.jsonl").read_text(encoding="utf-8").splitlines()[:24]
+    ]
     nav = "首页 | 新闻 | 财经 | 登录"
     texts = [f"{nav}\n{a}" for a in articles] + [f"{nav}\n短文"] * 2  # two pages that are only template
-    kept, rejected, ids = run_in_process(tmp_path, texts, {"min_docs": 10, "keep_first": True,
-                                                           "min_chars_after": 20})
+    kept, rejected, ids = run_in_process(tmp_path, texts, {"min_docs": 10, "keep_first": True, "min_chars_after": 20})
     assert len(kept) + len(rejected) == len(texts)
     assert kept[ids[0]]["text"].startswith(nav) and kept[ids[0]]["lines_removed"] == 0  # the first copy stays
-    assert all(not kept[i]["text"].startswith(nav) for i in ids[1:len(articles)])
-    for i in ids[len(articles):]:
+    assert all(not kept[i]["text"].startswith(nav) for i in ids[1 : len(articles)])
+    for i in ids[len(articles) :]:
         assert rejected[i]["reason"] == "boilerplate_only" and rejected[i]["stage"] == "boilerplate"
         assert rejected[i]["text"] == f"{nav}\n短文"  # the reject keeps what came in
 
 
 @pytest.mark.parametrize("unit", ["paragraph"])
 def test_paragraph_unit_removes_repeated_paragraphs_only(tmp_path: Path, unit: str) -> None:
-    articles = [json.loads(line)["text"].replace("\n", " ") for line in
-                shared_path("corpus", "en_wikipedia.jsonl").read_text(encoding="utf-8").splitlines()[:40]]
+    articles = [
+        json.loads(line)["text"].replace("\n", " ")
+        for line in shared_path("corpus", "en_wikipedia.jsonl").read_text(encoding="utf-8").splitlines()[:40]
+    ]
     footer = "Privacy Policy\nTerms of Use\n© 2024 Example Media"  # one paragraph of three lines
     texts = [f"{a}\n\n{footer}" for a in articles[:20]] + articles[20:]
     kept, rejected, ids = run_in_process(tmp_path, texts, {"unit": unit, "min_docs": 10, "min_chars_after": 0})
@@ -141,20 +149,23 @@ def test_pipeline_run_shows_boilerplate_in_documents_explain_and_report(ray_loca
     docs = boilerplate_corpus.build(shared_path("corpus"), n_per_lang=40, share=0.6, seed=2)
     texts = [d.text for d in docs] + [docs[0].text, docs[1].text]  # two copies: a cluster of 2 for minhash
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "a.jsonl").write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n"
-                                                       for t in texts))
-    pipeline = write_pipeline(tmp_path, {"name": "bp", "sources": [{"name": "web", "kind": "web",
-                                                                     "paths": ["data/*.jsonl"]}],
-                                         "stages": [{"boilerplate": {"min_docs": 5, "partitions": 2}},
-                                                    {"minhash": {"partitions": 2}}]})
+    (tmp_path / "data" / "a.jsonl").write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts))
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "bp",
+            "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
+            "stages": [{"boilerplate": {"min_docs": 5, "partitions": 2}}, {"minhash": {"partitions": 2}}],
+        },
+    )
     out = tmp_path / "out"
     run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
     with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
         n, removed, with_lines = con.execute(
-            "select count(*), sum(lines_removed), count(*) filter (len(removed_lines) > 0) from documents").fetchone()
+            "select count(*), sum(lines_removed), count(*) filter (len(removed_lines) > 0) from documents"
+        ).fetchone()
         assert n == len(texts)  # conservation: every input is one row, kept or rejected
-        assert removed >= sum(t for d in docs for _, t in d.lines) and with_lines >= sum(d.site is not None
-                                                                                       for d in docs)
+        assert removed >= sum(t for d in docs for _, t in d.lines) and with_lines >= sum(d.site is not None for d in docs)
         assert con.execute("select max(dup_count) from documents where status = 'kept'").fetchone() == (2,)
         tokens = con.execute("select sum(rehydrated_tokens), sum(tokens) from mixture").fetchone()
         assert tokens == (None, None) or tokens[0] >= tokens[1]  # no tokenizer here: no tokens to weigh

@@ -31,15 +31,23 @@ BENCH = {  # name -> (file glob under benchmarks/, fields, id field)
     "humaneval": (["HumanEval.jsonl.gz"], ["prompt", "canonical_solution"], "task_id"),
     "cmrc2018": (["cmrc2018_dev.jsonl"], ["context", "question", "answers"], "id"),
     "agieval_gaokao": (["agieval/gaokao-*.jsonl"], ["passage", "question", "options", "answer"], None),
-    "agieval_en": (["agieval/sat-*.jsonl", "agieval/lsat-*.jsonl", "agieval/aqua-rat.jsonl"],
-                   ["passage", "question", "options", "other.solution"], None),
+    "agieval_en": (
+        ["agieval/sat-*.jsonl", "agieval/lsat-*.jsonl", "agieval/aqua-rat.jsonl"],
+        ["passage", "question", "options", "other.solution"],
+        None,
+    ),
 }
 
 
 def bench_options(names: list[str] | None = None, **kw) -> dict:
     root = shared_path("benchmarks")
-    return {"benchmarks": [{"name": n, "paths": [str(root / p) for p in BENCH[n][0]], "fields": BENCH[n][1],
-                            "id_field": BENCH[n][2]} for n in (names or list(BENCH))], **kw}
+    return {
+        "benchmarks": [
+            {"name": n, "paths": [str(root / p) for p in BENCH[n][0]], "fields": BENCH[n][1], "id_field": BENCH[n][2]}
+            for n in (names or list(BENCH))
+        ],
+        **kw,
+    }
 
 
 @lru_cache(maxsize=4)
@@ -66,22 +74,29 @@ def corpus(name: str) -> list[dict]:
 
 # --- n-grams -------------------------------------------------------------------------------------
 
+
 def test_kernel_equals_reference_on_real_and_odd_text() -> None:
     docs = [d["text"] for d in corpus("zh_wikipedia.jsonl")[:60]] + [d["text"] for d in corpus("en_wikipedia.jsonl")[:60]]
-    docs += ["", "42", "ＡＢＣ　全角文字的句子", "e\u0301te\u0301 ﬁne", "繁體中文測試這是一個句子用來測試的。",
-             " ".join(map(str, range(30))) + " end", "使用TiDB数据库的SQL语句查询数据"]
+    docs += [
+        "",
+        "42",
+        "ＡＢＣ　全角文字的句子",
+        "e\u0301te\u0301 ﬁne",
+        "繁體中文測試這是一個句子用來測試的。",
+        " ".join(map(str, range(30))) + " end",
+        "使用TiDB数据库的SQL语句查询数据",
+    ]
     for n_word, n_char in ((13, 13), (3, 5), (1, 1)):
         hashes, off = ngram_hashes(docs, n_word, n_char)
         for i, d in enumerate(docs):
             ref = ngrams(d, n_word, n_char)
-            assert hashes[off[i]:off[i + 1]].tolist() == [h for h, _ in ref], (n_word, n_char, i)
+            assert hashes[off[i] : off[i + 1]].tolist() == [h for h, _ in ref], (n_word, n_char, i)
             for w in {0, len(ref) // 2, len(ref) - 1} if ref else ():
                 assert ngram_at(d, w, n_word, n_char) == ref[w][1]
 
 
 def test_windows_are_words_in_english_characters_in_chinese_and_never_numbers_only() -> None:
-    assert [t for _, t in ngrams("One two, three FOUR five.", 3, 5)] == ["one two three", "two three four",
-                                                                         "three four five"]
+    assert [t for _, t in ngrams("One two, three FOUR five.", 3, 5)] == ["one two three", "two three four", "three four five"]
     assert [t for _, t in ngrams("數據庫，查询！", 13, 4)] == ["数据库查", "据库查询"]  # folded, punctuation gone
     assert ngrams("1 2 3 4 5 6", 3, 5) == []  # a table of numbers is not a sentence
     # Mixed text: a word costs n_char, a character n_word; a window is full at n_word * n_char.
@@ -90,10 +105,10 @@ def test_windows_are_words_in_english_characters_in_chinese_and_never_numbers_on
 
 def test_items_too_short_for_an_ngram_never_match(tmp_path: Path) -> None:
     """The rule: an item (field) shorter than one n-gram has no n-gram, so "42" or "B" matches nothing."""
-    (tmp_path / "b.jsonl").write_text(json.dumps({"q": "42", "a": ["B", 7]}) + "\n" +
-                                      json.dumps({"q": "答案是四十二", "a": None}) + "\n")
-    opts = DecontaminateOptions.model_validate({"benchmarks": [{"name": "tiny", "paths": ["b.jsonl"],
-                                                                "fields": ["q", "a"]}]})
+    (tmp_path / "b.jsonl").write_text(
+        json.dumps({"q": "42", "a": ["B", 7]}) + "\n" + json.dumps({"q": "答案是四十二", "a": None}) + "\n"
+    )
+    opts = DecontaminateOptions.model_validate({"benchmarks": [{"name": "tiny", "paths": ["b.jsonl"], "fields": ["q", "a"]}]})
     stage = Decontaminate(opts, StageContext(str(tmp_path), str(tmp_path)))
     stage.setup()
     assert stage.index.too_short == {"tiny": 2} and len(stage.index.keys) == 0
@@ -103,9 +118,31 @@ def test_items_too_short_for_an_ngram_never_match(tmp_path: Path) -> None:
 
 # --- planted items --------------------------------------------------------------------------------
 
-PUNCT_SWAP = str.maketrans({",": "，", ".": "。", "?": "？", "!": "！", ":": "：", ";": "；", "(": "（", ")": "）",
-                            "，": ",", "。": ". ", "？": "?", "！": "!", "：": ":", "；": ";", "、": ",",
-                            "“": '"', "”": '"', "《": "<", "》": ">", "'": "’", '"': "”"})
+PUNCT_SWAP = str.maketrans(
+    {
+        ",": "，",
+        ".": "。",
+        "?": "？",
+        "!": "！",
+        ":": "：",
+        ";": "；",
+        "(": "（",
+        ")": "）",
+        "，": ",",
+        "。": ". ",
+        "？": "?",
+        "！": "!",
+        "：": ":",
+        "；": ";",
+        "、": ",",
+        "“": '"',
+        "”": '"',
+        "《": "<",
+        "》": ">",
+        "'": "’",
+        '"': "”",
+    }
+)
 
 
 def reflow(text: str, rng: random.Random) -> str:
@@ -126,8 +163,12 @@ def plant_text(item_texts: tuple[str, ...]) -> str:
 def alterations(text: str, zh: bool, rng: random.Random) -> dict[str, str]:
     import opencc
 
-    out = {"verbatim": text, "reflowed": reflow(text, rng), "punctuation": text.translate(PUNCT_SWAP),
-           "full_width": full_width(text)}
+    out = {
+        "verbatim": text,
+        "reflowed": reflow(text, rng),
+        "punctuation": text.translate(PUNCT_SWAP),
+        "full_width": full_width(text),
+    }
     if zh:
         out["traditional"] = opencc.OpenCC("s2t").convert(text)
     else:
@@ -165,8 +206,14 @@ def _plant_cases() -> list[tuple[str, str, str, str]]:
                 cases.append((kind, name, it.item_id, host[:cut] + "\n" + text + "\n" + host[cut:]))
             # inside a longer page: three real pages, the item in the middle one's middle
             a, b, c = rng.sample(hosts, 3)
-            cases.append(("longer_page", name, it.item_id, a + "\n\n" + b[:len(b) // 2] + plant_text(it.texts)
-                          + b[len(b) // 2:] + "\n\n" + c))
+            cases.append(
+                (
+                    "longer_page",
+                    name,
+                    it.item_id,
+                    a + "\n\n" + b[: len(b) // 2] + plant_text(it.texts) + b[len(b) // 2 :] + "\n\n" + c,
+                )
+            )
     return cases
 
 
@@ -213,8 +260,9 @@ def test_flag_keeps_and_thresholds_decide_from_the_signals() -> None:
     batch = stage.compute(pa.table({"id": ["x"], "text": [text]}))
     frac = batch["contam_frac"][0].as_py()
     assert 0 < frac < 1  # the question without its worked answer: a share of the item
-    strict = Decontaminate(DecontaminateOptions.model_validate(bench_options(["gsm8k"], min_frac=min(1.0, frac + 0.01))),
-                           stage.context)
+    strict = Decontaminate(
+        DecontaminateOptions.model_validate(bench_options(["gsm8k"], min_frac=min(1.0, frac + 0.01))), stage.context
+    )
     loose = Decontaminate(DecontaminateOptions.model_validate(bench_options(["gsm8k"], min_frac=frac)), stage.context)
     assert strict.decide(batch).reason.to_pylist() == [None]
     assert loose.decide(batch).reason.to_pylist() == ["contaminated"]
@@ -223,6 +271,7 @@ def test_flag_keeps_and_thresholds_decide_from_the_signals() -> None:
 
 
 # --- real contamination and real clean text -------------------------------------------------------
+
 
 def test_all_848_cmrc_dev_paragraphs_in_zh_wikipedia_are_found() -> None:
     docs = corpus("zh_wikipedia.jsonl")
@@ -234,21 +283,28 @@ def test_all_848_cmrc_dev_paragraphs_in_zh_wikipedia_are_found() -> None:
         assert r["reason"] == "contaminated" and r["contam_benchmark"] == "cmrc2018", source
         assert r["contam_item"].startswith(context_id + "_QUERY_"), (source, r["contam_item"])  # its own paragraph
         assert r["contam_frac"] > 0.5
-    others = [(d["source"], r["contam_benchmark"], r["contam_item"], r["contam_item_hits"], r["contam_ngram"])
-              for d, r in zip(docs, rows) if not d["source"].startswith("cmrc2018#DEV_") and r["contam_hits"]]
+    others = [
+        (d["source"], r["contam_benchmark"], r["contam_item"], r["contam_item_hits"], r["contam_ngram"])
+        for d, r in zip(docs, rows)
+        if not d["source"].startswith("cmrc2018#DEV_") and r["contam_hits"]
+    ]
     print(f"zh Wikipedia: 848/848 CMRC dev paragraphs found; other documents with hits: {len(others)}", others)
 
 
 def test_en_wikipedia_has_almost_no_hits_against_the_english_sets() -> None:
     docs = corpus("en_wikipedia.jsonl")
     rows = run_stage(_stage(("gsm8k", "humaneval", "agieval_en")), [d["text"] for d in docs])
-    hits = [(d["source"], r["contam_benchmark"], r["contam_item"], r["contam_item_hits"], r["contam_ngram"])
-            for d, r in zip(docs, rows) if r["contam_hits"]]
+    hits = [
+        (d["source"], r["contam_benchmark"], r["contam_item"], r["contam_item_hits"], r["contam_ngram"])
+        for d, r in zip(docs, rows)
+        if r["contam_hits"]
+    ]
     print(f"en Wikipedia: {len(hits)} of {len(docs)} documents with hits", hits)
     assert len(hits) <= 5, hits
 
 
 # --- formats and validation -----------------------------------------------------------------------
+
 
 def test_jsonl_gz_parquet_and_csv_give_the_same_items(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in shared_path("benchmarks", "gsm8k_test.jsonl").read_text().splitlines()[:30]]
@@ -260,8 +316,10 @@ def test_jsonl_gz_parquet_and_csv_give_the_same_items(tmp_path: Path) -> None:
         w = csv.DictWriter(f, ["question", "answer"])
         w.writeheader()
         w.writerows(rows)
-    got = {ext: [i.texts for i in items("g", [tmp_path / f"g.{ext}"], ["question", "answer"], None)]
-           for ext in ("jsonl.gz", "parquet", "csv")}
+    got = {
+        ext: [i.texts for i in items("g", [tmp_path / f"g.{ext}"], ["question", "answer"], None)]
+        for ext in ("jsonl.gz", "parquet", "csv")
+    }
     assert got["jsonl.gz"] == got["parquet"] == got["csv"] == [(r["question"], r["answer"]) for r in rows]
 
 
@@ -269,24 +327,35 @@ def test_check_names_missing_files_formats_and_fields(tmp_path: Path) -> None:
     (tmp_path / "b.jsonl").write_text(json.dumps({"question": "q", "other": {"solution": "s"}}) + "\n")
     (tmp_path / "b.txt").write_text("x")
     ctx = CheckContext(tmp_path, frozenset({"web"}))
-    good = DecontaminateOptions.model_validate({"benchmarks": [
-        {"name": "b", "paths": ["b.jsonl"], "fields": ["question", "other.solution"]}]})
+    good = DecontaminateOptions.model_validate(
+        {"benchmarks": [{"name": "b", "paths": ["b.jsonl"], "fields": ["question", "other.solution"]}]}
+    )
     assert Decontaminate.check(good, ctx) == []
-    bad = DecontaminateOptions.model_validate({"benchmarks": [
-        {"name": "b", "paths": ["b.jsonl", "nope/*.jsonl", "b.txt"], "fields": ["question", "answers"], "id_field": "id"}],
-        "kinds": ["webb"]})
+    bad = DecontaminateOptions.model_validate(
+        {
+            "benchmarks": [
+                {"name": "b", "paths": ["b.jsonl", "nope/*.jsonl", "b.txt"], "fields": ["question", "answers"], "id_field": "id"}
+            ],
+            "kinds": ["webb"],
+        }
+    )
     problems = dict(Decontaminate.check(bad, ctx))
-    assert set(problems) == {"kinds[0]", "benchmarks[0].paths[1]", "benchmarks[0].paths[2]",
-                             "benchmarks[0].fields[1]", "benchmarks[0].id_field"}, problems
+    assert set(problems) == {
+        "kinds[0]",
+        "benchmarks[0].paths[1]",
+        "benchmarks[0].paths[2]",
+        "benchmarks[0].fields[1]",
+        "benchmarks[0].id_field",
+    }, problems
     assert "'answers'" in problems["benchmarks[0].fields[1]"] and "question" in problems["benchmarks[0].fields[1]"]
     with pytest.raises(ValueError, match="unique"):
         DecontaminateOptions.model_validate({"benchmarks": [{"name": "b", "paths": ["x"], "fields": ["q"]}] * 2})
     with pytest.raises(ValueError):
-        DecontaminateOptions.model_validate({"benchmarks": [{"name": "b", "paths": ["x"], "fields": ["q"]}],
-                                             "action": "delete"})
+        DecontaminateOptions.model_validate({"benchmarks": [{"name": "b", "paths": ["x"], "fields": ["q"]}], "action": "delete"})
 
 
 # --- one pipeline: the view, explain, the report ---------------------------------------------------
+
 
 def test_pipeline_contamination_view_explain_and_report(ray_local, tmp_path: Path) -> None:
     from datapipe.audit.explain import explain
@@ -297,10 +366,17 @@ def test_pipeline_contamination_view_explain_and_report(ray_local, tmp_path: Pat
 
     zh = corpus("zh_wikipedia.jsonl")
     docs = [d for d in zh if d["source"].startswith("cmrc2018#DEV_")][:6] + [d for d in zh if "cmrc" not in d["source"]][:4]
-    (tmp_path / "zh.jsonl").write_text("".join(json.dumps({"text": d["text"]}, ensure_ascii=False) + "\n"
-                                               for d in docs), encoding="utf-8")
-    pipeline = write_pipeline(tmp_path, {"name": "dc", "sources": [{"name": "zh", "kind": "text", "paths": ["zh.jsonl"]}],
-                                         "stages": [{"decontaminate": bench_options(["cmrc2018", "agieval_gaokao"])}]})
+    (tmp_path / "zh.jsonl").write_text(
+        "".join(json.dumps({"text": d["text"]}, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8"
+    )
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "dc",
+            "sources": [{"name": "zh", "kind": "text", "paths": ["zh.jsonl"]}],
+            "stages": [{"decontaminate": bench_options(["cmrc2018", "agieval_gaokao"])}],
+        },
+    )
     run_pipeline(load_pipeline(pipeline), output=tmp_path / "out", show_progress=False, log=lambda m: None)
     with reading(tmp_path / "out") as con:
         view = con.execute("select benchmark, source, documents, dropped, kept from contamination").fetchall()

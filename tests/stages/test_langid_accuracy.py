@@ -42,10 +42,18 @@ def udhr_text(name: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "\n", raw))
 
 
-@pytest.mark.parametrize("page, lang, script", [
-    ("cmn_hans", "zh", "hans"), ("cmn_hant", "zh", "hant"), ("yue", "yue", None), ("jpn", "ja", None),
-    ("kor", "ko", None), ("eng", "en", None), ("cmn_hans_beijing", "zh", "hans"),
-])
+@pytest.mark.parametrize(
+    "page, lang, script",
+    [
+        ("cmn_hans", "zh", "hans"),
+        ("cmn_hant", "zh", "hant"),
+        ("yue", "yue", None),
+        ("jpn", "ja", None),
+        ("kor", "ko", None),
+        ("eng", "en", None),
+        ("cmn_hans_beijing", "zh", "hans"),
+    ],
+)
 def test_udhr_pages(langid: LangId, page: str, lang: str, script: str | None) -> None:
     row = compute(langid, [udhr_text(page)]).to_pylist()[0]
     assert row["lang"] == lang, row
@@ -109,10 +117,14 @@ def test_thresholds_per_source_kind() -> None:
     from datapipe.stages.base import StageContext
     from datapipe.stages.langid import LangId, LangIdOptions
 
-    stage = LangId(LangIdOptions(keep=["zh", "en"], min_score=0.5,
-                                 by_kind={"paper": {"keep": ["en"], "min_score": 0.999}}), StageContext(".", "."))
-    texts = ["这是一篇关于卷积神经网络的论文，我们提出了一种新的方法。",
-             "We study convolution arithmetic for deep learning and give relationships between sizes."]
+    stage = LangId(
+        LangIdOptions(keep=["zh", "en"], min_score=0.5, by_kind={"paper": {"keep": ["en"], "min_score": 0.999}}),
+        StageContext(".", "."),
+    )
+    texts = [
+        "这是一篇关于卷积神经网络的论文，我们提出了一种新的方法。",
+        "We study convolution arithmetic for deep learning and give relationships between sizes.",
+    ]
     stage.setup()
     for kind, expected in (("web", [None, None]), ("paper", ["language_not_kept", "low_language_score"])):
         batch = stage.compute(pa.table({"text": texts, "kind": [kind, kind]}))

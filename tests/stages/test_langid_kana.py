@@ -73,7 +73,10 @@ def test_real_japanese_stays_ja(langid: LangId, page: str) -> None:
 
 
 def test_lingua_japanese_items_stay_ja(langid: LangId) -> None:
-    items = [ln.strip() for ln in shared_path("langid", "lingua", "word-pairs", "ja.txt")
-             .read_text(encoding="utf-8").splitlines() if ln.strip()]
+    items = [
+        ln.strip()
+        for ln in shared_path("langid", "lingua", "word-pairs", "ja.txt").read_text(encoding="utf-8").splitlines()
+        if ln.strip()
+    ]
     got = [r["lang"] for r in run(langid, items)]
     assert got.count("ja") / len(items) >= 0.98

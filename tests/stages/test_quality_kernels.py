@@ -52,7 +52,7 @@ def _texts(path: Path, every: int = 1) -> list[str]:
 
 
 def _batches(texts: list[str], size: int = 1000) -> list[pa.Array]:
-    return [pa.array(texts[i:i + size]) for i in range(0, len(texts), size)]
+    return [pa.array(texts[i : i + size]) for i in range(0, len(texts), size)]
 
 
 def _equal(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> list[str]:
@@ -114,8 +114,18 @@ def test_kernels_equal_reference_on_demo_inputs(monkeypatch: pytest.MonkeyPatch)
 
 def test_edge_cases_equal_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     """Empty batches and texts, nulls, whitespace only, one token, runs longer than 64 letters."""
-    cases = ["", " \n\u3000", "a", "好", None, "x" * 200 + " " + "x" * 199 + "y", "abc_1 " * 30,
-             "重复重复重复重复重复重复", "=====\n=====\n=====", "𠀀𠀁𠀀𠀁𠀀𠀁 😀😀😀😀😀😀"]
+    cases = [
+        "",
+        " \n\u3000",
+        "a",
+        "好",
+        None,
+        "x" * 200 + " " + "x" * 199 + "y",
+        "abc_1 " * 30,
+        "重复重复重复重复重复重复",
+        "=====\n=====\n=====",
+        "𠀀𠀁𠀀𠀁𠀀𠀁 😀😀😀😀😀😀",
+    ]
     assert _check([pa.array(cases, pa.string()), pa.array([], pa.string())], monkeypatch) == len(cases)
 
 
@@ -142,21 +152,23 @@ def test_kernel_matches_a_counter_on_random_tokens() -> None:
         t, w = ids[doc == d], weight[doc == d]
         total = w.sum()
         for n in (2, 3, 5, 9):
-            grams = [tuple(t[i:i + n]) for i in range(len(t) - n + 1)]
+            grams = [tuple(t[i : i + n]) for i in range(len(t) - n + 1)]
             if n in (2, 3):
                 counts: dict[tuple, int] = {}
                 for g in grams:
                     counts[g] = counts.get(g, 0) + 1
                 most = max(counts.values(), default=0)
-                best = max((c * w[grams.index(g):grams.index(g) + n].sum() for g, c in counts.items()
-                            if c == most and c > 1), default=0.0)
+                best = max(
+                    (c * w[grams.index(g) : grams.index(g) + n].sum() for g, c in counts.items() if c == most and c > 1),
+                    default=0.0,
+                )
                 want = np.float32(min(best / total, 1.0)) if total else np.float32(0)
                 assert got[f"top{n}"][d] == want
             else:
                 seen, covered = set(), np.zeros(len(t), bool)
                 for i, g in enumerate(grams):
                     if g in seen:
-                        covered[i:i + n] = True
+                        covered[i : i + n] = True
                     seen.add(g)
                 want = np.float32(w[covered].sum() / total) if total else np.float32(0)
                 assert got[f"dup{n}"][d] == want

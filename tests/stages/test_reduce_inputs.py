@@ -34,8 +34,9 @@ def test_rows_come_back_in_the_asked_order_across_shards_and_row_groups(tmp_path
     inputs = ParquetReduceInputs(_shards(tmp_path, sizes), [0, 1, 2], str(tmp_path))
     rng = np.random.default_rng(7)
     for _ in range(50):
-        keys = np.concatenate([(shard << ROW_KEY_SHIFT) + rng.choice(sum(b), rng.integers(1, 8), replace=False)
-                               for shard, b in enumerate(sizes)])
+        keys = np.concatenate(
+            [(shard << ROW_KEY_SHIFT) + rng.choice(sum(b), rng.integers(1, 8), replace=False) for shard, b in enumerate(sizes)]
+        )
         rng.shuffle(keys)
         got = inputs.read_rows(keys, ["text"])["text"].to_pylist()
         assert got == [f"shard {k >> ROW_KEY_SHIFT} row {k & ((1 << ROW_KEY_SHIFT) - 1)}" for k in keys]

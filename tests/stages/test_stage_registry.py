@@ -15,9 +15,11 @@ def test_every_registered_class_carries_its_registry_name() -> None:
 
 
 def test_importing_the_registry_and_one_stage_leaves_the_others_unimported() -> None:
-    probe = ("import sys\nfrom datapipe.stages import STAGES\nassert 'length' in STAGES\nSTAGES['length']\n"
-             "print(sorted(m for m in ('numba', 'datapipe.stages.minhash', 'datapipe.stages.decontaminate', "
-             "'datapipe.stages.length') if m in sys.modules))")
+    probe = (
+        "import sys\nfrom datapipe.stages import STAGES\nassert 'length' in STAGES\nSTAGES['length']\n"
+        "print(sorted(m for m in ('numba', 'datapipe.stages.minhash', 'datapipe.stages.decontaminate', "
+        "'datapipe.stages.length') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["['datapipe.stages.length']"]
 

@@ -66,21 +66,29 @@ class LongestPerGroup(GlobalStage):
     def audit_views(cls, columns: set[str]) -> dict[str, str]:
         if "toy_group" not in columns:  # every document dropped before the stage: no signal to show
             return {}
-        return {"toy_groups": "SELECT toy_group, count(*) FILTER (WHERE status = 'kept') AS kept, count(*) AS reached "
-                              "FROM documents WHERE toy_group IS NOT NULL GROUP BY ALL ORDER BY toy_group"}
+        return {
+            "toy_groups": "SELECT toy_group, count(*) FILTER (WHERE status = 'kept') AS kept, count(*) AS reached "
+            "FROM documents WHERE toy_group IS NOT NULL GROUP BY ALL ORDER BY toy_group"
+        }
 
     def steps(self) -> tuple[PartitionStep | CombineStep, ...]:
         # Without a combine step the partitions decide; with one, the combine step reads their outputs.
-        part = PartitionStep(self.options.partitions, self._shuffle, self._reduce_partition,
-                             decides=not self.options.combine)
+        part = PartitionStep(self.options.partitions, self._shuffle, self._reduce_partition, decides=not self.options.combine)
         return (part, CombineStep(self._combine)) if self.options.combine else (part,)
 
     def _shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
         groups = batch["toy_group"].to_pylist()
         part = [zlib.crc32(g.encode()) % self.options.partitions for g in groups]
         keys = first_row_key + np.arange(batch.num_rows, dtype=np.int64)
-        return pa.table({"part": pa.array(part, pa.int32()), "id": batch["id"], "group": batch["toy_group"],
-                         "n_chars": batch["n_chars"], "doc": pa.array(keys)})
+        return pa.table(
+            {
+                "part": pa.array(part, pa.int32()),
+                "id": batch["id"],
+                "group": batch["toy_group"],
+                "n_chars": batch["n_chars"],
+                "doc": pa.array(keys),
+            }
+        )
 
     def _reduce_partition(self, rows: pa.Table, round: int, inputs: ReduceInputs | None) -> pa.Table:
         """Every row of the partition with its group's winner (longest, then smallest id); without a
@@ -100,8 +108,10 @@ class LongestPerGroup(GlobalStage):
 def _losers(rows: pa.Table) -> pa.Table:
     lose = pc.not_equal(rows["id"], rows["winner"])
     losers = rows.filter(lose)
-    detail = [f"{n} chars; the longest of {g} is {w}" for n, g, w in
-              zip(*(losers[c].to_pylist() for c in ("n_chars", "group", "winner")))]
+    detail = [
+        f"{n} chars; the longest of {g} is {w}"
+        for n, g, w in zip(*(losers[c].to_pylist() for c in ("n_chars", "group", "winner")))
+    ]
     return drop_rows(losers["doc"].to_numpy(), losers["id"], "not_longest", detail)
 
 
@@ -126,8 +136,7 @@ def _inputs(tmp_path: Path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("combine", [False, True])
-def test_a_global_stage_from_a_test_module_runs_through_the_engine(toy_stage, tmp_path: Path,
-                                                                   combine: bool) -> None:
+def test_a_global_stage_from_a_test_module_runs_through_the_engine(toy_stage, tmp_path: Path, combine: bool) -> None:
     _run_and_check(tmp_path, combine, in_process=True)
 
 
@@ -139,28 +148,29 @@ def test_the_toy_global_stage_runs_on_ray_too(toy_stage, ray_local, tmp_path: Pa
 
 def _run_and_check(tmp_path: Path, combine: bool, in_process: bool) -> None:
     sizes = _inputs(tmp_path)
-    pipeline = write_pipeline(tmp_path, {
-        "name": "toy", "sources": [{"name": s, "kind": "web", "paths": [f"{s[4:]}.jsonl"]} for s in sizes],
-        "stages": [{"langid": {}}, {"length": {"min_chars": 60}},
-                   {"toy_longest": {"partitions": 3, "combine": combine}}]})
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "toy",
+            "sources": [{"name": s, "kind": "web", "paths": [f"{s[4:]}.jsonl"]} for s in sizes],
+            "stages": [{"langid": {}}, {"length": {"min_chars": 60}}, {"toy_longest": {"partitions": 3, "combine": combine}}],
+        },
+    )
     out = tmp_path / "out"
     setups = len(SETUPS)
-    result = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None,
-                          in_process=in_process)
+    result = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None, in_process=in_process)
 
     if in_process:
         assert len(SETUPS) == setups + 1  # once in this process (the worker), for two shards
     phases = [p["phase"] for p in result.phases]
     assert phases == ["map0", "shuffle0", *(["reduce0"] if combine else []), "map1"]
-    assert sorted(p.stem for p in (out / "_work" / "markers" / "shuffle0").glob("*.json")) == ["00000", "00001",
-                                                                                               "00002"]
+    assert sorted(p.stem for p in (out / "_work" / "markers" / "shuffle0").glob("*.json")) == ["00000", "00001", "00002"]
     run = json.loads((out / "run.json").read_text(encoding="utf-8"))
     counts = run["counts"]
     assert counts["documents"] == sum(sizes.values()) == counts["kept"] + counts["rejected"]
 
     with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
-        rows = con.execute("select id, source, lang, n_chars, status, stage, reason, detail, toy_group "
-                           "from documents").fetchall()
+        rows = con.execute("select id, source, lang, n_chars, status, stage, reason, detail, toy_group from documents").fetchall()
         view = con.execute("select * from toy_groups").fetchall()  # the stage's own view, no engine edit
     assert len(rows) == sum(sizes.values()) and len({r[0] for r in rows}) == len(rows)  # each document once
     reached = [r for r in rows if r[4] == "kept" or r[5] == "toy_longest"]
@@ -187,17 +197,26 @@ def test_workers_receive_validated_options(toy_stage, tmp_path: Path) -> None:
     """The run spec carries the options objects validated on the driver; they pickle (to Ray workers)
     as they are, so a worker validates nothing again."""
     _inputs(tmp_path)
-    pipeline = load_pipeline(write_pipeline(tmp_path, {
-        "name": "toy", "sources": [{"name": "web_zh", "kind": "web", "paths": ["zh.jsonl"]}],
-        "stages": [{"length": {"min_chars": 60}}, {"toy_longest": {"partitions": 2}}]}))
+    pipeline = load_pipeline(
+        write_pipeline(
+            tmp_path,
+            {
+                "name": "toy",
+                "sources": [{"name": "web_zh", "kind": "web", "paths": ["zh.jsonl"]}],
+                "stages": [{"length": {"min_chars": 60}}, {"toy_longest": {"partitions": 2}}],
+            },
+        )
+    )
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
     assert [o for _, o in spec.stage_options] == [o for _, o in pipeline.stage_options]
     assert spec.stage_types[1] is LongestPerGroup
     again = pickle.loads(pickle.dumps(spec))
     assert isinstance(again.stage_options[1][1], ToyOptions) and again.stage_options[1][1].partitions == 2
     assert again.stage_types[1] is LongestPerGroup  # by reference: a worker imports this module for it
-    assert again.stages == (("length", pipeline.stage_options[0][1].model_dump(mode="json")),
-                            ("toy_longest", {"partitions": 2, "combine": False}))
+    assert again.stages == (
+        ("length", pipeline.stage_options[0][1].model_dump(mode="json")),
+        ("toy_longest", {"partitions": 2, "combine": False}),
+    )
 
 
 def test_the_engine_refuses_steps_it_could_not_run() -> None:
@@ -220,8 +239,11 @@ def test_the_engine_refuses_steps_it_could_not_run() -> None:
         def steps(self) -> tuple[PartitionStep | CombineStep, ...]:
             return (CombineStep(self._combine), PartitionStep(2, self._shuffle, self._reduce_partition))
 
-    for cls, message in ((NoSteps, r"declares steps \[\]"), (UnreadPartitions, "does not decide"),
-                         (CombineFirst, "in that order")):
+    for cls, message in (
+        (NoSteps, r"declares steps \[\]"),
+        (UnreadPartitions, "does not decide"),
+        (CombineFirst, "in that order"),
+    ):
         with pytest.raises(TypeError, match=message):
             checked_steps(cls(ToyOptions(), context))
 

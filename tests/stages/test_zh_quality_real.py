@@ -42,8 +42,9 @@ def judge(stages: tuple[LangId, Quality], texts: list[str]) -> tuple[list[str | 
     """Drop reason per text after langid + quality as web pages (None: kept), and the quality signals."""
     langid, quality = stages
     n = len(texts)
-    batch = langid.compute(pa.table({"id": [str(i) for i in range(n)], "kind": ["web"] * n, "text": texts,
-                                     "url": pa.array([None] * n, pa.string())}))
+    batch = langid.compute(
+        pa.table({"id": [str(i) for i in range(n)], "kind": ["web"] * n, "text": texts, "url": pa.array([None] * n, pa.string())})
+    )
     reasons = [f"langid:{r}" if r else None for r in langid.decide(batch).reason.to_pylist()]
     out = quality.compute(batch)
     for i, r in enumerate(quality.decide(out).reason.to_pylist()):
@@ -56,8 +57,10 @@ def kept(reasons: list[str | None]) -> float:
 
 
 def test_prose_view_removes_code_math_tables_keeps_plain_text() -> None:
-    md = ("# 标题\n\n本页面介绍 `DISTINCT` 的优化．给出 $n$ 个点，见 [文档](https://x.org/a)。\n\n"
-          "```sql\nselect 1;\nselect 1;\n```\n\n$$\nO(n \\log n)\n$$\n\n| a | b |\n| - | - |\n\n<div>注意</div>\n")
+    md = (
+        "# 标题\n\n本页面介绍 `DISTINCT` 的优化．给出 $n$ 个点，见 [文档](https://x.org/a)。\n\n"
+        "```sql\nselect 1;\nselect 1;\n```\n\n$$\nO(n \\log n)\n$$\n\n| a | b |\n| - | - |\n\n<div>注意</div>\n"
+    )
     out = prose(pa.array([md, "普通的中文网页，没有任何标记。", None])).to_pylist()
     assert "select" not in out[0] and "log" not in out[0] and "| a |" not in out[0] and "<div>" not in out[0]
     assert "本页面介绍 DISTINCT 的优化．" in out[0] and "见 文档。" in out[0] and "https" not in out[0]
@@ -80,10 +83,13 @@ def test_technical_chinese_kept(stages: tuple[LangId, Quality], name: str, floor
 
 
 def test_junk_still_dropped(stages: tuple[LangId, Quality]) -> None:
-    rows = [json.loads(ln) for ln in (ROOT / "tests" / "fixtures" / "zh_junk.jsonl").read_text(encoding="utf-8")
-            .splitlines()]
-    demo = [json.loads(ln) for p in sorted((ROOT / "pipelines" / "demo" / "data").glob("web_zh-*.jsonl"))
-            for ln in p.read_text(encoding="utf-8").splitlines() if ln.startswith('{"text"') and ln.endswith("}")]
+    rows = [json.loads(ln) for ln in (ROOT / "tests" / "fixtures" / "zh_junk.jsonl").read_text(encoding="utf-8").splitlines()]
+    demo = [
+        json.loads(ln)
+        for p in sorted((ROOT / "pipelines" / "demo" / "data").glob("web_zh-*.jsonl"))
+        for ln in p.read_text(encoding="utf-8").splitlines()
+        if ln.startswith('{"text"') and ln.endswith("}")
+    ]
     junk = [r["text"] for r in rows] + [d["text"] for d in demo if "/junk/" in d["url"]]
     assert len(junk) >= 34
     reasons, _ = judge(stages, junk)
@@ -98,7 +104,8 @@ def test_latin_words_leave_pure_chinese_unchanged() -> None:
     base = {"zh_repetition": {"markdown": True}}
     a = RuleSet("a", base).compute(Docs(pa.array(texts)), pa.table({"text": texts}))
     b = RuleSet("b", {"zh_repetition": {"markdown": True, "latin_words": True}}).compute(
-        Docs(pa.array(texts)), pa.table({"text": texts}))
+        Docs(pa.array(texts)), pa.table({"text": texts})
+    )
     for k in a:
         np.testing.assert_allclose(a[k], b[k], err_msg=k)
 

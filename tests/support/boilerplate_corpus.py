@@ -17,11 +17,16 @@ from pathlib import Path
 
 SITES: dict[str, dict[str, list[str]]] = {
     "zh_news": {
-        "top": ["首页 | 新闻 | 财经 | 科技 | 体育 | 娱乐 | 登录 | 注册",
-                "本网站使用Cookie来改善您的浏览体验，继续浏览即表示您同意我们使用Cookie。 [接受] [了解更多]"],
+        "top": [
+            "首页 | 新闻 | 财经 | 科技 | 体育 | 娱乐 | 登录 | 注册",
+            "本网站使用Cookie来改善您的浏览体验，继续浏览即表示您同意我们使用Cookie。 [接受] [了解更多]",
+        ],
         "mid": ["相关阅读：更多精彩内容请关注我们的微信公众号"],
-        "bottom": ["版权所有 © {year} 新华日报社 保留所有权利", "京ICP备{d8}号 | 联系我们 | 广告服务 | 网站地图",
-                   "违法和不良信息举报电话：010-{d8}"],
+        "bottom": [
+            "版权所有 © {year} 新华日报社 保留所有权利",
+            "京ICP备{d8}号 | 联系我们 | 广告服务 | 网站地图",
+            "违法和不良信息举报电话：010-{d8}",
+        ],
     },
     "zh_forum": {
         "top": ["返回首页 > 技术论坛 > 讨论区", "您还没有登录，请先 登录 或 注册"],
@@ -34,11 +39,15 @@ SITES: dict[str, dict[str, list[str]]] = {
         "bottom": ["本文由作者授权发布，转载请注明出处。", "上一篇：无 | 下一篇：无", "阅读({d3}) 评论({d2})"],
     },
     "en_news": {
-        "top": ["Home | World | Business | Tech | Sports | Sign in",
-                "We use cookies to improve your experience. By continuing you agree to our Cookie Policy. Accept"],
+        "top": [
+            "Home | World | Business | Tech | Sports | Sign in",
+            "We use cookies to improve your experience. By continuing you agree to our Cookie Policy. Accept",
+        ],
         "mid": ["Read more: Subscribe to our newsletter for the latest stories"],
-        "bottom": ["© {year} Daily Herald Media Group. All rights reserved.",
-                   "Privacy Policy | Terms of Use | Contact Us | Advertise"],
+        "bottom": [
+            "© {year} Daily Herald Media Group. All rights reserved.",
+            "Privacy Policy | Terms of Use | Contact Us | Advertise",
+        ],
     },
     "en_shop": {
         "top": ["Skip to main content", "Free shipping on orders over $50 | Shop now"],
@@ -66,8 +75,13 @@ class PlantedDoc:
 
 
 def _fill(line: str, rng: random.Random) -> str:
-    line = line.format(year=rng.randint(2001, 2024), d1=rng.randint(1, 9), d2=rng.randint(10, 99),
-                       d3=rng.randint(100, 999), d8=rng.randint(10_000_000, 99_999_999))
+    line = line.format(
+        year=rng.randint(2001, 2024),
+        d1=rng.randint(1, 9),
+        d2=rng.randint(10, 99),
+        d3=rng.randint(100, 999),
+        d8=rng.randint(10_000_000, 99_999_999),
+    )
     r = rng.random()
     if r < 0.15:
         line = line.translate(_FULL)  # a page served with full-width punctuation
@@ -84,7 +98,7 @@ def _articles(path: Path, n: int, min_chars: int, max_chars: int, rng: random.Ra
     out = []
     for t in texts[:n]:
         cut = t[:max_chars]
-        out.append(cut[:cut.rfind("\n")] if len(t) > max_chars and "\n" in cut else cut)
+        out.append(cut[: cut.rfind("\n")] if len(t) > max_chars and "\n" in cut else cut)
     return out
 
 
@@ -103,8 +117,13 @@ def build(corpus: Path, n_per_lang: int = 300, share: float = 0.5, seed: int = 0
             t = SITES[site]
             mid = [(_fill(x, rng), True) for x in t["mid"]]
             at = rng.randint(1, max(1, len(body) - 1))
-            lines = ([(_fill(x, rng), True) for x in t["top"]] + body[:at] + mid + body[at:]
-                     + [(_fill(x, rng), True) for x in t["bottom"]])
+            lines = (
+                [(_fill(x, rng), True) for x in t["top"]]
+                + body[:at]
+                + mid
+                + body[at:]
+                + [(_fill(x, rng), True) for x in t["bottom"]]
+            )
             docs.append(PlantedDoc(lang, site, lines))
     rng.shuffle(docs)
     return docs
@@ -128,5 +147,9 @@ def score(docs: list[PlantedDoc], outputs: list[str | None]) -> dict[str, float]
             else:
                 art_total += len(line)
                 art_kept += len(line) if survived else 0
-    return {"template_lines": tpl_total, "template_removed": tpl_removed / max(tpl_total, 1),
-            "article_chars": art_total, "article_kept": art_kept / max(art_total, 1)}
+    return {
+        "template_lines": tpl_total,
+        "template_removed": tpl_removed / max(tpl_total, 1),
+        "article_chars": art_total,
+        "article_kept": art_kept / max(art_total, 1),
+    }

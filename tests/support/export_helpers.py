@@ -42,14 +42,18 @@ def build_real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             # Long articles are cut so that the run stays small; the text is still real.
             rows = [{**json.loads(line), "text": json.loads(line)["text"][:1500]} for line in chunk]
             (data / f"{source}-{k}.jsonl").write_text(
-                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    pipeline = write_pipeline(root, {
-        "name": "export_test",
-        "sources": [{"name": s, "kind": "web", "paths": [f"data/{s}-*.jsonl"]} for s in LINES],
-        "stages": [{"length": {"min_chars": 40}}, {"dedup": {"exact": True}}],
-        "tokenize": {"tokenizer": str(TOKENIZER), "seq_len": 128, "val_fraction": 0.1, "rows_per_shard": 16},
-        "mixture": MIXTURE,
-    })
+                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+            )
+    pipeline = write_pipeline(
+        root,
+        {
+            "name": "export_test",
+            "sources": [{"name": s, "kind": "web", "paths": [f"data/{s}-*.jsonl"]} for s in LINES],
+            "stages": [{"length": {"min_chars": 40}}, {"dedup": {"exact": True}}],
+            "tokenize": {"tokenizer": str(TOKENIZER), "seq_len": 128, "val_fraction": 0.1, "rows_per_shard": 16},
+            "mixture": MIXTURE,
+        },
+    )
     out = root / "run"
     run_pipeline(load_pipeline(pipeline), output=out, num_cpus=2, show_progress=False, log=lambda m: None)
     _BUILT["run"] = out

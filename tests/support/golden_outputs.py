@@ -37,13 +37,24 @@ def real_data_pipeline(shared: Path, folder: Path) -> Path:
     config = {
         "name": "golden_real",
         "sources": [
-            {"name": "cc", "kind": "web", "paths": [str(shared / "web" / "warc" / "whirlwind_whirlwind.warc.gz"),
-                                                  str(shared / "web" / "warc" / "whirlwind_whirlwind.warc.wet.gz")]},
-            {"name": "udhr", "kind": "web", "paths": [str(udhr / f"{n}.html") for n in (
-                "cmn_hans", "cmn_hans_beijing", "cmn_hans_tianjin", "cmn_hant", "eng", "jpn", "kor", "yue")]},
+            {
+                "name": "cc",
+                "kind": "web",
+                "paths": [
+                    str(shared / "web" / "warc" / "whirlwind_whirlwind.warc.gz"),
+                    str(shared / "web" / "warc" / "whirlwind_whirlwind.warc.wet.gz"),
+                ],
+            },
+            {
+                "name": "udhr",
+                "kind": "web",
+                "paths": [
+                    str(udhr / f"{n}.html")
+                    for n in ("cmn_hans", "cmn_hans_beijing", "cmn_hans_tianjin", "cmn_hant", "eng", "jpn", "kor", "yue")
+                ],
+            },
             {"name": "zh_wiki", "kind": "web", "paths": [str(shared / "corpus" / "zh_wikipedia.jsonl")]},
-            {"name": "paper", "kind": "paper",
-             "paths": [str(shared / "papers" / "conv_arithmetic" / "conv_arithmetic.tex")]},
+            {"name": "paper", "kind": "paper", "paths": [str(shared / "papers" / "conv_arithmetic" / "conv_arithmetic.tex")]},
         ],
         "stages": [
             {"langid": {"keep": ["zh", "en"], "min_score": 0.5}},
@@ -54,8 +65,14 @@ def real_data_pipeline(shared: Path, folder: Path) -> Path:
             {"minhash": {"threshold": 0.7, "fold_script": True}},
             {"license": {"policy": {"web": {"deny": ["non_commercial", "no_derivatives"]}}}},
         ],
-        "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 256, "val_fraction": 0.05,
-                     "rows_per_shard": 128, "packing": "bestfit", "bestfit_window": 64},
+        "tokenize": {
+            "tokenizer": str(ROOT / "tokenizer" / "demo.json"),
+            "seq_len": 256,
+            "val_fraction": 0.05,
+            "rows_per_shard": 128,
+            "packing": "bestfit",
+            "bestfit_window": 64,
+        },
     }
     path = folder / "golden_real.yaml"
     path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False), encoding="utf-8")
@@ -69,15 +86,20 @@ def run_digests(pipeline_file: Path, output: Path) -> dict[str, Any]:
     from datapipe.engine.runner import run_pipeline
     from datapipe.pipeline.load import load_pipeline
 
-    run_pipeline(load_pipeline(pipeline_file), output=output, show_progress=False, log=lambda _: None,
-                 in_process=True)
-    shards = {p.relative_to(output).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-              for p in sorted((output / "shards").rglob("*")) if p.is_file()}
+    run_pipeline(load_pipeline(pipeline_file), output=output, show_progress=False, log=lambda _: None, in_process=True)
+    shards = {
+        p.relative_to(output).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((output / "shards").rglob("*"))
+        if p.is_file()
+    }
     with duckdb.connect(str(output / "stats.duckdb"), read_only=True) as con:
         table = con.sql("SELECT * FROM documents ORDER BY id").to_arrow_table()
-    columns = {name: hashlib.sha256(json.dumps(table.column(name).to_pylist(), ensure_ascii=False,
-                                               sort_keys=True, default=str).encode()).hexdigest()
-               for name in table.column_names}
+    columns = {
+        name: hashlib.sha256(
+            json.dumps(table.column(name).to_pylist(), ensure_ascii=False, sort_keys=True, default=str).encode()
+        ).hexdigest()
+        for name in table.column_names
+    }
     return {"documents": table.num_rows, "shards": shards, "columns": columns}
 
 

@@ -12,8 +12,9 @@ from datapipe.readers import READERS, infer_format
 from datapipe.readers.base import InputFile
 
 
-def read_all(path: Path, kind: str, fmt: str | None = None, options: dict[str, Any] | None = None,
-             name: str | None = None) -> tuple[list[dict], list[dict]]:
+def read_all(
+    path: Path, kind: str, fmt: str | None = None, options: dict[str, Any] | None = None, name: str | None = None
+) -> tuple[list[dict], list[dict]]:
     """(documents, rejects) as row dicts; checks the reader contract on the way."""
     fmt = fmt or infer_format(path, kind)
     assert fmt is not None, f"no format inferred for {path}"

@@ -33,8 +33,11 @@ def load_cases(root: Path = LAYOUTS) -> list[Case]:
     cases = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         meta = json.loads((folder / "expected.json").read_text(encoding="utf-8"))
-        files = {p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8")
-                 for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "expected.json"}
+        files = {
+            p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8")
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != "expected.json"
+        }
         cases.append(Case(folder.name, files, meta["license"], meta.get("file"), meta.get("layout", "")))
     return cases
 

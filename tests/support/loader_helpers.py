@@ -15,9 +15,18 @@ from datapipe.tokens.shard_format import ShardMeta, file_sha256
 FINGERPRINT = "tok-test-v1"
 
 
-def make_run(root: Path, sources: dict[str, list[int]], seq_len: int = 16, split: str = "train",
-             label_token: bool = True, fingerprint: str = FINGERPRINT, seed: int = 0,
-             vocab_size: int = 1000, padded_last: bool = True, max_starts: int = 2) -> Path:
+def make_run(
+    root: Path,
+    sources: dict[str, list[int]],
+    seq_len: int = 16,
+    split: str = "train",
+    label_token: bool = True,
+    fingerprint: str = FINGERPRINT,
+    seed: int = 0,
+    vocab_size: int = 1000,
+    padded_last: bool = True,
+    max_starts: int = 2,
+) -> Path:
     """Write shards for each source (one shard per entry of rows) and the manifest.
 
     Token 0 of every row encodes its identity: (source id * 1_000_000 + shard * 1_000 + row)
@@ -35,7 +44,7 @@ def make_run(root: Path, sources: dict[str, list[int]], seq_len: int = 16, split
             n_tok = np.full(rows, row_len, dtype=np.int32)
             if padded_last and rows:
                 n_tok[-1] = max(3, row_len // 2)
-                tokens[-1, n_tok[-1]:] = 0
+                tokens[-1, n_tok[-1] :] = 0
             splits, values = [0], []
             for r in range(rows):
                 size = min(rng.integers(0, max_starts + 1), n_tok[r] - 2)
@@ -44,23 +53,56 @@ def make_run(root: Path, sources: dict[str, list[int]], seq_len: int = 16, split
                     starts = [0] + starts
                 values += starts
                 splits.append(len(values))
-            meta = ShardMeta(tokenizer_fingerprint=fingerprint, vocab_size=vocab_size, seq_len=seq_len,
-                             row_len=row_len, eos_id=2, pad_id=0, bos_id=1, packing="concat", source=source,
-                             split=split, dtype="uint16", documents=len(values))
+            meta = ShardMeta(
+                tokenizer_fingerprint=fingerprint,
+                vocab_size=vocab_size,
+                seq_len=seq_len,
+                row_len=row_len,
+                eos_id=2,
+                pad_id=0,
+                bos_id=1,
+                packing="concat",
+                source=source,
+                split=split,
+                dtype="uint16",
+                documents=len(values),
+            )
             rel = f"shards/{source}/{split}-{k:05d}.arrow"
             meta = write_shard(root / rel, tokens, np.asarray(splits), np.asarray(values, dtype=np.int32), n_tok, meta)
-            recs.append({"path": rel, "source": source, "split": split, "rows": rows, "tokens": meta.tokens,
-                         "sha256": file_sha256(root / rel), "tokenizer_fingerprint": fingerprint,
-                         "seq_len": seq_len, "row_len": row_len})
+            recs.append(
+                {
+                    "path": rel,
+                    "source": source,
+                    "split": split,
+                    "rows": rows,
+                    "tokens": meta.tokens,
+                    "sha256": file_sha256(root / rel),
+                    "tokenizer_fingerprint": fingerprint,
+                    "seq_len": seq_len,
+                    "row_len": row_len,
+                }
+            )
     write_manifest(root, recs)
     return root
 
 
 def write_manifest(root: Path, recs: list[dict]) -> None:
-    table = pa.Table.from_pylist(recs, schema=pa.schema([
-        ("path", pa.string()), ("source", pa.string()), ("split", pa.string()), ("rows", pa.int64()),
-        ("tokens", pa.int64()), ("sha256", pa.string()), ("tokenizer_fingerprint", pa.string()),
-        ("seq_len", pa.int64()), ("row_len", pa.int64())]))
+    table = pa.Table.from_pylist(
+        recs,
+        schema=pa.schema(
+            [
+                ("path", pa.string()),
+                ("source", pa.string()),
+                ("split", pa.string()),
+                ("rows", pa.int64()),
+                ("tokens", pa.int64()),
+                ("sha256", pa.string()),
+                ("tokenizer_fingerprint", pa.string()),
+                ("seq_len", pa.int64()),
+                ("row_len", pa.int64()),
+            ]
+        ),
+    )
     (root / "shards").mkdir(parents=True, exist_ok=True)
     pq.write_table(table, root / "shards" / "manifest.parquet")
 

@@ -67,8 +67,13 @@ def scores(redact: Callable[[str], tuple[str, dict]], rows: list[dict]) -> dict[
         tp = sum(g == t and r["label"] == t for g, r in zip(got, rows))
         fp = sum(g == t and r["label"] != t for g, r in zip(got, rows))
         fn = sum(g != t and r["label"] == t for g, r in zip(got, rows))
-        out[t] = {"tp": tp, "fp": fp, "fn": fn, "precision": tp / (tp + fp) if tp + fp else 1.0,
-                  "recall": tp / (tp + fn) if tp + fn else 1.0}
+        out[t] = {
+            "tp": tp,
+            "fp": fp,
+            "fn": fn,
+            "precision": tp / (tp + fp) if tp + fp else 1.0,
+            "recall": tp / (tp + fn) if tp + fn else 1.0,
+        }
     return out
 
 

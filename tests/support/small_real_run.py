@@ -22,11 +22,12 @@ def real_config(output: str | None = None, en: list[str] | None = None) -> dict[
     en_paths = en if en is not None else [str(p) for p in sorted(shared_path("en").glob("datajuicer_*.jsonl"))]
     config: dict[str, Any] = {
         "name": "complete_real",
-        "sources": [{"name": "en", "kind": "web", "paths": en_paths},
-                    {"name": "zh", "kind": "web", "paths": [str(shared_path("corpus", "zh_wikipedia.jsonl"))]}],
+        "sources": [
+            {"name": "en", "kind": "web", "paths": en_paths},
+            {"name": "zh", "kind": "web", "paths": [str(shared_path("corpus", "zh_wikipedia.jsonl"))]},
+        ],
         "stages": [{"length": {"min_chars": 50}}, {"dedup": {"exact": True}}],
-        "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 256,
-                     "rows_per_shard": 64},
+        "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 256, "rows_per_shard": 64},
     }
     if output is not None:
         config["output"] = output
@@ -44,8 +45,9 @@ def run_in_process(pipeline: Path, output: Path | str | None = None, **kw: Any):
     from datapipe.engine.runner import run_pipeline
     from datapipe.pipeline.load import load_pipeline
 
-    return run_pipeline(load_pipeline(pipeline), output=output, in_process=True, show_progress=False,
-                        log=kw.pop("log", lambda _: None), **kw)
+    return run_pipeline(
+        load_pipeline(pipeline), output=output, in_process=True, show_progress=False, log=kw.pop("log", lambda _: None), **kw
+    )
 
 
 def output_digests(root: Path) -> dict[str, Any]:
@@ -53,9 +55,12 @@ def output_digests(root: Path) -> dict[str, Any]:
     import duckdb
     import pyarrow.parquet as pq
 
-    files = {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-             for folder in ("shards", "docs", "rejected") for p in sorted((root / folder).rglob("*"))
-             if p.is_file() and p.name != "manifest.parquet"}
+    files = {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for folder in ("shards", "docs", "rejected")
+        for p in sorted((root / folder).rglob("*"))
+        if p.is_file() and p.name != "manifest.parquet"
+    }
     with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
         table = con.execute("select id, status, stage, reason, n_tokens from documents order by id").fetchall()
     manifest = pq.read_table(root / "shards" / "manifest.parquet").sort_by("path").to_pylist()

@@ -20,6 +20,7 @@ def every_char() -> tuple[np.ndarray, pa.Array]:
     cps = np.array([c for c in range(charclass.CODE_POINTS) if not 0xD800 <= c < 0xE000])
     return cps, pa.array([chr(c) for c in cps.tolist()], pa.string())
 
+
 # Assigned in RE2's Unicode: in some general category (RE2 has no \p{Cn}).
 _ASSIGNED = r"[\p{L}\p{M}\p{N}\p{P}\p{S}\p{Z}\p{Cc}\p{Cf}\p{Co}]"
 
@@ -35,15 +36,19 @@ def assigned() -> np.ndarray:
     return charclass.mask(tuple((int(c), int(c)) for c in re2(_ASSIGNED)))
 
 
-@pytest.mark.parametrize("name, script, outside", [
-    ("HAN", r"\p{Han}", ()),
-    # Enclosed and squared katakana (㋐, ㌀) are symbols; 🈀 is an emoji.
-    ("KANA", r"\p{Hiragana}|\p{Katakana}", ((0x32D0, 0x32FE), (0x3300, 0x3357), (0x1F200, 0x1F200))),
-    # Enclosed hangul (㈀, ㉠) are symbols; 〮〯 are tone marks of old texts.
-    ("HANGUL", r"\p{Hangul}", ((0x302E, 0x302F), (0x3200, 0x321E), (0x3260, 0x327E))),
-])
-def test_classes_are_the_unicode_scripts_by_block(name: str, script: str, outside: charclass.Ranges,
-                                                  assigned: np.ndarray) -> None:
+@pytest.mark.parametrize(
+    "name, script, outside",
+    [
+        ("HAN", r"\p{Han}", ()),
+        # Enclosed and squared katakana (㋐, ㌀) are symbols; 🈀 is an emoji.
+        ("KANA", r"\p{Hiragana}|\p{Katakana}", ((0x32D0, 0x32FE), (0x3300, 0x3357), (0x1F200, 0x1F200))),
+        # Enclosed hangul (㈀, ㉠) are symbols; 〮〯 are tone marks of old texts.
+        ("HANGUL", r"\p{Hangul}", ((0x302E, 0x302F), (0x3200, 0x321E), (0x3260, 0x327E))),
+    ],
+)
+def test_classes_are_the_unicode_scripts_by_block(
+    name: str, script: str, outside: charclass.Ranges, assigned: np.ndarray
+) -> None:
     ours = charclass.mask(getattr(charclass, name))
     theirs = charclass.mask(tuple((int(c), int(c)) for c in re2(script)))
     missing = np.flatnonzero(theirs & ~ours & ~charclass.mask(outside))
@@ -52,8 +57,9 @@ def test_classes_are_the_unicode_scripts_by_block(name: str, script: str, outsid
     # Unicode files as Common or Inherited (゛゜ ・ ー and their half-width forms).
     extra = np.flatnonzero(ours & ~theirs & assigned)
     if name == "KANA":
-        assert set(extra.tolist()) == {0x3099, 0x309A, 0x309B, 0x309C, 0x30A0, 0x30FB, 0x30FC,
-                                       0xFF70, 0xFF9E, 0xFF9F}, [hex(c) for c in extra]
+        assert set(extra.tolist()) == {0x3099, 0x309A, 0x309B, 0x309C, 0x30A0, 0x30FB, 0x30FC, 0xFF70, 0xFF9E, 0xFF9F}, [
+            hex(c) for c in extra
+        ]
     else:
         assert extra.size == 0, [hex(c) for c in extra[:20]]
 
@@ -121,11 +127,17 @@ def test_pii_address_letters_hold_no_cjk() -> None:
     letters = set(re.findall(".", "".join(chr(c) for c in range(0x10000) if re.fullmatch(f"[{pii._ADDR}]", chr(c)))))
     cjk = charclass.mask(charclass.union(charclass.HAN, charclass.KANA, charclass.HANGUL))
     assert not any(cjk[ord(c)] for c in letters)
-    for text, pattern, found in [("请发邮件至zhang.wei@example.cn谢谢", pii.EMAIL, "zhang.wei@example.cn"),
-                                 ("电话415-555-0123转人工", pii.PHONE, "415-555-0123"),
-                                 ("地址2001:db8:85a3::8a2e:370:7334上线", pii.IPV6, "2001:db8:85a3::8a2e:370:7334")]:
+    for text, pattern, found in [
+        ("请发邮件至zhang.wei@example.cn谢谢", pii.EMAIL, "zhang.wei@example.cn"),
+        ("电话415-555-0123转人工", pii.PHONE, "415-555-0123"),
+        ("地址2001:db8:85a3::8a2e:370:7334上线", pii.IPV6, "2001:db8:85a3::8a2e:370:7334"),
+    ]:
         assert [m.group() for m in pattern.finditer(text)] == [found], text
     # Latin letters and "_" still continue a word: no address, no number inside one.
-    for text, pattern in [("a@b.com_x", pii.EMAIL), ("a@b.comx1", pii.EMAIL), ("x415-555-0123", pii.PHONE),
-                          ("id2001:db8:85a3::8a2e:370:7334", pii.IPV6)]:
+    for text, pattern in [
+        ("a@b.com_x", pii.EMAIL),
+        ("a@b.comx1", pii.EMAIL),
+        ("x415-555-0123", pii.PHONE),
+        ("id2001:db8:85a3::8a2e:370:7334", pii.IPV6),
+    ]:
         assert not pattern.search(text), text

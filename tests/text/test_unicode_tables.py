@@ -13,8 +13,10 @@ from datapipe.text.unicode_tables import SIZE, _path, cached_table
 
 def test_cached_shingle_tables_equal_the_built_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATAPIPE_CACHE_DIR", str(tmp_path))
-    for name, dtype, build in (("shingle-norm", np.uint32, shingles._build_norm_table),
-                               ("shingle-classes", np.uint8, shingles._build_char_classes)):
+    for name, dtype, build in (
+        ("shingle-norm", np.uint32, shingles._build_norm_table),
+        ("shingle-classes", np.uint8, shingles._build_char_classes),
+    ):
         built = build()
         calls = []
 

@@ -103,13 +103,23 @@ def test_bestfit_shard_decodes_to_original_texts(tmp_path: Path) -> None:
     info = load_tokenizer_info(TOKENIZER, cfg)
     lists = encode_documents(texts, info)
     packer = BestFitPacker(cfg.seq_len + 1, info.pad_id, np.dtype(info.dtype), window=64)
-    rows = concat_rows([packer.add(lists.values.to_numpy(), lists.offsets.to_numpy()), packer.finish()],
-                       cfg.seq_len + 1, np.dtype(info.dtype))
-    meta = ShardMeta(tokenizer_fingerprint=info.fingerprint, vocab_size=info.vocab_size, seq_len=cfg.seq_len,
-                     row_len=cfg.seq_len + 1, eos_id=info.eos_id, pad_id=info.pad_id, bos_id=None,
-                     packing="bestfit", source="mixed", split="train", dtype=info.dtype)
-    write_shard(tmp_path / "s.arrow", rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens,
-                meta)
+    rows = concat_rows(
+        [packer.add(lists.values.to_numpy(), lists.offsets.to_numpy()), packer.finish()], cfg.seq_len + 1, np.dtype(info.dtype)
+    )
+    meta = ShardMeta(
+        tokenizer_fingerprint=info.fingerprint,
+        vocab_size=info.vocab_size,
+        seq_len=cfg.seq_len,
+        row_len=cfg.seq_len + 1,
+        eos_id=info.eos_id,
+        pad_id=info.pad_id,
+        bos_id=None,
+        packing="bestfit",
+        source="mixed",
+        split="train",
+        dtype=info.dtype,
+    )
+    write_shard(tmp_path / "s.arrow", rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens, meta)
     table, read_meta = open_shard(tmp_path / "s.arrow")
     tokens = tokens_view(table)
     assert read_meta.packing == "bestfit" and tokens.dtype == np.uint16 and not tokens.flags.owndata
@@ -137,8 +147,11 @@ def test_pipeline_with_bestfit_packing(ray_local, demo_project: Path) -> None:
     for source in ("web_zh", "web_en"):
         for split in ("train", "val"):
             entries = [m for m in manifest if m["source"] == source and m["split"] == split]
-            expected = sum(n for n, s, src in zip(docs["n_tokens"].to_pylist(), docs["split"].to_pylist(),
-                                                 docs["source"].to_pylist()) if s == split and src == source)
+            expected = sum(
+                n
+                for n, s, src in zip(docs["n_tokens"].to_pylist(), docs["split"].to_pylist(), docs["source"].to_pylist())
+                if s == split and src == source
+            )
             assert sum(m["tokens"] for m in entries) == expected
             for m in entries:
                 _, meta = open_shard(out / m["path"])

@@ -39,9 +39,24 @@ def test_cli_trains_and_reports_chars_per_token(corpus: Path, tmp_path: Path) ->
     from tokenizers import Tokenizer
 
     def args(out: Path) -> list[str]:
-        return ["train-tokenizer", "--files", str(corpus / "*.jsonl"), str(PROJECT_ROOT / "datapipe" / "**" / "*.py"),
-                "--output", str(out), "--vocab-size", "2000", "--sample-chars", "300000", "--heldout-frac", "0.1",
-                "--special", "<|user|>", "--special", "<|assistant|>"]
+        return [
+            "train-tokenizer",
+            "--files",
+            str(corpus / "*.jsonl"),
+            str(PROJECT_ROOT / "datapipe" / "**" / "*.py"),
+            "--output",
+            str(out),
+            "--vocab-size",
+            "2000",
+            "--sample-chars",
+            "300000",
+            "--heldout-frac",
+            "0.1",
+            "--special",
+            "<|user|>",
+            "--special",
+            "<|assistant|>",
+        ]
 
     out = tmp_path / "tok" / "small.json"
     result = CliRunner().invoke(main, args(out))
@@ -56,8 +71,12 @@ def test_cli_trains_and_reports_chars_per_token(corpus: Path, tmp_path: Path) ->
     assert [tok.token_to_id(s) for s in specials] == [0, 1, 2, 3, 4]
     assert tok.encode("<|user|>你好 hello<|endoftext|>").ids[0] == 3
     assert tok.encode("<|user|>你好 hello<|endoftext|>").ids[-1] == 0
-    for text in ("维基百科是一个自由的百科全书。", "The quick brown fox 🦊 jumps.", "def f(x):\n\treturn x ** 2\n",
-                 "混合 mixed テキスト Ω ∑ \x00 end"):
+    for text in (
+        "维基百科是一个自由的百科全书。",
+        "The quick brown fox 🦊 jumps.",
+        "def f(x):\n\treturn x ** 2\n",
+        "混合 mixed テキスト Ω ∑ \x00 end",
+    ):
         assert tok.decode(tok.encode(text).ids) == text
     # Any pipeline accepts it: EOS and PAD are found by name; the vocabulary fits uint16.
     info = load_tokenizer_info(out, TokenizeConfig(tokenizer=str(out), bos_token="<|bos|>"))
@@ -69,9 +88,11 @@ def test_cli_trains_and_reports_chars_per_token(corpus: Path, tmp_path: Path) ->
 
 
 def test_sampling_follows_the_mix_and_holds_back_documents() -> None:
-    docs = [Doc(f"zh{i}", "zh", f"{i:05d}" + "中" * 95) for i in range(2000)] + \
-           [Doc(f"en{i}", "en", f"{i:05d}" + "e" * 95) for i in range(2000)] + \
-           [Doc(f"fr{i}", "fr", "f" * 100) for i in range(50)]
+    docs = (
+        [Doc(f"zh{i}", "zh", f"{i:05d}" + "中" * 95) for i in range(2000)]
+        + [Doc(f"en{i}", "en", f"{i:05d}" + "e" * 95) for i in range(2000)]
+        + [Doc(f"fr{i}", "fr", "f" * 100) for i in range(50)]
+    )
     options = TrainOptions(mix=parse_mix("zh=3,en=1"), sample_chars=80_000, heldout_frac=0.05)
     train, held = sample(iter(docs), options)
     assert set(train) == {"zh", "en"}
@@ -89,11 +110,18 @@ def test_sampling_follows_the_mix_and_holds_back_documents() -> None:
 def test_docs_from_run_groups_by_lang_and_code_kind(tmp_path: Path) -> None:
     folder = tmp_path / "run" / "docs" / "src"
     folder.mkdir(parents=True)
-    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "kind": ["web", "web", "code", "web"],
-                             "lang": ["zh", "en", None, None], "text": ["中文", "english", "x = 1", "汉字汉字"]}),
-                   folder / "s.parquet")
-    assert [(d.id, d.group) for d in docs_from_run(tmp_path / "run")] == \
-        [("a", "zh"), ("b", "en"), ("c", "code"), ("d", "zh")]
+    pq.write_table(
+        pa.table(
+            {
+                "id": ["a", "b", "c", "d"],
+                "kind": ["web", "web", "code", "web"],
+                "lang": ["zh", "en", None, None],
+                "text": ["中文", "english", "x = 1", "汉字汉字"],
+            }
+        ),
+        folder / "s.parquet",
+    )
+    assert [(d.id, d.group) for d in docs_from_run(tmp_path / "run")] == [("a", "zh"), ("b", "en"), ("c", "code"), ("d", "zh")]
 
 
 def test_bad_mix_and_empty_input(tmp_path: Path) -> None:
@@ -114,9 +142,23 @@ def test_mix_a_group_cannot_fill_warns_and_records_what_was_used(tmp_path: Path)
     with shared_path("corpus", "en_wikipedia.jsonl").open(encoding="utf-8") as f:
         (tmp_path / "en.jsonl").write_text("".join(next(f) for _ in range(2000)), encoding="utf-8")
     out = tmp_path / "tok" / "zh_en.json"
-    result = CliRunner().invoke(main, ["train-tokenizer", "--files", str(zh), str(tmp_path / "en.jsonl"),
-                                       "--output", str(out), "--vocab-size", "400", "--mix", "zh=0.5,en=0.5",
-                                       "--sample-chars", "2400000"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "train-tokenizer",
+            "--files",
+            str(zh),
+            str(tmp_path / "en.jsonl"),
+            "--output",
+            str(out),
+            "--vocab-size",
+            "400",
+            "--mix",
+            "zh=0.5,en=0.5",
+            "--sample-chars",
+            "2400000",
+        ],
+    )
     assert result.exit_code == 0, result.output
     info = json.loads(out.with_suffix(".train.json").read_text())
     groups = {g["group"]: g for g in info["groups"]}
@@ -127,8 +169,10 @@ def test_mix_a_group_cannot_fill_warns_and_records_what_was_used(tmp_path: Path)
     assert groups["zh"]["share"] == pytest.approx(groups["zh"]["train_chars"] / info["train_chars"])
     assert groups["zh"]["share"] < 0.45 and groups["zh"]["share"] + groups["en"]["share"] == pytest.approx(1.0)
     zh_chars = groups["zh"]["train_chars"]
-    assert (f"warning: group zh: only {zh_chars:,} characters ({groups['zh']['train_docs']:,} documents) to train on, "
-            f"short of its share 0.50 x 2,400,000 = 1,200,000") in result.stderr
+    assert (
+        f"warning: group zh: only {zh_chars:,} characters ({groups['zh']['train_docs']:,} documents) to train on, "
+        f"short of its share 0.50 x 2,400,000 = 1,200,000"
+    ) in result.stderr
     shares = f"zh {groups['zh']['share']:.2f}, en {groups['en']['share']:.2f}"
     assert f"warning: trained on shares {shares} instead of zh 0.50, en 0.50" in result.stderr
     assert info["warnings"] and all(w in result.stderr for w in info["warnings"])
@@ -147,7 +191,6 @@ def test_mix_a_group_cannot_fill_warns_and_records_what_was_used(tmp_path: Path)
 def test_mix_that_fills_has_no_warning(corpus: Path, tmp_path: Path) -> None:
     docs = list(docs_from_files([str(corpus / "*.jsonl")]))
     out = tmp_path / "t.json"
-    result = train_tokenizer(iter(docs), out, TrainOptions(vocab_size=300, mix={"zh": 0.5, "en": 0.5},
-                                                           sample_chars=100_000))
+    result = train_tokenizer(iter(docs), out, TrainOptions(vocab_size=300, mix={"zh": 0.5, "en": 0.5}, sample_chars=100_000))
     assert result.warnings == [] and all(g.filled for g in result.groups)
     assert sum(g.share for g in result.groups) == pytest.approx(1.0)

@@ -64,7 +64,8 @@ class Isolator:
                 raise StageBroken(
                     f"stage {self.stage!r} raised on {self.errors} of {self.seen} documents of this shard "
                     f"(more than limits.max_record_errors={self.max_errors} and "
-                    f"limits.max_record_error_fraction={self.max_fraction}); first: {failed[0][1]}") from exc
+                    f"limits.max_record_error_fraction={self.max_fraction}); first: {failed[0][1]}"
+                ) from exc
             out, decision = _concat(parts, batch.schema)
             bad = batch.take(pa.array([i for i, _ in failed], pa.int64()))
             return out, decision, bad, [d for _, d in failed]
@@ -88,8 +89,9 @@ class Isolator:
         return True
 
 
-def _bisect(step: Step, batch: pa.Table, exc: Exception, offset: int = 0
-            ) -> tuple[list[tuple[pa.Table, Decision]], list[tuple[int, str]]]:
+def _bisect(
+    step: Step, batch: pa.Table, exc: Exception, offset: int = 0
+) -> tuple[list[tuple[pa.Table, Decision]], list[tuple[int, str]]]:
     """Results of the rows that pass, in order, and (row index, error) of the rows that raise."""
     if batch.num_rows == 1:
         return [], [(offset, describe_error(exc))]
@@ -116,8 +118,7 @@ def _concat(parts: list[tuple[pa.Table, Decision]], schema: pa.Schema) -> tuple[
     reason = pa.concat_arrays([_array(d.reason) for _, d in parts])
     if all(d.detail is None for _, d in parts):
         return out, Decision(reason)
-    detail = pa.concat_arrays([_array(d.detail) if d.detail is not None else pa.nulls(len(t), pa.string())
-                               for t, d in parts])
+    detail = pa.concat_arrays([_array(d.detail) if d.detail is not None else pa.nulls(len(t), pa.string()) for t, d in parts])
     return out, Decision(reason, detail)
 
 

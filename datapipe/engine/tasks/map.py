@@ -60,10 +60,15 @@ class MapCounts:
         self.rejected: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"docs_in": self.docs_in, "kept": self.kept, "tokens": self.tokens, "split_tokens": self.split_tokens,
-                "stage_in": {str(k): v for k, v in sorted(self.stage_in.items())},
-                "stage_skipped": {str(k): v for k, v in sorted(self.stage_skipped.items())},
-                "rejected": {str(k): dict(v) for k, v in sorted(self.rejected.items())}}
+        return {
+            "docs_in": self.docs_in,
+            "kept": self.kept,
+            "tokens": self.tokens,
+            "split_tokens": self.split_tokens,
+            "stage_in": {str(k): v for k, v in sorted(self.stage_in.items())},
+            "stage_skipped": {str(k): v for k, v in sorted(self.stage_skipped.items())},
+            "rejected": {str(k): dict(v) for k, v in sorted(self.rejected.items())},
+        }
 
 
 class ShardOutputs:
@@ -80,14 +85,18 @@ class ShardOutputs:
         # A segment's kept documents before the last are scratch (_work/), read by the next segment
         # only: lz4 writes and reads them in about half zstd's CPU (0.3 + 0.2 s against 0.55 + 0.3 s
         # for the shared corpus's 65 MB), at 40 MB on disk instead of 33.
-        self.docs = (ParquetSink(folder.docs_file(shard.key)) if segment.final
-                     else ParquetSink(folder.map_output(segment.index, shard.key), compression="lz4"))
+        self.docs = (
+            ParquetSink(folder.docs_file(shard.key))
+            if segment.final
+            else ParquetSink(folder.map_output(segment.index, shard.key), compression="lz4")
+        )
         self.tokens = TokenSink(folder.tokens_file(shard.key)) if segment.final and spec.tokenizer else None
         self.shuffle = ShuffleSink(folder.shuffle_file(segment.index, shard.key)) if shuffles else None
         self._isolators: dict[int, Isolator] = {}
 
-    def reject(self, position: int, stage: str, batch: pa.Table, decision: Decision,
-               extra: dict[str, pa.Array] | None = None) -> pa.Table:
+    def reject(
+        self, position: int, stage: str, batch: pa.Table, decision: Decision, extra: dict[str, pa.Array] | None = None
+    ) -> pa.Table:
         """Write the rows ``decision`` drops as rejects of ``stage`` (at ``position``); return the rest."""
         drop = pc.fill_null(pc.is_valid(decision.reason), False)
         n_drop = pc.sum(drop).as_py() or 0
@@ -97,9 +106,11 @@ class ShardOutputs:
         for name, values in (extra or {}).items():
             dropped = dropped.append_column(name, values.filter(drop))
         detail = decision.detail if decision.detail is not None else pa.nulls(batch.num_rows, pa.string())
-        dropped = (dropped.append_column("stage", pa.array([stage] * n_drop, pa.string()))
-                   .append_column("reason", decision.reason.filter(drop))
-                   .append_column("detail", detail.filter(drop)))
+        dropped = (
+            dropped.append_column("stage", pa.array([stage] * n_drop, pa.string()))
+            .append_column("reason", decision.reason.filter(drop))
+            .append_column("detail", detail.filter(drop))
+        )
         # One file per stage position and column set: reading rejects bad records with only the
         # base columns and records without text with all the reader's columns, for example.
         sink_key = (position, tuple(dropped.column_names))
@@ -115,12 +126,15 @@ class ShardOutputs:
     def isolated(self, position: int, stage: str, batch: pa.Table, step: Step) -> tuple[pa.Table, Decision]:
         """``step`` over the batch; rows on which it raises become record_error rejects of the stage."""
         if position not in self._isolators:
-            self._isolators[position] = Isolator(stage, self.limits.max_record_errors,
-                                                 self.limits.max_record_error_fraction)
+            self._isolators[position] = Isolator(stage, self.limits.max_record_errors, self.limits.max_record_error_fraction)
         out, decision, bad, details = self._isolators[position].run(step, batch)
         if bad is not None:
-            self.reject(position, stage, bad, Decision(pa.array(["record_error"] * bad.num_rows, pa.string()),
-                                                       pa.array(details, pa.string())))
+            self.reject(
+                position,
+                stage,
+                bad,
+                Decision(pa.array(["record_error"] * bad.num_rows, pa.string()), pa.array(details, pa.string())),
+            )
         return out, decision
 
     def keep(self, batch: pa.Table) -> None:
@@ -185,8 +199,8 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                 batch, decision = out.isolated(pos, stage.name, batch, _stage_step(stage))
                 batch = out.reject(pos, stage.name, batch, decision)
             if compute_global is not None and batch.num_rows:
-                batch, _ = out.isolated(segment.compute_global, compute_global.name, batch,  # type: ignore[arg-type]
-                                        _compute_step(compute_global))
+                assert segment.compute_global is not None  # the position of the stage built above
+                batch, _ = out.isolated(segment.compute_global, compute_global.name, batch, _compute_step(compute_global))
                 if partitioned is not None and batch.num_rows:  # row keys: this shard, the rows' place in its output
                     out.shuffle.write(partitioned.shuffle(batch, row_key(shard.ordinal, counts.kept)))  # type: ignore[union-attr]
             if out.tokens is not None and batch.num_rows:
@@ -200,9 +214,13 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
         raise
     finally:
         scope.close()
-    result = {"shard": shard.key, "segment": segment.index, **counts.as_dict(),
-              "seconds": round(time.perf_counter() - started, 3),
-              "cpu_seconds": round(time.process_time() - cpu_started, 3)}
+    result = {
+        "shard": shard.key,
+        "segment": segment.index,
+        **counts.as_dict(),
+        "seconds": round(time.perf_counter() - started, 3),
+        "cpu_seconds": round(time.process_time() - cpu_started, 3),
+    }
     if segment.index == 0:
         result["reads"] = _reads_marker(shard, [r for r in opened if r is not None] + reads)
     return result
@@ -255,8 +273,9 @@ class _Applying:
         return out.reject(self.position, self.name, batch, decision)
 
 
-def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segment, counts: MapCounts,
-                   reject: Any) -> Iterator[pa.Table]:
+def _segment_input(
+    spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segment, counts: MapCounts, reject: Any
+) -> Iterator[pa.Table]:
     if segment.index > 0:
         prev = folder.map_output(segment.index - 1, shard.key)
         if not prev.exists():
@@ -268,13 +287,22 @@ def _segment_input(spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segm
         yield from _read_piece(spec, folder, shard, piece, counts, reject)
 
 
-def _read_piece(spec: RunSpec, folder: RunFolder, shard: Shard, piece: InputRange, counts: MapCounts,
-                reject: Any) -> Iterator[pa.Table]:
+def _read_piece(
+    spec: RunSpec, folder: RunFolder, shard: Shard, piece: InputRange, counts: MapCounts, reject: Any
+) -> Iterator[pa.Table]:
     """The documents of one input file, or of one range of it (engine/splits.py)."""
     reader = READERS[piece.format]
     first = _first_record(folder, shard, piece) if not piece.whole else 0
-    file = InputFile(reader_path(piece.path, piece.format), piece.input_name, shard.source, spec.limits,
-                     start=piece.start, end=piece.end, first_record=first, ranged=not piece.whole)
+    file = InputFile(
+        reader_path(piece.path, piece.format),
+        piece.input_name,
+        shard.source,
+        spec.limits,
+        start=piece.start,
+        end=piece.end,
+        first_record=first,
+        ranged=not piece.whole,
+    )
     for rb in _guarded(reader(file, spec.batch_size), file):
         docs = rb.docs
         counts.docs_in += docs.num_rows
@@ -314,9 +342,13 @@ def count_range_lines(spec: RunSpec, shard: Shard) -> dict[str, Any]:
     assert count is not None, f"{piece.format} needs no pre-pass"
     with recording_reads() as reads:  # later ranges number their records by it: its bytes count too
         newlines = count(piece.path, piece.start, piece.end)
-    return {"shard": shard.key, "newlines": newlines, "reads": _reads_marker(shard, reads),
-            "seconds": round(time.perf_counter() - started, 3),
-            "cpu_seconds": round(time.process_time() - cpu_started, 3)}
+    return {
+        "shard": shard.key,
+        "newlines": newlines,
+        "reads": _reads_marker(shard, reads),
+        "seconds": round(time.perf_counter() - started, 3),
+        "cpu_seconds": round(time.process_time() - cpu_started, 3),
+    }
 
 
 def _bounded(batches: Iterator[pa.Table], max_bytes: int) -> Iterator[pa.Table]:
@@ -356,9 +388,11 @@ def _guarded(batches: Iterator[ReadBatch], file: InputFile) -> Iterator[ReadBatc
         if given == 0:
             raise
         out = BatchBuilder(file, 1)
-        out.reject(f"after-{given}", "reader_error",
-                   f"the reader failed after {given} records; the rest of the file is not read: "
-                   f"{describe_error(exc)}")
+        out.reject(
+            f"after-{given}",
+            "reader_error",
+            f"the reader failed after {given} records; the rest of the file is not read: {describe_error(exc)}",
+        )
         yield out.flush()  # type: ignore[misc]
 
 
@@ -421,6 +455,7 @@ def _stage_step(stage: Stage) -> Step:
     def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
         computed = stage.compute(batch)
         return computed, stage.decide(computed)
+
     return step
 
 
@@ -428,6 +463,7 @@ def _compute_step(stage: Stage) -> Step:
     def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
         computed = stage.compute(batch)
         return computed, Decision.keep_all(computed.num_rows)
+
     return step
 
 

@@ -35,8 +35,13 @@ def pack_range(spec: RunSpec, rng: PackRange) -> dict[str, Any]:
         manifest = _pack_split(spec, folder, rng.source, rng.split)
     else:
         manifest = _pack_concat_range(spec, folder, rng)
-    return {"source": rng.source, "split": rng.split, "range": rng.index, "shards": manifest,
-            "seconds": round(time.perf_counter() - started, 3)}
+    return {
+        "source": rng.source,
+        "split": rng.split,
+        "range": rng.index,
+        "shards": manifest,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def _packing_setup(spec: RunSpec, folder: RunFolder, source: str, split: str, first_file: int = 0):
@@ -45,20 +50,43 @@ def _packing_setup(spec: RunSpec, folder: RunFolder, source: str, split: str, fi
     info, cfg = spec.tokenizer, spec.tokenize
     row_len = cfg.seq_len + (1 if cfg.labels else 0)
     dtype = np.dtype(info.dtype)
-    meta = ShardMeta(tokenizer_fingerprint=info.fingerprint, vocab_size=info.vocab_size, seq_len=cfg.seq_len,
-                     row_len=row_len, eos_id=info.eos_id, pad_id=info.pad_id, bos_id=info.bos_id,
-                     packing=cfg.packing, source=source, split=split, dtype=info.dtype)
+    meta = ShardMeta(
+        tokenizer_fingerprint=info.fingerprint,
+        vocab_size=info.vocab_size,
+        seq_len=cfg.seq_len,
+        row_len=row_len,
+        eos_id=info.eos_id,
+        pad_id=info.pad_id,
+        bos_id=info.bos_id,
+        packing=cfg.packing,
+        source=source,
+        split=split,
+        dtype=info.dtype,
+    )
     packer = make_packer(cfg.packing, row_len, info.pad_id, dtype, cfg.bestfit_window)
     buffer = ShardBuffer(cfg.rows_per_shard, row_len, dtype)
     manifest: list[dict[str, Any]] = []
 
     def emit(rows: PackedRows) -> None:
         path = folder.shard_file(source, split, first_file + len(manifest))
-        written = write_shard(path, rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens,
-                              shard_meta_for(meta, rows))
-        manifest.append(manifest_row(path.relative_to(folder.root).as_posix(), source, split, written.rows,
-                                     written.tokens, written.documents, file_sha256(path), info.fingerprint,
-                                     cfg.seq_len, row_len, cfg.packing))
+        written = write_shard(
+            path, rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens, shard_meta_for(meta, rows)
+        )
+        manifest.append(
+            manifest_row(
+                path.relative_to(folder.root).as_posix(),
+                source,
+                split,
+                written.rows,
+                written.tokens,
+                written.documents,
+                file_sha256(path),
+                info.fingerprint,
+                cfg.seq_len,
+                row_len,
+                cfg.packing,
+            )
+        )
 
     return packer, buffer, manifest, emit
 

@@ -19,8 +19,7 @@ from datapipe.stages.global_stage import CombineStep, PartitionResult, Partition
 from datapipe.storage.atomic import atomic_path
 
 
-def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment,
-                   forwarded: tuple[str, ...] = ()) -> ParquetReduceInputs:
+def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment, forwarded: tuple[str, ...] = ()) -> ParquetReduceInputs:
     present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
     scratch = folder.scratch_dir(segment.index)
     return ParquetReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch), forwarded)
@@ -65,8 +64,12 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
         with atomic_path(path) as tmp:
             pq.write_table(decisions.slice(lo, hi - lo), tmp)
         written += int(hi - lo)
-    return {"segment": segment.index, "stage": spec.stage_name(segment.compute_global), "decisions": written,
-            "seconds": round(time.perf_counter() - started, 3)}
+    return {
+        "segment": segment.index,
+        "stage": spec.stage_name(segment.compute_global),
+        "decisions": written,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int = 0) -> dict[str, Any]:
@@ -99,10 +102,15 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     if result.forward is not None and (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
         forward.write(result.forward)
     forward.close()  # nothing to forward: removes a stale file of an earlier attempt
-    return {"segment": segment.index, "partition": partition, "round": round,
-            "rows_in": rows.num_rows if rows is not None else 0, "rows_out": n,
-            "forwarded": result.forward.num_rows if result.forward is not None else 0,
-            "seconds": round_(time.perf_counter() - started)}
+    return {
+        "segment": segment.index,
+        "partition": partition,
+        "round": round,
+        "rows_in": rows.num_rows if rows is not None else 0,
+        "rows_out": n,
+        "forwarded": result.forward.num_rows if result.forward is not None else 0,
+        "seconds": round_(time.perf_counter() - started),
+    }
 
 
 def _write_or_remove(path: Path, table: pa.Table | None, sort_by_shard: bool) -> int:
@@ -131,8 +139,12 @@ def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: 
 
     step = step_of(stage, PartitionStep)
     assert step is not None
-    files = [str(f) for r in range(step.rounds) for p in range(step.partitions)
-             if (f := folder.partition_output(segment, p, r)).exists()]
+    files = [
+        str(f)
+        for r in range(step.rounds)
+        for p in range(step.partitions)
+        if (f := folder.partition_output(segment, p, r)).exists()
+    ]
     if not files:
         return None
     return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)
@@ -145,8 +157,12 @@ def partition_state(folder: RunFolder, segment: int, stage: Stage, ordinal: int)
     step = step_of(stage, PartitionStep)
     if step is None:
         return None
-    files = [str(f) for r in range(step.rounds) for p in range(step.partitions)
-             if (f := folder.partition_state(segment, p, r)).exists()]
+    files = [
+        str(f)
+        for r in range(step.rounds)
+        for p in range(step.partitions)
+        if (f := folder.partition_state(segment, p, r)).exists()
+    ]
     if not files:
         return None
     return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)

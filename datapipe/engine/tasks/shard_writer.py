@@ -35,8 +35,14 @@ def write_shard(
         raise ValueError(f"tokens have {row_len} columns, metadata says row_len={meta.row_len}")
     if len(doc_start_splits) != rows + 1 or len(n_tokens) != rows:
         raise ValueError("doc_start_splits must have rows + 1 entries and n_tokens rows entries")
-    meta = ShardMeta(**{**asdict(meta), "rows": int(rows), "tokens": int(np.sum(n_tokens, dtype=np.int64)),
-                        "checksum": hashlib.sha256(tokens.data).hexdigest()})  # hashes the buffer, no copy
+    meta = ShardMeta(
+        **{
+            **asdict(meta),
+            "rows": int(rows),
+            "tokens": int(np.sum(n_tokens, dtype=np.int64)),
+            "checksum": hashlib.sha256(tokens.data).hexdigest(),
+        }
+    )  # hashes the buffer, no copy
     schema = shard_schema(meta)
     splits = np.asarray(doc_start_splits, dtype=np.int32)
     values = np.asarray(doc_start_values, dtype=np.int32)
@@ -48,7 +54,8 @@ def write_shard(
                 flat = pa.array(tokens[lo:hi].reshape(-1), type=schema.field("input_ids").type.value_type)
                 ids = pa.FixedSizeListArray.from_arrays(flat, row_len)
                 local = splits[lo : hi + 1] - splits[lo]
-                starts = pa.ListArray.from_arrays(pa.array(local, pa.int32()),
-                                                  pa.array(values[splits[lo] : splits[hi]], pa.int32()))
+                starts = pa.ListArray.from_arrays(
+                    pa.array(local, pa.int32()), pa.array(values[splits[lo] : splits[hi]], pa.int32())
+                )
                 writer.write_batch(pa.record_batch([ids, starts, pa.array(n_tokens[lo:hi], pa.int32())], schema=schema))
     return meta

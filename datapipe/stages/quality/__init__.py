@@ -36,7 +36,8 @@ from datapipe.text.langcodes import language_problems
 
 class QualityOptions(StageOptions):
     rules: Literal["auto"] | dict[str, str] = Field(
-        "auto", description="auto: built-in rule sets; or {<lang>_<kind> | <kind>: rule-set path}, added to them.")
+        "auto", description="auto: built-in rule sets; or {<lang>_<kind> | <kind>: rule-set path}, added to them."
+    )
     builtin: bool = Field(True, description="With a rules mapping: also use the built-in rule sets.")
     kinds: list[str] = Field(["web", "code", "paper", "text"], description="Source kinds the stage applies to.")
     aliases: dict[str, str] = Field({"yue": "zh"}, description="Languages judged by another's rule sets.")
@@ -83,7 +84,7 @@ class Quality(Stage):
             except RuleSetError as exc:
                 problems.append(("rules", f"built-in rule sets: {exc}"))
         has_langid = any(kind == "langid" for kind, _ in context.before)
-        for key, path in (o.rules.items() if isinstance(o.rules, dict) else []):
+        for key, path in o.rules.items() if isinstance(o.rules, dict) else []:
             where = f"rules.{key}"
             problems += [(where, m) for m in _key_problems(key, o.kinds, has_langid)]
             file = Path(path).expanduser()
@@ -178,14 +179,17 @@ def _key_problems(key: str, kinds: list[str], has_langid: bool) -> list[str]:
     """A rule-set key that no document can select would silently judge nothing."""
     lang, _, kind = key.rpartition("_")
     if kind not in SOURCE_KINDS:
-        return [f"the key must be <kind> or <lang>_<kind> with kind one of {', '.join(SOURCE_KINDS)} "
-                f"(e.g. zh_web, code); got {key!r}"]
+        return [
+            f"the key must be <kind> or <lang>_<kind> with kind one of {', '.join(SOURCE_KINDS)} (e.g. zh_web, code); got {key!r}"
+        ]
     out = [m for _, m in language_problems([lang])] if lang else []
     if kind not in kinds:
         out.append(f"{kind} is not in this stage's kinds {list(kinds)}, so this rule set would never apply")
     if lang and not has_langid:
-        out.append(f"no langid stage runs before quality, so no document has lang {lang!r} and this rule set "
-                   f"would never apply; add langid before quality or use the key {kind!r}")
+        out.append(
+            f"no langid stage runs before quality, so no document has lang {lang!r} and this rule set "
+            f"would never apply; add langid before quality or use the key {kind!r}"
+        )
     return out
 
 
@@ -201,9 +205,9 @@ def _value_problems(rs: RuleSet) -> list[str]:
                 continue  # null switches the rule off
             if (ops.get(key) == "true" or key in spec.flags) and not isinstance(value, bool):
                 out.append(f"{where}: {value!r} is not allowed: use true or false")
-            elif (ops.get(key) in ("min", "max") or key in spec.settings - spec.flags
-                  and not key.endswith("_list")) and (
-                    isinstance(value, bool) or not isinstance(value, (int, float))):
+            elif (ops.get(key) in ("min", "max") or key in spec.settings - spec.flags and not key.endswith("_list")) and (
+                isinstance(value, bool) or not isinstance(value, (int, float))
+            ):
                 out.append(f"{where}: {value!r} is not allowed: a number is needed")
             elif key.endswith("_list") and not isinstance(value, str):
                 out.append(f"{where}: {value!r} is not allowed: a file path is needed")

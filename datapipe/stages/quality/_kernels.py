@@ -149,10 +149,13 @@ def _decode(data, p):  # pragma: no cover - compiled
     if b < 0xE0:
         return ((b & 0x1F) << 6) | (np.int64(data[p + 1]) & 0x3F), p + 2
     if b < 0xF0:
-        return (((b & 0x0F) << 12) | ((np.int64(data[p + 1]) & 0x3F) << 6)
-                | (np.int64(data[p + 2]) & 0x3F)), p + 3
-    return (((b & 0x07) << 18) | ((np.int64(data[p + 1]) & 0x3F) << 12)
-            | ((np.int64(data[p + 2]) & 0x3F) << 6) | (np.int64(data[p + 3]) & 0x3F)), p + 4
+        return (((b & 0x0F) << 12) | ((np.int64(data[p + 1]) & 0x3F) << 6) | (np.int64(data[p + 2]) & 0x3F)), p + 3
+    return (
+        ((b & 0x07) << 18)
+        | ((np.int64(data[p + 1]) & 0x3F) << 12)
+        | ((np.int64(data[p + 2]) & 0x3F) << 6)
+        | (np.int64(data[p + 3]) & 0x3F)
+    ), p + 4
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -104,17 +104,23 @@ def list_paths(params: dict[str, Any]) -> dict[str, Path]:
 
 
 def _blocklist(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
-    out = {f"{c}_words": distinct_hits(docs.lower, _path(params, f"{c}_list", f"words/{c}.txt"))
-           for c in CATEGORIES}
+    out = {f"{c}_words": distinct_hits(docs.lower, _path(params, f"{c}_list", f"words/{c}.txt")) for c in CATEGORIES}
     urls = batch["url"].to_pylist() if "url" in batch.column_names else [None] * docs.n
     out["url_blocked"] = blocked(urls, domains(str(_path(params, "domain_list", "blocklist/domains.txt"))))
     return out
 
 
-register(Filter(
-    "blocklist",
-    {"spam_words": pa.int32(), "adult_words": pa.int32(), "gambling_words": pa.int32(), "url_blocked": pa.bool_()},
-    (Rule("domain", "url_blocked", "true", "blocked_domain"), Rule("spam", "spam_words", "max", "max_spam_words"),
-     Rule("adult", "adult_words", "max", "max_adult_words"),
-     Rule("gambling", "gambling_words", "max", "max_gambling_words")),
-    _blocklist, frozenset({"spam_list", "adult_list", "gambling_list", "domain_list"})))
+register(
+    Filter(
+        "blocklist",
+        {"spam_words": pa.int32(), "adult_words": pa.int32(), "gambling_words": pa.int32(), "url_blocked": pa.bool_()},
+        (
+            Rule("domain", "url_blocked", "true", "blocked_domain"),
+            Rule("spam", "spam_words", "max", "max_spam_words"),
+            Rule("adult", "adult_words", "max", "max_adult_words"),
+            Rule("gambling", "gambling_words", "max", "max_gambling_words"),
+        ),
+        _blocklist,
+        frozenset({"spam_list", "adult_list", "gambling_list", "domain_list"}),
+    )
+)

@@ -24,9 +24,12 @@ def _c4(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.nda
     lines = docs.lines
     lower = pc.utf8_lower(lines.values)
     n_words = to_np(pc.list_value_length(pc.utf8_split_whitespace(lines.values)))
-    good = (lines.matches(ENDS_WITH_TERMINAL) & (n_words >= 3)
-            & ~to_np(pc.match_substring(lower, "javascript")).astype(bool)
-            & ~to_np(pc.match_substring_regex(lower, POLICY)).astype(bool))
+    good = (
+        lines.matches(ENDS_WITH_TERMINAL)
+        & (n_words >= 3)
+        & ~to_np(pc.match_substring(lower, "javascript")).astype(bool)
+        & ~to_np(pc.match_substring_regex(lower, POLICY)).astype(bool)
+    )
     # Sentences in the kept lines: terminal punctuation followed by a space or the line end.
     ends = to_np(pc.count_substring_regex(lines.values, r"[.!?。！？]+[\"'”’)]*(\s|$)")).astype(np.float64)
     return {
@@ -37,10 +40,15 @@ def _c4(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.nda
     }
 
 
-register(Filter(
-    "c4",
-    {"c4_lorem_ipsum": pa.bool_(), "c4_curly_bracket": pa.bool_(), "c4_good_lines": pa.int32(),
-     "c4_sentences": pa.int32()},
-    (Rule("lorem_ipsum", "c4_lorem_ipsum", "true"), Rule("curly_bracket", "c4_curly_bracket", "true"),
-     Rule("too_few_sentences", "c4_sentences", "min", "min_sentences")),
-    _c4))
+register(
+    Filter(
+        "c4",
+        {"c4_lorem_ipsum": pa.bool_(), "c4_curly_bracket": pa.bool_(), "c4_good_lines": pa.int32(), "c4_sentences": pa.int32()},
+        (
+            Rule("lorem_ipsum", "c4_lorem_ipsum", "true"),
+            Rule("curly_bracket", "c4_curly_bracket", "true"),
+            Rule("too_few_sentences", "c4_sentences", "min", "min_sentences"),
+        ),
+        _c4,
+    )
+)

@@ -28,12 +28,22 @@ def _fineweb(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, n
     }
 
 
-register(Filter(
-    "fineweb",
-    {"fineweb_line_punct_ratio": F32, "fineweb_short_line_ratio": F32, "fineweb_char_dup_ratio": F32,
-     "fineweb_newline_ratio": F32},
-    (Rule("line_punct_ratio", "fineweb_line_punct_ratio", "min"),
-     Rule("short_line_ratio", "fineweb_short_line_ratio", "max"),
-     Rule("char_dup_ratio", "fineweb_char_dup_ratio", "max"),
-     Rule("newline_ratio", "fineweb_newline_ratio", "max")),
-    _fineweb, frozenset({"short_line_length"})))
+register(
+    Filter(
+        "fineweb",
+        {
+            "fineweb_line_punct_ratio": F32,
+            "fineweb_short_line_ratio": F32,
+            "fineweb_char_dup_ratio": F32,
+            "fineweb_newline_ratio": F32,
+        },
+        (
+            Rule("line_punct_ratio", "fineweb_line_punct_ratio", "min"),
+            Rule("short_line_ratio", "fineweb_short_line_ratio", "max"),
+            Rule("char_dup_ratio", "fineweb_char_dup_ratio", "max"),
+            Rule("newline_ratio", "fineweb_newline_ratio", "max"),
+        ),
+        _fineweb,
+        frozenset({"short_line_length"}),
+    )
+)

@@ -55,20 +55,32 @@ def _quality(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, n
     }
 
 
-register(Filter(
-    "gopher_quality",
-    {"gopher_words": pa.int32(), "gopher_mean_word_len": F32, "gopher_symbol_ratio": F32,
-     "gopher_bullet_lines_frac": F32, "gopher_ellipsis_lines_frac": F32, "gopher_alpha_words_frac": F32,
-     "gopher_stop_words": pa.int32()},
-    (Rule("min_words", "gopher_words", "min"), Rule("max_words", "gopher_words", "max"),
-     Rule("min_mean_word_len", "gopher_mean_word_len", "min"),
-     Rule("max_mean_word_len", "gopher_mean_word_len", "max"),
-     Rule("symbol_ratio", "gopher_symbol_ratio", "max"),
-     Rule("bullet_lines", "gopher_bullet_lines_frac", "max"),
-     Rule("ellipsis_lines", "gopher_ellipsis_lines_frac", "max"),
-     Rule("alpha_words", "gopher_alpha_words_frac", "min"),
-     Rule("stop_words", "gopher_stop_words", "min")),
-    _quality))
+register(
+    Filter(
+        "gopher_quality",
+        {
+            "gopher_words": pa.int32(),
+            "gopher_mean_word_len": F32,
+            "gopher_symbol_ratio": F32,
+            "gopher_bullet_lines_frac": F32,
+            "gopher_ellipsis_lines_frac": F32,
+            "gopher_alpha_words_frac": F32,
+            "gopher_stop_words": pa.int32(),
+        },
+        (
+            Rule("min_words", "gopher_words", "min"),
+            Rule("max_words", "gopher_words", "max"),
+            Rule("min_mean_word_len", "gopher_mean_word_len", "min"),
+            Rule("max_mean_word_len", "gopher_mean_word_len", "max"),
+            Rule("symbol_ratio", "gopher_symbol_ratio", "max"),
+            Rule("bullet_lines", "gopher_bullet_lines_frac", "max"),
+            Rule("ellipsis_lines", "gopher_ellipsis_lines_frac", "max"),
+            Rule("alpha_words", "gopher_alpha_words_frac", "min"),
+            Rule("stop_words", "gopher_stop_words", "min"),
+        ),
+        _quality,
+    )
+)
 
 TOP_NS = (2, 3, 4)
 DUP_NS = (5, 6, 7, 8, 9, 10)
@@ -86,12 +98,13 @@ def repetition(docs: Docs, prefix: str, ids: np.ndarray, doc: np.ndarray, weight
     return out
 
 
-def repetition_filter(name: str, prefix: str, compute: Any, settings: frozenset[str] = frozenset(),
-                      flags: frozenset[str] = frozenset()) -> Filter:
+def repetition_filter(
+    name: str, prefix: str, compute: Any, settings: frozenset[str] = frozenset(), flags: frozenset[str] = frozenset()
+) -> Filter:
     signals = {f"{prefix}_dup_{u}_{w}": F32 for u in ("line", "para") for w in ("frac", "char_frac")}
     signals.update({f"{prefix}_top{n}_frac": F32 for n in TOP_NS})
     signals.update({f"{prefix}_dup{n}_frac": F32 for n in DUP_NS})
-    rules = [Rule(k[len(prefix) + 1:], k, "max") for k in signals]
+    rules = [Rule(k[len(prefix) + 1 :], k, "max") for k in signals]
     return register(Filter(name, signals, tuple(rules), compute, settings | flags, flags))
 
 

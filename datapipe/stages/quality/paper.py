@@ -25,7 +25,7 @@ HEADING = re.compile(r"\\(?:sub)*section\*?\{[^}]*\}|^#{1,4} .*$", re.M)
 def _empty_sections(text: str, min_chars: int) -> tuple[int, int]:
     heads = list(HEADING.finditer(text))
     ends = [h.start() for h in heads[1:]] + [len(text)]
-    bodies = [text[h.end():e] for h, e in zip(heads, ends)]
+    bodies = [text[h.end() : e] for h, e in zip(heads, ends)]
     return len(heads), sum(len("".join(b.split())) < min_chars for b in bodies)
 
 
@@ -44,10 +44,16 @@ def _paper(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.
     }
 
 
-register(Filter(
-    "paper",
-    {"paper_chars": pa.int32(), "paper_markup_frac": F32, "paper_sections": pa.int32(),
-     "paper_empty_section_frac": F32},
-    (Rule("too_short", "paper_chars", "min", "min_chars"), Rule("markup_frac", "paper_markup_frac", "max"),
-     Rule("empty_sections", "paper_empty_section_frac", "max")),
-    _paper, frozenset({"empty_section_chars"})))
+register(
+    Filter(
+        "paper",
+        {"paper_chars": pa.int32(), "paper_markup_frac": F32, "paper_sections": pa.int32(), "paper_empty_section_frac": F32},
+        (
+            Rule("too_short", "paper_chars", "min", "min_chars"),
+            Rule("markup_frac", "paper_markup_frac", "max"),
+            Rule("empty_sections", "paper_empty_section_frac", "max"),
+        ),
+        _paper,
+        frozenset({"empty_section_chars"}),
+    )
+)

@@ -102,8 +102,9 @@ class RuleSet:
             allowed = {r.key for r in FILTERS[fname].rules} | FILTERS[fname].settings
             unknown = set(params or {}) - allowed
             if unknown:
-                raise RuleSetError(f"{where}: filters.{fname}: unknown key(s) {sorted(unknown)}; "
-                                   f"allowed: {', '.join(sorted(allowed))}")
+                raise RuleSetError(
+                    f"{where}: filters.{fname}: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}"
+                )
         return RuleSet(name or where, {k: dict(v or {}) for k, v in filters.items()})
 
     def compute(self, docs: Docs, batch: pa.Table) -> dict[str, np.ndarray]:

@@ -132,7 +132,7 @@ def utf8_buffers(text: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarr
         text = text.cast(pa.large_string())
     width = np.int64 if pa.types.is_large_string(text.type) else np.int32
     _, off_buf, data_buf = text.buffers()
-    offsets = np.frombuffer(off_buf, dtype=width)[text.offset:text.offset + len(text) + 1].astype(np.int64)
+    offsets = np.frombuffer(off_buf, dtype=width)[text.offset : text.offset + len(text) + 1].astype(np.int64)
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     return data, offsets
 
@@ -153,8 +153,9 @@ def duplicates(pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
     return pieces.per_doc(dup.astype(np.float64)), pieces.per_doc(dup * pieces.lengths)
 
 
-def ngram_repetition(ids: np.ndarray, doc: np.ndarray, weight: np.ndarray, n_docs: int,
-                     top_ns: tuple[int, ...], dup_ns: tuple[int, ...]) -> dict[str, np.ndarray]:
+def ngram_repetition(
+    ids: np.ndarray, doc: np.ndarray, weight: np.ndarray, n_docs: int, top_ns: tuple[int, ...], dup_ns: tuple[int, ...]
+) -> dict[str, np.ndarray]:
     """Gopher's n-gram repetition (see ``ngram_repetition_reference``), all n in one compiled pass.
 
     The numba kernel (``_kernels.ngram_signals``) groups n-grams by their exact token sequences,
@@ -170,8 +171,9 @@ def ngram_repetition(ids: np.ndarray, doc: np.ndarray, weight: np.ndarray, n_doc
     want_top, want_dup = np.zeros(max_n + 1, bool), np.zeros(max_n + 1, bool)
     want_top[list(top_ns)], want_dup[list(dup_ns)] = True, True
     top_num, dup_num = np.zeros((max_n + 1, n_docs)), np.zeros((max_n + 1, n_docs))
-    _kernels.ngram_signals(np.ascontiguousarray(ids, dtype=np.int64), offsets, weight, max_n,
-                           want_top, want_dup, top_num, dup_num)
+    _kernels.ngram_signals(
+        np.ascontiguousarray(ids, dtype=np.int64), offsets, weight, max_n, want_top, want_dup, top_num, dup_num
+    )
     out: dict[str, np.ndarray] = {}
     for n in range(1, max_n + 1):  # same keys, in the same order, as the reference
         if n in top_ns:
@@ -181,9 +183,15 @@ def ngram_repetition(ids: np.ndarray, doc: np.ndarray, weight: np.ndarray, n_doc
     return out
 
 
-def ngram_repetition_reference(ids: np.ndarray, doc: np.ndarray, weight: np.ndarray, n_docs: int,
-                               top_ns: tuple[int, ...], dup_ns: tuple[int, ...],
-                               exact: bool = True) -> dict[str, np.ndarray]:
+def ngram_repetition_reference(
+    ids: np.ndarray,
+    doc: np.ndarray,
+    weight: np.ndarray,
+    n_docs: int,
+    top_ns: tuple[int, ...],
+    dup_ns: tuple[int, ...],
+    exact: bool = True,
+) -> dict[str, np.ndarray]:
     """Gopher's n-gram repetition over token ids (words or characters) of a whole batch (numpy reference).
 
     ``top<n>``: characters covered by the most frequent n-gram (count x its length) over all
@@ -210,15 +218,15 @@ def ngram_repetition_reference(ids: np.ndarray, doc: np.ndarray, weight: np.ndar
     for n in range(1, max(top_ns + dup_ns, default=1) + 1):
         if n > 1:  # extend every (n-1)-gram by the next token
             if exact:
-                h, _ = _group(h[:-1] * n_tok + tok[n - 1:])
+                h, _ = _group(h[:-1] * n_tok + tok[n - 1 :])
             else:
-                h = h[:-1] * P + ids[n - 1:].astype(np.uint64) + np.uint64(1)
-            w = w[:-1] + weight[n - 1:]
+                h = h[:-1] * P + ids[n - 1 :].astype(np.uint64) + np.uint64(1)
+            w = w[:-1] + weight[n - 1 :]
         if n not in top_ns and n not in dup_ns:
             continue
         m = len(h)
         start_doc = doc[:m]
-        valid = start_doc == doc[n - 1:n - 1 + m]  # the n-gram does not cross a document boundary
+        valid = start_doc == doc[n - 1 : n - 1 + m]  # the n-gram does not cross a document boundary
         pos = np.flatnonzero(valid)
         if exact:
             key = h[pos]  # the level-1 number already includes the document

@@ -52,8 +52,13 @@ def class_counts(text: pa.Array, reference: bool = False) -> np.ndarray:
     if _classes is not None and not reference:
         return _classes.counts(text)
     text = pc.fill_null(text, "")
-    return np.array([pc.count_substring_regex(text, p + "+" if r else p).to_numpy(zero_copy_only=False)
-                     for p, r in zip(_CLASS_PATTERNS, _CLASS_RUNS)], dtype=np.int64).reshape(6, -1)
+    return np.array(
+        [
+            pc.count_substring_regex(text, p + "+" if r else p).to_numpy(zero_copy_only=False)
+            for p, r in zip(_CLASS_PATTERNS, _CLASS_RUNS)
+        ],
+        dtype=np.int64,
+    ).reshape(6, -1)
 
 
 def _view(docs: Docs, params: dict[str, Any]) -> Docs:
@@ -100,18 +105,37 @@ def _zh(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.nda
     }
 
 
-register(Filter(
-    "zh",
-    {"zh_chars": pa.int32(), "zh_han_ratio": F32, "zh_line_punct_ratio": F32, "zh_terminal_per_100": F32,
-     "zh_bracket_ratio": F32,
-     "zh_digit_ratio": F32, "zh_symbol_ratio": F32, "zh_mean_line_len": F32, "zh_prose_frac": F32},
-    (Rule("too_short", "zh_chars", "min", "min_chars"), Rule("too_long", "zh_chars", "max", "max_chars"),
-     Rule("han_ratio", "zh_han_ratio", "min"), Rule("terminal_punct", "zh_terminal_per_100", "min"),
-     Rule("line_punct", "zh_line_punct_ratio", "min"),
-     Rule("bracket_ratio", "zh_bracket_ratio", "max"), Rule("digit_ratio", "zh_digit_ratio", "max"),
-     Rule("symbol_ratio", "zh_symbol_ratio", "max"), Rule("mean_line_len", "zh_mean_line_len", "min"),
-     Rule("prose_frac", "zh_prose_frac", "min")),
-    _zh, frozenset({"markdown"}), frozenset({"markdown"})))
+register(
+    Filter(
+        "zh",
+        {
+            "zh_chars": pa.int32(),
+            "zh_han_ratio": F32,
+            "zh_line_punct_ratio": F32,
+            "zh_terminal_per_100": F32,
+            "zh_bracket_ratio": F32,
+            "zh_digit_ratio": F32,
+            "zh_symbol_ratio": F32,
+            "zh_mean_line_len": F32,
+            "zh_prose_frac": F32,
+        },
+        (
+            Rule("too_short", "zh_chars", "min", "min_chars"),
+            Rule("too_long", "zh_chars", "max", "max_chars"),
+            Rule("han_ratio", "zh_han_ratio", "min"),
+            Rule("terminal_punct", "zh_terminal_per_100", "min"),
+            Rule("line_punct", "zh_line_punct_ratio", "min"),
+            Rule("bracket_ratio", "zh_bracket_ratio", "max"),
+            Rule("digit_ratio", "zh_digit_ratio", "max"),
+            Rule("symbol_ratio", "zh_symbol_ratio", "max"),
+            Rule("mean_line_len", "zh_mean_line_len", "min"),
+            Rule("prose_frac", "zh_prose_frac", "min"),
+        ),
+        _zh,
+        frozenset({"markdown"}),
+        frozenset({"markdown"}),
+    )
+)
 
 
 def _char_repetition(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
@@ -131,8 +155,9 @@ def char_tokens(docs: Docs, latin_words: bool, limit: int) -> tuple[np.ndarray, 
     if _kernels is None:  # pragma: no cover - only where numba is absent
         return char_tokens_reference(docs, latin_words, limit)
     data, offsets = utf8_buffers(docs.text)
-    count = _kernels.char_tokens(data, offsets, latin_words, float(limit), _P,
-                                 np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    count = _kernels.char_tokens(
+        data, offsets, latin_words, float(limit), _P, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    )
     ids, doc, weight = np.empty(count, np.int64), np.empty(count, np.int64), np.empty(count)
     _kernels.char_tokens(data, offsets, latin_words, float(limit), _P, ids, doc, weight)
     return ids, doc, weight
@@ -164,7 +189,7 @@ def _mixed_tokens(docs: Docs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     texts = docs.text.to_pylist()
     cps = np.frombuffer("\n".join(texts).encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
-    doc = np.repeat(np.arange(docs.n), docs.n_chars + 1)[:len(cps)]
+    doc = np.repeat(np.arange(docs.n), docs.n_chars + 1)[: len(cps)]
     space = np.isin(cps, _WS)
     word = ((cps >= 48) & (cps <= 57)) | ((cps >= 65) & (cps <= 90)) | ((cps >= 97) & (cps <= 122)) | (cps == 95)
     cont = np.zeros(len(cps), dtype=bool)  # continues the word of the previous character
@@ -183,5 +208,4 @@ def _mixed_tokens(docs: Docs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 _WS = np.array([ord(c) for c in " \t\n\r\v\f\u3000\u00a0"], dtype=np.uint64)
 
 
-repetition_filter("zh_repetition", "zh_rep", _char_repetition, frozenset({"ngram_chars"}),
-                  frozenset({"markdown", "latin_words"}))
+repetition_filter("zh_repetition", "zh_rep", _char_repetition, frozenset({"ngram_chars"}), frozenset({"markdown", "latin_words"}))
