@@ -18,14 +18,17 @@ from tests.support.shared_data import PROJECT_ROOT, shared_path
 
 LINE_MIB = 400
 
+# The peak is VmHWM, this process's own high-water mark: ru_maxrss survives fork and exec on Linux,
+# so a child of a large pytest process would report the parent's size.
 PROBE = """
-import resource, sys
+import sys
 from datapipe.cli import main
 try:
     main.main(["validate", sys.argv[1]])
 except SystemExit as e:
     print("RC", e.code)
-print("PEAK_MIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print("PEAK_MIB", int(hwm.split()[1]) // 1024)
 """
 
 
