@@ -169,13 +169,7 @@ class RunLock:
         }
 
     def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
-        who = describe(holder) if holder else "another process (its lock record is not readable yet)"
-        return (
-            f"{self.what} {self.root} is in use by another datapipe driver: {who}"
-            + (f" ({why})" if why else "")
-            + f". Only one driver may write a {self.what} at a time: wait for it to finish or stop it "
-            "(a driver that dies releases the lock by itself), or use --output for another folder."
-        )
+        return refusal(self.what, self.root, holder, why, "a driver that dies releases the lock by itself")
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
@@ -340,13 +334,8 @@ class RemoteLock:
             storage.delete(self.uri)
 
     def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
-        who = describe(holder) if holder else "another process (its lock record is not readable yet)"
-        return (
-            f"{self.what} {self.root} is in use by another datapipe driver: {who}"
-            + (f" ({why})" if why else "")
-            + f". Only one driver may write a {self.what} at a time: wait for it to finish or stop it "
-            f"(a lock record without a heartbeat for {DEFAULT_STALE_S:.0f} s is taken over), "
-            "or use --output for another folder."
+        return refusal(
+            self.what, self.root, holder, why, f"a lock record without a heartbeat for {DEFAULT_STALE_S:.0f} s is taken over"
         )
 
 
@@ -357,3 +346,14 @@ def _s3_client() -> Any:
     except ImportError:
         return None
     return boto3.client("s3")
+
+
+def refusal(what: str, root: object, holder: dict[str, Any] | None, why: str | None, released: str) -> str:
+    """The one-line refusal of a folder held by another driver; ``released``: how the lock frees itself."""
+    who = describe(holder) if holder else "another process (its lock record is not readable yet)"
+    return (
+        f"{what} {root} is in use by another datapipe driver: {who}"
+        + (f" ({why})" if why else "")
+        + f". Only one driver may write a {what} at a time: wait for it to finish or stop it "
+        f"({released}), or use --output for another folder."
+    )
