@@ -103,7 +103,14 @@ def main() -> None:
       datapipe validate pipelines/demo.yaml     check a pipeline file, do no work
       datapipe run pipelines/demo.yaml          run it (embedded Ray on this machine)
       datapipe sql out/demo "select stage, reason, count(*) from documents group by all"
+
+    \b
+    Off a terminal (a log file, CI, nohup, | tee), long steps print a progress line every
+    $DATAPIPE_PROGRESS_INTERVAL seconds (default 15; 0: none) on stderr.
     """
+    from datapipe.runtime.heartbeat import progress_interval
+
+    progress_interval()  # a bad value is refused before any work, not when the first line is due
 
 
 @main.command()
@@ -123,7 +130,12 @@ def main() -> None:
 )
 @click.option("--num-cpus", type=click.IntRange(min=1), help="CPUs for the embedded Ray (default: all).")
 @click.option("--fresh", is_flag=True, help="Discard an existing run in the output folder and start over.")
-@click.option("--no-progress", is_flag=True, help="No progress bars (one line per phase instead).")
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="No progress bars: plain lines instead, as off a terminal (every $DATAPIPE_PROGRESS_INTERVAL "
+    "seconds, default 15, and one per phase).",
+)
 @click.option(
     "--in-process/--ray",
     "in_process",
@@ -355,8 +367,10 @@ def train_tokenizer(
       datapipe train-tokenizer --run out/demo --name zh_en --vocab-size 32000 --mix zh=0.5,en=0.5
       datapipe train-tokenizer --files 'corpus/*.jsonl' 'src/**/*.py' --name mixed
     """
+    from datapipe.runtime.heartbeat import Heartbeat
     from datapipe.train.tokenizer import (
         TrainOptions,
+        TrainProgress,
         docs_from_files,
         docs_from_run,
         parse_mix,
@@ -378,7 +392,9 @@ def train_tokenizer(
         heldout_frac=heldout_frac,
     )
     docs = docs_from_run(run_dir) if run_dir else docs_from_files(files)
-    result = train_tokenizer(docs, output or Path("tokenizer") / f"{name}.json", options)
+    progress = TrainProgress()
+    with Heartbeat(progress.line):  # sampling and training take minutes on a big run: lines at an interval
+        result = train_tokenizer(docs, output or Path("tokenizer") / f"{name}.json", options, progress)
     click.echo(f"wrote {result.path} (vocabulary {result.vocab_size:,}, sha256 {result.sha256[:12]}...)")
     click.echo("special tokens: " + ", ".join(f"{t}={i}" for t, i in result.special_ids.items()))
     for line in report_lines(result):
