@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,13 @@ def _fail(message: str, code: int = EXIT_USAGE, hint: str | None = None) -> NoRe
     if hint:
         click.echo(f"hint: {hint}", err=True)
     sys.exit(code)
+
+
+def _heartbeat(doing: str, when: bool = True) -> contextlib.AbstractContextManager[object]:
+    """``doing, 2m05s elapsed`` every $DATAPIPE_PROGRESS_INTERVAL seconds on stderr while a step runs."""
+    from datapipe.runtime.heartbeat import Heartbeat, duration
+
+    return Heartbeat(lambda elapsed: f"{doing}, {duration(elapsed)} elapsed") if when else contextlib.nullcontext()
 
 
 class _RunDir(click.ParamType):
@@ -269,7 +277,10 @@ def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: 
 
     if max_rows is None:
         max_rows = TABLE_MAX_ROWS if fmt == "table" else 0
-    with query_result(run_dir, query, memory_limit=memory_limit, timeout=timeout) as result:
+    # A query over billions of rows runs for minutes: with its result going to a file, say it is alive
+    # (on stderr; on a terminal the lines would land in the middle of streamed rows).
+    alive = _heartbeat("sql: query running", when=not sys.stdout.isatty())
+    with alive, query_result(run_dir, query, memory_limit=memory_limit, timeout=timeout) as result:
         cut = write_result(result, fmt, sys.stdout, max_rows=max_rows or None)
     if cut is not None and fmt != "table":  # a table says so under its rows
         click.echo(f"note: printed the first {cut} rows only (--max-rows {max_rows}); there are more", err=True)
@@ -494,7 +505,8 @@ def train_classifier(
         featuriser=featuriser,
         params=TrainParams(dim=dim, epoch=epoch, lr=lr, word_ngrams=word_ngrams, min_count=min_count, bucket=bucket),
     )
-    result = train(list(positive), list(negative), run_dir, options, log=lambda m: click.echo(m, err=True))
+    with _heartbeat("train-classifier: reading examples and training"):
+        result = train(list(positive), list(negative), run_dir, options, log=lambda m: click.echo(m, err=True))
     counts = ", ".join(f"{lang} {sum(c['train'] for c in d.values())}" for lang, d in result.meta["counts"].items())
     click.echo(f"wrote {result.model} (sha256 {result.meta['model_sha256'][:12]}...), trained on {counts} examples")
     for line in report_lines(result.evaluation):
