@@ -23,9 +23,11 @@ from rich.text import Text
 PIPE_WIDTH = 1_000_000  # "unbounded": tables take their natural width, lines are not wrapped
 
 
-def make_console(file: TextIO | None = None) -> Console:
-    """A console that prints text as given; full width when ``file`` (default stdout) is not a terminal."""
-    width = None if Console(file=file).is_terminal else PIPE_WIDTH
+def make_console(file: TextIO | None = None, pipe_width: int = PIPE_WIDTH) -> Console:
+    """A console that prints text as given; ``pipe_width`` wide when ``file`` (default stdout) is not a
+    terminal: unbounded by default, so every value is printed in full (a report meant for a log
+    passes a width it fits its tables to instead)."""
+    width = None if Console(file=file).is_terminal else pipe_width
     return Console(file=file, width=width, markup=False, emoji=False, highlight=False)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,13 @@ def _fail(message: str, code: int = EXIT_USAGE, hint: str | None = None) -> NoRe
     if hint:
         click.echo(f"hint: {hint}", err=True)
     sys.exit(code)
+
+
+def _heartbeat(doing: str, when: bool = True) -> contextlib.AbstractContextManager[object]:
+    """``doing, 2m05s elapsed`` every $DATAPIPE_PROGRESS_INTERVAL seconds on stderr while a step runs."""
+    from datapipe.runtime.heartbeat import Heartbeat, duration
+
+    return Heartbeat(lambda elapsed: f"{doing}, {duration(elapsed)} elapsed") if when else contextlib.nullcontext()
 
 
 class _RunDir(click.ParamType):
@@ -103,7 +111,14 @@ def main() -> None:
       datapipe validate pipelines/demo.yaml     check a pipeline file, do no work
       datapipe run pipelines/demo.yaml          run it (embedded Ray on this machine)
       datapipe sql out/demo "select stage, reason, count(*) from documents group by all"
+
+    \b
+    Off a terminal (a log file, CI, nohup, | tee), long steps print a progress line every
+    $DATAPIPE_PROGRESS_INTERVAL seconds (default 15; 0: none) on stderr.
     """
+    from datapipe.runtime.heartbeat import progress_interval
+
+    progress_interval()  # a bad value is refused before any work, not when the first line is due
 
 
 @main.command()
@@ -123,7 +138,12 @@ def main() -> None:
 )
 @click.option("--num-cpus", type=click.IntRange(min=1), help="CPUs for the embedded Ray (default: all).")
 @click.option("--fresh", is_flag=True, help="Discard an existing run in the output folder and start over.")
-@click.option("--no-progress", is_flag=True, help="No progress bars (one line per phase instead).")
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="No progress bars: plain lines instead, as off a terminal (every $DATAPIPE_PROGRESS_INTERVAL "
+    "seconds, default 15, and one per phase).",
+)
 @click.option(
     "--in-process/--ray",
     "in_process",
@@ -257,7 +277,10 @@ def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: 
 
     if max_rows is None:
         max_rows = TABLE_MAX_ROWS if fmt == "table" else 0
-    with query_result(run_dir, query, memory_limit=memory_limit, timeout=timeout) as result:
+    # A query over billions of rows runs for minutes: with its result going to a file, say it is alive
+    # (on stderr; on a terminal the lines would land in the middle of streamed rows).
+    alive = _heartbeat("sql: query running", when=not sys.stdout.isatty())
+    with alive, query_result(run_dir, query, memory_limit=memory_limit, timeout=timeout) as result:
         cut = write_result(result, fmt, sys.stdout, max_rows=max_rows or None)
     if cut is not None and fmt != "table":  # a table says so under its rows
         click.echo(f"note: printed the first {cut} rows only (--max-rows {max_rows}); there are more", err=True)
@@ -355,8 +378,10 @@ def train_tokenizer(
       datapipe train-tokenizer --run out/demo --name zh_en --vocab-size 32000 --mix zh=0.5,en=0.5
       datapipe train-tokenizer --files 'corpus/*.jsonl' 'src/**/*.py' --name mixed
     """
+    from datapipe.runtime.heartbeat import Heartbeat
     from datapipe.train.tokenizer import (
         TrainOptions,
+        TrainProgress,
         docs_from_files,
         docs_from_run,
         parse_mix,
@@ -378,7 +403,9 @@ def train_tokenizer(
         heldout_frac=heldout_frac,
     )
     docs = docs_from_run(run_dir) if run_dir else docs_from_files(files)
-    result = train_tokenizer(docs, output or Path("tokenizer") / f"{name}.json", options)
+    progress = TrainProgress()
+    with Heartbeat(progress.line):  # sampling and training take minutes on a big run: lines at an interval
+        result = train_tokenizer(docs, output or Path("tokenizer") / f"{name}.json", options, progress)
     click.echo(f"wrote {result.path} (vocabulary {result.vocab_size:,}, sha256 {result.sha256[:12]}...)")
     click.echo("special tokens: " + ", ".join(f"{t}={i}" for t, i in result.special_ids.items()))
     for line in report_lines(result):
@@ -478,7 +505,8 @@ def train_classifier(
         featuriser=featuriser,
         params=TrainParams(dim=dim, epoch=epoch, lr=lr, word_ngrams=word_ngrams, min_count=min_count, bucket=bucket),
     )
-    result = train(list(positive), list(negative), run_dir, options, log=lambda m: click.echo(m, err=True))
+    with _heartbeat("train-classifier: reading examples and training"):
+        result = train(list(positive), list(negative), run_dir, options, log=lambda m: click.echo(m, err=True))
     counts = ", ".join(f"{lang} {sum(c['train'] for c in d.values())}" for lang, d in result.meta["counts"].items())
     click.echo(f"wrote {result.model} (sha256 {result.meta['model_sha256'][:12]}...), trained on {counts} examples")
     for line in report_lines(result.evaluation):

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from datapipe.audit.views import create_all
 from datapipe.engine.errors import PipelineError
-from datapipe.engine.plan import RunSpec
+from datapipe.engine.plan import RunSpec, build_stage
 from datapipe.run_folder.layout import PACK_PHASE, RunFolder, map_phase
 from datapipe.storage.atomic import atomic_path, temp_path_for
 from datapipe.tokens.shard_format import MANIFEST_SCHEMA
@@ -118,6 +118,7 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
                     "docs_in": s["in"],
                     "skipped": s.get("skipped", 0),
                     "dropped": sum(s["rejected"].values()),
+                    "changed": s.get("changed"),
                 }
                 for s in counts["stages"]
             ],
@@ -128,14 +129,31 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
                     ("docs_in", pa.int64()),
                     ("skipped", pa.int64()),
                     ("dropped", pa.int64()),
+                    ("changed", pa.int64()),
+                ]
+            ),
+        )
+        # What stages that change documents did to the documents they passed on (Stage.edit_counts):
+        # one row per counting column, e.g. pii / pii_email / emails replaced / 1,234.
+        edits_table = pa.Table.from_pylist(
+            [{"position": s["position"], "stage": s["stage"], **e} for s in counts["stages"] for e in s.get("edits", [])],
+            schema=pa.schema(
+                [
+                    ("position", pa.int64()),
+                    ("stage", pa.string()),
+                    ("signal", pa.string()),
+                    ("what", pa.string()),
+                    ("total", pa.int64()),
                 ]
             ),
         )
         con.register("funnel_rows", funnel_table)
         con.register("stage_rows", stages_table)
         con.register("manifest_rows", manifest)
+        con.register("edit_rows", edits_table)
         con.execute("CREATE TABLE stage_reasons AS SELECT * FROM funnel_rows ORDER BY position, reason")
         con.execute("CREATE TABLE stages AS SELECT * FROM stage_rows ORDER BY position")
+        con.execute("CREATE TABLE stage_edits AS SELECT * FROM edit_rows ORDER BY position, signal")
         con.execute("CREATE TABLE shard_files AS SELECT * FROM manifest_rows ORDER BY path")
         con.execute(
             "CREATE TABLE run AS SELECT ? AS root, ? AS fingerprint, ? AS stages",
@@ -187,6 +205,8 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
     for pos in range(1, len(spec.stages) + 1):
         stages[pos] = {"stage": spec.stage_name(pos), "in": 0, "skipped": 0, "rejected": {}}
     sources = {s: {"documents": 0, "kept": 0, "tokens": 0} for s in spec.sources}
+    edits: dict[int, dict[str, int]] = {}  # position -> counting column -> sum (Stage.edit_counts)
+    changed: dict[int, int] = {}  # position -> documents it changed
     for segment in spec.segments:
         for shard in spec.shards:
             m = folder.read_marker(map_phase(segment.index), shard.key)
@@ -203,9 +223,24 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
                 bucket = _stage_row(stages, pos)["rejected"]
                 for reason, n in reasons.items():
                     bucket[reason] = bucket.get(reason, 0) + n
+            for pos, sums in m.get("stage_edits", {}).items():  # markers of older datapipes have none
+                totals = edits.setdefault(int(pos), {})
+                for column, n in sums.items():
+                    totals[column] = totals.get(column, 0) + n
+            for pos, n in m.get("stage_changed", {}).items():
+                changed[int(pos)] = changed.get(int(pos), 0) + n
             if segment.final:
                 sources[shard.source.name]["kept"] += m["kept"]
                 sources[shard.source.name]["tokens"] += m["tokens"]
+    for pos in range(1, len(spec.stages) + 1):
+        if pos in edits or pos in changed:
+            what = build_stage(spec, pos).edits()
+            stages[pos]["changed"] = changed.get(pos, 0)
+            sums = edits.get(pos, {})
+            stages[pos]["edits"] = [
+                {"signal": c, "what": what.get(c, c), "total": sums[c]}
+                for c in sorted(sums, key=lambda c: (list(what).index(c) if c in what else len(what), c))
+            ]
     # The position after the last stage is tokenizing: in the funnel only if the tokenizer raised on
     # documents (record_error), so ordinary runs show the stages they configured.
     tokenize = len(spec.stages) + 1

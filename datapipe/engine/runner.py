@@ -27,6 +27,7 @@ from datapipe.engine.run_record import RunRecord, open_record
 from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder, RunFolderError
 from datapipe.run_folder.lock import RunLock
+from datapipe.runtime.heartbeat import Heartbeat, duration
 from datapipe.storage.atomic import fault_scope
 from datapipe.storage.cache import cache_dir
 from datapipe.storage.uri import RUN_FILES, folder_stats_once
@@ -272,6 +273,15 @@ def _finish(pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[
     from them), statistics built and published, the run checked, then recorded as complete. False,
     with nothing recorded, when files of finished tasks were lost or damaged meanwhile (their tasks
     are then to be redone): run.json says complete only over every file the markers name."""
+    # Checking the inputs and building the audit database read the whole run: at scale they take long
+    # enough to need progress lines in a log too (runtime/heartbeat.py).
+    with Heartbeat(lambda elapsed: f"stats: checking inputs, building stats.duckdb, {duration(elapsed)} elapsed"):
+        return _finish_run(pipeline, record, spec, timings, log)
+
+
+def _finish_run(
+    pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[str, float], log: Callable[[str], None]
+) -> bool:
     from datapipe.engine.finish import build_stats, check_conservation, collect_counts
 
     folder = record.folder

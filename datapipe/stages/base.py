@@ -104,6 +104,14 @@ class Stage:
     resources: ClassVar[Resources] = Resources()
     repeatable: ClassVar[bool] = False  # may the stage appear twice in one pipeline?
     is_global: ClassVar[bool] = False  # needs a corpus-wide step between map phases
+    # What a stage that changes documents did, for the run summary and the ``stage_edits`` table:
+    # signal column -> what its sum over the documents the stage passed on counts ("emails replaced").
+    # The engine sums them in each task (numbers or booleans), so the summary never reads the corpus.
+    edit_counts: ClassVar[dict[str, str]] = {}
+
+    def edits(self) -> dict[str, str]:
+        """``edit_counts`` for these options (a stage whose wording depends on them overrides this)."""
+        return dict(self.edit_counts)
 
     def __init__(self, options: StageOptions, context: StageContext) -> None:
         self.options: Any = options

@@ -179,6 +179,9 @@ class Boilerplate(GlobalStage):
     Options = BoilerplateOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
 
+    def edits(self) -> dict[str, str]:
+        return {"lines_removed": f"{self.options.unit}s removed", "chars_removed": "chars removed"}
+
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:
         return kinds_problems(options.kinds)

@@ -76,6 +76,7 @@ class LangId(Stage):
     name = "langid"
     Options = LangIdOptions
     resources = Resources(num_cpus=1, memory_mb=300)
+    edit_counts = {"to_simplified": "converted to Simplified"}  # documents (to_simplified: true)
 
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:

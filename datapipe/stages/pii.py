@@ -195,6 +195,12 @@ class PiiOptions(StageOptions):
 class Pii(Stage):
     name = "pii"
     Options = PiiOptions
+    edit_counts = {
+        "pii_email": "emails replaced",
+        "pii_phone": "phones replaced",
+        "pii_id_card": "ID numbers replaced",
+        "pii_ip": "IPs replaced",
+    }
 
     @classmethod
     def check(cls, options: PiiOptions, context: CheckContext) -> list[Problem]:

@@ -225,13 +225,36 @@ class _BottomK:
         return [t for _, _, t in sorted(self.heap, key=lambda e: (-e[0], e[1]))]
 
 
+@dataclass
+class TrainProgress:
+    """Where training is, for progress lines (``datapipe train-tokenizer`` prints ``line`` at an interval)."""
+
+    step: str = "sampling"  # sampling, training, measuring
+    docs: int = 0  # documents read so far
+    chars: int = 0  # their characters
+    train_chars: int = 0  # characters trained on (known once sampling is done)
+
+    def line(self, elapsed: float) -> str:
+        from datapipe.runtime.heartbeat import duration, size
+
+        read = f"{self.docs:,} documents ({size(self.chars)} chars) read"
+        if self.step == "training":
+            step = f"training on {size(self.train_chars)} chars of them"
+        else:
+            step = {"sampling": "sampling", "measuring": "measuring chars per token on the held-out documents"}[self.step]
+        return f"train-tokenizer: {read}; {step}, {duration(elapsed)} elapsed"
+
+
 def sample(
-    docs: Iterable[Doc], options: TrainOptions, ignored: dict[str, int] | None = None
+    docs: Iterable[Doc], options: TrainOptions, ignored: dict[str, int] | None = None, progress: TrainProgress | None = None
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(train texts, held-out texts) per group of the mix; ``ignored`` counts documents of other groups."""
     train = {g: _BottomK(int(options.sample_chars * w)) for g, w in options.mix.items()}
     held = {g: _BottomK(max(int(options.sample_chars * w * options.heldout_frac), 1)) for g, w in options.mix.items()}
+    progress = progress or TrainProgress()
     for doc in docs:
+        progress.docs += 1
+        progress.chars += len(doc.text)
         if doc.group not in train:
             if ignored is not None:
                 ignored[doc.group] = ignored.get(doc.group, 0) + 1
@@ -244,11 +267,16 @@ def sample(
     return {g: s.texts() for g, s in train.items()}, {g: s.texts() for g, s in held.items()}
 
 
-def train_tokenizer(docs: Iterable[Doc], output: Path, options: TrainOptions) -> TrainResult:
+def train_tokenizer(
+    docs: Iterable[Doc], output: Path, options: TrainOptions, progress: TrainProgress | None = None
+) -> TrainResult:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+    progress = progress or TrainProgress()
     ignored: dict[str, int] = {}
-    train, held = sample(docs, options, ignored)
+    train, held = sample(docs, options, ignored, progress)
+    progress.train_chars = sum(len(t) for texts in train.values() for t in texts)
+    progress.step = "training"
     if not any(train.values()):
         found = f" (documents found: {_counts(ignored)})" if ignored else ""
         raise UsageError(f"no documents of the groups {', '.join(options.mix)} to train on{found}")
@@ -266,6 +294,7 @@ def train_tokenizer(docs: Iterable[Doc], output: Path, options: TrainOptions) ->
     tok.train_from_iterator((t for g in sorted(train) for t in train[g]), trainer)
     output.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(output))
+    progress.step = "measuring"
     stats = []
     used = sum(len(t) for texts in train.values() for t in texts)
     for g, w in options.mix.items():

@@ -87,6 +87,21 @@ def test_cli_trains_and_reports_chars_per_token(corpus: Path, tmp_path: Path) ->
     assert again.read_bytes() == out.read_bytes()  # same inputs, same tokenizer
 
 
+def test_cli_prints_progress_lines_while_it_samples_and_trains(corpus: Path, tmp_path: Path) -> None:
+    """Sampling and training a real vocabulary take minutes: progress lines on stderr at an interval
+    (0.02 s here, so a second of work has some), never in the result on stdout."""
+    args = ["train-tokenizer", "--files", str(corpus / "*.jsonl"), "--output", str(tmp_path / "t.json")]
+    args += ["--vocab-size", "1000", "--sample-chars", "200000", "--mix", "zh=0.5,en=0.5"]
+    result = CliRunner().invoke(main, args, env={"DATAPIPE_PROGRESS_INTERVAL": "0.02"})
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("train-tokenizer:")]
+    step = r"(sampling|training on \S+ chars of them|measuring chars per token on the held-out documents)"
+    assert lines and all(
+        re.fullmatch(rf"train-tokenizer: [\d,]+ documents \(\S+ chars\) read; {step}, \d+s elapsed", x) for x in lines
+    )
+    assert "train-tokenizer:" not in result.stdout
+
+
 def test_sampling_follows_the_mix_and_holds_back_documents() -> None:
     docs = (
         [Doc(f"zh{i}", "zh", f"{i:05d}" + "中" * 95) for i in range(2000)]

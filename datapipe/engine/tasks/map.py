@@ -58,6 +58,21 @@ class MapCounts:
         self.stage_in: dict[int, int] = defaultdict(int)  # documents reaching the stage
         self.stage_skipped: dict[int, int] = defaultdict(int)  # of those, passed untouched (kind not in its kinds)
         self.rejected: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        # What stages that change documents did to those they passed on (Stage.edit_counts): the sum
+        # of each counting column, and how many documents any of them changed.
+        self.stage_edits: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.stage_changed: dict[int, int] = defaultdict(int)
+
+    def add_edits(self, position: int, stage: Stage, batch: pa.Table) -> None:
+        columns = [c for c in stage.edits() if c in batch.column_names]
+        if not columns or batch.num_rows == 0:
+            return
+        changed = np.zeros(batch.num_rows, dtype=bool)
+        for c in columns:
+            values = pc.fill_null(pc.cast(batch[c], pa.int64()), 0).to_numpy()
+            self.stage_edits[position][c] += int(values.sum())
+            changed |= values > 0
+        self.stage_changed[position] += int(changed.sum())
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +83,8 @@ class MapCounts:
             "stage_in": {str(k): v for k, v in sorted(self.stage_in.items())},
             "stage_skipped": {str(k): v for k, v in sorted(self.stage_skipped.items())},
             "rejected": {str(k): dict(v) for k, v in sorted(self.rejected.items())},
+            "stage_edits": {str(k): dict(v) for k, v in sorted(self.stage_edits.items())},
+            "stage_changed": {str(k): v for k, v in sorted(self.stage_changed.items())},
         }
 
 
@@ -198,6 +215,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                     break
                 batch, decision = out.isolated(pos, stage.name, batch, _stage_step(stage))
                 batch = out.reject(pos, stage.name, batch, decision)
+                counts.add_edits(pos, stage, batch)
             if compute_global is not None and batch.num_rows:
                 assert segment.compute_global is not None  # the position of the stage built above
                 batch, _ = out.isolated(segment.compute_global, compute_global.name, batch, _compute_step(compute_global))
@@ -270,7 +288,9 @@ class _Applying:
         transient = [c for c in self.stage.transient_columns if c in batch.column_names]
         batch = batch.drop_columns(transient)  # e.g. signatures: needed only by the reduce
         batch, decision = self.stage.apply(batch, keys, self.state)  # e.g. boilerplate lines removed
-        return out.reject(self.position, self.name, batch, decision)
+        batch = out.reject(self.position, self.name, batch, decision)
+        out.counts.add_edits(self.position, self.stage, batch)
+        return batch
 
 
 def _segment_input(
