@@ -10,6 +10,7 @@ its run.json, not today's rule file.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -24,9 +25,71 @@ DECISION = ("id", "source", "kind", "status", "stage", "reason", "detail")
 def document_row(run_dir: Path, doc_id: str) -> dict[str, Any]:
     with reading(run_dir) as con:
         table = con.sql("select * from documents where id = $id", params={"id": doc_id}).to_arrow_table()
+        hint = None if table.num_rows else near_ids_hint(con, doc_id)
     if table.num_rows == 0:
-        raise AuditError(f"no document {doc_id!r} in {Path(run_dir) / DB_NAME}")
+        raise AuditError(f"no document {doc_id!r} in {Path(run_dir) / DB_NAME}", hint=hint)
     return table.to_pylist()[0]
+
+
+def near_ids_hint(con: Any, doc_id: str) -> str | None:
+    """'did you mean ...' for an id that is almost one of the run's; None when none is near.
+
+    Ids are ``<source>/<input file>#<record>``. Tried in order, only after a miss, each a scan of
+    the ids with cheap string tests (a second or so for millions of documents): the same id but
+    for case or the record's form (``#201`` for ``#L201`` and back), or with leading folders left
+    out (the source, ``data/``); else the nearest records of the same input file; else the ids
+    of the same record a few edits away (a typo in the source or file name).
+    """
+    typed = doc_id.strip()
+    forms = _id_forms(typed)
+    a, b = forms[0], forms[-1]  # the id as typed and its other record form (the same when it has none)
+    rows = con.execute(
+        "SELECT id FROM documents WHERE id = $a OR id = $b OR lower(id) = lower($a) "
+        "OR ends_with(id, '/' || $a) OR ends_with(id, '/' || $b) ORDER BY length(id), id LIMIT 4",
+        {"a": a, "b": b},
+    ).fetchall()
+    if rows:
+        return _did_you_mean([r[0] for r in rows])
+    file, sep, record = typed.rpartition("#")
+    number = re.fullmatch(r"L?(\d+)", record)
+    if sep and file and number:  # the file is right, the record is not one of its documents
+        found = con.execute(
+            "SELECT id, count(*) OVER (PARTITION BY f), abs(coalesce(r, 0) - $n) AS d FROM "
+            "(SELECT id, regexp_replace(id, '#[^#]*$', '') AS f, "
+            "try_cast(regexp_extract(id, '#L?(\\d+)$', 1) AS BIGINT) AS r FROM documents "
+            "WHERE starts_with(id, $head) OR contains(id, '/' || $head)) "
+            "WHERE f = $file OR ends_with(f, '/' || $file) ORDER BY d, id LIMIT 3",
+            {"file": file, "head": file + "#", "n": int(number.group(1))},
+        ).fetchall()
+        if found:
+            nearest = [r[0] for r in found if r[2] == found[0][2]]
+            name = nearest[0].rpartition("#")[0]
+            return f"{name} has {found[0][1]} document(s) in this run; the nearest: " + ", ".join(map(repr, nearest))
+    if not sep:
+        return None
+    far = max(2, len(typed) // 5)  # a few typos, not a different document
+    rows = con.execute(
+        "SELECT id, d FROM (SELECT id, levenshtein(id, $id) AS d FROM documents WHERE ends_with(id, $record)) "
+        "WHERE d <= $far ORDER BY d, id LIMIT 3",
+        {"id": typed, "record": "#" + record, "far": far},
+    ).fetchall()
+    return _did_you_mean([r[0] for r in rows if r[1] == rows[0][1]]) if rows else None
+
+
+def _id_forms(doc_id: str) -> list[str]:
+    """Spellings of ``doc_id`` a user may have meant: both record forms (#201, #L201)."""
+    forms = [doc_id]
+    head, sep, record = doc_id.rpartition("#")
+    if sep and re.fullmatch(r"\d+", record):
+        forms.append(f"{head}#L{record}")
+    elif sep and re.fullmatch(r"[Ll]\d+", record):
+        forms.append(f"{head}#{record[1:]}")
+    return forms
+
+
+def _did_you_mean(ids: list[str]) -> str:
+    shown = " or ".join(repr(i) for i in ids[:3])
+    return f"did you mean {shown}?" + (" (and more)" if len(ids) > 3 else "")
 
 
 def rule_lines(row: dict[str, Any], run_dir: Path | None = None) -> list[str]:

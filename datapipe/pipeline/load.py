@@ -11,18 +11,17 @@ import glob
 import hashlib
 import json
 import re
-import types
-import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field
 
 from datapipe.config.input_names import input_name
 from datapipe.config.limits import ReadLimits
 from datapipe.config.sections import (  # the sections lower layers take (why apart: config/sections.py)
     NAME_PATTERN,
+    SOURCE_KINDS,
     SourceConfig,
     SplitConfig,
     Strict,
@@ -31,6 +30,7 @@ from datapipe.config.sections import (  # the sections lower layers take (why ap
     yaml_error_text,
 )
 from datapipe.errors import EXIT_USAGE, DatapipeError
+from datapipe.pipeline.problems import did_you_mean, show, validate_all
 from datapipe.plugins import PluginError
 from datapipe.storage.uri import StorageError, glob_files, is_input_file, is_uri, mirror_of
 
@@ -173,28 +173,70 @@ def build_pipeline(raw: Any, base_dir: Path, file: Path | None = None) -> Pipeli
 def _build(raw: Any, base_dir: Path, file: Path | None, problems: list[str]) -> Pipeline:
     where = str(file) if file else None
     if not isinstance(raw, dict):
-        raise ConfigError([f"the top level must be a mapping of keys (name, sources, stages, ...), got {_show(raw)}"], where)
-    config: PipelineConfig | None = None
-    try:
-        config = PipelineConfig.model_validate(raw)
-    except ValidationError as exc:
-        problems.extend(_format_errors(exc, PipelineConfig))
+        raise ConfigError([f"the top level must be a mapping of keys (name, sources, stages, ...), got {show(raw)}"], where)
+    # Every section is checked even when another has errors, so the file is fixed in one go: a
+    # config with errors is repaired (problems.py) only to run the checks that need the objects.
+    # A wrong name only names the default output folder: a stand-in lets the rest be checked.
+    top = validate_all(PipelineConfig, raw, item_lists=("sources",), stand_ins={"name": "pipeline"})
+    problems.extend(top.problems)
+    config = top.value
     items = raw.get("stages")
-    # Stage options are checked even when the top level has errors: report everything at once.
     checked = _validate_stages(items, problems) if isinstance(items, list) else []
     if config is None:
-        raise ConfigError(problems, where)
+        _check_stage_resources(base_dir, _raw_kinds(raw), checked, problems)
+        raise ConfigError(_in_file_order(problems, raw), where)
     pipeline = Pipeline(config, base_dir, [(kind, opts) for _, kind, opts in checked], {}, file)
-    pipeline.inputs = _resolve_inputs(pipeline, problems)
-    _check_semantics(pipeline, problems)
-    _check_stage_resources(pipeline, checked, problems)
+    dropped = set(top.dropped.get("sources", []))
+    at = [i for i in range(len(raw.get("sources") or [])) if i not in dropped]  # config.sources[n] is sources[at[n]]
+    pipeline.inputs = _resolve_inputs(pipeline, problems, at)
+    _check_semantics(pipeline, problems, _raw_names(raw))
+    _check_stage_resources(base_dir, frozenset(s.kind for s in config.sources), checked, problems)
     if problems:
-        raise ConfigError(problems, where)
+        raise ConfigError(_in_file_order(problems, raw), where)
     return pipeline
 
 
+def _raw_sources(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    sources = raw.get("sources")
+    return [s for s in sources if isinstance(s, dict)] if isinstance(sources, list) else []
+
+
+def _raw_names(raw: dict[str, Any]) -> list[str]:
+    """The source names as written (a source left out of the checked config still names itself)."""
+    return [s["name"] for s in _raw_sources(raw) if isinstance(s.get("name"), str)]
+
+
+def _raw_kinds(raw: dict[str, Any]) -> frozenset[str]:
+    return frozenset(k for k in (s.get("kind", "text") for s in _raw_sources(raw)) if k in SOURCE_KINDS)
+
+
+def _in_file_order(problems: list[str], raw: dict[str, Any]) -> list[str]:
+    """Problems in the order of the keys they name in the file (a stage's problems together)."""
+
+    def position(problem: str) -> tuple[int, ...]:
+        path = re.match(r"[^\s:]+(?=:)", problem)
+        node: Any = raw
+        out = []
+        for part in re.findall(r"\[\d+\]|[^.\[\]]+", path.group(0) if path else ""):
+            if part.startswith("["):
+                out.append(int(part[1:-1]))
+                node = node[out[-1]] if isinstance(node, list) and out[-1] < len(node) else None
+            elif isinstance(node, dict):
+                keys = list(node)
+                out.append(keys.index(part) if part in keys else len(keys))
+                node = node.get(part)
+            else:
+                break
+        return tuple(out)
+
+    return sorted(dict.fromkeys(problems), key=position)
+
+
 def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, str, StageOptions]]:
-    """(index in the file, stage type, options) of every stage whose options are valid."""
+    """(index in the file, stage type, options) of every stage whose options are valid.
+
+    A stage with a wrong key is still checked: its options with that key left out (problems.py).
+    """
     from datapipe.stages import STAGES  # late import: only validation needs the stage registry
 
     out: list[tuple[int, str, StageOptions]] = []
@@ -210,22 +252,22 @@ def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, s
             continue
         ((kind, options),) = item.items()
         if kind not in STAGES:
-            problems.append(f"stages[{i}]: unknown stage type {kind!r}; allowed: {allowed}")
+            problems.append(f"stages[{i}]: unknown stage type {kind!r}{did_you_mean(kind, STAGES)}; allowed: {allowed}")
             continue
         if options is None:
             options = {}
         if not isinstance(options, dict):
-            problems.append(f"stages[{i}].{kind}: options must be a mapping (use {{}} for defaults), got {_show(options)}")
+            problems.append(f"stages[{i}].{kind}: options must be a mapping (use {{}} for defaults), got {show(options)}")
             continue
         try:
             model = STAGES[kind].Options
         except PluginError as exc:  # a plugin's stage whose module cannot be imported
             problems.append(f"stages[{i}].{kind}: {exc}")
             continue
-        try:
-            out.append((i, kind, model.model_validate(options)))
-        except ValidationError as exc:
-            problems.extend(_format_errors(exc, model, prefix=f"stages[{i}].{kind}"))
+        result = validate_all(model, options, prefix=f"stages[{i}].{kind}")
+        problems.extend(result.problems)
+        if result.value is not None:
+            out.append((i, kind, result.value))
     counts: dict[str, int] = {}
     for _, kind, _ in out:
         counts[kind] = counts.get(kind, 0) + 1
@@ -235,24 +277,27 @@ def _validate_stages(items: list[Any], problems: list[str]) -> list[tuple[int, s
     return out
 
 
-def _check_stage_resources(pipeline: Pipeline, checked: list[tuple[int, str, StageOptions]], problems: list[str]) -> None:
+def _check_stage_resources(
+    base_dir: Path, kinds: frozenset[str], checked: list[tuple[int, str, StageOptions]], problems: list[str]
+) -> None:
     """Each stage's own check: files, model labels, names; what `run` would otherwise find out mid-way."""
     from datapipe.stages import STAGES
     from datapipe.stages.base import CheckContext
 
-    kinds = frozenset(s.kind for s in pipeline.config.sources)
     for n, (i, kind, opts) in enumerate(checked):
         before = tuple((k, o) for _, k, o in checked[:n])
-        context = CheckContext(pipeline.base_dir, kinds, before)
+        context = CheckContext(base_dir, kinds, before)
         for key, message in STAGES[kind].check(opts, context):
             problems.append(f"stages[{i}].{kind}{'.' + key if key else ''}: {message}")
 
 
-def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[tuple[Path, str]]]:
+def _resolve_inputs(pipeline: Pipeline, problems: list[str], at: list[int] | None = None) -> dict[str, list[tuple[Path, str]]]:
+    """Each source's input files and formats; ``at``: each source's index in the file (some may be left out)."""
     from datapipe.readers import READER_SPECS, infer_format
 
     inputs: dict[str, list[tuple[Path, str]]] = {}
-    for i, src in enumerate(pipeline.config.sources):
+    for n, src in enumerate(pipeline.config.sources):
+        i = at[n] if at is not None else n
         files: list[Path] = []
         pattern_of: dict[Path, str] = {}  # the first pattern that matched each file names it in ids
         for j, pattern in enumerate(src.paths):
@@ -287,7 +332,10 @@ def _resolve_inputs(pipeline: Pipeline, problems: list[str]) -> dict[str, list[t
                 )
                 break
             if fmt not in READER_SPECS:
-                problems.append(f"sources[{i}].format: {fmt!r} is not supported; allowed: {', '.join(sorted(READER_SPECS))}")
+                problems.append(
+                    f"sources[{i}].format: {fmt!r} is not supported{did_you_mean(fmt, READER_SPECS)}; "
+                    f"allowed: {', '.join(sorted(READER_SPECS))}"
+                )
                 break
             entries.append((f, fmt))
         inputs[src.name] = entries
@@ -354,11 +402,9 @@ def _validate_reader_options(i: int, src: SourceConfig, fmt: str, base_dir: Path
         if src.options:
             problems.append(f"sources[{i}].options: the {fmt} reader takes no options, got {sorted(src.options)}")
         return
-    try:
-        options = model.model_validate(src.options)
-    except ValidationError as exc:
-        problems.extend(_format_errors(exc, model, prefix=f"sources[{i}].options"))
-        return
+    result = validate_all(model, src.options, prefix=f"sources[{i}].options")
+    problems.extend(result.problems)
+    options = result.value
     # The arXiv metadata join opens its file per input; a missing one would fail every input of the source.
     metadata = getattr(options, "metadata", None)
     if metadata:
@@ -368,15 +414,17 @@ def _validate_reader_options(i: int, src: SourceConfig, fmt: str, base_dir: Path
             problems.append(f"sources[{i}].options.metadata: file not found: {path}")
 
 
-def _check_semantics(pipeline: Pipeline, problems: list[str]) -> None:
+def _check_semantics(pipeline: Pipeline, problems: list[str], names: list[str] | None = None) -> None:
+    """Checks across sections; ``names``: the source names as written (default: the config's)."""
     config = pipeline.config
-    names = [s.name for s in config.sources]
+    names = [s.name for s in config.sources] if names is None else names
     for name in {n for n in names if names.count(n) > 1}:
         problems.append(f"sources: the name {name!r} is used by more than one source; names must be unique")
     if config.mixture is not None:
         for key, weight in config.mixture.items():
             if key not in names:
-                problems.append(f"mixture.{key}: not a source name; sources are: {', '.join(names)}")
+                unused = [n for n in names if n not in config.mixture]  # a name already weighted is not the one meant
+                problems.append(f"mixture.{key}: not a source name{did_you_mean(key, unused)}; sources are: {', '.join(names)}")
             if not weight >= 0:
                 problems.append(f"mixture.{key}: {weight} is not allowed: weights must be >= 0")
         if config.mixture and sum(config.mixture.values()) <= 0:
@@ -392,63 +440,6 @@ def _check_semantics(pipeline: Pipeline, problems: list[str]) -> None:
                 load_tokenizer_info(path, config.tokenize)
             except TokenizerError as exc:
                 problems.append(f"tokenize.{exc.key}: {exc}")
-
-
-def _format_errors(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[str]:
-    problems = []
-    for err in exc.errors():
-        loc = err["loc"]
-        path = _loc_to_path(loc, prefix)
-        if err["type"] == "extra_forbidden":
-            parent = _model_at(model, loc[:-1])
-            allowed = ", ".join(parent.model_fields) if parent else "see the documentation"
-            problems.append(f"{path}: unknown key; allowed keys here: {allowed}")
-        elif err["type"] == "missing":
-            problems.append(f"{path}: required key is missing")
-        else:
-            problems.append(f"{path}: {_show(err.get('input'))} is not allowed: {err['msg']}")
-    return problems
-
-
-def _loc_to_path(loc: tuple[Any, ...], prefix: str) -> str:
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not re.fullmatch(r"[a-z_]+\[.*\]|function-.*|literal\[.*\]", str(part)):  # drop union branch names
-            out += f".{part}" if out else str(part)
-    return out or "(top level)"
-
-
-def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model that owns the keys at ``loc`` (to list the allowed ones)."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
-            current = _inner_model(current)
-            if isinstance(part, int):
-                continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
-            return None
-        current = _inner_model(current.model_fields[part].annotation)
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def _inner_model(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    origin = typing.get_origin(annotation)
-    if origin in (list, typing.Union, types.UnionType, dict):
-        for arg in typing.get_args(annotation):
-            found = _inner_model(arg)
-            if found is not None:
-                return found
-    return None
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str) if value is not None else "null"
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _sha256(path: Path) -> str | None:

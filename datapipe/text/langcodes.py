@@ -230,7 +230,27 @@ ALIASES: dict[str, str] = {
     "bokmal": "no",
     "norwegian bokmal": "no",
     "cantonese chinese": "yue",
+    # Country codes written for the language (cn is not a language code; difflib alone would
+    # offer scn, Sicilian). Only countries with one clear language, and only codes lid.176 lacks.
+    "cn": "zh",
+    "tw": "zh",
+    "jp": "ja",
+    "kr": "ko",
+    "gr": "el",
+    "cz": "cs",
+    "dk": "da",
+    "se": "sv",
+    "ua": "uk",
+    "vn": "vi",
+    "il": "he",
+    "ee": "et",
+    "gb": "en",
+    "us": "en",
 }
+
+# Region and script subtags of Chinese: lid.176 has one code for all of them, and the langid
+# stage's script signal tells Traditional from Simplified.
+_ZH_SUBTAGS = frozenset({"cn", "tw", "hk", "mo", "sg", "hans", "hant"})
 
 
 def suggest_language(value: str, codes: Iterable[str] = LID176_CODES) -> str | None:
@@ -266,5 +286,8 @@ def language_problems(
         hint = suggest_language(value, codes)
         name = f" ({LID176_NAMES[hint]})" if hint in LID176_NAMES else ""
         tip = f"; did you mean {hint!r}{name}?" if hint else " (codes are ISO 639 like zh, en, ja, yue)"
+        subtags = value.lower().replace("_", "-").split("-")[1:]
+        if hint in ("zh", "yue") and _ZH_SUBTAGS.intersection(subtags):
+            tip += f" ({hint} is Traditional and Simplified alike; langid's script column, hant or hans, tells them apart)"
         out.append((i, f"{value!r} is not a language code of the {model} model{tip}"))
     return out

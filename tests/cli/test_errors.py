@@ -177,6 +177,23 @@ def test_user_mistakes_give_one_line_and_the_documented_code(tiny_run: Path, tmp
     )
 
 
+def test_explain_with_an_almost_right_id_names_the_near_ones(tiny_run: Path) -> None:
+    """Ids are <source>/<input file>#L<line>: a record without its L, a missing source or folder,
+    a line past the end or a typo gets a hint with the ids that exist."""
+    meant = "a/data/a.jsonl#L3"
+    for typed in ("a/data/a.jsonl#3", "data/a.jsonl#L3", "a.jsonl#3", "A/data/a.jsonl#L3", "a/data/a.json#L3"):
+        error = _one_error(_invoke("explain", str(tiny_run), typed), EXIT_USAGE, f"hint: did you mean {meant!r}?")
+        assert error == f"error: no document {typed!r} in {tiny_run / 'stats.duckdb'}"
+    _one_error(
+        _invoke("explain", str(tiny_run), "a/data/a.jsonl#L9"),
+        EXIT_USAGE,
+        "hint: a/data/a.jsonl has 5 document(s) in this run; the nearest: 'a/data/a.jsonl#L5'",
+    )
+    far = _invoke("explain", str(tiny_run), "b/other.jsonl#L1")
+    _one_error(far, EXIT_USAGE, "no document 'b/other.jsonl#L1'")
+    assert "hint:" not in far.stderr  # nothing near: no made-up suggestion
+
+
 def test_missing_filters_file_is_one_line_and_a_hint(tiny_run: Path, tmp_path: Path) -> None:
     """A broken installation: licenses/classes.yaml gone from the filters/ folder. The run stops at the
     start, naming the file, instead of failing every document of the license stage."""

@@ -175,3 +175,89 @@ def test_defaults_are_filled_and_paths_resolved(folder: Path) -> None:
     normalized = pipe.normalized()
     assert normalized["stages"][1] == {"length": {"min_chars": 1, "max_chars": 1_000_000}}
     assert len(normalized["tokenize"]["tokenizer_sha256"]) == 64
+
+
+MANY_MISTAKES = """\
+name: t
+sources:
+  - name: web_en
+    kind: website            # web
+    paths: [data/*.jsonl]
+    text_field: body         # the records have text only
+  - name: more
+    paths: [data/*.jsonl]
+    text_feild: content      # text_field
+  - name: web_zh             # no paths
+stages:
+  - langid: {keep: [cn, eng, zh-TW], min_scor: 0.5}
+  - lenght: {min_chars: 20}
+  - length: {min_chars: 20, max_char: 10}
+  - dedup: {exact: true, treshold: 2}
+  - minhash: {threshhold: 0.7}
+tokenize:
+  tokenizer: TOKENIZER
+  seqlen: 512
+  packing: best-fit
+mixture: {web_en: 0.5, web_xx: 0.5}
+batchsize: 10
+"""
+
+
+def test_every_mistake_is_reported_in_one_pass_with_suggestions(folder: Path) -> None:
+    """An unknown key no longer hides the checks that need the object: language codes, the text
+    field, the mixture; each unknown key or value gets its nearest allowed one."""
+    path = folder / "p.yaml"
+    path.write_text(MANY_MISTAKES.replace("TOKENIZER", TOKENIZER), encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    expected = [
+        ("sources[0].kind:", '"website" is not allowed', "(did you mean 'web'?)"),
+        ("sources[0].text_field:", "'body' is not a field", "(fields: text)"),
+        ("sources[1].text_feild:", "unknown key (did you mean 'text_field'?)"),
+        ("sources[2].paths:", "required key is missing"),
+        ("stages[0].langid.keep[0]:", "'cn' is not a language code", "did you mean 'zh' (Chinese)?"),
+        ("stages[0].langid.keep[1]:", "'eng' is not a language code", "did you mean 'en' (English)?"),
+        ("stages[0].langid.keep[2]:", "'zh-TW' is not a language code", "did you mean 'zh' (Chinese)?", "hant or hans"),
+        ("stages[0].langid.min_scor:", "unknown key (did you mean 'min_score'?)"),
+        ("stages[1]:", "unknown stage type 'lenght' (did you mean 'length'?)", "allowed: boilerplate, classify"),
+        ("stages[2].length.max_char:", "unknown key (did you mean 'max_chars'?)"),
+        ("stages[3].dedup.treshold:", "unknown key; allowed keys here: exact, url, partitions"),
+        ("stages[4].minhash.threshhold:", "unknown key (did you mean 'threshold'?)"),
+        ("tokenize.seqlen:", "unknown key (did you mean 'seq_len'?)"),
+        ("tokenize.packing:", '"best-fit" is not allowed', "(did you mean 'bestfit'?)"),
+        ("mixture.web_xx:", "not a source name", "sources are: web_en, more, web_zh"),
+        ("batchsize:", "unknown key (did you mean 'batch_size'?)"),
+    ]
+    problems = info.value.problems
+    assert len(problems) == len(expected), "\n".join(problems)  # nothing left out, nothing made up
+    for problem, (key, *fragments) in zip(problems, expected):  # in the order of the keys in the file
+        assert problem.startswith(key + " "), (key, problem)
+        for fragment in fragments:
+            assert fragment in problem, (fragment, problem)
+    # The command prints them all, one line each, under one error line.
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"error: invalid pipeline file {path}:"
+    assert lines[1:] == [f"  - {p}" for p in problems]
+
+
+def test_a_wrong_required_key_still_lets_the_rest_be_checked(folder: Path) -> None:
+    """No name, a source that is not a mapping: the other sources, stages and mixture are still checked."""
+    path = folder / "p.yaml"
+    path.write_text(
+        "sources:\n  - 5\n  - {name: a, paths: [nothing/*.jsonl]}\nstages:\n  - langid: {keep: [jp]}\nmixture: {a: 1, b: 1}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    found = "\n".join(info.value.problems)
+    for fragment in (
+        "sources[0]: 5 is not allowed",
+        "sources[1].paths[0]: 'nothing/*.jsonl' matches no file",  # the index as written, after the left-out one
+        "stages[0].langid.keep[0]: 'jp' is not a language code of the lid.176 model; did you mean 'ja' (Japanese)?",
+        "mixture.b: not a source name",
+        "name: required key is missing",
+    ):
+        assert fragment in found, (fragment, found)
+    assert len(info.value.problems) == 5, found
