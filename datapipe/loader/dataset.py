@@ -647,7 +647,7 @@ class PackedDataset:
         return {**self.__dict__, "_table": None}
 
 
-def _mixture_words(mixture: dict[str, int] | None) -> str:
+def _mixture_words(mixture: object) -> str:
     return f"mixture {mixture}" if mixture else "no mixture: every source of the split"
 
 
