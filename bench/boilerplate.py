@@ -9,14 +9,18 @@ without stages (read + write only), as a ratio: the two pipelines alternate over
 
 With --web it also runs over the real pages in ../shared/data/web (Common Crawl WARC/WET, warcio
 samples, the UDHR pages) and prints the most removed lines, to judge by eye whether they are boilerplate.
+With --markup it runs over the shared TiDB docs and OI-wiki pages (Markdown with code fences, LaTeX
+math), each corpus a run of its own, and prints the lines removed and the documents whose fence or
+environment balance changed (none may).
 
-    PYTHONPATH=. python bench/boilerplate.py [--n 1000] [--min-docs 10] [--web] [--repeats 3] [--json PATH]
+    PYTHONPATH=. python bench/boilerplate.py [--n 1000] [--min-docs 10] [--web] [--markup] [--repeats 3] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
@@ -136,16 +140,49 @@ def web(min_docs: int) -> None:
         print(f"  {n:>5}  {line[:90]!r}")
 
 
+_FENCE_LINE = re.compile(r"^[ \t>]*(?:```|~~~)", re.M)
+
+
+def _balance(text: str) -> tuple[int, int, int]:
+    """Open fences (0/1), \\begin minus \\end, open $$ (0/1): what a cut fence or environment changes."""
+    return len(_FENCE_LINE.findall(text)) % 2, text.count("\\begin{") - text.count("\\end{"), text.count("$$") % 2
+
+
+def markup(min_docs: int, unit: str = "line") -> None:
+    for name in ("zh_pingcap_docs.jsonl", "zh_oiwiki.jsonl"):
+        path = DATA / "corpus" / name
+        texts = {f"s/{name}#L{i + 1}": json.loads(line)["text"] for i, line in enumerate(path.open(encoding="utf-8"))}
+        with tempfile.TemporaryDirectory() as tmp:
+            kept, rejected, _ = run_tasks(
+                Path(tmp),
+                [{"name": "s", "kind": "text", "paths": [str(path)]}],
+                [{"boilerplate": {"unit": unit, "min_docs": min_docs, "partitions": 4}}],
+            )
+        rows = list(kept.values()) + [r for r in rejected.values() if r["stage"] == "boilerplate"]
+        changed = sum(_balance(r["text"]) != _balance(texts[i]) for i, r in kept.items())
+        lines = Counter(x.strip() for r in rows for x in (r["removed_lines"] or []))
+        print(
+            f"\n{name}: {len(texts)} documents, {sum(r['lines_removed'] or 0 for r in rows):,} {unit}s removed from "
+            f"{sum((r['lines_removed'] or 0) > 0 for r in rows)}, {len(rows) - len(kept)} dropped; "
+            f"fence or environment balance changed in {changed}"
+        )
+        for line, n in lines.most_common(10):
+            print(f"  {n:>5}  {line[:90]!r}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, default=1000, help="articles per language")
     ap.add_argument("--min-docs", type=int, default=10)
     ap.add_argument("--web", action="store_true", help="also run over ../shared/data/web")
+    ap.add_argument("--markup", action="store_true", help="also run over the shared TiDB docs and OI-wiki pages")
     args = add_args(ap, repeats=3).parse_args(argv)
     h = Harness("boilerplate", args)
     planted(h, args.n, args.min_docs)
     if args.web:
         web(args.min_docs)
+    if args.markup:
+        markup(args.min_docs)
     h.finish()
     return 0
 

@@ -613,7 +613,8 @@ def export_cmd(
         allow_incomplete=allow_incomplete,
     )
     for stream, info in result.streams.items():
-        click.echo(f"{stream}: {info['docs']} documents, {info['tokens']} tokens, {info['parts']} file(s)")
+        tokens = f"{info['tokens']} tokens, " if info["tokens"] is not None else ""  # none without input_ids
+        click.echo(f"{stream}: {info['docs']} documents, {tokens}{info['parts']} file(s)")
     click.echo(
         f"{result.documents} documents in {result.output} ({result.parts_written} files written, "
         f"{result.parts_skipped} already done)"

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from datapipe.engine.progress import PhaseProgress
-from datapipe.export.documents import SPLITS, ExportError, RunDocuments
+from datapipe.export.documents import SPLITS, TOKENS, ExportError, RunDocuments
 from datapipe.export.target import ExportTarget
 from datapipe.run_folder.layout import LOCK_FILE, LOCK_RECORD
 from datapipe.run_folder.lock import RunLock
@@ -79,7 +79,8 @@ class ExportResult:
     output: Path | str  # a local folder, or the URI of a folder in object storage
     format: str
     columns: list[str]
-    streams: dict[str, dict[str, int]] = field(default_factory=dict)  # "source/split" -> docs, tokens, files
+    # "source/split" -> docs, tokens (None when input_ids is not exported: nothing was counted), parts
+    streams: dict[str, dict[str, int | None]] = field(default_factory=dict)
     files: dict[str, dict[str, Any]] = field(default_factory=dict)  # relative path -> bytes, sha256, ...
     parts_written: int = 0
     parts_skipped: int = 0
@@ -87,11 +88,13 @@ class ExportResult:
 
     @property
     def documents(self) -> int:
-        return sum(s["docs"] for s in self.streams.values())
+        return sum(s["docs"] or 0 for s in self.streams.values())
 
     @property
-    def tokens(self) -> int:
-        return sum(s["tokens"] for s in self.streams.values())
+    def tokens(self) -> int | None:
+        """Tokens exported; None when the export holds no input_ids (a JSONL of text has no count)."""
+        counts = [s["tokens"] for s in self.streams.values()]
+        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
 
 
 class _Manifest:
@@ -210,8 +213,9 @@ def _export_locked(
             if stream in manifest.streams:
                 result.parts_skipped += len(done)
             else:
+                # What the bar counts: the run's documents files read, not files written.
                 with (
-                    PhaseProgress(f"export {stream}", len(docs.doc_files(source)), 0, "files")
+                    PhaseProgress(f"export {stream}", len(docs.doc_files(source)), 0, f"docs/{source} files read")
                     if progress
                     else contextlib.nullcontext()
                 ) as bar:
@@ -276,7 +280,7 @@ def _export_stream(
                 "part": part_no,
                 "first_doc": first_doc,
                 "docs": n_docs,
-                "tokens": n_tokens,
+                "tokens": n_tokens if TOKENS in schema.names else None,
                 "files": files,
                 **extra,
             }
@@ -312,7 +316,7 @@ def _export_stream(
     manifest.finished.update(_place(target, fmt.finish_stream(out, source, split, parts, schema)))
     manifest.streams[stream] = {
         "docs": sum(p["docs"] for p in parts),
-        "tokens": sum(p["tokens"] for p in parts),
+        "tokens": sum(p["tokens"] for p in parts) if TOKENS in schema.names else None,
         "parts": len(parts),
     }
     manifest.save()
@@ -328,7 +332,7 @@ def _skip(batches: Iterator[pa.Table], n: int) -> Iterator[pa.Table]:
 
 
 def _count_tokens(table: pa.Table) -> int:
-    if "input_ids" not in table.column_names:
+    if TOKENS not in table.column_names:
         return 0
     import pyarrow.compute as pc
 

@@ -134,11 +134,13 @@ class MegatronFormat:
         return temps
 
 
-def data_path_string(out: Path | str, split: str, streams: dict[str, dict[str, int]], weights: dict[str, float]) -> str:
+def data_path_string(out: Path | str, split: str, streams: dict[str, dict[str, int | None]], weights: dict[str, float]) -> str:
     """``W1 PREFIX1 W2 PREFIX2 ...`` for Megatron's ``--data-path`` (weights normalized over the sources
     present; Megatron normalizes them again)."""
     raw = (
-        {s: float(weights.get(s, 0.0)) for s in streams} if weights else {s: float(info["tokens"]) for s, info in streams.items()}
+        {s: float(weights.get(s, 0.0)) for s in streams}
+        if weights
+        else {s: float(info["tokens"] or 0) for s, info in streams.items()}
     )
     total = sum(raw.values()) or 1.0
     root = str(out).rstrip("/")

@@ -33,12 +33,13 @@ Mixture
 
 State
     ``state_dict()`` is {version, consumed_samples, manifest_fingerprint,
-    config_fingerprint, config}. ``consumed_samples`` counts global samples handed out;
+    config_fingerprint, config, sources}. ``consumed_samples`` counts global samples handed out;
     since every rank steps together, the state is identical on every rank.
     ``load_state_dict`` continues at exactly that sample, with any number of ranks or
     workers whose global batch size is the same; a changed manifest (shards of the split
     added, removed or rewritten), tokenizer, seq_len, seed, mixture, split, epoch length or
-    global batch size raises ``StateMismatch``.
+    global batch size raises ``StateMismatch`` (a mixture over other sources is named as
+    such, not as changed shards).
     Iterating the dataset in-process advances the count. With DataLoader workers the main
     process never sees the iteration: use ``ds.dataloader(...)`` (a DataLoader that records
     the ``batch_index`` of each batch it returns), or call ``ds.mark_consumed(batch)``.

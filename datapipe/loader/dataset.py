@@ -611,11 +611,23 @@ class PackedDataset:
             "manifest_fingerprint": self.manifest_fingerprint,
             "config_fingerprint": self.config_fingerprint,
             "config": dict(self.config),
+            "sources": list(self.sources),  # what the manifest fingerprint covers
         }
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("version") != STATE_VERSION:
             raise StateMismatch(f"loader state version {state.get('version')} != {STATE_VERSION}")
+        old_config = state.get("config", {})
+        # The fingerprint covers the shards of the sources read: a mixture over other sources
+        # changes it too, and "the shards changed" would send the user looking at the run.
+        # (A state saved before "sources" was recorded names them only through its mixture.)
+        saved = state.get("sources") or (sorted(old_config["mixture"]) if old_config.get("mixture") else None)
+        if saved is not None and sorted(saved) != self.sources:
+            raise StateMismatch(
+                f"the mixture changed since this state was saved: it read sources {sorted(saved)} "
+                f"({_mixture_words(old_config.get('mixture'))}), this loader reads {self.sources} "
+                f"({_mixture_words(self.config['mixture'])}); resuming would not continue the same order"
+            )
         if state["manifest_fingerprint"] != self.manifest_fingerprint:
             raise StateMismatch(
                 "the shards changed since this state was saved (manifest fingerprint "
@@ -623,8 +635,7 @@ class PackedDataset:
                 "would not continue the same order"
             )
         if state["config_fingerprint"] != self.config_fingerprint:
-            old = state.get("config", {})
-            diff = {k: (old.get(k), v) for k, v in self.config.items() if old.get(k) != v}
+            diff = {k: (old_config.get(k), v) for k, v in self.config.items() if old_config.get(k) != v}
             raise StateMismatch(f"loader configuration changed since the state was saved (saved, now): {diff}")
         consumed = int(state["consumed_samples"])
         if consumed % self.global_batch_size:
@@ -634,6 +645,10 @@ class PackedDataset:
     def __getstate__(self) -> dict:
         # Memory maps do not pickle; worker processes reopen shards on first touch.
         return {**self.__dict__, "_table": None}
+
+
+def _mixture_words(mixture: object) -> str:
+    return f"mixture {mixture}" if mixture else "no mixture: every source of the split"
 
 
 def _offsets(parts: list[np.ndarray]) -> np.ndarray:

@@ -9,7 +9,10 @@ the earliest in run order). This is CCNet's and Dolma's line/paragraph dedup and
 Normalisation (``normalize_units``, Arrow kernels) does not split on spaces, so Chinese lines
 work: NFKC, lower case, every digit folded to 0, and whitespace, punctuation and symbols removed.
 A unit whose normalised form is shorter than ``min_unit_chars`` or only digits is never counted
-(blank and one-character lines, bullets, separators, "12." list counters).
+(blank and one-character lines, bullets, separators, "12." list counters). Markup is never counted
+(``markup_units``, ``datapipe/text/markup.py``): code fences and the lines inside code blocks,
+display math and its lines, table rows, HTML tag lines; normalised, an opening "```sql" is the
+frequent line "sql" while its bare closing fence never counts, so removing it broke the page.
 
 Engine steps (``steps()``):
 
@@ -41,6 +44,7 @@ from datapipe.dedup.minhash import partition_of
 from datapipe.stages.base import CheckContext, Decision, Problem, Resources, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, PartitionStep, ReduceInputs, no_drops
+from datapipe.text.markup import structure_lines
 
 # Why 10: a template line is on every page of its site (hundreds in a crawl), an article sentence
 # is rarely verbatim in more than a few documents (quotes, syndicated copies that minhash handles).
@@ -151,8 +155,25 @@ def batch_unit_hashes(texts: pa.Array | pa.ChunkedArray, unit: str, min_chars: i
     counted = pc.and_(
         pc.greater_equal(pc.utf8_length(norm), min_chars), pc.greater(pc.utf8_length(pc.replace_substring(norm, "0", "")), 0)
     )
-    keep = counted.to_numpy(zero_copy_only=False)
-    return doc[keep], pos[keep], hash_strings(norm.filter(counted))
+    keep = counted.to_numpy(zero_copy_only=False) & ~markup_units(units, doc, unit)
+    return doc[keep], pos[keep], hash_strings(norm.filter(pa.array(keep)))
+
+
+def markup_units(units: pa.Array, doc: np.ndarray, unit: str) -> np.ndarray:
+    """Units that are (or hold a line of) Markdown or LaTeX structure: never counted, so never removed.
+
+    Normalised, an opening fence "```sql" is "sql", among the most frequent lines of any
+    documentation site, while its bare closing "```" never counts; the same for
+    ``\\begin{aligned}``. Removing such lines unbalances the markup of the documents kept
+    (``datapipe/text/markup.py`` says which lines are structure)."""
+    if unit == "line":
+        return structure_lines(units, doc)
+    lines = pc.split_pattern(units, _LINE_SEP)  # a paragraph's lines; the blank lines are its separators
+    line_unit = pc.list_parent_indices(lines).to_numpy(zero_copy_only=False).astype(np.int64)
+    first = np.ones(len(line_unit), bool)
+    first[1:] = line_unit[1:] != line_unit[:-1]
+    marked = structure_lines(lines.flatten(), doc[line_unit], block_start=first)
+    return np.bincount(line_unit[marked], minlength=len(units)) > 0
 
 
 def strip_units(text: str, unit: str, drop: set[int]) -> tuple[str, list[str]]:

@@ -215,6 +215,16 @@ def test_legit_queries_still_work(real_run: Path) -> None:
     assert run_query(real_run, "select sum(rows) as r from shards").column("r")[0].as_py() > 0
 
 
+def test_sql_help_names_every_view_of_a_run(real_run: Path) -> None:
+    """`sql --help` lists the views a run has (it once left out mixture and contamination)."""
+    with duckdb.connect(str(real_run / "stats.duckdb"), read_only=True) as con:
+        views = {r[0] for r in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
+    assert {"funnel", "shards", "mixture", "contamination"} <= views  # this run's stage (length) adds none
+    listed = CliRunner().invoke(main, ["sql", "--help"]).output
+    named = set(re.findall(r"\w+", listed.split("Views:", 1)[1].split("Example:", 1)[0]))
+    assert views | {"kept_docs", "rejected_docs"} <= named, sorted(views - named)
+
+
 def test_cli_prints_real_wikipedia_text_verbatim(real_run: Path) -> None:
     runner = CliRunner()
     query = "select id, text from kept_docs where source = 'wiki' order by id"

@@ -331,14 +331,19 @@ def test_cli_export(run: Path, expected, tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["export", str(run), "--format", "megatron", "--output", str(tmp_path / "m")])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert f"zh/train: {len(expected[('zh', 'train')])} documents" in res.output
+    zh_train = expected[("zh", "train")]
+    assert f"zh/train: {len(zh_train)} documents, {sum(len(d['input_ids']) for d in zh_train)} tokens, " in res.output
     data_path = next(line for line in lines if line.startswith("--data-path "))
     assert data_path.split(" ", 1)[1] == (tmp_path / "m" / "data_path.train.txt").read_text().strip()
-    # Progress, off a terminal: one line per source and split, every documents file of the source read.
+    # Progress, off a terminal: one line per source and split, every documents file of the source read
+    # (said so: they are the run's files read, not the files written).
     for source, split in STREAMS:
         n_files = len(list((run / "docs" / source).glob("*.parquet")))
-        assert f"export {source}/{split}: {n_files}/{n_files} files in " in res.output
+        assert f"export {source}/{split}: {n_files}/{n_files} docs/{source} files read in " in res.output
     quiet = CliRunner().invoke(main, ["export", str(run), "--format", "jsonl", "-o", str(tmp_path / "j"), "--no-progress"])
-    assert quiet.exit_code == 0 and "files in " not in quiet.output and "zh/train: " in quiet.output
+    assert quiet.exit_code == 0 and "files read" not in quiet.output
+    # JSONL of text holds no input_ids: no token count is claimed ("0 tokens" was printed), here or in the record.
+    assert f"zh/train: {len(zh_train)} documents, 1 file(s)" in quiet.output and "tokens" not in quiet.output
+    assert json.loads((run / "exports" / "jsonl.json").read_text())["tokens"] is None
     res = CliRunner().invoke(main, ["export", str(run), "--format", "hf", "-o", str(tmp_path / "h"), "--columns", "id,bad"])
     assert res.exit_code == 2 and "--columns: bad not among" in res.output

@@ -9,9 +9,10 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from datapipe.engine.tasks.shard_writer import write_shard
-from datapipe.loader import PackedDataset
+from datapipe.loader import PackedDataset, StateMismatch
 from datapipe.pipeline.load import TokenizeConfig
 from datapipe.tokens.encode import encode_documents, load_tokenizer_info
 from datapipe.tokens.packing import BestFitPacker, concat_rows
@@ -111,3 +112,15 @@ def test_loader_on_real_text(tmp_path: Path) -> None:
     ds3 = PackedDataset(run, backend="numpy", batch_size=4, seed=7)
     ds3.load_state_dict(state)
     assert all(np.array_equal(a, b["input_ids"]) for a, b in zip(rest, ds3, strict=True))
+
+    # Resumed with a mixture over fewer sources: the message names the mixture, not the shards
+    # (which did not change), also for a state saved before it recorded its sources.
+    both = PackedDataset(run, backend="numpy", batch_size=4, seed=7, mixture={"zh": 1, "en": 1})
+    next(iter(both))
+    legacy = {k: v for k, v in both.state_dict().items() if k != "sources"}
+    for saved, was in ((state, "no mixture"), (both.state_dict(), "mixture {'en': 1, 'zh': 1}"), (legacy, "mixture {")):
+        with pytest.raises(StateMismatch) as refused:
+            PackedDataset(run, backend="numpy", batch_size=4, seed=7, mixture={"zh": 1}).load_state_dict(saved)
+        message = str(refused.value)
+        assert "mixture changed" in message and "shards changed" not in message, message
+        assert "it read sources ['en', 'zh'] (" + was in message and "this loader reads ['zh'] (mixture {'zh': 1})" in message
