@@ -114,6 +114,7 @@ def test_the_server_and_its_settings_are_not_the_run_identity_what_is_asked_is(t
         ({"output_schema": {"type": "object", "properties": {"model": {"type": "string"}}}}, "which the stage writes its model"),
         ({"keep": [{"field": "color", "values": ["red"]}]}, "keep[0].field: 'color' is no property"),
         ({"keep": [{"field": "first_word", "min": 1}]}, "min and max need a number"),
+        ({"keep": [{"field": "n_chars", "values": ["many"]}]}, "'n_chars' is an integer column"),
         ({"api_key_env": "DATAPIPE_SURELY_UNSET_KEY"}, "DATAPIPE_SURELY_UNSET_KEY is not set"),
         ({"prompt_file": "missing.txt", "prompt": None}, "prompt_file: file not found"),
         ({"endpoint": "127.0.0.1:8000"}, "endpoint must be an http"),

@@ -132,10 +132,10 @@ class Handler(BaseHTTPRequestHandler):
         if fault == "500":
             self._send(500, b"internal error", h, attempt, "500")
             return
-        if fault == "timeout":
-            time.sleep(state.timeout_sleep)  # the client has given up by now
+        if fault == "timeout":  # logged first: the run may be over before the sleep is
             with state.lock:
                 state.write_log({"doc": h, "attempt": attempt, "status": "timeout", "prompt_tokens": 0, "completion_tokens": 0})
+            time.sleep(state.timeout_sleep)  # the client has given up by now
             self.close_connection = True
             return
         if fault == "malformed":

@@ -265,9 +265,29 @@ def _column_problems(o: AnnotateOptions, schema: dict[str, Any], schema_key: str
                     f"{rule.field!r} is no property of the schema; its properties: {', '.join(schema['properties'])}",
                 )
             )
-        elif (rule.min is not None or rule.max is not None) and field_type(prop) not in (pa.int64(), pa.float64()):
+            continue
+        dtype = field_type(prop)
+        if (rule.min is not None or rule.max is not None) and dtype not in (pa.int64(), pa.float64()):
             problems.append((f"keep[{i}]", f"min and max need a number or integer property; {rule.field!r} is not one"))
+        if rule.values is not None and not all(_fits(v, dtype) for v in rule.values):
+            problems.append((f"keep[{i}].values", f"{rule.field!r} is {_TYPE_NAMES[dtype]} column: list values of that type"))
     return problems
+
+
+_TYPE_NAMES = {pa.string(): "a string", pa.int64(): "an integer", pa.float64(): "a number", pa.bool_(): "a boolean"}
+
+
+def _fits(value: Any, dtype: pa.DataType) -> bool:
+    """Whether a keep rule's value can equal an answer in a column of ``dtype``."""
+    if dtype == pa.bool_():
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if dtype == pa.int64():
+        return isinstance(value, int)
+    if dtype == pa.float64():
+        return isinstance(value, (int, float))
+    return isinstance(value, str)
 
 
 class _Task:
