@@ -54,10 +54,20 @@ def endpoint_host(endpoint: str) -> str:
     return urlsplit(endpoint).netloc.rsplit("@", 1)[-1]
 
 
-class _Retry(Exception):
-    def __init__(self, detail: str, after: float | None = None) -> None:
-        super().__init__(detail)
-        self.after = after
+@dataclass(frozen=True)
+class _Retry:
+    """One try that may succeed when repeated (``after``: the server's Retry-After, seconds)."""
+
+    detail: str
+    after: float | None = None
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A reply that repeating will not change."""
+
+    detail: str
+    broken: bool
 
 
 def ask(settings: ClientSettings, body: dict[str, Any], request: str, doc_id: str, stop: threading.Event) -> Answer | Failure:
@@ -70,29 +80,24 @@ def ask(settings: ClientSettings, body: dict[str, Any], request: str, doc_id: st
     for attempt in range(settings.max_retries + 1):
         if stop.is_set():
             return Failure("not_asked", "the task stopped asking: " + (last or "an earlier request failed"))
-        try:
-            return _once(settings, data, headers, request, doc_id)
-        except _Retry as exc:
-            last = str(exc)
-            if attempt == settings.max_retries:
-                break
-            delay = min(settings.max_backoff_s, settings.backoff_s * 2**attempt) * random.uniform(0.5, 1.0)
-            if exc.after is not None:
-                delay = max(delay, min(exc.after, settings.max_backoff_s))
-            stop.wait(delay)
-        except _Refused as exc:
-            return Failure("request_rejected", exc.detail, broken=exc.broken)
+        outcome = _once(settings, data, headers, request, doc_id)
+        if isinstance(outcome, Answer):
+            return outcome
+        if isinstance(outcome, _Refused):
+            return Failure("request_rejected", outcome.detail, broken=outcome.broken)
+        last = outcome.detail
+        if attempt == settings.max_retries:
+            break
+        delay = min(settings.max_backoff_s, settings.backoff_s * 2**attempt) * random.uniform(0.5, 1.0)
+        if outcome.after is not None:
+            delay = max(delay, min(outcome.after, settings.max_backoff_s))
+        stop.wait(delay)
     return Failure("request_failed", f"after {settings.max_retries + 1} tries: {last}")
 
 
-class _Refused(Exception):
-    def __init__(self, detail: str, broken: bool) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.broken = broken
-
-
-def _once(settings: ClientSettings, data: bytes, headers: dict[str, str], request: str, doc_id: str) -> Answer:
+def _once(
+    settings: ClientSettings, data: bytes, headers: dict[str, str], request: str, doc_id: str
+) -> Answer | _Retry | _Refused:
     req = urllib.request.Request(settings.url, data=data, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=settings.timeout_s) as resp:
@@ -100,19 +105,19 @@ def _once(settings: ClientSettings, data: bytes, headers: dict[str, str], reques
     except urllib.error.HTTPError as exc:
         text = _body_text(exc)
         if exc.code in RETRY_STATUS or exc.code >= 500:
-            raise _Retry(f"HTTP {exc.code}: {text}", _retry_after(exc.headers.get("Retry-After"))) from None
-        raise _Refused(f"HTTP {exc.code}: {text}", broken=exc.code in BROKEN_STATUS) from None
+            return _Retry(f"HTTP {exc.code}: {text}", _retry_after(exc.headers.get("Retry-After")))
+        return _Refused(f"HTTP {exc.code}: {text}", broken=exc.code in BROKEN_STATUS)
     except (TimeoutError, OSError, http.client.HTTPException) as exc:  # URLError is an OSError
         reason = getattr(exc, "reason", None) or exc
         name = "timed out" if isinstance(reason, TimeoutError) or "timed out" in str(reason) else type(reason).__name__
-        raise _Retry(f"{name}: {reason}") from None
+        return _Retry(f"{name}: {reason}")
     try:
         reply = json.loads(raw)
         choice = reply["choices"][0]
         message = choice.get("message") or {}
         usage = reply.get("usage") or {}
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        raise _Retry(f"the reply is not a chat completion: {raw[:BODY_CHARS]!r}") from None
+        return _Retry(f"the reply is not a chat completion: {raw[:BODY_CHARS]!r}")
     return Answer(
         request=request,
         id=doc_id,
