@@ -97,7 +97,7 @@ class AnnotateOptions(StageOptions):
     # Run settings: how the work is done; not part of the run's identity.
     endpoint: str = Field(
         description="Base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1 (requests go to "
-        "<endpoint>/chat/completions). Not part of the run's identity: a resumed run may use another server."
+        "<endpoint>/chat/completions); a resumed run may use another server."
     )
     api_key_env: str | None = Field(
         None, description="Name of the environment variable holding the API key (sent as a Bearer token; never recorded)."
