@@ -184,8 +184,12 @@ class Handler(BaseHTTPRequestHandler):
             )
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 256  # the default backlog of 5 resets connections of a client with more in flight
+
+
 def serve(args: argparse.Namespace) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server = Server(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.state = State(Path(args.log), args.faults, args.delay, args.timeout_sleep, args.restart_after, args.api_key)  # type: ignore[attr-defined]
     tmp = Path(args.port_file + ".tmp")

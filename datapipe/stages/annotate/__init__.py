@@ -340,7 +340,7 @@ class _Task:
         if "text" in columns:
             columns["text"] = [t[: o.max_chars] if isinstance(t, str) else t for t in columns["text"]]
         keys: list[str | None] = []
-        pending: dict[str, tuple[str, dict[str, Any]]] = {}
+        pending: set[str] = set()
         for i, doc_id in enumerate(ids):
             if not self._sampled(doc_id):
                 keys.append(None)
@@ -351,20 +351,21 @@ class _Task:
             key = sha256_of(body)
             keys.append(key)
             if key not in self.journal.answers and key not in self.failures and key not in pending:
-                pending[key] = (doc_id, body)
-        self._ask(pending)
+                self._submit(key, doc_id, body)  # asked while the rest of the batch is prepared
+                pending.add(key)
+        self._collect(len(pending))
         return self._columns(batch, ids, keys)
 
-    def _ask(self, pending: dict[str, tuple[str, dict[str, Any]]]) -> None:
-        if not pending:
-            return
+    def _submit(self, key: str, doc_id: str, body: dict[str, Any]) -> None:
         if not self.started:
             for t in self.threads:
                 t.start()
             self.started = True
-        for key, (doc_id, body) in pending.items():
-            self.jobs.put((key, doc_id, body))
-        for _ in range(len(pending)):  # recorded one by one as they arrive, not when the batch is done
+        self.jobs.put((key, doc_id, body))
+
+    def _collect(self, n: int) -> None:
+        """The outcomes of ``n`` submitted requests, each answer journaled the moment it arrives."""
+        for _ in range(n):
             key, outcome = self.results.get()
             if isinstance(outcome, Answer):
                 self.asked += 1
@@ -379,7 +380,8 @@ class _Task:
                 if self.stop_reason is None:
                     self.stop_reason = outcome
                 self.stop.set()  # the rest of the task is not asked; check() fails it
-        self.journal.sync()
+        if n:
+            self.journal.sync()
 
     def _budget(self) -> float:
         return max(self.options.max_failures, self.options.max_failed_fraction * self.asked)
