@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from datapipe.audit.annotations import HEADER as ANNOTATION_HEADER
+from datapipe.audit.annotations import annotation_totals
+from datapipe.audit.annotations import rows as annotation_rows
 from datapipe.audit.mixture import configured_sources
 from datapipe.audit.sql import read_run_json, reading
 from datapipe.errors import DatapipeError
@@ -238,6 +241,7 @@ def build_report(run_dir: Path) -> str:
         chars_hist = _log_hist(con, "n_chars")
         tokens_hist = _log_hist(con, "n_tokens")
         classifier = _classifier_sections(con)
+        annotations = annotation_totals(con, run)
     weights = (run.get("config") or {}).get("mixture") or {}
     # Every source of the pipeline and of the weights has a row, also one that kept nothing.
     by_source: dict[str, float] = dict.fromkeys([*configured_sources(run), *weights], 0)
@@ -329,6 +333,7 @@ def build_report(run_dir: Path) -> str:
         ),
         table(["lang", "kept", "rejected"], langs),
         *classifier,
+        *(["<h2>LLM annotation</h2>", table(list(ANNOTATION_HEADER), annotation_rows(annotations))] if annotations else []),
         "<h2>Shards</h2>",
         table(["source", "split", "shards", "rows", "tokens", "fill"], shards) if shards else "<p>No shards.</p>",
     ]

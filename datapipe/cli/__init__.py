@@ -307,17 +307,20 @@ def explain(run_dir: Path, doc_id: str) -> None:
     "--budget", metavar="TOKENS", help="Training token budget (e.g. 300M, 2.5B): print the sampling ratio each source needs."
 )
 def stats(run_dir: Path, budget: str | None) -> None:
-    """Print RUN_DIR's token mixture against the pipeline's `mixture` weights.
+    """Print RUN_DIR's token mixture against the pipeline's `mixture` weights (and, for annotate
+    stages, the documents answered and the prompt and completion tokens, with a cost where priced).
 
     \b
     With --budget, each source's sampling ratio: target share x budget / its train tokens
     (above 1: epochs, the source is repeated; below 1: the fraction of it used).
     """
+    from datapipe.audit.annotations import print_annotations, run_annotation_totals
     from datapipe.audit.mixture import mixture_report, parse_tokens, print_mixture
 
     tokens = parse_tokens(budget) if budget is not None else None
     report = mixture_report(run_dir, tokens)
     print_mixture(report)
+    print_annotations(run_annotation_totals(run_dir))  # annotate stages: answers, tokens, cost
 
 
 @main.command("train-tokenizer")

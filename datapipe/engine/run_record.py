@@ -20,7 +20,7 @@ from typing import Any
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.input_identity import InputChanged, Reads, check_inputs, whole_file_sha256
 from datapipe.engine.plan import RunSpec
-from datapipe.pipeline.identity import config_changes, resource_changes
+from datapipe.pipeline.identity import config_changes, identity_config, resource_changes
 from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder
 from datapipe.storage.uri import folder_stat, input_key, input_stat
@@ -113,7 +113,8 @@ def _refuse_changed(
     inputs: list[dict[str, Any]],
     log: Callable[[str], None],
 ) -> None:
-    changes = config_changes(previous.get("config", {}), normalized)
+    # A stage's run settings (a server's address, concurrency) may change between attempts.
+    changes = config_changes(identity_config(previous.get("config", {})), identity_config(normalized))
     if "resources" in previous:
         changes += resource_changes(previous["resources"], resources)
     else:  # a run.json from before rule files were recorded: nothing to compare them with

@@ -63,6 +63,33 @@ def identity(entries: list[dict[str, Any]]) -> list[list[Any]]:
     return [[*_ident(e), e.get("sha256")] for e in entries]
 
 
+def identity_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A normalized config (``Pipeline.normalized()`` or run.json's ``config``) less each stage's run
+    settings (``StageOptions.run_settings``: a server's address, concurrency, retries): what the
+    fingerprint hashes and a resume compares. A stage type not registered here is kept whole."""
+    from datapipe.stages import STAGES  # late: only pipelines with stages need the registry
+
+    stages = config.get("stages") if isinstance(config, dict) else None
+    if not isinstance(stages, list):
+        return config
+    out = []
+    for entry in stages:
+        if isinstance(entry, dict) and len(entry) == 1:
+            ((kind, options),) = entry.items()
+            settings = _run_settings(STAGES, kind)
+            if settings and isinstance(options, dict):
+                entry = {kind: {k: v for k, v in options.items() if k not in settings}}
+        out.append(entry)
+    return {**config, "stages": out}
+
+
+def _run_settings(stages: Any, kind: str) -> frozenset[str]:
+    try:
+        return stages[kind].Options.run_settings if kind in stages else frozenset()
+    except Exception:  # a plugin that cannot be imported: its options are compared whole
+        return frozenset()
+
+
 def resource_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
     """One line per file that is read now and was not, is no longer read, or means something else now.
 

@@ -136,13 +136,14 @@ class Pipeline:
         return record_resources(files, self.base_dir)
 
     def fingerprint(self) -> str:
-        """The run's identity: the normalized config (tokenizer hash included) and every resource file's hash.
+        """The run's identity: the normalized config (tokenizer hash included, stages' run settings left
+        out) and every resource file's hash.
 
         A pipeline whose stages read no files keeps the fingerprint it had before resources counted.
         """
-        from datapipe.pipeline.identity import identity
+        from datapipe.pipeline.identity import identity, identity_config
 
-        data = self.normalized()
+        data = identity_config(self.normalized())
         resources = identity(self.resources())
         if resources:
             data = {**data, "resources": resources}  # not a config key: PipelineConfig forbids unknown keys

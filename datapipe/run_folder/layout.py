@@ -8,6 +8,7 @@
     <run>/stats.duckdb                        the audit database
     <run>/run.json                            config, versions, inputs, timings, counts
     <run>/_work/                              intermediate outputs and completion markers
+    <run>/_work/stageNN-<stage>/<shard>/      a stage's own per-task files (annotate's answers journal)
     <run>/.datapipe.lock, .datapipe.lock.json the driver's lock and who holds it (run_folder/lock.py)
 
 A task's outputs are renamed into place before its marker is written, so a marker
@@ -154,6 +155,12 @@ class RunFolder:
     def scratch_dir(self, segment: int) -> Path:
         """Spill space of the global stage ending ``segment`` (DuckDB, sorts)."""
         return self.work / f"{reduce_phase(segment)}-scratch"  # local spill space, never committed
+
+    def stage_work_dir(self, position: int, stage: str, shard_key: str) -> Path:
+        """A stage's own folder for one map task (``Stage.start_task``): kept across attempts of the
+        task, so what the stage paid for once (a model's answers) is not asked again. Local to the
+        node that runs the task, like the spill space: never committed to a remote run folder."""
+        return self.work / f"stage{position:02d}-{stage}" / shard_key
 
     def state_file(self, segment: int) -> Path:
         return self._local(self.work / f"{reduce_phase(segment)}-state.parquet")

@@ -30,6 +30,10 @@ class StageOptions(BaseModel):
     """Base for stage options: unknown keys are errors, values are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Options that say how a run does its work, not what it computes (where a server is, how many
+    # requests at once, retries): recorded in run.json but not part of the run's identity, so a
+    # run resumes with them changed (datapipe.pipeline.identity.identity_config).
+    run_settings: ClassVar[frozenset[str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,16 @@ class Stage:
     def setup(self) -> None:
         """Load models and indexes: called by the engine once per worker process (``build_stage``)
         before the stage's first batch; code that builds a stage itself calls it before ``compute``."""
+
+    def start_task(self, work_dir: Path) -> None:
+        """Called by the engine before a map task's first batch. ``work_dir`` is the task's own folder
+        for this stage in the run folder's ``_work/`` (created by the stage if it writes there): it
+        survives a killed or failed attempt of the task, so work paid for once (answers of a remote
+        model) is read back instead of done again; ``--fresh`` removes it."""
+
+    def end_task(self, completed: bool) -> None:
+        """Called after a map task's last batch (``completed``: before its outputs are committed; the
+        stage may raise to fail the task) or when the task fails (``completed`` False: release only)."""
 
     def applies_to(self, kind: str) -> bool:
         """Whether documents of this source kind go through the stage (others pass untouched)."""

@@ -226,7 +226,10 @@ def _table(section: Section, links: dict[type, str]) -> str:
         limits = _constraints(field)
         if limits:
             kind += f"; {limits}"
-        rows.append(f"| `{key}` | {_cell(kind)} | {_cell(_default(key, field, links))} | {_cell(field.description or '')} |")
+        text = field.description or ""
+        if key in getattr(section.model, "run_settings", ()):  # a stage's StageOptions.run_settings
+            text += " A run setting: not part of the run's identity."
+        rows.append(f"| `{key}` | {_cell(kind)} | {_cell(_default(key, field, links))} | {_cell(text)} |")
     return "\n".join(rows)
 
 

@@ -201,7 +201,12 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     opened = [_identity_only(r.path) for r in shard.inputs if segment.index == 0 and not reader_spec(r.format).streamed]
     scope = contextlib.ExitStack()
     reads = scope.enter_context(recording_reads()) if segment.index == 0 else []
+    started_tasks: list[Stage] = []  # stages told of this task (Stage.start_task), told again at its end
     try:
+        for pos, stage in stages:
+            if pos not in skips:
+                stage.start_task(folder.stage_work_dir(pos, stage.name, shard.key))
+                started_tasks.append(stage)
         max_bytes = MAX_BATCH_TEXT_BYTES if out.tokens is None else MAX_TOKENIZE_BATCH_TEXT_BYTES
         for batch in _bounded(_segment_input(spec, folder, shard, segment, counts, out.reject), max_bytes):
             if applying is not None:
@@ -226,8 +231,12 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                 batch, _ = out.isolated(tokenize_pos, TOKENIZE_STAGE, batch, lambda b: _encode(spec, b))
                 batch = _write_tokens(batch, out.tokens)
             out.keep(batch)
+        while started_tasks:  # a stage may fail the task here, before anything is committed
+            started_tasks.pop(0).end_task(completed=True)
         out.close()
     except BaseException:
+        for stage in started_tasks:
+            stage.end_task(completed=False)
         out.abort()
         raise
     finally:
