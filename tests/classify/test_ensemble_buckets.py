@@ -190,6 +190,8 @@ def _pipeline(tmp_path: Path, models: Path, classify: dict) -> Path:
         ({"buckets": {"ensemble": "weighted", "weights": {"qa": 1, "qc": 0}}}, "buckets.weights.qc", "'qc' is not a model"),
         ({"buckets": {"ensemble": "weighted"}}, "buckets.weights", "ensemble: weighted needs weights"),
         ({"buckets": {"name": "qa"}}, "buckets.name", "also a model's name"),
+        ({"buckets": {}, "keep": [{"bucket": "qa", "min_percentile": 10}]}, "keep[0]", "a bucket is a percentile already"),
+        ({"keep": [{"score": "cls_qa_hq", "min": 1.5}]}, "keep[0]", "a score rule's bounds are probabilities"),
         ({"buckets": {}, "models": {"qa": {"path": "MODEL", "bucket_label": "good"}}}, "models.qa.bucket_label", "'good'"),
     ],
 )
