@@ -20,7 +20,7 @@ from datapipe.engine.runner import run_pipeline
 from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
 from datapipe.pipeline.load import ConfigError, load_pipeline
 from datapipe.stages.base import StageContext
-from datapipe.stages.classify import Classify, ClassifyOptions
+from datapipe.stages.classify import Classify, ClassifyOptions, KeepRule
 from datapipe.stages.row_keys import row_keys
 from tests.support.shared_data import shared_path
 
@@ -241,3 +241,27 @@ def test_a_run_records_buckets_explains_keep_by_bucket_and_reports_them(models: 
     html = page.read_text(encoding="utf-8")
     assert "Classifier buckets" in html and "<code>bucket_ensemble</code>" in html
     assert "<th>bucket</th><th>zh</th><th>documents</th><th>kept</th>" in html
+
+
+def test_score_and_bucket_rules_together_the_first_failing_one_names_the_drop(models: Path, tmp_path: Path) -> None:
+    scored = Classify(_options(models), StageContext(".", "."))
+    scored.setup()
+    docs = scored.compute(_docs(60))
+    floor = round(float(np.quantile(docs["cls_qa_hq"].to_numpy(), 0.3)), 4)  # a threshold some documents fail
+    keep = [
+        {"score": "cls_qa_hq", "min": floor},
+        {"bucket": "ensemble", "min": 5},
+        {"score": "cls_qb_hq", "min_percentile": 50},
+    ]
+    stage = Classify(_options(models).model_copy(update={"keep": [KeepRule(**k) for k in keep]}), StageContext(".", "."))
+    stage.setup()
+    got = _bucket_run(stage, docs, tmp_path, 2)
+    reasons = {r["reason"] for r in got.values()}
+    assert {"classifier:cls_qa_hq", "classifier_bucket:ensemble", None} <= reasons, reasons
+    for r in got.values():
+        if r["cls_qa_hq"] < floor:
+            assert r["reason"] == "classifier:cls_qa_hq"
+        elif r["bucket_ensemble"] < 5:
+            assert r["reason"] == "classifier_bucket:ensemble"
+        else:
+            assert r["reason"] in (None, "classifier:cls_qb_hq")
