@@ -175,6 +175,9 @@ def classify_lines(row: dict[str, Any], run_dir: Path) -> list[str]:
     for stage in (_run_json(run_dir).get("config") or {}).get("stages") or []:
         options = stage.get("classify") if isinstance(stage, dict) else None
         for rule in (options or {}).get("keep") or []:
+            if rule.get("bucket") is not None:
+                out += _bucket_rule_lines(row, rule, options or {})
+                continue
             col, value = rule.get("score"), row.get(rule.get("score"))
             if value is None:
                 continue
@@ -203,6 +206,28 @@ def classify_lines(row: dict[str, Any], run_dir: Path) -> list[str]:
                     )
                 )
                 out.append(f"  {verdict} {col}={value:.4f}  ({where})")
+    return out
+
+
+def _bucket_rule_lines(row: dict[str, Any], rule: dict[str, Any], options: dict[str, Any]) -> list[str]:
+    """A classify bucket rule against the document's bucket, with the models' buckets it came from
+    (the buckets are recorded columns, so a kept document is graded as exactly as a dropped one)."""
+    name = rule["bucket"]
+    value = row.get(f"bucket_{name}")
+    if value is None:
+        return []
+    buckets = options.get("buckets") or {}
+    models = ", ".join(f"bucket_{m}={row.get(f'bucket_{m}')}" for m in options.get("models") or {})
+    ranked = "ranked " if buckets.get("rank_ensemble") else ""
+    how = f"{ranked}{buckets.get('ensemble', 'max')} of {models}" if name == buckets.get("name", "ensemble") else models
+    out = []
+    for key, op, fails in (("min", ">=", lambda b: value < b), ("max", "<=", lambda b: value > b)):
+        if rule.get(key) is not None:
+            bound = rule[key]
+            out.append(
+                f"  {'FAIL' if fails(bound) else 'ok  '} bucket_{name}={value}  ({op} {bound:g} of "
+                f"{buckets.get('count', 20)} buckets; {how})"
+            )
     return out
 
 

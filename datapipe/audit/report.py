@@ -180,6 +180,39 @@ def _classifier_sections(con: Any) -> list[str]:
     return out
 
 
+def _bucket_sections(con: Any) -> list[str]:
+    """Per classifier bucket column (``bucket_<model>``, ``bucket_<ensemble>``): documents per bucket
+    and language (the languages with most documents), and how many of each bucket were kept."""
+    columns = [
+        r[0]
+        for r in con.execute("DESCRIBE documents").fetchall()
+        if str(r[0]).startswith("bucket_") and str(r[1]) in ("SMALLINT", "INTEGER", "BIGINT", "TINYINT")
+    ]
+    if not columns:
+        return []
+    out = ["<h2>Classifier buckets</h2>"]
+    for col in columns:
+        q = f'"{col}"'
+        counts = con.execute(
+            f"SELECT {q}, coalesce(lang, 'unknown'), count(*), count(*) FILTER (status = 'kept') "
+            f"FROM documents WHERE {q} IS NOT NULL GROUP BY ALL"
+        ).fetchall()
+        by_lang: dict[str, int] = {}
+        for _, lang, n, _ in counts:
+            by_lang[lang] = by_lang.get(lang, 0) + n
+        langs = sorted(by_lang, key=lambda x: (-by_lang[x], x))[:12]
+        cells: dict[tuple[int, str], int] = {(b, lang): n for b, lang, n, _ in counts}
+        kept: dict[int, int] = {}
+        for b, _, _, k in counts:
+            kept[b] = kept.get(b, 0) + k
+        rows = [
+            (b, *(cells.get((b, lang), 0) for lang in langs), sum(n for (bb, _), n in cells.items() if bb == b), kept[b])
+            for b in sorted(kept)
+        ]
+        out += [f"<h3><code>{html.escape(col)}</code></h3>", table(["bucket", *langs, "documents", "kept"], rows)]
+    return out
+
+
 def _boilerplate(con: Any) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """Per source: lines and characters the boilerplate stage removed; the lines removed most often."""
     columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
@@ -242,6 +275,7 @@ def build_report(run_dir: Path) -> str:
         tokens_hist = _log_hist(con, "n_tokens")
         classifier = _classifier_sections(con)
         annotations = annotation_totals(con, run)
+        classifier += _bucket_sections(con)
     weights = (run.get("config") or {}).get("mixture") or {}
     # Every source of the pipeline and of the weights has a row, also one that kept nothing.
     by_source: dict[str, float] = dict.fromkeys([*configured_sources(run), *weights], 0)

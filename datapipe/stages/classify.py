@@ -16,7 +16,14 @@ Keep rules, checked in order, the first failing one names the drop (reason
   is below them. The cut-off is the lower edge of the bucket holding the percentile, so
   at most P% of a group is dropped (less by at most that bucket's share).
 
-Without a percentile rule the stage is an ordinary per-document stage (no extra phase).
+With ``buckets`` (several models, Nemotron-CC style) each model's score of its ``bucket_label``
+becomes a corpus-wide percentile bucket per group, ``bucket_<model>`` (int16, 0 .. count-1, exact
+ranks: ``datapipe.classify.buckets``), and an ensemble rule gives one more, ``bucket_<name>``; keep
+rules with ``bucket:`` bound them (reason ``classifier_bucket:<name>``). The stage is then global:
+the combine step ranks the scores and judges every rule, and ``apply`` adds the bucket columns and
+drops what failed, so kept and dropped documents alike carry their buckets.
+
+Without a percentile rule or buckets the stage is an ordinary per-document stage (no extra phase).
 """
 
 from __future__ import annotations
@@ -32,10 +39,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
+from datapipe.classify import buckets as bk
 from datapipe.classify.model import Classifier, column_name, meta_path, predict_all, read_meta
 from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
-from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs
+from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs, no_drops, state_rows
+from datapipe.stages.row_keys import row_keys as make_row_keys
 
 _NULL = pa.scalar(None, pa.string())
 LOAD_LABELS_MAX_BYTES = 64 << 20  # validation reads a model's labels by loading it only below this size
@@ -47,12 +56,18 @@ class ModelSpec(StageOptions):
         "auto", description="How texts become tokens: auto reads the model's NAME.meta.json (plain without one)."
     )
     labels: list[str] | None = Field(None, description="Labels to record a score column for (default: all).")
+    bucket_label: str = Field("hq", description="With buckets: the label whose score is ranked into this model's bucket_<model>.")
 
 
 class KeepRule(StageOptions):
-    score: str = Field(description="Score column, cls_<model>_<label>.")
-    min: float | None = Field(None, ge=0.0, le=1.0, description="Drop documents scoring below this.")
-    max: float | None = Field(None, ge=0.0, le=1.0, description="Drop documents scoring above this.")
+    score: str | None = Field(None, description="Score column, cls_<model>_<label> (or give bucket).")
+    bucket: str | None = Field(None, description="Instead of score: a bucket, a model's name or the ensemble's (needs buckets).")
+    min: float | None = Field(
+        None, ge=0.0, description="Drop documents scoring below this (a probability; with bucket, a bucket number)."
+    )
+    max: float | None = Field(
+        None, ge=0.0, description="Drop documents scoring above this (a probability; with bucket, a bucket number)."
+    )
     min_percentile: float | None = Field(
         None, gt=0.0, lt=100.0, description="Drop documents below this percentile of their group's scores."
     )
@@ -62,17 +77,50 @@ class KeepRule(StageOptions):
 
     @model_validator(mode="after")
     def _one_bound(self) -> KeepRule:
+        if (self.score is None) == (self.bucket is None):
+            raise ValueError("give score (a score column) or bucket (a bucket name), one of them")
         if self.min is None and self.max is None and self.min_percentile is None:
             raise ValueError("give min, max and/or min_percentile")
+        if self.score is not None:
+            for key, v in (("min", self.min), ("max", self.max)):
+                if v is not None and v > 1.0:
+                    raise ValueError(f"{key}: {v:g} is above 1; a score rule's bounds are probabilities (0 to 1)")
+        else:
+            if self.min_percentile is not None:
+                raise ValueError("min_percentile is for score rules; a bucket is a percentile already: use min")
+            for key, v in (("min", self.min), ("max", self.max)):
+                if v is not None and not float(v).is_integer():
+                    raise ValueError(f"{key}: {v:g} is not a bucket number; buckets are 0, 1, ... count-1")
         return self
+
+
+class BucketOptions(StageOptions):
+    count: int = Field(20, ge=2, le=10_000, description="Buckets per model: percentiles 0 .. count-1 of each group.")
+    per: list[Literal["lang", "kind", "source"]] = Field(
+        ["lang", "kind"], description="Columns whose values form the groups ranked separately."
+    )
+    ensemble: Literal["max", "mean", "weighted"] = Field(
+        "max", description="How the models' buckets make the ensemble bucket: the highest, the mean or weights."
+    )
+    weights: dict[str, float] | None = Field(
+        None, description="With ensemble: weighted: model name -> weight, one for every model, summing to 1."
+    )
+    name: str = Field("ensemble", description="The ensemble's name: its column is bucket_<name>.")
+    rank_ensemble: bool = Field(
+        False,
+        description="Rank the ensemble's value into equal percentile buckets per group (else: rounded down).",
+    )
 
 
 class ClassifyOptions(StageOptions):
     models: dict[str, ModelSpec] = Field(min_length=1, description="Name (in column names) -> model.")
-    keep: list[KeepRule] = Field([], description="Keep rules on score columns; none: score only.")
+    keep: list[KeepRule] = Field([], description="Keep rules on score columns or buckets; none: score only.")
     kinds: list[str] = Field(["web", "paper", "text"], description="Source kinds the stage applies to.")
     max_chars: int = Field(100_000, ge=100, description="Characters of each document the models read.")
     bins: int = Field(10_000, ge=10, le=1_000_000, description="Histogram buckets per group for percentiles.")
+    buckets: BucketOptions | None = Field(
+        None, description="Corpus-wide percentile buckets per model and an ensemble bucket (makes the stage global)."
+    )
 
     @model_validator(mode="after")
     def _names(self) -> ClassifyOptions:
@@ -80,6 +128,41 @@ class ClassifyOptions(StageOptions):
         if bad:
             raise ValueError(f"model names name columns: use a-z, 0-9 and _ only ({', '.join(bad)})")
         return self
+
+
+def bucket_column(name: str) -> str:
+    return f"bucket_{name}"
+
+
+def bucket_problems(o: ClassifyOptions) -> list[Problem]:
+    """Problems of the buckets section and of the bucket keep rules, each with its key path."""
+    problems: list[Problem] = []
+    b = o.buckets
+    names = [*o.models, b.name] if b is not None else []
+    if b is not None:
+        if not re.fullmatch(r"[a-z0-9_]+", b.name):
+            problems.append(("buckets.name", f"{b.name!r} names a column: use a-z, 0-9 and _ only"))
+        if b.name in o.models:
+            problems.append(("buckets.name", f"{b.name!r} is also a model's name; the ensemble needs its own"))
+        if b.ensemble == "weighted":
+            if b.weights is None:
+                problems.append(("buckets.weights", "ensemble: weighted needs weights, model name -> weight"))
+            else:
+                problems += [(f"buckets.{k}", m) for k, m in bk.weight_problems(b.weights, list(o.models))]
+        elif b.weights is not None:
+            problems.append(("buckets.weights", f"weights are for ensemble: weighted (this is {b.ensemble})"))
+    for i, rule in enumerate(o.keep):
+        if rule.bucket is None:
+            continue
+        if b is None:
+            problems.append((f"keep[{i}].bucket", "a bucket rule needs buckets (buckets: {count: 20})"))
+        elif rule.bucket not in names:
+            problems.append((f"keep[{i}].bucket", f"{rule.bucket!r} is not a bucket; allowed: {', '.join(names)}"))
+        else:
+            for key, v in (("min", rule.min), ("max", rule.max)):
+                if v is not None and v > b.count - 1:
+                    problems.append((f"keep[{i}].{key}", f"{v:g} is past the last bucket, {b.count - 1}"))
+    return problems
 
 
 def _resolve(path: str, base: Path | str) -> Path:
@@ -111,7 +194,7 @@ class Classify(GlobalStage):
 
     @classmethod
     def global_for(cls, options: Any) -> bool:
-        return any(r.min_percentile is not None for r in options.keep)
+        return options.buckets is not None or any(r.min_percentile is not None for r in options.keep)
 
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:
@@ -138,8 +221,19 @@ class Classify(GlobalStage):
                         (f"models.{name}.labels[{i}]", f"{lab!r} is not a label of {path.name}; its labels: {', '.join(labels)}")
                     )
             wanted = [lab.removeprefix("__label__") for lab in spec.labels] if spec.labels else labels
-            columns[name] = {column_name(name, lab) for lab in wanted}
+            scored = {column_name(name, lab) for lab in wanted}
+            columns[name] = scored
+            if o.buckets is not None and column_name(name, spec.bucket_label) not in scored:
+                problems.append(
+                    (
+                        f"models.{name}.bucket_label",
+                        f"{spec.bucket_label!r} is not a scored label of {path.name}; scored: {', '.join(wanted)}",
+                    )
+                )
+        problems += bucket_problems(o)
         for i, rule in enumerate(o.keep):
+            if rule.score is None:
+                continue  # a bucket rule: bucket_problems
             owner = next((n for n in o.models if rule.score.startswith(f"cls_{n}_")), None)
             if owner is None:
                 problems.append(
@@ -170,6 +264,8 @@ class Classify(GlobalStage):
             if not labels:
                 return None
             out |= {column_name(name, lab) for lab in labels}
+        if options.buckets is not None:
+            out |= {bucket_column(n) for n in [*options.models, options.buckets.name]}
         return out
 
     @classmethod
@@ -204,8 +300,17 @@ class Classify(GlobalStage):
         # A model too big to load at validation is checked here: a rule on a column no model writes
         # would otherwise keep everything without a word.
         produced = {col for _, _, cols in self._classifiers for _, col in cols}
+        problems = bucket_problems(self.options)
+        if problems:
+            raise ValueError(f"classify: {problems[0][0]}: {problems[0][1]}")
+        for name, spec in self.options.models.items():
+            if self.options.buckets is not None and column_name(name, spec.bucket_label) not in produced:
+                raise ValueError(
+                    f"classify: models.{name}.bucket_label: {spec.bucket_label!r} is not a scored label; "
+                    f"scored: {', '.join(sorted(produced))}"
+                )
         for i, rule in enumerate(self.options.keep):
-            if rule.score not in produced:
+            if rule.score is not None and rule.score not in produced:
                 raise ValueError(
                     f"classify: keep[{i}].score: {rule.score!r} is not a score column of this stage; "
                     f"allowed: {', '.join(sorted(produced))}"
@@ -238,7 +343,7 @@ class Classify(GlobalStage):
         reason = pa.nulls(batch.num_rows, pa.string())
         detail = pa.nulls(batch.num_rows, pa.string())
         for rule in reversed(self.options.keep):  # the first failing rule wins: apply the others first
-            if rule.score not in batch.column_names:
+            if rule.score is None or rule.score not in batch.column_names:
                 continue
             score = batch[rule.score]
             for bound, fails, op in ((rule.min, pc.less, "<"), (rule.max, pc.greater, ">")):
@@ -253,7 +358,10 @@ class Classify(GlobalStage):
         return Decision(reason, detail)
 
     def steps(self) -> tuple[GlobalStep, ...]:
-        """One combine task over every shard's scores: a percentile is of the whole corpus."""
+        """One combine task over every shard's scores: a percentile is of the whole corpus. With buckets
+        it decides nothing itself: its state (buckets, reason, detail per document) goes to ``apply``."""
+        if self.options.buckets is not None:
+            return (CombineStep(no_drops, self._bucket_state),)
         return (CombineStep(self._combine),)
 
     def _combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
@@ -266,33 +374,7 @@ class Classify(GlobalStage):
         out: list[pa.Table] = []
         for path, shard in zip(inputs.files, inputs.shards):
             table = _read(path, o.keep)
-            reason = np.full(table.num_rows, None, dtype=object)
-            detail = np.full(table.num_rows, None, dtype=object)
-            for i, rule in reversed(list(enumerate(o.keep))):  # first failing rule wins
-                score = _scores(table, rule.score)
-                judged = ~np.isnan(score)
-                fails: list[tuple[np.ndarray, np.ndarray]] = []
-                for bound, op in ((rule.min, "<"), (rule.max, ">")):
-                    if bound is not None:
-                        bad = judged & ((score < bound) if op == "<" else (score > bound))
-                        if bad.any():
-                            fails.append((bad, np.array([f"{rule.score}={s:.4f} {op} {bound:g}" for s in score])))
-                if rule.min_percentile is not None:
-                    keys = _group_keys(table, rule.per)
-                    cut = np.array([cutoffs[i].get(k, (0, 0))[0] for k in keys], dtype=np.int64)
-                    bad = judged & (_bucket(score, o.bins) < cut)  # compared as buckets: no float edge cases
-                    if bad.any():
-                        text = np.array(
-                            [
-                                f"{rule.score}={s:.4f} < {c / o.bins:.4f} (p{rule.min_percentile:g} of "
-                                f"{_describe(rule.per, k)}, {cutoffs[i].get(k, (0, 0))[1]} docs)"
-                                for s, c, k in zip(score, cut, keys)
-                            ]
-                        )
-                        fails.append((bad, text))
-                for bad, text in reversed(fails):
-                    reason[bad] = f"classifier:{rule.score}"
-                    detail[bad] = text[bad]
+            reason, detail = self._judge(table, cutoffs)
             drop = np.flatnonzero(reason != None)  # noqa: E711 (elementwise on an object array)
             if len(drop):
                 out.append(
@@ -316,10 +398,187 @@ class Classify(GlobalStage):
             )
         return pa.concat_tables(out)
 
+    def _judge(
+        self,
+        table: pa.Table,
+        cutoffs: dict[int, dict[tuple[str | None, ...], tuple[int, int]]],
+        buckets: dict[str, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every keep rule on one shard's documents: (reason, detail) object arrays, None where kept.
+        ``buckets``: name -> each document's bucket (-1: not bucketed), for the bucket rules."""
+        o: ClassifyOptions = self.options
+        reason = np.full(table.num_rows, None, dtype=object)
+        detail = np.full(table.num_rows, None, dtype=object)
+        for i, rule in reversed(list(enumerate(o.keep))):  # first failing rule wins
+            if rule.bucket is not None:
+                assert buckets is not None  # a bucket rule needs buckets: bucket_problems
+                self._judge_bucket(table, rule, buckets, reason, detail)
+                continue
+            assert rule.score is not None
+            score = _scores(table, rule.score)
+            judged = ~np.isnan(score)
+            fails: list[tuple[np.ndarray, np.ndarray]] = []
+            for bound, op in ((rule.min, "<"), (rule.max, ">")):
+                if bound is not None:
+                    bad = judged & ((score < bound) if op == "<" else (score > bound))
+                    if bad.any():
+                        fails.append((bad, np.array([f"{rule.score}={s:.4f} {op} {bound:g}" for s in score])))
+            if rule.min_percentile is not None:
+                keys = _group_keys(table, rule.per)
+                cut = np.array([cutoffs[i].get(k, (0, 0))[0] for k in keys], dtype=np.int64)
+                bad = judged & (_bucket(score, o.bins) < cut)  # compared as buckets: no float edge cases
+                if bad.any():
+                    text = np.array(
+                        [
+                            f"{rule.score}={s:.4f} < {c / o.bins:.4f} (p{rule.min_percentile:g} of "
+                            f"{_describe(rule.per, k)}, {cutoffs[i].get(k, (0, 0))[1]} docs)"
+                            for s, c, k in zip(score, cut, keys)
+                        ]
+                    )
+                    fails.append((bad, text))
+            for bad, text in reversed(fails):
+                reason[bad] = f"classifier:{rule.score}"
+                detail[bad] = text[bad]
+        return reason, detail
 
-def _read(path: str, rules: list[KeepRule]) -> pa.Table:
+    def _judge_bucket(
+        self, table: pa.Table, rule: KeepRule, buckets: dict[str, np.ndarray], reason: np.ndarray, detail: np.ndarray
+    ) -> None:
+        """A bucket rule: drops with reason ``classifier_bucket:<name>``; the detail has the bucket, the
+        bound, every model's bucket and score and the group (text made for the dropped documents only)."""
+        o: ClassifyOptions = self.options
+        b = o.buckets
+        assert b is not None and rule.bucket is not None
+        value = buckets[rule.bucket]
+        judged = value >= 0
+        fails = []
+        for bound, op in ((rule.min, "<"), (rule.max, ">")):
+            if bound is not None:
+                bad = judged & ((value < bound) if op == "<" else (value > bound))
+                fails.append((bad, op, bound))
+        scores = {n: _scores(table, column_name(n, spec.bucket_label)) for n, spec in o.models.items()}
+        keys = _group_keys(table, b.per)
+        how = (f"ranked {b.ensemble} of " if b.rank_ensemble else f"{b.ensemble} of ") if rule.bucket == b.name else ""
+        for bad, op, bound in reversed(fails):
+            for j in np.flatnonzero(bad):
+                models = ", ".join(
+                    f"{bucket_column(n)}={buckets[n][j]} {column_name(n, o.models[n].bucket_label)}={scores[n][j]:.4f}"
+                    for n in o.models
+                )
+                reason[j] = f"classifier_bucket:{rule.bucket}"
+                detail[j] = (
+                    f"{bucket_column(rule.bucket)}={value[j]} {op} {bound:g} ({how}{models}; "
+                    f"{b.count} buckets of {_describe(b.per, keys[j])})"
+                )
+
+    def _bucket_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        """Every document's buckets and the verdict of every rule, for ``apply``.
+
+        Pass 1 ranks each model's scores within their groups over the whole corpus (exact:
+        ``datapipe.classify.buckets``), pass 2 reads each shard again and judges its documents."""
+        o: ClassifyOptions = self.options
+        b = o.buckets
+        assert b is not None
+        names = list(o.models)
+        cols = [column_name(n, o.models[n].bucket_label) for n in names]
+        cutoffs = percentile_cutoffs(inputs, o.keep, o.bins)
+        groups: dict[tuple[str | None, ...], int] = {}
+        keys: list[list[np.ndarray]] = [[] for _ in names]
+        codes: list[list[np.ndarray]] = [[] for _ in names]
+        sizes = []
+        all_ties: list[np.ndarray] = []
+        for path in inputs.files:
+            table = _read(path, o.keep, cols)
+            ties = bk.tie_keys(table["id"].to_pylist())
+            all_ties.append(ties)
+            code = np.array([groups.setdefault(k, len(groups)) for k in _group_keys(table, b.per)], np.int64)
+            for j, col in enumerate(cols):
+                score = _scores(table, col)
+                keys[j].append(bk.sort_keys(np.nan_to_num(score, nan=0.0), ties))
+                codes[j].append(np.where(np.isnan(score), -1, code))  # unscored (kinds): in no group
+            sizes.append(table.num_rows)
+        ranked = np.stack(
+            [
+                bk.rank_buckets(
+                    np.concatenate(k) if k else np.empty(0, np.uint64),
+                    np.concatenate(c) if c else np.empty(0, np.int64),
+                    b.count,
+                )
+                for k, c in zip(keys, codes)
+            ],
+            axis=1,
+        )  # models: at least one (ClassifyOptions.models)
+        weights = [b.weights[n] for n in names] if b.weights is not None else None
+        if b.rank_ensemble:  # the models' groups agree where all scored (the same kinds): take the first's
+            group = np.concatenate(codes[0]) if codes[0] else np.empty(0, np.int64)
+            tie = np.concatenate(all_ties) if all_ties else np.empty(0, np.uint64)
+            ensemble = bk.ranked_ensemble(ranked, b.ensemble, weights, group, tie, b.count)
+        else:
+            ensemble = bk.combine(ranked, b.ensemble, weights)
+        del keys, codes, all_ties
+        out = []
+        start = 0
+        for path, shard, n in zip(inputs.files, inputs.shards, sizes):
+            table = _read(path, o.keep, cols)
+            by_name = {name: ranked[start : start + n, j] for j, name in enumerate(names)}
+            by_name[b.name] = ensemble[start : start + n]
+            start += n
+            reason, detail = self._judge(table, cutoffs, by_name)
+            out.append(
+                state_rows(
+                    make_row_keys(shard, 0, n),
+                    **{bucket_column(k): _bucket_array(v) for k, v in by_name.items()},
+                    reason=pa.array(reason.tolist(), pa.string()),
+                    detail=pa.array(detail.tolist(), pa.string()),
+                )
+            )
+        if not out:
+            return state_rows(
+                np.empty(0, np.int64),
+                **{bucket_column(k): pa.array([], pa.int16()) for k in [*names, b.name]},
+                reason=pa.array([], pa.string()),
+                detail=pa.array([], pa.string()),
+            )
+        return pa.concat_tables(out)
+
+    def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
+        """With buckets: each document's bucket columns and the combine step's verdict on it."""
+        o: ClassifyOptions = self.options
+        if o.buckets is None:
+            return super().apply(batch, row_keys, state)
+        names = [*o.models, o.buckets.name]
+        n = batch.num_rows
+        if state is None or state.num_rows == 0:
+            idx = pa.nulls(n, pa.int64())
+        else:
+            keys = state["row_key"].to_numpy()
+            order = np.argsort(keys, kind="stable")
+            j = np.minimum(np.searchsorted(keys[order], row_keys), len(keys) - 1)
+            hit = keys[order][j] == row_keys
+            idx = pa.array(np.where(hit, order[j], 0), mask=~hit)
+        for name in names:
+            col = bucket_column(name)
+            values = state[col].take(idx) if state is not None and state.num_rows else pa.nulls(n, pa.int16())
+            batch = set_column(batch, col, values)
+        if state is None or state.num_rows == 0:
+            return batch, Decision.keep_all(n)
+        reason = state["reason"].take(idx)
+        detail = state["detail"].take(idx)
+        return batch, Decision(_flat(reason), _flat(detail))
+
+
+def _flat(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _bucket_array(values: np.ndarray) -> pa.Array:
+    """int16 buckets, null where -1 (a document no model scored)."""
+    return pa.array(values.astype(np.int16), pa.int16(), mask=values < 0)
+
+
+def _read(path: str, rules: list[KeepRule], extra: Sequence[str] = ()) -> pa.Table:
     names = set(pq.read_schema(path).names)
-    wanted = ["id", "kind", "lang", "source", *(r.score for r in rules)]
+    wanted = ["id", "kind", "lang", "source", *(r.score for r in rules if r.score is not None), *extra]
     return pq.read_table(path, columns=[c for c in dict.fromkeys(wanted) if c in names])
 
 
@@ -360,6 +619,7 @@ def percentile_cutoffs(
         table = _read(path, rules)
         for i in hists:
             rule = rules[i]
+            assert rule.score is not None  # a percentile rule is a score rule (KeepRule._one_bound)
             score = _scores(table, rule.score)
             judged = ~np.isnan(score)
             if not judged.any():

@@ -15,7 +15,10 @@ from tests.support.shared_data import PROJECT_ROOT, shared_path
 
 READY = sorted((PROJECT_ROOT / "pipelines").glob("*.yaml"))
 # Pipelines that need a file the user makes first (their header says how): the error must name it.
-NEEDS_FIRST = {"classify.yaml": "stages[2].classify.models.quality.path"}
+NEEDS_FIRST = {
+    "classify.yaml": "stages[2].classify.models.quality.path",
+    "classify_ensemble.yaml": "stages[1].classify.models.qa.path",
+}
 
 
 @pytest.mark.parametrize("path", READY, ids=[p.name for p in READY])
