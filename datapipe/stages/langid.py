@@ -76,6 +76,11 @@ class LangId(Stage):
     name = "langid"
     Options = LangIdOptions
     resources = Resources(num_cpus=1, memory_mb=300)
+    decision_options = frozenset({"keep", "min_score", "by_kind", "mixed_min_fraction"})
+
+    @classmethod
+    def keeps_text(cls, options: LangIdOptions) -> bool:
+        return not options.to_simplified  # converting to Simplified rewrites the text
 
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:
