@@ -27,12 +27,20 @@ import pyarrow.parquet as pq
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import Recorded
 from datapipe.engine.run_record import input_changes, input_listing
+from datapipe.errors import EXIT_USAGE
 from datapipe.pipeline.identity import config_changes, resource_changes
 from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import STAGES
 from datapipe.stages.base import CheckContext
 from datapipe.storage.uri import is_uri
+
+
+class CannotRedecide(PipelineError):
+    """``--from`` names no run whose recorded signals are of this pipeline's documents."""
+
+    exit_code = EXIT_USAGE  # as asked, it cannot be done: another --from, or a run without it
+
 
 # Config sections that say which documents a run has and how they are read: a change in any of them
 # makes the earlier run's rows other documents (``inputs`` are compared by run_record.input_changes).
@@ -50,17 +58,17 @@ def plan_reuse(pipeline: Pipeline, source: Path | str, output: RunFolder, log: C
     """Which recorded signals of the run in ``source`` a run of ``pipeline`` into ``output`` reuses;
     refused (PipelineError, naming what differs) where the earlier run's rows are not its documents."""
     if is_uri(source):
-        raise PipelineError(f"--from {source}: re-deciding reads a run folder on this machine, not in object storage")
+        raise CannotRedecide(f"--from {source}: re-deciding reads a run folder on this machine, not in object storage")
     old = RunFolder(source)
     if old.root == output.root:
-        raise PipelineError(
+        raise CannotRedecide(
             f"--from {old.root} is the output folder itself: re-deciding writes a new run folder (give another one with --output)"
         )
     run = old.load_run_json() if old.root.is_dir() else None
     if run is None:
-        raise PipelineError(f"--from {old.root}: not a run folder (no run.json)")
+        raise CannotRedecide(f"--from {old.root}: not a run folder (no run.json)")
     if run.get("status") != "complete":
-        raise PipelineError(
+        raise CannotRedecide(
             f"--from {old.root}: that run is not complete (status {run.get('status')!r}); finish it first "
             f"(run its command again), then re-decide from it"
         )
@@ -73,7 +81,7 @@ def plan_reuse(pipeline: Pipeline, source: Path | str, output: RunFolder, log: C
     if old_kinds != kinds:
         changes.append(f"stages: {', '.join(old_kinds) or 'none'} -> {', '.join(kinds) or 'none'}")
     if changes:
-        raise PipelineError(
+        raise CannotRedecide(
             f"--from {old.root}: its recorded signals are not of this pipeline's documents; changed since then:\n"
             + "\n".join(f"  - {c}" for c in changes[:30])
             + "\nRe-deciding needs the same sources, inputs and stages (in the same order); only stage "
@@ -90,7 +98,7 @@ def plan_reuse(pipeline: Pipeline, source: Path | str, output: RunFolder, log: C
             computed[pos] = "no recorded values"
     split = run.get("split") or {}
     if not split.get("target_bytes"):
-        raise PipelineError(f"--from {old.root}: its run.json records no split (target_bytes); it cannot be re-decided from")
+        raise CannotRedecide(f"--from {old.root}: its run.json records no split (target_bytes); it cannot be re-decided from")
     names = {pos: f"{pos} {kind}" for pos, kind in enumerate(kinds, start=1)}
     tokens = _tokens_reusable(pipeline, config, normalized)
     log(

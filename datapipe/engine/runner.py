@@ -102,8 +102,8 @@ def _run_locked(
     choose: Callable[[RunSpec | None], Executor],
     reuse_from: Path | str | None = None,
 ) -> RunResult:
+    reuse = plan_reuse(pipeline, reuse_from, folder, log) if reuse_from is not None else None  # refused: nothing written
     record = open_record(pipeline, folder, fresh, log)
-    reuse = plan_reuse(pipeline, reuse_from, folder, log) if reuse_from is not None else None
     if reuse is not None:
         record.run["from"] = reuse.record
         if not record.split:  # the earlier run's map tasks: each one's recorded rows are in its files

@@ -17,7 +17,9 @@ import duckdb
 import pyarrow as pa
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from datapipe.cli import main
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.tasks import map as map_task
 from datapipe.stages.langid import LangId
@@ -139,5 +141,7 @@ def test_other_documents_are_refused(tmp_path: Path) -> None:
     with pytest.raises(PipelineError, match=r"(?s)not of this pipeline's documents.*sources"):
         run_in_process(other, output=tmp_path / "new", reuse_from=old)
     assert not (tmp_path / "new" / "docs").exists()
-    with pytest.raises(PipelineError, match="is the output folder itself"):
-        run_in_process(tmp_path / "old.yaml", output=old, reuse_from=old)
+    # The command: exit 2 (as asked, it cannot be done), one error line, no traceback.
+    res = CliRunner().invoke(main, ["run", str(tmp_path / "old.yaml"), "--from", str(old), "--output", str(old)])
+    assert res.exit_code == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith(f"error: --from {old} is the output folder itself"), res.stderr

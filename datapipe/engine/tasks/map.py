@@ -202,7 +202,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                     continue
                 if batch.num_rows == 0:
                     break
-                step = _stage_step(stage) if pos not in reused else _reused_step(spec, pos, reused[pos])
+                step = _stage_step(stage) if pos not in reused else _reused_step(spec, pos, stage, reused[pos])
                 batch, decision = out.isolated(pos, stage.name, batch, step)
                 batch = out.reject(pos, stage.name, batch, decision)
             if compute_global is not None and batch.num_rows:
@@ -466,14 +466,15 @@ def _stage_step(stage: Stage) -> Step:
     return step
 
 
-def _reused_step(spec: RunSpec, position: int, recorded: pa.Table) -> Step:
-    """The stage's decision over its recorded signals (``run --from``); computed where there are none."""
+def _reused_step(spec: RunSpec, position: int, stage: Stage, recorded: pa.Table) -> Step:
+    """The stage's decision over its recorded signals (``run --from``); computed where there are none
+    (set up only then: a stage whose every document has recorded signals loads no model)."""
     assert spec.recorded is not None
     columns = spec.recorded.of(position) or ()
 
     def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
         computed = with_recorded(batch, recorded, columns, lambda b: build_stage(spec, position, setup=True).compute(b))
-        return computed, build_stage(spec, position).decide(computed)
+        return computed, stage.decide(computed)
 
     return step
 
