@@ -8,11 +8,13 @@ shards, statistics) is done as in any run, so its outputs are those of a fresh r
 
 What is reused, stage by stage (``plan_reuse``): the signals of a per-document stage that only adds
 columns (``Stage.keeps_text``), whose options other than its decision options and whose resource
-files are those of the earlier run, and whose input text is the same (no stage before it that may
-rewrite text was changed). A document the earlier run dropped before such a stage has no recorded
-values for it: the map task computes them (``engine/tasks/recorded.py``). Anything else is
-computed. The documents themselves must be the same (sources, record limits, input files, the
-stages in the same order), else the run is refused: the recorded rows would be of other documents.
+files are those of the earlier run, and whose input is the same: no stage before it was changed
+(other than in thresholds), since a stage's signals may depend on the text an earlier stage left
+and on earlier signals (quality picks its rule set by langid's ``lang``). A document the earlier
+run dropped before such a stage has no recorded values for it: the map task computes them
+(``engine/tasks/recorded.py``). Anything else is computed. The documents themselves must be the
+same (sources, record limits, input files, the stages in the same order), else the run is
+refused: the recorded rows would be of other documents.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def _reusable(
     kinds = frozenset(s.kind for s in pipeline.config.sources)
     reused: dict[int, set[str]] = {}
     computed: dict[int, str] = {}
-    text_changed = ""  # the first earlier stage that may rewrite text and was changed
+    changed = ""  # the first earlier stage changed other than in thresholds: what it says changed
     owners: dict[str, list[int]] = {}
     for pos, (kind, options) in enumerate(pipeline.stage_options, start=1):
         cls = STAGES[kind]
@@ -161,16 +163,15 @@ def _reusable(
             pass  # a global stage's signals are computed with its corpus-wide step: always computed
         elif changes:
             computed[pos] = changes[0]
-        elif text_changed:
-            computed[pos] = f"its input text may differ: {text_changed}"
+        elif changed:
+            computed[pos] = f"its input may differ: {changed}"
         elif not cls.keeps_text(options):
             computed[pos] = "it may rewrite the text"
         elif not columns:
             computed[pos] = "its columns are not known up front" if columns is None else "it adds no signal"
         else:
             reused[pos] = columns
-        if changes and not cls.keeps_text(options) and not text_changed:
-            text_changed = changes[0]
+        changed = changed or (changes[0] if changes else "")
     for c, positions in owners.items():  # a column two stages write holds the later one's values
         for pos in positions if len(positions) > 1 else ():
             if reused.pop(pos, None) is not None:

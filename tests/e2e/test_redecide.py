@@ -10,6 +10,7 @@ every other document's are read from the old run.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,8 @@ def test_redecide_equals_a_fresh_run_and_computes_only_unrecorded_signals(
 
 def test_changed_signal_option_recomputes_the_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A langid option its signals depend on (max_chars) is no threshold: langid is computed for every
-    document that reaches it, and the outputs are still a fresh run's."""
+    document that reaches it, and so is quality after it (it picks its rule set by langid's ``lang``);
+    the outputs are still a fresh run's."""
     old, new, fresh = tmp_path / "old", tmp_path / "new", tmp_path / "fresh"
     en = real_config()["sources"][0]["paths"][:2]  # English only: small
     for name, max_chars in (("old", 20_000), ("new", 300)):
@@ -124,11 +126,14 @@ def test_changed_signal_option_recomputes_the_stage(tmp_path: Path, monkeypatch:
         path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     run_in_process(tmp_path / "old.yaml", output=old)
     run_in_process(tmp_path / "new.yaml", output=fresh)
-    langid = _Counting(monkeypatch, LangId)
+    langid, quality = _Counting(monkeypatch, LangId), _Counting(monkeypatch, Quality)
     run_in_process(tmp_path / "new.yaml", output=new, reuse_from=old)
     assert output_digests(new) == output_digests(fresh)
     assert langid.ids and sorted(langid.ids) == sorted(_ids(new, "read", "length", negate=True))
-    assert "stages[1].langid.max_chars: 20000 -> 300" in (new / "run.json").read_text()
+    assert quality.ids and sorted(quality.ids) == sorted(_ids(new, "read", "length", "langid", negate=True))
+    computed = json.loads((new / "run.json").read_text())["from"]["computed"]
+    assert computed["2 langid"] == "stages[1].langid.max_chars: 20000 -> 300"
+    assert computed["3 quality"] == "its input may differ: stages[1].langid.max_chars: 20000 -> 300"
 
 
 def test_other_documents_are_refused(tmp_path: Path) -> None:
