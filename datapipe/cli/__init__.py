@@ -139,6 +139,15 @@ def main() -> None:
 @click.option("--num-cpus", type=click.IntRange(min=1), help="CPUs for the embedded Ray (default: all).")
 @click.option("--fresh", is_flag=True, help="Discard an existing run in the output folder and start over.")
 @click.option(
+    "--from",
+    "reuse_from",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="OLD_RUN",
+    help="Re-decide from a finished run of the same inputs: its recorded signals are read instead of "
+    "computed for stages whose options differ only in thresholds; decisions and everything after them "
+    "are redone into the output folder, as a fresh run would make them.",
+)
+@click.option(
     "--no-progress",
     is_flag=True,
     help="No progress bars: plain lines instead, as off a terminal (every $DATAPIPE_PROGRESS_INTERVAL "
@@ -159,6 +168,7 @@ def run(
     ray_address: str | None,
     num_cpus: int | None,
     fresh: bool,
+    reuse_from: Path | None,
     no_progress: bool,
     in_process: bool | None,
 ) -> None:
@@ -173,7 +183,9 @@ def run(
       run.json       config, package versions, input hashes, timings
 
     A run that is interrupted (Ctrl-C, even killed) resumes where it stopped when the
-    same command is run again. A changed pipeline is refused unless --fresh is given.
+    same command is run again. A changed pipeline is refused unless --fresh is given;
+    with changed thresholds only, --from OLD_RUN --output NEW_RUN re-decides from OLD_RUN's
+    recorded signals instead of computing them again.
     One driver at a time per run folder: a second one is refused, naming the first.
     """
     from datapipe.runtime.arrow_pandas import enable_for_run
@@ -196,6 +208,7 @@ def run(
         show_progress=not no_progress,
         log=lambda m: click.echo(m, err=True),
         in_process=in_process,
+        reuse_from=reuse_from,
     )
     print_summary(result)
 

@@ -70,6 +70,21 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """Signals an earlier run recorded, read instead of computed (``run --from``, engine/redecide.py):
+    its run folder, for each reused stage position the columns the stage adds, in the order its
+    ``compute`` adds them (a run's outputs keep that order), and whether its documents' token lists
+    are reused too (no stage may change a text, and the tokenizer is the same)."""
+
+    root: str
+    columns: tuple[tuple[int, tuple[str, ...]], ...]
+    tokens: bool = False
+
+    def of(self, position: int) -> tuple[str, ...] | None:
+        return dict(self.columns).get(position)
+
+
+@dataclass(frozen=True)
 class RunSpec:
     root: str
     pipeline_dir: str
@@ -87,6 +102,7 @@ class RunSpec:
     tokenizer: TokenizerInfo | None
     limits: ReadLimits
     shards: tuple[Shard, ...] = field(repr=False)
+    recorded: Recorded | None = None
 
     def stage_name(self, position: int) -> str:
         return self.stage_options[position - 1][0]
@@ -155,9 +171,12 @@ def split_target(pipeline: Pipeline, cpus: int | None) -> int:
     return effective_target(pipeline.config.split, total, cpus)
 
 
-def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path, target_bytes: int | None = None) -> RunSpec:
+def make_spec(
+    pipeline: Pipeline, root: Path, cache_dir: Path, target_bytes: int | None = None, recorded: Recorded | None = None
+) -> RunSpec:
     """``target_bytes``: bytes per map task, as the runner chose it for the cluster and recorded in
-    run.json (a resumed run must form the same tasks); default ``split.target_bytes``."""
+    run.json (a resumed run must form the same tasks); default ``split.target_bytes``. ``recorded``:
+    the signals of an earlier run to reuse (``run --from``)."""
     target = target_bytes or pipeline.config.split.target_bytes
     shards: list[Shard] = []
     for src in pipeline.config.sources:
@@ -183,4 +202,5 @@ def make_spec(pipeline: Pipeline, root: Path, cache_dir: Path, target_bytes: int
         tokenizer=tokenizer,
         limits=pipeline.config.limits,
         shards=tuple(shards),
+        recorded=recorded,
     )

@@ -21,8 +21,9 @@ from datapipe.engine.errors import PipelineError
 from datapipe.engine.executors import Executor, InProcessExecutor, local_cpus, make_executor
 from datapipe.engine.faults import fault_point
 from datapipe.engine.phases import Phase, Task, plan_phases
-from datapipe.engine.plan import RunSpec, build_stage, make_spec, split_target
+from datapipe.engine.plan import Recorded, RunSpec, build_stage, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
+from datapipe.engine.redecide import plan_reuse
 from datapipe.engine.run_record import RunRecord, open_record
 from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder, RunFolderError
@@ -58,12 +59,15 @@ def run_pipeline(
     log: Callable[[str], None] = print,
     in_process: bool | None = False,
     executor: Executor | None = None,
+    reuse_from: Path | str | None = None,
 ) -> RunResult:
     """Run ``pipeline`` into its run folder. ``in_process`` runs every task in this process, one after
     another, without starting Ray: for small jobs, where Ray's start-up and shutdown (seconds) would
     dominate. The tasks are the same functions, so the outputs are the same. ``None`` decides per run:
     in this process when the run has a single map task on the embedded cluster (see ``_auto_in_process``).
-    ``executor``, given, runs the tasks instead (``ray_address``, ``num_cpus`` and ``in_process`` unused)."""
+    ``executor``, given, runs the tasks instead (``ray_address``, ``num_cpus`` and ``in_process`` unused).
+    ``reuse_from``: an earlier, complete run folder of the same inputs whose recorded signals are read
+    instead of computed where the stage's signal options are unchanged (engine/redecide.py)."""
     folder = RunFolder(output if output is not None else pipeline.default_output())
     folder.check_usable()  # before the lock creates anything in a folder that may be the user's
 
@@ -75,7 +79,7 @@ def run_pipeline(
     try:
         # One driver per folder, taken before anything is read or written (--fresh deletes included).
         with RunLock(folder.root, log=log), folder_stats_once():
-            return _run_locked(pipeline, folder, fresh, show_progress, log, choose)
+            return _run_locked(pipeline, folder, fresh, show_progress, log, choose, reuse_from)
     except KeyboardInterrupt:
         raise RunInterrupted(
             f"interrupted: the run in {folder.root} was stopped; finished work is kept, and running the "
@@ -97,9 +101,15 @@ def _run_locked(
     show_progress: bool,
     log: Callable[[str], None],
     choose: Callable[[RunSpec | None], Executor],
+    reuse_from: Path | str | None = None,
 ) -> RunResult:
+    reuse = plan_reuse(pipeline, reuse_from, folder, log) if reuse_from is not None else None  # refused: nothing written
     record = open_record(pipeline, folder, fresh, log)
-    spec = _recorded_plan(pipeline, record)
+    if reuse is not None:
+        record.run["from"] = reuse.record
+        if not record.split:  # the earlier run's map tasks: each one's recorded rows are in its files
+            record.run["split"] = reuse.split
+    spec = _recorded_plan(pipeline, record, reuse.recorded if reuse is not None else None)
     record.start_attempt(pipeline)
     fault_point("lock", 1)
     result = RunResult(folder.root, record.run)
@@ -114,7 +124,7 @@ def _run_locked(
         else:
             with choose(spec) as executor:
                 if spec is None:
-                    spec = _plan(pipeline, record, executor.cpus())
+                    spec = _plan(pipeline, record, executor.cpus())  # (a re-decided run is planned already)
                 log(
                     f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
                     f"output in {folder.root}"
@@ -143,14 +153,14 @@ def _repair(folder: RunFolder, log: Callable[[str], None], hashes: bool) -> int:
     return discard(folder, damaged, log) if damaged else 0
 
 
-def _recorded_plan(pipeline: Pipeline, record: RunRecord) -> RunSpec | None:
+def _recorded_plan(pipeline: Pipeline, record: RunRecord, recorded: Recorded | None = None) -> RunSpec | None:
     """The run's tasks as planned when it first started; None before that. Bytes per map task are
     chosen once per run folder for the cluster it starts on (engine/splits.py), then recorded, so a
     resumed run forms the same tasks (and finds their markers) on any cluster."""
     target = record.split.get("target_bytes")
     if not target:
         return None
-    spec = make_spec(pipeline, record.folder.root, cache_dir(), target)
+    spec = make_spec(pipeline, record.folder.root, cache_dir(), target, recorded)
     planned = record.split.get("map_tasks")
     if planned is not None and planned != len(spec.shards):
         # Same target, other ranges: the folder was planned by a datapipe whose splitting differed

@@ -117,6 +117,11 @@ class Stage:
         """``edit_counts`` for these options (a stage whose wording depends on them overrides this)."""
         return dict(self.edit_counts)
 
+    # Option fields only ``decide`` reads (thresholds). A run re-decided from an earlier one's recorded
+    # signals (``datapipe run --from``) reuses this stage's signals when nothing else of its options
+    # (and none of its resource files) changed: ``compute`` would give the same columns again.
+    decision_options: ClassVar[frozenset[str]] = frozenset()
+
     def __init__(self, options: StageOptions, context: StageContext) -> None:
         self.options: Any = options
         self.context = context
@@ -158,6 +163,16 @@ class Stage:
         reads a data file it does not list here could resume silently with half a run judged by old rules.
         """
         return []
+
+    @classmethod
+    def keeps_text(cls, options: Any) -> bool:
+        """Whether the stage only adds its ``output_columns``, leaving the text and every other column
+        as they were: then recorded values of those columns stand for ``compute`` (``run --from``).
+
+        False by default, so a stage that says nothing is always computed, and a change of its options
+        also recomputes the stages after it (their signals were computed on its output).
+        """
+        return False
 
     def prepare(self) -> None:
         """Called once on the driver before any task: fetch models, fail early with a clear error."""

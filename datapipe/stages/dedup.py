@@ -100,6 +100,10 @@ class ExactDedup(GlobalStage):
     signal_columns = ("text_hash",)
 
     @classmethod
+    def keeps_text(cls, options: DedupOptions) -> bool:
+        return True  # decides which copies survive; the text is not touched
+
+    @classmethod
     def output_columns(cls, options: DedupOptions, context: CheckContext) -> set[str] | None:
         return {"text_hash", "url_key"} if options.url else {"text_hash"}
 

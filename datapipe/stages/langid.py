@@ -77,6 +77,11 @@ class LangId(Stage):
     Options = LangIdOptions
     resources = Resources(num_cpus=1, memory_mb=300)
     edit_counts = {"to_simplified": "converted to Simplified"}  # documents (to_simplified: true)
+    decision_options = frozenset({"keep", "min_score", "by_kind", "mixed_min_fraction"})
+
+    @classmethod
+    def keeps_text(cls, options: LangIdOptions) -> bool:
+        return not options.to_simplified  # converting to Simplified rewrites the text
 
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:

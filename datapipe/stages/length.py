@@ -24,6 +24,11 @@ class LengthOptions(StageOptions):
 class LengthFilter(Stage):
     name = "length"
     Options = LengthOptions
+    decision_options = frozenset({"min_chars", "max_chars"})
+
+    @classmethod
+    def keeps_text(cls, options: LengthOptions) -> bool:
+        return True
 
     @classmethod
     def output_columns(cls, options: LengthOptions, context: CheckContext) -> set[str] | None:

@@ -117,6 +117,10 @@ class MinHashDedup(GlobalStage):
     transient_columns = (SIG_COLUMN,)  # 4 bytes x num_perm per document: not worth keeping in docs/
 
     @classmethod
+    def keeps_text(cls, options: MinHashOptions) -> bool:
+        return True  # decides which copies survive; the text is not touched
+
+    @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
         return {"dup_count"}  # the signature is transient
 

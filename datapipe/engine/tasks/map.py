@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.splits import InputRange
 from datapipe.engine.tasks.isolate import Isolator, Step
+from datapipe.engine.tasks.recorded import ShardSignals, tokens_with_recorded, with_recorded
 from datapipe.engine.tasks.reduce import partition_decisions, partition_state, partitions_decide
 from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
 from datapipe.readers import READERS, InputFile, ReadBatch, reader_path, reader_spec
@@ -186,8 +187,13 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     folder = RunFolder(Path(spec.root))
     stages = [(pos, build_stage(spec, pos)) for pos in segment.stages]
     skips = {pos for pos, st in stages if not st.applies_to(shard.source.kind)}  # passed through, counted
+    recorded = ShardSignals(spec.recorded, shard.key) if spec.recorded is not None else None
+    reused = {pos: t for pos, _ in stages if recorded is not None and (t := recorded.table(pos)) is not None}
+    recorded_tokens = recorded.tokens() if recorded is not None and segment.final and spec.tokenizer else None
     for pos, _ in stages:
-        if pos not in skips:  # the engine's one setup() per stage and worker (a skipped stage loads nothing)
+        # The engine's one setup() per stage and worker (a skipped stage loads nothing; a reused one
+        # only if some document has no recorded values: _reused_step).
+        if pos not in skips and pos not in reused:
             build_stage(spec, pos, setup=True)
     compute_global = build_stage(spec, segment.compute_global, setup=True) if segment.compute_global else None
     partitioned = step_of(compute_global, PartitionStep) if compute_global is not None else None
@@ -218,7 +224,8 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                     continue
                 if batch.num_rows == 0:
                     break
-                batch, decision = out.isolated(pos, stage.name, batch, _stage_step(stage))
+                step = _stage_step(stage) if pos not in reused else _reused_step(spec, pos, stage, reused[pos])
+                batch, decision = out.isolated(pos, stage.name, batch, step)
                 batch = out.reject(pos, stage.name, batch, decision)
                 counts.add_edits(pos, stage, batch)
             if compute_global is not None and batch.num_rows:
@@ -228,7 +235,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                     out.shuffle.write(partitioned.shuffle(batch, row_key(shard.ordinal, counts.kept)))  # type: ignore[union-attr]
             if out.tokens is not None and batch.num_rows:
                 counts.stage_in[tokenize_pos] += batch.num_rows
-                batch, _ = out.isolated(tokenize_pos, TOKENIZE_STAGE, batch, lambda b: _encode(spec, b))
+                batch, _ = out.isolated(tokenize_pos, TOKENIZE_STAGE, batch, lambda b: _encode(spec, b, recorded_tokens))
                 batch = _write_tokens(batch, out.tokens)
             out.keep(batch)
         while started_tasks:  # a stage may fail the task here, before anything is committed
@@ -488,6 +495,19 @@ def _stage_step(stage: Stage) -> Step:
     return step
 
 
+def _reused_step(spec: RunSpec, position: int, stage: Stage, recorded: pa.Table) -> Step:
+    """The stage's decision over its recorded signals (``run --from``); computed where there are none
+    (set up only then: a stage whose every document has recorded signals loads no model)."""
+    assert spec.recorded is not None
+    columns = spec.recorded.of(position) or ()
+
+    def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
+        computed = with_recorded(batch, recorded, columns, lambda b: build_stage(spec, position, setup=True).compute(b))
+        return computed, stage.decide(computed)
+
+    return step
+
+
 def _compute_step(stage: Stage) -> Step:
     def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
         computed = stage.compute(batch)
@@ -496,11 +516,16 @@ def _compute_step(stage: Stage) -> Step:
     return step
 
 
-def _encode(spec: RunSpec, batch: pa.Table) -> tuple[pa.Table, Decision]:
-    """Token ids per document as a transient column (written to the token sink, then dropped)."""
+def _encode(spec: RunSpec, batch: pa.Table, recorded: pa.Table | None = None) -> tuple[pa.Table, Decision]:
+    """Token ids per document as a transient column (written to the token sink, then dropped).
+    ``recorded``: an earlier run's token lists by id, reused where a document has one (``run --from``)."""
     assert spec.tokenizer is not None and spec.tokenize is not None
-    texts = pc.fill_null(batch["text"], "").to_pylist()
-    tokens = encode_documents(texts, spec.tokenizer)
+    info = spec.tokenizer
+
+    def encode(b: pa.Table) -> pa.Array:
+        return encode_documents(pc.fill_null(b["text"], "").to_pylist(), info)
+
+    tokens = encode(batch) if recorded is None else tokens_with_recorded(batch, recorded, encode)
     split = assign_split(batch["id"].to_pylist(), spec.tokenize.val_fraction)
     batch = batch.append_column("n_tokens", pc.cast(pc.list_value_length(tokens), pa.int64()))
     batch = batch.append_column("split", split).append_column(_TOKENS, tokens)

@@ -63,6 +63,10 @@ class Quality(Stage):
     name = "quality"
     Options = QualityOptions
 
+    @classmethod
+    def keeps_text(cls, options: QualityOptions) -> bool:
+        return True  # thresholds live in the rule files: a changed one recomputes the stage
+
     def __init__(self, options: QualityOptions, context: StageContext) -> None:
         super().__init__(options, context)
         self.sets = load_rule_sets(options.rules, options.builtin, Path(context.pipeline_dir))

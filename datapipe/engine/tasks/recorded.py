@@ -1,0 +1,110 @@
+"""A map task's reused signals: one shard's rows of an earlier run, looked up by document id.
+
+The earlier run (``run --from``, engine/redecide.py) was split into the same map tasks, so this
+shard's documents are in its ``docs/<shard>.parquet`` and ``rejected/<shard>.<n>-<stage>.parquet``
+files; a file holds a stage's values where it has the stage's columns (a document dropped before
+the stage, or on which it raised, is in a file without them). Documents with no recorded values
+are computed, in the same batch, and the batch keeps its row order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datapipe.engine.plan import Recorded
+from datapipe.run_folder.layout import RunFolder
+from datapipe.stages.columns import set_column
+
+
+class ShardSignals:
+    """The recorded signal columns of one shard's documents, per reused stage position (read once)."""
+
+    def __init__(self, recorded: Recorded, shard_key: str) -> None:
+        self.recorded = recorded
+        folder = RunFolder(recorded.root)
+        self.files = _shard_files(folder, shard_key)
+        self._tables: dict[int, pa.Table] = {}
+        self._tokens_file = folder.tokens_file(shard_key) if recorded.tokens else None
+
+    def table(self, position: int) -> pa.Table | None:
+        """``id`` and the stage's columns of every document that has them; None: the stage is not reused."""
+        columns = self.recorded.of(position)
+        if columns is None:
+            return None
+        if position not in self._tables:
+            parts = [pq.read_table(path, columns=["id", *columns]) for path, names in self.files if set(columns) <= names]
+            empty = pa.table({"id": pa.array([], pa.string())})
+            self._tables[position] = pa.concat_tables(parts) if parts else empty
+        return self._tables[position]
+
+    def tokens(self) -> pa.Table | None:
+        """``id`` and ``tokens`` of the shard's documents the earlier run kept (memory-mapped); None:
+        token lists are not reused (or the earlier run's intermediate files are gone)."""
+        if self._tokens_file is None or not self._tokens_file.is_file():
+            return None
+        # Not closed here: the table's buffers are the mapped file's pages, freed with the table.
+        return pa.ipc.open_file(pa.memory_map(str(self._tokens_file))).read_all().select(["id", "tokens"])
+
+
+def _shard_files(folder: RunFolder, shard_key: str) -> list[tuple[Path, set[str]]]:
+    """The shard's kept and rejected files with their column names."""
+    docs = folder.docs_file(shard_key)
+    rejected = folder.rejected_dir / shard_key
+    # "<key>.<position>-<stage>[-<n>].parquet": the digits after the key tell it from a longer key
+    # ("00003.part0001", "00003..00007") that starts the same way.
+    pattern = re.compile(re.escape(rejected.name) + r"\.\d+-.+\.parquet")
+    paths = [docs] if docs.is_file() else []
+    if rejected.parent.is_dir():
+        paths += sorted(p for p in rejected.parent.iterdir() if pattern.fullmatch(p.name))
+    return [(p, set(pq.read_schema(p).names)) for p in paths]
+
+
+def tokens_with_recorded(batch: pa.Table, recorded: pa.Table, encode: Callable[[pa.Table], pa.Array]) -> pa.Array:
+    """Token lists per document of ``batch``: the recorded one where the document has one, ``encode``
+    of the others, in the batch's order."""
+    idx = pc.index_in(batch["id"], value_set=recorded["id"])
+    hit = pc.is_valid(idx)
+    hits = pc.sum(pc.cast(hit, pa.int64())).as_py() or 0
+    if hits == 0:
+        return encode(batch)
+    found = recorded["tokens"].take(pc.drop_null(idx)).combine_chunks()
+    if hits == batch.num_rows:
+        return found
+    computed = encode(batch.filter(pc.invert(hit)))
+    mask = hit.to_numpy(zero_copy_only=False)
+    places = np.concatenate([np.flatnonzero(mask), np.flatnonzero(~mask)])
+    return pa.concat_arrays([found, computed.cast(found.type)]).take(pa.array(np.argsort(places)))
+
+
+def with_recorded(
+    batch: pa.Table, recorded: pa.Table, columns: tuple[str, ...], compute: Callable[[pa.Table], pa.Table]
+) -> pa.Table:
+    """``batch`` with the stage's ``columns`` as ``compute`` would add them: recorded values where the
+    document has them, ``compute`` over the rest (its output decides the columns' order and types)."""
+    idx = pc.index_in(batch["id"], value_set=recorded["id"])
+    hit = pc.is_valid(idx)
+    hits = pc.sum(pc.cast(hit, pa.int64())).as_py() or 0
+    if hits == 0:
+        return compute(batch)
+    if hits == batch.num_rows:
+        picked = recorded.take(idx)
+        for name in columns:
+            batch = set_column(batch, name, picked[name])
+        return batch
+    found = batch.filter(hit)
+    picked = recorded.take(pc.drop_null(idx))
+    for name in columns:
+        found = set_column(found, name, picked[name])
+    computed = compute(batch.filter(pc.invert(hit)))
+    found = found.select(computed.column_names).cast(computed.schema)
+    mask = hit.to_numpy(zero_copy_only=False)
+    # rows as concatenated (found, then computed) -> their places in the batch
+    places = np.concatenate([np.flatnonzero(mask), np.flatnonzero(~mask)])
+    return pa.concat_tables([found, computed]).take(pa.array(np.argsort(places)))

@@ -1,0 +1,152 @@
+"""`datapipe run --from OLD_RUN`: re-deciding with changed thresholds from an earlier run's recorded
+signals gives what a fresh run with those thresholds gives, and reads the signals instead of
+computing them (issue 35, item 3).
+
+On small real data (tests/support/small_real_run.py's inputs, a part of them): the old run drops short documents
+early (length 400), so they never got langid's and quality's signals; the new one keeps them
+(length 50) and is stricter on language (min_score 0.8): those documents' signals are computed,
+every other document's are read from the old run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from datapipe.cli import main
+from datapipe.engine.errors import PipelineError
+from datapipe.engine.tasks import map as map_task
+from datapipe.stages.langid import LangId
+from datapipe.stages.quality import Quality
+from datapipe.tokens.encode import encode_documents
+from tests.support.small_real_run import output_digests, real_config, run_in_process
+
+
+def _pipeline(folder: Path, name: str, min_chars: int, min_score: float, **langid: Any) -> Path:
+    """English data-juicer excerpts and the first 300 articles of Chinese Wikipedia (seconds, not a minute)."""
+    config = real_config()
+    zh = folder / "zh_wikipedia_300.jsonl"
+    if not zh.exists():
+        with open(config["sources"][1]["paths"][0], encoding="utf-8") as fh:
+            zh.write_text("".join(line for _, line in zip(range(300), fh)), encoding="utf-8")
+    config["sources"][1]["paths"] = [str(zh)]
+    config["stages"] = [
+        {"length": {"min_chars": min_chars}},
+        {"langid": {"keep": ["zh", "en"], "min_score": min_score, **langid}},
+        {"quality": {"rules": "auto"}},
+        {"dedup": {"exact": True}},
+    ]
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _documents(root: Path) -> list[tuple[Any, ...]]:
+    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+        return con.execute("select * from documents order by id").fetchall()
+
+
+def _ids(root: Path, *stages: str, negate: bool = False) -> set[str]:
+    """Ids of the documents dropped by one of ``stages`` (``negate``: of all others, kept ones included)."""
+    where = f"coalesce(stage, '') {'not ' if negate else ''}in ({', '.join(repr(s) for s in stages)})"
+    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+        return {r[0] for r in con.execute(f"select id from documents where {where}").fetchall()}
+
+
+def _stages(root: Path) -> list[str]:
+    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+        return [r[0] for r in con.execute("select distinct stage from documents where stage is not null").fetchall()]
+
+
+class _Counting:
+    """Counts the documents a stage's compute is given (the stage class's compute, wrapped)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, cls: type) -> None:
+        self.ids: list[str] = []
+        original = cls.compute
+
+        def compute(stage: Any, batch: pa.Table) -> pa.Table:
+            self.ids += batch["id"].to_pylist()
+            return original(stage, batch)
+
+        monkeypatch.setattr(cls, "compute", compute)
+
+
+def test_redecide_equals_a_fresh_run_and_computes_only_unrecorded_signals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, new, fresh = tmp_path / "old", tmp_path / "new", tmp_path / "fresh"
+    run_in_process(_pipeline(tmp_path, "old", 400, 0.5), output=old)
+    changed = _pipeline(tmp_path, "changed", 50, 0.8)
+    run_in_process(changed, output=fresh)
+
+    langid, quality = _Counting(monkeypatch, LangId), _Counting(monkeypatch, Quality)
+    encoded: list[str] = []
+
+    def encode(texts: list[str], info: Any) -> pa.Array:
+        encoded.extend(texts)
+        return encode_documents(texts, info)
+
+    monkeypatch.setattr(map_task, "encode_documents", encode)
+    run_in_process(changed, output=new, reuse_from=old)
+
+    assert output_digests(new) == output_digests(fresh)  # every shard, docs and rejected file's bytes
+    assert _documents(new) == _documents(fresh)  # every column of the documents table
+    # Computed: exactly the documents the old run dropped before the stage (length, at 400
+    # characters; for quality also langid), now let through. The rest were read.
+    before_langid, before_quality = _ids(old, "read", "length"), _ids(old, "read", "length", "langid")
+    reached_langid, reached_quality = _ids(new, "read", "length", negate=True), _ids(new, "read", "length", "langid", negate=True)
+    assert langid.ids and sorted(langid.ids) == sorted(reached_langid & before_langid)
+    assert quality.ids and sorted(quality.ids) == sorted(reached_quality & before_quality)
+    assert len(reached_langid) > 2 * len(langid.ids)  # most were read, not computed
+    # Token lists: encoded for the documents the old run did not keep, read for the others.
+    newly_kept = _ids(new, *_stages(new), negate=True) - _ids(old, *_stages(old), negate=True)
+    assert encoded and len(encoded) == len(newly_kept)
+    record = (new / "run.json").read_text()
+    assert '"reused": [' in record and "2 langid" in record and "3 quality" in record
+
+
+def test_changed_signal_option_recomputes_the_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A langid option its signals depend on (max_chars) is no threshold: langid is computed for every
+    document that reaches it, and so is quality after it (it picks its rule set by langid's ``lang``);
+    the outputs are still a fresh run's."""
+    old, new, fresh = tmp_path / "old", tmp_path / "new", tmp_path / "fresh"
+    en = real_config()["sources"][0]["paths"][:2]  # English only: small
+    for name, max_chars in (("old", 20_000), ("new", 300)):
+        path = _pipeline(tmp_path, name, 50, 0.5, max_chars=max_chars)
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        config["sources"] = [{**config["sources"][0], "paths": en}]
+        path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    run_in_process(tmp_path / "old.yaml", output=old)
+    run_in_process(tmp_path / "new.yaml", output=fresh)
+    langid, quality = _Counting(monkeypatch, LangId), _Counting(monkeypatch, Quality)
+    run_in_process(tmp_path / "new.yaml", output=new, reuse_from=old)
+    assert output_digests(new) == output_digests(fresh)
+    assert langid.ids and sorted(langid.ids) == sorted(_ids(new, "read", "length", negate=True))
+    assert quality.ids and sorted(quality.ids) == sorted(_ids(new, "read", "length", "langid", negate=True))
+    computed = json.loads((new / "run.json").read_text())["from"]["computed"]
+    assert computed["2 langid"] == "stages[1].langid.max_chars: 20000 -> 300"
+    assert computed["3 quality"] == "its input may differ: stages[1].langid.max_chars: 20000 -> 300"
+
+
+def test_other_documents_are_refused(tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    run_in_process(_pipeline(tmp_path, "old", 400, 0.5), output=old)
+    config = yaml.safe_load((tmp_path / "old.yaml").read_text(encoding="utf-8"))
+    config["sources"] = config["sources"][1:]  # the zh source only
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    with pytest.raises(PipelineError, match=r"(?s)not of this pipeline's documents.*sources"):
+        run_in_process(other, output=tmp_path / "new", reuse_from=old)
+    assert not (tmp_path / "new" / "docs").exists()
+    # The command: exit 2 (as asked, it cannot be done), one error line, no traceback.
+    res = CliRunner().invoke(main, ["run", str(tmp_path / "old.yaml"), "--from", str(old), "--output", str(old)])
+    assert res.exit_code == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith(f"error: --from {old} is the output folder itself"), res.stderr
