@@ -106,6 +106,31 @@ def normalize(text: str) -> str:
         return UNKNOWN
 
 
+def ids(node: Node) -> list[str]:
+    """The licence ids of an expression (exceptions after WITH are not licences)."""
+    if isinstance(node, str):
+        return [node]
+    if node[0] == "WITH":
+        return ids(node[1])
+    return [i for item in node[1] for i in ids(item)]
+
+
+def declared_expression(text: str) -> str:
+    """A declared licence (a pipeline file's, a record's) in canonical spelling, or ExpressionError.
+
+    Stricter than ``normalize``: every id must be one datapipe classifies (the SPDX ids of
+    filters/licenses/classes.yaml) or a ``LicenseRef-``, so a typo ("CC-BY-SA-3") is an error
+    instead of a licence whose class is silently ``unknown``."""
+    node = parse(text)
+    bad = [i for i in ids(node) if canonical_id(i) is None and not i.startswith("LicenseRef-")]
+    if bad:
+        raise ExpressionError(
+            f"{', '.join(map(repr, dict.fromkeys(bad)))} in {text!r} is not an SPDX licence id datapipe knows "
+            f"(filters/licenses/classes.yaml lists them; name others LicenseRef-...)"
+        )
+    return render(node)
+
+
 def expression_classes(expr: str) -> frozenset[str]:
     if not expr or expr == UNKNOWN:
         return frozenset({UNKNOWN})
