@@ -149,8 +149,14 @@ def combine(exprs: list[str], op: str = "AND") -> str:
     seen: list[str] = []
     for e in exprs:
         e = normalize(e) if e and e != UNKNOWN else UNKNOWN
-        if e != UNKNOWN and e not in seen:
-            seen.append(e)
+        if e == UNKNOWN:
+            continue
+        # AND inside AND is one list: "MIT AND Apache-2.0" and "MIT" name MIT once.
+        node = parse(e)
+        parts = node[1] if op == "AND" and isinstance(node, tuple) and node[0] == "AND" else [node]
+        for part in parts:
+            if (r := render(part)) not in seen:
+                seen.append(r)
     if not seen:
         return UNKNOWN
     if len(seen) == 1:
