@@ -6,11 +6,11 @@ the licence classifiers, else a ``License`` field that is an SPDX id), checked b
 disagree with the files (``HAND_CHECKED`` below, with the reason). Fetch them first (not committed):
 
     mkdir -p /tmp/license-heldout/npm /tmp/license-heldout/pypi
-    cd /tmp/license-heldout/npm && for p in $(cat NAMES); do npm pack --silent "$p"; done
-    cd /tmp/license-heldout/pypi && for p in $(cat NAMES); do
+    cd /tmp/license-heldout/npm && for p in $(python BENCH --names npm); do npm pack --silent "$p"; done
+    cd /tmp/license-heldout/pypi && for p in $(python BENCH --names pypi); do
         pip download --no-deps --no-binary :all: --no-build-isolation -d . "$p"; done
 
-(the package names used for the numbers in the report are ``NPM`` and ``PYPI`` below; pip's
+(BENCH: this script's path; the names are ``NPM`` and ``PYPI`` below, the packages of the reported numbers; pip's
 ``--no-build-isolation`` needs setuptools, hatchling, flit_core, poetry-core, pdm-backend and
 setuptools_scm in the environment, or drop it and wait longer).
 
@@ -226,7 +226,11 @@ def main() -> None:
     ap.add_argument("--with-metadata", action="store_true", help="also give detect_repository the package metadata")
     ap.add_argument("--registry-only", action="store_true", help="the registry's licence as the reference, no hand checks")
     ap.add_argument("--show", choices=("wrong", "unknown", "all", "none"), default="wrong")
+    ap.add_argument("--names", choices=("npm", "pypi"), help="print the package names to fetch, one a line, and stop")
     args = ap.parse_args()
+    if args.names:
+        print("\n".join(NPM if args.names == "npm" else PYPI))
+        return
     repos, headers = evaluate(args.root, args.with_metadata, args.registry_only)
     counts = Counter(v for *_, v in repos)
     n = len(repos)
