@@ -21,6 +21,10 @@ BASE_SCHEMA = pa.schema(
 )
 
 READ_STAGE = "read"  # the stage name for documents rejected while reading their input
+# Declared licences a batch may carry to the license stage: sources[i].license (the engine adds it to
+# every document of the source) and the raw value of a record's sources[i].license_field (the reader).
+SOURCE_LICENSE = "source_license"
+RECORD_LICENSE = "record_license"
 
 
 def doc_id(source: str, input_name: str, record: int | str) -> str:

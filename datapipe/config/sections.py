@@ -34,6 +34,17 @@ class SourceConfig(Strict):
     paths: list[str] = Field(min_length=1, description="Glob patterns, relative to the pipeline file.")
     text_field: str = Field("text", min_length=1, description="JSONL/Parquet field holding the text.")
     url_field: str | None = Field("url", description="JSONL/Parquet field holding the URL, if any.")
+    license: str | None = Field(
+        None,
+        description="SPDX licence expression that covers every document of this source (the license stage reports "
+        "it as `declared by source` instead of detecting one); checked against the SPDX ids datapipe knows.",
+    )
+    license_field: str | None = Field(
+        None,
+        min_length=1,
+        description="JSONL/Parquet field holding each record's SPDX licence expression (`record field`); a record "
+        "without a valid one falls back to `license`, then to detection.",
+    )
     options: dict[str, Any] = Field(
         default_factory=dict, description="Reader options for this format (checked against the reader)."
     )

@@ -31,6 +31,7 @@ from datapipe.storage.atomic import TMP_MARK, sweep_temp_files, temp_path_for, w
 from datapipe.tokens.shard_format import file_sha256
 
 MANIFEST = "export-manifest.json"
+LICENSE = "license"  # the license stage's column: counted per part and stream when the run has it
 
 
 class PartWriter(Protocol):
@@ -268,9 +269,14 @@ def _export_stream(
     part_no, first_doc = len(done), skip
     writer: PartWriter | None = None
     n_docs = n_tokens = 0
+    # Every format records its documents' licences per part and stream (Megatron's .bin/.idx have no
+    # room for them): the license stage's ``license`` column, read beside the chosen columns.
+    track = LICENSE in docs.columns()
+    read_names = list(dict.fromkeys([*schema.names, LICENSE])) if track else schema.names
+    licenses: dict[str, dict[str, int]] = {}
 
     def close_part() -> None:
-        nonlocal writer, part_no, first_doc, n_docs, n_tokens
+        nonlocal writer, part_no, first_doc, n_docs, n_tokens, licenses
         assert writer is not None
         extra = writer.close()
         files = _place(target, writer.temp_files)
@@ -282,9 +288,11 @@ def _export_stream(
                 "docs": n_docs,
                 "tokens": n_tokens if TOKENS in schema.names else None,
                 "files": files,
+                **({"licenses": licenses} if track else {}),
                 **extra,
             }
         )
+        licenses = {}
         manifest.save()
         result.parts_written += 1
         log(f"export: {', '.join(files)} ({n_docs} documents)")
@@ -293,16 +301,18 @@ def _export_stream(
         writer, n_docs, n_tokens = None, 0, 0
 
     try:
-        for table in _skip(docs.batches(source, split, schema.names, on_file), skip):
+        for table in _skip(docs.batches(source, split, read_names, on_file), skip):
             while table.num_rows:
                 if writer is None:
                     writer = fmt.open_part(out, source, split, part_no, schema, docs)
-                take = writer.room(table)
+                take = writer.room(table.select(schema.names))
                 if take <= 0:
                     close_part()
                     continue
                 head, table = table.slice(0, take), table.slice(take)
-                writer.write(head)
+                if track:
+                    _count_licenses(head, licenses)
+                writer.write(head.select(schema.names))
                 n_docs += head.num_rows
                 n_tokens += _count_tokens(head)
                 _fault_point("export-write", result.parts_written + 1)
@@ -319,6 +329,13 @@ def _export_stream(
         "tokens": sum(p["tokens"] for p in parts) if TOKENS in schema.names else None,
         "parts": len(parts),
     }
+    if track:
+        total: dict[str, dict[str, int]] = {}
+        for p in parts:
+            for lic, n in p.get("licenses", {}).items():
+                t = total.setdefault(lic, {"docs": 0, "tokens": 0})
+                t["docs"], t["tokens"] = t["docs"] + n["docs"], t["tokens"] + n["tokens"]
+        manifest.streams[stream]["licenses"] = dict(sorted(total.items(), key=lambda kv: (-kv[1]["docs"], kv[0])))
     manifest.save()
 
 
@@ -329,6 +346,23 @@ def _skip(batches: Iterator[pa.Table], n: int) -> Iterator[pa.Table]:
             continue
         yield table.slice(n) if n else table
         n = 0
+
+
+def _count_licenses(table: pa.Table, into: dict[str, dict[str, int]]) -> None:
+    """Documents and tokens per ``license`` value of one slice, added into ``into``."""
+    lengths = _token_lengths(table)
+    for i, lic in enumerate(table[LICENSE].to_pylist()):
+        t = into.setdefault(lic or "unknown", {"docs": 0, "tokens": 0})
+        t["docs"] += 1
+        t["tokens"] += lengths[i] if lengths is not None else 0
+
+
+def _token_lengths(table: pa.Table) -> list[int] | None:
+    if "input_ids" not in table.column_names:
+        return None
+    import pyarrow.compute as pc
+
+    return pc.list_value_length(table["input_ids"]).to_pylist()
 
 
 def _count_tokens(table: pa.Table) -> int:

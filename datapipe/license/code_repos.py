@@ -17,7 +17,7 @@ from datapipe.license.expression import normalize as normalize_expr
 from datapipe.license.metadata import detect_metadata, is_metadata_file
 from datapipe.license.readme import detect_readme, is_readme
 from datapipe.license.spdx import UNKNOWN, canonical_id
-from datapipe.license.textmatch import Match, match_text
+from datapipe.license.textmatch import Match, match_text, normalize
 
 # LICENSE, LICENSE.md, LICENSE-MIT, LICENCE.txt, COPYING, COPYING.LESSER, UNLICENSE, ...
 _LICENSE_FILE = re.compile(r"^(?:un)?licen[cs]e(?:[-._].*)?$|^copying(?:[-._].*)?$", re.I)
@@ -36,10 +36,77 @@ def is_license_file(path: str) -> bool:
     return bool(_LICENSE_FILE.match(PurePosixPath(path).name))
 
 
-def _from_matches(matches: list[Match], where: str) -> Detection:
+def _from_matches(matches: list[Match], where: str, text: str = "") -> Detection:
+    offered = offered_licences(text, [m.license for m in matches]) if text else None
+    if offered is not None:
+        ids, phrase = offered
+        rest = [m.license for m in matches if m.license not in ids]
+        expr = combine([*rest, combine(ids, "OR")])
+        return Detection(expr, f"{phrase}: {' | '.join(ids)}", where)
     if not matches:
         return Detection(UNKNOWN, "", where)
     return Detection(combine([m.license for m in matches]), "; ".join(m.evidence[:60] for m in matches), where)
+
+
+# A text that offers a choice of licences ("choose one of", "at your option", "dual licensed",
+# "either the BSD License or the GPL"): every licence it names near the offer is one alternative (OR).
+# "or (at your option) any later version" is the GNU version clause, not a choice of licences.
+_CHOICE = re.compile(
+    r" (?:at your (?:option|choice)(?! any later)|your choice of|choose (?:one of|either|any of|between)|either of"
+    r"|dual licen[cs]ed|dual licen[cs]e|multi licen[cs]ed|licen[cs]ed under either|under (?:the terms of )?either"
+    r"|one of the following licen[cs]es) "
+)
+_CHOICE_WINDOW = 500  # characters of the normalized text either side of the offer
+# Licence names (normalized words) in an offer -> id; "bsd" alone is resolved from the texts found.
+_OFFERED_NAMES = [
+    (re.compile(r" apache(?: software)?(?: licen[cs]e)?(?: version| v)? 2(?: 0)? "), "Apache-2.0"),
+    (re.compile(r" mit(?: licen[cs]e)? "), "MIT"),
+    (re.compile(r" (?:bsd 2 clause|2 clause bsd|simplified bsd|freebsd) "), "BSD-2-Clause"),
+    (re.compile(r" (?:bsd 3 clause|3 clause bsd|new bsd|modified bsd|revised bsd) "), "BSD-3-Clause"),
+    (re.compile(r" bsd licen[cs]e "), "BSD"),
+    (re.compile(r" (?:gnu )?general public licen[cs]e(?: gpl)?(?: version| v)? ?(\d) "), "GPL-{}.0"),
+    (re.compile(r" gplv?(\d) "), "GPL-{}.0"),
+    (re.compile(r" academic free licen[cs]e(?: version| v)? ?(\d) (\d) "), "AFL-{}.{}"),
+    (re.compile(r" (?:mozilla public licen[cs]e|mpl)(?: version| v)? ?2 0 "), "MPL-2.0"),
+    (re.compile(r" boost software licen[cs]e "), "BSL-1.0"),
+    (re.compile(r" (?:the )?unlicense "), "Unlicense"),
+    (re.compile(r" cc0(?: 1 0)? "), "CC0-1.0"),
+]
+_SPDX_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*[A-Za-z0-9+]")
+_BARE_IDS = {"MIT", "ISC", "Zlib", "Unlicense", "WTFPL", "NCSA", "PostgreSQL", "0BSD"}
+
+
+def offered_licences(text: str, found: list[str]) -> tuple[list[str], str] | None:
+    """(the licences a text offers as alternatives, the offer's words), or None when it offers no
+    choice of at least two.  ``found``: the ids its full texts matched (they name a bare "BSD")."""
+    norm = normalize(text[:HEADER_CHARS])
+    m = _CHOICE.search(norm)
+    if m is None:
+        return None
+    window = " " + norm[max(0, m.start() - _CHOICE_WINDOW) : m.end() + _CHOICE_WINDOW] + " "
+    named: list[tuple[int, str]] = []  # (where in the window, id): reported in the text's order
+    for rx, lid in _OFFERED_NAMES:
+        for hit in rx.finditer(window):
+            lid_ = lid.format(*hit.groups())
+            if lid_ == "BSD":
+                lid_ = next((f for f in found if f.startswith("BSD-")), "")
+            if lid_:
+                named.append((hit.start(), lid_))
+    # SPDX ids written as such ("choose one of: Apache-2.0, BSD-2-Clause, MIT"), in the raw text
+    # around the offer (ids keep their case there; "vim" the word is not the Vim licence).
+    raw = text[:HEADER_CHARS]
+    at = max(0, raw.lower().find(m.group(0).strip().split()[0]))
+    for tok in _SPDX_TOKEN.findall(raw[max(0, at - _CHOICE_WINDOW) : at + 2 * _CHOICE_WINDOW]):
+        canon = canonical_id(tok)
+        if canon == tok and ("-" in tok or tok in _BARE_IDS) and (pos := window.find(normalize(tok))) >= 0:
+            named.append((pos, tok))
+    ids = list(dict.fromkeys(lid for _, lid in sorted(named, key=lambda x: x[0])))
+    # A family named twice (GPL-2.0 from the offer, GPL-2.0-or-later from its notice) is one alternative.
+    fams: dict[str, str] = {}
+    for i in ids:
+        fams.setdefault(_family_version(i)[0] + _family_version(i)[1], i)
+    ids = list(fams.values())
+    return (ids, m.group(0).strip()) if len(ids) >= 2 else None
 
 
 def plain_text(text: str) -> str:
@@ -66,7 +133,8 @@ def _expression_statement(text: str) -> str | None:
 
 def detect_text(text: str, where: str = "text") -> Detection:
     """Licence(s) whose full text or notice appears in `text` (a LICENSE file, a README)."""
-    found = _from_matches(match_text(plain_text(text)), where)
+    plain = plain_text(text)
+    found = _from_matches(match_text(plain), where, plain)
     if not found.known and (expr := _expression_statement(text)):
         return Detection(expr, f"licensed under {expr}", where)
     return found
@@ -96,8 +164,9 @@ def detect_header(text: str) -> Detection | None:
     """Per-file licence from the file's own header, or None to inherit the repository's."""
     if found := spdx_identifiers(text):
         return found
-    matches = match_text(plain_text(text[:HEADER_CHARS]))
-    return _from_matches(matches, "header") if matches else None
+    head = plain_text(text[:HEADER_CHARS])
+    found = _from_matches(match_text(head), "header", head)
+    return found if found.known else None
 
 
 def _same_licences(a: str, b: str) -> bool:
@@ -157,6 +226,22 @@ def _reuse_dir(files: Mapping[str, str]) -> list[Detection]:
     return out
 
 
+_PATENTS_FILE = re.compile(r"^patents(?:[-._].*)?$", re.I)
+# Facebook's "BSD + Patents": BSD-3-Clause text plus a PATENTS file whose patent licence ends for
+# anyone who asserts a patent against Facebook. SPDX has no id for it; ScanCode's key names it.
+_FB_PATENTS = re.compile(r" additional grant of patent rights(?: version (\d))? ")
+
+
+def _patent_grants(root: Mapping[str, str]) -> list[Detection]:
+    """A PATENTS file beside the licence is part of the grant: reported with it (AND), never dropped."""
+    out = []
+    for p, t in root.items():
+        if _PATENTS_FILE.match(p) and (m := _FB_PATENTS.search(normalize(t))):
+            version = m.group(1) or "1"
+            out.append(Detection(f"LicenseRef-scancode-facebook-patent-rights-{version}", m.group(0).strip(), f"file:{p}"))
+    return out
+
+
 def detect_repository(files: Mapping[str, str]) -> Detection:
     """Repository licence from root licence files, LICENSES/, package metadata and the README.
 
@@ -169,8 +254,10 @@ def detect_repository(files: Mapping[str, str]) -> Detection:
     """
     root = {p: t for p, t in sorted(files.items()) if "/" not in p.strip("/")}
     texts = [d for p, t in root.items() if is_license_file(p) and (d := _license_file(p, t)).known]
-    if not texts:
-        texts = _reuse_dir(files)
+    # Every licence file present is named: a root LICENSE and REUSE's LICENSES/<id>.txt together
+    # (a repository that keeps both usually has more than one licence; the same one twice is one).
+    texts += [d for d in _reuse_dir(files) if d.license not in {t.license for t in texts}]
+    texts += _patent_grants(root)
     texts = _combine_gnu(texts)
     metas = [m for p, t in root.items() if is_metadata_file(p) if (m := detect_metadata(p, t)) is not None]
     from_text = combine([d.license for d in texts])
@@ -198,8 +285,10 @@ def detect_code_file(text: str, repo: Detection = NOT_FOUND) -> Detection:
         return repo
     if head.where == "header" and repo.known and head.license in _UNVERSIONED_GNU:
         fam = _UNVERSIONED_GNU[head.license]
-        if any(_family_version(t)[0] == fam for t in re.findall(r"[A-Za-z0-9.\-+:]+", repo.license)):
-            return Detection(repo.license, f"{head.evidence[:80]} (no version) + {repo.where}", f"header,{repo.where}")
+        same = [t for t in re.findall(r"[A-Za-z0-9.\-+:]+", repo.license) if _family_version(t)[0] == fam]
+        if same:  # the repository's text of that family (COPYING) gives the version; its other licences are not this file's
+            lic = same[0] if len(set(same)) == 1 else repo.license
+            return Detection(lic, f"{head.evidence[:80]} (no version) + {repo.where}", f"header,{repo.where}")
     return head
 
 

@@ -106,6 +106,31 @@ def normalize(text: str) -> str:
         return UNKNOWN
 
 
+def ids(node: Node) -> list[str]:
+    """The licence ids of an expression (exceptions after WITH are not licences)."""
+    if isinstance(node, str):
+        return [node]
+    if node[0] == "WITH":
+        return ids(node[1])
+    return [i for item in node[1] for i in ids(item)]
+
+
+def declared_expression(text: str) -> str:
+    """A declared licence (a pipeline file's, a record's) in canonical spelling, or ExpressionError.
+
+    Stricter than ``normalize``: every id must be one datapipe classifies (the SPDX ids of
+    filters/licenses/classes.yaml) or a ``LicenseRef-``, so a typo ("CC-BY-SA-3") is an error
+    instead of a licence whose class is silently ``unknown``."""
+    node = parse(text)
+    bad = [i for i in ids(node) if canonical_id(i) is None and not i.startswith("LicenseRef-")]
+    if bad:
+        raise ExpressionError(
+            f"{', '.join(map(repr, dict.fromkeys(bad)))} in {text!r} is not an SPDX licence id datapipe knows "
+            f"(filters/licenses/classes.yaml lists them; name others LicenseRef-...)"
+        )
+    return render(node)
+
+
 def expression_classes(expr: str) -> frozenset[str]:
     if not expr or expr == UNKNOWN:
         return frozenset({UNKNOWN})
@@ -124,8 +149,14 @@ def combine(exprs: list[str], op: str = "AND") -> str:
     seen: list[str] = []
     for e in exprs:
         e = normalize(e) if e and e != UNKNOWN else UNKNOWN
-        if e != UNKNOWN and e not in seen:
-            seen.append(e)
+        if e == UNKNOWN:
+            continue
+        # AND inside AND is one list: "MIT AND Apache-2.0" and "MIT" name MIT once.
+        node = parse(e)
+        parts = node[1] if op == "AND" and isinstance(node, tuple) and node[0] == "AND" else [node]
+        for part in parts:
+            if (r := render(part)) not in seen:
+                seen.append(r)
     if not seen:
         return UNKNOWN
     if len(seen) == 1:

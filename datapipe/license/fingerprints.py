@@ -135,6 +135,10 @@ FULL_TEXT: dict[str, tuple[str, ...]] = {
     "PostgreSQL": (
         "permission to use copy modify and distribute this software and its documentation for any purpose without fee and without a written agreement is hereby granted",
     ),
+    "PSF-2.0": (
+        "python software foundation license version 2",
+        "this license agreement is between the python software foundation psf and the individual or organization licensee",
+    ),
     "Unlicense": (
         "this is free and unencumbered software released into the public domain",
         "we make this dedication for the benefit of the public at large",
@@ -154,7 +158,12 @@ FULL_TEXT: dict[str, tuple[str, ...]] = {
 # A text that has every phrase of a narrower relative as well: BSD-4's advertising clause comes
 # on top of BSD-3's three, and the holder wildcard lets BSD-3's disclaimer phrase match it.
 # Likewise the Eclipse dual notice contains the plain EPL-1.0 notice.
-SUBSUMES: dict[str, tuple[str, ...]] = {"BSD-4-Clause": ("BSD-3-Clause",), "EPL-1.0 OR BSD-3-Clause": ("EPL-1.0",)}
+# Python's LICENSE (PSF-2.0 and its history) ends with the 0BSD grant for code in *Python's* documentation.
+SUBSUMES: dict[str, tuple[str, ...]] = {
+    "BSD-4-Clause": ("BSD-3-Clause",),
+    "EPL-1.0 OR BSD-3-Clause": ("EPL-1.0",),
+    "PSF-2.0": ("0BSD",),
+}
 
 # Short notices ("Licensed under ...") found in file headers and READMEs.  Each maps a
 # regex over the normalized text to an id; GNU notices are handled in textmatch because
@@ -203,7 +212,8 @@ MODIFICATIONS: tuple[tuple[str, str], ...] = (  # (a word the text must hold, th
     ),
     ("commercial", r" not be used (?:for|in) (?:any )?commercial"),
     (" military ", r" military "),
-    ("modified ", r" modified (?:version of (?:the )?)?(?:mit|bsd|apache|isc|mozilla|gnu|eclipse) "),
+    # "Modified BSD License" is a common name of BSD-3-Clause itself (as "New BSD"), not a change to it.
+    ("modified ", r" modified (?!bsd licen[cs]e )(?:version of (?:the )?)?(?:mit|bsd|apache|isc|mozilla|gnu|eclipse) "),
     (" appl", r"the following (?:additional (?:restrictions?|terms|conditions?)|restrictions?) (?:also )?appl(?:y|ies)"),
     ("as follows", r" (?:modified|amended) as follows"),
 )

@@ -15,7 +15,7 @@ import tomllib
 
 from datapipe.license.detection import Detection
 from datapipe.license.expression import ExpressionError, parse, render
-from datapipe.license.spdx import canonical_id
+from datapipe.license.spdx import UNKNOWN, canonical_id
 from datapipe.license.textmatch import normalize
 
 # Free-text values seen in the wild -> SPDX id.  Keys are textmatch-normalized.  GNU names
@@ -93,15 +93,19 @@ def declared(value: str, op: str = "OR") -> str | None:
 
 
 def _values(values: list[Any], where: str) -> Detection | None:
-    # values as the manifest has them: package.json "licenses" may hold non-strings (skipped below,
-    # but the evidence join raises TypeError on them)
-    exprs = [e for e in (declared(v) for v in values if isinstance(v, str)) if e]
+    """values as the manifest has them: package.json "licenses" may hold anything (mappings whose
+    "type" is itself a mapping, numbers, nested lists); only strings can declare a licence."""
+    strings = [v for v in values if isinstance(v, str)]
+    others = sorted({type(v).__name__ for v in values if not isinstance(v, str) and v is not None})
+    exprs = [e for e in (declared(v) for v in strings) if e]
     if not exprs:
-        return None
+        # Nothing usable: unknown, saying why (a malformed manifest must not stop the crawl).
+        return Detection(UNKNOWN, f"no licence string, only {', '.join(others)} values", where) if others else None
     # Several declared licences (package.json "licenses", gemspec "licenses") are offered
     # as alternatives by convention: OR.
     expr = exprs[0] if len(exprs) == 1 else render(("OR", [parse(e) for e in dict.fromkeys(exprs)]))
-    return Detection(expr, ", ".join(values)[:120], where)
+    skipped = f" ({len(values) - len(strings)} non-string values skipped)" if others else ""
+    return Detection(expr, ", ".join(strings)[:120] + skipped, where)
 
 
 _JSON_LICENSE = re.compile(r'"license"\s*:\s*"([^"]{1,200})"')

@@ -76,7 +76,7 @@ _NAMED = re.compile(
 )
 _GNU = re.compile(
     r" (?:under|subject to) the terms (?:and conditions )?of (?:version (\d(?: \d)?) of )?(?:the )?"
-    r"gnu (affero general|lesser general|library general|general) public licen[cs]e"
+    r"gnu (affero general|lesser general|library general|general) public licen[cs]e(?: [al]?gpl)?"
     r"(?: as published by the free software foundation)?(?: either)?"
     r"(?: version (\d(?: \d)?)(?: of the licen[cs]e)?)?( or at your option any later version)?"
 )
@@ -88,11 +88,26 @@ def _family(spdx_id: str) -> str:
     return spdx_id.removesuffix("-only").removesuffix("-or-later")
 
 
-def _gnu_notice(m: re.Match[str]) -> str | None:
+# A version named after the notice, in the sentences that follow it ("... as published by the Free
+# Software Foundation. ... This program is licensed under version 2 of the GPL" / "GPLv3").
+_LATER_VERSION = re.compile(r" (?:version|v|[al]?gplv|[al]?gpl v) ?(\d)(?: (\d))? ")
+_LATER_WINDOW = 400  # normalized characters after the notice: its own paragraph and the next
+
+
+def _gnu_notice(m: re.Match[str], norm: str = "") -> str | None:
     fam = _GNU_FAMILY[m.group(2)]
     named = m.group(1) or m.group(3)  # "terms of version 2 of the GNU GPL" or "GNU GPL version 2"
+    later_text = norm[m.end() - 1 : m.end() + _LATER_WINDOW]
+    if named is None and (v := _LATER_VERSION.search(later_text)) and v.group(1) in "123":
+        named = v.group(1) + (f" {v.group(2)}" if v.group(2) else "")
+        later = " any later version " in later_text[: v.end() + 60] or " or later " in later_text[: v.end() + 20]
+        version = named.replace(" ", ".")
+        version = version if "." in version else version + ".0"
+        if found := canonical_id(f"{fam}-{version}-{'or-later' if later else 'only'}"):
+            return found  # else a "version" of something else: the notice stays unversioned
+        named = None
     if named is None:
-        # No version named: the GPL itself says any version may be chosen.
+        # No version named anywhere near: the GPL itself says any version may be chosen.
         version, later = _GNU_DEFAULT[fam], True
     else:
         version, later = named.replace(" ", "."), bool(m.group(4))
@@ -117,7 +132,7 @@ def match_normalized(norm: str) -> list[Match]:
     # licence text is there, not which version choice the author made: report the bare id.
     sample = " how to apply these terms to your new " in norm
     for m in _GNU.finditer(norm) if " gnu " in norm else ():
-        if gnu := _gnu_notice(m):
+        if gnu := _gnu_notice(m, norm):
             gnu = (canonical_id(_family(gnu)) or gnu) if sample else gnu
             notices.append(Match(gnu, m.group(0).strip(), "notice"))
     for m in _NAMED.finditer(norm):

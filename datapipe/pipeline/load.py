@@ -118,6 +118,10 @@ class Pipeline:
     def normalized(self) -> dict[str, Any]:
         """The config with defaults filled in: what a run folder records and compares."""
         data = self.config.model_dump(mode="json", exclude={"output"})
+        for src in data["sources"]:  # unset, they leave the config (and so the run's identity) as it was before them
+            for key in ("license", "license_field"):
+                if src.get(key) is None:
+                    src.pop(key, None)
         data["stages"] = [{kind: opts.model_dump(mode="json")} for kind, opts in self.stage_options]
         if self.config.tokenize:
             data["tokenize"]["tokenizer_sha256"] = _sha256(self.resolve(self.config.tokenize.tokenizer))
@@ -430,6 +434,7 @@ def _check_semantics(pipeline: Pipeline, problems: list[str], names: list[str] |
                 problems.append(f"mixture.{key}: {weight} is not allowed: weights must be >= 0")
         if config.mixture and sum(config.mixture.values()) <= 0:
             problems.append("mixture: the weights must not all be 0")
+    _check_declared_licenses(pipeline, problems)
     if config.tokenize is not None:
         path = pipeline.resolve(config.tokenize.tokenizer)
         if not path.is_file():
@@ -441,6 +446,38 @@ def _check_semantics(pipeline: Pipeline, problems: list[str], names: list[str] |
                 load_tokenizer_info(path, config.tokenize)
             except TokenizerError as exc:
                 problems.append(f"tokenize.{exc.key}: {exc}")
+
+
+# Formats whose records have named fields: the ones ``sources[i].license_field`` is read from.
+LICENSE_FIELD_FORMATS = ("jsonl", "parquet")
+
+
+def _check_declared_licenses(pipeline: Pipeline, problems: list[str]) -> None:
+    """``sources[i].license`` must be an SPDX expression of known ids; a declared licence needs the
+    license stage (it is what writes ``license``); ``license_field`` needs records with fields."""
+    from datapipe.license.expression import ExpressionError, declared_expression
+
+    has_stage = any(kind == "license" for kind, _ in pipeline.stage_options)
+    for i, src in enumerate(pipeline.config.sources):
+        if src.license is not None:
+            try:
+                declared_expression(src.license)
+            except ExpressionError as exc:
+                problems.append(
+                    f"sources[{i}].license: {exc}; expected an SPDX expression such as CC-BY-SA-4.0 or MIT OR Apache-2.0"
+                )
+        for key in ("license", "license_field"):
+            if getattr(src, key) is not None and not has_stage:
+                problems.append(
+                    f"sources[{i}].{key}: declared licences are applied by the license stage; add `- license: {{}}` to stages"
+                )
+        if src.license_field is not None:
+            formats = {fmt for _, fmt in pipeline.inputs.get(src.name, [])}
+            if other := sorted(formats - set(LICENSE_FIELD_FORMATS)):
+                problems.append(
+                    f"sources[{i}].license_field: read from {' and '.join(LICENSE_FIELD_FORMATS)} records only; "
+                    f"this source has {', '.join(other)} inputs"
+                )
 
 
 def _sha256(path: Path) -> str | None:

@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 
 from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
 from datapipe.readers.code_repos import TableOptions
-from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
+from datapipe.readers.rows import add_table_row, record_license, row_builder, table_options, text_field
 from datapipe.readers.spec import ReaderSpec
-from datapipe.schema import BASE_SCHEMA, doc_id
+from datapipe.schema import BASE_SCHEMA, RECORD_LICENSE, doc_id
 from datapipe.storage.uri import parquet_source
 
 
@@ -50,10 +50,11 @@ def read_parquet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
     url_field = src.url_field if src.url_field in names else None
     extra = [
         f
-        for f in (opts.path_field, opts.repo_field, opts.language_field, opts.arxiv_id_field)
+        for f in dict.fromkeys((opts.path_field, opts.repo_field, opts.language_field, opts.arxiv_id_field, src.license_field))
         if f and f in names and f not in (field, url_field)
     ]
     columns = [field] + ([url_field] if url_field else []) + extra
+    by_row = rows is not None and src.kind in ("code", "paper")  # a licence field alone stays vectorized
     # A split file's task reads a range of row groups; rows keep their index in the whole file.
     first, stop = (file.start, file.end if file.end is not None else pf.num_row_groups) if file.ranged else (0, pf.num_row_groups)
     row = sum(pf.metadata.row_group(g).num_rows for g in range(first))
@@ -61,7 +62,7 @@ def read_parquet(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         end = row + pf.metadata.row_group(group).num_rows
         try:
             for batch in pf.iter_batches(batch_size=batch_size, row_groups=[group], columns=columns):
-                yield from _batch(out, rows is not None, file, opts, batch, row, field, url_field)
+                yield from _batch(out, by_row, file, opts, batch, row, field, url_field)
                 row += batch.num_rows
         except Exception as exc:  # this row group is unreadable: its unread rows are one reject
             if row < end:
@@ -101,7 +102,12 @@ def _batch(
             yield flushed
         return
     rejects = out.flush()
-    yield ReadBatch(_to_docs(text, url, file, start + positions), rejects.rejects if rejects else None)
+    docs = _to_docs(text, url, file, start + positions)
+    if (lic_field := file.source.license_field) is not None:
+        values = batch.column(lic_field).to_pylist() if lic_field in batch.schema.names else [None] * batch.num_rows
+        lics = [record_license({lic_field: v}, lic_field) for v in values]
+        docs = docs.append_column(RECORD_LICENSE, pa.array(lics, pa.string()))
+    yield ReadBatch(docs, rejects.rejects if rejects else None)
 
 
 def _as_text(column: pa.Array) -> pa.Array:

@@ -3,7 +3,10 @@
 Signals: ``license`` (SPDX id or expression, or ``unknown``), ``license_class`` (the most
 restrictive class: permissive, weak_copyleft, strong_copyleft, restricted,
 non_commercial, no_derivatives, unknown) and ``license_evidence`` (where it was found and
-a short pointer: URL, phrase, file name). Evidence comes from what the readers keep:
+a short pointer: URL, phrase, file name). A licence the pipeline file declares comes first: a
+record's ``sources[i].license_field`` (evidence ``record field``), then ``sources[i].license``
+(``declared by source``); detection runs only where neither gives one. Evidence comes from what
+the readers keep:
 ``license_hints`` of web pages, ``repo_license_files`` of code, ``license_url`` and
 ``license_files`` (LICENSE/COPYING beside the LaTeX sources) of papers; without those, from
 the document text itself (its head and tail, where notices live).
@@ -29,8 +32,9 @@ from datapipe.license import (
     detect_web,
 )
 from datapipe.license.arxiv import ARXIV_NONEXCLUSIVE
-from datapipe.license.expression import combine
+from datapipe.license.expression import ExpressionError, combine, declared_expression
 from datapipe.license.spdx import CLASSES, UNKNOWN
+from datapipe.schema import RECORD_LICENSE, SOURCE_LICENSE
 from datapipe.stages.base import CheckContext, Decision, ResourceFile, Stage, StageOptions
 from datapipe.stages.columns import set_column
 
@@ -78,11 +82,19 @@ class LicenseTagger(Stage):
         rows = batch.select(
             [
                 c
-                for c in ("text", "license_hints", "repo_license_files", "license_url", "license_files")
+                for c in (
+                    "text",
+                    "license_hints",
+                    "repo_license_files",
+                    "license_url",
+                    "license_files",
+                    SOURCE_LICENSE,
+                    RECORD_LICENSE,
+                )
                 if c in batch.column_names
             ]
         ).to_pylist()
-        detections = _detect(kind, rows)
+        detections = _with_declared(kind, rows)
         fields = [d.as_fields() for d in detections]
         for name in ("license", "license_class", "license_evidence"):
             batch = set_column(batch, name, pa.array([f[name] for f in fields], pa.string()))
@@ -102,6 +114,50 @@ class LicenseTagger(Stage):
             for lic, ev in zip(licenses, batch["license_evidence"].to_pylist())
         ]
         return Decision(pa.array(reasons, pa.string()), pa.array(details, pa.string()))
+
+
+# What detection looked for, per kind: an `unknown` verdict says so in its evidence.
+LOOKED_FOR = {
+    "code": "none found in the file header (SPDX line, notice) or the repository's LICENSE/COPYING, LICENSES/, "
+    "package metadata, README licence section",
+    "paper": "none found in licence files beside the LaTeX sources, the arXiv licence URL or notices in the text",
+    "web": "none found in rel=license links, Creative Commons URLs or badges, or notices in the text's head and tail",
+    "text": "none found in notices in the text's head and tail",
+}
+NOTHING_DECLARED = "; no sources[].license or license_field declared"
+
+
+def _with_declared(kind: str, rows: list[dict[str, Any]]) -> list[Detection]:
+    """Declared licences where the pipeline file gives one, detection for the other rows."""
+    declared: dict[tuple[str | None, str | None], Detection | str] = {}
+    out: list[Detection | None] = []
+    has_field = bool(rows) and RECORD_LICENSE in rows[0]  # the source names a license_field
+    for row in rows:
+        key = (row.get(RECORD_LICENSE), row.get(SOURCE_LICENSE))
+        if key not in declared:
+            declared[key] = _declared(*key, has_field)
+        out.append(found if isinstance(found := declared[key], Detection) else None)
+    todo = [i for i, d in enumerate(out) if d is None]
+    if todo:
+        notes = [str(declared[(rows[i].get(RECORD_LICENSE), rows[i].get(SOURCE_LICENSE))]) for i in todo]
+        for i, note, found in zip(todo, notes, _detect(kind, [rows[i] for i in todo])):
+            if not found.known and not found.evidence:
+                found = Detection(UNKNOWN, LOOKED_FOR.get(kind, LOOKED_FOR["text"]) + note)
+            out[i] = found
+    return [d for d in out if d is not None]
+
+
+def _declared(record: str | None, source: str | None, has_field: bool) -> Detection | str:
+    """The record's licence, else the source's; or, when neither is a usable one, a note for the evidence."""
+    note = "; the record's license_field is empty" if has_field else NOTHING_DECLARED
+    if record is not None:
+        try:
+            return Detection(declared_expression(record), record, "record field")
+        except ExpressionError:
+            note = f"; record field {record[:60]!r} is not an SPDX expression"
+    if source is not None:  # checked when the pipeline was loaded
+        return Detection(declared_expression(source), source, "declared by source")
+    return note
 
 
 def _detect(kind: str, rows: list[dict[str, Any]]) -> list[Detection]:

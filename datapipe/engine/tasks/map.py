@@ -28,7 +28,7 @@ from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
 from datapipe.readers import READERS, InputFile, ReadBatch, reader_path, reader_spec
 from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
-from datapipe.schema import READ_STAGE
+from datapipe.schema import READ_STAGE, SOURCE_LICENSE
 from datapipe.stages.base import Decision, Stage
 from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, step_of
 from datapipe.stages.row_keys import row_key, row_keys
@@ -351,6 +351,8 @@ def _read_piece(
             reject(0, READ_STAGE, base, Decision(r["reason"].combine_chunks(), r["detail"].combine_chunks()))
         missing = pc.is_null(docs["text"])
         docs = reject(0, READ_STAGE, docs, Decision(pc.if_else(missing, "missing_text", _NULL_STR)))
+        if shard.source.license is not None:  # sources[i].license, for the license stage (any reader)
+            docs = docs.append_column(SOURCE_LICENSE, pa.array([shard.source.license] * docs.num_rows, pa.string()))
         yield docs
 
 
