@@ -219,7 +219,7 @@ def test_every_mistake_is_reported_in_one_pass_with_suggestions(folder: Path) ->
         ("stages[0].langid.keep[1]:", "'eng' is not a language code", "did you mean 'en' (English)?"),
         ("stages[0].langid.keep[2]:", "'zh-TW' is not a language code", "did you mean 'zh' (Chinese)?", "hant or hans"),
         ("stages[0].langid.min_scor:", "unknown key (did you mean 'min_score'?)"),
-        ("stages[1]:", "unknown stage type 'lenght' (did you mean 'length'?)", "allowed: boilerplate, classify"),
+        ("stages[1]:", "unknown stage type 'lenght' (did you mean 'length'?)", "allowed: annotate, boilerplate, classify"),
         ("stages[2].length.max_char:", "unknown key (did you mean 'max_chars'?)"),
         ("stages[3].dedup.treshold:", "unknown key; allowed keys here: exact, url, partitions"),
         ("stages[4].minhash.threshhold:", "unknown key (did you mean 'threshold'?)"),
