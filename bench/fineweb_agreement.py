@@ -1,0 +1,216 @@
+"""Keep/drop agreement with datatrove's FineWeb filters: datapipe's default English rules and the
+``fineweb_datatrove`` preset, per document, on the shared English documents.
+
+    PYTHONPATH=. python bench/fineweb_agreement.py [--datatrove-python /tmp/dt/bin/python]
+        [--work /tmp/datapipe-fineweb-agreement] [--rerun-datatrove] [--json PATH]
+
+datatrove side (bench/_datatrove_agreement.py, in the datatrove venv): LanguageFilter(["en"]) and
+GopherRepetitionFilter, GopherQualityFilter, C4QualityFilter, FineWebQualityFilter with their
+defaults, chained as in bench/_datatrove_pipeline.py (FineWeb judges the text C4 rewrites), on
+every document of ../shared/data/corpus (27,369). It takes ~1 hour on one core, so its output is
+kept in --work and reused while the documents and that script are unchanged.
+
+datapipe side: the langid stage (keep en) and the quality stage, once with its defaults
+(``rules: auto``: en_web.yaml) and once with ``rules: {en_web: fineweb_datatrove}``.
+
+The shared English documents are those both language filters call English (24,475). Printed:
+agreement overall, confusion counts, each side's drop reasons among the disagreements, for the
+preset the agreement of the reason (datatrove's first failing rule) too, the disagreeing ids,
+the words check (datapipe's re-implemented spaCy tokenizer against datatrove's words, per
+document, by digest), and documents/s of the preset's quality stage against datatrove's four
+filters (both one core, this machine's load at the time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from bench._corpus import CORPUS, FILES  # noqa: E402
+from bench._harness import Harness, add_args  # noqa: E402
+from datapipe.assets.models import ensure_lid_model  # noqa: E402
+from datapipe.stages.base import StageContext  # noqa: E402
+from datapipe.stages.langid import LangId, LangIdOptions  # noqa: E402
+from datapipe.stages.quality import Quality, QualityOptions  # noqa: E402
+from datapipe.text.spacy_en import english  # noqa: E402
+
+DT_SCRIPT = ROOT / "bench" / "_datatrove_agreement.py"
+PRESET = "fineweb_datatrove"
+
+
+def write_docs(path: Path) -> list[dict]:
+    docs = []
+    for name in FILES:
+        with open(CORPUS / name, encoding="utf-8") as f:
+            docs += [{"id": d["source"], "text": d["text"]} for d in map(json.loads, f) if d]
+    with open(path, "w", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps(d, ensure_ascii=False) + "\n")
+    return docs
+
+
+def run_datatrove(python: str, docs_path: Path, work: Path, rerun: bool) -> tuple[dict[str, dict], float | None]:
+    key = hashlib.sha256(docs_path.read_bytes() + DT_SCRIPT.read_bytes()).hexdigest()[:16]
+    out, meta = work / f"datatrove-{key}.jsonl", work / f"datatrove-{key}.json"
+    if rerun or not meta.exists():
+        print(f"datatrove: running {DT_SCRIPT.name} (about an hour) ...", flush=True)
+        proc = subprocess.run(
+            [python, str(DT_SCRIPT), str(docs_path), str(ensure_lid_model()), str(out)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"datatrove failed:\n{proc.stderr[-3000:]}")
+        meta.write_text(proc.stdout.strip().splitlines()[-1])
+    else:
+        print(f"datatrove: reusing {out}")
+    rows = {r["id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    return rows, json.loads(meta.read_text()).get("filter_seconds")
+
+
+def english_ids(docs: list[dict], batch: int = 2000) -> set[str]:
+    langid = LangId(LangIdOptions(keep=["en"]), StageContext(".", "."))
+    langid.setup()
+    out: set[str] = set()
+    for i in range(0, len(docs), batch):
+        part = docs[i : i + batch]
+        b = pa.table({"id": [d["id"] for d in part], "kind": ["web"] * len(part), "text": [d["text"] for d in part]})
+        reasons = langid.decide(langid.compute(b)).reason.to_pylist()
+        out.update(d["id"] for d, r in zip(part, reasons) if r is None)
+    return out
+
+
+def quality_reasons(docs: list[dict], rules: object, batch: int = 1000) -> tuple[list[str | None], float]:
+    stage = Quality(QualityOptions(rules=rules), StageContext(str(ROOT), str(ROOT)))  # type: ignore[arg-type]
+    reasons: list[str | None] = []
+    t = time.perf_counter()
+    for i in range(0, len(docs), batch):
+        part = docs[i : i + batch]
+        b = pa.table({"id": [d["id"] for d in part], "kind": ["web"] * len(part), "lang": ["en"] * len(part)})
+        b = b.append_column("text", pa.array([d["text"] for d in part]))
+        reasons += stage.decide(stage.compute(b)).reason.to_pylist()
+    return reasons, time.perf_counter() - t
+
+
+def dt_reason(r: str | None) -> str | None:
+    """datatrove's "<filter>:<reason>" in the preset's naming (``datatrove_<filter>:<rule>``)."""
+    if r is None:
+        return None
+    f, _, reason = r.partition(":")
+    if f == "gopher_quality":
+        reason = reason.removeprefix("gopher_")
+    return f"datatrove_{f}:{reason}"
+
+
+def compare(name: str, ids: list[str], ours: list[str | None], theirs: list[str | None], show_ids: int) -> dict:
+    keep_o = np.array([r is None for r in ours])
+    keep_t = np.array([r is None for r in theirs])
+    agree = float((keep_o == keep_t).mean())
+    conf = {
+        "both keep": int((keep_o & keep_t).sum()),
+        "both drop": int((~keep_o & ~keep_t).sum()),
+        "datatrove drops, datapipe keeps": int((keep_o & ~keep_t).sum()),
+        "datatrove keeps, datapipe drops": int((~keep_o & keep_t).sum()),
+    }
+    print(f"\n== {name}: agreement {agree:.2%} on {len(ids):,} documents")
+    for k, v in conf.items():
+        print(f"  {k:34s} {v:6,}")
+    dt_only = collections.Counter(t for o, t in zip(ours, theirs) if o is None and t is not None)
+    dp_only = collections.Counter(o for o, t in zip(ours, theirs) if o is not None and t is None)
+    print("  datatrove drops that datapipe keeps, by datatrove's reason:")
+    for k, v in dt_only.most_common():
+        print(f"    {v:6,}  {k}")
+    print("  datapipe drops that datatrove keeps, by datapipe's reason:")
+    for k, v in dp_only.most_common():
+        print(f"    {v:6,}  {k}")
+    per_filter = {}
+    both = collections.Counter(t.partition(":")[0] for o, t in zip(ours, theirs) if t is not None)
+    print("  datatrove's drops per filter (first failing filter): count")
+    for f, v in both.most_common():
+        per_filter[f] = v
+        print(f"    {v:6,}  {f}")
+    wrong = [i for i, o, t in zip(ids, ours, theirs) if (o is None) != (t is None)]
+    print(f"  disagreeing ids ({len(wrong)}): {' '.join(wrong[:show_ids])}{' ...' if len(wrong) > show_ids else ''}")
+    return {
+        "agreement": agree,
+        "confusion": conf,
+        "datatrove_only_drops": dict(dt_only),
+        "datapipe_only_drops": dict(dp_only),
+        "datatrove_drops_per_filter": per_filter,
+        "disagreeing_ids": wrong,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datatrove-python", default="/tmp/dt/bin/python", help="python of a venv with datatrove[processing], spacy")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/datapipe-fineweb-agreement"), help="keeps datatrove's verdicts")
+    ap.add_argument("--rerun-datatrove", action="store_true", help="run datatrove even when its verdicts are kept")
+    ap.add_argument("--show-ids", type=int, default=200, help="disagreeing ids printed per comparison")
+    args = add_args(ap, repeats=1).parse_args()
+    h = Harness("fineweb_agreement", args)
+    args.work.mkdir(parents=True, exist_ok=True)
+    docs_path = args.work / "docs.jsonl"
+    docs = write_docs(docs_path)
+    dt, dt_seconds = run_datatrove(args.datatrove_python, docs_path, args.work, args.rerun_datatrove)
+    ours_en = english_ids(docs)
+    shared = [d for d in docs if d["id"] in ours_en and dt[d["id"]]["en"]]
+    print(
+        f"{len(docs):,} documents; English by datapipe's langid {len(ours_en):,}, by datatrove's LanguageFilter "
+        f"{sum(r['en'] for r in dt.values()):,}, both (the shared English documents) {len(shared):,}"
+    )
+    ids = [d["id"] for d in shared]
+    theirs = [dt[i]["reason"] for i in ids]
+
+    default, default_s = quality_reasons(shared, "auto")
+    res_default = compare("datapipe defaults (rules: auto, en_web.yaml) vs datatrove", ids, default, theirs, args.show_ids)
+    preset, preset_s = quality_reasons(shared, {"en_web": PRESET})
+    res_preset = compare(f"datapipe rules: {{en_web: {PRESET}}} vs datatrove", ids, preset, theirs, args.show_ids)
+    mapped = [dt_reason(t) for t in theirs]
+    same_reason = float(np.mean([o == t for o, t in zip(preset, mapped)]))
+    print(f"  same first failing rule as datatrove (or both keep): {same_reason:.2%}")
+    per_rule = collections.Counter((o, t) for o, t in zip(preset, mapped) if o != t)
+    for (o, t), v in per_rule.most_common(20):
+        print(f"    {v:6,}  datapipe {o}  datatrove {t}")
+
+    # words: datapipe's tokenizer against datatrove's, by digest (when the datatrove run recorded them)
+    tok = english()
+    have = [d for d in shared if "words" in dt[d["id"]]]
+    words_bad = [
+        d["id"] for d in have if hashlib.sha1(" ".join(tok.words(d["text"])).encode("utf-8")).hexdigest() != dt[d["id"]]["words"]
+    ]
+    if have:
+        print(
+            f"\nwords: datapipe's spaCy re-implementation differs on {len(words_bad)} of {len(have):,} documents {words_bad[:20]}"
+        )
+    else:
+        print("\nwords: not checked (the kept datatrove run predates the words digest; --rerun-datatrove)")
+
+    print()
+    h.figure("datapipe quality stage, preset, docs/s (one core)", len(shared) / preset_s, "docs/s")
+    h.figure("datapipe quality stage, defaults, docs/s (one core)", len(shared) / default_s, "docs/s")
+    if dt_seconds:
+        n_dt = sum(r["en"] for r in dt.values())  # datatrove timed its filters on every document it calls English
+        h.figure("datatrove's four filters, docs/s (one core)", n_dt / dt_seconds, "docs/s")
+    h.finish(
+        shared_docs=len(shared),
+        default=res_default,
+        preset=res_preset,
+        preset_same_reason=same_reason,
+        words_checked=len(have),
+        words_differ=words_bad,
+    )
+
+
+if __name__ == "__main__":
+    main()
