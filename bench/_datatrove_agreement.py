@@ -4,11 +4,12 @@ holding ``datatrove[processing]`` and spacy; it imports nothing from datapipe.
     <venv>/bin/python bench/_datatrove_agreement.py DOCS.jsonl LID_MODEL OUT.jsonl
 
 DOCS.jsonl: one ``{"id", "text"}`` per line. For each document, one line of OUT.jsonl:
-``{"id", "en": LanguageFilter(["en"]) keeps it, "reason": the first failing filter's reason in
-datatrove's chain order (null: kept), "filters": {filter: reason or null}, "words": sha1 of
-datatrove's English words joined by spaces}`` (the words digest checks datapipe's tokenizer). ``filters`` judges
-each filter on its own (FineWeb on the text C4QualityFilter leaves when C4 keeps the document,
-as in the chain, since C4QualityFilter rewrites ``doc.text``; on the original text otherwise).
+``{"id", "en": LanguageFilter(["en"]) keeps it}`` and, for English documents, ``"reason"``: the
+first failing filter's reason in datatrove's chain order (null: kept), ``"filters"``: ``{filter:
+reason or null}``, ``"words"``: sha1 of datatrove's English words joined by spaces (it checks
+datapipe's tokenizer). ``filters`` judges each filter on its own (FineWeb on the text
+C4QualityFilter leaves when C4 keeps the document, as in the chain, since C4QualityFilter
+rewrites ``doc.text``; on the original text otherwise).
 Every filter has its defaults, as in bench/_datatrove_pipeline.py.
 """
 
@@ -54,16 +55,18 @@ def main() -> None:
             d = json.loads(line)
             doc = Document(text=d["text"], id=d["id"])
             en = bool(lang.filter(doc))
-            out: dict[str, str | None] = {}
-            t = time.perf_counter()
-            for name, f in filters.items():
-                if name == "fineweb" and out["c4"] is not None:
-                    doc = Document(text=d["text"], id=d["id"])  # C4 dropped it: FineWeb on the original
-                out[name] = verdict(f, doc)  # C4QualityFilter rewrites doc.text when it keeps the page
-            seconds += time.perf_counter() - t if en else 0.0
-            words = hashlib.sha1(" ".join(split_into_words(d["text"], "eng")).encode("utf-8")).hexdigest()
-            reason = next((f"{k}:{v}" for k, v in out.items() if v is not None), None)
-            rec = {"id": d["id"], "en": en, "reason": reason, "filters": out, "words": words}
+            rec: dict = {"id": d["id"], "en": en}
+            if en:  # the comparison is on English documents only
+                out: dict[str, str | None] = {}
+                t = time.perf_counter()
+                for name, f in filters.items():
+                    if name == "fineweb" and out["c4"] is not None:
+                        doc = Document(text=d["text"], id=d["id"])  # C4 dropped it: FineWeb on the original
+                    out[name] = verdict(f, doc)  # C4QualityFilter rewrites doc.text when it keeps the page
+                seconds += time.perf_counter() - t
+                rec["reason"] = next((f"{k}:{v}" for k, v in out.items() if v is not None), None)
+                rec["filters"] = out
+                rec["words"] = hashlib.sha1(" ".join(split_into_words(d["text"], "eng")).encode("utf-8")).hexdigest()
             fout.write(json.dumps(rec) + "\n")
     print(json.dumps({"filter_seconds": seconds}))
 

@@ -2,7 +2,7 @@
 ``fineweb_datatrove`` preset, per document, on the shared English documents.
 
     PYTHONPATH=. python bench/fineweb_agreement.py [--datatrove-python /tmp/dt/bin/python]
-        [--work /tmp/datapipe-fineweb-agreement] [--rerun-datatrove] [--json PATH]
+        [--work /tmp/datapipe-fineweb-agreement] [--rerun-datatrove] [--datapipe-only] [--json PATH]
 
 datatrove side (bench/_datatrove_agreement.py, in the datatrove venv): LanguageFilter(["en"]) and
 GopherRepetitionFilter, GopherQualityFilter, C4QualityFilter, FineWebQualityFilter with their
@@ -11,7 +11,9 @@ every document of ../shared/data/corpus (27,369). It takes ~1 hour on one core, 
 kept in --work and reused while the documents and that script are unchanged.
 
 datapipe side: the langid stage (keep en) and the quality stage, once with its defaults
-(``rules: auto``: en_web.yaml) and once with ``rules: {en_web: fineweb_datatrove}``.
+(``rules: auto``: en_web.yaml) and once with ``rules: {en_web: fineweb_datatrove}``, on every
+document langid calls English; kept in --work too, keyed by the corpus and datapipe's quality
+code (``--datapipe-only`` computes it and stops, e.g. while datatrove still runs elsewhere).
 
 The shared English documents are those both language filters call English (24,475). Printed:
 agreement overall, confusion counts, each side's drop reasons among the disagreements, for the
@@ -102,6 +104,35 @@ def quality_reasons(docs: list[dict], rules: object, batch: int = 1000) -> tuple
     return reasons, time.perf_counter() - t
 
 
+def datapipe_side(docs: list[dict], work: Path) -> dict:
+    """langid, then the quality stage's decisions with the defaults and with the preset, on every
+    document langid calls English; kept in ``work`` (keyed by the corpus and datapipe's quality
+    code) so the datatrove side can be rerun without it."""
+    src = b"".join(p.read_bytes() for p in sorted((ROOT / "datapipe" / "stages" / "quality").glob("*.py")))
+    src += (ROOT / "datapipe" / "text" / "spacy_en.py").read_bytes() + (
+        ROOT / "filters" / "quality" / "presets" / f"{PRESET}.yaml"
+    ).read_bytes()
+    key = hashlib.sha256((work / "docs.jsonl").read_bytes() + src).hexdigest()[:16]
+    path = work / f"datapipe-{key}.json"
+    if path.exists():
+        print(f"datapipe: reusing {path}")
+        return json.loads(path.read_text())
+    english = english_ids(docs)
+    en_docs = [d for d in docs if d["id"] in english]
+    default, default_s = quality_reasons(en_docs, "auto")
+    preset, preset_s = quality_reasons(en_docs, {"en_web": PRESET})
+    out = {
+        "english": [d["id"] for d in en_docs],
+        "default": {d["id"]: r for d, r in zip(en_docs, default)},
+        "preset": {d["id"]: r for d, r in zip(en_docs, preset)},
+        "default_seconds": default_s,
+        "preset_seconds": preset_s,
+    }
+    path.write_text(json.dumps(out))
+    print(f"datapipe: {len(en_docs):,} English documents, defaults {default_s:.0f} s, preset {preset_s:.0f} s")
+    return out
+
+
 def dt_reason(r: str | None) -> str | None:
     """datatrove's "<filter>:<reason>" in the preset's naming (``datatrove_<filter>:<rule>``)."""
     if r is None:
@@ -157,13 +188,17 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/datapipe-fineweb-agreement"), help="keeps datatrove's verdicts")
     ap.add_argument("--rerun-datatrove", action="store_true", help="run datatrove even when its verdicts are kept")
     ap.add_argument("--show-ids", type=int, default=200, help="disagreeing ids printed per comparison")
+    ap.add_argument("--datapipe-only", action="store_true", help="compute and keep datapipe's side, then stop")
     args = add_args(ap, repeats=1).parse_args()
     h = Harness("fineweb_agreement", args)
     args.work.mkdir(parents=True, exist_ok=True)
     docs_path = args.work / "docs.jsonl"
     docs = write_docs(docs_path)
+    ours = datapipe_side(docs, args.work)
+    if args.datapipe_only:
+        return
     dt, dt_seconds = run_datatrove(args.datatrove_python, docs_path, args.work, args.rerun_datatrove)
-    ours_en = english_ids(docs)
+    ours_en = set(ours["english"])
     shared = [d for d in docs if d["id"] in ours_en and dt[d["id"]]["en"]]
     print(
         f"{len(docs):,} documents; English by datapipe's langid {len(ours_en):,}, by datatrove's LanguageFilter "
@@ -171,10 +206,9 @@ def main() -> None:
     )
     ids = [d["id"] for d in shared]
     theirs = [dt[i]["reason"] for i in ids]
-
-    default, default_s = quality_reasons(shared, "auto")
+    default = [ours["default"][i] for i in ids]
+    preset = [ours["preset"][i] for i in ids]
     res_default = compare("datapipe defaults (rules: auto, en_web.yaml) vs datatrove", ids, default, theirs, args.show_ids)
-    preset, preset_s = quality_reasons(shared, {"en_web": PRESET})
     res_preset = compare(f"datapipe rules: {{en_web: {PRESET}}} vs datatrove", ids, preset, theirs, args.show_ids)
     mapped = [dt_reason(t) for t in theirs]
     same_reason = float(np.mean([o == t for o, t in zip(preset, mapped)]))
@@ -182,6 +216,8 @@ def main() -> None:
     per_rule = collections.Counter((o, t) for o, t in zip(preset, mapped) if o != t)
     for (o, t), v in per_rule.most_common(20):
         print(f"    {v:6,}  datapipe {o}  datatrove {t}")
+    default_s, preset_s = ours["default_seconds"], ours["preset_seconds"]
+    n_timed = len(ours["english"])
 
     # words: datapipe's tokenizer against datatrove's, by digest (when the datatrove run recorded them)
     tok = english()
@@ -197,8 +233,10 @@ def main() -> None:
         print("\nwords: not checked (the kept datatrove run predates the words digest; --rerun-datatrove)")
 
     print()
-    h.figure("datapipe quality stage, preset, docs/s (one core)", len(shared) / preset_s, "docs/s")
-    h.figure("datapipe quality stage, defaults, docs/s (one core)", len(shared) / default_s, "docs/s")
+    h.figure("fineweb_datatrove preset: keep/drop agreement with datatrove", 100 * res_preset["agreement"], "%", target=">= 99.5")
+    h.figure("datapipe defaults (en_web): keep/drop agreement with datatrove", 100 * res_default["agreement"], "%")
+    h.figure("datapipe quality stage, preset, docs/s (one core)", n_timed / preset_s, "docs/s")
+    h.figure("datapipe quality stage, defaults, docs/s (one core)", n_timed / default_s, "docs/s")
     if dt_seconds:
         n_dt = sum(r["en"] for r in dt.values())  # datatrove timed its filters on every document it calls English
         h.figure("datatrove's four filters, docs/s (one core)", n_dt / dt_seconds, "docs/s")
