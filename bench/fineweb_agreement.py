@@ -15,7 +15,7 @@ datapipe side: the langid stage (keep en) and the quality stage, once with its d
 document langid calls English; kept in --work too, keyed by the corpus and datapipe's quality
 code (``--datapipe-only`` computes it and stops, e.g. while datatrove still runs elsewhere).
 
-The shared English documents are those both language filters call English (24,475). Printed:
+The shared English documents are those both language filters call English (24,268). Printed:
 agreement overall, confusion counts, each side's drop reasons among the disagreements, for the
 preset the agreement of the reason (datatrove's first failing rule) too, the disagreeing ids,
 the words check (datapipe's re-implemented spaCy tokenizer against datatrove's words, per
