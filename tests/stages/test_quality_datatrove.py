@@ -7,6 +7,7 @@ not copied from a run; bench/fineweb_agreement.py measures the agreement with da
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import string
@@ -121,3 +122,41 @@ def test_preset_is_picked_by_name(tmp_path):
     assert Quality.check(QualityOptions(rules=PRESET), ctx) == []
     problems = Quality.check(QualityOptions(rules={"en_web": "fineweb_datatrov"}), ctx)
     assert len(problems) == 1 and problems[0][0] == "rules.en_web" and "fineweb_datatrove" in problems[0][1]
+
+
+def _top(words: list[str], n: int) -> int:
+    """datatrove's find_top_duplicate: the most common space-joined n-gram, length x count."""
+    grams = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+    if not grams:
+        return 0
+    gram, count = collections.Counter(grams).most_common(1)[0]
+    return len(gram) * count
+
+
+def _dup(words: list[str], n: int) -> int:
+    """datatrove's find_all_duplicate: the left-to-right walk over concatenated n-grams."""
+    seen: set[str] = set()
+    repeated = i = 0
+    while i < len(words) - n + 1:
+        gram = "".join(words[i : i + n])
+        if gram in seen:
+            repeated, i = repeated + len(gram), i + n
+        else:
+            seen.add(gram)
+            i += 1
+    return repeated
+
+
+def test_repetition_walks_are_datatroves_on_real_pages():
+    """The compiled n-gram walks (hash-keyed) against datatrove's own definitions written plainly."""
+    with open(shared_path("corpus", "en_wikipedia.jsonl"), encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for _, line in zip(range(120), f)]
+    _, b = decide(texts, PRESET)
+    assert sum(x > 0 for x in b["dt_dup5_frac"].to_pylist()) >= 10  # pages with repeats to walk over
+    words = english().words
+    for i, text in enumerate(texts):
+        w = words(text)
+        for n in (2, 3, 4):
+            assert b[f"dt_top{n}_frac"][i].as_py() == _top(w, n) / len(text), (i, n)
+        for n in range(5, 11):
+            assert b[f"dt_dup{n}_frac"][i].as_py() == _dup(w, n) / len(text), (i, n)
