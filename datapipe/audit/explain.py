@@ -155,13 +155,12 @@ def _run_json(run_dir: Path) -> dict[str, Any]:
 
 def _rule_file_today(run: dict[str, Any], name: str) -> Path:
     """The file the run's config names for rule-set key ``name`` (a user's own), else the built-in one."""
-    from datapipe.stages.quality.rules import BUILTIN_DIR
+    from datapipe.stages.quality.rules import BUILTIN_DIR, rule_file
 
     for stage in (run.get("config") or {}).get("stages") or []:
         rules = (stage.get("quality") or {}).get("rules") if isinstance(stage, dict) else None
         if isinstance(rules, dict) and name in rules:
-            path = Path(rules[name]).expanduser()
-            return path if path.is_absolute() else Path(run.get("pipeline_file") or "pipeline.yaml").parent / path
+            return rule_file(str(rules[name]), Path(run.get("pipeline_file") or "pipeline.yaml").parent)
     return BUILTIN_DIR / f"{name}.yaml"
 
 

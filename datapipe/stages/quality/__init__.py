@@ -2,7 +2,8 @@
 
 ``rules: auto`` picks ``filters/quality/<lang>_<kind>.yaml``, else ``<kind>.yaml``
 (``en_web``, ``zh_web``, ``code``, ``paper``); a mapping ``{zh_web: my/zh.yaml, ...}`` replaces
-or adds rule sets by key (paths relative to the pipeline file). Documents with no rule set pass.
+or adds rule sets by key (paths relative to the pipeline file, or the name of a preset in
+``filters/quality/presets/``, e.g. ``{en_web: fineweb_datatrove}``). Documents with no rule set pass.
 Signals of every configured rule set are columns of every batch (null where another rule set
 applied), so all shards share one schema; ``quality_rules`` names the rule set used.
 """
@@ -28,15 +29,17 @@ from datapipe.stages.base import (
     kinds_problems,
 )
 from datapipe.stages.columns import set_column
-from datapipe.stages.quality import blocklist, c4, code_rules, fineweb, gopher, paper, zh  # noqa: F401 (register)
-from datapipe.stages.quality.rules import BUILTIN_DIR, FILTERS, RuleSet, RuleSetError
+from datapipe.stages.quality import blocklist, c4, code_rules, dt_filters, fineweb, gopher, paper, zh  # noqa: F401 (register)
+from datapipe.stages.quality.rules import BUILTIN_DIR, FILTERS, RuleSet, RuleSetError, preset_names, rule_file
 from datapipe.stages.quality.text import Docs
 from datapipe.text.langcodes import language_problems
 
 
 class QualityOptions(StageOptions):
     rules: Literal["auto"] | dict[str, str] = Field(
-        "auto", description="auto: built-in rule sets; or {<lang>_<kind> | <kind>: rule-set path}, added to them."
+        "auto",
+        description="auto: built-in rule sets; or {<lang>_<kind> | <kind>: rule-set path or preset name "
+        "(fineweb_datatrove: datatrove's FineWeb filters)}, added to them.",
     )
     builtin: bool = Field(True, description="With a rules mapping: also use the built-in rule sets.")
     kinds: list[str] = Field(["web", "code", "paper", "text"], description="Source kinds the stage applies to.")
@@ -50,8 +53,7 @@ def rule_set_files(rules: Literal["auto"] | dict[str, str], builtin: bool, base:
         files = {p.stem: (p, p.stem) for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
     if isinstance(rules, dict):
         for key, path in rules.items():
-            p = Path(path)
-            files[key] = (p if p.is_absolute() else base / p, str(path))
+            files[key] = (rule_file(str(path), base), str(path))
     return files
 
 
@@ -91,10 +93,10 @@ class Quality(Stage):
         for key, path in o.rules.items() if isinstance(o.rules, dict) else []:
             where = f"rules.{key}"
             problems += [(where, m) for m in _key_problems(key, o.kinds, has_langid)]
-            file = Path(path).expanduser()
-            file = file if file.is_absolute() else context.pipeline_dir / file
+            file = rule_file(str(path), context.pipeline_dir)
             if not file.is_file():
-                problems.append((where, f"file not found: {file}"))
+                presets = ", ".join(preset_names())
+                problems.append((where, f"file not found: {file} (a preset name is one of: {presets})"))
                 continue
             try:  # the loader the stage itself runs, one key at a time so each error names its key
                 sets[key] = (where, load_rule_sets({key: path}, False, context.pipeline_dir)[key])

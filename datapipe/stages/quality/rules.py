@@ -24,6 +24,22 @@ from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.stages.quality.text import Docs
 
 BUILTIN_DIR = filter_file("quality")
+PRESETS_DIR = BUILTIN_DIR / "presets"  # named rule sets a pipeline file picks by name, never applied by default
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def rule_file(value: str, base: Path) -> Path:
+    """The file a ``rules`` mapping value names: a preset's name (``fineweb_datatrove``), or a
+    path, relative to ``base`` (the pipeline file's folder) unless absolute."""
+    if "/" not in value and "\\" not in value and not value.endswith((".yaml", ".yml")):
+        preset = PRESETS_DIR / f"{value}.yaml"
+        if preset.is_file():
+            return preset
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else base / p
 
 
 @dataclass(frozen=True)
