@@ -78,7 +78,6 @@ def load_tokenizer_info(path: Path, config: TokenizeConfig) -> TokenizerInfo:
     assert eos is not None  # required: lookup raised otherwise
     pad = lookup("pad_token", config.pad_token, PAD_CANDIDATES, False)
     bos = lookup("bos_token", config.bos_token, (), False) if config.bos_token else None
-    engine, note = choose_engine(data, tok)
     return TokenizerInfo(
         str(path),
         hashlib.sha256(data).hexdigest(),
@@ -86,26 +85,26 @@ def load_tokenizer_info(path: Path, config: TokenizeConfig) -> TokenizerInfo:
         int(eos),
         int(pad if pad is not None else eos),
         bos,
-        engine,
-        note,
     )
 
 
-def choose_engine(data: bytes, tok) -> tuple[str, str]:
-    """("tiktoken", "") where the fast path reproduces this tokenizer (on the probe text too), else ("tokenizers", why)."""
+def with_engine(info: TokenizerInfo) -> TokenizerInfo:
+    """``info`` with its engine: tiktoken where it reproduces the tokenizer (the probe text too), else tokenizers and why."""
+    import dataclasses
     import json
 
     if os.environ.get(ENGINE_ENV) == "tokenizers":
-        return "tokenizers", f"{ENGINE_ENV}=tokenizers"
-    plan = plan_fast_encoder(json.loads(data))
+        return dataclasses.replace(info, engine="tokenizers", engine_note=f"{ENGINE_ENV}=tokenizers")
+    plan = plan_fast_encoder(json.loads(Path(info.path).read_bytes()))
     if isinstance(plan, str):
-        return "tokenizers", plan
-    fast = FastEncoder(plan)
+        return dataclasses.replace(info, engine="tokenizers", engine_note=plan)
     text = probe_text()
-    ids = fast.encode(text)
-    if ids is None or ids.tolist() != tok.encode(text, add_special_tokens=False).ids:
-        return "tokenizers", "tiktoken's ids differ from tokenizers' on the probe text"
-    return "tiktoken", ""
+    ids = FastEncoder(plan).encode(text)
+    if ids is None or ids.tolist() != get_tokenizer(info.path).encode(text, add_special_tokens=False).ids:
+        return dataclasses.replace(
+            info, engine="tokenizers", engine_note="tiktoken's ids differ from tokenizers' on the probe text"
+        )
+    return dataclasses.replace(info, engine="tiktoken", engine_note="")
 
 
 _TOKENIZERS: dict[str, object] = process_cache({})

@@ -14,18 +14,15 @@ import logging
 from pathlib import Path
 
 import pytest
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 
 from datapipe.pipeline.load import TokenizeConfig
 from datapipe.tokens import encode as tokenize
 from datapipe.tokens.fast_bpe import FastEncoder, plan_fast_encoder, probe_text
+from tests.support.bpe_variants import SPECIAL, train_bpe, with_special_tokens
 from tests.support.shared_data import shared_path
 
 ROOT = Path(__file__).resolve().parents[2]
-LLAMA3_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-SPECIAL = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
 
 
 def _corpus_sample(per_file: int, chars: int) -> list[str]:
@@ -42,41 +39,8 @@ def _corpus_sample(per_file: int, chars: int) -> list[str]:
     return texts
 
 
-def _with_special_tokens(texts: list[str]) -> list[str]:
-    """Every third text with added tokens inside, at the start and end, and glued to words."""
-    out = []
-    for i, t in enumerate(texts):
-        if i % 3 == 0:
-            mid = len(t) // 2
-            t = f"{SPECIAL[i % 4]}{t[:mid]}{SPECIAL[(i + 1) % 4]} {t[mid:]}x{SPECIAL[0]}{SPECIAL[2]}\n{SPECIAL[3]}"
-        out.append(t)
-    return out + [SPECIAL[0], "", " ", SPECIAL[1] + SPECIAL[1], "a" + SPECIAL[2] + "b"]
-
-
-def train(path: Path, texts: list[str], vocab: int, pre: str, special: list[str], ignore_merges: bool = False) -> Path:
-    tok = Tokenizer(models.BPE())
-    if pre == "llama3":
-        tok.pre_tokenizer = pre_tokenizers.Sequence(
-            [
-                pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-            ]
-        )
-    else:
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=pre == "prefix")
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab, special_tokens=special, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(texts, trainer)
-    data = json.loads(tok.to_str())
-    data["model"]["ignore_merges"] = ignore_merges
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path
-
-
 def _info(path: Path) -> tokenize.TokenizerInfo:
-    return tokenize.load_tokenizer_info(path, TokenizeConfig(tokenizer=str(path), seq_len=512))
+    return tokenize.with_engine(tokenize.load_tokenizer_info(path, TokenizeConfig(tokenizer=str(path), seq_len=512)))
 
 
 def _assert_same_ids(info: tokenize.TokenizerInfo, texts: list[str]) -> None:
@@ -100,10 +64,10 @@ CONFIGS = {
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_fast_path_gives_tokenizers_ids_on_real_text(tmp_path: Path, sample: list[str], name: str) -> None:
     vocab, pre, special, ignore = CONFIGS[name]
-    info = _info(train(tmp_path / "tok.json", sample[::2], vocab, pre, special, ignore))
+    info = _info(train_bpe(tmp_path / "tok.json", sample[::2], vocab, pre, special, ignore))
     assert (info.engine, info.engine_note) == ("tiktoken", "")
     tokenize._FAST.clear()
-    texts = _with_special_tokens(sample) + [probe_text()]
+    texts = with_special_tokens(sample) + [probe_text()]
     _assert_same_ids(info, texts)
     assert tokenize._FAST[info.path] is not None  # the run's own sample agreed: the fast path did the encoding
 
@@ -196,7 +160,7 @@ def test_tokenizers_it_cannot_reproduce_stay_on_tokenizers(tmp_path: Path, chang
     assert reason in info.engine_note
     if reason == "dropout":
         return  # random merges: no two encodings agree
-    texts = _with_special_tokens(_corpus_sample(per_file=20, chars=20_000))
+    texts = with_special_tokens(_corpus_sample(per_file=20, chars=20_000))
     lists = tokenize.encode_documents(texts, info)
     tok = Tokenizer.from_file(str(path))
     assert [x[:-1] for x in lists.to_pylist()] == [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
