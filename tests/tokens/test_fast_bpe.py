@@ -205,3 +205,38 @@ def test_the_engine_can_be_forced_to_tokenizers(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(tokenize.ENGINE_ENV, "tokenizers")
     info = _info(ROOT / "tokenizer" / "demo.json")
     assert info.engine == "tokenizers" and tokenize.ENGINE_ENV in info.engine_note
+
+
+def test_shards_and_run_identity_are_the_same_with_either_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole run (in this process) on real text with special tokens in it: byte-identical shards, same run.json identity."""
+    from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
+    from tests.conftest import write_pipeline
+
+    texts = with_special_tokens(_corpus_sample(per_file=60, chars=60_000))
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts if t), encoding="utf-8")
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "t",
+            "sources": [{"name": "web", "kind": "web", "paths": ["docs.jsonl"]}],
+            "stages": [],
+            "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 256, "val_fraction": 0.1},
+        },
+    )
+    outs = {}
+    for engine in ("tiktoken", "tokenizers"):
+        if engine == "tokenizers":
+            monkeypatch.setenv(tokenize.ENGINE_ENV, "tokenizers")
+        tokenize._FAST.clear()
+        logs: list[str] = []
+        outs[engine] = tmp_path / engine
+        run_pipeline(load_pipeline(pipeline), output=outs[engine], in_process=True, show_progress=False, log=logs.append)
+        assert any("tokens encoded with tokenizers" in m for m in logs) == (engine == "tokenizers")
+    shards = {
+        e: {p.relative_to(o): p.read_bytes() for p in sorted((o / "shards").rglob("*")) if p.is_file()} for e, o in outs.items()
+    }
+    assert len(shards["tiktoken"]) >= 3 and shards["tiktoken"] == shards["tokenizers"]
+    runs = {e: json.loads((o / "run.json").read_text()) for e, o in outs.items()}
+    for key in ("fingerprint", "config", "resources"):
+        assert runs["tiktoken"][key] == runs["tokenizers"][key]
