@@ -45,6 +45,8 @@ ORDER = (
     "dedup_scale",
     "dedup_stage_scale",
     "tokenize",
+    "fast_encoder",
+    "pipeline_limit",
     "license",
     "mixture_query",
     "loader",
