@@ -10,10 +10,11 @@ the same mix. Both sides read those files with ``--workers`` processes:
 
   datapipe   ``datapipe run`` in a subprocess (``--num-cpus workers``; ``--mode``: its default executor,
              which runs a one-map-task run in the driver and any larger one on embedded Ray, or forced):
-             langid(zh, en) -> quality(auto) -> dedup(exact) -> minhash(0.7) -> tokenize (demo.json)
+             langid(zh, en) -> quality(auto) -> dedup(exact) -> minhash(0.7) -> tokenize (--tokenizer)
   datatrove  bench/_datatrove_pipeline.py in the datatrove venv: LanguageFilter(zh, en) -> Gopher
              repetition -> Gopher quality -> C4 -> FineWeb -> exact dedup (3 blocks) -> MinHash
-             (4 blocks) -> DocumentTokenizer with the same tokenizer file
+             (4 blocks) -> DocumentTokenizer with the same tokenizer file (``--tokenizer``: by default the
+             32k byte-level BPE of bench/_bench_tokenizer.py, trained on this corpus; ``demo`` for the 2.7k demo one)
 
 Runs alternate datapipe, datatrove, datapipe, ... (--repeats pairs), each from a fresh output
 folder. Each run is measured as a process tree (bench/_proctree.py: subreaper + RUSAGE_CHILDREN
@@ -42,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._bench_tokenizer import resolve  # noqa: E402
 from bench._corpus import CORPUS, FILES  # noqa: E402
 from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
 from bench._proctree import run_tree  # noqa: E402
@@ -125,7 +127,12 @@ def main() -> int:
     ap.add_argument("--docs", type=int, default=0, help="documents from the corpus (0: all 27,369)")
     ap.add_argument("--files", type=int, default=2, help="input files (= tasks of each side's first step)")
     ap.add_argument("--workers", type=int, default=2, help="processes per side (Ray CPUs / datatrove workers)")
-    ap.add_argument("--tokenizer", type=Path, default=ROOT / "tokenizer" / "demo.json")
+    ap.add_argument(
+        "--tokenizer",
+        default="bpe32k",
+        help="bpe32k (default: a 32k byte-level BPE trained on the corpus once, kept in the cache folder; "
+        "bench/_bench_tokenizer.py), demo (tokenizer/demo.json, 2.7k) or a tokenizer.json path; both sides use it",
+    )
     ap.add_argument(
         "--mode",
         choices=["auto", "ray", "in-process"],
@@ -136,10 +143,13 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between /proc samples")
     ap.add_argument("--work", type=Path, help="work folder (default: a temporary one, removed after)")
     args = add_args(ap, repeats=3).parse_args()
+    tokenizer_name = args.tokenizer if args.tokenizer in ("bpe32k", "demo") else Path(args.tokenizer).name
+    args.tokenizer = resolve(args.tokenizer)
     h = Harness(
         f"pipeline{'_tokenize' if args.stages == 'tokenize' else ''}",
         args,
-        libs=["ray", "tokenizers", "fasttext-numpy2", "numba", "duckdb"],
+        libs=["ray", "tokenizers", "tiktoken", "fasttext-numpy2", "numba", "duckdb"],
+        note=f"tokenizer: {tokenizer_name} ({args.tokenizer})",
     )
     have_dt = Path(args.datatrove_python).exists()
     dt_version = "skipped"
@@ -319,6 +329,8 @@ def main() -> int:
             mode=args.mode,
             files=args.files,
             stages=args.stages,
+            tokenizer=tokenizer_name,
+            tokenizer_path=str(args.tokenizer),
             datatrove=dt_version,
             runs=runs,
         )

@@ -45,10 +45,24 @@ ORDER = (
     "dedup_scale",
     "dedup_stage_scale",
     "tokenize",
+    "fast_encoder",
+    "pipeline_limit",
     "license",
     "mixture_query",
     "loader",
 )
+# Benches that tokenize; a result without a recorded tokenizer predates --tokenizer and used tokenizer/demo.json.
+TOKENIZING = {
+    "pipeline",
+    "pipeline_tokenize",
+    "pipeline_tokenize_ray",
+    "tokenize",
+    "scale",
+    "global_phases",
+    "startup",
+    "worker_memory",
+    "remote_inputs",
+}
 
 
 def _num(v: float | None) -> str:
@@ -83,6 +97,9 @@ def _noise(result: dict[str, Any]) -> str:
     ]
     if cvs:
         parts.append(f"baseline CV ≤ {max(cvs):.0%}")
+    tokenizer = result.get("extra", {}).get("tokenizer") or ("demo" if result.get("bench") in TOKENIZING else None)
+    if tokenizer:
+        parts.append(f"tokenizer {tokenizer}")
     return "; ".join(parts)
 
 

@@ -34,7 +34,7 @@ from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
 from datapipe.engine.tasks.shard_writer import write_shard  # noqa: E402
 from datapipe.engine.tasks.sinks import TokenSink  # noqa: E402
 from datapipe.pipeline.load import TokenizeConfig  # noqa: E402
-from datapipe.tokens.encode import assign_split, encode_documents, load_tokenizer_info  # noqa: E402
+from datapipe.tokens.encode import assign_split, encode_documents, load_tokenizer_info, with_engine  # noqa: E402
 from datapipe.tokens.packing import ShardBuffer, make_packer, shard_meta_for  # noqa: E402
 from datapipe.tokens.shard_format import ShardMeta  # noqa: E402
 
@@ -65,7 +65,7 @@ def baseline(tok: Tokenizer, batches: list[list[str]], fast: bool) -> tuple[floa
 
 
 def datapipe_path(cfg: TokenizeConfig, batches: list[list[str]], ids: list[list[str]], work: Path) -> tuple[float, int]:
-    info = load_tokenizer_info(Path(cfg.tokenizer), cfg)
+    info = with_engine(load_tokenizer_info(Path(cfg.tokenizer), cfg))
     row_len = cfg.seq_len + cfg.labels
     dtype = np.dtype(info.dtype)
     t0 = time.perf_counter()

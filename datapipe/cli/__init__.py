@@ -232,7 +232,12 @@ def validate(pipeline: Path) -> None:
     for i, (kind, _) in enumerate(pipe.stage_options):
         click.echo(f"  stage {i}: {kind}")
     if pipe.config.tokenize:
-        click.echo(f"  tokenize: {pipe.config.tokenize.tokenizer}, seq_len {pipe.config.tokenize.seq_len}")
+        from datapipe.tokens.encode import load_tokenizer_info, with_engine
+
+        tok_cfg = pipe.config.tokenize
+        info = with_engine(load_tokenizer_info(pipe.resolve(tok_cfg.tokenizer), tok_cfg))
+        engine = info.engine + (f" ({info.engine_note})" if info.engine_note else ", exact fast path")
+        click.echo(f"  tokenize: {tok_cfg.tokenizer}, seq_len {tok_cfg.seq_len}, encoded with {engine}")
     click.echo(f"  output: {pipe.default_output()}")
 
 

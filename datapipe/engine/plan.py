@@ -29,7 +29,7 @@ from datapipe.engine.splits import InputRange, effective_target, file_size, grou
 from datapipe.pipeline.load import Pipeline, SourceConfig, TokenizeConfig
 from datapipe.runtime.process_cache import clear_process_caches
 from datapipe.stages import STAGES, Stage, StageContext, StageOptions
-from datapipe.tokens.encode import TokenizerInfo, load_tokenizer_info
+from datapipe.tokens.encode import TokenizerInfo, load_tokenizer_info, with_engine
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ def make_spec(
         for pieces in group_pieces(ranges, target, pipeline.config.split.group_small_files):
             shards.append(Shard(len(shards), task_key(src.name, pieces), src, pieces))
     tok_cfg = pipeline.config.tokenize
-    tokenizer = load_tokenizer_info(pipeline.resolve(tok_cfg.tokenizer), tok_cfg) if tok_cfg else None
+    tokenizer = with_engine(load_tokenizer_info(pipeline.resolve(tok_cfg.tokenizer), tok_cfg)) if tok_cfg else None
     stages = tuple((kind, opts) for kind, opts in pipeline.stage_options)
     return RunSpec(
         root=str(root),

@@ -129,6 +129,8 @@ def _run_locked(
                     f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
                     f"output in {folder.root}"
                 )
+                if spec.tokenizer is not None and spec.tokenizer.engine_note:
+                    log(f"datapipe: tokens encoded with tokenizers, not the fast path: {spec.tokenizer.engine_note}")
                 _run_phases(result, folder, spec, executor, timings, show_progress)
         if _finish(pipeline, record, spec, timings, log):
             return result

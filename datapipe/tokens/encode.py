@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,11 +14,17 @@ import pyarrow as pa
 from datapipe.config.sections import TokenizeConfig
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.runtime.process_cache import process_cache
+from datapipe.tokens.fast_bpe import FastEncoder, plan_fast_encoder, probe_text
 from datapipe.tokens.shard_format import token_dtype
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "<|end_of_text|>")
 PAD_CANDIDATES = ("<|pad|>", "<pad>", "[PAD]")
 TOKENS_TYPE = pa.large_list(pa.uint32())
+# "tokenizers" keeps every run on the Hugging Face library (to compare engines); unset: the fastest exact one.
+ENGINE_ENV = "DATAPIPE_TOKENIZER_ENGINE"
+SAMPLE_CHARS = 1 << 16  # of a worker's first batch, encoded both ways before the fast path is trusted
+
+log = logging.getLogger(__name__)
 
 
 class TokenizerError(DatapipeError, ValueError):
@@ -35,6 +43,10 @@ class TokenizerInfo:
     eos_id: int
     pad_id: int
     bos_id: int | None
+    # Which library encodes: "tiktoken" (exact, checked) or "tokenizers"; not part of any identity,
+    # since both give the same ids. engine_note says why the fast path was not taken.
+    engine: str = "tokenizers"
+    engine_note: str = ""
 
     @property
     def dtype(self) -> str:
@@ -76,6 +88,25 @@ def load_tokenizer_info(path: Path, config: TokenizeConfig) -> TokenizerInfo:
     )
 
 
+def with_engine(info: TokenizerInfo) -> TokenizerInfo:
+    """``info`` with its engine: tiktoken where it reproduces the tokenizer (the probe text too), else tokenizers and why."""
+    import dataclasses
+    import json
+
+    if os.environ.get(ENGINE_ENV) == "tokenizers":
+        return dataclasses.replace(info, engine="tokenizers", engine_note=f"{ENGINE_ENV}=tokenizers")
+    plan = plan_fast_encoder(json.loads(Path(info.path).read_bytes()))
+    if isinstance(plan, str):
+        return dataclasses.replace(info, engine="tokenizers", engine_note=plan)
+    text = probe_text()
+    ids = FastEncoder(plan).encode(text)
+    if ids is None or ids.tolist() != get_tokenizer(info.path).encode(text, add_special_tokens=False).ids:
+        return dataclasses.replace(
+            info, engine="tokenizers", engine_note="tiktoken's ids differ from tokenizers' on the probe text"
+        )
+    return dataclasses.replace(info, engine="tiktoken", engine_note="")
+
+
 _TOKENIZERS: dict[str, object] = process_cache({})
 
 
@@ -106,16 +137,53 @@ def _chunks(texts: list[str], max_chars: int) -> list[tuple[int, int]]:
     return out
 
 
+_FAST: dict[str, FastEncoder | None] = process_cache({})
+
+
+def fast_encoder(info: TokenizerInfo, texts: list[str]) -> FastEncoder | None:
+    """This process's fast encoder for ``info`` (None: use tokenizers), checked once on a sample of ``texts``."""
+    if info.engine != "tiktoken":
+        return None
+    if info.path not in _FAST:
+        import json
+
+        plan = plan_fast_encoder(json.loads(Path(info.path).read_bytes()))
+        enc = FastEncoder(plan) if not isinstance(plan, str) else None
+        sample, size = [], 0
+        for t in texts:
+            if size >= SAMPLE_CHARS:
+                break
+            sample.append(t[: SAMPLE_CHARS - size])
+            size += len(sample[-1])
+        if enc is not None and sample:
+            want = [e.ids for e in get_tokenizer(info.path).encode_batch_fast(sample, add_special_tokens=False)]
+            got = [enc.encode(t) for t in sample]
+            if any(g is not None and g.tolist() != w for g, w in zip(got, want)):
+                log.warning("tiktoken's ids differ from tokenizers' on this run's text (%s): encoding with tokenizers", info.path)
+                enc = None
+        _FAST[info.path] = enc
+    return _FAST[info.path]
+
+
+def _encode_ids(texts: list[str], info: TokenizerInfo, fast: FastEncoder | None) -> list:
+    """Ids per text (numpy arrays from the fast path, lists from tokenizers)."""
+    ids: list = [fast.encode(t) for t in texts] if fast is not None else [None] * len(texts)
+    rest = [i for i, x in enumerate(ids) if x is None]
+    if rest:
+        encodings = get_tokenizer(info.path).encode_batch_fast([texts[i] for i in rest], add_special_tokens=False)
+        for i, e in zip(rest, encodings):
+            ids[i] = e.ids  # each .ids builds a new Python list: read it once
+    return ids
+
+
 def encode_documents(texts: list[str], info: TokenizerInfo) -> pa.LargeListArray:
     """Token ids per document, each ending with EOS (and starting with BOS if configured)."""
-    tok = get_tokenizer(info.path)
+    fast = fast_encoder(info, texts)
     extra = 1 + (info.bos_id is not None)
     parts: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
     for lo, hi in _chunks(texts, ENCODE_CHUNK_CHARS):
-        encodings = tok.encode_batch_fast(texts[lo:hi], add_special_tokens=False)  # Rust threads; no offsets
-        ids = [e.ids for e in encodings]  # each .ids builds a new Python list: read it once
-        del encodings  # before the next chunk's are made
+        ids = _encode_ids(texts[lo:hi], info, fast)  # tokenizers: Rust threads, no offsets; one chunk's at a time
         n = np.fromiter((len(i) + extra for i in ids), dtype=np.int64, count=len(ids))
         ends = np.cumsum(n)
         flat = np.empty(int(ends[-1]), dtype=np.uint32)

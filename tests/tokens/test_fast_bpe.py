@@ -1,0 +1,242 @@
+"""The fast encoder (tiktoken) gives exactly tokenizers' ids, and a tokenizer it cannot reproduce stays on tokenizers.
+
+Tokenizers are trained here, small, on real text (the shared zh/en corpus) in several configurations
+(vocabulary sizes, prefix space, a Llama-3 style split regex, special tokens in the text), and every
+document of a real sample is encoded both ways. ``bench/fast_encoder.py`` does the same over the
+whole corpus with larger vocabularies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from datapipe.pipeline.load import TokenizeConfig
+from datapipe.tokens import encode as tokenize
+from datapipe.tokens.fast_bpe import FastEncoder, plan_fast_encoder, probe_text
+from tests.support.bpe_variants import SPECIAL, train_bpe, with_special_tokens
+from tests.support.shared_data import shared_path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _corpus_sample(per_file: int, chars: int) -> list[str]:
+    """The first documents of each corpus file (zh wiki, zh tech docs with code, zh math, en wiki), up to ``chars`` each."""
+    texts: list[str] = []
+    for name in ("zh_wikipedia", "zh_pingcap_docs", "zh_oiwiki", "en_wikipedia"):
+        size = 0
+        with open(shared_path(f"corpus/{name}.jsonl"), encoding="utf-8") as f:
+            for line, _ in zip(f, range(per_file)):
+                texts.append(json.loads(line)["text"])
+                size += len(texts[-1])
+                if size > chars:
+                    break
+    return texts
+
+
+def _info(path: Path) -> tokenize.TokenizerInfo:
+    return tokenize.with_engine(tokenize.load_tokenizer_info(path, TokenizeConfig(tokenizer=str(path), seq_len=512)))
+
+
+def _assert_same_ids(info: tokenize.TokenizerInfo, texts: list[str]) -> None:
+    slow = dataclasses.replace(info, engine="tokenizers")
+    assert tokenize.encode_documents(texts, info).equals(tokenize.encode_documents(texts, slow))
+
+
+@pytest.fixture(scope="module")
+def sample() -> list[str]:
+    return _corpus_sample(per_file=400, chars=250_000)
+
+
+CONFIGS = {
+    # name: (vocabulary, pre-tokenizer, special tokens, ignore_merges)
+    "bytelevel-4k": (4000, "bytelevel", SPECIAL[:2], False),
+    "prefix-space-2k": (2000, "prefix", SPECIAL, False),
+    "llama3-split-8k": (8000, "llama3", SPECIAL, False),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_fast_path_gives_tokenizers_ids_on_real_text(tmp_path: Path, sample: list[str], name: str) -> None:
+    vocab, pre, special, ignore = CONFIGS[name]
+    info = _info(train_bpe(tmp_path / "tok.json", sample[::2], vocab, pre, special, ignore))
+    assert (info.engine, info.engine_note) == ("tiktoken", "")
+    tokenize._FAST.clear()
+    texts = with_special_tokens(sample) + [probe_text()]
+    _assert_same_ids(info, texts)
+    assert tokenize._FAST[info.path] is not None  # the run's own sample agreed: the fast path did the encoding
+
+
+def _with_unmade_token(data: dict) -> tuple[dict, str]:
+    """The demo tokenizer plus a vocabulary token no merge makes (as a hand-extended vocabulary has): a word piece."""
+    vocab = data["model"]["vocab"]
+    u = next(t for t in vocab if t.startswith("Ġ") and len(t) > 3 and t[1:].isalpha() and t[1:].isascii())
+    v = next(t for t in vocab if len(t) > 2 and t.isalpha() and t.isascii() and u + t not in vocab)
+    vocab[u + v] = max(vocab.values()) + 1
+    for t in data["added_tokens"]:
+        t["id"] = vocab[t["content"]]
+    return data, u + v
+
+
+def test_tokens_bpe_never_makes_are_left_out_of_the_ranks() -> None:
+    data, word = _with_unmade_token(_demo())
+    plan = plan_fast_encoder(data)
+    assert not isinstance(plan, str)
+    assert plan.left_out == 3  # the two special tokens (matched before BPE) and the unmade one
+    tok = Tokenizer.from_str(json.dumps(data))
+    text = "x " + word[1:] + " y"
+    want = tok.encode(text, add_special_tokens=False).ids
+    assert data["model"]["vocab"][word] not in want
+    assert FastEncoder(plan).encode(text).tolist() == want
+    # Left in, tiktoken would return the piece as that token: not tokenizers' ids.
+    full = dataclasses.replace(plan, ranks={**plan.ranks, _bytes(word): data["model"]["vocab"][word]})
+    assert FastEncoder(full).encode(text).tolist() != want
+
+
+def _bytes(token: str) -> bytes:
+    from datapipe.tokens.fast_bpe import unicode_to_byte
+
+    return bytes(unicode_to_byte()[c] for c in token)
+
+
+def _demo() -> dict:
+    return json.loads((ROOT / "tokenizer" / "demo.json").read_text(encoding="utf-8"))
+
+
+def _swap_merge_results(data: dict) -> dict:
+    vocab = data["model"]["vocab"]
+    a, b = ("".join(m.split(" ")) if isinstance(m, str) else "".join(m) for m in data["model"]["merges"][10:12])
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    return data
+
+
+def _with(data: dict, **changes) -> dict:
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda d: _with(d, normalizer={"type": "NFC"}), "normalizer NFC"),
+        (
+            lambda d: _with(
+                d, pre_tokenizer={"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
+            ),
+            "Metaspace",
+        ),
+        (
+            lambda d: _with(
+                d,
+                pre_tokenizer={
+                    "type": "Sequence",
+                    "pretokenizers": [{"type": "Digits", "individual_digits": True}, d["pre_tokenizer"]],
+                },
+            ),
+            "pre-tokenizer Sequence",
+        ),
+        (_swap_merge_results, "merge order"),
+        (lambda d: _with(_with_unmade_token(d)[0], model={**d["model"], "ignore_merges": True}), "ignore_merges"),
+        (lambda d: _with(d, model={**d["model"], "dropout": 0.1}), "dropout"),
+        (
+            lambda d: _with(
+                d, added_tokens=[*d["added_tokens"], {**d["added_tokens"][0], "id": 5000, "content": "<|end", "special": False}]
+            ),
+            "overlap",
+        ),
+        (lambda d: _with(d, added_tokens=[{**d["added_tokens"][0], "lstrip": True}, *d["added_tokens"][1:]]), "strips spaces"),
+    ],
+)
+def test_tokenizers_it_cannot_reproduce_stay_on_tokenizers(tmp_path: Path, change, reason: str) -> None:
+    path = tmp_path / "tok.json"
+    path.write_text(json.dumps(change(_demo())), encoding="utf-8")
+    info = _info(path)
+    assert info.engine == "tokenizers"
+    assert reason in info.engine_note
+    if reason == "dropout":
+        return  # random merges: no two encodings agree
+    texts = with_special_tokens(_corpus_sample(per_file=20, chars=20_000))
+    lists = tokenize.encode_documents(texts, info)
+    tok = Tokenizer.from_file(str(path))
+    assert [x[:-1] for x in lists.to_pylist()] == [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+
+
+def test_split_regex_that_skips_text_falls_back_per_document(tmp_path: Path) -> None:
+    """tiktoken drops what a split regex does not match; tokenizers keeps it as pieces. Such documents go to tokenizers."""
+    data = _demo()
+    data["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": r"\p{L}+"}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+        ],
+    }
+    path = tmp_path / "tok.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    plan = plan_fast_encoder(data)
+    assert not isinstance(plan, str)
+    assert FastEncoder(plan).encode("abc def") is None and FastEncoder(plan).encode("abcdef") is not None
+    _assert_same_ids(_info(path), _corpus_sample(per_file=20, chars=20_000) + ["abc", "abc def", ""])
+
+
+def test_a_mismatch_on_the_runs_own_text_falls_back_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    info = _info(ROOT / "tokenizer" / "demo.json")
+    assert info.engine == "tiktoken"
+    texts = _corpus_sample(per_file=10, chars=10_000)
+    want = tokenize.encode_documents(texts, dataclasses.replace(info, engine="tokenizers"))
+    real = FastEncoder.encode
+    monkeypatch.setattr(FastEncoder, "encode", lambda self, t: None if (ids := real(self, t)) is None else ids[::-1].copy())
+    tokenize._FAST.clear()
+    with caplog.at_level(logging.WARNING, logger="datapipe.tokens.encode"):
+        assert tokenize.encode_documents(texts, info).equals(want)
+    assert "encoding with tokenizers" in caplog.text
+    assert tokenize._FAST[info.path] is None
+    tokenize._FAST.clear()
+
+
+def test_the_engine_can_be_forced_to_tokenizers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(tokenize.ENGINE_ENV, "tokenizers")
+    info = _info(ROOT / "tokenizer" / "demo.json")
+    assert info.engine == "tokenizers" and tokenize.ENGINE_ENV in info.engine_note
+
+
+def test_shards_and_run_identity_are_the_same_with_either_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole run (in this process) on real text with special tokens in it: byte-identical shards, same run.json identity."""
+    from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
+    from tests.conftest import write_pipeline
+
+    texts = with_special_tokens(_corpus_sample(per_file=60, chars=60_000))
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts if t), encoding="utf-8")
+    pipeline = write_pipeline(
+        tmp_path,
+        {
+            "name": "t",
+            "sources": [{"name": "web", "kind": "web", "paths": ["docs.jsonl"]}],
+            "stages": [],
+            "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 256, "val_fraction": 0.1},
+        },
+    )
+    outs = {}
+    for engine in ("tiktoken", "tokenizers"):
+        if engine == "tokenizers":
+            monkeypatch.setenv(tokenize.ENGINE_ENV, "tokenizers")
+        tokenize._FAST.clear()
+        logs: list[str] = []
+        outs[engine] = tmp_path / engine
+        run_pipeline(load_pipeline(pipeline), output=outs[engine], in_process=True, show_progress=False, log=logs.append)
+        assert any("tokens encoded with tokenizers" in m for m in logs) == (engine == "tokenizers")
+    shards = {
+        e: {p.relative_to(o): p.read_bytes() for p in sorted((o / "shards").rglob("*")) if p.is_file()} for e, o in outs.items()
+    }
+    assert len(shards["tiktoken"]) >= 3 and shards["tiktoken"] == shards["tokenizers"]
+    runs = {e: json.loads((o / "run.json").read_text()) for e, o in outs.items()}
+    for key in ("fingerprint", "config", "resources"):
+        assert runs["tiktoken"][key] == runs["tokenizers"][key]
