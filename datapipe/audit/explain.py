@@ -22,7 +22,8 @@ DECISION = ("id", "source", "kind", "status", "stage", "reason", "detail")
 
 
 def document_row(run_dir: Path, doc_id: str) -> dict[str, Any]:
-    with reading(run_dir) as con:
+    # Only the files whose recorded id range holds the id are read, not the whole corpus.
+    with reading(run_dir, only_id=doc_id) as con:
         table = con.sql("select * from documents where id = $id", params={"id": doc_id}).to_arrow_table()
     if table.num_rows == 0:
         raise AuditError(f"no document {doc_id!r} in {Path(run_dir) / DB_NAME}")
