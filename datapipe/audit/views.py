@@ -22,14 +22,6 @@ if TYPE_CHECKING:
 _TEXT_VIEWS = ("kept_docs", "rejected_docs")
 
 
-def create_all(con: Any, columns: set[str], stages: Iterable[type[Stage]] = ()) -> None:
-    """Every view of the run: its own, then those its stages declare (``columns``: those of ``documents``),
-    all in the database (for a database that holds ``documents`` as a table)."""
-    create_table_views(con)
-    for name, select in document_views(con, columns, stages).items():
-        con.execute(f'CREATE VIEW "{name}" AS {select}')
-
-
 def create_table_views(con: Any) -> None:
     """The views over the database's own small tables: ``funnel`` and ``shards``."""
     # Every stage appears, also one that dropped nothing (reason NULL, dropped 0). docs_in counts the
