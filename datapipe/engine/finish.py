@@ -211,6 +211,9 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
         attach(con, folder.root, only_id="")
         for name in ["documents", *views]:
             con.execute(f'SELECT * FROM "{name}" LIMIT 0').fetchall()
+        # Written out now, so that a full disk fails here: on close DuckDB would leave what it
+        # could not write in the .wal, and the database renamed into place would lack tables.
+        con.execute("CHECKPOINT")
         con.close()
         tmp.replace(folder.stats_db)
     finally:
@@ -372,6 +375,7 @@ def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
             f"{counts['kept']} kept + {counts['rejected']} rejected"
         )
     with duckdb.connect(str(folder.stats_db), read_only=True) as con:
+        con.execute("SET python_enable_replacements = false")  # a missing table is an error, not a Python name
         row = con.execute(
             "SELECT coalesce(sum(rows) FILTER (status = 'kept'), 0), coalesce(sum(rows) FILTER (status = 'rejected'), 0), "
             "count(DISTINCT path) = count(*) FROM document_files"
