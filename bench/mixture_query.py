@@ -52,7 +52,7 @@ def main() -> None:
             FROM range({args.rows}) t(i)""")
         build = time.perf_counter() - t0
         columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
-        con.execute(mixture_view_sql(columns))
+        con.execute("CREATE OR REPLACE VIEW mixture AS " + mixture_view_sql(columns))
         con.close()
         con = duckdb.connect(str(Path(tmp) / "stats.duckdb"), read_only=True)  # as `datapipe sql` opens it
         if args.threads:

@@ -23,7 +23,8 @@ DECISION = ("id", "source", "kind", "status", "stage", "reason", "detail")
 
 
 def document_row(run_dir: Path, doc_id: str) -> dict[str, Any]:
-    with reading(run_dir) as con:
+    # Only the files whose recorded id range holds the id are read, not the whole corpus.
+    with reading(run_dir, only_id=doc_id) as con:
         table = con.sql("select * from documents where id = $id", params={"id": doc_id}).to_arrow_table()
         hint = None if table.num_rows else near_ids_hint(con, doc_id)
     if table.num_rows == 0:

@@ -17,9 +17,11 @@ given (EXPLAIN ANALYZE, CTEs, comments, COPY, ATTACH, INSTALL, read_csv, ...):
 - no progress bar (DuckDB draws it on stdout, inside CSV or JSON output);
 - ``lock_configuration=true`` so none of this can be SET back.
 
-The text of the documents is not in the database: ``kept_docs`` and ``rejected_docs`` are
-pyarrow datasets over the run's Parquet files, opened here in Python and registered with
-the connection, so DuckDB itself needs no file access for them.
+Nor are the documents' rows: ``documents`` (and the views on it) is a temporary view over pyarrow
+datasets of the run's kept and rejected Parquet files, created on each connection from the index
+the database holds (``audit/documents.py``). Their text is in ``kept_docs`` and ``rejected_docs``,
+pyarrow datasets over the same files, opened here in Python and registered with the connection,
+so DuckDB itself needs no file access for any of them.
 
 On top of that, ``datapipe sql`` accepts one SELECT (or EXPLAIN of a SELECT) per call: a
 clear message for the common mistakes, not the protection itself.
@@ -42,6 +44,7 @@ from datapipe.storage.atomic import TMP_MARK
 
 DB_NAME = "stats.duckdb"
 TEXT_VIEWS = {"kept_docs": "docs", "rejected_docs": "rejected"}
+_STATUS = {"kept_docs": "kept", "rejected_docs": "rejected"}
 
 
 class AuditError(DatapipeError, RuntimeError):
@@ -70,15 +73,20 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     return run
 
 
-def connect(run_dir: Path, text_views: bool | Iterable[str] = False, memory_limit: str | int | None = None) -> Any:
+def connect(
+    run_dir: Path, text_views: bool | Iterable[str] = False, memory_limit: str | int | None = None, only_id: str | None = None
+) -> Any:
     """A read-only DuckDB connection to RUN/stats.duckdb that can reach no file (see the module doc).
 
     ``text_views``: True registers ``kept_docs`` and ``rejected_docs`` (the documents with their
     text), a collection of names only those; each costs a read of its Parquet footers.
     ``memory_limit``: bytes or a size such as ``2GB``; default $DATAPIPE_SQL_MEMORY_LIMIT or
     a quarter of the machine's memory (``limits.memory_limit``).
+    ``only_id``: ``documents`` holds only the files whose recorded id range holds this id (explain).
     """
     import duckdb
+
+    from datapipe.audit import documents
 
     try:
         memory = limits.memory_limit(memory_limit)
@@ -109,9 +117,13 @@ def connect(run_dir: Path, text_views: bool | Iterable[str] = False, memory_limi
         ) from None
     try:
         wanted = set(TEXT_VIEWS) if text_views is True else set(text_views or ())
+        indexed = documents.has_index(con)  # else a database of an older datapipe: documents is a table
         for view, folder in TEXT_VIEWS.items():
             if view in wanted:
-                con.register(view, _parquet_dataset(root / folder))
+                dataset = documents.text_dataset(con, root, _STATUS[view]) if indexed else _parquet_dataset(root / folder)
+                con.register(view, dataset)
+        if indexed:  # documents and its views, over the run's files (audit/documents.py)
+            documents.attach(con, root, only_id=only_id)
         try:
             # After opening (the database file is read through the handle opened already).
             con.execute("SET disabled_filesystems = 'LocalFileSystem'")
@@ -172,11 +184,13 @@ def _damaged(run_dir: Path, exc: BaseException) -> AuditError:
 
 
 @contextlib.contextmanager
-def reading(run_dir: Path, text_views: bool | Iterable[str] = False, memory_limit: str | int | None = None) -> Iterator[Any]:
+def reading(
+    run_dir: Path, text_views: bool | Iterable[str] = False, memory_limit: str | int | None = None, only_id: str | None = None
+) -> Iterator[Any]:
     """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
 
-    con = connect(run_dir, text_views=text_views, memory_limit=memory_limit)
+    con = connect(run_dir, text_views=text_views, memory_limit=memory_limit, only_id=only_id)
     try:
         yield con
     except duckdb.OutOfMemoryException:

@@ -5,7 +5,8 @@ Every run has ``funnel`` (per stage and reason), ``shards`` (the manifest with `
 (benchmark n-gram hits; empty without a ``decontaminate`` stage): built from whatever columns
 ``documents`` has, so they exist and keep their columns in every run. A stage adds views of its own
 with ``Stage.audit_views(columns)``: a new stage's view needs no change here or in the engine.
-``datapipe.engine.finish`` writes the tables and calls ``create_all``.
+``datapipe.engine.finish`` writes the tables, ``create_table_views`` and the SQL of ``document_views``,
+which ``datapipe.audit.documents`` creates on every connection, over the run's Parquet files.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
 _TEXT_VIEWS = ("kept_docs", "rejected_docs")
 
 
-def create_all(con: Any, columns: set[str], stages: Iterable[type[Stage]] = ()) -> None:
-    """Every view of the run: its own, then those its stages declare (``columns``: those of ``documents``)."""
+def create_table_views(con: Any) -> None:
+    """The views over the database's own small tables: ``funnel`` and ``shards``."""
     # Every stage appears, also one that dropped nothing (reason NULL, dropped 0). docs_in counts the
     # documents reaching the stage, skipped those of them it passed untouched (kind not in its kinds);
     # drop_share is of the documents the stage judged (docs_in - skipped).
@@ -35,28 +36,34 @@ def create_all(con: Any, columns: set[str], stages: Iterable[type[Stage]] = ()) 
     # fill: the share of token slots that are not padding (what best-fit packing costs).
     con.execute("""CREATE VIEW shards AS
         SELECT *, round(tokens / nullif(rows * row_len, 0), 6) AS fill FROM shard_files ORDER BY path""")
-    con.execute(mixture_view_sql(columns))
-    con.execute(contamination_view_sql(columns))
-    for name, select in stage_views(con, columns, stages).items():
-        con.execute(f'CREATE VIEW "{name}" AS {select}')
 
 
-def stage_views(con: Any, columns: set[str], stages: Iterable[type[Stage]]) -> dict[str, str]:
+def document_views(con: Any, columns: set[str], stages: Iterable[type[Stage]] = ()) -> dict[str, str]:
+    """The views on ``documents``, name -> SELECT, in creation order: mixture, contamination, then the
+    stages' own (audit/documents.py creates them on every connection)."""
+    return {
+        "mixture": mixture_view_sql(columns),
+        "contamination": contamination_view_sql(columns),
+        **stage_views(con, columns, stages, taken={"documents", "mixture", "contamination"}),
+    }
+
+
+def stage_views(con: Any, columns: set[str], stages: Iterable[type[Stage]], taken: Iterable[str] = ()) -> dict[str, str]:
     """The views the stages declare, name -> SELECT. A name already in the database (a table, a view
     of every run) or taken by another stage type is a ValueError naming the stage: a view must never
     stand in for another one silently."""
-    taken = {
+    names = set(taken) | {
         r[0]
         for r in con.execute(
             "SELECT table_name FROM duckdb_tables() UNION ALL SELECT view_name FROM duckdb_views() WHERE NOT internal"
         ).fetchall()
     }
-    taken |= set(_TEXT_VIEWS)
+    names |= set(_TEXT_VIEWS)
     views: dict[str, str] = {}
     owner: dict[str, str] = {}
     for cls in dict.fromkeys(stages):  # a stage type used twice (classify) declares its views once
         for name, select in cls.audit_views(columns).items():
-            if name in taken or name in views:
+            if name in names or name in views:
                 by = f"stage {owner[name]!r}" if name in owner else "the audit database"
                 raise ValueError(f"stage {cls.name!r} declares the audit view {name!r}, a name {by} already has")
             views[name], owner[name] = select, cls.name
@@ -71,11 +78,9 @@ def contamination_view_sql(columns: set[str]) -> str:
     view exists in every run: empty without a ``decontaminate`` stage.
     """
     if "contam_hits" not in columns:
-        return """CREATE OR REPLACE VIEW contamination AS
-            SELECT NULL::VARCHAR AS benchmark, NULL::VARCHAR AS source, 0::BIGINT AS documents, 0::BIGINT AS dropped,
+        return """SELECT NULL::VARCHAR AS benchmark, NULL::VARCHAR AS source, 0::BIGINT AS documents, 0::BIGINT AS dropped,
                    0::BIGINT AS kept, 0::BIGINT AS items, 0::BIGINT AS ngram_hits, NULL::FLOAT AS max_frac WHERE false"""
-    return """CREATE OR REPLACE VIEW contamination AS
-        SELECT contam_benchmark AS benchmark, source, count(*)::BIGINT AS documents,
+    return """SELECT contam_benchmark AS benchmark, source, count(*)::BIGINT AS documents,
                count(*) FILTER (WHERE reason = 'contaminated')::BIGINT AS dropped,
                count(*) FILTER (WHERE status = 'kept')::BIGINT AS kept,
                count(DISTINCT contam_item)::BIGINT AS items, sum(contam_hits)::BIGINT AS ngram_hits,
@@ -101,8 +106,7 @@ def mixture_view_sql(columns: set[str]) -> str:
     keys = ", ".join(f"{key(k)} AS {k}" for k in names)
     # Group by the raw columns first and clean the keys on the small grouped result: twice as
     # fast on 10M rows as computing coalesce(...) per row.
-    return f"""CREATE OR REPLACE VIEW mixture AS
-        WITH raw AS (
+    return f"""WITH raw AS (
             SELECT {present}, count(*) AS d, sum(n_tokens) AS t, sum(n_chars) AS c,
                    sum(n_tokens * {weight}) AS rt
             FROM documents WHERE status = 'kept' GROUP BY ALL),

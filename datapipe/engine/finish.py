@@ -1,30 +1,32 @@
 """The end of a run: its counts, the audit database ``stats.duckdb``, and the conservation check.
 
 ``collect_counts`` sums the funnel and per-source totals from the tasks' markers;
-``build_stats`` writes the database: one row per input document, the funnel, the shards, the
-mixture; ``check_conservation`` checks inputs = kept + rejected on the database itself.
+``build_stats`` writes the database: the funnel, the shards, and the index of the kept and
+rejected files that ``documents`` is a view over; ``check_conservation`` checks inputs = kept +
+rejected against the rows those files hold.
 
-The database is built from the run's Parquet outputs, into a temporary file that is
-renamed into place. Tables (not views over files) so the database stays valid when the
-run folder is moved or copied; views only derive from those tables and are the audit layer's
-(``datapipe.audit.views``: those of every run and those the run's stages declare). Reading it
-(``datapipe sql``, explain, stats, report) is ``datapipe.audit``'s too.
+Nothing here reads a document: the rows stay in the Parquet files the map tasks wrote, and the
+markers (read once per phase, cached) say which files there are, with their rows, id ranges and
+columns. The database is written to a temporary file renamed into place; it names the files
+relative to the run folder, so it stays valid when the run folder is moved or copied. Reading it
+(``documents`` and the views on it, ``datapipe sql``, explain, stats, report) is
+``datapipe.audit``'s (``audit/documents.py``, ``audit/views.py``).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datapipe.audit.views import create_all
+from datapipe.audit.documents import attach, locator
+from datapipe.audit.views import create_table_views, document_views
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import RunSpec, build_stage
-from datapipe.run_folder.layout import PACK_PHASE, RunFolder, map_phase
+from datapipe.run_folder.layout import DOCS_DIR, PACK_PHASE, REJECTED_DIR, RunFolder, map_phase
 from datapipe.storage.atomic import atomic_path, temp_path_for
 from datapipe.tokens.shard_format import MANIFEST_SCHEMA
 
@@ -49,8 +51,9 @@ def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
     from datapipe.engine.pack_plan import pack_ranges
 
     rows: list[dict[str, Any]] = []
+    packed = folder.read_markers(PACK_PHASE) if spec.tokenizer is not None else {}
     for rng in (pack_ranges(folder, spec) or []) if spec.tokenizer is not None else []:
-        marker = folder.read_marker(PACK_PHASE, rng.key)
+        marker = packed.get(rng.key)
         if marker:
             rows.extend(marker["shards"])
     table = pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA)
@@ -60,37 +63,64 @@ def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
     return table
 
 
-# DuckDB's memory cap while building the audit database: beyond it, the scan and the sort by id
-# spill to a scratch folder in the run folder, so building statistics takes the same memory for a
-# million documents or a billion (the driver must not grow with the corpus).
-STATS_MEMORY_MB = 2048
+# DuckDB's memory cap in the driver while it writes the audit database: it holds the run's small
+# tables only (one row per stage, file, shard), never the documents, so it stays far below this.
+STATS_MEMORY_MB = 256
 
 
 def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory_mb: int = STATS_MEMORY_MB) -> None:
+    """Write ``stats.duckdb``: the funnel, the shards, and ``documents`` described by the run's kept
+    and rejected files as the map markers record them (``datapipe.audit.documents``): the driver
+    reads the markers (already read for the counts) and one Parquet footer per column layout, so
+    this costs O(tasks), whatever the size of the corpus."""
     import duckdb
 
     manifest = write_manifest(folder, spec)
-    kept = sorted(str(p) for p in folder.docs_dir.glob("**/*.parquet"))
-    rejected = sorted(str(p) for p in folder.rejected_dir.glob("**/*.parquet"))
+    files = document_files(folder, spec)
     tmp = temp_path_for(folder.stats_db)
-    scratch = folder.work / "stats-scratch"
     try:
         con = duckdb.connect(str(tmp))
-        scratch.mkdir(parents=True, exist_ok=True)
         con.execute(f"SET memory_limit='{int(memory_mb)}MB'")
-        con.execute("SET temp_directory=?", [str(scratch)])
-        columns = _union_columns(con, kept) | _union_columns(con, rejected)
-        ordered = CORE_COLUMNS + sorted(
-            (c, t) for c, t in columns.items() if c not in dict(CORE_COLUMNS) and c not in NOT_IN_DOCUMENTS and t != "BLOB"
+        layouts = _layouts(folder, files)
+        ordered = _union_columns(con, list(layouts.values()))
+        con.register(
+            "file_rows",
+            pa.Table.from_pylist(
+                [{k: f[k] for k in ("path", "status", "layout", "rows", "min_id", "max_id")} for f in files],
+                schema=pa.schema(
+                    [
+                        ("path", pa.string()),
+                        ("status", pa.string()),
+                        ("layout", pa.int32()),
+                        ("rows", pa.int64()),
+                        ("min_id", pa.string()),
+                        ("max_id", pa.string()),
+                    ]
+                ),
+            ),
         )
-        parts = []
-        if kept:
-            parts.append(_select(con, kept, ordered, status="kept"))
-        if rejected:
-            parts.append(_select(con, rejected, ordered, status="rejected"))
-        if not parts:
-            parts.append("SELECT " + ", ".join(f"NULL::{t} AS {c}" for c, t in ordered) + " WHERE false")
-        con.execute(f"CREATE TABLE documents AS {' UNION ALL BY NAME '.join(parts)} ORDER BY id")
+        con.register(
+            "layout_rows",
+            pa.table(
+                {
+                    "layout": pa.array(list(layouts), pa.int32()),
+                    "schema": pa.array([s.serialize().to_pybytes() for s in layouts.values()], pa.binary()),
+                }
+            ),
+        )
+        con.register(
+            "column_rows",
+            pa.table(
+                {
+                    "position": pa.array(range(len(ordered)), pa.int32()),
+                    "name": [c for c, _ in ordered],
+                    "type": [t for _, t in ordered],
+                }
+            ),
+        )
+        con.execute("CREATE TABLE document_files AS SELECT * FROM file_rows ORDER BY path")
+        con.execute("CREATE TABLE document_layouts AS SELECT * FROM layout_rows ORDER BY layout")
+        con.execute("CREATE TABLE document_columns AS SELECT * FROM column_rows ORDER BY position")
         funnel = [
             {"position": s["position"], "stage": s["stage"], "docs_in": s["in"], "reason": reason, "dropped": n}
             for s in counts["stages"]
@@ -159,34 +189,108 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
             "CREATE TABLE run AS SELECT ? AS root, ? AS fingerprint, ? AS stages",
             [spec.root, spec.fingerprint, json.dumps(spec.stages)],
         )
-        create_all(con, {r[0] for r in con.execute("DESCRIBE documents").fetchall()}, spec.stage_types)
+        create_table_views(con)
+        views = document_views(con, {c for c, _ in ordered}, spec.stage_types)
+        con.register(
+            "view_rows",
+            pa.table({"position": pa.array(range(len(views)), pa.int32()), "name": list(views), "sql": list(views.values())}),
+        )
+        con.execute("CREATE TABLE audit_views AS SELECT * FROM view_rows ORDER BY position")
+        for name in (
+            "file_rows",
+            "layout_rows",
+            "column_rows",
+            "view_rows",
+            "funnel_rows",
+            "stage_rows",
+            "manifest_rows",
+            "edit_rows",
+        ):
+            con.unregister(name)
+        # Every view binds (a stage's SQL naming a column the run lacks fails here, not in a user's query).
+        attach(con, folder.root, only_id="")
+        for name in ["documents", *views]:
+            con.execute(f'SELECT * FROM "{name}" LIMIT 0').fetchall()
+        # Written out now, so that a full disk fails here: on close DuckDB would leave what it
+        # could not write in the .wal, and the database renamed into place would lack tables.
+        con.execute("CHECKPOINT")
         con.close()
         tmp.replace(folder.stats_db)
     finally:
         tmp.unlink(missing_ok=True)
         Path(str(tmp) + ".wal").unlink(missing_ok=True)
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _union_columns(con: Any, files: list[str]) -> dict[str, str]:
-    if not files:
-        return {}
-    rows = con.execute("DESCRIBE SELECT * FROM read_parquet(?, union_by_name=true)", [files]).fetchall()
-    return {name: ctype for name, ctype, *_ in rows}
+def document_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]]:
+    """Every kept and rejected file of the run, as its map marker records it (``audit_files``; the
+    markers were read, and cached, for the counts). A marker written before markers recorded them
+    has its files described from their footers."""
+    out: list[dict[str, Any]] = []
+    for segment in spec.segments:
+        markers = folder.read_markers(map_phase(segment.index))
+        for shard in spec.shards:
+            marker = markers.get(shard.key)
+            if marker is None:
+                raise PipelineError(f"marker missing for map{segment.index} {shard.key}: the run is incomplete")
+            if "audit_files" in marker:
+                out += marker["audit_files"]
+                continue
+            for entry in marker.get("files") or []:
+                rel = entry["path"]
+                status = "kept" if rel.startswith(f"{DOCS_DIR}/") else "rejected" if rel.startswith(f"{REJECTED_DIR}/") else None
+                if status is not None and rel.endswith(".parquet"):
+                    out.append(_described(folder, rel, status))
+    return sorted(out, key=lambda f: f["path"])
 
 
-def _select(con: Any, files: list[str], ordered: list[tuple[str, str]], status: str) -> str:
-    present = _union_columns(con, files)
-    exprs = []
-    for name, ctype in ordered:
-        if name == "status":
-            exprs.append(f"'{status}' AS status")
-        elif name in present:
-            exprs.append(f'"{name}"')
-        else:
-            exprs.append(f'NULL::{ctype} AS "{name}"')
-    listing = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
-    return f"SELECT {', '.join(exprs)} FROM read_parquet({listing}, union_by_name=true)"
+def _described(folder: RunFolder, rel: str, status: str) -> dict[str, Any]:
+    """A file's ``audit_files`` entry from its footer (rows, columns, the id range from row-group statistics)."""
+    fs, resolve = locator(folder.root)
+    meta = pq.ParquetFile(resolve(rel), filesystem=fs).metadata
+    schema = meta.schema.to_arrow_schema()
+    lo: str | None = None
+    hi: str | None = None
+    if "id" in schema.names:
+        index = schema.names.index("id")
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(index).statistics
+            if stats is None or not stats.has_min_max:  # no statistics: the file is read for every id
+                lo, hi = "", "\U0010ffff"
+                break
+            lo = stats.min if lo is None else min(lo, stats.min)
+            hi = stats.max if hi is None else max(hi, stats.max)
+    columns = [[f.name, str(f.type)] for f in schema]
+    return {"path": rel, "status": status, "rows": meta.num_rows, "min_id": lo, "max_id": hi, "columns": columns}
+
+
+def _layouts(folder: RunFolder, files: list[dict[str, Any]]) -> dict[int, pa.Schema]:
+    """Number the files' column layouts (sets every file gives ``layout``); each one's Arrow schema
+    from the footer of its first file: one footer per layout, not per file."""
+    fs, resolve = locator(folder.root)
+    numbers: dict[str, int] = {}
+    schemas: dict[int, pa.Schema] = {}
+    for f in files:
+        key = repr(f["columns"])  # [[name, type], ...]: its text, made in C (a file has ~100 columns)
+        if key not in numbers:
+            numbers[key] = len(numbers)
+            schemas[numbers[key]] = pq.read_schema(resolve(f["path"]), filesystem=fs).remove_metadata()
+        f["layout"] = numbers[key]
+    return schemas
+
+
+def _union_columns(con: Any, schemas: list[pa.Schema]) -> list[tuple[str, str]]:
+    """The columns of ``documents`` with their DuckDB types: the documented ones first, then every
+    other column of any layout, sorted; a column's type is DuckDB's union of the layouts' types."""
+    types: dict[str, str] = {}
+    if schemas:
+        for i, schema in enumerate(schemas):
+            con.register(f"layout_{i}", schema.empty_table())
+        union = " UNION ALL BY NAME ".join(f"SELECT * FROM layout_{i}" for i in range(len(schemas)))
+        types = {name: ctype for name, ctype, *_ in con.execute(f"DESCRIBE {union}").fetchall()}
+        for i in range(len(schemas)):
+            con.unregister(f"layout_{i}")
+    core = dict(CORE_COLUMNS)
+    return CORE_COLUMNS + sorted((c, t) for c, t in types.items() if c not in core and c not in NOT_IN_DOCUMENTS and t != "BLOB")
 
 
 # --- counts and conservation ---------------------------------------------------
@@ -208,8 +312,9 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
     edits: dict[int, dict[str, int]] = {}  # position -> counting column -> sum (Stage.edit_counts)
     changed: dict[int, int] = {}  # position -> documents it changed
     for segment in spec.segments:
+        markers = folder.read_markers(map_phase(segment.index))  # one listing per phase, cached for build_stats
         for shard in spec.shards:
-            m = folder.read_marker(map_phase(segment.index), shard.key)
+            m = markers.get(shard.key)
             if m is None:
                 raise PipelineError(f"marker missing for map{segment.index} {shard.key}: the run is incomplete")
             if segment.index == 0:
@@ -259,7 +364,9 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
 
 
 def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
-    """Inputs = kept + rejected, each document exactly once: checked on the outputs themselves."""
+    """Inputs = kept + rejected: the markers' counts against each other, then against the rows of the
+    kept and rejected files the database lists (each task counted its files' rows as it wrote them).
+    O(files): no document is read."""
     import duckdb
 
     if counts["documents"] != counts["kept"] + counts["rejected"]:
@@ -268,11 +375,15 @@ def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
             f"{counts['kept']} kept + {counts['rejected']} rejected"
         )
     with duckdb.connect(str(folder.stats_db), read_only=True) as con:
-        row = con.execute("SELECT count(*), count(DISTINCT id) FROM documents").fetchone()
+        con.execute("SET python_enable_replacements = false")  # a missing table is an error, not a Python name
+        row = con.execute(
+            "SELECT coalesce(sum(rows) FILTER (status = 'kept'), 0), coalesce(sum(rows) FILTER (status = 'rejected'), 0), "
+            "count(DISTINCT path) = count(*) FROM document_files"
+        ).fetchone()
     assert row is not None  # an aggregate always returns one row
-    n, distinct = row
-    if n != counts["documents"] or distinct != n:
+    kept, rejected, unique = row
+    if (kept, rejected) != (counts["kept"], counts["rejected"]) or not unique:
         raise PipelineError(
-            f"conservation violated in the outputs: {counts['documents']} documents read, "
-            f"{n} rows in documents, {distinct} distinct ids"
+            f"conservation violated in the outputs: {counts['documents']} documents read ({counts['kept']} kept, "
+            f"{counts['rejected']} rejected), but the kept files hold {kept} rows and the rejected files {rejected}"
         )

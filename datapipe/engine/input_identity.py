@@ -54,10 +54,8 @@ def recorded_reads(folder: RunFolder) -> Reads:
     """Every input read the finished tasks recorded, by input (as run.json lists it)."""
     out: Reads = defaultdict(list)
     for phase in READ_PHASES:
-        base = folder.markers_dir / phase
-        for path in sorted(base.glob("**/*.json")) if base.is_dir() else []:
-            key = path.relative_to(base).as_posix()[: -len(".json")]
-            for read in (folder.read_marker(phase, key) or {}).get("reads", []):
+        for key, marker in folder.read_markers(phase).items():
+            for read in marker.get("reads", []):
                 out[read["path"]].append((f"task {phase} {key} read it", read))
     return out
 

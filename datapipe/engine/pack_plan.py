@@ -53,8 +53,9 @@ def split_token_counts(folder: RunFolder, spec: RunSpec, source: str) -> dict[st
     """Per split, (shard key, tokens) of the source's shards in run order; None until the final map is done."""
     final = spec.segments[-1].index
     out: dict[str, list[tuple[str, int]]] = {s: [] for s in SPLITS}
+    markers = folder.read_markers(map_phase(final))  # one listing, cached: called once per source
     for shard in spec.shards_of(source):
-        marker = folder.read_marker(map_phase(final), shard.key)
+        marker = markers.get(shard.key)
         if marker is None:
             return None
         counts = marker.get("split_tokens")

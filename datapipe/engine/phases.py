@@ -132,7 +132,8 @@ def _round_tasks(segment: Segment, step: PartitionStep, round: int, forwarded: d
     def listed(folder: RunFolder) -> tuple[Task, ...] | None:
         for r in range(round):  # from round 0: a round with no tasks forwards nothing
             if r not in forwarded:
-                markers = [folder.read_marker(shuffle_phase(segment.index, r), partition_key(p)) for p in range(step.partitions)]
+                done = folder.read_markers(shuffle_phase(segment.index, r))
+                markers = [done.get(partition_key(p)) for p in range(step.partitions)]
                 if any(m is None for m in markers):
                     return None  # not known until that round is done
                 forwarded[r] = any(m.get("forwarded", 0) for m in markers)  # type: ignore[union-attr]

@@ -118,7 +118,7 @@ def _run_locked(
         _repair(folder, log, hashes=True)
     for _ in range(MAX_REPAIRS + 1):
         tasks = [] if spec is None else _all_tasks(spec, folder)
-        if spec is not None and all(folder.read_marker(p, k) is not None for p, k in tasks):
+        if spec is not None and _all_done(folder, tasks):
             result.skipped_tasks = len(tasks)  # nothing left to compute: no executor started
             log(f"datapipe: every task of {pipeline.name!r} is already done in {folder.root}; rebuilding statistics")
         else:
@@ -240,6 +240,17 @@ def _all_tasks(spec: RunSpec, folder: RunFolder) -> list[tuple[str, str]]:
     return out
 
 
+def _all_done(folder: RunFolder, tasks: list[tuple[str, str]]) -> bool:
+    """Whether every task has its marker: one listing of each phase's markers (read in parallel)."""
+    done: dict[str, dict[str, Any]] = {}
+    for phase, key in tasks:
+        if phase not in done:
+            done[phase] = folder.read_markers(phase)
+        if key not in done[phase]:
+            return False
+    return True
+
+
 def _run_phase(
     result: RunResult,
     folder: RunFolder,
@@ -253,7 +264,8 @@ def _run_phase(
     """Run the phase's unfinished tasks, counting their outcomes as they come; its failures, all of
     them, end the run once the phase is over."""
     name = phase.name
-    todo = [task for task in work if folder.read_marker(name, task.key) is None]
+    done = folder.read_markers(name)  # one listing of the phase's markers, not one read per task
+    todo = [task for task in work if task.key not in done]
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
     failures: list[str] = []
@@ -301,7 +313,6 @@ def _finish_run(
     started = time.perf_counter()
     if _repair(folder, log, hashes=False):  # sizes (on a store: one listing), before they are read
         return False
-    folder.pull(files=("docs/", "rejected/"))  # statistics read every kept and rejected document
     counts = collect_counts(folder, spec)
     with fault_scope("stats", "build"):
         build_stats(folder, spec, counts)

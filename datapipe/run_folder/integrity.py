@@ -21,7 +21,6 @@ Markers of runs written before markers named their files are taken as they are.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,6 @@ from typing import Any
 
 from datapipe.run_folder.layout import PACK_PHASE, RunFolder
 from datapipe.storage import uri as storage
-from datapipe.storage.atomic import is_temp_name
 from datapipe.tokens.shard_format import file_sha256
 
 
@@ -51,14 +49,10 @@ def find_damage(folder: RunFolder, hashes: bool) -> list[Damage]:
         prefix = storage.child(folder.remote, "")
         listed = {f.uri[len(prefix) :]: f.size for f in storage.list_files(folder.remote)}
     found: list[Damage] = []
-    for phase, key, marker_path in _markers(folder):
-        try:
-            marker = json.loads(marker_path.read_bytes())
-        except (OSError, ValueError):
-            continue  # unreadable: read_marker says None, so the task is redone anyway
-        if not isinstance(marker, dict):
-            continue
-        rel_marker = marker_path.relative_to(folder.root).as_posix()
+    # Unreadable markers are left out: read_marker says None for them, so their tasks are redone anyway.
+    markers = [(phase, key, m) for phase in _phases(folder) for key, m in folder.read_markers(phase).items()]
+    for phase, key, marker in markers:
+        rel_marker = folder.marker(phase, key).relative_to(folder.root).as_posix()
         if listed is not None and rel_marker not in listed:
             found.append(Damage(phase, key, rel_marker, "the marker is not on the store"))
             continue
@@ -66,15 +60,10 @@ def find_damage(folder: RunFolder, hashes: bool) -> list[Damage]:
     return found
 
 
-def _markers(folder: RunFolder) -> list[tuple[str, str, Path]]:
-    """(phase, task key, path) of every marker in the folder (the mirror's, for a remote folder)."""
-    out = []
+def _phases(folder: RunFolder) -> list[str]:
+    """The phases that have markers in the folder (the mirror's, for a remote folder)."""
     base = folder.markers_dir
-    for path in sorted(base.rglob("*.json")) if base.is_dir() else []:
-        parts = path.relative_to(base).with_suffix("").parts
-        if len(parts) >= 2 and not is_temp_name(path.name):
-            out.append((parts[0], "/".join(parts[1:]), path))
-    return out
+    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
 
 
 def _check_marker(
@@ -132,6 +121,7 @@ def discard(folder: RunFolder, damaged: list[Damage], log: Callable[[str], None]
 
             remote_folder.forget(folder.remote, marker.relative_to(folder.root).as_posix(), files)
         marker.unlink(missing_ok=True)
+        folder.forget_markers(phase, key)
         for rel in files:
             (folder.root / rel).unlink(missing_ok=True)
     return len(tasks)

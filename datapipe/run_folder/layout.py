@@ -23,8 +23,11 @@ to the store by the markers, which then name the files their task uploaded: see
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,55 @@ DOCS_DIR, REJECTED_DIR, WORK_DIR, STATS_DB, RUN_JSON = "docs", "rejected", "_wor
 MANAGED = (DOCS_DIR, REJECTED_DIR, SHARDS_DIR, WORK_DIR, STATS_DB, RUN_JSON)
 LOCK_FILE = ".datapipe.lock"  # never deleted, not even by --fresh: see run_folder/lock.py
 LOCK_RECORD = ".datapipe.lock.json"
+
+
+# Threads reading markers (``RunFolder.read_markers``): file reads and JSON parsing of ~1-10 KB each.
+MARKER_READERS = 8
+MARKER_BATCH = 64  # markers per thread at least: fewer are read in this thread
+
+
+def _list_markers(folder: Path, prefix: str = "") -> list[str]:
+    """The task keys of the markers under ``folder`` (a phase's), by one walk of its directory tree."""
+    keys: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return keys
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            keys += _list_markers(Path(entry.path), f"{prefix}{entry.name}/")
+        elif entry.name.endswith(".json") and not is_temp_name(entry.name):
+            keys.append(prefix + entry.name[: -len(".json")])
+    return sorted(keys)
+
+
+def _load_marker(path: Path, shared: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """A marker, or None. ``shared``: the column lists of ``audit_files`` seen so far, by their text,
+    so that thousands of cached markers hold one copy of each (a file's ~100 [name, type] pairs are
+    most of a map marker, and the same in every task of a source)."""
+    try:
+        marker = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return None  # a marker is written atomically; an unreadable one means redo
+    if shared is not None and isinstance(marker, dict):
+        for entry in marker.get("audit_files") or ():
+            entry["columns"] = shared.setdefault(repr(entry["columns"]), entry["columns"])
+    return marker
+
+
+def _load_markers(folder: Path, keys: list[str], shared: dict[str, Any]) -> list[dict[str, Any] | None]:
+    """Markers in bulk, with the cyclic garbage collector paused: parsed JSON has no cycles, and a
+    collection every few hundred new containers rescans all those kept so far (reading 3,000
+    markers into the cache took 6x the CPU of parsing them)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return [_load_marker(folder / f"{k}.json", shared) for k in keys]
+    finally:
+        if paused:
+            gc.enable()
 
 
 # Phase names: each is the folder of its completion markers (``_work/markers/<phase>/``) and, for
@@ -86,6 +138,11 @@ class RunFolder:
         # markers (run_folder/remote.py); ``remote`` is that URI, None for a local folder.
         self.root = (storage.mirror_of(str(root)) if storage.is_uri(root) else Path(root)).resolve()
         self.remote = storage.remote_of(self.root)
+        # Parsed markers, phase -> task -> marker: a marker is written once, when its task is done,
+        # and only deleted (``forget_markers``) when its work is discarded, so what was read stays
+        # true and the driver reads each marker once per run (resume check, counts, statistics).
+        self._markers: dict[str, dict[str, dict[str, Any]]] = {}
+        self._columns: dict[str, Any] = {}  # audit_files column lists, shared by the cached markers
 
     @property
     def location(self) -> str:
@@ -190,13 +247,44 @@ class RunFolder:
 
     # --- markers ------------------------------------------------------------
     def read_marker(self, phase: str, task: str) -> dict[str, Any] | None:
-        path = self.marker(phase, task)
-        if not path.is_file():
-            return None
-        try:
-            return json.loads(path.read_text())
-        except ValueError:
-            return None  # a marker is written atomically; an unreadable one means redo
+        cached = self._markers.get(phase, {}).get(task)
+        if cached is not None:
+            return cached
+        marker = _load_marker(self.marker(phase, task))
+        if marker is not None:
+            self._markers.setdefault(phase, {})[task] = marker
+        return marker
+
+    def read_markers(self, phase: str) -> dict[str, dict[str, Any]]:
+        """Every readable marker of ``phase``, task key -> marker: one listing of the phase's folder,
+        then the markers not read before, in parallel (on an object store's mirror or a network file
+        system a read is a round trip; one at a time, 37k of them took minutes)."""
+        folder = self.markers_dir / phase
+        listed = _list_markers(folder)  # task keys name subfolders: <source>/<shard>
+        cache = self._markers.setdefault(phase, {})
+        missing = [key for key in listed if key not in cache]
+        # A thread per slice of the keys, not per key: fewer hand-offs of the interpreter lock.
+        step = max(MARKER_BATCH, -(-len(missing) // MARKER_READERS))
+        slices = [missing[i : i + step] for i in range(0, len(missing), step)]
+        shared = self._columns
+        if len(slices) > 1:
+            with ThreadPoolExecutor(max_workers=len(slices)) as pool:
+                loaded = [m for part in pool.map(lambda keys: _load_markers(folder, keys, shared), slices) for m in part]
+        else:
+            loaded = _load_markers(folder, missing, shared)
+        for key, marker in zip(missing, loaded):
+            if isinstance(marker, dict):
+                cache[key] = marker
+        return {key: cache[key] for key in listed if key in cache}
+
+    def forget_markers(self, phase: str | None = None, task: str | None = None) -> None:
+        """Drop markers read before (of one task, one phase, or all): their work was discarded."""
+        if phase is None:
+            self._markers.clear()
+        elif task is None:
+            self._markers.pop(phase, None)
+        else:
+            self._markers.get(phase, {}).pop(task, None)
 
     def write_marker(self, phase: str, task: str, data: dict[str, Any], written: list[Path] | None = None) -> None:
         """``written``: the files the task wrote, named in the marker with their sizes (``files``; see
@@ -280,6 +368,7 @@ class RunFolder:
     def wipe(self) -> None:
         """Delete a previous run's outputs (--fresh). Only the names datapipe manages are touched."""
         self.check_usable()
+        self.forget_markers()
         if self.remote is not None:
             from datapipe.run_folder import remote as remote_folder
 

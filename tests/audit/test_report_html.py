@@ -6,10 +6,10 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-import duckdb
 from click.testing import CliRunner
 
 from datapipe.audit.report import Series, hbar_chart, histogram
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.cli import main
 from datapipe.engine.runner import run_pipeline
 from datapipe.pipeline.load import load_pipeline
@@ -44,7 +44,7 @@ def test_report_is_self_contained_and_holds_the_numbers(ray_local, demo_project:
     assert sum(1 for t, _ in parser.tags if t == "svg") == 5  # funnel, mixture, two length histograms, languages
     cells = set(parser.cells)
 
-    con = duckdb.connect(str(out / "stats.duckdb"), read_only=True)
+    con = connect_stats(out)
     total, kept, tokens = con.execute(
         "SELECT count(*), count(*) FILTER (status='kept'), sum(n_tokens) FILTER (status='kept') FROM documents"
     ).fetchone()

@@ -3,7 +3,9 @@
 - the audit connection writes nothing and reads nothing outside the run, whatever SQL it gets;
 - every table the CLI prints shows its data verbatim (no rich markup, no emoji), CSV has LF ends;
 - a source that kept nothing is named by `stats` and listed by the report;
-- a missing or corrupt stats.duckdb gives one line, not a traceback.
+- a missing or corrupt stats.duckdb gives one line, not a traceback;
+- ``documents`` is a view over the run's own files, indexed with their rows and id ranges: a moved
+  run folder answers the same, and `explain` of one id reads only the file holding it.
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ import hashlib
 import io
 import json
 import re
+import shutil
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from datapipe.audit import documents
+from datapipe.audit.explain import explain
 from datapipe.audit.report import Series, build_report, hbar_chart, text_width
 from datapipe.audit.sql import AuditError, connect, run_query
 from datapipe.cli import main
@@ -368,3 +374,30 @@ def test_missing_or_corrupt_database_gives_one_line(real_run: Path, tmp_path: Pa
     if damage != "run_json":
         with pytest.raises(AuditError):
             run_query(run, "select count(*) from documents")
+
+
+def test_documents_is_a_view_over_the_run_files_and_explain_reads_one_file(real_run: Path, tmp_path: Path, monkeypatch) -> None:
+    with duckdb.connect(str(real_run / "stats.duckdb"), read_only=True) as con:
+        assert con.execute("select count(*) from duckdb_tables() where table_name = 'documents'").fetchone() == (0,)
+        files = con.execute("select path, status, rows, min_id, max_id from document_files order by path").fetchall()
+    on_disk = sorted(p.relative_to(real_run).as_posix() for d in ("docs", "rejected") for p in (real_run / d).rglob("*.parquet"))
+    assert [f[0] for f in files] == on_disk and len(files) == 2
+    for path, status, rows, lo, hi in files:  # what the map tasks recorded is what their files hold
+        ids = pq.read_table(real_run / path, columns=["id"])["id"].to_pylist()
+        assert (status, rows, lo, hi) == ("kept" if path.startswith("docs/") else "rejected", len(ids), min(ids), max(ids))
+
+    query = "select id, status, stage, reason, n_chars, n_tokens from documents order by id"
+    before = run_query(real_run, query)
+    assert before.num_rows == sum(f[2] for f in files)
+    shutil.copytree(real_run, tmp_path / "a")
+    (tmp_path / "a").rename(tmp_path / "b")  # the copy it was made as is gone: only b's own files can answer
+    assert run_query(tmp_path / "b", query) == before
+
+    registered: list[int] = []
+    attach = documents.attach
+    monkeypatch.setattr(documents, "attach", lambda *a, **k: registered.append(attach(*a, **k)) or registered[-1])
+    doc_id = next(r["id"] for r in before.to_pylist() if r["status"] == "rejected")
+    out = io.StringIO()
+    explain(tmp_path / "b", doc_id, out)
+    assert f"id: {doc_id}" in out.getvalue() and "too_short" in out.getvalue()
+    assert registered == [1]  # of the run's files, only the one whose id range holds the id

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from datapipe.audit.mixture import mixture_report, parse_tokens
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.audit.views import mixture_view_sql
 from datapipe.cli import main
 from datapipe.engine.runner import run_pipeline
@@ -31,7 +32,7 @@ def make_documents(con: duckdb.DuckDBPyConnection, with_tags: bool) -> None:
         con.execute("ALTER TABLE documents DROP COLUMN license_class")
     columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
     assert ("script" in columns) == with_tags
-    con.execute(mixture_view_sql(columns))
+    con.execute("CREATE OR REPLACE VIEW mixture AS " + mixture_view_sql(columns))
 
 
 @pytest.mark.parametrize("with_tags", [True, False])
@@ -66,7 +67,9 @@ def test_mixture_view_weights_tokens_by_dup_count_where_minhash_recorded_it() ->
     # a survivor of a cluster of 3 counts 3 times; a NULL (a source minhash skipped) counts once
     con.execute("ALTER TABLE documents ADD COLUMN dup_count BIGINT")
     con.execute("UPDATE documents SET dup_count = CASE id WHEN 'a' THEN 3 WHEN 'c' THEN 1 END")
-    con.execute(mixture_view_sql({r[0] for r in con.execute("DESCRIBE documents").fetchall()}))
+    con.execute(
+        "CREATE OR REPLACE VIEW mixture AS " + mixture_view_sql({r[0] for r in con.execute("DESCRIBE documents").fetchall()})
+    )
     rows = dict(con.execute("SELECT source || '/' || lang || '/' || script, rehydrated_tokens FROM mixture").fetchall())
     assert rows == {"web/zh/Hans": 15, "web/zh/unknown": 7, "web/en/Latn": 9, "code/unknown/Latn": 11}
 
@@ -86,7 +89,7 @@ def test_parse_tokens_rejects_junk() -> None:
 def test_run_views_and_stats_command(ray_local, demo_project: Path) -> None:
     out = demo_project / "out"
     run_pipeline(load_pipeline(demo_project / "pipelines" / "demo.yaml"), output=out, show_progress=False, log=lambda m: None)
-    con = duckdb.connect(str(out / "stats.duckdb"), read_only=True)
+    con = connect_stats(out)
     # documents.n_tokens accounts for every token in the shards (train and val), per source.
     manifest = pq.read_table(out / "shards" / "manifest.parquet").to_pylist()
     per_source = dict(con.execute("SELECT source, sum(n_tokens) FROM documents WHERE status='kept' GROUP BY source").fetchall())

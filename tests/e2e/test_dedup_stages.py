@@ -7,11 +7,11 @@ import json
 import random
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.dedup import near_duplicates
 from datapipe.dedup.evalset import build
 from datapipe.engine.runner import run_pipeline
@@ -27,7 +27,7 @@ def run(pipeline: Path, out: Path):
 
 
 def rows(out: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(out) as con:
         return con.execute(sql).fetchall()
 
 

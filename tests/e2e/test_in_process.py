@@ -9,8 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
-
+from datapipe.audit.sql import connect as connect_stats
 from tests.conftest import write_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +50,7 @@ def test_in_process_run_completes_without_importing_ray(tmp_path: Path) -> None:
     assert run["status"] == "complete"
     assert run["counts"]["documents"] == len(lines) == run["counts"]["kept"] + run["counts"]["rejected"]
     assert {"map0", "shuffle0", "map1", "pack"} <= set(run["timings"])  # dedup decides in its partitions
-    with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(out) as con:
         assert con.execute("select count(*) from documents").fetchone()[0] == len(lines)
     assert list((out / "shards").glob("*/*")), "no token shards written"
     # Running again finds every task done and starts nothing.

@@ -9,9 +9,9 @@ import tarfile
 from collections import Counter
 from pathlib import Path
 
-import duckdb
 import pytest
 
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.runner import run_pipeline
 from datapipe.pipeline.load import load_pipeline
@@ -55,7 +55,7 @@ def test_ingest_pipeline_conserves_documents_and_records_provenance(ray_local, t
     )
     out = tmp_path / "out"
     result = run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
-    with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(out) as con:
 
         def q(sql: str) -> list[tuple]:
             return con.execute(sql).fetchall()

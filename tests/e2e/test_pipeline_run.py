@@ -7,12 +7,12 @@ import hashlib
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.cli import main
 from datapipe.engine.runner import PipelineError, run_pipeline
 from datapipe.pipeline.load import load_pipeline
@@ -29,7 +29,7 @@ def run(pipeline_file: Path, output: Path, **kw):
 
 
 def query(root: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(root) as con:
         return con.execute(sql).fetchall()
 
 

@@ -17,9 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 
+from datapipe.audit.sql import connect as connect_stats
 from tests.conftest import write_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +93,7 @@ def _check_run(out: Path) -> None:
     counts = run["counts"]
     assert counts["documents"] == 6 == counts["kept"] + counts["rejected"]
     assert (counts["kept"], counts["rejected"]) == (3, 3)
-    with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(out) as con:
         kept = {r[0] for r in con.execute("select id from documents where status = 'kept'").fetchall()}
         rejected = set(con.execute("select id, stage, reason from documents where status = 'rejected'").fetchall())
         counted = con.execute("select id, shout_count from documents where stage is distinct from 'read'").fetchall()

@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 from click.testing import CliRunner
 
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.cli import main
 from datapipe.engine.runner import run_pipeline
 from datapipe.pipeline.load import load_pipeline
@@ -40,7 +41,7 @@ def test_run_with_quality_and_pii(ray_local, tmp_path: Path) -> None:
     )
     out = tmp_path / "out"
     run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
-    with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(out) as con:
         ids = {r[0].rsplit("#L", 1)[1]: r[0] for r in con.execute("select id from documents").fetchall()}
         rows = {
             r[0].rsplit("#L", 1)[1]: r[1:]

@@ -10,9 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pyarrow.parquet as pq
 import pytest
+
+from datapipe.audit.sql import connect as connect_stats
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -39,7 +40,7 @@ def fingerprint(root: Path) -> dict[str, object]:
         for p in (root / "rejected").glob("**/*.parquet")
         for r in pq.read_table(p, columns=["id", "stage", "reason"]).to_pylist()
     )
-    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(root) as con:
         table = con.execute("select id, status, stage, reason, n_tokens from documents order by id").fetchall()
     manifest = pq.read_table(root / "shards" / "manifest.parquet").to_pylist()
     return {"shards": shards, "docs": docs, "rejected": rejected, "documents": table, "manifest": manifest}

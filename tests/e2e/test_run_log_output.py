@@ -16,8 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
-
+from datapipe.audit.sql import connect as connect_stats
 from tests.support.shared_data import shared_path
 from tests.support.summary_table import stage_rows
 
@@ -95,7 +94,7 @@ def test_a_run_logged_to_files_has_short_lines_progress_and_what_stages_changed(
     assert re.match(r"map0: 1/(\d+) shards, [\d,]+ docs \([\d,]+ docs/s\), \d+s elapsed, ETA \d+", line), line
 
     rows = stage_rows(log)
-    with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(out) as con:
         reasons = con.execute("SELECT count(*) FROM funnel WHERE stage = 'quality'").fetchone()[0]
         pii = con.execute(
             "SELECT sum(pii_email), sum(pii_ip), count(*) FILTER (WHERE pii_email + pii_phone + pii_id_card + pii_ip > 0) "

@@ -11,10 +11,10 @@ import gzip
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 from rich.console import Console
 
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.cli.summary import print_summary
 from datapipe.engine.finish import build_stats, collect_counts
 from datapipe.engine.plan import make_spec
@@ -67,7 +67,7 @@ def test_funnel_counts_skipped_kinds_and_adds_up(tmp_path: Path) -> None:
     assert 0 < short_code < 164 and length["skipped"] == 0
     assert pii["skipped"] == code_in - short_code  # code surviving length, passed by the web-only pii stage
 
-    with duckdb.connect(str(folder.stats_db), read_only=True) as con:
+    with connect_stats(folder.root) as con:
         rows = con.execute("SELECT DISTINCT position, stage, docs_in, skipped, docs_out FROM funnel ORDER BY position").fetchall()
         stages = con.execute("SELECT stage, docs_in, skipped, dropped FROM stages ORDER BY position").fetchall()
         langid_share = con.execute("SELECT sum(drop_share) FROM funnel WHERE stage = 'langid'").fetchone()[0]

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.engine.plan import make_spec
 from datapipe.engine.splits import effective_target, even_cuts, plan_file
 from datapipe.engine.tasks.map import map_shard
@@ -265,9 +266,8 @@ def test_split_run_equals_unsplit_run_through_the_engine(ray_local, tmp_path: Pa
     def run(split: dict, out: Path) -> dict:
         pipeline = load_pipeline(write_pipeline(tmp_path, {**config, "split": split}))
         result = run_pipeline(pipeline, output=out, show_progress=False, log=lambda m: None)
-        import duckdb
 
-        with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+        with connect_stats(out) as con:
             table = con.execute("SELECT id, status, stage, reason, detail FROM documents ORDER BY id").fetchall()
         kept = [r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()]
         manifest = pq.read_table(out / "shards" / "manifest.parquet").to_pylist()

@@ -12,10 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import duckdb
 import pytest
 import yaml
 
+from datapipe.audit.sql import connect as connect_stats
 from tests.support.shared_data import PROJECT_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -55,7 +55,7 @@ def _outputs(root: Path) -> dict[str, object]:
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted((root / "shards").glob("**/*.arrow"))
     }
-    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(root) as con:
         documents = con.execute("select * from documents order by id").fetchall()
     return {"shards": shards, "documents": documents}
 

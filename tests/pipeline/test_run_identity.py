@@ -10,11 +10,11 @@ import re
 import shutil
 from pathlib import Path
 
-import duckdb
 import pytest
 from click.testing import CliRunner
 
 from datapipe.assets.filters_dir import filter_file
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.cli import main
 from datapipe.engine.runner import PipelineError, run_pipeline
 from datapipe.pipeline.identity import resource_changes
@@ -178,7 +178,7 @@ def test_edited_rules_stop_a_resume_and_explain_uses_the_recorded_ones(ray_local
         return run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None, **kw)
 
     def query(sql: str) -> list[tuple]:
-        with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+        with connect_stats(out) as con:
             return con.execute(sql).fetchall()
 
     first = run()

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.engine.plan import make_spec
 from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
@@ -141,7 +142,6 @@ def test_paragraph_unit_removes_repeated_paragraphs_only(tmp_path: Path, unit: s
 
 def test_pipeline_run_shows_boilerplate_in_documents_explain_and_report(ray_local, tmp_path: Path) -> None:
     """One small Ray run: boilerplate then minhash; the columns reach documents, explain and the report."""
-    import duckdb
     from click.testing import CliRunner
 
     from datapipe.cli import main
@@ -161,7 +161,7 @@ def test_pipeline_run_shows_boilerplate_in_documents_explain_and_report(ray_loca
     )
     out = tmp_path / "out"
     run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda m: None)
-    with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(out) as con:
         n, removed, with_lines = con.execute(
             "select count(*), sum(lines_removed), count(*) filter (len(removed_lines) > 0) from documents"
         ).fetchone()

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from datapipe.audit.sql import connect as connect_stats
 from datapipe.engine.plan import make_spec
 from datapipe.engine.runner import run_pipeline
 from datapipe.pipeline.load import load_pipeline
@@ -169,7 +170,7 @@ def _run_and_check(tmp_path: Path, combine: bool, in_process: bool) -> None:
     counts = run["counts"]
     assert counts["documents"] == sum(sizes.values()) == counts["kept"] + counts["rejected"]
 
-    with duckdb.connect(str(out / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(out) as con:
         rows = con.execute("select id, source, lang, n_chars, status, stage, reason, detail, toy_group from documents").fetchall()
         view = con.execute("select * from toy_groups").fetchall()  # the stage's own view, no engine edit
     assert len(rows) == sum(sizes.values()) and len({r[0] for r in rows}) == len(rows)  # each document once

@@ -81,8 +81,7 @@ def real_data_pipeline(shared: Path, folder: Path) -> Path:
 
 def run_digests(pipeline_file: Path, output: Path) -> dict[str, Any]:
     """Run ``pipeline_file`` in process into ``output``; the digests of its shards and documents."""
-    import duckdb
-
+    from datapipe.audit.sql import connect as connect_stats
     from datapipe.engine.runner import run_pipeline
     from datapipe.pipeline.load import load_pipeline
 
@@ -92,7 +91,7 @@ def run_digests(pipeline_file: Path, output: Path) -> dict[str, Any]:
         for p in sorted((output / "shards").rglob("*"))
         if p.is_file()
     }
-    with duckdb.connect(str(output / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(output) as con:
         table = con.sql("SELECT * FROM documents ORDER BY id").to_arrow_table()
     columns = {
         name: hashlib.sha256(

@@ -52,8 +52,9 @@ def run_in_process(pipeline: Path, output: Path | str | None = None, **kw: Any):
 
 def output_digests(root: Path) -> dict[str, Any]:
     """sha256 of every shard, docs and rejected file, the manifest's rows and the documents table."""
-    import duckdb
     import pyarrow.parquet as pq
+
+    from datapipe.audit.sql import connect as connect_stats
 
     files = {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -61,7 +62,7 @@ def output_digests(root: Path) -> dict[str, Any]:
         for p in sorted((root / folder).rglob("*"))
         if p.is_file() and p.name != "manifest.parquet"
     }
-    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+    with connect_stats(root) as con:
         table = con.execute("select id, status, stage, reason, n_tokens from documents order by id").fetchall()
     manifest = pq.read_table(root / "shards" / "manifest.parquet").sort_by("path").to_pylist()
     return {"files": files, "documents": table, "manifest": manifest}

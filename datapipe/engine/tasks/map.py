@@ -170,6 +170,13 @@ class ShardOutputs:
             self.counts.tokens = self.tokens.tokens
             self.counts.split_tokens = self.tokens.split_tokens
 
+    def audit_files(self, final: bool) -> list[dict[str, Any]]:
+        """The kept (final segment) and rejected files this task wrote, for the marker (``ParquetSink.audit_entry``)."""
+        root = self.folder.root
+        entries = [self.docs.audit_entry(root, "kept")] if final else []
+        entries += [sink.audit_entry(root, "rejected") for sink in self.rejects.values()]
+        return sorted((e for e in entries if e is not None), key=lambda e: e["path"])
+
     def abort(self) -> None:
         self.docs.abort()
         for sink in self.rejects.values():
@@ -252,6 +259,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
         "shard": shard.key,
         "segment": segment.index,
         **counts.as_dict(),
+        "audit_files": out.audit_files(segment.final),
         "seconds": round(time.perf_counter() - started, 3),
         "cpu_seconds": round(time.process_time() - cpu_started, 3),
     }

@@ -4,6 +4,7 @@ on close, so a reader (and resume) only ever sees complete files."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +25,10 @@ class ParquetSink:
         self.path = path
         self.rows = 0
         self.compression = compression
+        # The smallest and largest ``id`` written: recorded in the task's marker (``audit_files``), so
+        # `datapipe explain ID` reads only the files whose range holds the id (audit/documents.py).
+        self.min_id: str | None = None
+        self.max_id: str | None = None
         self._tmp: Path | None = None
         self._writer: pq.ParquetWriter | None = None
 
@@ -39,6 +44,27 @@ class ParquetSink:
             table = table.select(self._writer.schema.names).cast(self._writer.schema)
         self._writer.write_table(table)
         self.rows += table.num_rows
+        if "id" in table.column_names:
+            bounds = pc.min_max(table["id"])
+            lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+            if lo is not None:
+                self.min_id = lo if self.min_id is None else min(self.min_id, lo)
+                self.max_id = hi if self.max_id is None else max(self.max_id, hi)
+
+    def audit_entry(self, root: Path, status: str) -> dict[str, Any] | None:
+        """What the audit database needs of this file, for the marker (None: nothing was written):
+        its path in the run folder, status, rows, id range and columns with their Arrow types, so
+        the driver builds ``documents`` from markers alone, without opening the file."""
+        if self._writer is None:
+            return None
+        return {
+            "path": self.path.relative_to(root).as_posix(),
+            "status": status,
+            "rows": self.rows,
+            "min_id": self.min_id,
+            "max_id": self.max_id,
+            "columns": [[f.name, str(f.type)] for f in self._writer.schema],
+        }
 
     def close(self) -> None:
         if self._writer is None:

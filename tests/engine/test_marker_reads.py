@@ -1,0 +1,43 @@
+"""The driver's marker reads: one listing per phase, nested task keys, cached once read, forgotten
+when their work is discarded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from datapipe.run_folder.integrity import Damage, discard
+from datapipe.run_folder.layout import RunFolder
+
+
+def _write(folder: RunFolder, phase: str, key: str, body: str) -> Path:
+    path = folder.marker(phase, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body)
+    return path
+
+
+def test_read_markers_lists_a_phase_once_and_keeps_what_it_read(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    keys = [f"src/{i:05d}" for i in range(40)] + ["other/a.jsonl.part0001"]
+    for i, key in enumerate(keys):
+        _write(folder, "map0", key, json.dumps({"docs_in": i}))
+    _write(folder, "map0", "src/broken", "{not json")  # unreadable: its task is redone
+    _write(folder, "map0", "src/00001.tmp-123-0a1b2c3d.json", "{}")  # a killed writer's temporary file
+    _write(folder, "map1", "src/00000", json.dumps({"docs_in": 99}))
+
+    markers = folder.read_markers("map0")
+    assert sorted(markers) == sorted(keys)
+    assert [markers[k]["docs_in"] for k in keys] == list(range(len(keys)))
+    assert folder.read_markers("map9") == {}
+
+    _write(folder, "map0", keys[0], json.dumps({"docs_in": -1}))  # markers never change once written
+    assert folder.read_markers("map0")[keys[0]]["docs_in"] == 0
+    assert folder.read_marker("map0", keys[0]) == {"docs_in": 0}
+    _write(folder, "map0", "src/late", json.dumps({"docs_in": 7}))  # a task finished meanwhile
+    assert folder.read_markers("map0")["src/late"] == {"docs_in": 7}
+
+    discard(folder, [Damage("map0", keys[0], "docs/src/00000.parquet", "missing")], log=lambda _: None)
+    assert keys[0] not in folder.read_markers("map0") and folder.read_marker("map0", keys[0]) is None
+    _write(folder, "map0", keys[0], json.dumps({"docs_in": 5}))  # the task redone
+    assert folder.read_markers("map0")[keys[0]] == {"docs_in": 5}
