@@ -14,12 +14,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pytest
 import yaml
 from click.testing import CliRunner
 
+from datapipe.audit.sql import connect as audit_connect
 from datapipe.cli import main
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.tasks import map as map_task
@@ -49,19 +49,19 @@ def _pipeline(folder: Path, name: str, min_chars: int, min_score: float, **langi
 
 
 def _documents(root: Path) -> list[tuple[Any, ...]]:
-    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+    with audit_connect(root) as con:
         return con.execute("select * from documents order by id").fetchall()
 
 
 def _ids(root: Path, *stages: str, negate: bool = False) -> set[str]:
     """Ids of the documents dropped by one of ``stages`` (``negate``: of all others, kept ones included)."""
     where = f"coalesce(stage, '') {'not ' if negate else ''}in ({', '.join(repr(s) for s in stages)})"
-    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+    with audit_connect(root) as con:
         return {r[0] for r in con.execute(f"select id from documents where {where}").fetchall()}
 
 
 def _stages(root: Path) -> list[str]:
-    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+    with audit_connect(root) as con:
         return [r[0] for r in con.execute("select distinct stage from documents where stage is not null").fetchall()]
 
 

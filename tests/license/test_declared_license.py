@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from datapipe.audit.sql import connect as audit_connect
 from datapipe.export import export
 from datapipe.pipeline.load import ConfigError, build_pipeline
 from tests.conftest import write_pipeline
@@ -63,7 +63,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _sql(run: Path, query: str) -> list[tuple]:
-    with duckdb.connect(str(run / "stats.duckdb"), read_only=True) as con:
+    with audit_connect(run) as con:
         return con.execute(query).fetchall()
 
 
