@@ -138,3 +138,28 @@ def test_slurm_job_starts_ray_and_runs_the_pipeline(local_slurm: dict[str, str],
     for name in ("docs", "rejected", "shards", "stats.duckdb", "run.json"):
         assert (out / name).exists(), name
     assert output_digests(out) == run_digests(DEMO, tmp_path / "in_process")
+
+
+def test_printed_script_is_valid_bash_with_the_sbatch_options(tmp_path: Path) -> None:
+    """Where no Slurm runs (CI): the script parses (`bash -n`) and carries the options given."""
+    from click.testing import CliRunner
+
+    from datapipe.cli import main
+
+    args = ["cluster", "slurm", str(DEMO), "--nodes", "3", "--cpus", "16", "--mem", "64G", "--time", "2:00:00"]
+    args += ["--partition", "cpu", "--output", "runs/demo", "--setup", "source /opt/venv/bin/activate"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    script = result.output
+    (tmp_path / "job.sh").write_text(script)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")], capture_output=True).returncode == 0
+    sbatch = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    for option in ("--nodes=3", "--cpus-per-task=16", "--mem=64G", "--time=2:00:00", "--partition=cpu", "--exclusive"):
+        assert any(line.split()[1] == option for line in sbatch), option
+    assert "source /opt/venv/bin/activate" in script and "trap stop_ray EXIT" in script
+    run_line = next(line for line in script.splitlines() if line.startswith("datapipe run "))
+    assert run_line == (
+        f'datapipe run {DEMO} --ray-address "$head_ip:$port" --no-progress --output {Path("runs/demo").absolute()}'
+    )
+    bad = CliRunner().invoke(main, ["cluster", "slurm", str(DEMO), "--mem", "64 G"])
+    assert bad.exit_code == 2 and "#SBATCH" in bad.output
