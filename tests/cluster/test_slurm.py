@@ -8,6 +8,7 @@ Slurm daemons are not installed, not root, or do not come up.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -135,8 +136,10 @@ def test_slurm_job_starts_ray_and_runs_the_pipeline(local_slurm: dict[str, str],
     # Ray stopped with the job: no process of its per-job temp dir is left
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"/tmp/ray-{job}" not in ps
+    shutil.rmtree(f"/tmp/ray-{job}", ignore_errors=True)  # the job's Ray logs
     for name in ("docs", "rejected", "shards", "stats.duckdb", "run.json"):
         assert (out / name).exists(), name
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"
     assert output_digests(out) == run_digests(DEMO, tmp_path / "in_process")
 
 
