@@ -81,11 +81,17 @@ def real_data_pipeline(shared: Path, folder: Path) -> Path:
 
 def run_digests(pipeline_file: Path, output: Path) -> dict[str, Any]:
     """Run ``pipeline_file`` in process into ``output``; the digests of its shards and documents."""
-    from datapipe.audit.sql import connect as connect_stats
     from datapipe.engine.runner import run_pipeline
     from datapipe.pipeline.load import load_pipeline
 
     run_pipeline(load_pipeline(pipeline_file), output=output, show_progress=False, log=lambda _: None, in_process=True)
+    return output_digests(output)
+
+
+def output_digests(output: Path) -> dict[str, Any]:
+    """The digests of a finished run folder's shards and documents table, however it was run."""
+    from datapipe.audit.sql import connect as connect_stats
+
     shards = {
         p.relative_to(output).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted((output / "shards").rglob("*"))

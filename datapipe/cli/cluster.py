@@ -1,0 +1,281 @@
+"""What `datapipe cluster` prints: a KubeRay ``RayJob`` manifest and a Slurm batch script.
+
+Both start a Ray cluster whose driver is ``datapipe run PIPELINE --ray-address ...``; neither
+needs anything of datapipe at render time beyond the pipeline file's text. The manifest is built
+as plain dicts and dumped with ``yaml.safe_dump`` (valid YAML whatever the values hold); the batch
+script is bash, its values quoted with ``shlex.quote``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from datapipe.errors import UsageError
+
+DEFAULT_IMAGE = "rayproject/ray:2.60.0-py311"
+RAY_VERSION = "2.60.0"
+PIPELINE_MOUNT = "/etc/datapipe"  # where the ConfigMap's pipeline file appears in every pod
+PIPELINE_KEY = "pipeline.yaml"
+# Object-storage credentials the pods read from a Secret (never written into the manifest).
+SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def k8s_name(text: str) -> str:
+    """``text`` as a Kubernetes object name (RFC 1123 label: lower case, digits, '-', at most 63)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].strip("-")
+    if not name:
+        raise UsageError(f"--name {text!r} has no letter or digit: give a name of a-z, 0-9 and '-'")
+    return name
+
+
+def _pod_template(
+    container: str, image: str, cpu: str, memory: str, env: list[dict[str, Any]], configmap: str | None
+) -> dict[str, Any]:
+    mount = configmap is not None
+    resources = {"cpu": cpu, "memory": memory}
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": container,
+                "image": image,
+                # requests == limits: Ray sizes its CPUs and memory from what the pod is given
+                "resources": {"requests": dict(resources), "limits": dict(resources)},
+                **({"env": env} if env else {}),
+                **({"volumeMounts": [{"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True}]} if mount else {}),
+            }
+        ]
+    }
+    if mount:
+        spec["volumes"] = [{"name": "pipeline", "configMap": {"name": configmap}}]
+    return {"spec": spec}
+
+
+def kuberay_manifest(
+    pipeline_text: str | None,
+    *,
+    name: str,
+    pipeline_path: str | None = None,
+    output: str | None = None,
+    image: str = DEFAULT_IMAGE,
+    workers: int = 1,
+    min_workers: int | None = None,
+    max_workers: int | None = None,
+    head_cpu: str = "2",
+    head_memory: str = "8Gi",
+    worker_cpu: str = "4",
+    worker_memory: str = "16Gi",
+    secret: str | None = None,
+    endpoint_url: str | None = None,
+) -> list[dict[str, Any]]:
+    """The documents of a RayJob manifest: a ConfigMap with the pipeline file (unless
+    ``pipeline_path`` names one inside the image) and the ``RayJob``."""
+    if (pipeline_text is None) == (pipeline_path is None):
+        raise UsageError("give the pipeline's text (a ConfigMap) or --pipeline-in-image PATH, not both")
+    low = workers if min_workers is None else min_workers
+    high = workers if max_workers is None else max_workers
+    if not low <= workers <= high:
+        raise UsageError(f"--min-workers {low} <= --workers {workers} <= --max-workers {high} does not hold")
+    name = k8s_name(name)
+    configmap = f"{name}-pipeline"
+    mount = pipeline_text is not None
+    pipeline_file = f"{PIPELINE_MOUNT}/{PIPELINE_KEY}" if mount else str(pipeline_path)
+    entrypoint = ["datapipe", "run", pipeline_file, "--ray-address", "auto", "--no-progress"]
+    if output:
+        entrypoint += ["--output", output]
+    env: list[dict[str, Any]] = []
+    if secret:
+        env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in SECRET_KEYS]
+    if endpoint_url:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": endpoint_url})
+    head = _pod_template("ray-head", image, head_cpu, head_memory, env, configmap if mount else None)
+    head["spec"]["containers"][0]["ports"] = [
+        {"containerPort": 6379, "name": "gcs-server"},
+        {"containerPort": 8265, "name": "dashboard"},
+        {"containerPort": 10001, "name": "client"},
+    ]
+    worker = _pod_template("ray-worker", image, worker_cpu, worker_memory, env, configmap if mount else None)
+    rayjob = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "datapipe"}},
+        "spec": {
+            "entrypoint": shlex.join(entrypoint),
+            # the cluster lives for this one run; the finished RayJob object stays 10 minutes
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": 600,
+            "rayClusterSpec": {
+                "rayVersion": RAY_VERSION,
+                # the job is submitted through the head's dashboard: it must listen beyond the pod
+                "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": head},
+                "workerGroupSpecs": [
+                    {
+                        "groupName": "workers",
+                        "replicas": workers,
+                        "minReplicas": low,
+                        "maxReplicas": high,
+                        "rayStartParams": {},
+                        "template": worker,
+                    }
+                ],
+            },
+        },
+    }
+    docs: list[dict[str, Any]] = []
+    if mount:
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": configmap, "labels": {"app.kubernetes.io/name": "datapipe"}},
+                "data": {PIPELINE_KEY: pipeline_text},
+            }
+        )
+    return docs + [rayjob]
+
+
+class _BlockStr(str):
+    """A string dumped as a YAML block (``|``): the pipeline file stays readable in the manifest."""
+
+
+def _block(dumper: yaml.SafeDumper, data: _BlockStr) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(data), style="|")
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # the pods' shared env list written out twice, not as &id001 / *id001
+
+
+_Dumper.add_representer(_BlockStr, _block)
+
+
+def dump_manifest(docs: list[dict[str, Any]]) -> str:
+    """``docs`` as one multi-document YAML stream, the pipeline text as a literal block."""
+    for doc in docs:
+        if doc.get("kind") == "ConfigMap":
+            text = doc["data"][PIPELINE_KEY]
+            # a block scalar cannot keep trailing spaces or tabs exactly; those texts stay quoted
+            if "\t" not in text and not re.search(r" \n| $", text):
+                doc["data"][PIPELINE_KEY] = _BlockStr(text if text.endswith("\n") else text + "\n")
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+SLURM_TEMPLATE = """\
+#!/bin/bash
+{sbatch}
+# Ray on this Slurm allocation, then one datapipe run on it (printed by `datapipe cluster slurm`).
+# Every node needs datapipe and Ray installed; the pipeline's inputs and the run folder must be
+# on storage every node reads and writes (a shared file system, or s3:// gs:// hdfs://).
+set -euo pipefail
+{setup}
+nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
+head_node=${{nodes[0]}}    # this script runs on the allocation's first node: the head and the driver
+# DATAPIPE_RAY_HEAD_IP picks the head's address where a node has several (e.g. 127.0.0.1 on one node)
+head_ip=${{DATAPIPE_RAY_HEAD_IP:-$(hostname --ip-address | awk '{{print $1}}')}}
+case $head_ip in 127.*) export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ;; esac  # else Ray swaps loopback for the host's address
+port={port}
+cpus=${{SLURM_CPUS_PER_TASK:-${{SLURM_CPUS_ON_NODE:-1}}}}
+ray_tmp={ray_tmp}    # per job: Ray's default /tmp/ray is shared by every job on a node
+
+pids=()
+stop_ray() {{
+  # `ray start --block` stops its node's processes when signalled; `ray stop` would also stop
+  # other jobs' Ray on a shared node, so it is not used.
+  for pid in "${{pids[@]}}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}}
+trap stop_ray EXIT
+
+ray start --head --block --node-ip-address="$head_ip" --port="$port" --num-cpus="$cpus" \\
+  --temp-dir="$ray_tmp" --include-dashboard=false --disable-usage-stats &
+pids+=($!)
+if (( ${{#nodes[@]}} > 1 )); then
+  # one `ray start` per other node, in one job step that shares the allocation's CPUs
+  srun --overlap --nodes=$(( ${{#nodes[@]}} - 1 )) --ntasks-per-node=1 --exclude="$head_node" \\
+    ray start --block --address="$head_ip:$port" --num-cpus="$cpus" --temp-dir="$ray_tmp" --disable-usage-stats &
+  pids+=($!)
+fi
+
+# wait until the head answers, then until every node of the allocation has joined
+deadline=$(( SECONDS + {wait_s} ))
+until ray health-check --address="$head_ip:$port" >/dev/null 2>&1; do
+  kill -0 "${{pids[0]}}" 2>/dev/null || {{ echo "ray start --head failed (its output is above)" >&2; exit 1; }}
+  (( SECONDS < deadline )) || {{ echo "no Ray head at $head_ip:$port after {wait_s} s" >&2; exit 1; }}
+  sleep 1
+done
+timeout $(( deadline - SECONDS + 1 )) python - "$head_ip:$port" "${{#nodes[@]}}" <<'EOF'
+import sys, time
+import ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+want = int(sys.argv[2])
+while (alive := sum(node["Alive"] for node in ray.nodes())) < want:
+    time.sleep(1)
+print(f"ray: {{alive}} of {{want}} node(s) up at {{sys.argv[1]}}", flush=True)
+EOF
+
+{run}
+"""
+
+
+def slurm_script(
+    pipeline: str,
+    *,
+    name: str,
+    nodes: int = 1,
+    cpus_per_node: int = 4,
+    mem: str | None = None,
+    time: str | None = None,
+    partition: str | None = None,
+    account: str | None = None,
+    output: str | None = None,
+    log: str | None = None,
+    setup: list[str] | tuple[str, ...] = (),
+    port: int = 6379,
+    ray_temp_dir: str | None = None,
+    wait_s: int = 300,
+) -> str:
+    """An sbatch script: Ray's head on the first node, a worker on each other one, then the run."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        raise UsageError(f"--name {name!r}: a Slurm job name here is letters, digits, '.', '_' and '-'")
+    lines = [
+        f"#SBATCH --job-name={name}",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --cpus-per-task={cpus_per_node}",
+        "#SBATCH --exclusive" if nodes > 1 else None,
+        f"#SBATCH --mem={mem}" if mem else None,
+        f"#SBATCH --time={time}" if time else None,
+        f"#SBATCH --partition={partition}" if partition else None,
+        f"#SBATCH --account={account}" if account else None,
+        f"#SBATCH --output={log}" if log else None,
+    ]
+    for value in (mem, time, partition, account, log):
+        if value is not None and (not value or any(c.isspace() for c in value)):
+            raise UsageError(f"an #SBATCH value may not be empty or hold spaces: {value!r}")
+    run = ["datapipe", "run", pipeline, "--ray-address", "$head_ip:$port", "--no-progress"]
+    if output:
+        run += ["--output", output]
+    run_line = " ".join(part if part.startswith("$") else shlex.quote(part) for part in run)
+    run_line = run_line.replace("$head_ip:$port", '"$head_ip:$port"')
+    tmp = shlex.quote(ray_temp_dir) if ray_temp_dir else '"/tmp/ray-$SLURM_JOB_ID"'
+    setup_text = "\n".join(["# environment set-up (--setup):", *setup]) if setup else ""
+    return SLURM_TEMPLATE.format(
+        sbatch="\n".join(line for line in lines if line),
+        setup=setup_text,
+        port=port,
+        ray_tmp=tmp,
+        wait_s=wait_s,
+        run=run_line,
+    )
+
+
+def read_pipeline(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read the pipeline file {path}: {exc.strerror or exc}") from exc
