@@ -42,8 +42,9 @@ import importlib
 import inspect
 import shutil
 import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
@@ -127,12 +128,44 @@ def ray_local():
         yield where
 
 
+def _copy_demo_project(folder: Path) -> Path:
+    shutil.copytree(PROJECT_ROOT / "pipelines", folder / "pipelines")
+    shutil.copytree(PROJECT_ROOT / "tokenizer", folder / "tokenizer")
+    return folder
+
+
 @pytest.fixture
 def demo_project(tmp_path: Path) -> Path:
     """A copy of the demo pipeline, its data and tokenizer, laid out as in the repository."""
-    shutil.copytree(PROJECT_ROOT / "pipelines", tmp_path / "pipelines")
-    shutil.copytree(PROJECT_ROOT / "tokenizer", tmp_path / "tokenizer")
-    return tmp_path
+    return _copy_demo_project(tmp_path)
+
+
+class DemoRun(NamedTuple):
+    project: Path  # as ``demo_project``: pipelines/demo.yaml, pipelines/demo/data, tokenizer/
+    out: Path  # the complete run folder
+    result: Any  # the RunResult of the run
+
+
+@pytest.fixture(scope="session")
+def demo_run(ray_local, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
+    """The demo pipeline run once on the session's Ray, for the tests that only read a complete demo run
+    (a run costs seconds; several tests used to make their own). A test that writes into a run folder, or
+    reruns it, makes its own run. Teardown fails if any file of the run folder was added, removed or changed."""
+    from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
+
+    project = _copy_demo_project(tmp_path_factory.mktemp("demo_run"))
+    out = project / "out"
+    result = run_pipeline(load_pipeline(project / "pipelines" / "demo.yaml"), output=out, show_progress=False, log=lambda m: None)
+    before = _files(out)
+    yield DemoRun(project, out, result)
+    after = _files(out)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"a test wrote into the shared demo run (use its own run): {changed}"
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 
 
 def write_pipeline(folder: Path, config: dict[str, Any], name: str = "pipeline.yaml") -> Path:
