@@ -38,9 +38,12 @@ Tiers:
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import inspect
+import os
 import shutil
+import tempfile
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +61,32 @@ FOLDER_MARKERS = {"e2e": ("e2e",), "faults": ("faults",)}
 FIXTURE_MARKERS = {"ray_local": ("ray", "e2e")}
 # names whose use means ../shared/data (tests/support/shared_data.py)
 SHARED_DATA_NAMES = frozenset({"shared_path", "SHARED_DATA"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _isolate_xdist_worker()
+
+
+def _isolate_xdist_worker() -> None:
+    """Under pytest-xdist (``-n 2``) each worker process gets its own datapipe cache folder, so the two
+    embedded Rays keep their session files (sockets, logs) apart. What datapipe builds once and shares
+    between processes by design is linked to the base cache: the language-ID model (fetched under a file
+    lock), the numba warm-up stamps and the Unicode tables (written whole by rename)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    from datapipe.storage.cache import cache_dir
+
+    base = cache_dir()
+    # short: Ray's socket paths must stay under 107 bytes
+    mine = Path(tempfile.mkdtemp(prefix=f"dp-{worker}-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    for shared in ("models", "numba-warm", "tables"):
+        (base / shared).mkdir(parents=True, exist_ok=True)
+        (mine / shared).symlink_to(base / shared, target_is_directory=True)
+    os.environ["DATAPIPE_CACHE_DIR"] = str(mine)
+    # removed at the worker's exit: registered before Ray's own exit handlers, so run after them (Ray's
+    # processes write their logs there until they have stopped)
+    atexit.register(shutil.rmtree, mine, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
