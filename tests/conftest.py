@@ -38,12 +38,16 @@ Tiers:
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import inspect
+import os
 import shutil
+import tempfile
 import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
@@ -57,6 +61,32 @@ FOLDER_MARKERS = {"e2e": ("e2e",), "faults": ("faults",)}
 FIXTURE_MARKERS = {"ray_local": ("ray", "e2e")}
 # names whose use means ../shared/data (tests/support/shared_data.py)
 SHARED_DATA_NAMES = frozenset({"shared_path", "SHARED_DATA"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _isolate_xdist_worker()
+
+
+def _isolate_xdist_worker() -> None:
+    """Under pytest-xdist (``-n 2``) each worker process gets its own datapipe cache folder, so the two
+    embedded Rays keep their session files (sockets, logs) apart. What datapipe builds once and shares
+    between processes by design is linked to the base cache: the language-ID model (fetched under a file
+    lock), the numba warm-up stamps and the Unicode tables (written whole by rename)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    from datapipe.storage.cache import cache_dir
+
+    base = cache_dir()
+    # short: Ray's socket paths must stay under 107 bytes
+    mine = Path(tempfile.mkdtemp(prefix=f"dp-{worker}-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    for shared in ("models", "numba-warm", "tables"):
+        (base / shared).mkdir(parents=True, exist_ok=True)
+        (mine / shared).symlink_to(base / shared, target_is_directory=True)
+    os.environ["DATAPIPE_CACHE_DIR"] = str(mine)
+    # removed at the worker's exit: registered before Ray's own exit handlers, so run after them (Ray's
+    # processes write their logs there until they have stopped)
+    atexit.register(shutil.rmtree, mine, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
@@ -127,12 +157,44 @@ def ray_local():
         yield where
 
 
+def _copy_demo_project(folder: Path) -> Path:
+    shutil.copytree(PROJECT_ROOT / "pipelines", folder / "pipelines")
+    shutil.copytree(PROJECT_ROOT / "tokenizer", folder / "tokenizer")
+    return folder
+
+
 @pytest.fixture
 def demo_project(tmp_path: Path) -> Path:
     """A copy of the demo pipeline, its data and tokenizer, laid out as in the repository."""
-    shutil.copytree(PROJECT_ROOT / "pipelines", tmp_path / "pipelines")
-    shutil.copytree(PROJECT_ROOT / "tokenizer", tmp_path / "tokenizer")
-    return tmp_path
+    return _copy_demo_project(tmp_path)
+
+
+class DemoRun(NamedTuple):
+    project: Path  # as ``demo_project``: pipelines/demo.yaml, pipelines/demo/data, tokenizer/
+    out: Path  # the complete run folder
+    result: Any  # the RunResult of the run
+
+
+@pytest.fixture(scope="session")
+def demo_run(ray_local, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
+    """The demo pipeline run once on the session's Ray, for the tests that only read a complete demo run
+    (a run costs seconds; several tests used to make their own). A test that writes into a run folder, or
+    reruns it, makes its own run. Teardown fails if any file of the run folder was added, removed or changed."""
+    from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
+
+    project = _copy_demo_project(tmp_path_factory.mktemp("demo_run"))
+    out = project / "out"
+    result = run_pipeline(load_pipeline(project / "pipelines" / "demo.yaml"), output=out, show_progress=False, log=lambda m: None)
+    before = _files(out)
+    yield DemoRun(project, out, result)
+    after = _files(out)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"a test wrote into the shared demo run (use its own run): {changed}"
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 
 
 def write_pipeline(folder: Path, config: dict[str, Any], name: str = "pipeline.yaml") -> Path:

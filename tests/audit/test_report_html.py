@@ -11,8 +11,7 @@ from click.testing import CliRunner
 from datapipe.audit.report import Series, hbar_chart, histogram
 from datapipe.audit.sql import connect as connect_stats
 from datapipe.cli import main
-from datapipe.engine.runner import run_pipeline
-from datapipe.pipeline.load import load_pipeline
+from tests.conftest import DemoRun
 
 
 class Tags(HTMLParser):
@@ -29,10 +28,9 @@ class Tags(HTMLParser):
             self.cells.append(data.strip())
 
 
-def test_report_is_self_contained_and_holds_the_numbers(ray_local, demo_project: Path) -> None:
-    out = demo_project / "out"
-    run_pipeline(load_pipeline(demo_project / "pipelines" / "demo.yaml"), output=out, show_progress=False, log=lambda m: None)
-    page_file = demo_project / "report" / "run.html"
+def test_report_is_self_contained_and_holds_the_numbers(demo_run: DemoRun, tmp_path: Path) -> None:
+    out = demo_run.out
+    page_file = tmp_path / "report" / "run.html"
     result = CliRunner().invoke(main, ["report", str(out), "--html", str(page_file)])
     assert result.exit_code == 0, result.output
     page = page_file.read_text(encoding="utf-8")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
@@ -15,8 +14,7 @@ from datapipe.audit.mixture import mixture_report, parse_tokens
 from datapipe.audit.sql import connect as connect_stats
 from datapipe.audit.views import mixture_view_sql
 from datapipe.cli import main
-from datapipe.engine.runner import run_pipeline
-from datapipe.pipeline.load import load_pipeline
+from tests.conftest import DemoRun
 
 
 def make_documents(con: duckdb.DuckDBPyConnection, with_tags: bool) -> None:
@@ -86,9 +84,8 @@ def test_parse_tokens_rejects_junk() -> None:
         parse_tokens("lots")
 
 
-def test_run_views_and_stats_command(ray_local, demo_project: Path) -> None:
-    out = demo_project / "out"
-    run_pipeline(load_pipeline(demo_project / "pipelines" / "demo.yaml"), output=out, show_progress=False, log=lambda m: None)
+def test_run_views_and_stats_command(demo_run: DemoRun) -> None:
+    out = demo_run.out
     con = connect_stats(out)
     # documents.n_tokens accounts for every token in the shards (train and val), per source.
     manifest = pq.read_table(out / "shards" / "manifest.parquet").to_pylist()

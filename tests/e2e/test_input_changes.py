@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from tests.support.shared_data import shared_path
+from tests.support.small_real_run import run_in_process
 
 try:  # the loopback S3 server fixture (moto, of the test extras); without it only the S3 tests skip
     from tests.e2e.test_object_storage import BUCKET, s3  # noqa: F401
@@ -79,6 +80,14 @@ def outputs(root: Path) -> dict[str, object]:
     )
     counts = json.loads((root / "run.json").read_text())["counts"]
     return {"docs": docs, "rejected": rejected, "kept": counts["kept"], "documents": counts["documents"]}
+
+
+def clean_run(pipeline: Path, out: Path) -> Path:
+    """The reference outputs: a clean run in this process (what ``datapipe run --in-process`` runs; the
+    runs under test are the CLI's, in their own processes, which the tests kill or pause)."""
+    result = run_in_process(pipeline, out)
+    assert result.run["status"] == "complete"
+    return out
 
 
 def status(root: Path) -> str:
@@ -136,9 +145,7 @@ def test_changed_between_kill_and_resume_is_refused_and_fresh_equals_a_clean_run
 
     fresh = datapipe(str(pipeline), "--output", str(out), "--fresh")
     assert fresh.returncode == 0, fresh.stderr
-    clean = datapipe(str(pipeline), "--output", str(tmp_path / "clean"))
-    assert clean.returncode == 0, clean.stderr
-    assert status(out) == "complete" and outputs(out) == outputs(tmp_path / "clean")
+    assert status(out) == "complete" and outputs(out) == outputs(clean_run(pipeline, tmp_path / "clean"))
     if change == "rewritten_same_size_and_mtime":  # the run as it was would have mixed versions: not this
         assert outputs(out)["docs"] != outputs(_baseline(tmp_path))["docs"]
 
@@ -146,9 +153,7 @@ def test_changed_between_kill_and_resume_is_refused_and_fresh_equals_a_clean_run
 def _baseline(tmp_path: Path) -> Path:
     """A clean run on the inputs as they were first written."""
     other = tmp_path / "original"
-    pipeline = make_project(other)
-    assert datapipe(str(pipeline), "--output", str(other / "out")).returncode == 0
-    return other / "out"
+    return clean_run(make_project(other), other / "out")
 
 
 def test_bytes_put_back_as_the_tasks_read_them_let_the_run_go_on(tmp_path: Path) -> None:
@@ -167,8 +172,7 @@ def test_bytes_put_back_as_the_tasks_read_them_let_the_run_go_on(tmp_path: Path)
     resumed = datapipe(str(pipeline), "--output", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert "holds the bytes the run's tasks read" in resumed.stderr
-    assert datapipe(str(pipeline), "--output", str(tmp_path / "clean")).returncode == 0
-    assert status(out) == "complete" and outputs(out) == outputs(tmp_path / "clean")
+    assert status(out) == "complete" and outputs(out) == outputs(clean_run(pipeline, tmp_path / "clean"))
 
 
 def start_paused(pipeline: Path, out: Path, pause: Path) -> subprocess.Popen:

@@ -18,7 +18,7 @@ from datapipe.engine.runner import PipelineError, run_pipeline
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.layout import RunFolderError
 from datapipe.tokens.shard_format import open_shard, tokens_view
-from tests.conftest import write_pipeline
+from tests.conftest import DemoRun, write_pipeline
 from tests.support.shared_data import PROJECT_ROOT
 
 TOKENIZER = str(PROJECT_ROOT / "tokenizer" / "demo.json")
@@ -37,11 +37,9 @@ def input_records(files: list[Path]) -> int:
     return sum(1 for f in files for line in f.read_text(encoding="utf-8").splitlines() if line.strip())
 
 
-def test_demo_run_outputs_and_conservation(ray_local, demo_project: Path) -> None:
-    pipeline = demo_project / "pipelines" / "demo.yaml"
-    out = demo_project / "out"
-    result = run(pipeline, out)
-    files = sorted((demo_project / "pipelines" / "demo" / "data").glob("*.jsonl"))
+def test_demo_run_outputs_and_conservation(demo_run: DemoRun) -> None:
+    out, result = demo_run.out, demo_run.result
+    files = sorted((demo_run.project / "pipelines" / "demo" / "data").glob("*.jsonl"))
     n_inputs = input_records(files)  # counted independently of the pipeline
 
     # Every input record is one row of `documents`, kept or rejected, exactly once.
@@ -84,11 +82,10 @@ def test_demo_run_outputs_and_conservation(ray_local, demo_project: Path) -> Non
     assert {i["sha256"] for i in meta["inputs"]} == {hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
-def test_packed_shards_decode_to_the_kept_documents(ray_local, demo_project: Path) -> None:
+def test_packed_shards_decode_to_the_kept_documents(demo_run: DemoRun) -> None:
     from tokenizers import Tokenizer
 
-    out = demo_project / "out"
-    run(demo_project / "pipelines" / "demo.yaml", out)
+    out = demo_run.out
     tok = Tokenizer.from_file(TOKENIZER)
     eos = tok.token_to_id("<|endoftext|>")
     manifest = pq.read_table(out / "shards" / "manifest.parquet").to_pylist()
@@ -109,10 +106,10 @@ def test_packed_shards_decode_to_the_kept_documents(ray_local, demo_project: Pat
         assert [tok.decode(p[:-1].tolist()) for p in pieces] == expected
 
 
-def test_two_runs_give_byte_identical_shards(ray_local, demo_project: Path) -> None:
-    pipeline = demo_project / "pipelines" / "demo.yaml"
-    run(pipeline, demo_project / "a")
-    run(pipeline, demo_project / "b")
+def test_two_runs_give_byte_identical_shards(demo_run: DemoRun, tmp_path: Path) -> None:
+    # the session's demo run is the first; a second run of the same pipeline file into another folder
+    a, b = demo_run.out, tmp_path / "b"
+    run(demo_run.project / "pipelines" / "demo.yaml", b)
 
     def digests(root: Path) -> dict[str, str]:
         return {
@@ -120,11 +117,10 @@ def test_two_runs_give_byte_identical_shards(ray_local, demo_project: Path) -> N
             for p in sorted((root / "shards").glob("**/*.arrow"))
         }
 
-    a, b = digests(demo_project / "a"), digests(demo_project / "b")
-    assert a and a == b
+    assert digests(a) and digests(a) == digests(b)
     for sub in ("docs", "rejected"):
-        ta = pq.read_table(demo_project / "a" / sub).sort_by("id")
-        tb = pq.read_table(demo_project / "b" / sub).sort_by("id")
+        ta = pq.read_table(a / sub).sort_by("id")
+        tb = pq.read_table(b / sub).sort_by("id")
         assert ta.equals(tb)
 
 
@@ -199,9 +195,8 @@ def test_refuses_to_write_into_a_folder_that_is_not_a_run(ray_local, demo_projec
     assert (target / "thesis.tex").read_text() == "do not delete"
 
 
-def test_sql_command_answers_and_refuses_writes(ray_local, demo_project: Path) -> None:
-    out = demo_project / "out"
-    run(demo_project / "pipelines" / "demo.yaml", out)
+def test_sql_command_answers_and_refuses_writes(demo_run: DemoRun) -> None:
+    out = demo_run.out
     runner = CliRunner()
     res = runner.invoke(main, ["sql", str(out), "select stage, reason, count(*) from documents group by all", "--format", "csv"])
     assert res.exit_code == 0, res.output
