@@ -26,8 +26,11 @@ def document_row(run_dir: Path, doc_id: str) -> dict[str, Any]:
     # Only the files whose recorded id range holds the id are read, not the whole corpus.
     with reading(run_dir, only_id=doc_id) as con:
         table = con.sql("select * from documents where id = $id", params={"id": doc_id}).to_arrow_table()
-        hint = None if table.num_rows else near_ids_hint(con, doc_id)
     if table.num_rows == 0:
+        # A miss: the hint looks for near ids among all of them (the pruned view above holds only the
+        # files whose id range holds the id as typed, where a near id is usually not).
+        with reading(run_dir) as con:
+            hint = near_ids_hint(con, doc_id)
         raise AuditError(f"no document {doc_id!r} in {Path(run_dir) / DB_NAME}", hint=hint)
     return table.to_pylist()[0]
 

@@ -114,7 +114,7 @@ def test_missing_rule_file_fails_validate_and_run_before_any_work(tmp_path: Path
         [{"langid": {"keep": ["zh", "en"]}}, {"quality": {"rules": {"zh_web": "nope/zh_web.yaml"}}}],
         output=str(tmp_path / "out"),
     )
-    expected = f"stages[1].quality.rules.zh_web: file not found: {tmp_path / 'nope' / 'zh_web.yaml'}"
+    expected = f"stages[1].quality.rules.zh_web: file not found: {tmp_path / 'nope' / 'zh_web.yaml'} (a preset name is one of: fineweb_datatrove)"
     assert problems(path) == [expected]
     runner = CliRunner()
     for command in (["validate", str(path)], ["run", str(path), "--no-progress"]):
