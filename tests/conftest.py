@@ -28,7 +28,7 @@ Markers (declared in pyproject.toml; the ones marked * are set here, in pytest_c
 
 Tiers:
 
-    python -m pytest -q                            everything (CI: .ci/run)
+    python -m pytest -q -n 2 --dist loadfile       everything, in two processes (CI: .ci/run)
     python -m pytest -q -m "not e2e and not slow"  the fast loop: no Ray started, no whole run on Ray
                                                    (585 tests, 2 min of CPU on 2 cores; a test that takes
                                                    tens of seconds goes to e2e/ or gets marked slow)
