@@ -295,22 +295,23 @@ def main() -> int:
             h.ratio(
                 "wall datatrove/datapipe",
                 pair_ratios([r["wall_s"] for r in dt], [r["wall_s"] for r in dp]),
-                target=">= 8" if args.stages == "all" else ">= 1",
+                # the goals of issue 34 (whole pipeline with a 32k vocabulary; tokenize-only)
+                target=">= 12" if args.stages == "all" else ">= 3",
             )
             h.ratio(
                 "tree CPU datatrove/datapipe",
                 pair_ratios([r["cpu_s"] for r in dt], [r["cpu_s"] for r in dp]),
-                target=">= 10" if args.stages == "all" else "",
+                target=">= 15" if args.stages == "all" else "",
             )
             h.ratio(
                 "peak tree RSS datapipe/datatrove",
                 pair_ratios([r["peak_rss_mib"] for r in dp], [r["peak_rss_mib"] for r in dt]),
-                target="<= 1.2",
+                target="<= 1",
             )
             h.ratio(
                 "peak tree PSS datapipe/datatrove",
                 pair_ratios([r["peak_pss_mib"] for r in dp], [r["peak_pss_mib"] for r in dt]),
-                target="<= 1.2",
+                target="<= 1",
             )
             print(
                 "  datatrove block wall times (last run): "
