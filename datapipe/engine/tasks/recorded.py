@@ -66,21 +66,30 @@ def _shard_files(folder: RunFolder, shard_key: str) -> list[tuple[Path, set[str]
     return [(p, set(pq.read_schema(p).names)) for p in paths]
 
 
+def _match(batch: pa.Table, recorded: pa.Table) -> tuple[pa.Array, pa.Array, int]:
+    """Per document of ``batch``: its row in ``recorded`` (null: none), whether it has one, and how many do."""
+    idx = pc.index_in(batch["id"], value_set=recorded["id"])
+    hit = pc.is_valid(idx)
+    return idx, hit, pc.sum(pc.cast(hit, pa.int64())).as_py() or 0
+
+
+def _batch_order(hit: pa.Array) -> pa.Array:
+    """The indices that put rows concatenated as (those with a hit, then the others) back in the batch's order."""
+    mask = hit.to_numpy(zero_copy_only=False)
+    return pa.array(np.argsort(np.concatenate([np.flatnonzero(mask), np.flatnonzero(~mask)])))
+
+
 def tokens_with_recorded(batch: pa.Table, recorded: pa.Table, encode: Callable[[pa.Table], pa.Array]) -> pa.Array:
     """Token lists per document of ``batch``: the recorded one where the document has one, ``encode``
     of the others, in the batch's order."""
-    idx = pc.index_in(batch["id"], value_set=recorded["id"])
-    hit = pc.is_valid(idx)
-    hits = pc.sum(pc.cast(hit, pa.int64())).as_py() or 0
+    idx, hit, hits = _match(batch, recorded)
     if hits == 0:
         return encode(batch)
     found = recorded["tokens"].take(pc.drop_null(idx)).combine_chunks()
     if hits == batch.num_rows:
         return found
     computed = encode(batch.filter(pc.invert(hit)))
-    mask = hit.to_numpy(zero_copy_only=False)
-    places = np.concatenate([np.flatnonzero(mask), np.flatnonzero(~mask)])
-    return pa.concat_arrays([found, computed.cast(found.type)]).take(pa.array(np.argsort(places)))
+    return pa.concat_arrays([found, computed.cast(found.type)]).take(_batch_order(hit))
 
 
 def with_recorded(
@@ -88,9 +97,7 @@ def with_recorded(
 ) -> pa.Table:
     """``batch`` with the stage's ``columns`` as ``compute`` would add them: recorded values where the
     document has them, ``compute`` over the rest (its output decides the columns' order and types)."""
-    idx = pc.index_in(batch["id"], value_set=recorded["id"])
-    hit = pc.is_valid(idx)
-    hits = pc.sum(pc.cast(hit, pa.int64())).as_py() or 0
+    idx, hit, hits = _match(batch, recorded)
     if hits == 0:
         return compute(batch)
     if hits == batch.num_rows:
@@ -104,7 +111,4 @@ def with_recorded(
         found = set_column(found, name, picked[name])
     computed = compute(batch.filter(pc.invert(hit)))
     found = found.select(computed.column_names).cast(computed.schema)
-    mask = hit.to_numpy(zero_copy_only=False)
-    # rows as concatenated (found, then computed) -> their places in the batch
-    places = np.concatenate([np.flatnonzero(mask), np.flatnonzero(~mask)])
-    return pa.concat_tables([found, computed]).take(pa.array(np.argsort(places)))
+    return pa.concat_tables([found, computed]).take(_batch_order(hit))
