@@ -33,20 +33,9 @@ from datapipe.stages.annotate import Annotate, sampling_params  # noqa: E402
 from datapipe.stages.annotate.options import AnnotateOptions  # noqa: E402
 from datapipe.stages.annotate.prompt import render, request_body, response_format  # noqa: E402
 from datapipe.stages.base import StageContext  # noqa: E402
+from tests.support.openai_server import ANSWER_SCHEMA as SCHEMA  # noqa: E402
+from tests.support.openai_server import DESCRIBE_PROMPT as PROMPT  # noqa: E402
 from tests.support.openai_server import FakeOpenAI  # noqa: E402
-
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "n_chars": {"type": "integer"},
-        "has_digit": {"type": "boolean"},
-        "first_word": {"type": "string"},
-        "digit_share": {"type": "number"},
-        "tags": {"type": "array", "items": {"type": "string"}},
-    },
-    "required": ["n_chars", "has_digit", "first_word", "digit_share", "tags"],
-}
-PROMPT = "Describe the document below as JSON.\n<doc>\n{{text}}\n</doc>"
 
 
 def main() -> None:

@@ -25,21 +25,11 @@ from click.testing import CliRunner
 
 from datapipe.cli import main
 from datapipe.stages.annotate.journal import read_journal
+from tests.support.openai_server import ANSWER_SCHEMA as SCHEMA
+from tests.support.openai_server import DESCRIBE_PROMPT as PROMPT
 from tests.support.openai_server import FakeOpenAI, doc_hash, expected_answer, fault_of
 from tests.support.shared_data import PROJECT_ROOT, shared_path
 
-PROMPT = "Describe the document below as JSON.\n<doc>\n{{text}}\n</doc>"
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "n_chars": {"type": "integer"},
-        "has_digit": {"type": "boolean"},
-        "first_word": {"type": "string"},
-        "digit_share": {"type": "number"},
-        "tags": {"type": "array", "items": {"type": "string"}},
-    },
-    "required": ["n_chars", "has_digit", "first_word", "digit_share", "tags"],
-}
 KEY_ENV = "DATAPIPE_TEST_LLM_KEY"
 KEY = "sk-test-0123456789abcdef"  # must never appear in the run folder
 

@@ -61,6 +61,21 @@ def fault_of(h: str, attempt: int) -> str | None:
     return kind
 
 
+# The prompt and output schema of the runs against this server: its answers (expected_answer) fit them.
+DESCRIBE_PROMPT = "Describe the document below as JSON.\n<doc>\n{{text}}\n</doc>"
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "n_chars": {"type": "integer"},
+        "has_digit": {"type": "boolean"},
+        "first_word": {"type": "string"},
+        "digit_share": {"type": "number"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["n_chars", "has_digit", "first_word", "digit_share", "tags"],
+}
+
+
 def expected_answer(text: str) -> dict[str, Any]:
     """The answer the server gives for a document's text (what the tests check the columns against)."""
     digits = sum(c.isdigit() for c in text)
