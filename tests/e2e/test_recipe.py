@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -27,6 +28,8 @@ from datapipe.classify.fit import output_scores, spearman
 from datapipe.classify.metrics import auc
 from datapipe.classify.model import Classifier, read_meta
 from datapipe.cli import main
+from datapipe.stages.base import CheckContext, StageContext
+from datapipe.stages.classify import Classify, ClassifyOptions
 from tests.support.openai_server import FakeOpenAI, edu_answer
 from tests.support.shared_data import PROJECT_ROOT, shared_path
 
@@ -163,6 +166,12 @@ def test_train_classifier_from_labels_of_the_run(recipe_run: tuple[Path, FakeOpe
     rho = spearman(pred, truth)
     print("train-classifier --labels: regressor Spearman on unsampled documents", rho)
     assert rho is not None and rho > 0.4, rho
+    # the classify stage with that file as its path reads from the meta that it is a regressor
+    stage = Classify(ClassifyOptions(models={"edu": {"path": str(tmp_path / "edu.bin")}}), StageContext(".", "."))
+    assert stage.output_columns(stage.options, CheckContext(tmp_path, frozenset())) == {"cls_edu_score"}
+    stage.setup()
+    batch = pa.table({"text": [d["text"] for d in unseen], "kind": [d["kind"] for d in unseen]})
+    assert stage.compute(batch)["cls_edu_score"].to_pylist() == pytest.approx(list(pred), abs=1e-5)
     # a boolean: a classifier (true/false)
     res = runner.invoke(
         main,
