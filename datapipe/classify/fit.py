@@ -78,10 +78,10 @@ def _hash(seed: int, salt: str, key: str) -> int:
 
 
 def class_name(value: Any) -> str:
-    """A label value as a fastText class: booleans as true/false, the rest as text without spaces."""
+    """A label value as a fastText class: booleans as true/false, the rest as text without whitespace."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return label_slug(str(value))
+    return "_".join(str(value).split()) or "_"
 
 
 def make_bins(train_labels: np.ndarray, p: FitParams) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -223,13 +223,25 @@ def fit(
     counts = Counter(classes[i] for i in train)
     small = {c: n for c, n in counts.items() if n < p.min_per_class}
     if len(counts) < 2 or small:
-        shown = ", ".join(f"{c}: {n}" for c, n in sorted(counts.items()))
+        units = "bins" if task == REGRESSOR else "classes"
+        shown = ", ".join(f"{c}: {n}" for c, n in sorted(small.items() or counts.items(), key=lambda cn: (cn[1], cn[0]))[:8])
+        more = f" and {len(small) - 8} more" if len(small) > 8 else ""
         raise UsageError(
-            f"{what}: too few labels to learn from (training documents per "
-            f"{'bin' if task == REGRESSOR else 'class'}: {shown or 'none'}); each of at least two needs "
-            f"{p.min_per_class} or more",
-            hint="label more documents (a larger annotate sample), or merge rare values in the query",
+            f"{what}: too few labels to learn from: {len(counts)} {units} in {len(train)} training documents, "
+            f"{len(small)} with fewer than {p.min_per_class} ({shown or 'none'}{more}); at least two are needed, "
+            f"each with {p.min_per_class} or more",
+            hint="label more documents (a larger annotate sample), or merge rare values in the query (CASE WHEN ...); "
+            "a free-text answer is no label",
         )
+    slugs: dict[str, str] = {}
+    for c in sorted(counts):
+        other = slugs.setdefault(label_slug(c), c)
+        if other != c:
+            raise UsageError(
+                f"{what}: labels {other!r} and {c!r} would name the same score column, cls_<model>_{label_slug(c)}; "
+                f"column names keep a-z, 0-9 and _ only",
+                hint="map the labels to distinct ASCII names in the query (CASE WHEN ... THEN 'history' ...)",
+            )
     featurise = featuriser(p.featuriser)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
