@@ -439,12 +439,22 @@ def train_tokenizer(
 @click.option(
     "--positive",
     multiple=True,
-    required=True,
     metavar="FILES|SQL",
     help="Positive examples (repeatable): a glob of JSONL/Parquet/text files, or a SELECT over --run.",
 )
+@click.option("--negative", multiple=True, metavar="FILES|SQL", help="Negative examples (repeatable), as --positive.")
 @click.option(
-    "--negative", multiple=True, required=True, metavar="FILES|SQL", help="Negative examples (repeatable), as --positive."
+    "--labels",
+    metavar="SQL",
+    help="Instead of --positive/--negative: a SELECT over --run returning id and one label column (an "
+    "annotation column): a number trains a regressor, a string or boolean a classifier.",
+)
+@click.option(
+    "--min-per-class",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="With --labels: training documents each class (or regressor bin) needs at least.",
 )
 @click.option(
     "--run",
@@ -477,6 +487,8 @@ def train_tokenizer(
 def train_classifier(
     positive: tuple[str, ...],
     negative: tuple[str, ...],
+    labels: str | None,
+    min_per_class: int,
     run_dir: Path | None,
     name: str,
     out_dir: Path,
@@ -496,7 +508,8 @@ def train_classifier(
     min_count: int,
     bucket: int,
 ) -> None:
-    """Train a fastText quality classifier from positive and negative examples, balanced per language.
+    """Train a fastText quality classifier from positive and negative examples, balanced per language,
+    or (--labels) a classifier or regressor from one label per document of a run (LLM annotations).
 
     \b
     Same inputs and seed give the same model (fastText runs with one thread). A held-out share
@@ -506,10 +519,41 @@ def train_classifier(
           --negative '../shared/data/en/datajuicer_redpajama-*.jsonl' --name quality
       datapipe train-classifier --run out/demo --positive "select id, text, lang from kept_docs where source='zh_wiki'" \\
           --negative "select id, text, lang from kept_docs where source='web_zh'"
+      datapipe train-classifier --run out/recipe --name edu \\
+          --labels "select id, llm_edu_score from documents where llm_error is null"
     """
-    from datapipe.train.classifier import TrainOptions, TrainParams, report_lines
+    from datapipe.classify.fit import FitParams
+    from datapipe.train.classifier import TrainOptions, TrainParams, fit_labels, fit_report_lines, report_lines
     from datapipe.train.classifier import train_classifier as train
 
+    if labels is not None:
+        if positive or negative:
+            _fail("--labels replaces --positive and --negative: give one or the other")
+        if run_dir is None:
+            _fail("--labels is SQL over a run: give the run with --run RUN")
+        params = FitParams(
+            seed=seed,
+            heldout_frac=heldout_frac,
+            min_per_class=min_per_class,
+            featuriser=featuriser,
+            dim=dim,
+            epoch=epoch,
+            lr=lr,
+            word_ngrams=word_ngrams,
+            min_count=min_count,
+            bucket=bucket,
+        )
+        with _heartbeat("train-classifier: reading labels and training"):
+            fitted = fit_labels(run_dir, labels, out_dir / f"{name}.bin", params)
+        click.echo(
+            f"wrote {fitted.model} (sha256 {fitted.meta['model_sha256'][:12]}...), a {fitted.meta['task']} "
+            f"of {fitted.meta['source']}"
+        )
+        for line in fit_report_lines(fitted.evaluation, fitted.meta):
+            click.echo(line)
+        return
+    if not positive or not negative:
+        _fail("give --positive and --negative examples, or --labels SQL")
     if positive_label == negative_label:
         _fail("--positive-label and --negative-label must differ")
     options = TrainOptions(

@@ -10,6 +10,7 @@ complete. The record also keeps how the run was split into map tasks, its attemp
 
 from __future__ import annotations
 
+import json
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,7 +80,27 @@ class RunRecord:
 
     def complete(self, timings: dict[str, float], counts: dict[str, Any]) -> None:
         self.run.update({"status": "complete", "finished": _now(), "timings": timings, "counts": counts})
+        models = trained_models(self.folder)
+        if models:
+            self.run["models"] = models
         self.folder.save_run_json(self.run)
+
+
+def trained_models(folder: RunFolder) -> dict[str, Any]:
+    """The models the run's stages trained (classify's ``train``), by path in the run folder: what each is,
+    its hash, what it learnt from and its held-out quality, as its ``.meta.json`` records them."""
+    out: dict[str, Any] = {}
+    for meta_file in sorted(folder.models_dir.glob("*/*.meta.json")):
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(meta, dict) or not (model := meta_file.parent / str(meta.get("model", ""))).is_file():
+            continue
+        out[model.relative_to(folder.root).as_posix()] = {
+            k: meta.get(k) for k in ("task", "model_sha256", "source", "labels", "counts", "eval")
+        }
+    return out
 
 
 def open_record(pipeline: Pipeline, folder: RunFolder, fresh: bool, log: Callable[[str], None]) -> RunRecord:

@@ -7,6 +7,7 @@
     <run>/shards/manifest.parquet             one row per shard
     <run>/stats.duckdb                        the audit database
     <run>/run.json                            config, versions, inputs, timings, counts
+    <run>/models/stageNN-<stage>/             files a global stage keeps (a model classify trained on the run)
     <run>/_work/                              intermediate outputs and completion markers
     <run>/_work/stageNN-<stage>/<shard>/      a stage's own per-task files (annotate's answers journal)
     <run>/.datapipe.lock, .datapipe.lock.json the driver's lock and who holds it (run_folder/lock.py)
@@ -39,7 +40,8 @@ from datapipe.storage.atomic import is_temp_name, sweep_temp_files, write_bytes_
 from datapipe.tokens.shard_format import MANIFEST_NAME, SHARDS_DIR, shard_file_name
 
 DOCS_DIR, REJECTED_DIR, WORK_DIR, STATS_DB, RUN_JSON = "docs", "rejected", "_work", "stats.duckdb", "run.json"
-MANAGED = (DOCS_DIR, REJECTED_DIR, SHARDS_DIR, WORK_DIR, STATS_DB, RUN_JSON)
+MODELS_DIR = "models"
+MANAGED = (DOCS_DIR, REJECTED_DIR, SHARDS_DIR, MODELS_DIR, WORK_DIR, STATS_DB, RUN_JSON)
 LOCK_FILE = ".datapipe.lock"  # never deleted, not even by --fresh: see run_folder/lock.py
 LOCK_RECORD = ".datapipe.lock.json"
 
@@ -218,6 +220,15 @@ class RunFolder:
         task, so what the stage paid for once (a model's answers) is not asked again. Local to the
         node that runs the task, like the spill space: never committed to a remote run folder."""
         return self.work / f"stage{position:02d}-{stage}" / shard_key
+
+    @property
+    def models_dir(self) -> Path:
+        return self.root / MODELS_DIR
+
+    def stage_outputs_dir(self, position: int, stage: str) -> Path:
+        """Files a global stage's step keeps as outputs of the run (``ReduceInputs.outputs_dir``): the
+        model classify trains on the run's annotations, with its meta and evaluation."""
+        return self.models_dir / f"stage{position:02d}-{stage}"
 
     def state_file(self, segment: int) -> Path:
         return self._local(self.work / f"{reduce_phase(segment)}-state.parquet")

@@ -36,7 +36,7 @@ from datapipe.storage.atomic import is_temp_name, write_bytes_atomic
 MARKERS = "_work/markers"
 # Written by the driver itself, not by a task: kept by the sweep although no marker names them.
 DRIVER_FILES = storage.RUN_FILES
-MANAGED_PREFIXES = ("docs/", "rejected/", "shards/", "_work/")
+MANAGED_PREFIXES = ("docs/", "rejected/", "shards/", "models/", "_work/")
 
 _seen: dict[str, set[str]] = {}  # remote root -> markers already pulled or committed by this process
 _named: dict[str, dict[str, int]] = {}  # remote root -> {file a pulled marker names: its size}

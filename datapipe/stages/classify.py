@@ -40,8 +40,10 @@ import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from datapipe.classify import buckets as bk
+from datapipe.classify.fit import REGRESSOR, SCORE, output_scores
 from datapipe.classify.model import Classifier, column_name, meta_path, predict_all, read_meta
 from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, StageOptions, kinds_problems
+from datapipe.stages.classify_train import Trained, TrainError, TrainSpec, fit_in_run, score_file
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs, no_drops, state_rows
 from datapipe.stages.row_keys import row_keys as make_row_keys
@@ -51,12 +53,27 @@ LOAD_LABELS_MAX_BYTES = 64 << 20  # validation reads a model's labels by loading
 
 
 class ModelSpec(StageOptions):
-    path: str = Field(description="fastText model file (.bin or .ftz), relative to the pipeline file.")
+    path: str | None = Field(None, description="fastText model file (.bin or .ftz), relative to the pipeline file.")
+    train: TrainSpec | None = Field(
+        None,
+        description="Instead of path: a model trained in the run, on the labels of an earlier stage's column "
+        "(the annotate -> train -> classify recipe; makes the stage global).",
+    )
     featuriser: Literal["auto", "plain", "cjk-v1"] = Field(
         "auto", description="How texts become tokens: auto reads the model's NAME.meta.json (plain without one)."
     )
     labels: list[str] | None = Field(None, description="Labels to record a score column for (default: all).")
-    bucket_label: str = Field("hq", description="With buckets: the label whose score is ranked into this model's bucket_<model>.")
+    bucket_label: str = Field(
+        "hq",
+        description="With buckets: the label whose score is ranked into this model's bucket_<model> (a regressor's "
+        "score whatever this says).",
+    )
+
+    @model_validator(mode="after")
+    def _path_or_train(self) -> ModelSpec:
+        if (self.path is None) == (self.train is None):
+            raise ValueError("give path (a model file) or train (a model trained in the run), one of them")
+        return self
 
 
 class KeepRule(StageOptions):
@@ -165,6 +182,31 @@ def bucket_problems(o: ClassifyOptions) -> list[Problem]:
     return problems
 
 
+def _train_problems(o: ClassifyOptions, context: CheckContext) -> list[Problem]:
+    """A trained model's label column must be one an earlier stage writes (where their columns are known)."""
+    trained = {name: spec.train for name, spec in o.models.items() if spec.train is not None}
+    if not trained:
+        return []
+    from datapipe.schema import BASE_SCHEMA
+    from datapipe.stages import STAGES  # late: the registry imports this module
+
+    known: set[str] = set(BASE_SCHEMA.names)
+    for kind, before in context.before:
+        cols = STAGES[kind].output_columns(before, context)
+        if cols is None:
+            return []  # a stage whose columns cannot be known: any name may be right
+        known |= cols
+    return [
+        (
+            f"models.{name}.train.column",
+            f"{t.column!r} is no column an earlier stage writes; known: {', '.join(sorted(known)) or 'none'} "
+            f"(an annotate stage before classify writes <prefix>_<property>)",
+        )
+        for name, t in trained.items()
+        if t.column not in known
+    ]
+
+
 def _resolve(path: str, base: Path | str) -> Path:
     p = Path(path).expanduser()
     return p if p.is_absolute() else Path(base) / p
@@ -194,14 +236,21 @@ class Classify(GlobalStage):
 
     @classmethod
     def global_for(cls, options: Any) -> bool:
-        return options.buckets is not None or any(r.min_percentile is not None for r in options.keep)
+        return (
+            options.buckets is not None
+            or any(r.min_percentile is not None for r in options.keep)
+            or any(spec.train is not None for spec in options.models.values())
+        )
 
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:
         o: ClassifyOptions = options
         problems = kinds_problems(o.kinds)
         columns: dict[str, set[str] | None] = {}  # model name -> its score columns (None: unknown)
+        problems += _train_problems(o, context)
         for name, spec in o.models.items():
+            if spec.path is None:
+                continue  # trained in the run: its labels are known once it is (_train_problems)
             key = f"models.{name}.path"
             path = _resolve(spec.path, context.pipeline_dir)
             if not path.is_file():
@@ -220,6 +269,9 @@ class Classify(GlobalStage):
                     problems.append(
                         (f"models.{name}.labels[{i}]", f"{lab!r} is not a label of {path.name}; its labels: {', '.join(labels)}")
                     )
+            if (read_meta(path) or {}).get("task") == REGRESSOR:  # one column, whatever its bins
+                columns[name] = {column_name(name, SCORE)}
+                continue
             wanted = [lab.removeprefix("__label__") for lab in spec.labels] if spec.labels else labels
             scored = {column_name(name, lab) for lab in wanted}
             columns[name] = scored
@@ -258,9 +310,11 @@ class Classify(GlobalStage):
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
         out: set[str] = set()
         for name, spec in options.models.items():
+            if spec.path is None:
+                return None  # trained in the run: its labels are not known before
             path = _resolve(spec.path, context.pipeline_dir)
             meta = read_meta(path) if path.is_file() else None
-            labels = spec.labels or (meta or {}).get("labels")
+            labels = [SCORE] if (meta or {}).get("task") == REGRESSOR else spec.labels or (meta or {}).get("labels")
             if not labels:
                 return None
             out |= {column_name(name, lab) for lab in labels}
@@ -272,6 +326,8 @@ class Classify(GlobalStage):
     def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
         files = []
         for name, spec in options.models.items():
+            if spec.path is None:
+                continue  # trained from the run's own documents: its identity is the options'
             path = _resolve(spec.path, pipeline_dir)
             files.append(ResourceFile(path, "model", key=name, content=False))
             if meta_path(path).is_file():  # its featuriser decides the tokens: part of the run's identity
@@ -280,14 +336,24 @@ class Classify(GlobalStage):
 
     def prepare(self) -> None:
         for name, spec in self.options.models.items():
+            if spec.path is None:
+                continue
             path = _resolve(spec.path, self.context.pipeline_dir)
             if not path.is_file():
                 raise FileNotFoundError(f"classify: model {name}: file not found: {path}")
 
     def setup(self) -> None:
         self._classifiers: list[tuple[str, Classifier, list[tuple[int, str]]]] = []
+        self._regressors: dict[str, dict[str, Any]] = {}  # model name -> meta, for the models trained as regressors
         for name, spec in self.options.models.items():
+            if spec.path is None:
+                continue  # trained in the combine step
             clf = Classifier.load(_resolve(spec.path, self.context.pipeline_dir), spec.featuriser)
+            meta = read_meta(clf.path)
+            if (meta or {}).get("task") == REGRESSOR:
+                self._regressors[name] = meta or {}
+                self._classifiers.append((name, clf, [(0, column_name(name, SCORE))]))
+                continue
             wanted = [lab.removeprefix("__label__") for lab in spec.labels] if spec.labels else clf.labels
             missing = [lab for lab in wanted if lab not in clf.labels]
             if missing:
@@ -304,13 +370,16 @@ class Classify(GlobalStage):
         if problems:
             raise ValueError(f"classify: {problems[0][0]}: {problems[0][1]}")
         for name, spec in self.options.models.items():
+            if spec.path is None or name in self._regressors:
+                continue
             if self.options.buckets is not None and column_name(name, spec.bucket_label) not in produced:
                 raise ValueError(
                     f"classify: models.{name}.bucket_label: {spec.bucket_label!r} is not a scored label; "
                     f"scored: {', '.join(sorted(produced))}"
                 )
+        trained = tuple(f"cls_{n}_" for n, spec in self.options.models.items() if spec.path is None)
         for i, rule in enumerate(self.options.keep):
-            if rule.score is not None and rule.score not in produced:
+            if rule.score is not None and rule.score not in produced and not rule.score.startswith(trained or ("\0",)):
                 raise ValueError(
                     f"classify: keep[{i}].score: {rule.score!r} is not a score column of this stage; "
                     f"allowed: {', '.join(sorted(produced))}"
@@ -330,10 +399,12 @@ class Classify(GlobalStage):
         text = pc.utf8_slice_codeunits(pc.fill_null(batch["text"], ""), 0, self.options.max_chars)
         texts = text.to_pylist()
         featurised: dict[str, list[str]] = {}  # models sharing a featuriser share its output
-        for _, clf, cols in self._classifiers:
+        for name, clf, cols in self._classifiers:
             if clf.featuriser not in featurised:
                 featurised[clf.featuriser] = clf.featurise(texts)
             scores = predict_all(clf.model, featurised[clf.featuriser], clf.labels)
+            if name in self._regressors:
+                scores = output_scores(self._regressors[name], clf.labels, scores)
             for j, col in cols:
                 batch = set_column(batch, col, pa.array(scores[:, j], pa.float32()))
         return batch
@@ -360,9 +431,12 @@ class Classify(GlobalStage):
     def steps(self) -> tuple[GlobalStep, ...]:
         """One combine task over every shard's scores: a percentile is of the whole corpus. With buckets
         it decides nothing itself: its state (buckets, reason, detail per document) goes to ``apply``."""
-        if self.options.buckets is not None:
+        if self.options.buckets is not None or self._trains():
             return (CombineStep(no_drops, self._bucket_state),)
         return (CombineStep(self._combine),)
+
+    def _trains(self) -> bool:
+        return any(spec.train is not None for spec in self.options.models.values())
 
     def _combine(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
         return self.reduce(inputs)
@@ -403,16 +477,18 @@ class Classify(GlobalStage):
         table: pa.Table,
         cutoffs: dict[int, dict[tuple[str | None, ...], tuple[int, int]]],
         buckets: dict[str, np.ndarray] | None = None,
+        rank_columns: list[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Every keep rule on one shard's documents: (reason, detail) object arrays, None where kept.
-        ``buckets``: name -> each document's bucket (-1: not bucketed), for the bucket rules."""
+        ``buckets``: name -> each document's bucket (-1: not bucketed), for the bucket rules, with the
+        score column each model's bucket ranks (``rank_columns``, in model order)."""
         o: ClassifyOptions = self.options
         reason = np.full(table.num_rows, None, dtype=object)
         detail = np.full(table.num_rows, None, dtype=object)
         for i, rule in reversed(list(enumerate(o.keep))):  # first failing rule wins
             if rule.bucket is not None:
-                assert buckets is not None  # a bucket rule needs buckets: bucket_problems
-                self._judge_bucket(table, rule, buckets, reason, detail)
+                assert buckets is not None and rank_columns is not None  # a bucket rule needs buckets: bucket_problems
+                self._judge_bucket(table, rule, buckets, reason, detail, rank_columns)
                 continue
             assert rule.score is not None
             score = _scores(table, rule.score)
@@ -442,7 +518,13 @@ class Classify(GlobalStage):
         return reason, detail
 
     def _judge_bucket(
-        self, table: pa.Table, rule: KeepRule, buckets: dict[str, np.ndarray], reason: np.ndarray, detail: np.ndarray
+        self,
+        table: pa.Table,
+        rule: KeepRule,
+        buckets: dict[str, np.ndarray],
+        reason: np.ndarray,
+        detail: np.ndarray,
+        rank_columns: list[str],
     ) -> None:
         """A bucket rule: drops with reason ``classifier_bucket:<name>``; the detail has the bucket, the
         bound, every model's bucket and score and the group (text made for the dropped documents only)."""
@@ -456,39 +538,103 @@ class Classify(GlobalStage):
             if bound is not None:
                 bad = judged & ((value < bound) if op == "<" else (value > bound))
                 fails.append((bad, op, bound))
-        scores = {n: _scores(table, column_name(n, spec.bucket_label)) for n, spec in o.models.items()}
+        ranked = dict(zip(o.models, rank_columns))
+        scores = {n: _scores(table, ranked[n]) for n in o.models}
         keys = _group_keys(table, b.per)
         how = (f"ranked {b.ensemble} of " if b.rank_ensemble else f"{b.ensemble} of ") if rule.bucket == b.name else ""
         for bad, op, bound in reversed(fails):
             for j in np.flatnonzero(bad):
-                models = ", ".join(
-                    f"{bucket_column(n)}={buckets[n][j]} {column_name(n, o.models[n].bucket_label)}={scores[n][j]:.4f}"
-                    for n in o.models
-                )
+                models = ", ".join(f"{bucket_column(n)}={buckets[n][j]} {ranked[n]}={scores[n][j]:.4f}" for n in o.models)
                 reason[j] = f"classifier_bucket:{rule.bucket}"
                 detail[j] = (
                     f"{bucket_column(rule.bucket)}={value[j]} {op} {bound:g} ({how}{models}; "
                     f"{b.count} buckets of {_describe(b.per, keys[j])})"
                 )
 
-    def _bucket_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
-        """Every document's buckets and the verdict of every rule, for ``apply``.
+    def _rank_column(self, name: str, trained: dict[str, Trained]) -> str:
+        """The score column a model's bucket ranks: a regressor's score, else its bucket_label's."""
+        spec = self.options.models[name]
+        t = trained.get(name)
+        meta = t.meta if t is not None else read_meta(_resolve(spec.path or "", self.context.pipeline_dir))
+        if (meta or {}).get("task") == REGRESSOR:
+            return column_name(name, SCORE)
+        col = column_name(name, spec.bucket_label)
+        if t is not None and col not in t.columns:
+            raise TrainError(
+                f"classify: models.{name}.bucket_label: {spec.bucket_label!r} is not a label of the model trained "
+                f"on {spec.train.column if spec.train else '?'}; its labels: {', '.join(t.clf.labels)}"
+            )
+        return col
 
-        Pass 1 ranks each model's scores within their groups over the whole corpus (exact:
+    def _fit(self, inputs: ReduceInputs) -> dict[str, Trained]:
+        """The models with ``train``, fitted to the labelled documents of the run (or found fitted)."""
+        o: ClassifyOptions = self.options
+        out = {}
+        for name, spec in o.models.items():
+            if spec.train is not None:
+                if not inputs.outputs_dir:
+                    raise TrainError(f"classify: models.{name}.train: this engine gives the stage no folder for the model")
+                out[name] = fit_in_run(name, spec.train, inputs.files, o.kinds, o.max_chars, inputs.outputs_dir)
+        return out
+
+    def _bucket_state(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        """Every document's trained models' scores, buckets and the verdict of every rule, for ``apply``.
+
+        Models with ``train`` are fitted first and score every document (``classify_train``). Pass 1
+        ranks each model's scores within their groups over the whole corpus (exact:
         ``datapipe.classify.buckets``), pass 2 reads each shard again and judges its documents."""
         o: ClassifyOptions = self.options
         b = o.buckets
-        assert b is not None
+        trained = self._fit(inputs)
+        # the trained models' scores, per shard (float32: 4 bytes per document and column)
+        extra = [score_file(f, list(trained.values()), o.kinds, o.max_chars) for f in inputs.files] if trained else None
         names = list(o.models)
-        cols = [column_name(n, o.models[n].bucket_label) for n in names]
-        cutoffs = percentile_cutoffs(inputs, o.keep, o.bins)
+        cols = [self._rank_column(n, trained) for n in names]
+        cutoffs = percentile_cutoffs(inputs, o.keep, o.bins, extra)
+        ranked = np.zeros((0, len(names)), np.int64)
+        ensemble = np.zeros(0, np.int64)
+        sizes = [pq.read_metadata(path).num_rows for path in inputs.files]
+        if b is not None:
+            ranked, ensemble = self._rank(inputs, names, cols, extra)
+        out = []
+        start = 0
+        for i, (path, shard, n) in enumerate(zip(inputs.files, inputs.shards, sizes)):
+            table = _with(_read(path, o.keep, cols), extra[i] if extra else None)
+            by_name: dict[str, np.ndarray] | None = None
+            if b is not None:
+                by_name = {name: ranked[start : start + n, j] for j, name in enumerate(names)}
+                by_name[b.name] = ensemble[start : start + n]
+            start += n
+            reason, detail = self._judge(table, cutoffs, by_name, cols)
+            scores = {c: pa.array(v, pa.float32(), mask=np.isnan(v)) for c, v in (extra[i] if extra else {}).items()}
+            buckets = {bucket_column(k): _bucket_array(v) for k, v in (by_name or {}).items()}
+            out.append(
+                state_rows(
+                    make_row_keys(shard, 0, n),
+                    **scores,
+                    **buckets,
+                    reason=pa.array(reason.tolist(), pa.string()),
+                    detail=pa.array(detail.tolist(), pa.string()),
+                )
+            )
+        if not out:
+            empty = {bucket_column(k): pa.array([], pa.int16()) for k in [*names, b.name]} if b is not None else {}
+            return state_rows(np.empty(0, np.int64), **empty, reason=pa.array([], pa.string()), detail=pa.array([], pa.string()))
+        return pa.concat_tables(out)
+
+    def _rank(
+        self, inputs: ReduceInputs, names: list[str], cols: list[str], extra: list[dict[str, np.ndarray]] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each model's bucket of every document (documents x models) and the ensemble's, in file order."""
+        o: ClassifyOptions = self.options
+        b = o.buckets
+        assert b is not None
         groups: dict[tuple[str | None, ...], int] = {}
         keys: list[list[np.ndarray]] = [[] for _ in names]
         codes: list[list[np.ndarray]] = [[] for _ in names]
-        sizes = []
         all_ties: list[np.ndarray] = []
-        for path in inputs.files:
-            table = _read(path, o.keep, cols)
+        for i, path in enumerate(inputs.files):
+            table = _with(_read(path, o.keep, cols), extra[i] if extra else None)
             ties = bk.tie_keys(table["id"].to_pylist())
             all_ties.append(ties)
             code = np.array([groups.setdefault(k, len(groups)) for k in _group_keys(table, b.per)], np.int64)
@@ -496,7 +642,6 @@ class Classify(GlobalStage):
                 score = _scores(table, col)
                 keys[j].append(bk.sort_keys(np.nan_to_num(score, nan=0.0), ties))
                 codes[j].append(np.where(np.isnan(score), -1, code))  # unscored (kinds): in no group
-            sizes.append(table.num_rows)
         ranked = np.stack(
             [
                 bk.rank_buckets(
@@ -515,56 +660,28 @@ class Classify(GlobalStage):
             ensemble = bk.ranked_ensemble(ranked, b.ensemble, weights, group, tie, b.count)
         else:
             ensemble = bk.combine(ranked, b.ensemble, weights)
-        del keys, codes, all_ties
-        out = []
-        start = 0
-        for path, shard, n in zip(inputs.files, inputs.shards, sizes):
-            table = _read(path, o.keep, cols)
-            by_name = {name: ranked[start : start + n, j] for j, name in enumerate(names)}
-            by_name[b.name] = ensemble[start : start + n]
-            start += n
-            reason, detail = self._judge(table, cutoffs, by_name)
-            out.append(
-                state_rows(
-                    make_row_keys(shard, 0, n),
-                    **{bucket_column(k): _bucket_array(v) for k, v in by_name.items()},
-                    reason=pa.array(reason.tolist(), pa.string()),
-                    detail=pa.array(detail.tolist(), pa.string()),
-                )
-            )
-        if not out:
-            return state_rows(
-                np.empty(0, np.int64),
-                **{bucket_column(k): pa.array([], pa.int16()) for k in [*names, b.name]},
-                reason=pa.array([], pa.string()),
-                detail=pa.array([], pa.string()),
-            )
-        return pa.concat_tables(out)
+        return ranked, ensemble
 
     def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
-        """With buckets: each document's bucket columns and the combine step's verdict on it."""
+        """With buckets or trained models: each document's trained scores, buckets and the combine step's verdict."""
         o: ClassifyOptions = self.options
-        if o.buckets is None:
+        if o.buckets is None and not self._trains():
             return super().apply(batch, row_keys, state)
-        names = [*o.models, o.buckets.name]
         n = batch.num_rows
         if state is None or state.num_rows == 0:
-            idx = pa.nulls(n, pa.int64())
-        else:
-            keys = state["row_key"].to_numpy()
-            order = np.argsort(keys, kind="stable")
-            j = np.minimum(np.searchsorted(keys[order], row_keys), len(keys) - 1)
-            hit = keys[order][j] == row_keys
-            idx = pa.array(np.where(hit, order[j], 0), mask=~hit)
-        for name in names:
-            col = bucket_column(name)
-            values = state[col].take(idx) if state is not None and state.num_rows else pa.nulls(n, pa.int16())
-            batch = set_column(batch, col, values)
-        if state is None or state.num_rows == 0:
+            if o.buckets is not None:
+                for name in [*o.models, o.buckets.name]:
+                    batch = set_column(batch, bucket_column(name), pa.nulls(n, pa.int16()))
             return batch, Decision.keep_all(n)
-        reason = state["reason"].take(idx)
-        detail = state["detail"].take(idx)
-        return batch, Decision(_flat(reason), _flat(detail))
+        keys = state["row_key"].to_numpy()
+        order = np.argsort(keys, kind="stable")
+        j = np.minimum(np.searchsorted(keys[order], row_keys), len(keys) - 1)
+        hit = keys[order][j] == row_keys
+        idx = pa.array(np.where(hit, order[j], 0), mask=~hit)
+        for col in state.column_names:
+            if col not in ("shard", "row_key", "reason", "detail"):  # the trained scores, then the buckets
+                batch = set_column(batch, col, _flat(state[col].take(idx)))
+        return batch, Decision(_flat(state["reason"].take(idx)), _flat(state["detail"].take(idx)))
 
 
 def _flat(values: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -580,6 +697,13 @@ def _read(path: str, rules: list[KeepRule], extra: Sequence[str] = ()) -> pa.Tab
     names = set(pq.read_schema(path).names)
     wanted = ["id", "kind", "lang", "source", *(r.score for r in rules if r.score is not None), *extra]
     return pq.read_table(path, columns=[c for c in dict.fromkeys(wanted) if c in names])
+
+
+def _with(table: pa.Table, scores: dict[str, np.ndarray] | None) -> pa.Table:
+    """A shard's table with the trained models' scores of it added (NaN: not scored)."""
+    for col, values in (scores or {}).items():
+        table = set_column(table, col, pa.array(values, pa.float32()))
+    return table
 
 
 def _scores(table: pa.Table, column: str) -> np.ndarray:
@@ -602,7 +726,7 @@ def _bucket(score: np.ndarray, bins: int) -> np.ndarray:
 
 
 def percentile_cutoffs(
-    inputs: ReduceInputs, rules: list[KeepRule], bins: int
+    inputs: ReduceInputs, rules: list[KeepRule], bins: int, extra: list[dict[str, np.ndarray]] | None = None
 ) -> dict[int, dict[tuple[str | None, ...], tuple[int, int]]]:
     """Per percentile rule (by index) and group: (cut-off bucket, documents in the group).
 
@@ -615,8 +739,8 @@ def percentile_cutoffs(
     }
     if not hists:
         return {}
-    for path in inputs.files:
-        table = _read(path, rules)
+    for f, path in enumerate(inputs.files):
+        table = _with(_read(path, rules), extra[f] if extra else None)  # extra: the trained models' scores
         for i in hists:
             rule = rules[i]
             assert rule.score is not None  # a percentile rule is a score rule (KeepRule._one_bound)

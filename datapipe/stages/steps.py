@@ -74,6 +74,9 @@ class ReduceInputs(ABC):
     # For a combine step: the rows the last round of the partition step forwarded (Parquet files),
     # i.e. the work its partitions left unfinished.
     forwarded: tuple[str, ...] = ()
+    # A folder of the run folder, the stage's own, for files a step keeps as outputs of the run (a
+    # model classify trains on the run's annotations); created on first use. "" where there is none.
+    outputs_dir: str = ""
 
     @abstractmethod
     def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:

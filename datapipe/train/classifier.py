@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.classify.features import CJK_V1, featuriser
+from datapipe.classify.fit import train_in_fresh_process
 from datapipe.classify.metrics import binary_metrics
 from datapipe.errors import InputNotFound, UsageError
 from datapipe.readers.streams import json_records
@@ -240,41 +241,6 @@ def split_heldout(
     return train, heldout
 
 
-_TRAIN_IN_CHILD = """
-import ctypes, json, sys
-import fasttext
-try:  # large allocations as fresh, zeroed mappings (see train_in_fresh_process)
-    ctypes.CDLL("libc.so.6").mallopt(-3, 4096)
-except (OSError, AttributeError):
-    pass
-args = json.loads(sys.argv[1])
-fasttext.FastText.eprint = lambda *a, **k: None
-fasttext.train_supervised(**args["params"]).save_model(args["out"])
-"""
-
-
-def train_in_fresh_process(params: dict[str, Any], out: Path) -> None:
-    """``fasttext.train_supervised(**params)`` saved to ``out``, in a new Python process.
-
-    With ``thread=1`` fastText (0.9.x and the fasttext-numpy2 build) initialises only part of its
-    input matrix (``DenseMatrix::uniform`` fills one block per thread) and leaves the rest as the
-    allocator hands it over. Fresh pages are zero, but memory reused within a process is not: in
-    a long-lived process (a test session, a notebook) the same call gave different model bytes or
-    failed with "Encountered NaN". A new process whose large allocations are fresh mappings
-    (glibc's ``M_MMAP_THRESHOLD`` fixed at one page) starts the matrix from zeros every time, so
-    training is reproducible wherever it is called from.
-    """
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-c", _TRAIN_IN_CHILD, json.dumps({"params": params, "out": str(out)})], capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        lines = (proc.stderr or "").strip().splitlines()
-        raise RuntimeError(f"fastText training failed: {lines[-1] if lines else f'exit code {proc.returncode}'}")
-
-
 def train_classifier(
     positive_specs: list[str], negative_specs: list[str], run_dir: Path | None, options: TrainOptions, log: Any = print
 ) -> TrainResult:
@@ -423,3 +389,79 @@ def _fasttext_version() -> str | None:
         except PackageNotFoundError:
             continue
     return None
+
+
+def labels_from_run(run_dir: Path, query: str) -> tuple[list[str], list[str], list[Any], str]:
+    """(ids, texts, labels, label column) of a ``--labels`` query over the run's audit database.
+
+    The query returns ``id`` and one label column (an annotation column such as ``llm_edu_score``,
+    or any expression of it); the texts of those ids come from the run's kept and rejected files,
+    through the same confined connection as ``datapipe sql`` and ``explain``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from datapipe.audit.sql import reading, run_query
+
+    table = run_query(run_dir, query)
+    cols = table.column_names
+    if "id" not in cols:
+        raise UsageError(f"--labels: the query returns no id column (columns: {', '.join(cols)}); select id and one label")
+    others = [c for c in cols if c != "id"]
+    if len(others) != 1:
+        raise UsageError(
+            f"--labels: the query returns {len(others)} columns besides id ({', '.join(others) or 'none'}); "
+            f"select id and exactly one label column, e.g. select id, llm_edu_score from documents where llm_error is null"
+        )
+    label = others[0]
+    column = table[label]
+    kind = column.type
+    if pa.types.is_decimal(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        column = pc.cast(column, pa.float64() if not pa.types.is_integer(kind) else pa.int64())
+    elif not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_boolean(kind)):
+        raise UsageError(
+            f"--labels: column {label!r} is {kind}; a label is a number (a regressor), a string or a boolean (a classifier)"
+        )
+    ids = [str(i) for i in table["id"].to_pylist()]
+    if not ids:
+        raise UsageError("--labels: the query returned no rows")
+    texts: dict[str, str] = {}
+    wanted = pa.table({"id": pa.array(sorted(set(ids)), pa.string())})
+    with reading(run_dir, text_views=True) as con:
+        con.register("_labelled", wanted)
+        for view in ("kept_docs", "rejected_docs"):
+            for doc_id, text in con.execute(f"SELECT v.id, v.text FROM {view} v JOIN _labelled USING (id)").fetchall():
+                texts.setdefault(doc_id, text)
+    missing = [i for i in ids if i not in texts]
+    if missing:
+        raise UsageError(
+            f"--labels: {len(missing)} of {len(ids)} ids are no document of {run_dir} (the first: {missing[0]!r}); "
+            f"select the ids from documents, kept_docs or rejected_docs"
+        )
+    return ids, [texts[i] for i in ids], column.to_pylist(), label
+
+
+def fit_labels(run_dir: Path, query: str, out: Path, params: Any) -> Any:
+    """``train-classifier --labels``: a classifier or regressor (``datapipe.classify.fit``) from a query's labels."""
+    from datapipe.classify.fit import fit
+
+    ids, texts, labels, column = labels_from_run(run_dir, query)
+    return fit(ids, texts, labels, out, params, source=f"{column} of {run_dir}: {query}", what="--labels")
+
+
+def fit_report_lines(evaluation: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    def f(v: Any) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    counts = meta["counts"]
+    per = ", ".join(f"{k} {n}" for k, n in counts["per_class"].items())
+    lines = [f"trained on {counts['train']} of {counts['labelled']} labelled documents ({per}); {counts['heldout']} held out"]
+    if evaluation["task"] == "regressor":
+        centres = ", ".join(f"{k}={v:.3g}" for k, v in meta["centres"].items())
+        lines.append(f"  bins (centres): {centres}")
+        lines.append(
+            f"  held-out: Spearman {f(evaluation['spearman'])}, MAE {f(evaluation['mae'])} "
+            f"(arg-max bin {f(evaluation['mae_argmax_bin'])}, training mean {f(evaluation['mae_train_mean'])})"
+        )
+    else:
+        lines.append(f"  held-out: accuracy {f(evaluation['accuracy'])}, macro F1 {f(evaluation['macro_f1'])}")
+    return lines

@@ -89,6 +89,29 @@ def expected_answer(text: str) -> dict[str, Any]:
     }
 
 
+# The recipe pipeline (pipelines/annotate_train_classify.yaml) asks for an educational-value grade.
+# Asked with a schema that has edu_score, the server grades by a rule a text classifier can learn
+# from the words alone: one point per topic word of EDU_WORDS the text has, at most 5.
+EDU_WORDS = (
+    "history", "university", "science", "century", "government", "theory", "research", "population",
+    "education", "culture", "历史", "大学", "科学", "世纪", "政府", "理论", "研究", "人口", "教育", "文化",
+)  # fmt: skip
+
+
+def edu_answer(text: str) -> dict[str, Any]:
+    """The grade the server gives a document's text when asked for edu_score."""
+    lower = text.lower()
+    hits = [w for w in EDU_WORDS if w in lower]
+    return {"edu_score": min(5, len(hits)), "reason": ", ".join(hits[:5]) or "no topic words"}
+
+
+def answer_for(body: dict[str, Any], text: str) -> dict[str, Any]:
+    """``edu_answer`` when the request's schema asks for edu_score, else ``expected_answer``."""
+    fmt = body.get("response_format") or {}
+    properties = ((fmt.get("json_schema") or {}).get("schema") or {}).get("properties") or {}
+    return edu_answer(text) if "edu_score" in properties else expected_answer(text)
+
+
 def tokens_of(prompt: str, content: str) -> tuple[int, int]:
     return len(prompt.encode()) // 4 + 1, len(content.encode()) // 4 + 1
 
@@ -156,12 +179,13 @@ class Handler(BaseHTTPRequestHandler):
         if fault == "malformed":
             self._send(200, b'{"id": "x", "choices": [{"message": ', h, attempt, "malformed")
             return
-        answer = expected_answer(text)
+        answer = answer_for(body, text)
         message: dict[str, Any] = {"role": "assistant", "content": json.dumps(answer)}
         if fault == "not_json":
-            message["content"] = f"Sure! This document has {answer['n_chars']} characters."
+            message["content"] = f"Sure! This document has {len(text)} characters."
         elif fault == "schema_violation":
-            message["content"] = json.dumps({**answer, "n_chars": str(answer["n_chars"])})
+            first = next(iter(answer))  # an integer field (n_chars, edu_score) as a string
+            message["content"] = json.dumps({**answer, first: str(answer[first])})
         elif fault == "refusal":
             message = {"role": "assistant", "content": None, "refusal": "I cannot help with that."}
         pt, ct = tokens_of(prompt, message["content"] or message.get("refusal") or "")

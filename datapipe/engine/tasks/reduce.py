@@ -22,7 +22,9 @@ from datapipe.storage.atomic import atomic_path
 def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment, forwarded: tuple[str, ...] = ()) -> ParquetReduceInputs:
     present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
     scratch = folder.scratch_dir(segment.index)
-    return ParquetReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch), forwarded)
+    assert segment.compute_global is not None
+    outputs = folder.stage_outputs_dir(segment.compute_global, spec.stage_name(segment.compute_global))
+    return ParquetReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch), forwarded, str(outputs))
 
 
 def partitions_decide(stage: Stage) -> bool:

@@ -35,7 +35,7 @@ from datapipe.schema import BASE_SCHEMA
 from datapipe.stages.annotate.answers import AnswerSchema, Verdict, column_name, field_type, schema_problems
 from datapipe.stages.annotate.client import ClientSettings, Failure, ask, completions_url, endpoint_host
 from datapipe.stages.annotate.journal import Answer, Journal
-from datapipe.stages.annotate.options import PROVENANCE, AnnotateOptions, AnswerRule
+from datapipe.stages.annotate.options import PROVENANCE, AnnotateOptions, AnswerRule, endpoint_of
 from datapipe.stages.annotate.prompt import placeholders, render, request_body, response_format, sha256_of
 from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, Stage, kinds_problems
 from datapipe.stages.columns import set_column
@@ -162,6 +162,7 @@ class Annotate(Stage):
 
     def prepare(self) -> None:
         self._api_key()
+        endpoint_of(self.options)  # a bad $endpoint_env fails before any task
 
     def setup(self) -> None:
         o: AnnotateOptions = self.options
@@ -171,9 +172,9 @@ class Annotate(Stage):
         self._format = response_format(o.response_format, schema)
         self._names = placeholders(self._prompt) + placeholders(self._system or "")
         self._settings = ClientSettings(
-            completions_url(o.endpoint), self._api_key(), o.timeout_s, o.max_retries, o.backoff_s, o.max_backoff_s
+            completions_url(endpoint_of(o)), self._api_key(), o.timeout_s, o.max_retries, o.backoff_s, o.max_backoff_s
         )
-        self._host = endpoint_host(o.endpoint)
+        self._host = endpoint_host(endpoint_of(o))
         self._prompt_sha = sha256_of({"system": self._system, "prompt": self._prompt})
         self._schema_sha = sha256_of(schema)
         self._params_json = json.dumps({**self._params, "response_format": o.response_format}, sort_keys=True)
@@ -438,7 +439,7 @@ class _Task:
         where = f"; its {len(self.journal.answers)} answers are kept in {self.journal.path}" if self.journal.path else ""
         if reason.broken:
             raise AnnotateError(
-                f"annotate: {self.options.endpoint} refused a request ({reason.detail}): check the stage's endpoint, "
+                f"annotate: {endpoint_of(self.options)} refused a request ({reason.detail}): check the stage's endpoint, "
                 f"model and api_key_env{where}",
                 hint="check the stage's endpoint, model and api_key_env, then run the same command again",
             )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from datapipe.config.sections import SOURCE_KINDS
+from datapipe.errors import UsageError
 from datapipe.stages.base import StageOptions
 
 
@@ -99,6 +101,11 @@ class AnnotateOptions(StageOptions):
         description="Base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1 (requests go to "
         "<endpoint>/chat/completions); a resumed run may use another server."
     )
+    endpoint_env: str | None = Field(
+        None,
+        description="Name of an environment variable that, when set, gives the base URL instead of endpoint "
+        "(one pipeline file for a local vLLM server, a cluster's and a test server).",
+    )
     api_key_env: str | None = Field(
         None, description="Name of the environment variable holding the API key (sent as a Bearer token; never recorded)."
     )
@@ -127,6 +134,7 @@ class AnnotateOptions(StageOptions):
     run_settings: ClassVar[frozenset[str]] = frozenset(
         {
             "endpoint",
+            "endpoint_env",
             "api_key_env",
             "max_in_flight",
             "timeout_s",
@@ -149,6 +157,16 @@ class AnnotateOptions(StageOptions):
             raise ValueError(f"prefix names columns: use a-z, 0-9 and _, starting with a letter (got {self.prefix!r})")
         if not re.match(r"https?://[^/]+", self.endpoint):
             raise ValueError(f"endpoint must be an http:// or https:// URL (got {self.endpoint!r})")
+        if self.endpoint_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.endpoint_env):
+            raise ValueError("endpoint_env is the name of an environment variable (letters, digits, _), not the URL itself")
         if self.api_key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
             raise ValueError("api_key_env is the name of an environment variable (letters, digits, _), not the key itself")
         return self
+
+
+def endpoint_of(o: AnnotateOptions) -> str:
+    """The base URL requests go to: $endpoint_env where set, else ``endpoint``."""
+    url = os.environ.get(o.endpoint_env) if o.endpoint_env else None
+    if url and not re.match(r"https?://[^/]+", url):
+        raise UsageError(f"annotate: ${o.endpoint_env} (endpoint_env) must be an http:// or https:// URL (got {url!r})")
+    return url or o.endpoint
