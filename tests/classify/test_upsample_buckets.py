@@ -234,7 +234,16 @@ def test_stats_and_the_report_show_tokens_per_bucket_before_and_after(run: Path,
     assert "Repeats by classifier bucket" in html and "<th>tokens before</th>" in html and "<th>tokens after</th>" in html
     doc = next(r for r in expected["rows"] if expected["want"][r["id"]] == 0)
     explained = CliRunner().invoke(main, ["explain", str(run), doc["id"]]).output
-    assert "mixture_repeat" in explained and f"bucket_ensemble              {doc['bucket_ensemble']}" in explained, explained
+    assert (
+        f"mixture_repeat=0: left out of the shards and exports (bucket_ensemble={doc['bucket_ensemble']} is in "
+        f"mixture.web_zh.repeat.0: 0, x dup_count={doc['dup_count']} (rehydrate))"
+    ) in explained, explained
+    doc = next(r for r in expected["rows"] if expected["want"][r["id"]] == 4)
+    explained = CliRunner().invoke(main, ["explain", str(run), doc["id"]]).output
+    assert (
+        f"mixture_repeat=4: read 4 times an epoch (bucket_ensemble={doc['bucket_ensemble']} is in "
+        "mixture.web_zh.repeat.2-3: 2, x dup_count=2 (rehydrate))"
+    ) in explained, explained
 
 
 @pytest.mark.parametrize(
