@@ -424,18 +424,26 @@ def _validate_reader_options(i: int, src: SourceConfig, fmt: str, base_dir: Path
 
 def _check_repeats(pipeline: Pipeline, problems: list[str]) -> None:
     """``mixture.<source>.repeat``: ranges of a bucket that a classify stage makes, within its count."""
-    buckets: dict[str, int] = {}  # bucket name -> count, of every classify stage with buckets
+    buckets: dict[str, tuple[int, list[str]]] = {}  # bucket name -> (count, source kinds), of each classify stage with buckets
     for kind, opts in pipeline.stage_options:
         spec = getattr(opts, "buckets", None) if kind == "classify" else None
         if spec is not None:
-            buckets.update(dict.fromkeys([*getattr(opts, "models", {}), spec.name], spec.count))
+            buckets.update(
+                dict.fromkeys([*getattr(opts, "models", {}), spec.name], (spec.count, list(getattr(opts, "kinds", []))))
+            )
+    kinds = {s.name: s.kind for s in pipeline.config.sources}
     for key, entry in (pipeline.config.mixture or {}).items():
         if not isinstance(entry, MixtureEntry) or not entry.repeat:
             continue
-        count = buckets.get(entry.bucket)
+        count, scored = buckets.get(entry.bucket, (None, []))
         if count is None:
             allowed = f"allowed: {', '.join(buckets)}" if buckets else "no classify stage with buckets makes one"
             problems.append(f"mixture.{key}.bucket: {entry.bucket!r} is not a classify bucket; {allowed}")
+        elif key in kinds and kinds[key] not in scored:  # its documents would have no bucket: every count 1
+            problems.append(
+                f"mixture.{key}.repeat: source {key} is of kind {kinds[key]!r}, which the classify stage making "
+                f"bucket_{entry.bucket} skips (its kinds: {', '.join(scored)}), so its documents have no bucket"
+            )
         problems.extend(repeat_problems(f"mixture.{key}", entry, count))
 
 

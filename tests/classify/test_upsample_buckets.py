@@ -274,3 +274,12 @@ def test_repeat_needs_a_bucket_that_a_classify_stage_makes(models: Path, tmp_pat
         p.startswith("mixture.web_zh.bucket: 'qc' is not a classify bucket; allowed: qa, qb, ensemble")
         for p in info.value.problems
     )
+    path = _pipeline(tmp_path, models, {"wiki_en": {"weight": 1, "repeat": {"1": 2}}}, data)  # text: classify skips it
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert any(
+        p.startswith(
+            "mixture.wiki_en.repeat: source wiki_en is of kind 'text', which the classify stage making bucket_ensemble skips"
+        )
+        for p in info.value.problems
+    ), info.value.problems

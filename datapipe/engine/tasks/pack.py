@@ -147,7 +147,7 @@ def _most_repeats(paths: list[Path]) -> int:
     """The largest mixture count of the documents in these token files (both splits): the rounds of the stream."""
     most = 0
     for path in paths:
-        with pa.OSFile(str(path)) as f:
+        with pa.memory_map(str(path)) as f:  # mapped: only the count column's pages are read, not the tokens
             reader = pa.ipc.open_file(f)
             for i in range(reader.num_record_batches):
                 counts = reader.get_batch(i).column(REPEAT_COLUMN)

@@ -134,9 +134,9 @@ class TokenSink:
         else:
             self._writer.write_table(pa.table([ids, split, tokens], schema=self.SCHEMA))
         lengths = pc.list_value_length(tokens)  # .values ignores a slice's offset
-        if repeat is not None:  # what the packed shards will hold: each document as many times as its count
+        self.tokens += int(pc.sum(lengths).as_py() or 0)  # the kept documents' tokens, each once
+        if repeat is not None:  # per split, what the packed shards will hold: each document its count of times
             lengths = pc.multiply(pc.cast(lengths, pa.int64()), pc.cast(repeat, pa.int64()))
-        self.tokens += int(pc.sum(lengths).as_py() or 0)
         for name in ("train", "val"):  # per split: parallel packing places its ranges from these
             n = int(pc.sum(pc.if_else(pc.equal(split, name), lengths, 0)).as_py() or 0)
             self.split_tokens[name] = self.split_tokens.get(name, 0) + n
