@@ -39,7 +39,7 @@ class MixtureEntry(Strict):
     weight: float = Field(ge=0.0, description="Target weight of the source (normalized over all sources).")
     bucket: str = Field(
         "ensemble",
-        description="With repeat: whose classify bucket the ranges name, a model's name or the ensemble's (bucket_<bucket>).",
+        description="With repeat: whose classify bucket the ranges name, a model's name or the ensemble's (column bucket_NAME).",
     )
     repeat: dict[str | int, int] = Field(
         default_factory=dict,
