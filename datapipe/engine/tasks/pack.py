@@ -109,8 +109,8 @@ def _split_pieces(path: Path, split: str, round_of: tuple[int, int] | None = Non
             batch = reader.get_batch(i)
             keep = pc.fill_null(pc.equal(batch.column("split"), split), False).to_numpy(zero_copy_only=False)
             if round_of is not None:
-                offsets = spread_offsets(batch.column("id").to_pylist())
-                keep &= in_round(offsets, batch.column(REPEAT_COLUMN).to_numpy(zero_copy_only=False), *round_of)
+                spread = spread_offsets(batch.column("id").to_pylist())
+                keep &= in_round(spread, batch.column(REPEAT_COLUMN).to_numpy(zero_copy_only=False), *round_of)
             if not keep.any():
                 continue
             offsets = batch.column("tokens").offsets.to_numpy()
