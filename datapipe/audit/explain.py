@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from datapipe.audit.sql import DB_NAME, AuditError, reading
+from datapipe.config.mixture import DUP_COUNT, REPEAT_COLUMN, repeat_rules
 from datapipe.run_folder.layout import RunFolder
 
 DECISION = ("id", "source", "kind", "status", "stage", "reason", "detail")
@@ -253,3 +254,31 @@ def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:
     classify = classify_lines(row, run_dir)
     if classify:
         out.write("\nclassify keep rules, in the order they are checked:\n" + "\n".join(classify) + "\n")
+    repeat = repeat_line(row, _run_json(run_dir))
+    if repeat:
+        out.write(f"\nmixture repeat:\n  {repeat}\n")
+
+
+def repeat_line(row: dict[str, Any], run: dict[str, Any]) -> str | None:
+    """How many times a kept document of a source with mixture repeats is in the shards and exports,
+    and why: the range of ``mixture.<source>.repeat`` its bucket falls in, times dup_count if asked."""
+    count = row.get(REPEAT_COLUMN)
+    if count is None:
+        return None
+    source = row["source"]
+    rule = repeat_rules((run.get("config") or {}).get("mixture")).get(source)
+    if rule is None:
+        return f"{REPEAT_COLUMN}={count}"
+    bucket = row.get(rule.column)
+    named = next(
+        (f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi, _ in rule.ranges if bucket is not None and lo <= bucket <= hi), None
+    )
+    why = (
+        f"{rule.column}={bucket} is in mixture.{source}.repeat.{named}: {rule.repeat_of(bucket)}"
+        if named is not None
+        else f"{rule.column}={bucket}, in no range of mixture.{source}.repeat: 1"
+    )
+    if rule.rehydrate:
+        why += f", x dup_count={row.get(DUP_COUNT) or 1} (rehydrate)"
+    where = "left out of the shards and exports" if count == 0 else f"read {count} time{'s' if count != 1 else ''} an epoch"
+    return f"{REPEAT_COLUMN}={count}: {where} ({why})"

@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from datapipe.audit.sql import read_run_json, reading
 from datapipe.audit.textout import data_table, make_console
+from datapipe.config.mixture import REPEAT_COLUMN, mixture_weights, repeat_rules
 from datapipe.errors import UsageError
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
@@ -58,6 +60,9 @@ class MixtureReport:
     limiting: list[str] = field(default_factory=list)  # the source(s) that run out first at that budget
     # With the weighted sources that have no train tokens set to weight 0 (the others renormalized).
     max_budget_without_starved: int | None = None
+    # Sources with mixture repeats, per bucket: source, bucket column, bucket, docs, tokens, repeat,
+    # tokens after repeats (train and val; see bucket_rows).
+    buckets: list[tuple] = field(default_factory=list)
 
     @property
     def starved(self) -> list[SourceMix]:
@@ -73,7 +78,7 @@ def configured_sources(run: dict) -> list[str]:
 
 def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
     run = read_run_json(Path(run_dir))
-    weights: dict[str, float] = (run.get("config") or {}).get("mixture") or {}
+    weights = mixture_weights((run.get("config") or {}).get("mixture"))
     with reading(Path(run_dir)) as con:
         docs = {
             s: (d, t)
@@ -83,6 +88,7 @@ def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
         }
         train = dict(con.execute("SELECT source, sum(tokens) FROM shards WHERE split = 'train' GROUP BY source").fetchall())
         groups = con.execute("SELECT source, lang, script, license_class, documents, tokens, token_share FROM mixture").fetchall()
+        buckets = bucket_rows(con, run)
     # Every source of the pipeline is listed, also one that kept nothing (it shows 0, not nothing).
     names = list(dict.fromkeys([*weights, *configured_sources(run), *sorted(docs)]))
     total = sum(t for _, t in docs.values()) or 1
@@ -109,7 +115,30 @@ def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
     if wsum and fed and len(fed) < sum(1 for r in rows if r.target):
         fed_sum = sum(fed.values())
         without = int(min(r.train_tokens / (fed[r.source] / fed_sum) for r in rows if r.source in fed))
-    return MixtureReport(rows, budget, max_budget, groups, limiting, without)
+    return MixtureReport(rows, budget, max_budget, groups, limiting, without, buckets)
+
+
+def bucket_rows(con: Any, run: dict) -> list[tuple]:
+    """Per source with mixture repeats and per bucket of the column its ranges name: kept documents,
+    their tokens, the configured repeat and the tokens after repeats (``mixture_repeat``, which also
+    holds rehydration by dup_count). A document without a bucket is in bucket None."""
+    rules = repeat_rules((run.get("config") or {}).get("mixture"))
+    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
+    if not rules or REPEAT_COLUMN not in columns:
+        return []
+    tokens = "n_tokens" if "n_tokens" in columns else "0"
+    out = []
+    for source, rule in rules.items():
+        bucket = f'"{rule.column}"' if rule.column in columns else "NULL::INTEGER"
+        rows = con.execute(
+            f"""SELECT {bucket} AS b, count(*), coalesce(sum({tokens}), 0)::BIGINT,
+                       coalesce(sum({tokens} * coalesce({REPEAT_COLUMN}, 1)), 0)::BIGINT
+                FROM documents WHERE status = 'kept' AND source = ? GROUP BY b ORDER BY b DESC NULLS LAST""",
+            [source],
+        ).fetchall()
+        for b, d, t, after in rows:
+            out.append((source, rule.column, b, int(d), int(t), rule.repeat_of(b), int(after)))
+    return out
 
 
 def budget_line(report: MixtureReport) -> str | None:
@@ -170,6 +199,19 @@ def print_mixture(report: MixtureReport, console: Console | None = None) -> None
     line = budget_line(report)
     if line:
         console.print(line)
+    if report.buckets:
+        upsampled = data_table(
+            ("source", "bucket", "docs", "tokens before", "repeat", "tokens after"),
+            title="Repeats by classifier bucket (kept documents, train and val)",
+            right=("docs", "tokens before", "repeat", "tokens after"),
+        )
+        for source, column, b, d, t, k, after in report.buckets:
+            upsampled.add_row(source, "-" if b is None else f"{column}={b}", f"{d:,}", f"{t:,}", str(k), f"{after:,}")
+        console.print(upsampled)
+        console.print(
+            "Train tokens above count each document as many times as the shards hold it (tokens after repeats); "
+            "rehydrate multiplies the repeat by dup_count."
+        )
     groups = data_table(
         ("source", "lang", "script", "license", "docs", "tokens", "share"),
         title="Mixture by source x lang x script x license class",

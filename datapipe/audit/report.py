@@ -16,8 +16,9 @@ from typing import Any
 from datapipe.audit.annotations import HEADER as ANNOTATION_HEADER
 from datapipe.audit.annotations import annotation_totals
 from datapipe.audit.annotations import rows as annotation_rows
-from datapipe.audit.mixture import configured_sources
+from datapipe.audit.mixture import bucket_rows, configured_sources
 from datapipe.audit.sql import read_run_json, reading
+from datapipe.config.mixture import mixture_weights
 from datapipe.errors import DatapipeError
 from datapipe.storage.atomic import atomic_path
 
@@ -271,12 +272,13 @@ def build_report(run_dir: Path) -> str:
         contamination = _contamination(con)
         boilerplate, top_lines = _boilerplate(con)
         rehydration = _rehydration(con)
+        repeats = bucket_rows(con, run)
         chars_hist = _log_hist(con, "n_chars")
         tokens_hist = _log_hist(con, "n_tokens")
         classifier = _classifier_sections(con)
         annotations = annotation_totals(con, run)
         classifier += _bucket_sections(con)
-    weights = (run.get("config") or {}).get("mixture") or {}
+    weights = mixture_weights((run.get("config") or {}).get("mixture"))
     # Every source of the pipeline and of the weights has a row, also one that kept nothing.
     by_source: dict[str, float] = dict.fromkeys([*configured_sources(run), *weights], 0)
     for source, *_, t, _ in mixture:
@@ -325,6 +327,17 @@ def build_report(run_dir: Path) -> str:
                 ),
             ]
             if rehydration
+            else []
+        ),
+        *(
+            [
+                "<h3>Repeats by classifier bucket (mixture repeat)</h3>",
+                table(
+                    ["source", "bucket column", "bucket", "kept documents", "tokens before", "repeat", "tokens after"],
+                    repeats,
+                ),
+            ]
+            if repeats
             else []
         ),
         *(

@@ -10,6 +10,8 @@ it starts, and writes exactly the files the single-task packer would.
 documents is packed independently of the others, but the number of rows each window yields
 depends on its bin packing, so where file f starts in the window sequence is only known after
 packing every earlier window (a pre-pass over document lengths could place it; not done).
+A source with mixture repeats is one task per split too: its stream is rounds over its input
+shards, as many as its largest count, known only from every document's count (``engine/tasks/pack.py``).
 
 The plan depends on the map phase's outputs, so it is computed from the markers once the final
 map phase is complete; it is the same every time for the same markers.
@@ -93,7 +95,7 @@ def pack_ranges(folder: RunFolder, spec: RunSpec, files_per_task: int | None = N
             total = sum(n for _, n in shards)
             if total == 0:
                 continue
-            if cfg.packing != "concat":
+            if cfg.packing != "concat" or source in spec.repeats:  # repeats: rounds over the shards, one task
                 ranges.append(PackRange(source, split, 0, 0, None, True, 0, tuple(shards)))
                 continue
             n_files = math.ceil(math.ceil(total / row_len) / cfg.rows_per_shard)

@@ -25,6 +25,7 @@ from typing import Any
 
 from datapipe.config.input_names import input_name
 from datapipe.config.limits import ReadLimits
+from datapipe.config.mixture import RepeatRule, repeat_rules
 from datapipe.engine.splits import InputRange, effective_target, file_size, group_pieces, plan_file, task_key
 from datapipe.pipeline.load import Pipeline, SourceConfig, TokenizeConfig
 from datapipe.runtime.process_cache import clear_process_caches
@@ -103,6 +104,9 @@ class RunSpec:
     limits: ReadLimits
     shards: tuple[Shard, ...] = field(repr=False)
     recorded: Recorded | None = None
+    # Source -> how many times each of its documents is packed and exported (mixture.<source>.repeat,
+    # rehydrate); computed per document in the final map task (config/mixture.py).
+    repeats: dict[str, RepeatRule] = field(default_factory=dict)
 
     def stage_name(self, position: int) -> str:
         return self.stage_options[position - 1][0]
@@ -203,4 +207,5 @@ def make_spec(
         limits=pipeline.config.limits,
         shards=tuple(shards),
         recorded=recorded,
+        repeats=repeat_rules(pipeline.config.mixture),
     )

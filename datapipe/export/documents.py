@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datapipe.config.mixture import REPEAT_COLUMN, in_round, spread_offsets
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.run_folder.layout import RunFolder
 from datapipe.storage import uri as storage
@@ -176,6 +177,10 @@ class RunDocuments:
         return out
 
     # --- streaming ------------------------------------------------------------------
+    def repeated(self, source: str) -> bool:
+        """Whether the source's documents carry mixture counts (``mixture.<source>.repeat`` or ``rehydrate``)."""
+        return any(REPEAT_COLUMN in self._schema(f).names for f in self.doc_files(source))
+
     def batches(
         self, source: str, split: str, columns: list[str], on_file: Callable[[int], None] | None = None
     ) -> Iterator[pa.Table]:
@@ -183,15 +188,50 @@ class RunDocuments:
 
         ``input_ids`` (if asked) holds each document's tokens, EOS included, as the
         packed shards hold them. ``on_file(n)``: called after each file of ``docs/`` is read,
-        with the number of its documents in ``split`` (for progress).
+        with the number of its documents in ``split`` (for progress; the first pass only).
+
+        A source with mixture counts is streamed as packing lays it out, in rounds
+        (``config.mixture.in_round``): each document is there exactly its count of times (0: never),
+        its copies spread over the stream.
         """
+        if not self.repeated(source):
+            yield from self._round(source, split, columns, on_file, None)
+            return
+        n_rounds = self._most_repeats(source)
+        for r in range(n_rounds):
+            yield from self._round(source, split, columns, on_file if r == 0 else None, (n_rounds, r))
+
+    def _most_repeats(self, source: str) -> int:
+        """The largest mixture count of the source's kept documents: the rounds packing laid out."""
+        most = 0
+        for f in self.doc_files(source):
+            if REPEAT_COLUMN not in self._schema(f).names:
+                continue
+            counts = pq.read_table(storage.parquet_source(f), columns=[REPEAT_COLUMN])[REPEAT_COLUMN]
+            most = max(most, int(pc.max(counts).as_py() or 0))
+        return most
+
+    def _round(
+        self,
+        source: str,
+        split: str,
+        columns: list[str],
+        on_file: Callable[[int], None] | None,
+        round_of: tuple[int, int] | None,
+    ) -> Iterator[pa.Table]:
+        """One round of a source with mixture counts (``round_of``: rounds, r), or all of one without."""
         want_tokens = TOKENS in columns
         schema = self.schema_of(columns)
         doc_cols = [c for c in columns if c != TOKENS]
-        read_cols = list(dict.fromkeys(["id", "split", *doc_cols]))
+        read_cols = list(dict.fromkeys(["id", "split", *doc_cols, *([REPEAT_COLUMN] if round_of is not None else [])]))
         if want_tokens and self.tokens is None:
             raise ExportError(f"--columns: {TOKENS} needs a run with a tokenize section (this run has no shards)")
         recovered = self._recovered_tokens(source, split) if want_tokens and not self._have_token_lists(source) else None
+        if recovered is not None and round_of is not None:
+            raise ExportError(
+                f"RUN: _work/tokens of {source} is gone and its shards repeat documents (mixture.{source}.repeat); "
+                "they cannot be cut back into run order: run the pipeline again to export input_ids"
+            )
         for path in self.doc_files(source):
             pf = pq.ParquetFile(storage.parquet_source(path))
             present = [c for c in read_cols if c in pf.schema_arrow.names]
@@ -203,6 +243,14 @@ class RunDocuments:
                 keep = pc.equal(table["split"], split) if "split" in table.column_names else None
                 if keep is None and split != "train":
                     keep = pa.array([False] * n)  # a run without splits has train documents only
+                if round_of is not None:  # the documents with a copy in this round, as packing laid them out
+                    counts = (
+                        pc.fill_null(table[REPEAT_COLUMN], 1).to_numpy(zero_copy_only=False)
+                        if REPEAT_COLUMN in table.column_names
+                        else np.ones(n, np.int64)  # a file written without counts (no documents to count)
+                    )
+                    due = pa.array(in_round(spread_offsets(table["id"].to_pylist()), counts, *round_of))
+                    keep = due if keep is None else pc.and_(pc.fill_null(keep, False), due)
                 part = table.filter(keep) if keep is not None else table
                 if want_tokens:
                     if recovered is None:

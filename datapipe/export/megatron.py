@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from datapipe.config.mixture import mixture_weights
 from datapipe.export.core import temp_for
 from datapipe.export.documents import SPLITS, TOKENS, RunDocuments
 
@@ -116,7 +117,7 @@ class MegatronFormat:
         return {}
 
     def finish(self, out: Path, result: Any, docs: RunDocuments) -> dict[str, Path]:
-        weights = (docs.run.get("config") or {}).get("mixture") or {}
+        weights = mixture_weights((docs.run.get("config") or {}).get("mixture"))
         temps: dict[str, Path] = {}
         data_paths: dict[str, str] = {}
         for split in SPLITS:

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from datapipe.config.input_names import input_name
 from datapipe.config.limits import ReadLimits
+from datapipe.config.mixture import MixtureEntry, MixtureValue, mixture_weights, repeat_problems
 from datapipe.config.sections import (  # the sections lower layers take (why apart: config/sections.py)
     NAME_PATTERN,
     SOURCE_KINDS,
@@ -75,8 +76,10 @@ class PipelineConfig(Strict):
     tokenize: TokenizeConfig | None = Field(
         None, description="Tokenize kept documents into packed token shards; omitted: no shards."
     )
-    mixture: dict[str, float] | None = Field(
-        None, description="Target weight per source name, for stats, the report and Megatron export; keeps and drops nothing."
+    mixture: dict[str, MixtureValue] | None = Field(
+        None,
+        description="Per source name: its target weight (for stats, the loader, the report and Megatron export), or "
+        "{weight, bucket, repeat, rehydrate} to also repeat its documents by classify bucket; keeps and drops nothing.",
     )
     batch_size: int = Field(1000, ge=1, le=1_000_000, description="Documents per batch inside a task.")
     limits: ReadLimits = Field(default_factory=ReadLimits, description="Per-record caps on hostile input.")
@@ -419,6 +422,31 @@ def _validate_reader_options(i: int, src: SourceConfig, fmt: str, base_dir: Path
             problems.append(f"sources[{i}].options.metadata: file not found: {path}")
 
 
+def _check_repeats(pipeline: Pipeline, problems: list[str]) -> None:
+    """``mixture.<source>.repeat``: ranges of a bucket that a classify stage makes, within its count."""
+    buckets: dict[str, tuple[int, list[str]]] = {}  # bucket name -> (count, source kinds), of each classify stage with buckets
+    for kind, opts in pipeline.stage_options:
+        spec = getattr(opts, "buckets", None) if kind == "classify" else None
+        if spec is not None:
+            buckets.update(
+                dict.fromkeys([*getattr(opts, "models", {}), spec.name], (spec.count, list(getattr(opts, "kinds", []))))
+            )
+    kinds = {s.name: s.kind for s in pipeline.config.sources}
+    for key, entry in (pipeline.config.mixture or {}).items():
+        if not isinstance(entry, MixtureEntry) or not entry.repeat:
+            continue
+        count, scored = buckets.get(entry.bucket, (None, []))
+        if count is None:
+            allowed = f"allowed: {', '.join(buckets)}" if buckets else "no classify stage with buckets makes one"
+            problems.append(f"mixture.{key}.bucket: {entry.bucket!r} is not a classify bucket; {allowed}")
+        elif key in kinds and kinds[key] not in scored:  # its documents would have no bucket: every count 1
+            problems.append(
+                f"mixture.{key}.repeat: source {key} is of kind {kinds[key]!r}, which the classify stage making "
+                f"bucket_{entry.bucket} skips (its kinds: {', '.join(scored)}), so its documents have no bucket"
+            )
+        problems.extend(repeat_problems(f"mixture.{key}", entry, count))
+
+
 def _check_semantics(pipeline: Pipeline, problems: list[str], names: list[str] | None = None) -> None:
     """Checks across sections; ``names``: the source names as written (default: the config's)."""
     config = pipeline.config
@@ -426,14 +454,16 @@ def _check_semantics(pipeline: Pipeline, problems: list[str], names: list[str] |
     for name in {n for n in names if names.count(n) > 1}:
         problems.append(f"sources: the name {name!r} is used by more than one source; names must be unique")
     if config.mixture is not None:
-        for key, weight in config.mixture.items():
+        weights = mixture_weights(config.mixture)
+        for key, weight in weights.items():
             if key not in names:
                 unused = [n for n in names if n not in config.mixture]  # a name already weighted is not the one meant
                 problems.append(f"mixture.{key}: not a source name{did_you_mean(key, unused)}; sources are: {', '.join(names)}")
             if not weight >= 0:
                 problems.append(f"mixture.{key}: {weight} is not allowed: weights must be >= 0")
-        if config.mixture and sum(config.mixture.values()) <= 0:
+        if config.mixture and sum(weights.values()) <= 0:
             problems.append("mixture: the weights must not all be 0")
+        _check_repeats(pipeline, problems)
     _check_declared_licenses(pipeline, problems)
     if config.tokenize is not None:
         path = pipeline.resolve(config.tokenize.tokenizer)

@@ -219,14 +219,22 @@ def _containers(model: type[BaseModel], loc: tuple[Any, ...]) -> list[Any]:
 
 def _unwrap(annotation: Any, part: Any) -> Any:
     """The branch of an Optional/Union that can hold ``part`` (a list for an index, else a model or dict)."""
+    annotation = _bare(annotation)
     if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
         return annotation
-    for arg in typing.get_args(annotation):
+    for arg in map(_bare, typing.get_args(annotation)):
         origin = typing.get_origin(arg) or arg
         if isinstance(part, int) and origin is list:
             return arg
         if not isinstance(part, int) and (_is_model(arg) or origin is dict):
             return arg
+    return annotation
+
+
+def _bare(annotation: Any) -> Any:
+    """``Annotated[T, ...]`` -> T (a tagged union's branches, config/mixture.py's MixtureValue)."""
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     return annotation
 
 

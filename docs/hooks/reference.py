@@ -69,6 +69,7 @@ def _is_model(tp: Any) -> bool:
 
 def _nested(annotation: Any) -> Iterator[tuple[str, type]]:
     """(key path suffix, model) of every model inside a field's type: M, list[M], dict[K, M], M | None."""
+    annotation = _bare(annotation)
     if _is_model(annotation):
         yield "", annotation
         return
@@ -84,6 +85,13 @@ def _nested(annotation: Any) -> Iterator[tuple[str, type]]:
     elif origin in (typing.Union, types.UnionType):
         for arg in args:
             yield from _nested(arg)
+
+
+def _bare(annotation: Any) -> Any:
+    """``Annotated[T, ...]`` -> T (a tagged union, the mixture's weight-or-entry)."""
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return annotation
 
 
 def _key_name(annotation: Any) -> str:
@@ -140,6 +148,7 @@ def undocumented() -> list[str]:
 
 
 def _type(annotation: Any, links: dict[type, str]) -> str:
+    annotation = _bare(annotation)
     if annotation is type(None):
         return "null"
     if annotation is Any:

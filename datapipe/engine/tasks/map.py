@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datapipe.config.mixture import REPEAT_COLUMN
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.splits import InputRange
 from datapipe.engine.tasks.isolate import Isolator, Step
@@ -30,6 +31,7 @@ from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
 from datapipe.schema import READ_STAGE, SOURCE_LICENSE
 from datapipe.stages.base import Decision, Stage
+from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, step_of
 from datapipe.stages.row_keys import row_key, row_keys
 from datapipe.storage.input_reads import ReadRecord, recording_reads
@@ -108,7 +110,8 @@ class ShardOutputs:
             if segment.final
             else ParquetSink(folder.map_output(segment.index, shard.key), compression="lz4")
         )
-        self.tokens = TokenSink(folder.tokens_file(shard.key)) if segment.final and spec.tokenizer else None
+        repeats = shard.source.name in spec.repeats
+        self.tokens = TokenSink(folder.tokens_file(shard.key), repeats) if segment.final and spec.tokenizer else None
         self.shuffle = ShuffleSink(folder.shuffle_file(segment.index, shard.key)) if shuffles else None
         self._isolators: dict[int, Isolator] = {}
 
@@ -208,6 +211,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     counts = out.counts
     applying = _Applying(spec, folder, segment, shard) if segment.apply_global is not None else None
     tokenize_pos = len(spec.stages) + 1  # tokenizing counts as a stage after the last one
+    repeat = spec.repeats.get(shard.source.name) if segment.final else None
     # What this task reads of its input files, hashed as it is read: the run checks it at its end and
     # at every resume (engine/input_identity.py). A file a reader opens by its own means (archives,
     # folders) is known by its identity before it is read.
@@ -240,6 +244,8 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                 batch, _ = out.isolated(segment.compute_global, compute_global.name, batch, _compute_step(compute_global))
                 if partitioned is not None and batch.num_rows:  # row keys: this shard, the rows' place in its output
                     out.shuffle.write(partitioned.shuffle(batch, row_key(shard.ordinal, counts.kept)))  # type: ignore[union-attr]
+            if repeat is not None and batch.num_rows:  # the mixture's count of each kept document
+                batch = set_column(batch, REPEAT_COLUMN, repeat.counts(batch))
             if out.tokens is not None and batch.num_rows:
                 counts.stage_in[tokenize_pos] += batch.num_rows
                 batch, _ = out.isolated(tokenize_pos, TOKENIZE_STAGE, batch, lambda b: _encode(spec, b, recorded_tokens))
@@ -543,7 +549,8 @@ def _encode(spec: RunSpec, batch: pa.Table, recorded: pa.Table | None = None) ->
 
 
 def _write_tokens(batch: pa.Table, sink: TokenSink) -> pa.Table:
-    sink.write(batch["id"].combine_chunks(), batch["split"].combine_chunks(), batch[_TOKENS].combine_chunks())
+    repeat = batch[REPEAT_COLUMN].combine_chunks() if REPEAT_COLUMN in batch.column_names else None
+    sink.write(batch["id"].combine_chunks(), batch["split"].combine_chunks(), batch[_TOKENS].combine_chunks(), repeat)
     return batch.drop_columns([_TOKENS])
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datapipe.config.mixture import REPEAT_COLUMN, in_round, spread_offsets
 from datapipe.engine.pack_plan import PackRange
 from datapipe.engine.plan import RunSpec
 from datapipe.engine.tasks.shard_writer import write_shard
@@ -91,19 +92,25 @@ def _packing_setup(spec: RunSpec, folder: RunFolder, source: str, split: str, fi
     return packer, buffer, manifest, emit
 
 
-def _split_pieces(path: Path, split: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _split_pieces(path: Path, split: str, round_of: tuple[int, int] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """One input shard's tokens of one split in stream order, a record batch at a time: the batch's
     documents of the split as (flat tokens, where its documents start in them, from 0).
 
     The file is read a batch at a time (not mapped whole and filtered: that held the file's pages,
     a filtered copy and a combined copy at once), so a pack task's memory is one input batch plus
     the shard being filled, whatever the size of the map task's output.
+
+    ``round_of`` (rounds, r): only the documents with a copy in round r of a source with mixture
+    repeats (``config.mixture.in_round``).
     """
     with pa.OSFile(str(path)) as f:
         reader = pa.ipc.open_file(f)
         for i in range(reader.num_record_batches):
             batch = reader.get_batch(i)
             keep = pc.fill_null(pc.equal(batch.column("split"), split), False).to_numpy(zero_copy_only=False)
+            if round_of is not None:
+                spread = spread_offsets(batch.column("id").to_pylist())
+                keep &= in_round(spread, batch.column(REPEAT_COLUMN).to_numpy(zero_copy_only=False), *round_of)
             if not keep.any():
                 continue
             offsets = batch.column("tokens").offsets.to_numpy()
@@ -115,19 +122,37 @@ def _split_pieces(path: Path, split: str) -> Iterator[tuple[np.ndarray, np.ndarr
 
 
 def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> list[dict[str, Any]]:
+    """One (source, split) in one task. With mixture repeats the stream is rounds over the source's
+    input shards, as many as the largest count: a document counted k times is in k of them, once
+    each, about a k-th of the stream apart (``config.mixture.in_round``); a count of 0 leaves it out."""
     packer, buffer, manifest, emit = _packing_setup(spec, folder, source, split)
-    for shard in spec.shards_of(source):
-        path = folder.tokens_file(shard.key)
-        if not path.exists():
-            continue  # nothing of this shard was kept
-        for flat, starts in _split_pieces(path, split):
-            for rows in buffer.add(packer.add(flat, np.append(starts, len(flat)))):
-                emit(rows)
+    paths = [p for shard in spec.shards_of(source) if (p := folder.tokens_file(shard.key)).exists()]  # absent: nothing kept
+    rounds: list[tuple[int, int] | None] = [None]  # no repeats: one pass, every document once
+    if source in spec.repeats:
+        n_rounds = _most_repeats(paths)  # 0 when every count is 0: nothing is packed
+        rounds = [(n_rounds, r) for r in range(n_rounds)]
+    for round_of in rounds:
+        for path in paths:
+            for flat, starts in _split_pieces(path, split, round_of):
+                for rows in buffer.add(packer.add(flat, np.append(starts, len(flat)))):
+                    emit(rows)
     for rows in buffer.add(packer.finish()):
         emit(rows)
     for rows in buffer.finish():
         emit(rows)
     return manifest
+
+
+def _most_repeats(paths: list[Path]) -> int:
+    """The largest mixture count of the documents in these token files (both splits): the rounds of the stream."""
+    most = 0
+    for path in paths:
+        with pa.memory_map(str(path)) as f:  # mapped: only the count column's pages are read, not the tokens
+            reader = pa.ipc.open_file(f)
+            for i in range(reader.num_record_batches):
+                counts = reader.get_batch(i).column(REPEAT_COLUMN)
+                most = max(most, int(pc.max(counts).as_py() or 0))
+    return most
 
 
 def _pack_concat_range(spec: RunSpec, folder: RunFolder, rng: PackRange) -> list[dict[str, Any]]:

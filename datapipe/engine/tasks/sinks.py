@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datapipe.config.mixture import REPEAT_COLUMN
 from datapipe.storage.atomic import atomic_path, note_written, temp_path_for
 from datapipe.tokens.encode import TOKENS_TYPE
 
@@ -114,19 +115,28 @@ class TokenSink:
     """Per-shard token lists (id, split, tokens) as an Arrow IPC file for the packing phase."""
 
     SCHEMA = pa.schema([("id", pa.string()), ("split", pa.string()), ("tokens", TOKENS_TYPE)])
+    # A source with mixture repeats adds each document's count (config/mixture.py), which packing reads.
+    REPEAT_SCHEMA = SCHEMA.append(pa.field(REPEAT_COLUMN, pa.int32()))
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, repeats: bool = False) -> None:
         self.path = path
         self.tokens = 0
         self.split_tokens: dict[str, int] = {}
+        self.repeats = repeats
         self._ctx = atomic_path(path)
         self._tmp = self._ctx.__enter__()
-        self._writer = pa.ipc.new_file(str(self._tmp), self.SCHEMA)
+        self._writer = pa.ipc.new_file(str(self._tmp), self.REPEAT_SCHEMA if repeats else self.SCHEMA)
 
-    def write(self, ids: pa.Array, split: pa.Array, tokens: pa.LargeListArray) -> None:
-        self._writer.write_table(pa.table([ids, split, tokens], schema=self.SCHEMA))
+    def write(self, ids: pa.Array, split: pa.Array, tokens: pa.LargeListArray, repeat: pa.Array | None = None) -> None:
+        if self.repeats:
+            assert repeat is not None
+            self._writer.write_table(pa.table([ids, split, tokens, repeat], schema=self.REPEAT_SCHEMA))
+        else:
+            self._writer.write_table(pa.table([ids, split, tokens], schema=self.SCHEMA))
         lengths = pc.list_value_length(tokens)  # .values ignores a slice's offset
-        self.tokens += int(pc.sum(lengths).as_py() or 0)
+        self.tokens += int(pc.sum(lengths).as_py() or 0)  # the kept documents' tokens, each once
+        if repeat is not None:  # per split, what the packed shards will hold: each document its count of times
+            lengths = pc.multiply(pc.cast(lengths, pa.int64()), pc.cast(repeat, pa.int64()))
         for name in ("train", "val"):  # per split: parallel packing places its ranges from these
             n = int(pc.sum(pc.if_else(pc.equal(split, name), lengths, 0)).as_py() or 0)
             self.split_tokens[name] = self.split_tokens.get(name, 0) + n
