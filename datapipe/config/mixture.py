@@ -80,7 +80,7 @@ class RepeatRule:
         return 1
 
     def counts(self, table: pa.Table) -> pa.Array:
-        """Each document's count (int32) from its bucket column (and dup_count)."""
+        """Each document's count (int32) from its bucket column (and dup_count); a validation document's is 0 or 1."""
         n = table.num_rows
         out = np.ones(n, np.int64)
         if self.ranges and self.column in table.column_names:
@@ -90,6 +90,9 @@ class RepeatRule:
         if self.rehydrate and DUP_COUNT in table.column_names:
             dup = pc.fill_null(table[DUP_COUNT], 1).to_numpy(zero_copy_only=False).astype(np.int64)
             out *= np.maximum(dup, 1)
+        if "split" in table.column_names:  # validation measures the natural distribution: read once (or not at all)
+            val = pc.equal(table["split"], "val").to_numpy(zero_copy_only=False)
+            out[val] = np.minimum(out[val], 1)
         return pa.array(out.astype(np.int32), pa.int32())
 
 

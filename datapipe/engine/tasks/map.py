@@ -244,11 +244,12 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                 batch, _ = out.isolated(segment.compute_global, compute_global.name, batch, _compute_step(compute_global))
                 if partitioned is not None and batch.num_rows:  # row keys: this shard, the rows' place in its output
                     out.shuffle.write(partitioned.shuffle(batch, row_key(shard.ordinal, counts.kept)))  # type: ignore[union-attr]
-            if repeat is not None and batch.num_rows:  # the mixture's count of each kept document
-                batch = set_column(batch, REPEAT_COLUMN, repeat.counts(batch))
             if out.tokens is not None and batch.num_rows:
                 counts.stage_in[tokenize_pos] += batch.num_rows
                 batch, _ = out.isolated(tokenize_pos, TOKENIZE_STAGE, batch, lambda b: _encode(spec, b, recorded_tokens))
+            if repeat is not None and batch.num_rows:  # the mixture's count of each kept document (after its split)
+                batch = set_column(batch, REPEAT_COLUMN, repeat.counts(batch))
+            if out.tokens is not None and batch.num_rows:
                 batch = _write_tokens(batch, out.tokens)
             out.keep(batch)
         while started_tasks:  # a stage may fail the task here, before anything is committed
