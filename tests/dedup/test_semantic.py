@@ -1,0 +1,222 @@
+"""The ``semantic`` stage (SemDeDup) and its pieces: static-model embeddings, k-means, pairwise cosine.
+
+The runs use real text (English and Chinese Wikipedia) with planted paraphrase-like copies (sentences
+reordered, commas and full stops re-punctuated) and a tiny static model built here: idf-weighted
+random token vectors in model2vec's folder layout (no download)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from datapipe.audit.sql import connect as connect_stats
+from datapipe.dedup.embed import StaticEmbedder, normalise
+from datapipe.dedup.semantic import kmeans, nearest, similar_pairs
+from datapipe.engine.runner import run_pipeline
+from datapipe.pipeline.load import ConfigError, load_pipeline
+from tests.support.shared_data import shared_path
+
+N_ORIGINALS, N_COPIES = 40, 12
+
+
+def build_static_model(texts: list[str], folder: Path, dim: int = 128, seed: int = 0) -> Path:
+    """model2vec layout: model.safetensors (embeddings, weights) + tokenizer.json (words, single Han characters)."""
+    from safetensors.numpy import save_file
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Split(Regex("[\u3400-\u9fff]"), "isolated")])
+    df: Counter[str] = Counter()
+    for t in texts:
+        df.update({w for w, _ in pre.pre_tokenize_str(re.sub(r"[^\w\s]", " ", t.lower()))})
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(sorted(df))}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    # punctuation is not a token (as a stop-word list would do): the copies are re-punctuated
+    tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace(Regex(r"[^\w\s]"), " ")])
+    tok.pre_tokenizer = pre
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    emb = np.random.default_rng(seed).standard_normal((len(vocab), dim)).astype(np.float32)
+    weights = np.array([math.log((1 + len(texts)) / (1 + df.get(w, 0))) for w in vocab], np.float32)
+    save_file({"embeddings": emb, "weights": weights}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"model_type": "model2vec", "normalize": True, "hidden_dim": dim}))
+    return folder
+
+
+def paraphrase(text: str, rng: random.Random) -> str:
+    """Sentences reordered, about one in six left out, the rest re-punctuated: hardly any shared
+    5-gram order, most of the content."""
+    sents = [s for s in re.split(r"(?<=[.。])\s*", text) if s.strip()]
+    rng.shuffle(sents)
+    if len(sents) >= 3:
+        sents = sents[: len(sents) - max(1, len(sents) // 6)]
+    joined = " ".join(sents)
+    return joined.replace(",", ";").replace("，", "、")
+
+
+def corpus() -> tuple[list[str], dict[int, int]]:
+    """Real documents, then copies of some of them (copy index -> original index), in one list."""
+    texts = []
+    for name, lang in (("en_wikipedia.jsonl", "en"), ("zh_wikipedia.jsonl", "zh")):
+        with open(shared_path("corpus", name), encoding="utf-8") as f:
+            docs = [json.loads(line)["text"] for line in f]
+        texts += [t for t in docs if 400 < len(t) < 3000][: N_ORIGINALS // 2]
+    rng = random.Random(0)
+    originals = rng.sample(range(len(texts)), N_COPIES)
+    copies = {len(texts) + k: i for k, i in enumerate(originals)}
+    texts += [paraphrase(texts[i], rng) for i in originals]
+    return texts, copies
+
+
+def write_run(folder: Path, texts: list[str], options: dict) -> Path:
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    half = len(texts) // 2
+    for f, chunk in enumerate((texts[:half], texts[half:])):
+        (folder / "data" / f"part-{f}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in chunk))
+    cfg = {"name": "sem", "sources": [{"name": "w", "paths": ["data/*.jsonl"]}], "stages": [{"semantic": options}]}
+    path = folder / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    return path
+
+
+def doc_id(i: int, n: int) -> str:
+    half = n // 2  # write_run's split
+    return f"w/data/part-0.jsonl#L{i + 1}" if i < half else f"w/data/part-1.jsonl#L{i - half + 1}"
+
+
+def outputs(out: Path) -> dict[str, bytes]:
+    """Every file a user gets from the run (kept and rejected documents), by path."""
+    return {str(p.relative_to(out)): p.read_bytes() for d in ("docs", "rejected") for p in sorted((out / d).glob("**/*.parquet"))}
+
+
+# -- pieces ---------------------------------------------------------------------------------------
+
+
+def test_static_embedder_is_model2vecs_encode(tmp_path: Path) -> None:
+    model2vec = pytest.importorskip("model2vec")
+    texts, _ = corpus()
+    folder = build_static_model(texts, tmp_path / "m")
+    ours = StaticEmbedder(folder).encode(texts)
+    theirs = model2vec.StaticModel.from_pretrained(str(folder)).encode(texts, max_length=None, normalize=True)
+    assert np.allclose(ours, theirs, atol=1e-6)
+
+
+def test_similar_pairs_are_every_pair_at_or_above_the_threshold() -> None:
+    rng = np.random.default_rng(1)
+    base = normalise(rng.standard_normal((60, 16)))
+    x = normalise(np.concatenate([base, base[:20] + 0.05 * rng.standard_normal((20, 16))]))
+    sims = np.round(x @ x.T, 6)
+    i, j = np.nonzero(np.triu(sims >= 0.9, k=1))
+    for block in (7, 2048):  # blocks smaller than the rows give the same pairs
+        u, v, s = similar_pairs(x, 0.9, block=block)
+        assert list(zip(u.tolist(), v.tolist())) == list(zip(i.tolist(), j.tolist()))
+        assert np.allclose(s, sims[i, j])
+    assert len(i) >= 20  # the perturbed copies are found
+
+
+def test_kmeans_is_deterministic_and_assigns_to_the_nearest_centroid() -> None:
+    rng = np.random.default_rng(2)
+    centres = normalise(rng.standard_normal((4, 8)))
+    x = normalise(np.repeat(centres, 50, axis=0) + 0.05 * rng.standard_normal((200, 8)))
+    a, b = kmeans(x, 4, seed=0, iterations=20), kmeans(x.copy(), 4, seed=0, iterations=20)
+    assert a.tobytes() == b.tobytes()
+    labels = nearest(x, a)
+    assert len(set(labels.tolist())) == 4
+    # the four planted groups are the four clusters
+    assert all(len(set(labels[g * 50 : (g + 1) * 50].tolist())) == 1 for g in range(4))
+
+
+# -- the stage ------------------------------------------------------------------------------------
+
+
+def test_planted_paraphrases_are_dropped_with_the_earliest_survivor(tmp_path: Path) -> None:
+    texts, copies = corpus()
+    build_static_model(texts, tmp_path / "model")
+    path = write_run(tmp_path, texts, {"model": "model", "threshold": 0.9, "clusters": 4, "partitions": 3})
+    out = tmp_path / "out"
+    run_pipeline(load_pipeline(path), output=out, show_progress=False, in_process=True, log=lambda m: None)
+    n = len(texts)
+    with connect_stats(out) as con:
+        dropped = {
+            r[0]: r[1:]
+            for r in con.execute(
+                "select id, dup_of, dup_cluster, semantic_similarity, detail, stage from documents where reason = 'near_semantic'"
+            ).fetchall()
+        }
+        kept = {r[0] for r in con.execute("select id from documents where status = 'kept'").fetchall()}
+    expected = {doc_id(c, n): doc_id(o, n) for c, o in copies.items()}
+    wrong = {d: s[0] for d, s in dropped.items() if expected.get(d) != s[0]}
+    assert not wrong  # only planted copies are dropped, each for its own original (the earlier document)
+    assert len(dropped) >= 0.8 * len(copies), (len(dropped), len(copies))
+    for d, (dup_of, cluster, sim, detail, stage) in dropped.items():
+        assert stage == "semantic" and dup_of in kept and cluster == dup_of
+        assert 0.9 <= sim <= 1.0 and f"cosine {sim:.4f}" in detail and dup_of in detail
+
+
+def test_options_are_checked_with_their_keys(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    for options, key, words in (
+        ({"model": "nowhere"}, "model", "folder not found"),
+        ({"model": "empty"}, "model", "model.safetensors and tokenizer.json"),
+        ({"survivor": "best"}, "score_column", "survivor: best needs score_column"),
+        ({"threshold": 1.5}, "threshold", "less than or equal to 1"),
+    ):
+        path = write_run(tmp_path, ["a document"], options)
+        with pytest.raises(ConfigError) as info:
+            load_pipeline(path)
+        assert any(p.startswith(f"stages[0].semantic.{key}") and words in p for p in info.value.problems), info.value.problems
+
+
+def test_fasttext_mode_is_byte_identical_on_one_and_two_workers(ray_local, tmp_path: Path) -> None:
+    """No model: fastText is trained on the run's own text; in one process, or in two Ray workers, and
+    again: the same kept and rejected files, byte for byte."""
+    texts, copies = corpus()
+    options = {"threshold": 0.97, "clusters": 4, "partitions": 3, "fasttext_epoch": 3, "fasttext_dim": 32}
+    path = write_run(tmp_path, texts, options)
+    runs = {}
+    for name, in_process in (("one", True), ("two", False), ("again", True)):
+        out = tmp_path / name
+        run_pipeline(load_pipeline(path), output=out, show_progress=False, in_process=in_process, log=lambda m: None)
+        runs[name] = outputs(out)
+    assert runs["one"] == runs["two"] == runs["again"]
+    rejected = pq.read_table(tmp_path / "one" / "rejected").to_pylist()
+    n = len(texts)
+    assert {r["id"] for r in rejected} <= {doc_id(c, n) for c in copies}  # what it drops are planted copies
+    assert rejected, "fastText vectors found none of the planted copies"
+
+
+def test_a_run_killed_between_rounds_resumes_to_the_same_outputs(tmp_path: Path) -> None:
+    texts, _ = corpus()
+    build_static_model(texts, tmp_path / "model")
+    path = write_run(tmp_path, texts, {"model": "model", "threshold": 0.9, "clusters": 4, "partitions": 3})
+
+    def datapipe(out: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        import os
+
+        return subprocess.run(
+            [sys.executable, "-m", "datapipe.cli", "run", str(path), "--output", str(out), "--in-process", "--no-progress"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+            timeout=300,
+        )
+
+    whole = datapipe(tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr
+    killed = datapipe(tmp_path / "resumed", {"DATAPIPE_FAULT_KILL_AT": "shuffle0r1:1"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = datapipe(tmp_path / "resumed")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "already done" in resumed.stderr
+    assert outputs(tmp_path / "resumed") == outputs(tmp_path / "whole")
