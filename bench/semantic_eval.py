@@ -11,9 +11,10 @@ Positives (real text from ../shared/data):
 Negatives: 10,000 seeded random pairs of documents that are not copies of each other (any set).
 
 Embedders: ``fasttext`` (what the stage trains when no model is given: fastText on the run's own
-text, here the whole eval set, centred) and ``static`` (a model2vec-layout folder of idf-weighted
+text, here the whole eval set; idf-weighted, common directions removed) and ``static`` (a model2vec-layout folder of idf-weighted
 random token vectors built from the same text, the kind the tests build: a bag-of-words model, so a
-lower bound for a trained static model). For each: positives' and negatives' cosines, P/R per
+lower bound for a trained static model), each also with ``fold_script`` (Traditional folded to
+Simplified before embedding). For each: positives' and negatives' cosines, P/R per
 threshold, and the lowest threshold with no negative above it. Then the stage itself runs on the
 whole set (in-process) at ``--stage-threshold`` (default: that threshold for fastText) and its
 drops are scored per document (k-means splits included).
@@ -124,7 +125,7 @@ def sweep(pos: dict[str, np.ndarray], neg: np.ndarray) -> tuple[list[dict], floa
 
 
 def stage_run(texts: list[str], groups: np.ndarray, threshold: float, work: Path) -> dict:
-    """The stage on the whole set (fastText mode, in-process): per-document precision and recall."""
+    """The stage on the whole set (fastText mode, fold_script, in-process): per-document precision and recall."""
     import yaml
 
     from datapipe.audit.sql import connect
@@ -146,7 +147,7 @@ def stage_run(texts: list[str], groups: np.ndarray, threshold: float, work: Path
     cfg = {
         "name": "sem",
         "sources": [{"name": "s", "paths": ["data/*.jsonl"]}],
-        "stages": [{"semantic": {"threshold": threshold, "partitions": 4, "clusters": 16}}],
+        "stages": [{"semantic": {"threshold": threshold, "partitions": 4, "clusters": 16, "fold_script": True}}],
     }
     (work / "pipeline.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
     t0 = time.perf_counter()
@@ -190,8 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fastText trained in {time.perf_counter() - t0:.1f} s")
         build_static(texts, Path(tmp) / "static")
         embedders["static"] = StaticEmbedder(Path(tmp) / "static")
-        for name, emb in embedders.items():
-            v = emb.encode(texts)
+        from datapipe.dedup.fold import fold_traditional
+
+        folded = fold_traditional(texts)
+        for name, emb in [(f"{n}{suffix}", e) for n, e in embedders.items() for suffix in ("", "+fold_script")]:
+            v = emb.encode(folded if name.endswith("+fold_script") else texts)
             pos = {k: scores(v, np.asarray(p)) for k, p in pairs.items()}
             neg = scores(v, neg_pairs)
             rows, safe = sweep(pos, neg)
@@ -208,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
             results[name] = {"negatives_max": float(neg.max()), "safe_threshold": safe, "sweep": rows}
         if not args.no_stage:
-            thr = args.stage_threshold or results["fasttext"]["safe_threshold"]
+            thr = args.stage_threshold or results["fasttext+fold_script"]["safe_threshold"]
             results["stage"] = stage_run(texts, groups, thr, Path(tmp) / "stage")
-            print(f"\nstage (fastText, threshold {thr}): {results['stage']}")
+            print(f"\nstage (fastText, fold_script, threshold {thr}): {results['stage']}")
     h.finish(results=results)
     return 0
 

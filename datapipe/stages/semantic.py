@@ -71,6 +71,13 @@ class SemanticOptions(StageOptions):
     )
     score_column: str | None = Field(None, description="Signal column for survivor: best (higher is better).")
     partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of each round.")
+    fold_script: bool = Field(
+        False,
+        description=(
+            "Fold Traditional to Simplified characters before embedding (as minhash's fold_script), "
+            "so a copy in the other script is a near-duplicate."
+        ),
+    )
     fasttext_dim: int = Field(64, ge=8, le=512, description="Vector size of the fastText model trained when there is no model.")
     fasttext_epoch: int = Field(5, ge=1, le=100, description="Training epochs of that fastText model.")
 
@@ -171,7 +178,7 @@ class SemanticDedup(GlobalStage):
             h = rows["h"].to_numpy()[kind == CENTROID]
             cand = doc[kind == CENTROID]
             sample = np.sort(cand[np.lexsort((cand, h))][: o.sample])  # the run's sample, in run order
-            texts = inputs.read_rows(sample, ["text"])["text"].to_pylist()
+            texts = self._texts(inputs, sample)
             if o.model is None:
                 from datapipe.dedup.embed import train_fasttext
 
@@ -202,7 +209,7 @@ class SemanticDedup(GlobalStage):
         out_docs, out_cluster, out_vecs = [], [], []
         for s in range(0, len(docs), _EMBED_CHUNK):
             chunk = docs[s : s + _EMBED_CHUNK]
-            vectors = embedder.encode(inputs.read_rows(chunk, ["text"])["text"].to_pylist())
+            vectors = embedder.encode(self._texts(inputs, chunk))
             valid = np.linalg.norm(vectors, axis=1) > 0  # no token the model knows: nothing to compare
             out_docs.append(chunk[valid])
             out_cluster.append(nearest(vectors[valid], centroids))
@@ -284,6 +291,14 @@ class SemanticDedup(GlobalStage):
         )
 
     # -- helpers -----------------------------------------------------------------------------
+    def _texts(self, inputs: ReduceInputs, docs: np.ndarray) -> list[str]:
+        texts = [t or "" for t in inputs.read_rows(docs, ["text"])["text"].to_pylist()]
+        if self.options.fold_script:
+            from datapipe.dedup.fold import fold_traditional
+
+            texts = fold_traditional(texts)
+        return texts
+
     def _fasttext_path(self, inputs: ReduceInputs) -> Path:
         o = self.options
         return Path(inputs.scratch_dir) / f"semantic-fasttext-s{o.seed}-d{o.fasttext_dim}-e{o.fasttext_epoch}-n{o.sample}.bin"
