@@ -124,8 +124,9 @@ def sweep(pos: dict[str, np.ndarray], neg: np.ndarray) -> tuple[list[dict], floa
     return rows, safe
 
 
-def stage_run(texts: list[str], groups: np.ndarray, threshold: float, work: Path) -> dict:
-    """The stage on the whole set (fastText mode, fold_script, in-process): per-document precision and recall."""
+def stage_run(texts: list[str], groups: np.ndarray, threshold: float, work: Path, model: Path | None = None) -> dict:
+    """The stage on the whole set (fold_script, in-process; fastText mode without ``model``):
+    per-document precision and recall."""
     import yaml
 
     from datapipe.audit.sql import connect
@@ -149,6 +150,8 @@ def stage_run(texts: list[str], groups: np.ndarray, threshold: float, work: Path
         "sources": [{"name": "s", "paths": ["data/*.jsonl"]}],
         "stages": [{"semantic": {"threshold": threshold, "partitions": 4, "clusters": 16, "fold_script": True}}],
     }
+    if model is not None:
+        cfg["stages"][0]["semantic"]["model"] = str(model)
     (work / "pipeline.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
     t0 = time.perf_counter()
     run_pipeline(
@@ -174,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--negatives", type=int, default=10_000)
     ap.add_argument("--stage-threshold", type=float, default=None)
     ap.add_argument("--no-stage", action="store_true")
+    ap.add_argument("--embedders", nargs="+", choices=["fasttext", "static"], default=["fasttext", "static"])
     args = add_args(ap, repeats=1).parse_args(argv)
     h = Harness("semantic_eval", args, libs=["fasttext", "safetensors", "tokenizers"])
     texts, groups, pairs = eval_set()
@@ -185,12 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
-        train_fasttext(texts, Path(tmp) / "ft.bin", dim=64, epoch=5, seed=0)
-        embedders = {"fasttext": FastTextEmbedder(Path(tmp) / "ft.bin")}
-        print(f"fastText trained in {time.perf_counter() - t0:.1f} s")
-        build_static(texts, Path(tmp) / "static")
-        embedders["static"] = StaticEmbedder(Path(tmp) / "static")
+        embedders: dict = {}
+        if "fasttext" in args.embedders:
+            t0 = time.perf_counter()
+            train_fasttext(texts, Path(tmp) / "ft.bin", dim=64, epoch=5, seed=0)
+            embedders["fasttext"] = FastTextEmbedder(Path(tmp) / "ft.bin")
+            print(f"fastText trained in {time.perf_counter() - t0:.1f} s")
+        if "static" in args.embedders:
+            build_static(texts, Path(tmp) / "static")
+            embedders["static"] = StaticEmbedder(Path(tmp) / "static")
         from datapipe.dedup.fold import fold_traditional
 
         folded = fold_traditional(texts)
@@ -199,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             pos = {k: scores(v, np.asarray(p)) for k, p in pairs.items()}
             neg = scores(v, neg_pairs)
             rows, safe = sweep(pos, neg)
+            top = [(float(neg[k]), texts[neg_pairs[k][0]][:40], texts[neg_pairs[k][1]][:40]) for k in np.argsort(-neg)[:3]]
             print(
                 f"\n{name}: negatives max {neg.max():.4f}, 99.9th pct {np.quantile(neg, 0.999):.4f}; lowest safe threshold {safe}"
             )
@@ -210,11 +218,13 @@ def main(argv: list[str] | None = None) -> int:
                     + " ".join(f"{r['recall_' + k]:9.3f}" for k in pos)
                     + f" {r['false_pairs']:>6}"
                 )
-            results[name] = {"negatives_max": float(neg.max()), "safe_threshold": safe, "sweep": rows}
-        if not args.no_stage:
-            thr = args.stage_threshold or results["fasttext+fold_script"]["safe_threshold"]
-            results["stage"] = stage_run(texts, groups, thr, Path(tmp) / "stage")
-            print(f"\nstage (fastText, fold_script, threshold {thr}): {results['stage']}")
+            print("most similar negatives: " + "; ".join(f"{c:.3f} {a!r} / {b!r}" for c, a, b in top))
+            results[name] = {"negatives_max": float(neg.max()), "safe_threshold": safe, "sweep": rows, "top_negatives": top}
+        for name in [] if args.no_stage else args.embedders:
+            thr = args.stage_threshold or results[f"{name}+fold_script"]["safe_threshold"]
+            model = Path(tmp) / "static" if name == "static" else None
+            results[f"stage_{name}"] = stage_run(texts, groups, thr, Path(tmp) / f"stage-{name}", model)
+            print(f"\nstage ({name}, fold_script, threshold {thr}): {results[f'stage_{name}']}")
     h.finish(results=results)
     return 0
 
