@@ -28,9 +28,11 @@ from typing import Protocol
 
 import numpy as np
 
+from datapipe.errors import UsageError
 
-class EmbedError(ValueError):
-    """A model folder that cannot be read as a static-embedding model."""
+
+class EmbedError(UsageError):
+    """A model folder that cannot be read as a static-embedding model (exit code 2: fix the folder or the option)."""
 
 
 class Embedder(Protocol):
