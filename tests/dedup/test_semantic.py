@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import yaml
 
@@ -30,6 +31,9 @@ from datapipe.dedup.embed import StaticEmbedder, normalise
 from datapipe.dedup.semantic import kmeans, nearest, similar_pairs
 from datapipe.engine.runner import run_pipeline
 from datapipe.pipeline.load import ConfigError, load_pipeline
+from datapipe.stages.base import StageContext
+from datapipe.stages.global_stage import ReduceInputs
+from datapipe.stages.semantic import SemanticDedup, SemanticOptions
 from tests.support.shared_data import shared_path
 
 N_ORIGINALS, N_COPIES = 40, 12
@@ -231,3 +235,52 @@ def test_fasttext_mode_is_byte_identical_on_one_and_two_workers(ray_local, tmp_p
         dropped = dict(con.execute("select id, dup_of from documents where reason = 'near_semantic'").fetchall())
     assert {doc_id(n - 3 + k, n): doc_id(k, n) for k in range(3)}.items() <= dropped.items()
     assert any((tmp_path / "one" / "_work").glob("**/semantic-fasttext-*.bin"))  # the model is kept in the run folder
+
+
+class _Rows(ReduceInputs):
+    """Map outputs stood in by a table of (row key, id, n_chars, lang_score)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        super().__init__([], [], "")
+        object.__setattr__(self, "table", table)
+
+    def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
+        keys = self.table["key"].to_numpy()  # type: ignore[attr-defined]
+        return self.table.take(pa.array(np.searchsorted(keys, row_keys))).select(columns)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("survivor", "kept"), [("earliest", "a"), ("longest", "b"), ("best", "c")], ids=["earliest", "longest", "best"]
+)
+def test_a_component_keeps_the_survivor_of_its_rule(survivor: str, kept: str) -> None:
+    """Round 2 on one partition: a, b, c are one component (a chain a-b-c, a and c below the
+    threshold), d is alone; the survivor is chosen by the rule as minhash chooses it."""
+    rng = np.random.default_rng(3)
+    base, other = normalise(rng.standard_normal((2, 32)))
+    noise = normalise(rng.standard_normal((1, 32)))[0]
+    vecs = normalise(np.stack([base, base + 0.35 * noise, base + 0.7 * noise, other]))
+    docs = np.array([10, 20, 30, 40], np.int64)
+    rows = pa.table(
+        {
+            "part": pa.array([0] * 4, pa.int32()),
+            "doc": pa.array(docs),
+            "cluster": pa.array([0] * 4, pa.int32()),
+            "vec": pa.array([v.astype(np.float32).tobytes() for v in vecs], pa.binary(128)),
+        }
+    )
+    inputs = _Rows(
+        pa.table({"key": docs, "id": ["a", "b", "c", "d"], "n_chars": [10, 30, 20, 99], "lang_score": [0.1, 0.2, 0.9, 1.0]})
+    )
+    sims = np.round(vecs @ vecs.T, 6)
+    threshold = float((sims[0, 1] + sims[0, 2]) / 2)  # a-b and b-c above, a-c below
+    assert sims[1, 2] >= threshold and sims[0, 2] < threshold and sims[:3, 3].max() < threshold
+    options = {"threshold": threshold, "survivor": survivor, "partitions": 1}
+    if survivor == "best":
+        options["score_column"] = "lang_score"
+    stage = SemanticDedup(SemanticOptions(**options), StageContext(".", "."))
+    decisions = stage.reduce_partition(rows, 2, inputs).output.to_pylist()
+    assert sorted(d["id"] for d in decisions) == sorted({"a", "b", "c"} - {kept})
+    index = {"a": 0, "b": 1, "c": 2}
+    for d in decisions:
+        assert d["reason"] == "near_semantic" and d["dup_of"] == kept and d["dup_cluster"] == "a"
+        assert d["semantic_similarity"] == pytest.approx(float(vecs[index[d["id"]]] @ vecs[index[kept]]), abs=1e-4)
