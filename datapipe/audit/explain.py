@@ -235,6 +235,29 @@ def _bucket_rule_lines(row: dict[str, Any], rule: dict[str, Any], options: dict[
     return out
 
 
+def copies_lines(row: dict[str, Any], run_dir: Path, limit: int = 5) -> list[str]:
+    """For a kept document: the documents dropped as copies of it (``dup_of``: dedup, minhash,
+    semantic), how many by each rule, and the first few with their detail (semantic: the cosine)."""
+    if row.get("status") != "kept":
+        return []
+    with reading(run_dir) as con:
+        if "dup_of" not in {r[0] for r in con.execute("DESCRIBE documents").fetchall()}:
+            return []
+        rows = con.execute(
+            "SELECT id, reason, detail FROM documents WHERE dup_of = $id ORDER BY id", {"id": row["id"]}
+        ).fetchall()
+    if not rows:
+        return []
+    counts: dict[str, int] = {}
+    for _, reason, _ in rows:
+        counts[reason] = counts.get(reason, 0) + 1
+    out = ["  " + ", ".join(f"{n} dropped as {reason}" for reason, n in sorted(counts.items()))]
+    out += [f"  {i}: {detail}" for i, _, detail in rows[:limit]]
+    if len(rows) > limit:
+        out.append(f"  ... and {len(rows) - limit} more (select id, detail from documents where dup_of = '{row['id']}')")
+    return out
+
+
 def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:
     row = document_row(run_dir, doc_id)
     for key in DECISION:
@@ -257,6 +280,9 @@ def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:
     repeat = repeat_line(row, _run_json(run_dir))
     if repeat:
         out.write(f"\nmixture repeat:\n  {repeat}\n")
+    copies = copies_lines(row, run_dir)
+    if copies:
+        out.write("\nkept as the survivor of these copies:\n" + "\n".join(copies) + "\n")
 
 
 def repeat_line(row: dict[str, Any], run: dict[str, Any]) -> str | None:

@@ -243,6 +243,39 @@ def _rehydration(con: Any) -> list[tuple[Any, ...]]:
         FROM documents WHERE status = 'kept' GROUP BY source ORDER BY source""").fetchall()
 
 
+def _semantic(con: Any, limit: int = 10) -> list[tuple[Any, ...]]:
+    """The largest semantic near-duplicate components (``semantic`` stage): survivor, size, the most
+    and least similar dropped member; nothing for a run without such drops."""
+    if "semantic_similarity" not in {r[0] for r in con.execute("DESCRIBE documents").fetchall()}:
+        return []
+    return con.execute(
+        """SELECT dup_of, count(*) + 1 AS size, max(semantic_similarity), min(semantic_similarity),
+                  arg_min(id, semantic_similarity) FROM documents WHERE reason = 'near_semantic'
+           GROUP BY dup_of ORDER BY size DESC, dup_of LIMIT $n""",
+        {"n": limit},
+    ).fetchall()
+
+
+def _with_texts(run_dir: Path, top: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The components with the beginnings of the survivor's and the least similar member's texts:
+    an example pair to judge the threshold by eye (a connection of its own: it reads the text files)."""
+    if not top:
+        return []
+    ids = [i for row in top for i in (row[0], row[4])]
+    with reading(run_dir, text_views=("kept_docs", "rejected_docs")) as con:
+        texts = dict(
+            con.execute(
+                "SELECT id, left(text, 160) FROM (SELECT id, text FROM kept_docs UNION ALL SELECT id, text FROM rejected_docs) "
+                "WHERE id IN (SELECT unnest($ids))",
+                {"ids": ids},
+            ).fetchall()
+        )
+    return [
+        (surv, size, round(hi, 4), round(lo, 4), texts.get(surv, ""), low_id, texts.get(low_id, ""))
+        for surv, size, hi, lo, low_id in top
+    ]
+
+
 def build_report(run_dir: Path) -> str:
     run = read_run_json(Path(run_dir))
     with reading(Path(run_dir)) as con:
@@ -273,11 +306,13 @@ def build_report(run_dir: Path) -> str:
         boilerplate, top_lines = _boilerplate(con)
         rehydration = _rehydration(con)
         repeats = bucket_rows(con, run)
+        semantic_top = _semantic(con)
         chars_hist = _log_hist(con, "n_chars")
         tokens_hist = _log_hist(con, "n_tokens")
         classifier = _classifier_sections(con)
         annotations = annotation_totals(con, run)
         classifier += _bucket_sections(con)
+    semantic = _with_texts(Path(run_dir), semantic_top)
     weights = mixture_weights((run.get("config") or {}).get("mixture"))
     # Every source of the pipeline and of the weights has a row, also one that kept nothing.
     by_source: dict[str, float] = dict.fromkeys([*configured_sources(run), *weights], 0)
@@ -348,6 +383,27 @@ def build_report(run_dir: Path) -> str:
                 ),
             ]
             if contamination
+            else []
+        ),
+        *(
+            [
+                "<h2>Semantic near-duplicates</h2>",
+                "<p>The largest components the <code>semantic</code> stage found, each with its least similar "
+                "dropped member: the pair to read to judge the threshold.</p>",
+                table(
+                    [
+                        "kept (survivor)",
+                        "documents",
+                        "max cosine",
+                        "min cosine",
+                        "survivor text",
+                        "least similar dropped",
+                        "its text",
+                    ],
+                    semantic,
+                ),
+            ]
+            if semantic
             else []
         ),
         *(

@@ -35,6 +35,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "pii": ("datapipe.stages.pii", "Pii"),
     "dedup": ("datapipe.stages.dedup", "ExactDedup"),
     "minhash": ("datapipe.stages.minhash", "MinHashDedup"),
+    "semantic": ("datapipe.stages.semantic", "SemanticDedup"),
     "license": ("datapipe.stages.license", "LicenseTagger"),
     "decontaminate": ("datapipe.stages.decontaminate", "Decontaminate"),
     "classify": ("datapipe.stages.classify", "Classify"),

@@ -1,0 +1,355 @@
+"""Meaning-level near-duplicates (SemDeDup, Abbas et al. 2023) on CPU: embed, k-means, pairwise cosine.
+
+Documents are embedded by a local static-embedding model folder (``model``: model2vec or
+sentence-transformers StaticEmbedding; ``datapipe.dedup.embed``) or, without one, by fastText
+sentence vectors trained on the run's own text. The stage is one partition step in three rounds:
+
+* map (``shuffle``): every document with text is sent to the partition of its row key; each batch
+  also sends the documents with the ``sample`` lowest hashes of their row key to partition 0 (so
+  partition 0 gets a superset of the run's seeded sample, whatever the batches).
+* round 0: partition 0 takes the sample (the ``sample`` lowest hashes), trains fastText on its text
+  when there is no model (saved in the run folder's scratch space), embeds it and trains k-means
+  (``datapipe.dedup.semantic.kmeans``), and forwards the centroids to every partition; every
+  partition forwards its documents to itself.
+* round 1: each partition embeds its documents (the text read back from the map outputs; the model
+  loaded once per worker), assigns each to its nearest centroid and forwards (document, vector) to
+  the partition of the k-means cluster.
+* round 2: per k-means cluster, exact pairwise cosine (blocked matrix product); pairs at or above
+  ``threshold`` are joined into components, and each component keeps one survivor by the same rule
+  as minhash (``earliest``, ``longest``, ``best``); the others are dropped as ``near_semantic`` with
+  ``dup_of`` (the survivor's id), ``dup_cluster`` (the component's first document) and
+  ``semantic_similarity`` (cosine to the survivor).
+
+A component never spans two k-means clusters (SemDeDup's trade: pairs split by k-means are not
+compared), so each is settled by one partition and no union across partitions is needed.
+Memory: partition 0 holds the sample's vectors; a round-2 task holds its clusters' vectors and one
+block x cluster-size similarity matrix at a time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from datapipe.dedup.cluster import UnionFind, survivors
+from datapipe.dedup.components import node_partition
+from datapipe.stages.base import CheckContext, Problem, ResourceFile, Resources, StageOptions
+from datapipe.stages.global_stage import GlobalStage, GlobalStep, PartitionResult, PartitionStep, ReduceInputs, drop_rows
+
+REASON = "near_semantic"
+DOC, CENTROID = 0, 1  # row kinds of round 0's input and output
+_EMBED_CHUNK = 2048
+# bench/semantic_eval.py: the bag-of-words static model has no unrelated pair of 10,000 above 0.8;
+# the fastText vectors trained on 2,080 documents have two above 0.9 and none at 0.99.
+DEFAULT_THRESHOLD, DEFAULT_FASTTEXT_THRESHOLD = 0.9, 0.99  # documents read and embedded at a time in round 1
+
+
+class SemanticOptions(StageOptions):
+    model: str | None = Field(
+        None,
+        description=(
+            "Folder of a static-embedding model (model2vec: model.safetensors + tokenizer.json; or a "
+            "sentence-transformers StaticEmbedding export), relative to the pipeline file. Omitted: "
+            "fastText sentence vectors trained on the run's own text (the sample)."
+        ),
+    )
+    threshold: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "Cosine similarity at or above which two documents are near-duplicates. Default: 0.9 with a "
+            "model, 0.99 for the fastText vectors trained without one (their unrelated pairs reach higher; "
+            "see the stage's page)."
+        ),
+    )
+    clusters: int = Field(
+        64, ge=1, le=65536, description="k-means clusters; pairs are only compared within one (at most sample / 4 are used)."
+    )
+    sample: int = Field(
+        20_000, ge=16, le=5_000_000, description="Documents (a seeded sample) k-means and fastText are trained on."
+    )
+    iterations: int = Field(20, ge=1, le=500, description="Lloyd iterations of k-means (it stops earlier when it has converged).")
+    seed: int = Field(0, ge=0, description="Seed of the sample, the k-means start and fastText.")
+    survivor: Literal["earliest", "longest", "best"] = Field(
+        "earliest", description="Which document of a component to keep (as minhash)."
+    )
+    score_column: str | None = Field(None, description="Signal column for survivor: best (higher is better).")
+    partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of each round.")
+    fold_script: bool = Field(
+        False,
+        description=(
+            "Fold Traditional to Simplified characters before embedding (as minhash's fold_script), "
+            "so a copy in the other script is a near-duplicate."
+        ),
+    )
+    fasttext_dim: int = Field(64, ge=8, le=512, description="Vector size of the fastText model trained when there is no model.")
+    fasttext_epoch: int = Field(5, ge=1, le=100, description="Training epochs of that fastText model.")
+
+
+class SemanticDedup(GlobalStage):
+    name = "semantic"
+    Options = SemanticOptions
+    resources = Resources(num_cpus=1, memory_mb=1024)
+
+    @classmethod
+    def keeps_text(cls, options: SemanticOptions) -> bool:
+        return True  # decides which documents survive; the text is not touched
+
+    @classmethod
+    def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
+        return set()
+
+    @classmethod
+    def check(cls, options: Any, context: CheckContext) -> list[Problem]:
+        from datapipe.dedup.embed import EmbedError, static_model_files
+        from datapipe.stages.minhash import MinHashDedup
+
+        o: SemanticOptions = options
+        if o.survivor == "best" and not o.score_column:
+            return [("score_column", "survivor: best needs score_column (a numeric signal column, higher is better)")]
+        problems = MinHashDedup.check(o, context)  # the same survivor rule and score_column check
+        if o.model is not None:
+            path = _resolve(o.model, context.pipeline_dir)
+            if not path.is_dir():
+                problems.append(("model", f"folder not found: {path}"))
+            else:
+                try:
+                    static_model_files(path)
+                except EmbedError as exc:
+                    problems.append(("model", str(exc)))
+        return problems
+
+    @classmethod
+    def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
+        from datapipe.dedup.embed import EmbedError, static_model_files
+
+        if options.model is None:
+            return []
+        try:
+            weights, tokenizer, _ = static_model_files(_resolve(options.model, pipeline_dir))
+        except EmbedError:
+            return []  # check() reports it
+        return [
+            ResourceFile(weights, "model", key="semantic", content=False),
+            ResourceFile(tokenizer, "tokenizer", key="semantic", content=False),
+        ]
+
+    def prepare(self) -> None:
+        from datapipe.dedup.embed import static_model_files
+
+        if self.options.model is not None:
+            static_model_files(_resolve(self.options.model, self.context.pipeline_dir))
+
+    def steps(self) -> tuple[GlobalStep, ...]:
+        return (PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition, rounds=3, decides=True),)
+
+    # -- map ---------------------------------------------------------------------------------
+    def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
+        o = self.options
+        text = pc.fill_null(batch["text"], "")
+        has_text = pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0).to_numpy(zero_copy_only=False)
+        docs = first_row_key + np.flatnonzero(has_text).astype(np.int64)
+        h = _sample_hash(docs, o.seed)
+        take = np.lexsort((docs, h))[: o.sample]  # this batch's candidates for the run's sample
+        n, m = len(docs), len(take)
+        return pa.table(
+            {
+                "part": pa.array(np.concatenate([node_partition(docs, o.partitions), np.zeros(m, np.int32)]), pa.int32()),
+                "doc": pa.array(np.concatenate([docs, docs[take]]), pa.int64()),
+                "kind": pa.array(np.concatenate([np.full(n, DOC, np.int8), np.full(m, CENTROID, np.int8)]), pa.int8()),
+                "h": pa.array(np.concatenate([np.zeros(n, np.uint64), h[take]]), pa.uint64()),
+            }
+        )
+
+    # -- rounds ------------------------------------------------------------------------------
+    def reduce_partition(self, rows: pa.Table, round: int = 0, inputs: ReduceInputs | None = None) -> PartitionResult:
+        assert inputs is not None, "the rounds read the text back from the map outputs"
+        if round == 0:
+            return self._train(rows, inputs)
+        if round == 1:
+            return self._assign(rows, inputs)
+        return self._pairs(rows, inputs)
+
+    def _train(self, rows: pa.Table, inputs: ReduceInputs) -> PartitionResult:
+        """Round 0: partition 0 trains k-means (and fastText) on the sample; every partition forwards its docs."""
+        o = self.options
+        kind = rows["kind"].to_numpy()
+        doc = rows["doc"].to_numpy()
+        part = int(rows["part"][0].as_py())
+        docs = np.unique(doc[kind == DOC])
+        forward = [_forward_rows(np.full(len(docs), part, np.int32), docs, DOC, [None] * len(docs))]
+        if (kind == CENTROID).any():
+            h = rows["h"].to_numpy()[kind == CENTROID]
+            cand = doc[kind == CENTROID]
+            sample = np.sort(cand[np.lexsort((cand, h))][: o.sample])  # the run's sample, in run order
+            texts = self._texts(inputs, sample)
+            if o.model is None:
+                from datapipe.dedup.embed import train_fasttext
+
+                train_fasttext(texts, self._fasttext_path(inputs), dim=o.fasttext_dim, epoch=o.fasttext_epoch, seed=o.seed)
+            from datapipe.dedup.semantic import kmeans
+
+            vectors = self._embedder(inputs).encode(texts)
+            vectors = vectors[np.linalg.norm(vectors, axis=1) > 0]
+            centroids = kmeans(vectors, min(o.clusters, max(1, len(vectors) // 4)), o.seed, o.iterations)
+            k = len(centroids)
+            blobs = [c.tobytes() for c in centroids]
+            for q in range(o.partitions):
+                forward.append(_forward_rows(np.full(k, q, np.int32), np.arange(k, dtype=np.int64), CENTROID, blobs))
+        return PartitionResult(None, pa.concat_tables(forward))
+
+    def _assign(self, rows: pa.Table, inputs: ReduceInputs) -> PartitionResult:
+        """Round 1: embed the partition's documents and send each to its k-means cluster's partition."""
+        from datapipe.dedup.semantic import nearest
+
+        o = self.options
+        kind = rows["kind"].to_numpy()
+        cent_rows = rows.filter(pa.array(kind == CENTROID)).sort_by("doc")
+        docs = np.unique(rows["doc"].to_numpy()[kind == DOC])
+        if len(docs) == 0 or cent_rows.num_rows == 0:
+            return PartitionResult(None)
+        centroids = np.stack([np.frombuffer(b, np.float32) for b in cent_rows["vec"].to_pylist()])
+        embedder = self._embedder(inputs)
+        out_docs, out_cluster, out_vecs = [], [], []
+        for s in range(0, len(docs), _EMBED_CHUNK):
+            chunk = docs[s : s + _EMBED_CHUNK]
+            vectors = embedder.encode(self._texts(inputs, chunk))
+            valid = np.linalg.norm(vectors, axis=1) > 0  # no token the model knows: nothing to compare
+            out_docs.append(chunk[valid])
+            out_cluster.append(nearest(vectors[valid], centroids))
+            out_vecs.append(vectors[valid])
+        d, c, v = np.concatenate(out_docs), np.concatenate(out_cluster), np.concatenate(out_vecs)
+        width = 4 * v.shape[1]
+        column = pa.Array.from_buffers(pa.binary(width), len(v), [None, pa.py_buffer(np.ascontiguousarray(v).tobytes())])
+        return PartitionResult(
+            None,
+            pa.table(
+                {
+                    "part": pa.array((c % o.partitions).astype(np.int32), pa.int32()),
+                    "doc": pa.array(d, pa.int64()),
+                    "cluster": pa.array(c, pa.int32()),
+                    "vec": column,
+                }
+            ),
+        )
+
+    def _pairs(self, rows: pa.Table, inputs: ReduceInputs) -> PartitionResult:
+        """Round 2: pairwise cosine per k-means cluster, components, survivors, decisions."""
+        from datapipe.dedup.semantic import similar_pairs
+
+        o = self.options
+        rows = rows.sort_by([("cluster", "ascending"), ("doc", "ascending")])
+        cluster = rows["cluster"].to_numpy()
+        docs = rows["doc"].to_numpy()
+        vec_col = rows["vec"].combine_chunks()
+        width = vec_col.type.byte_width // 4
+        vectors = np.frombuffer(vec_col.buffers()[1], np.float32, count=len(docs) * width, offset=vec_col.offset * 4 * width)
+        vectors = vectors.reshape(len(docs), width)
+        starts = np.flatnonzero(np.r_[True, cluster[1:] != cluster[:-1]])
+        ends = np.r_[starts[1:], len(docs)]
+        member_idx, root_idx = [], []  # rows (of this partition) in a component of two or more, and its root row
+        for s, e in zip(starts, ends):
+            if e - s < 2:
+                continue
+            uf = UnionFind(e - s)
+            i, j, _ = similar_pairs(vectors[s:e], self.threshold)
+            if len(i) == 0:
+                continue
+            uf.union(i, j)
+            roots = uf.roots()
+            sizes = np.bincount(roots, minlength=e - s)
+            grouped = np.flatnonzero(sizes[roots] > 1)
+            member_idx.append(grouped + s)
+            root_idx.append(roots[grouped] + s)
+        if not member_idx:
+            return PartitionResult(None)
+        members, roots = np.concatenate(member_idx), np.concatenate(root_idx)
+        order = np.argsort(docs[members], kind="stable")  # by row key, across clusters
+        members, roots = members[order], roots[order]
+        keys = docs[members]
+        root_pos = np.searchsorted(keys, docs[roots])  # each row's component root as an index into keys
+        columns = ["id", "n_chars"] + ([o.score_column] if o.survivor == "best" and o.score_column else [])
+        read = inputs.read_rows(keys, columns)
+        scores = read[o.score_column].to_numpy(zero_copy_only=False) if o.survivor == "best" and o.score_column else None
+        surv = survivors(root_pos, o.survivor, lengths=read["n_chars"].to_numpy(zero_copy_only=False), scores=scores)
+        size = np.bincount(root_pos, minlength=len(keys))[root_pos]
+        dup = np.flatnonzero(surv != np.arange(len(keys)))
+        ids = np.asarray(read["id"].to_pylist(), dtype=object)
+        pair = (vectors[members[dup]].astype(np.float64), vectors[members[surv[dup]]].astype(np.float64))
+        sim = np.round(np.einsum("ij,ij->i", *pair), 4)
+        survivor_ids = ids[surv[dup]].tolist()
+        detail = [
+            f"semantic near-duplicate of {s} (component of {n}, cosine {c:.4f}; threshold {self.threshold:g})"
+            for s, n, c in zip(survivor_ids, size[dup].tolist(), sim.tolist())
+        ]
+        return PartitionResult(
+            drop_rows(
+                keys[dup],
+                ids[dup].tolist(),
+                REASON,
+                detail,
+                dup_of=pa.array(survivor_ids, pa.string()),
+                dup_cluster=pa.array(ids[root_pos[dup]].tolist(), pa.string()),
+                semantic_similarity=pa.array(sim, pa.float64()),
+            )
+        )
+
+    # -- helpers -----------------------------------------------------------------------------
+    @property
+    def threshold(self) -> float:
+        o = self.options
+        if o.threshold is not None:
+            return float(o.threshold)
+        return DEFAULT_THRESHOLD if o.model is not None else DEFAULT_FASTTEXT_THRESHOLD
+
+    def _texts(self, inputs: ReduceInputs, docs: np.ndarray) -> list[str]:
+        texts = [t or "" for t in inputs.read_rows(docs, ["text"])["text"].to_pylist()]
+        if self.options.fold_script:
+            from datapipe.dedup.fold import fold_traditional
+
+            texts = fold_traditional(texts)
+        return texts
+
+    def _fasttext_path(self, inputs: ReduceInputs) -> Path:
+        o = self.options
+        return Path(inputs.scratch_dir) / f"semantic-fasttext-s{o.seed}-d{o.fasttext_dim}-e{o.fasttext_epoch}-n{o.sample}.bin"
+
+    def _embedder(self, inputs: ReduceInputs) -> Any:
+        from datapipe.dedup.embed import load_embedder
+
+        if self.options.model is not None:
+            return load_embedder("static", _resolve(self.options.model, self.context.pipeline_dir))
+        return load_embedder("fasttext", self._fasttext_path(inputs))
+
+
+def _resolve(path: str, base: Path | str) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else Path(base) / p
+
+
+def _sample_hash(docs: np.ndarray, seed: int) -> np.ndarray:
+    """A seeded splitmix64 of each row key: the sample is the documents with the lowest values."""
+    x = docs.astype(np.uint64) ^ np.uint64((seed * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)
+    with np.errstate(over="ignore"):
+        x += np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x
+
+
+def _forward_rows(part: np.ndarray, doc: np.ndarray, kind: int, vec: list[bytes | None]) -> pa.Table:
+    return pa.table(
+        {
+            "part": pa.array(part, pa.int32()),
+            "doc": pa.array(doc, pa.int64()),
+            "kind": pa.array(np.full(len(doc), kind, np.int8), pa.int8()),
+            "vec": pa.array(vec, pa.binary()),
+        }
+    )

@@ -1,0 +1,286 @@
+"""The ``semantic`` stage (SemDeDup) and its pieces: static-model embeddings, k-means, pairwise cosine.
+
+The runs use real text (English and Chinese Wikipedia) with planted paraphrase-like copies (sentences
+reordered, commas and full stops re-punctuated) and a tiny static model built here: idf-weighted
+random token vectors in model2vec's folder layout (no download)."""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import yaml
+
+from datapipe.audit.explain import explain
+from datapipe.audit.report import build_report
+from datapipe.audit.sql import connect as connect_stats
+from datapipe.dedup.embed import StaticEmbedder, normalise
+from datapipe.dedup.semantic import kmeans, nearest, similar_pairs
+from datapipe.engine.runner import run_pipeline
+from datapipe.pipeline.load import ConfigError, load_pipeline
+from datapipe.stages.base import StageContext
+from datapipe.stages.global_stage import ReduceInputs
+from datapipe.stages.semantic import SemanticDedup, SemanticOptions
+from tests.support.shared_data import shared_path
+
+N_ORIGINALS, N_COPIES = 40, 12
+
+
+def build_static_model(texts: list[str], folder: Path, dim: int = 128, seed: int = 0) -> Path:
+    """model2vec layout: model.safetensors (embeddings, weights) + tokenizer.json (words, single Han characters)."""
+    from safetensors.numpy import save_file
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Split(Regex("[\u3400-\u9fff]"), "isolated")])
+    df: Counter[str] = Counter()
+    for t in texts:
+        df.update({w for w, _ in pre.pre_tokenize_str(re.sub(r"[^\w\s]", " ", t.lower()))})
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(sorted(df))}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    # punctuation is not a token (as a stop-word list would do): the copies are re-punctuated
+    tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace(Regex(r"[^\w\s]"), " ")])
+    tok.pre_tokenizer = pre
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    emb = np.random.default_rng(seed).standard_normal((len(vocab), dim)).astype(np.float32)
+    weights = np.array([math.log((1 + len(texts)) / (1 + df.get(w, 0))) for w in vocab], np.float32)
+    save_file({"embeddings": emb, "weights": weights}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"model_type": "model2vec", "normalize": True, "hidden_dim": dim}))
+    return folder
+
+
+def paraphrase(text: str, rng: random.Random) -> str:
+    """Sentences reordered, about one in six left out, the rest re-punctuated: hardly any shared
+    5-gram order, most of the content."""
+    sents = [s for s in re.split(r"(?<=[.。])\s*", text) if s.strip()]
+    rng.shuffle(sents)
+    if len(sents) >= 3:
+        sents = sents[: len(sents) - max(1, len(sents) // 6)]
+    joined = " ".join(sents)
+    return joined.replace(",", ";").replace("，", "、")
+
+
+def corpus() -> tuple[list[str], dict[int, int]]:
+    """Real documents, then copies of some of them (copy index -> original index), in one list."""
+    texts = []
+    for name in ("en_wikipedia.jsonl", "zh_wikipedia.jsonl"):
+        with open(shared_path("corpus", name), encoding="utf-8") as f:
+            docs = [json.loads(line)["text"] for line in f]
+        texts += [t for t in docs if 400 < len(t) < 3000][: N_ORIGINALS // 2]
+    rng = random.Random(0)
+    originals = rng.sample(range(len(texts)), N_COPIES)
+    copies = {len(texts) + k: i for k, i in enumerate(originals)}
+    texts += [paraphrase(texts[i], rng) for i in originals]
+    return texts, copies
+
+
+def write_run(folder: Path, texts: list[str], options: dict) -> Path:
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    half = len(texts) // 2
+    for f, chunk in enumerate((texts[:half], texts[half:])):
+        (folder / "data" / f"part-{f}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in chunk))
+    cfg = {"name": "sem", "sources": [{"name": "w", "paths": ["data/*.jsonl"]}], "stages": [{"semantic": options}]}
+    path = folder / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    return path
+
+
+def doc_id(i: int, n: int) -> str:
+    half = n // 2  # write_run's split
+    return f"w/data/part-0.jsonl#L{i + 1}" if i < half else f"w/data/part-1.jsonl#L{i - half + 1}"
+
+
+def outputs(out: Path) -> dict[str, bytes]:
+    """Every file a user gets from the run (kept and rejected documents), by path."""
+    return {str(p.relative_to(out)): p.read_bytes() for d in ("docs", "rejected") for p in sorted((out / d).glob("**/*.parquet"))}
+
+
+# -- pieces ---------------------------------------------------------------------------------------
+
+
+def test_static_embedder_is_model2vecs_encode(tmp_path: Path) -> None:
+    model2vec = pytest.importorskip("model2vec")
+    texts, _ = corpus()
+    folder = build_static_model(texts, tmp_path / "m")
+    ours = StaticEmbedder(folder).encode(texts)
+    theirs = model2vec.StaticModel.from_pretrained(str(folder)).encode(texts, max_length=None, normalize=True)
+    assert np.allclose(ours, theirs, atol=1e-6)
+
+
+def test_similar_pairs_are_every_pair_at_or_above_the_threshold() -> None:
+    rng = np.random.default_rng(1)
+    base = normalise(rng.standard_normal((60, 16)))
+    x = normalise(np.concatenate([base, base[:20] + 0.05 * rng.standard_normal((20, 16))]))
+    sims = np.round(x @ x.T, 6)
+    i, j = np.nonzero(np.triu(sims >= 0.9, k=1))
+    for block in (7, 2048):  # blocks smaller than the rows give the same pairs
+        u, v, s = similar_pairs(x, 0.9, block=block)
+        assert list(zip(u.tolist(), v.tolist())) == list(zip(i.tolist(), j.tolist()))
+        assert np.allclose(s, sims[i, j])
+    assert len(i) >= 20  # the perturbed copies are found
+
+
+def test_kmeans_is_deterministic_and_assigns_to_the_nearest_centroid() -> None:
+    rng = np.random.default_rng(2)
+    centres = normalise(rng.standard_normal((4, 8)))
+    x = normalise(np.repeat(centres, 50, axis=0) + 0.05 * rng.standard_normal((200, 8)))
+    a, b = kmeans(x, 4, seed=0, iterations=20), kmeans(x.copy(), 4, seed=0, iterations=20)
+    assert a.tobytes() == b.tobytes()
+    labels = nearest(x, a)
+    assert len(set(labels.tolist())) == 4
+    # the four planted groups are the four clusters
+    assert all(len(set(labels[g * 50 : (g + 1) * 50].tolist())) == 1 for g in range(4))
+
+
+# -- the stage ------------------------------------------------------------------------------------
+
+
+def test_planted_paraphrases_are_dropped_with_the_earliest_survivor_and_a_killed_run_resumes(tmp_path: Path) -> None:
+    texts, copies = corpus()
+    build_static_model(texts, tmp_path / "model")
+    path = write_run(tmp_path, texts, {"model": "model", "threshold": 0.9, "clusters": 4, "partitions": 3})
+    out = tmp_path / "out"
+    run_pipeline(load_pipeline(path), output=out, show_progress=False, in_process=True, log=lambda m: None)
+    n = len(texts)
+    with connect_stats(out) as con:
+        dropped = {
+            r[0]: r[1:]
+            for r in con.execute(
+                "select id, dup_of, dup_cluster, semantic_similarity, detail, stage from documents where reason = 'near_semantic'"
+            ).fetchall()
+        }
+        kept = {r[0] for r in con.execute("select id from documents where status = 'kept'").fetchall()}
+    expected = {doc_id(c, n): doc_id(o, n) for c, o in copies.items()}
+    wrong = {d: s[0] for d, s in dropped.items() if expected.get(d) != s[0]}
+    assert not wrong  # only planted copies are dropped, each for its own original (the earlier document)
+    assert len(dropped) >= 0.8 * len(copies), (len(dropped), len(copies))
+    for dup_of, cluster, sim, detail, stage in dropped.values():
+        assert stage == "semantic" and dup_of in kept and cluster == dup_of
+        assert 0.9 <= sim <= 1.0 and f"cosine {sim:.4f}" in detail and dup_of in detail
+
+    # explain and the report say why: the dropped copy's rule and cosine, the survivor's copies, the
+    # largest components with their least similar pair.
+    copy, (original, *_) = sorted(dropped.items())[0]
+    said = io.StringIO()
+    explain(out, copy, said)
+    assert "rule 'near_semantic'" in said.getvalue() and "semantic_similarity" in said.getvalue()
+    said = io.StringIO()
+    explain(out, original, said)
+    assert "kept as the survivor of these copies" in said.getvalue() and f"{copy}: semantic near-duplicate" in said.getvalue()
+    page = build_report(out)
+    assert "Semantic near-duplicates" in page and html.escape(original) in page
+
+    # Resumable: a run killed after the first task of round 1 (round 0 done, k-means trained) and
+    # run again gives the same files as the run that was never interrupted.
+    def datapipe(env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        args = ["run", str(path), "--output", str(tmp_path / "resumed"), "--in-process", "--no-progress"]
+        return subprocess.run(
+            [sys.executable, "-m", "datapipe.cli", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+            timeout=300,
+        )
+
+    killed = datapipe({"DATAPIPE_FAULT_KILL_AT": "shuffle0r1:1"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = datapipe()
+    assert resumed.returncode == 0, resumed.stderr
+    assert "already done" in resumed.stderr
+    assert outputs(tmp_path / "resumed") == outputs(out)
+
+
+def test_options_are_checked_with_their_keys(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    for options, key, words in (
+        ({"model": "nowhere"}, "model", "folder not found"),
+        ({"model": "empty"}, "model", "model.safetensors and tokenizer.json"),
+        ({"survivor": "best"}, "score_column", "survivor: best needs score_column"),
+        ({"threshold": 1.5}, "threshold", "less than or equal to 1"),
+    ):
+        path = write_run(tmp_path, ["a document"], options)
+        with pytest.raises(ConfigError) as info:
+            load_pipeline(path)
+        assert any(p.startswith(f"stages[0].semantic.{key}") and words in p for p in info.value.problems), info.value.problems
+
+
+def test_fasttext_mode_is_byte_identical_on_one_and_two_workers(ray_local, tmp_path: Path) -> None:
+    """No model: fastText is trained on the run's own text; in one process, or in two Ray workers, and
+    again: the same kept and rejected files, byte for byte."""
+    texts, _ = corpus()
+    texts += texts[:3]  # exact copies: whatever the vectors learnt from so little text, these are the same
+    options = {"threshold": 0.995, "clusters": 4, "partitions": 3, "fasttext_epoch": 3, "fasttext_dim": 32}
+    path = write_run(tmp_path, texts, options)
+    runs = {}
+    for name, in_process in (("one", True), ("two", False)):
+        out = tmp_path / name
+        run_pipeline(load_pipeline(path), output=out, show_progress=False, in_process=in_process, log=lambda m: None)
+        runs[name] = outputs(out)
+    assert runs["one"] == runs["two"]
+    n = len(texts)
+    with connect_stats(tmp_path / "one") as con:
+        dropped = dict(con.execute("select id, dup_of from documents where reason = 'near_semantic'").fetchall())
+    assert {doc_id(n - 3 + k, n): doc_id(k, n) for k in range(3)}.items() <= dropped.items()
+    assert any((tmp_path / "one" / "_work").glob("**/semantic-fasttext-*.bin"))  # the model is kept in the run folder
+
+
+class _Rows(ReduceInputs):
+    """Map outputs stood in by a table of (row key, id, n_chars, lang_score)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        super().__init__([], [], "")
+        object.__setattr__(self, "table", table)
+
+    def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
+        keys = self.table["key"].to_numpy()  # type: ignore[attr-defined]
+        return self.table.take(pa.array(np.searchsorted(keys, row_keys))).select(columns)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("survivor", "kept"), [("earliest", "a"), ("longest", "b"), ("best", "c")], ids=["earliest", "longest", "best"]
+)
+def test_a_component_keeps_the_survivor_of_its_rule(survivor: str, kept: str) -> None:
+    """Round 2 on one partition: a, b, c are one component (a chain a-b-c, a and c below the
+    threshold), d is alone; the survivor is chosen by the rule as minhash chooses it."""
+    rng = np.random.default_rng(3)
+    base, other = normalise(rng.standard_normal((2, 32)))
+    noise = normalise(rng.standard_normal((1, 32)))[0]
+    vecs = normalise(np.stack([base, base + 0.35 * noise, base + 0.7 * noise, other]))
+    docs = np.array([10, 20, 30, 40], np.int64)
+    rows = pa.table(
+        {
+            "part": pa.array([0] * 4, pa.int32()),
+            "doc": pa.array(docs),
+            "cluster": pa.array([0] * 4, pa.int32()),
+            "vec": pa.array([v.astype(np.float32).tobytes() for v in vecs], pa.binary(128)),
+        }
+    )
+    inputs = _Rows(
+        pa.table({"key": docs, "id": ["a", "b", "c", "d"], "n_chars": [10, 30, 20, 99], "lang_score": [0.1, 0.2, 0.9, 1.0]})
+    )
+    sims = np.round(vecs @ vecs.T, 6)
+    threshold = float((sims[0, 1] + sims[0, 2]) / 2)  # a-b and b-c above, a-c below
+    assert sims[1, 2] >= threshold and sims[0, 2] < threshold and sims[:3, 3].max() < threshold
+    options = {"threshold": threshold, "survivor": survivor, "partitions": 1}
+    if survivor == "best":
+        options["score_column"] = "lang_score"
+    stage = SemanticDedup(SemanticOptions(**options), StageContext(".", "."))
+    decisions = stage.reduce_partition(rows, 2, inputs).output.to_pylist()
+    assert sorted(d["id"] for d in decisions) == sorted({"a", "b", "c"} - {kept})
+    index = {"a": 0, "b": 1, "c": 2}
+    for d in decisions:
+        assert d["reason"] == "near_semantic" and d["dup_of"] == kept and d["dup_cluster"] == "a"
+        assert d["semantic_similarity"] == pytest.approx(float(vecs[index[d["id"]]] @ vecs[index[kept]]), abs=1e-4)
