@@ -125,6 +125,12 @@ def test_scores_equal_direct_transformers_and_an_ensemble_with_fasttext_buckets_
         )
         assert r["reason"] == want and r["status"] == ("kept" if want is None else "rejected"), r
     assert {r["reason"] for r in rows} == {"classifier:cls_tc_hq", "classifier_bucket:ensemble", None}
+    # the report's histogram of the regression score spans its range (it may leave 0-1), every document in it
+    page = tmp_path / "r.html"
+    assert CliRunner().invoke(main, ["report", str(out), "--html", str(page)]).exit_code == 0
+    section = page.read_text(encoding="utf-8").split("<code>cls_tr_score</code>")[1].split("<h3>")[0]
+    lo, hi = min(r["cls_tr_score"] for r in rows), max(r["cls_tr_score"] for r in rows)
+    assert f"<td>{lo:.2f}-" in section and f"-{hi:.2f}</td>" in section, section
 
 
 def _text_of(doc_id: str, tmp_path: Path) -> str:
