@@ -17,6 +17,7 @@ from click.testing import CliRunner
 pytest.importorskip("transformers", reason="the transformers extra is not installed")
 
 from datapipe.audit.sql import run_query  # noqa: E402
+from datapipe.classify import buckets as bk  # noqa: E402
 from datapipe.classify import transformer as tfm  # noqa: E402
 from datapipe.cli import main  # noqa: E402
 from datapipe.engine.executors import fit_gpus  # noqa: E402
@@ -71,7 +72,11 @@ def _pipeline(tmp_path: Path, models: Path, classify: dict, docs: int = 24) -> P
     for name, file, kind in (("zh", "zh_oiwiki.jsonl", "web"), ("en", "en_wikipedia.jsonl", "text")):
         lines = shared_path("corpus", file).read_text(encoding="utf-8").splitlines()[-docs:]
         data = tmp_path / f"{name}.jsonl"
-        data.write_text("".join(json.dumps({"text": json.loads(x)["text"][:4000]}, ensure_ascii=False) + "\n" for x in lines))
+        # every third text short (a few to ~40 tokens): batches mix lengths, so padding is masked for real
+        cut = [4000 if i % 3 else 10 + 5 * i for i in range(len(lines))]
+        data.write_text(
+            "".join(json.dumps({"text": json.loads(x)["text"][:c]}, ensure_ascii=False) + "\n" for x, c in zip(lines, cut))
+        )
         sources.append({"name": name, "kind": kind, "paths": [str(data)]})
     classify = {
         "models": {
@@ -106,6 +111,7 @@ def test_scores_equal_direct_transformers_and_an_ensemble_with_fasttext_buckets_
     np.testing.assert_allclose([r["cls_tr_score"] for r in rows], reg[:, 0], atol=1e-5, rtol=0)
     # the scores differ (the buckets rank something), and a regression score may be negative
     assert np.ptp(reg[:, 0]) > 0.1 and np.ptp(cls[:, 1]) > 0.05 and len({r["cls_ft_hq"] for r in rows}) > 24
+    assert reg[:, 0].min() < 0
 
     for kind in ("web", "text"):
         group = [r for r in rows if r["kind"] == kind]
@@ -138,6 +144,14 @@ def _text_of(doc_id: str, tmp_path: Path) -> str:
     source, _, line = doc_id.partition("/")[2].rpartition("#L")
     lines = (tmp_path / source).read_text(encoding="utf-8").splitlines()
     return json.loads(lines[int(line) - 1])["text"][:MAX_CHARS]
+
+
+def test_buckets_rank_negative_regression_scores_in_order() -> None:
+    scores = np.array([-3.0, -1.0, -2.5, 0.5, -0.0, 2.0, -5.0, 1.0, -1e-30, 0.0], np.float32)
+    keys = bk.sort_keys(scores, bk.tie_keys([str(i) for i in range(len(scores))]))
+    got = bk.rank_buckets(keys, np.zeros(len(scores), np.int64), 5)
+    # two per bucket, by score: -5 -3 | -2.5 -1 | -1e-30 and one of the zeros (-0.0 ties 0.0) | 0.5 | 1 2
+    assert got.tolist() in ([0, 1, 1, 3, 2, 4, 0, 4, 2, 3], [0, 1, 1, 3, 3, 4, 0, 4, 2, 2])
 
 
 def test_one_load_per_process_and_regression_thresholds_may_be_negative(models: Path) -> None:
