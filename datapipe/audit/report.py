@@ -153,14 +153,26 @@ def _classifier_sections(con: Any) -> list[str]:
     out = ["<h2>Classifier scores</h2>"]
     for col in columns:
         q = f'"{col}"'
+        # ten buckets over 0-1 (a probability), or over the column's range where it leaves 0-1 (a
+        # transformers regression score, which may be negative or above 1)
+        least, most = con.execute(f"SELECT min({q}), max({q}) FROM documents").fetchone() or (None, None)
+        lo, hi = 0.0, 1.0
+        if least is not None and most is not None and (least < 0.0 or most > 1.0):
+            lo, hi = float(least), float(most)
+        width = (hi - lo) / 10 or 1.0
         rows = con.execute(
-            f"SELECT least(floor({q} * 10), 9)::INT AS b, count(*) FILTER (status = 'kept'), "
+            f"SELECT least(floor(({q} - ?) / ?), 9)::INT AS b, count(*) FILTER (status = 'kept'), "
             f"count(*) FILTER (status = 'rejected' AND stage = 'classify'), "
             f"count(*) FILTER (status = 'rejected' AND stage <> 'classify') "
-            f"FROM documents WHERE {q} IS NOT NULL GROUP BY b ORDER BY b"
+            f"FROM documents WHERE {q} IS NOT NULL GROUP BY b ORDER BY b",
+            [lo, width],
         ).fetchall()
         by_bucket = {b: (k, c, o) for b, k, c, o in rows}
-        hist = [(f"{b / 10:.1f}-{(b + 1) / 10:.1f}", [float(v) for v in by_bucket.get(b, (0, 0, 0))]) for b in range(10)]
+        digits = 1 if (lo, hi) == (0.0, 1.0) else 2
+        hist = [
+            (f"{lo + b * width:.{digits}f}-{lo + (b + 1) * width:.{digits}f}", [float(v) for v in by_bucket.get(b, (0, 0, 0))])
+            for b in range(10)
+        ]
         groups = con.execute(
             f"SELECT coalesce(lang, 'unknown'), kind, count(*), "
             f"round(quantile_cont({q}, 0.25), 4), round(median({q}), 4), round(quantile_cont({q}, 0.75), 4), "

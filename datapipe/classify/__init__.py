@@ -1,1 +1,1 @@
-"""Model-based quality scoring: the featuriser, fastText model loading and scoring, training, metrics."""
+"""Model-based quality scoring: the featuriser, fastText and transformers model loading and scoring, training, metrics."""

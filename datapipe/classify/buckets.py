@@ -29,9 +29,13 @@ def tie_keys(ids: Iterable[str]) -> np.ndarray:
 
 
 def sort_keys(scores: np.ndarray, ties: np.ndarray) -> np.ndarray:
-    """One uint64 per document ordering (score, tie): a non-negative float32's bits grow with its value."""
-    bits = np.ascontiguousarray(np.maximum(np.asarray(scores, np.float32), np.float32(0))).view(np.uint32)
-    return (bits.astype(np.uint64) << np.uint64(32)) | (ties.astype(np.uint64) & np.uint64(0xFFFFFFFF))
+    """One uint64 per document ordering (score, tie), for any float32 score (a regression model's may be
+    negative): a non-negative float's bits grow with its value, so they get the sign bit set; a
+    negative one's bits grow as it falls, so they are inverted. -0.0 counts as 0.0."""
+    values = np.asarray(scores, np.float32) + np.float32(0.0)  # -0.0 + 0.0 is 0.0
+    bits = np.ascontiguousarray(values).view(np.uint32)
+    ordered = np.where(bits & np.uint32(0x80000000), ~bits, bits | np.uint32(0x80000000))
+    return (ordered.astype(np.uint64) << np.uint64(32)) | (ties.astype(np.uint64) & np.uint64(0xFFFFFFFF))
 
 
 def rank_buckets(keys: np.ndarray, groups: np.ndarray, count: int) -> np.ndarray:

@@ -19,6 +19,7 @@ from datapipe.engine.phases import Phase, Task
 from datapipe.engine.plan import RunSpec
 from datapipe.engine.ray_runtime import ray_session
 from datapipe.engine.worker import run_task
+from datapipe.errors import PipelineError
 from datapipe.runtime import kernel_warmup
 
 Outcome = tuple[str, dict[str, Any] | Exception]  # (task key, its marker or the exception it ended with)
@@ -119,7 +120,7 @@ class RayExecutor:
         if self._warmup is not None:  # waited for here, so it overlaps Ray's start and the planning
             self._warmup.wait()
             self._warmup = None
-        remote = self._remote.options(**phase.resources, **fault_env())
+        remote = self._remote.options(**fit_gpus(phase, ray.cluster_resources().get("GPU", 0.0)), **fault_env())
         shared = self._spec_ref(spec)
         pending = {remote.remote(phase.name, t.key, phase.fn, shared, *t.args): t.key for t in tasks}
         while pending:
@@ -156,6 +157,21 @@ def _fetch(refs: list[Any], keys: list[str]) -> Iterator[Outcome]:
             yield key, ray.get(ref)
         except Exception as exc:  # noqa: BLE001 - reported with the others; the rest of the phase goes on
             yield key, exc
+
+
+def fit_gpus(phase: Phase, cluster_gpus: float) -> dict[str, Any]:
+    """A phase's Ray options on this cluster: a GPU request where the cluster has none is dropped when
+    optional (the stage runs on CPU there: classify's ``device: auto``) and an error when required
+    (a task asking for what no node has would wait forever)."""
+    resources = dict(phase.resources)
+    if resources.get("num_gpus", 0) and not cluster_gpus:
+        if phase.gpus_required:
+            raise PipelineError(
+                f"phase {phase.name}: its tasks need a GPU (a classify model with device: cuda), and the Ray cluster has none",
+                hint="run on a cluster with GPU nodes, or use device: auto or cpu",
+            )
+        resources.pop("num_gpus")
+    return resources
 
 
 def make_executor(

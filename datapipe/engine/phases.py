@@ -34,6 +34,7 @@ from datapipe.run_folder.layout import (
     reduce_phase,
     shuffle_phase,
 )
+from datapipe.stages.base import Resources
 from datapipe.stages.global_stage import CombineStep, PartitionStep, checked_steps
 
 
@@ -54,8 +55,9 @@ class Phase:
     name: str  # the marker folder: kept as runs before had it, so old run folders resume
     fn: Callable[..., dict[str, Any]]  # fn(spec, *task.args) -> the marker's contents
     tasks: TaskList  # or, where they depend on earlier outputs, a function of the run folder (None: not yet known)
-    resources: dict[str, Any]  # Ray task options: num_cpus, memory, scheduling_strategy
+    resources: dict[str, Any]  # Ray task options: num_cpus, memory, num_gpus, scheduling_strategy
     unit: str  # what the progress bar counts
+    gpus_required: bool = False  # False: num_gpus is dropped on a cluster without GPUs (a stage's device: auto)
 
     def task_list(self, folder: RunFolder) -> tuple[Task, ...] | None:
         return self.tasks(folder) if callable(self.tasks) else self.tasks
@@ -83,6 +85,7 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 tuple(Task(s.key, (s, segment)) for s in largest_first(spec.shards)),
                 {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"},
                 "shards",
+                any(r.gpus_required for r in _computing_resources(spec, segment)),
             )
         )
         if not segment.final:
@@ -172,4 +175,11 @@ def _segment_resources(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     stages = [build_stage(spec, p) for p in positions]
     cpus = max([1.0, *(s.resources.num_cpus for s in stages)])
     memory = sum(s.resources.memory_mb for s in stages)
-    return {"num_cpus": cpus, **({"memory": memory * 1024 * 1024} if memory else {})}
+    # GPUs only for the stages whose compute runs here: applying a global stage's decisions needs none
+    gpus = max([0.0, *(r.num_gpus for r in _computing_resources(spec, segment))])
+    return {"num_cpus": cpus, **({"memory": memory * 1024 * 1024} if memory else {}), **({"num_gpus": gpus} if gpus else {})}
+
+
+def _computing_resources(spec: RunSpec, segment: Segment) -> list[Resources]:
+    positions = [*segment.stages, *([segment.compute_global] if segment.compute_global else [])]
+    return [build_stage(spec, p).task_resources() for p in positions]

@@ -40,6 +40,8 @@ class StageOptions(BaseModel):
 class Resources:
     num_cpus: float = 1.0
     memory_mb: int = 0  # 0: no explicit reservation
+    num_gpus: float = 0.0  # GPUs a task asks for (a fraction shares one)
+    gpus_required: bool = False  # False: on a cluster without GPUs the task runs without one
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,11 @@ class Stage:
     def __init__(self, options: StageOptions, context: StageContext) -> None:
         self.options: Any = options
         self.context = context
+
+    def task_resources(self) -> Resources:
+        """What a task running this stage asks for with these options (``resources`` unless the options
+        change it: classify asks for a GPU for a transformers model)."""
+        return self.resources
 
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:

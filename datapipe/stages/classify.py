@@ -1,8 +1,12 @@
-"""Model-based quality scoring: fastText classifiers given by path, one score column per model and label.
+"""Model-based quality scoring: fastText classifiers or Hugging Face models given by path, one score
+column per model and label.
 
 Signals: ``cls_<model>_<label>`` (float32), the probability the model gives the label, for
-every label of the model (or the ones listed under ``labels``). Texts are featurised as the
-model was trained (``datapipe.classify.features``; ``plain`` for a model from elsewhere).
+every label of the model (or the ones listed under ``labels``); a transformers regression model's
+one output is ``cls_<model>_score``. fastText texts are featurised as the model was trained
+(``datapipe.classify.features``; ``plain`` for a model from elsewhere); a transformers model (a
+folder, ``datapipe.classify.transformer``) has its own tokenizer, and runs on a GPU where the worker
+has one (its map tasks then ask Ray for ``num_gpus``: ``Classify.task_resources``).
 
 Keep rules, checked in order, the first failing one names the drop (reason
 ``classifier:<column>``):
@@ -30,8 +34,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +45,7 @@ import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from datapipe.classify import buckets as bk
+from datapipe.classify import transformer as tfm
 from datapipe.classify.fit import REGRESSOR, SCORE, output_scores
 from datapipe.classify.model import Classifier, column_name, meta_path, predict_all, read_meta
 from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, StageOptions, kinds_problems
@@ -53,37 +59,80 @@ LOAD_LABELS_MAX_BYTES = 64 << 20  # validation reads a model's labels by loading
 
 
 class ModelSpec(StageOptions):
-    path: str | None = Field(None, description="fastText model file (.bin or .ftz), relative to the pipeline file.")
+    path: str | None = Field(
+        None,
+        description="A fastText model file (.bin or .ftz) or a Hugging Face model folder "
+        "(config.json, weights, tokenizer), relative to the pipeline file.",
+    )
     train: TrainSpec | None = Field(
         None,
-        description="Instead of path: a model trained in the run, on the labels of an earlier stage's column "
+        description="Instead of path: a fastText model trained in the run, on the labels of an earlier stage's column "
         "(the annotate -> train -> classify recipe; makes the stage global).",
     )
-    featuriser: Literal["auto", "plain", "cjk-v1"] = Field(
-        "auto", description="How texts become tokens: auto reads the model's NAME.meta.json (plain without one)."
+    kind: Literal["auto", "fasttext", "transformers"] = Field(
+        "auto", description="The model's kind: auto takes a folder for transformers and a file for fastText."
     )
-    labels: list[str] | None = Field(None, description="Labels to record a score column for (default: all).")
+    featuriser: Literal["auto", "plain", "cjk-v1"] = Field(
+        "auto", description="fastText: how texts become tokens: auto reads the model's NAME.meta.json (plain without one)."
+    )
+    labels: list[str] | None = Field(
+        None, description="Labels to record a score column for (default: all; a regression model's one is score)."
+    )
     bucket_label: str = Field(
         "hq",
         description="With buckets: the label whose score is ranked into this model's bucket_<model> (a regressor's "
         "score whatever this says).",
     )
+    max_tokens: int | None = Field(
+        None, ge=2, description="transformers: tokens of each text the model reads, special tokens included (default 512)."
+    )
+    batch_size: int | None = Field(None, ge=1, le=4096, description="transformers: texts per forward pass (default 32).")
+    device: Literal["auto", "cpu", "cuda"] | None = Field(
+        None, description="transformers: auto (default: a GPU where the node has one), cpu, or cuda (a GPU or an error)."
+    )
 
     @model_validator(mode="after")
     def _path_or_train(self) -> ModelSpec:
         if (self.path is None) == (self.train is None):
-            raise ValueError("give path (a model file) or train (a model trained in the run), one of them")
+            raise ValueError("give path (a model file or folder) or train (a model trained in the run), one of them")
+        if self.train is not None and self.kind == "transformers":
+            raise ValueError("train makes a fastText model; kind: transformers needs a path")
         return self
+
+    def model_kind(self, pipeline_dir: Path | str) -> str:
+        """fasttext or transformers: ``kind``, or with auto what the path is: a folder is a transformers
+        model, a file a fastText one; a missing path by its name (.bin or .ftz: fastText); a model
+        trained in the run is a fastText one."""
+        if self.kind != "auto":
+            return self.kind
+        if self.path is None:
+            return "fasttext"
+        path = _resolve(self.path, pipeline_dir)
+        if path.exists():
+            return "transformers" if path.is_dir() else "fasttext"
+        return "fasttext" if path.suffix in (".bin", ".ftz") else "transformers"
+
+    def spec_problems(self, key: str, pipeline_dir: Path | str) -> list[Problem]:
+        """Options given to the wrong kind of model (key: ``models.<name>``)."""
+        if self.model_kind(pipeline_dir) == "transformers":
+            return [(f"{key}.featuriser", "is for fastText models; a transformers model has its tokenizer")] * (
+                self.featuriser != "auto"
+            )
+        return [
+            (f"{key}.{k}", f"is for transformers models; {self.path or 'a trained model'} is a fastText model (kind: fasttext)")
+            for k in ("max_tokens", "batch_size", "device")
+            if getattr(self, k) is not None
+        ]
 
 
 class KeepRule(StageOptions):
     score: str | None = Field(None, description="Score column, cls_<model>_<label> (or give bucket).")
     bucket: str | None = Field(None, description="Instead of score: a bucket, a model's name or the ensemble's (needs buckets).")
     min: float | None = Field(
-        None, ge=0.0, description="Drop documents scoring below this (a probability; with bucket, a bucket number)."
+        None, description="Drop documents scoring below this (a probability or a regression score; with bucket, a bucket number)."
     )
     max: float | None = Field(
-        None, ge=0.0, description="Drop documents scoring above this (a probability; with bucket, a bucket number)."
+        None, description="Drop documents scoring above this (a probability or a regression score; with bucket, a bucket number)."
     )
     min_percentile: float | None = Field(
         None, gt=0.0, lt=100.0, description="Drop documents below this percentile of their group's scores."
@@ -98,15 +147,13 @@ class KeepRule(StageOptions):
             raise ValueError("give score (a score column) or bucket (a bucket name), one of them")
         if self.min is None and self.max is None and self.min_percentile is None:
             raise ValueError("give min, max and/or min_percentile")
-        if self.score is not None:
-            for key, v in (("min", self.min), ("max", self.max)):
-                if v is not None and v > 1.0:
-                    raise ValueError(f"{key}: {v:g} is above 1; a score rule's bounds are probabilities (0 to 1)")
-        else:
+        # A score rule's bounds are checked against its column in Classify.check: a probability is
+        # 0 to 1, a regression model's score any number.
+        if self.bucket is not None:
             if self.min_percentile is not None:
                 raise ValueError("min_percentile is for score rules; a bucket is a percentile already: use min")
             for key, v in (("min", self.min), ("max", self.max)):
-                if v is not None and not float(v).is_integer():
+                if v is not None and (v < 0 or not float(v).is_integer()):
                     raise ValueError(f"{key}: {v:g} is not a bucket number; buckets are 0, 1, ... count-1")
         return self
 
@@ -138,6 +185,11 @@ class ClassifyOptions(StageOptions):
     buckets: BucketOptions | None = Field(
         None, description="Corpus-wide percentile buckets per model and an ensemble bucket (makes the stage global)."
     )
+    num_gpus: float = Field(
+        1.0, gt=0.0, le=8.0, description="With a transformers model on a GPU: GPUs each task asks Ray for (0.25: four share one)."
+    )
+
+    run_settings: ClassVar[frozenset[str]] = frozenset({"num_gpus"})  # where the work runs, not what it computes
 
     @model_validator(mode="after")
     def _names(self) -> ClassifyOptions:
@@ -213,7 +265,7 @@ def _resolve(path: str, base: Path | str) -> Path:
 
 
 def model_labels(path: Path) -> list[str] | None:
-    """A model's labels from its meta file, else by loading it when small; None when not known cheaply."""
+    """A fastText model's labels from its meta file, else by loading it when small; None when not known cheaply."""
     meta = read_meta(path)
     if meta and isinstance(meta.get("labels"), list):
         return [str(x) for x in meta["labels"]]
@@ -225,6 +277,37 @@ def model_labels(path: Path) -> list[str] | None:
         fasttext.FastText.eprint = lambda *a, **k: None
         return [lab.removeprefix(LABEL_PREFIX) for lab in fasttext.load_model(str(path)).get_labels()]
     return None
+
+
+def _transformer_labels(key: str, spec: ModelSpec, path: Path) -> tuple[list[str] | None, list[Problem]]:
+    """A transformers model's score labels from its config.json, and the problems of its folder and options."""
+    problem = tfm.folder_problem(path)
+    if problem is not None:
+        return None, [(f"{key}.path", problem)]
+    try:
+        config = tfm.read_config(path)
+    except (ValueError, tfm.TransformerModelError) as exc:
+        return None, [(f"{key}.path", f"cannot read {path / 'config.json'}: {exc}")]
+    problems: list[Problem] = []
+    longest = tfm.max_positions(config)
+    if longest is not None and spec.max_tokens is not None and spec.max_tokens > longest:
+        problems.append((f"{key}.max_tokens", f"{spec.max_tokens} is past the model's {longest} positions"))
+    return tfm.model_labels(config), problems
+
+
+@dataclass
+class _TransformerModel:
+    """A configured transformers model in a worker, loaded on its first batch (once per process:
+    ``datapipe.classify.transformer``)."""
+
+    path: Path
+    spec: ModelSpec
+    labels: list[str]
+
+    def scores(self, texts: list[str]) -> np.ndarray:
+        model = tfm.TransformerClassifier.load(self.path, self.spec.device or "auto")
+        max_tokens = self.spec.max_tokens or tfm.default_max_tokens(tfm.read_config(self.path))
+        return model.scores(texts, max_tokens, self.spec.batch_size or tfm.DEFAULT_BATCH_SIZE)
 
 
 class Classify(GlobalStage):
@@ -242,35 +325,60 @@ class Classify(GlobalStage):
             or any(spec.train is not None for spec in options.models.values())
         )
 
+    def task_resources(self) -> Resources:
+        """A GPU per task (``num_gpus``) where a transformers model may run on one: required with
+        ``device: cuda``, with ``auto`` only where the Ray cluster has GPUs."""
+        devices = {
+            spec.device or "auto"
+            for spec in self.options.models.values()
+            if spec.model_kind(self.context.pipeline_dir) == "transformers"
+        }
+        devices.discard("cpu")
+        if not devices:
+            return self.resources
+        return replace(self.resources, num_gpus=self.options.num_gpus, gpus_required="cuda" in devices)
+
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:
         o: ClassifyOptions = options
         problems = kinds_problems(o.kinds)
         columns: dict[str, set[str] | None] = {}  # model name -> its score columns (None: unknown)
+        regression: set[str] = set()  # score columns that are not probabilities
         problems += _train_problems(o, context)
         for name, spec in o.models.items():
+            key = f"models.{name}"
             if spec.path is None:
+                problems += spec.spec_problems(key, context.pipeline_dir)
                 continue  # trained in the run: its labels are known once it is (_train_problems)
-            key = f"models.{name}.path"
             path = _resolve(spec.path, context.pipeline_dir)
-            if not path.is_file():
-                problems.append((key, f"file not found: {path}"))
-                continue
-            try:
-                labels = model_labels(path)
-            except Exception as exc:  # fastText raises ValueError or RuntimeError on a bad file
-                problems.append((key, f"cannot load {path} as a fastText model: {exc}"))
-                continue
-            if labels is None:
-                columns[name] = None
-                continue
+            problems += spec.spec_problems(key, context.pipeline_dir)
+            if spec.model_kind(context.pipeline_dir) == "transformers":
+                labels, found = _transformer_labels(key, spec, path)
+                problems += found
+                if labels is None:
+                    continue
+                if labels == [tfm.REGRESSION_LABEL]:
+                    regression.add(column_name(name, tfm.REGRESSION_LABEL))
+            else:
+                if not path.is_file():
+                    problems.append((f"{key}.path", f"file not found: {path}"))
+                    continue
+                try:
+                    labels = model_labels(path)
+                except Exception as exc:  # fastText raises ValueError or RuntimeError on a bad file
+                    problems.append((f"{key}.path", f"cannot load {path} as a fastText model: {exc}"))
+                    continue
+                if labels is None:
+                    columns[name] = None
+                    continue
             for i, lab in enumerate(spec.labels or []):
                 if lab.removeprefix("__label__") not in labels:
                     problems.append(
-                        (f"models.{name}.labels[{i}]", f"{lab!r} is not a label of {path.name}; its labels: {', '.join(labels)}")
+                        (f"{key}.labels[{i}]", f"{lab!r} is not a label of {path.name}; its labels: {', '.join(labels)}")
                     )
             if (read_meta(path) or {}).get("task") == REGRESSOR:  # one column, whatever its bins
                 columns[name] = {column_name(name, SCORE)}
+                regression.add(column_name(name, SCORE))
                 continue
             wanted = [lab.removeprefix("__label__") for lab in spec.labels] if spec.labels else labels
             scored = {column_name(name, lab) for lab in wanted}
@@ -278,7 +386,7 @@ class Classify(GlobalStage):
             if o.buckets is not None and column_name(name, spec.bucket_label) not in scored:
                 problems.append(
                     (
-                        f"models.{name}.bucket_label",
+                        f"{key}.bucket_label",
                         f"{spec.bucket_label!r} is not a scored label of {path.name}; scored: {', '.join(wanted)}",
                     )
                 )
@@ -304,6 +412,21 @@ class Classify(GlobalStage):
                         f"allowed: {', '.join(sorted(columns[owner] or []))}",
                     )
                 )
+            elif rule.score in regression:
+                if rule.min_percentile is not None:
+                    problems.append(
+                        (
+                            f"keep[{i}].min_percentile",
+                            f"{rule.score} is a regression score, not a probability; rank it with buckets "
+                            "(buckets: {count: 20}, bucket_label: score) and a bucket rule",
+                        )
+                    )
+            else:
+                for bound, v in (("min", rule.min), ("max", rule.max)):
+                    if v is not None and not 0.0 <= v <= 1.0:
+                        problems.append(
+                            (f"keep[{i}].{bound}", f"{v:g} is not 0 to 1; a score rule's bounds are probabilities here")
+                        )
         return problems
 
     @classmethod
@@ -313,8 +436,11 @@ class Classify(GlobalStage):
             if spec.path is None:
                 return None  # trained in the run: its labels are not known before
             path = _resolve(spec.path, context.pipeline_dir)
-            meta = read_meta(path) if path.is_file() else None
-            labels = [SCORE] if (meta or {}).get("task") == REGRESSOR else spec.labels or (meta or {}).get("labels")
+            if spec.model_kind(context.pipeline_dir) == "transformers":
+                labels = spec.labels or (tfm.model_labels(tfm.read_config(path)) if tfm.folder_problem(path) is None else None)
+            else:
+                meta = read_meta(path) if path.is_file() else None
+                labels = [SCORE] if (meta or {}).get("task") == REGRESSOR else spec.labels or (meta or {}).get("labels")
             if not labels:
                 return None
             out |= {column_name(name, lab) for lab in labels}
@@ -329,6 +455,14 @@ class Classify(GlobalStage):
             if spec.path is None:
                 continue  # trained from the run's own documents: its identity is the options'
             path = _resolve(spec.path, pipeline_dir)
+            if spec.model_kind(pipeline_dir) == "transformers":
+                # the weights, config and tokenizer decide the scores: each file is part of the run's identity
+                files += [
+                    ResourceFile(f, "model", key=f"{name}/{f.name}", content=False)
+                    for f in sorted(path.iterdir())
+                    if f.is_file() and not f.name.startswith(".")
+                ]
+                continue
             files.append(ResourceFile(path, "model", key=name, content=False))
             if meta_path(path).is_file():  # its featuriser decides the tokens: part of the run's identity
                 files.append(ResourceFile(meta_path(path), "model_meta", key=name))
@@ -339,30 +473,41 @@ class Classify(GlobalStage):
             if spec.path is None:
                 continue
             path = _resolve(spec.path, self.context.pipeline_dir)
-            if not path.is_file():
+            if spec.model_kind(self.context.pipeline_dir) == "transformers":
+                problem = tfm.folder_problem(path)
+                if problem is not None:
+                    raise tfm.TransformerModelError(f"classify: models.{name}.path: {problem}")
+            elif not path.is_file():
                 raise FileNotFoundError(f"classify: model {name}: file not found: {path}")
 
     def setup(self) -> None:
-        self._classifiers: list[tuple[str, Classifier, list[tuple[int, str]]]] = []
+        # fastText models load here; a transformers model on its first batch (_TransformerModel.scores), so
+        # the phases that only apply this stage's decisions or rank its scores load no network onto a GPU.
+        self._classifiers: list[tuple[str, Classifier | _TransformerModel, list[tuple[int, str]]]] = []
         self._regressors: dict[str, dict[str, Any]] = {}  # model name -> meta, for the models trained as regressors
         for name, spec in self.options.models.items():
             if spec.path is None:
                 continue  # trained in the combine step
-            clf = Classifier.load(_resolve(spec.path, self.context.pipeline_dir), spec.featuriser)
-            meta = read_meta(clf.path)
-            if (meta or {}).get("task") == REGRESSOR:
-                self._regressors[name] = meta or {}
-                self._classifiers.append((name, clf, [(0, column_name(name, SCORE))]))
-                continue
-            wanted = [lab.removeprefix("__label__") for lab in spec.labels] if spec.labels else clf.labels
-            missing = [lab for lab in wanted if lab not in clf.labels]
+            path = _resolve(spec.path, self.context.pipeline_dir)
+            scorer: Classifier | _TransformerModel
+            if spec.model_kind(self.context.pipeline_dir) == "transformers":
+                scorer = _TransformerModel(path, spec, tfm.model_labels(tfm.read_config(path)))
+            else:
+                scorer = Classifier.load(path, spec.featuriser)
+                meta = read_meta(scorer.path)
+                if (meta or {}).get("task") == REGRESSOR:
+                    self._regressors[name] = meta or {}
+                    self._classifiers.append((name, scorer, [(0, column_name(name, SCORE))]))
+                    continue
+            wanted = [lab.removeprefix("__label__") for lab in spec.labels] if spec.labels else scorer.labels
+            missing = [lab for lab in wanted if lab not in scorer.labels]
             if missing:
                 raise ValueError(
-                    f"classify: models.{name}.labels: {', '.join(missing)} not labels of {clf.path.name}; "
-                    f"its labels: {', '.join(clf.labels)}"
+                    f"classify: models.{name}.labels: {', '.join(missing)} not labels of {path.name}; "
+                    f"its labels: {', '.join(scorer.labels)}"
                 )
-            cols = [(clf.labels.index(lab), column_name(name, lab)) for lab in wanted]
-            self._classifiers.append((name, clf, cols))
+            cols = [(scorer.labels.index(lab), column_name(name, lab)) for lab in wanted]
+            self._classifiers.append((name, scorer, cols))
         # A model too big to load at validation is checked here: a rule on a column no model writes
         # would otherwise keep everything without a word.
         produced = {col for _, _, cols in self._classifiers for _, col in cols}
@@ -398,13 +543,16 @@ class Classify(GlobalStage):
             return batch
         text = pc.utf8_slice_codeunits(pc.fill_null(batch["text"], ""), 0, self.options.max_chars)
         texts = text.to_pylist()
-        featurised: dict[str, list[str]] = {}  # models sharing a featuriser share its output
+        featurised: dict[str, list[str]] = {}  # fastText models sharing a featuriser share its output
         for name, clf, cols in self._classifiers:
-            if clf.featuriser not in featurised:
-                featurised[clf.featuriser] = clf.featurise(texts)
-            scores = predict_all(clf.model, featurised[clf.featuriser], clf.labels)
-            if name in self._regressors:
-                scores = output_scores(self._regressors[name], clf.labels, scores)
+            if isinstance(clf, _TransformerModel):
+                scores = clf.scores(texts)
+            else:
+                if clf.featuriser not in featurised:
+                    featurised[clf.featuriser] = clf.featurise(texts)
+                scores = predict_all(clf.model, featurised[clf.featuriser], clf.labels)
+                if name in self._regressors:
+                    scores = output_scores(self._regressors[name], clf.labels, scores)
             for j, col in cols:
                 batch = set_column(batch, col, pa.array(scores[:, j], pa.float32()))
         return batch
