@@ -42,6 +42,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     texts = corpus_texts(shared_path("corpus"), per_file=150)
     save_model(out / "cls", texts, ["lq", "hq"], seed=1, init_range=0.3)
     save_model(out / "reg", texts, None, seed=2, init_range=0.3)
+    _centre_regressor(out / "reg", texts)
     corpus = shared_path("corpus")
     args = ["train-classifier", "--name", "ft", "--out-dir", str(out), "--dim", "8", "--epoch", "2", "--bucket", "5000"]
     args += ["--max-per-class", "60", "--heldout-frac", "0.1"]
@@ -49,6 +50,19 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     return out
+
+
+def _centre_regressor(folder: Path, texts: list[str]) -> None:
+    """Shift the random regressor's bias so its median score on real text is 0: the pipeline's
+    documents then score on both sides of 0 whatever the seeded weights give (negatives must be ranked)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
+    median = float(np.median(_direct(folder, texts[::5], regression=True)[:, 0]))
+    with torch.no_grad():
+        model.classifier.bias -= median
+    model.save_pretrained(str(folder))
 
 
 def _direct(folder: Path, texts: list[str], regression: bool) -> np.ndarray:
