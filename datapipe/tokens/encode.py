@@ -157,7 +157,7 @@ def fast_encoder(info: TokenizerInfo, texts: list[str]) -> FastEncoder | None:
             size += len(sample[-1])
         if enc is not None and sample:
             want = [e.ids for e in get_tokenizer(info.path).encode_batch_fast(sample, add_special_tokens=False)]
-            got = [enc.encode(t) for t in sample]
+            got = enc.encode_batch(sample)
             if any(g is not None and g.tolist() != w for g, w in zip(got, want)):
                 log.warning("tiktoken's ids differ from tokenizers' on this run's text (%s): encoding with tokenizers", info.path)
                 enc = None
@@ -165,9 +165,22 @@ def fast_encoder(info: TokenizerInfo, texts: list[str]) -> FastEncoder | None:
     return _FAST[info.path]
 
 
+def encode_threads() -> int:
+    """Threads the fast path encodes on: what ``tokenizers`` would use here. A Ray worker's task sets
+    RAYON_NUM_THREADS to its CPUs (engine/worker.py), so a 1-CPU task encodes on one thread; a run in
+    the driver uses every core it may (tiktoken releases the GIL while it encodes)."""
+    try:
+        return max(1, int(os.environ.get("RAYON_NUM_THREADS", "")))
+    except ValueError:
+        try:
+            return len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            return os.cpu_count() or 1
+
+
 def _encode_ids(texts: list[str], info: TokenizerInfo, fast: FastEncoder | None) -> list:
     """Ids per text (numpy arrays from the fast path, lists from tokenizers)."""
-    ids: list = [fast.encode(t) for t in texts] if fast is not None else [None] * len(texts)
+    ids: list = fast.encode_batch(texts, encode_threads()) if fast is not None else [None] * len(texts)
     rest = [i for i, x in enumerate(ids) if x is None]
     if rest:
         encodings = get_tokenizer(info.path).encode_batch_fast([texts[i] for i in rest], add_special_tokens=False)
