@@ -28,6 +28,7 @@ overlap) stays on ``tokenizers``; :func:`plan_fast_encoder` says why.
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
@@ -252,13 +253,38 @@ def _runs(texts: list[str], n: int) -> list[list[str]]:
     return runs
 
 
+# Bump when _build_probe_text changes: the cached text is found by this and the Unicode version.
+PROBE_VERSION = 1
+
+
 @lru_cache(maxsize=1)
 def probe_text() -> str:
     """Text that exercises the split regex over Unicode: characters of every general category, in context.
 
     Up to 24 code points of each category (first, last and spread between) from the whole range,
     each between letters, digits, spaces, apostrophes and line breaks; plus runs of whitespace.
+    Built once per Python's Unicode version and kept in the cache folder: building it looks at every
+    code point (~0.5 CPU s, in every run's driver otherwise).
     """
+    from datapipe.storage.cache import cache_dir
+
+    path = cache_dir() / "tokens" / f"probe-v{PROBE_VERSION}-unicode-{unicodedata.unidata_version}.txt"
+    try:
+        return path.read_bytes().decode("utf-8")  # bytes: its \r\n must not become \n
+    except (OSError, UnicodeDecodeError):
+        pass
+    text = _build_probe_text()
+    try:  # a private temporary name, then renamed: a concurrent reader sees all of it or nothing
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(text.encode("utf-8"))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: build it each time
+        pass
+    return text
+
+
+def _build_probe_text() -> str:
     by_cat: dict[str, list[int]] = {}
     for cp in range(0x110000):
         if 0xD800 <= cp < 0xE000:
