@@ -194,9 +194,9 @@ def encode_threads() -> int:
             return os.cpu_count() or 1
 
 
-def _encode_ids(texts: list[str], info: TokenizerInfo, fast: FastEncoder | None) -> list:
-    """Ids per text (numpy arrays from the fast path, lists from tokenizers)."""
-    ids: list = fast.encode_batch(texts, encode_threads()) if fast is not None else [None] * len(texts)
+def _encode_ids(texts: list[str], info: TokenizerInfo, fast_ids: list[np.ndarray | None] | None) -> list:
+    """Ids per text: the fast path's (numpy arrays, given), else (None) lists from tokenizers."""
+    ids: list = list(fast_ids) if fast_ids is not None else [None] * len(texts)
     rest = [i for i, x in enumerate(ids) if x is None]
     if rest:
         encodings = get_tokenizer(info.path).encode_batch_fast([texts[i] for i in rest], add_special_tokens=False)
@@ -208,11 +208,15 @@ def _encode_ids(texts: list[str], info: TokenizerInfo, fast: FastEncoder | None)
 def encode_documents(texts: list[str], info: TokenizerInfo) -> pa.LargeListArray:
     """Token ids per document, each ending with EOS (and starting with BOS if configured)."""
     fast = fast_encoder(info, texts)
+    # The fast path's ids take 4 bytes a token (no per-token objects): the whole batch in one call,
+    # which keeps its threads busy; only tokenizers' encodings are bounded per chunk.
+    fast_ids = fast.encode_batch(texts, encode_threads()) if fast is not None else None
     extra = 1 + (info.bos_id is not None)
     parts: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
     for lo, hi in _chunks(texts, ENCODE_CHUNK_CHARS):
-        ids = _encode_ids(texts[lo:hi], info, fast)  # tokenizers: Rust threads, no offsets; one chunk's at a time
+        # tokenizers: Rust threads, no offsets; one chunk's at a time
+        ids = _encode_ids(texts[lo:hi], info, fast_ids[lo:hi] if fast_ids is not None else None)
         n = np.fromiter((len(i) + extra for i in ids), dtype=np.int64, count=len(ids))
         ends = np.cumsum(n)
         flat = np.empty(int(ends[-1]), dtype=np.uint32)
