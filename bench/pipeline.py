@@ -9,7 +9,8 @@ N documents of a seeded shuffle), dealt round-robin into ``--files`` JSONL files
 the same mix. Both sides read those files with ``--workers`` processes:
 
   datapipe   ``datapipe run`` in a subprocess (``--num-cpus workers``; ``--mode``: its default executor,
-             which runs a one-map-task run in the driver and any larger one on embedded Ray, or forced):
+             which runs a one-map-task run or a run without stages of up to 128 MiB (tokenize-only)
+             in the driver and any other on embedded Ray, or forced):
              langid(zh, en) -> quality(auto) -> dedup(exact) -> minhash(0.7) -> tokenize (--tokenizer)
   datatrove  bench/_datatrove_pipeline.py in the datatrove venv: LanguageFilter(zh, en) -> Gopher
              repetition -> Gopher quality -> C4 -> FineWeb -> exact dedup (3 blocks) -> MinHash

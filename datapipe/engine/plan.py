@@ -169,10 +169,14 @@ def plan_segments(stages: list[tuple[str, StageOptions]]) -> tuple[Segment, ...]
     return tuple(segments)
 
 
+def input_bytes(pipeline: Pipeline) -> int:
+    """The size of every input file of the pipeline, summed."""
+    return sum(file_size(str(p)) for files in pipeline.inputs.values() for p, _ in files)
+
+
 def split_target(pipeline: Pipeline, cpus: int | None) -> int:
     """Bytes per map task for this corpus on ``cpus`` CPUs (``split:``; see engine/splits.py)."""
-    total = sum(file_size(str(p)) for files in pipeline.inputs.values() for p, _ in files)
-    return effective_target(pipeline.config.split, total, cpus)
+    return effective_target(pipeline.config.split, input_bytes(pipeline), cpus)
 
 
 def make_spec(

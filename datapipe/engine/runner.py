@@ -21,7 +21,7 @@ from datapipe.engine.errors import PipelineError
 from datapipe.engine.executors import Executor, InProcessExecutor, local_cpus, make_executor
 from datapipe.engine.faults import fault_point
 from datapipe.engine.phases import Phase, Task, plan_phases
-from datapipe.engine.plan import Recorded, RunSpec, build_stage, make_spec, split_target
+from datapipe.engine.plan import Recorded, RunSpec, build_stage, input_bytes, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.redecide import plan_reuse
 from datapipe.engine.run_record import RunRecord, open_record
@@ -206,12 +206,23 @@ def _pick_executor(
     return make_executor(bool(in_process), ray_address, num_cpus, log)
 
 
+# A run without per-document stages (read, tokenize, write) runs in the driver up to this much input.
+# Its work is then reading (one thread) and encoding, which the fast encoder spreads over threads
+# (tiktoken releases the GIL), so Ray's worker processes add only their start-up: on the shared
+# corpus (57 MB, 2 cores) a tokenize-only run took 16 CPU s on Ray against 10 in the driver
+# (bench/pipeline.py --stages tokenize). Past a few hundred MB the driver's one reading thread
+# would be the bottleneck, and Ray's processes read in parallel.
+STAGELESS_IN_PROCESS_BYTES = 128 << 20
+
+
 def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None, cpus: int) -> bool:
-    """Whether a run without --in-process or --ray should skip Ray: when it has one map task. Ray can
-    only overlap tasks, and one map task leaves nothing to overlap, while embedded Ray's start costs
-    seconds of wall and CPU (each of its processes imports Ray; with the seven it once started,
-    12 s on a loaded 2-core machine) and hundreds of MiB (bench/startup.py, bench/pipeline.py
-    --stages tokenize)."""
+    """Whether a run without --in-process or --ray should skip Ray: when it has one map task, or no
+    per-document stages and at most ``STAGELESS_IN_PROCESS_BYTES`` of input. Ray can only overlap
+    tasks, and one map task leaves nothing to overlap, while embedded Ray's start costs seconds of
+    wall and CPU (each of its processes imports Ray; with the seven it once started, 12 s on a loaded
+    2-core machine) and hundreds of MiB (bench/startup.py, bench/pipeline.py --stages tokenize)."""
+    if not pipeline.stage_options and input_bytes(pipeline) <= STAGELESS_IN_PROCESS_BYTES:
+        return True
     if spec is None:  # not planned yet: plan as the embedded cluster of ``cpus`` CPUs would
         spec = make_spec(pipeline, folder.root, cache_dir(), split_target(pipeline, cpus))
     return len(spec.shards) <= 1

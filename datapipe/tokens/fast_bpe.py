@@ -28,8 +28,10 @@ overlap) stays on ``tokenizers``; :func:`plan_fast_encoder` says why.
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -184,17 +186,43 @@ class FastEncoder:
         self._nbytes = nbytes
 
     def encode(self, text: str) -> np.ndarray | None:
-        try:
-            if self.plan.prefix_space:
-                ids, extra = self._encode_prefixed(text)
-            else:
-                ids, extra = self._enc.encode_to_numpy(text, allowed_special=self._added, disallowed_special=()), 0
-            size = len(text.encode("utf-8"))
-        except UnicodeEncodeError:  # lone surrogates: tokenizers' own handling applies
-            return None
-        if int(self._nbytes[ids].sum()) != size + extra:
-            return None
-        return ids
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: list[str], threads: int = 1) -> list[np.ndarray | None]:
+        """Ids per text (None: that text goes to ``tokenizers``), on up to ``threads`` threads.
+
+        tiktoken releases the GIL while it encodes, so threads use several cores in one process (an
+        in-process run); each takes runs of consecutive texts (a few per thread, for balance), not
+        one text at a time: a future per document cost more than a short document's encoding."""
+        if threads <= 1 or len(texts) < 2:
+            return self._encode_run(texts)
+        runs = _runs(texts, 4 * threads)
+        with ThreadPoolExecutor(min(threads, len(runs)), thread_name_prefix="datapipe-encode") as pool:
+            return [ids for part in pool.map(self._encode_run, runs) for ids in part]
+
+    def _encode_run(self, texts: list[str]) -> list[np.ndarray | None]:
+        ids: list[np.ndarray | None] = []
+        size = np.zeros(len(texts), dtype=np.int64)  # UTF-8 bytes each text's ids must cover (-1: none)
+        for i, text in enumerate(texts):
+            try:
+                if self.plan.prefix_space:
+                    out, extra = self._encode_prefixed(text)
+                else:
+                    out, extra = self._enc.encode_to_numpy(text, allowed_special=self._added, disallowed_special=()), 0
+                size[i] = len(text.encode("utf-8")) + extra
+            except UnicodeEncodeError:  # lone surrogates: tokenizers' own handling applies
+                out, size[i] = None, -1
+            ids.append(out)
+        # The coverage check for all texts at once: bytes of every id, summed per text.
+        counts = np.fromiter((0 if x is None else len(x) for x in ids), dtype=np.int64, count=len(ids))
+        flat = [x for x in ids if x is not None and len(x)]
+        covered = np.zeros(len(ids) + 1, dtype=np.int64)
+        if flat:
+            ends = np.cumsum(self._nbytes[np.concatenate(flat)])
+            stops = np.cumsum(counts)
+            covered[1:] = np.where(stops > 0, ends[np.maximum(stops, 1) - 1], 0)
+        ok = np.diff(covered) == size
+        return [x if good else None for x, good in zip(ids, ok.tolist())]
 
     def _encode_prefixed(self, text: str) -> tuple[np.ndarray, int]:
         parts = self._split.split(text) if self._split is not None else [text]
@@ -210,13 +238,53 @@ class FastEncoder:
         return (np.concatenate(out) if out else np.empty(0, dtype=np.uint32)), extra
 
 
+def _runs(texts: list[str], n: int) -> list[list[str]]:
+    """``texts`` cut into at most ``n`` runs of consecutive texts of about equal characters, in order."""
+    total = sum(map(len, texts))
+    step = max(1, -(-total // n))
+    runs: list[list[str]] = [[]]
+    size = 0
+    for t in texts:
+        if size >= step and runs[-1]:
+            runs.append([])
+            size = 0
+        runs[-1].append(t)
+        size += len(t)
+    return runs
+
+
+# Bump when _build_probe_text changes: the cached text is found by this and the Unicode version.
+PROBE_VERSION = 1
+
+
 @lru_cache(maxsize=1)
 def probe_text() -> str:
     """Text that exercises the split regex over Unicode: characters of every general category, in context.
 
     Up to 24 code points of each category (first, last and spread between) from the whole range,
     each between letters, digits, spaces, apostrophes and line breaks; plus runs of whitespace.
+    Built once per Python's Unicode version and kept in the cache folder: building it looks at every
+    code point (~0.5 CPU s, in every run's driver otherwise).
     """
+    from datapipe.storage.cache import cache_dir
+
+    path = cache_dir() / "tokens" / f"probe-v{PROBE_VERSION}-unicode-{unicodedata.unidata_version}.txt"
+    try:
+        return path.read_bytes().decode("utf-8")  # bytes: its \r\n must not become \n
+    except (OSError, UnicodeDecodeError):
+        pass
+    text = _build_probe_text()
+    try:  # a private temporary name, then renamed: a concurrent reader sees all of it or nothing
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(text.encode("utf-8"))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: build it each time
+        pass
+    return text
+
+
+def _build_probe_text() -> str:
     by_cat: dict[str, list[int]] = {}
     for cp in range(0x110000):
         if 0xD800 <= cp < 0xE000:

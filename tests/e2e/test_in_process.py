@@ -96,6 +96,13 @@ def test_default_runs_a_one_task_run_in_process_and_a_larger_one_on_ray(tmp_path
         name="one.yaml",
     )
     assert _auto_in_process(load_pipeline(single), folder, None, cpus=2)
+    # No per-document stages (tokenize-only): the encoder's threads do what Ray's workers would.
+    stageless = write_pipeline(
+        tmp_path,
+        {"name": "t", "sources": [s.model_dump(exclude_defaults=True) for s in two.config.sources], "stages": []},
+        name="stageless.yaml",
+    )
+    assert _auto_in_process(load_pipeline(stageless), folder, None, cpus=2)
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(

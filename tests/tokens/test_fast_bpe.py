@@ -184,6 +184,22 @@ def test_split_regex_that_skips_text_falls_back_per_document(tmp_path: Path) -> 
     _assert_same_ids(_info(path), _corpus_sample(per_file=20, chars=20_000) + ["abc", "abc def", ""])
 
 
+def test_threads_give_the_same_ids_as_one_thread_and_tokenizers(sample: list[str]) -> None:
+    """Encoding on several threads (an in-process run) changes nothing: the same ids, the same documents
+    left to tokenizers (a lone surrogate), in order; the ids are tokenizers' ids."""
+    path = ROOT / "tokenizer" / "demo.json"
+    plan = plan_fast_encoder(json.loads(path.read_text(encoding="utf-8")))
+    assert not isinstance(plan, str)
+    enc = FastEncoder(plan)
+    texts = sample + ["", "a\ud800b", "x"]
+    one, many = enc.encode_batch(texts, threads=1), enc.encode_batch(texts, threads=3)
+    as_lists = [[None if x is None else x.tolist() for x in ids] for ids in (one, many)]
+    assert as_lists[0] == as_lists[1]
+    assert [i for i, x in enumerate(one) if x is None] == [len(texts) - 2]
+    want = [e.ids for e in Tokenizer.from_file(str(path)).encode_batch(texts[:-2] + texts[-1:], add_special_tokens=False)]
+    assert as_lists[1][:-2] + as_lists[1][-1:] == want
+
+
 def test_a_mismatch_on_the_runs_own_text_falls_back_and_says_so(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -191,8 +207,10 @@ def test_a_mismatch_on_the_runs_own_text_falls_back_and_says_so(
     assert info.engine == "tiktoken"
     texts = _corpus_sample(per_file=10, chars=10_000)
     want = tokenize.encode_documents(texts, dataclasses.replace(info, engine="tokenizers"))
-    real = FastEncoder.encode
-    monkeypatch.setattr(FastEncoder, "encode", lambda self, t: None if (ids := real(self, t)) is None else ids[::-1].copy())
+    real = FastEncoder._encode_run
+    monkeypatch.setattr(
+        FastEncoder, "_encode_run", lambda self, ts: [None if ids is None else ids[::-1].copy() for ids in real(self, ts)]
+    )
     tokenize._FAST.clear()
     with caplog.at_level(logging.WARNING, logger="datapipe.tokens.encode"):
         assert tokenize.encode_documents(texts, info).equals(want)
