@@ -309,7 +309,7 @@ def test_a_run_plans_every_round_but_runs_only_those_with_work(tmp_path: Path) -
     out = tmp_path / "out"
     result = run_pipeline(pipeline, output=out, show_progress=False, log=lambda _: None, in_process=True)
     tasks_of = {p["phase"]: p["tasks"] for p in result.phases}
-    rounds = MinHashDedup.star_pairs * 2 + 1
+    rounds = MinHashDedup.rounds()
     ran = [tasks_of.get(f"shuffle0r{r}" if r else "shuffle0", 0) for r in range(rounds)]
     busy = sum(1 for n in ran if n)
     assert 3 <= busy < rounds and ran == [3] * busy + [0] * (rounds - busy)  # a prefix of the rounds, then none
