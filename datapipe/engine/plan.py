@@ -103,6 +103,7 @@ class RunSpec:
     limits: ReadLimits
     shards: tuple[Shard, ...] = field(repr=False)
     recorded: Recorded | None = None
+    shuffle_groups: int = 8  # split.shuffle_groups: files a shuffle round's inputs are merged into
 
     def stage_name(self, position: int) -> str:
         return self.stage_options[position - 1][0]
@@ -203,4 +204,5 @@ def make_spec(
         limits=pipeline.config.limits,
         shards=tuple(shards),
         recorded=recorded,
+        shuffle_groups=pipeline.config.split.shuffle_groups,
     )

@@ -74,6 +74,9 @@ class ReduceInputs(ABC):
     # For a combine step: the rows the last round of the partition step forwarded (Parquet files),
     # i.e. the work its partitions left unfinished.
     forwarded: tuple[str, ...] = ()
+    # Called with a file of ``files`` before it is opened (in a remote run folder: downloads it), so a
+    # step that reads a few map outputs does not pull every one onto its node. None: read as they are.
+    fetch: Callable[[str], str] | None = None
 
     @abstractmethod
     def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:

@@ -15,6 +15,7 @@ import pytest
 from datapipe.engine.plan import build_stage
 from datapipe.engine.tasks import reduce_inputs
 from datapipe.engine.tasks.map import map_shard
+from datapipe.engine.tasks.merge import merge_round
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
 from datapipe.stages import PartitionStep
 from datapipe.stages.global_stage import step_of
@@ -47,6 +48,7 @@ def test_each_map_output_is_read_once_per_answering_round(tmp_path: Path, monkey
     assert step is not None
     for r in range(step.rounds):
         current["round"] = r
+        merge_round(spec, segment, r)
         for p in range(partitions):
             reduce_partition(spec, segment, p, r)
     current["round"] = step.rounds
