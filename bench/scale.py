@@ -3,6 +3,7 @@
     PYTHONPATH=. python bench/scale.py [--base-docs 125000] [--scales 1,4,16] [--cpus 2]
         [--datatrove-python /tmp/dt/bin/python] [--json bench/results/scale.json]
     PYTHONPATH=. python bench/scale.py --base-docs 5000 --scales 1,4      # a quick check
+    PYTHONPATH=. python bench/scale.py --base-docs 1000 --scales 1,4 --s3 # on a counting loopback S3
 
 Corpora (bench/_scale_corpus.py): real zh/en documents of ../shared/data/corpus, every copy
 perturbed (a fifth of its Han characters and words replaced by ones drawn by corpus frequency),
@@ -31,6 +32,10 @@ every scale. What is measured:
 * planted duplicates found: a pair counts when both its documents reached dedup (neither dropped
   by langid or quality) and exactly one of them was removed as a duplicate; false positives are
   regular documents (no plant of theirs) removed as a duplicate.
+
+With ``--s3`` the inputs and the run folder are on a loopback moto S3 server that counts the
+requests it answers (tests/support/counting_s3.py): GET, PUT, LIST, HEAD and bytes read and
+written by the run, per document, and their ratio last scale / first.
 
 Printed last: the per-document cost ratio last scale / first (flat = 1.0; tree CPU, task CPU and
 wall), per-task peak RSS last / first (target <= 1.2), and the markdown rows for docs/scaling.md.

@@ -5,6 +5,8 @@
     map<i>                  one task per input shard: read or load, stages, compute the next global stage
     merge<i>[r<r>]          a shuffle round with more input files than ``split.shuffle_groups``: one task per
                             group of them, merged into one file (engine/tasks/merge.py)
+    merge<i>d               after the last round of a deciding step with more outputs than that: its
+                            partition outputs and states merged by shard, for the next map tasks
     shuffle<i>[r<r>]        a global stage's ``PartitionStep``: one task per partition, per round (none
                             in a round after one that forwarded nothing)
     reduce<i>               a global stage's ``CombineStep``: one task
@@ -33,6 +35,7 @@ from datapipe.run_folder.layout import (
     PACK_PHASE,
     RunFolder,
     map_phase,
+    merge_outputs_phase,
     merge_phase,
     partition_key,
     reduce_phase,
@@ -132,7 +135,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                 # The decisions the next map tasks read, merged into a few files (engine/tasks/merge.py).
                 phases.append(
                     Phase(
-                        f"{merge_phase(segment.index)}d",
+                        merge_outputs_phase(segment.index),
                         merge_outputs,
                         tuple(Task(partition_key(g), (segment, g)) for g in range(groups)),
                         {"num_cpus": 1, "scheduling_strategy": "SPREAD"},

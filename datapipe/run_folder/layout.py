@@ -113,6 +113,11 @@ def merge_phase(segment: int, round: int = 0) -> str:
     return f"merge{segment}" if round == 0 else f"merge{segment}r{round}"
 
 
+def merge_outputs_phase(segment: int) -> str:
+    """The merge of a deciding shuffle's partition outputs, after its last round (engine/tasks/merge.py)."""
+    return f"merge{segment}d"
+
+
 def reduce_phase(segment: int) -> str:
     return f"reduce{segment}"
 
@@ -237,7 +242,7 @@ class RunFolder:
         """A group of a deciding shuffle's partition outputs (or states), of every round, merged: rows
         sorted by ``shard``, a row group per shard."""
         name = f"{'state' if state else 'decisions'}-{partition_key(group)}.parquet"
-        return self._local(self.work / f"{merge_phase(segment)}d" / name)
+        return self._local(self.work / merge_outputs_phase(segment) / name)
 
     def scratch_dir(self, segment: int) -> Path:
         """Spill space of the global stage ending ``segment`` (DuckDB, sorts)."""
