@@ -22,6 +22,7 @@ from datapipe.stages.global_stage import step_of
 from tests.dedup.test_minhash_rounds import _in_memory, _pipeline, _wiki_docs
 
 
+@pytest.mark.slow
 def test_each_map_output_is_read_once_per_answering_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "data").mkdir()
     docs = _wiki_docs(40)
