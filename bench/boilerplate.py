@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
 from datapipe.engine.plan import make_spec  # noqa: E402
 from datapipe.engine.tasks.map import map_shard  # noqa: E402
+from datapipe.engine.tasks.merge import merge_round  # noqa: E402
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage  # noqa: E402
 from datapipe.pipeline.load import load_pipeline  # noqa: E402
 from tests.support import boilerplate_corpus  # noqa: E402
@@ -54,6 +55,7 @@ def run_tasks(folder: Path, sources: list[dict[str, Any]], stages: list[dict[str
             map_shard(spec, shard, seg)
         if seg.compute_global is not None:
             stage = spec.stages[seg.compute_global - 1]
+            merge_round(spec, seg, 0)
             for p in range(stage[1].get("partitions", 16)):
                 reduce_partition(spec, seg, p)
             reduce_stage(spec, seg)

@@ -146,14 +146,19 @@ def run_phase(root: Path, phase: str) -> dict:
         seg_i, r = (int(x) for x in arg.split("."))
         seg = spec.segments[seg_i]
         step = step_of(build_stage(spec, seg.compute_global), PartitionStep)
-        work = [(f"shuffle{seg_i}", f"{p:05d}", lambda p=p: reduce_partition(spec, seg, p, r)) for p in range(step.partitions)]
+        work = _merges(spec, seg, r, f"shuffle{seg_i}")
+        work += [(f"shuffle{seg_i}", f"{p:05d}", lambda p=p: reduce_partition(spec, seg, p, r)) for p in range(step.partitions)]
     elif kind == "rounds":  # every round of a partition step, as the engine runs them (see below)
         seg = spec.segments[int(arg)]
         step = step_of(build_stage(spec, seg.compute_global), PartitionStep)
         work = [
-            (shuffle_phase(seg.index, r), partition_key(p), lambda p=p, r=r: reduce_partition(spec, seg, p, r))
+            task
             for r in range(step.rounds)
-            for p in range(step.partitions)
+            for task in _merges(spec, seg, r, shuffle_phase(seg.index, r))
+            + [
+                (shuffle_phase(seg.index, r), partition_key(p), lambda p=p, r=r: reduce_partition(spec, seg, p, r))
+                for p in range(step.partitions)
+            ]
         ]
     elif kind == "combine":
         seg = spec.segments[int(arg)]
@@ -199,6 +204,14 @@ def run_phase(root: Path, phase: str) -> dict:
         "seconds": time.perf_counter() - started,
         "by_round": by_round,
     }
+
+
+def _merges(spec, seg, r: int, marker_phase: str) -> list:
+    """The merge tasks before round ``r`` (engine/tasks/merge.py), counted with the round's tasks."""
+    from datapipe.engine.tasks.merge import merge_group, merge_groups, round_writers
+
+    groups = merge_groups(spec, round_writers(spec, seg, r))
+    return [(marker_phase, f"merge-{g}", lambda g=g: merge_group(spec, seg, r, g)) for g in range(groups)]
 
 
 def _forwarded(folder, phase: str) -> bool:

@@ -3,6 +3,7 @@
     PYTHONPATH=. python bench/scale.py [--base-docs 125000] [--scales 1,4,16] [--cpus 2]
         [--datatrove-python /tmp/dt/bin/python] [--json bench/results/scale.json]
     PYTHONPATH=. python bench/scale.py --base-docs 5000 --scales 1,4      # a quick check
+    PYTHONPATH=. python bench/scale.py --base-docs 1000 --scales 1,4 --s3 # on a counting loopback S3
 
 Corpora (bench/_scale_corpus.py): real zh/en documents of ../shared/data/corpus, every copy
 perturbed (a fifth of its Han characters and words replaced by ones drawn by corpus frequency),
@@ -31,6 +32,10 @@ every scale. What is measured:
 * planted duplicates found: a pair counts when both its documents reached dedup (neither dropped
   by langid or quality) and exactly one of them was removed as a duplicate; false positives are
   regular documents (no plant of theirs) removed as a duplicate.
+
+With ``--s3`` the inputs and the run folder are on a loopback moto S3 server that counts the
+requests it answers (tests/support/counting_s3.py): GET, PUT, LIST, HEAD and bytes read and
+written by the run, per document, and their ratio last scale / first.
 
 Printed last: the per-document cost ratio last scale / first (flat = 1.0; tree CPU, task CPU and
 wall), per-task peak RSS last / first (target <= 1.2), and the markdown rows for docs/scaling.md.
@@ -74,6 +79,10 @@ PHASES = {  # marker folder -> what the phase does in this pipeline
     "map1": "apply dedup + minhash signatures",
     "shuffle1": "minhash band partitions",
     "reduce1": "minhash combine",
+    "merge0": "exact dedup: map tasks' shuffle files merged",
+    "merge0d": "exact dedup: decisions merged",
+    "merge1": "minhash: map tasks' shuffle files merged",
+    "merge1d": "minhash: decisions merged",
     "map2": "apply minhash + tokenize",
     "pack": "pack ranges",
     "stats": "statistics, in the driver",
@@ -95,6 +104,66 @@ def pipeline_config(inp: Path, partitions: int, target_bytes: int) -> dict[str, 
         # One input file = one map task at every scale: tasks of the same size, more of them.
         "split": {"target_bytes": target_bytes, "min_tasks_per_cpu": 0, "group_small_files": False},
     }
+
+
+# --- on a loopback S3 server that counts requests (--s3) --------------------------------------
+
+S3_BUCKET = "dpscale"
+
+
+def s3_env(s3: Any) -> dict[str, str]:
+    return {
+        "AWS_ENDPOINT_URL": s3.url,
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+
+
+def start_s3() -> Any:
+    import logging
+
+    import boto3
+
+    from tests.support.counting_s3 import CountingS3
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    server = CountingS3()
+    boto3.client("s3", endpoint_url=server.url, **_keys(server)).create_bucket(Bucket=S3_BUCKET)
+    return server
+
+
+def _keys(s3: Any) -> dict[str, str]:
+    env = s3_env(s3)
+    return {
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+        "region_name": env["AWS_DEFAULT_REGION"],
+    }
+
+
+def upload_inputs(s3: Any, files: list[Path], prefix: str) -> None:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3.url, **_keys(s3))
+    for f in files:
+        client.upload_file(str(f), S3_BUCKET, f"{prefix}/in/{f.name}")
+
+
+def download_run(s3: Any, prefix: str, out: Path) -> None:
+    """The run folder, from the store to ``out``, for the reads below (not counted: after the snapshot)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3.url, **_keys(s3))
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=prefix + "/")
+    keys = sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
+    folders = {k.rsplit("/", i)[0] for k in keys for i in range(1, k.count("/") + 1)}
+    for key in keys:
+        if key in folders or key.endswith("/"):
+            continue  # an empty object standing for a folder (the store has no folders)
+        dest = out / key[len(prefix) + 1 :]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        client.download_file(S3_BUCKET, key, str(dest))
 
 
 # --- after a run: markers, phases, bytes, plants ----------------------------------------------
@@ -290,7 +359,9 @@ def datatrove_removed(dt_out: Path, corpus: Corpus) -> dict[str, dict[int, str]]
 # --- one scale --------------------------------------------------------------------------------
 
 
-def run_scale(scale: int, args: argparse.Namespace, base: Any, work: Path, dt_python: str | None) -> dict[str, Any]:
+def run_scale(
+    scale: int, args: argparse.Namespace, base: Any, work: Path, dt_python: str | None, s3: Any = None
+) -> dict[str, Any]:
     n = scale * args.base_docs
     files = scale * args.files_per_scale
     inp = work / "input"
@@ -305,10 +376,19 @@ def run_scale(scale: int, args: argparse.Namespace, base: Any, work: Path, dt_py
     )
     import yaml
 
-    (work / "pipeline.yaml").write_text(yaml.safe_dump(pipeline_config(inp, partitions, largest + MIB)))
+    config = pipeline_config(inp, partitions, largest + MIB)
     out = work / "dp-out"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    target = str(out)
+    if s3 is not None:  # inputs and the run folder on the counting loopback S3 server
+        env.update(s3_env(s3))
+        prefix = f"scale-{scale}x-{os.getpid()}"
+        upload_inputs(s3, corpus.files, prefix)
+        config["sources"][0]["paths"] = [f"s3://{S3_BUCKET}/{prefix}/in/*.jsonl"]
+        target = f"s3://{S3_BUCKET}/{prefix}/run"
+        s3_before = s3.snapshot()
+    (work / "pipeline.yaml").write_text(yaml.safe_dump(config))
     cmd = [
         sys.executable,
         "-m",
@@ -316,7 +396,7 @@ def run_scale(scale: int, args: argparse.Namespace, base: Any, work: Path, dt_py
         "run",
         str(work / "pipeline.yaml"),
         "-o",
-        str(out),
+        target,
         "--num-cpus",
         str(args.cpus),
         "--no-progress",
@@ -328,6 +408,10 @@ def run_scale(scale: int, args: argparse.Namespace, base: Any, work: Path, dt_py
     end = time.time()
     if r["rc"] != 0:
         raise SystemExit(f"datapipe run failed (rc {r['rc']}):\n" + (work / "datapipe.log").read_text()[-3000:])
+    store = None
+    if s3 is not None:
+        store = s3.since(s3_before)  # before this bench's own download of the run folder
+        download_run(s3, f"{prefix}/run", out)
     run = json.loads((out / "run.json").read_text())
     docs = run["counts"]["documents"]
     assert docs == corpus.docs, (docs, corpus.docs)
@@ -368,6 +452,15 @@ def run_scale(scale: int, args: argparse.Namespace, base: Any, work: Path, dt_py
         "found": found,
         "stage_counts": run["counts"]["stages"],
     }
+    if store is not None:
+        res["s3"] = store
+        res["s3_per_doc"] = {k: v / docs for k, v in store.items()}
+        print(
+            "    store per document: "
+            + ", ".join(f"{k} {v / docs:.3f}" for k, v in store.items() if not k.startswith("bytes"))
+            + f"; bytes read {store['bytes_read'] / docs:,.0f}, written {store['bytes_written'] / docs:,.0f}",
+            flush=True,
+        )
     print(
         f"    datapipe: wall {r['wall_s']:.0f} s, tree CPU {r['cpu_s']:.0f} s, {res['docs_per_s_per_core']:.0f} "
         f"docs/s per core, {res['docs_per_cpu_s']:.0f} docs per CPU s; largest task peak "
@@ -447,6 +540,10 @@ def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
         "task_peak_rss": last["task_peak_rss_mib_max"] / first["task_peak_rss_mib_max"],
         "driver_peak_rss": last["driver_peak_rss_mib"] / first["driver_peak_rss_mib"],
     }
+    if "s3_per_doc" in first and "s3_per_doc" in last:  # --s3: store requests and bytes per document
+        for k, v in first["s3_per_doc"].items():
+            if v:
+                ratios[f"s3_{k}_per_doc"] = last["s3_per_doc"][k] / v
     per_phase_peak = {
         p: last["phases"][p]["task_peak_rss_mib_max"] / first["phases"][p]["task_peak_rss_mib_max"]
         for p in phases
@@ -461,6 +558,9 @@ def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
     h.ratio(f"per-doc wall {s1}x/{s0}x", [ratios["wall_per_doc"]], target="~1.0 (load-dependent)")
     h.ratio(f"per-task peak RSS {s1}x/{s0}x (largest task of any phase)", [ratios["task_peak_rss"]], target="<= 1.2")
     h.ratio(f"driver peak RSS {s1}x/{s0}x (markers, planning, statistics)", [ratios["driver_peak_rss"]])
+    for k in ("GET", "PUT", "LIST", "HEAD", "bytes_read", "bytes_written"):
+        if f"s3_{k}_per_doc" in ratios:
+            h.ratio(f"store {k} per doc {s1}x/{s0}x (--s3)", [ratios[f"s3_{k}_per_doc"]], target="<= 1.15")
     print("    per-task peak RSS by phase: " + ", ".join(f"{p} {v:.2f}" for p, v in per_phase_peak.items()))
     dt = first.get("datatrove")
     if dt:
@@ -522,6 +622,12 @@ def main() -> int:
     ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where corpora and runs go")
     ap.add_argument("--keep", action="store_true", help="keep each scale's folder (default: deleted after it)")
     ap.add_argument(
+        "--s3",
+        action="store_true",
+        help="inputs and run folder on a loopback S3 server (moto) that counts requests: prints GET/PUT/LIST/HEAD "
+        "and bytes per document",
+    )
+    ap.add_argument(
         "--paper",
         type=Path,
         metavar="JSON",
@@ -560,11 +666,12 @@ def main() -> int:
         f"p01 {nr['p01']:.3f}, min {nr['min']:.3f} (exact shingle Jaccard min {sim['near_true_jaccard']['min']:.3f})",
         flush=True,
     )
+    s3 = start_s3() if args.s3 else None
     results = []
     for i, scale in enumerate(scales):
         work = Path(tempfile.mkdtemp(prefix=f"dp-scale-{scale}x-", dir=args.tmp))
         try:
-            results.append(run_scale(scale, args, base, work, dt_python if i == 0 else None))
+            results.append(run_scale(scale, args, base, work, dt_python if i == 0 else None, s3))
             if args.json:  # each finished scale at once: a run stopped later keeps it (--paper reads this too)
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(

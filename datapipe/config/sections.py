@@ -92,6 +92,19 @@ class SplitConfig(Strict):
         description=("The target is never shrunk below this (below it, per-task overhead dominates)."),
     )
     group_small_files: bool = Field(True, description="Read consecutive small files of a source in one task.")
+    # 8: a shuffle partition opens at most 8 files per round, however many map tasks or partitions
+    # wrote its rows, so files opened per document stay flat as both grow with the corpus
+    # (bench/shuffle_files.py); more groups merge in more parallel tasks.
+    shuffle_groups: int = Field(
+        8,
+        ge=0,
+        le=4096,
+        description=(
+            "When a shuffle round has more input files than this (map tasks, or the partitions of the round "
+            "before), merge tasks first combine them into this many files, and each partition reads its "
+            "rows from those (0: never merge)."
+        ),
+    )
 
 
 # libyaml's parser with PyYAML's safe constructors: the same values, ~10x faster to parse. A run

@@ -3,6 +3,10 @@
     lines                   records per range of a split file whose format numbers them across the
                             file (JSONL lines; ReaderSpec.prepass_count): a pre-pass
     map<i>                  one task per input shard: read or load, stages, compute the next global stage
+    merge<i>[r<r>]          a shuffle round with more input files than ``split.shuffle_groups``: one task per
+                            group of them, merged into one file (engine/tasks/merge.py)
+    merge<i>d               after the last round of a deciding step with more outputs than that: its
+                            partition outputs and states merged by shard, for the next map tasks
     shuffle<i>[r<r>]        a global stage's ``PartitionStep``: one task per partition, per round (none
                             in a round after one that forwarded nothing)
     reduce<i>               a global stage's ``CombineStep``: one task
@@ -22,6 +26,7 @@ from typing import Any
 from datapipe.engine.pack_plan import pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.tasks.map import count_range_lines, map_shard
+from datapipe.engine.tasks.merge import merge_group, merge_groups, merge_outputs, output_groups, round_writers
 from datapipe.engine.tasks.pack import pack_range
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
 from datapipe.readers import reader_spec
@@ -30,6 +35,8 @@ from datapipe.run_folder.layout import (
     PACK_PHASE,
     RunFolder,
     map_phase,
+    merge_outputs_phase,
+    merge_phase,
     partition_key,
     reduce_phase,
     shuffle_phase,
@@ -104,16 +111,40 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
     for step in checked_steps(stage):
         if isinstance(step, PartitionStep):
             forwarded: dict[int, bool] = {}  # round -> forwarded anything, shared by the rounds' task lists
-            phases += [
-                Phase(
-                    shuffle_phase(segment.index, r),
-                    reduce_partition,
-                    _round_tasks(segment, step, r, forwarded),
-                    {"num_cpus": cpus, "scheduling_strategy": "SPREAD"},
-                    "partitions",
+            for r in range(step.rounds):
+                if groups := merge_groups(spec, round_writers(spec, segment, r)):
+                    # Many writers: merge their files into a few first (engine/tasks/merge.py).
+                    merges = tuple(Task(partition_key(g), (segment, r, g)) for g in range(groups))
+                    phases.append(
+                        Phase(
+                            merge_phase(segment.index, r),
+                            merge_group,
+                            _round_tasks(segment, step, r, forwarded, merges),
+                            {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
+                            "groups",
+                        )
+                    )
+                every = tuple(Task(partition_key(p), (segment, p, r)) for p in range(step.partitions))
+                phases.append(
+                    Phase(
+                        shuffle_phase(segment.index, r),
+                        reduce_partition,
+                        _round_tasks(segment, step, r, forwarded, every),
+                        {"num_cpus": cpus, "scheduling_strategy": "SPREAD"},
+                        "partitions",
+                    )
                 )
-                for r in range(step.rounds)
-            ]
+            if groups := output_groups(spec, segment):
+                # The decisions the next map tasks read, merged into a few files (engine/tasks/merge.py).
+                phases.append(
+                    Phase(
+                        merge_outputs_phase(segment.index),
+                        merge_outputs,
+                        tuple(Task(partition_key(g), (segment, g)) for g in range(groups)),
+                        {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
+                        "groups",
+                    )
+                )
         elif isinstance(step, CombineStep):
             phases.append(
                 Phase(reduce_phase(segment.index), reduce_stage, (Task(stage.name, (segment,)),), {"num_cpus": cpus}, "steps")
@@ -123,12 +154,14 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
     return phases
 
 
-def _round_tasks(segment: Segment, step: PartitionStep, round: int, forwarded: dict[int, bool]) -> TaskList:
-    """One task per partition; a round after one that forwarded nothing has none (a stage planning
-    more rounds than its data needs, e.g. minhash's star rounds, pays nothing for the rest).
-    ``forwarded`` caches what finished rounds' markers say (they never change once written), so
-    listing round r reads one round's markers, not r rounds' (P x R^2 reads, on object stores too)."""
-    every = tuple(Task(partition_key(p), (segment, p, round)) for p in range(step.partitions))
+def _round_tasks(
+    segment: Segment, step: PartitionStep, round: int, forwarded: dict[int, bool], every: tuple[Task, ...]
+) -> TaskList:
+    """The tasks of a round (``every``: one per partition, or its merge tasks); a round after one that
+    forwarded nothing has none (a stage planning more rounds than its data needs, e.g. minhash's
+    star rounds, pays nothing for the rest). ``forwarded`` caches what finished rounds' markers say
+    (they never change once written), so listing round r reads one round's markers, not r rounds'
+    (P x R^2 reads, on object stores too)."""
     if round == 0:
         return every
 

@@ -107,6 +107,7 @@ class RunSpec:
     # Source -> how many times each of its documents is packed and exported (mixture.<source>.repeat,
     # rehydrate); computed per document in the final map task (config/mixture.py).
     repeats: dict[str, RepeatRule] = field(default_factory=dict)
+    shuffle_groups: int = 8  # split.shuffle_groups: files a shuffle round's inputs are merged into
 
     def stage_name(self, position: int) -> str:
         return self.stage_options[position - 1][0]
@@ -212,4 +213,5 @@ def make_spec(
         shards=tuple(shards),
         recorded=recorded,
         repeats=repeat_rules(pipeline.config.mixture),
+        shuffle_groups=pipeline.config.split.shuffle_groups,
     )

@@ -110,6 +110,16 @@ def shuffle_phase(segment: int, round: int = 0) -> str:
     return f"shuffle{segment}" if round == 0 else f"shuffle{segment}r{round}"
 
 
+def merge_phase(segment: int, round: int = 0) -> str:
+    """The merge before a shuffle round: its inputs combined into a few files (engine/tasks/merge.py)."""
+    return f"merge{segment}" if round == 0 else f"merge{segment}r{round}"
+
+
+def merge_outputs_phase(segment: int) -> str:
+    """The merge of a deciding shuffle's partition outputs, after its last round (engine/tasks/merge.py)."""
+    return f"merge{segment}d"
+
+
 def reduce_phase(segment: int) -> str:
     return f"reduce{segment}"
 
@@ -190,8 +200,23 @@ class RunFolder:
     def reject_file(self, shard_key: str, position: int, stage: str) -> Path:
         return self._local(self.rejected_dir / f"{shard_key}.{position:02d}-{stage}.parquet")
 
-    def map_output(self, segment: int, shard_key: str) -> Path:
-        return self._local(self.work / map_phase(segment) / f"{shard_key}.parquet")
+    def map_output(self, segment: int, shard_key: str, fetch: bool = True) -> Path:
+        """``fetch=False``: its path in the mirror, not downloaded (``fetched`` and ``is_committed``
+        then ask): a reader of a few map outputs must not pull every one onto its node."""
+        path = self.work / map_phase(segment) / f"{shard_key}.parquet"
+        return self._local(path) if fetch else path
+
+    def fetched(self, path: Path) -> Path:
+        """``path`` of a task's output, downloaded first in a remote folder (see ``_local``)."""
+        return self._local(path)
+
+    def is_committed(self, path: Path) -> bool:
+        """Whether a task's output exists, without downloading it in a remote folder."""
+        if self.remote is None:
+            return path.exists()
+        from datapipe.run_folder import remote as remote_folder
+
+        return remote_folder.is_committed(self.root, self.remote, path)
 
     def decisions_file(self, segment: int, shard_key: str) -> Path:
         return self._local(self.work / reduce_phase(segment) / f"{shard_key}.parquet")
@@ -210,6 +235,16 @@ class RunFolder:
     def forward_file(self, segment: int, round: int, partition: int) -> Path:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
         return self._local(self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet")
+
+    def merged_file(self, segment: int, round: int, group: int) -> Path:
+        """A group of a shuffle round's input files, merged: rows sorted by ``part``, a row group per part."""
+        return self._local(self.work / f"{merge_phase(segment, round)}" / f"{partition_key(group)}.parquet")
+
+    def merged_outputs(self, segment: int, group: int, state: bool = False) -> Path:
+        """A group of a deciding shuffle's partition outputs (or states), of every round, merged: rows
+        sorted by ``shard``, a row group per shard."""
+        name = f"{'state' if state else 'decisions'}-{partition_key(group)}.parquet"
+        return self._local(self.work / merge_outputs_phase(segment) / name)
 
     def scratch_dir(self, segment: int) -> Path:
         """Spill space of the global stage ending ``segment`` (DuckDB, sorts)."""

@@ -93,6 +93,12 @@ def fetch(root: Path, uri: str, path: Path) -> Path:
     return path
 
 
+def is_committed(root: Path, uri: str, path: Path) -> bool:
+    """Whether a pulled marker names ``path`` (in the mirror), without downloading it."""
+    with _lock:
+        return path.relative_to(root).as_posix() in _named.get(uri, {})
+
+
 def pull(root: Path, uri: str, full: bool = False, files: tuple[str, ...] = ()) -> int:
     """Bring the mirror up to date with the committed work on the store; returns files downloaded.
 

@@ -3,21 +3,24 @@
 Map phase: per document a MinHash signature (CJK character / Latin word shingles, see
 ``datapipe.dedup.shingles``), kept as the ``minhash_sig`` column, and one band key per
 LSH band, shuffled by key into partitions. Round 0 (partition tasks, in parallel) pairs documents
-that share a band key, verifies the pairs by estimated Jaccard (signatures read back from the
-map outputs) and reduces them to a spanning forest with a local union-find. The forest edges are
-then shuffled by document: rounds 1..2k alternate small-star and large-star
-(``datapipe.dedup.components``), which turn each cluster into a star around its lowest row key,
-and a cluster is settled in the partition of that root as soon as it is known whole: its survivor
-chosen by the rule (n_chars / score read for its members only) and its decisions and survivor size
-written by that partition. Clusters still open after the last round (rare: long chains of copies)
-are finished by the combine step with a union-find over what is left; it reads nothing else.
+that share a band key; the signatures to verify those pairs come by a join, not by every partition
+reading the map outputs: each map output has an *owner* partition, asked in round 0 for the rows a
+partition needs and answering in round 1, reading each of its map outputs once. Round 2 verifies
+the pairs by estimated Jaccard and reduces them to a spanning forest with a local union-find. The
+forest edges are then shuffled by document: the following rounds alternate small-star and
+large-star (``datapipe.dedup.components``), which turn each cluster into a star around its lowest
+row key, and a cluster known whole asks its members' id, signature and length (or score) of their
+owners and is settled in the partition of its root two rounds later: its survivor chosen by the
+rule, its decisions and survivor size written by that partition. Clusters still open after the
+last round (rare: long chains of copies) are finished by the combine step with a union-find over
+what is left, reading those documents' columns itself.
 
 Rehydration: every kept document gets ``dup_count``, the size of the cluster it survived (1 for a
 singleton), so a mixture can upsample by it later as FineWeb-2 does. The partitions hand the
 survivors' sizes to the next map segment as per-shard state (12 bytes per cluster).
 
-Memory: a round-0 task holds its share of band keys (16 bytes x bands x documents / partitions)
-and the signatures of its paired documents; a star round its share of the forest edges; a
+Memory: a round-0 task holds its share of band keys (16 bytes x bands x documents / partitions),
+round 2 the signatures of its paired documents (answered by their owners); a star round its share of the forest edges; a
 settling round the signatures and lengths of the clusters rooted in its partition (one cluster is
 never split: a cluster of a million copies is settled by one task). No task holds the corpus's
 clusters; the combine step holds only the edges of clusters the rounds did not finish.
@@ -32,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from datapipe.dedup.cluster import Clusters, spanning_forest, survivors, union_of, verified_pairs
+from datapipe.dedup.cluster import Clusters, candidate_edges, estimated_jaccard, spanning_forest, survivors, union_of
 from datapipe.dedup.components import CONFIRM, EDGE, both_ways, large_star, node_partition, small_star
 from datapipe.dedup.fold import fold_traditional
 from datapipe.dedup.minhash import (
@@ -58,6 +61,7 @@ from datapipe.stages.global_stage import (
     drop_rows,
     state_rows,
 )
+from datapipe.stages.row_keys import shard_of
 
 SIG_COLUMN = "minhash_sig"
 # Text and hash columns earlier stages add: a survivor cannot be chosen by them.
@@ -160,20 +164,25 @@ class MinHashDedup(GlobalStage):
             return o.bands, o.rows
         return lsh_params(o.threshold, o.num_perm)
 
-    # Pairs of (small-star, large-star) rounds after round 0. A cluster whose star forms by round 2j-1
-    # is settled in round 2j: pairs of copies in round 2, a chain of n copies in about log2(n) + 4
-    # pairs when they come in run order, the slowest case (100 copies: 8 pairs, 500: 10; in random
-    # order 1000: 9). Rounds after the last settled cluster have no tasks (the engine skips a
+    # Pairs of (small-star, large-star) rounds after the verification rounds 0-2. A cluster whose star
+    # forms by round 2j+1 is found whole in round 2j+2 and decided in round 2j+4 (its members' columns
+    # asked of their owners in between): pairs of copies in round 6, a chain of n copies in about
+    # log2(n) + 4 pairs when they come in run order, the slowest case (100 copies: 8 pairs, 500: 10;
+    # in random order 1000: 9). Rounds after the last with work have no tasks (the engine skips a
     # round after one that forwarded nothing), so planning many costs nothing; what is still open
     # after the last one goes to the combine step.
     star_pairs: ClassVar[int] = 10
 
+    @classmethod
+    def rounds(cls) -> int:
+        """Round 0 pairs, 1 answers signatures, 2 verifies; then the star pairs; then one round that
+        answers the last settled clusters' columns and one that decides them."""
+        return 3 + 2 * cls.star_pairs + 2
+
     def steps(self) -> tuple[GlobalStep, ...]:
         """The partitions decide (settled clusters); the combine step only finishes what they left open."""
         return (
-            PartitionStep(
-                self.options.partitions, self.shuffle, self.reduce_partition, rounds=1 + 2 * self.star_pairs, decides=True
-            ),
+            PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition, rounds=self.rounds(), decides=True),
             CombineStep(self.combine, self.combine_state),
         )
 
@@ -205,26 +214,135 @@ class MinHashDedup(GlobalStage):
         )
 
     def reduce_partition(self, rows: pa.Table, round: int = 0, inputs: ReduceInputs | None = None) -> PartitionResult:
-        """Round 0: the partition's candidate pairs, verified, reduced to a spanning forest (one edge per
-        paired document, root the lowest row key of its local component), forwarded by document.
-        Odd rounds: small-star; even rounds: large-star, settling the clusters known whole."""
-        assert inputs is not None, "verification and settling read columns from the map outputs"
+        """One round of one partition. Every row it forwards has the columns of ``_rows``.
+
+        Round 0: the partition's candidate pairs (band rows sharing a key), kept here as ``PAIR`` rows,
+        and an ``ASK_SIG`` row per paired document to the *owner* of its map output (``_owner``).
+        Odd rounds: an owner answers what it was asked, reading each of its map outputs once (only
+        the rows asked for); then small-star. Round 2: the pairs verified by estimated Jaccard with
+        the signatures answered, reduced to a spanning forest (one edge per paired document),
+        forwarded by document. Even rounds from 4: large-star; a cluster known whole asks its
+        members' id, signature and length of their owners (``ASK_DOC``) and is decided two rounds
+        later from the answers (``DOC`` rows). So no partition reads the map outputs of others:
+        a map output is read by one task per answering round, not by every partition
+        (docs/scaling.md, "What breaks first", item 1)."""
+        assert inputs is not None, "owners read the map outputs"
         if round == 0:
-
-            def read_sigs(docs: np.ndarray) -> np.ndarray:
-                return _sig_matrix(inputs.read_rows(docs, [SIG_COLUMN])[SIG_COLUMN], self.options.num_perm)
-
-            threshold = self.options.threshold if self.options.verify else None
-            u, v, _ = verified_pairs(rows["doc"].to_numpy(), rows["key"].to_numpy(), threshold, read_sigs)
-            return PartitionResult(None, self._edges(*spanning_forest(u, v)))
-        node, nbr = rows["node"].to_numpy(), rows["nbr"].to_numpy()
-        edge = rows["kind"].to_numpy() == EDGE
+            return PartitionResult(None, self._candidates(rows))
+        kind = rows["kind"].to_numpy()
+        last_star = self.rounds() - 3  # the last large-star round
+        forward: list[pa.Table] = []
+        decisions = sizes = None
+        edges = rows.filter(pa.array((kind == EDGE) | (kind == CONFIRM)))
+        node, nbr = edges["node"].to_numpy(), edges["nbr"].to_numpy()
+        edge = edges["kind"].to_numpy() == EDGE
         if round % 2 == 1:
-            (u, v), (centre, leaf) = small_star(node[edge], nbr[edge])
-            return PartitionResult(None, self._edges(u, v, confirm=(centre, leaf)))
-        (u, v), (roots, members) = large_star(node[edge], nbr[edge], (node[~edge], nbr[~edge]))
-        decisions, sizes = self._settle(*_star_clusters(roots, members), inputs)
-        return PartitionResult(decisions, self._edges(u, v), sizes)
+            forward.append(self._answers(rows.filter(pa.array((kind == ASK_SIG) | (kind == ASK_DOC))), inputs))
+            forward.append(rows.filter(pa.array(kind == PAIR)))  # to round 2, in this partition
+            if round <= last_star:
+                (u, v), (centre, leaf) = small_star(node[edge], nbr[edge])
+                forward.append(self._edges(u, v, confirm=(centre, leaf)))
+            else:
+                forward.append(edges)  # after the last star round: left for the combine step
+        else:
+            if round == 2:
+                pairs, sigs = rows.filter(pa.array(kind == PAIR)), rows.filter(pa.array(kind == SIG))
+                forward.append(self._edges(*spanning_forest(*self._verified(pairs, sigs))))
+            docs = rows.filter(pa.array(kind == DOC))
+            if docs.num_rows:
+                docs = docs.sort_by([("node", "ascending")])
+                decisions, sizes = self._settle(docs["node"].to_numpy(), docs["nbr"].to_numpy(), docs)
+            if round <= last_star:
+                (u, v), (roots, members) = large_star(node[edge], nbr[edge], (node[~edge], nbr[~edge]))
+                forward.append(self._edges(u, v))
+                keys, cluster = _star_clusters(roots, members)
+                forward.append(self._rows(_owner(keys, self.options.partitions), keys, cluster, ASK_DOC))
+            else:
+                forward.append(edges)
+        return PartitionResult(decisions, pa.concat_tables(forward), sizes)
+
+    def _candidates(self, rows: pa.Table) -> pa.Table:
+        """Round 0: candidate pairs kept in this partition, and the signatures they need asked of the owners."""
+        me = int(rows["part"][0].as_py())  # the rows of a partition all carry its number
+        u, v = candidate_edges(rows["doc"].to_numpy(), rows["key"].to_numpy())
+        pairs = self._rows(np.full(len(u), me, np.int32), u, v, PAIR)
+        if not self.options.verify:
+            return pairs
+        docs = np.unique(np.concatenate([u, v]))
+        asks = self._rows(_owner(docs, self.options.partitions), docs, np.full(len(docs), me, np.int64), ASK_SIG)
+        return pa.concat_tables([pairs, asks])
+
+    def _answers(self, asks: pa.Table, inputs: ReduceInputs) -> pa.Table:
+        """An owner's answers: each document asked for, read once from its map output, to each asker.
+        ``ASK_SIG`` (nbr: the asking partition) gets the signature, ``ASK_DOC`` (nbr: the cluster's
+        root, decided in the root's partition) the columns ``_settle`` needs."""
+        o = self.options
+        out = [self._rows(np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.int64), SIG)]
+        kind = asks["kind"].to_numpy()
+        for ask, answer in ((ASK_SIG, SIG), (ASK_DOC, DOC)):
+            sel = asks.filter(pa.array(kind == ask))
+            if not sel.num_rows:
+                continue
+            node, nbr = sel["node"].to_numpy(), sel["nbr"].to_numpy()
+            docs = np.unique(node)
+            table = inputs.read_rows(docs, self._doc_columns() if answer == DOC else [SIG_COLUMN])
+            at = pa.array(np.searchsorted(docs, node))
+            part = nbr.astype(np.int32) if answer == SIG else node_partition(nbr, o.partitions)
+            columns = {"sig": table[SIG_COLUMN].take(at)}
+            if answer == DOC:
+                columns |= {
+                    "id": table["id"].take(at),
+                    "n_chars": table["n_chars"].take(at),
+                    "score": table[o.score_column].take(at) if o.survivor == "best" else None,
+                }
+            out.append(self._rows(part, node, nbr, answer, **columns))
+        return pa.concat_tables(out)
+
+    def _doc_columns(self) -> list[str]:
+        o = self.options
+        return ["id", SIG_COLUMN, "n_chars"] + ([o.score_column] if o.survivor == "best" and o.score_column else [])
+
+    def _verified(self, pairs: pa.Table, answers: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """The candidate pairs whose estimated Jaccard reaches the threshold (all of them without ``verify``)."""
+        u, v = pairs["node"].to_numpy(), pairs["nbr"].to_numpy()
+        if not self.options.verify or len(u) == 0:
+            return u, v
+        answers = answers.sort_by([("node", "ascending")])
+        docs = answers["node"].to_numpy()
+        sigs = _sig_matrix(answers["sig"], self.options.num_perm)
+        keep = estimated_jaccard(sigs, np.searchsorted(docs, u), np.searchsorted(docs, v)) >= self.options.threshold
+        return u[keep], v[keep]
+
+    def _rows(self, part: np.ndarray, node: np.ndarray, nbr: np.ndarray, kind: int, **columns: Any) -> pa.Table:
+        """Forwarded rows: (part, node, nbr, kind) and the answered columns (null where not given), one
+        schema for every round so a round's files read as one table."""
+        n = len(node)
+        schema = self._forward_schema()
+        values = {
+            "part": pa.array(np.asarray(part, np.int32), pa.int32()),
+            "node": pa.array(np.asarray(node, np.int64), pa.int64()),
+            "nbr": pa.array(np.asarray(nbr, np.int64), pa.int64()),
+            "kind": pa.array(np.full(n, kind, np.int8), pa.int8()),
+        }
+        for field in schema:
+            if field.name not in values:
+                given = columns.get(field.name)
+                values[field.name] = pa.nulls(n, field.type) if given is None else _one_chunk(given).cast(field.type)
+        return pa.table(values, schema=schema)
+
+    def _forward_schema(self) -> pa.Schema:
+        return pa.schema(
+            [
+                ("part", pa.int32()),
+                ("node", pa.int64()),
+                ("nbr", pa.int64()),
+                ("kind", pa.int8()),
+                ("sig", pa.binary(4 * self.options.num_perm)),
+                ("id", pa.string()),
+                ("n_chars", pa.int64()),
+                ("score", pa.float64()),
+            ]
+        )
 
     def _edges(self, u: np.ndarray, v: np.ndarray, confirm: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
         """Undirected edges as rows (part, node, nbr, kind) for the partitions of both endpoints, and
@@ -234,26 +352,18 @@ class MinHashDedup(GlobalStage):
         if confirm is not None:
             node, nbr = np.concatenate([node, confirm[0]]), np.concatenate([nbr, confirm[1]])
             kind = np.concatenate([kind, np.full(len(confirm[0]), CONFIRM, np.int8)])
-        return pa.table(
-            {
-                "part": pa.array(node_partition(node, self.options.partitions), pa.int32()),
-                "node": pa.array(node, pa.int64()),
-                "nbr": pa.array(nbr, pa.int64()),
-                "kind": pa.array(kind, pa.int8()),
-            }
-        )
+        table = self._rows(node_partition(node, self.options.partitions), node, nbr, EDGE)
+        return table.set_column(table.schema.get_field_index("kind"), "kind", pa.array(kind, pa.int8()))
 
-    def _settle(self, keys: np.ndarray, cluster: np.ndarray, inputs: ReduceInputs) -> tuple[pa.Table, pa.Table]:
+    def _settle(self, keys: np.ndarray, cluster: np.ndarray, docs: pa.Table) -> tuple[pa.Table, pa.Table]:
         """Decisions and survivor sizes of whole clusters: ``keys`` sorted distinct row keys, ``cluster``
-        the lowest row key of each one's cluster. Reads id, signature and length (or score) of these
-        documents only."""
+        the lowest row key of each one's cluster, ``docs`` their columns id, ``sig``, n_chars and
+        ``score`` (survivor: best), row for row."""
         o = self.options
         if len(keys) == 0:
             return _decisions(keys, [], [], [], [], []), _sizes(keys, np.empty(0, np.int64))
-        columns = ["id", SIG_COLUMN, "n_chars"] + ([o.score_column] if o.survivor == "best" else [])
-        docs = inputs.read_rows(keys, columns)
-        sigs = _sig_matrix(docs[SIG_COLUMN], o.num_perm)
-        scores = docs[o.score_column].to_numpy(zero_copy_only=False) if o.survivor == "best" else None
+        sigs = _sig_matrix(docs["sig"], o.num_perm)
+        scores = docs["score"].to_numpy(zero_copy_only=False) if o.survivor == "best" else None
         roots = np.searchsorted(keys, cluster)  # index of the cluster's lowest key: what survivors() expects
         surv = survivors(roots, o.survivor, lengths=docs["n_chars"].to_numpy(zero_copy_only=False), scores=scores)
         c = Clusters(roots, surv, np.bincount(roots, minlength=len(roots))[roots])
@@ -303,8 +413,27 @@ class MinHashDedup(GlobalStage):
         involved, uf = union_of(rows["node"].to_numpy()[edge], rows["nbr"].to_numpy()[edge])
         if len(involved) == 0:
             return empty
-        decisions, self._survivor_sizes = self._settle(involved, involved[uf.roots()], inputs)
+        o = self.options
+        read = inputs.read_rows(involved, self._doc_columns())  # the rare leftovers: read directly
+        docs = {"id": read["id"], "sig": read[SIG_COLUMN], "n_chars": read["n_chars"]}
+        if o.survivor == "best":
+            docs["score"] = read[o.score_column]
+        decisions, self._survivor_sizes = self._settle(involved, involved[uf.roots()], pa.table(docs))
         return decisions
+
+
+# Row kinds of the forwarded rows, beside components.EDGE and CONFIRM.
+PAIR, ASK_SIG, SIG, ASK_DOC, DOC = 2, 3, 4, 5, 6
+
+
+def _owner(keys: np.ndarray, partitions: int) -> np.ndarray:
+    """The partition that answers for each row key's map output: its shard modulo the partitions, so
+    each map output has one reader per answering round and the owners share the map outputs evenly."""
+    return (shard_of(keys) % partitions).astype(np.int32)
+
+
+def _one_chunk(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
 def _star_clusters(roots: np.ndarray, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -77,6 +77,9 @@ class ReduceInputs(ABC):
     # A folder of the run folder, the stage's own, for files a step keeps as outputs of the run (a
     # model classify trains on the run's annotations); created on first use. "" where there is none.
     outputs_dir: str = ""
+    # Called with a file of ``files`` before it is opened (in a remote run folder: downloads it), so a
+    # step that reads a few map outputs does not pull every one onto its node. None: read as they are.
+    fetch: Callable[[str], str] | None = None
 
     @abstractmethod
     def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 
 from datapipe.engine.plan import build_stage, make_spec
 from datapipe.engine.tasks.map import map_shard
+from datapipe.engine.tasks.merge import merge_all_outputs, merge_round
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
 from datapipe.stages import PartitionStep
@@ -37,9 +38,11 @@ def test_survivors_carry_their_cluster_size_on_real_udhr_variants(tmp_path: Path
     step = step_of(build_stage(spec, first.compute_global), PartitionStep)
     assert step is not None
     for r in range(step.rounds):  # round 0 pairs the pages, then the star rounds settle the clusters
+        merge_round(spec, first, r)
         for p in range(2):
             reduce_partition(spec, first, p, r)
     reduce_stage(spec, first)
+    merge_all_outputs(spec, first)  # the engine's merge phase before the next map tasks
     for shard in spec.shards:
         map_shard(spec, shard, last)
     kept = {

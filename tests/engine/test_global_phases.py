@@ -18,6 +18,7 @@ import pytest
 from datapipe.engine.pack_plan import pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
 from datapipe.engine.tasks.map import map_shard
+from datapipe.engine.tasks.merge import merge_all_outputs, merge_round
 from datapipe.engine.tasks.pack import pack_range, pack_source
 from datapipe.engine.tasks.reduce import partition_decisions, reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
@@ -128,6 +129,7 @@ def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, e
     step = step_of(stage, PartitionStep)
     assert step is not None and step.rounds == int(exact) + int(url)
     for r in range(step.rounds):
+        merge_round(spec, map0, r)
         for p in range(partitions):
             reduce_partition(spec, map0, p, r)
     got = []
@@ -139,6 +141,14 @@ def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, e
     assert sorted(got) == expected
     reasons = {r[2] for r in expected}
     assert ("exact_duplicate" in reasons) == exact and ("duplicate_url" in reasons) == url
+    # Merged into a few files (engine/tasks/merge.py), as the engine does before the next map tasks:
+    # each shard's decisions are the same rows in the same order.
+    groups = merge_all_outputs(spec, map0)
+    assert groups == (8 if partitions * step.rounds > 8 else 0)
+    for s in spec.shards:
+        plain = partition_decisions(folder, 0, stage, s.ordinal)
+        merged = partition_decisions(folder, 0, stage, s.ordinal, groups)
+        assert (plain is None and merged is None) or (plain is not None and merged is not None and merged.equals(plain))
     # The map phase after it applies exactly those decisions: kept + rejected = read, dup_of carried.
     markers = [map_shard(spec, s, map1) for s in spec.shards]
     assert sum(m["kept"] for m in markers) == docs_in - len(expected)
@@ -285,9 +295,11 @@ def minhash_decisions(spec: RunSpec, folder: RunFolder, segment: Segment) -> lis
     step = step_of(stage, PartitionStep)
     assert step is not None
     for r in range(step.rounds):
+        merge_round(spec, segment, r)
         for p in range(step.partitions):
             reduce_partition(spec, segment, p, r)
     reduce_stage(spec, segment)
+    merge_all_outputs(spec, segment)
     rows = []
     for s in spec.shards:
         table = partition_decisions(folder, segment.index, stage, s.ordinal)

@@ -14,6 +14,7 @@ import pytest
 from datapipe.audit.sql import connect as connect_stats
 from datapipe.engine.plan import make_spec
 from datapipe.engine.tasks.map import map_shard
+from datapipe.engine.tasks.merge import merge_all_outputs, merge_round
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
 from datapipe.stages.boilerplate import batch_unit_hashes, normalize_unit, split_units, strip_units
@@ -45,9 +46,11 @@ def run_in_process(tmp_path: Path, texts: list[str], options: dict, n_files: int
     first, last = spec.segments
     for shard in spec.shards:
         map_shard(spec, shard, first)
+    merge_round(spec, first, 0)
     for p in range(3):
         reduce_partition(spec, first, p)
     reduce_stage(spec, first)
+    merge_all_outputs(spec, first)  # the engine's merge phase before the next map tasks
     markers = [map_shard(spec, shard, last) for shard in spec.shards]
     out = tmp_path / "out"
     kept = {r["id"]: r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}

@@ -23,6 +23,7 @@ from datapipe.config.mixture import REPEAT_COLUMN
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.splits import InputRange
 from datapipe.engine.tasks.isolate import Isolator, Step
+from datapipe.engine.tasks.merge import output_groups
 from datapipe.engine.tasks.recorded import ShardSignals, tokens_with_recorded, with_recorded
 from datapipe.engine.tasks.reduce import partition_decisions, partition_state, partitions_decide
 from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
@@ -460,7 +461,8 @@ def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: S
     stage = build_stage(spec, segment.apply_global)
     parts = []
     if partitions_decide(stage):  # the partition outputs are decisions
-        parts.append(partition_decisions(folder, segment.index - 1, stage, shard.ordinal))
+        groups = output_groups(spec, spec.segments[segment.index - 1])
+        parts.append(partition_decisions(folder, segment.index - 1, stage, shard.ordinal, groups))
     if step_of(stage, CombineStep) is not None:
         path = folder.decisions_file(segment.index - 1, shard.key)
         parts.append(pq.read_table(path) if path.exists() else None)
@@ -472,7 +474,8 @@ def _load_state(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard
     with this shard's rows of its partitions' states."""
     if segment.apply_global is None:
         return None
-    parts = [partition_state(folder, segment.index - 1, build_stage(spec, segment.apply_global), shard.ordinal)]
+    groups = output_groups(spec, spec.segments[segment.index - 1])
+    parts = [partition_state(folder, segment.index - 1, build_stage(spec, segment.apply_global), shard.ordinal, groups)]
     path = folder.state_file(segment.index - 1)
     if path.exists():
         if "shard" in pq.read_schema(path).names:

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, build_stage
+from datapipe.engine.tasks.merge import round_inputs
 from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
 from datapipe.engine.tasks.sinks import ShuffleSink
 from datapipe.run_folder.layout import RunFolder
@@ -19,12 +20,28 @@ from datapipe.stages.global_stage import CombineStep, PartitionResult, Partition
 from datapipe.storage.atomic import atomic_path
 
 
-def _reduce_inputs(spec: RunSpec, folder: RunFolder, segment: Segment, forwarded: tuple[str, ...] = ()) -> ParquetReduceInputs:
-    present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
-    scratch = folder.scratch_dir(segment.index)
+def _reduce_inputs(
+    spec: RunSpec, folder: RunFolder, segment: Segment, forwarded: tuple[str, ...] = (), lazy: bool = False
+) -> ParquetReduceInputs:
+    """The map outputs a step reads. ``lazy`` (partition tasks): a file is downloaded from a remote
+    run folder only when ``read_rows`` opens it, so a MinHash owner pulls its own map outputs, not all."""
     assert segment.compute_global is not None
-    outputs = folder.stage_outputs_dir(segment.compute_global, spec.stage_name(segment.compute_global))
-    return ParquetReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch), forwarded, str(outputs))
+    outputs = str(folder.stage_outputs_dir(segment.compute_global, spec.stage_name(segment.compute_global)))
+    if not lazy:
+        present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
+        scratch = folder.scratch_dir(segment.index)
+        return ParquetReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch), forwarded, outputs)
+    present = [
+        (s.ordinal, p) for s in spec.shards if folder.is_committed(p := folder.map_output(segment.index, s.key, fetch=False))
+    ]
+    return ParquetReduceInputs(
+        [str(p) for _, p in present],
+        [o for o, _ in present],
+        str(folder.scratch_dir(segment.index)),
+        forwarded,
+        outputs,
+        fetch=lambda path: str(folder.fetched(Path(path))),
+    )
 
 
 def partitions_decide(stage: Stage) -> bool:
@@ -84,16 +101,13 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
     step = step_of(stage, PartitionStep)
     assert step is not None, f"stage {stage.name!r} declares no partition step"
-    if round == 0:
-        sources = [folder.shuffle_file(segment.index, s.key) for s in spec.shards]
-    else:
-        sources = [folder.forward_file(segment.index, round - 1, p) for p in range(step.partitions)]
-    files = [str(f) for f in sources if f.exists()]
+    # The round's inputs: each writer's file, or the few files a merge phase combined them into.
+    files = [str(f) for f in round_inputs(spec, folder, segment, round)]
     # Row-group statistics on `part` let the scan skip other partitions' data.
     rows = pads.dataset(files, format="parquet").to_table(filter=pads.field("part") == partition) if files else None
     result = None
     if rows is not None and rows.num_rows:
-        result = step.reduce(rows, round, _reduce_inputs(spec, folder, segment))
+        result = step.reduce(rows, round, _reduce_inputs(spec, folder, segment, lazy=True))
     if not isinstance(result, PartitionResult):
         result = PartitionResult(result)
     out = folder.partition_output(segment.index, partition, round)
@@ -135,36 +149,46 @@ def round_(x: float) -> float:
     return round(x, 3)
 
 
-def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: int) -> pa.Table | None:
-    """One shard's decisions, gathered from every partition output of every round (``partitions_decide``)."""
+def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
+    """One shard's decisions, gathered from every partition output of every round (``partitions_decide``),
+    or from the ``groups`` files they were merged into (engine/tasks/merge.py, ``output_groups``)."""
     import pyarrow.dataset as pads
 
     step = step_of(stage, PartitionStep)
     assert step is not None
-    files = [
-        str(f)
-        for r in range(step.rounds)
-        for p in range(step.partitions)
-        if (f := folder.partition_output(segment, p, r)).exists()
-    ]
+    if groups:
+        merged = [folder.merged_outputs(segment, g) for g in range(groups)]
+        files = [str(f) for f in merged if f.exists()]
+    else:
+        files = [
+            str(f)
+            for r in range(step.rounds)
+            for p in range(step.partitions)
+            if (f := folder.partition_output(segment, p, r)).exists()
+        ]
     if not files:
         return None
     return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)
 
 
-def partition_state(folder: RunFolder, segment: int, stage: Stage, ordinal: int) -> pa.Table | None:
-    """One shard's rows of every partition's ``PartitionResult.state``, of every round (None: there are none)."""
+def partition_state(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
+    """One shard's rows of every partition's ``PartitionResult.state``, of every round (None: there are
+    none), or of the ``groups`` files they were merged into."""
     import pyarrow.dataset as pads
 
     step = step_of(stage, PartitionStep)
     if step is None:
         return None
-    files = [
-        str(f)
-        for r in range(step.rounds)
-        for p in range(step.partitions)
-        if (f := folder.partition_state(segment, p, r)).exists()
-    ]
+    if groups:
+        merged = [folder.merged_outputs(segment, g, state=True) for g in range(groups)]
+        files = [str(f) for f in merged if f.exists()]
+    else:
+        files = [
+            str(f)
+            for r in range(step.rounds)
+            for p in range(step.partitions)
+            if (f := folder.partition_state(segment, p, r)).exists()
+        ]
     if not files:
         return None
     return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)

@@ -24,7 +24,8 @@ class ParquetReduceInputs(ReduceInputs):
         parts = []
         for ordinal in np.unique(shards):
             rows = row_of(sorted_keys[shards == ordinal])
-            parts.append(_read_row_groups_of(by_ordinal[int(ordinal)], rows, columns))
+            path = by_ordinal[int(ordinal)]
+            parts.append(_read_row_groups_of(self.fetch(path) if self.fetch else path, rows, columns))
         if not parts:
             return pa.table({c: pa.array([], pa.null()) for c in columns})
         merged = pa.concat_tables(parts)

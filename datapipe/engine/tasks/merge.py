@@ -1,0 +1,250 @@
+"""Merging a shuffle round's input files into a few, so a partition opens a few files, not all of them.
+
+A shuffle round's inputs are one file per writer (a map task's shuffle rows in round 0, a
+partition's forwarded rows after it), each sorted by ``part`` with a row group per part. Read
+as they are, every partition opens every writer's file: writers x partitions opens, which grows
+with the square of the corpus when both grow with it (bench/shuffle_files.py). With more writers
+than ``split.shuffle_groups`` (G), G merge tasks each combine a contiguous group of the writers'
+files into one, again sorted by ``part`` with a row group per part, and each partition reads its
+row groups from the G merged files: writers + G x partitions opens, flat per document.
+
+A merged file holds each part's rows in writer order, then row order, so reading the G merged
+files in group order gives a partition exactly the rows, in the order, that reading every
+writer's file did. A merge task streams: it reads the row groups of a range of parts from each of
+its files at a time (about ``CHUNK_BYTES`` of them), so its memory does not grow with the group.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datapipe.engine.plan import RunSpec, Segment, build_stage
+from datapipe.run_folder.layout import RunFolder
+from datapipe.stages.global_stage import PartitionStep, step_of
+from datapipe.storage.atomic import atomic_path
+
+CHUNK_BYTES = 64 << 20  # uncompressed row-group bytes a merge task holds at a time
+
+
+def merge_groups(spec: RunSpec, writers: int) -> int:
+    """Merged files of a round with ``writers`` input files (0: none, the partitions read the inputs)."""
+    groups = spec.shuffle_groups
+    return groups if 0 < groups < writers else 0
+
+
+def round_writers(spec: RunSpec, segment: Segment, round: int) -> int:
+    """Input files a shuffle round reads at most: map tasks (round 0) or the partitions before."""
+    if round == 0:
+        return len(spec.shards)
+    step = step_of(build_stage(spec, segment.compute_global), PartitionStep)  # type: ignore[arg-type]
+    assert step is not None
+    return step.partitions
+
+
+def round_inputs(spec: RunSpec, folder: RunFolder, segment: Segment, round: int, writers: range | None = None) -> list[Path]:
+    """The input files of a shuffle round that exist (of ``writers`` only, if given), in writer order;
+    merged ones where the round is merged (``writers`` then does not apply)."""
+    groups = merge_groups(spec, round_writers(spec, segment, round))
+    if groups and writers is None:
+        paths = [folder.merged_file(segment.index, round, g) for g in range(groups)]
+    else:
+        chosen = writers if writers is not None else range(round_writers(spec, segment, round))
+        if round == 0:
+            paths = [folder.shuffle_file(segment.index, spec.shards[i].key) for i in chosen]
+        else:
+            paths = [folder.forward_file(segment.index, round - 1, p) for p in chosen]
+    return [p for p in paths if p.exists()]
+
+
+def group_writers(writers: int, groups: int, group: int) -> range:
+    """The writers (contiguous, in order) of one group."""
+    size = -(-writers // groups)
+    return range(min(writers, group * size), min(writers, (group + 1) * size))
+
+
+def merge_group(spec: RunSpec, segment: Segment, round: int, group: int) -> dict[str, Any]:
+    """Merge one group of a shuffle round's input files into its merged file; returns the marker contents."""
+    started = time.perf_counter()
+    folder = RunFolder(Path(spec.root))
+    writers = round_writers(spec, segment, round)
+    groups = merge_groups(spec, writers)
+    files = round_inputs(spec, folder, segment, round, group_writers(writers, groups, group))
+    rows = merge_files(files, folder.merged_file(segment.index, round, group))
+    return {
+        "segment": segment.index,
+        "round": round,
+        "group": group,
+        "files": len(files),
+        "rows": rows,
+        "seconds": round_(time.perf_counter() - started),
+    }
+
+
+def merge_files(paths: list[Path], out: Path) -> int:
+    """Rows of ``paths`` (each sorted by ``part``, a row group per part) into ``out``, sorted by part,
+    writer order kept inside a part, a row group per part. Returns the rows written (0: no file)."""
+    sources = [pq.ParquetFile(p) for p in paths]
+    # (part, file, row group, bytes) of every row group; a row group holds one part (ShuffleSink).
+    groups: list[tuple[int, int, int, int]] = []
+    for i, f in enumerate(sources):
+        col = f.schema_arrow.get_field_index("part")
+        for rg in range(f.metadata.num_row_groups):
+            meta = f.metadata.row_group(rg)
+            stats = meta.column(col).statistics
+            assert stats is not None and stats.min == stats.max, f"{paths[i]}: a row group of several parts"
+            groups.append((int(stats.min), i, rg, meta.total_byte_size))
+    if not groups:
+        out.unlink(missing_ok=True)  # a stale file of an earlier attempt must not be read
+        return 0
+    groups.sort()  # by part, then file (writer order), then row group: the order a reader needs
+    schema = sources[0].schema_arrow
+    written = 0
+    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        start = 0
+        while start < len(groups):
+            # A chunk of whole parts of about CHUNK_BYTES.
+            end, size = start, 0
+            while end < len(groups) and (size < CHUNK_BYTES or groups[end][0] == groups[end - 1][0]):
+                size += groups[end][3]
+                end += 1
+            chunk = groups[start:end]
+            written += _write_chunk(sources, chunk, schema, writer)
+            start = end
+    for f in sources:
+        f.close()
+    return written
+
+
+def _write_chunk(
+    sources: list[pq.ParquetFile], chunk: list[tuple[int, int, int, int]], schema: pa.Schema, writer: pq.ParquetWriter
+) -> int:
+    tables = [sources[i].read_row_group(rg).cast(schema) for _, i, rg, _ in chunk]
+    parts = np.array([part for part, _, _, _ in chunk])
+    bounds = np.flatnonzero(np.diff(parts)) + 1
+    rows = 0
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(parts)]):
+        table = pa.concat_tables(tables[lo:hi])
+        writer.write_table(table)
+        rows += table.num_rows
+    return rows
+
+
+def round_(x: float) -> float:
+    return round(x, 3)
+
+
+def merge_round(spec: RunSpec, segment: Segment, round: int) -> int:
+    """Every merge task of a round, one after another in this process (what its merge phase runs on
+    Ray): for callers that drive a global stage's rounds themselves (tests, benches). Returns the groups."""
+    groups = merge_groups(spec, round_writers(spec, segment, round))
+    for g in range(groups):
+        merge_group(spec, segment, round, g)
+    return groups
+
+
+# --- the partition outputs the next map tasks read ---------------------------------------------
+#
+# A deciding partition step's outputs (decisions, and states for ``GlobalStage.apply``) are read by
+# every map task of the next segment, each taking its shard's rows: map tasks x partitions x rounds
+# opens. With more partition outputs than ``split.shuffle_groups``, G merge tasks after the last
+# round combine contiguous runs of them (in the order readers list them: round, then partition)
+# into one file each, sorted by shard with a row group per shard; a map task then opens G files.
+
+
+def output_writers(spec: RunSpec, segment: Segment) -> list[tuple[int, int]]:
+    """(round, partition) of every partition output a deciding step may write, in reading order."""
+    step = step_of(build_stage(spec, segment.compute_global), PartitionStep)  # type: ignore[arg-type]
+    assert step is not None
+    return [(r, p) for r in range(step.rounds) for p in range(step.partitions)]
+
+
+def output_groups(spec: RunSpec, segment: Segment) -> int:
+    """Merged files of the partition outputs of the step ending ``segment`` (0: none; read as written)."""
+    step = step_of(build_stage(spec, segment.compute_global), PartitionStep)  # type: ignore[arg-type]
+    if step is None or not step.decides:
+        return 0
+    return merge_groups(spec, step.rounds * step.partitions)
+
+
+def merge_outputs(spec: RunSpec, segment: Segment, group: int) -> dict[str, Any]:
+    """Merge one group of the partition outputs and states; returns the marker contents."""
+    started = time.perf_counter()
+    folder = RunFolder(Path(spec.root))
+    writers = output_writers(spec, segment)
+    mine = [writers[i] for i in group_writers(len(writers), output_groups(spec, segment), group)]
+    rows = {}
+    for state in (False, True):
+        files = [
+            f
+            for r, p in mine
+            if (f := (folder.partition_state if state else folder.partition_output)(segment.index, p, r)).exists()
+        ]
+        rows["state_rows" if state else "decision_rows"] = merge_by_shard(
+            files, folder.merged_outputs(segment.index, group, state)
+        )
+    return {"segment": segment.index, "group": group, **rows, "seconds": round_(time.perf_counter() - started)}
+
+
+def merge_by_shard(paths: list[Path], out: Path) -> int:
+    """Rows of ``paths`` (each sorted by ``shard``) into ``out``, sorted by shard with the files' order
+    kept inside a shard, a row group per shard; streamed a range of shards at a time."""
+    sources = [pq.ParquetFile(p) for p in paths]
+    groups: list[tuple[int, int, int, int, int]] = []  # (min shard, max shard, file, row group, bytes)
+    for i, f in enumerate(sources):
+        col = f.schema_arrow.get_field_index("shard")
+        for rg in range(f.metadata.num_row_groups):
+            meta = f.metadata.row_group(rg)
+            stats = meta.column(col).statistics
+            if meta.num_rows:
+                assert stats is not None and stats.has_min_max, f"{paths[i]}: no shard statistics"
+                groups.append((int(stats.min), int(stats.max), i, rg, meta.total_byte_size))
+    if not groups:
+        out.unlink(missing_ok=True)
+        for f in sources:
+            f.close()
+        return 0
+    # Ranges of shards holding about CHUNK_BYTES of row groups each (by where they start).
+    by_start = sorted(groups)
+    bounds, size = [by_start[0][0]], 0
+    for lo, _, _, _, nbytes in by_start:
+        if size >= CHUNK_BYTES and lo > bounds[-1]:
+            bounds.append(lo)
+            size = 0
+        size += nbytes
+    bounds.append(max(g[1] for g in groups) + 1)
+    schema = sources[0].schema_arrow
+    in_order = sorted(groups, key=lambda g: (g[2], g[3]))  # file order, then row group: the readers' order
+    written = 0
+    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            tables = [sources[i].read_row_group(rg).cast(schema) for mn, mx, i, rg, _ in in_order if mn < hi and mx >= lo]
+            if not tables:
+                continue
+            table = pa.concat_tables(tables)
+            shard = table["shard"].to_numpy()
+            table = table.filter(pa.array((shard >= lo) & (shard < hi))).sort_by([("shard", "ascending")])  # a stable sort
+            shard = table["shard"].to_numpy()
+            cuts = np.flatnonzero(np.diff(shard)) + 1
+            for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(shard)]):
+                writer.write_table(table.slice(a, b - a))
+            written += table.num_rows
+    for f in sources:
+        f.close()
+    if not written:
+        out.unlink(missing_ok=True)
+    return written
+
+
+def merge_all_outputs(spec: RunSpec, segment: Segment) -> int:
+    """Every output merge task of the step ending ``segment``, in this process (its ``merge<i>d`` phase):
+    for callers that drive the rounds themselves, before the next map tasks. Returns the groups."""
+    groups = output_groups(spec, segment)
+    for g in range(groups):
+        merge_outputs(spec, segment, g)
+    return groups

@@ -1,0 +1,155 @@
+"""Shuffle merges (engine/tasks/merge.py): a shuffle round's input files, and a deciding step's
+partition outputs, merged into ``split.shuffle_groups`` files, so the files opened per document stay
+flat when map tasks and partitions both grow with the corpus; the outputs do not change.
+
+The merged files give each reader exactly the rows, in the order, that the unmerged ones did
+(random files, chunked streaming); and on a real run (zh/en Wikipedia with planted copies, exact
+dedup + MinHash, in process) the Parquet files the tasks open per document stay flat from 3 to 12
+map tasks and partitions with merges, and grow without them (every partition opens every
+writer's file), with the same kept and rejected documents either way."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+
+from datapipe.engine.tasks import merge
+from datapipe.engine.tasks.sinks import ShuffleSink
+from tests.conftest import write_pipeline
+from tests.support.shared_data import shared_path
+
+
+def _read(files: list[Path], column: str, value: int) -> pa.Table:
+    return pads.dataset([str(f) for f in files], format="parquet").to_table(filter=pads.field(column) == value)
+
+
+def test_merged_round_inputs_give_each_partition_the_same_rows_in_the_same_order(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(merge, "CHUNK_BYTES", 2000)  # many chunks: the streaming path
+    rng = np.random.default_rng(3)
+    files = []
+    for w in range(7):
+        sink = ShuffleSink(tmp_path / f"w{w}.parquet")
+        for _ in range(3):  # batches, as a map task writes them
+            n = int(rng.integers(0, 300))
+            sink.write(pa.table({"part": rng.integers(0, 9, n).astype(np.int32), "doc": rng.integers(0, 1 << 40, n)}))
+        sink.close()
+        files.append(tmp_path / f"w{w}.parquet")
+    present = [f for f in files if f.exists()]
+    merged = []
+    for g in range(3):
+        chosen = [files[i] for i in merge.group_writers(len(files), 3, g) if files[i].exists()]
+        out = tmp_path / f"m{g}.parquet"
+        merge.merge_files(chosen, out)
+        merged += [out] if out.exists() else []
+    assert len(merged) == 3
+    for part in range(9):
+        assert _read(merged, "part", part).equals(_read(present, "part", part))
+
+
+def test_merged_decisions_give_each_shard_the_same_rows_in_the_same_order(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(merge, "CHUNK_BYTES", 3000)
+    rng = np.random.default_rng(5)
+    files = []
+    for p in range(6):  # partition outputs: sorted by shard, row groups spanning several shards
+        n = int(rng.integers(1, 400))
+        table = pa.table({"id": [f"d{p}-{i}" for i in range(n)], "shard": rng.integers(0, 20, n).astype(np.int32)})
+        table = table.sort_by([("shard", "ascending")])
+        pq.write_table(table, tmp_path / f"p{p}.parquet", row_group_size=37)
+        files.append(tmp_path / f"p{p}.parquet")
+    merged = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
+    merge.merge_by_shard(files[:4], merged[0])
+    merge.merge_by_shard(files[4:], merged[1])
+    for shard in range(20):
+        assert _read(merged, "shard", shard).equals(_read(files, "shard", shard))
+
+
+def _corpus(folder: Path, files: int, per_file: int, texts: list[str]) -> int:
+    rng = random.Random(files)
+    folder.mkdir()
+    n = 0
+    for f in range(files):
+        lines = []
+        for _ in range(per_file):
+            if n > 10 and rng.random() < 0.15:  # copies of earlier documents, often in other files
+                src = texts[rng.randrange(n)]
+                text = src if rng.random() < 0.5 else src + " (reposted)"
+            else:
+                text = texts[n % len(texts)] + f" #{n}"
+            lines.append(json.dumps({"text": text}, ensure_ascii=False))
+            n += 1
+        (folder / f"part-{f:03d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return n
+
+
+def _opened_per_doc(tmp_path: Path, name: str, tasks: int, groups: int, texts: list[str], monkeypatch) -> tuple[float, dict]:
+    """Run in process; Parquet files under _work the tasks opened, per document; and the outputs."""
+    from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
+
+    root = tmp_path / name
+    root.mkdir()
+    docs = _corpus(root / "data", tasks, 25, texts)
+    pipeline = write_pipeline(
+        root,
+        {
+            "name": name,
+            "sources": [{"name": "wiki", "kind": "text", "paths": ["data/*.jsonl"]}],
+            "stages": [{"dedup": {"exact": True, "partitions": tasks}}, {"minhash": {"threshold": 0.7, "partitions": tasks}}],
+            "split": {"target_bytes": 1 << 30, "min_tasks_per_cpu": 0, "group_small_files": False, "shuffle_groups": groups},
+        },
+    )
+    out = root / "out"
+    work = str(out / "_work") + "/"
+    opened: list[str] = []
+
+    def note(source) -> None:
+        for s in source if isinstance(source, list | tuple) else [source]:
+            if isinstance(s, str | Path) and str(s).startswith(work) and "/markers/" not in str(s):
+                opened.append(str(s))
+
+    def wrap(owner, attr):
+        original = getattr(owner, attr)
+
+        def counting(source, *args, **kwargs):
+            note(source)
+            return original(source, *args, **kwargs)
+
+        monkeypatch.setattr(owner, attr, counting)
+
+    wrap(pads, "dataset")
+    wrap(pq, "read_table")
+    original_init = pq.ParquetFile.__init__
+
+    def init(self, source, *args, **kwargs):
+        note(source)
+        original_init(self, source, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "__init__", init)
+    run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda _: None, in_process=True)
+    monkeypatch.undo()
+    outputs = {kind: sorted(pq.read_table(out / kind, columns=["id"])["id"].to_pylist()) for kind in ("docs", "rejected")}
+    outputs["reasons"] = sorted(pq.read_table(out / "rejected", columns=["reason"])["reason"].to_pylist())
+    return len(opened) / docs, outputs
+
+
+@pytest.mark.slow
+def test_files_opened_per_document_stay_flat_with_merges_and_outputs_do_not_change(tmp_path: Path, monkeypatch) -> None:
+    texts = []
+    for name in ("zh_wikipedia.jsonl", "en_wikipedia.jsonl"):
+        with shared_path("corpus", name).open(encoding="utf-8") as f:
+            texts += [t[:1500] for line in f if len(t := json.loads(line)["text"]) > 300][:150]
+    small, out_small = _opened_per_doc(tmp_path, "small", 3, 2, texts, monkeypatch)
+    large, out_large = _opened_per_doc(tmp_path, "large", 12, 2, texts, monkeypatch)
+    plain_small, plain_out_small = _opened_per_doc(tmp_path, "plain-small", 3, 0, texts, monkeypatch)
+    plain_large, plain_out_large = _opened_per_doc(tmp_path, "plain-large", 12, 0, texts, monkeypatch)
+    assert out_small == plain_out_small and out_large == plain_out_large  # merging changes no output
+    assert "near_duplicate" in out_large["reasons"] and "exact_duplicate" in out_large["reasons"]
+    assert large / small <= 1.15, (small, large)  # 4x the tasks and partitions: flat per document
+    assert plain_large / plain_small > 2, (plain_small, plain_large)  # without merges: all to all

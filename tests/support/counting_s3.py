@@ -1,0 +1,110 @@
+"""A loopback S3 server (moto) that counts the requests it answers: GET (object reads, ranged or
+whole), PUT (object writes, multipart parts and completions), LIST, HEAD and DELETE, and the
+bytes read and written. For bench/scale.py --s3 and tests that measure what a run asks of the store.
+
+    server = CountingS3()            # started; server.url is the endpoint
+    before = server.snapshot()
+    ...                              # a run against AWS_ENDPOINT_URL=server.url
+    used = server.since(before)      # {"GET": n, "PUT": n, "LIST": n, "HEAD": n, ..., "bytes_read": n, "bytes_written": n}
+
+The counting is a WSGI middleware around moto's own application, so every request the server
+answers is counted once, whatever client (boto3, pyarrow's S3 filesystem) sent it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+KINDS = ("GET", "PUT", "LIST", "HEAD", "DELETE", "OTHER")
+
+
+def request_kind(method: str, path: str, query: str) -> str:
+    """What an S3 request is, from its method, path (/bucket/key, path-style) and query string."""
+    has_key = len([p for p in path.split("/") if p]) >= 2
+    if method == "HEAD":
+        return "HEAD"
+    if method == "GET":
+        return "GET" if has_key and "uploads" not in query else "LIST"
+    if method in ("PUT", "POST"):
+        return "PUT" if has_key else ("DELETE" if "delete" in query else "OTHER")
+    if method == "DELETE":
+        return "DELETE"
+    return "OTHER"
+
+
+class _CountingInput:
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.count = raw, 0
+
+    def read(self, *args: Any) -> bytes:
+        data = self.raw.read(*args)
+        self.count += len(data)
+        return data
+
+    def readline(self, *args: Any) -> bytes:
+        data = self.raw.readline(*args)
+        self.count += len(data)
+        return data
+
+    def __iter__(self) -> Any:
+        for line in self.raw:
+            self.count += len(line)
+            yield line
+
+
+class _Counting:
+    def __init__(self, app: Callable[..., Iterable[bytes]], counts: Counter[str], lock: threading.Lock) -> None:
+        self.app, self.counts, self.lock = app, counts, lock
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        kind = request_kind(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""))
+        # Bytes sent: what the application reads of the request body (chunked uploads have no length).
+        environ["wsgi.input"] = stream = _CountingInput(environ["wsgi.input"])
+        body = self.app(environ, start_response)
+        read = 0
+        out = []
+        for chunk in body:
+            read += len(chunk)
+            out.append(chunk)
+        if hasattr(body, "close"):
+            body.close()
+        with self.lock:
+            self.counts[kind] += 1
+            self.counts["bytes_written"] += stream.count if kind == "PUT" else 0
+            self.counts["bytes_read"] += read if kind == "GET" else 0
+        return out
+
+
+class CountingS3:
+    """moto's S3 on 127.0.0.1 (a free port), its requests counted; ``stop()`` shuts it down."""
+
+    def __init__(self) -> None:
+        from moto.server import DomainDispatcherApplication, create_backend_app
+        from werkzeug.serving import make_server
+
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        app = _Counting(DomainDispatcherApplication(create_backend_app), self.counts, self._lock)
+        self._server = make_server("127.0.0.1", 0, app, threaded=True)
+        self.port = self._server.server_port
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {k: self.counts.get(k, 0) for k in (*KINDS, "bytes_read", "bytes_written")}
+
+    def since(self, before: dict[str, int]) -> dict[str, int]:
+        now = self.snapshot()
+        return {k: now[k] - before.get(k, 0) for k in now}
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._thread.join(timeout=10)
