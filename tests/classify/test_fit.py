@@ -93,7 +93,7 @@ def test_validation_names_a_train_column_no_stage_writes(tmp_path: Path) -> None
     with pytest.raises(ConfigError) as info:
         load_pipeline(path)
     text = "\n".join(info.value.problems)
-    assert "models.both" in text and "give path (a model file) or train" in text, text
+    assert "models.both" in text and "give path (a model file or folder) or train" in text, text
     stages[1] = {"classify": {"models": {"edu": {"train": {"column": "llm_edu_scor"}}}}}
     path.write_text(yaml.safe_dump({"name": "t", "sources": src, "stages": stages}))
     with pytest.raises(ConfigError) as info:
