@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from datapipe.ablate.candidates import Candidate, materialize, run_tokenizer
+from datapipe.ablate.candidates import Candidate, CandidateError, materialize, run_tokenizer
 from datapipe.ablate.evaluate import EvalSet, build_heldout, evaluate, mc_benchmark_items, mc_items
 from datapipe.ablate.model import ModelConfig
 from datapipe.ablate.train import pick_device, train
@@ -69,10 +69,19 @@ def _eval_set(settings: Settings, first: Candidate, log: Log) -> tuple[EvalSet, 
 def train_and_score(
     data: Path, mixture: dict[str, float] | None, settings: Settings, seed: int, run_dir: Path, ev: EvalSet, log: Log
 ) -> dict[str, Any]:
-    """One proxy, or its result.json when it is already done."""
+    """One proxy, or its result.json when it is already done. A run folder remembers what it was
+    trained with (identity.json): a checkpoint or result of other settings is refused, never mixed in."""
+    identity = {"model": asdict(settings.cfg), "mixture": mixture, "data": data.name, "seed": seed}
+    marker = run_dir / "identity.json"
+    if marker.is_file() and json.loads(marker.read_text()) != identity:
+        raise CandidateError(
+            f"{run_dir} holds a run of other settings ({marker}); use another --out, or delete that folder to train it anew"
+        )
     done = run_dir / "result.json"
     if done.is_file():
         return json.loads(done.read_text())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(marker, json.dumps(identity, sort_keys=True))
     device = pick_device(settings.device)
     model, info = train(data, mixture, settings.cfg, seed, run_dir, device, settings.threads, settings.save_every, log)
     result = {"seed": seed, **info, **evaluate(model, ev, settings.cfg.seq_len, device)}

@@ -127,3 +127,31 @@ def test_constrained_sampling_and_the_regression_find_a_known_optimum() -> None:
     f = fit(w, y)
     assert f.quadratic and f.loo_spearman > 0.9
     assert np.abs(predict_best(f, cons, rng, lower_is_better=True) - best).max() < 0.08
+
+
+def test_a_run_folder_of_other_settings_is_refused_not_mixed_in(tmp_path: Path) -> None:
+    from datapipe.ablate.ablation import Settings, train_and_score
+    from datapipe.ablate.candidates import CandidateError
+    from datapipe.ablate.model import model_config
+
+    settings = Settings(model_config("micro"), "micro", [0], tmp_path)
+    run_dir = tmp_path / "runs" / "a" / "seed0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "identity.json").write_text(json.dumps({"model": {"steps": 999}, "mixture": None, "data": "a-x", "seed": 0}))
+    (run_dir / "result.json").write_text("{}")  # a finished run of those other settings
+    with pytest.raises(CandidateError, match="holds a run of other settings"):
+        train_and_score(tmp_path / "a-x", None, settings, 0, run_dir, None, print)  # type: ignore[arg-type]
+
+
+def test_candidate_options_name_defined_candidates() -> None:
+    from datapipe.ablate.candidates import CandidateError, parse_candidates
+
+    cands = parse_candidates(["a=/r1", "b=/r2"], ["b=status = 'kept' AND lang = 'zh'"], ["a=en=0.3,zh=0.7"])
+    assert [(c.name, c.where, c.mixture) for c in cands] == [
+        ("a", "status = 'kept'", {"en": 0.3, "zh": 0.7}),
+        ("b", "status = 'kept' AND lang = 'zh'", None),
+    ]
+    with pytest.raises(CandidateError, match=r"--where names \['c'\]"):
+        parse_candidates(["a=/r1"], ["c=status = 'kept'"], [])
+    with pytest.raises(CandidateError, match="weights must be >= 0"):
+        parse_candidates(["a=/r1"], [], ["a=en=-1"])
