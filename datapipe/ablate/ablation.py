@@ -148,18 +148,24 @@ def run_ablation(candidates: list[Candidate], settings: Settings, log: Log = pri
 
 def compare(record: dict[str, Any]) -> list[dict[str, Any]]:
     """Each candidate against the first, per metric: the difference of means and whether it exceeds
-    the seeds' spread (|diff| > the larger of the two candidates' max - min ranges)."""
+    the seeds' spread (|diff| > the larger of the two candidates' max - min ranges); and, over the
+    seeds both share, the paired differences (a seed fixes the initial weights, so pairing removes
+    the share of the spread that a lucky or unlucky initialisation gives both candidates alike)."""
     names = list(record["candidates"])
     base = record["candidates"][names[0]]["metrics"]
+    base_runs = {r["seed"]: metrics_of(r) for r in record["candidates"][names[0]]["runs"]}
     out = []
     for name in names[1:]:
         other = record["candidates"][name]["metrics"]
+        other_runs = {r["seed"]: metrics_of(r) for r in record["candidates"][name]["runs"]}
+        shared = sorted(set(base_runs) & set(other_runs))
         for metric in base:
             if metric not in other:
                 continue
             diff = other[metric]["mean"] - base[metric]["mean"]
             noise = max(base[metric]["max"] - base[metric]["min"], other[metric]["max"] - other[metric]["min"])
             one_seed = min(base[metric]["n"], other[metric]["n"]) < 2  # no spread to compare with
+            paired = [other_runs[s][metric] - base_runs[s][metric] for s in shared]
             out.append(
                 {
                     "candidate": name,
@@ -168,6 +174,8 @@ def compare(record: dict[str, Any]) -> list[dict[str, Any]]:
                     "diff": diff,
                     "seed_range": noise,
                     "exceeds_seed_spread": None if one_seed else abs(diff) > noise,
+                    "paired_diffs": paired,
+                    "paired_same_sign": len(paired) > 1 and (all(d > 0 for d in paired) or all(d < 0 for d in paired)),
                 }
             )
     return out
@@ -198,14 +206,22 @@ def text_table(record: dict[str, Any]) -> str:
     header, rows = table_rows(record)
     cells = [header, *[list(map(str, r)) for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = [header_line(record), ""]
+    runs = [r for c in record["candidates"].values() for r in c["runs"]]
+    timing = f"training per run: wall {statistics.fmean(r['wall_s'] for r in runs):.0f} s"
+    if all("cpu_s" in r for r in runs):
+        timing += (
+            f", CPU {statistics.fmean(r['cpu_s'] for r in runs):.0f} s (mean of {len(runs)} runs; device {runs[0]['device']})"
+        )
+    lines = [header_line(record), timing, ""]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
     if record.get("comparison"):
         lines += ["", "difference to the first candidate (mean), and whether it exceeds the seeds' range (max - min of either):"]
         for c in record["comparison"]:
             lines.append(
                 f"  {c['candidate']} - {c['baseline']}  {c['metric']}: {c['diff']:+.4f} "
-                f"(seed range {c['seed_range']:.4f}) {_spread_word(c['exceeds_seed_spread'])}"
+                f"(seed range {c['seed_range']:.4f}) {_spread_word(c['exceeds_seed_spread'])}; per seed "
+                + " ".join(f"{d:+.4f}" for d in c["paired_diffs"])
+                + (" (same sign on every seed)" if c["paired_same_sign"] else "")
             )
     return "\n".join(lines) + "\n"
 
@@ -275,9 +291,16 @@ def write_outputs(record: dict[str, Any], out: Path) -> None:
         body += [
             "<h2>Against the first candidate</h2>",
             table(
-                ["candidate", "metric", "difference of means", "seed range", "exceeds seed spread"],
+                ["candidate", "metric", "difference of means", "seed range", "exceeds seed spread", "difference per seed"],
                 [
-                    (c["candidate"], c["metric"], c["diff"], c["seed_range"], _spread_word(c["exceeds_seed_spread"]))
+                    (
+                        c["candidate"],
+                        c["metric"],
+                        c["diff"],
+                        c["seed_range"],
+                        _spread_word(c["exceeds_seed_spread"]),
+                        " ".join(f"{d:+.4f}" for d in c["paired_diffs"]),
+                    )
                     for c in record["comparison"]
                 ],
             ),

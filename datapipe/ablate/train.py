@@ -111,7 +111,7 @@ def train(
         torch.set_rng_state(ckpt["rng"])
         step, losses, resumed_from = ckpt["step"], list(ckpt["losses"]), ckpt["step"]
         log(f"resumed at step {step} from {ckpt_path}")
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     model.train()
     loader = ds.dataloader(num_workers=0)
     while step < cfg.steps:
@@ -154,6 +154,7 @@ def train(
         "epochs": step * cfg.batch_size / max(1, ds.batches_per_epoch * cfg.batch_size),
         "resumed_from": resumed_from,
         "wall_s": time.perf_counter() - started,
+        "cpu_s": time.process_time() - cpu_started,  # on a busy machine, closer to an idle one's wall time
         "device": str(device),
         "threads": torch.get_num_threads(),
     }
