@@ -185,7 +185,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"pipeline"}),
     frozenset({"audit"}),
     frozenset({"engine", "train"}),
-    frozenset({"export"}),
+    frozenset({"export", "ablate"}),
     frozenset({"cli"}),
 )
 # datapipe/__init__.py itself: it imports datapipe.runtime.arrow_pandas (in `datapipe run` workers), so

@@ -865,3 +865,9 @@ def cluster_slurm(
     if done.returncode != 0:
         _fail(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}", code=1)
     click.echo(done.stdout.strip().split(";")[0])
+
+
+from datapipe.cli.ablate import ablate, mix_search  # noqa: E402  (torch is imported only when they run)
+
+main.add_command(ablate)
+main.add_command(mix_search)

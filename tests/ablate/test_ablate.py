@@ -1,0 +1,151 @@
+"""``datapipe ablate`` and ``datapipe mix-search`` on a small real run (English data-juicer excerpts and
+Chinese Wikipedia), with the ``micro`` model: the CLI's table and JSON, resume after SIGKILL with the
+same final numbers, a mixture that respects its constraints, and the pieces of the search."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.support.shared_data import PROJECT_ROOT, shared_path
+from tests.support.small_real_run import real_pipeline, run_in_process
+
+MICRO = [
+    "--size",
+    "micro",
+    "--steps",
+    "10",
+    "--save-every",
+    "3",
+    "--threads",
+    "1",
+    "--heldout-fraction",
+    "0.1",
+    "--eval-rows",
+    "4",
+]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ablate_run")
+    en = [str(shared_path("en", f"datajuicer_{n}.jsonl")) for n in ("redpajama-c4-refined", "redpajama-cc-2023-06-refined")]
+    pipeline = real_pipeline(folder, en=en)
+    run_in_process(pipeline, output=folder / "run")
+    return folder / "run"
+
+
+def _datapipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {
+        **os.environ,
+        **(env or {}),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.run([sys.executable, "-m", "datapipe.cli", *args], capture_output=True, text=True, env=full, timeout=300)
+
+
+def _kept_numbers(out: Path) -> dict:
+    """The ``kept`` candidate of ablation.json without what may differ between an interrupted and an
+    uninterrupted run."""
+    cand = json.loads((out / "ablation.json").read_text())["candidates"]["kept"]
+    for run in cand["runs"]:
+        run.pop("wall_s"), run.pop("cpu_s"), run.pop("resumed_from")
+    return cand
+
+
+def test_ablate_resumes_after_sigkill_with_the_same_numbers(small_run: Path, tmp_path: Path) -> None:
+    common = ["--seeds", "0", "--benchmarks", str(shared_path("benchmarks", "agieval")), "--mc-items", "4", *MICRO]
+    kept = ["ablate", "--candidate", f"kept={small_run}", *common]
+    args = [*kept, "--candidate", f"zh_only={small_run}", "--where", "zh_only=status = 'kept' AND source = 'zh'"]
+    whole = _datapipe(*args, "--out", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr
+    assert "loss/und/zh" in whole.stdout and "mean ± sample std over seeds" in whole.stdout, whole.stdout
+    record = json.loads((tmp_path / "whole" / "ablation.json").read_text())
+    assert record["tokens_per_run"] == 10 * 4 * 64 and record["seeds"] == [0]
+    assert set(record["candidates"]["zh_only"]["data"]["sources"]) == {"zh"}  # the WHERE clause chose
+    assert set(record["candidates"]["kept"]["data"]["sources"]) == {"en", "zh"}
+    assert record["candidates"]["kept"]["data"]["heldout"] > 0
+    # the small run has no langid stage: its documents' language is unknown ("und")
+    assert {"loss/und/zh", "loss/und/en", "loss/all", "acc/zh", "acc/en"} <= set(record["candidates"]["kept"]["metrics"])
+    assert "one seed: no spread to judge by" in whole.stdout
+    assert "<svg" in (tmp_path / "whole" / "report.html").read_text()
+
+    # The same first candidate, killed at step 7 (its checkpoint is of step 6), then run again.
+    killed = _datapipe(*kept, "--out", str(tmp_path / "resumed"), env={"DATAPIPE_FAULT_KILL_AT": "ablate-step:7"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert (tmp_path / "resumed" / "runs" / "kept" / "seed0" / "ckpt.pt").is_file()
+    assert not (tmp_path / "resumed" / "ablation.json").exists()
+    resumed = _datapipe(*kept, "--out", str(tmp_path / "resumed"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at step 6" in resumed.stderr
+    assert json.loads((tmp_path / "resumed" / "ablation.json").read_text())["candidates"]["kept"]["runs"][0]["resumed_from"] == 6
+    assert _kept_numbers(tmp_path / "resumed") == _kept_numbers(tmp_path / "whole")
+
+
+def test_mix_search_writes_a_mixture_within_its_constraints(small_run: Path, tmp_path: Path) -> None:
+    from datapipe.pipeline.load import load_pipeline
+
+    pipeline = real_pipeline(tmp_path / "p")
+    out = tmp_path / "search"
+    result = _datapipe(
+        "mix-search", str(small_run), "-k", "5", "--min-weight", "en=0.2", "--max-weight", "en=0.6",
+        "--no-benchmarks", "--target", "loss/und/zh", "--pipeline", str(pipeline), "--out", str(out), *MICRO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    mixture = json.loads((out / "mixture.json").read_text())
+    assert set(mixture) == {"en", "zh"} and abs(sum(mixture.values()) - 1) < 1e-9
+    assert 0.2 <= mixture["en"] <= 0.6
+    record = json.loads((out / "mixsearch.json").read_text())
+    assert len(record["samples"]) == 5 and all(0.2 <= s["mixture"]["en"] <= 0.6 for s in record["samples"])
+    assert len({round(s["target"], 9) for s in record["samples"]}) > 1  # the mixtures made a difference
+    assert load_pipeline(pipeline).config.mixture == mixture  # a valid pipeline file with the mixture in it
+
+
+def test_constrained_sampling_and_the_regression_find_a_known_optimum() -> None:
+    from datapipe.ablate.mixsearch import Constraints, fit, predict_best
+
+    cons = Constraints.build(["a", "b", "c"], {"a": 0.1}, {"b": 0.5}, {"a": 10**6, "b": 10**6, "c": 1000}, 10_000, 4.0)
+    assert cons.high[2] == pytest.approx(0.4)  # c: 4 epochs of 1,000 tokens in a 10,000-token run
+    rng = np.random.default_rng(0)
+    w = cons.sample(24, rng)
+    assert np.allclose(w.sum(1), 1) and np.all(w[:, 0] >= 0.1) and np.all(w[:, 1] <= 0.5) and np.all(w[:, 2] <= 0.4)
+    best = np.array([0.3, 0.45, 0.25])  # a quadratic bowl with its minimum inside the feasible set
+    y = ((w - best) ** 2).sum(1) + rng.normal(0, 1e-4, len(w))
+    f = fit(w, y)
+    assert f.quadratic and f.loo_spearman > 0.9
+    assert np.abs(predict_best(f, cons, rng, lower_is_better=True) - best).max() < 0.08
+
+
+def test_a_run_folder_of_other_settings_is_refused_not_mixed_in(tmp_path: Path) -> None:
+    from datapipe.ablate.ablation import Settings, train_and_score
+    from datapipe.ablate.candidates import CandidateError
+    from datapipe.ablate.model import model_config
+
+    settings = Settings(model_config("micro"), "micro", [0], tmp_path)
+    run_dir = tmp_path / "runs" / "a" / "seed0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "identity.json").write_text(json.dumps({"model": {"steps": 999}, "mixture": None, "data": "a-x", "seed": 0}))
+    (run_dir / "result.json").write_text("{}")  # a finished run of those other settings
+    with pytest.raises(CandidateError, match="holds a run of other settings"):
+        train_and_score(tmp_path / "a-x", None, settings, 0, run_dir, None, print)  # type: ignore[arg-type]
+
+
+def test_candidate_options_name_defined_candidates() -> None:
+    from datapipe.ablate.candidates import CandidateError, parse_candidates
+
+    cands = parse_candidates(["a=/r1", "b=/r2"], ["b=status = 'kept' AND lang = 'zh'"], ["a=en=0.3,zh=0.7"])
+    assert [(c.name, c.where, c.mixture) for c in cands] == [
+        ("a", "status = 'kept'", {"en": 0.3, "zh": 0.7}),
+        ("b", "status = 'kept' AND lang = 'zh'", None),
+    ]
+    with pytest.raises(CandidateError, match=r"--where names \['c'\]"):
+        parse_candidates(["a=/r1"], ["c=status = 'kept'"], [])
+    with pytest.raises(CandidateError, match="weights must be >= 0"):
+        parse_candidates(["a=/r1"], [], ["a=en=-1"])
