@@ -5,7 +5,9 @@ keep rules and the journal's torn last line. Whole runs against a server process
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from datapipe.pipeline.load import ConfigError, build_pipeline
 from datapipe.stages.annotate import Annotate, in_sample
 from datapipe.stages.annotate.answers import AnswerSchema, field_type
+from datapipe.stages.annotate.bottom_k import BottomK, picked
 from datapipe.stages.annotate.journal import Answer, Journal, read_journal
 from datapipe.stages.annotate.options import AnnotateOptions
 from datapipe.stages.base import StageContext
@@ -167,7 +170,7 @@ def test_a_stage_samples_keeps_by_rule_and_reads_its_journal_back(tmp_path: Path
                 **BASE,
                 "endpoint": server.url,
                 "max_chars": 100_000,
-                "sample": {"max_docs": 10},
+                "sample": {"fraction": 0.4, "seed": 5},
                 "keep": [{"field": "n_chars", "min": 100}],
             }
         )
@@ -184,13 +187,46 @@ def test_a_stage_samples_keeps_by_rule_and_reads_its_journal_back(tmp_path: Path
         stage.end_task(completed=True)
         assert len(server.rows()) == first
     errors = out["llm_error"].to_pylist()
-    assert errors[10:] == ["not_sampled"] * (docs.num_rows - 10) and errors[:10] == [None] * 10
-    assert first == len(set(docs["text"].to_pylist()[:10]))  # identical texts: one request
-    for text, n, reason in zip(docs["text"].to_pylist()[:10], out["llm_n_chars"].to_pylist(), decision.reason.to_pylist()):
-        assert n == expected_answer(text)["n_chars"]
-        assert reason == (None if n >= 100 else "annotate:n_chars")
+    sampled = [_hash(i, 5) < 0.4 * 2**64 for i in docs["id"].to_pylist()]  # recomputed here, not by the stage
+    assert 0 < sum(sampled) < docs.num_rows
+    assert errors == [None if s else "not_sampled" for s in sampled]
+    texts = [t for t, s in zip(docs["text"].to_pylist(), sampled) if s]
+    assert first == len(set(texts))  # identical texts: one request
+    for text, n, reason, s in zip(docs["text"].to_pylist(), out["llm_n_chars"].to_pylist(), decision.reason.to_pylist(), sampled):
+        if s:
+            assert n == expected_answer(text)["n_chars"]
+            assert reason == (None if n >= 100 else "annotate:n_chars")
     assert again.drop_columns(["llm_endpoint"]).equals(out.drop_columns(["llm_endpoint"]))
-    assert sum(out["llm_prompt_tokens"].to_pylist()[:10]) == sum(r["prompt_tokens"] for r in server.rows())
+    assert sum(p for p in out["llm_prompt_tokens"].to_pylist() if p) == sum(r["prompt_tokens"] for r in server.rows())
+
+
+def _hash(doc_id: str, seed: int) -> int:
+    return int.from_bytes(hashlib.blake2b(doc_id.encode(), digest_size=8, key=str(seed).encode()).digest(), "big")
+
+
+def test_bottom_k_keeps_the_k_smallest_pairs_ties_by_id_in_any_batching() -> None:
+    rng = random.Random(7)
+    ids = [f"doc{i:04d}" for i in range(2000)]
+    hashes: list[int | None] = [rng.choice([None, rng.randrange(50), rng.randrange(2**64)]) for _ in ids]  # many ties
+    pairs = sorted((h, i) for h, i in zip(hashes, ids) if h is not None)
+    for k in (1, 37, len(pairs), len(pairs) + 5):
+        for size in (1, 64, 2000):
+            order = list(range(len(ids)))
+            rng.shuffle(order)
+            best = BottomK(k)
+            entered = set()  # what a map task writes: the pairs that entered its k smallest when seen
+            for at in range(0, len(order), size):
+                part = order[at : at + size]
+                mask = best.add(pa.array([hashes[j] for j in part], pa.uint64()), pa.array([ids[j] for j in part]))
+                entered |= {(hashes[j], ids[j]) for j, m in zip(part, mask) if m}
+            assert best.pairs() == pairs[:k]
+            assert set(pairs[:k]) <= entered
+            if k == 37:
+                assert len(entered) < len(pairs) / 2  # most are never written
+            threshold = best.threshold()
+            chosen = picked(hashes, ids, threshold if threshold.num_rows else None)
+            assert sorted((h, i) for h, i, c in zip(hashes, ids, chosen) if c) == pairs[:k]
+            assert threshold.num_rows == (1 if k <= len(pairs) else 0)
 
 
 def test_a_torn_last_line_is_skipped_and_the_next_answer_starts_a_line(tmp_path: Path) -> None:

@@ -221,6 +221,13 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     reads = scope.enter_context(recording_reads()) if segment.index == 0 else []
     started_tasks: list[Stage] = []  # stages told of this task (Stage.start_task), told again at its end
     try:
+        # The global stages of this segment are told of the task too: annotate keeps per-task state in
+        # compute (its bottom-k) and does paid work in apply (requests, journaled in its work folder).
+        told = ((segment.apply_global, applying.stage if applying else None), (segment.compute_global, compute_global))
+        for at, global_stage in told:
+            if at is not None and global_stage is not None:
+                global_stage.start_task(folder.stage_work_dir(at, global_stage.name, shard.key))
+                started_tasks.append(global_stage)
         for pos, stage in stages:
             if pos not in skips:
                 stage.start_task(folder.stage_work_dir(pos, stage.name, shard.key))

@@ -14,11 +14,15 @@ batch is done: a killed or failed task, when run again, reads it first and asks 
 lacks. Requests run on ``max_in_flight`` threads per task, with retries (``client.py``). A document
 whose answer is invalid or whose request failed gets null answer columns and its error: never an
 exception. The stage drops nothing unless ``keep`` rules are given.
+
+With ``sample.max_docs`` the stage is global (``bottom_k.py``): the map tasks before it write each
+sampled document's hash (``<prefix>_sample_hash``, dropped again), one combine step finds the
+corpus-wide threshold of the ``max_docs`` smallest, and the map tasks after it ask (``apply``, with
+the same journal) only for the documents at or below it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import queue
@@ -26,19 +30,23 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import yaml
 
 from datapipe.errors import DatapipeError
 from datapipe.schema import BASE_SCHEMA
 from datapipe.stages.annotate.answers import AnswerSchema, Verdict, column_name, field_type, schema_problems
+from datapipe.stages.annotate.bottom_k import BottomK, picked, sample_hash
 from datapipe.stages.annotate.client import ClientSettings, Failure, ask, completions_url, endpoint_host
 from datapipe.stages.annotate.journal import Answer, Journal
 from datapipe.stages.annotate.options import PROVENANCE, AnnotateOptions, AnswerRule, endpoint_of
 from datapipe.stages.annotate.prompt import placeholders, render, request_body, response_format, sha256_of
-from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, Stage, kinds_problems
+from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, kinds_problems
 from datapipe.stages.columns import set_column
+from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs, no_drops
 
 # Columns every document has when the stage reaches it: the reader's and the length the engine adds.
 READ_COLUMNS = frozenset([*BASE_SCHEMA.names, "n_chars"])
@@ -77,15 +85,25 @@ def in_sample(doc_id: str, fraction: float, seed: int) -> bool:
     """A seeded hash of the id below ``fraction``: the same documents for the same seed, in any run."""
     if fraction >= 1.0:
         return True
-    digest = hashlib.blake2b(doc_id.encode(), digest_size=8, key=str(seed).encode()).digest()
-    return int.from_bytes(digest, "big") < fraction * 2**64
+    return sample_hash(doc_id, seed) < fraction * 2**64
 
 
-class Annotate(Stage):
+def hash_column(prefix: str) -> str:
+    """The column of each sampled document's hash between the map tasks and the max_docs step."""
+    return f"{prefix}_sample_hash"
+
+
+class Annotate(GlobalStage):
     name = "annotate"
     Options = AnnotateOptions
     resources = Resources(num_cpus=1, memory_mb=300)
     repeatable = True  # two annotate stages need two prefixes
+    is_global = False  # only with sample.max_docs: see global_for
+
+    @classmethod
+    def global_for(cls, options: Any) -> bool:
+        """A corpus-wide cap needs every shard's sample before the first request (``bottom_k.py``)."""
+        return options.sample.max_docs is not None
 
     # --- validation -----------------------------------------------------------------------
     @classmethod
@@ -179,14 +197,19 @@ class Annotate(Stage):
         self._schema_sha = sha256_of(schema)
         self._params_json = json.dumps({**self._params, "response_format": o.response_format}, sort_keys=True)
         self._task: _Task | None = None
+        self._work_dir: Path | None = None
+        self._task_bottom: BottomK | None = None
 
     # --- one map task ---------------------------------------------------------------------
     def start_task(self, work_dir: Path) -> None:
         self._close_task()
-        self._task = _Task(self, Journal(work_dir))
+        self._work_dir = work_dir  # the journal's folder, opened at the task's first batch
+        # With max_docs: this task's k smallest hashes so far (compute writes only the hashes that enter them).
+        k = self.options.sample.max_docs
+        self._task_bottom = BottomK(k) if k is not None else None
 
     def end_task(self, completed: bool) -> None:
-        task, self._task = self._task, None
+        task, self._task, self._work_dir = self._task, None, None
         if task is None:
             return
         try:
@@ -205,12 +228,58 @@ class Annotate(Stage):
 
     # --- compute and decide ---------------------------------------------------------------
     def compute(self, batch: pa.Table) -> pa.Table:
-        if self._task is None:  # built and called outside a map task (a test, a notebook): answers kept in memory
-            self._task = _Task(self, Journal(None))
+        """Every sampled document asked; with ``max_docs`` only each sampled document's hash (``apply`` asks)."""
         missing = [n for n in self._names if n not in batch.column_names]
         if missing:
             raise ValueError(f"annotate: the prompt uses {{{{{missing[0]}}}}}, but the documents have no column {missing[0]!r}")
-        return self._task.annotate(batch)
+        s = self.options.sample
+        if s.max_docs is not None:
+            kind = batch["kind"][0].as_py() if batch.num_rows and "kind" in batch.column_names else None
+            mine = kind is None or self.applies_to(kind)  # global mode sees every kind: leave the others unhashed
+            hashes = [sample_hash(i, s.seed) if mine else None for i in batch["id"].to_pylist()]
+            column = pa.array([h if h is not None and h < s.fraction * 2**64 else None for h in hashes], pa.uint64())
+            if self._task_bottom is not None:  # in a map task: only the hashes that may be among the corpus's k
+                entered = self._task_bottom.add(column, batch["id"])
+                column = pc.if_else(pa.array(entered), column, pa.scalar(None, pa.uint64()))
+            return set_column(batch, hash_column(self.options.prefix), column)
+        return self._running().annotate(batch, [in_sample(i, s.fraction, s.seed) for i in batch["id"].to_pylist()])
+
+    def _running(self) -> _Task:
+        if self._task is None:  # outside a map task (a test, a notebook): answers kept in memory
+            self._task = _Task(self, Journal(self._work_dir))
+        return self._task
+
+    def steps(self) -> tuple[GlobalStep, ...]:
+        """One combine task: the threshold of the ``max_docs`` smallest hashes (state, one row); it drops nothing."""
+        return (CombineStep(no_drops, self._threshold),)
+
+    def _threshold(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
+        # Streams two columns of each map output, holding at most max_docs pairs and one batch: bounded
+        # by k, not by the corpus (each map task wrote only its own bottom-k candidates: bottom_k.py).
+        assert self.options.sample.max_docs is not None
+        col = hash_column(self.options.prefix)
+        best = BottomK(self.options.sample.max_docs)
+        for path in inputs.files:
+            local = inputs.fetch(path) if inputs.fetch is not None else path
+            parquet = pq.ParquetFile(local)
+            if col not in parquet.schema_arrow.names:
+                continue
+            for rb in parquet.iter_batches(columns=["id", col]):
+                best.add(rb.column(col), rb.column("id"))
+        return best.threshold()
+
+    def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
+        """With ``max_docs``: the documents at or below the corpus-wide threshold asked, the rest not_sampled."""
+        col = hash_column(self.options.prefix)
+        if col not in batch.column_names:  # a kind the stage skips (its batches were never computed)
+            return batch, Decision.keep_all(batch.num_rows)
+        hashes = batch[col].to_pylist()
+        batch = batch.drop_columns([col])
+        kind = batch["kind"][0].as_py() if batch.num_rows and "kind" in batch.column_names else None
+        if kind is not None and not self.applies_to(kind):
+            return batch, Decision.keep_all(batch.num_rows)
+        batch = self._running().annotate(batch, picked(hashes, batch["id"].to_pylist(), state))
+        return batch, self.decide(batch)
 
     def decide(self, batch: pa.Table) -> Decision:
         reason = pa.nulls(batch.num_rows, pa.string())
@@ -298,7 +367,6 @@ class _Task:
         self.stage = stage
         self.options: AnnotateOptions = stage.options
         self.journal = journal
-        self.chosen: set[str] = set()  # documents sampled so far (max_docs counts them)
         self.failures: dict[str, Failure] = {}  # request hash -> why it got no answer (this attempt only)
         self.asked = 0  # requests sent by this attempt
         self.failed = 0
@@ -325,16 +393,8 @@ class _Task:
                 self.stop.set()  # at once: the other threads send nothing more
             self.results.put((key, outcome))
 
-    def _sampled(self, doc_id: str) -> bool:
-        s = self.options.sample
-        if doc_id in self.chosen:
-            return True
-        if not in_sample(doc_id, s.fraction, s.seed) or (s.max_docs is not None and len(self.chosen) >= s.max_docs):
-            return False
-        self.chosen.add(doc_id)
-        return True
-
-    def annotate(self, batch: pa.Table) -> pa.Table:
+    def annotate(self, batch: pa.Table, asked: list[bool]) -> pa.Table:
+        """The batch with answer columns; ``asked``: which documents are sampled (the others not_sampled)."""
         st, o = self.stage, self.options
         ids = batch["id"].to_pylist()
         columns = {name: batch[name].to_pylist() for name in dict.fromkeys(st._names)}
@@ -343,7 +403,7 @@ class _Task:
         keys: list[str | None] = []
         pending: set[str] = set()
         for i, doc_id in enumerate(ids):
-            if not self._sampled(doc_id):
+            if not asked[i]:
                 keys.append(None)
                 continue
             values = {name: col[i] for name, col in columns.items()}

@@ -18,7 +18,10 @@ class Sample(StageOptions):
         1.0, gt=0.0, le=1.0, description="Share of documents asked about, picked by a seeded hash of their ids."
     )
     max_docs: int | None = Field(
-        None, ge=1, description="At most this many documents asked about per map task (the first sampled ones, in input order)."
+        None,
+        ge=1,
+        description="At most this many documents asked about in the whole corpus: the sampled ones with the smallest "
+        "seeded hash (ties by id), the same whatever the sharding or order; a global step finds them before any request.",
     )
     seed: int = Field(0, description="Seed of the hash that picks the sample; another seed picks other documents.")
 
