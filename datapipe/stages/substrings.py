@@ -13,7 +13,7 @@ first token to the last character of its last (separators between its tokens go 
 around it stay). Repeats inside one document alone are kept.
 
 Steps (a ``PartitionStep`` of five rounds; every round reads only its partition's rows, and the
-rounds that need text read the map outputs of their own shards, one shard at a time):
+rounds that need text read the map outputs of their own shards, a few hundred documents at a time):
 
 0. by anchor hash: the map phase emits each document's winnowed anchors (``anchors``: about 7% of
    its positions at min_tokens 50); a hash seen in two documents makes its occurrences candidates,
@@ -36,7 +36,7 @@ than ``min_chars_after`` is rejected as ``substring_only`` with its original tex
 
 Memory per task: round 0 holds its share of the anchors (24 bytes each, about 2 per 27 tokens /
 partitions); rounds 1-4 hold their share of candidates, windows, claims or runs (all of them
-proportional to the repeated text, not the corpus) and one shard's texts at a time. The state a map
+proportional to the repeated text, not the corpus) and a few hundred documents' texts at a time. The state a map
 task loads is its own shard's spans.
 """
 
@@ -65,6 +65,7 @@ MIN_MIN_TOKENS = 8
 REMOVED_SPAN_CHARS = 200  # each recorded span is cut to this many characters
 REMOVED_TYPE = pa.list_(pa.string())
 ROUNDS = 5
+READ_DOCS = 256  # documents a round reads and tokenises at once
 REASON = "substring_only"
 
 
@@ -279,8 +280,10 @@ class Substrings(GlobalStage):
         return PartitionResult(None, None, state)
 
     def _documents(self, doc: np.ndarray, inputs: ReduceInputs) -> Iterator[tuple[np.ndarray, Tokens, list[tuple[int, int]]]]:
-        """The documents of ``doc`` (row keys, sorted), one shard at a time: (their row keys, their
-        tokens, each one's [lo, hi) range in ``doc``). One shard's texts in memory at a time."""
+        """The documents of ``doc`` (row keys, sorted), a few at a time (``READ_DOCS``, from one shard):
+        (their row keys, their tokens, each one's [lo, hi) range in ``doc``). Tokenising costs about
+        50 bytes per character: in chunks, a task's memory does not depend on how many of its
+        shard's documents repeat something."""
         if len(doc) == 0:
             return
         starts = np.flatnonzero(_starts(doc))
@@ -288,9 +291,11 @@ class Substrings(GlobalStage):
         keys = doc[starts]
         shards = shard_of(keys)
         for sh in np.unique(shards):
-            idx = np.flatnonzero(shards == sh)
-            texts = inputs.read_rows(keys[idx], ["text"])["text"].to_pylist()
-            yield keys[idx], self._tokenize(texts), [(int(bounds[j]), int(bounds[j + 1])) for j in idx]
+            of_shard = np.flatnonzero(shards == sh)
+            for c in range(0, len(of_shard), READ_DOCS):
+                idx = of_shard[c : c + READ_DOCS]
+                texts = inputs.read_rows(keys[idx], ["text"])["text"].to_pylist()
+                yield keys[idx], self._tokenize(texts), [(int(bounds[j]), int(bounds[j + 1])) for j in idx]
 
     # -- next map segment ----------------------------------------------------------------------
 

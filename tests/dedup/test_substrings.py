@@ -184,7 +184,11 @@ def windows(text: str, n: int) -> set[tuple[str, ...]]:
 
 
 @pytest.mark.parametrize("keep", ["first", "none"])
-def test_every_planted_span_goes_and_the_reference_agrees_on_every_character(tmp_path: Path, keep: str) -> None:
+def test_every_planted_span_goes_and_the_reference_agrees_on_every_character(
+    tmp_path: Path, keep: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if keep == "none":  # the rounds read and tokenise documents a few at a time: 3 here, across chunk ends
+        monkeypatch.setattr("datapipe.stages.substrings.READ_DOCS", 3)
     docs, plants = planted_corpus()
     got, kept, rejected = run_stage(tmp_path, docs, {"keep": keep, "min_chars_after": 0})
     want = reference(docs, MIN_TOKENS, keep)
