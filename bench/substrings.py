@@ -157,6 +157,13 @@ def scale_run(scale: int, args: argparse.Namespace, base: Any, base_docs: int) -
         f"removed {res['share_removed']:.2%} of characters",
         flush=True,
     )
+    print(
+        "     per phase (tasks, task CPU s, largest task peak RSS MiB): "
+        + "; ".join(
+            f"{p} {v['tasks']}, {v['task_cpu_s']:.0f}, {v['task_peak_rss_mib_max'] or 0:.0f}" for p, v in r["phases"].items()
+        ),
+        flush=True,
+    )
     return res
 
 

@@ -199,7 +199,6 @@ def test_every_planted_span_goes_and_the_reference_agrees_on_every_character(
     # the reference: the copy's own tokens), and with keep: first the original still has it all.
     for dst, copy in plants:
         assert not windows(copy, MIN_TOKENS) & windows(got[dst] or "", MIN_TOKENS), f"plant in document {dst} left"
-    assert any(windows(docs[d], MIN_TOKENS - 1) for d in range(len(docs)))
     changed = {d for d in range(len(docs)) if got[d] != docs[d]}
     assert {dst for dst, _ in plants} <= changed
     if keep == "first":
@@ -282,4 +281,4 @@ def test_bad_options_name_their_key(tmp_path: Path, options: dict, key: str) -> 
     )
     with pytest.raises(DatapipeError) as err:
         load_pipeline(pipeline)
-    assert f"substrings.{key}" in str(err.value) or f"substrings: {key}" in str(err.value) or key in str(err.value)
+    assert f"stages[0].substrings.{key}: " in str(err.value)
