@@ -158,9 +158,10 @@ def tokenize(texts: list[str], fold: bool) -> Tokens:
             complex_docs[np.unique(np.searchsorted(offsets, bad, side="right") - 1)] = True
     if fold:  # (a COMPLEX code point's document is normalised again below)
         cps = fold_table()[np.minimum(cps, np.uint32(0x10FFFF))]
-    src_start = np.arange(len(raw), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
-    src_end = src_start + 1
+    src_start = src_end = None  # per code point: only where some document was normalised in Python
     if complex_docs.any():  # rebuild with the Python-normalised documents in place
+        src_start = np.arange(len(raw), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+        src_end = src_start + 1
         parts_c, parts_s, parts_e, new_off = [], [], [], [0]
         for d in range(len(texts)):
             if complex_docs[d]:
@@ -183,16 +184,14 @@ def tokenize(texts: list[str], fold: bool) -> Tokens:
     tok_hash = np.empty(size, np.uint64)
     tok_off = np.zeros(len(texts) + 1, np.int64)
     n = _tokenize_jit(cps, offsets, char_classes(), tok_start, tok_end, tok_hash, tok_off)
-    tok_start, tok_end = tok_start[:n], tok_end[:n]
-    return Tokens(
-        cps,
-        tok_off,
-        tok_start,
-        tok_end,
-        tok_hash[:n],
-        src_start[tok_start] if n else np.empty(0, np.int64),
-        src_end[tok_end - 1] if n else np.empty(0, np.int64),
-    )
+    tok_start, tok_end = tok_start[:n].copy(), tok_end[:n].copy()
+    if src_start is None or src_end is None:  # one code point per character: offsets within the document
+        first = np.repeat(offsets[:-1], np.diff(tok_off))
+        char_start, char_end = tok_start - first, tok_end - first
+    else:
+        char_start = src_start[tok_start] if n else np.empty(0, np.int64)
+        char_end = src_end[tok_end - 1] if n else np.empty(0, np.int64)
+    return Tokens(cps, tok_off, tok_start, tok_end, tok_hash[:n].copy(), char_start, char_end)
 
 
 def _tokenize_kernel(cps, offsets, classes, tok_start, tok_end, tok_hash, tok_off):

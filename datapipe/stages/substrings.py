@@ -65,7 +65,8 @@ MIN_MIN_TOKENS = 8
 REMOVED_SPAN_CHARS = 200  # each recorded span is cut to this many characters
 REMOVED_TYPE = pa.list_(pa.string())
 ROUNDS = 5
-READ_DOCS = 256  # documents a round reads and tokenises at once
+READ_DOCS = 256  # documents a round reads at once
+TOKENIZE_CHARS = 1 << 20  # characters a round tokenises at once (about 50 bytes each while it does)
 REASON = "substring_only"
 
 
@@ -280,10 +281,10 @@ class Substrings(GlobalStage):
         return PartitionResult(None, None, state)
 
     def _documents(self, doc: np.ndarray, inputs: ReduceInputs) -> Iterator[tuple[np.ndarray, Tokens, list[tuple[int, int]]]]:
-        """The documents of ``doc`` (row keys, sorted), a few at a time (``READ_DOCS``, from one shard):
-        (their row keys, their tokens, each one's [lo, hi) range in ``doc``). Tokenising costs about
-        50 bytes per character: in chunks, a task's memory does not depend on how many of its
-        shard's documents repeat something."""
+        """The documents of ``doc`` (row keys, sorted), a few at a time (at most ``READ_DOCS`` documents
+        of one shard, ``TOKENIZE_CHARS`` characters): (their row keys, their tokens, each one's [lo, hi)
+        range in ``doc``). Tokenising costs about 50 bytes per character: in chunks, a task's memory
+        does not depend on how many of its shard's documents repeat something, nor on their lengths."""
         if len(doc) == 0:
             return
         starts = np.flatnonzero(_starts(doc))
@@ -293,9 +294,16 @@ class Substrings(GlobalStage):
         for sh in np.unique(shards):
             of_shard = np.flatnonzero(shards == sh)
             for c in range(0, len(of_shard), READ_DOCS):
-                idx = of_shard[c : c + READ_DOCS]
-                texts = inputs.read_rows(keys[idx], ["text"])["text"].to_pylist()
-                yield keys[idx], self._tokenize(texts), [(int(bounds[j]), int(bounds[j + 1])) for j in idx]
+                chunk = of_shard[c : c + READ_DOCS]
+                texts = [t or "" for t in inputs.read_rows(keys[chunk], ["text"])["text"].to_pylist()]
+                # tokenised at most TOKENIZE_CHARS characters at a time (one longer document alone)
+                ends = np.cumsum([len(t) for t in texts])
+                lo = 0
+                while lo < len(texts):
+                    hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + TOKENIZE_CHARS, side="right")))
+                    idx = chunk[lo:hi]
+                    yield keys[idx], self._tokenize(texts[lo:hi]), [(int(bounds[j]), int(bounds[j + 1])) for j in idx]
+                    lo = hi
 
     # -- next map segment ----------------------------------------------------------------------
 
