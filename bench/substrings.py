@@ -69,6 +69,8 @@ def run(work: Path, config: dict[str, Any], cpus: int) -> dict[str, Any]:
             "tasks": len(ms),
             "task_cpu_s": round(sum(m.get("cpu_seconds", 0.0) for m in ms), 2),
             "task_peak_rss_mib_max": max((m["peak_rss_mib"] for m in ms if "peak_rss_mib" in m), default=None),
+            # what the worker held when the task started (a reused worker keeps what it allocated before)
+            "task_start_rss_mib_max": max((m["rss_start_mib"] for m in ms if "rss_start_mib" in m), default=None),
         }
         for p, ms in sorted(markers.items())
     }
@@ -169,7 +171,7 @@ def scale_run(scale: int, args: argparse.Namespace, base: Any, base_docs: int) -
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scales", default="1,4,16")
+    ap.add_argument("--scales", default="1,4,16", help='comma-separated multiples of the shared corpus; "" for none')
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--min-tokens", type=int, default=50)
     ap.add_argument("--files-per-scale", type=int, default=4)
@@ -178,6 +180,9 @@ def main() -> int:
     a = add_args(ap, repeats=1).parse_args()
     h = Harness("substrings", a, libs=["numba", "opencc"])
     shared = None if a.skip_shared else shared_corpus(a, h)
+    if not a.scales:  # --scales "": the shared corpus only
+        h.finish(shared=shared)
+        return 0
     base = load_base(max_chars=20_000)
     mb_target = sum((CORPUS / f).stat().st_size for f in FILES)
     base_docs = max(1, int(mb_target / base.mean_bytes()))
