@@ -113,7 +113,7 @@ def shared_corpus(args: argparse.Namespace, h: Harness) -> dict[str, Any]:
         acc[0] += chars or 0
         acc[1] += total or 0
     for lang, (chars, total) in sorted(by_lang.items()):
-        h.figure(f"shared corpus: share of {lang} characters removed", [chars / total], unit="")
+        h.figure(f"shared corpus: {lang} characters removed", [100 * chars / total], unit="%")
     print("spans removed from the most documents:")
     for span, n in top:
         print(f"  {n:>5}  {span}")
