@@ -9,10 +9,11 @@ substring_only and the spans removed from the most documents.
 
 Part 2, scale: s x the shared corpus's size in real zh/en documents, every copy perturbed
 (bench/_scale_corpus.py: a fifth of its Han characters and words replaced by corpus-frequency
-draws, so two copies share a 50-token span with probability about 0.8^50 per window) plus 5%
-exact and 5% near planted copies (the exact ones are whole-document repeats, which the stage
-cuts). ``--files-per-scale`` x s files, one map task each, and as many partitions per round, so a
-task holds the same amount of work at every scale. Measured per scale: input MB per wall second
+draws, so two copies share a 50-token span with probability about 0.64^50 per window) plus 5%
+exact and 5% near planted copies, each at most half a file after its original (the exact ones are
+whole-document repeats, which the stage cuts). ``--files-per-scale`` x s files, one map task
+each, and as many partitions per round, so a task holds the same amount of work at every scale.
+Measured per scale: input MB per wall second
 per core (``--cpus``), MB per CPU second of the whole process tree (Ray included; it does not
 depend on the load), and per phase the largest task's peak RSS (VmHWM, reset at task start,
 datapipe/runtime/task_usage.py). Printed last: the largest task's peak RSS at the last scale over
@@ -124,7 +125,11 @@ def scale_run(scale: int, args: argparse.Namespace, base: Any, base_docs: int) -
     work = Path(tempfile.mkdtemp(prefix="dp-substr-", dir=args.tmp))
     try:
         files = scale * args.files_per_scale
-        corpus = write_corpus(work / "input", base, scale * base_docs, files, rate=0.05, p=0.2, seed=scale)
+        # Plants at most half a file after their original: with write_corpus's default window (200,000
+        # documents, more than the corpus) they all land in the last files, so the busiest task's
+        # repeated text grew with the scale (1x: 40% of the last file, 4x: the last 1.6 files whole).
+        window = max(1, base_docs // args.files_per_scale // 2)
+        corpus = write_corpus(work / "input", base, scale * base_docs, files, rate=0.05, p=0.2, window=window, seed=scale)
         largest = max(f.stat().st_size for f in corpus.files)
         sources = [{"name": "web", "kind": "web", "format": "jsonl", "paths": [str(work / "input" / "*.jsonl")]}]
         r = run(work, pipeline(sources, args.min_tokens, files, largest + MIB), args.cpus)

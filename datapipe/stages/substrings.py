@@ -365,7 +365,7 @@ def _starts(values: np.ndarray) -> np.ndarray:
 
 
 def _cat(parts: list[np.ndarray], dtype: Any = np.int64) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype)
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
 
 
 def _table(**columns: np.ndarray) -> pa.Table:
