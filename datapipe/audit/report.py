@@ -244,6 +244,28 @@ def _boilerplate(con: Any) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]
     return [r for r in per_source if r[1]], top
 
 
+def _substrings(con: Any) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Per source and language: spans and characters the substrings stage removed; the spans removed
+    from the most documents."""
+    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
+    if "substr_chars_removed" not in columns:
+        return [], []
+    lang = "coalesce(lang, 'unknown')" if "lang" in columns else "'unknown'"
+    # n_chars is the length after removal, except on a substring_only reject, which kept what came in.
+    per_source = con.execute(f"""
+        SELECT source, {lang} AS l, count(*) FILTER (substr_chars_removed IS NOT NULL),
+               count(*) FILTER (substr_spans_removed > 0),
+               coalesce(sum(substr_spans_removed), 0), coalesce(sum(substr_chars_removed), 0),
+               round(coalesce(sum(substr_chars_removed), 0) / nullif(sum(n_chars + CASE WHEN reason = 'substring_only'
+                     THEN 0 ELSE coalesce(substr_chars_removed, 0) END) FILTER (substr_chars_removed IS NOT NULL), 0), 4),
+               count(*) FILTER (reason = 'substring_only')
+        FROM documents GROUP BY source, l ORDER BY source, l""").fetchall()
+    top = con.execute("""SELECT left(trim(span), 100), count(*) AS n
+                         FROM (SELECT unnest(substr_removed) AS span FROM documents)
+                         GROUP BY 1 ORDER BY n DESC, 1 LIMIT 15""").fetchall()
+    return [r for r in per_source if r[2]], top
+
+
 def _rehydration(con: Any) -> list[tuple[Any, ...]]:
     """Per source: kept tokens and tokens weighted by minhash's cluster sizes (``dup_count``, what
     FineWeb-2 upsamples by); nothing for a run without the column."""
@@ -316,6 +338,7 @@ def build_report(run_dir: Path) -> str:
         ).fetchall()
         contamination = _contamination(con)
         boilerplate, top_lines = _boilerplate(con)
+        substrings, top_spans = _substrings(con)
         rehydration = _rehydration(con)
         repeats = bucket_rows(con, run)
         semantic_top = _semantic(con)
@@ -436,6 +459,27 @@ def build_report(run_dir: Path) -> str:
                 table(["most removed line (first 100 characters)", "documents"], top_lines),
             ]
             if boilerplate
+            else []
+        ),
+        *(
+            [
+                "<h2>Repeated spans removed</h2>",
+                table(
+                    [
+                        "source",
+                        "lang",
+                        "documents",
+                        "that lost spans",
+                        "spans removed",
+                        "characters removed",
+                        "share of characters",
+                        "dropped as substring only",
+                    ],
+                    substrings,
+                ),
+                table(["most removed span (first 100 characters)", "documents"], top_spans),
+            ]
+            if substrings
             else []
         ),
         "<h2>Document lengths (kept)</h2>",

@@ -40,6 +40,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "decontaminate": ("datapipe.stages.decontaminate", "Decontaminate"),
     "classify": ("datapipe.stages.classify", "Classify"),
     "boilerplate": ("datapipe.stages.boilerplate", "Boilerplate"),
+    "substrings": ("datapipe.stages.substrings", "Substrings"),
     "annotate": ("datapipe.stages.annotate", "Annotate"),
 }
 
