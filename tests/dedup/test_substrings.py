@@ -21,6 +21,7 @@ from datapipe.dedup.shingles import _DIGIT_RE, _TOKEN_RE
 from datapipe.dedup.substrings import anchors, tokenize, winnow_params
 from datapipe.engine.plan import make_spec
 from datapipe.engine.tasks.map import map_shard
+from datapipe.engine.tasks.merge import merge_all_outputs, merge_round
 from datapipe.engine.tasks.reduce import reduce_partition
 from datapipe.errors import DatapipeError
 from datapipe.pipeline.load import load_pipeline
@@ -168,8 +169,10 @@ def run_stage(tmp_path: Path, texts: list[str], options: dict, files: int = 3) -
     for shard in spec.shards:
         map_shard(spec, shard, first)
     for r in range(5):
+        merge_round(spec, first, r)  # the engine's merge phase of each round (split.shuffle_groups)
         for p in range(PARTITIONS):
             reduce_partition(spec, first, p, r)
+    merge_all_outputs(spec, first)  # and the one before the next map tasks
     for shard in spec.shards:
         map_shard(spec, shard, last)
     out = tmp_path / "out"
