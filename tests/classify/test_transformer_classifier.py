@@ -108,7 +108,16 @@ def _pipeline(tmp_path: Path, models: Path, classify: dict, docs: int = 24) -> P
 
 
 def test_scores_equal_direct_transformers_and_an_ensemble_with_fasttext_buckets_and_keeps(models: Path, tmp_path: Path) -> None:
-    keep = [{"score": "cls_tc_hq", "max": 0.96}, {"bucket": "ensemble", "min": 1}]
+    # The score cut sits inside the random classifier's own range on these documents (its 85th
+    # percentile, from transformers called directly), so some documents are over it whatever the weights.
+    _pipeline(tmp_path, models, {})
+    texts = [
+        json.loads(line)["text"][:MAX_CHARS]
+        for name in ("zh", "en")
+        for line in (tmp_path / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    cut = float(np.quantile(_direct(models / "cls", texts, regression=False)[:, 1], 0.85))
+    keep = [{"score": "cls_tc_hq", "max": cut}, {"bucket": "ensemble", "min": 1}]
     path = _pipeline(tmp_path, models, {"buckets": {"count": 4, "per": ["kind"], "ensemble": "mean"}, "keep": keep})
     out = tmp_path / "out"
     run_pipeline(load_pipeline(path), output=out, show_progress=False, log=lambda m: None, in_process=True)
@@ -137,11 +146,7 @@ def test_scores_equal_direct_transformers_and_an_ensemble_with_fasttext_buckets_
     for r in rows:
         assert r["bucket_ensemble"] == (r["bucket_tc"] + r["bucket_tr"] + r["bucket_ft"]) // 3
         want = (
-            "classifier:cls_tc_hq"
-            if r["cls_tc_hq"] > 0.96
-            else "classifier_bucket:ensemble"
-            if r["bucket_ensemble"] < 1
-            else None
+            "classifier:cls_tc_hq" if r["cls_tc_hq"] > cut else "classifier_bucket:ensemble" if r["bucket_ensemble"] < 1 else None
         )
         assert r["reason"] == want and r["status"] == ("kept" if want is None else "rejected"), r
     assert {r["reason"] for r in rows} == {"classifier:cls_tc_hq", "classifier_bucket:ensemble", None}
