@@ -5,8 +5,9 @@
     python examples/train_tiny.py --run out/demo --steps 400 --out out/train_tiny \\
         --resume out/train_tiny/ckpt-000300.pt               # continues on the very next sample
 
-The model is a small GPT (pre-norm transformer blocks, causal attention, tied embeddings; 2.4M
-parameters with the defaults and the demo's 2,676-token vocabulary), pure torch. Batches
+The model is `datapipe ablate`'s small GPT (datapipe/ablate/model.py: pre-norm transformer blocks,
+causal attention, tied embeddings; 2.4M parameters with the defaults and the demo's 2,676-token
+vocabulary), pure torch. Batches
 come from ``datapipe.loader.PackedDataset(...).dataloader()`` with the run's mixture weights:
 ``labels`` are the next tokens, -100 where there is no target (the end of a row, padding).
 A checkpoint holds the model, the optimizer, the step and the loader's ``state_dict()`` (about
@@ -27,49 +28,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import datapipe.loader
-
-
-class Block(nn.Module):
-    def __init__(self, d: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
-
-
-class TinyGPT(nn.Module):
-    def __init__(self, vocab: int, seq_len: int, d: int, layers: int, heads: int) -> None:
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d)
-        self.pos = nn.Embedding(seq_len, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-        self.ln = nn.LayerNorm(d)
-        self.apply(self._init)
-
-    @staticmethod
-    def _init(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear | nn.Embedding):
-            nn.init.normal_(m.weight, std=0.02)
-        if isinstance(m, nn.Linear) and m.bias is not None:
-            nn.init.zeros_(m.bias)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
-        for block in self.blocks:
-            x = block(x)
-        return self.ln(x) @ self.tok.weight.T  # tied output embedding
+from datapipe.ablate.model import ModelConfig, TinyGPT  # the model `datapipe ablate` trains
 
 
 def vocab_size(run: Path) -> int:
@@ -126,7 +87,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         fields=("input_ids", "labels"),
         ignore_index=-100,
     )
-    model = TinyGPT(vocab_size(args.run), ds.seq_len, args.d_model, args.layers, args.heads)
+    shape = ModelConfig(
+        d_model=args.d_model,
+        layers=args.layers,
+        heads=args.heads,
+        seq_len=ds.seq_len,
+        batch_size=args.batch_size,
+        steps=args.steps,
+    )
+    model = TinyGPT(vocab_size(args.run), shape)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     n_params = sum(t.numel() for t in model.parameters())
     step = 0
