@@ -23,21 +23,13 @@ from datapipe.stages.base import StageContext
 from datapipe.stages.classify import Classify, ClassifyOptions, KeepRule
 from datapipe.stages.row_keys import row_keys
 from tests.support.shared_data import shared_path
-
-SMALL = ["--dim", "8", "--epoch", "2", "--bucket", "5000", "--max-per-class", "120", "--heldout-frac", "0.1"]
+from tests.support.zh_classifiers import train_zh_pair
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two small zh models with different negatives: TiDB docs and OI-wiki pages against Wikipedia."""
-    corpus = shared_path("corpus")
-    out = tmp_path_factory.mktemp("models")
-    for name, negative in (("qa", "zh_pingcap_docs.jsonl"), ("qb", "zh_oiwiki.jsonl")):
-        args = ["train-classifier", "--name", name, "--out-dir", str(out), *SMALL]
-        args += ["--positive", str(corpus / "zh_wikipedia.jsonl"), "--negative", str(corpus / negative)]
-        result = CliRunner().invoke(main, args)
-        assert result.exit_code == 0, result.output
-    return out
+    return train_zh_pair(tmp_path_factory.mktemp("models"))
 
 
 def _docs(n_per_file: int = 120) -> pa.Table:

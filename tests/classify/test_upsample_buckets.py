@@ -28,8 +28,8 @@ from datapipe.export.documents import _cut_documents
 from datapipe.loader import PackedDataset
 from datapipe.pipeline.load import ConfigError, load_pipeline
 from tests.support.shared_data import PROJECT_ROOT, shared_path
+from tests.support.zh_classifiers import train_zh_pair
 
-SMALL = ["--dim", "8", "--epoch", "2", "--bucket", "5000", "--max-per-class", "120", "--heldout-frac", "0.1"]
 REPEAT = {"4": 3, "2-3": 2, "0": 0}  # of 5 buckets; bucket 1 (and no bucket) once
 
 
@@ -40,14 +40,8 @@ def _configured(bucket: int | None) -> int:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    corpus = shared_path("corpus")
-    out = tmp_path_factory.mktemp("models")
-    for name, negative in (("qa", "zh_pingcap_docs.jsonl"), ("qb", "zh_oiwiki.jsonl")):
-        args = ["train-classifier", "--name", name, "--out-dir", str(out), *SMALL]
-        args += ["--positive", str(corpus / "zh_wikipedia.jsonl"), "--negative", str(corpus / negative)]
-        result = CliRunner().invoke(main, args)
-        assert result.exit_code == 0, result.output
-    return out
+    """Two small zh models with different negatives: TiDB docs and OI-wiki pages against Wikipedia."""
+    return train_zh_pair(tmp_path_factory.mktemp("models"))
 
 
 def _pipeline(folder: Path, models: Path, mixture: dict[str, Any], data: dict[str, str] | None = None) -> Path:
