@@ -7,17 +7,90 @@ float64 with ties broken by the lower centroid index; its input is the sample in
 Pairwise cosine is a float32 matrix product in blocks of ``block`` rows (memory: block x cluster
 size floats), and similarities are rounded to 6 decimals before they are compared with the
 threshold, so a last-bit difference between BLAS builds cannot flip a pair.
+
+The same three functions run on a GPU with torch when given ``device`` (``resolve_device``: torch
+stays an optional import, the CPU path never needs it). They compute what the numpy path does, in
+the same precisions (float64 k-means and assignment, float32 pairwise cosine with TF32 switched
+off), decide with the same rounding and ties, and sum k-means clusters with a one-hot matrix
+product (deterministic on a GPU, unlike scattered atomic adds). A GPU sums in another order than
+BLAS on a CPU, so a cosine can differ in its last bits: it decides differently only where the
+rounded value sits exactly on a rounding edge at the threshold (measured: docs/stages/semantic.md).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import numpy as np
 
+from datapipe.errors import UsageError
+
 SIM_DECIMALS = 6
+DEVICES = ("auto", "cpu", "cuda")
 
 
-def kmeans(vectors: np.ndarray, k: int, seed: int, iterations: int) -> np.ndarray:
-    """(k', dim) unit centroids of ``vectors`` (unit rows), k' = min(k, distinct rows)."""
+class SemanticDeviceError(UsageError):
+    """``device: cuda`` where this process has no GPU torch can use (exit code 2)."""
+
+
+def resolve_device(device: str, key: str = "device") -> str | None:
+    """The torch device to compute on, or None for the numpy path.
+
+    ``cpu``: numpy. ``auto``: ``cuda`` where torch is installed and sees a GPU, else numpy; where the
+    process was given no GPU (``CUDA_VISIBLE_DEVICES`` empty, as Ray sets it for a task that asked
+    for none, or no NVIDIA driver) torch is not even imported. ``cuda``: a GPU, or an error naming
+    ``key``. ``torch-cpu`` runs the torch code on the CPU (tests compare it with numpy)."""
+    if device == "cpu":
+        return None
+    if device == "torch-cpu":
+        return "cpu"
+    if device not in DEVICES:
+        raise SemanticDeviceError(f"{key}: {device!r} is not one of {', '.join(DEVICES)}")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    no_gpu = visible is not None and visible.strip() in ("", "-1")
+    no_driver = not (os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0"))
+    has_gpu = False
+    if not (no_gpu or no_driver):
+        try:
+            import torch
+
+            has_gpu = bool(torch.cuda.is_available())
+        except ImportError:
+            has_gpu = False
+    if has_gpu:
+        return "cuda"
+    if device == "cuda":
+        raise SemanticDeviceError(
+            f"{key}: cuda, but this process sees no GPU torch can use (torch missing, no NVIDIA driver, "
+            f"CUDA_VISIBLE_DEVICES={visible!r}, or torch.cuda.is_available() is False)",
+            hint="use device: auto (a GPU where the node has one, else the CPU) or device: cpu",
+        )
+    return None
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+@contextmanager
+def _exact_float32(torch: Any) -> Iterator[None]:
+    """float32 matrix products in full float32 (no TF32), as on a CPU; restored after."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def kmeans(vectors: np.ndarray, k: int, seed: int, iterations: int, device: str | None = None) -> np.ndarray:
+    """(k', dim) unit centroids of ``vectors`` (unit rows), k' = min(k, distinct rows); the Lloyd
+    steps on the torch ``device`` when one is given (``resolve_device``)."""
     x = np.asarray(vectors, dtype=np.float64)
     if len(x) == 0:
         return np.empty((0, x.shape[1] if x.ndim == 2 else 0), np.float32)
@@ -26,6 +99,8 @@ def kmeans(vectors: np.ndarray, k: int, seed: int, iterations: int) -> np.ndarra
     k = max(1, min(k, len(distinct)))
     rng = np.random.default_rng(seed)
     centroids = x[np.sort(rng.choice(distinct, size=k, replace=False))]
+    if device is not None:
+        return _kmeans_torch(x, centroids, iterations, device)
     for _ in range(iterations):
         labels = nearest(x, centroids)
         sums = np.zeros_like(centroids)
@@ -38,8 +113,44 @@ def kmeans(vectors: np.ndarray, k: int, seed: int, iterations: int) -> np.ndarra
     return centroids.astype(np.float32)
 
 
-def nearest(vectors: np.ndarray, centroids: np.ndarray, block: int = 8192) -> np.ndarray:
+def _kmeans_torch(x: np.ndarray, centroids: np.ndarray, iterations: int, device: str, block: int = 65536) -> np.ndarray:
+    """The Lloyd steps of ``kmeans`` with torch: float64, the same rounding, ties and stop rule.
+    Cluster sums are a one-hot (k x rows) matrix product per block of rows: deterministic."""
+    torch = _torch()
+    xt = torch.from_numpy(np.ascontiguousarray(x)).to(device)
+    c = torch.from_numpy(np.ascontiguousarray(centroids)).to(device)
+    k = c.shape[0]
+    for _ in range(iterations):
+        labels = _nearest_torch(torch, xt, c)
+        sums = torch.zeros_like(c)
+        for s in range(0, len(xt), block):
+            part = labels[s : s + block]
+            onehot = torch.zeros((k, len(part)), dtype=xt.dtype, device=xt.device)
+            onehot[part, torch.arange(len(part), device=xt.device)] = 1.0
+            sums += onehot @ xt[s : s + block]
+        norm = torch.linalg.norm(sums, dim=1, keepdim=True)
+        moved = torch.where(norm > 0, sums / torch.where(norm > 0, norm, torch.ones_like(norm)), c)
+        if torch.equal(moved, c):
+            break
+        c = moved
+    return c.cpu().numpy().astype(np.float32)
+
+
+def _nearest_torch(torch: Any, x: Any, c: Any, block: int = 65536) -> Any:
+    out = torch.empty(len(x), dtype=torch.int64, device=x.device)
+    for s in range(0, len(x), block):
+        sims = torch.round(x[s : s + block] @ c.T, decimals=SIM_DECIMALS)
+        out[s : s + block] = torch.argmax(sims, dim=1)  # the first maximum, as numpy's
+    return out
+
+
+def nearest(vectors: np.ndarray, centroids: np.ndarray, block: int = 8192, device: str | None = None) -> np.ndarray:
     """Index of each row's most similar centroid (highest dot product; ties: the lower index)."""
+    if device is not None:
+        torch = _torch()
+        x = torch.from_numpy(np.asarray(vectors, dtype=np.float64)).to(device)
+        c = torch.from_numpy(np.asarray(centroids, dtype=np.float64)).to(device)
+        return _nearest_torch(torch, x, c).cpu().numpy().astype(np.int32)
     c = np.asarray(centroids, dtype=np.float64)
     out = np.empty(len(vectors), np.int32)
     for s in range(0, len(vectors), block):
@@ -48,9 +159,13 @@ def nearest(vectors: np.ndarray, centroids: np.ndarray, block: int = 8192) -> np
     return out
 
 
-def similar_pairs(vectors: np.ndarray, threshold: float, block: int = 2048) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def similar_pairs(
+    vectors: np.ndarray, threshold: float, block: int = 2048, device: str | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every pair (i, j), i < j, of rows whose cosine (rounded) reaches ``threshold``: (i, j, cosine),
     sorted by i then j. Rows are unit vectors; a block of rows at a time against the rows after it."""
+    if device is not None:
+        return _similar_pairs_torch(vectors, threshold, block, device)
     x = np.asarray(vectors, dtype=np.float32)
     n = len(x)
     found_i, found_j, found_s = [], [], []
@@ -63,6 +178,33 @@ def similar_pairs(vectors: np.ndarray, threshold: float, block: int = 2048) -> t
         found_i.append(i[keep])
         found_j.append(j[keep])
         found_s.append(sims[rows[keep], cols[keep]])
+    if not found_i:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
+    return (
+        np.concatenate(found_i).astype(np.int64),
+        np.concatenate(found_j).astype(np.int64),
+        np.concatenate(found_s).astype(np.float32),
+    )
+
+
+def _similar_pairs_torch(
+    vectors: np.ndarray, threshold: float, block: int, device: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``similar_pairs`` with torch: float32 products (no TF32), the same rounding and order."""
+    torch = _torch()
+    x = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(device)
+    n = len(x)
+    found_i, found_j, found_s = [], [], []
+    with _exact_float32(torch):
+        for s in range(0, n, block):
+            e = min(n, s + block)
+            sims = torch.round(x[s:e] @ x[s:].T, decimals=SIM_DECIMALS)
+            rows, cols = torch.nonzero(sims >= threshold, as_tuple=True)  # row-major, as numpy's
+            keep = cols > rows  # j = cols + s > i = rows + s
+            rows, cols = rows[keep], cols[keep]
+            found_i.append((rows + s).cpu().numpy())
+            found_j.append((cols + s).cpu().numpy())
+            found_s.append(sims[rows, cols].cpu().numpy())
     if not found_i:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
     return (

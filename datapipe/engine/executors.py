@@ -167,7 +167,7 @@ def fit_gpus(phase: Phase, cluster_gpus: float) -> dict[str, Any]:
     if resources.get("num_gpus", 0) and not cluster_gpus:
         if phase.gpus_required:
             raise PipelineError(
-                f"phase {phase.name}: its tasks need a GPU (a classify model with device: cuda), and the Ray cluster has none",
+                f"phase {phase.name}: its tasks need a GPU (a stage with device: cuda), and the Ray cluster has none",
                 hint="run on a cluster with GPU nodes, or use device: auto or cpu",
             )
         resources.pop("num_gpus")

@@ -42,7 +42,7 @@ from datapipe.run_folder.layout import (
     shuffle_phase,
 )
 from datapipe.stages.base import Resources
-from datapipe.stages.global_stage import CombineStep, PartitionStep, checked_steps
+from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, checked_steps
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,10 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
     """The phases of the global stage that ends ``segment``, from the steps it declares."""
     assert segment.compute_global is not None
     stage = build_stage(spec, segment.compute_global)
-    cpus = stage.resources.num_cpus
+    assert isinstance(stage, GlobalStage)
+    wants = stage.step_resources()
+    cpus = wants.num_cpus
+    steps = {"num_cpus": cpus, **({"num_gpus": wants.num_gpus} if wants.num_gpus else {})}  # a GPU share: semantic
     phases: list[Phase] = []
     for step in checked_steps(stage):
         if isinstance(step, PartitionStep):
@@ -130,8 +133,9 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                         shuffle_phase(segment.index, r),
                         reduce_partition,
                         _round_tasks(segment, step, r, forwarded, every),
-                        {"num_cpus": cpus, "scheduling_strategy": "SPREAD"},
+                        {**steps, "scheduling_strategy": "SPREAD"},
                         "partitions",
+                        wants.gpus_required,
                     )
                 )
             if groups := output_groups(spec, segment):
@@ -147,7 +151,14 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                 )
         elif isinstance(step, CombineStep):
             phases.append(
-                Phase(reduce_phase(segment.index), reduce_stage, (Task(stage.name, (segment,)),), {"num_cpus": cpus}, "steps")
+                Phase(
+                    reduce_phase(segment.index),
+                    reduce_stage,
+                    (Task(stage.name, (segment,)),),
+                    steps,
+                    "steps",
+                    wants.gpus_required,
+                )
             )
         else:
             raise TypeError(f"stage {stage.name!r} declares an unknown step {step!r}")

@@ -14,7 +14,7 @@ from typing import ClassVar, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from datapipe.stages.base import Decision, Stage
+from datapipe.stages.base import Decision, Resources, Stage
 from datapipe.stages.row_keys import shard_of
 from datapipe.stages.steps import CombineStep, GlobalStep, PartitionResult, PartitionStep, ReduceInputs
 
@@ -109,6 +109,11 @@ class GlobalStage(Stage):
     is_global = True
     signal_columns: ClassVar[tuple[str, ...]] = ()
     transient_columns: ClassVar[tuple[str, ...]] = ()  # dropped once decisions are applied
+
+    def step_resources(self) -> Resources:
+        """What a task of the steps (a partition round, the combine) asks for: ``resources``' CPUs
+        unless the options change it (semantic asks for a GPU share: ``SemanticDedup.step_resources``)."""
+        return Resources(num_cpus=self.resources.num_cpus)
 
     def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
         """In the map segment after the steps, for the documents their decisions kept: edit them.

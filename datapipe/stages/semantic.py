@@ -1,4 +1,4 @@
-"""Meaning-level near-duplicates (SemDeDup, Abbas et al. 2023) on CPU: embed, k-means, pairwise cosine.
+"""Meaning-level near-duplicates (SemDeDup, Abbas et al. 2023): embed, k-means, pairwise cosine.
 
 Documents are embedded by a local static-embedding model folder (``model``: model2vec or
 sentence-transformers StaticEmbedding; ``datapipe.dedup.embed``) or, without one, by fastText
@@ -24,12 +24,18 @@ A component never spans two k-means clusters (SemDeDup's trade: pairs split by k
 compared), so each is settled by one partition and no union across partitions is needed.
 Memory: partition 0 holds the sample's vectors; a round-2 task holds its clusters' vectors and one
 block x cluster-size similarity matrix at a time.
+
+Where: the CPU (numpy and its BLAS) by default, a GPU with torch where the node has one (``device``:
+``auto``; the rounds then ask Ray for ``num_gpus`` of one, ``step_resources``): k-means, the
+assignment and the pairwise cosine run there, with the same decisions (``datapipe.dedup.semantic``).
+Embedding stays on the CPU: a static model is a table look-up and a mean, fastText has no GPU code.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -90,6 +96,22 @@ class SemanticOptions(StageOptions):
     )
     fasttext_dim: int = Field(64, ge=8, le=512, description="Vector size of the fastText model trained when there is no model.")
     fasttext_epoch: int = Field(5, ge=1, le=100, description="Training epochs of that fastText model.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description=(
+            "Where k-means and the pairwise cosine run: auto (a GPU with torch where the node has one, else "
+            "the CPU), cpu (numpy; no torch needed), or cuda (a GPU, or an error). The same decisions either way."
+        ),
+    )
+    num_gpus: float = Field(
+        0.25,
+        gt=0.0,
+        le=8.0,
+        description="With a GPU: the share of one each task of the rounds asks Ray for (0.25: four share one).",
+    )
+
+    # where the work runs, not what it computes (the GPU decides as the CPU does): a run resumes with them changed
+    run_settings: ClassVar[frozenset[str]] = frozenset({"device", "num_gpus"})
 
 
 class SemanticDedup(GlobalStage):
@@ -139,6 +161,14 @@ class SemanticDedup(GlobalStage):
             ResourceFile(weights, "model", key="semantic", content=False),
             ResourceFile(tokenizer, "tokenizer", key="semantic", content=False),
         ]
+
+    def step_resources(self) -> Resources:
+        """The rounds' tasks ask for a GPU share unless ``device: cpu``: required with ``cuda``; with
+        ``auto`` dropped on a cluster without GPUs (``datapipe.engine.executors.fit_gpus``)."""
+        base = super().step_resources()
+        if self.options.device == "cpu":
+            return base
+        return replace(base, num_gpus=self.options.num_gpus, gpus_required=self.options.device == "cuda")
 
     def prepare(self) -> None:
         from datapipe.dedup.embed import static_model_files
@@ -197,7 +227,8 @@ class SemanticDedup(GlobalStage):
 
             vectors = self._embedder(inputs).encode(texts)
             vectors = vectors[np.linalg.norm(vectors, axis=1) > 0]
-            centroids = kmeans(vectors, min(o.clusters, max(1, len(vectors) // 4)), o.seed, o.iterations)
+            k = min(o.clusters, max(1, len(vectors) // 4))
+            centroids = kmeans(vectors, k, o.seed, o.iterations, device=self._device())
             k = len(centroids)
             blobs = [c.tobytes() for c in centroids]
             for q in range(o.partitions):
@@ -222,7 +253,7 @@ class SemanticDedup(GlobalStage):
             vectors = embedder.encode(self._texts(inputs, chunk))
             valid = np.linalg.norm(vectors, axis=1) > 0  # no token the model knows: nothing to compare
             out_docs.append(chunk[valid])
-            out_cluster.append(nearest(vectors[valid], centroids))
+            out_cluster.append(nearest(vectors[valid], centroids, device=self._device()))
             out_vecs.append(vectors[valid])
         d, c, v = np.concatenate(out_docs), np.concatenate(out_cluster), np.concatenate(out_vecs)
         width = 4 * v.shape[1]
@@ -244,6 +275,7 @@ class SemanticDedup(GlobalStage):
         from datapipe.dedup.semantic import similar_pairs
 
         o = self.options
+        device = self._device()
         rows = rows.sort_by([("cluster", "ascending"), ("doc", "ascending")])
         cluster = rows["cluster"].to_numpy()
         docs = rows["doc"].to_numpy()
@@ -258,7 +290,7 @@ class SemanticDedup(GlobalStage):
             if e - s < 2:
                 continue
             uf = UnionFind(e - s)
-            i, j, _ = similar_pairs(vectors[s:e], self.threshold)
+            i, j, _ = similar_pairs(vectors[s:e], self.threshold, device=device)
             if len(i) == 0:
                 continue
             uf.union(i, j)
@@ -301,6 +333,12 @@ class SemanticDedup(GlobalStage):
         )
 
     # -- helpers -----------------------------------------------------------------------------
+    def _device(self) -> str | None:
+        """The torch device of this task, or None (numpy); ``device: cuda`` without a GPU is an error naming the key."""
+        from datapipe.dedup.semantic import resolve_device
+
+        return resolve_device(self.options.device, key=f"{self.name}.device")
+
     @property
     def threshold(self) -> float:
         o = self.options

@@ -9,14 +9,12 @@ from __future__ import annotations
 import html
 import io
 import json
-import math
 import os
 import random
 import re
 import signal
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -35,31 +33,9 @@ from datapipe.stages.base import StageContext
 from datapipe.stages.global_stage import ReduceInputs
 from datapipe.stages.semantic import SemanticDedup, SemanticOptions
 from tests.support.shared_data import shared_path
+from tests.support.static_embedding import build_static_model
 
 N_ORIGINALS, N_COPIES = 40, 12
-
-
-def build_static_model(texts: list[str], folder: Path, dim: int = 128, seed: int = 0) -> Path:
-    """model2vec layout: model.safetensors (embeddings, weights) + tokenizer.json (words, single Han characters)."""
-    from safetensors.numpy import save_file
-    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
-
-    pre = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Split(Regex("[\u3400-\u9fff]"), "isolated")])
-    df: Counter[str] = Counter()
-    for t in texts:
-        df.update({w for w, _ in pre.pre_tokenize_str(re.sub(r"[^\w\s]", " ", t.lower()))})
-    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(sorted(df))}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    # punctuation is not a token (as a stop-word list would do): the copies are re-punctuated
-    tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace(Regex(r"[^\w\s]"), " ")])
-    tok.pre_tokenizer = pre
-    folder.mkdir(parents=True, exist_ok=True)
-    tok.save(str(folder / "tokenizer.json"))
-    emb = np.random.default_rng(seed).standard_normal((len(vocab), dim)).astype(np.float32)
-    weights = np.array([math.log((1 + len(texts)) / (1 + df.get(w, 0))) for w in vocab], np.float32)
-    save_file({"embeddings": emb, "weights": weights}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({"model_type": "model2vec", "normalize": True, "hidden_dim": dim}))
-    return folder
 
 
 def paraphrase(text: str, rng: random.Random) -> str:
@@ -284,3 +260,29 @@ def test_a_component_keeps_the_survivor_of_its_rule(survivor: str, kept: str) ->
     for d in decisions:
         assert d["reason"] == "near_semantic" and d["dup_of"] == kept and d["dup_cluster"] == "a"
         assert d["semantic_similarity"] == pytest.approx(float(vecs[index[d["id"]]] @ vecs[index[kept]]), abs=1e-4)
+
+
+def test_torch_path_makes_the_numpy_paths_decisions_on_real_documents(tmp_path: Path) -> None:
+    """The GPU code (run here on torch's CPU: device "cpu" is a torch device) gives the same k-means clusters, assignments and
+    pairs as numpy on real documents; the GPU itself: bench/gpu_checks.py."""
+    pytest.importorskip("torch")
+    texts, _ = corpus()
+    with open(shared_path("corpus", "en_wikipedia.jsonl"), encoding="utf-8") as f:
+        texts += [json.loads(line)["text"] for _, line in zip(range(1000), f)]
+    vectors = StaticEmbedder(build_static_model(texts, tmp_path / "m", dim=64)).encode(texts)
+    vectors = vectors[np.linalg.norm(vectors, axis=1) > 0]
+    ours = kmeans(vectors, 8, seed=0, iterations=20, device="cpu")
+    theirs = kmeans(vectors, 8, seed=0, iterations=20)
+    assert np.allclose(ours, theirs, atol=1e-6)
+    labels = nearest(vectors, theirs)
+    assert np.array_equal(nearest(vectors, theirs, device="cpu"), labels)
+    found = 0
+    for c in range(len(theirs)):
+        members = vectors[labels == c]
+        for threshold in (0.9, 0.6):  # 0.6: thousands of pairs, many close to the cut
+            a = similar_pairs(members, threshold, block=256)
+            b = similar_pairs(members, threshold, block=256, device="cpu")
+            assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+            assert np.allclose(a[2], b[2], atol=2e-6)
+            found += len(a[0])
+    assert found > 100
