@@ -286,3 +286,19 @@ def test_torch_path_makes_the_numpy_paths_decisions_on_real_documents(tmp_path: 
             assert np.allclose(a[2], b[2], atol=2e-6)
             found += len(a[0])
     assert found > 100
+
+
+def test_device_option_sets_the_rounds_gpu_request_and_cuda_without_a_gpu_names_the_key(monkeypatch) -> None:
+    from datapipe.dedup.semantic import SemanticDeviceError, resolve_device
+
+    def wants(device: str) -> tuple[float, bool]:
+        r = SemanticDedup(SemanticOptions(device=device), StageContext(".", ".")).step_resources()
+        return r.num_gpus, r.gpus_required
+
+    assert wants("auto") == (0.25, False)  # dropped on a cluster without GPUs (engine.executors.fit_gpus)
+    assert wants("cuda") == (0.25, True)
+    assert wants("cpu") == (0.0, False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # what Ray gives a task that asked for no GPU
+    assert resolve_device("auto") is None and resolve_device("cpu") is None
+    with pytest.raises(SemanticDeviceError, match=r"semantic\.device: cuda, but this process sees no GPU"):
+        resolve_device("cuda", key="semantic.device")
