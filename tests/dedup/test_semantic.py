@@ -27,6 +27,8 @@ from datapipe.audit.report import build_report
 from datapipe.audit.sql import connect as connect_stats
 from datapipe.dedup.embed import StaticEmbedder, normalise
 from datapipe.dedup.semantic import kmeans, nearest, similar_pairs
+from datapipe.engine.phases import plan_phases
+from datapipe.engine.plan import make_spec
 from datapipe.engine.runner import run_pipeline
 from datapipe.pipeline.load import ConfigError, load_pipeline
 from datapipe.stages.base import StageContext
@@ -288,7 +290,7 @@ def test_torch_path_makes_the_numpy_paths_decisions_on_real_documents(tmp_path: 
     assert found > 100
 
 
-def test_device_option_sets_the_rounds_gpu_request_and_cuda_without_a_gpu_names_the_key(monkeypatch) -> None:
+def test_device_option_sets_the_rounds_gpu_request_and_cuda_without_a_gpu_names_the_key(monkeypatch, tmp_path: Path) -> None:
     from datapipe.dedup.semantic import SemanticDeviceError, resolve_device
 
     def wants(device: str) -> tuple[float, bool]:
@@ -298,6 +300,12 @@ def test_device_option_sets_the_rounds_gpu_request_and_cuda_without_a_gpu_names_
     assert wants("auto") == (0.25, False)  # dropped on a cluster without GPUs (engine.executors.fit_gpus)
     assert wants("cuda") == (0.25, True)
     assert wants("cpu") == (0.0, False)
+    # in a run: the rounds' tasks ask for the share, the map phases (no cosine there) do not
+    path = write_run(tmp_path, ["a document", "another one"], {"device": "cuda", "num_gpus": 0.5})
+    phases = plan_phases(make_spec(load_pipeline(path), tmp_path / "out", tmp_path / "cache"))
+    rounds = [p for p in phases if p.unit == "partitions"]
+    assert len(rounds) == 3 and all(p.resources["num_gpus"] == 0.5 and p.gpus_required for p in rounds)
+    assert all("num_gpus" not in p.resources for p in phases if p.unit == "shards")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # what Ray gives a task that asked for no GPU
     assert resolve_device("auto") is None and resolve_device("cpu") is None
     with pytest.raises(SemanticDeviceError, match=r"semantic\.device: cuda, but this process sees no GPU"):
