@@ -30,6 +30,7 @@ from datapipe.engine.splits import InputRange, effective_target, file_size, grou
 from datapipe.pipeline.load import Pipeline, SourceConfig, TokenizeConfig
 from datapipe.runtime.process_cache import clear_process_caches
 from datapipe.stages import STAGES, Stage, StageContext, StageOptions
+from datapipe.stages.steps import MAX_PARTITIONS
 from datapipe.tokens.encode import TokenizerInfo, load_tokenizer_info, with_engine
 
 
@@ -125,8 +126,8 @@ class RunSpec:
         return list(dict.fromkeys(s.source.name for s in self.shards))
 
 
-_STAGE_CACHE: dict[tuple[str, int], Stage] = {}
-_SET_UP: set[tuple[str, int]] = set()
+_STAGE_CACHE: dict[tuple[str, int, int], Stage] = {}
+_SET_UP: set[tuple[str, int, int]] = set()
 
 
 def forget_stages() -> None:
@@ -144,7 +145,7 @@ def build_stage(spec: RunSpec, position: int, setup: bool = False) -> Stage:
     Tasks that run the stage's compute/decide/apply ask for it; the driver, which builds stages only
     to plan (resources, steps) and ``prepare``, does not, so it loads no model it never uses.
     """
-    key = (spec.fingerprint, position)
+    key = (spec.fingerprint, len(spec.shards), position)  # map tasks: `partitions: auto` is resolved from them
     if key not in _STAGE_CACHE:
         kind, options = spec.stage_options[position - 1]
         _STAGE_CACHE[key] = spec.stage_types[position - 1](options, StageContext(spec.pipeline_dir, spec.cache_dir))
@@ -180,6 +181,15 @@ def split_target(pipeline: Pipeline, cpus: int | None) -> int:
     return effective_target(pipeline.config.split, input_bytes(pipeline), cpus)
 
 
+def resolve_partitions(options: StageOptions, map_tasks: int) -> StageOptions:
+    """A global stage's ``partitions: auto`` as a number: one partition per map task (so a partition
+    holds about one map task's keys at any corpus size; a resumed run forms the same map tasks from
+    the target recorded in run.json, so the same partitions)."""
+    if getattr(options, "partitions", None) != "auto":
+        return options
+    return options.model_copy(update={"partitions": max(1, min(MAX_PARTITIONS, map_tasks))})
+
+
 def make_spec(
     pipeline: Pipeline, root: Path, cache_dir: Path, target_bytes: int | None = None, recorded: Recorded | None = None
 ) -> RunSpec:
@@ -197,7 +207,7 @@ def make_spec(
             shards.append(Shard(len(shards), task_key(src.name, pieces), src, pieces))
     tok_cfg = pipeline.config.tokenize
     tokenizer = with_engine(load_tokenizer_info(pipeline.resolve(tok_cfg.tokenizer), tok_cfg)) if tok_cfg else None
-    stages = tuple((kind, opts) for kind, opts in pipeline.stage_options)
+    stages = tuple((kind, resolve_partitions(opts, len(shards))) for kind, opts in pipeline.stage_options)
     return RunSpec(
         root=str(root),
         pipeline_dir=str(pipeline.base_dir),

@@ -44,6 +44,7 @@ from datapipe.dedup.minhash import partition_of
 from datapipe.stages.base import CheckContext, Decision, Problem, Resources, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, PartitionStep, ReduceInputs, no_drops
+from datapipe.stages.steps import Partitions, partitions_option
 from datapipe.text.markup import structure_lines
 
 # Why 10: a template line is on every page of its site (hundreds in a crawl), an article sentence
@@ -77,7 +78,7 @@ class BoilerplateOptions(StageOptions):
     kinds: list[str] = Field(
         ["web", "text"], description="Source kinds it applies to (code keeps its license headers and imports)."
     )
-    partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of the shuffle.")
+    partitions: Partitions = partitions_option("Parallel tasks of the shuffle")
 
 
 def normalize_units(units: pa.Array) -> pa.Array:
@@ -215,7 +216,7 @@ class Boilerplate(GlobalStage):
         """Partitions count documents per unit hash; the combine step drops no document, it gathers the
         frequent hashes as the state every next map task loads whole (``apply`` removes the units)."""
         return (
-            PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition),
+            PartitionStep(self.partitions, self.shuffle, self.reduce_partition),
             CombineStep(no_drops, self.combine_state),
         )
 
@@ -238,7 +239,7 @@ class Boilerplate(GlobalStage):
         key_arr = pairs[:, 1].view(np.uint64)
         return pa.table(
             {
-                "part": pa.array(partition_of(key_arr, o.partitions).astype(np.int32)),
+                "part": pa.array(partition_of(key_arr, self.partitions).astype(np.int32)),
                 "doc": pa.array(pairs[:, 0]),
                 "key": pa.array(key_arr),
             }

@@ -32,6 +32,7 @@ from datapipe.stages.global_stage import (
     ReduceInputs,
     drop_rows,
 )
+from datapipe.stages.steps import Partitions, partitions_option
 
 HASH_TYPE = pa.binary(16)
 
@@ -39,7 +40,7 @@ HASH_TYPE = pa.binary(16)
 class DedupOptions(StageOptions):
     exact: bool = Field(True, description="Drop documents whose normalized text equals an earlier one's.")
     url: bool = Field(False, description="Also drop web pages whose normalized URL an earlier kept page has.")
-    partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks the keys are split across.")
+    partitions: Partitions = partitions_option("Parallel tasks the keys are split across")
 
     @model_validator(mode="after")
     def _some_method(self) -> DedupOptions:
@@ -116,9 +117,7 @@ class ExactDedup(GlobalStage):
     def steps(self) -> tuple[GlobalStep, ...]:
         """One round per key (text hash, then URL key); each partition writes its own decisions."""
         return (
-            PartitionStep(
-                self.options.partitions, self.shuffle, self.reduce_partition, rounds=len(self._round_keys()), decides=True
-            ),
+            PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=len(self._round_keys()), decides=True),
         )
 
     def _round_keys(self) -> list[str]:
@@ -135,10 +134,10 @@ class ExactDedup(GlobalStage):
             rows = rows.append_column("text_hash", batch["text_hash"].combine_chunks())
             if self.options.url:
                 rows = rows.append_column("url_key", batch["url_key"].combine_chunks())
-            return _with_part(rows, "text_hash", self.options.partitions)
+            return _with_part(rows, "text_hash", self.partitions)
         rows = rows.append_column("url_key", batch["url_key"].combine_chunks())
         rows = rows.filter(pc.is_valid(rows["url_key"]))  # pages without a URL are never URL duplicates
-        return _with_part(rows, "url_key", self.options.partitions)
+        return _with_part(rows, "url_key", self.partitions)
 
     def reduce_partition(self, rows: pa.Table, round: int = 0, inputs: ReduceInputs | None = None) -> PartitionResult:
         key = "url_key" if self._round_keys()[round] == "url" else "text_hash"
@@ -152,7 +151,7 @@ class ExactDedup(GlobalStage):
         if self.options.url:
             kept = rows.filter(pa.array(first))
             kept = kept.filter(pc.is_valid(kept["url_key"])).select(["doc", "id", "url_key"])
-            forward = _with_part(kept, "url_key", self.options.partitions)
+            forward = _with_part(kept, "url_key", self.partitions)
         return PartitionResult(decisions, forward)
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from datapipe.stages.base import Decision, Resources, Stage
 from datapipe.stages.row_keys import shard_of
-from datapipe.stages.steps import CombineStep, GlobalStep, PartitionResult, PartitionStep, ReduceInputs
+from datapipe.stages.steps import CombineStep, GlobalStep, PartitionResult, PartitionStep, ReduceInputs, partition_count
 
 _S = TypeVar("_S", PartitionStep, CombineStep)
 
@@ -114,6 +114,11 @@ class GlobalStage(Stage):
         """What a task of the steps (a partition round, the combine) asks for: ``resources``' CPUs
         unless the options change it (semantic asks for a GPU share: ``SemanticDedup.step_resources``)."""
         return Resources(num_cpus=self.resources.num_cpus)
+
+    @property
+    def partitions(self) -> int:
+        """The stage's ``partitions`` option as planned (``auto`` resolved by engine/plan.py)."""
+        return partition_count(getattr(self.options, "partitions", 1))
 
     def apply(self, batch: pa.Table, row_keys: np.ndarray, state: pa.Table | None) -> tuple[pa.Table, Decision]:
         """In the map segment after the steps, for the documents their decisions kept: edit them.

@@ -62,6 +62,7 @@ from datapipe.stages.global_stage import (
     state_rows,
 )
 from datapipe.stages.row_keys import shard_of
+from datapipe.stages.steps import Partitions, partitions_option
 
 SIG_COLUMN = "minhash_sig"
 # Text and hash columns earlier stages add: a survivor cannot be chosen by them.
@@ -96,7 +97,7 @@ class MinHashOptions(StageOptions):
     verify: bool = Field(True, description="Keep only candidate pairs whose estimated Jaccard reaches threshold.")
     survivor: Literal["earliest", "longest", "best"] = Field("earliest", description="Which copy of a cluster to keep.")
     score_column: str | None = Field(None, description="Signal column for survivor: best (higher is better).")
-    partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of the shuffle.")
+    partitions: Partitions = partitions_option("Parallel tasks of the shuffle")
     fold_script: bool = Field(
         False,
         description="Fold Traditional to Simplified characters first, so copies across the two scripts are near-duplicates.",
@@ -182,7 +183,7 @@ class MinHashDedup(GlobalStage):
     def steps(self) -> tuple[GlobalStep, ...]:
         """The partitions decide (settled clusters); the combine step only finishes what they left open."""
         return (
-            PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition, rounds=self.rounds(), decides=True),
+            PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=self.rounds(), decides=True),
             CombineStep(self.combine, self.combine_state),
         )
 
@@ -207,7 +208,7 @@ class MinHashDedup(GlobalStage):
         flat = keys[valid].reshape(-1)
         return pa.table(
             {
-                "part": pa.array(partition_of(flat, self.options.partitions).astype(np.int32)),
+                "part": pa.array(partition_of(flat, self.partitions).astype(np.int32)),
                 "doc": pa.array(docs),
                 "key": pa.array(flat),
             }
@@ -256,7 +257,7 @@ class MinHashDedup(GlobalStage):
                 (u, v), (roots, members) = large_star(node[edge], nbr[edge], (node[~edge], nbr[~edge]))
                 forward.append(self._edges(u, v))
                 keys, cluster = _star_clusters(roots, members)
-                forward.append(self._rows(_owner(keys, self.options.partitions), keys, cluster, ASK_DOC))
+                forward.append(self._rows(_owner(keys, self.partitions), keys, cluster, ASK_DOC))
             else:
                 forward.append(edges)
         return PartitionResult(decisions, pa.concat_tables(forward), sizes)
@@ -269,7 +270,7 @@ class MinHashDedup(GlobalStage):
         if not self.options.verify:
             return pairs
         docs = np.unique(np.concatenate([u, v]))
-        asks = self._rows(_owner(docs, self.options.partitions), docs, np.full(len(docs), me, np.int64), ASK_SIG)
+        asks = self._rows(_owner(docs, self.partitions), docs, np.full(len(docs), me, np.int64), ASK_SIG)
         return pa.concat_tables([pairs, asks])
 
     def _answers(self, asks: pa.Table, inputs: ReduceInputs) -> pa.Table:
@@ -287,7 +288,7 @@ class MinHashDedup(GlobalStage):
             docs = np.unique(node)
             table = inputs.read_rows(docs, self._doc_columns() if answer == DOC else [SIG_COLUMN])
             at = pa.array(np.searchsorted(docs, node))
-            part = nbr.astype(np.int32) if answer == SIG else node_partition(nbr, o.partitions)
+            part = nbr.astype(np.int32) if answer == SIG else node_partition(nbr, self.partitions)
             columns = {"sig": table[SIG_COLUMN].take(at)}
             if answer == DOC:
                 columns |= {
@@ -352,7 +353,7 @@ class MinHashDedup(GlobalStage):
         if confirm is not None:
             node, nbr = np.concatenate([node, confirm[0]]), np.concatenate([nbr, confirm[1]])
             kind = np.concatenate([kind, np.full(len(confirm[0]), CONFIRM, np.int8)])
-        table = self._rows(node_partition(node, self.options.partitions), node, nbr, EDGE)
+        table = self._rows(node_partition(node, self.partitions), node, nbr, EDGE)
         return table.set_column(table.schema.get_field_index("kind"), "kind", pa.array(kind, pa.int8()))
 
     def _settle(self, keys: np.ndarray, cluster: np.ndarray, docs: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -46,6 +46,7 @@ from datapipe.dedup.cluster import UnionFind, survivors
 from datapipe.dedup.components import node_partition
 from datapipe.stages.base import CheckContext, Problem, ResourceFile, Resources, StageOptions
 from datapipe.stages.global_stage import GlobalStage, GlobalStep, PartitionResult, PartitionStep, ReduceInputs, drop_rows
+from datapipe.stages.steps import Partitions, partitions_option
 
 REASON = "near_semantic"
 DOC, CENTROID = 0, 1  # row kinds of round 0's input and output
@@ -86,7 +87,7 @@ class SemanticOptions(StageOptions):
         "earliest", description="Which document of a component to keep (as minhash)."
     )
     score_column: str | None = Field(None, description="Signal column for survivor: best (higher is better).")
-    partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of each round.")
+    partitions: Partitions = partitions_option("Parallel tasks of each round")
     fold_script: bool = Field(
         False,
         description=(
@@ -177,7 +178,7 @@ class SemanticDedup(GlobalStage):
             static_model_files(_resolve(self.options.model, self.context.pipeline_dir))
 
     def steps(self) -> tuple[GlobalStep, ...]:
-        return (PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition, rounds=3, decides=True),)
+        return (PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=3, decides=True),)
 
     # -- map ---------------------------------------------------------------------------------
     def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
@@ -190,7 +191,7 @@ class SemanticDedup(GlobalStage):
         n, m = len(docs), len(take)
         return pa.table(
             {
-                "part": pa.array(np.concatenate([node_partition(docs, o.partitions), np.zeros(m, np.int32)]), pa.int32()),
+                "part": pa.array(np.concatenate([node_partition(docs, self.partitions), np.zeros(m, np.int32)]), pa.int32()),
                 "doc": pa.array(np.concatenate([docs, docs[take]]), pa.int64()),
                 "kind": pa.array(np.concatenate([np.full(n, DOC, np.int8), np.full(m, CENTROID, np.int8)]), pa.int8()),
                 "h": pa.array(np.concatenate([np.zeros(n, np.uint64), h[take]]), pa.uint64()),
@@ -231,7 +232,7 @@ class SemanticDedup(GlobalStage):
             centroids = kmeans(vectors, k, o.seed, o.iterations, device=self._device())
             k = len(centroids)
             blobs = [c.tobytes() for c in centroids]
-            for q in range(o.partitions):
+            for q in range(self.partitions):
                 forward.append(_forward_rows(np.full(k, q, np.int32), np.arange(k, dtype=np.int64), CENTROID, blobs))
         return PartitionResult(None, pa.concat_tables(forward))
 
@@ -239,7 +240,6 @@ class SemanticDedup(GlobalStage):
         """Round 1: embed the partition's documents and send each to its k-means cluster's partition."""
         from datapipe.dedup.semantic import nearest
 
-        o = self.options
         kind = rows["kind"].to_numpy()
         cent_rows = rows.filter(pa.array(kind == CENTROID)).sort_by("doc")
         docs = np.unique(rows["doc"].to_numpy()[kind == DOC])
@@ -262,7 +262,7 @@ class SemanticDedup(GlobalStage):
             None,
             pa.table(
                 {
-                    "part": pa.array((c % o.partitions).astype(np.int32), pa.int32()),
+                    "part": pa.array((c % self.partitions).astype(np.int32), pa.int32()),
                     "doc": pa.array(d, pa.int64()),
                     "cluster": pa.array(c, pa.int32()),
                     "vec": column,

@@ -7,10 +7,37 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
+
+MAX_PARTITIONS = 4096
+# ``partitions:`` of a global stage: a number, or "auto", resolved when the run is planned to one
+# partition per map task (engine/plan.py ``resolve_partitions``). Map tasks already grow with the
+# corpus at a bounded size each, so a partition then holds about one map task's keys at any scale,
+# and a small run does not pay for 16 near-empty partitions a round (on object storage each is a
+# few marker and listing requests per round).
+Partitions = Annotated[int, Field(ge=1, le=MAX_PARTITIONS)] | Literal["auto"]
+
+
+def partitions_option(what: str) -> Any:
+    """The ``partitions`` field of a global stage's options (``what``: what the partitions are)."""
+    return Field(
+        "auto",
+        description=(
+            f"{what} (1-{MAX_PARTITIONS}), or auto: one per map task, so a partition holds about one map "
+            "task's keys however large the corpus (resolved when the run is planned; recorded in run.json)."
+        ),
+    )
+
+
+def partition_count(value: int | str) -> int:
+    """The number a ``partitions`` option stands for; "auto" must have been resolved by the planner."""
+    if isinstance(value, int):
+        return value
+    raise ValueError("partitions: auto is resolved when the run is planned (engine/plan.py resolve_partitions)")
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from datapipe.stages.base import CheckContext, Decision, Problem, Resources, Sta
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import GlobalStage, GlobalStep, PartitionResult, PartitionStep, ReduceInputs, state_rows
 from datapipe.stages.row_keys import shard_of
+from datapipe.stages.steps import Partitions, partitions_option
 
 # Lee et al. (2022) remove repeats of 50 BPE tokens or more; 50 words or Han characters is
 # somewhat longer text. Below 8 tokens, idioms and set phrases ("for more information, see the")
@@ -88,7 +89,7 @@ class SubstringsOptions(StageOptions):
     max_recorded_spans: int = Field(16, ge=0, le=1000, description="Removed spans recorded per document (substr_removed).")
     fold_script: bool = Field(True, description="Fold Traditional to Simplified characters, so a copy across scripts repeats.")
     kinds: list[str] = Field(["web", "text"], description="Source kinds it applies to (code keeps its license headers).")
-    partitions: int = Field(16, ge=1, le=4096, description="Parallel tasks of each shuffle round.")
+    partitions: Partitions = partitions_option("Parallel tasks of each shuffle round")
 
 
 class Substrings(GlobalStage):
@@ -121,7 +122,7 @@ class Substrings(GlobalStage):
 
     def steps(self) -> tuple[GlobalStep, ...]:
         """Five rounds; the last hands ``apply`` its spans as per-shard state (no decisions: apply decides)."""
-        return (PartitionStep(self.options.partitions, self.shuffle, self.reduce_partition, rounds=ROUNDS, decides=True),)
+        return (PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=ROUNDS, decides=True),)
 
     # -- map phase -----------------------------------------------------------------------------
 
@@ -137,7 +138,7 @@ class Substrings(GlobalStage):
         doc, pos, hashes = anchors(toks, self.options.min_tokens)
         return pa.table(
             {
-                "part": pa.array(partition_of(hashes, self.options.partitions).astype(np.int32)),
+                "part": pa.array(partition_of(hashes, self.partitions).astype(np.int32)),
                 "key": pa.array(hashes, pa.uint64()),
                 "doc": pa.array(rows[doc] + first_row_key, pa.int64()),
                 "pos": pa.array(pos, pa.int64()),
@@ -151,7 +152,7 @@ class Substrings(GlobalStage):
         return (self._candidates, self._windows, self._claims, self._runs, self._confirm)[round](rows, inputs)
 
     def _by_shard(self, docs: np.ndarray) -> np.ndarray:
-        return (shard_of(docs) % self.options.partitions).astype(np.int32)
+        return (shard_of(docs) % self.partitions).astype(np.int32)
 
     def _candidates(self, rows: pa.Table, inputs: ReduceInputs) -> PartitionResult:
         """Round 0: occurrences of anchor hashes that two or more documents hold."""
@@ -182,9 +183,7 @@ class Substrings(GlobalStage):
         key = _cat(out_key, np.uint64)
         return PartitionResult(
             None,
-            _table(
-                part=partition_of(key, self.options.partitions).astype(np.int32), key=key, doc=_cat(out_doc), pos=_cat(out_pos)
-            ),
+            _table(part=partition_of(key, self.partitions).astype(np.int32), key=key, doc=_cat(out_doc), pos=_cat(out_pos)),
         )
 
     def _claims(self, rows: pa.Table, inputs: ReduceInputs) -> PartitionResult:

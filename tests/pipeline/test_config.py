@@ -96,6 +96,12 @@ BAD = [
         with_("stages.1.length", {"min_chars": 10, "max_chars": 5}),
         ["stages[1].length: ", "max_chars (5) must be >= min_chars (10)"],
     ),
+    (
+        "partitions neither a number nor auto",
+        with_("stages.2.dedup.partitions", "many"),
+        ['stages[2].dedup.partitions: "many" is not allowed', "auto"],
+    ),
+    ("zero partitions", with_("stages.2.dedup.partitions", 0), ["stages[2].dedup.partitions: 0 is not allowed"]),
     ("stage options not a mapping", with_("stages.1.length", [1, 2]), ["stages[1].length: options must be a mapping"]),
     ("dedup without a method", with_("stages.2.dedup.exact", False), ["stages[2].dedup: ", "set exact: true and/or url: true"]),
     (
