@@ -43,7 +43,6 @@ ORDER = (
     "minhash",
     "dedup_quality",
     "dedup_scale",
-    "dedup_stage_scale",
     "tokenize",
     "fast_encoder",
     "pipeline_limit",
