@@ -429,6 +429,8 @@ def run_scale(
     import yaml
 
     config = pipeline_config(inp, partitions, largest + MIB)
+    if args.shuffle_groups is not None:  # merges at a scale where the default would not merge (the cost model's fit)
+        config["split"]["shuffle_groups"] = args.shuffle_groups
     out = work / "dp-out"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -768,6 +770,7 @@ def main() -> int:
         help="inputs and run folder on a loopback S3 server (moto) that counts requests: prints GET/PUT/LIST/HEAD "
         "and bytes per document",
     )
+    ap.add_argument("--shuffle-groups", type=int, help="split.shuffle_groups (default: the pipeline's, 8)")
     ap.add_argument(
         "--count-opens",
         action="store_true",
