@@ -53,7 +53,11 @@ TARGET = 256 << 20  # split.target_bytes default: a crawl map task (effective_ta
 PARTITIONS = 4096  # dedup/minhash `partitions`, the largest allowed: 1.2M documents per partition
 MAP_DOCS_PER_MERGE = 64  # shuffle_groups = map tasks / 64: a merge task combines 64 map tasks' rows
 REQUEST_S = 0.020  # one object-store round trip (S3 GET/PUT first byte, same region)
-MARKER_READERS = 8  # datapipe/run_folder/layout.py: the driver reads a phase's markers 8 at a time
+# datapipe/run_folder/remote.py MARKER_FETCHERS: before each phase the driver's pull reads the markers it
+# has not seen from the store, and the end of the run's sweep reads every marker again, 16 at a time
+# (one at a time before 2026-11-27: 2 x 215k x 20 ms = 2.4 h of serial reads at crawl scale).
+MARKER_READERS = 16
+MARKER_PASSES = 2
 NODE_GBPS = 1.25  # GB/s per node to and from the store (10 Gbit/s)
 TOKENS_PER_PACK_TASK = 1 << 26  # datapipe/engine/pack_plan.py TOKENS_PER_TASK
 STRAGGLER_DEFAULT = 1.5  # a phase's largest / mean task where the bench JSON does not record it
@@ -221,7 +225,7 @@ def model(
         phase_rows.append(ph)
     ray_parallel_s = (ray[0] * total_tasks + ray[1] * DOCS) / K
     driver_s = drv[0] * total_tasks + drv[1] * DOCS + drv[2]
-    marker_s = sum(math.ceil(ph["crawl_tasks"] / MARKER_READERS) * REQUEST_S for ph in per_phase)
+    marker_s = MARKER_PASSES * sum(math.ceil(ph["crawl_tasks"] / MARKER_READERS) * REQUEST_S for ph in per_phase)
     moved_bytes = moved[0] * total_tasks + moved[1] * DOCS * bytes_factor
     transfer_s = moved_bytes / (NODES * NODE_GBPS * 1e9)
     start_s = ray[2] + drv[2]
@@ -229,7 +233,7 @@ def model(
     longest = max(phase_rows, key=lambda ph: ph["task_wall_s"] * ph["straggler"])
     serial = [
         ("the driver's CPU (dispatch, completions, markers, plans, end of run)", driver_s),
-        ("the driver's marker reads (one listing per phase, 8 reads at a time)", marker_s),
+        ("the driver's marker reads (each marker read at the phase after its own and again at the end, 16 at a time)", marker_s),
         (f"the longest single task ({longest['phase']}, its straggler)", longest["task_wall_s"] * longest["straggler"]),
         ("Ray's start and the run's fixed costs", start_s),
     ]
@@ -367,7 +371,8 @@ def estimate_md(
         f"{est['transfer_s']:,.0f} | {est['transfer_s'] / T:.0%} |",
         f"| **serial:** the driver's CPU | {d[0] * 1e3:,.2f} ms per task + {d[1] * 1e6:,.2f} us per doc + "
         f"{d[2]:,.1f} s | {est['driver_s']:,.0f} | {est['driver_s'] / T:.1%} |",
-        f"| **serial:** the driver's marker reads | {MARKER_READERS} at a time, {REQUEST_S * 1e3:.0f} ms each | "
+        f"| **serial:** the driver's marker reads | {MARKER_PASSES} per marker, {MARKER_READERS} at a time, "
+        f"{REQUEST_S * 1e3:.0f} ms each | "
         f"{est['marker_s']:,.0f} | {est['marker_s'] / T:.1%} |",
         f"| **serial:** Ray's start, the run's constants | - | {est['start_s']:,.0f} | {est['start_s'] / T:.1%} |",
         f"| **total** | | **{T:,.0f} s = {T / 3600:.2f} h** | (budget {BUDGET_H} h) |",
