@@ -138,8 +138,13 @@ def run_tree(
     log: Path | None = None,
     pss: bool = True,
     timeline: list[tuple[float, int, int, int]] | None = None,
+    wrapped: bool = False,
 ) -> dict[str, Any]:
     """Run ``cmd`` to completion and measure its whole process tree (see the module docstring).
+
+    ``wrapped``: ``cmd`` is a wrapper (``strace -f ... CMD``) whose one child is the measured command: the
+    "command's own process" (timeline, ``driver_cpu_s``) is that child, and the wrapper's own CPU is
+    reported apart (``wrapper_cpu_s``, sampled) so a caller can leave it out.
 
     ``timeline``, when given, gets one entry per sample: (time.time(), tree RSS, RSS of the command's
     own process, largest RSS of any other process of the tree), in bytes, so a caller can attribute
@@ -154,6 +159,7 @@ def run_tree(
     peak = {"rss": 0, "pss": 0, "procs": 0}
     samples = 0
     stop = threading.Event()
+    own: dict[str, tuple[int, int] | None] = {"driver": None, "wrapper": None}  # (pid, start) keys of last_cpu
 
     def sample() -> None:
         nonlocal samples
@@ -164,9 +170,16 @@ def run_tree(
             rss += pages * _PAGE
         peak["rss"] = max(peak["rss"], rss)
         peak["procs"] = max(peak["procs"], len(tree))
+        driver = proc.pid
+        if wrapped:
+            driver = min((pid for pid, s in tree.items() if s[0] == proc.pid), default=-1)
+            if proc.pid in tree:
+                own["wrapper"] = (proc.pid, tree[proc.pid][2])
+        if driver in tree:
+            own["driver"] = (driver, tree[driver][2])
         if timeline is not None:
-            top = tree.get(proc.pid)
-            others = [pages for pid, (_, _, _, pages) in tree.items() if pid != proc.pid]
+            top = tree.get(driver)
+            others = [pages for pid, (_, _, _, pages) in tree.items() if pid not in (driver, proc.pid)]
             timeline.append((time.time(), rss, (top[3] if top else 0) * _PAGE, max(others, default=0) * _PAGE))
         if pss:
             peak["pss"] = max(peak["pss"], sum(_pss_kib(p) for p in tree) * 1024)
@@ -219,6 +232,9 @@ def run_tree(
         "cpu_user_s": after.ru_utime - before.ru_utime,
         "cpu_sys_s": after.ru_stime - before.ru_stime,
         "cpu_sampled_s": sum(last_cpu.values()) / _TICK,
+        # The command's own process (the driver of a datapipe run), sampled: misses at most one interval.
+        "driver_cpu_s": last_cpu[own["driver"]] / _TICK if own["driver"] else None,
+        "wrapper_cpu_s": last_cpu[own["wrapper"]] / _TICK if own["wrapper"] else 0.0,
         "peak_rss_mib": peak["rss"] / 2**20,
         "peak_pss_mib": peak["pss"] / 2**20,
         "max_procs": peak["procs"],

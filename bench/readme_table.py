@@ -43,7 +43,6 @@ ORDER = (
     "minhash",
     "dedup_quality",
     "dedup_scale",
-    "dedup_stage_scale",
     "tokenize",
     "fast_encoder",
     "pipeline_limit",
@@ -109,6 +108,8 @@ def load_results(folder: Path = RESULTS) -> list[tuple[str, dict[str, Any]]]:
     for path in sorted(folder.glob("*.json")):
         data = json.loads(path.read_text())
         if isinstance(data, dict) and "env" in data and (data.get("ratios") or data.get("figures")):
+            if data.get("bench") == "scale" and len(data.get("extra", {}).get("scales", [])) < 2:
+                continue  # one scale (the cost model's fit runs): its ratios are 1.00 by construction
             found[path.stem] = data
     rank = {name: i for i, name in enumerate(ORDER)}
     return sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(ORDER)), kv[0]))

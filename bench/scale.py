@@ -53,6 +53,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -88,6 +89,25 @@ PHASES = {  # marker folder -> what the phase does in this pipeline
     "stats": "statistics, in the driver",
 }
 DUP_REASONS = {"exact_duplicate", "near_duplicate"}
+
+
+def describe(phase: str) -> str:
+    """What a phase does: PHASES, or a shuffle round (shuffle1r3) or its merge (merge1r3)."""
+    if phase in PHASES:
+        return PHASES[phase]
+    m = re.fullmatch(r"(shuffle|merge)(\d+)r(\d+)", phase)
+    if m:
+        what = "exact dedup" if m.group(2) == "0" else "minhash"
+        return f"{what}: round {m.group(3)}" + (" inputs merged" if m.group(1) == "merge" else " partitions")
+    return phase
+
+
+def phase_order(results: list[dict[str, Any]]) -> list[str]:
+    """Every phase of any scale, in the order the largest run ran them (the table's rows)."""
+    names: list[str] = []
+    for r in reversed(results):
+        names += [p for p in r["phases"] if p not in names]
+    return names
 
 
 def pipeline_config(inp: Path, partitions: int, target_bytes: int) -> dict[str, Any]:
@@ -166,7 +186,38 @@ def download_run(s3: Any, prefix: str, out: Path) -> None:
         client.download_file(S3_BUCKET, key, str(dest))
 
 
+def mirror(env: dict[str, str], uri: str) -> Path:
+    """The local mirror of ``uri`` for the run's DATAPIPE_CACHE_DIR (where its tasks open files)."""
+    from datapipe.storage.uri import mirror_of
+
+    before = os.environ.get("DATAPIPE_CACHE_DIR")
+    os.environ["DATAPIPE_CACHE_DIR"] = env.get("DATAPIPE_CACHE_DIR", before or "")
+    try:
+        return mirror_of(uri)
+    finally:
+        if before is not None:
+            os.environ["DATAPIPE_CACHE_DIR"] = before
+
+
 # --- after a run: markers, phases, bytes, plants ----------------------------------------------
+
+
+def files_opened(trace: Path, run: Path, inputs: Path) -> dict[str, Any]:
+    """Files the run's process tree opened for reading and created (bench/shuffle_files.py's counting of an
+    ``strace -f -e trace=openat`` log): under the run folder (on S3: its local mirror, where downloaded
+    objects are opened) and under the input folder (on S3: its mirror)."""
+    from bench.shuffle_files import count
+
+    by_folder = count(trace, run)
+    run_total = {k: sum(v[k] for v in by_folder.values()) for k in ("opened", "written")}
+    ins = count(trace, inputs)
+    in_total = {k: sum(v[k] for v in ins.values()) for k in ("opened", "written")}
+    return {
+        "run": run_total,
+        "inputs": in_total,
+        "total": {k: run_total[k] + in_total[k] for k in run_total},
+        "by_folder": by_folder,
+    }
 
 
 def read_markers(out: Path) -> dict[str, list[dict[str, Any]]]:
@@ -210,6 +261,7 @@ def phase_table(
             "tasks": len(ms),
             "wall_s": timings.get(phase, hi - lo),
             "task_cpu_s": round(cpu, 2),
+            "task_cpu_s_max": max((m.get("cpu_seconds", 0.0) for m in ms), default=0.0),
             "cpu_us_per_doc": cpu / docs * 1e6 if docs else None,
             "task_peak_rss_mib_max": max(peaks, default=None),
             "task_peak_rss_mib_median": statistics.median(peaks) if peaks else None,
@@ -377,6 +429,8 @@ def run_scale(
     import yaml
 
     config = pipeline_config(inp, partitions, largest + MIB)
+    if args.shuffle_groups is not None:  # merges at a scale where the default would not merge (the cost model's fit)
+        config["split"]["shuffle_groups"] = args.shuffle_groups
     out = work / "dp-out"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -404,10 +458,23 @@ def run_scale(
     ]
     timeline: list[tuple[float, int, int, int]] = []
     load = os.getloadavg()
-    r = run_tree(cmd, args.interval, env=env, log=work / "datapipe.log", timeline=timeline)
+    trace = work / "opens.trace"
+    if args.count_opens:  # every successful openat of the tree; only stops the tracees on openat
+        cmd = ["strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=openat", "-o", str(trace), *cmd]
+    r = run_tree(cmd, args.interval, env=env, log=work / "datapipe.log", timeline=timeline, wrapped=args.count_opens)
     end = time.time()
     if r["rc"] != 0:
         raise SystemExit(f"datapipe run failed (rc {r['rc']}):\n" + (work / "datapipe.log").read_text()[-3000:])
+    if args.count_opens:
+        r["cpu_s"] -= r["wrapper_cpu_s"]  # strace's own CPU is not the pipeline's
+    opens = None
+    if args.count_opens:
+        opens = files_opened(
+            trace,
+            out if s3 is None else mirror(env, target),
+            inp if s3 is None else mirror(env, f"s3://{S3_BUCKET}/{prefix}/in"),
+        )
+        trace.unlink()
     store = None
     if s3 is not None:
         store = s3.since(s3_before)  # before this bench's own download of the run folder
@@ -446,12 +513,25 @@ def run_scale(
         "wall_us_per_doc": r["wall_s"] / docs * 1e6,
         "task_peak_rss_mib_max": max(task_peaks, default=None),
         "driver_peak_rss_mib": max((s[2] for s in timeline), default=0) / MIB,
+        "driver_cpu_s": r["driver_cpu_s"],
+        "driver_cpu_us_per_doc": (r["driver_cpu_s"] or 0.0) / docs * 1e6,
+        "tasks": sum(len(ms) for ms in markers.values()),
+        "wrapper_cpu_s": r["wrapper_cpu_s"],
         "phases": phases,
         "bytes": sizes,
         "bytes_per_doc": {k: v / docs for k, v in sizes.items()},
         "found": found,
         "stage_counts": run["counts"]["stages"],
     }
+    if opens is not None:
+        res["opens"] = opens
+        res["opens_per_doc"] = {k: v / docs for k, v in opens["total"].items()}
+        print(
+            f"    files opened per document: {opens['total']['opened'] / docs:.3f} (run folder "
+            f"{opens['run']['opened'] / docs:.3f}, inputs {opens['inputs']['opened'] / docs:.3f}); written "
+            f"{opens['total']['written'] / docs:.3f} (strace's own CPU {r['wrapper_cpu_s']:.0f} s left out)",
+            flush=True,
+        )
     if store is not None:
         res["s3"] = store
         res["s3_per_doc"] = {k: v / docs for k, v in store.items()}
@@ -508,10 +588,64 @@ def _mib(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.0f}"
 
 
+# (measure, how to get it from one scale's result, format, the issue's limit on last/first or None)
+ACCEPTANCE: list[tuple[str, Any, str, float | None]] = [
+    ("process-tree CPU us", lambda r: r["tree_cpu_us_per_doc"], "{:,.0f}", 1.15),
+    ("tasks' own CPU us", lambda r: r["task_cpu_us_per_doc"], "{:,.0f}", None),
+    ("store bytes read", lambda r: r.get("s3_per_doc", {}).get("bytes_read"), "{:,.0f}", 1.15),
+    ("store bytes written", lambda r: r.get("s3_per_doc", {}).get("bytes_written"), "{:,.0f}", None),
+    ("files opened", lambda r: r.get("opens_per_doc", {}).get("opened"), "{:.3f}", 1.15),
+    ("files written", lambda r: r.get("opens_per_doc", {}).get("written"), "{:.3f}", None),
+    ("store GET", lambda r: r.get("s3_per_doc", {}).get("GET"), "{:.4f}", 1.15),
+    ("store PUT", lambda r: r.get("s3_per_doc", {}).get("PUT"), "{:.4f}", 1.15),
+    ("store LIST", lambda r: r.get("s3_per_doc", {}).get("LIST"), "{:.4f}", 1.15),
+    ("store HEAD", lambda r: r.get("s3_per_doc", {}).get("HEAD"), "{:.4f}", 1.15),
+    ("driver CPU us", lambda r: r.get("driver_cpu_us_per_doc"), "{:,.0f}", None),
+    ("driver peak RSS MiB (whole run)", lambda r: r["driver_peak_rss_mib"], "{:,.0f}", 1.2),
+    ("largest task peak RSS MiB", lambda r: r["task_peak_rss_mib_max"], "{:,.0f}", 1.2),
+]
+
+
+def acceptance_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's acceptance measures, first and last scale and their ratio, plus tasks and plants found."""
+    first, last = results[0], results[-1]
+    rows: list[dict[str, Any]] = []
+    for name, get, fmt, limit in ACCEPTANCE:
+        a, b = get(first), get(last)
+        if a is None or b is None:
+            continue
+        rows.append(
+            {
+                "measure": name,
+                "first": fmt.format(a),
+                "last": fmt.format(b),
+                "ratio": b / a if a else None,
+                "limit": limit,
+            }
+        )
+
+    def plants(r: dict[str, Any]) -> str:
+        f = r["found"]
+        return (
+            f"exact {f['exact']['found']:,}/{f['exact']['reached_dedup']:,}, near {f['near']['found']:,}/"
+            f"{f['near']['reached_dedup']:,}, false positives {f['false_positives']['removed_as_duplicate']}"
+        )
+
+    def size(r: dict[str, Any]) -> str:
+        return f"{r['docs']:,}; {r['map_tasks']} / {r['partitions']}; {r.get('tasks', 0):,}"
+
+    rows.insert(0, {"measure": "documents; map tasks / partitions; tasks run", "first": size(first), "last": size(last)})
+    rows.append({"measure": "planted duplicates found", "first": plants(first), "last": plants(last)})
+    for row in rows:
+        row.setdefault("ratio", None)
+        row.setdefault("limit", None)
+    return rows
+
+
 def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
     first, last = results[0], results[-1]
     s0, s1 = first["scale"], last["scale"]
-    phases = [p for p in PHASES if any(p in r["phases"] for r in results)]
+    phases = phase_order(results)
     print("\nper phase: tasks, task CPU us per document, largest per-task peak RSS MiB (median), tree peak RSS MiB")
     head = f"{'phase':<44}" + "".join(
         f"{str(r['scale']) + 'x tasks':>9}{'us/doc':>8}{'task MiB':>14}{'tree':>7}" for r in results
@@ -532,7 +666,7 @@ def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
             )
             tree = f"{ph['tree_rss_mib_peak']:.0f}" if ph["samples"] else "-"  # shorter than the interval
             cells += f"{ph['tasks']:>9}{us:>8}{task:>14}{tree:>7}"
-        print(f"{p + ' ' + PHASES[p]:<44}{cells}")
+        print(f"{p + ' ' + describe(p):<44.44}{cells}")
     ratios = {
         "tree_cpu_per_doc": last["tree_cpu_us_per_doc"] / first["tree_cpu_us_per_doc"],
         "task_cpu_per_doc": last["task_cpu_us_per_doc"] / first["task_cpu_us_per_doc"],
@@ -567,6 +701,15 @@ def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
         h.ratio(f"{s0}x wall datatrove/datapipe", [dt["wall_s"] / first["wall_s"]], target="> 1")
         h.ratio(f"{s0}x tree CPU datatrove/datapipe", [dt["cpu_s"] / first["tree_cpu_s"]], target="> 1")
         h.ratio(f"{s0}x peak tree RSS datapipe/datatrove", [first["tree_peak_rss_mib"] / dt["peak_rss_mib"]])
+    acceptance = acceptance_rows(results)
+    print(f"\nacceptance table ({s1}x against {s0}x, per document unless said):")
+    print(f"| measure | {s0}x | {s1}x | {s1}x/{s0}x | limit | |")
+    print("|---|---|---|---|---|---|")
+    for row in acceptance:
+        limit = f"<= {row['limit']}" if row["limit"] else "-"
+        ok = "" if row["limit"] is None or row["ratio"] is None else ("ok" if row["ratio"] <= row["limit"] else "FAILS")
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
+        print(f"| {row['measure']} | {row['first']} | {row['last']} | {ratio} | {limit} | {ok} |")
     print("\nmarkdown rows for docs/scaling.md (scale table):")
     print(
         "| scale | documents | input MB | map tasks / partitions | wall s | tree CPU s | docs/s per core (wall) "
@@ -602,8 +745,8 @@ def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
             peak = ph.get("driver_rss_mib_peak") if p == "stats" else ph.get("task_peak_rss_mib_max")
             cells.append(f"{ph.get('tasks', '-')} | {_mib(peak)} | {us}")
         ratio = f"{per_phase_peak[p]:.2f}" if p in per_phase_peak else "-"
-        print(f"| {p} ({PHASES[p]}) | " + " | ".join(cells) + f" | {ratio} |")
-    return {"ratios": ratios, "per_phase_peak_ratio": per_phase_peak}
+        print(f"| {p} ({describe(p)}) | " + " | ".join(cells) + f" | {ratio} |")
+    return {"ratios": ratios, "per_phase_peak_ratio": per_phase_peak, "acceptance": acceptance}
 
 
 def main() -> int:
@@ -626,6 +769,12 @@ def main() -> int:
         action="store_true",
         help="inputs and run folder on a loopback S3 server (moto) that counts requests: prints GET/PUT/LIST/HEAD "
         "and bytes per document",
+    )
+    ap.add_argument("--shuffle-groups", type=int, help="split.shuffle_groups (default: the pipeline's, 8)")
+    ap.add_argument(
+        "--count-opens",
+        action="store_true",
+        help="run datapipe under strace -f (openat only) and count the files its tasks open and write per document",
     )
     ap.add_argument(
         "--paper",

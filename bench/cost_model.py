@@ -1,0 +1,457 @@
+"""The 10 TB / 5-billion-document estimate, from bench/scale.py's measured rates, and docs/scaling.md written from it.
+
+    PYTHONPATH=. python bench/cost_model.py --scale bench/results/scale.json --fit bench/results/scale_fit.json \\
+        [--explain bench/results/explain_files.json] [--write docs/scaling.md]
+
+Measured inputs (nothing here is a guess about datapipe's own speed):
+
+* ``--scale``: bench/scale.py's JSON of its 1x/16x run (tasks and partitions scaled with the corpus,
+  ``--s3 --count-opens``): per phase the tasks' CPU seconds and task count, the driver's CPU, the
+  process tree's CPU, the store's requests and bytes, per scale.
+* ``--fit``: one more bench/scale.py run with the same number of tasks as the 1x run but ``--base-docs``
+  8 times larger, so a task holds 8x the documents. With it every cost splits into a part per task and
+  a part per document: for each phase, CPU = a x tasks + b x documents, fitted (non-negative least
+  squares) over all the runs' scales; the same for the driver's CPU, Ray's own CPU (tree - tasks -
+  driver), store requests and bytes (+ a constant per run: Ray's start). A crawl's tasks hold
+  ~500x more documents than the bench's, so its per-task costs are amortised far better; using the
+  bench's per-document figure as it is would charge each crawl document the bench's per-task costs.
+
+Assumptions (the constants below, each with its reason): documents of 2,000 bytes (the map phases' and
+packing's per-document CPU is scaled by bytes per document; the shuffle phases handle keys, not text);
+64 nodes x 64 cores; 20 ms per store request, sequential within a task; the driver's marker reads at
+``MARKER_READERS`` at a time; each node moves 1.25 GB/s to and from the store, and transfers are
+added to the time, not overlapped with compute.
+
+The wall time of a phase with n tasks on K cores is (waves - 1) x task + task x straggler, waves =
+ceil(n / K), task = its CPU + its requests' latency; straggler = the phase's largest task / its mean task
+at the largest measured scale. Phases run one after another (a phase waits for the one before). Serial
+steps (the driver's CPU, its marker reads, a phase's one task, Ray's start) are listed apart: each must
+stay under 5% of the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DOCS = 5_000_000_000
+BYTES = 10 * 10**12
+NODES = 64
+CORES_PER_NODE = 64
+TARGET = 256 << 20  # split.target_bytes default: a crawl map task (effective_target keeps it at this size here)
+PARTITIONS = 4096  # dedup/minhash `partitions`, the largest allowed: 1.2M documents per partition
+MAP_DOCS_PER_MERGE = 64  # shuffle_groups = map tasks / 64: a merge task combines 64 map tasks' rows
+REQUEST_S = 0.020  # one object-store round trip (S3 GET/PUT first byte, same region)
+# datapipe/run_folder/remote.py MARKER_FETCHERS: before each phase the driver's pull reads the markers it
+# has not seen from the store, and the end of the run's sweep reads every marker again, 16 at a time
+# (one at a time before 2026-11-27: 2 x 215k x 20 ms = 2.4 h of serial reads at crawl scale).
+MARKER_READERS = 16
+MARKER_PASSES = 2
+NODE_GBPS = 1.25  # GB/s per node to and from the store (10 Gbit/s)
+TOKENS_PER_PACK_TASK = 1 << 26  # datapipe/engine/pack_plan.py TOKENS_PER_TASK
+STRAGGLER_DEFAULT = 1.5  # a phase's largest / mean task where the bench JSON does not record it
+BUDGET_H = 1.5
+SERIAL_SHARE = 0.05
+TEXT_PHASES = re.compile(r"^(map\d+|lines|pack)$")
+
+# Published figures (issue 30's anchors).
+ANCHORS = [
+    ("Data-Juicer", "dedup (MinHash) of 5 TB in 2.8 h on 1,280 cores", 5e12, 2.8, 1280),
+    ("datatrove", "MinHash signatures of 4 TB in 71 min on 1,200 tasks", 4e12, 71 / 60, 1200),
+]
+
+
+KEY_RANGES = 64  # the "split" design: each merge output split into files of a contiguous key range
+
+
+def footer_us_per_row_group(row_groups: int = 1024, files: int = 4) -> float:
+    """Measured: CPU us per row group of a merged shuffle file's footer when a partition scans it for its
+    `part` (pyarrow's filtered dataset scan, as engine/tasks/reduce.py does): a synthetic file of
+    ``row_groups`` row groups of 8 columns, one per part, scanned ``files`` times for one part."""
+    import tempfile
+    import time
+
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+
+    n = 25
+    cols = {f"c{i}": pa.array(np.arange(row_groups * n, dtype=np.int64)) for i in range(7)}
+    table = pa.table({"part": pa.array(np.repeat(np.arange(row_groups, dtype=np.int32), n)), **cols})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/merged.parquet"
+        with pq.ParquetWriter(path, table.schema) as w:
+            for p in range(row_groups):
+                w.write_table(table.slice(p * n, n))
+        best = float("inf")
+        for _ in range(3):
+            t = time.process_time()
+            pads.dataset([path] * files, format="parquet").to_table(filter=pads.field("part") == row_groups // 2)
+            best = min(best, time.process_time() - t)
+    return best / (files * row_groups) * 1e6
+
+
+def footer_rgs(phase: str, k: str, m: int, p: int, g: int, split: bool) -> float:
+    """Row groups of footers one task of ``phase`` parses at crawl scale: merged files hold a row group per
+    key (part or shard) of every key; with ``split`` each merge output is KEY_RANGES files of a key range."""
+    per_file = (lambda keys: math.ceil(keys / KEY_RANGES)) if split else (lambda keys: keys)
+    if k == "partition":  # G merged files of the round's rows, a row group per part
+        return g * per_file(p)
+    if k == "map" and phase != "map0":  # the decisions of the stage before: G merged files, a row group per shard
+        return g * per_file(m)
+    if k == "merge":
+        if phase.endswith("d"):  # partition outputs: few row groups each
+            return math.ceil(p / g)
+        inputs = m if re.fullmatch(r"merge\d+", phase) else p  # map tasks' shuffle files or last round's
+        return math.ceil(inputs / g) * p
+    return 0.0
+
+
+def kind(phase: str) -> str:
+    if re.fullmatch(r"map\d+|lines", phase):
+        return "map"
+    if re.fullmatch(r"shuffle\d+(r\d+)?", phase):
+        return "partition"
+    if re.fullmatch(r"merge\d+(r\d+|d)?", phase):
+        return "merge"
+    if phase == "pack":
+        return "pack"
+    if phase.startswith("reduce"):
+        return "single"
+    return "other"
+
+
+def points(paths: list[Path]) -> list[dict[str, Any]]:
+    runs = []
+    for p in paths:
+        runs += json.loads(p.read_text())["extra"]["scales"]
+    return runs
+
+
+def fit(rows: list[tuple[float, float, float]], y: list[float], constant: bool = False) -> list[float]:
+    """Non-negative least squares y = a*tasks + b*docs (+ c): [a, b(, c)]."""
+    cols = [[r[0], r[1]] + ([1.0] if constant else []) for r in rows]
+    A = np.array(cols, dtype=float)
+    scale = A.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(A / scale, np.array(y, dtype=float))
+    return list(coef / scale)
+
+
+def store_total(r: dict[str, Any], keys: tuple[str, ...]) -> float:
+    return float(sum(r.get("s3", {}).get(k, 0) for k in keys))
+
+
+def model(
+    runs: list[dict[str, Any]], main: dict[str, Any], footer_us: float, groups: int | None = None, split: bool = False
+) -> dict[str, Any]:
+    """The crawl estimate: per phase and for the whole run; ``main``: the largest scale of --scale.
+    ``groups``: split.shuffle_groups (default: a merge task per MAP_DOCS_PER_MERGE map tasks)."""
+    K = NODES * CORES_PER_NODE
+    bytes_factor = (BYTES / DOCS) / (main["corpus"]["bytes"] / main["docs"])
+    map_tasks = math.ceil(BYTES / TARGET)
+    groups = groups or max(8, map_tasks // MAP_DOCS_PER_MERGE)
+    tokens_per_doc = main["tokens"] / main["docs"]
+    crawl_tasks = {
+        "map": map_tasks,
+        "partition": PARTITIONS,
+        "merge": groups,
+        "pack": math.ceil(tokens_per_doc * bytes_factor * DOCS / TOKENS_PER_PACK_TASK),
+        "single": 1,
+    }
+    phases = [p for p in main["phases"] if p != "stats" and kind(p) != "other"]
+    per_phase = []
+    total_tasks = 0
+    for p in phases:
+        have = [r for r in runs if p in r["phases"] and r["phases"][p]["tasks"]]
+        # A single task (the MinHash combine) reads what the partitions left: its work grows with the
+        # partitions' files, not the documents (none are left open in these runs).
+        single = kind(p) == "single"
+        xs = [(r["phases"][p]["tasks"], r["partitions"] if single else r["docs"], 0.0) for r in have]
+        ys = [r["phases"][p]["task_cpu_s"] for r in have]
+        a, b = fit(xs, ys) if len(have) > 1 else (0.0, ys[0] / xs[0][1])
+        n = crawl_tasks[kind(p)]
+        f = bytes_factor if TEXT_PHASES.match(p) else 1.0
+        footer_s = footer_rgs(p, kind(p), map_tasks, PARTITIONS, groups, split) * footer_us / 1e6
+        cpu = a * n + b * (PARTITIONS if single else DOCS * f) + footer_s * n
+        ph = main["phases"][p]
+        mean = ph["task_cpu_s"] / ph["tasks"] if ph["tasks"] else 0.0
+        straggler = ph["task_cpu_s_max"] / mean if ph.get("task_cpu_s_max") and mean > 0 else STRAGGLER_DEFAULT
+        per_phase.append(
+            {
+                "phase": p,
+                "kind": kind(p),
+                "fit_points": len(have),
+                "per_task_s": a,
+                "per_doc_us": b * 1e6,  # single: per partition
+                "bench_us_per_doc": ph["cpu_us_per_doc"],
+                "crawl_tasks": n,
+                "footer_s_per_task": footer_s,
+                "crawl_cpu_core_h": cpu / 3600,
+                "task_cpu_s": cpu / n,
+                "straggler": straggler,
+            }
+        )
+        total_tasks += n
+    # Whole-run quantities: per task, per document and a constant per run (Ray's start).
+    xs = [(r["tasks"], r["docs"], 1.0) for r in runs]
+    drv = fit(xs, [r["driver_cpu_s"] for r in runs], constant=True)
+    ray = fit(xs, [r["tree_cpu_s"] - r["task_cpu_s"] - r["driver_cpu_s"] for r in runs], constant=True)
+    req = {k: fit(xs, [store_total(r, (k,)) for r in runs], constant=True) for k in ("GET", "PUT", "LIST", "HEAD")}
+    moved = fit(xs, [store_total(r, ("bytes_read", "bytes_written")) for r in runs], constant=True)
+    requests_total = {k: c[0] * total_tasks + c[1] * DOCS + c[2] for k, c in req.items()}
+    per_task_requests = sum(c[0] + c[1] * DOCS / total_tasks for c in req.values())
+    latency = per_task_requests * REQUEST_S
+    phase_rows = []
+    wall = 0.0
+    for ph in per_phase:
+        n = ph["crawl_tasks"]
+        task = ph["task_cpu_s"] + latency
+        waves = math.ceil(n / K)
+        w = (waves - 1) * task + task * max(1.0, ph["straggler"])
+        ph.update(waves=waves, task_wall_s=task, wall_s=w)
+        wall += w
+        phase_rows.append(ph)
+    ray_parallel_s = (ray[0] * total_tasks + ray[1] * DOCS) / K
+    driver_s = drv[0] * total_tasks + drv[1] * DOCS + drv[2]
+    marker_s = MARKER_PASSES * sum(math.ceil(ph["crawl_tasks"] / MARKER_READERS) * REQUEST_S for ph in per_phase)
+    moved_bytes = moved[0] * total_tasks + moved[1] * DOCS * bytes_factor
+    transfer_s = moved_bytes / (NODES * NODE_GBPS * 1e9)
+    start_s = ray[2] + drv[2]
+    total_s = wall + ray_parallel_s + driver_s + marker_s + transfer_s + start_s
+    longest = max(phase_rows, key=lambda ph: ph["task_wall_s"] * ph["straggler"])
+    serial = [
+        ("the driver's CPU (dispatch, completions, markers, plans, end of run)", driver_s),
+        ("the driver's marker reads (each marker read at the phase after its own and again at the end, 16 at a time)", marker_s),
+        (f"the longest single task ({longest['phase']}, its straggler)", longest["task_wall_s"] * longest["straggler"]),
+        ("Ray's start and the run's fixed costs", start_s),
+    ]
+    serial += [(f"{ph['phase']} (one task)", ph["wall_s"]) for ph in phase_rows if ph["kind"] == "single"]
+    return {
+        "cores": K,
+        "split": split,
+        "footer_us": footer_us,
+        "bytes_factor": bytes_factor,
+        "map_tasks": map_tasks,
+        "shuffle_groups": groups,
+        "tokens_per_doc": tokens_per_doc,
+        "phases": phase_rows,
+        "total_tasks": total_tasks,
+        "driver_fit": drv,
+        "ray_fit": ray,
+        "request_fit": req,
+        "moved_fit": moved,
+        "requests_total": requests_total,
+        "per_task_requests": per_task_requests,
+        "phase_wall_s": wall,
+        "ray_parallel_s": ray_parallel_s,
+        "driver_s": driver_s,
+        "marker_s": marker_s,
+        "transfer_s": transfer_s,
+        "moved_bytes": moved_bytes,
+        "start_s": start_s,
+        "total_s": total_s,
+        "serial": serial,
+        "cpu_core_h": sum(ph["crawl_cpu_core_h"] for ph in phase_rows) + (ray[0] * total_tasks + ray[1] * DOCS) / 3600,
+    }
+
+
+def check_fit(runs: list[dict[str, Any]], est: dict[str, Any]) -> list[str]:
+    """How well a ``a x tasks + b x docs`` fit reproduces each run's tasks' CPU (its own input)."""
+    lines = []
+    for r in runs:
+        pred = 0.0
+        for ph in est["phases"]:
+            m = r["phases"].get(ph["phase"])
+            if m:
+                pred += ph["per_task_s"] * m["tasks"] + ph["per_doc_us"] / 1e6 * r["docs"]
+        lines.append(
+            f"| {r['scale']}x of {r['docs'] // r['scale']:,}-doc base | {r['docs']:,} | {r['tasks']:,} | "
+            f"{r['task_cpu_s']:,.1f} | {pred:,.1f} | {pred / r['task_cpu_s']:.2f} |"
+        )
+    return lines
+
+
+def _f(x: float, fmt: str = "{:,.0f}") -> str:
+    return fmt.format(x)
+
+
+GROUP_CHOICES = (8, 32, 64, 128, 256, 582, 1024, 4096)
+
+
+def designs(runs: list[dict[str, Any]], main: dict[str, Any], footer_us: float) -> list[dict[str, Any]]:
+    """The estimate for each split.shuffle_groups as the code is today, and for merged files split by key range."""
+    out = [model(runs, main, footer_us, groups=g) for g in GROUP_CHOICES]
+    out.append(model(runs, main, footer_us, split=True))
+    return out
+
+
+def serial_share(est: dict[str, Any]) -> tuple[str, float]:
+    name, s = max(est["serial"], key=lambda x: x[1])
+    return name, s / est["total_s"]
+
+
+def designs_md(options: list[dict[str, Any]]) -> str:
+    lines = [
+        "| merged shuffle files | split.shuffle_groups | footer row groups per partition task | per map task "
+        "(decisions) | total h | largest serial step | its share |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for est in options:
+        part = next((ph for ph in est["phases"] if ph["kind"] == "partition"), None)
+        mp = next((ph for ph in est["phases"] if ph["phase"] == "map1"), None)
+        name, share = serial_share(est)
+        rgs = [f"{ph['footer_s_per_task'] * 1e6 / est['footer_us']:,.0f}" if ph else "-" for ph in (part, mp)]
+        what = (
+            f"split by key range ({KEY_RANGES} files per merge task; not implemented)"
+            if est["split"]
+            else "as today: a row group per key of every key"
+        )
+        lines.append(
+            f"| {what} | {est['shuffle_groups']} | {rgs[0]} | {rgs[1]} | {est['total_s'] / 3600:,.2f} | {name} | {share:.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def estimate_md(
+    paths: list[Path], runs: list[dict[str, Any]], main: dict[str, Any], footer_us: float
+) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    options = designs(runs, main, footer_us)
+    today = [e for e in options if not e["split"]]
+    est = min(today, key=lambda e: e["total_s"])  # the best split.shuffle_groups for the code as it is
+    K, T = est["cores"], est["total_s"]
+    out = [
+        f"Inputs: {', '.join(f'`{p.relative_to(ROOT) if p.is_relative_to(ROOT) else p}`' for p in paths)}: "
+        f"{len(runs)} measured runs (scales and base sizes in the fit check below). Crawl: {DOCS / 1e9:.0f}B "
+        f"documents, {BYTES / 1e12:.0f} TB ({BYTES / DOCS:,.0f} bytes each; the bench's are "
+        f"{main['corpus']['bytes'] / main['docs']:,.0f}: text phases' per-document CPU x{est['bytes_factor']:.2f}), "
+        f"{NODES} nodes x {CORES_PER_NODE} cores = {K:,} cores; {est['map_tasks']:,} map tasks of "
+        f"{TARGET >> 20} MiB, {PARTITIONS:,} partitions, `split.shuffle_groups: {est['shuffle_groups']}` "
+        f"(a merge task per {MAP_DOCS_PER_MERGE} map tasks), {est['total_tasks']:,} tasks in all.",
+        "",
+        "",
+        f"Footers: a merged shuffle file holds a row group per key (part, or shard for decisions) of every key, "
+        f"and a reader parses the whole footer to find its own: measured {footer_us:.1f} us of CPU per row group "
+        f"(`footer_us_per_row_group`: a filtered pyarrow scan of a 1,024-row-group file, as a partition task "
+        f"reads). The table below is the code as it is, with the `split.shuffle_groups` that gives the shortest "
+        f"run ({est['shuffle_groups']}); the next table compares the choices.",
+        "",
+        "| phase | fitted CPU per task s | fitted CPU per doc us | bench us/doc (largest scale) | crawl tasks | "
+        "footer CPU per task s | crawl core-h | crawl task s | waves | straggler | phase wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for ph in est["phases"]:
+        out.append(
+            f"| {ph['phase']} | {ph['per_task_s']:.3f} | {ph['per_doc_us']:,.1f} | {ph['bench_us_per_doc']:,.0f} | "
+            f"{ph['crawl_tasks']:,} | {ph['footer_s_per_task']:,.1f} | {ph['crawl_cpu_core_h']:,.0f} | "
+            f"{ph['task_wall_s']:,.1f} | {ph['waves']} | {ph['straggler']:.2f} | {ph['wall_s']:,.0f} |"
+        )
+    d, r = est["driver_fit"], est["ray_fit"]
+    out += [
+        "",
+        "| part of the run | fitted from the runs | crawl seconds | share |",
+        "|---|---|---|---|",
+        f"| phases, one after another (above; each task + {est['per_task_requests']:.1f} store requests x "
+        f"{REQUEST_S * 1e3:.0f} ms) | - | {est['phase_wall_s']:,.0f} | {est['phase_wall_s'] / T:.0%} |",
+        f"| Ray's own CPU (tree - tasks - driver), spread over the cores | {r[0] * 1e3:,.1f} ms per task + "
+        f"{r[1] * 1e6:,.1f} us per doc + {r[2]:,.1f} s | {est['ray_parallel_s']:,.0f} | {est['ray_parallel_s'] / T:.0%} |",
+        f"| store transfer, not overlapped ({est['moved_bytes'] / 1e12:,.1f} TB at {NODES} x {NODE_GBPS} GB/s) | "
+        f"{est['moved_fit'][0] / 1e3:,.1f} kB per task + {est['moved_fit'][1]:,.0f} B per doc | "
+        f"{est['transfer_s']:,.0f} | {est['transfer_s'] / T:.0%} |",
+        f"| **serial:** the driver's CPU | {d[0] * 1e3:,.2f} ms per task + {d[1] * 1e6:,.2f} us per doc + "
+        f"{d[2]:,.1f} s | {est['driver_s']:,.0f} | {est['driver_s'] / T:.1%} |",
+        f"| **serial:** the driver's marker reads | {MARKER_PASSES} per marker, {MARKER_READERS} at a time, "
+        f"{REQUEST_S * 1e3:.0f} ms each | "
+        f"{est['marker_s']:,.0f} | {est['marker_s'] / T:.1%} |",
+        f"| **serial:** Ray's start, the run's constants | - | {est['start_s']:,.0f} | {est['start_s'] / T:.1%} |",
+        f"| **total** | | **{T:,.0f} s = {T / 3600:.2f} h** | (budget {BUDGET_H} h) |",
+        "",
+        "Serial steps against the 5% limit:",
+        "",
+    ]
+    for name, s in est["serial"]:
+        share = s / T
+        out.append(f"- {name}: {s:,.0f} s, {share:.1%} {'(over 5%)' if share > SERIAL_SHARE else '(under 5%)'}")
+    rq = est["requests_total"]
+    out += [
+        "",
+        "Store requests for the crawl (fitted per task and per document): "
+        + ", ".join(f"{k} {v / 1e6:,.1f}M" for k, v in rq.items())
+        + f"; {sum(rq.values()) / T:,.0f} requests/s on average over the run (S3 serves 5,500 GET and 3,500 PUT per "
+        "second per key prefix; datapipe's keys spread over a prefix per phase and task).",
+    ]
+    out += ["", "Choices of `split.shuffle_groups` (G), and the merged files split by key range:", "", designs_md(options)]
+    return "\n".join(out), est, options
+
+
+def per_core_hour(main: dict[str, Any], est: dict[str, Any]) -> str:
+    dedup_phases = [ph for ph in est["phases"] if ph["kind"] in ("partition", "merge", "single") or ph["phase"] == "map1"]
+    dedup_core_h = sum(ph["crawl_cpu_core_h"] for ph in dedup_phases)
+    whole_core_h = est["total_s"] / 3600 * est["cores"]
+    bench_core_h = main["tree_cpu_s"] / 3600
+    lines = [
+        "| who | what | published or estimated | GB per core-hour |",
+        "|---|---|---|---|",
+    ]
+    for who, what, nbytes, hours, cores in ANCHORS:
+        lines.append(
+            f"| {who} (published) | {what} | {nbytes / 1e12:.0f} TB, {hours:.2f} h x {cores:,} cores | "
+            f"{nbytes / 1e9 / (hours * cores):,.2f} |"
+        )
+    lines += [
+        f"| datapipe (estimate, wall x cores) | whole pipeline: langid, quality, exact + MinHash dedup, tokenize, pack | "
+        f"10 TB, {est['total_s'] / 3600:.2f} h x {est['cores']:,} cores | {BYTES / 1e9 / whole_core_h:,.2f} |",
+        f"| datapipe (estimate, CPU) | dedup only: map1 (dedup applied + signatures), shuffles, rounds, merges | "
+        f"10 TB, {dedup_core_h:,.0f} core-h of CPU | {BYTES / 1e9 / dedup_core_h:,.2f} |",
+        f"| datapipe (measured here) | whole pipeline on the bench's {main['scale']}x corpus, tasks of "
+        f"{main['docs'] // main['map_tasks']:,} documents (per-task costs not amortised) | "
+        f"{main['corpus']['bytes'] / 1e9:.3f} GB, {main['tree_cpu_s']:,.0f} CPU s | "
+        f"{main['corpus']['bytes'] / 1e9 / bench_core_h:,.2f} |",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=Path, required=True, help="bench/scale.py JSON of the 1x/16x run")
+    ap.add_argument("--fit", type=Path, nargs="*", default=[], help="more bench/scale.py JSONs (larger tasks)")
+    ap.add_argument("--explain", type=Path, help="bench/explain_files.py JSON")
+    ap.add_argument("--footer-us", type=float, help="CPU us per footer row group (default: measured now)")
+    ap.add_argument("--write", type=Path, help="write docs/scaling.md here (default: print the estimate)")
+    a = ap.parse_args()
+    paths = [a.scale, *a.fit]
+    runs = points(paths)
+    scale = json.loads(a.scale.read_text())
+    main_run = scale["extra"]["scales"][-1]
+    footer_us = a.footer_us if a.footer_us is not None else footer_us_per_row_group()
+    text, est, options = estimate_md(paths, runs, main_run, footer_us)
+    fit_lines = [
+        "| run | documents | tasks | tasks' CPU s measured | fitted | fitted / measured |",
+        "|---|---|---|---|---|---|",
+        *check_fit(runs, est),
+    ]
+    if not a.write:
+        print(text + "\n\n" + "\n".join(fit_lines) + "\n\n" + per_core_hour(main_run, est))
+        return 0
+    from bench._scaling_doc import render
+
+    explain = json.loads(a.explain.read_text()) if a.explain else None
+    split = next(e for e in options if e["split"])
+    a.write.write_text(render(scale, runs, text, "\n".join(fit_lines), per_core_hour(main_run, est), est, split, explain))
+    print(f"wrote {a.write}: {est['total_s'] / 3600:.2f} h for the crawl")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""How many files, and how many bytes of them, `datapipe explain RUN ID` reads: bounded, or growing with the run?
+
+    PYTHONPATH=. python bench/explain_files.py RUN [RUN ...] [--ids 5] [--json bench/results/explain_files.json]
+
+For each run folder (bench/scale.py --keep leaves one per scale), ``--ids`` document ids spread over
+the run (the first row of kept files spread evenly over ``docs/``) are explained, each by
+``datapipe explain RUN ID`` under ``strace -f -e trace=openat,read,pread64,readv,preadv,close``. Counted per
+id: the files under the run folder it opened (``stats.duckdb`` apart from the documents' Parquet
+files) and the bytes it read from them (the read calls on those files' descriptors), against the
+run's own number of document files and their bytes. `explain` registers only the files whose recorded
+id range holds the id (audit/documents.py), so the count should not grow with the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CALL = re.compile(r"^(\d+)\s+(openat|read|pread64|readv|preadv|close)\((.*)\)\s+=\s+(-?\d+)")
+PATH = re.compile(r'^[^,]+, "([^"]+)"')
+
+
+def sample_ids(run: Path, n: int) -> list[str]:
+    """The first id of ``n`` kept files spread evenly over the run's docs/ (sorted by path)."""
+    import pyarrow.parquet as pq
+
+    files = sorted((run / "docs").rglob("*.parquet"))
+    if not files:
+        raise SystemExit(f"{run}: no docs/*.parquet")
+    picks = sorted({round(i * (len(files) - 1) / max(1, n - 1)) for i in range(n)})
+    return [pq.read_table(files[i], columns=["id"]).column("id")[0].as_py() for i in picks]
+
+
+def trace_explain(run: Path, doc_id: str, work: Path) -> dict[str, Any]:
+    trace = work / "explain.trace"
+    cmd = ["strace", "-f", "-qq", "-e", "trace=openat,read,pread64,readv,preadv,close", "-o", str(trace)]
+    cmd += [sys.executable, "-m", "datapipe.cli", "explain", str(run), doc_id]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"explain {doc_id} failed:\n{done.stderr[-2000:]}")
+    prefix = str(run.resolve()) + "/"
+    fds: dict[int, str] = {}  # one process: its threads share the descriptor table
+    opened: set[str] = set()
+    opens = 0
+    read: dict[str, int] = {}
+    for line in trace.read_text(errors="replace").splitlines():
+        m = CALL.match(line)
+        if not m:
+            continue
+        call, args, ret = m.group(2), m.group(3), int(m.group(4))
+        if call == "openat":
+            p = PATH.match(args)
+            if p and ret >= 0 and p.group(1).startswith(prefix) and not p.group(1).endswith("/"):
+                rel = p.group(1)[len(prefix) :]
+                if "O_DIRECTORY" in args:
+                    continue
+                fds[ret] = rel
+                opened.add(rel)
+                opens += 1
+            elif ret >= 0:
+                fds.pop(ret, None)
+            continue
+        fd = int(args.split(",", 1)[0])
+        if call == "close":
+            fds.pop(fd, None)
+        elif fd in fds and ret > 0:
+            read[fds[fd]] = read.get(fds[fd], 0) + ret
+    trace.unlink()
+    docs = {f for f in opened if f.endswith(".parquet")}
+    # The document's own row: the files whose id range holds it; the copies of a kept document
+    # (explain's `dup_of = id` listing) are searched in every file that has a dup_of column.
+    dup_files = {f for f in docs if re.search(r"-(dedup|minhash|semantic)\.parquet$", f)}
+    return {
+        "dup_files_opened": len(dup_files),
+        "row_files_opened": len(docs - dup_files),
+        "id": doc_id,
+        "files_opened": len(opened),
+        "opens": opens,
+        "parquet_files_opened": len(docs),
+        "bytes_read": sum(read.values()),
+        "parquet_bytes_read": sum(v for k, v in read.items() if k.endswith(".parquet")),
+        "other_files": sorted(opened - docs),
+    }
+
+
+def measure(run: Path, n: int) -> dict[str, Any]:
+    files = [p for d in ("docs", "rejected") for p in (run / d).rglob("*.parquet")]
+    with tempfile.TemporaryDirectory(prefix="explain-files-") as tmp:
+        per_id = [trace_explain(run, i, Path(tmp)) for i in sample_ids(run, n)]
+    out = {
+        "run": str(run),
+        "documents": json.loads((run / "run.json").read_text())["counts"]["documents"],
+        "document_files": len(files),
+        "document_bytes": sum(p.stat().st_size for p in files),
+        "ids": per_id,
+    }
+    out["dup_files"] = sum(1 for p in files if re.search(r"-(dedup|minhash|semantic)\.parquet$", p.name))
+    for key in (
+        "files_opened",
+        "parquet_files_opened",
+        "row_files_opened",
+        "dup_files_opened",
+        "bytes_read",
+        "parquet_bytes_read",
+    ):
+        vals = [r[key] for r in per_id]
+        out[key] = {"median": statistics.median(vals), "max": max(vals), "min": min(vals)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", type=Path, nargs="+", help="run folders (e.g. bench/scale.py --keep's dp-out of each scale)")
+    ap.add_argument("--ids", type=int, default=5, help="ids explained per run (default 5)")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    results = [measure(r, a.ids) for r in a.runs]
+    print(
+        "| run | documents | document files (with dup_of) | files opened per explain (parquet: row lookup, copies "
+        "listing) | bytes read (parquet) |"
+    )
+    print("|---|---|---|---|---|")
+    for r in results:
+        f, b, pb = r["files_opened"], r["bytes_read"], r["parquet_bytes_read"]
+        row, dup = r["row_files_opened"], r["dup_files_opened"]
+        print(
+            f"| {r['run']} | {r['documents']:,} | {r['document_files']:,} ({r['dup_files']}) | {f['min']}-{f['max']} "
+            f"({row['min']}-{row['max']}, {dup['min']}-{dup['max']}) | {b['min']:,}-{b['max']:,} "
+            f"({pb['min']:,}-{pb['max']:,}) |"
+        )
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
