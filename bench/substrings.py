@@ -165,9 +165,11 @@ def scale_run(scale: int, args: argparse.Namespace, base: Any, base_docs: int) -
         flush=True,
     )
     print(
-        "     per phase (tasks, task CPU s, largest task peak RSS MiB): "
+        "     per phase (tasks, task CPU s, largest task peak RSS MiB, largest RSS a task started from): "
         + "; ".join(
-            f"{p} {v['tasks']}, {v['task_cpu_s']:.0f}, {v['task_peak_rss_mib_max'] or 0:.0f}" for p, v in r["phases"].items()
+            f"{p} {v['tasks']}, {v['task_cpu_s']:.0f}, {v['task_peak_rss_mib_max'] or 0:.0f}, "
+            f"{v['task_start_rss_mib_max'] or 0:.0f}"
+            for p, v in r["phases"].items()
         ),
         flush=True,
     )
