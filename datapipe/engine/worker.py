@@ -18,7 +18,7 @@ from typing import Any
 from datapipe.engine.faults import fault_hold
 from datapipe.engine.plan import RunSpec, forget_stages
 from datapipe.run_folder.layout import RunFolder
-from datapipe.runtime.release_memory import release_memory, use_returning_pool
+from datapipe.runtime.release_memory import release_memory
 from datapipe.runtime.task_usage import TaskUsage
 from datapipe.storage.atomic import fault_scope, recording_writes
 
@@ -89,11 +89,9 @@ def _enter_phase(phase: str) -> None:
     A worker's first task freezes what the worker holds then (Ray, the imported modules: ~110,000
     objects, none of which becomes garbage) out of the garbage collector's sight. A full collection
     after a large task (``release_memory``) then scans the stages and the task's leftovers only:
-    it took ~0.15 s with everything in view, 13 times in a run of the shared corpus. It also makes
-    jemalloc pyarrow's pool (``use_returning_pool``), so that a release reaches what Arrow's threads freed."""
+    it took ~0.15 s with everything in view, 13 times in a run of the shared corpus."""
     if not _WORKER_PHASE:
         gc.freeze()
-        use_returning_pool()  # a pool whose release reaches every thread's freed pages (release_memory.py)
     elif _WORKER_PHASE[-1] != phase:
         forget_stages()
         release_memory(collect=False)  # the stages are gone by reference count; a full gc costs ~0.1 s
