@@ -1,6 +1,7 @@
 """The substrings stage (exact repeated spans): throughput, memory per task from 1x to 16x, share removed.
 
     PYTHONPATH=. python bench/substrings.py [--scales 1,4,16] [--cpus 2] [--min-tokens 50] [--json PATH]
+    PYTHONPATH=. python bench/substrings.py --combine 1x.json 4x.json 16x.json --json PATH   # runs made side by side
 
 Part 1, the shared corpus as it is (../shared/data/corpus, four JSONL files, one source each): one
 ``datapipe run`` of the substrings stage alone, and the share of characters removed per source and
@@ -24,6 +25,7 @@ Rust toolchain (cargo), which this machine does not have and cannot fetch.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -165,9 +167,11 @@ def scale_run(scale: int, args: argparse.Namespace, base: Any, base_docs: int) -
         flush=True,
     )
     print(
-        "     per phase (tasks, task CPU s, largest task peak RSS MiB): "
+        "     per phase (tasks, task CPU s, largest task peak RSS MiB, largest RSS a task started from): "
         + "; ".join(
-            f"{p} {v['tasks']}, {v['task_cpu_s']:.0f}, {v['task_peak_rss_mib_max'] or 0:.0f}" for p, v in r["phases"].items()
+            f"{p} {v['tasks']}, {v['task_cpu_s']:.0f}, {v['task_peak_rss_mib_max'] or 0:.0f}, "
+            f"{v['task_start_rss_mib_max'] or 0:.0f}"
+            for p, v in r["phases"].items()
         ),
         flush=True,
     )
@@ -182,8 +186,24 @@ def main() -> int:
     ap.add_argument("--files-per-scale", type=int, default=4)
     ap.add_argument("--skip-shared", action="store_true", help="only the scale runs")
     ap.add_argument("--tmp", default=None, help="where the corpora and runs are written")
+    ap.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: the figures and ratios of the scale runs recorded in these --json files of this "
+        "script (one scale each, run side by side), in the order given",
+    )
     a = add_args(ap, repeats=1).parse_args()
     h = Harness("substrings", a, libs=["numba", "opencc"])
+    if a.combine:
+        results = [r for f in a.combine for r in json.loads(f.read_text())["extra"]["scales"]]
+        for f in a.combine:  # each run's own noise (this process ran nothing)
+            noise = json.loads(f.read_text())["noise"]
+            print(f"{f}: load average {noise['loadavg_before'][0]:.1f} before, {noise['loadavg_after'][0]:.1f} after")
+        noise = [json.loads(f.read_text())["noise"] for f in a.combine]
+        h.load_before = max((n["loadavg_before"] for n in noise), key=lambda x: x[0])  # the busiest run's, not this process's
+        return figures(h, results, shared=None, sources=[str(f) for f in a.combine], runs_noise=noise)
     shared = None if a.skip_shared else shared_corpus(a, h)
     if not a.scales:  # --scales "": the shared corpus only
         h.finish(shared=shared)
@@ -193,6 +213,11 @@ def main() -> int:
     base_docs = max(1, int(mb_target / base.mean_bytes()))
     print(f"\n--- scale runs: 1x = {base_docs:,} regular documents (about the shared corpus's {mb_target / 1e6:.0f} MB)")
     results = [scale_run(int(s), a, base, base_docs) for s in a.scales.split(",")]
+    return figures(h, results, shared=shared)
+
+
+def figures(h: Harness, results: list[dict[str, Any]], **extra: Any) -> int:
+    """The figures of each scale and the ratios of the last scale to the first."""
     first, last = results[0], results[-1]
     s0, s1 = first["scale"], last["scale"]
     for r in results:
@@ -203,7 +228,7 @@ def main() -> int:
         f"largest round task peak RSS {s1}x/{s0}x", [last["round_task_peak_mib"] / first["round_task_peak_mib"]], target="<= 1.2"
     )
     h.ratio(f"MB per CPU second {s1}x/{s0}x", [last["mb_per_cpu_s"] / first["mb_per_cpu_s"]], target="~ 1")
-    h.finish(shared=shared, scales=results)
+    h.finish(scales=results, **extra)
     return 0
 
 

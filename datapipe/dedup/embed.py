@@ -1,5 +1,8 @@
 """Document embeddings for semantic dedup: a static-embedding model folder, or fastText sentence vectors.
 
+(WordLlama exports and Hugging Face encoders, which kind a model folder is, and loading an embedder
+once per process: ``datapipe.dedup.embed_models``.)
+
 Both give one L2-normalised float32 vector per document (a zero row where a document has no token
 the model knows), so a cosine is a dot product.
 
@@ -292,16 +295,3 @@ def train_fasttext(texts: Sequence[str], out: Path, *, dim: int, epoch: int, see
         idf_path(model).replace(idf_path(out))
         post_path(model).replace(post_path(out))
         model.replace(out)  # atomic, and last: a model file means its idf and common directions are there too
-
-
-_LOADED: dict[tuple[str, str], Embedder] = {}
-
-
-def load_embedder(kind: str, path: Path) -> Embedder:
-    """The embedder of a model folder (``static``) or fastText file (``fasttext``), loaded once per process."""
-    # Keyed by the file's size and time too: a long-lived worker must not keep a model retrained since.
-    stat = (static_model_files(Path(path))[0] if kind == "static" else Path(path)).stat()
-    key = (kind, f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
-    if key not in _LOADED:
-        _LOADED[key] = StaticEmbedder(path) if kind == "static" else FastTextEmbedder(path)
-    return _LOADED[key]

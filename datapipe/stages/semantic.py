@@ -1,8 +1,8 @@
 """Meaning-level near-duplicates (SemDeDup, Abbas et al. 2023): embed, k-means, pairwise cosine.
 
-Documents are embedded by a local static-embedding model folder (``model``: model2vec or
-sentence-transformers StaticEmbedding; ``datapipe.dedup.embed``) or, without one, by fastText
-sentence vectors trained on the run's own text. The stage is one partition step in three rounds:
+Documents are embedded by a local model folder (``model``: a model2vec or sentence-transformers
+static-embedding model, a WordLlama export or a Hugging Face encoder; ``datapipe.dedup.embed_models``)
+or, without one, by fastText sentence vectors trained on the run's own text. The stage is one partition step in three rounds:
 
 * map (``shuffle``): every document with text is sent to the partition of its row key; each batch
   also sends the documents with the ``sample`` lowest hashes of their row key to partition 0 (so
@@ -60,11 +60,27 @@ class SemanticOptions(StageOptions):
     model: str | None = Field(
         None,
         description=(
-            "Folder of a static-embedding model (model2vec: model.safetensors + tokenizer.json; or a "
-            "sentence-transformers StaticEmbedding export), relative to the pipeline file. Omitted: "
-            "fastText sentence vectors trained on the run's own text (the sample)."
+            "Folder of an embedding model, relative to the pipeline file: a static-embedding model (model2vec, "
+            "or a sentence-transformers StaticEmbedding export), a WordLlama export, or a Hugging Face encoder "
+            "(its kind found from its files, or given by model_kind). Omitted: fastText sentence vectors "
+            "trained on the run's own text (the sample)."
         ),
     )
+    model_kind: Literal["auto", "model2vec", "wordllama", "transformers"] = Field(
+        "auto",
+        description=(
+            "What the model folder is: auto finds it from the folder's files; model2vec (static embeddings, "
+            "also sentence-transformers StaticEmbedding), wordllama or transformers (a Hugging Face encoder, "
+            "mean-pooled; needs torch and transformers) names it."
+        ),
+    )
+    max_tokens: int | None = Field(
+        None,
+        ge=2,
+        description="transformers: tokens of each document the encoder reads, special tokens included "
+        "(default 512, or fewer where the model has fewer positions).",
+    )
+    batch_size: int | None = Field(None, ge=1, le=4096, description="transformers: documents per forward pass (default 32).")
     threshold: float | None = Field(
         None,
         gt=0.0,
@@ -130,38 +146,45 @@ class SemanticDedup(GlobalStage):
 
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:
-        from datapipe.dedup.embed import EmbedError, static_model_files
+        from datapipe.dedup.embed import EmbedError
+        from datapipe.dedup.embed_models import model_folder
         from datapipe.stages.minhash import MinHashDedup
 
         o: SemanticOptions = options
         if o.survivor == "best" and not o.score_column:
             return [("score_column", "survivor: best needs score_column (a numeric signal column, higher is better)")]
         problems = MinHashDedup.check(o, context)  # the same survivor rule and score_column check
-        if o.model is not None:
-            path = _resolve(o.model, context.pipeline_dir)
-            if not path.is_dir():
-                problems.append(("model", f"folder not found: {path}"))
-            else:
-                try:
-                    static_model_files(path)
-                except EmbedError as exc:
-                    problems.append(("model", str(exc)))
+        if o.model is None:
+            problems += [(k, "is for a model folder; give model too") for k in _MODEL_ONLY if _given(o, k)]
+            return problems
+        try:
+            kind = model_folder(_resolve(o.model, context.pipeline_dir), o.model_kind).kind
+        except EmbedError as exc:
+            return [*problems, ("model", str(exc))]
+        problems += [
+            (k, f"is for a transformers model; {o.model} is a {kind} model") for k in _MODEL_ONLY[1:] if _given(o, k)
+        ] * (kind != "transformers")
         return problems
 
     @classmethod
     def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
-        from datapipe.dedup.embed import EmbedError, static_model_files
+        from datapipe.dedup.embed import EmbedError
+        from datapipe.dedup.embed_models import model_folder
 
         if options.model is None:
             return []
         try:
-            weights, tokenizer, _ = static_model_files(_resolve(options.model, pipeline_dir))
+            folder = model_folder(_resolve(options.model, pipeline_dir), options.model_kind)
         except EmbedError:
             return []  # check() reports it
-        return [
-            ResourceFile(weights, "model", key="semantic", content=False),
-            ResourceFile(tokenizer, "tokenizer", key="semantic", content=False),
-        ]
+        if folder.kind != "transformers":  # its weights and its tokenizer
+            weights, tokenizer = folder.files
+            return [
+                ResourceFile(weights, "model", key="semantic", content=False),
+                ResourceFile(tokenizer, "tokenizer", key="semantic", content=False),
+            ]
+        # an encoder's config, weights and tokenizer files all decide the vectors
+        return [ResourceFile(f, "model", key=f"semantic/{f.name}", content=False) for f in folder.files]
 
     def step_resources(self) -> Resources:
         """The rounds' tasks ask for a GPU share unless ``device: cpu``: required with ``cuda``; with
@@ -172,10 +195,10 @@ class SemanticDedup(GlobalStage):
         return replace(base, num_gpus=self.options.num_gpus, gpus_required=self.options.device == "cuda")
 
     def prepare(self) -> None:
-        from datapipe.dedup.embed import static_model_files
+        from datapipe.dedup.embed_models import model_folder
 
         if self.options.model is not None:
-            static_model_files(_resolve(self.options.model, self.context.pipeline_dir))
+            model_folder(_resolve(self.options.model, self.context.pipeline_dir), self.options.model_kind)
 
     def steps(self) -> tuple[GlobalStep, ...]:
         return (PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=3, decides=True),)
@@ -359,11 +382,20 @@ class SemanticDedup(GlobalStage):
         return Path(inputs.scratch_dir) / f"semantic-fasttext-s{o.seed}-d{o.fasttext_dim}-e{o.fasttext_epoch}-n{o.sample}.bin"
 
     def _embedder(self, inputs: ReduceInputs) -> Any:
-        from datapipe.dedup.embed import load_embedder
+        from datapipe.dedup.embed_models import load_embedder
 
-        if self.options.model is not None:
-            return load_embedder("static", _resolve(self.options.model, self.context.pipeline_dir))
+        o = self.options
+        if o.model is not None:
+            path = _resolve(o.model, self.context.pipeline_dir)
+            return load_embedder(o.model_kind, path, max_tokens=o.max_tokens, batch_size=o.batch_size)
         return load_embedder("fasttext", self._fasttext_path(inputs))
+
+
+_MODEL_ONLY = ("model_kind", "max_tokens", "batch_size")  # options that mean something with a model folder only
+
+
+def _given(options: SemanticOptions, key: str) -> bool:
+    return getattr(options, key) != SemanticOptions.model_fields[key].default
 
 
 def _resolve(path: str, base: Path | str) -> Path:

@@ -185,7 +185,7 @@ def test_options_are_checked_with_their_keys(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     for options, key, words in (
         ({"model": "nowhere"}, "model", "folder not found"),
-        ({"model": "empty"}, "model", "model.safetensors and tokenizer.json"),
+        ({"model": "empty"}, "model", "model.safetensors with tensor 'embeddings' + tokenizer.json"),
         ({"survivor": "best"}, "score_column", "survivor: best needs score_column"),
         ({"threshold": 1.5}, "threshold", "less than or equal to 1"),
     ):

@@ -1,8 +1,10 @@
-"""A small BERT sequence classifier (or regressor) built from a config with seeded random weights, with a
-WordPiece tokenizer trained here on real zh/en text, saved as a model folder: no hub, no download.
+"""A small BERT sequence classifier (or regressor, or a bare encoder: ``save_encoder``) built from a config
+with seeded random weights, with a WordPiece tokenizer trained here on real zh/en text, saved as a model
+folder: no hub, no download.
 
 Used by the classify tests (``tests/classify/test_transformer_classifier.py``) and by
-``bench/classify_transformer.py`` (a larger one of the same shape).
+``bench/classify_transformer.py`` (a larger one of the same shape); the encoder by the semantic stage's tests
+(``tests/dedup/test_semantic_models.py``).
 """
 
 from __future__ import annotations
@@ -82,4 +84,29 @@ def save_model(
     )
     torch.manual_seed(seed)
     BertForSequenceClassification(config).save_pretrained(str(folder))
+    return folder
+
+
+def save_encoder(
+    folder: Path, texts: list[str], seed: int = 0, hidden: int = 32, layers: int = 2, max_positions: int = 128
+) -> Path:
+    """A bare ``BertModel`` (an encoder, no head) with random weights (``seed``) and the tokenizer, in
+    ``folder``: what the semantic stage reads as a Hugging Face encoder."""
+    import torch
+    from transformers import BertConfig, BertModel
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = save_tokenizer(folder, texts)
+    config = BertConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=max_positions,
+    )
+    torch.manual_seed(seed)
+    BertModel(config).save_pretrained(str(folder))
     return folder
