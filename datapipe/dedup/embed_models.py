@@ -172,9 +172,12 @@ class WordLlamaEmbedder:
 
 
 class TransformerEmbedder:
-    """Masked mean of a Hugging Face encoder's last hidden states, normalised (CPU)."""
+    """Masked mean of a Hugging Face encoder's last hidden states, normalised; on ``device`` (a torch
+    device: "cuda" where the stage's ``device`` resolved to a GPU, else the CPU)."""
 
-    def __init__(self, folder: Path, max_tokens: int | None = None, batch_size: int | None = None) -> None:
+    def __init__(
+        self, folder: Path, max_tokens: int | None = None, batch_size: int | None = None, device: str | None = None
+    ) -> None:
         from datapipe.classify.transformer import TransformerModelError, _import_torch_transformers, default_max_tokens
 
         self.torch, transformers = _import_torch_transformers()
@@ -186,7 +189,8 @@ class TransformerEmbedder:
             raise TransformerModelError(f"cannot load {folder} as a Hugging Face encoder: {exc}") from None
         if self.tokenizer.pad_token is None:  # GPT-style tokenizers have none; batches need one (masked)
             self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
-        self.model.eval()
+        self.device = device or "cpu"
+        self.model.eval().to(self.device)
         config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
         self.max_tokens = max_tokens or default_max_tokens(config)
         self.batch_size = batch_size or DEFAULT_BATCH_SIZE
@@ -205,27 +209,40 @@ class TransformerEmbedder:
                 enc = self.tokenizer(
                     [texts[i] for i in rows], padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt"
                 )
+                enc = enc.to(self.device)
                 hidden = self.model(**enc).last_hidden_state.float()
                 mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-                out[rows] = pooled.numpy()
+                out[rows] = pooled.cpu().numpy()
         return normalise(out)
 
 
 _LOADED: dict[tuple[Any, ...], Embedder] = process_cache({})
 
 
-def load_embedder(kind: str, path: Path, *, max_tokens: int | None = None, batch_size: int | None = None) -> Embedder:
+def load_embedder(
+    kind: str, path: Path, *, max_tokens: int | None = None, batch_size: int | None = None, device: str | None = None
+) -> Embedder:
     """The embedder of a model folder (``kind``: a MODEL_KINDS entry or auto) or of a fastText file
-    (``fasttext``), loaded once per process."""
+    (``fasttext``), loaded once per process. ``device``: the torch device a Hugging Face encoder runs
+    on (None: the CPU); static models and fastText are look-ups and means, CPU work."""
     path = Path(path)
     if kind == "fasttext":
         files: tuple[Path, ...] = (path,)
     else:
         folder = model_folder(path, kind)
         kind, files = folder.kind, folder.files
+    if kind != "transformers":
+        device = None  # one cache entry whatever the stage's device
     # Keyed by the files' sizes and times too: a long-lived worker must not keep a model changed since.
-    key = (kind, str(path), max_tokens, batch_size, tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    key = (
+        kind,
+        str(path),
+        max_tokens,
+        batch_size,
+        device,
+        tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files),
+    )
     if key not in _LOADED:
         if kind == "fasttext":
             _LOADED[key] = FastTextEmbedder(path)
@@ -234,5 +251,5 @@ def load_embedder(kind: str, path: Path, *, max_tokens: int | None = None, batch
         elif kind == "wordllama":
             _LOADED[key] = WordLlamaEmbedder(path)
         else:
-            _LOADED[key] = TransformerEmbedder(path, max_tokens, batch_size)
+            _LOADED[key] = TransformerEmbedder(path, max_tokens, batch_size, device)
     return _LOADED[key]

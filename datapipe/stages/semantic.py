@@ -387,7 +387,8 @@ class SemanticDedup(GlobalStage):
         o = self.options
         if o.model is not None:
             path = _resolve(o.model, self.context.pipeline_dir)
-            return load_embedder(o.model_kind, path, max_tokens=o.max_tokens, batch_size=o.batch_size)
+            # A Hugging Face encoder's forward pass runs on the task's GPU where ``device`` resolves to one.
+            return load_embedder(o.model_kind, path, max_tokens=o.max_tokens, batch_size=o.batch_size, device=self._device())
         return load_embedder("fasttext", self._fasttext_path(inputs))
 
 
