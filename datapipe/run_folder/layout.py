@@ -148,7 +148,11 @@ class RunFolder:
     def __init__(self, root: Path | str) -> None:
         # A URI (s3://bucket/run) is worked on in its local mirror and committed to the store by
         # markers (run_folder/remote.py); ``remote`` is that URI, None for a local folder.
-        self.root = (storage.mirror_of(str(root)) if storage.is_uri(root) else Path(root)).resolve()
+        # A mirror path handed over from another process (a task's spec holds the driver's) names
+        # the same URI, worked on in this process's own mirror: each node has its own cache folder,
+        # as separate machines do, even where several share one file system (loopback clusters).
+        uri = str(root) if storage.is_uri(root) else storage.remote_of(root)
+        self.root = (storage.mirror_of(uri) if uri else Path(root)).resolve()
         self.remote = storage.remote_of(self.root)
         # Parsed markers, phase -> task -> marker: a marker is written once, when its task is done,
         # and only deleted (``forget_markers``) when its work is discarded, so what was read stays
