@@ -31,19 +31,21 @@ class ParquetReduceInputs(ReduceInputs):
         for ordinal in np.unique(shards):
             rows = row_of(sorted_keys[shards == ordinal])
             path = by_ordinal[int(ordinal)]
-            file = self.open_file(path) if self.open_file else pq.ParquetFile(path)
-            parts.append(_read_row_groups_of(file, rows, columns))
+            parts.append(_read_row_groups_of(path, rows, columns, self.open_file))
         if not parts:
             return pa.table({c: pa.array([], pa.null()) for c in columns})
         merged = pa.concat_tables(parts)
         return merged.take(pa.array(np.argsort(order, kind="stable")))
 
 
-def _read_row_groups_of(file: pq.ParquetFile, rows: np.ndarray, columns: list[str]) -> pa.Table:
+def _read_row_groups_of(
+    path: str, rows: np.ndarray, columns: list[str], open_file: Callable[[str], pq.ParquetFile] | None = None
+) -> pa.Table:
     """``columns`` of a Parquet file's rows ``rows`` (sorted), reading only the row groups that hold
     them. Map outputs are written a batch (at most ``batch_size`` documents) per row group, and a
     MinHash partition needs a few rows of each shard: reading whole columns made that cost grow
     with partitions x corpus (bench/scale.py, shuffle1 CPU per document 24 -> 176 us from 1x to 16x)."""
+    file = open_file(path) if open_file is not None else pq.ParquetFile(path)
     meta = file.metadata
     starts = np.zeros(meta.num_row_groups + 1, np.int64)
     starts[1:] = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
