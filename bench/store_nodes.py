@@ -259,6 +259,7 @@ def main() -> None:
                         sum(r["store"][k] for k in ("GET", "PUT", "LIST", "HEAD", "DELETE", "OTHER")) / r["docs"] for r in rs
                     ],
                     "PUT bytes": [r["store"]["bytes_written"] / r["docs"] for r in rs],
+                    "GET+PUT bytes": [(r["store"]["bytes_read"] + r["store"]["bytes_written"]) / r["docs"] for r in rs],
                 }
                 for what, vals in per.items():
                     h.figure(f"{name} {n} node(s): {what} per doc", vals, unit="B" if "bytes" in what else "")
@@ -269,6 +270,13 @@ def main() -> None:
                         for a, b in zip(runs[name][counts[0]], runs[name][n])
                     ]
                     h.ratio(f"{name}: {what} per doc, {n}/{counts[0]} nodes", ratios, target="<= 1.2" if name == "ours" else "")
+                moved = [
+                    (b["store"]["bytes_read"] + b["store"]["bytes_written"])
+                    / b["docs"]
+                    / ((a["store"]["bytes_read"] + a["store"]["bytes_written"]) / a["docs"])
+                    for a, b in zip(runs[name][counts[0]], runs[name][n])
+                ]
+                h.ratio(f"{name}: GET+PUT bytes per doc, {n}/{counts[0]} nodes", moved)
         if "before" in codes:
             for n in counts:
                 vals = [b["store"]["bytes_read"] / a["store"]["bytes_read"] for a, b in zip(runs["before"][n], runs["ours"][n])]
