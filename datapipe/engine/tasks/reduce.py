@@ -65,7 +65,8 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     part = step_of(stage, PartitionStep)
     outputs = [folder.partition_output(segment.index, p) for p in range(part.partitions)] if part else []
     forwarded = [folder.forward_file(segment.index, part.rounds - 1, p) for p in range(part.partitions)] if part else []
-    inputs = _reduce_inputs(spec, folder, segment, tuple(str(f) for f in forwarded if f.exists()))
+    fwd = tuple(str(f) for f in forwarded if f.exists())
+    inputs = _reduce_inputs(spec, folder, segment, fwd, lazy=not combine.reads_files)
     decisions = combine.decide([str(p) for p in outputs if p.exists()], inputs)
     if combine.state is not None:
         state = combine.state([str(p) for p in outputs if p.exists()], inputs)
