@@ -120,9 +120,17 @@ class RayExecutor:
         if self._warmup is not None:  # waited for here, so it overlaps Ray's start and the planning
             self._warmup.wait()
             self._warmup = None
-        remote = self._remote.options(**fit_gpus(phase, ray.cluster_resources().get("GPU", 0.0)), **fault_env())
+        options = {**fit_gpus(phase, ray.cluster_resources().get("GPU", 0.0)), **fault_env()}
+        remote = self._remote.options(**options)
         shared = self._spec_ref(spec)
-        pending = {remote.remote(phase.name, t.key, phase.fn, shared, *t.args): t.key for t in tasks}
+        pending = {}
+        for t in tasks:
+            placed = (
+                remote
+                if not _is_node_id(t.node)
+                else self._remote.options(**{**options, "scheduling_strategy": _on_node(t.node)})
+            )
+            pending[placed.remote(phase.name, t.key, phase.fn, shared, *t.args)] = t.key
         while pending:
             # Every finished task at once, at most every POLL_SECONDS: one wait per finished task would
             # copy the list of pending refs each time, quadratic in a phase's tasks (tens of thousands
@@ -138,6 +146,18 @@ class RayExecutor:
         if self._shared is None or self._shared[0] is not spec:
             self._shared = (spec, ray.put(spec))
         return self._shared[1]
+
+
+def _is_node_id(node: str | None) -> bool:
+    """A Ray node id (56 hex digits): not None, nor "local" (a run without Ray wrote the marker)."""
+    return node is not None and len(node) == 56 and all(c in "0123456789abcdef" for c in node)
+
+
+def _on_node(node: Any) -> Any:
+    """Run on ``node`` while it is alive (waiting for its CPUs), elsewhere once it is gone (soft)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node, soft=True)
 
 
 def _fetch(refs: list[Any], keys: list[str]) -> Iterator[Outcome]:

@@ -19,8 +19,8 @@ needs no engine change. Phase names come from ``run_folder`` (they name the mark
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from datapipe.engine.pack_plan import pack_ranges
@@ -52,6 +52,8 @@ class Task:
 
     key: str
     args: tuple[Any, ...]
+    # The Ray node to run it on when it is there (set by the runner from ``Phase.follows``); None: anywhere.
+    node: str | None = None
 
 
 TaskList = tuple[Task, ...] | Callable[[RunFolder], "tuple[Task, ...] | None"]
@@ -65,6 +67,25 @@ class Phase:
     resources: dict[str, Any]  # Ray task options: num_cpus, memory, num_gpus, scheduling_strategy
     unit: str  # what the progress bar counts
     gpus_required: bool = False  # False: num_gpus is dropped on a cluster without GPUs (a stage's device: auto)
+    # A phase whose task of the same key wrote the files this one's task reads whole (the map task of
+    # the segment before): each task is placed on the node that ran that one, so it reads them from its
+    # own mirror instead of moving them through the store (a remote run folder on several nodes).
+    follows: str | None = None
+    # What a task reads of ``follows``: (task key there, weight), e.g. a pack range's shards and their
+    # tokens; it goes where most of that weight was written. None: the task of its own key.
+    reads: Callable[[Task], Sequence[tuple[str, int]]] | None = None
+
+    def placed(self, tasks: Sequence[Task], ran_on: dict[str, str]) -> list[Task]:
+        """``tasks``, each with the node that wrote most of what it reads (``ran_on``: task key of
+        ``follows`` -> its node, from the markers)."""
+        out = []
+        for task in tasks:
+            weights: dict[str, int] = {}
+            for key, weight in self.reads(task) if self.reads is not None else [(task.key, 1)]:
+                if (node := ran_on.get(key)) is not None:
+                    weights[node] = weights.get(node, 0) + weight
+            out.append(replace(task, node=max(sorted(weights), key=weights.__getitem__)) if weights else task)
+        return out
 
     def task_list(self, folder: RunFolder) -> tuple[Task, ...] | None:
         return self.tasks(folder) if callable(self.tasks) else self.tasks
@@ -93,12 +114,23 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"},
                 "shards",
                 any(r.gpus_required for r in _computing_resources(spec, segment)),
+                follows=map_phase(segment.index - 1) if segment.index else None,
             )
         )
         if not segment.final:
             phases += _global_phases(spec, segment)
     if spec.tokenizer is not None:
-        phases.append(Phase(PACK_PHASE, pack_range, lambda folder: _pack_tasks(folder, spec), {"num_cpus": 1}, "ranges"))
+        phases.append(
+            Phase(
+                PACK_PHASE,
+                pack_range,
+                lambda folder: _pack_tasks(folder, spec),
+                {"num_cpus": 1},
+                "ranges",
+                follows=map_phase(spec.segments[-1].index),
+                reads=lambda task: task.args[0].shard_tokens,  # the token files of its shards
+            )
+        )
     return phases
 
 

@@ -239,6 +239,9 @@ def _run_phases(
         if not work:  # e.g. shuffle rounds after one that forwarded nothing: nothing to run or show
             continue
         _run_phase(result, folder, phase, work, executor, spec, timings, show_progress)
+    # The last phase's markers too (pack's: the shard manifest is built from them): on a cluster, tasks
+    # commit them from nodes whose mirrors are not the driver's.
+    folder.pull()
 
 
 def _all_tasks(spec: RunSpec, folder: RunFolder) -> list[tuple[str, str]]:
@@ -277,6 +280,9 @@ def _run_phase(
     name = phase.name
     done = folder.read_markers(name)  # one listing of the phase's markers, not one read per task
     todo = [task for task in work if task.key not in done]
+    if phase.follows is not None and folder.remote is not None:
+        # Each task on the node whose mirror holds the outputs of the task it follows (engine/phases.py).
+        todo = phase.placed(todo, {key: m["node"] for key, m in folder.read_markers(phase.follows).items() if "node" in m})
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
     failures: list[str] = []

@@ -1,12 +1,14 @@
-"""What a completion marker says about the files its task wrote (``files``: path, bytes, and sha256
-of documents files), so that a later start can tell a missing or damaged output from a good one
-(``run_folder/integrity.py``) on local disk and in object storage alike."""
+"""What a completion marker says about the files its task wrote (``files``: path, bytes, sha256
+of documents files and the footer length of Parquet files), so that a later start can tell a
+missing or damaged output from a good one (``run_folder/integrity.py``) on local disk and in
+object storage alike, and a reader on another node can fetch a Parquet footer in one request."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from datapipe.storage.parquet_reads import footer_length
 from datapipe.tokens.shard_format import file_sha256
 
 # Files whose sha256 a marker records besides their size: the documents a run reports (kept and
@@ -27,5 +29,7 @@ def describe_files(root: Path, written: list[Path]) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"path": rel, "bytes": p.stat().st_size}
         if rel.startswith(HASHED_PREFIXES):
             entry["sha256"] = file_sha256(p)
+        if rel.endswith(".parquet") and (footer := footer_length(p)) is not None:
+            entry["footer"] = footer  # a reader on another node reads it in one request (storage/parquet_reads.py)
         files.append(entry)
     return sorted(files, key=lambda f: f["path"])

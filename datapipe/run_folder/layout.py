@@ -30,7 +30,7 @@ import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datapipe.config.input_names import display_name
 from datapipe.errors import DatapipeError
@@ -38,6 +38,9 @@ from datapipe.run_folder.files import describe_files
 from datapipe.storage import uri as storage
 from datapipe.storage.atomic import is_temp_name, sweep_temp_files, write_bytes_atomic, write_text_atomic
 from datapipe.tokens.shard_format import MANIFEST_NAME, SHARDS_DIR, shard_file_name
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 DOCS_DIR, REJECTED_DIR, WORK_DIR, STATS_DB, RUN_JSON = "docs", "rejected", "_work", "stats.duckdb", "run.json"
 MODELS_DIR = "models"
@@ -148,7 +151,11 @@ class RunFolder:
     def __init__(self, root: Path | str) -> None:
         # A URI (s3://bucket/run) is worked on in its local mirror and committed to the store by
         # markers (run_folder/remote.py); ``remote`` is that URI, None for a local folder.
-        self.root = (storage.mirror_of(str(root)) if storage.is_uri(root) else Path(root)).resolve()
+        # A mirror path handed over from another process (a task's spec holds the driver's) names
+        # the same URI, worked on in this process's own mirror: each node has its own cache folder,
+        # as separate machines do, even where several share one file system (loopback clusters).
+        uri = str(root) if storage.is_uri(root) else storage.remote_of(root)
+        self.root = (storage.mirror_of(uri) if uri else Path(root)).resolve()
         self.remote = storage.remote_of(self.root)
         # Parsed markers, phase -> task -> marker: a marker is written once, when its task is done,
         # and only deleted (``forget_markers``) when its work is discarded, so what was read stays
@@ -210,6 +217,18 @@ class RunFolder:
         """``path`` of a task's output, downloaded first in a remote folder (see ``_local``)."""
         return self._local(path)
 
+    def parquet(self, path: Path) -> pq.ParquetFile:
+        """A task's Parquet output (a path asked with ``fetch=False``) opened for reading; in a remote
+        folder read in place unless this node has it whole, so a task reading some of its row groups
+        moves only those through the store (run_folder/remote.py, ``open_parquet``)."""
+        if self.remote is None:
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(path)
+        from datapipe.run_folder import remote as remote_folder
+
+        return remote_folder.open_parquet(self.root, self.remote, path)
+
     def is_committed(self, path: Path) -> bool:
         """Whether a task's output exists, without downloading it in a remote folder."""
         if self.remote is None:
@@ -221,30 +240,31 @@ class RunFolder:
     def decisions_file(self, segment: int, shard_key: str) -> Path:
         return self._local(self.work / reduce_phase(segment) / f"{shard_key}.parquet")
 
-    def shuffle_file(self, segment: int, shard_key: str) -> Path:
-        return self._local(self.work / shuffle_phase(segment) / f"{shard_key}.parquet")
+    def shuffle_file(self, segment: int, shard_key: str, fetch: bool = True) -> Path:
+        return self._local(self.work / shuffle_phase(segment) / f"{shard_key}.parquet", fetch)
 
-    def partition_output(self, segment: int, partition: int, round: int = 0) -> Path:
+    def partition_output(self, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
         name = f"{partition_key(partition)}.parquet" if round == 0 else f"r{round}-{partition_key(partition)}.parquet"
-        return self._local(self.work / f"{reduce_phase(segment)}-parts" / name)
+        return self._local(self.work / f"{reduce_phase(segment)}-parts" / name, fetch)
 
-    def partition_state(self, segment: int, partition: int, round: int = 0) -> Path:
+    def partition_state(self, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
         """A partition's rows for the applying map tasks (``PartitionResult.state``)."""
-        return self._local(self.work / f"{reduce_phase(segment)}-parts" / f"state-r{round}-{partition_key(partition)}.parquet")
+        name = f"state-r{round}-{partition_key(partition)}.parquet"
+        return self._local(self.work / f"{reduce_phase(segment)}-parts" / name, fetch)
 
-    def forward_file(self, segment: int, round: int, partition: int) -> Path:
+    def forward_file(self, segment: int, round: int, partition: int, fetch: bool = True) -> Path:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
-        return self._local(self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet")
+        return self._local(self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet", fetch)
 
-    def merged_file(self, segment: int, round: int, group: int) -> Path:
+    def merged_file(self, segment: int, round: int, group: int, fetch: bool = True) -> Path:
         """A group of a shuffle round's input files, merged: rows sorted by ``part``, a row group per part."""
-        return self._local(self.work / f"{merge_phase(segment, round)}" / f"{partition_key(group)}.parquet")
+        return self._local(self.work / f"{merge_phase(segment, round)}" / f"{partition_key(group)}.parquet", fetch)
 
-    def merged_outputs(self, segment: int, group: int, state: bool = False) -> Path:
+    def merged_outputs(self, segment: int, group: int, state: bool = False, fetch: bool = True) -> Path:
         """A group of a deciding shuffle's partition outputs (or states), of every round, merged: rows
         sorted by ``shard``, a row group per shard."""
         name = f"{'state' if state else 'decisions'}-{partition_key(group)}.parquet"
-        return self._local(self.work / merge_outputs_phase(segment) / name)
+        return self._local(self.work / merge_outputs_phase(segment) / name, fetch)
 
     def scratch_dir(self, segment: int) -> Path:
         """Spill space of the global stage ending ``segment`` (DuckDB, sorts)."""
@@ -279,10 +299,11 @@ class RunFolder:
     def markers_dir(self) -> Path:
         return self.work / "markers"
 
-    def _local(self, path: Path) -> Path:
+    def _local(self, path: Path, fetch: bool = True) -> Path:
         """A path of a task's output; in a remote folder, fetched first if a committed marker names it
-        and it is not here (every read of another task's output asks for its path here)."""
-        if self.remote is None:
+        and it is not here (every read of another task's output asks for its path here).
+        ``fetch=False``: the path only; a reader of a part of it asks ``parquet`` and ``is_committed``."""
+        if self.remote is None or not fetch:
             return path
         from datapipe.run_folder import remote as remote_folder
 

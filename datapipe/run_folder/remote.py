@@ -11,7 +11,9 @@ local run folder. What makes the store the record:
   phase, :func:`pull` reads the markers this process has not seen; a file one of them names is
   downloaded when a task asks the run folder for its path (:func:`fetch`, through ``RunFolder``'s
   path methods) and it is missing locally or differs in size, so a node fetches the inputs of its
-  own tasks, not the whole run. The driver downloads the kept and rejected documents before it
+  own tasks, not the whole run. A task that reads a part of a Parquet file (a partition its row
+  groups, a map task its shard's decisions) opens it with :func:`open_parquet` instead: read in
+  place, only that part crosses the store. The driver downloads the kept and rejected documents before it
   builds the statistics. A file a killed attempt uploaded without its marker is never read, and it
   is deleted by :func:`sweep` under the run lock.
 * The driver's own files (``run.json``, ``stats.duckdb``, the shard manifest) are uploaded when
@@ -30,7 +32,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypedDict
 
+import pyarrow.parquet as pq
+
 from datapipe.run_folder.files import describe_files
+from datapipe.storage import parquet_reads
 from datapipe.storage import uri as storage
 from datapipe.storage.atomic import is_temp_name, write_bytes_atomic
 
@@ -45,6 +50,7 @@ MARKER_FETCHERS = 16
 MARKER_SLICE = 512
 _seen: dict[str, set[str]] = {}  # remote root -> markers already pulled or committed by this process
 _named: dict[str, dict[str, int]] = {}  # remote root -> {file a pulled marker names: its size}
+_footers: dict[str, dict[str, int]] = {}  # remote root -> {Parquet file a pulled marker names: its footer's length}
 _lock = threading.Lock()
 
 
@@ -65,8 +71,14 @@ def commit(root: Path, uri: str, rel_marker: str, data: dict[str, Any], written:
     storage.write_bytes(storage.child(uri, rel_marker), body)
     with _lock:
         _seen.setdefault(uri, set()).add(rel_marker)
-        _named.setdefault(uri, {}).update({f["path"]: f["bytes"] for f in files})
+        _note(uri, files)
     return body
+
+
+def _note(uri: str, files: list[Any]) -> None:
+    """Remember the files a marker names (sizes, footer lengths); under ``_lock``."""
+    _named.setdefault(uri, {}).update({f["path"]: f["bytes"] for f in files})
+    _footers.setdefault(uri, {}).update({f["path"]: f["footer"] for f in files if "footer" in f})
 
 
 def forget(uri: str, rel_marker: str, files: list[str]) -> None:
@@ -77,6 +89,8 @@ def forget(uri: str, rel_marker: str, files: list[str]) -> None:
         _seen.get(uri, set()).discard(rel_marker)
         for rel in files:
             _named.get(uri, {}).pop(rel, None)
+            _footers.get(uri, {}).pop(rel, None)
+            parquet_reads.forget(storage.child(uri, rel))
 
 
 def publish(root: Path, uri: str, rel: str) -> None:
@@ -96,6 +110,20 @@ def fetch(root: Path, uri: str, path: Path) -> Path:
     if size is not None and not (path.is_file() and path.stat().st_size == size):
         storage.download(storage.child(uri, rel), path)
     return path
+
+
+def open_parquet(root: Path, uri: str, path: Path) -> pq.ParquetFile:
+    """A Parquet file of the run (in the mirror) opened for reading: the mirror's copy when this node
+    has it whole (it wrote it, or downloaded it), else the object read in place, only the row groups
+    asked for (storage/parquet_reads.py). A node reading a part of another node's file moves that
+    part through the store, not the whole file."""
+    rel = path.relative_to(root).as_posix()
+    with _lock:
+        size = _named.get(uri, {}).get(rel)
+        footer = _footers.get(uri, {}).get(rel)
+    if size is None or (path.is_file() and path.stat().st_size == size):
+        return pq.ParquetFile(path)
+    return parquet_reads.remote_parquet(storage.child(uri, rel), size, footer)
 
 
 def is_committed(root: Path, uri: str, path: Path) -> bool:
@@ -119,6 +147,7 @@ def pull(root: Path, uri: str, full: bool = False, files: tuple[str, ...] = ()) 
         with _lock:
             _seen.pop(uri, None)
             _named.pop(uri, None)
+            _footers.pop(uri, None)
         local_dir = root / MARKERS
         if local_dir.is_dir():
             for p in local_dir.rglob("*.json"):
@@ -143,7 +172,7 @@ def pull(root: Path, uri: str, full: bool = False, files: tuple[str, ...] = ()) 
             continue  # never the case for a completed upload; an unreadable marker means redo
         named.update(e["path"] for e in marker.get("files", []))
         with _lock:
-            _named.setdefault(uri, {}).update({e["path"]: e["bytes"] for e in marker.get("files", [])})
+            _note(uri, marker.get("files", []))
         local_marker = root / rel
         if not (local_marker.is_file() and local_marker.read_bytes() == body):
             write_bytes_atomic(local_marker, body)

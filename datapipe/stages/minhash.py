@@ -184,7 +184,7 @@ class MinHashDedup(GlobalStage):
         """The partitions decide (settled clusters); the combine step only finishes what they left open."""
         return (
             PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=self.rounds(), decides=True),
-            CombineStep(self.combine, self.combine_state),
+            CombineStep(self.combine, self.combine_state, reads_files=False),
         )
 
     def compute(self, batch: pa.Table) -> pa.Table:

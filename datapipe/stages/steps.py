@@ -74,6 +74,10 @@ class CombineStep:
 
     decide: Callable[[list[str], ReduceInputs], pa.Table]
     state: Callable[[list[str], ReduceInputs], pa.Table | None] | None = None
+    # False: the step reads map outputs only through ``ReduceInputs.read_rows`` (a few rows of each),
+    # never ``files`` by path; in a remote run folder those rows are then read in place instead of
+    # every map output being downloaded to the combine task's node first.
+    reads_files: bool = True
 
 
 GlobalStep = PartitionStep | CombineStep

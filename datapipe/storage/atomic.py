@@ -51,8 +51,9 @@ def final_name(path: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path to write; on success it is renamed to ``path``."""
+def atomic_path(path: str | os.PathLike[str], record: bool = True) -> Iterator[Path]:
+    """Yield a temporary path to write; on success it is renamed to ``path``. ``record=False``: not
+    one of the task's outputs (a copy of another task's file, downloaded), so never uploaded as its own."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path_for(final)
@@ -61,7 +62,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         if tmp.exists():
             _fsync_file(tmp)
             os.replace(tmp, final)
-            note_written(final)
+            if record:
+                note_written(final)
     finally:
         if tmp.exists():
             tmp.unlink()

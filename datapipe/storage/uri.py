@@ -400,7 +400,9 @@ def download(uri: str, local: Path, mtime: float | None = None) -> None:
     fs, path = resolve(uri)
     try:
         FETCHED.downloads += 1
-        with atomic_path(local) as tmp:
+        # Not recorded as written: a task that downloads another task's file must not upload it
+        # again as one of its own outputs (and name it in its marker).
+        with atomic_path(local, record=False) as tmp:
             retrying(
                 uri,
                 "downloading",

@@ -40,9 +40,9 @@ def test_each_map_output_is_read_once_per_answering_round(tmp_path: Path, monkey
     current = {"round": -1}
     original = reduce_inputs._read_row_groups_of
 
-    def counting(path: str, rows, columns):
+    def counting(path: str, rows, columns, *opener):
         reads[(current["round"], Path(path).name)] += 1
-        return original(path, rows, columns)
+        return original(path, rows, columns, *opener)
 
     monkeypatch.setattr(reduce_inputs, "_read_row_groups_of", counting)
     step = step_of(build_stage(spec, segment.compute_global), PartitionStep)

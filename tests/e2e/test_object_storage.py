@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from tests.e2e.test_resume import fingerprint
+from tests.support.counting_s3 import CountingS3
 from tests.support.shared_data import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
@@ -41,11 +42,9 @@ def s3(tmp_path_factory):
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     lid = lid_model_path()  # before the cache moves: the mirrors go to a temporary cache, the model stays
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    server = CountingS3()  # moto's S3 on loopback, counting what it answers (test_partition_reads_...)
     env = {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ENDPOINT_URL": server.url,
         "AWS_ACCESS_KEY_ID": "test",
         "AWS_SECRET_ACCESS_KEY": "test",
         "AWS_DEFAULT_REGION": "us-east-1",
@@ -59,6 +58,7 @@ def s3(tmp_path_factory):
         client.create_bucket(Bucket=BUCKET)
         for f in sorted(DATA.glob("*.jsonl")):
             client.upload_file(str(f), BUCKET, f"data/{f.name}")
+        client.counting = server  # type: ignore[attr-defined]
         yield client
     finally:
         for k, v in saved.items():
@@ -136,6 +136,60 @@ def test_pipeline_with_every_path_on_s3_equals_the_local_run(s3, runs) -> None:
     expected = fingerprint(local.root)
     assert fingerprint(on_s3) == expected  # shard bytes, docs, rejects, documents table, manifest
     assert expected["shards"] and expected["documents"]
+
+
+def test_partition_tasks_on_another_node_read_only_their_row_groups_from_the_store(s3, runs, tmp_path, monkeypatch) -> None:
+    """A node that wrote none of a shuffle's files (an empty cache folder: another machine's mirror)
+    runs one partition of each shuffle of the finished S3 run: it reads its row groups of the round's
+    files and the map outputs' rows it needs in place, so far fewer bytes than those files hold cross
+    the store, nothing of them lands in its mirror, and its output is the run's own."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datapipe.engine.plan import build_stage, make_spec
+    from datapipe.engine.tasks.merge import round_inputs
+    from datapipe.engine.tasks.reduce import reduce_partition
+    from datapipe.pipeline.load import load_pipeline
+    from datapipe.run_folder.layout import RunFolder
+    from datapipe.stages.global_stage import PartitionStep, step_of
+    from datapipe.storage.cache import cache_dir
+
+    _, remote, tmp = runs
+    monkeypatch.setenv("DATAPIPE_CACHE_DIR", str(tmp_path / "other-node"))
+    uri = f"s3://{BUCKET}/runs/full"
+    folder = RunFolder(uri)
+    folder.pull()  # this node reads the markers, as a task does before it runs
+    pipeline = load_pipeline(pipeline_file(tmp_path / "p", f"s3://{BUCKET}/data", uri))
+    spec = make_spec(pipeline, folder.root, cache_dir(), remote.run["split"]["target_bytes"])
+    sizes = {  # every object's size, as the store lists it
+        o["Key"][len("runs/full/") :]: o["Size"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="runs/full/")
+        for o in page.get("Contents", [])
+    }
+    counting = s3.counting
+    shuffled = 0
+    for segment in spec.segments:
+        if segment.compute_global is None or step_of(build_stage(spec, segment.compute_global), PartitionStep) is None:
+            continue
+        inputs = round_inputs(spec, folder, segment, 0, fetch=False)
+        whole = sum(sizes[p.relative_to(folder.root).as_posix()] for p in inputs)
+        before = counting.snapshot()
+        marker = reduce_partition(spec, segment, 0, 0)
+        used = counting.since(before)
+        assert marker["rows_in"] > 0
+        # Its row groups of the round's files (one of several parts each) and a few map-output rows:
+        # well under the round's files alone, which a download of each would have moved whole.
+        assert 0 < used["bytes_read"] < whole / 2, (used, whole)
+        assert not [p for p in inputs if p.exists()]  # read in place, not mirrored
+        out = folder.partition_output(segment.index, 0, 0, fetch=False)
+        key = f"runs/full/{out.relative_to(folder.root).as_posix()}"
+        if out.exists():  # the same rows as the run's own task wrote (a partition with none writes no file)
+            theirs = pq.read_table(pa.BufferReader(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()))
+            assert pq.read_table(out).equals(theirs)
+        else:
+            assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix=key)
+        shuffled += 1
+    assert shuffled == 2  # dedup and minhash
 
 
 def test_sql_and_loader_read_the_run_folder_on_s3(s3, runs) -> None:

@@ -6,6 +6,7 @@ bytes read and written. For bench/scale.py --s3 and tests that measure what a ru
     before = server.snapshot()
     ...                              # a run against AWS_ENDPOINT_URL=server.url
     used = server.since(before)      # {"GET": n, "PUT": n, "LIST": n, "HEAD": n, ..., "bytes_read": n, "bytes_written": n}
+    server.folders                   # Counter: (kind, "/bucket/folder") -> requests, ("bytes_read", folder) -> bytes
 
 The counting is a WSGI middleware around moto's own application, so every request the server
 answers is counted once, whatever client (boto3, pyarrow's S3 filesystem) sent it.
@@ -56,11 +57,18 @@ class _CountingInput:
 
 
 class _Counting:
-    def __init__(self, app: Callable[..., Iterable[bytes]], counts: Counter[str], lock: threading.Lock) -> None:
-        self.app, self.counts, self.lock = app, counts, lock
+    def __init__(
+        self,
+        app: Callable[..., Iterable[bytes]],
+        counts: Counter[str],
+        folders: Counter[tuple[str, str]],
+        lock: threading.Lock,
+    ) -> None:
+        self.app, self.counts, self.folders, self.lock = app, counts, folders, lock
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        kind = request_kind(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""))
+        path = environ.get("PATH_INFO", "")
+        kind = request_kind(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""))
         # Bytes sent: what the application reads of the request body (chunked uploads have no length).
         environ["wsgi.input"] = stream = _CountingInput(environ["wsgi.input"])
         body = self.app(environ, start_response)
@@ -75,6 +83,12 @@ class _Counting:
             self.counts[kind] += 1
             self.counts["bytes_written"] += stream.count if kind == "PUT" else 0
             self.counts["bytes_read"] += read if kind == "GET" else 0
+            # Per folder of the object (a LIST's prefix is in its query: counted under the bucket):
+            # what a benchmark needs to tell which files crossed the store.
+            folder = path.rsplit("/", 1)[0] if kind in ("GET", "PUT", "HEAD", "DELETE") else path.rstrip("/")
+            self.folders[(kind, folder)] += 1
+            if kind == "GET":
+                self.folders[("bytes_read", folder)] += read
         return out
 
 
@@ -86,8 +100,9 @@ class CountingS3:
         from werkzeug.serving import make_server
 
         self.counts: Counter[str] = Counter()
+        self.folders: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
-        app = _Counting(DomainDispatcherApplication(create_backend_app), self.counts, self._lock)
+        app = _Counting(DomainDispatcherApplication(create_backend_app), self.counts, self.folders, self._lock)
         self._server = make_server("127.0.0.1", 0, app, threaded=True)
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -104,6 +119,10 @@ class CountingS3:
     def since(self, before: dict[str, int]) -> dict[str, int]:
         now = self.snapshot()
         return {k: now[k] - before.get(k, 0) for k in now}
+
+    def folder_snapshot(self) -> Counter[tuple[str, str]]:
+        with self._lock:
+            return Counter(self.folders)
 
     def stop(self) -> None:
         self._server.shutdown()

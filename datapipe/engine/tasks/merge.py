@@ -47,19 +47,22 @@ def round_writers(spec: RunSpec, segment: Segment, round: int) -> int:
     return step.partitions
 
 
-def round_inputs(spec: RunSpec, folder: RunFolder, segment: Segment, round: int, writers: range | None = None) -> list[Path]:
+def round_inputs(
+    spec: RunSpec, folder: RunFolder, segment: Segment, round: int, writers: range | None = None, fetch: bool = True
+) -> list[Path]:
     """The input files of a shuffle round that exist (of ``writers`` only, if given), in writer order;
-    merged ones where the round is merged (``writers`` then does not apply)."""
+    merged ones where the round is merged (``writers`` then does not apply). ``fetch=False``: not
+    downloaded from a remote run folder (a partition reads its row groups in place: ``RunFolder.parquet``)."""
     groups = merge_groups(spec, round_writers(spec, segment, round))
     if groups and writers is None:
-        paths = [folder.merged_file(segment.index, round, g) for g in range(groups)]
+        paths = [folder.merged_file(segment.index, round, g, fetch) for g in range(groups)]
     else:
         chosen = writers if writers is not None else range(round_writers(spec, segment, round))
         if round == 0:
-            paths = [folder.shuffle_file(segment.index, spec.shards[i].key) for i in chosen]
+            paths = [folder.shuffle_file(segment.index, spec.shards[i].key, fetch) for i in chosen]
         else:
-            paths = [folder.forward_file(segment.index, round - 1, p) for p in chosen]
-    return [p for p in paths if p.exists()]
+            paths = [folder.forward_file(segment.index, round - 1, p, fetch) for p in chosen]
+    return [p for p in paths if (p.exists() if fetch else folder.is_committed(p))]
 
 
 def group_writers(writers: int, groups: int, group: int) -> range:

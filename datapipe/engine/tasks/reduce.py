@@ -18,13 +18,15 @@ from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.base import Stage
 from datapipe.stages.global_stage import CombineStep, PartitionResult, PartitionStep, step_of
 from datapipe.storage.atomic import atomic_path
+from datapipe.storage.parquet_reads import rows_where
 
 
 def _reduce_inputs(
     spec: RunSpec, folder: RunFolder, segment: Segment, forwarded: tuple[str, ...] = (), lazy: bool = False
 ) -> ParquetReduceInputs:
-    """The map outputs a step reads. ``lazy`` (partition tasks): a file is downloaded from a remote
-    run folder only when ``read_rows`` opens it, so a MinHash owner pulls its own map outputs, not all."""
+    """The map outputs a step reads. ``lazy`` (partition tasks): nothing is downloaded up front; a
+    MinHash partition's ``read_rows`` reads the row groups it needs of each map output in place
+    (``RunFolder.parquet``), a step reading whole files downloads them (``fetch``)."""
     assert segment.compute_global is not None
     outputs = str(folder.stage_outputs_dir(segment.compute_global, spec.stage_name(segment.compute_global)))
     if not lazy:
@@ -41,6 +43,7 @@ def _reduce_inputs(
         forwarded,
         outputs,
         fetch=lambda path: str(folder.fetched(Path(path))),
+        open_file=lambda path: folder.parquet(Path(path)),
     )
 
 
@@ -62,7 +65,8 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     part = step_of(stage, PartitionStep)
     outputs = [folder.partition_output(segment.index, p) for p in range(part.partitions)] if part else []
     forwarded = [folder.forward_file(segment.index, part.rounds - 1, p) for p in range(part.partitions)] if part else []
-    inputs = _reduce_inputs(spec, folder, segment, tuple(str(f) for f in forwarded if f.exists()))
+    fwd = tuple(str(f) for f in forwarded if f.exists())
+    inputs = _reduce_inputs(spec, folder, segment, fwd, lazy=not combine.reads_files)
     decisions = combine.decide([str(p) for p in outputs if p.exists()], inputs)
     if combine.state is not None:
         state = combine.state([str(p) for p in outputs if p.exists()], inputs)
@@ -94,17 +98,16 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
 def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int = 0) -> dict[str, Any]:
     """One partition of one round of a shuffled global stage: its rows from every shard (round 0)
     or from every partition of the round before, reduced."""
-    import pyarrow.dataset as pads
-
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
     stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
     step = step_of(stage, PartitionStep)
     assert step is not None, f"stage {stage.name!r} declares no partition step"
-    # The round's inputs: each writer's file, or the few files a merge phase combined them into.
-    files = [str(f) for f in round_inputs(spec, folder, segment, round)]
-    # Row-group statistics on `part` let the scan skip other partitions' data.
-    rows = pads.dataset(files, format="parquet").to_table(filter=pads.field("part") == partition) if files else None
+    # The round's inputs: each writer's file, or the few files a merge phase combined them into; of
+    # each, only the row groups of this partition are read (by their `part` statistics), in place
+    # from a remote run folder unless this node has the file.
+    files = [folder.parquet(f) for f in round_inputs(spec, folder, segment, round, fetch=False)]
+    rows = rows_where(files, "part", partition)
     result = None
     if rows is not None and rows.num_rows:
         result = step.reduce(rows, round, _reduce_inputs(spec, folder, segment, lazy=True))
@@ -152,43 +155,24 @@ def round_(x: float) -> float:
 def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
     """One shard's decisions, gathered from every partition output of every round (``partitions_decide``),
     or from the ``groups`` files they were merged into (engine/tasks/merge.py, ``output_groups``)."""
-    import pyarrow.dataset as pads
-
     step = step_of(stage, PartitionStep)
     assert step is not None
     if groups:
-        merged = [folder.merged_outputs(segment, g) for g in range(groups)]
-        files = [str(f) for f in merged if f.exists()]
+        paths = [folder.merged_outputs(segment, g, fetch=False) for g in range(groups)]
     else:
-        files = [
-            str(f)
-            for r in range(step.rounds)
-            for p in range(step.partitions)
-            if (f := folder.partition_output(segment, p, r)).exists()
-        ]
-    if not files:
-        return None
-    return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)
+        paths = [folder.partition_output(segment, p, r, fetch=False) for r in range(step.rounds) for p in range(step.partitions)]
+    # Of each file, the row groups of this shard only (in place from a remote run folder).
+    return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)
 
 
 def partition_state(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
     """One shard's rows of every partition's ``PartitionResult.state``, of every round (None: there are
     none), or of the ``groups`` files they were merged into."""
-    import pyarrow.dataset as pads
-
     step = step_of(stage, PartitionStep)
     if step is None:
         return None
     if groups:
-        merged = [folder.merged_outputs(segment, g, state=True) for g in range(groups)]
-        files = [str(f) for f in merged if f.exists()]
+        paths = [folder.merged_outputs(segment, g, state=True, fetch=False) for g in range(groups)]
     else:
-        files = [
-            str(f)
-            for r in range(step.rounds)
-            for p in range(step.partitions)
-            if (f := folder.partition_state(segment, p, r)).exists()
-        ]
-    if not files:
-        return None
-    return pads.dataset(files, format="parquet").to_table(filter=pads.field("shard") == ordinal)
+        paths = [folder.partition_state(segment, p, r, fetch=False) for r in range(step.rounds) for p in range(step.partitions)]
+    return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)

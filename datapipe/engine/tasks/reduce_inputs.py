@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from datapipe.stages.global_stage import ReduceInputs
 from datapipe.stages.row_keys import row_of, shard_of
@@ -13,6 +15,10 @@ from datapipe.stages.row_keys import row_of, shard_of
 
 @dataclass(frozen=True)
 class ParquetReduceInputs(ReduceInputs):
+    # Opens a file of ``files`` for ``read_rows`` (a remote run folder: in place, so only the row
+    # groups read cross the store: ``RunFolder.parquet``). None: opened as it is.
+    open_file: Callable[[str], pq.ParquetFile] | None = None
+
     def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
         """The given columns of the documents with these row keys, in the order of ``row_keys``."""
 
@@ -25,27 +31,27 @@ class ParquetReduceInputs(ReduceInputs):
         for ordinal in np.unique(shards):
             rows = row_of(sorted_keys[shards == ordinal])
             path = by_ordinal[int(ordinal)]
-            parts.append(_read_row_groups_of(self.fetch(path) if self.fetch else path, rows, columns))
+            parts.append(_read_row_groups_of(path, rows, columns, self.open_file))
         if not parts:
             return pa.table({c: pa.array([], pa.null()) for c in columns})
         merged = pa.concat_tables(parts)
         return merged.take(pa.array(np.argsort(order, kind="stable")))
 
 
-def _read_row_groups_of(path: str, rows: np.ndarray, columns: list[str]) -> pa.Table:
+def _read_row_groups_of(
+    path: str, rows: np.ndarray, columns: list[str], open_file: Callable[[str], pq.ParquetFile] | None = None
+) -> pa.Table:
     """``columns`` of a Parquet file's rows ``rows`` (sorted), reading only the row groups that hold
     them. Map outputs are written a batch (at most ``batch_size`` documents) per row group, and a
     MinHash partition needs a few rows of each shard: reading whole columns made that cost grow
     with partitions x corpus (bench/scale.py, shuffle1 CPU per document 24 -> 176 us from 1x to 16x)."""
-    import pyarrow.parquet as pq
-
-    with pq.ParquetFile(path) as file:
-        meta = file.metadata
-        starts = np.zeros(meta.num_row_groups + 1, np.int64)
-        starts[1:] = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        group_of = np.searchsorted(starts, rows, side="right") - 1
-        groups = np.unique(group_of)
-        table = file.read_row_groups(groups.tolist(), columns=columns)
+    file = open_file(path) if open_file is not None else pq.ParquetFile(path)
+    meta = file.metadata
+    starts = np.zeros(meta.num_row_groups + 1, np.int64)
+    starts[1:] = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+    group_of = np.searchsorted(starts, rows, side="right") - 1
+    groups = np.unique(group_of)
+    table = file.read_row_groups(groups.tolist(), columns=columns)
     # Where each chosen group begins in ``table``: the groups are read in order, back to back.
     begins = np.zeros(len(groups), np.int64)
     begins[1:] = np.cumsum(starts[groups + 1] - starts[groups])[:-1]
