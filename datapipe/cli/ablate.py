@@ -30,9 +30,10 @@ def _common(f):  # the options both commands share
             click.option(
                 "--threads",
                 type=click.IntRange(min=0),
-                default=0,
+                default=1,
                 show_default=True,
-                help="torch CPU threads (0: torch's default, the cores). On a busy machine 1 is often faster.",
+                help="torch CPU threads per run (0: torch's default, all cores). A tiny model gains little from more "
+                "threads, and on a busy machine they spin waiting for each other (docs/ablate.md).",
             ),
             click.option(
                 "--heldout-fraction",
