@@ -2,4 +2,5 @@
 
 from datapipe.cli import main
 
-main()
+if __name__ == "__main__":  # not when a spawned worker (mix-search --jobs) re-imports it
+    main()

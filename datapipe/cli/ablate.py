@@ -30,9 +30,10 @@ def _common(f):  # the options both commands share
             click.option(
                 "--threads",
                 type=click.IntRange(min=0),
-                default=0,
+                default=1,
                 show_default=True,
-                help="torch CPU threads (0: torch's default, the cores). On a busy machine 1 is often faster.",
+                help="torch CPU threads per run (0: torch's default, all cores). A tiny model gains little from more "
+                "threads, and on a busy machine they spin waiting for each other (docs/ablate.md).",
             ),
             click.option(
                 "--heldout-fraction",
@@ -185,7 +186,15 @@ def _seeds(text: str) -> list[int]:
     "--target",
     default="loss/all",
     show_default=True,
-    help="Metric to optimise: loss/<lang>, loss/<lang>/<source>, loss/all or acc/<lang>.",
+    help="Metric to optimise: loss/<lang>, loss/<lang>/<source>, loss/all or acc/<lang>; or a comma-separated "
+    "set of them, scored by their mean (e.g. loss/zh/zh_wiki,loss/en/en_wiki).",
+)
+@click.option(
+    "--sampling",
+    type=click.Choice(["uniform", "natural"]),
+    default="uniform",
+    show_default=True,
+    help="How the K mixtures are drawn: uniform on the simplex, or RegMix's Dirichlet around the sources' token shares.",
 )
 @click.option("--min-weight", default="", metavar="SRC=W,...", help="Minimum weight per source.")
 @click.option("--max-weight", default="", metavar="SRC=W,...", help="Maximum weight per source.")
@@ -211,6 +220,13 @@ def _seeds(text: str) -> list[int]:
     help="Fresh seeds to train the predicted, best sampled and uniform mixtures with.",
 )
 @click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Proxies trained at once, each in its own process with --threads threads (on a many-core CPU: cores / threads).",
+)
+@click.option(
     "--pipeline",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Write the predicted mixture into this pipeline file's mixture: block.",
@@ -221,12 +237,14 @@ def mix_search(
     where: str,
     k: int,
     target: str,
+    sampling: str,
     min_weight: str,
     max_weight: str,
     target_tokens: int | None,
     max_epochs: float,
     proxy_seed: int,
     validate_seeds: str,
+    jobs: int,
     pipeline: Path | None,
     **common: object,
 ) -> None:
@@ -251,6 +269,8 @@ def mix_search(
         proxy_seed,
         pipeline,
         log=lambda m: click.echo(m, err=True),
+        sampling=sampling,
+        jobs=jobs,
     )
     reg = record["regression"]
     click.echo(
@@ -259,8 +279,10 @@ def mix_search(
         f"Spearman {reg['loo_spearman']:.2f}"
     )
     click.echo(f"best sampled: {record['best_sampled']['mixture']} {target} {record['best_sampled']['target']:.4f}")
+    pred = record["predicted"]
     click.echo(
-        f"predicted:    {record['predicted']['mixture']} {target} {record['predicted']['predicted_target']:.4f} (predicted)"
+        f"predicted:    {pred['mixture']} {target} {pred['predicted_target']:.4f} "
+        f"(by the regression, which puts uniform at {pred['uniform_predicted_target']:.4f})"
     )
     if "validation" in record:
         v = record["validation"]

@@ -96,7 +96,7 @@ def test_mix_search_writes_a_mixture_within_its_constraints(small_run: Path, tmp
     out = tmp_path / "search"
     result = _datapipe(
         "mix-search", str(small_run), "-k", "5", "--min-weight", "en=0.2", "--max-weight", "en=0.6",
-        "--no-benchmarks", "--target", "loss/und/zh", "--pipeline", str(pipeline), "--out", str(out), *MICRO,
+        "--no-benchmarks", "--target", "loss/und/zh", "--pipeline", str(pipeline), "--out", str(out), "--jobs", "2", *MICRO,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     mixture = json.loads((out / "mixture.json").read_text())
@@ -118,9 +118,54 @@ def test_constrained_sampling_and_the_regression_find_a_known_optimum() -> None:
     assert np.allclose(w.sum(1), 1) and np.all(w[:, 0] >= 0.1) and np.all(w[:, 1] <= 0.5) and np.all(w[:, 2] <= 0.4)
     best = np.array([0.3, 0.45, 0.25])  # a quadratic bowl with its minimum inside the feasible set
     y = ((w - best) ** 2).sum(1) + rng.normal(0, 1e-4, len(w))
-    f = fit(w, y)
-    assert f.quadratic and f.loo_spearman > 0.9
+    f, tried = fit(w, y)
+    assert f.kind == "quadratic" and f.loo_spearman > 0.9 and len(tried) > 10
     assert np.abs(predict_best(f, cons, rng, lower_is_better=True) - best).max() < 0.08
+
+
+def test_log_features_fit_a_loss_that_climbs_as_a_weight_nears_zero() -> None:
+    """The shape of a proxy's held-out loss over several sources: each source's loss falls like a power
+    of its weight. The log features follow it where a plane or a parabola does not, and the mixture they
+    predict is the true optimum, which is not uniform."""
+    from datapipe.ablate.mixsearch import Constraints, fit, predict_best
+
+    cons = Constraints.build(["a", "b", "c"], {}, {}, {s: 10**6 for s in "abc"}, 10_000, 4.0)
+    rng = np.random.default_rng(1)
+    w = cons.sample(16, rng)
+    share = np.array([0.5, 0.3, 0.2])  # how much of the held-out text each source's loss makes up
+
+    def loss(m: np.ndarray) -> np.ndarray:
+        return ((m + 0.03) ** -0.3 * share).sum(1)
+
+    y = loss(w) + rng.normal(0, 0.01, len(w))
+    f, tried = fit(w, y)
+    by_kind = {k: min(t["loo_rmse"] for t in tried if t["features"] == k) for k in ("linear", "quadratic", "log")}
+    assert f.kind == "log" and by_kind["log"] < 0.5 * min(by_kind["linear"], by_kind["quadratic"]), by_kind
+    pool = cons.sample(50_000, rng)
+    optimum = pool[np.argmin(loss(pool))]
+    predicted = predict_best(f, cons, rng, lower_is_better=True)
+    assert np.abs(predicted - optimum).max() < 0.06, (predicted, optimum)
+    assert loss(predicted[None])[0] < loss(np.full((1, 3), 1 / 3))[0] - 0.01  # better than uniform
+
+
+def test_targets_sets_and_natural_sampling() -> None:
+    from datapipe.ablate.candidates import CandidateError
+    from datapipe.ablate.mixsearch import Constraints, lower_is_better, target_value
+
+    metrics = {"loss/zh/a": 5.0, "loss/en/b": 4.0, "acc/zh": 0.3}
+    assert target_value(metrics, "loss/zh/a, loss/en/b") == pytest.approx(4.5)
+    assert lower_is_better("loss/zh/a,loss/en/b") and not lower_is_better("acc/zh")
+    with pytest.raises(CandidateError, match="not a metric"):
+        target_value(metrics, "loss/zh/c")
+    with pytest.raises(CandidateError, match="all loss"):
+        lower_is_better("loss/zh/a,acc/zh")
+    cons = Constraints.build(["a", "b", "c"], {}, {}, {s: 10**6 for s in "abc"}, 10_000, 4.0)
+    natural = np.array([0.7, 0.2, 0.1])
+    around = cons.sample(2000, np.random.default_rng(0), center=natural)
+    flat = cons.sample(2000, np.random.default_rng(0))
+    assert np.allclose(around.sum(1), 1)
+    assert np.abs(around.mean(0) - natural).max() < 0.03  # centred on the token shares
+    assert np.abs(flat.mean(0) - 1 / 3).max() < 0.03
 
 
 def test_a_run_folder_of_other_settings_is_refused_not_mixed_in(tmp_path: Path) -> None:
