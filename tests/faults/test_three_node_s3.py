@@ -29,8 +29,8 @@ DATA = PROJECT_ROOT / "pipelines" / "demo" / "data"
 
 
 def _pipeline(folder: Path, data: str, partitions: int) -> Path:
-    """The demo data through exact dedup and MinHash (9 shuffle partitions, merged in 2 groups) and
-    packing, in 16 KB map tasks so every node gets several."""
+    """The demo data through exact dedup and MinHash (4 shuffle partitions, merged in 2 groups) and
+    packing, in 32 KB map tasks (7) so every node gets some."""
     config = {
         "name": "three",
         "sources": [
@@ -43,7 +43,7 @@ def _pipeline(folder: Path, data: str, partitions: int) -> Path:
             {"minhash": {"threshold": 0.7, "fold_script": True, "partitions": partitions}},
         ],
         "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 512, "rows_per_shard": 64},
-        "split": {"target_bytes": 16384, "min_bytes": 4096, "group_small_files": False, "shuffle_groups": 2},
+        "split": {"target_bytes": 32768, "min_bytes": 4096, "group_small_files": False, "shuffle_groups": 2},
     }
     path = folder / "three.yaml"
     path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
@@ -52,7 +52,7 @@ def _pipeline(folder: Path, data: str, partitions: int) -> Path:
 
 def test_three_nodes_on_one_store_with_a_node_killed_mid_shuffle_equal_one_node(tmp_path: Path) -> None:
     ref = subprocess.run(
-        [sys.executable, "-m", "datapipe.cli", "run", str(_pipeline(tmp_path, str(DATA), 9)), "--output", str(tmp_path / "ref")]
+        [sys.executable, "-m", "datapipe.cli", "run", str(_pipeline(tmp_path, str(DATA), 4)), "--output", str(tmp_path / "ref")]
         + ["--in-process", "--no-progress"],
         capture_output=True,
         text=True,
@@ -85,7 +85,7 @@ def test_three_nodes_on_one_store_with_a_node_killed_mid_shuffle_equal_one_node(
         for f in sorted(DATA.glob("*.jsonl")):
             client.upload_file(str(f), BUCKET, f"data/{f.name}")
         (tmp_path / "s3").mkdir()
-        pipeline = _pipeline(tmp_path / "s3", f"s3://{BUCKET}/data", 9)
+        pipeline = _pipeline(tmp_path / "s3", f"s3://{BUCKET}/data", 4)
         env = {
             **os.environ,
             **aws,
