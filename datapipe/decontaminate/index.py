@@ -52,7 +52,9 @@ def _lookup(keys, bitmap, shift, hashes, found):
 
 
 if HAVE_NUMBA:
-    import numba
+    from datapipe.runtime.jit import lazy_numba
+
+    numba = lazy_numba()  # compiled (or loaded from the cache) on first use
 
     _lookup_jit = numba.njit(cache=True, nogil=True)(_lookup)
 

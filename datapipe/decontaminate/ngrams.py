@@ -46,7 +46,9 @@ from datapipe.dedup.shingles import (
 )
 
 if HAVE_NUMBA:
-    import numba
+    from datapipe.runtime.jit import lazy_numba
+
+    numba = lazy_numba()  # compiled (or loaded from the cache) on first use
 
 MASK = (1 << 64) - 1
 FNV_OFFSET = 0xCBF29CE484222325

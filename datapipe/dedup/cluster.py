@@ -71,7 +71,9 @@ def _flatten_kernel(parent):
 
 
 if HAVE_NUMBA:
-    import numba
+    from datapipe.runtime.jit import lazy_numba
+
+    numba = lazy_numba()  # compiled (or loaded from the cache) on first use
 
     _find = numba.njit(cache=True, nogil=True)(_find)
     _union_kernel = numba.njit(cache=True, nogil=True)(_union_kernel)

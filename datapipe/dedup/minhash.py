@@ -87,9 +87,9 @@ def _legacy_kernel(hashes, offsets, a, b, out):
 
 
 if HAVE_NUMBA:
-    from datapipe.runtime.jit import load_numba
+    from datapipe.runtime.jit import lazy_numba
 
-    numba = load_numba()
+    numba = lazy_numba()  # compiled (or loaded from the cache) on first use
 
     _affine32_jit = numba.njit(cache=True, nogil=True)(_affine32_kernel)
     _legacy_jit = numba.njit(cache=True, nogil=True)(_legacy_kernel)

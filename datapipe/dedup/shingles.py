@@ -23,6 +23,7 @@ code-point array of the whole batch produces the same 32-bit hashes.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import unicodedata
 import zlib
@@ -34,12 +35,14 @@ import numpy as np
 from datapipe.text import charclass
 from datapipe.text.unicode_tables import cached_table
 
-try:  # numba is the default path; the numpy/Python fallback keeps the package importable.
-    import numba
+# numba is the default path; the numpy/Python fallback keeps the package importable. Found, not
+# imported: the kernels compile (or load from numba's cache) on first use (runtime/jit.py), so a
+# driver that only plans a run never loads numba.
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+if HAVE_NUMBA:
+    from datapipe.runtime.jit import lazy_numba
 
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised only where numba is absent
-    HAVE_NUMBA = False  # numba stays unbound: every use of it is under HAVE_NUMBA
+    numba = lazy_numba()
 
 DEFAULT_N = 5
 # A batch of texts: a list or tuple of str, a pyarrow string Array / ChunkedArray, a numpy array of str

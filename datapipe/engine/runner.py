@@ -29,6 +29,8 @@ from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder, RunFolderError
 from datapipe.run_folder.lock import RunLock
 from datapipe.runtime.heartbeat import Heartbeat, duration
+from datapipe.runtime.process_cache import clear_process_caches
+from datapipe.runtime.release_memory import release_memory
 from datapipe.storage.atomic import fault_scope
 from datapipe.storage.cache import cache_dir
 from datapipe.storage.uri import RUN_FILES, folder_stats_once
@@ -125,6 +127,8 @@ def _run_locked(
             with choose(spec) as executor:
                 if spec is None:
                     spec = _plan(pipeline, record, executor.cpus())  # (a re-decided run is planned already)
+                if not isinstance(executor, InProcessExecutor):
+                    _drop_planning_state()
                 log(
                     f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
                     f"output in {folder.root}"
@@ -183,6 +187,14 @@ def _plan(pipeline: Pipeline, record: RunRecord, cpus: int) -> RunSpec:
     _prepare(spec)
     record.record_split(target, cpus, len(spec.shards))
     return spec
+
+
+def _drop_planning_state() -> None:
+    """A driver whose tasks run in Ray's workers drops what planning loaded (the tokenizer and the
+    fast encoder's plan and verdict: ~50 MiB for a 32k vocabulary) and hands the pages back: it
+    would otherwise hold them through every phase, at the run's peak too (bench/pipeline.py)."""
+    clear_process_caches()
+    release_memory()
 
 
 def _prepare(spec: RunSpec) -> None:

@@ -43,9 +43,9 @@ _YUE_TABLE = np.zeros(0x10000, dtype=np.uint8)
 _YUE_TABLE[_YUE] = 1
 
 try:  # numba (a datapipe dependency) compiles the counting loop; numpy is the fallback
-    from datapipe.runtime.jit import load_numba
+    from datapipe.runtime.jit import lazy_numba
 
-    numba: ModuleType | None = load_numba()
+    numba: ModuleType | None = lazy_numba()  # the kernel compiles (or loads) on its first call
 except ImportError:  # pragma: no cover
     numba = None
 

@@ -27,6 +27,7 @@ overlap) stays on ``tokenizers``; :func:`plan_fast_encoder` says why.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -170,7 +171,7 @@ class FastEncoder:
     def __init__(self, plan: FastPlan) -> None:
         import tiktoken
 
-        self.plan = plan
+        self.plan = dataclasses.replace(plan, ranks={})  # tiktoken holds its own copy of the ranks
         self._enc = tiktoken.Encoding(
             "datapipe-fast-bpe", pat_str=plan.pattern, mergeable_ranks=plan.ranks, special_tokens=plan.added
         )
@@ -302,6 +303,27 @@ def _build_probe_text() -> str:
     lines.append(" ".join(s + s + "x" + s + "'ll " for s in spaces))
     lines.append("I'm we'RE they've you'd it's  \n\n  12345 3.14159 ١٢٣ 中文，标点。 😀👍🏽 e\u0301 \u200d")
     return "\n".join(lines)
+
+
+def plan_to_json(plan: FastPlan | str) -> dict[str, Any]:
+    """A plan (or the reason there is none) as JSON data: ranks as hex bytes, for the cache folder."""
+    if isinstance(plan, str):
+        return {"reason": plan}
+    return {
+        "pattern": plan.pattern,
+        "prefix_space": plan.prefix_space,
+        "ranks": [[b.hex(), i] for b, i in plan.ranks.items()],
+        "added": plan.added,
+        "left_out": plan.left_out,
+    }
+
+
+def plan_from_json(data: dict[str, Any]) -> FastPlan | str:
+    if "reason" in data:
+        return str(data["reason"])
+    ranks = {bytes.fromhex(h): int(i) for h, i in data["ranks"]}
+    added = {str(k): int(v) for k, v in data["added"].items()}
+    return FastPlan(str(data["pattern"]), bool(data["prefix_space"]), ranks, added, int(data["left_out"]))
 
 
 def load_plan(path: str) -> FastPlan | str:

@@ -20,3 +20,24 @@ def test_numba_kernels_load_without_scipy_linalg() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["2", "False", "False", "3.0"]
+
+
+def test_stage_modules_load_numba_only_when_a_kernel_runs() -> None:
+    """runtime/jit.py lazy_numba: a driver imports every stage module of its pipeline to plan it and
+    runs none of their kernels on Ray, so importing them must not load numba (~60-80 MiB RSS); the
+    first call of a kernel loads it, and the module's kernels are numba's dispatchers from then on."""
+    code = (
+        "import sys\n"
+        "import datapipe.stages.langid, datapipe.stages.quality, datapipe.stages.minhash, datapipe.stages.dedup\n"
+        "import datapipe.stages.decontaminate, datapipe.stages.boilerplate\n"
+        "print('numba' in sys.modules)\n"
+        "from datapipe.stages import cjk\n"
+        "d, _, _ = cjk.line_script_counts(['ab 中文'])\n"
+        "from numba.core.registry import CPUDispatcher\n"
+        "print('numba' in sys.modules, int(d['han'][0]), isinstance(cjk._count_kernel, CPUDispatcher))\n"
+        "import numpy as np\nfrom datapipe.dedup.cluster import UnionFind\n"  # a kernel calling one: _union_kernel -> _find
+        "u = UnionFind(5); u.union(np.array([0, 3]), np.array([3, 4])); print(*u.roots().tolist())\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True", "2", "True", "0", "1", "2", "0", "0"]

@@ -24,6 +24,7 @@ from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.splits import InputRange
 from datapipe.engine.tasks.isolate import Isolator, Step
 from datapipe.engine.tasks.merge import output_groups
+from datapipe.engine.tasks.prefetch import prefetched
 from datapipe.engine.tasks.recorded import ShardSignals, tokens_with_recorded, with_recorded
 from datapipe.engine.tasks.reduce import partition_decisions, partition_state, partitions_decide
 from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
@@ -37,7 +38,7 @@ from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep
 from datapipe.stages.row_keys import row_key, row_keys
 from datapipe.storage.input_reads import ReadRecord, recording_reads
 from datapipe.storage.uri import input_identity, input_key
-from datapipe.tokens.encode import assign_split, encode_documents
+from datapipe.tokens.encode import assign_split, encode_documents, encode_threads
 
 _NULL_STR = pa.scalar(None, pa.string())
 _TOKENS = "__tokens"  # transient column between encoding and the token sink
@@ -362,7 +363,11 @@ def _read_piece(
         first_record=first,
         ranged=not piece.whole,
     )
-    for rb in _guarded(reader(file, spec.batch_size), file):
+    batches = reader(file, spec.batch_size)
+    if encode_threads() > 1 and spec.tokenizer is not None and not spec.stages:
+        # A run in the driver with no per-document stage: encoding uses every core, reading one.
+        batches = prefetched(batches)
+    for rb in _guarded(batches, file):
         docs = rb.docs
         counts.docs_in += docs.num_rows
         docs = _with_n_chars(docs)

@@ -19,9 +19,9 @@ different n-grams of one document share both hashes with odds of about 1e-18.
 
 import numpy as np
 
-from datapipe.runtime.jit import load_numba
+from datapipe.runtime.jit import lazy_numba
 
-numba = load_numba()
+numba = lazy_numba()  # kernels compile (or load from the cache) on first use
 
 P1 = 1_000_000_007
 P2 = 998_244_353

@@ -15,9 +15,9 @@ as the numpy reference, so even non-integer weights give the same float64 values
 
 import numpy as np
 
-from datapipe.runtime.jit import load_numba
+from datapipe.runtime.jit import lazy_numba
 
-numba = load_numba()
+numba = lazy_numba()  # kernels compile (or load from the cache) on first use
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
