@@ -21,7 +21,7 @@ from datapipe.engine.errors import PipelineError
 from datapipe.engine.executors import Executor, InProcessExecutor, local_cpus, make_executor
 from datapipe.engine.faults import fault_point
 from datapipe.engine.phases import Phase, Task, plan_phases
-from datapipe.engine.plan import Recorded, RunSpec, build_stage, input_bytes, make_spec, split_target
+from datapipe.engine.plan import Recorded, RunSpec, build_stage, forget_stages, input_bytes, make_spec, split_target
 from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.redecide import plan_reuse
 from datapipe.engine.run_record import RunRecord, open_record
@@ -29,7 +29,6 @@ from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder, RunFolderError
 from datapipe.run_folder.lock import RunLock
 from datapipe.runtime.heartbeat import Heartbeat, duration
-from datapipe.runtime.process_cache import clear_process_caches
 from datapipe.runtime.release_memory import release_memory
 from datapipe.storage.atomic import fault_scope
 from datapipe.storage.cache import cache_dir
@@ -192,8 +191,10 @@ def _plan(pipeline: Pipeline, record: RunRecord, cpus: int) -> RunSpec:
 def _drop_planning_state() -> None:
     """A driver whose tasks run in Ray's workers drops what planning loaded (the tokenizer and the
     fast encoder's plan and verdict: ~50 MiB for a 32k vocabulary) and hands the pages back: it
-    would otherwise hold them through every phase, at the run's peak too (bench/pipeline.py)."""
-    clear_process_caches()
+    would otherwise hold them through every phase, at the run's peak too (bench/pipeline.py). The
+    built stages go with them: a stage marked set up must not outlive the models its setup loaded
+    (a later in-process run in this process would find it set up and its models gone)."""
+    forget_stages()
     release_memory()
 
 

@@ -41,3 +41,17 @@ def test_models_stay_within_a_phase_and_go_at_the_next(spec: plan.RunSpec, monke
     again = plan.build_stage(spec, pos, setup=True)  # and a stage needed again loads again
     assert again is not stage and langid._MODELS
     plan.forget_stages()
+
+
+def test_a_driver_dropping_its_planning_state_drops_its_stages_too(spec: plan.RunSpec) -> None:
+    """A Ray run's driver lets go of what planning loaded (engine/runner.py); a stage it had set up
+    must go with the models, or a later run in the same process finds it "set up" with no model."""
+    from datapipe.engine import runner
+
+    pos = _langid_position(spec)
+    plan.build_stage(spec, pos, setup=True)
+    assert langid._MODELS
+    runner._drop_planning_state()
+    plan.build_stage(spec, pos, setup=True)
+    assert langid._MODELS, "the stage was set up again and loaded its model"
+    plan.forget_stages()
