@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._harness import Harness, add_args  # noqa: E402
 from datapipe.dedup import evalset  # noqa: E402
 from datapipe.dedup.embed import FastTextEmbedder, StaticEmbedder, train_fasttext  # noqa: E402
+from tests.support.static_embedding import build_static_model  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 THRESHOLDS = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99]
@@ -82,30 +82,6 @@ def negatives(groups: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
             seen.add((i, j))
             out.append((i, j))
     return np.asarray(out)
-
-
-def build_static(texts: list[str], folder: Path, dim: int = 256, seed: int = 0) -> None:
-    """idf-weighted random token vectors in model2vec's layout (tokens: Latin words, single Han characters)."""
-    import math
-    from collections import Counter
-
-    from safetensors.numpy import save_file
-    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
-
-    pre = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Split(Regex("[\u3400-\u9fff]"), "isolated")])
-    df: Counter[str] = Counter()
-    for t in texts:
-        df.update({w for w, _ in pre.pre_tokenize_str(re.sub(r"[^\w\s]", " ", t.lower()))})
-    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(sorted(df))}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    # punctuation is not a token (as a stop-word list would do): the copies are re-punctuated
-    tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace(Regex(r"[^\w\s]"), " ")])
-    tok.pre_tokenizer = pre
-    emb = np.random.default_rng(seed).standard_normal((len(vocab), dim)).astype(np.float32)
-    weights = np.array([math.log((1 + len(texts)) / (1 + df.get(w, 0))) for w in vocab], np.float32)
-    folder.mkdir(parents=True, exist_ok=True)
-    tok.save(str(folder / "tokenizer.json"))
-    save_file({"embeddings": emb, "weights": weights}, str(folder / "model.safetensors"))
 
 
 def scores(vectors: np.ndarray, pairs: np.ndarray) -> np.ndarray:
@@ -196,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             embedders["fasttext"] = FastTextEmbedder(Path(tmp) / "ft.bin")
             print(f"fastText trained in {time.perf_counter() - t0:.1f} s")
         if "static" in args.embedders:
-            build_static(texts, Path(tmp) / "static")
+            build_static_model(texts, Path(tmp) / "static", dim=256)
             embedders["static"] = StaticEmbedder(Path(tmp) / "static")
         from datapipe.dedup.fold import fold_traditional
 

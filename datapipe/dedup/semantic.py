@@ -178,6 +178,13 @@ def similar_pairs(
         found_i.append(i[keep])
         found_j.append(j[keep])
         found_s.append(sims[rows[keep], cols[keep]])
+    return _pairs(found_i, found_j, found_s)
+
+
+def _pairs(
+    found_i: list[np.ndarray], found_j: list[np.ndarray], found_s: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The blocks' pairs as (i, j, cosine) arrays, in block order."""
     if not found_i:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
     return (
@@ -205,10 +212,4 @@ def _similar_pairs_torch(
             found_i.append((rows + s).cpu().numpy())
             found_j.append((cols + s).cpu().numpy())
             found_s.append(sims[rows, cols].cpu().numpy())
-    if not found_i:
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
-    return (
-        np.concatenate(found_i).astype(np.int64),
-        np.concatenate(found_j).astype(np.int64),
-        np.concatenate(found_s).astype(np.float32),
-    )
+    return _pairs(found_i, found_j, found_s)
