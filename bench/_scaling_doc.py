@@ -79,35 +79,36 @@ def explain_md(explain: list[dict[str, Any]] | None) -> str:
     rows = [
         "`bench/explain_files.py` runs `datapipe explain RUN ID` under strace on the run folders of the runs "
         "above (downloaded from the store after the run), for 5 ids spread over the run (the first row of kept "
-        "files spread over `docs/`), and counts the files under the run folder it opens and the bytes it reads "
-        "from them (range over the ids). The Parquet files split in two: those read to find the document's own "
-        "row, and the dedup/MinHash reject files read by the listing of a kept document's copies "
-        "(`select ... where dup_of = id`):",
+        "files spread over `docs/`) and 3 kept documents that have copies, and counts the files under the run "
+        "folder it opens and the bytes it reads from them (range over the ids). The Parquet files split in "
+        "three: those read to find the document's own row, the dedup/MinHash reject files (a run without the "
+        "copies index scanned them for a kept document's copies, `select ... where dup_of = id`), and the "
+        "copies index files (`copies/`) that list them now:",
         "",
-        "| documents | document files (with dup_of) | files opened per explain | Parquet: the row | Parquet: copies "
-        "listing | bytes read | of them Parquet |",
-        "|---|---|---|---|---|---|---|",
+        "| documents | document files (with dup_of) | files opened per explain | Parquet: the row | Parquet: reject "
+        "files with dup_of | Parquet: copies index | bytes read | of them Parquet |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    none = {"min": 0, "max": 0}
     for r in explain:
         f, b, pb = r["files_opened"], r["bytes_read"], r["parquet_bytes_read"]
-        row, dup = r["row_files_opened"], r["dup_files_opened"]
+        row, dup, cop = r["row_files_opened"], r["dup_files_opened"], r.get("copies_files_opened", none)
         rows.append(
             f"| {r['documents']:,} | {r['document_files']:,} ({r['dup_files']}) | {f['min']}-{f['max']} | "
-            f"{row['min']}-{row['max']} | {dup['min']}-{dup['max']} | {b['min'] / 1e6:,.2f}-{b['max'] / 1e6:,.2f} MB | "
-            f"{pb['min'] / 1e3:,.0f}-{pb['max'] / 1e3:,.0f} kB |"
+            f"{row['min']}-{row['max']} | {dup['min']}-{dup['max']} | {cop['min']}-{cop['max']} | "
+            f"{b['min'] / 1e6:,.2f}-{b['max'] / 1e6:,.2f} MB | {pb['min'] / 1e3:,.0f}-{pb['max'] / 1e3:,.0f} kB |"
         )
     others = sorted({o for r in explain for i in r["ids"] for o in i["other_files"]})
     rows += [
         "",
         f"Besides Parquet it opens {', '.join(f'`{o}`' for o in others)} (the index of the document files, one "
         "row per file, and the run's record). **Finding the row is bounded**: only the files whose recorded id "
-        "range holds the id are opened (1-3 at both scales). **Listing the copies is not**: a kept document's "
-        "copies can be in any task's reject file, so explain opens most of the files that have a `dup_of` column "
-        "(their count grows with the map tasks; pyarrow skips the row groups whose `dup_of` statistics exclude "
-        "the id, but opens every footer). Bounding it needs an index of copies by survivor (the deciding "
-        "partitions writing `dup_of` rows partitioned by the survivor's id, so one file answers) or a per-file "
-        "filter on `dup_of` in the index; a `dup_of` range per file prunes little (tried on the 16x run: 24-45 of "
-        "151 files still match, since copies point at survivors anywhere in the corpus). Not done.",
+        "range holds the id are opened. **So is listing the copies**: the task that decides a copy hands its row "
+        "to the survivor's map task too, which writes the copies of its documents to one file per dedup stage "
+        "(`copies/`, its `dup_of` range recorded in `stats.duckdb`'s `copies_files`), and explain reads only the "
+        "copies files whose range holds the id, those of the survivor's own task (engine/tasks/copies.py). Before "
+        "the index, a kept document's copies could be in any task's reject file, and explain opened most of the "
+        "files with a `dup_of` column (105-125 of 151 at 16x).",
     ]
     return "\n".join(rows)
 

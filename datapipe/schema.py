@@ -25,6 +25,9 @@ READ_STAGE = "read"  # the stage name for documents rejected while reading their
 # every document of the source) and the raw value of a record's sources[i].license_field (the reader).
 SOURCE_LICENSE = "source_license"
 RECORD_LICENSE = "record_license"
+# A copies index file (copies/): the documents a dedup stage dropped in favour of one task's
+# documents, ``dup_of`` the survivor's id; written by the engine, read by `explain`.
+COPIES_SCHEMA = pa.schema([(c, pa.string()) for c in ("dup_of", "id", "reason", "detail")])
 
 
 def doc_id(source: str, input_name: str, record: int | str) -> str:

@@ -11,7 +11,9 @@ or per column, whatever the size of the corpus:
   one stage's rejects), read from one file's footer;
 - ``document_columns``: the columns of ``documents`` in order, with their DuckDB types;
 - ``audit_views``: the SQL of the views built on ``documents`` (mixture, contamination, the
-  stages' own), in the order they are created.
+  stages' own), in the order they are created;
+- ``copies_files``: path, stage, rows, min_dup_of, max_dup_of of each copies index file (``copies/``:
+  the copies a dedup stage dropped, in the task of their survivor, ``engine/tasks/copies.py``).
 
 Every connection that reads the database (``audit.sql.connect``) then registers one pyarrow dataset
 per layout over the files' paths, resolved against the run folder as it is now (so a moved or
@@ -19,7 +21,9 @@ copied run folder works, and a run folder in object storage is read in place), a
 ``documents`` and the views on it as temporary views. DuckDB itself still reaches no file (see
 ``audit/sql.py``): the Parquet files are read by pyarrow, which needs no footer at registration
 (each layout's schema is in the database). `explain ID` registers only the files whose recorded id
-range holds the id (``ids``). Rows come in file order: a query that needs an order says ORDER BY.
+range holds the id (``only_id``), and lists a kept document's copies from the copies files whose
+``dup_of`` range holds it (``attach_copies``). Rows come in file order: a query that needs an order
+says ORDER BY.
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from typing import Any
 
 import pyarrow as pa
 
-INDEX_TABLES = ("document_files", "document_layouts", "document_columns", "audit_views")
+INDEX_TABLES = ("document_files", "document_layouts", "document_columns", "audit_views", "copies_files")
 # The datasets of one connection, one per layout: internal names, behind the ``documents`` view.
 _SOURCE = "__documents_{}"
+# ``attach_copies``' dataset: the copies index files whose dup_of range holds one id.
+COPIES_VIEW = "__copies"
 
 
 def has_index(con: Any) -> bool:
@@ -90,6 +96,38 @@ def attach(con: Any, root: Path, only_id: str | None = None) -> int:
     for name, sql in con.execute("SELECT name, sql FROM audit_views ORDER BY position").fetchall():
         con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {sql}')
     return sum(len(p) for p in files.values())
+
+
+def has_copies_index(con: Any) -> bool:
+    """Whether the database lists the run's copies index files (``copies_files``)."""
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'copies_files'").fetchone()
+    return bool(found and found[0])
+
+
+def attach_copies(con: Any, root: Path, survivor: str) -> int | None:
+    """Register ``COPIES_VIEW`` (dup_of, id, reason, detail): the rows of the copies index files whose
+    recorded ``dup_of`` range holds ``survivor``, i.e. those of its own task, so listing the copies of
+    a kept document reads a few files however large the run. Returns how many files it registered;
+    None: the run has no index (a database of an older datapipe), and the copies are found by
+    ``dup_of`` in ``documents``."""
+    import pyarrow.dataset as ds
+
+    from datapipe.schema import COPIES_SCHEMA
+
+    if not has_copies_index(con):
+        return None
+    paths = [
+        r[0]
+        for r in con.execute(
+            "SELECT path FROM copies_files WHERE min_dup_of <= ? AND ? <= max_dup_of ORDER BY path", [survivor, survivor]
+        ).fetchall()
+    ]
+    fs, resolve = locator(root)
+    dataset = ds.FileSystemDataset.from_paths(
+        [resolve(p) for p in paths], schema=COPIES_SCHEMA, format=ds.ParquetFileFormat(), filesystem=fs
+    )
+    con.register(COPIES_VIEW, dataset)
+    return len(paths)
 
 
 def text_dataset(con: Any, root: Path, status: str) -> Any:

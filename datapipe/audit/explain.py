@@ -237,15 +237,11 @@ def _bucket_rule_lines(row: dict[str, Any], rule: dict[str, Any], options: dict[
 
 def copies_lines(row: dict[str, Any], run_dir: Path, limit: int = 5) -> list[str]:
     """For a kept document: the documents dropped as copies of it (``dup_of``: dedup, minhash,
-    semantic), how many by each rule, and the first few with their detail (semantic: the cosine)."""
+    semantic), how many by each rule, and the first few with their detail (semantic: the cosine).
+    Read from the copies index (``copies_of``), not from every reject file of the run."""
     if row.get("status") != "kept":
         return []
-    with reading(run_dir) as con:
-        if "dup_of" not in {r[0] for r in con.execute("DESCRIBE documents").fetchall()}:
-            return []
-        rows = con.execute(
-            "SELECT id, reason, detail FROM documents WHERE dup_of = $id ORDER BY id", {"id": row["id"]}
-        ).fetchall()
+    rows = copies_of(run_dir, row["id"])
     if not rows:
         return []
     counts: dict[str, int] = {}
@@ -256,6 +252,28 @@ def copies_lines(row: dict[str, Any], run_dir: Path, limit: int = 5) -> list[str
     if len(rows) > limit:
         out.append(f"  ... and {len(rows) - limit} more (select id, detail from documents where dup_of = '{row['id']}')")
     return out
+
+
+def copies_of(run_dir: Path, doc_id: str) -> list[tuple[str, str, str | None]]:
+    """(id, reason, detail) of every document dropped as a copy of ``doc_id`` (``dup_of``), by id:
+    from the copies index files of the survivor's own task (``copies_files``), a few whatever the
+    size of the run; in a run without the index, from every file with a ``dup_of`` column."""
+    from datapipe.audit.documents import COPIES_VIEW, has_copies_index
+
+    with reading(run_dir, only_id=doc_id, copies_of=doc_id) as con:
+        if has_copies_index(con):
+            return con.execute(
+                f'SELECT id, reason, detail FROM "{COPIES_VIEW}" WHERE dup_of = $id ORDER BY id', {"id": doc_id}
+            ).fetchall()
+    return scanned_copies_of(run_dir, doc_id)
+
+
+def scanned_copies_of(run_dir: Path, doc_id: str) -> list[tuple[str, str, str | None]]:
+    """``copies_of`` by a scan of ``documents``: every file with a ``dup_of`` column is opened."""
+    with reading(run_dir) as con:
+        if "dup_of" not in {r[0] for r in con.execute("DESCRIBE documents").fetchall()}:
+            return []
+        return con.execute("SELECT id, reason, detail FROM documents WHERE dup_of = $id ORDER BY id", {"id": doc_id}).fetchall()
 
 
 def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:

@@ -74,7 +74,11 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
 
 
 def connect(
-    run_dir: Path, text_views: bool | Iterable[str] = False, memory_limit: str | int | None = None, only_id: str | None = None
+    run_dir: Path,
+    text_views: bool | Iterable[str] = False,
+    memory_limit: str | int | None = None,
+    only_id: str | None = None,
+    copies_of: str | None = None,
 ) -> Any:
     """A read-only DuckDB connection to RUN/stats.duckdb that can reach no file (see the module doc).
 
@@ -83,6 +87,7 @@ def connect(
     ``memory_limit``: bytes or a size such as ``2GB``; default $DATAPIPE_SQL_MEMORY_LIMIT or
     a quarter of the machine's memory (``limits.memory_limit``).
     ``only_id``: ``documents`` holds only the files whose recorded id range holds this id (explain).
+    ``copies_of``: registers the copies index files whose range holds this id (``documents.attach_copies``).
     """
     import duckdb
 
@@ -124,6 +129,8 @@ def connect(
                 con.register(view, dataset)
         if indexed:  # documents and its views, over the run's files (audit/documents.py)
             documents.attach(con, root, only_id=only_id)
+            if copies_of is not None:
+                documents.attach_copies(con, root, copies_of)
         try:
             # After opening (the database file is read through the handle opened already).
             con.execute("SET disabled_filesystems = 'LocalFileSystem'")
@@ -185,12 +192,16 @@ def _damaged(run_dir: Path, exc: BaseException) -> AuditError:
 
 @contextlib.contextmanager
 def reading(
-    run_dir: Path, text_views: bool | Iterable[str] = False, memory_limit: str | int | None = None, only_id: str | None = None
+    run_dir: Path,
+    text_views: bool | Iterable[str] = False,
+    memory_limit: str | int | None = None,
+    only_id: str | None = None,
+    copies_of: str | None = None,
 ) -> Iterator[Any]:
     """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
 
-    con = connect(run_dir, text_views=text_views, memory_limit=memory_limit, only_id=only_id)
+    con = connect(run_dir, text_views=text_views, memory_limit=memory_limit, only_id=only_id, copies_of=copies_of)
     try:
         yield con
     except duckdb.OutOfMemoryException:

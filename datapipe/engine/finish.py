@@ -1,9 +1,9 @@
 """The end of a run: its counts, the audit database ``stats.duckdb``, and the conservation check.
 
 ``collect_counts`` sums the funnel and per-source totals from the tasks' markers;
-``build_stats`` writes the database: the funnel, the shards, and the index of the kept and
-rejected files that ``documents`` is a view over; ``check_conservation`` checks inputs = kept +
-rejected against the rows those files hold.
+``build_stats`` writes the database: the funnel, the shards, the index of the kept and
+rejected files that ``documents`` is a view over, and that of the copies files (``copies_files``);
+``check_conservation`` checks inputs = kept + rejected against the rows those files hold.
 
 Nothing here reads a document: the rows stay in the Parquet files the map tasks wrote, and the
 markers (read once per phase, cached) say which files there are, with their rows, id ranges and
@@ -119,6 +119,11 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
             ),
         )
         con.execute("CREATE TABLE document_files AS SELECT * FROM file_rows ORDER BY path")
+        copies = copies_files(folder, spec)
+        if copies is not None:  # else a task of an older datapipe wrote none: explain scans for copies
+            con.register("copies_rows", pa.Table.from_pylist(copies, schema=COPIES_FILES_SCHEMA))
+            con.execute("CREATE TABLE copies_files AS SELECT * FROM copies_rows ORDER BY path")
+            con.unregister("copies_rows")
         con.execute("CREATE TABLE document_layouts AS SELECT * FROM layout_rows ORDER BY layout")
         con.execute("CREATE TABLE document_columns AS SELECT * FROM column_rows ORDER BY position")
         funnel = [
@@ -240,6 +245,35 @@ def document_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]]:
                 status = "kept" if rel.startswith(f"{DOCS_DIR}/") else "rejected" if rel.startswith(f"{REJECTED_DIR}/") else None
                 if status is not None and rel.endswith(".parquet"):
                     out.append(_described(folder, rel, status))
+    return sorted(out, key=lambda f: f["path"])
+
+
+# One row per copies index file (engine/tasks/copies.py): `explain` reads the files whose range holds its id.
+COPIES_FILES_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("stage", pa.string()),
+        ("rows", pa.int64()),
+        ("min_dup_of", pa.string()),
+        ("max_dup_of", pa.string()),
+    ]
+)
+
+
+def copies_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]] | None:
+    """Every copies index file of the run, as the map markers of the segments that apply a global stage
+    record them (``copies_files``); None where a marker has no such record (a task of a datapipe
+    before the index): the index would miss its copies."""
+    out: list[dict[str, Any]] = []
+    for segment in spec.segments:
+        if segment.apply_global is None:
+            continue
+        markers = folder.read_markers(map_phase(segment.index))
+        for shard in spec.shards:
+            marker = markers.get(shard.key) or {}
+            if "copies_files" not in marker:
+                return None
+            out += marker["copies_files"]
     return sorted(out, key=lambda f: f["path"])
 
 

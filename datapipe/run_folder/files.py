@@ -12,9 +12,10 @@ from datapipe.storage.parquet_reads import footer_length
 from datapipe.tokens.shard_format import file_sha256
 
 # Files whose sha256 a marker records besides their size: the documents a run reports (kept and
-# rejected). The token shards' sha256 is in the pack markers' manifest rows already; intermediates
-# under _work/ get sizes only (hashing them would cost every task a second read of its outputs).
-HASHED_PREFIXES = ("docs/", "rejected/")
+# rejected) and the copies index `explain` reads (copies/). The token shards' sha256 is in the pack
+# markers' manifest rows already; intermediates under _work/ get sizes only (hashing them would
+# cost every task a second read of its outputs).
+HASHED_PREFIXES = ("docs/", "rejected/", "copies/")
 
 
 def describe_files(root: Path, written: list[Path]) -> list[dict[str, Any]]:

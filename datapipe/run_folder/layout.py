@@ -3,6 +3,9 @@
     <run>/docs/<source>/<shard>.parquet       kept documents with their signals
     <run>/rejected/<source>/<shard>.<n>-<stage>.parquet
                                               dropped documents: stage, reason, detail, text
+    <run>/copies/<source>/<shard>.<n>-<stage>.parquet
+                                              the copies a dedup stage dropped in favour of this
+                                              shard's documents, by survivor (what `explain` lists)
     <run>/shards/<source>/<split>-NNNNN.arrow packed token shards (Arrow IPC, uncompressed)
     <run>/shards/manifest.parquet             one row per shard
     <run>/stats.duckdb                        the audit database
@@ -43,8 +46,8 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
 DOCS_DIR, REJECTED_DIR, WORK_DIR, STATS_DB, RUN_JSON = "docs", "rejected", "_work", "stats.duckdb", "run.json"
-MODELS_DIR = "models"
-MANAGED = (DOCS_DIR, REJECTED_DIR, SHARDS_DIR, MODELS_DIR, WORK_DIR, STATS_DB, RUN_JSON)
+MODELS_DIR, COPIES_DIR = "models", "copies"
+MANAGED = (DOCS_DIR, REJECTED_DIR, COPIES_DIR, SHARDS_DIR, MODELS_DIR, WORK_DIR, STATS_DB, RUN_JSON)
 LOCK_FILE = ".datapipe.lock"  # never deleted, not even by --fresh: see run_folder/lock.py
 LOCK_RECORD = ".datapipe.lock.json"
 
@@ -127,6 +130,11 @@ def reduce_phase(segment: int) -> str:
     return f"reduce{segment}"
 
 
+# What a deciding partition writes for the next map tasks, each file sorted by ``shard``: its
+# decisions, its ``PartitionResult.state`` and the copies it dropped, by their survivor's shard.
+OUTPUT_KINDS = ("decisions", "state", "copies")
+
+
 def partition_key(partition: int) -> str:
     """The task key (marker name) of one partition of a shuffle round."""
     return f"{partition:05d}"
@@ -207,6 +215,11 @@ class RunFolder:
     def reject_file(self, shard_key: str, position: int, stage: str) -> Path:
         return self._local(self.rejected_dir / f"{shard_key}.{position:02d}-{stage}.parquet")
 
+    def copies_file(self, shard_key: str, position: int, stage: str) -> Path:
+        """The copies the stage at ``position`` dropped in favour of this shard's documents (``dup_of``
+        one of them), sorted by ``dup_of``: written by the shard's map task after the stage."""
+        return self._local(self.root / COPIES_DIR / f"{shard_key}.{position:02d}-{stage}.parquet")
+
     def map_output(self, segment: int, shard_key: str, fetch: bool = True) -> Path:
         """``fetch=False``: its path in the mirror, not downloaded (``fetched`` and ``is_committed``
         then ask): a reader of a few map outputs must not pull every one onto its node."""
@@ -252,6 +265,11 @@ class RunFolder:
         name = f"state-r{round}-{partition_key(partition)}.parquet"
         return self._local(self.work / f"{reduce_phase(segment)}-parts" / name, fetch)
 
+    def partition_copies(self, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
+        """The copies a partition dropped, by their survivor's shard: for the survivors' map tasks."""
+        name = f"copies-r{round}-{partition_key(partition)}.parquet"
+        return self._local(self.work / f"{reduce_phase(segment)}-parts" / name, fetch)
+
     def forward_file(self, segment: int, round: int, partition: int, fetch: bool = True) -> Path:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
         return self._local(self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet", fetch)
@@ -260,10 +278,11 @@ class RunFolder:
         """A group of a shuffle round's input files, merged: rows sorted by ``part``, a row group per part."""
         return self._local(self.work / f"{merge_phase(segment, round)}" / f"{partition_key(group)}.parquet", fetch)
 
-    def merged_outputs(self, segment: int, group: int, state: bool = False, fetch: bool = True) -> Path:
-        """A group of a deciding shuffle's partition outputs (or states), of every round, merged: rows
-        sorted by ``shard``, a row group per shard."""
-        name = f"{'state' if state else 'decisions'}-{partition_key(group)}.parquet"
+    def merged_outputs(self, segment: int, group: int, kind: str = "decisions", fetch: bool = True) -> Path:
+        """A group of a deciding shuffle's partition outputs of one ``kind`` (``OUTPUT_KINDS``: decisions,
+        states, copies), of every round, merged: rows sorted by ``shard``, a row group per shard."""
+        assert kind in OUTPUT_KINDS, kind
+        name = f"{kind}-{partition_key(group)}.parquet"
         return self._local(self.work / merge_outputs_phase(segment) / name, fetch)
 
     def scratch_dir(self, segment: int) -> Path:
@@ -287,6 +306,10 @@ class RunFolder:
 
     def state_file(self, segment: int) -> Path:
         return self._local(self.work / f"{reduce_phase(segment)}-state.parquet")
+
+    def combine_copies_file(self, segment: int) -> Path:
+        """The copies the combine step dropped, sorted by their survivor's shard (each map task reads its own)."""
+        return self._local(self.work / f"{reduce_phase(segment)}-copies.parquet")
 
     @property
     def tokens_dir(self) -> Path:

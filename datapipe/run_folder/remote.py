@@ -42,7 +42,7 @@ from datapipe.storage.atomic import is_temp_name, write_bytes_atomic
 MARKERS = "_work/markers"
 # Written by the driver itself, not by a task: kept by the sweep although no marker names them.
 DRIVER_FILES = storage.RUN_FILES
-MANAGED_PREFIXES = ("docs/", "rejected/", "shards/", "models/", "_work/")
+MANAGED_PREFIXES = ("docs/", "rejected/", "copies/", "shards/", "models/", "_work/")
 
 # Markers read from the store at once (pull, sweep): each read is a round trip, and one at a time the
 # driver spent 20 ms x every task of the run before each phase and again at its end.

@@ -190,7 +190,8 @@ def _dropped(rows: pa.Table, first: np.ndarray, head: np.ndarray, reason: str, p
     """Decision rows (id, shard, reason, detail, dup_of) of the non-first rows, in run order."""
     dup = np.flatnonzero(~first)
     survivor = rows["id"].take(pa.array(head[dup])).combine_chunks().cast(pa.string())
-    docs = rows["doc"].to_numpy()[dup]
+    all_docs = rows["doc"].to_numpy()
+    docs = all_docs[dup]
     order = np.argsort(docs, kind="stable")
     survivor = survivor.take(pa.array(order))
     return drop_rows(
@@ -198,5 +199,6 @@ def _dropped(rows: pa.Table, first: np.ndarray, head: np.ndarray, reason: str, p
         rows["id"].take(pa.array(dup[order])),
         reason,
         pc.binary_join_element_wise(pa.scalar(prefix), survivor, ""),
+        dup_of_keys=all_docs[head[dup]][order],
         dup_of=survivor,
     )

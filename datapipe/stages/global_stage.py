@@ -45,19 +45,33 @@ def checked_steps(stage: Stage) -> tuple[GlobalStep, ...]:
     return steps
 
 
+# The row key of the survivor a dropped copy names in ``dup_of``: the engine routes the copy's row to
+# the survivor's map task too, which indexes the copies of its survivors (``copies/``), and removes
+# the column before the decisions are applied.
+DUP_OF_KEY = "dup_of_key"
+
+
 def drop_rows(
     row_keys: np.ndarray,
     ids: pa.Array | pa.ChunkedArray | list[str],
     reason: str,
     detail: pa.Array | pa.ChunkedArray | list[str | None] | None = None,
+    dup_of_keys: np.ndarray | None = None,
     **extra: pa.Array,
 ) -> pa.Table:
     """Decisions that drop the documents with these row keys and ids: what a deciding step returns.
 
     Columns id, shard (which map task applies the row), reason, detail (null where not given), then
     ``extra`` in the order given (``dup_of``, ...: they go to rejected/ beside the document; typed
-    arrays, as an empty list has no type). The row-key layout stays the engine's."""
+    arrays, as an empty list has no type). The row-key layout stays the engine's.
+
+    Copies dropped in favour of a survivor name it twice: its id in ``dup_of`` and its row key in
+    ``dup_of_keys``, so that `datapipe explain SURVIVOR` finds them in one file of the survivor's
+    task instead of every reject file of the run (a ``dup_of`` without them is a TypeError)."""
+    if ("dup_of" in extra) != (dup_of_keys is not None):
+        raise TypeError("drop_rows: dup_of (the survivors' ids) and dup_of_keys (their row keys) go together")
     keys = np.asarray(row_keys, dtype=np.int64)
+    survivors = {} if dup_of_keys is None else {DUP_OF_KEY: pa.array(np.asarray(dup_of_keys, dtype=np.int64), pa.int64())}
     return pa.table(
         {
             "id": _strings(ids),
@@ -65,6 +79,7 @@ def drop_rows(
             "reason": pa.array([reason] * len(keys), pa.string()),
             "detail": pa.nulls(len(keys), pa.string()) if detail is None else _strings(detail),
             **extra,
+            **survivors,
         }
     )
 
@@ -136,6 +151,7 @@ class GlobalStage(Stage):
 # The step values live in stages/steps.py (so stages/base.py can name them); this module is where
 # a global stage's author imports the whole contract from.
 __all__ = [
+    "DUP_OF_KEY",
     "CombineStep",
     "GlobalStage",
     "GlobalStep",

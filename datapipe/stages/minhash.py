@@ -362,7 +362,7 @@ class MinHashDedup(GlobalStage):
         ``score`` (survivor: best), row for row."""
         o = self.options
         if len(keys) == 0:
-            return _decisions(keys, [], [], [], [], []), _sizes(keys, np.empty(0, np.int64))
+            return _decisions(keys, [], [], keys, [], [], []), _sizes(keys, np.empty(0, np.int64))
         sigs = _sig_matrix(docs["sig"], o.num_perm)
         scores = docs["score"].to_numpy(zero_copy_only=False) if o.survivor == "best" else None
         roots = np.searchsorted(keys, cluster)  # index of the cluster's lowest key: what survivors() expects
@@ -378,6 +378,7 @@ class MinHashDedup(GlobalStage):
             keys[dup],
             ids[dup].tolist(),
             ids[surv].tolist(),
+            keys[surv],
             ids[c.cluster[dup]].tolist(),
             c.size[dup].tolist(),
             similarity.tolist(),
@@ -406,7 +407,7 @@ class MinHashDedup(GlobalStage):
         import pyarrow.parquet as pq
 
         self._survivor_sizes = None
-        empty = _decisions(np.empty(0, np.int64), [], [], [], [], [])
+        empty = _decisions(np.empty(0, np.int64), [], [], np.empty(0, np.int64), [], [], [])
         if not inputs.forwarded:
             return empty
         rows = pa.concat_tables([pq.read_table(p, columns=["node", "nbr", "kind"]) for p in inputs.forwarded])
@@ -459,7 +460,9 @@ def _sizes(row_keys: np.ndarray, sizes: np.ndarray) -> pa.Table:
     return state_rows(row_keys, dup_count=pa.array(sizes.astype(np.int64)))
 
 
-def _decisions(keys: np.ndarray, ids: list, survivor_ids: list, cluster_ids: list, sizes: list, similarity: list) -> pa.Table:
+def _decisions(
+    keys: np.ndarray, ids: list, survivor_ids: list, survivor_keys: np.ndarray, cluster_ids: list, sizes: list, similarity: list
+) -> pa.Table:
     detail = [
         f"near-duplicate of {s} (cluster of {n}, estimated Jaccard {j:.2f})" for s, n, j in zip(survivor_ids, sizes, similarity)
     ]
@@ -468,6 +471,7 @@ def _decisions(keys: np.ndarray, ids: list, survivor_ids: list, cluster_ids: lis
         ids,
         "near_duplicate",
         detail,
+        dup_of_keys=survivor_keys,
         dup_of=pa.array(survivor_ids, pa.string()),
         dup_cluster=pa.array(cluster_ids, pa.string()),
     )

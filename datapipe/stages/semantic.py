@@ -349,6 +349,7 @@ class SemanticDedup(GlobalStage):
                 ids[dup].tolist(),
                 REASON,
                 detail,
+                dup_of_keys=keys[surv[dup]],
                 dup_of=pa.array(survivor_ids, pa.string()),
                 dup_cluster=pa.array(ids[root_pos[dup]].tolist(), pa.string()),
                 semantic_similarity=pa.array(sim, pa.float64()),

@@ -35,6 +35,7 @@ from datapipe.stages import (
     register_stage,
     unregister_stage,
 )
+from datapipe.stages.global_stage import DUP_OF_KEY
 from tests.conftest import write_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,8 +256,12 @@ def test_drop_rows_and_state_rows_name_the_shard_of_a_row_key() -> None:
     from datapipe.stages.row_keys import row_keys
 
     keys = np.concatenate([row_keys(3, 7, 2), row_keys(0, 0, 1)])
-    dropped = drop_rows(keys, ["a", "b", "c"], "why", dup_of=pa.array(["x", "y", "z"]))
-    assert dropped.column_names == ["id", "shard", "reason", "detail", "dup_of"]
+    survivors = row_keys(1, 0, 3)  # a copy names its survivor by id and row key (the copies index, for explain)
+    dropped = drop_rows(keys, ["a", "b", "c"], "why", dup_of=pa.array(["x", "y", "z"]), dup_of_keys=survivors)
+    assert dropped.column_names == ["id", "shard", "reason", "detail", "dup_of", DUP_OF_KEY]
+    assert dropped[DUP_OF_KEY].to_pylist() == survivors.tolist()
+    with pytest.raises(TypeError, match="go together"):
+        drop_rows(keys, ["a", "b", "c"], "why", dup_of=pa.array(["x", "y", "z"]))
     assert dropped["shard"].type == pa.int32() and dropped["shard"].to_pylist() == [3, 3, 0]
     assert dropped["detail"].null_count == 3 and dropped["reason"].to_pylist() == ["why"] * 3
     state = state_rows(keys, n=pa.array([1, 2, 3]))

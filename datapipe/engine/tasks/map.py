@@ -22,11 +22,12 @@ import pyarrow.parquet as pq
 from datapipe.config.mixture import REPEAT_COLUMN
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.splits import InputRange
+from datapipe.engine.tasks.copies import CopiesSink
 from datapipe.engine.tasks.isolate import Isolator, Step
 from datapipe.engine.tasks.merge import output_groups
 from datapipe.engine.tasks.prefetch import prefetched
 from datapipe.engine.tasks.recorded import ShardSignals, tokens_with_recorded, with_recorded
-from datapipe.engine.tasks.reduce import partition_decisions, partition_state, partitions_decide
+from datapipe.engine.tasks.reduce import partition_copies, partition_decisions, partition_state, partitions_decide
 from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
 from datapipe.readers import READERS, InputFile, ReadBatch, reader_path, reader_spec
 from datapipe.readers.base import BatchBuilder, describe_error
@@ -115,7 +116,13 @@ class ShardOutputs:
         repeats = shard.source.name in spec.repeats
         self.tokens = TokenSink(folder.tokens_file(shard.key), repeats) if segment.final and spec.tokenizer else None
         self.shuffle = ShuffleSink(folder.shuffle_file(segment.index, shard.key)) if shuffles else None
+        self.copies: CopiesSink | None = None  # the copies of this shard's documents the applied stage dropped
         self._isolators: dict[int, Isolator] = {}
+
+    def index_copies(self, position: int, stage: str, copies: pa.Table | None) -> None:
+        """Write the copies index of the global stage this segment applies (engine/tasks/copies.py)."""
+        self.copies = CopiesSink(self.folder.copies_file(self.shard.key, position, stage), stage)
+        self.copies.write(copies)
 
     def reject(
         self, position: int, stage: str, batch: pa.Table, decision: Decision, extra: dict[str, pa.Array] | None = None
@@ -168,6 +175,8 @@ class ShardOutputs:
         self.docs.close()
         for sink in self.rejects.values():
             sink.close()
+        if self.copies is not None:
+            self.copies.close()
         if self.shuffle is not None:
             self.shuffle.close()
         if self.tokens is not None:
@@ -182,10 +191,18 @@ class ShardOutputs:
         entries += [sink.audit_entry(root, "rejected") for sink in self.rejects.values()]
         return sorted((e for e in entries if e is not None), key=lambda e: e["path"])
 
+    def copies_files(self) -> list[dict[str, Any]]:
+        """The copies index this task wrote, for the marker (``CopiesSink.audit_entry``): empty where it
+        applied a global stage that dropped no copy of its documents."""
+        entry = self.copies.audit_entry(self.folder.root) if self.copies is not None else None
+        return [entry] if entry is not None else []
+
     def abort(self) -> None:
         self.docs.abort()
         for sink in self.rejects.values():
             sink.abort()
+        if self.copies is not None:
+            self.copies.abort()
         if self.shuffle is not None:
             self.shuffle.abort()
         if self.tokens is not None:
@@ -233,6 +250,8 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
             if pos not in skips:
                 stage.start_task(folder.stage_work_dir(pos, stage.name, shard.key))
                 started_tasks.append(stage)
+        if applying is not None:
+            out.index_copies(applying.position, applying.name, applying.copies)
         max_bytes = MAX_BATCH_TEXT_BYTES if out.tokens is None else MAX_TOKENIZE_BATCH_TEXT_BYTES
         for batch in _bounded(_segment_input(spec, folder, shard, segment, counts, out.reject), max_bytes):
             if applying is not None:
@@ -276,6 +295,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
         "segment": segment.index,
         **counts.as_dict(),
         "audit_files": out.audit_files(segment.final),
+        **({"copies_files": out.copies_files()} if applying is not None else {}),
         "seconds": round(time.perf_counter() - started, 3),
         "cpu_seconds": round(time.process_time() - cpu_started, 3),
     }
@@ -315,6 +335,7 @@ class _Applying:
         self.name = spec.stage_name(self.position)
         self.ordinal = shard.ordinal
         self.decisions = _load_decisions(spec, folder, segment, shard)
+        self.copies = _load_copies(spec, folder, segment, shard)  # dropped in favour of this shard's documents
         self.state = _load_state(spec, folder, segment, shard)  # what the applied stage's apply() needs besides decisions
         self.rows_read = 0  # position in the previous segment's output: the row keys the reduce used
 
@@ -478,6 +499,21 @@ def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: S
     if step_of(stage, CombineStep) is not None:
         path = folder.decisions_file(segment.index - 1, shard.key)
         parts.append(pq.read_table(path) if path.exists() else None)
+    return _concat([t for t in parts if t is not None and t.num_rows])
+
+
+def _load_copies(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
+    """The copies the applied stage dropped whose survivor is one of this shard's documents, from its
+    partitions and its combine step (engine/tasks/copies.py)."""
+    assert segment.apply_global is not None
+    stage = build_stage(spec, segment.apply_global)
+    parts = []
+    if partitions_decide(stage):
+        groups = output_groups(spec, spec.segments[segment.index - 1])
+        parts.append(partition_copies(folder, segment.index - 1, stage, shard.ordinal, groups))
+    path = folder.combine_copies_file(segment.index - 1)
+    if step_of(stage, CombineStep) is not None and path.exists():
+        parts.append(pq.read_table(path, filters=[("shard", "=", shard.ordinal)]))
     return _concat([t for t in parts if t is not None and t.num_rows])
 
 

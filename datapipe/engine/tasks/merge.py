@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, build_stage
-from datapipe.run_folder.layout import RunFolder
+from datapipe.run_folder.layout import OUTPUT_KINDS, RunFolder
 from datapipe.stages.global_stage import PartitionStep, step_of
 from datapipe.storage.atomic import atomic_path
 
@@ -153,7 +153,8 @@ def merge_round(spec: RunSpec, segment: Segment, round: int) -> int:
 
 # --- the partition outputs the next map tasks read ---------------------------------------------
 #
-# A deciding partition step's outputs (decisions, and states for ``GlobalStage.apply``) are read by
+# A deciding partition step's outputs (decisions, states for ``GlobalStage.apply`` and the copies for
+# their survivors' map tasks, engine/tasks/copies.py) are read by
 # every map task of the next segment, each taking its shard's rows: map tasks x partitions x rounds
 # opens. With more partition outputs than ``split.shuffle_groups``, G merge tasks after the last
 # round combine contiguous runs of them (in the order readers list them: round, then partition)
@@ -176,20 +177,17 @@ def output_groups(spec: RunSpec, segment: Segment) -> int:
 
 
 def merge_outputs(spec: RunSpec, segment: Segment, group: int) -> dict[str, Any]:
-    """Merge one group of the partition outputs and states; returns the marker contents."""
+    """Merge one group of the partition outputs, states and copies; returns the marker contents."""
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
     writers = output_writers(spec, segment)
     mine = [writers[i] for i in group_writers(len(writers), output_groups(spec, segment), group)]
+    written = {"decisions": folder.partition_output, "state": folder.partition_state, "copies": folder.partition_copies}
     rows = {}
-    for state in (False, True):
-        files = [
-            f
-            for r, p in mine
-            if (f := (folder.partition_state if state else folder.partition_output)(segment.index, p, r)).exists()
-        ]
-        rows["state_rows" if state else "decision_rows"] = merge_by_shard(
-            files, folder.merged_outputs(segment.index, group, state)
+    for kind in OUTPUT_KINDS:
+        files = [f for r, p in mine if (f := written[kind](segment.index, p, r)).exists()]
+        rows["decision_rows" if kind == "decisions" else f"{kind}_rows"] = merge_by_shard(
+            files, folder.merged_outputs(segment.index, group, kind)
         )
     return {"segment": segment.index, "group": group, **rows, "seconds": round_(time.perf_counter() - started)}
 

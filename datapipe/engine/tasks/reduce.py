@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, build_stage
+from datapipe.engine.tasks.copies import split_copies
 from datapipe.engine.tasks.merge import round_inputs
 from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
 from datapipe.engine.tasks.sinks import ShuffleSink
@@ -67,7 +68,10 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     forwarded = [folder.forward_file(segment.index, part.rounds - 1, p) for p in range(part.partitions)] if part else []
     fwd = tuple(str(f) for f in forwarded if f.exists())
     inputs = _reduce_inputs(spec, folder, segment, fwd, lazy=not combine.reads_files)
-    decisions = combine.decide([str(p) for p in outputs if p.exists()], inputs)
+    decisions, copies = split_copies(combine.decide([str(p) for p in outputs if p.exists()], inputs), stage.name)
+    assert decisions is not None
+    # The copies by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
+    _write_or_remove(folder.combine_copies_file(segment.index), copies, sort_by_shard=True)
     if combine.state is not None:
         state = combine.state([str(p) for p in outputs if p.exists()], inputs)
         folder.state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
@@ -114,8 +118,11 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     if not isinstance(result, PartitionResult):
         result = PartitionResult(result)
     out = folder.partition_output(segment.index, partition, round)
-    n = _write_or_remove(out, result.output, sort_by_shard=partitions_decide(stage))
+    decisions, copies = split_copies(result.output, stage.name) if partitions_decide(stage) else (result.output, None)
+    n = _write_or_remove(out, decisions, sort_by_shard=partitions_decide(stage))
     _write_or_remove(folder.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
+    # The copies it dropped, by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
+    _write_or_remove(folder.partition_copies(segment.index, partition, round), copies, sort_by_shard=True)
     forward = ShuffleSink(folder.forward_file(segment.index, round, partition))
     # The last round's forwarded rows go to the combine step, if one follows.
     if result.forward is not None and (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
@@ -168,11 +175,22 @@ def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: 
 def partition_state(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
     """One shard's rows of every partition's ``PartitionResult.state``, of every round (None: there are
     none), or of the ``groups`` files they were merged into."""
+    return _partition_rows(folder, segment, stage, ordinal, groups, "state")
+
+
+def partition_copies(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
+    """The copies every partition of every round dropped of this shard's documents (None: there are
+    none), or of the ``groups`` files they were merged into (engine/tasks/copies.py)."""
+    return _partition_rows(folder, segment, stage, ordinal, groups, "copies")
+
+
+def _partition_rows(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int, kind: str) -> pa.Table | None:
     step = step_of(stage, PartitionStep)
     if step is None:
         return None
+    written = folder.partition_state if kind == "state" else folder.partition_copies
     if groups:
-        paths = [folder.merged_outputs(segment, g, state=True, fetch=False) for g in range(groups)]
+        paths = [folder.merged_outputs(segment, g, kind, fetch=False) for g in range(groups)]
     else:
-        paths = [folder.partition_state(segment, p, r, fetch=False) for r in range(step.rounds) for p in range(step.partitions)]
+        paths = [written(segment, p, r, fetch=False) for r in range(step.rounds) for p in range(step.partitions)]
     return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)
