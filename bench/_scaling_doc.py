@@ -108,7 +108,7 @@ def explain_md(explain: list[dict[str, Any]] | None) -> str:
         "(`copies/`, its `dup_of` range recorded in `stats.duckdb`'s `copies_files`), and explain reads only the "
         "copies files whose range holds the id, those of the survivor's own task (engine/tasks/copies.py). Before "
         "the index, a kept document's copies could be in any task's reject file, and explain opened most of the "
-        "files with a `dup_of` column (105-125 of 151 at 16x).",
+        "files with a `dup_of` column (100-130 of 151 at 16x; bench/results/explain_files_before_index.json).",
     ]
     return "\n".join(rows)
 
