@@ -31,7 +31,9 @@ from datapipe.run_folder.layout import RunFolder, map_phase
 SPLITS = ("train", "val")
 # A concat range task packs about this many tokens (whole files): enough to amortize a task,
 # small enough that a source of a few billion tokens spreads over a cluster. Memory does not
-# depend on it (a task holds one input shard and one output file at a time).
+# depend on it beyond its first output file: a task holds one record batch of an input shard and
+# the output file being filled (rows_per_shard x row_len tokens, 32 MiB at 8192 x 2048 uint16; a
+# range smaller than one file holds less, so a task's peak grows with its range up to one file).
 TOKENS_PER_TASK = 1 << 26
 
 

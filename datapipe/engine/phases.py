@@ -168,6 +168,9 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                         {**steps, "scheduling_strategy": "SPREAD"},
                         "partitions",
                         wants.gpus_required,
+                        # The map outputs a partition answers from, read where they were written.
+                        follows=map_phase(segment.index) if step.owner_reads else None,
+                        reads=_owned_shards(spec, step.partitions) if step.owner_reads else None,
                     )
                 )
             if groups := output_groups(spec, segment):
@@ -195,6 +198,17 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
         else:
             raise TypeError(f"stage {stage.name!r} declares an unknown step {step!r}")
     return phases
+
+
+def _owned_shards(spec: RunSpec, partitions: int) -> Callable[[Task], list[tuple[str, int]]]:
+    """A partition task's reads of the map phase before it (``PartitionStep.owner_reads``): the
+    shards whose ordinal is its partition modulo ``partitions``, by their bytes of input."""
+
+    def reads(task: Task) -> list[tuple[str, int]]:
+        p = task.args[1]
+        return [(s.key, max(1, s.nbytes)) for s in spec.shards if s.ordinal % partitions == p]
+
+    return reads
 
 
 def _round_tasks(

@@ -183,7 +183,9 @@ class MinHashDedup(GlobalStage):
     def steps(self) -> tuple[GlobalStep, ...]:
         """The partitions decide (settled clusters); the combine step only finishes what they left open."""
         return (
-            PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=self.rounds(), decides=True),
+            PartitionStep(
+                self.partitions, self.shuffle, self.reduce_partition, rounds=self.rounds(), decides=True, owner_reads=True
+            ),
             CombineStep(self.combine, self.combine_state, reads_files=False),
         )
 

@@ -61,6 +61,10 @@ class PartitionStep:
     reduce: Callable[..., Any]
     rounds: int = 1
     decides: bool = False  # the outputs are decisions (else a CombineStep reads them)
+    # Partition p reads rows of the map outputs (``ReduceInputs.read_rows``) of the shards whose
+    # ordinal is p modulo ``partitions`` only (minhash: the owner answers for them): the engine
+    # places it on the node that wrote those map outputs, which reads them from its own mirror.
+    owner_reads: bool = False
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,11 @@ class ShardOutputs:
             else ParquetSink(folder.map_output(segment.index, shard.key), compression="lz4")
         )
         repeats = shard.source.name in spec.repeats
-        self.tokens = TokenSink(folder.tokens_file(shard.key), repeats) if segment.final and spec.tokenizer else None
+        self.tokens = (
+            TokenSink(folder.tokens_file(shard.key), repeats, compress=folder.remote is not None)
+            if segment.final and spec.tokenizer
+            else None
+        )
         self.shuffle = ShuffleSink(folder.shuffle_file(segment.index, shard.key)) if shuffles else None
         self.copies: CopiesSink | None = None  # the copies of this shard's documents the applied stage dropped
         self._isolators: dict[int, Isolator] = {}

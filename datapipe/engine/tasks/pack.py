@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,17 @@ def _packing_setup(spec: RunSpec, folder: RunFolder, source: str, split: str, fi
     buffer = ShardBuffer(cfg.rows_per_shard, row_len, dtype)
     manifest: list[dict[str, Any]] = []
 
-    def emit(rows: PackedRows) -> None:
+    def emit(shards: Iterable[PackedRows]) -> None:
+        """Write each full shard as it comes; the reference to a written one is dropped before the
+        packer goes on, so the next shard fills while the last one is freed. A loop variable in the
+        caller kept a written shard (rows_per_shard x row_len tokens) alive while the whole next one
+        filled: two shards at once, a pack task of 2^26 tokens peaking 52 MiB above its start where
+        one of a sixteenth of that grew 13."""
+        for rows in shards:
+            write(rows)
+            del rows
+
+    def write(rows: PackedRows) -> None:
         path = folder.shard_file(source, split, first_file + len(manifest))
         written = write_shard(
             path, rows.tokens, rows.doc_start_splits, rows.doc_start_values, rows.n_tokens, shard_meta_for(meta, rows)
@@ -134,12 +144,9 @@ def _pack_split(spec: RunSpec, folder: RunFolder, source: str, split: str) -> li
     for round_of in rounds:
         for path in paths:
             for flat, starts in _split_pieces(path, split, round_of):
-                for rows in buffer.add(packer.add(flat, np.append(starts, len(flat)))):
-                    emit(rows)
-    for rows in buffer.add(packer.finish()):
-        emit(rows)
-    for rows in buffer.finish():
-        emit(rows)
+                emit(buffer.add(packer.add(flat, np.append(starts, len(flat)))))
+    emit(buffer.add(packer.finish()))
+    emit(buffer.finish())
     return manifest
 
 
@@ -184,15 +191,12 @@ def _pack_concat_range(spec: RunSpec, folder: RunFolder, rng: PackRange) -> list
             if hi <= lo:
                 continue
             inside = starts[(starts >= lo) & (starts < hi)] - lo
-            for rows in buffer.add(packer.add_pieces(flat[lo:hi], inside)):
-                emit(rows)
+            emit(buffer.add(packer.add_pieces(flat[lo:hi], inside)))
         assert seen == n, f"token counts of {key} differ from its map marker"
         at += n
     if rng.last:
-        for rows in buffer.add(packer.finish()):
-            emit(rows)
-        for rows in buffer.finish():
-            emit(rows)
+        emit(buffer.add(packer.finish()))
+        emit(buffer.finish())
     if len(manifest) != rng.n_files:
         raise RuntimeError(f"pack range {rng.key} wrote {len(manifest)} shard files, planned {rng.n_files}")
     return manifest
