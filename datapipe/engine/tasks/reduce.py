@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, build_stage
-from datapipe.engine.tasks.merge import round_inputs
+from datapipe.engine.tasks.merge import OutputMerge, merged_output_files, round_inputs
 from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
 from datapipe.engine.tasks.sinks import ShuffleSink
 from datapipe.run_folder.layout import RunFolder
@@ -152,27 +152,31 @@ def round_(x: float) -> float:
     return round(x, 3)
 
 
-def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
+def partition_decisions(
+    folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: OutputMerge | None = None
+) -> pa.Table | None:
     """One shard's decisions, gathered from every partition output of every round (``partitions_decide``),
     or from the ``groups`` files they were merged into (engine/tasks/merge.py, ``output_groups``)."""
     step = step_of(stage, PartitionStep)
     assert step is not None
     if groups:
-        paths = [folder.merged_outputs(segment, g, fetch=False) for g in range(groups)]
+        paths = merged_output_files(folder, segment, groups, ordinal, state=False)
     else:
         paths = [folder.partition_output(segment, p, r, fetch=False) for r in range(step.rounds) for p in range(step.partitions)]
     # Of each file, the row groups of this shard only (in place from a remote run folder).
     return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)
 
 
-def partition_state(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
+def partition_state(
+    folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: OutputMerge | None = None
+) -> pa.Table | None:
     """One shard's rows of every partition's ``PartitionResult.state``, of every round (None: there are
     none), or of the ``groups`` files they were merged into."""
     step = step_of(stage, PartitionStep)
     if step is None:
         return None
     if groups:
-        paths = [folder.merged_outputs(segment, g, state=True, fetch=False) for g in range(groups)]
+        paths = merged_output_files(folder, segment, groups, ordinal, state=True)
     else:
         paths = [folder.partition_state(segment, p, r, fetch=False) for r in range(step.rounds) for p in range(step.partitions)]
     return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)
