@@ -113,6 +113,32 @@ def explain_md(explain: list[dict[str, Any]] | None) -> str:
     return "\n".join(rows)
 
 
+# The 1x/16x run of 2026-11-27 02:50 UTC (commit 593ee29), before markers came back with their results.
+BEFORE_RETURNED_MARKERS = {
+    1: {"GET": 0.1386, "HEAD": 0.1523},
+    16: {"GET": 0.1307, "HEAD": 0.1350, "driver_cpu_s": 25.55, "tasks": 1490},
+}
+
+
+def gets_md(runs: list[dict[str, Any]]) -> str:
+    parts = []
+    for r in runs:
+        old = BEFORE_RETURNED_MARKERS.get(r["scale"])
+        if old is None or "s3" not in r:
+            continue
+        get, head = (r["s3"].get(k, 0) / r["docs"] for k in ("GET", "HEAD"))
+        parts.append(
+            f"at {r['scale']}x store GETs per document {old['GET']:.3f} → {get:.3f}, HEADs {old['HEAD']:.3f} → {head:.3f}"
+        )
+    last, old = runs[-1], BEFORE_RETURNED_MARKERS.get(runs[-1]["scale"], {})
+    if "driver_cpu_s" in old:
+        parts.append(
+            f"the driver's CPU at {last['scale']}x {old['driver_cpu_s']:.1f} → {last['driver_cpu_s']:.1f} s for "
+            f"{old['tasks']:,} → {last['tasks']:,} tasks (the run of 2026-11-27 02:50 UTC before, the run above after)"
+        )
+    return "; ".join(parts)
+
+
 def driver_threads_md(runs: list[dict[str, Any]]) -> str:
     parts = [
         f"{r['scale']}x of {r['docs'] // r['scale']:,} ({r['tasks']:,} tasks, wall {r['wall_s']:,.0f} s): "
@@ -168,6 +194,7 @@ def render(
     text = TEMPLATE.read_text()
     for key, value in (
         ("DRIVER_THREADS", driver_threads_md(runs)),
+        ("GETS", gets_md(scale["extra"]["scales"])),
         ("ACCEPTANCE", acceptance_md(scale)),
         ("EXPLAIN", explain_md(explain)),
         ("ESTIMATE", estimate),

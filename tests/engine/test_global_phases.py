@@ -18,7 +18,7 @@ import pytest
 from datapipe.engine.pack_plan import pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
 from datapipe.engine.tasks.map import map_shard
-from datapipe.engine.tasks.merge import merge_all_outputs, merge_round
+from datapipe.engine.tasks.merge import OUTPUT_RANGES, merge_all_outputs, merge_round
 from datapipe.engine.tasks.pack import pack_range, pack_source
 from datapipe.engine.tasks.reduce import partition_decisions, reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
@@ -152,7 +152,7 @@ def test_partitioned_exact_dedup_equals_the_single_task_reduce(
     # With fewer groups than partitions, each group is cut into ranges of shards, a merge task each.
     merge = merge_all_outputs(spec, map0)
     assert merge.groups == (groups if partitions * step.rounds > groups else 0)
-    assert merge.ranges == (min(len(spec.shards), -(-partitions // groups)) if merge else 1)
+    assert merge.ranges == (min(len(spec.shards), OUTPUT_RANGES) if merge else 1)
     for s in spec.shards:
         plain = partition_decisions(folder, 0, stage, s.ordinal)
         merged = partition_decisions(folder, 0, stage, s.ordinal, merge)

@@ -158,13 +158,15 @@ def merge_round(spec: RunSpec, segment: Segment, round: int) -> int:
 # every map task of the next segment, each taking its shard's rows: map tasks x partitions x rounds
 # opens. With more partition outputs than ``split.shuffle_groups`` (G), they are merged after the
 # last round: G groups of contiguous outputs (in the order readers list them: round, then partition),
-# each cut into J ranges of shards, one merge task and one file per (group, range), sorted by shard
-# with a row group per shard. A map task opens the G files of its shard's range. J is the partitions
-# over G, so there are about as many merge tasks as partitions, each merging the rows of about one
-# partition's share of the documents: a single merge task per group held 1/G of the corpus, and at
-# 5 billion documents on 64 groups that one task took ~10 minutes while the cluster idled
-# (docs/scaling.md). A file of a range also holds only that range's shards' row groups, so the
-# footer a map task parses is 1/J of what a whole group's file had.
+# each cut into J = ``OUTPUT_RANGES`` ranges of shards, one merge task and one file per (group, range),
+# sorted by shard with a row group per shard. A map task opens the G files of its shard's range. A
+# single merge task per group held 1/G of the corpus: at 5 billion documents on 64 groups that one
+# task took ~10 minutes while the cluster idled (docs/scaling.md); with J ranges each holds 1/(G x J).
+# J is fixed, not grown with the partitions: each of a group's J tasks opens every output file of
+# the group, so the files opened are J x the outputs, flat per document only while J is (with J =
+# partitions / G, tried first, they grew 1.38x from 1x to 16x). A file of a range holds only that
+# range's shards' row groups, so the footer a map task parses is 1/J of what a whole group's file had.
+OUTPUT_RANGES = 8
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,7 @@ def output_groups(spec: RunSpec, segment: Segment) -> OutputMerge:
     if not groups:
         return OutputMerge(0)
     shards = max(1, len(spec.shards))
-    return OutputMerge(groups, max(1, min(shards, -(-step.partitions // groups))), shards)
+    return OutputMerge(groups, max(1, min(shards, OUTPUT_RANGES)), shards)
 
 
 def merge_outputs(spec: RunSpec, segment: Segment, group: int, rng: int = 0) -> dict[str, Any]:
