@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -160,6 +161,7 @@ def run_tree(
     samples = 0
     stop = threading.Event()
     own: dict[str, tuple[int, int] | None] = {"driver": None, "wrapper": None}  # (pid, start) keys of last_cpu
+    threads: dict[int, tuple[str, int]] = {}  # the driver's threads: tid -> (name, CPU ticks), last seen
 
     def sample() -> None:
         nonlocal samples
@@ -177,6 +179,7 @@ def run_tree(
                 own["wrapper"] = (proc.pid, tree[proc.pid][2])
         if driver in tree:
             own["driver"] = (driver, tree[driver][2])
+            threads.update(_thread_ticks(driver))
         if timeline is not None:
             top = tree.get(driver)
             others = [pages for pid, (_, _, _, pages) in tree.items() if pid not in (driver, proc.pid)]
@@ -235,6 +238,9 @@ def run_tree(
         # The command's own process (the driver of a datapipe run), sampled: misses at most one interval.
         "driver_cpu_s": last_cpu[own["driver"]] / _TICK if own["driver"] else None,
         "wrapper_cpu_s": last_cpu[own["wrapper"]] / _TICK if own["wrapper"] else 0.0,
+        # The driver's CPU by thread: Ray's own threads (named by Ray and gRPC: submission, results,
+        # event loops, timers) run beside the driver's Python threads and the store's, not in turn.
+        "driver_threads_cpu_s": _by_role(threads),
         "peak_rss_mib": peak["rss"] / 2**20,
         "peak_pss_mib": peak["pss"] / 2**20,
         "max_procs": peak["procs"],
@@ -244,3 +250,36 @@ def run_tree(
         "subreaper": subreaper,
         "killed_leftovers": killed,
     }
+
+
+# Thread names (``comm``, 15 characters) of Ray's core worker and gRPC in a driver process; every
+# other thread (Python's, named ``python``; the store client's; DuckDB's) is the driver's own work.
+RAY_THREADS = re.compile(
+    r"^(client\.poll|server\.poll|worker\.|nexting_thread|event_engine|task_event_buf|grpc|timer_manager|"
+    r"jemalloc_bg|gcs_client|default-execut|global\.accessor|resolver-execu|core_worker|ray_|io_context|"
+    r"periodical|metrics|signal_handler|object_recovery|memory_monitor|log_|ray::)"
+)
+
+
+def _thread_ticks(pid: int) -> dict[int, tuple[str, int]]:
+    out: dict[int, tuple[str, int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        rest = text[text.rindex(")") + 2 :].split()
+        out[int(tid)] = (name, int(rest[11]) + int(rest[12]))
+    return out
+
+
+def _by_role(threads: dict[int, tuple[str, int]]) -> dict[str, float]:
+    ray = sum(t for name, t in threads.values() if RAY_THREADS.match(name))
+    total = sum(t for _, t in threads.values())
+    return {"ray": ray / _TICK, "own": (total - ray) / _TICK}

@@ -53,11 +53,18 @@ TARGET = 256 << 20  # split.target_bytes default: a crawl map task (effective_ta
 PARTITIONS = 4096  # dedup/minhash `partitions`, the largest allowed: 1.2M documents per partition
 MAP_DOCS_PER_MERGE = 64  # shuffle_groups = map tasks / 64: a merge task combines 64 map tasks' rows
 REQUEST_S = 0.020  # one object-store round trip (S3 GET/PUT first byte, same region)
-# datapipe/run_folder/remote.py MARKER_FETCHERS: before each phase the driver's pull reads the markers it
-# has not seen from the store, and the end of the run's sweep reads every marker again, 16 at a time
-# (one at a time before 2026-11-27: 2 x 215k x 20 ms = 2.4 h of serial reads at crawl scale).
-MARKER_READERS = 16
-MARKER_PASSES = 2
+# The driver reads no marker back from the store in a run it starts: each task's marker comes back with
+# its result (RunFolder.adopt_marker; before 2026-11-27 the driver's pull read every marker before the
+# next phase and the sweep read them all again, 16 at a time: 2 x 215k x 20 ms / 16 = 526 s serial).
+# What is left serial on the store is listing: one listing of the markers when the run starts and at
+# the sweep, and the end of the run's two damage checks and its sweep each list every object of the
+# run (run_folder/integrity.py, remote.sweep), a page of LIST_PAGE keys per round trip.
+LIST_PAGE = 1000
+END_LISTINGS = 3
+# Objects of the run on the store per task: its marker and the files it names, counted in the driver's
+# mirror of the runs in scale.json and scale_fit*.json (2026-11-27: 2.42 at 1x and at 16x, 2.57 and
+# 2.48 in the fit runs). Fitted PUTs are no bound: a marker's upload alone is 3 requests (multipart).
+OBJECTS_PER_TASK = 2.6
 NODE_GBPS = 1.25  # GB/s per node to and from the store (10 Gbit/s)
 TOKENS_PER_PACK_TASK = 1 << 26  # datapipe/engine/pack_plan.py TOKENS_PER_TASK
 STRAGGLER_DEFAULT = 1.5  # a phase's largest / mean task where the bench JSON does not record it
@@ -108,14 +115,22 @@ def footer_rgs(phase: str, k: str, m: int, p: int, g: int, split: bool) -> float
     per_file = (lambda keys: math.ceil(keys / KEY_RANGES)) if split else (lambda keys: keys)
     if k == "partition":  # G merged files of the round's rows, a row group per part
         return g * per_file(p)
-    if k == "map" and phase != "map0":  # the decisions of the stage before: G merged files, a row group per shard
-        return g * per_file(m)
+    if k == "map" and phase != "map0":  # the decisions of the stage before: G merged files of its shard's range
+        return g * per_file(math.ceil(m / output_ranges(g)))
     if k == "merge":
         if phase.endswith("d"):  # partition outputs: few row groups each
             return math.ceil(p / g)
         inputs = m if re.fullmatch(r"merge\d+", phase) else p  # map tasks' shuffle files or last round's
         return math.ceil(inputs / g) * p
     return 0.0
+
+
+def output_ranges(g: int) -> int:
+    """Ranges of shards each group of a deciding step's outputs is cut into (engine/tasks/merge.py
+    ``OUTPUT_RANGES``): its merge phase has G x that many tasks."""
+    from datapipe.engine.tasks.merge import OUTPUT_RANGES
+
+    return OUTPUT_RANGES
 
 
 def kind(phase: str) -> str:
@@ -181,7 +196,7 @@ def model(
         xs = [(r["phases"][p]["tasks"], r["partitions"] if single else r["docs"], 0.0) for r in have]
         ys = [r["phases"][p]["task_cpu_s"] for r in have]
         a, b = fit(xs, ys) if len(have) > 1 else (0.0, ys[0] / xs[0][1])
-        n = crawl_tasks[kind(p)]
+        n = crawl_tasks[kind(p)] * (output_ranges(groups) if re.fullmatch(r"merge\d+d", p) else 1)
         f = bytes_factor if TEXT_PHASES.match(p) else 1.0
         footer_s = footer_rgs(p, kind(p), map_tasks, PARTITIONS, groups, split) * footer_us / 1e6
         cpu = a * n + b * (PARTITIONS if single else DOCS * f) + footer_s * n
@@ -206,7 +221,14 @@ def model(
         total_tasks += n
     # Whole-run quantities: per task, per document and a constant per run (Ray's start).
     xs = [(r["tasks"], r["docs"], 1.0) for r in runs]
-    drv = fit(xs, [r["driver_cpu_s"] for r in runs], constant=True)
+    # The driver's serial work is its own threads' (the loop, markers, plans, the end of the run); Ray's
+    # threads in the driver (submission, results, gRPC, timers) run beside it on the driver node's
+    # other cores, so they are fitted apart and only checked against one core over the run.
+    # Per task and per run only: the driver handles no documents (it reads markers and footers). A
+    # per-document term fitted 0 on one set of runs and 32 us on the next, from 0.5 s between two runs
+    # of the same tasks (noise at load averages of 40-60), which 5B documents would turn into hours.
+    drv = fit([(r["tasks"], 0.0, 1.0) for r in runs], [r.get("driver_own_cpu_s", r["driver_cpu_s"]) for r in runs], constant=True)
+    drv_ray = fit(xs, [r.get("driver_ray_threads_cpu_s", 0.0) for r in runs], constant=True)
     ray = fit(xs, [r["tree_cpu_s"] - r["task_cpu_s"] - r["driver_cpu_s"] for r in runs], constant=True)
     req = {k: fit(xs, [store_total(r, (k,)) for r in runs], constant=True) for k in ("GET", "PUT", "LIST", "HEAD")}
     moved = fit(xs, [store_total(r, ("bytes_read", "bytes_written")) for r in runs], constant=True)
@@ -225,15 +247,17 @@ def model(
         phase_rows.append(ph)
     ray_parallel_s = (ray[0] * total_tasks + ray[1] * DOCS) / K
     driver_s = drv[0] * total_tasks + drv[1] * DOCS + drv[2]
-    marker_s = MARKER_PASSES * sum(math.ceil(ph["crawl_tasks"] / MARKER_READERS) * REQUEST_S for ph in per_phase)
+    objects = OBJECTS_PER_TASK * total_tasks
+    marker_s = (2 * math.ceil(total_tasks / LIST_PAGE) + END_LISTINGS * math.ceil(objects / LIST_PAGE)) * REQUEST_S
     moved_bytes = moved[0] * total_tasks + moved[1] * DOCS * bytes_factor
     transfer_s = moved_bytes / (NODES * NODE_GBPS * 1e9)
     start_s = ray[2] + drv[2]
+    driver_ray_s = drv_ray[0] * total_tasks + drv_ray[1] * DOCS + drv_ray[2]
     total_s = wall + ray_parallel_s + driver_s + marker_s + transfer_s + start_s
     longest = max(phase_rows, key=lambda ph: ph["task_wall_s"] * ph["straggler"])
     serial = [
-        ("the driver's CPU (dispatch, completions, markers, plans, end of run)", driver_s),
-        ("the driver's marker reads (each marker read at the phase after its own and again at the end, 16 at a time)", marker_s),
+        ("the driver's CPU in its own threads (dispatch, completions, markers, plans, end of run)", driver_s),
+        ("the driver's store listings (markers at the start and the sweep; every object at the end, 3 times)", marker_s),
         (f"the longest single task ({longest['phase']}, its straggler)", longest["task_wall_s"] * longest["straggler"]),
         ("Ray's start and the run's fixed costs", start_s),
     ]
@@ -257,6 +281,8 @@ def model(
         "phase_wall_s": wall,
         "ray_parallel_s": ray_parallel_s,
         "driver_s": driver_s,
+        "driver_ray_fit": drv_ray,
+        "driver_ray_s": driver_ray_s,
         "marker_s": marker_s,
         "transfer_s": transfer_s,
         "moved_bytes": moved_bytes,
@@ -369,10 +395,17 @@ def estimate_md(
         f"| store transfer, not overlapped ({est['moved_bytes'] / 1e12:,.1f} TB at {NODES} x {NODE_GBPS} GB/s) | "
         f"{est['moved_fit'][0] / 1e3:,.1f} kB per task + {est['moved_fit'][1]:,.0f} B per doc | "
         f"{est['transfer_s']:,.0f} | {est['transfer_s'] / T:.0%} |",
-        f"| **serial:** the driver's CPU | {d[0] * 1e3:,.2f} ms per task + {d[1] * 1e6:,.2f} us per doc + "
+        f"| **serial:** the driver's CPU in its own threads (loop, markers, plans, end of run) | "
+        f"{d[0] * 1e3:,.2f} ms per task + {d[1] * 1e6:,.2f} us per doc + "
         f"{d[2]:,.1f} s | {est['driver_s']:,.0f} | {est['driver_s'] / T:.1%} |",
-        f"| **serial:** the driver's marker reads | {MARKER_PASSES} per marker, {MARKER_READERS} at a time, "
-        f"{REQUEST_S * 1e3:.0f} ms each | "
+        f"| beside it: Ray's threads in the driver (submission, results, gRPC, timers), on the driver node's other "
+        f"cores | {est['driver_ray_fit'][0] * 1e3:,.2f} ms per task + {est['driver_ray_fit'][1] * 1e6:,.2f} us per doc + "
+        f"{est['driver_ray_fit'][2]:,.1f} s | ({est['driver_ray_s']:,.0f} CPU s: {est['driver_ray_s'] / T:.0%} of one core "
+        f"over the run) | - |",
+        f"| **serial:** the driver's store listings (no marker is read back: each comes with its task's result) | "
+        f"2 of {est['total_tasks']:,} markers and {END_LISTINGS} of {OBJECTS_PER_TASK * est['total_tasks'] / 1e6:,.2f}M "
+        f"objects ({OBJECTS_PER_TASK} per task), "
+        f"{LIST_PAGE:,} a page, {REQUEST_S * 1e3:.0f} ms each | "
         f"{est['marker_s']:,.0f} | {est['marker_s'] / T:.1%} |",
         f"| **serial:** Ray's start, the run's constants | - | {est['start_s']:,.0f} | {est['start_s'] / T:.1%} |",
         f"| **total** | | **{T:,.0f} s = {T / 3600:.2f} h** | (budget {BUDGET_H} h) |",

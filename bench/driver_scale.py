@@ -17,6 +17,18 @@ the others. Per size it measures the driver's CPU (all its threads) for:
     PYTHONPATH=. python bench/driver_scale.py --sizes 100,1000
 
 Prints CPU µs per task and the ratio of the largest size to the smallest (flat: about 1).
+
+``--dispatch``: the driver's CPU per task while it runs tasks on Ray (embedded, ``--cpus``), from
+submission to the end of the run's sweep: N trivial tasks (each writes and commits its marker, as
+every task does) in ``--phases`` phases through the runner's own ``_run_phase``, on a run folder on
+a loopback S3 server in its own process (tests/support/counting_s3.py; its CPU is not the
+driver's), then ``RunFolder.sweep``. Reported apart: the driver's own threads (Python, the store's
+client) and Ray's threads in the driver (submission, results, gRPC, timers), read per thread from
+/proc. The same script measures the code before a change when run with that code first on
+PYTHONPATH (a datapipe without ``RunFolder.adopt_marker`` pulls before every phase, as it did):
+
+    PYTHONPATH=/work/main:. python bench/driver_scale.py --dispatch --sizes 100,1000,10000   # before
+    PYTHONPATH=. python bench/driver_scale.py --dispatch --sizes 100,1000,10000              # after
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if str(Path(__file__).resolve().parent.parent) not in sys.path:  # after PYTHONPATH: --dispatch's "before" run
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from datapipe.engine.finish import build_stats, check_conservation, collect_counts  # noqa: E402
 from datapipe.engine.runner import _all_done  # noqa: E402
@@ -121,12 +134,112 @@ def measure(fn: Any) -> tuple[float, float, Any]:
     return time.process_time() - cpu, time.perf_counter() - wall, out
 
 
+def trivial(spec: Any, i: int) -> dict[str, Any]:
+    """A task with no work of its own: what is left is its marker and the driver's bookkeeping."""
+    return {"docs_in": 0, "i": i}
+
+
+def _thread_cpu() -> tuple[float, float]:
+    """(this process's CPU in Ray's threads, in the others), seconds, from /proc per thread."""
+    import importlib.util
+
+    # This script's own copy (a "before" run has an older bench/ first on the path).
+    loader = importlib.util.spec_from_file_location("_proctree_here", Path(__file__).with_name("_proctree.py"))
+    assert loader is not None and loader.loader is not None
+    proctree = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(proctree)
+    RAY_THREADS = proctree.RAY_THREADS
+    ray = own = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            text = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+        ticks = int(rest[11]) + int(rest[12])
+        if RAY_THREADS.match(name):
+            ray += ticks
+        else:
+            own += ticks
+    hz = os.sysconf("SC_CLK_TCK")
+    return ray / hz, own / hz
+
+
+def dispatch(sizes: list[int], phases: int, cpus: int, local: bool = False) -> None:
+    import subprocess
+
+    import boto3
+
+    from datapipe.engine import runner
+    from datapipe.engine.executors import RayExecutor
+    from datapipe.engine.phases import Phase, Task
+    from datapipe.run_folder.layout import RunFolder as Folder
+
+    before = not hasattr(Folder, "adopt_marker")  # the code before markers came back with results
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import logging, time; logging.getLogger('werkzeug').setLevel(logging.WARNING); "
+         "from tests.support.counting_s3 import CountingS3; s = CountingS3(); print(s.url, flush=True); time.sleep(1e9)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        os.environ.update(
+            AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1"
+        )
+        boto3.client("s3", endpoint_url=url).create_bucket(Bucket="driver")
+        print(
+            f"{'code':>6} {'store':>5} {'tasks':>7} {'phases':>6} | driver CPU ms per task: "
+            f"{'all':>6} {'own':>6} {'Ray':>6} | {'wall s':>7}"
+        )
+        with RayExecutor(num_cpus=cpus, log=lambda _: None) as executor:
+            for n in sizes:
+                where = tempfile.mkdtemp(prefix="driver-dispatch-") if local else f"s3://driver/run-{n}-{os.getpid()}"
+                folder = Folder(where)
+                spec = SimpleNamespace(root=str(folder.root))
+                per = -(-n // phases)
+                work = []
+                for p in range(phases):
+                    keys = range(p * per, min(n, (p + 1) * per))
+                    work.append(
+                        (Phase(f"map{p}", trivial, (), {"num_cpus": 1}, "tasks"), [Task(f"t{i:06d}", (i,)) for i in keys])
+                    )
+                result = runner.RunResult(folder.root, {})
+                ray0, own0 = _thread_cpu()
+                wall = time.perf_counter()
+                folder.pull()
+                for phase, tasks in work:
+                    if before:
+                        folder.pull()  # as the runner did before each phase
+                    runner._run_phase(result, folder, phase, tasks, executor, spec, {}, False)  # type: ignore[arg-type]
+                folder.sweep()
+                wall = time.perf_counter() - wall
+                ray1, own1 = _thread_cpu()
+                assert result.executed_tasks == n, result.executed_tasks
+                ray, own = ray1 - ray0, own1 - own0
+                print(
+                    f"{'before' if before else 'after':>6} {'local' if local else 'S3':>5} {n:>7} {phases:>6} | "
+                    f"{'':>24}{(ray + own) / n * 1e3:>6.2f} "
+                    f"{own / n * 1e3:>6.2f} {ray / n * 1e3:>6.2f} | {wall:>7.1f}",
+                    flush=True,
+                )
+    finally:
+        server.terminate()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,1000,10000")
     ap.add_argument("--template", type=Path, help="a finished run folder (default: the demo pipeline, run now)")
+    ap.add_argument("--dispatch", action="store_true", help="the driver's CPU per task running tasks on Ray (see above)")
+    ap.add_argument("--phases", type=int, default=4, help="--dispatch: phases the tasks are spread over")
+    ap.add_argument("--cpus", type=int, default=2, help="--dispatch: Ray's CPUs")
+    ap.add_argument("--local", action="store_true", help="--dispatch: the run folder on local disk, not the store")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.dispatch:
+        dispatch(sizes, args.phases, args.cpus, args.local)
+        return
     with tempfile.TemporaryDirectory(prefix="driver-scale-") as tmp:
         template = args.template or template_run(Path(tmp))
         per_task: dict[int, dict[str, float]] = {}

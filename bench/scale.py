@@ -514,6 +514,10 @@ def run_scale(
         "task_peak_rss_mib_max": max(task_peaks, default=None),
         "driver_peak_rss_mib": max((s[2] for s in timeline), default=0) / MIB,
         "driver_cpu_s": r["driver_cpu_s"],
+        # Of it, Ray's own threads (submission, results, gRPC, timers: beside the driver's work, not in
+        # turn) and the rest, the driver's own threads (bench/_proctree.py, sampled per thread).
+        "driver_ray_threads_cpu_s": r["driver_threads_cpu_s"]["ray"],
+        "driver_own_cpu_s": (r["driver_cpu_s"] or 0.0) - r["driver_threads_cpu_s"]["ray"],
         "driver_cpu_us_per_doc": (r["driver_cpu_s"] or 0.0) / docs * 1e6,
         "tasks": sum(len(ms) for ms in markers.values()),
         "wrapper_cpu_s": r["wrapper_cpu_s"],

@@ -173,13 +173,18 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                         reads=_owned_shards(spec, step.partitions) if step.owner_reads else None,
                     )
                 )
-            if groups := output_groups(spec, segment):
-                # The decisions the next map tasks read, merged into a few files (engine/tasks/merge.py).
+            if merged := output_groups(spec, segment):
+                # The decisions the next map tasks read, merged into a few files per range of shards
+                # (engine/tasks/merge.py); a task per (group, range), keyed as before where one range.
                 phases.append(
                     Phase(
                         merge_outputs_phase(segment.index),
                         merge_outputs,
-                        tuple(Task(partition_key(g), (segment, g)) for g in range(groups)),
+                        tuple(
+                            Task(partition_key(g * merged.ranges + j), (segment, g, j))
+                            for g in range(merged.groups)
+                            for j in range(merged.ranges)
+                        ),
                         {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
                         "groups",
                     )

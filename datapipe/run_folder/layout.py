@@ -77,9 +77,14 @@ def _load_marker(path: Path, shared: dict[str, Any] | None = None) -> dict[str, 
     so that thousands of cached markers hold one copy of each (a file's ~100 [name, type] pairs are
     most of a map marker, and the same in every task of a source)."""
     try:
-        marker = json.loads(path.read_bytes())
+        return _parse_marker(path.read_bytes(), shared)
     except FileNotFoundError:
         return None
+
+
+def _parse_marker(body: bytes, shared: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    try:
+        marker = json.loads(body)
     except ValueError:
         return None  # a marker is written atomically; an unreadable one means redo
     if shared is not None and isinstance(marker, dict):
@@ -278,11 +283,15 @@ class RunFolder:
         """A group of a shuffle round's input files, merged: rows sorted by ``part``, a row group per part."""
         return self._local(self.work / f"{merge_phase(segment, round)}" / f"{partition_key(group)}.parquet", fetch)
 
-    def merged_outputs(self, segment: int, group: int, kind: str = "decisions", fetch: bool = True) -> Path:
+    def merged_outputs(
+        self, segment: int, group: int, kind: str = "decisions", fetch: bool = True, rng: int | None = None
+    ) -> Path:
         """A group of a deciding shuffle's partition outputs of one ``kind`` (``OUTPUT_KINDS``: decisions,
-        states, copies), of every round, merged: rows sorted by ``shard``, a row group per shard."""
+        states, copies), of every round, merged: rows sorted by ``shard``, a row group per shard;
+        ``rng``: of one range of shards only."""
         assert kind in OUTPUT_KINDS, kind
-        name = f"{kind}-{partition_key(group)}.parquet"
+        cut = "" if rng is None else f"-{partition_key(rng)}"
+        name = f"{kind}-{partition_key(group)}{cut}.parquet"
         return self._local(self.work / merge_outputs_phase(segment) / name, fetch)
 
     def scratch_dir(self, segment: int) -> Path:
@@ -390,6 +399,23 @@ class RunFolder:
         rel = self.marker(phase, task).relative_to(self.root).as_posix()
         write_bytes_atomic(self.marker(phase, task), remote_folder.commit(self.root, self.remote, rel, data, list(written or [])))
 
+    def adopt_marker(self, phase: str, task: str, marker: dict[str, Any]) -> None:
+        """A marker the driver received as its task's result: cached, so the driver never reads it
+        back; in a remote folder also noted as pulled and written to the mirror (``remote.adopt``),
+        so the next ``pull`` and the end of the run's sweep do not fetch it from the store. The
+        task's own commit (files, then the marker on the store) stays the commit point."""
+        if self.remote is not None:
+            from datapipe.run_folder import remote as remote_folder
+
+            rel = self.marker(phase, task).relative_to(self.root).as_posix()
+            body = remote_folder.adopt(self.root, self.remote, rel, marker)
+        else:
+            body = json.dumps(marker, sort_keys=True).encode("utf-8")
+        # As read from the file (lists, not tuples; shared column lists), so cached markers are alike.
+        parsed = _parse_marker(body, self._columns)
+        if parsed is not None:
+            self._markers.setdefault(phase, {})[task] = parsed
+
     def pull(self, full: bool = False, files: tuple[str, ...] = ()) -> None:
         """A remote folder: read the markers other processes committed, and download the files they
         name under the folders ``files`` (others come when their path is asked for). No-op locally."""
@@ -476,5 +502,5 @@ class RunFolder:
         if self.remote is not None:
             from datapipe.run_folder import remote as remote_folder
 
-            removed += remote_folder.sweep(self.remote)
+            removed += remote_folder.sweep(self.remote, self.root)
         return removed

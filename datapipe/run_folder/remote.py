@@ -75,6 +75,21 @@ def commit(root: Path, uri: str, rel_marker: str, data: dict[str, Any], written:
     return body
 
 
+def adopt(root: Path, uri: str, rel_marker: str, marker: dict[str, Any]) -> bytes:
+    """A marker the driver received as its task's result (the task committed it to the store first):
+    noted as pulled, with the files it names, and written to this mirror, so that neither the pull
+    before the next phase nor the end of the run's sweep reads it back from the store. Its bytes are
+    those the task committed (``commit`` writes ``json.dumps(data, sort_keys=True)`` of the same dict)."""
+    body = json.dumps(marker, sort_keys=True).encode("utf-8")
+    local = root / rel_marker
+    if not (local.is_file() and local.stat().st_size == len(body) and local.read_bytes() == body):
+        write_bytes_atomic(local, body)
+    with _lock:
+        _seen.setdefault(uri, set()).add(rel_marker)
+        _note(uri, marker.get("files", []))
+    return body
+
+
 def _note(uri: str, files: list[Any]) -> None:
     """Remember the files a marker names (sizes, footer lengths); under ``_lock``."""
     _named.setdefault(uri, {}).update({f["path"]: f["bytes"] for f in files})
@@ -194,11 +209,28 @@ def pull(root: Path, uri: str, full: bool = False, files: tuple[str, ...] = ()) 
     return downloaded
 
 
-def named_files(uri: str) -> set[str]:
-    """Every path (relative to the run folder) the store's markers name, and the markers themselves."""
+def named_files(uri: str, root: Path | None = None) -> set[str]:
+    """Every path (relative to the run folder) the store's markers name, and the markers themselves.
+    ``root``: this process's mirror, whose copies of the markers it committed, pulled or adopted are
+    read instead of the store's (the same bytes: a marker is written once, and ``forget`` drops a
+    deleted one); only the others are read from the store."""
     keep: set[str] = set(DRIVER_FILES)
-    for u, body in _read_all([f.uri for f in storage.list_files(storage.child(uri, MARKERS))]):
-        rel = u[len(storage.child(uri, "")) :]
+    prefix = storage.child(uri, "")
+    with _lock:
+        seen = set(_seen.get(uri, set())) if root is not None else set()
+    listed = [f.uri for f in storage.list_files(storage.child(uri, MARKERS))]
+    local: list[tuple[str, bytes | None]] = []
+    remote: list[str] = []
+    for u in listed:
+        rel = u[len(prefix) :]
+        path = root / rel if root is not None and rel in seen else None
+        body = path.read_bytes() if path is not None and path.is_file() else None
+        if body is None:
+            remote.append(u)
+        else:
+            local.append((u, body))
+    for u, body in [*local, *_read_all(remote)]:
+        rel = u[len(prefix) :]
         try:
             marker = json.loads(body) if body is not None else None
         except ValueError:
@@ -220,10 +252,11 @@ def _read_all(uris: list[str]) -> Iterator[tuple[str, bytes | None]]:
             yield from zip(chunk, pool.map(storage.read_bytes, chunk))
 
 
-def sweep(uri: str) -> int:
+def sweep(uri: str, root: Path | None = None) -> int:
     """Delete objects under the managed folders that no marker names: uploads of a killed attempt.
-    Only under the run lock (a live task's upload looks the same until its marker exists)."""
-    keep = named_files(uri)
+    Only under the run lock (a live task's upload looks the same until its marker exists).
+    ``root``: the mirror whose markers this process already holds (``named_files``)."""
+    keep = named_files(uri, root)
     removed = 0
     prefix = storage.child(uri, "")
     for f in storage.list_files(uri):

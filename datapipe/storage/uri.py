@@ -71,8 +71,34 @@ def _split(uri: str) -> tuple[str, str]:
     return scheme.lower(), rest.strip("/")
 
 
+# Object stores whose file system serves every bucket the same way, so one is kept per bucket: building
+# one (``FileSystem.from_uri``) costs ~1 ms of CPU and starts the SDK's machinery, and a driver or a
+# worker reading markers made one per object read.
+_SHARED_FS = ("s3", "gs", "gcs")
+_FILE_SYSTEMS: dict[tuple[Any, ...], Any] = {}
+
+
 def resolve(uri: str) -> tuple[Any, str]:
     """(pyarrow FileSystem, path inside it) for a URI, with an error that names the URI on failure."""
+    scheme, rest = _split(uri)
+    key = None
+    if scheme in _SHARED_FS and "?" not in uri:
+        # The environment is part of the key: credentials, endpoint and region are read from it.
+        key = (
+            scheme,
+            rest.partition("/")[0],
+            tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "GOOGLE_")))),
+        )
+        fs = _FILE_SYSTEMS.get(key)
+        if fs is not None:
+            return fs, rest.rstrip("/")
+    fs, path = _resolve(uri)
+    if key is not None and path == rest.rstrip("/"):
+        _FILE_SYSTEMS[key] = fs
+    return fs, path
+
+
+def _resolve(uri: str) -> tuple[Any, str]:
     import pyarrow as pa
     import pyarrow.fs as pafs
 

@@ -18,7 +18,7 @@ import pytest
 from datapipe.engine.pack_plan import pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
 from datapipe.engine.tasks.map import map_shard
-from datapipe.engine.tasks.merge import merge_all_outputs, merge_round
+from datapipe.engine.tasks.merge import OUTPUT_RANGES, merge_all_outputs, merge_round
 from datapipe.engine.tasks.pack import pack_range, pack_source
 from datapipe.engine.tasks.reduce import partition_decisions, reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
@@ -108,8 +108,13 @@ def _single_task_reference(folder: RunFolder, spec: RunSpec, exact: bool, url: b
     return sorted(rows)
 
 
-@pytest.mark.parametrize(("exact", "url", "partitions"), [(True, True, 5), (True, False, 3), (False, True, 4), (True, True, 1)])
-def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, exact: bool, url: bool, partitions: int) -> None:
+@pytest.mark.parametrize(
+    ("exact", "url", "partitions", "groups"),
+    [(True, True, 5, 8), (True, False, 3, 8), (False, True, 4, 8), (True, True, 1, 8), (True, True, 5, 2)],
+)
+def test_partitioned_exact_dedup_equals_the_single_task_reduce(
+    tmp_path: Path, exact: bool, url: bool, partitions: int, groups: int
+) -> None:
     _corpus_with_planted_copies(tmp_path)
     pipeline = load_pipeline(
         write_pipeline(
@@ -118,6 +123,7 @@ def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, e
                 "name": "xd",
                 "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
                 "stages": [{"dedup": {"exact": exact, "url": url, "partitions": partitions}}],
+                "split": {"shuffle_groups": groups},
             },
         )
     )
@@ -143,11 +149,13 @@ def test_partitioned_exact_dedup_equals_the_single_task_reduce(tmp_path: Path, e
     assert ("exact_duplicate" in reasons) == exact and ("duplicate_url" in reasons) == url
     # Merged into a few files (engine/tasks/merge.py), as the engine does before the next map tasks:
     # each shard's decisions are the same rows in the same order.
-    groups = merge_all_outputs(spec, map0)
-    assert groups == (8 if partitions * step.rounds > 8 else 0)
+    # With fewer groups than partitions, each group is cut into ranges of shards, a merge task each.
+    merge = merge_all_outputs(spec, map0)
+    assert merge.groups == (groups if partitions * step.rounds > groups else 0)
+    assert merge.ranges == (min(len(spec.shards), OUTPUT_RANGES) if merge else 1)
     for s in spec.shards:
         plain = partition_decisions(folder, 0, stage, s.ordinal)
-        merged = partition_decisions(folder, 0, stage, s.ordinal, groups)
+        merged = partition_decisions(folder, 0, stage, s.ordinal, merge)
         assert (plain is None and merged is None) or (plain is not None and merged is not None and merged.equals(plain))
     # The map phase after it applies exactly those decisions: kept + rejected = read, dup_of carried.
     markers = [map_shard(spec, s, map1) for s in spec.shards]

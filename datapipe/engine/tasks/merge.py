@@ -17,6 +17,7 @@ its files at a time (about ``CHUNK_BYTES`` of them), so its memory does not grow
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,9 +157,42 @@ def merge_round(spec: RunSpec, segment: Segment, round: int) -> int:
 # A deciding partition step's outputs (decisions, states for ``GlobalStage.apply`` and the copies for
 # their survivors' map tasks, engine/tasks/copies.py) are read by
 # every map task of the next segment, each taking its shard's rows: map tasks x partitions x rounds
-# opens. With more partition outputs than ``split.shuffle_groups``, G merge tasks after the last
-# round combine contiguous runs of them (in the order readers list them: round, then partition)
-# into one file each, sorted by shard with a row group per shard; a map task then opens G files.
+# opens. With more partition outputs than ``split.shuffle_groups`` (G), they are merged after the
+# last round: G groups of contiguous outputs (in the order readers list them: round, then partition),
+# each cut into J = ``OUTPUT_RANGES`` ranges of shards, one merge task and one file per (group, range),
+# sorted by shard with a row group per shard. A map task opens the G files of its shard's range. A
+# single merge task per group held 1/G of the corpus: at 5 billion documents on 64 groups that one
+# task took ~10 minutes while the cluster idled (docs/scaling.md); with J ranges each holds 1/(G x J).
+# J is fixed, not grown with the partitions: each of a group's J tasks opens every output file of
+# the group, so the files opened are J x the outputs, flat per document only while J is (with J =
+# partitions / G, tried first, they grew 1.38x from 1x to 16x). A file of a range holds only that
+# range's shards' row groups, so the footer a map task parses is 1/J of what a whole group's file had.
+OUTPUT_RANGES = 8
+
+
+@dataclass(frozen=True)
+class OutputMerge:
+    """How a deciding step's partition outputs are merged: ``groups`` x ``ranges`` files (0 groups: not
+    merged, read as written) over the run's ``shards`` map tasks."""
+
+    groups: int
+    ranges: int = 1
+    shards: int = 1
+
+    def __bool__(self) -> bool:
+        return self.groups > 0
+
+    @property
+    def tasks(self) -> int:
+        return self.groups * self.ranges
+
+    def range_of(self, ordinal: int) -> int:
+        """The range holding shard ``ordinal``."""
+        return ordinal * self.ranges // self.shards
+
+    def shards_of(self, rng: int) -> range:
+        """The shard ordinals of range ``rng``: those whose ``range_of`` is ``rng``."""
+        return range(-(-rng * self.shards // self.ranges), -(-(rng + 1) * self.shards // self.ranges))
 
 
 def output_writers(spec: RunSpec, segment: Segment) -> list[tuple[int, int]]:
@@ -168,34 +202,59 @@ def output_writers(spec: RunSpec, segment: Segment) -> list[tuple[int, int]]:
     return [(r, p) for r in range(step.rounds) for p in range(step.partitions)]
 
 
-def output_groups(spec: RunSpec, segment: Segment) -> int:
-    """Merged files of the partition outputs of the step ending ``segment`` (0: none; read as written)."""
+def output_groups(spec: RunSpec, segment: Segment) -> OutputMerge:
+    """How the partition outputs of the step ending ``segment`` are merged (falsy: not merged; read as written)."""
     step = step_of(build_stage(spec, segment.compute_global), PartitionStep)  # type: ignore[arg-type]
     if step is None or not step.decides:
-        return 0
-    return merge_groups(spec, step.rounds * step.partitions)
+        return OutputMerge(0)
+    groups = merge_groups(spec, step.rounds * step.partitions)
+    if not groups:
+        return OutputMerge(0)
+    shards = max(1, len(spec.shards))
+    return OutputMerge(groups, max(1, min(shards, OUTPUT_RANGES)), shards)
 
 
-def merge_outputs(spec: RunSpec, segment: Segment, group: int) -> dict[str, Any]:
-    """Merge one group of the partition outputs, states and copies; returns the marker contents."""
+def merge_outputs(spec: RunSpec, segment: Segment, group: int, rng: int = 0) -> dict[str, Any]:
+    """Merge one range of shards of one group of the partition outputs, states and copies; returns the marker contents."""
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
+    merge = output_groups(spec, segment)
     writers = output_writers(spec, segment)
-    mine = [writers[i] for i in group_writers(len(writers), output_groups(spec, segment), group)]
+    mine = [writers[i] for i in group_writers(len(writers), merge.groups, group)]
+    shards = merge.shards_of(rng) if merge.ranges > 1 else None
     written = {"decisions": folder.partition_output, "state": folder.partition_state, "copies": folder.partition_copies}
     rows = {}
     for kind in OUTPUT_KINDS:
-        files = [f for r, p in mine if (f := written[kind](segment.index, p, r)).exists()]
+        # Read in place (only the row groups of the range cross a store), not downloaded whole: the
+        # J tasks of a group each read 1/J of its files.
+        files = [f for r, p in mine if folder.is_committed(f := written[kind](segment.index, p, r, fetch=False))]
         rows["decision_rows" if kind == "decisions" else f"{kind}_rows"] = merge_by_shard(
-            files, folder.merged_outputs(segment.index, group, kind)
+            [folder.parquet(f) for f in files], folder.merged_outputs(segment.index, group, kind, rng=_rng(merge, rng)), shards
         )
-    return {"segment": segment.index, "group": group, **rows, "seconds": round_(time.perf_counter() - started)}
+    return {
+        "segment": segment.index,
+        "group": group,
+        **({"range": rng} if merge.ranges > 1 else {}),
+        **rows,
+        "seconds": round_(time.perf_counter() - started),
+    }
 
 
-def merge_by_shard(paths: list[Path], out: Path) -> int:
-    """Rows of ``paths`` (each sorted by ``shard``) into ``out``, sorted by shard with the files' order
-    kept inside a shard, a row group per shard; streamed a range of shards at a time."""
-    sources = [pq.ParquetFile(p) for p in paths]
+def _rng(merge: OutputMerge, rng: int) -> int | None:
+    return rng if merge.ranges > 1 else None
+
+
+def merged_output_files(folder: RunFolder, segment: int, merge: OutputMerge, ordinal: int, kind: str) -> list[Path]:
+    """The merged files of one ``kind`` (``OUTPUT_KINDS``) holding shard ``ordinal``'s rows, in reading order (group order)."""
+    rng = _rng(merge, merge.range_of(ordinal))
+    return [folder.merged_outputs(segment, g, kind, fetch=False, rng=rng) for g in range(merge.groups)]
+
+
+def merge_by_shard(sources: list[pq.ParquetFile], out: Path, shards: range | None = None) -> int:
+    """Rows of ``sources`` (each sorted by ``shard``; of ``shards`` only, if given) into ``out``, sorted
+    by shard with the files' order kept inside a shard, a row group per shard; streamed a range of
+    shards at a time."""
+    lo_all, hi_all = (shards.start, shards.stop) if shards is not None else (None, None)
     groups: list[tuple[int, int, int, int, int]] = []  # (min shard, max shard, file, row group, bytes)
     for i, f in enumerate(sources):
         col = f.schema_arrow.get_field_index("shard")
@@ -203,22 +262,24 @@ def merge_by_shard(paths: list[Path], out: Path) -> int:
             meta = f.metadata.row_group(rg)
             stats = meta.column(col).statistics
             if meta.num_rows:
-                assert stats is not None and stats.has_min_max, f"{paths[i]}: no shard statistics"
-                groups.append((int(stats.min), int(stats.max), i, rg, meta.total_byte_size))
+                assert stats is not None and stats.has_min_max, "a partition output without shard statistics"
+                mn, mx = int(stats.min), int(stats.max)
+                if lo_all is not None and (mx < lo_all or mn >= hi_all):  # type: ignore[operator]
+                    continue  # none of this range's shards
+                groups.append((mn, mx, i, rg, meta.total_byte_size))
     if not groups:
         out.unlink(missing_ok=True)
-        for f in sources:
-            f.close()
         return 0
     # Ranges of shards holding about CHUNK_BYTES of row groups each (by where they start).
     by_start = sorted(groups)
-    bounds, size = [by_start[0][0]], 0
+    bounds, size = [by_start[0][0] if lo_all is None else max(lo_all, by_start[0][0])], 0
     for lo, _, _, _, nbytes in by_start:
         if size >= CHUNK_BYTES and lo > bounds[-1]:
             bounds.append(lo)
             size = 0
         size += nbytes
-    bounds.append(max(g[1] for g in groups) + 1)
+    end = max(g[1] for g in groups) + 1
+    bounds.append(end if hi_all is None else min(end, hi_all))
     schema = sources[0].schema_arrow
     in_order = sorted(groups, key=lambda g: (g[2], g[3]))  # file order, then row group: the readers' order
     written = 0
@@ -233,19 +294,19 @@ def merge_by_shard(paths: list[Path], out: Path) -> int:
             shard = table["shard"].to_numpy()
             cuts = np.flatnonzero(np.diff(shard)) + 1
             for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(shard)]):
-                writer.write_table(table.slice(a, b - a))
+                if b > a:
+                    writer.write_table(table.slice(a, b - a))
             written += table.num_rows
-    for f in sources:
-        f.close()
     if not written:
         out.unlink(missing_ok=True)
     return written
 
 
-def merge_all_outputs(spec: RunSpec, segment: Segment) -> int:
+def merge_all_outputs(spec: RunSpec, segment: Segment) -> OutputMerge:
     """Every output merge task of the step ending ``segment``, in this process (its ``merge<i>d`` phase):
-    for callers that drive the rounds themselves, before the next map tasks. Returns the groups."""
-    groups = output_groups(spec, segment)
-    for g in range(groups):
-        merge_outputs(spec, segment, g)
-    return groups
+    for callers that drive the rounds themselves, before the next map tasks. Returns how they merged."""
+    merge = output_groups(spec, segment)
+    for g in range(merge.groups):
+        for j in range(merge.ranges):
+            merge_outputs(spec, segment, g, j)
+    return merge

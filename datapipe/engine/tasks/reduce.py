@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, build_stage
 from datapipe.engine.tasks.copies import split_copies
-from datapipe.engine.tasks.merge import round_inputs
+from datapipe.engine.tasks.merge import OutputMerge, merged_output_files, round_inputs
 from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
 from datapipe.engine.tasks.sinks import ShuffleSink
 from datapipe.run_folder.layout import RunFolder
@@ -159,38 +159,46 @@ def round_(x: float) -> float:
     return round(x, 3)
 
 
-def partition_decisions(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
+def partition_decisions(
+    folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: OutputMerge | None = None
+) -> pa.Table | None:
     """One shard's decisions, gathered from every partition output of every round (``partitions_decide``),
     or from the ``groups`` files they were merged into (engine/tasks/merge.py, ``output_groups``)."""
     step = step_of(stage, PartitionStep)
     assert step is not None
     if groups:
-        paths = [folder.merged_outputs(segment, g, fetch=False) for g in range(groups)]
+        paths = merged_output_files(folder, segment, groups, ordinal, "decisions")
     else:
         paths = [folder.partition_output(segment, p, r, fetch=False) for r in range(step.rounds) for p in range(step.partitions)]
     # Of each file, the row groups of this shard only (in place from a remote run folder).
     return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)
 
 
-def partition_state(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
+def partition_state(
+    folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: OutputMerge | None = None
+) -> pa.Table | None:
     """One shard's rows of every partition's ``PartitionResult.state``, of every round (None: there are
     none), or of the ``groups`` files they were merged into."""
     return _partition_rows(folder, segment, stage, ordinal, groups, "state")
 
 
-def partition_copies(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int = 0) -> pa.Table | None:
+def partition_copies(
+    folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: OutputMerge | None = None
+) -> pa.Table | None:
     """The copies every partition of every round dropped of this shard's documents (None: there are
     none), or of the ``groups`` files they were merged into (engine/tasks/copies.py)."""
     return _partition_rows(folder, segment, stage, ordinal, groups, "copies")
 
 
-def _partition_rows(folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: int, kind: str) -> pa.Table | None:
+def _partition_rows(
+    folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: OutputMerge | None, kind: str
+) -> pa.Table | None:
     step = step_of(stage, PartitionStep)
     if step is None:
         return None
     written = folder.partition_state if kind == "state" else folder.partition_copies
     if groups:
-        paths = [folder.merged_outputs(segment, g, kind, fetch=False) for g in range(groups)]
+        paths = merged_output_files(folder, segment, groups, ordinal, kind)
     else:
         paths = [written(segment, p, r, fetch=False) for r in range(step.rounds) for p in range(step.partitions)]
     return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)

@@ -1,0 +1,73 @@
+"""A marker that comes back with its task's result is never read back from the store by the driver:
+not by the pull before a phase, not by the end of the run's sweep; one it did not get is still read."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from datapipe.run_folder import remote
+from datapipe.run_folder.layout import RunFolder
+from datapipe.storage import uri as storage
+from tests.support.counting_s3 import CountingS3
+
+boto3 = pytest.importorskip("boto3")
+pytest.importorskip("moto.server", reason="needs moto[server] (the test extras)")
+
+
+@pytest.fixture
+def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = CountingS3()
+    for k, v in {
+        "AWS_ENDPOINT_URL": server.url,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "DATAPIPE_CACHE_DIR": str(tmp_path / "cache"),
+    }.items():
+        monkeypatch.setenv(k, v)
+    boto3.client("s3").create_bucket(Bucket="adopt")
+    yield server
+    server.stop()
+
+
+def _task_commits(uri: str, folder: RunFolder, phase: str, key: str, out: str) -> dict:
+    """What a task on another node does: write its output, commit it and its marker; returns its result."""
+    path = folder.root / out
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * 10)
+    marker = {"docs_in": 3, "node": "elsewhere"}
+    folder.write_marker(phase, key, marker, [path])
+    with remote._lock:  # that node's memory, not the driver's
+        remote._seen.pop(uri, None)
+        remote._named.pop(uri, None)
+    folder.marker(phase, key).unlink()  # nor its mirror
+    return marker
+
+
+def test_adopted_markers_are_not_read_back_and_others_are(s3: CountingS3) -> None:
+    uri = "s3://adopt/run"
+    folder = RunFolder(uri)
+    result = _task_commits(uri, folder, "map0", "src/00000", "docs/src/00000.parquet")
+    other = _task_commits(uri, folder, "map0", "src/00001", "docs/src/00001.parquet")
+    # An upload of a killed attempt: named by no marker, deleted by the sweep.
+    storage.write_bytes(storage.child(uri, "docs/src/stray.parquet"), b"y")
+
+    folder.adopt_marker("map0", "src/00000", json.loads(json.dumps(result)))  # as Ray hands it over
+    on_store = storage.read_bytes(storage.child(uri, "_work/markers/map0/src/00000.json"))
+    assert folder.marker("map0", "src/00000").read_bytes() == on_store  # the mirror holds the committed bytes
+    before = s3.folder_snapshot()
+    folder.pull()
+    folder.sweep()
+    gets = {k: v for k, v in (s3.folder_snapshot() - before).items() if k[0] == "GET"}
+    # Only the marker the driver did not get is read, once (by the pull; the sweep reads the mirror's copy).
+    assert sum(gets.values()) == 1, gets
+    assert folder.read_markers("map0") == {"src/00000": result, "src/00001": other}
+    assert folder.marker("map0", "src/00001").is_file()
+    names = {f.uri for f in storage.list_files(uri)}
+    assert storage.child(uri, "docs/src/stray.parquet") not in names
+    assert {storage.child(uri, f"docs/src/0000{i}.parquet") for i in (0, 1)} <= names
