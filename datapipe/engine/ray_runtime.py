@@ -211,6 +211,19 @@ def _not_started(self: object, *args: object, **kwargs: object) -> None:
     return None
 
 
+# Ray's own observability, which an embedded Ray reports to nobody (no dashboard, no state API, no
+# Prometheus): every process records metrics (exported every 10 s), and every worker and the driver
+# buffer each task's state changes and send them to the GCS every second, where they are kept for
+# `ray list tasks` and the dashboard's timeline. Both are Ray settings documented in its
+# src/ray/common/ray_config_def.h ("Setting the value to 0 disables the task event recording and
+# reporting"); passed as ``_system_config``, which only a new cluster takes, so a cluster joined with
+# --ray-address keeps its own.
+EMBEDDED_SYSTEM_CONFIG: dict[str, object] = {
+    "enable_metrics_collection": False,
+    "task_events_report_interval_ms": 0,
+}
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[str]:
     """Yield a description of the Ray cluster in use; shut down only what we started."""
@@ -238,6 +251,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
                 include_dashboard=False,
                 logging_level=logging.WARNING,
                 log_to_driver=False,
+                _system_config=EMBEDDED_SYSTEM_CONFIG,
             )
         where = f"embedded Ray ({int(ray.cluster_resources().get('CPU', 0))} CPUs, loopback)"
     watchdog = None if address else _start_watchdog()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import sys
 from pathlib import Path
@@ -29,6 +31,11 @@ def test_embedded_ray_starts_no_cluster_services(ray_local: str) -> None:
     assert workers <= set(procs)  # its workers are this session's
     for service in ("autoscaler/_private/monitor.py", "_private/log_monitor.py", "dashboard/dashboard.py"):
         assert service not in commands, f"{service} was started: {short}"
+    # Nor records what only Ray's dashboard and state API read: the GCS got the settings (which it hands
+    # the raylet and every worker) as its base64 JSON --config_list.
+    [gcs] = [c.split() for c in procs.values() if c.split()[0].endswith("gcs_server")]
+    [config] = [json.loads(base64.b64decode(a.split("=", 1)[1])) for a in gcs if a.startswith("--config_list=")]
+    assert config["enable_metrics_collection"] is False and config["task_events_report_interval_ms"] == 0, config
     # Ray's Node class is restored after start-up: a cluster this process joins later is Ray's own.
     from ray._private.node import Node
 
