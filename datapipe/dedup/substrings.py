@@ -47,9 +47,11 @@ from functools import lru_cache
 import numpy as np
 
 from datapipe.dedup.shingles import COMPLEX, char_classes, norm_table
-from datapipe.runtime.jit import load_numba
+from datapipe.runtime.jit import lazy_numba
 
-numba = load_numba()
+# The kernels compile (or load from numba's cache) on first use (runtime/jit.py): the driver imports
+# this module to plan a run with a substrings stage and runs none of them, so it never loads numba.
+numba = lazy_numba()
 
 _FNV_OFFSET = np.uint64(14695981039346656037)
 _FNV_PRIME = np.uint64(1099511628211)

@@ -29,7 +29,7 @@ def test_stage_modules_load_numba_only_when_a_kernel_runs() -> None:
     code = (
         "import sys\n"
         "import datapipe.stages.langid, datapipe.stages.quality, datapipe.stages.minhash, datapipe.stages.dedup\n"
-        "import datapipe.stages.decontaminate, datapipe.stages.boilerplate\n"
+        "import datapipe.stages.decontaminate, datapipe.stages.boilerplate, datapipe.stages.substrings\n"
         "print('numba' in sys.modules)\n"
         "from datapipe.stages import cjk\n"
         "d, _, _ = cjk.line_script_counts(['ab 中文'])\n"
