@@ -24,7 +24,7 @@ import numpy as np
 from datapipe.ablate.candidates import Candidate, CandidateError, materialize, run_tokenizer
 from datapipe.ablate.evaluate import EvalSet, build_heldout, evaluate, mc_benchmark_items, mc_items
 from datapipe.ablate.model import ModelConfig
-from datapipe.ablate.train import pick_device, train
+from datapipe.ablate.train import load_trained, make_deterministic, pick_device, train
 from datapipe.audit.report import COLORS, PAGE, table
 from datapipe.decontaminate.index import BenchmarkIndex
 from datapipe.storage.atomic import write_text_atomic
@@ -66,23 +66,50 @@ def _eval_set(settings: Settings, first: Candidate, log: Log) -> tuple[EvalSet, 
     return ev, index, key
 
 
+def eval_identity(settings: Settings, ev: EvalSet) -> dict[str, Any]:
+    """What a run's scores depend on besides its weights: the options (--eval-rows, --mc-items,
+    --benchmarks) and a digest of the evaluation itself (held-out rows, items, tokenizer), which also
+    covers the held-out share and the run the text came from."""
+    return {
+        "eval_rows": settings.eval_rows,
+        "mc_items": settings.mc_per_lang,
+        "benchmarks": str(settings.agieval_dir) if settings.agieval_dir is not None else None,
+        "digest": ev.digest(),
+    }
+
+
 def train_and_score(
     data: Path, mixture: dict[str, float] | None, settings: Settings, seed: int, run_dir: Path, ev: EvalSet, log: Log
 ) -> dict[str, Any]:
     """One proxy, or its result.json when it is already done. A run folder remembers what it was
-    trained with (identity.json): a checkpoint or result of other settings is refused, never mixed in."""
-    identity = {"model": asdict(settings.cfg), "mixture": mixture, "data": data.name, "seed": seed}
+    trained and scored with (identity.json): a checkpoint or result of other training settings is
+    refused, never mixed in; a finished run scored with other evaluation settings is scored again
+    from its last checkpoint, never reported with its old scores."""
+    trained_as = {"model": asdict(settings.cfg), "mixture": mixture, "data": data.name, "seed": seed}
     marker = run_dir / "identity.json"
-    if marker.is_file() and json.loads(marker.read_text()) != identity:
+    old = json.loads(marker.read_text()) if marker.is_file() else None
+    if old is not None and {k: old.get(k) for k in trained_as} != trained_as:
         raise CandidateError(
             f"{run_dir} holds a run of other settings ({marker}); use another --out, or delete that folder to train it anew"
         )
+    identity = {**trained_as, "eval": eval_identity(settings, ev)}
     done = run_dir / "result.json"
+    device = pick_device(settings.device)
     if done.is_file():
-        return json.loads(done.read_text())
+        if old == identity:
+            return json.loads(done.read_text())
+        make_deterministic(seed, device, settings.threads)
+        model = load_trained(data, settings.cfg, run_dir, device)
+        if model is not None:  # the same weights, other evaluation: score again, keep the training record
+            log(f"ablate: {run_dir} was scored with other evaluation settings; scoring it again")
+            kept = {k: v for k, v in json.loads(done.read_text()).items() if k not in ("heldout_loss", "mc")}
+            result = {**kept, **evaluate(model, ev, settings.cfg.seq_len, device)}
+            write_text_atomic(done, json.dumps(result, indent=1, sort_keys=True))
+            write_text_atomic(marker, json.dumps(identity, sort_keys=True))  # after the result: a kill between scores again
+            return result
+        done.unlink()  # no final checkpoint to score: train again (a seed gives the same weights)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(marker, json.dumps(identity, sort_keys=True))
-    device = pick_device(settings.device)
     model, info = train(data, mixture, settings.cfg, seed, run_dir, device, settings.threads, settings.save_every, log)
     result = {"seed": seed, **info, **evaluate(model, ev, settings.cfg.seq_len, device)}
     write_text_atomic(done, json.dumps(result, indent=1, sort_keys=True))

@@ -16,6 +16,7 @@ question (truncated from the left to fit), divided by the option's characters (l
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -94,6 +95,17 @@ class EvalSet:
     mc: list[MCItem]
     pad_id: int
     tokenizer: str
+
+    def digest(self) -> str:
+        """A hash of everything a run is scored on: two runs with the same digest were scored alike."""
+        h = hashlib.sha256(str(self.pad_id).encode())  # the tokenizer is the run's (its sha256 is checked)
+        for g in sorted(self.groups):
+            h.update(g.encode() + b"\0")
+            h.update(np.ascontiguousarray(self.groups[g]).tobytes())
+            h.update(np.ascontiguousarray(self.n_tokens[g]).tobytes())
+        for item in self.mc:
+            h.update(json.dumps([item.item_id, item.context, item.options, item.label], ensure_ascii=False).encode())
+        return h.hexdigest()[:16]
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -73,6 +73,20 @@ def vocab_size(data_dir: Path) -> int:
     return open_shard(data_dir / first)[1].vocab_size
 
 
+def load_trained(data_dir: Path, cfg: ModelConfig, out_dir: Path, device: torch.device) -> TinyGPT | None:
+    """The model of a finished run, from its last checkpoint (saved at the last step), or None when the
+    folder holds no checkpoint of that step."""
+    path = out_dir / CHECKPOINT
+    if not path.is_file():
+        return None
+    ckpt = torch.load(path, weights_only=False, map_location=device)
+    if ckpt["step"] != cfg.steps:
+        return None
+    model = TinyGPT(vocab_size(data_dir), cfg).to(device)
+    model.load_state_dict(ckpt["model"])
+    return model
+
+
 def train(
     data_dir: Path,
     mixture: dict[str, float] | None,

@@ -182,6 +182,29 @@ def test_a_run_folder_of_other_settings_is_refused_not_mixed_in(tmp_path: Path) 
         train_and_score(tmp_path / "a-x", None, settings, 0, run_dir, None, print)  # type: ignore[arg-type]
 
 
+def test_a_rerun_with_other_evaluation_settings_scores_again(small_run: Path, tmp_path: Path) -> None:
+    """A run's scores depend on --eval-rows, --mc-items and --benchmarks as much as on its weights. A
+    second call in the same --out with other ones must score the trained model again, exactly as a
+    fresh call with those settings scores it, and not report the first call's scores."""
+    from datapipe.ablate.ablation import Settings, run_ablation
+    from datapipe.ablate.candidates import Candidate
+    from datapipe.ablate.model import model_config
+
+    agieval = shared_path("benchmarks", "agieval")
+
+    def run(out: Path, rows: int, mc: int) -> dict:
+        settings = Settings(model_config("micro").with_overrides(steps=6), "micro", [0], out, "cpu", 1, 0.1, rows, mc, agieval)
+        result = run_ablation([Candidate("kept", small_run)], settings, log=lambda _: None)["candidates"]["kept"]["runs"][0]
+        return {k: v for k, v in result.items() if k not in ("wall_s", "cpu_s")}
+
+    first = run(tmp_path / "same", rows=4, mc=4)
+    again = run(tmp_path / "same", rows=2, mc=2)
+    fresh = run(tmp_path / "fresh", rows=2, mc=2)
+    assert fresh["heldout_loss"] != first["heldout_loss"]  # the settings change the scores
+    assert {v["items"] for v in again["mc"].values()} == {2}
+    assert again == fresh  # the same weights (one seed), scored on the new rows and items
+
+
 def test_candidate_options_name_defined_candidates() -> None:
     from datapipe.ablate.candidates import CandidateError, parse_candidates
 
