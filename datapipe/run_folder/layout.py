@@ -275,6 +275,12 @@ class RunFolder:
         name = f"copies-r{round}-{partition_key(partition)}.parquet"
         return self._local(self.work / f"{reduce_phase(segment)}-parts" / name, fetch)
 
+    def partition_file(self, kind: str, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
+        """A deciding partition's output of one ``kind`` (``OUTPUT_KINDS``)."""
+        assert kind in OUTPUT_KINDS, kind
+        by_kind = {"decisions": self.partition_output, "state": self.partition_state, "copies": self.partition_copies}
+        return by_kind[kind](segment, partition, round, fetch)
+
     def forward_file(self, segment: int, round: int, partition: int, fetch: bool = True) -> Path:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
         return self._local(self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet", fetch)

@@ -222,12 +222,11 @@ def merge_outputs(spec: RunSpec, segment: Segment, group: int, rng: int = 0) -> 
     writers = output_writers(spec, segment)
     mine = [writers[i] for i in group_writers(len(writers), merge.groups, group)]
     shards = merge.shards_of(rng) if merge.ranges > 1 else None
-    written = {"decisions": folder.partition_output, "state": folder.partition_state, "copies": folder.partition_copies}
     rows = {}
     for kind in OUTPUT_KINDS:
         # Read in place (only the row groups of the range cross a store), not downloaded whole: the
         # J tasks of a group each read 1/J of its files.
-        files = [f for r, p in mine if folder.is_committed(f := written[kind](segment.index, p, r, fetch=False))]
+        files = [f for r, p in mine if folder.is_committed(f := folder.partition_file(kind, segment.index, p, r, fetch=False))]
         rows["decision_rows" if kind == "decisions" else f"{kind}_rows"] = merge_by_shard(
             [folder.parquet(f) for f in files], folder.merged_outputs(segment.index, group, kind, rng=_rng(merge, rng)), shards
         )

@@ -164,14 +164,8 @@ def partition_decisions(
 ) -> pa.Table | None:
     """One shard's decisions, gathered from every partition output of every round (``partitions_decide``),
     or from the ``groups`` files they were merged into (engine/tasks/merge.py, ``output_groups``)."""
-    step = step_of(stage, PartitionStep)
-    assert step is not None
-    if groups:
-        paths = merged_output_files(folder, segment, groups, ordinal, "decisions")
-    else:
-        paths = [folder.partition_output(segment, p, r, fetch=False) for r in range(step.rounds) for p in range(step.partitions)]
-    # Of each file, the row groups of this shard only (in place from a remote run folder).
-    return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)
+    assert step_of(stage, PartitionStep) is not None
+    return _partition_rows(folder, segment, stage, ordinal, groups, "decisions")
 
 
 def partition_state(
@@ -196,9 +190,10 @@ def _partition_rows(
     step = step_of(stage, PartitionStep)
     if step is None:
         return None
-    written = folder.partition_state if kind == "state" else folder.partition_copies
     if groups:
         paths = merged_output_files(folder, segment, groups, ordinal, kind)
     else:
-        paths = [written(segment, p, r, fetch=False) for r in range(step.rounds) for p in range(step.partitions)]
+        written = [(p, r) for r in range(step.rounds) for p in range(step.partitions)]
+        paths = [folder.partition_file(kind, segment, p, r, fetch=False) for p, r in written]
+    # Of each file, the row groups of this shard only (in place from a remote run folder).
     return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)
