@@ -1,6 +1,6 @@
 """Three loopback Ray nodes, one store: inputs and run folder on a loopback S3 server (moto), each
 node with its own local mirror (its own DATAPIPE_CACHE_DIR, as separate machines would have), and a
-worker node killed in the middle of a shuffle (a MinHash round-0 task held on it between its
+worker node killed in the middle of a shuffle (an exact-dedup partition task held on it between its
 outputs and its marker). The run finishes with the outputs of a single-node local run."""
 
 from __future__ import annotations
@@ -96,8 +96,10 @@ def test_three_nodes_on_one_store_with_a_node_killed_mid_shuffle_equal_one_node(
             "DATAPIPE_CACHE_DIR": str(tmp_path / "cache-driver"),  # the driver's own mirror, fresh
         }
         caches = [str(tmp_path / f"cache-{i}") for i in range(3)]
-        # The first worker node holds its MinHash round-0 tasks (shuffle1) between outputs and marker
-        # (engine/faults.py); it is killed once one is held there. Each node works in its own mirror.
+        # The first worker node holds its exact-dedup partition tasks (shuffle0) between outputs and
+        # marker (engine/faults.py); it is killed once one is held there. Each node works in its own
+        # mirror. shuffle0's tasks are spread over the nodes; MinHash's (shuffle1) follow the nodes that
+        # wrote their map outputs (PartitionStep.owner_reads), which may leave the doomed node none.
         script = f"""
 import glob, json, subprocess, sys, time
 from ray.cluster_utils import Cluster
@@ -107,7 +109,7 @@ cluster = Cluster(initialize_head=True, connect=False,
                                    "_system_config": {{"health_check_period_ms": 300,
                                                        "health_check_failure_threshold": 3}}}})
 doomed = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1",
-                          env_vars={{"DATAPIPE_FAULT_HOLD_AT": "shuffle1", "DATAPIPE_FAULT_HOLD_FILE": {str(hold)!r},
+                          env_vars={{"DATAPIPE_FAULT_HOLD_AT": "shuffle0", "DATAPIPE_FAULT_HOLD_FILE": {str(hold)!r},
                                      "DATAPIPE_CACHE_DIR": {caches[1]!r}}})
 other = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", env_vars={{"DATAPIPE_CACHE_DIR": {caches[2]!r}}})
 try:
@@ -132,7 +134,7 @@ finally:
         hold.touch()
         assert done.returncode == 0, done.stderr[-3000:]
         report = json.loads(done.stdout.strip().splitlines()[-1])
-        assert report["held"], "no shuffle1 task was placed on the doomed node"
+        assert report["held"], "no shuffle0 task was placed on the doomed node"
         assert report["rc"] == 0, report["stderr"]
         got = tmp_path / "got"
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="runs/three/"):
@@ -147,7 +149,7 @@ finally:
             for p in (got / "_work" / "markers").glob("**/*.json")
         }
         for key in report["held"]:  # the held tasks were redone on a surviving node
-            assert markers[f"shuffle1/{key}.json"]["node"] in report["nodes"]
+            assert markers[f"shuffle0/{key}.json"]["node"] in report["nodes"]
         assert set(report["nodes"]) <= {m["node"] for m in markers.values()}  # both surviving nodes worked
         assert any(phase.startswith("merge1") for phase in markers)  # the shuffles were merged
         assert fingerprint(got) == fingerprint(tmp_path / "ref")
