@@ -150,3 +150,34 @@ def test_other_documents_are_refused(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["run", str(tmp_path / "old.yaml"), "--from", str(old), "--output", str(old)])
     assert res.exit_code == 2 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.startswith(f"error: --from {old} is the output folder itself"), res.stderr
+
+
+def test_redecide_reads_compressed_token_lists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run folder in object storage writes its token lists zstd-compressed (engine/tasks/sinks.py);
+    --from such a run reads them as it reads uncompressed ones: the same shards, nothing re-encoded."""
+    old, new, fresh = tmp_path / "old", tmp_path / "new", tmp_path / "fresh"
+    run_in_process(_pipeline(tmp_path, "old", 400, 0.5), output=old)
+    token_files = sorted((old / "_work" / "tokens").rglob("*.arrow"))
+    assert token_files, "the old run left no token lists"
+    before = sum(p.stat().st_size for p in token_files)
+    for path in token_files:  # rewritten as a remote run folder writes them
+        table = pa.ipc.open_file(pa.BufferReader(path.read_bytes())).read_all()  # not mapped: rewritten below
+        options = pa.ipc.IpcWriteOptions(compression="zstd")
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
+            writer.write_table(table)
+    assert sum(p.stat().st_size for p in token_files) < before / 2  # compressed indeed
+    changed = _pipeline(tmp_path, "changed", 50, 0.8)
+    run_in_process(changed, output=fresh)
+
+    encoded: list[str] = []
+
+    def encode(texts: list[str], info: Any) -> pa.Array:
+        encoded.extend(texts)
+        return encode_documents(texts, info)
+
+    monkeypatch.setattr(map_task, "encode_documents", encode)
+    run_in_process(changed, output=new, reuse_from=old)
+
+    assert output_digests(new) == output_digests(fresh)
+    newly_kept = _ids(new, *_stages(new), negate=True) - _ids(old, *_stages(old), negate=True)
+    assert encoded and len(encoded) == len(newly_kept)  # the compressed lists were read, not re-encoded
