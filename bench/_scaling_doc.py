@@ -211,14 +211,16 @@ def verdict_md(est: dict[str, Any], split: dict[str, Any]) -> str:
     top = ", ".join(f"{ph['phase']} {ph['wall_s'] / est['total_s']:.0%}" for ph in phases[:3])
     footer_h = sum(ph["footer_s_per_task"] * ph["crawl_tasks"] for ph in est["phases"]) / 3600
     before_h = sum(ph["footer_s_per_task"] * ph["crawl_tasks"] for ph in split["phases"]) / 3600
+    by_phase = {ph["phase"]: ph["footer_s_per_task"] * ph["crawl_tasks"] / 3600 for ph in est["phases"]}
+    footer_top = sorted(by_phase.items(), key=lambda kv: -kv[1])[:2]
     ok = total_h <= 1.5 and worst[1] / est["total_s"] <= 0.05
     return (
         f"**Verdict: {total_h:.2f} h end to end ({'within' if total_h <= 1.5 else 'over'} the 1.5 h target); the "
         f"largest serial step is {worst[0]}, {worst[1]:,.0f} s = {worst[1] / est['total_s']:.1%} of the run "
         f"({'within' if worst[1] / est['total_s'] <= 0.05 else 'over'} 5%).** {'Both targets are met.' if ok else ''} "
         f"The phases that take the most time: {top}. Footer parsing of the merged shuffle and decision files is "
-        f"{footer_h:,.0f} core-hours of it, most of it the round-0 merge tasks reading the map tasks' shuffle "
-        f"files (a row group per part each); with one file per merge task (before) it was {before_h:,.0f} "
+        f"{footer_h:,.0f} core-hours of it ({', '.join(f'{k} {v:,.1f}' for k, v in footer_top)}: a map task "
+        f"parses G files of each kind of decisions it applies); with one file per merge task (before) it was {before_h:,.0f} "
         f"core-hours at the same `split.shuffle_groups` and the estimate {split['total_s'] / 3600:.2f} h. "
         f"The driver's CPU in its own threads ({est['driver_fit'][0] * 1e3:.2f} ms per "
         f"task) over {est['total_tasks']:,} tasks is {est['driver_s']:,.0f} s, {est['driver_s'] / est['total_s']:.1%} of the "
