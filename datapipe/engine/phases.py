@@ -28,6 +28,7 @@ from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.tasks.map import count_range_lines, map_shard
 from datapipe.engine.tasks.merge import (
     OutputMerge,
+    group_writers,
     merge_group,
     merge_groups,
     merge_outputs,
@@ -237,6 +238,12 @@ def _output_merge_tasks(spec: RunSpec, segment: Segment, step: PartitionStep, me
                 return None  # not known until that round is done
             done[r] = got
         bounds = output_bounds(output_weights(spec, segment, lambda r: done.get(r, {})), merged.groups)
+        earlier = folder.read_markers(merge_outputs_phase(segment.index))
+        if any("outputs" not in m for m in earlier.values()):
+            # A run folder whose merge tasks ran before the groups were cut by rows: keep its groups (by
+            # count), or a resumed run would merge some outputs twice and others not at all.
+            writers = step.rounds * step.partitions
+            bounds = [group_writers(writers, merged.groups, g).start for g in range(merged.groups)] + [writers]
         return tuple(
             Task(partition_key(g * merged.ranges + j), (segment, g, j, bounds[g], bounds[g + 1]))
             for g in range(merged.groups)

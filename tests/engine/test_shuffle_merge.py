@@ -205,3 +205,25 @@ def test_files_opened_per_document_stay_flat_with_merges_and_outputs_do_not_chan
     assert "near_duplicate" in out_large["reasons"] and "exact_duplicate" in out_large["reasons"]
     assert large / small <= 1.15, (small, large)  # 4x the tasks and partitions: flat per document
     assert plain_large / plain_small > 2, (plain_small, plain_large)  # without merges: all to all
+
+
+def test_decisions_merge_keeps_the_groups_of_a_run_merged_before_groups_were_cut_by_rows(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from datapipe.engine import phases
+    from datapipe.run_folder.layout import partition_key
+
+    # 3 rounds x 4 partitions, rows only in the last round; 2 groups of 1 range.
+    monkeypatch.setattr(phases, "output_weights", lambda spec, segment, markers: [0.0] * 8 + [5.0] * 4)
+    step = SimpleNamespace(rounds=3, partitions=4)
+    listed = phases._output_merge_tasks(None, SimpleNamespace(index=1), step, merge.OutputMerge(2, 1, 4))  # type: ignore[arg-type]
+
+    def folder(earlier: dict) -> SimpleNamespace:
+        rounds = {partition_key(p): {"forwarded": 1} for p in range(4)}
+        return SimpleNamespace(read_markers=lambda phase: earlier if phase == merge_outputs_phase(1) else rounds)
+
+    tasks = listed(folder({}))
+    assert [t.args[3:] for t in tasks] == [(0, 10), (10, 12)]  # by rows: 10 and 10
+    # A merge task's marker from before (no "outputs"): the same groups as it had, by count.
+    tasks = listed(folder({partition_key(0): {"group": 0, "decision_rows": 3}}))
+    assert [t.args[3:] for t in tasks] == [(0, 6), (6, 12)]
