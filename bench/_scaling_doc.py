@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.cost_model import PARTITIONS
+from bench.cost_model import PARTITIONS, TOKENS_PER_PACK_TASK
 from bench.scale import acceptance_rows, describe, phase_order
 
 TEMPLATE = Path(__file__).with_name("_scaling_doc.md")
@@ -151,29 +151,83 @@ def driver_threads_md(runs: list[dict[str, Any]]) -> str:
     return "The runs above: " + "; ".join(parts) + "." if parts else ""
 
 
+def merge_task_md(mt: dict[str, Any] | None) -> str:
+    """bench/merge_task.py's figures: one crawl-sized MinHash decisions merge task."""
+    if not mt:
+        return "Not measured."
+    c, fit = mt["crawl"], mt["fit"]
+    sizes = sorted({m["files"] for m in mt["measured"]})
+    rows = [
+        f"`PYTHONPATH=. python bench/merge_task.py --files {','.join(map(str, sizes))} --json bench/results/merge_task.json`, "
+        f"{mt['date']}, {mt['env']['cores']} cores ({mt['env']['cpu_model']}), shared. Inputs at crawl proportions: "
+        f"{mt['decisions_per_doc']:.4f} MinHash decisions per document (the 16x run above), and per decision "
+        + ", ".join(f"{v / mt['decisions_per_doc']:.2f} {k} rows" for k, v in mt["rows_per_doc"].items())
+        + f" (a small real run's partition outputs, all written in round "
+        f"{', '.join(str(r) for r in mt['decisions_by_round'])}); a crawl partition output holds "
+        + ", ".join(f"{v:,.0f} {k} rows" for k, v in mt["rows_per_output"].items())
+        + f" ({c['docs'] / c['partitions'] / 1e6:.2f}M documents per partition), shards drawn over {c['shards']:,}, "
+        f"written as a partition writes them. One range task ({c['ranges']} per group) of N outputs of each kind, "
+        f"its output split into files of {mt['keys_per_file']} shards:",
+        "",
+        "| outputs of each kind (N) | rows read (whole row groups) | rows written | CPU s (min-max over ranges and repeats) |",
+        "|---|---|---|---|",
+    ]
+    for n in sizes:
+        ms = [m for m in mt["measured"] if m["files"] == n]
+        cpu = [m["cpu_s"] for m in ms]
+        rows.append(
+            f"| {n} | {ms[0]['rows_in_files']:,} | {min(m['rows_out'] for m in ms):,}-{max(m['rows_out'] for m in ms):,} | "
+            f"{min(cpu):.2f}-{max(cpu):.2f} |"
+        )
+    from bench.merge_task import task_sizes
+
+    rows += [
+        "",
+        f"Fitted: {fit['task_s']:.2f} s per task (writing a row group per shard of its range, "
+        f"{-(-c['shards'] // c['ranges']):,} of them, per kind) + {fit['per_file_s']:.3f} s per output of each kind "
+        f"({fit['per_row_us']:.2f} us per row of the outputs); peak RSS of the bench process {mt['peak_rss_mib']:,.0f} MiB. "
+        f"The crawl's outputs cut into groups by rows (the code) and by count (before), for two "
+        f"`split.shuffle_groups` (`task_sizes`):",
+        "",
+        "| G | groups cut | groups holding rows | outputs per group (max) | rows per task mean / max | "
+        "task CPU s mean / max | straggler |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for g, by_rows in ((64, True), (64, False), (256, True), (256, False)):
+        d = task_sizes(mt, g, by_rows)
+        what = "by rows (`output_bounds`, the code)" if by_rows else "by count (before)"
+        rows.append(
+            f"| {g} | {what} | {d['groups_with_rows']} of {g} | {d['files_per_group_max']} | "
+            f"{d['rows_per_task_mean']:,.0f} / {d['rows_per_task_max']:,.0f} | {d['task_cpu_s_mean']:.1f} / "
+            f"{d['task_cpu_s_max']:.1f} | {d['straggler']:.2f} |"
+        )
+    return "\n".join(rows)
+
+
 def verdict_md(est: dict[str, Any], split: dict[str, Any]) -> str:
     total_h = est["total_s"] / 3600
     worst = max(est["serial"], key=lambda s: s[1])
     phases = sorted(est["phases"], key=lambda ph: ph["wall_s"], reverse=True)
     top = ", ".join(f"{ph['phase']} {ph['wall_s'] / est['total_s']:.0%}" for ph in phases[:3])
     footer_h = sum(ph["footer_s_per_task"] * ph["crawl_tasks"] for ph in est["phases"]) / 3600
+    before_h = sum(ph["footer_s_per_task"] * ph["crawl_tasks"] for ph in split["phases"]) / 3600
+    by_phase = {ph["phase"]: ph["footer_s_per_task"] * ph["crawl_tasks"] / 3600 for ph in est["phases"]}
+    footer_top = sorted(by_phase.items(), key=lambda kv: -kv[1])[:2]
     ok = total_h <= 1.5 and worst[1] / est["total_s"] <= 0.05
-    sw = max(split["serial"], key=lambda s: s[1])
     return (
         f"**Verdict: {total_h:.2f} h end to end ({'within' if total_h <= 1.5 else 'over'} the 1.5 h target); the "
         f"largest serial step is {worst[0]}, {worst[1]:,.0f} s = {worst[1] / est['total_s']:.1%} of the run "
         f"({'within' if worst[1] / est['total_s'] <= 0.05 else 'over'} 5%).** {'Both targets are met.' if ok else ''} "
         f"The phases that take the most time: {top}. Footer parsing of the merged shuffle and decision files is "
-        f"{footer_h:,.0f} core-hours of it: a merged file holds a row group for every key (part, or shard), so "
-        f"each of its readers parses a footer that grows with the run, and the readers grow with the run too "
-        f"(files opened stay flat per document, the bytes of footer parsed do not). Splitting each merge task's "
-        f"output into 64 files of a contiguous key range (not implemented) brings "
-        f"the estimate to {split['total_s'] / 3600:.2f} h, its largest serial step {sw[0]} at "
-        f"{sw[1] / split['total_s']:.1%}. The driver's CPU in its own threads ({est['driver_fit'][0] * 1e3:.2f} ms per "
+        f"{footer_h:,.0f} core-hours of it ({', '.join(f'{k} {v:,.1f}' for k, v in footer_top)}: a map task "
+        f"parses G files of each kind of decisions it applies); with one file per merge task (before) it was {before_h:,.0f} "
+        f"core-hours at the same `split.shuffle_groups` and the estimate {split['total_s'] / 3600:.2f} h. "
+        f"The driver's CPU in its own threads ({est['driver_fit'][0] * 1e3:.2f} ms per "
         f"task) over {est['total_tasks']:,} tasks is {est['driver_s']:,.0f} s, {est['driver_s'] / est['total_s']:.1%} of the "
         f"run; within 5% of 1.5 h it must stay under {0.05 * 5400 / est['total_tasks'] * 1e3:.2f} ms per task "
         f"(here: {est['map_tasks']:,} per map phase, "
-        f"{next(ph['crawl_tasks'] for ph in est['phases'] if ph['kind'] == 'pack'):,} pack tasks of 2^26 tokens, "
+        f"{next(ph['crawl_tasks'] for ph in est['phases'] if ph['kind'] == 'pack'):,} pack tasks of "
+        f"2^{TOKENS_PER_PACK_TASK.bit_length() - 1} tokens, "
         f"{PARTITIONS:,} per shuffle round). "
         "The estimate inherits the bench's per-task figures measured on 2 shared cores with small tasks; "
         "it assumes the crawl's per-document CPU of every phase is the fitted one (the shuffle rounds' work "
@@ -191,6 +245,7 @@ def render(
     est: dict[str, Any],
     split: dict[str, Any],
     explain: list[dict[str, Any]] | None,
+    merge_task: dict[str, Any] | None = None,
 ) -> str:
     text = TEMPLATE.read_text()
     for key, value in (
@@ -202,6 +257,7 @@ def render(
         ("FIT", fit),
         ("PER_CORE_HOUR", per_core_hour),
         ("VERDICT", verdict_md(est, split)),
+        ("MERGE_TASK", merge_task_md(merge_task)),
     ):
         text = text.replace("{{" + key + "}}", value)
     return text

@@ -24,9 +24,11 @@ added to the time, not overlapped with compute.
 
 The wall time of a phase with n tasks on K cores is (waves - 1) x task + task x straggler, waves =
 ceil(n / K), task = its CPU + its requests' latency; straggler = the phase's largest task / its mean task
-at the largest measured scale. Phases run one after another (a phase waits for the one before). Serial
-steps (the driver's CPU, its marker reads, a phase's one task, Ray's start) are listed apart: each must
-stay under 5% of the total.
+at the largest measured scale; for map phases, the mean task + the largest task's excess over the mean,
+fitted per task and per document of a task over the runs (a fixed part: the first task of a worker
+loads the models); for the MinHash decisions merge, bench/merge_task.py's crawl-sized task. Phases
+run one after another (a phase waits for the one before). Serial steps (the driver's CPU, its marker
+reads, a phase's one task, Ray's start) are listed apart: each must stay under 5% of the total.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ END_LISTINGS = 3
 # 2.48 in the fit runs). Fitted PUTs are no bound: a marker's upload alone is 3 requests (multipart).
 OBJECTS_PER_TASK = 2.6
 NODE_GBPS = 1.25  # GB/s per node to and from the store (10 Gbit/s)
-TOKENS_PER_PACK_TASK = 1 << 26  # datapipe/engine/pack_plan.py TOKENS_PER_TASK
+from datapipe.engine.pack_plan import TOKENS_PER_TASK as TOKENS_PER_PACK_TASK  # noqa: E402  (2^28 since 2026-11-27)
+
 STRAGGLER_DEFAULT = 1.5  # a phase's largest / mean task where the bench JSON does not record it
 BUDGET_H = 1.5
 SERIAL_SHARE = 0.05
@@ -79,7 +82,24 @@ ANCHORS = [
 ]
 
 
-KEY_RANGES = 64  # the "split" design: each merge output split into files of a contiguous key range
+# The MinHash decisions merge is measured at crawl size (bench/merge_task.py), not fitted from the
+# bench's tiny tasks (36 ms on average: their fixed costs).
+MEASURED_MERGE = "merge1d"
+MERGE_TASK_JSON = ROOT / "bench" / "results" / "merge_task.json"
+# Kinds of merged partition outputs a map task reads per global stage it applies: exact dedup's
+# decisions and copies (map1), MinHash's decisions, states and copies (map2).
+MERGED_KINDS = {"map1": 2, "map2": 3}
+# Store requests a reader makes per merged file it reads, one after another within a task: a HEAD
+# when the process first opens the object, a GET of its footer (the length the writer's marker
+# records) and a ranged GET of its row groups (docs/cluster.md, storage/parquet_reads.py).
+READ_REQUESTS_PER_FILE = 3
+
+
+def keys_per_file() -> int:
+    """Keys (parts, shards) a merged file holds at most (engine/tasks/merge.py ``KEYS_PER_FILE``)."""
+    from datapipe.engine.tasks.merge import KEYS_PER_FILE
+
+    return KEYS_PER_FILE
 
 
 def footer_us_per_row_group(row_groups: int = 1024, files: int = 4) -> float:
@@ -109,14 +129,36 @@ def footer_us_per_row_group(row_groups: int = 1024, files: int = 4) -> float:
     return best / (files * row_groups) * 1e6
 
 
+def merged_reads(phase: str, k: str, g: int) -> int:
+    """Merged files one task of ``phase`` reads at crawl scale: a partition one per group (every round's
+    inputs outnumber the groups), a map task one per group and kind of the stage it applies."""
+    if k == "partition":
+        return g
+    if k == "map" and phase != "map0":
+        return g * MERGED_KINDS.get(phase, 3)
+    return 0
+
+
+def merged_writes(phase: str, k: str, m: int, p: int, g: int, split: bool) -> int:
+    """Files one merge task of ``phase`` writes at crawl scale: one, or with ``split`` one per
+    ``KEYS_PER_FILE`` keys of its output (for a decisions merge, per kind of MinHash's three)."""
+    if k != "merge":
+        return 0
+    if phase.endswith("d"):
+        keys = math.ceil(m / output_ranges(g))
+        return 3 * (math.ceil(keys / keys_per_file()) if split else 1)
+    return math.ceil(p / keys_per_file()) if split else 1
+
+
 def footer_rgs(phase: str, k: str, m: int, p: int, g: int, split: bool) -> float:
     """Row groups of footers one task of ``phase`` parses at crawl scale: merged files hold a row group per
-    key (part or shard) of every key; with ``split`` each merge output is KEY_RANGES files of a key range."""
-    per_file = (lambda keys: math.ceil(keys / KEY_RANGES)) if split else (lambda keys: keys)
+    key (part or shard) of every key; with ``split`` (the code since 2026-11-27) each merge output is
+    split into files of at most KEYS_PER_FILE keys, and a reader opens the one of its key."""
+    per_file = (lambda keys: min(keys, keys_per_file())) if split else (lambda keys: keys)
     if k == "partition":  # G merged files of the round's rows, a row group per part
         return g * per_file(p)
-    if k == "map" and phase != "map0":  # the decisions of the stage before: G merged files of its shard's range
-        return g * per_file(math.ceil(m / output_ranges(g)))
+    if k == "map" and phase != "map0":  # the decisions of the stage before: G merged files of its shard's range, per kind
+        return merged_reads(phase, k, g) * per_file(math.ceil(m / output_ranges(g)))
     if k == "merge":
         if phase.endswith("d"):  # partition outputs: few row groups each
             return math.ceil(p / g)
@@ -169,10 +211,17 @@ def store_total(r: dict[str, Any], keys: tuple[str, ...]) -> float:
 
 
 def model(
-    runs: list[dict[str, Any]], main: dict[str, Any], footer_us: float, groups: int | None = None, split: bool = False
+    runs: list[dict[str, Any]],
+    main: dict[str, Any],
+    footer_us: float,
+    groups: int | None = None,
+    split: bool = True,
+    merge_task: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The crawl estimate: per phase and for the whole run; ``main``: the largest scale of --scale.
-    ``groups``: split.shuffle_groups (default: a merge task per MAP_DOCS_PER_MERGE map tasks)."""
+    ``groups``: split.shuffle_groups (default: a merge task per MAP_DOCS_PER_MERGE map tasks).
+    ``split``: merged files split by key range (the code); False: one file per merge task (before).
+    ``merge_task``: bench/merge_task.py's JSON (MEASURED_MERGE's task from it, not from the fit)."""
     K = NODES * CORES_PER_NODE
     bytes_factor = (BYTES / DOCS) / (main["corpus"]["bytes"] / main["docs"])
     map_tasks = math.ceil(BYTES / TARGET)
@@ -199,10 +248,37 @@ def model(
         n = crawl_tasks[kind(p)] * (output_ranges(groups) if re.fullmatch(r"merge\d+d", p) else 1)
         f = bytes_factor if TEXT_PHASES.match(p) else 1.0
         footer_s = footer_rgs(p, kind(p), map_tasks, PARTITIONS, groups, split) * footer_us / 1e6
-        cpu = a * n + b * (PARTITIONS if single else DOCS * f) + footer_s * n
         ph = main["phases"][p]
         mean = ph["task_cpu_s"] / ph["tasks"] if ph["tasks"] else 0.0
         straggler = ph["task_cpu_s_max"] / mean if ph.get("task_cpu_s_max") and mean > 0 else STRAGGLER_DEFAULT
+        measured = merge_task is not None and p == MEASURED_MERGE
+        fitted = (a, b)  # what the bench's runs say (check_fit compares them with those runs)
+        if measured:
+            # Measured at crawl size: a fixed part per task (one row group per shard of its range
+            # written) and a part per row of its group's outputs; the straggler from the rows per task.
+            mt = merge_task
+            a, b = mt["fit"]["task_s"], mt["fit"]["per_row_us"] * 1e-6 * sum(mt["rows_per_doc"].values())  # type: ignore[index]
+            from bench.merge_task import task_sizes
+
+            straggler = task_sizes(mt, groups)["straggler"]  # type: ignore[arg-type]
+        cpu = a * n + b * (PARTITIONS if single else DOCS * f) + footer_s * n
+        excess = None
+        if kind(p) == "map" and len({r["docs"] // r["phases"][p]["tasks"] for r in have}) > 1:
+            # A map phase's largest task is its mean task plus a cost of its own (the first task of a
+            # worker loads the models): the excess of the largest over the mean is fitted as a part per
+            # task and a part per document of a task over the runs (the same documents in every task
+            # of a run), not taken as a ratio: the bench's tasks hold ~500 times fewer documents than
+            # the crawl's, so its largest / mean (3.5 for map0 at 16x, 1.4 with 8x the documents per
+            # task) is mostly that fixed part.
+            ex = [r["phases"][p]["task_cpu_s_max"] - r["phases"][p]["task_cpu_s"] / r["phases"][p]["tasks"] for r in have]
+            per = [(1.0, r["docs"] / r["phases"][p]["tasks"], 0.0) for r in have]
+            e0, e1 = fit(per, ex)
+            excess = (e0, e1)
+            straggler = 1.0 + (e0 + e1 * f * DOCS / n) / (cpu / n)
+        # Requests a task makes beyond the fitted ones: a GET per merged file it reads (the bench's G is
+        # 8, the crawl's far more) and a PUT per extra file a merge task writes.
+        io_s = (merged_reads(p, kind(p), groups) * READ_REQUESTS_PER_FILE) * REQUEST_S
+        io_s += max(0, merged_writes(p, kind(p), map_tasks, PARTITIONS, groups, split) - 1) * REQUEST_S
         per_phase.append(
             {
                 "phase": p,
@@ -210,12 +286,17 @@ def model(
                 "fit_points": len(have),
                 "per_task_s": a,
                 "per_doc_us": b * 1e6,  # single: per partition
+                "fitted": fitted,
                 "bench_us_per_doc": ph["cpu_us_per_doc"],
                 "crawl_tasks": n,
                 "footer_s_per_task": footer_s,
+                "io_s_per_task": io_s,
+                "files_written_per_task": merged_writes(p, kind(p), map_tasks, PARTITIONS, groups, split),
+                "measured": measured,
                 "crawl_cpu_core_h": cpu / 3600,
                 "task_cpu_s": cpu / n,
                 "straggler": straggler,
+                "excess_fit": excess,
             }
         )
         total_tasks += n
@@ -239,7 +320,7 @@ def model(
     wall = 0.0
     for ph in per_phase:
         n = ph["crawl_tasks"]
-        task = ph["task_cpu_s"] + latency
+        task = ph["task_cpu_s"] + latency + ph["io_s_per_task"]
         waves = math.ceil(n / K)
         w = (waves - 1) * task + task * max(1.0, ph["straggler"])
         ph.update(waves=waves, task_wall_s=task, wall_s=w)
@@ -247,7 +328,9 @@ def model(
         phase_rows.append(ph)
     ray_parallel_s = (ray[0] * total_tasks + ray[1] * DOCS) / K
     driver_s = drv[0] * total_tasks + drv[1] * DOCS + drv[2]
-    objects = OBJECTS_PER_TASK * total_tasks
+    # The measured objects per task count one file per merge task; a split merge task writes more.
+    extra_files = sum(max(0, ph["files_written_per_task"] - 1) * ph["crawl_tasks"] for ph in per_phase)
+    objects = OBJECTS_PER_TASK * total_tasks + extra_files
     marker_s = (2 * math.ceil(total_tasks / LIST_PAGE) + END_LISTINGS * math.ceil(objects / LIST_PAGE)) * REQUEST_S
     moved_bytes = moved[0] * total_tasks + moved[1] * DOCS * bytes_factor
     transfer_s = moved_bytes / (NODES * NODE_GBPS * 1e9)
@@ -272,6 +355,8 @@ def model(
         "tokens_per_doc": tokens_per_doc,
         "phases": phase_rows,
         "total_tasks": total_tasks,
+        "objects": objects,
+        "extra_files": extra_files,
         "driver_fit": drv,
         "ray_fit": ray,
         "request_fit": req,
@@ -301,7 +386,7 @@ def check_fit(runs: list[dict[str, Any]], est: dict[str, Any]) -> list[str]:
         for ph in est["phases"]:
             m = r["phases"].get(ph["phase"])
             if m:
-                pred += ph["per_task_s"] * m["tasks"] + ph["per_doc_us"] / 1e6 * r["docs"]
+                pred += ph["fitted"][0] * m["tasks"] + ph["fitted"][1] * r["docs"]
         lines.append(
             f"| {r['scale']}x of {r['docs'] // r['scale']:,}-doc base | {r['docs']:,} | {r['tasks']:,} | "
             f"{r['task_cpu_s']:,.1f} | {pred:,.1f} | {pred / r['task_cpu_s']:.2f} |"
@@ -316,10 +401,14 @@ def _f(x: float, fmt: str = "{:,.0f}") -> str:
 GROUP_CHOICES = (8, 32, 64, 128, 256, 582, 1024, 4096)
 
 
-def designs(runs: list[dict[str, Any]], main: dict[str, Any], footer_us: float) -> list[dict[str, Any]]:
-    """The estimate for each split.shuffle_groups as the code is today, and for merged files split by key range."""
-    out = [model(runs, main, footer_us, groups=g) for g in GROUP_CHOICES]
-    out.append(model(runs, main, footer_us, split=True))
+def designs(
+    runs: list[dict[str, Any]], main: dict[str, Any], footer_us: float, merge_task: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The estimate for each split.shuffle_groups as the code is (merged files split by key range), and
+    for the best of them with one file per merge task (the code before)."""
+    out = [model(runs, main, footer_us, groups=g, merge_task=merge_task) for g in GROUP_CHOICES]
+    best = min(out, key=lambda e: e["total_s"])
+    out.append(model(runs, main, footer_us, groups=best["shuffle_groups"], split=False, merge_task=merge_task))
     return out
 
 
@@ -340,9 +429,9 @@ def designs_md(options: list[dict[str, Any]]) -> str:
         name, share = serial_share(est)
         rgs = [f"{ph['footer_s_per_task'] * 1e6 / est['footer_us']:,.0f}" if ph else "-" for ph in (part, mp)]
         what = (
-            f"split by key range ({KEY_RANGES} files per merge task; not implemented)"
+            f"split by key range (at most {keys_per_file()} keys a file; the code)"
             if est["split"]
-            else "as today: a row group per key of every key"
+            else "one file per merge task, a row group per key of every key (before)"
         )
         lines.append(
             f"| {what} | {est['shuffle_groups']} | {rgs[0]} | {rgs[1]} | {est['total_s'] / 3600:,.2f} | {name} | {share:.1%} |"
@@ -351,10 +440,10 @@ def designs_md(options: list[dict[str, Any]]) -> str:
 
 
 def estimate_md(
-    paths: list[Path], runs: list[dict[str, Any]], main: dict[str, Any], footer_us: float
+    paths: list[Path], runs: list[dict[str, Any]], main: dict[str, Any], footer_us: float, merge_task: dict[str, Any] | None
 ) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
-    options = designs(runs, main, footer_us)
-    today = [e for e in options if not e["split"]]
+    options = designs(runs, main, footer_us, merge_task)
+    today = [e for e in options if e["split"]]
     est = min(today, key=lambda e: e["total_s"])  # the best split.shuffle_groups for the code as it is
     K, T = est["cores"], est["total_s"]
     out = [
@@ -364,24 +453,33 @@ def estimate_md(
         f"{main['corpus']['bytes'] / main['docs']:,.0f}: text phases' per-document CPU x{est['bytes_factor']:.2f}), "
         f"{NODES} nodes x {CORES_PER_NODE} cores = {K:,} cores; {est['map_tasks']:,} map tasks of "
         f"{TARGET >> 20} MiB, {PARTITIONS:,} partitions, `split.shuffle_groups: {est['shuffle_groups']}` "
-        f"(a merge task per {MAP_DOCS_PER_MERGE} map tasks), {est['total_tasks']:,} tasks in all.",
+        f"(a merge task per {-(-est['map_tasks'] // est['shuffle_groups']):,} map tasks), {est['total_tasks']:,} tasks in all.",
         "",
         "",
-        f"Footers: a merged shuffle file holds a row group per key (part, or shard for decisions) of every key, "
-        f"and a reader parses the whole footer to find its own: measured {footer_us:.1f} us of CPU per row group "
-        f"(`footer_us_per_row_group`: a filtered pyarrow scan of a 1,024-row-group file, as a partition task "
-        f"reads). The table below is the code as it is, with the `split.shuffle_groups` that gives the shortest "
-        f"run ({est['shuffle_groups']}); the next table compares the choices.",
+        f"Footers: a merged shuffle file holds a row group per key (part, or shard for decisions) and a reader "
+        f"parses its whole footer: measured {footer_us:.1f} us of CPU per row group (`footer_us_per_row_group`: a "
+        f"filtered pyarrow scan of a 1,024-row-group file, as a partition task reads). A merge task's output is "
+        f"split into files of at most {keys_per_file()} keys (`engine/tasks/merge.py`, `KEYS_PER_FILE`), and a "
+        f"reader opens the file of its key in each group: a partition task parses G x {keys_per_file()} row groups, "
+        f"a map task G x {keys_per_file()} per kind of decisions it applies. Merged-file requests: a reader makes a "
+        f"HEAD, a footer GET and a row-group GET per merged file ({READ_REQUESTS_PER_FILE} requests), one after "
+        f"another, and a merge task a PUT per file it writes beyond the first; the bench's 8 groups are in the "
+        f'fitted requests, the crawl\'s G are charged here (column "merged-file requests s"). {MEASURED_MERGE} '
+        f"is measured at crawl size (`bench/merge_task.py`, below), not fitted. The table below is the code as it "
+        f"is, with the `split.shuffle_groups` that gives the shortest run ({est['shuffle_groups']}); the next table "
+        f"compares the choices.",
         "",
         "| phase | fitted CPU per task s | fitted CPU per doc us | bench us/doc (largest scale) | crawl tasks | "
-        "footer CPU per task s | crawl core-h | crawl task s | waves | straggler | phase wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "footer CPU per task s | merged-file requests s | crawl core-h | crawl task s | waves | straggler | phase wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for ph in est["phases"]:
+        name = f"{ph['phase']} (measured)" if ph["measured"] else ph["phase"]
         out.append(
-            f"| {ph['phase']} | {ph['per_task_s']:.3f} | {ph['per_doc_us']:,.1f} | {ph['bench_us_per_doc']:,.0f} | "
-            f"{ph['crawl_tasks']:,} | {ph['footer_s_per_task']:,.1f} | {ph['crawl_cpu_core_h']:,.0f} | "
-            f"{ph['task_wall_s']:,.1f} | {ph['waves']} | {ph['straggler']:.2f} | {ph['wall_s']:,.0f} |"
+            f"| {name} | {ph['per_task_s']:.3f} | {ph['per_doc_us']:,.1f} | {ph['bench_us_per_doc']:,.0f} | "
+            f"{ph['crawl_tasks']:,} | {ph['footer_s_per_task']:,.1f} | {ph['io_s_per_task']:,.1f} | "
+            f"{ph['crawl_cpu_core_h']:,.0f} | {ph['task_wall_s']:,.1f} | {ph['waves']} | {ph['straggler']:.2f} | "
+            f"{ph['wall_s']:,.0f} |"
         )
     d, r = est["driver_fit"], est["ray_fit"]
     out += [
@@ -403,8 +501,8 @@ def estimate_md(
         f"{est['driver_ray_fit'][2]:,.1f} s | ({est['driver_ray_s']:,.0f} CPU s: {est['driver_ray_s'] / T:.0%} of one core "
         f"over the run) | - |",
         f"| **serial:** the driver's store listings (no marker is read back: each comes with its task's result) | "
-        f"2 of {est['total_tasks']:,} markers and {END_LISTINGS} of {OBJECTS_PER_TASK * est['total_tasks'] / 1e6:,.2f}M "
-        f"objects ({OBJECTS_PER_TASK} per task), "
+        f"2 of {est['total_tasks']:,} markers and {END_LISTINGS} of {est['objects'] / 1e6:,.2f}M "
+        f"objects ({OBJECTS_PER_TASK} per task and {est['extra_files'] / 1e6:,.2f}M more files of the split merges), "
         f"{LIST_PAGE:,} a page, {REQUEST_S * 1e3:.0f} ms each | "
         f"{est['marker_s']:,.0f} | {est['marker_s'] / T:.1%} |",
         f"| **serial:** Ray's start, the run's constants | - | {est['start_s']:,.0f} | {est['start_s'] / T:.1%} |",
@@ -461,6 +559,9 @@ def main() -> int:
     ap.add_argument("--fit", type=Path, nargs="*", default=[], help="more bench/scale.py JSONs (larger tasks)")
     ap.add_argument("--explain", type=Path, help="bench/explain_files.py JSON")
     ap.add_argument("--footer-us", type=float, help="CPU us per footer row group (default: measured now)")
+    ap.add_argument(
+        "--merge-task", type=Path, default=MERGE_TASK_JSON, help=f"bench/merge_task.py JSON (default {MERGE_TASK_JSON.name})"
+    )
     ap.add_argument("--write", type=Path, help="write docs/scaling.md here (default: print the estimate)")
     a = ap.parse_args()
     paths = [a.scale, *a.fit]
@@ -468,7 +569,8 @@ def main() -> int:
     scale = json.loads(a.scale.read_text())
     main_run = scale["extra"]["scales"][-1]
     footer_us = a.footer_us if a.footer_us is not None else footer_us_per_row_group()
-    text, est, options = estimate_md(paths, runs, main_run, footer_us)
+    merge_task = json.loads(a.merge_task.read_text()) if a.merge_task and a.merge_task.exists() else None
+    text, est, options = estimate_md(paths, runs, main_run, footer_us, merge_task)
     fit_lines = [
         "| run | documents | tasks | tasks' CPU s measured | fitted | fitted / measured |",
         "|---|---|---|---|---|---|",
@@ -480,8 +582,10 @@ def main() -> int:
     from bench._scaling_doc import render
 
     explain = json.loads(a.explain.read_text()) if a.explain else None
-    split = next(e for e in options if e["split"])
-    a.write.write_text(render(scale, runs, text, "\n".join(fit_lines), per_core_hour(main_run, est), est, split, explain))
+    before = next(e for e in options if not e["split"])
+    a.write.write_text(
+        render(scale, runs, text, "\n".join(fit_lines), per_core_hour(main_run, est), est, before, explain, merge_task)
+    )
     print(f"wrote {a.write}: {est['total_s'] / 3600:.2f} h for the crawl")
     return 0
 

@@ -129,7 +129,15 @@ def run_scale(work: Path, scale: int, a: argparse.Namespace, texts: list[str]) -
     out = work / f"out-{scale}"
     trace = work / f"trace-{scale}.txt"
     cmd = ["strace", "-f", "-qq", "-e", "trace=openat", "-o", str(trace)]
-    cmd += [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--output", str(out), "--in-process"]
+    args = ["run", str(pipeline), "--output", str(out), "--in-process"]
+    if a.keys_per_file is None:
+        cmd += [sys.executable, "-m", "datapipe.cli", *args]
+    else:  # merged files split at this many keys (engine/tasks/merge.py KEYS_PER_FILE): in process, so set here
+        code = (
+            f"import sys; from datapipe.engine.tasks import merge; merge.KEYS_PER_FILE = {a.keys_per_file}; "
+            f"from datapipe.cli import main; sys.argv = ['datapipe', *{args!r}]; main()"
+        )
+        cmd += [sys.executable, "-c", code]
     subprocess.run(cmd, check=True, cwd=a.code, env={**os.environ, "PYTHONPATH": str(a.code)}, stdout=subprocess.DEVNULL)
     counts = count(trace, out)
     removed = sum(1 for _ in (out / "rejected").glob("*minhash*.parquet"))
@@ -163,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scales", default="1,2,4")
     ap.add_argument(
         "--groups", type=int, help="split.shuffle_groups (default: the pipeline default; base-files: merged from 2x on)"
+    )
+    ap.add_argument(
+        "--keys-per-file",
+        type=int,
+        help="split merged files at this many keys (default: the code's KEYS_PER_FILE, 128: one file per merge task here)",
     )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--code", type=Path, default=ROOT, help="the datapipe checkout to run (default this one; main's to compare)")

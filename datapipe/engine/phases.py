@@ -26,7 +26,17 @@ from typing import Any
 from datapipe.engine.pack_plan import pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.tasks.map import count_range_lines, map_shard
-from datapipe.engine.tasks.merge import merge_group, merge_groups, merge_outputs, output_groups, round_writers
+from datapipe.engine.tasks.merge import (
+    OutputMerge,
+    group_writers,
+    merge_group,
+    merge_groups,
+    merge_outputs,
+    output_bounds,
+    output_groups,
+    output_weights,
+    round_writers,
+)
 from datapipe.engine.tasks.pack import pack_range
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
 from datapipe.readers import reader_spec
@@ -180,11 +190,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                     Phase(
                         merge_outputs_phase(segment.index),
                         merge_outputs,
-                        tuple(
-                            Task(partition_key(g * merged.ranges + j), (segment, g, j))
-                            for g in range(merged.groups)
-                            for j in range(merged.ranges)
-                        ),
+                        _output_merge_tasks(spec, segment, step, merged),
                         {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
                         "groups",
                     )
@@ -214,6 +220,37 @@ def _owned_shards(spec: RunSpec, partitions: int) -> Callable[[Task], list[tuple
         return [(s.key, max(1, s.nbytes)) for s in spec.shards if s.ordinal % partitions == p]
 
     return reads
+
+
+def _output_merge_tasks(spec: RunSpec, segment: Segment, step: PartitionStep, merged: OutputMerge) -> TaskList:
+    """The decisions merge's tasks, a task per (group, range), keyed as before where one range; its
+    groups cut by the rows the rounds' markers say each partition output holds (``output_bounds``),
+    so known once the last round with tasks is done."""
+
+    def listed(folder: RunFolder) -> tuple[Task, ...] | None:
+        done: dict[int, dict[int, dict[str, Any]]] = {}
+        for r in range(step.rounds):
+            markers = folder.read_markers(shuffle_phase(segment.index, r))
+            got = {p: m for p in range(step.partitions) if (m := markers.get(partition_key(p))) is not None}
+            if r and not any(m.get("forwarded", 0) for m in done[r - 1].values()):
+                break  # the rounds from here had no tasks
+            if len(got) < step.partitions:
+                return None  # not known until that round is done
+            done[r] = got
+        bounds = output_bounds(output_weights(spec, segment, lambda r: done.get(r, {})), merged.groups)
+        earlier = folder.read_markers(merge_outputs_phase(segment.index))
+        if any("outputs" not in m for m in earlier.values()):
+            # A run folder whose merge tasks ran before the groups were cut by rows: keep its groups (by
+            # count), or a resumed run would merge some outputs twice and others not at all.
+            writers = step.rounds * step.partitions
+            bounds = [group_writers(writers, merged.groups, g).start for g in range(merged.groups)] + [writers]
+        return tuple(
+            Task(partition_key(g * merged.ranges + j), (segment, g, j, bounds[g], bounds[g + 1]))
+            for g in range(merged.groups)
+            for j in range(merged.ranges)
+        )
+
+    return listed
 
 
 def _round_tasks(

@@ -285,19 +285,29 @@ class RunFolder:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
         return self._local(self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet", fetch)
 
-    def merged_file(self, segment: int, round: int, group: int, fetch: bool = True) -> Path:
-        """A group of a shuffle round's input files, merged: rows sorted by ``part``, a row group per part."""
-        return self._local(self.work / f"{merge_phase(segment, round)}" / f"{partition_key(group)}.parquet", fetch)
+    def merged_file(self, segment: int, round: int, group: int, fetch: bool = True, rng: int | None = None) -> Path:
+        """A group of a shuffle round's input files, merged: rows sorted by ``part``, a row group per part;
+        ``rng``: of one range of parts only (engine/tasks/merge.py, ``KEYS_PER_FILE``)."""
+        cut = "" if rng is None else f"-{partition_key(rng)}"
+        return self._local(self.work / f"{merge_phase(segment, round)}" / f"{partition_key(group)}{cut}.parquet", fetch)
 
     def merged_outputs(
-        self, segment: int, group: int, kind: str = "decisions", fetch: bool = True, rng: int | None = None
+        self,
+        segment: int,
+        group: int,
+        kind: str = "decisions",
+        fetch: bool = True,
+        rng: int | None = None,
+        cut: int | None = None,
     ) -> Path:
         """A group of a deciding shuffle's partition outputs of one ``kind`` (``OUTPUT_KINDS``: decisions,
         states, copies), of every round, merged: rows sorted by ``shard``, a row group per shard;
-        ``rng``: of one range of shards only."""
+        ``rng``: of one range of shards only; ``cut``: of one file of that range's (engine/tasks/merge.py,
+        ``KEYS_PER_FILE``)."""
         assert kind in OUTPUT_KINDS, kind
-        cut = "" if rng is None else f"-{partition_key(rng)}"
-        name = f"{kind}-{partition_key(group)}{cut}.parquet"
+        suffix = "" if rng is None else f"-{partition_key(rng)}"
+        suffix += "" if cut is None else f"-{partition_key(cut)}"
+        name = f"{kind}-{partition_key(group)}{suffix}.parquet"
         return self._local(self.work / merge_outputs_phase(segment) / name, fetch)
 
     def scratch_dir(self, segment: int) -> Path:

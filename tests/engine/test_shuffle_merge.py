@@ -22,6 +22,7 @@ import pytest
 
 from datapipe.engine.tasks import merge
 from datapipe.engine.tasks.sinks import ShuffleSink
+from datapipe.run_folder.layout import RunFolder, merge_outputs_phase
 from tests.conftest import write_pipeline
 from tests.support.shared_data import shared_path
 
@@ -30,8 +31,12 @@ def _read(files: list[Path], column: str, value: int) -> pa.Table:
     return pads.dataset([str(f) for f in files], format="parquet").to_table(filter=pads.field(column) == value)
 
 
-def test_merged_round_inputs_give_each_partition_the_same_rows_in_the_same_order(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("keys_per_file", [128, 2])
+def test_merged_round_inputs_give_each_partition_the_same_rows_in_the_same_order(
+    tmp_path: Path, monkeypatch, keys_per_file: int
+) -> None:
     monkeypatch.setattr(merge, "CHUNK_BYTES", 2000)  # many chunks: the streaming path
+    monkeypatch.setattr(merge, "KEYS_PER_FILE", keys_per_file)  # 2: each merged file split by key range
     rng = np.random.default_rng(3)
     files = []
     for w in range(7):
@@ -42,19 +47,28 @@ def test_merged_round_inputs_give_each_partition_the_same_rows_in_the_same_order
         sink.close()
         files.append(tmp_path / f"w{w}.parquet")
     present = [f for f in files if f.exists()]
-    merged = []
+    cuts = merge.key_files(9)
+    merged: dict[int | None, list[Path]] = {}  # key file -> the groups' merged files, in group order
     for g in range(3):
         chosen = [files[i] for i in merge.group_writers(len(files), 3, g) if files[i].exists()]
-        out = tmp_path / f"m{g}.parquet"
-        merge.merge_files(chosen, out)
-        merged += [out] if out.exists() else []
-    assert len(merged) == 3
+        merge.merge_files(chosen, lambda k, g=g: tmp_path / f"m{g}-{k}.parquet", cuts)
+        for k in range(cuts):
+            if (tmp_path / f"m{g}-{k}.parquet").exists():
+                merged.setdefault(k, []).append(tmp_path / f"m{g}-{k}.parquet")
+    assert len(merged) == cuts and all(len(m) == 3 for m in merged.values())
     for part in range(9):
-        assert _read(merged, "part", part).equals(_read(present, "part", part))
+        mine = merged[part // keys_per_file if cuts > 1 else 0]
+        assert _read(mine, "part", part).equals(_read(present, "part", part))
+        # A reader's file holds its range's parts only: a footer that does not grow with the parts.
+        assert all(pq.ParquetFile(f).metadata.num_row_groups <= keys_per_file for f in mine)
 
 
-def test_merged_decisions_give_each_shard_the_same_rows_in_the_same_order(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("keys_per_file", [128, 3])
+def test_merged_decisions_give_each_shard_the_same_rows_in_the_same_order(
+    tmp_path: Path, monkeypatch, keys_per_file: int
+) -> None:
     monkeypatch.setattr(merge, "CHUNK_BYTES", 3000)
+    monkeypatch.setattr(merge, "KEYS_PER_FILE", keys_per_file)
     rng = np.random.default_rng(5)
     files = []
     for p in range(6):  # partition outputs: sorted by shard, row groups spanning several shards
@@ -63,11 +77,33 @@ def test_merged_decisions_give_each_shard_the_same_rows_in_the_same_order(tmp_pa
         table = table.sort_by([("shard", "ascending")])
         pq.write_table(table, tmp_path / f"p{p}.parquet", row_group_size=37)
         files.append(tmp_path / f"p{p}.parquet")
-    merged = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
-    merge.merge_by_shard([pq.ParquetFile(f) for f in files[:4]], merged[0])
-    merge.merge_by_shard([pq.ParquetFile(f) for f in files[4:]], merged[1])
+    # Two groups of files, each cut into two ranges of shards, each range's output split by key.
+    ranges = [range(0, 11), range(11, 20)]
+    for name, group in (("a", files[:4]), ("b", files[4:])):
+        for j, shards in enumerate(ranges):
+            merge.merge_by_shard(
+                [pq.ParquetFile(f) for f in group],
+                lambda k, name=name, j=j: tmp_path / f"{name}-{j}-{k}.parquet",
+                shards,
+                merge.key_files(len(shards)),
+            )
     for shard in range(20):
+        j = 0 if shard < 11 else 1
+        k = (shard - ranges[j].start) // keys_per_file if merge.key_files(len(ranges[j])) > 1 else 0
+        merged = [f for name in "ab" if (f := tmp_path / f"{name}-{j}-{k}.parquet").exists()]
         assert _read(merged, "shard", shard).equals(_read(files, "shard", shard))
+        assert all(pq.ParquetFile(f).metadata.num_row_groups <= keys_per_file for f in merged)
+
+
+def test_decisions_merge_groups_are_cut_by_rows_not_by_outputs() -> None:
+    # Outputs in reading order (round, partition): rows only in the middle rounds, as MinHash settles
+    # pairs of copies in round 6. Cut by count, one group would hold them all; by rows, each about half.
+    weights = [0.0] * 6 + [10.0, 12.0, 9.0, 11.0] + [0.0] * 6
+    bounds = merge.output_bounds(weights, 2)
+    assert bounds[0] == 0 and bounds[-1] == len(weights) and bounds == sorted(bounds)
+    halves = [sum(weights[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    assert halves == [22.0, 20.0]
+    assert merge.output_bounds([0.0] * 8, 4) == [0, 2, 4, 6, 8]  # nothing written: by count
 
 
 def _corpus(folder: Path, files: int, per_file: int, texts: list[str]) -> int:
@@ -135,10 +171,17 @@ def _opened_per_doc(tmp_path: Path, name: str, tasks: int, groups: int, texts: l
     # The ranges a group's merge is cut into are a constant (8), not grown with the tasks; at 3 tasks
     # it would be capped at 3, so both sizes here use the same small constant.
     monkeypatch.setattr(merge, "OUTPUT_RANGES", 2)
+    # Merged files split by key range (at 128 keys a file, these runs would write one file each).
+    monkeypatch.setattr(merge, "KEYS_PER_FILE", 2)
     run_pipeline(load_pipeline(pipeline), output=out, show_progress=False, log=lambda _: None, in_process=True)
     monkeypatch.undo()
     outputs = {kind: sorted(pq.read_table(out / kind, columns=["id"])["id"].to_pylist()) for kind in ("docs", "rejected")}
     outputs["reasons"] = sorted(pq.read_table(out / "rejected", columns=["reason"])["reason"].to_pylist())
+    # The MinHash decisions merge's rows per group (its markers): each group's share of the rows.
+    per_group: dict[int, int] = {}
+    for m in RunFolder(out).read_markers(merge_outputs_phase(1)).values():
+        per_group[m["group"]] = per_group.get(m["group"], 0) + m["decision_rows"] + m["state_rows"] + m["copies_rows"]
+    outputs["group_rows"] = per_group  # type: ignore[assignment]
     return len(opened) / docs, outputs
 
 
@@ -152,7 +195,35 @@ def test_files_opened_per_document_stay_flat_with_merges_and_outputs_do_not_chan
     large, out_large = _opened_per_doc(tmp_path, "large", 12, 2, texts, monkeypatch)
     plain_small, plain_out_small = _opened_per_doc(tmp_path, "plain-small", 3, 0, texts, monkeypatch)
     plain_large, plain_out_large = _opened_per_doc(tmp_path, "plain-large", 12, 0, texts, monkeypatch)
+    # The decisions merge's groups hold about equal rows: MinHash decides in a few of its 25 rounds,
+    # and groups cut by output count put them all in one group (main: 0 rows in the other).
+    rows = out_large.pop("group_rows")
+    assert len(rows) == 2 and min(rows.values()) >= 0.5 * max(rows.values()), rows
+    out_small.pop("group_rows")
+    plain_out_small.pop("group_rows"), plain_out_large.pop("group_rows")
     assert out_small == plain_out_small and out_large == plain_out_large  # merging changes no output
     assert "near_duplicate" in out_large["reasons"] and "exact_duplicate" in out_large["reasons"]
     assert large / small <= 1.15, (small, large)  # 4x the tasks and partitions: flat per document
     assert plain_large / plain_small > 2, (plain_small, plain_large)  # without merges: all to all
+
+
+def test_decisions_merge_keeps_the_groups_of_a_run_merged_before_groups_were_cut_by_rows(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from datapipe.engine import phases
+    from datapipe.run_folder.layout import partition_key
+
+    # 3 rounds x 4 partitions, rows only in the last round; 2 groups of 1 range.
+    monkeypatch.setattr(phases, "output_weights", lambda spec, segment, markers: [0.0] * 8 + [5.0] * 4)
+    step = SimpleNamespace(rounds=3, partitions=4)
+    listed = phases._output_merge_tasks(None, SimpleNamespace(index=1), step, merge.OutputMerge(2, 1, 4))  # type: ignore[arg-type]
+
+    def folder(earlier: dict) -> SimpleNamespace:
+        rounds = {partition_key(p): {"forwarded": 1} for p in range(4)}
+        return SimpleNamespace(read_markers=lambda phase: earlier if phase == merge_outputs_phase(1) else rounds)
+
+    tasks = listed(folder({}))
+    assert [t.args[3:] for t in tasks] == [(0, 10), (10, 12)]  # by rows: 10 and 10
+    # A merge task's marker from before (no "outputs"): the same groups as it had, by count.
+    tasks = listed(folder({partition_key(0): {"group": 0, "decision_rows": 3}}))
+    assert [t.args[3:] for t in tasks] == [(0, 6), (6, 12)]

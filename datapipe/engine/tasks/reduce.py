@@ -110,7 +110,7 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     # The round's inputs: each writer's file, or the few files a merge phase combined them into; of
     # each, only the row groups of this partition are read (by their `part` statistics), in place
     # from a remote run folder unless this node has the file.
-    files = [folder.parquet(f) for f in round_inputs(spec, folder, segment, round, fetch=False)]
+    files = [folder.parquet(f) for f in round_inputs(spec, folder, segment, round, fetch=False, part=partition)]
     rows = rows_where(files, "part", partition)
     result = None
     if rows is not None and rows.num_rows:
@@ -120,9 +120,9 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     out = folder.partition_output(segment.index, partition, round)
     decisions, copies = split_copies(result.output, stage.name) if partitions_decide(stage) else (result.output, None)
     n = _write_or_remove(out, decisions, sort_by_shard=partitions_decide(stage))
-    _write_or_remove(folder.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
+    states = _write_or_remove(folder.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
     # The copies it dropped, by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    _write_or_remove(folder.partition_copies(segment.index, partition, round), copies, sort_by_shard=True)
+    n_copies = _write_or_remove(folder.partition_copies(segment.index, partition, round), copies, sort_by_shard=True)
     forward = ShuffleSink(folder.forward_file(segment.index, round, partition))
     # The last round's forwarded rows go to the combine step, if one follows.
     if result.forward is not None and (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
@@ -134,6 +134,9 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
         "round": round,
         "rows_in": rows.num_rows if rows is not None else 0,
         "rows_out": n,
+        # With rows_out, what the decisions merge cuts its groups by (engine/tasks/merge.py, output_bounds).
+        "state_rows": states,
+        "copies_rows": n_copies,
         "forwarded": result.forward.num_rows if result.forward is not None else 0,
         "seconds": round_(time.perf_counter() - started),
     }
