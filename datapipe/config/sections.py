@@ -107,6 +107,31 @@ class SplitConfig(Strict):
     )
 
 
+class WorkersConfig(Strict):
+    """How long a Ray worker process is reused (datapipe/engine/recycle.py); outputs do not depend on it."""
+
+    # 32 MiB: a reused worker's heap that its allocators keep after a release crept up by 85 MiB from
+    # 1x to 4x of bench/substrings.py (a round task started at 329, then 414 MiB); a fresh worker costs
+    # about 1.5 CPU s, a worker crossing the line every few dozen tasks a few percent of the run.
+    recycle_above_mib: int = Field(
+        32,
+        ge=0,
+        le=1 << 20,
+        description=(
+            "A Ray worker that, after a task and its memory release, holds more than this many MiB above what it "
+            "held when it started, plus what the first task of the current phase kept there (models, caches), exits "
+            "after handing over that task's result, and Ray starts a fresh one for the next task (no task fails or "
+            "is retried). 0: never for memory."
+        ),
+    )
+    recycle_after_tasks: int = Field(
+        0,
+        ge=0,
+        le=1 << 30,
+        description="A Ray worker also exits, the same way, after this many tasks (0: no limit).",
+    )
+
+
 # libyaml's parser with PyYAML's safe constructors: the same values, ~10x faster to parse. A run
 # reads the pipeline and each quality rule set once per stage check (24 times for the bench pipeline).
 _FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", None)
