@@ -45,13 +45,18 @@ from bench.scale import read_markers  # noqa: E402
 MIB = 1 << 20
 
 
-def pipeline(sources: list[dict[str, Any]], min_tokens: int, partitions: int, target_bytes: int) -> dict[str, Any]:
-    return {
+def pipeline(
+    sources: list[dict[str, Any]], min_tokens: int, partitions: int, target_bytes: int, recycle_mib: int | None = None
+) -> dict[str, Any]:
+    config: dict[str, Any] = {
         "name": "substrings",
         "sources": sources,
         "stages": [{"substrings": {"min_tokens": min_tokens, "partitions": partitions, "kinds": ["web", "text"]}}],
         "split": {"target_bytes": target_bytes, "min_tasks_per_cpu": 0, "group_small_files": False},
     }
+    if recycle_mib is not None:  # else the default of workers.recycle_above_mib
+        config["workers"] = {"recycle_above_mib": recycle_mib}
+    return config
 
 
 def run(work: Path, config: dict[str, Any], cpus: int) -> dict[str, Any]:
@@ -74,10 +79,21 @@ def run(work: Path, config: dict[str, Any], cpus: int) -> dict[str, Any]:
             "task_peak_rss_mib_max": max((m["peak_rss_mib"] for m in ms if "peak_rss_mib" in m), default=None),
             # what the worker held when the task started (a reused worker keeps what it allocated before)
             "task_start_rss_mib_max": max((m["rss_start_mib"] for m in ms if "rss_start_mib" in m), default=None),
+            "worker_exits": sum("worker_exit" in m for m in ms),
         }
         for p, ms in sorted(markers.items())
     }
-    return {"out": out, "wall_s": r["wall_s"], "cpu_s": r["cpu_s"], "tree_peak_rss_mib": r["peak_rss_mib"], "phases": phases}
+    every = [m for ms in markers.values() for m in ms]
+    return {
+        "out": out,
+        "wall_s": r["wall_s"],
+        "cpu_s": r["cpu_s"],
+        "tree_peak_rss_mib": r["peak_rss_mib"],
+        "phases": phases,
+        # Ray worker processes that ran a task, and how many of them made way for a fresh one (engine/recycle.py)
+        "workers": len({m["worker_pid"] for m in every if "worker_pid" in m}),
+        "worker_exits": sum("worker_exit" in m for m in every),
+    }
 
 
 def removed_by_source(out: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -134,7 +150,7 @@ def scale_run(scale: int, args: argparse.Namespace, base: Any, base_docs: int) -
         corpus = write_corpus(work / "input", base, scale * base_docs, files, rate=0.05, p=0.2, window=window, seed=scale)
         largest = max(f.stat().st_size for f in corpus.files)
         sources = [{"name": "web", "kind": "web", "format": "jsonl", "paths": [str(work / "input" / "*.jsonl")]}]
-        r = run(work, pipeline(sources, args.min_tokens, files, largest + MIB), args.cpus)
+        r = run(work, pipeline(sources, args.min_tokens, files, largest + MIB, args.recycle_above_mib), args.cpus)
         rows, _ = removed_by_source(r["out"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -158,19 +174,24 @@ def scale_run(scale: int, args: argparse.Namespace, base: Any, base_docs: int) -
         "round_task_peak_mib": peak(rounds),
         "share_removed": (rows[0][4] or 0) / rows[0][7] if rows else 0.0,
         "phases": r["phases"],
+        "workers": r["workers"],
+        "worker_exits": r["worker_exits"],
+        "recycle_above_mib": args.recycle_above_mib,
     }
     print(
         f"{scale:>3}x {corpus.docs:>9,} docs {mb:>7.0f} MB {files:>4} tasks: wall {r['wall_s']:>6.0f} s, "
         f"{res['mb_s_per_core']:.2f} MB/s per core, {res['mb_per_cpu_s']:.2f} MB per CPU s; largest task peak RSS: "
         f"map {res['map_task_peak_mib']:.0f} MiB, rounds {res['round_task_peak_mib']:.0f} MiB; "
-        f"removed {res['share_removed']:.2%} of characters",
+        f"removed {res['share_removed']:.2%} of characters; {r['workers']} workers ran tasks, "
+        f"{r['worker_exits']} made way for a fresh one",
         flush=True,
     )
     print(
-        "     per phase (tasks, task CPU s, largest task peak RSS MiB, largest RSS a task started from): "
+        "     per phase (tasks, task CPU s, largest task peak RSS MiB, largest RSS a task started from, "
+        "workers that made way after a task): "
         + "; ".join(
             f"{p} {v['tasks']}, {v['task_cpu_s']:.0f}, {v['task_peak_rss_mib_max'] or 0:.0f}, "
-            f"{v['task_start_rss_mib_max'] or 0:.0f}"
+            f"{v['task_start_rss_mib_max'] or 0:.0f}, {v['worker_exits']}"
             for p, v in r["phases"].items()
         ),
         flush=True,
@@ -186,6 +207,12 @@ def main() -> int:
     ap.add_argument("--files-per-scale", type=int, default=4)
     ap.add_argument("--skip-shared", action="store_true", help="only the scale runs")
     ap.add_argument("--tmp", default=None, help="where the corpora and runs are written")
+    ap.add_argument(
+        "--recycle-above-mib",
+        type=int,
+        default=None,
+        help="the scale runs' workers.recycle_above_mib (0: workers are never replaced); default: the pipeline default",
+    )
     ap.add_argument(
         "--combine",
         nargs="+",

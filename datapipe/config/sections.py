@@ -107,6 +107,32 @@ class SplitConfig(Strict):
     )
 
 
+class WorkersConfig(Strict):
+    """How long a Ray worker process is reused (datapipe/engine/recycle.py); outputs do not depend on it."""
+
+    # 32 MiB: in bench/substrings.py, never-replaced workers started the round tasks at 315, 340 and
+    # 373 MiB at 1x, 4x and 16x; with 32 at 305-328 MiB, for 0, 6 and 8 fresh workers (~1.6-3.5 CPU s
+    # each, 9-12% of the 4x and 16x runs' CPU). docs/stages/substrings.md has the table.
+    recycle_above_mib: int = Field(
+        32,
+        ge=0,
+        le=1 << 20,
+        description=(
+            "A Ray worker that, after a task and its memory release, holds more than this many MiB above what it "
+            "held after its first task (checked at its first task of each phase: what earlier phases left) or above "
+            "what it held after its first task of the current phase (that phase's models and caches; checked at "
+            "its later tasks) exits after handing over that task's result, and Ray starts a fresh one for the next "
+            "task; no task fails or is retried. 0: never for memory."
+        ),
+    )
+    recycle_after_tasks: int = Field(
+        0,
+        ge=0,
+        le=1 << 30,
+        description="A Ray worker also exits, the same way, after this many tasks (0: no limit).",
+    )
+
+
 # libyaml's parser with PyYAML's safe constructors: the same values, ~10x faster to parse. A run
 # reads the pipeline and each quality rule set once per stage check (24 times for the bench pipeline).
 _FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", None)

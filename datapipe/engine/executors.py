@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any, Protocol
 
+from datapipe.engine import recycle
 from datapipe.engine.faults import fault_env
 from datapipe.engine.phases import Phase, Task
 from datapipe.engine.plan import RunSpec
@@ -99,7 +100,9 @@ class RayExecutor:
         import ray
 
         # One remote function for every phase (exported to the cluster once); phases set their resources.
-        self._remote = ray.remote(max_retries=self.RETRIES, retry_exceptions=True)(run_task)
+        # max_calls is never reached by counting: it is how a worker that holds too much exits after
+        # handing over its task's result (engine/recycle.py).
+        self._remote = ray.remote(max_retries=self.RETRIES, retry_exceptions=True, max_calls=recycle.MAX_CALLS)(run_task)
         return self
 
     def __exit__(self, *exc: object) -> None:

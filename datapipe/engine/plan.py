@@ -26,6 +26,7 @@ from typing import Any
 from datapipe.config.input_names import input_name
 from datapipe.config.limits import ReadLimits
 from datapipe.config.mixture import RepeatRule, repeat_rules
+from datapipe.config.sections import WorkersConfig
 from datapipe.engine.splits import InputRange, effective_target, file_size, group_pieces, plan_file, task_key
 from datapipe.pipeline.load import Pipeline, SourceConfig, TokenizeConfig
 from datapipe.runtime.process_cache import clear_process_caches
@@ -109,6 +110,7 @@ class RunSpec:
     # rehydrate); computed per document in the final map task (config/mixture.py).
     repeats: dict[str, RepeatRule] = field(default_factory=dict)
     shuffle_groups: int = 8  # split.shuffle_groups: files a shuffle round's inputs are merged into
+    workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (engine/recycle.py)
 
     def stage_name(self, position: int) -> str:
         return self.stage_options[position - 1][0]
@@ -224,4 +226,5 @@ def make_spec(
         recorded=recorded,
         repeats=repeat_rules(pipeline.config.mixture),
         shuffle_groups=pipeline.config.split.shuffle_groups,
+        workers=pipeline.config.workers,
     )

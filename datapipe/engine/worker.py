@@ -15,11 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from datapipe.engine import recycle
 from datapipe.engine.faults import fault_hold
 from datapipe.engine.plan import RunSpec, forget_stages
 from datapipe.run_folder.layout import RunFolder
 from datapipe.runtime.release_memory import release_memory
-from datapipe.runtime.task_usage import TaskUsage
+from datapipe.runtime.task_usage import TaskUsage, rss_mib
 from datapipe.storage.atomic import fault_scope, recording_writes
 
 
@@ -40,9 +41,10 @@ def run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: RunS
             marker.setdefault(name, value)  # a task's own cpu_seconds (map: its work only) wins
         marker["node"] = _node_id()
         fault_hold(phase, key)
+        if in_worker:  # its next task starts from what that task needs, in this worker or a fresh one
+            release_memory(collect=_grew(marker))
+            _make_way(phase, marker, spec)
         folder.write_marker(phase, key, marker, written)
-    if in_worker:  # its next task starts from what that task needs
-        release_memory(collect=_grew(marker))
     return marker
 
 
@@ -58,6 +60,15 @@ RELEASE_ABOVE_MIB = 64
 def _grew(marker: dict[str, Any]) -> bool:
     peak, start = marker.get("peak_rss_mib"), marker.get("rss_start_mib")
     return peak is None or start is None or peak - start >= RELEASE_ABOVE_MIB
+
+
+def _make_way(phase: str, marker: dict[str, Any], spec: RunSpec) -> None:
+    """Have this worker exit after this task when it holds too much more than a fresh one would
+    (engine/recycle.py); the marker records the worker and, when it leaves, why."""
+    marker["worker_pid"] = os.getpid()
+    reason = recycle.should_exit(phase, marker.get("rss_start_mib"), rss_mib(), spec.workers)
+    if reason is not None and recycle.request_exit():
+        marker["worker_exit"] = reason
 
 
 def size_thread_pools() -> None:

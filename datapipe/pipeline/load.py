@@ -27,6 +27,7 @@ from datapipe.config.sections import (  # the sections lower layers take (why ap
     SplitConfig,
     Strict,
     TokenizeConfig,
+    WorkersConfig,
     read_yaml,
     yaml_error_text,
 )
@@ -84,6 +85,10 @@ class PipelineConfig(Strict):
     batch_size: int = Field(1000, ge=1, le=1_000_000, description="Documents per batch inside a task.")
     limits: ReadLimits = Field(default_factory=ReadLimits, description="Per-record caps on hostile input.")
     split: SplitConfig = Field(default_factory=SplitConfig, description="How inputs become map tasks.")
+    workers: WorkersConfig = Field(
+        default_factory=WorkersConfig,
+        description="When a Ray worker process is replaced by a fresh one (bounds the memory a reused worker carries).",
+    )
 
 
 class Pipeline:
@@ -120,7 +125,8 @@ class Pipeline:
 
     def normalized(self) -> dict[str, Any]:
         """The config with defaults filled in: what a run folder records and compares."""
-        data = self.config.model_dump(mode="json", exclude={"output"})
+        # workers: how tasks are run, not what they output (a run resumes under other settings)
+        data = self.config.model_dump(mode="json", exclude={"output", "workers"})
         for src in data["sources"]:  # unset, they leave the config (and so the run's identity) as it was before them
             for key in ("license", "license_field"):
                 if src.get(key) is None:

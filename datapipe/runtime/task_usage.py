@@ -37,6 +37,12 @@ def _reset_peak() -> bool:
         return False
 
 
+def rss_mib() -> float | None:
+    """This process's resident memory now, in MiB (None where /proc has no figure)."""
+    kib = _status_kib("VmRSS")
+    return None if kib is None else kib / 1024
+
+
 class TaskUsage:
     """Started before a task's work, ``finish()`` after it: the marker fields it adds."""
 
