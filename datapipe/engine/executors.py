@@ -20,6 +20,7 @@ from datapipe.engine.plan import RunSpec
 from datapipe.engine.ray_runtime import ray_session
 from datapipe.engine.worker import run_task
 from datapipe.errors import PipelineError
+from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime import kernel_warmup
 
 Outcome = tuple[str, dict[str, Any] | Exception]  # (task key, its marker or the exception it ended with)
@@ -42,7 +43,9 @@ class Executor(Protocol):
 
     def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
         """Run ``tasks`` of ``phase``; one outcome per task, in any order. A task's failure is an
-        outcome (the others go on); retries, where the executor has them, are already spent."""
+        outcome (the others go on); retries, where the executor has them, are already spent. Each
+        task gets ``phase.committed`` (``run_task``'s ``committed``): in a remote run folder, a task
+        in another process learns from it what earlier phases committed."""
         ...
 
 
@@ -68,7 +71,7 @@ class InProcessExecutor:
     def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
         for task in tasks:
             try:
-                yield task.key, run_task(phase.name, task.key, phase.fn, spec, *task.args)
+                yield task.key, run_task(phase.name, task.key, phase.fn, spec, *task.args, committed=phase.committed)
             except Exception as exc:  # noqa: BLE001 - reported with the others, as Ray's failures are
                 yield task.key, exc
 
@@ -89,6 +92,9 @@ class RayExecutor:
         self._warmup: kernel_warmup.Warmup | None = None
         self._remote: Any = None
         self._shared: tuple[RunSpec, Any] | None = None  # the spec and its ref in Ray's object store
+        # Committed phases of a remote run folder (``Phase.committed``) and their refs, by id: each put
+        # in Ray's object store once, and handed to every task of the later phases by reference.
+        self._committed: dict[int, tuple[CommittedPhase, Any]] = {}
 
     def __enter__(self) -> RayExecutor:
         # On the first run after an install, the kernels compile in a throwaway process while Ray
@@ -104,6 +110,7 @@ class RayExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self._shared = self._remote = None
+        self._committed = {}
         self._stack.close()
 
     def describe(self) -> str:
@@ -123,6 +130,9 @@ class RayExecutor:
         options = {**fit_gpus(phase, ray.cluster_resources().get("GPU", 0.0)), **fault_env()}
         remote = self._remote.options(**options)
         shared = self._spec_ref(spec)
+        # Refs inside a list: Ray hands them over as refs (a worker fetches each object once, worker.py
+        # ``_resolve``), not as values deserialized for every task.
+        given = {} if phase.committed is None else {"committed": self._committed_refs(phase.committed)}
         pending = {}
         for t in tasks:
             placed = (
@@ -130,7 +140,7 @@ class RayExecutor:
                 if not _is_node_id(t.node)
                 else self._remote.options(**{**options, "scheduling_strategy": _on_node(t.node)})
             )
-            pending[placed.remote(phase.name, t.key, phase.fn, shared, *t.args)] = t.key
+            pending[placed.remote(phase.name, t.key, phase.fn, shared, *t.args, **given)] = t.key
         while pending:
             # Every finished task at once, at most every POLL_SECONDS: one wait per finished task would
             # copy the list of pending refs each time, quadratic in a phase's tasks (tens of thousands
@@ -146,6 +156,15 @@ class RayExecutor:
         if self._shared is None or self._shared[0] is not spec:
             self._shared = (spec, ray.put(spec))
         return self._shared[1]
+
+    def _committed_refs(self, phases: Sequence[CommittedPhase]) -> list[Any]:
+        """Each committed phase's ref in Ray's object store, put there the first time a phase needs it."""
+        import ray
+
+        for p in phases:
+            if id(p) not in self._committed:
+                self._committed[id(p)] = (p, ray.put(p))
+        return [self._committed[id(p)][1] for p in phases]
 
 
 def _is_node_id(node: str | None) -> bool:
