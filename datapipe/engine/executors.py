@@ -18,7 +18,7 @@ from datapipe.engine.faults import fault_env
 from datapipe.engine.phases import Phase, Task
 from datapipe.engine.plan import RunSpec
 from datapipe.engine.ray_runtime import ray_session
-from datapipe.engine.worker import run_task
+from datapipe.engine.worker import ray_run_task, run_task
 from datapipe.errors import PipelineError
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime import kernel_warmup
@@ -105,7 +105,7 @@ class RayExecutor:
         import ray
 
         # One remote function for every phase (exported to the cluster once); phases set their resources.
-        self._remote = ray.remote(max_retries=self.RETRIES, retry_exceptions=True)(run_task)
+        self._remote = ray.remote(max_retries=self.RETRIES, retry_exceptions=True)(ray_run_task)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -130,9 +130,11 @@ class RayExecutor:
         options = {**fit_gpus(phase, ray.cluster_resources().get("GPU", 0.0)), **fault_env()}
         remote = self._remote.options(**options)
         shared = self._spec_ref(spec)
-        # Refs inside a list: Ray hands them over as refs (a worker fetches each object once, worker.py
-        # ``_resolve``), not as values deserialized for every task.
-        given = {} if phase.committed is None else {"committed": self._committed_refs(phase.committed)}
+        # The phase's name, function and committed phases: one object in Ray's store for all its tasks.
+        # The committed phases inside it stay refs: a worker fetches each once (worker.py ``_resolve``),
+        # not deserialized for every task.
+        committed = None if phase.committed is None else self._committed_refs(phase.committed)
+        call = ray.put((phase.name, phase.fn, committed)) if tasks else None
         pending = {}
         for t in tasks:
             placed = (
@@ -140,7 +142,7 @@ class RayExecutor:
                 if not _is_node_id(t.node)
                 else self._remote.options(**{**options, "scheduling_strategy": _on_node(t.node)})
             )
-            pending[placed.remote(phase.name, t.key, phase.fn, shared, *t.args, **given)] = t.key
+            pending[placed.remote(call, t.key, shared, *t.args)] = t.key
         while pending:
             # Every finished task at once, at most every POLL_SECONDS: one wait per finished task would
             # copy the list of pending refs each time, quadratic in a phase's tasks (tens of thousands

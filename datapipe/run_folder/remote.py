@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -128,7 +128,11 @@ def adopt(root: Path, uri: str, rel_marker: str, marker: dict[str, Any]) -> byte
     those the task committed (``commit`` writes ``json.dumps(data, sort_keys=True)`` of the same dict)."""
     body = json.dumps(marker, sort_keys=True).encode("utf-8")
     local = root / rel_marker
-    if not (local.is_file() and local.stat().st_size == len(body) and local.read_bytes() == body):
+    try:  # on a node that ran the task, its mirror holds the same bytes already
+        same = local.read_bytes() == body
+    except FileNotFoundError:
+        same = False
+    if not same:
         write_bytes_atomic(local, body)
     with _lock:
         _seen.setdefault(uri, set()).add(rel_marker)
@@ -257,11 +261,13 @@ def pull(root: Path, uri: str, full: bool = False, files: tuple[str, ...] = ()) 
     return downloaded
 
 
-def named_files(uri: str, root: Path | None = None) -> set[str]:
+def named_files(uri: str, root: Path | None = None, known: Mapping[str, Iterable[str]] | None = None) -> set[str]:
     """Every path (relative to the run folder) the store's markers name, and the markers themselves.
-    ``root``: this process's mirror, whose copies of the markers it committed, pulled or adopted are
-    read instead of the store's (the same bytes: a marker is written once, and ``forget`` drops a
-    deleted one); only the others are read from the store."""
+    ``known``: markers the caller holds parsed (marker path -> the files it names), not read again.
+    ``root``: this process's mirror, whose copies of the other markers it committed, pulled or adopted
+    are read instead of the store's (the same bytes: a marker is written once, and ``forget`` drops a
+    deleted one); only the rest are read from the store."""
+    known = known or {}
     keep: set[str] = set(DRIVER_FILES)
     prefix = storage.child(uri, "")
     with _lock:
@@ -271,6 +277,10 @@ def named_files(uri: str, root: Path | None = None) -> set[str]:
     remote: list[str] = []
     for u in listed:
         rel = u[len(prefix) :]
+        if rel in known:  # the caller holds it parsed: not read again, not even from the mirror
+            keep.add(rel)
+            keep.update(known[rel])
+            continue
         path = root / rel if root is not None and rel in seen else None
         body = path.read_bytes() if path is not None and path.is_file() else None
         if body is None:
@@ -300,11 +310,11 @@ def _read_all(uris: list[str]) -> Iterator[tuple[str, bytes | None]]:
             yield from zip(chunk, pool.map(storage.read_bytes, chunk))
 
 
-def sweep(uri: str, root: Path | None = None) -> int:
+def sweep(uri: str, root: Path | None = None, known: Mapping[str, Iterable[str]] | None = None) -> int:
     """Delete objects under the managed folders that no marker names: uploads of a killed attempt.
     Only under the run lock (a live task's upload looks the same until its marker exists).
-    ``root``: the mirror whose markers this process already holds (``named_files``)."""
-    keep = named_files(uri, root)
+    ``root``, ``known``: the markers this process already holds (``named_files``)."""
+    keep = named_files(uri, root, known)
     removed = 0
     prefix = storage.child(uri, "")
     for f in storage.list_files(uri):
