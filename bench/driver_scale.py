@@ -90,7 +90,7 @@ def synthetic(template: Path, root: Path, n: int) -> tuple[Any, list[tuple[str, 
             tasks.append((phase, new))
     keys = [k for p, k in tasks if p == phases[0]]
     spec = SimpleNamespace(
-        segments=[SimpleNamespace(index=int(p[3:]), final=p == phases[-1]) for p in phases],
+        segments=[SimpleNamespace(index=int(p[3:]), final=p == phases[-1], apply_global=None) for p in phases],
         shards=[SimpleNamespace(key=k, source=SimpleNamespace(name=k.split("/")[0])) for k in keys],
         sources={k.split("/")[0]: None for k in keys},
         stages=[],
