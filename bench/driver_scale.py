@@ -20,15 +20,22 @@ Prints CPU µs per task and the ratio of the largest size to the smallest (flat:
 
 ``--dispatch``: the driver's CPU per task while it runs tasks on Ray (embedded, ``--cpus``), from
 submission to the end of the run's sweep: N trivial tasks (each writes and commits its marker, as
-every task does) in ``--phases`` phases through the runner's own ``_run_phase``, on a run folder on
-a loopback S3 server in its own process (tests/support/counting_s3.py; its CPU is not the
-driver's), then ``RunFolder.sweep``. Reported apart: the driver's own threads (Python, the store's
-client) and Ray's threads in the driver (submission, results, gRPC, timers), read per thread from
-/proc. The same script measures the code before a change when run with that code first on
-PYTHONPATH (a datapipe without ``RunFolder.adopt_marker`` pulls before every phase, as it did):
+every task does) in ``--phases`` phases through the runner's own loop (``_run_phases``: the to-do
+lists, the adopted markers, the committed phases handed to later tasks), on a run folder on a
+loopback S3 server in its own process (tests/support/counting_s3.py; its CPU is not the driver's),
+then ``RunFolder.sweep``. Reported apart: the driver's own threads (Python, the store's client) and
+Ray's threads in the driver (submission, results, gRPC, timers), read per thread from /proc (10 ms
+ticks). ``--idle S``: one task of S seconds as well, the driver's CPU per second of wall while it
+waits; ``--profile F``: cProfile (thread CPU) of the driver's main thread at the largest size;
+``--json F``: the figures under ``dispatch`` (without --dispatch: the end of the run's CPU per marker
+under ``end_of_run``), which bench/cost_model.py reads. The same script measures the code before a
+change when run with that code first on PYTHONPATH (a datapipe without ``RunFolder.install`` is
+"before": its tasks pull, listing every marker):
 
-    PYTHONPATH=/work/main:. python bench/driver_scale.py --dispatch --sizes 100,1000,10000   # before
-    PYTHONPATH=. python bench/driver_scale.py --dispatch --sizes 100,1000,10000              # after
+    PYTHONPATH=/work/main:. python bench/driver_scale.py --dispatch --sizes 100,1000   # before
+    PYTHONPATH=. python bench/driver_scale.py --dispatch --sizes 1000,10000 --idle 30 \
+        --json bench/results/driver_dispatch_store.json                                 # after
+    PYTHONPATH=. python bench/driver_scale.py --sizes 1000,10000 --json bench/results/driver_dispatch_store.json
 """
 
 from __future__ import annotations
