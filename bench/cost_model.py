@@ -68,6 +68,11 @@ END_LISTINGS = 3
 # 2.48 in the fit runs). Fitted PUTs are no bound: a marker's upload alone is 3 requests (multipart).
 OBJECTS_PER_TASK = 2.6
 NODE_GBPS = 1.25  # GB/s per node to and from the store (10 Gbit/s)
+# The driver's own threads, measured where they hold at crawl scale (bench/driver_scale.py --dispatch on
+# the loopback store, no strace: dispatch to the sweep at its largest size, per task; one long task, per
+# wall second; the end of the run's counts and statistics per task), used instead of the scale runs' fit
+# of the driver's own CPU (strace, loads of 40-60: wall-proportional costs counted per task) when present.
+DRIVER_JSON = ROOT / "bench" / "results" / "driver_dispatch_store.json"
 from datapipe.engine.pack_plan import TOKENS_PER_TASK as TOKENS_PER_PACK_TASK  # noqa: E402  (2^28 since 2026-11-27)
 
 STRAGGLER_DEFAULT = 1.5  # a phase's largest / mean task where the bench JSON does not record it
@@ -196,6 +201,26 @@ def points(paths: list[Path]) -> list[dict[str, Any]]:
     return runs
 
 
+def driver_measured(path: Path = DRIVER_JSON) -> dict[str, Any] | None:
+    """The driver's own-thread CPU from bench/driver_scale.py's JSON: per task (dispatch to the sweep on
+    the store at its largest size, plus the end of the run's counts and statistics where measured) and
+    per wall second (one long task); None without the file."""
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    top = max(data["dispatch"]["rows"], key=lambda r: r["tasks"])
+    idle = data["dispatch"].get("idle")
+    end = data.get("end_of_run")
+    end_s = max(end["rows"], key=lambda r: r["tasks"])["own_cpu_s_per_task"] if end else 0.0
+    return {
+        "tasks": top["tasks"],
+        "dispatch_s": top["own_cpu_s"] / top["tasks"],
+        "end_of_run_s": end_s,
+        "per_task_s": top["own_cpu_s"] / top["tasks"] + end_s,
+        "per_wall_s": idle["own_cpu_s"] / idle["seconds"] if idle else 0.0,
+    }
+
+
 def fit(rows: list[tuple[float, float, float]], y: list[float], constant: bool = False) -> list[float]:
     """Non-negative least squares y = a*tasks + b*docs (+ c): [a, b(, c)]."""
     cols = [[r[0], r[1]] + ([1.0] if constant else []) for r in rows]
@@ -309,6 +334,10 @@ def model(
     # per-document term fitted 0 on one set of runs and 32 us on the next, from 0.5 s between two runs
     # of the same tasks (noise at load averages of 40-60), which 5B documents would turn into hours.
     drv = fit([(r["tasks"], 0.0, 1.0) for r in runs], [r.get("driver_own_cpu_s", r["driver_cpu_s"]) for r in runs], constant=True)
+    measured = driver_measured()
+    per_wall = 0.0  # the driver's own CPU per second of the run that does not follow tasks (polls, timers)
+    if measured is not None:  # per task from the measurement; the scale runs' constant (planning) kept
+        drv, per_wall = [measured["per_task_s"], 0.0, drv[2]], measured["per_wall_s"]
     drv_ray = fit(xs, [r.get("driver_ray_threads_cpu_s", 0.0) for r in runs], constant=True)
     ray = fit(xs, [r["tree_cpu_s"] - r["task_cpu_s"] - r["driver_cpu_s"] for r in runs], constant=True)
     req = {k: fit(xs, [store_total(r, (k,)) for r in runs], constant=True) for k in ("GET", "PUT", "LIST", "HEAD")}
@@ -336,7 +365,11 @@ def model(
     transfer_s = moved_bytes / (NODES * NODE_GBPS * 1e9)
     start_s = ray[2] + drv[2]
     driver_ray_s = drv_ray[0] * total_tasks + drv_ray[1] * DOCS + drv_ray[2]
-    total_s = wall + ray_parallel_s + driver_s + marker_s + transfer_s + start_s
+    # The part per wall second runs over the whole run, the driver's own serial time included:
+    # driver = per task + per_wall x total, total = the rest + driver.
+    rest_s = wall + ray_parallel_s + marker_s + transfer_s + start_s
+    driver_s = (driver_s + per_wall * rest_s) / (1.0 - per_wall)
+    total_s = rest_s + driver_s
     longest = max(phase_rows, key=lambda ph: ph["task_wall_s"] * ph["straggler"])
     serial = [
         ("the driver's CPU in its own threads (dispatch, completions, markers, plans, end of run)", driver_s),
@@ -358,6 +391,8 @@ def model(
         "objects": objects,
         "extra_files": extra_files,
         "driver_fit": drv,
+        "driver_per_wall": per_wall,
+        "driver_measured": measured,
         "ray_fit": ray,
         "request_fit": req,
         "moved_fit": moved,
@@ -493,9 +528,14 @@ def estimate_md(
         f"| store transfer, not overlapped ({est['moved_bytes'] / 1e12:,.1f} TB at {NODES} x {NODE_GBPS} GB/s) | "
         f"{est['moved_fit'][0] / 1e3:,.1f} kB per task + {est['moved_fit'][1]:,.0f} B per doc | "
         f"{est['transfer_s']:,.0f} | {est['transfer_s'] / T:.0%} |",
-        f"| **serial:** the driver's CPU in its own threads (loop, markers, plans, end of run) | "
-        f"{d[0] * 1e3:,.2f} ms per task + {d[1] * 1e6:,.2f} us per doc + "
-        f"{d[2]:,.1f} s | {est['driver_s']:,.0f} | {est['driver_s'] / T:.1%} |",
+        "| **serial:** the driver's CPU in its own threads (loop, markers, plans, end of run) | "
+        + (
+            f"measured (`driver_dispatch_store.json`): {d[0] * 1e3:,.2f} ms per task + "
+            f"{est['driver_per_wall'] * 1e3:,.2f} ms per second of the run + {d[2]:,.1f} s (fitted)"
+            if est["driver_measured"] is not None
+            else f"{d[0] * 1e3:,.2f} ms per task + {d[1] * 1e6:,.2f} us per doc + {d[2]:,.1f} s"
+        )
+        + f" | {est['driver_s']:,.0f} | {est['driver_s'] / T:.1%} |",
         f"| beside it: Ray's threads in the driver (submission, results, gRPC, timers), on the driver node's other "
         f"cores | {est['driver_ray_fit'][0] * 1e3:,.2f} ms per task + {est['driver_ray_fit'][1] * 1e6:,.2f} us per doc + "
         f"{est['driver_ray_fit'][2]:,.1f} s | ({est['driver_ray_s']:,.0f} CPU s: {est['driver_ray_s'] / T:.0%} of one core "

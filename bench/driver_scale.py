@@ -20,15 +20,22 @@ Prints CPU µs per task and the ratio of the largest size to the smallest (flat:
 
 ``--dispatch``: the driver's CPU per task while it runs tasks on Ray (embedded, ``--cpus``), from
 submission to the end of the run's sweep: N trivial tasks (each writes and commits its marker, as
-every task does) in ``--phases`` phases through the runner's own ``_run_phase``, on a run folder on
-a loopback S3 server in its own process (tests/support/counting_s3.py; its CPU is not the
-driver's), then ``RunFolder.sweep``. Reported apart: the driver's own threads (Python, the store's
-client) and Ray's threads in the driver (submission, results, gRPC, timers), read per thread from
-/proc. The same script measures the code before a change when run with that code first on
-PYTHONPATH (a datapipe without ``RunFolder.adopt_marker`` pulls before every phase, as it did):
+every task does) in ``--phases`` phases through the runner's own loop (``_run_phases``: the to-do
+lists, the adopted markers, the committed phases handed to later tasks), on a run folder on a
+loopback S3 server in its own process (tests/support/counting_s3.py; its CPU is not the driver's),
+then ``RunFolder.sweep``. Reported apart: the driver's own threads (Python, the store's client) and
+Ray's threads in the driver (submission, results, gRPC, timers), read per thread from /proc (10 ms
+ticks). ``--idle S``: one task of S seconds as well, the driver's CPU per second of wall while it
+waits; ``--profile F``: cProfile (thread CPU) of the driver's main thread at the largest size;
+``--json F``: the figures under ``dispatch`` (without --dispatch: the end of the run's CPU per marker
+under ``end_of_run``), which bench/cost_model.py reads. The same script measures the code before a
+change when run with that code first on PYTHONPATH (a datapipe without ``RunFolder.install`` is
+"before": its tasks pull, listing every marker):
 
-    PYTHONPATH=/work/main:. python bench/driver_scale.py --dispatch --sizes 100,1000,10000   # before
-    PYTHONPATH=. python bench/driver_scale.py --dispatch --sizes 100,1000,10000              # after
+    PYTHONPATH=/work/main:. python bench/driver_scale.py --dispatch --sizes 100,1000   # before
+    PYTHONPATH=. python bench/driver_scale.py --dispatch --sizes 1000,10000 --idle 30 \
+        --json bench/results/driver_dispatch_store.json                                 # after
+    PYTHONPATH=. python bench/driver_scale.py --sizes 1000,10000 --json bench/results/driver_dispatch_store.json
 """
 
 from __future__ import annotations
@@ -90,7 +97,7 @@ def synthetic(template: Path, root: Path, n: int) -> tuple[Any, list[tuple[str, 
             tasks.append((phase, new))
     keys = [k for p, k in tasks if p == phases[0]]
     spec = SimpleNamespace(
-        segments=[SimpleNamespace(index=int(p[3:]), final=p == phases[-1]) for p in phases],
+        segments=[SimpleNamespace(index=int(p[3:]), final=p == phases[-1], apply_global=None) for p in phases],
         shards=[SimpleNamespace(key=k, source=SimpleNamespace(name=k.split("/")[0])) for k in keys],
         sources={k.split("/")[0]: None for k in keys},
         stages=[],
@@ -165,66 +172,129 @@ def _thread_cpu() -> tuple[float, float]:
     return ray / hz, own / hz
 
 
-def dispatch(sizes: list[int], phases: int, cpus: int, local: bool = False) -> None:
+def idle_task(spec: Any, seconds: float) -> dict[str, Any]:
+    """One long task: the driver waits on it, so what it spends meanwhile follows wall time, not tasks."""
+    time.sleep(seconds)
+    return {"docs_in": 0}
+
+
+def _store_server() -> tuple[Any, str]:
+    """The loopback counting S3 server in its own process (its CPU is not the driver's), and its URL."""
     import subprocess
 
-    import boto3
-
-    from datapipe.engine import runner
-    from datapipe.engine.executors import RayExecutor
-    from datapipe.engine.phases import Phase, Task
-    from datapipe.run_folder.layout import RunFolder as Folder
-
-    before = not hasattr(Folder, "adopt_marker")  # the code before markers came back with results
     server = subprocess.Popen(
         [sys.executable, "-c", "import logging, time; logging.getLogger('werkzeug').setLevel(logging.WARNING); "
          "from tests.support.counting_s3 import CountingS3; s = CountingS3(); print(s.url, flush=True); time.sleep(1e9)"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
+    assert server.stdout is not None
+    return server, server.stdout.readline().strip()
+
+
+def _run(executor: Any, where: str, phases: list[tuple[Any, list[Any]]]) -> tuple[float, float, float, int]:
+    """``phases`` through the runner's own loop (``_run_phases``: what it hands each phase's tasks, the
+    adopted markers, the committed phases where the code has them), then the end of the run's sweep;
+    (own threads' CPU s, Ray's threads' CPU s, wall s, tasks run)."""
+    from datapipe.engine import runner
+    from datapipe.run_folder.layout import RunFolder as Folder
+
+    folder = Folder(where)
+    spec = SimpleNamespace(root=str(folder.root))
+    result = runner.RunResult(folder.root, {})
+    planned = [phase for phase, _ in phases]
+    saved = runner.plan_phases
+    runner.plan_phases = lambda _spec: planned  # type: ignore[assignment]
     try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
+        ray0, own0 = _thread_cpu()
+        wall = time.perf_counter()
+        runner._run_phases(result, folder, spec, executor, {}, False)  # type: ignore[arg-type]
+        folder.sweep()
+        wall = time.perf_counter() - wall
+        ray1, own1 = _thread_cpu()
+    finally:
+        runner.plan_phases = saved
+    return own1 - own0, ray1 - ray0, wall, result.executed_tasks
+
+
+def dispatch(
+    sizes: list[int], phases: int, cpus: int, local: bool = False, idle: float = 0.0, profile: Path | None = None
+) -> dict[str, Any]:
+    import boto3
+
+    from datapipe.engine.executors import RayExecutor
+    from datapipe.engine.phases import Phase, Task
+    from datapipe.run_folder.layout import RunFolder as Folder
+
+    code = "after" if hasattr(Folder, "install") else "before"  # before: every task pulls (lists the markers)
+    server, url = _store_server()
+    rows: list[dict[str, Any]] = []
+    out: dict[str, Any] = {"code": code, "store": "local" if local else "S3", "phases": phases, "cpus": cpus, "rows": rows}
+    try:
         os.environ.update(
             AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1"
         )
         boto3.client("s3", endpoint_url=url).create_bucket(Bucket="driver")
         print(
             f"{'code':>6} {'store':>5} {'tasks':>7} {'phases':>6} | driver CPU ms per task: "
-            f"{'all':>6} {'own':>6} {'Ray':>6} | {'wall s':>7}"
+            f"{'all':>6} {'own':>6} {'Ray':>6} | {'wall s':>7} | load"
         )
         with RayExecutor(num_cpus=cpus, log=lambda _: None) as executor:
+            warm = tuple(Task(f"t{i:06d}", (i,)) for i in range(10 * cpus))  # Ray's workers started, not measured
+            _run(executor, _where(local, "warm"), [(Phase("map0", trivial, warm, {"num_cpus": 1}, "tasks"), [])])
             for n in sizes:
-                where = tempfile.mkdtemp(prefix="driver-dispatch-") if local else f"s3://driver/run-{n}-{os.getpid()}"
-                folder = Folder(where)
-                spec = SimpleNamespace(root=str(folder.root))
                 per = -(-n // phases)
                 work = []
                 for p in range(phases):
-                    keys = range(p * per, min(n, (p + 1) * per))
-                    work.append(
-                        (Phase(f"map{p}", trivial, (), {"num_cpus": 1}, "tasks"), [Task(f"t{i:06d}", (i,)) for i in keys])
-                    )
-                result = runner.RunResult(folder.root, {})
-                ray0, own0 = _thread_cpu()
-                wall = time.perf_counter()
-                folder.pull()
-                for phase, tasks in work:
-                    if before:
-                        folder.pull()  # as the runner did before each phase
-                    runner._run_phase(result, folder, phase, tasks, executor, spec, {}, False)  # type: ignore[arg-type]
-                folder.sweep()
-                wall = time.perf_counter() - wall
-                ray1, own1 = _thread_cpu()
-                assert result.executed_tasks == n, result.executed_tasks
-                ray, own = ray1 - ray0, own1 - own0
+                    tasks = tuple(Task(f"t{i:06d}", (i,)) for i in range(p * per, min(n, (p + 1) * per)))
+                    work.append((Phase(f"map{p}", trivial, tasks, {"num_cpus": 1}, "tasks"), list(tasks)))
+                load0 = os.getloadavg()[0]
+                if profile is not None and n == max(sizes):
+                    import cProfile
+
+                    prof = cProfile.Profile(time.thread_time)  # CPU of the main thread, not wall
+                    prof.enable()
+                own, ray, wall, ran = _run(executor, _where(local, str(n)), work)
+                if profile is not None and n == max(sizes):
+                    prof.disable()
+                    prof.dump_stats(str(profile))
+                load = (load0, os.getloadavg()[0])
+                assert ran == n, ran
+                rows.append({"tasks": n, "own_cpu_s": own, "ray_cpu_s": ray, "wall_s": wall, "load": load})
                 print(
-                    f"{'before' if before else 'after':>6} {'local' if local else 'S3':>5} {n:>7} {phases:>6} | "
-                    f"{'':>24}{(ray + own) / n * 1e3:>6.2f} "
-                    f"{own / n * 1e3:>6.2f} {ray / n * 1e3:>6.2f} | {wall:>7.1f}",
+                    f"{code:>6} {'local' if local else 'S3':>5} {n:>7} {phases:>6} | {'':>24}{(ray + own) / n * 1e3:>6.2f} "
+                    f"{own / n * 1e3:>6.2f} {ray / n * 1e3:>6.2f} | {wall:>7.1f} | {load[0]:.1f}-{load[1]:.1f}",
+                    flush=True,
+                )
+            if idle:
+                # One task of ``idle`` seconds after a phase of one task (so it is handed a committed
+                # phase, as a real task is): the driver's CPU per second of wall while it waits.
+                first = Phase("map0", trivial, (Task("t0", (0,)),), {"num_cpus": 1}, "tasks")
+                long = Phase("map1", idle_task, (Task("t0", (idle,)),), {"num_cpus": 1}, "tasks")
+                load0 = os.getloadavg()[0]
+                own, ray, wall, _ = _run(executor, _where(local, "idle"), [(first, []), (long, [])])
+                out["idle"] = {"seconds": wall, "own_cpu_s": own, "ray_cpu_s": ray, "load": (load0, os.getloadavg()[0])}
+                print(
+                    f"one task of {idle:.0f} s: wall {wall:.1f} s, driver CPU per wall second: own {own / wall * 1e3:.2f} ms, "
+                    f"Ray's threads {ray / wall * 1e3:.2f} ms",
                     flush=True,
                 )
     finally:
         server.terminate()
+    return out
+
+
+def _where(local: bool, name: str) -> str:
+    return tempfile.mkdtemp(prefix=f"driver-dispatch-{name}-") if local else f"s3://driver/run-{name}-{os.getpid()}"
+
+
+def _save(path: Path, key: str, value: dict[str, Any]) -> None:
+    """``value`` under ``key`` of the JSON at ``path`` (the other mode's figures kept), with the machine."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from _harness import environment
+
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data[key] = {"environment": environment(), **value}
+    path.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def main() -> None:
@@ -235,14 +305,20 @@ def main() -> None:
     ap.add_argument("--phases", type=int, default=4, help="--dispatch: phases the tasks are spread over")
     ap.add_argument("--cpus", type=int, default=2, help="--dispatch: Ray's CPUs")
     ap.add_argument("--local", action="store_true", help="--dispatch: the run folder on local disk, not the store")
+    ap.add_argument("--idle", type=float, default=0.0, help="--dispatch: also one task of this many seconds (CPU per wall s)")
+    ap.add_argument("--profile", type=Path, help="--dispatch: cProfile of the driver's main thread at the largest size")
+    ap.add_argument("--json", type=Path, help="write the figures here (each mode its own key; bench/cost_model.py reads them)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.dispatch:
-        dispatch(sizes, args.phases, args.cpus, args.local)
+        out = dispatch(sizes, args.phases, args.cpus, args.local, args.idle, args.profile)
+        if args.json:
+            _save(args.json, "dispatch", out)
         return
     with tempfile.TemporaryDirectory(prefix="driver-scale-") as tmp:
         template = args.template or template_run(Path(tmp))
         per_task: dict[int, dict[str, float]] = {}
+        rows: list[dict[str, Any]] = []
         print(
             f"{'tasks':>7} {'markers':>8} | CPU us per task: {'old bookkeeping':>15} {'new bookkeeping':>15} "
             f"{'new statistics':>14} | {'new wall s':>10}"
@@ -261,7 +337,11 @@ def main() -> None:
                 f"{book_wall + stats_wall:>10.2f}",
                 flush=True,
             )
+            rows.append({"tasks": n, "markers": len(tasks), "own_cpu_s_per_task": (book_cpu + stats_cpu) / len(tasks)})
+            rows[-1].update(bookkeeping_cpu_s=book_cpu, statistics_cpu_s=stats_cpu, load=os.getloadavg()[0])
             shutil.rmtree(root)
+        if args.json:  # the end of a run's CPU per marker (no Ray here: every thread is the driver's own)
+            _save(args.json, "end_of_run", {"rows": rows})
         lo, hi = min(sizes), max(sizes)
         ratio = {k: per_task[hi][k] / per_task[lo][k] for k in per_task[hi]}
         print(

@@ -51,6 +51,7 @@ from datapipe.run_folder.layout import (
     reduce_phase,
     shuffle_phase,
 )
+from datapipe.run_folder.remote import CommittedPhase
 from datapipe.stages.base import Resources
 from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, checked_steps
 
@@ -84,6 +85,10 @@ class Phase:
     # What a task reads of ``follows``: (task key there, weight), e.g. a pack range's shards and their
     # tokens; it goes where most of that weight was written. None: the task of its own key.
     reads: Callable[[Task], Sequence[tuple[str, int]]] | None = None
+    # A remote run folder: what the phases before this one committed, handed to each task by the
+    # executor (set by the runner; run_folder/remote.py ``install``), so no task lists or reads
+    # markers on the store. None: a local folder, where tasks read the finished outputs in place.
+    committed: tuple[CommittedPhase, ...] | None = None
 
     def placed(self, tasks: Sequence[Task], ran_on: dict[str, str]) -> list[Task]:
         """``tasks``, each with the node that wrote most of what it reads (``ran_on``: task key of

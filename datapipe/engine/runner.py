@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from datapipe.engine.run_record import RunRecord, open_record
 from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder, RunFolderError
 from datapipe.run_folder.lock import RunLock
+from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime.heartbeat import Heartbeat, duration
 from datapipe.runtime.release_memory import release_memory
 from datapipe.storage.atomic import fault_scope
@@ -250,12 +251,21 @@ def _run_phases(
     # driver writes here (the lock), so no phase needs another pull: one per phase listed every
     # marker of the run again (at 5 billion documents, ~30 phases x 200 listing pages).
     folder.pull()
+    # What each finished phase committed, handed to the tasks of the later ones (Phase.committed): a
+    # task then neither lists nor reads markers on the store. Before, every task pulled: one listing
+    # of all the run's markers and a read of each its worker had not seen (at crawl scale ~100
+    # listing pages per task, and every marker read by every one of 4,096 workers).
+    committed: list[CommittedPhase] | None = [] if folder.remote is not None else None
     for phase in plan_phases(spec):
         work = phase.task_list(folder)
         assert work is not None, f"{phase.name}: its tasks depend on phases that did not finish"
         if not work:  # e.g. shuffle rounds after one that forwarded nothing: nothing to run or show
             continue
+        if committed is not None:
+            phase = replace(phase, committed=tuple(committed))
         _run_phase(result, folder, phase, work, executor, spec, timings, show_progress)
+        if committed is not None:
+            committed.append(folder.committed(phase.name))  # from the markers it holds: no store read
 
 
 def _all_tasks(spec: RunSpec, folder: RunFolder) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ import gc
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +19,34 @@ from datapipe.engine import recycle
 from datapipe.engine.faults import fault_hold
 from datapipe.engine.plan import RunSpec, forget_stages
 from datapipe.run_folder.layout import RunFolder
+from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime.release_memory import release_memory
 from datapipe.runtime.task_usage import TaskUsage, rss_mib
 from datapipe.storage.atomic import fault_scope, recording_writes
 
 
-def run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: RunSpec, *args: Any) -> dict[str, Any]:
+def run_task(
+    phase: str,
+    key: str,
+    fn: Callable[..., dict[str, Any]],
+    spec: RunSpec,
+    *args: Any,
+    committed: Sequence[CommittedPhase | Any] | None = None,
+) -> dict[str, Any]:
     """One task of any phase, in a worker or in process: ``fn(spec, *args)``, then its completion marker
     (written after the task's outputs are in place, so a marker means done and durable; a remote run
-    folder uploads the files the task wrote, then the marker that names them)."""
+    folder uploads the files the task wrote, then the marker that names them).
+
+    ``committed``: in a remote run folder, what the earlier phases committed (``Phase.committed``, or
+    Ray object refs of them), from the driver: the task's node learns the files it may fetch without
+    listing or reading markers on the store. None: this process already knows (the driver's own)."""
     in_worker = _in_ray_worker()
     if in_worker:
         _enter_phase(phase)
         size_thread_pools()
     folder = RunFolder(Path(spec.root))
-    folder.pull()  # a remote run folder: this node fetches what earlier tasks committed
+    if committed is not None:
+        folder.install(_resolve(committed))
     with fault_scope(phase, key), recording_writes() as written:
         usage = TaskUsage()  # per-task peak RSS and CPU, for bench/scale.py and the audit
         marker = fn(spec, *args)
@@ -46,6 +59,40 @@ def run_task(phase: str, key: str, fn: Callable[..., dict[str, Any]], spec: RunS
             _make_way(phase, marker, spec)
         folder.write_marker(phase, key, marker, written)
     return marker
+
+
+def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any], key: str, spec: RunSpec, *args: Any) -> dict[str, Any]:
+    """``run_task`` as Ray calls it: ``call`` (the phase's name, function and committed phases) is one
+    object per phase in Ray's object store, so submitting a task serializes its key and arguments
+    only (pickling the function and the refs for every task was ~a third of the driver's CPU per task)."""
+    phase, fn, committed = call
+    return run_task(phase, key, fn, spec, *args, committed=committed)
+
+
+_RESOLVED: dict[str, CommittedPhase] = {}  # Ray object id -> the phase it holds, as this process got it
+
+
+def _resolve(committed: Sequence[CommittedPhase | Any]) -> list[CommittedPhase]:
+    """The committed phases a task was handed: values as they are; Ray object refs (one object per
+    phase in Ray's object store, put once by the driver) fetched once per process, and kept while
+    tasks are handed them (every task of a later phase is)."""
+    out: list[CommittedPhase] = []
+    keep: dict[str, CommittedPhase] = {}
+    for item in committed:
+        if isinstance(item, CommittedPhase):
+            out.append(item)
+            continue
+        oid = item.hex()
+        got = _RESOLVED.get(oid)
+        if got is None:
+            import ray
+
+            got = ray.get(item)
+        keep[oid] = got
+        out.append(got)
+    _RESOLVED.clear()
+    _RESOLVED.update(keep)
+    return out
 
 
 # A task whose peak was less than this above what its worker held at its start leaves at most that

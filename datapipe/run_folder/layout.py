@@ -43,7 +43,11 @@ from datapipe.storage.atomic import is_temp_name, sweep_temp_files, write_bytes_
 from datapipe.tokens.shard_format import MANIFEST_NAME, SHARDS_DIR, shard_file_name
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pyarrow.parquet as pq
+
+    from datapipe.run_folder.remote import CommittedPhase
 
 DOCS_DIR, REJECTED_DIR, WORK_DIR, STATS_DB, RUN_JSON = "docs", "rejected", "_work", "stats.duckdb", "run.json"
 MODELS_DIR, COPIES_DIR = "models", "copies"
@@ -110,6 +114,10 @@ def _load_markers(folder: Path, keys: list[str], shared: dict[str, Any]) -> list
 # map, shuffle and reduce, of its outputs, so a resumed run finds work by these exact names.
 LINES_PHASE = "lines"  # pre-pass: newlines per JSONL range, for global line numbers
 PACK_PHASE = "pack"
+# Phases whose markers a later task reads (a map task numbers its records from the pre-pass's line
+# counts: engine/tasks/map.py ``_first_record``): in a remote folder the driver hands them over with
+# the phase's files (``RunFolder.committed``). Every other task reads files only.
+MARKERS_READ_BY_TASKS = (LINES_PHASE,)
 
 
 def map_phase(segment: int) -> str:
@@ -365,6 +373,12 @@ class RunFolder:
         cached = self._markers.get(phase, {}).get(task)
         if cached is not None:
             return cached
+        if self.remote is not None:  # a task of a remote folder: the driver handed it over (``install``)
+            from datapipe.run_folder import remote as remote_folder
+
+            given = remote_folder.given_marker(self.remote, phase, task)
+            if given is not None:
+                return given
         marker = _load_marker(self.marker(phase, task))
         if marker is not None:
             self._markers.setdefault(phase, {})[task] = marker
@@ -423,8 +437,8 @@ class RunFolder:
         if self.remote is not None:
             from datapipe.run_folder import remote as remote_folder
 
-            rel = self.marker(phase, task).relative_to(self.root).as_posix()
-            body = remote_folder.adopt(self.root, self.remote, rel, marker)
+            # The marker's path as text (``marker`` and ``relative_to`` in pathlib cost ~0.1 ms a task).
+            body = remote_folder.adopt(self.root, self.remote, f"{WORK_DIR}/markers/{phase}/{task}.json", marker)
         else:
             body = json.dumps(marker, sort_keys=True).encode("utf-8")
         # As read from the file (lists, not tuples; shared column lists), so cached markers are alike.
@@ -432,9 +446,28 @@ class RunFolder:
         if parsed is not None:
             self._markers.setdefault(phase, {})[task] = parsed
 
+    def committed(self, phase: str) -> CommittedPhase:
+        """What ``phase`` committed, for the tasks of later phases (a remote folder's workers learn it
+        from the driver instead of listing and reading markers): the files its markers name, and the
+        markers of a phase in ``MARKERS_READ_BY_TASKS``. From the cached markers: no read of the store."""
+        from datapipe.run_folder.remote import CommittedPhase
+
+        markers = self.read_markers(phase)
+        files = {f["path"]: (f["bytes"], f.get("footer")) for m in markers.values() for f in m.get("files", ())}
+        return CommittedPhase(phase, files, dict(markers) if phase in MARKERS_READ_BY_TASKS else {})
+
+    def install(self, phases: Sequence[CommittedPhase]) -> None:
+        """A task's view of a remote folder: what the finished ``phases`` committed, as handed over by
+        the driver (``committed``); their files are then fetched when asked for. No-op locally."""
+        if self.remote is not None:
+            from datapipe.run_folder import remote as remote_folder
+
+            remote_folder.install(self.remote, phases)
+
     def pull(self, full: bool = False, files: tuple[str, ...] = ()) -> None:
         """A remote folder: read the markers other processes committed, and download the files they
-        name under the folders ``files`` (others come when their path is asked for). No-op locally."""
+        name under the folders ``files`` (others come when their path is asked for). No-op locally.
+        The driver's (at the start of a run, and of commands reading a finished run); tasks ``install``."""
         if self.remote is not None:
             from datapipe.run_folder import remote as remote_folder
 
@@ -518,5 +551,11 @@ class RunFolder:
         if self.remote is not None:
             from datapipe.run_folder import remote as remote_folder
 
-            removed += remote_folder.sweep(self.remote, self.root)
+            # The markers cached here (every one the driver adopted or read) are not read again.
+            known = {
+                f"{WORK_DIR}/markers/{phase}/{task}.json": [f["path"] for f in marker.get("files", ())]
+                for phase, markers in self._markers.items()
+                for task, marker in markers.items()
+            }
+            removed += remote_folder.sweep(self.remote, self.root, known)
         return removed

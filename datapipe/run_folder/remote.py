@@ -7,11 +7,17 @@ local run folder. What makes the store the record:
   ``atomic.recording_writes``) is uploaded, and only then its marker, which names those files
   with their sizes. An object store shows an object only once its upload completed, so a marker
   that exists names files that exist whole.
-* **Readers trust only what a marker names.** Before a task runs (on any node) and before each
-  phase, :func:`pull` reads the markers this process has not seen; a file one of them names is
-  downloaded when a task asks the run folder for its path (:func:`fetch`, through ``RunFolder``'s
-  path methods) and it is missing locally or differs in size, so a node fetches the inputs of its
-  own tasks, not the whole run. A task that reads a part of a Parquet file (a partition its row
+* **Readers trust only what a marker names.** The driver holds every committed marker: those of
+  the markers on the store when it starts (:func:`pull`, once, under the run lock) and each of its
+  tasks' markers, which come back with their results (:func:`adopt`). A task learns what earlier
+  phases committed from the driver, not from the store: each finished phase as one
+  :class:`CommittedPhase` (the files its markers name, with sizes and footer lengths), which the
+  executor hands to every task of later phases (on Ray, one object per phase in Ray's object
+  store), and which a process installs once (:func:`install`); so a task lists nothing and reads
+  no marker, whatever the size of the run. A file a committed phase names is downloaded when a task
+  asks the run folder for its path (:func:`fetch`, through ``RunFolder``'s path methods) and it is
+  missing locally or differs in size, so a node fetches the inputs of its own tasks, not the whole
+  run. A task that reads a part of a Parquet file (a partition its row
   groups, a map task its shard's decisions) opens it with :func:`open_parquet` instead: read in
   place, only that part crosses the store. The driver downloads the kept and rejected documents before it
   builds the statistics. A file a killed attempt uploaded without its marker is never read, and it
@@ -28,7 +34,8 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -51,7 +58,46 @@ MARKER_SLICE = 512
 _seen: dict[str, set[str]] = {}  # remote root -> markers already pulled or committed by this process
 _named: dict[str, dict[str, int]] = {}  # remote root -> {file a pulled marker names: its size}
 _footers: dict[str, dict[str, int]] = {}  # remote root -> {Parquet file a pulled marker names: its footer's length}
+_given: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}  # remote root -> phase -> task -> marker (install)
+# remote root -> the CommittedPhase values installed here, by id (held, so an id is not reused meanwhile)
+_installed: dict[str, dict[int, CommittedPhase]] = {}
 _lock = threading.Lock()
+
+
+@dataclass(frozen=True, eq=False)
+class CommittedPhase:
+    """What one finished phase committed, as the driver holds it, for the tasks of later phases:
+    every file its markers name (path in the run folder -> bytes, Parquet footer length or None),
+    and the markers themselves for a phase whose markers tasks read (``markers``, task key ->
+    marker: the pre-pass's line counts; empty for the others, whose markers can be large).
+    Built once per phase by the driver (``RunFolder.committed``) and never changed: a phase whose
+    work is discarded and redone gets a new one."""
+
+    phase: str
+    files: dict[str, tuple[int, int | None]]
+    markers: dict[str, dict[str, Any]]
+
+
+def install(uri: str, phases: Sequence[CommittedPhase]) -> None:
+    """Note what ``phases`` committed, as a pull of their markers would have (a task's run folder
+    then fetches the files they name, and reads their ``markers``); each one once per process, and
+    only those of the last call are held (a task is handed every earlier phase of its run)."""
+    with _lock:
+        done = _installed.get(uri, {})
+        for p in phases:
+            if id(p) in done:
+                continue
+            _named.setdefault(uri, {}).update({rel: size for rel, (size, _) in p.files.items()})
+            _footers.setdefault(uri, {}).update({rel: f for rel, (_, f) in p.files.items() if f is not None})
+            if p.markers:
+                _given.setdefault(uri, {})[p.phase] = p.markers
+        _installed[uri] = {id(p): p for p in phases}
+
+
+def given_marker(uri: str, phase: str, task: str) -> dict[str, Any] | None:
+    """A marker an installed phase handed over (``CommittedPhase.markers``), or None."""
+    with _lock:
+        return _given.get(uri, {}).get(phase, {}).get(task)
 
 
 class _MarkerFile(TypedDict):
@@ -82,7 +128,11 @@ def adopt(root: Path, uri: str, rel_marker: str, marker: dict[str, Any]) -> byte
     those the task committed (``commit`` writes ``json.dumps(data, sort_keys=True)`` of the same dict)."""
     body = json.dumps(marker, sort_keys=True).encode("utf-8")
     local = root / rel_marker
-    if not (local.is_file() and local.stat().st_size == len(body) and local.read_bytes() == body):
+    try:  # on a node that ran the task, its mirror holds the same bytes already
+        same = local.read_bytes() == body
+    except FileNotFoundError:
+        same = False
+    if not same:
         write_bytes_atomic(local, body)
     with _lock:
         _seen.setdefault(uri, set()).add(rel_marker)
@@ -163,6 +213,8 @@ def pull(root: Path, uri: str, full: bool = False, files: tuple[str, ...] = ()) 
             _seen.pop(uri, None)
             _named.pop(uri, None)
             _footers.pop(uri, None)
+            _given.pop(uri, None)
+            _installed.pop(uri, None)
         local_dir = root / MARKERS
         if local_dir.is_dir():
             for p in local_dir.rglob("*.json"):
@@ -209,11 +261,13 @@ def pull(root: Path, uri: str, full: bool = False, files: tuple[str, ...] = ()) 
     return downloaded
 
 
-def named_files(uri: str, root: Path | None = None) -> set[str]:
+def named_files(uri: str, root: Path | None = None, known: Mapping[str, Iterable[str]] | None = None) -> set[str]:
     """Every path (relative to the run folder) the store's markers name, and the markers themselves.
-    ``root``: this process's mirror, whose copies of the markers it committed, pulled or adopted are
-    read instead of the store's (the same bytes: a marker is written once, and ``forget`` drops a
-    deleted one); only the others are read from the store."""
+    ``known``: markers the caller holds parsed (marker path -> the files it names), not read again.
+    ``root``: this process's mirror, whose copies of the other markers it committed, pulled or adopted
+    are read instead of the store's (the same bytes: a marker is written once, and ``forget`` drops a
+    deleted one); only the rest are read from the store."""
+    known = known or {}
     keep: set[str] = set(DRIVER_FILES)
     prefix = storage.child(uri, "")
     with _lock:
@@ -223,6 +277,10 @@ def named_files(uri: str, root: Path | None = None) -> set[str]:
     remote: list[str] = []
     for u in listed:
         rel = u[len(prefix) :]
+        if rel in known:  # the caller holds it parsed: not read again, not even from the mirror
+            keep.add(rel)
+            keep.update(known[rel])
+            continue
         path = root / rel if root is not None and rel in seen else None
         body = path.read_bytes() if path is not None and path.is_file() else None
         if body is None:
@@ -252,11 +310,11 @@ def _read_all(uris: list[str]) -> Iterator[tuple[str, bytes | None]]:
             yield from zip(chunk, pool.map(storage.read_bytes, chunk))
 
 
-def sweep(uri: str, root: Path | None = None) -> int:
+def sweep(uri: str, root: Path | None = None, known: Mapping[str, Iterable[str]] | None = None) -> int:
     """Delete objects under the managed folders that no marker names: uploads of a killed attempt.
     Only under the run lock (a live task's upload looks the same until its marker exists).
-    ``root``: the mirror whose markers this process already holds (``named_files``)."""
-    keep = named_files(uri, root)
+    ``root``, ``known``: the markers this process already holds (``named_files``)."""
+    keep = named_files(uri, root, known)
     removed = 0
     prefix = storage.child(uri, "")
     for f in storage.list_files(uri):

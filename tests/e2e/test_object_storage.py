@@ -167,7 +167,7 @@ def test_partition_tasks_on_another_node_read_only_their_row_groups_from_the_sto
     remote = run_pipeline(pipeline, in_process=True, show_progress=False, log=lambda m: None)
     monkeypatch.setenv("DATAPIPE_CACHE_DIR", str(tmp_path / "other-node"))
     folder = RunFolder(uri)
-    folder.pull()  # this node reads the markers, as a task does before it runs
+    folder.pull()  # this node learns what the markers name (a task is handed it by the driver)
     spec = make_spec(pipeline, folder.root, cache_dir(), remote.run["split"]["target_bytes"])
     sizes = {  # every object's size, as the store lists it
         o["Key"][len("runs/parts6/") :]: o["Size"]
