@@ -98,6 +98,14 @@ SIGNATURES: dict[str, tuple[_A | str, ...]] = {
         ("uint32", 1, False),
         ("boolean", 1, False),
     ),
+    "datapipe.text.nfkc:_map_kernel": (
+        ("uint8", 1, True),
+        ("int64", 1, False),
+        ("uint32", 1, False),
+        ("uint8", 1, False),
+        ("int64", 1, False),
+        ("boolean", 1, False),
+    ),
     "datapipe.dedup.cluster:_union_kernel": (("int64", 1, False), ("int64", 1, False), ("int64", 1, False)),
     "datapipe.dedup.cluster:_flatten_kernel": (("int64", 1, False),),
     "datapipe.dedup.minhash:_affine32_jit": (
