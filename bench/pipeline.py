@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python bench/pipeline.py --datatrove-python /tmp/dt/bin/python [--repeats 3] [--docs 0]
     PYTHONPATH=. python bench/pipeline.py --stages tokenize ...     # tokenize-only comparison
+    PYTHONPATH=. python bench/pipeline.py --sides datapipe ...      # datapipe's runs only (A/B of its changes)
     [--workers 2] [--files 2] [--json bench/results/pipeline.json]
 
 Input: the shared zh/en corpus (../shared/data/corpus, all four files; ``--docs N`` takes the first
@@ -125,6 +126,12 @@ def main() -> int:
         help="python of a venv with datatrove[processing] and spacy (the datatrove side is skipped when it is missing)",
     )
     ap.add_argument("--stages", choices=["all", "tokenize"], default="all")
+    ap.add_argument(
+        "--sides",
+        choices=["both", "datapipe"],
+        default="both",
+        help="datapipe: its runs only (an A/B of datapipe changes in ~1 min a run; no ratios), without datatrove's ~5 min",
+    )
     ap.add_argument("--docs", type=int, default=0, help="documents from the corpus (0: all 27,369)")
     ap.add_argument("--files", type=int, default=2, help="input files (= tasks of each side's first step)")
     ap.add_argument("--workers", type=int, default=2, help="processes per side (Ray CPUs / datatrove workers)")
@@ -152,7 +159,7 @@ def main() -> int:
         libs=["ray", "tokenizers", "tiktoken", "fasttext-numpy2", "numba", "duckdb"],
         note=f"tokenizer: {tokenizer_name} ({args.tokenizer})",
     )
-    have_dt = Path(args.datatrove_python).exists()
+    have_dt = args.sides == "both" and Path(args.datatrove_python).exists()
     dt_version = "skipped"
     if have_dt:
         dt_version = (
@@ -276,7 +283,8 @@ def main() -> int:
         if have_dt:
             sides["datatrove"] = datatrove
         else:
-            print(f"datatrove: skipped ({args.datatrove_python} not found)")
+            why = "--sides datapipe" if args.sides == "datapipe" else f"{args.datatrove_python} not found"
+            print(f"datatrove: skipped ({why})")
         runs = h.interleave(sides)
         print()
         for side, rs in runs.items():

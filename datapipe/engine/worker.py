@@ -55,7 +55,9 @@ def run_task(
         marker["node"] = _node_id()
         fault_hold(phase, key)
         if in_worker:  # its next task starts from what that task needs, in this worker or a fresh one
-            release_memory(collect=_grew(marker))
+            collect = _grew(marker)
+            release_memory(collect=collect)
+            _freeze_after_first_collect(collect)
             _make_way(phase, marker, spec)
         folder.write_marker(phase, key, marker, written)
     return marker
@@ -93,6 +95,19 @@ def _resolve(committed: Sequence[CommittedPhase | Any]) -> list[CommittedPhase]:
     _RESOLVED.clear()
     _RESOLVED.update(keep)
     return out
+
+
+_FROZEN_AFTER_COLLECT: list[bool] = []
+
+
+def _freeze_after_first_collect(collected: bool) -> None:
+    """What a worker's first large task loaded and kept (numba, the stages' modules and models:
+    ~77,000 objects) survives every later collection too: frozen like Ray's at the first task, a
+    later full collection scans that task's leftovers only (~0.045 s each before, 14 times in a run
+    of the shared corpus)."""
+    if collected and not _FROZEN_AFTER_COLLECT:
+        gc.freeze()
+        _FROZEN_AFTER_COLLECT.append(True)
 
 
 # A task whose peak was less than this above what its worker held at its start leaves at most that

@@ -46,6 +46,12 @@ SIGNATURES: dict[str, tuple[_A | str, ...]] = {
         ("int64", 2, False),
         ("int64", 1, False),
     ),
+    "datapipe.stages.cjk:_decode_kernel": (
+        ("uint8", 1, True),
+        ("int64", 1, False),
+        ("uint32", 1, False),
+        ("int64", 1, False),
+    ),
     "datapipe.stages.quality._kernels:ngram_signals": (
         ("int64", 1, False),
         ("int64", 1, False),
@@ -96,6 +102,14 @@ SIGNATURES: dict[str, tuple[_A | str, ...]] = {
         ("uint32", 1, True),
         ("int64", 1, False),
         ("uint32", 1, False),
+        ("boolean", 1, False),
+    ),
+    "datapipe.text.nfkc:_map_kernel": (
+        ("uint8", 1, True),
+        ("int64", 1, False),
+        ("uint32", 1, False),
+        ("uint8", 1, False),
+        ("int64", 1, False),
         ("boolean", 1, False),
     ),
     "datapipe.dedup.cluster:_union_kernel": (("int64", 1, False), ("int64", 1, False), ("int64", 1, False)),

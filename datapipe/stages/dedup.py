@@ -33,6 +33,7 @@ from datapipe.stages.global_stage import (
     drop_rows,
 )
 from datapipe.stages.steps import Partitions, partitions_option
+from datapipe.text.nfkc import nfkc
 
 HASH_TYPE = pa.binary(16)
 
@@ -65,12 +66,13 @@ def normalize_for_hash(text: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 
 def _nfkc(text: pa.Array) -> pa.Array:
-    # ASCII text is its own NFKC: only the other rows go through utf8proc (a third of the shared
-    # corpus's kept rows are ASCII).
+    # ASCII text is its own NFKC: only the other rows are normalized (a third of the shared corpus's
+    # kept rows are ASCII), by a per-character map where that equals utf8proc's NFKC (datapipe/text/nfkc.py:
+    # 0.14 s instead of 0.86 s for the shared corpus's non-ASCII rows), else by utf8proc.
     other = pc.invert(pc.string_is_ascii(text))
     if not pc.any(other).as_py():
         return text
-    return pc.replace_with_mask(text, other, pc.utf8_normalize(pc.filter(text, other), "NFKC"))
+    return pc.replace_with_mask(text, other, nfkc(pc.filter(text, other)))
 
 
 def url_keys(urls: pa.ChunkedArray | pa.Array) -> pa.Array:

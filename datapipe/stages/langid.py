@@ -201,7 +201,7 @@ class LangId(Stage):
         texts = text.to_pylist()
         lang, score = self._predict(texts)
         by = np.full(len(lang), "fasttext", dtype=object)
-        counts, line_counts, line_doc = cjk.line_script_counts(texts)
+        counts, line_counts, line_doc = cjk.line_script_counts(text)  # from the Arrow array: same counts, less CPU
         if o.script_rules:
             lang, score, by = self._apply_script_rules(counts, lang, score, by)
         if o.yue == "as_zh":

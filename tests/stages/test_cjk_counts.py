@@ -36,3 +36,20 @@ def test_kernel_matches_numpy_on_real_mixed_text() -> None:
     per_doc, _, _ = cjk.line_script_counts(["佢喺度食飯", "かなカナ漢", "한국어", "abc"])
     assert per_doc["yue"].tolist() == [2, 0, 0, 0] and per_doc["kana"].tolist() == [0, 4, 0, 0]
     assert per_doc["hangul"].tolist() == [0, 0, 3, 0] and per_doc["latin"].tolist() == [0, 0, 0, 3]
+
+
+@pytest.mark.skipif(cjk._decode_kernel is None, reason="numba is not installed")
+def test_arrow_input_counts_as_the_strings_do() -> None:
+    """langid passes its Arrow array (decoded from UTF-8 in the kernel): the same counts as its strings."""
+    import pyarrow as pa
+
+    lines = shared_path("corpus", "zh_pingcap_docs.jsonl").read_text(encoding="utf-8").splitlines()[:200]
+    texts = [json.loads(x)["text"] for x in lines] + ["", "abc\n\n漢字", "", "佢喺度\nhello 𠀀 é", "かな\n한국어", ""]
+    random.Random(1).shuffle(texts)
+    arr = pa.array(texts)
+    for batch in (arr, arr.slice(7, 50), pa.array(["", "x"]), pa.array(["x\n", ""]), pa.array([""])):
+        got = cjk.line_script_counts(batch)
+        ref = cjk.line_script_counts(batch.to_pylist())
+        for g, r in zip(got[:2], ref[:2]):
+            assert all(np.array_equal(g[k], r[k]) for k in (*KEYS,))
+        assert np.array_equal(got[2], ref[2])
