@@ -119,7 +119,8 @@ class WorkersConfig(Strict):
         le=1 << 20,
         description=(
             "A Ray worker that, after a task and its memory release, holds more than this many MiB above what it "
-            "held after its first task (checked at its first task of each phase: what earlier phases left) or above "
+            "held after its first task (or its first task that grew by 64 MiB or more: what its stages import and "
+            "compile; checked at its first task of each phase: what earlier phases left) or above "
             "what it held after its first task of the current phase (that phase's models and caches; checked at "
             "its later tasks) exits after handing over that task's result, and Ray starts a fresh one for the next "
             "task; no task fails or is retried. 0: never for memory."

@@ -38,6 +38,7 @@ MAX_CALLS = 1 << 30  # the remote function's max_calls: never reached by countin
 @dataclass
 class _Worker:
     floor: float | None = None  # RSS (MiB) after this worker's first task and its release
+    settled: bool = False  # the floor was taken after a task that loaded something (it grew)
     phase: str | None = None  # the phase of its last task
     phase_base: float = 0.0  # RSS after its first task of that phase: what the phase keeps loaded
     tasks: int = 0
@@ -46,9 +47,18 @@ class _Worker:
 _WORKER = _Worker()
 
 
-def should_exit(phase: str, start_mib: float | None, now_mib: float | None, settings: WorkersConfig) -> str | None:
+def should_exit(
+    phase: str, start_mib: float | None, now_mib: float | None, settings: WorkersConfig, grew: bool = True
+) -> str | None:
     """After a task of ``phase`` that started at ``start_mib`` and was released down to ``now_mib``:
-    why this worker should make way for a fresh one (a marker's ``worker_exit``), or None."""
+    why this worker should make way for a fresh one (a marker's ``worker_exit``), or None.
+
+    ``grew``: the task peaked well above its start (``engine/worker.py``: ``_grew``). Until a task
+    has, the floor is not yet what the worker's phases import: a worker whose first tasks only counted
+    lines (the ``lines`` phase) would otherwise count the stages' modules and compiled kernels, loaded
+    by its first map task, as what earlier phases left, and leave at the next phase, and its fresh
+    successor likewise (7 fresh workers in bench/pipeline.py on the shared corpus, each importing and
+    compiling again). So the floor is raised once, after the worker's first task that grew."""
     w = _WORKER
     w.tasks += 1
     if settings.recycle_after_tasks and w.tasks >= settings.recycle_after_tasks:
@@ -56,8 +66,10 @@ def should_exit(phase: str, start_mib: float | None, now_mib: float | None, sett
     margin = settings.recycle_above_mib
     if not margin or start_mib is None or now_mib is None:
         return None
-    if w.floor is None:  # its first task
-        w.floor, w.phase, w.phase_base = now_mib, phase, now_mib
+    if w.floor is None or (grew and not w.settled):  # its first task, or its first that loaded something
+        if w.floor is None or w.phase != phase:
+            w.phase, w.phase_base = phase, now_mib
+        w.floor, w.settled = max(now_mib, w.floor or 0.0), grew
         return None
     if w.phase != phase:  # its first task of this phase: what it started with is what earlier phases left
         w.phase, w.phase_base = phase, now_mib

@@ -128,7 +128,7 @@ def _make_way(phase: str, marker: dict[str, Any], spec: RunSpec) -> None:
     """Have this worker exit after this task when it holds too much more than a fresh one would
     (engine/recycle.py); the marker records the worker and, when it leaves, why."""
     marker["worker_pid"] = os.getpid()
-    reason = recycle.should_exit(phase, marker.get("rss_start_mib"), rss_mib(), spec.workers)
+    reason = recycle.should_exit(phase, marker.get("rss_start_mib"), rss_mib(), spec.workers, grew=_grew(marker))
     if reason is not None and recycle.request_exit():
         marker["worker_exit"] = reason
 

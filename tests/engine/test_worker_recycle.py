@@ -87,3 +87,16 @@ def test_what_a_phase_loads_is_allowed_and_what_earlier_phases_left_is_not(monke
     assert recycle.should_exit("map0", 280, 310, settings) is None
     # the next phase starts 35 MiB above the floor (what map0's tasks left): the worker makes way
     assert "started shuffle0 at 315 MiB" in (recycle.should_exit("shuffle0", 315, 330, settings) or "")
+
+
+def test_the_floor_is_taken_after_the_first_task_that_loaded_something(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose first task only counted lines holds what its map tasks import (stages, kernels)
+    from its first map task on: not what earlier phases left (bench/pipeline.py replaced 7 workers)."""
+    monkeypatch.setattr(recycle, "_WORKER", recycle._Worker())
+    settings = WorkersConfig(recycle_above_mib=32)
+    assert recycle.should_exit("lines", 150, 159, settings, grew=False) is None
+    assert recycle.should_exit("map0", 150, 309, settings, grew=True) is None  # imports and kernels: the floor
+    assert recycle.should_exit("map0", 309, 310, settings, grew=True) is None
+    assert recycle.should_exit("shuffle0", 278, 287, settings, grew=False) is None
+    # what later phases leave above that floor still makes the worker leave
+    assert "started map1 at 350 MiB" in (recycle.should_exit("map1", 350, 360, settings, grew=True) or "")
