@@ -250,6 +250,9 @@ def figures(h: Harness, results: list[dict[str, Any]], **extra: Any) -> int:
     for r in results:
         h.figure(f"{r['scale']}x MB/s per core", [r["mb_s_per_core"]], unit="MB/s")
         h.figure(f"{r['scale']}x MB per CPU second (process tree)", [r["mb_per_cpu_s"]], unit="MB")
+    if len(results) < 2:  # one scale: no ratio to state (a run to set beside another's, --combine)
+        h.finish(scales=results, **extra)
+        return 0
     h.ratio(f"largest map task peak RSS {s1}x/{s0}x", [last["map_task_peak_mib"] / first["map_task_peak_mib"]], target="<= 1.2")
     h.ratio(
         f"largest round task peak RSS {s1}x/{s0}x", [last["round_task_peak_mib"] / first["round_task_peak_mib"]], target="<= 1.2"
