@@ -79,6 +79,18 @@ class _Counting:
         monkeypatch.setattr(cls, "compute", compute)
 
 
+def _count_encoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts map tasks encode from now on (``encode_documents`` wrapped), in a list filled as they do."""
+    encoded: list[str] = []
+
+    def encode(texts: list[str], info: Any) -> pa.Array:
+        encoded.extend(texts)
+        return encode_documents(texts, info)
+
+    monkeypatch.setattr(map_task, "encode_documents", encode)
+    return encoded
+
+
 def test_redecide_equals_a_fresh_run_and_computes_only_unrecorded_signals(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -88,13 +100,7 @@ def test_redecide_equals_a_fresh_run_and_computes_only_unrecorded_signals(
     run_in_process(changed, output=fresh)
 
     langid, quality = _Counting(monkeypatch, LangId), _Counting(monkeypatch, Quality)
-    encoded: list[str] = []
-
-    def encode(texts: list[str], info: Any) -> pa.Array:
-        encoded.extend(texts)
-        return encode_documents(texts, info)
-
-    monkeypatch.setattr(map_task, "encode_documents", encode)
+    encoded = _count_encoded(monkeypatch)
     run_in_process(changed, output=new, reuse_from=old)
 
     assert output_digests(new) == output_digests(fresh)  # every shard, docs and rejected file's bytes
@@ -169,13 +175,7 @@ def test_redecide_reads_compressed_token_lists(tmp_path: Path, monkeypatch: pyte
     changed = _pipeline(tmp_path, "changed", 50, 0.8)
     run_in_process(changed, output=fresh)
 
-    encoded: list[str] = []
-
-    def encode(texts: list[str], info: Any) -> pa.Array:
-        encoded.extend(texts)
-        return encode_documents(texts, info)
-
-    monkeypatch.setattr(map_task, "encode_documents", encode)
+    encoded = _count_encoded(monkeypatch)
     run_in_process(changed, output=new, reuse_from=old)
 
     assert output_digests(new) == output_digests(fresh)
