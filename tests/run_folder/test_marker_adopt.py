@@ -4,7 +4,6 @@ not by the pull before a phase, not by the end of the run's sweep; one it did no
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from datapipe.run_folder import remote
 from datapipe.run_folder.layout import RunFolder
 from datapipe.storage import uri as storage
-from tests.support.counting_s3 import CountingS3
+from tests.support.counting_s3 import CountingS3, serve_for_test
 
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto.server", reason="needs moto[server] (the test extras)")
@@ -20,17 +19,7 @@ pytest.importorskip("moto.server", reason="needs moto[server] (the test extras)"
 
 @pytest.fixture
 def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = CountingS3()
-    for k, v in {
-        "AWS_ENDPOINT_URL": server.url,
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "DATAPIPE_CACHE_DIR": str(tmp_path / "cache"),
-    }.items():
-        monkeypatch.setenv(k, v)
-    boto3.client("s3").create_bucket(Bucket="adopt")
+    server = serve_for_test(monkeypatch, tmp_path / "cache", "adopt")
     yield server
     server.stop()
 

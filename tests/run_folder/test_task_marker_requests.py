@@ -5,7 +5,6 @@ run (its own mirror, no memory of the store's markers), on a loopback S3 server 
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ from datapipe.engine.phases import Phase, Task
 from datapipe.run_folder import remote
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
 from datapipe.storage.atomic import write_bytes_atomic
-from tests.support.counting_s3 import CountingS3
+from tests.support.counting_s3 import CountingS3, serve_for_test
 
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto.server", reason="needs moto[server] (the test extras)")
@@ -30,17 +29,7 @@ BUCKET = "tasks"
 
 @pytest.fixture
 def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CountingS3]:
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = CountingS3()
-    for k, v in {
-        "AWS_ENDPOINT_URL": server.url,
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "DATAPIPE_CACHE_DIR": str(tmp_path / "driver"),
-    }.items():
-        monkeypatch.setenv(k, v)
-    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    server = serve_for_test(monkeypatch, tmp_path / "driver", BUCKET)
     yield server
     server.stop()
 

@@ -127,3 +127,24 @@ class CountingS3:
     def stop(self) -> None:
         self._server.shutdown()
         self._thread.join(timeout=10)
+
+
+def serve_for_test(monkeypatch: Any, cache_dir: Any, bucket: str) -> CountingS3:
+    """A counting server with this process's AWS settings pointed at it (``monkeypatch`` undoes them),
+    datapipe's cache in ``cache_dir`` and ``bucket`` created; the caller stops it."""
+    import logging
+
+    import boto3
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = CountingS3()
+    for k, v in {
+        "AWS_ENDPOINT_URL": server.url,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "DATAPIPE_CACHE_DIR": str(cache_dir),
+    }.items():
+        monkeypatch.setenv(k, v)
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    return server
