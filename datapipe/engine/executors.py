@@ -157,7 +157,7 @@ class RayExecutor:
                 if not _is_node_id(t.node)
                 else self._remote.options(**{**options, "scheduling_strategy": _on_node(t.node)})
             )
-            ref = placed.remote(call, t.key, shared, *given)
+            ref = placed.remote(call, shared, (t.key, *given))
             pending[t.key] = ref  # held until its result came: a dropped ref's object may be freed
             _when_done(ref, partial(_queue_outcome, done, t.key))
         while pending:
