@@ -2,8 +2,8 @@
 
 Each shortcut stands for an Arrow call the filters made before: per-line word counts without
 splitting the lines (``trimmed_word_counts``), word features per distinct word (``Docs.word_ids``),
-one ASCII character counted in the UTF-8 buffer (``Docs.byte_counts``) and the word lists read
-with one scan for all of them (``distinct_hits_of_lists``).
+one ASCII character counted in the UTF-8 buffer (``Docs.byte_counts``), the word lists read
+with one scan for all of them (``distinct_hits_of_lists``) and C4's line rules applied in turn.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import pyarrow.compute as pc
 import pytest
 
 from datapipe.stages.quality.blocklist import FILTERS_DIR, distinct_hits, distinct_hits_of_lists
+from datapipe.stages.quality.c4 import POLICY
 from datapipe.stages.quality.charclass import trimmed_word_counts
-from datapipe.stages.quality.text import SPLIT_WHITESPACE, Docs
+from datapipe.stages.quality.rules import FILTERS
+from datapipe.stages.quality.text import ENDS_WITH_TERMINAL, SPLIT_WHITESPACE, Docs
 from tests.support.shared_data import shared_path
 
 pytest.importorskip("numba")
@@ -96,3 +98,25 @@ def test_word_lists_in_one_scan_equal_one_scan_each(batches: list[Docs]) -> None
             assert got[key].dtype == want.dtype and np.array_equal(got[key], want), key
             hits += int(want.sum())
     assert hits > 0
+
+
+def test_c4_line_rules_in_turn_equal_all_rules_on_every_line(batches: list[Docs]) -> None:
+    """C4 looks for notices and counts sentences only in the lines its earlier rules keep; the
+    signals equal the rules applied to every line (C4's definition, written out here)."""
+    kept = 0
+    for docs in batches:
+        got = FILTERS["c4"].compute(docs, {}, pa.table({"text": docs.text}))
+        lines = docs.lines
+        lower = pc.utf8_lower(lines.values)
+        words = pc.list_value_length(pc.utf8_split_whitespace(lines.values)).to_numpy()
+        good = (
+            pc.match_substring_regex(lines.values, ENDS_WITH_TERMINAL).to_numpy(zero_copy_only=False)
+            & (words >= 3)
+            & ~pc.match_substring(lower, "javascript").to_numpy(zero_copy_only=False)
+            & ~pc.match_substring_regex(lower, POLICY).to_numpy(zero_copy_only=False)
+        )
+        ends = pc.count_substring_regex(lines.values, r"[.!?。！？]+[\"'”’)]*(\s|$)").to_numpy().astype(np.float64)
+        assert np.array_equal(got["c4_good_lines"], lines.per_doc(good).astype(np.int32))
+        assert np.array_equal(got["c4_sentences"], lines.per_doc(ends * good).astype(np.int32))
+        kept += int(good.sum())
+    assert kept > 1000
