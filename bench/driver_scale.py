@@ -199,7 +199,9 @@ def _run(executor: Any, where: str, phases: list[tuple[Any, list[Any]]]) -> tupl
     from datapipe.run_folder.layout import RunFolder as Folder
 
     folder = Folder(where)
-    spec = SimpleNamespace(root=str(folder.root))
+    from datapipe.config.sections import WorkersConfig
+
+    spec = SimpleNamespace(root=str(folder.root), workers=WorkersConfig())  # a worker's recycling reads its settings
     result = runner.RunResult(folder.root, {})
     planned = [phase for phase, _ in phases]
     saved = runner.plan_phases

@@ -33,7 +33,7 @@ from functools import lru_cache
 import numpy as np
 
 from datapipe.text import charclass
-from datapipe.text.unicode_tables import cached_table
+from datapipe.text.unicode_tables import cached_table, composing_marks
 
 # numba is the default path; the numpy/Python fallback keeps the package importable. Found, not
 # imported: the kernels compile (or load from numba's cache) on first use (runtime/jit.py), so a
@@ -133,18 +133,8 @@ def norm_table() -> np.ndarray:
 def _build_norm_table() -> np.ndarray:
     cp = np.arange(0x110000, dtype=np.uint32)
     table = cp.copy()
-    # Second members of canonical pairs compose with the previous character (NFC_QC = Maybe).
-    unsafe = np.zeros(0x110000, dtype=bool)
-    unsafe[0x1161:0x1176] = unsafe[0x11A8:0x11C3] = True  # Hangul V and T jamo
-    for c in range(0x110000):
-        ch = chr(c)
-        if unicodedata.combining(ch):
-            unsafe[c] = True
-        d = unicodedata.decomposition(ch)
-        if d and not d.startswith("<"):
-            parts = d.split()
-            if len(parts) == 2:
-                unsafe[int(parts[1], 16)] = True
+    # Combining marks and second members of canonical pairs: mapped by the real normaliser only.
+    unsafe = composing_marks()
     unsafe[0x03A3] = True  # str.lower maps capital sigma by context
     for c in range(0x110000):
         if 0xD800 <= c < 0xE000:

@@ -14,6 +14,7 @@ import queue
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import ExitStack
+from functools import partial
 from typing import Any, Protocol
 
 from datapipe.engine import recycle
@@ -21,12 +22,13 @@ from datapipe.engine.faults import fault_env
 from datapipe.engine.phases import Phase, Task
 from datapipe.engine.plan import RunSpec
 from datapipe.engine.ray_runtime import ray_session
-from datapipe.engine.worker import ray_run_task, run_task
+from datapipe.engine.worker import ray_run_task, run_task, spec_slots
 from datapipe.errors import PipelineError
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime import kernel_warmup
 
-Outcome = tuple[str, dict[str, Any] | Exception]  # (task key, its marker or the exception it ended with)
+# (task key, its marker, or the marker's bytes as committed, or the exception the task ended with)
+Outcome = tuple[str, dict[str, Any] | bytes | Exception]
 
 
 class Executor(Protocol):
@@ -45,7 +47,8 @@ class Executor(Protocol):
         ...
 
     def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
-        """Run ``tasks`` of ``phase``; one outcome per task, in any order. A task's failure is an
+        """Run ``tasks`` of ``phase``; one outcome per task, in any order: its marker (a dict, or its
+        bytes as the task committed them: ``RunFolder.adopt_marker`` takes either). A task's failure is an
         outcome (the others go on); retries, where the executor has them, are already spent. Each
         task gets ``phase.committed`` (``run_task``'s ``committed``): in a remote run folder, a task
         in another process learns from it what earlier phases committed."""
@@ -139,33 +142,31 @@ class RayExecutor:
         # The committed phases inside it stay refs: a worker fetches each once (worker.py ``_resolve``),
         # not deserialized for every task.
         committed = None if phase.committed is None else self._committed_refs(phase.committed)
-        call = ray.put((phase.name, phase.fn, committed)) if tasks else None
-        # Each result arrives through its ref's future: a callback (on Ray's thread, which also
-        # deserializes the marker) queues it, so the loop costs the same per task however many are
-        # pending. Polling ``ray.wait`` over the pending refs cost every poll O(pending): at 2,500
-        # pending per phase the driver's own CPU per task was 0.55 ms against 0.38 ms at 250, and
-        # a crawl's map phase (37k tasks, ~30 minutes, 5 polls a second) would spend minutes in it.
-        done: queue.SimpleQueue[tuple[str, Future[Any]]] = queue.SimpleQueue()
+        slots, args = spec_slots(spec, tasks)
+        call = ray.put((phase.name, phase.fn, committed, slots)) if tasks else None
+        # Each result arrives through a callback on its ref (on Ray's thread, which also deserializes the
+        # marker) that queues it, so the loop costs the same per task however many are pending. Polling
+        # ``ray.wait`` over the pending refs cost every poll O(pending): at 2,500 pending per phase the
+        # driver's own CPU per task was 0.55 ms against 0.38 ms at 250, and a crawl's map phase (37k
+        # tasks, ~30 minutes, 5 polls a second) would spend minutes in it.
+        done: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         pending = {}
-        for t in tasks:
+        for t, given in zip(tasks, args):
             placed = (
                 remote
                 if not _is_node_id(t.node)
                 else self._remote.options(**{**options, "scheduling_strategy": _on_node(t.node)})
             )
-            ref = placed.remote(call, t.key, shared, *t.args)
-            pending[t.key] = ref
-            ref.future().add_done_callback(lambda f, key=t.key: done.put((key, f)))
+            ref = placed.remote(call, shared, (t.key, *given))
+            pending[t.key] = ref  # held until its result came: a dropped ref's object may be freed
+            _when_done(ref, partial(_queue_outcome, done, t.key))
         while pending:
             try:  # a timeout, so Ctrl-C is seen while every task runs
-                key, fut = done.get(timeout=self.POLL_SECONDS)
+                key, value = done.get(timeout=self.POLL_SECONDS)
             except queue.Empty:
                 continue
             del pending[key]
-            try:
-                yield key, fut.result()
-            except Exception as exc:  # noqa: BLE001 - reported with the others (Ray already retried it)
-                yield key, exc
+            yield key, _outcome(value)  # an exception: reported with the others (Ray already retried it)
 
     def _spec_ref(self, spec: RunSpec) -> Any:
         """The spec in Ray's object store, put there once per run (not pickled into every task)."""
@@ -183,6 +184,41 @@ class RayExecutor:
             if id(p) not in self._committed:
                 self._committed[id(p)] = (p, ray.put(p))
         return [self._committed[id(p)][1] for p in phases]
+
+
+def _when_done(ref: Any, callback: Callable[[Any], None]) -> None:
+    """Call ``callback`` (on Ray's thread) with ``ref``'s value, or the exception its task ended with.
+
+    Ray's ``ObjectRef._on_completed``, which ``ObjectRef.future()`` wraps: without the
+    ``concurrent.futures.Future`` (its lock and condition), submitting a task cost the driver's own
+    thread ~0.08 ms less (``bench/driver_scale.py --dispatch``). A Ray without it: the future."""
+    on_completed = getattr(ref, "_on_completed", None)
+    if on_completed is not None:
+        on_completed(callback)
+        return
+
+    def settled(fut: Future[Any]) -> None:
+        try:
+            callback(fut.result())
+        except Exception as exc:  # noqa: BLE001 - handed over as the task's outcome
+            callback(exc)
+
+    ref.future().add_done_callback(settled)
+
+
+def _queue_outcome(done: queue.SimpleQueue[tuple[str, Any]], key: str, value: Any) -> None:
+    done.put((key, value))
+
+
+def _outcome(value: Any) -> dict[str, Any] | bytes | Exception:
+    """A task's result as ``outcomes`` yields it: a task's own error as the exception it raised (as
+    ``ObjectRef.future()`` gives it: Ray's error, also an instance of the cause), others as they are."""
+    if isinstance(value, Exception):
+        from ray.exceptions import RayTaskError
+
+        if isinstance(value, RayTaskError):
+            return value.as_instanceof_cause()
+    return value
 
 
 def _is_node_id(node: str | None) -> bool:

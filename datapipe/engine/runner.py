@@ -319,9 +319,9 @@ def _run_phase(
                 progress.advance(0)
                 continue
             # The marker came back with the result: the driver never reads it back (run_folder/remote.py).
-            folder.adopt_marker(name, key, outcome)
+            marker = folder.adopt_marker(name, key, outcome)
             result.executed_tasks += 1
-            progress.advance(outcome.get("docs_in", 0))
+            progress.advance(marker.get("docs_in", 0) if marker is not None else 0)
             fault_point(name, progress.done - progress.resumed)
     elapsed = time.perf_counter() - started
     timings[name] = round(timings.get(name, 0.0) + elapsed, 3)

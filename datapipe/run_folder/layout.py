@@ -76,8 +76,8 @@ def _list_markers(folder: Path, prefix: str = "") -> list[str]:
     return sorted(keys)
 
 
-def _load_marker(path: Path, shared: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """A marker, or None. ``shared``: the column lists of ``audit_files`` seen so far, by their text,
+def _load_marker(path: Path, shared: dict[int, list[Any]] | None = None) -> dict[str, Any] | None:
+    """A marker, or None. ``shared``: the column lists of ``audit_files`` seen so far (``_share``),
     so that thousands of cached markers hold one copy of each (a file's ~100 [name, type] pairs are
     most of a map marker, and the same in every task of a source)."""
     try:
@@ -86,18 +86,38 @@ def _load_marker(path: Path, shared: dict[str, Any] | None = None) -> dict[str, 
         return None
 
 
-def _parse_marker(body: bytes, shared: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def _parse_marker(body: bytes, shared: dict[int, list[Any]] | None = None) -> dict[str, Any] | None:
     try:
         marker = json.loads(body)
     except ValueError:
         return None  # a marker is written atomically; an unreadable one means redo
     if shared is not None and isinstance(marker, dict):
         for entry in marker.get("audit_files") or ():
-            entry["columns"] = shared.setdefault(repr(entry["columns"]), entry["columns"])
+            entry["columns"] = _share(shared, entry["columns"])
     return marker
 
 
-def _load_markers(folder: Path, keys: list[str], shared: dict[str, Any]) -> list[dict[str, Any] | None]:
+# Column lists kept per length for sharing (``_share``): a run has a few layouts per source; past
+# this many of one length, a new one is kept as it is (memory only: it is not shared).
+SHARED_PER_LENGTH = 16
+
+
+def _share(shared: dict[int, list[Any]], columns: Any) -> Any:
+    """The list equal to ``columns`` seen before, else ``columns`` (remembered). Found by comparing
+    lists of its length: ~5 us for 100 columns, where their ``repr`` as a key took ~55 us (a map
+    task's marker names several files, and the driver adopts one per task)."""
+    if not isinstance(columns, list):
+        return columns
+    bucket = shared.setdefault(len(columns), [])
+    for known in bucket:
+        if known == columns:
+            return known
+    if len(bucket) < SHARED_PER_LENGTH:
+        bucket.append(columns)
+    return columns
+
+
+def _load_markers(folder: Path, keys: list[str], shared: dict[int, list[Any]]) -> list[dict[str, Any] | None]:
     """Markers in bulk, with the cyclic garbage collector paused: parsed JSON has no cycles, and a
     collection every few hundred new containers rescans all those kept so far (reading 3,000
     markers into the cache took 6x the CPU of parsing them)."""
@@ -182,7 +202,7 @@ class RunFolder:
         # and only deleted (``forget_markers``) when its work is discarded, so what was read stays
         # true and the driver reads each marker once per run (resume check, counts, statistics).
         self._markers: dict[str, dict[str, dict[str, Any]]] = {}
-        self._columns: dict[str, Any] = {}  # audit_files column lists, shared by the cached markers
+        self._columns: dict[int, list[Any]] = {}  # audit_files column lists, shared by the cached markers (``_share``)
 
     @property
     def location(self) -> str:
@@ -415,36 +435,43 @@ class RunFolder:
         else:
             self._markers.get(phase, {}).pop(task, None)
 
-    def write_marker(self, phase: str, task: str, data: dict[str, Any], written: list[Path] | None = None) -> None:
+    def write_marker(self, phase: str, task: str, data: dict[str, Any], written: list[Path] | None = None) -> bytes:
         """``written``: the files the task wrote, named in the marker with their sizes (``files``; see
         ``describe_files``), so a later start can tell a damaged output (run_folder/integrity.py);
-        a remote folder uploads them before the marker."""
+        a remote folder uploads them before the marker. Returns the marker's bytes as committed."""
         if self.remote is None:
             if written is not None:
                 data["files"] = describe_files(self.root, written)
-            write_text_atomic(self.marker(phase, task), json.dumps(data, sort_keys=True))
-            return
+            body = json.dumps(data, sort_keys=True).encode("utf-8")
+            write_bytes_atomic(self.marker(phase, task), body)
+            return body
         from datapipe.run_folder import remote as remote_folder
 
         rel = self.marker(phase, task).relative_to(self.root).as_posix()
-        write_bytes_atomic(self.marker(phase, task), remote_folder.commit(self.root, self.remote, rel, data, list(written or [])))
+        body = remote_folder.commit(self.root, self.remote, rel, data, list(written or []))
+        write_bytes_atomic(self.marker(phase, task), body)
+        return body
 
-    def adopt_marker(self, phase: str, task: str, marker: dict[str, Any]) -> None:
-        """A marker the driver received as its task's result: cached, so the driver never reads it
-        back; in a remote folder also noted as pulled and written to the mirror (``remote.adopt``),
-        so the next ``pull`` and the end of the run's sweep do not fetch it from the store. The
-        task's own commit (files, then the marker on the store) stays the commit point."""
+    def adopt_marker(self, phase: str, task: str, marker: dict[str, Any] | bytes) -> dict[str, Any] | None:
+        """A marker the driver received as its task's result (its bytes as committed, or the dict):
+        cached, so the driver never reads it back; in a remote folder also noted as pulled and written
+        to the mirror (``remote.adopt``), so the next ``pull`` and the end of the run's sweep do not
+        fetch it from the store. The task's own commit (files, then the marker on the store) stays the
+        commit point. Returns the marker as cached (None: not JSON, so not cached: read, or redone)."""
+        # As read from the file (lists, not tuples; shared column lists), so cached markers are alike.
+        # Bytes (what a Ray task returns) are parsed once; a dict is written out first (~0.07 ms for a
+        # map task's marker, as much as parsing it).
+        body = marker if isinstance(marker, bytes) else json.dumps(marker, sort_keys=True).encode("utf-8")
+        parsed = _parse_marker(body, self._columns)
+        if parsed is None or not isinstance(parsed, dict):
+            return None
         if self.remote is not None:
             from datapipe.run_folder import remote as remote_folder
 
             # The marker's path as text (``marker`` and ``relative_to`` in pathlib cost ~0.1 ms a task).
-            body = remote_folder.adopt(self.root, self.remote, f"{WORK_DIR}/markers/{phase}/{task}.json", marker)
-        else:
-            body = json.dumps(marker, sort_keys=True).encode("utf-8")
-        # As read from the file (lists, not tuples; shared column lists), so cached markers are alike.
-        parsed = _parse_marker(body, self._columns)
-        if parsed is not None:
-            self._markers.setdefault(phase, {})[task] = parsed
+            remote_folder.adopt(self.root, self.remote, f"{WORK_DIR}/markers/{phase}/{task}.json", parsed, body)
+        self._markers.setdefault(phase, {})[task] = parsed
+        return parsed
 
     def committed(self, phase: str) -> CommittedPhase:
         """What ``phase`` committed, for the tasks of later phases (a remote folder's workers learn it

@@ -121,12 +121,11 @@ def commit(root: Path, uri: str, rel_marker: str, data: dict[str, Any], written:
     return body
 
 
-def adopt(root: Path, uri: str, rel_marker: str, marker: dict[str, Any]) -> bytes:
+def adopt(root: Path, uri: str, rel_marker: str, marker: dict[str, Any], body: bytes) -> None:
     """A marker the driver received as its task's result (the task committed it to the store first):
     noted as pulled, with the files it names, and written to this mirror, so that neither the pull
-    before the next phase nor the end of the run's sweep reads it back from the store. Its bytes are
-    those the task committed (``commit`` writes ``json.dumps(data, sort_keys=True)`` of the same dict)."""
-    body = json.dumps(marker, sort_keys=True).encode("utf-8")
+    before the next phase nor the end of the run's sweep reads it back from the store. ``body``: its
+    bytes as the task committed them (``commit`` returns them), ``marker`` parsed from them."""
     local = root / rel_marker
     try:  # on a node that ran the task, its mirror holds the same bytes already
         same = local.read_bytes() == body
@@ -137,7 +136,6 @@ def adopt(root: Path, uri: str, rel_marker: str, marker: dict[str, Any]) -> byte
     with _lock:
         _seen.setdefault(uri, set()).add(rel_marker)
         _note(uri, marker.get("files", []))
-    return body
 
 
 def _note(uri: str, files: list[Any]) -> None:

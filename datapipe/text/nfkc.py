@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datapipe.runtime.jit import lazy_numba
-from datapipe.text.unicode_tables import SIZE, cached_table
+from datapipe.text.unicode_tables import SIZE, cached_table, composing_marks
 
 numba = lazy_numba()
 
@@ -42,19 +42,13 @@ def nfkc_table() -> np.ndarray:
 
 def _build_table() -> np.ndarray:
     table = np.arange(SIZE, dtype=np.uint32)
-    # Characters that compose with the one before them (second members of canonical pairs:
-    # NFC_QC = Maybe), and combining marks (reordered): a text holding one is not mapped.
-    unsafe = np.zeros(SIZE, dtype=bool)
-    unsafe[0x1161:0x1176] = unsafe[0x11A8:0x11C3] = True  # Hangul V and T jamo (algorithmic pairs)
+    # Characters that compose with the one before them, combining marks (reordered), and unassigned
+    # code points (utf8proc, pyarrow's normaliser, may know a newer Unicode than this Python's
+    # unicodedata): a text holding one is not mapped.
+    unsafe = composing_marks()
     for c in range(SIZE):
-        ch = chr(c)
-        if unicodedata.combining(ch) or unicodedata.category(ch) == "Cn":
+        if unicodedata.category(chr(c)) == "Cn":
             unsafe[c] = True
-        d = unicodedata.decomposition(ch)
-        if d and not d.startswith("<"):
-            parts = d.split()
-            if len(parts) == 2:
-                unsafe[int(parts[1], 16)] = True
     unsafe[0xD800:0xE000] = True  # surrogates: never in valid UTF-8
     for c in range(SIZE):
         if unsafe[c]:

@@ -28,6 +28,7 @@ SIZE = 0x110000
 
 def _digest(build: Callable[[], np.ndarray], depends: str) -> str:
     h = hashlib.sha256(depends.encode("utf-8", "surrogatepass"))
+    h.update(Path(__file__).read_bytes())  # builders call this module's helpers (composing_marks)
     try:
         source = inspect.getsourcefile(build)
         if source:
@@ -66,3 +67,22 @@ def cached_table(name: str, version: int, dtype: type, build: Callable[[], np.nd
     except OSError:
         pass  # a read-only cache only costs the rebuild
     return table
+
+
+def composing_marks() -> np.ndarray:
+    """bool per code point: the characters a per-character mapping must leave to a real normaliser,
+    because what they become depends on their neighbours: combining marks (canonical reordering) and
+    the second members of canonical pairs (NFC_QC = Maybe: composed with the character before them),
+    the Hangul V and T jamo among them (algorithmic pairs, in no decomposition entry)."""
+    marks = np.zeros(SIZE, dtype=bool)
+    marks[0x1161:0x1176] = marks[0x11A8:0x11C3] = True
+    for c in range(SIZE):
+        ch = chr(c)
+        if unicodedata.combining(ch):
+            marks[c] = True
+        d = unicodedata.decomposition(ch)
+        if d and not d.startswith("<"):
+            parts = d.split()
+            if len(parts) == 2:
+                marks[int(parts[1], 16)] = True
+    return marks

@@ -41,3 +41,22 @@ def test_read_markers_lists_a_phase_once_and_keeps_what_it_read(tmp_path: Path) 
     assert keys[0] not in folder.read_markers("map0") and folder.read_marker("map0", keys[0]) is None
     _write(folder, "map0", keys[0], json.dumps({"docs_in": 5}))  # the task redone
     assert folder.read_markers("map0")[keys[0]] == {"docs_in": 5}
+
+
+def test_cached_markers_share_equal_column_lists_and_keep_the_others(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    a = [["id", "string"], ["text", "string"]]
+    b = [["id", "string"], ["score", "double"]]  # the same length, another layout
+
+    def marker(*layouts: list[list[str]]) -> dict:
+        return {"docs_in": 1, "audit_files": [{"path": f"docs/{i}.parquet", "columns": c} for i, c in enumerate(layouts)]}
+
+    _write(folder, "map0", "src/00000", json.dumps(marker(a, b)))
+    read = folder.read_markers("map0")["src/00000"]["audit_files"]
+    adopted = folder.adopt_marker("map0", "src/00001", json.dumps(marker(b, a), sort_keys=True).encode())
+    given = folder.adopt_marker("map0", "src/00002", marker(a))  # a dict, as an executor may hand it over
+    assert adopted is not None and given is not None
+    assert [f["columns"] for f in adopted["audit_files"]] == [b, a] and given["audit_files"][0]["columns"] == a
+    assert adopted["audit_files"][0]["columns"] is read[1]["columns"]  # one list per layout in the cache
+    assert adopted["audit_files"][1]["columns"] is read[0]["columns"] is given["audit_files"][0]["columns"]
+    assert folder.read_marker("map0", "src/00001") is adopted  # cached: never read back

@@ -4,6 +4,7 @@ its task's result (engine/recycle.py, ``workers:`` in the pipeline file), and no
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ def _run(tmp_path: Path, workers: WorkersConfig, n: int, mib: int = 48) -> tuple
     tasks = [Task(f"t{i}", (mib, str(log))) for i in range(n)]
     with RayExecutor() as ex:
         outcomes = dict(ex.outcomes(spec, phase, tasks))
-    markers = [outcomes[t.key] for t in tasks]
+    markers = [json.loads(outcomes[t.key]) for t in tasks]  # the markers' bytes as committed
     assert all(isinstance(m, dict) for m in markers), markers  # no task failed
     return markers, log.read_text().split()
 

@@ -3,7 +3,6 @@ not by the pull before a phase, not by the end of the run's sweep; one it did no
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -24,30 +23,32 @@ def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     server.stop()
 
 
-def _task_commits(uri: str, folder: RunFolder, phase: str, key: str, out: str) -> dict:
-    """What a task on another node does: write its output, commit it and its marker; returns its result."""
+def _task_commits(uri: str, folder: RunFolder, phase: str, key: str, out: str) -> tuple[dict, bytes]:
+    """What a task on another node does: write its output, commit it and its marker; returns the
+    marker and its bytes as committed (what a Ray task hands back: engine/worker.py ``ray_run_task``)."""
     path = folder.root / out
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"x" * 10)
     marker = {"docs_in": 3, "node": "elsewhere"}
-    folder.write_marker(phase, key, marker, [path])
+    body = folder.write_marker(phase, key, marker, [path])
     with remote._lock:  # that node's memory, not the driver's
         remote._seen.pop(uri, None)
         remote._named.pop(uri, None)
     folder.marker(phase, key).unlink()  # nor its mirror
-    return marker
+    return marker, body
 
 
 def test_adopted_markers_are_not_read_back_and_others_are(s3: CountingS3) -> None:
     uri = "s3://adopt/run"
     folder = RunFolder(uri)
-    result = _task_commits(uri, folder, "map0", "src/00000", "docs/src/00000.parquet")
-    other = _task_commits(uri, folder, "map0", "src/00001", "docs/src/00001.parquet")
+    result, body = _task_commits(uri, folder, "map0", "src/00000", "docs/src/00000.parquet")
+    other, _ = _task_commits(uri, folder, "map0", "src/00001", "docs/src/00001.parquet")
     # An upload of a killed attempt: named by no marker, deleted by the sweep.
     storage.write_bytes(storage.child(uri, "docs/src/stray.parquet"), b"y")
 
-    folder.adopt_marker("map0", "src/00000", json.loads(json.dumps(result)))  # as Ray hands it over
+    assert folder.adopt_marker("map0", "src/00000", body) == result  # as Ray hands it over
     on_store = storage.read_bytes(storage.child(uri, "_work/markers/map0/src/00000.json"))
+    assert on_store == body
     assert folder.marker("map0", "src/00000").read_bytes() == on_store  # the mirror holds the committed bytes
     before = s3.folder_snapshot()
     folder.pull()

@@ -1,0 +1,66 @@
+"""The Ray executor hands back each task's marker, or the error the task ended with once its retries
+were spent, as the task's own exception class: the runner names it in the run's error, and a full
+disk is recognised by it (executors.py ``_when_done``, ``_outcome``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from datapipe.engine import plan
+from datapipe.engine.executors import RayExecutor
+from datapipe.engine.phases import Phase, Task
+from datapipe.pipeline.load import load_pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class BadShard(ValueError):
+    pass
+
+
+def _maybe_fail(spec: plan.RunSpec, shard: plan.Shard, i: int) -> dict[str, Any]:
+    if i == 1:
+        raise BadShard(f"task {i} cannot be done")
+    assert shard is spec.shards[i]  # sent by index (``spec_slots``), found in the task's spec
+    return {"i": i, "shard": shard.key}
+
+
+def test_markers_and_failures_come_back_by_task(ray_local: str, tmp_path: Path) -> None:
+    spec = plan.make_spec(load_pipeline(ROOT / "pipelines" / "demo.yaml"), tmp_path / "out", tmp_path / "cache", 1 << 16)
+    assert len(spec.shards) >= 4
+    phase = Phase("outcomes_test", _maybe_fail, (), {"num_cpus": 1}, "tasks")
+    tasks = [Task(f"t{i}", (spec.shards[i], i)) for i in range(4)]
+    with RayExecutor() as ex:
+        outcomes = list(ex.outcomes(spec, phase, tasks))
+    assert sorted(k for k, _ in outcomes) == ["t0", "t1", "t2", "t3"]  # each task once
+    got = dict(outcomes)
+    # A marker comes back as the bytes its task committed: parsed once, by the driver's cache.
+    assert got["t0"] == (tmp_path / "out" / "_work" / "markers" / "outcomes_test" / "t0.json").read_bytes()
+    markers = {k: json.loads(v) for k, v in got.items() if isinstance(v, bytes)}
+    assert [markers[f"t{i}"]["shard"] for i in (0, 2, 3)] == [spec.shards[i].key for i in (0, 2, 3)]
+    assert isinstance(got["t1"], BadShard) and "task 1 cannot be done" in str(got["t1"])
+
+
+def test_a_map_task_is_sent_its_shard_and_segment_by_index_and_gets_them_back(tmp_path: Path) -> None:
+    import pickle
+
+    from datapipe.engine.phases import plan_phases
+    from datapipe.engine.worker import spec_slots
+
+    spec = plan.make_spec(load_pipeline(ROOT / "pipelines" / "demo.yaml"), tmp_path / "out", tmp_path / "cache", 1 << 16)
+    assert len(spec.shards) > 1
+    by_name = {p.name: p for p in plan_phases(spec)}
+    tasks = by_name["map0"].task_list(None)  # type: ignore[arg-type]  # a fixed list: no folder asked
+    assert tasks is not None
+    slots, sent = spec_slots(spec, tasks)
+    assert slots == ((0, "shards"), (1, "segments"))
+    assert all(isinstance(a, int) for args in sent for a in args)  # not the source's configuration
+    back = pickle.loads(pickle.dumps(spec))  # as a worker gets the spec
+    for task, args in zip(tasks, sent):
+        assert (back.shards[args[0]], back.segments[args[1]]) == task.args
+    # Arguments that are not the spec's travel as they are.
+    plain = [Task("a", (spec.segments[0], 3)), Task("b", (spec.segments[0], 4))]
+    assert spec_slots(spec, plain) == (((0, "segments"),), [(0, 3), (0, 4)])
+    assert spec_slots(spec, [Task("c", ("x",)), Task("d", (spec.segments[0],))]) == ((), [("x",), (spec.segments[0],)])
