@@ -128,8 +128,7 @@ def ours(pid, parent):
             return parent == driver and session in f.read()
     except OSError:
         return False
-seen = {}
-while True:
+def discover():
     procs, grew = table(), True
     while grew:
         grew = False
@@ -137,8 +136,15 @@ while True:
             if pid not in seen and pid != me and (parent == driver or parent in seen) and ours(pid, parent):
                 seen[pid] = start
                 grew = True
-    if select.select([sys.stdin], [], [], 1.0)[0] and not os.read(sys.stdin.fileno(), 4096):
+seen, began = {}, time.monotonic()
+while True:
+    discover()
+    # Ray starts its services and first workers in the first seconds: look every second then, every
+    # 5 s after (a scan of /proc is ~1 ms of CPU, ~7 ms when it wakes cold), and once more at the end
+    wait = 1.0 if time.monotonic() - began < 15 else 5.0
+    if select.select([sys.stdin], [], [], wait)[0] and not os.read(sys.stdin.fileno(), 4096):
         break  # the driver closed the pipe or died
+discover()  # workers started since the last look, while the processes that started them still live
 def left():
     procs = table()
     return [p for p, start in seen.items() if p in procs and procs[p][1] == start and procs[p][2] != "Z"]
@@ -168,7 +174,7 @@ def _start_watchdog() -> subprocess.Popen | None:
         return None
     # The pipe's write end stays in this process only (non-inheritable), so its death closes it.
     return subprocess.Popen(
-        [sys.executable, "-c", WATCHDOG, str(os.getpid()), session],
+        [sys.executable, "-I", "-S", "-c", WATCHDOG, str(os.getpid()), session],  # stdlib only: no site to import
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -74,7 +74,7 @@ def _check(batches: list[pa.Array], monkeypatch: pytest.MonkeyPatch) -> int:
             for t in (view.text, view.lines.values):
                 assert np.array_equal(zh.class_counts(t), zh.class_counts(t, reference=True))
             w = view.words
-            for x, y in zip(gopher.word_classes(w), gopher.word_classes(w, reference=True)):
+            for x, y in zip(gopher.word_classes(w.values), gopher.word_classes(w.values, reference=True)):
                 assert x.dtype == y.dtype and np.array_equal(x, y)
             ids = text.to_np(pa.compute.dictionary_encode(w.values).indices).astype(np.int64)
             for ids_, doc, weight in ((ids, w.doc, w.lengths.astype(np.float64)), zh.char_tokens(view, True, 5000)):

@@ -24,7 +24,7 @@ def _fineweb(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, n
         "fineweb_line_punct_ratio": ratio(lines.per_doc(lines.matches(ENDS_WITH_TERMINAL)), n_lines),
         "fineweb_short_line_ratio": ratio(lines.per_doc(lines.lengths <= short), n_lines),
         "fineweb_char_dup_ratio": ratio(dup_chars, lines.per_doc(lines.lengths)),
-        "fineweb_newline_ratio": ratio(docs.count("\n"), docs.words.per_doc()),
+        "fineweb_newline_ratio": ratio(docs.byte_counts("\n"), docs.words.per_doc()),
     }
 
 

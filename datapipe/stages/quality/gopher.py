@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datapipe.stages.quality.rules import Filter, Rule, register
-from datapipe.stages.quality.text import Docs, Pieces, duplicates, ngram_repetition, ratio, to_np
+from datapipe.stages.quality.text import Docs, duplicates, ngram_repetition, ratio, to_np
 
 try:  # numba is a dependency; the regex path keeps the package importable without it
     from datapipe.stages.quality.charclass import CharClasses
@@ -28,25 +28,30 @@ F32 = pa.float32()
 _WORD_CLASSES = CharClasses((r"\pL", r"[\pL\pN]"), (False, False)) if CharClasses is not None else None
 
 
-def word_classes(words: Pieces, reference: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def word_classes(words: pa.Array, reference: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(has a letter, has a letter or digit) per word."""
     if _WORD_CLASSES is None or reference:
-        return words.matches(r"\pL"), words.matches(r"[\pL\pN]")
-    counts = _WORD_CLASSES.counts(words.values)
+        return (
+            to_np(pc.match_substring_regex(words, r"\pL")).astype(bool),
+            to_np(pc.match_substring_regex(words, r"[\pL\pN]")).astype(bool),
+        )
+    counts = _WORD_CLASSES.counts(words)
     return counts[0] > 0, counts[1] > 0
 
 
 def _quality(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
     words, lines = docs.words, docs.lines
     n_words = words.per_doc()
+    # What depends on the word alone is computed per distinct word, then looked up for every word.
+    ids, distinct = docs.word_ids
     # Mean word length over words with a letter or digit: punctuation tokens are not words.
-    alpha, wordish = word_classes(words)
-    stop = to_np(pc.is_in(pc.utf8_lower(words.values), STOP_WORDS)).astype(np.float64)
-    symbols = docs.count(r"#") + docs.count(r"\.\.\.|…")
+    alpha, wordish = (c[ids] for c in word_classes(distinct))
+    stop = to_np(pc.is_in(pc.utf8_lower(distinct), STOP_WORDS)).astype(np.float64)[ids]
+    symbols = docs.byte_counts("#") + docs.count(r"\.\.\.|…")
     n_lines = lines.per_doc()
     return {
         "gopher_words": n_words.astype(np.int32),
-        "gopher_mean_word_len": ratio(words.per_doc(words.lengths * wordish), words.per_doc(wordish)),
+        "gopher_mean_word_len": ratio(words.per_doc(docs.word_lengths * wordish), words.per_doc(wordish)),
         "gopher_symbol_ratio": ratio(symbols, n_words),
         "gopher_bullet_lines_frac": ratio(lines.per_doc(lines.matches(r"^[•‣◦▪\-*–·]")), n_lines),
         "gopher_ellipsis_lines_frac": ratio(lines.per_doc(lines.matches(r"(\.\.\.|…)$")), n_lines),
@@ -110,8 +115,7 @@ def repetition_filter(
 
 def _word_repetition(docs: Docs, params: dict[str, Any], batch: pa.Table) -> dict[str, np.ndarray]:
     w = docs.words
-    ids = to_np(pc.dictionary_encode(w.values).indices).astype(np.int64)
-    return repetition(docs, "gopher", ids, w.doc, w.lengths.astype(np.float64))
+    return repetition(docs, "gopher", docs.word_ids[0], w.doc, docs.word_lengths.astype(np.float64))
 
 
 repetition_filter("gopher_repetition", "gopher", _word_repetition)

@@ -9,12 +9,17 @@ whole batch at once and sorting, instead of a Python Counter per document.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+# The code points at which Arrow's utf8_split_whitespace (and utf8_trim_whitespace) cut, as an RE2
+# class: Python's str.isspace() set (tests/stages/test_quality_kernels.py checks every code point).
+SPLIT_WHITESPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]"
 
 # Sentence-ending punctuation, Latin and CJK (full-width forms, ellipsis, closing quotes).
 TERMINAL = ".!?。！？…"
@@ -29,13 +34,19 @@ class Pieces:
     values: pa.Array
     doc: np.ndarray  # int64, document index of each piece
     n_docs: int
+    # Results several filters ask of the same pieces (C4 and FineWeb both match line ends and
+    # find duplicate lines): computed once per batch.
+    _memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def per_doc(self, weights: np.ndarray | None = None) -> np.ndarray:
         """Sum of ``weights`` (default: 1 per piece) over each document's pieces."""
         return np.bincount(self.doc, weights, minlength=self.n_docs).astype(np.float64)
 
     def matches(self, pattern: str) -> np.ndarray:
-        return to_np(pc.match_substring_regex(self.values, pattern)).astype(bool)
+        key = ("matches", pattern)
+        if key not in self._memo:
+            self._memo[key] = to_np(pc.match_substring_regex(self.values, pattern)).astype(bool)
+        return self._memo[key]
 
     @cached_property
     def lengths(self) -> np.ndarray:
@@ -100,6 +111,28 @@ class Docs:
     def words(self) -> Pieces:
         return _pieces(pc.utf8_split_whitespace(self.text), self.n)
 
+    @cached_property
+    def word_ids(self) -> tuple[np.ndarray, pa.Array]:
+        """Each word's number in the batch's dictionary of distinct words (first seen, first
+        numbered), and that dictionary: what depends on a word alone is computed once per distinct
+        word (a batch of 1,000 English pages has ~10x fewer distinct words than words)."""
+        encoded = pc.dictionary_encode(self.words.values)
+        return to_np(encoded.indices).astype(np.int64), encoded.dictionary
+
+    @cached_property
+    def word_lengths(self) -> np.ndarray:
+        """``words.lengths``, measured once per distinct word."""
+        ids, distinct = self.word_ids
+        return to_np(pc.utf8_length(distinct)).astype(np.int64)[ids]
+
+    def byte_counts(self, char: str) -> np.ndarray:
+        """Occurrences of one ASCII character in each text, as ``count(re.escape(char))`` gives: read
+        straight from the UTF-8 buffer (an ASCII byte is never part of another character's bytes)."""
+        assert len(char) == 1 and char.isascii()
+        data, offsets = utf8_buffers(self.text)
+        at = np.flatnonzero(data == ord(char))
+        return np.bincount(np.searchsorted(offsets, at, side="right") - 1, minlength=self.n).astype(np.int64)
+
     def count(self, pattern: str) -> np.ndarray:
         return to_np(pc.count_substring_regex(self.text, pattern)).astype(np.int64)
 
@@ -142,15 +175,20 @@ def duplicates(pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
 
     This is Gopher's duplicate line/paragraph count (the first occurrence is not a duplicate).
     """
+    if "duplicates" in pieces._memo:  # Gopher's and FineWeb's line rules both ask
+        return pieces._memo["duplicates"]
     if len(pieces.values) == 0:
         z = np.zeros(pieces.n_docs)
-        return z, z.copy()
-    ids = to_np(pc.dictionary_encode(pieces.values).indices).astype(np.int64)
-    key = pieces.doc * (int(ids.max()) + 1) + ids
-    _, first = np.unique(key, return_index=True)
-    dup = np.ones(len(key), dtype=bool)
-    dup[first] = False
-    return pieces.per_doc(dup.astype(np.float64)), pieces.per_doc(dup * pieces.lengths)
+        out = z, z.copy()
+    else:
+        ids = to_np(pc.dictionary_encode(pieces.values).indices).astype(np.int64)
+        key = pieces.doc * (int(ids.max()) + 1) + ids
+        _, first = np.unique(key, return_index=True)
+        dup = np.ones(len(key), dtype=bool)
+        dup[first] = False
+        out = pieces.per_doc(dup.astype(np.float64)), pieces.per_doc(dup * pieces.lengths)
+    pieces._memo["duplicates"] = out
+    return out
 
 
 def ngram_repetition(
