@@ -9,7 +9,6 @@ that use them (gopher_repetition, zh_repetition, zh, gopher_quality), computed b
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ import pytest
 from datapipe.stages.quality import gopher, text, zh
 from datapipe.stages.quality.rules import FILTERS
 from datapipe.stages.quality.text import Docs
-from tests.support.shared_data import shared_path
+from tests.support.shared_data import jsonl_texts, shared_path
 
 pytest.importorskip("numba")
 
@@ -35,20 +34,6 @@ CONFIGS = [
     ("zh", {"markdown": True}),
     ("gopher_quality", {}),
 ]
-
-
-def _texts(path: Path, every: int = 1) -> list[str]:
-    """The text of every ``every``-th record (the demo inputs have broken lines on purpose: skipped)."""
-    out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for i, line in enumerate(f):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if i % every == 0 and isinstance(record, dict) and isinstance(record.get("text"), str):
-                out.append(record["text"])
-    return out
 
 
 def _batches(texts: list[str], size: int = 1000) -> list[pa.Array]:
@@ -96,18 +81,18 @@ def _check(batches: list[pa.Array], monkeypatch: pytest.MonkeyPatch) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["zh_wikipedia.jsonl", "zh_pingcap_docs.jsonl", "zh_oiwiki.jsonl"])
 def test_kernels_equal_reference_on_chinese_corpora(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    texts = _texts(shared_path("corpus", name), every=3)  # a third of each: the reference paths are slow in CI
+    texts = jsonl_texts(shared_path("corpus", name), every=3)  # a third of each: the reference paths are slow in CI
     assert _check(_batches(texts), monkeypatch) == len(texts)
 
 
 @pytest.mark.slow
 def test_kernels_equal_reference_on_english_wikipedia(monkeypatch: pytest.MonkeyPatch) -> None:
-    texts = _texts(shared_path("corpus", "en_wikipedia.jsonl"), every=32)  # 767 of 24,535 pages
+    texts = jsonl_texts(shared_path("corpus", "en_wikipedia.jsonl"), every=32)  # 767 of 24,535 pages
     assert _check(_batches(texts), monkeypatch) == len(texts)
 
 
 def test_kernels_equal_reference_on_demo_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
-    texts = [t for p in sorted(DEMO.glob("*.jsonl")) for t in _texts(p)]
+    texts = [t for p in sorted(DEMO.glob("*.jsonl")) for t in jsonl_texts(p)]
     assert texts
     assert _check(_batches(texts, 300), monkeypatch) == len(texts)
 

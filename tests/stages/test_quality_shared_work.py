@@ -8,7 +8,6 @@ with one scan for all of them (``distinct_hits_of_lists``) and C4's line rules a
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -22,32 +21,19 @@ from datapipe.stages.quality.c4 import POLICY
 from datapipe.stages.quality.charclass import trimmed_word_counts
 from datapipe.stages.quality.rules import FILTERS
 from datapipe.stages.quality.text import ENDS_WITH_TERMINAL, SPLIT_WHITESPACE, Docs
-from tests.support.shared_data import shared_path
+from tests.support.shared_data import jsonl_texts, shared_path
 
 pytest.importorskip("numba")
 
 DEMO = Path(__file__).resolve().parents[2] / "pipelines" / "demo" / "data"
 
 
-def _texts(path: Path, every: int = 1) -> list[str]:
-    out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for i, line in enumerate(f):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the demo inputs have broken lines on purpose
-            if i % every == 0 and isinstance(record, dict) and isinstance(record.get("text"), str):
-                out.append(record["text"])
-    return out
-
-
 @pytest.fixture(scope="module")
 def batches() -> list[Docs]:
     """The demo inputs and every 40th page of the shared English and Chinese corpora (~850 pages)."""
-    texts = [t for p in sorted(DEMO.glob("*.jsonl")) for t in _texts(p)]
+    texts = [t for p in sorted(DEMO.glob("*.jsonl")) for t in jsonl_texts(p)]
     corpus = shared_path("corpus")
-    texts += _texts(corpus / "en_wikipedia.jsonl", every=40) + _texts(corpus / "zh_wikipedia.jsonl", every=40)
+    texts += jsonl_texts(corpus / "en_wikipedia.jsonl", every=40) + jsonl_texts(corpus / "zh_wikipedia.jsonl", every=40)
     texts += ["", "  \n\t ", "a  ", "\u3000x\u3000\u3000y  z\u2028", "{#}\n#..."]
     return [Docs(pa.array(texts[i : i + 300], pa.string())) for i in range(0, len(texts), 300)]
 

@@ -7,6 +7,7 @@ so real-data tests can never silently skip there.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -24,3 +25,18 @@ def shared_path(*parts: str) -> Path:
     if os.environ.get("DATAPIPE_REQUIRE_SHARED_DATA") == "1":
         pytest.fail(message + "; DATAPIPE_REQUIRE_SHARED_DATA=1 forbids skipping", pytrace=False)
     pytest.skip(message)
+
+
+def jsonl_texts(path: Path, every: int = 1) -> list[str]:
+    """The ``text`` of every ``every``-th record of a JSONL file; lines that are not a JSON object with
+    a string ``text`` are skipped (the demo inputs have broken lines on purpose)."""
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for i, line in enumerate(f):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if i % every == 0 and isinstance(record, dict) and isinstance(record.get("text"), str):
+                out.append(record["text"])
+    return out
