@@ -204,6 +204,26 @@ def merge_task_md(mt: dict[str, Any] | None) -> str:
     return "\n".join(rows)
 
 
+def driver_fit_md(est: dict[str, Any]) -> str:
+    """The driver's fit by section in a sentence (bench/cost_model.py ``driver_sections``)."""
+    sec = est.get("driver_sections")
+    if sec is None:
+        return "(no run recorded the driver's sections)"
+    kinds = ", ".join(
+        f"{k} {f['per_task_s'] * 1e3:.2f} ms per task"
+        for k, f in sorted(sec["kinds"].items())
+        if k in ("map", "partition", "merge")
+    )
+    upper = est["driver_upper_s"]
+    return (
+        f"{kinds}, {sec['per_wall_s'] * 1e3:.2f} ms per second of wall, the end of the run "
+        f"{sec['end'][0] * 1e3:.2f} ms per task of the run + {sec['end'][1]:.2f} s ({sec['runs']} runs of "
+        f"{min(sec['tasks']):,}-{max(sec['tasks']):,} tasks); over the crawl's {est['total_tasks']:,} tasks "
+        f"{est['driver_s']:,.0f} s, {est['driver_s'] / est['total_s']:.1%} of the run, and without the part per "
+        f"second {upper:,.0f} s, {upper / (est['rest_s'] + upper):.1%}"
+    )
+
+
 def verdict_md(est: dict[str, Any], split: dict[str, Any]) -> str:
     total_h = est["total_s"] / 3600
     worst = max(est["serial"], key=lambda s: s[1])
@@ -250,6 +270,7 @@ def render(
     text = TEMPLATE.read_text()
     for key, value in (
         ("DRIVER_THREADS", driver_threads_md(runs)),
+        ("DRIVER_FIT", driver_fit_md(est)),
         ("GETS", gets_md(scale["extra"]["scales"])),
         ("ACCEPTANCE", acceptance_md(scale)),
         ("EXPLAIN", explain_md(explain)),
