@@ -249,7 +249,14 @@ def verdict_md(est: dict[str, Any], split: dict[str, Any]) -> str:
         f"{next(ph['crawl_tasks'] for ph in est['phases'] if ph['kind'] == 'pack'):,} pack tasks of "
         f"2^{TOKENS_PER_PACK_TASK.bit_length() - 1} tokens, "
         f"{PARTITIONS:,} per shuffle round). "
-        "The estimate inherits the bench's per-task figures measured on 2 shared cores with small tasks; "
+        + (
+            f"Its upper bound, every phase section charged per task and per phase (no part per second of wall), "
+            f"is {est['driver_upper_s']:,.0f} s, {est['driver_upper_s'] / (est['rest_s'] + est['driver_upper_s']):.1%}, "
+            "and the load of the 2 shared cores moves the driver's CPU for the same work by up to ~2x (above). "
+            if est.get("driver_sections") is not None
+            else ""
+        )
+        + "The estimate inherits the bench's per-task figures measured on 2 shared cores with small tasks; "
         "it assumes the crawl's per-document CPU of every phase is the fitted one (the shuffle rounds' work "
         "grows with the candidate pairs and clusters, here 5% exact and 5% near copies) and the same number of "
         "MinHash rounds as measured."
