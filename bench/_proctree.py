@@ -254,6 +254,8 @@ def run_tree(
 
 # Thread names (``comm``, 15 characters) of Ray's core worker and gRPC in a driver process; every
 # other thread (Python's, named ``python``; the store client's; DuckDB's) is the driver's own work.
+# The same as datapipe/runtime/own_cpu.py's (the driver's own record by section), kept here so this
+# module also measures code that has none (bench/driver_scale.py runs main's code beside this one).
 RAY_THREADS = re.compile(
     r"^(client\.poll|server\.poll|worker\.|nexting_thread|event_engine|task_event_buf|grpc|timer_manager|"
     r"jemalloc_bg|gcs_client|default-execut|global\.accessor|resolver-execu|core_worker|ray_|io_context|"

@@ -204,6 +204,26 @@ def merge_task_md(mt: dict[str, Any] | None) -> str:
     return "\n".join(rows)
 
 
+def driver_fit_md(est: dict[str, Any]) -> str:
+    """The driver's fit by section in a sentence (bench/cost_model.py ``driver_sections``)."""
+    sec = est.get("driver_sections")
+    if sec is None:
+        return "(no run recorded the driver's sections)"
+    kinds = ", ".join(
+        f"{k} {f['per_task_s'] * 1e3:.2f} ms per task"
+        for k, f in sorted(sec["kinds"].items())
+        if k in ("map", "partition", "merge")
+    )
+    upper = est["driver_upper_s"]
+    return (
+        f"{kinds}, {sec['per_wall_s'] * 1e3:.2f} ms per second of wall, the end of the run "
+        f"{sec['end'][0] * 1e3:.2f} ms per task of the run + {sec['end'][1]:.2f} s ({sec['runs']} runs of "
+        f"{min(sec['tasks']):,}-{max(sec['tasks']):,} tasks); over the crawl's {est['total_tasks']:,} tasks "
+        f"{est['driver_s']:,.0f} s, {est['driver_s'] / est['total_s']:.1%} of the run, and without the part per "
+        f"second {upper:,.0f} s, {upper / (est['rest_s'] + upper):.1%}"
+    )
+
+
 def verdict_md(est: dict[str, Any], split: dict[str, Any]) -> str:
     total_h = est["total_s"] / 3600
     worst = max(est["serial"], key=lambda s: s[1])
@@ -229,7 +249,14 @@ def verdict_md(est: dict[str, Any], split: dict[str, Any]) -> str:
         f"{next(ph['crawl_tasks'] for ph in est['phases'] if ph['kind'] == 'pack'):,} pack tasks of "
         f"2^{TOKENS_PER_PACK_TASK.bit_length() - 1} tokens, "
         f"{PARTITIONS:,} per shuffle round). "
-        "The estimate inherits the bench's per-task figures measured on 2 shared cores with small tasks; "
+        + (
+            f"Its upper bound, every phase section charged per task and per phase (no part per second of wall), "
+            f"is {est['driver_upper_s']:,.0f} s, {est['driver_upper_s'] / (est['rest_s'] + est['driver_upper_s']):.1%}, "
+            "and the load of the 2 shared cores moves the driver's CPU for the same work by up to ~2x (above). "
+            if est.get("driver_sections") is not None
+            else ""
+        )
+        + "The estimate inherits the bench's per-task figures measured on 2 shared cores with small tasks; "
         "it assumes the crawl's per-document CPU of every phase is the fitted one (the shuffle rounds' work "
         "grows with the candidate pairs and clusters, here 5% exact and 5% near copies) and the same number of "
         "MinHash rounds as measured."
@@ -250,6 +277,7 @@ def render(
     text = TEMPLATE.read_text()
     for key, value in (
         ("DRIVER_THREADS", driver_threads_md(runs)),
+        ("DRIVER_FIT", driver_fit_md(est)),
         ("GETS", gets_md(scale["extra"]["scales"])),
         ("ACCEPTANCE", acceptance_md(scale)),
         ("EXPLAIN", explain_md(explain)),

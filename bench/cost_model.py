@@ -73,7 +73,15 @@ NODE_GBPS = 1.25  # GB/s per node to and from the store (10 Gbit/s)
 # wall second; the end of the run's counts and statistics per task), used instead of the scale runs' fit
 # of the driver's own CPU (strace, loads of 40-60: wall-proportional costs counted per task) when present.
 DRIVER_JSON = ROOT / "bench" / "results" / "driver_dispatch_store.json"
-from datapipe.engine.pack_plan import TOKENS_PER_TASK as TOKENS_PER_PACK_TASK  # noqa: E402  (2^28 since 2026-11-27)
+from datapipe.engine.pack_plan import TOKENS_PER_TASK as TOKENS_PER_PACK_TASK  # noqa: E402  (2^30 since 2026-11-27)
+
+# The driver writes each marker it adopts to its mirror unless the task ran on its own node, where the
+# worker wrote it already (run_folder/remote.adopt): on 64 nodes 63 of 64 markers. The one-node bench
+# never takes that path (its mirror always holds the marker), so it is charged here, per task:
+# storage/atomic.write_copy of a 4.2 kB marker (a map task's), measured 2026-11-27 (1,000 writes, 3
+# repeats, 2 loaded cores): 0.050-0.052 ms of CPU, 0.056-0.098 ms of wall; the wall is charged (the
+# loop waits for it). Before, write_bytes_atomic fsynced each copy: 0.23-0.29 ms of CPU, 0.52-1.01 ms wall.
+MIRROR_COPY_S = 0.1e-3
 
 STRAGGLER_DEFAULT = 1.5  # a phase's largest / mean task where the bench JSON does not record it
 BUDGET_H = 1.5
@@ -221,6 +229,91 @@ def driver_measured(path: Path = DRIVER_JSON) -> dict[str, Any] | None:
     }
 
 
+def _sections_fit(pts: list[tuple[str, int, float, float]], wall: bool) -> dict[str, Any]:
+    """One non-negative least squares over every phase section: ``cpu = a_kind x tasks + c_kind (+ w x
+    wall seconds)``, ``w`` shared by every kind (what the driver spends per second whatever it does:
+    the run lock's heartbeat on the store, the results loop's wake-ups, the progress line)."""
+    kinds = sorted({k for k, *_ in pts})
+    width = 2 * len(kinds) + (1 if wall else 0)
+    rows = []
+    for k, tasks, seconds, _ in pts:
+        row = [0.0] * width
+        i = kinds.index(k)
+        row[i], row[len(kinds) + i] = float(tasks), 1.0
+        if wall:
+            row[-1] = seconds
+        rows.append(row)
+    A = np.array(rows)
+    scale = A.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(A / scale, np.array([y for *_, y in pts]))
+    coef = coef / scale
+    # A kind whose phases all have one size (pack and the combine: one task each here) cannot split its
+    # CPU into a part per task and one per phase: it is charged the largest part per task of the others.
+    resolved = [i for i, k in enumerate(kinds) if len({pt[1] for pt in pts if pt[0] == k}) > 1]
+    top = max((coef[i] for i in resolved), default=0.0)
+    for i, k in enumerate(kinds):
+        if i not in resolved:
+            mine = [pt for pt in pts if pt[0] == k]
+            coef[i] = top
+            coef[len(kinds) + i] = max(
+                0.0, float(np.mean([y - top * t - (coef[-1] * w if wall else 0.0) for _, t, w, y in mine]))
+            )
+    pred = A @ coef
+    out: dict[str, Any] = {"per_wall_s": float(coef[-1]) if wall else 0.0, "kinds": {}}
+    for i, k in enumerate(kinds):
+        mine = [j for j, pt in enumerate(pts) if pt[0] == k]
+        resid = [pts[j][3] - pred[j] for j in mine]
+        out["kinds"][k] = {
+            "per_task_s": float(coef[i]),
+            "per_phase_s": float(coef[len(kinds) + i]),
+            "points": len(mine),
+            "tasks": sorted({pts[j][1] for j in mine}),
+            "resid_s": (min(resid), max(resid)),
+        }
+    return out
+
+
+def driver_sections(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The driver's own-thread CPU as it recorded it by section (run.json ``driver_cpu_s``, runtime/own_cpu.py).
+
+    Each phase's section is fitted as ``a x its tasks + c`` per kind of phase, plus ``w x its wall
+    seconds`` shared by all kinds (``_sections_fit``; without ``w`` too, as the upper bound: on 2 loaded
+    cores a phase's wall grows with its tasks, so what the driver spends per second of wall otherwise
+    counts per task, and a crawl's phase has ~500 times the documents per task); the end of the run
+    as ``a x the run's tasks + c``; the start (imports, planning, Ray's start), Ray's shutdown and what
+    follows the record (the process's exit) as their means. None: fewer than two runs recorded it."""
+    have = [r for r in runs if r.get("driver_sections_s")]
+    if len(have) < 2:
+        return None
+    pts: list[tuple[str, int, float, float]] = []  # (kind, tasks, wall s, own CPU s) of each phase section
+    for r in have:
+        for name, s in r["driver_sections_s"].items():
+            if name.startswith("phase:"):
+                p = name.split(":", 1)[1]
+                ph = r["phases"].get(p, {})
+                pts.append((kind(p), ph.get("tasks", 0), ph.get("wall_s") or 0.0, s))
+    end = fit([(r["tasks"], 0.0, 1.0) for r in have], [r["driver_sections_s"].get("end", 0.0) for r in have], constant=True)
+    sec = [r["driver_sections_s"] for r in have]
+    rest = [r["driver_own_cpu_s"] - sum(x.values()) for r, x in zip(have, sec)]
+    with_wall = _sections_fit(pts, wall=True)
+    return {
+        "runs": len(have),
+        "kinds": with_wall["kinds"],
+        "per_wall_s": with_wall["per_wall_s"],
+        "per_task_only": _sections_fit(pts, wall=False)["kinds"],
+        "end": (end[0], end[2]),
+        "start_s": [x.get("start", 0.0) for x in sec],
+        "exit_s": [x.get("executor_exit", 0.0) for x in sec],
+        "rest_s": rest,
+        "loop_s": [sum(v for n, v in x.items() if n.startswith("phase:")) for x in sec],
+        "end_s": [x.get("end", 0.0) for x in sec],
+        "tasks": [r["tasks"] for r in have],
+        "whole_s": [r["driver_own_cpu_s"] for r in have],
+        "walls_s": [r["wall_s"] for r in have],
+    }
+
+
 def fit(rows: list[tuple[float, float, float]], y: list[float], constant: bool = False) -> list[float]:
     """Non-negative least squares y = a*tasks + b*docs (+ c): [a, b(, c)]."""
     cols = [[r[0], r[1]] + ([1.0] if constant else []) for r in rows]
@@ -242,8 +335,10 @@ def model(
     groups: int | None = None,
     split: bool = True,
     merge_task: dict[str, Any] | None = None,
+    driver_runs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The crawl estimate: per phase and for the whole run; ``main``: the largest scale of --scale.
+    ``driver_runs``: more bench/scale.py runs (many small tasks) for the driver's sections only.
     ``groups``: split.shuffle_groups (default: a merge task per MAP_DOCS_PER_MERGE map tasks).
     ``split``: merged files split by key range (the code); False: one file per merge task (before).
     ``merge_task``: bench/merge_task.py's JSON (MEASURED_MERGE's task from it, not from the fit)."""
@@ -343,6 +438,34 @@ def model(
         drv, per_wall = [measured["per_task_s"], 0.0, drv[2]], measured["per_wall_s"]
     elif measured is not None:
         measured = {**measured, "below_fit": True}
+    # The driver's own CPU as it recorded it by section: each phase kind's part per task and per phase
+    # (fitted over every phase of every run), the end of the run's part per task, the start as measured.
+    # It replaces both figures above where the runs recorded it; they are shown beside it.
+    sections = driver_sections(runs + (driver_runs or []))
+    driver_parts: dict[str, float] = {}
+    driver_parts_upper = 0.0
+    if sections is not None:
+        kinds = sections["kinds"]
+        for ph in per_phase:
+            k = kinds.get(ph["kind"])
+            if k is not None:
+                driver_parts[ph["kind"]] = (
+                    driver_parts.get(ph["kind"], 0.0) + k["per_task_s"] * ph["crawl_tasks"] + k["per_phase_s"]
+                )
+        driver_parts["end"] = sections["end"][0] * total_tasks + sections["end"][1]
+        driver_parts["mirror copies"] = MIRROR_COPY_S * (NODES - 1) / NODES * total_tasks
+        constant = float(np.mean(sections["start_s"]) + np.mean(sections["exit_s"]) + np.mean(sections["rest_s"]))
+        driver_parts["start, Ray's shutdown, exit"] = constant
+        per_task = (sum(driver_parts.values()) - constant) / total_tasks
+        # What the driver spends per second of wall runs over the whole run (below); the upper bound
+        # charges every phase section's CPU per task and per phase instead.
+        drv, per_wall = [per_task, 0.0, constant], sections["per_wall_s"]
+        upper = sum(driver_parts.values()) - sum(driver_parts.get(k, 0.0) for k in kinds)
+        for ph in per_phase:
+            k = sections["per_task_only"].get(ph["kind"])
+            if k is not None:
+                upper += k["per_task_s"] * ph["crawl_tasks"] + k["per_phase_s"]
+        driver_parts_upper = upper
     # Ray's threads in the driver handle tasks, not documents: per task and per run, as the driver's own.
     drv_ray = fit([(r["tasks"], 0.0, 1.0) for r in runs], [r.get("driver_ray_threads_cpu_s", 0.0) for r in runs], constant=True)
     ray = fit(xs, [r["tree_cpu_s"] - r["task_cpu_s"] - r["driver_cpu_s"] for r in runs], constant=True)
@@ -369,7 +492,9 @@ def model(
     marker_s = (2 * math.ceil(total_tasks / LIST_PAGE) + END_LISTINGS * math.ceil(objects / LIST_PAGE)) * REQUEST_S
     moved_bytes = moved[0] * total_tasks + moved[1] * DOCS * bytes_factor
     transfer_s = moved_bytes / (NODES * NODE_GBPS * 1e9)
-    start_s = ray[2] + drv[2]
+    # The driver's constant (its start) is its own serial CPU: in its row when fitted by section (it
+    # was counted in both rows before).
+    start_s = ray[2] + (0.0 if sections is not None else drv[2])
     driver_ray_s = drv_ray[0] * total_tasks + drv_ray[1] * DOCS + drv_ray[2]
     # The part per wall second runs over the whole run, the driver's own serial time included:
     # driver = per task + per_wall x total, total = the rest + driver.
@@ -399,6 +524,10 @@ def model(
         "driver_fit": drv,
         "driver_per_wall": per_wall,
         "driver_measured": measured,
+        "driver_sections": sections,
+        "driver_parts": driver_parts,
+        "driver_upper_s": driver_parts_upper,
+        "rest_s": rest_s,
         "ray_fit": ray,
         "request_fit": req,
         "moved_fit": moved,
@@ -443,13 +572,19 @@ GROUP_CHOICES = (8, 32, 64, 128, 256, 582, 1024, 4096)
 
 
 def designs(
-    runs: list[dict[str, Any]], main: dict[str, Any], footer_us: float, merge_task: dict[str, Any] | None
+    runs: list[dict[str, Any]],
+    main: dict[str, Any],
+    footer_us: float,
+    merge_task: dict[str, Any] | None,
+    driver_runs: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """The estimate for each split.shuffle_groups as the code is (merged files split by key range), and
     for the best of them with one file per merge task (the code before)."""
-    out = [model(runs, main, footer_us, groups=g, merge_task=merge_task) for g in GROUP_CHOICES]
+    out = [model(runs, main, footer_us, groups=g, merge_task=merge_task, driver_runs=driver_runs) for g in GROUP_CHOICES]
     best = min(out, key=lambda e: e["total_s"])
-    out.append(model(runs, main, footer_us, groups=best["shuffle_groups"], split=False, merge_task=merge_task))
+    out.append(
+        model(runs, main, footer_us, groups=best["shuffle_groups"], split=False, merge_task=merge_task, driver_runs=driver_runs)
+    )
     return out
 
 
@@ -481,9 +616,14 @@ def designs_md(options: list[dict[str, Any]]) -> str:
 
 
 def estimate_md(
-    paths: list[Path], runs: list[dict[str, Any]], main: dict[str, Any], footer_us: float, merge_task: dict[str, Any] | None
+    paths: list[Path],
+    runs: list[dict[str, Any]],
+    main: dict[str, Any],
+    footer_us: float,
+    merge_task: dict[str, Any] | None,
+    driver_runs: list[dict[str, Any]] | None = None,
 ) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
-    options = designs(runs, main, footer_us, merge_task)
+    options = designs(runs, main, footer_us, merge_task, driver_runs)
     today = [e for e in options if e["split"]]
     est = min(today, key=lambda e: e["total_s"])  # the best split.shuffle_groups for the code as it is
     K, T = est["cores"], est["total_s"]
@@ -536,7 +676,10 @@ def estimate_md(
         f"{est['transfer_s']:,.0f} | {est['transfer_s'] / T:.0%} |",
         "| **serial:** the driver's CPU in its own threads (loop, markers, plans, end of run) | "
         + (
-            f"measured (`driver_dispatch_store.json`): {d[0] * 1e3:,.2f} ms per task + "
+            f"recorded by the driver by section ({est['driver_sections']['runs']} runs; below): "
+            f"{d[0] * 1e3:,.2f} ms per task over the crawl's mix + {d[2]:,.1f} s (its start)"
+            if est["driver_sections"] is not None
+            else f"measured (`driver_dispatch_store.json`): {d[0] * 1e3:,.2f} ms per task + "
             f"{est['driver_per_wall'] * 1e3:,.2f} ms per second of the run + {d[2]:,.1f} s (fitted)"
             if est["driver_measured"] is not None and not est["driver_measured"].get("below_fit")
             else f"fitted on the runs: {d[0] * 1e3:,.2f} ms per task + {d[2]:,.1f} s (more than the "
@@ -563,6 +706,8 @@ def estimate_md(
     for name, s in est["serial"]:
         share = s / T
         out.append(f"- {name}: {s:,.0f} s, {share:.1%} {'(over 5%)' if share > SERIAL_SHARE else '(under 5%)'}")
+    if est["driver_sections"] is not None:
+        out += ["", driver_sections_md(est)]
     rq = est["requests_total"]
     out += [
         "",
@@ -573,6 +718,65 @@ def estimate_md(
     ]
     out += ["", "Choices of `split.shuffle_groups` (G), and the merged files split by key range:", "", designs_md(options)]
     return "\n".join(out), est, options
+
+
+def driver_sections_md(est: dict[str, Any]) -> str:
+    """The driver's own CPU by section: each kind's fit, its crawl tasks and seconds."""
+    sec, parts = est["driver_sections"], est["driver_parts"]
+    const_s = parts["start, Ray's shutdown, exit"]
+    crawl = {}
+    for ph in est["phases"]:
+        crawl[ph["kind"]] = crawl.get(ph["kind"], 0) + ph["crawl_tasks"]
+    lines = [
+        f"The driver's own CPU by section, as the driver recorded it in run.json (`driver_cpu_s`; "
+        f"{sec['runs']} runs of {min(sec['tasks']):,}-{max(sec['tasks']):,} tasks): each phase's section "
+        "(its tasks' dispatch, results and markers, and the phase it hands the later ones) fitted per kind of "
+        "phase as a part per task and a part per phase over every phase of every run; the end of the run per "
+        "task of the run; the start (imports, planning, Ray's start), Ray's shutdown and the process's exit as "
+        "their means. Residuals: the fit's error on the sections it was fitted on.",
+        "",
+        "| section | phases (points) | tasks per phase | fitted ms per task | fitted ms per phase | residuals ms | "
+        "crawl tasks | crawl s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for k, f in sorted(sec["kinds"].items()):
+        lo, hi = f["resid_s"]
+        lines.append(
+            f"| phases: {k} | {f['points']} | {min(f['tasks']):,}-{max(f['tasks']):,} | {f['per_task_s'] * 1e3:.3f} | "
+            f"{f['per_phase_s'] * 1e3:.1f} | {lo * 1e3:+.0f} to {hi * 1e3:+.0f} | {crawl.get(k, 0):,} | "
+            f"{parts.get(k, 0.0):,.1f} |"
+        )
+    e0, e1 = sec["end"]
+    lines += [
+        f"| end of the run (checks, counts, statistics, sweep) | {sec['runs']} runs | - | {e0 * 1e3:.3f} | "
+        f"{e1 * 1e3:,.0f} (per run) | - | {est['total_tasks']:,} | {parts['end']:,.1f} |",
+        f"| markers of other nodes copied to the mirror (not on one node: charged, `MIRROR_COPY_S`) | - | - | "
+        f"{MIRROR_COPY_S * 1e3:.3f} x {NODES - 1}/{NODES} | - | - | {est['total_tasks']:,} | {parts['mirror copies']:,.1f} |",
+        f"| start, Ray's shutdown, exit (means) | {sec['runs']} runs | - | - | - | "
+        f"start {min(sec['start_s']):.2f}-{max(sec['start_s']):.2f} s | - | {const_s:,.1f} |",
+        f"| what the driver spends per second of wall, whatever it does (the lock's heartbeat, the loop's "
+        f"wake-ups), fitted with the phases | all | - | - | {sec['per_wall_s'] * 1e3:.2f} per s of wall | - | "
+        f"{est['total_s']:,.0f} s of run | {est['driver_s'] - sum(parts.values()):,.1f} |",
+        f"| **the driver's own CPU** | | | **{est['driver_fit'][0] * 1e3:.3f}** (mean) | | | {est['total_tasks']:,} | "
+        f"**{est['driver_s']:,.0f}** |",
+        "",
+        "Without the part per second of wall (every phase section charged per task and per phase: "
+        + ", ".join(
+            f"{k} {f['per_task_s'] * 1e3:.3f} ms per task" for k, f in sorted(sec["per_task_only"].items()) if f["per_task_s"]
+        )
+        + f"), the driver's own CPU would be {est['driver_upper_s']:,.0f} s, "
+        f"{est['driver_upper_s'] / (est['rest_s'] + est['driver_upper_s']):.1%} of the run: the upper bound.",
+        "",
+        "Per run (s): "
+        + "; ".join(
+            f"{t:,} tasks: whole {w:.2f} = start {a:.2f} + phases {lp:.2f} + end {en:.2f} + the rest {x + r:.2f}"
+            for t, w, a, lp, en, x, r in zip(
+                sec["tasks"], sec["whole_s"], sec["start_s"], sec["loop_s"], sec["end_s"], sec["exit_s"], sec["rest_s"]
+            )
+        )
+        + ".",
+    ]
+    return "\n".join(lines)
 
 
 def per_core_hour(main: dict[str, Any], est: dict[str, Any]) -> str:
@@ -607,6 +811,13 @@ def main() -> int:
     ap.add_argument("--scale", type=Path, required=True, help="bench/scale.py JSON of the 1x/16x run")
     ap.add_argument("--fit", type=Path, nargs="*", default=[], help="more bench/scale.py JSONs (larger tasks)")
     ap.add_argument("--explain", type=Path, help="bench/explain_files.py JSON")
+    ap.add_argument(
+        "--driver-runs",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="more bench/scale.py JSONs (many small tasks) for the driver's sections only",
+    )
     ap.add_argument("--footer-us", type=float, help="CPU us per footer row group (default: measured now)")
     ap.add_argument(
         "--merge-task", type=Path, default=MERGE_TASK_JSON, help=f"bench/merge_task.py JSON (default {MERGE_TASK_JSON.name})"
@@ -619,7 +830,8 @@ def main() -> int:
     main_run = scale["extra"]["scales"][-1]
     footer_us = a.footer_us if a.footer_us is not None else footer_us_per_row_group()
     merge_task = json.loads(a.merge_task.read_text()) if a.merge_task and a.merge_task.exists() else None
-    text, est, options = estimate_md(paths, runs, main_run, footer_us, merge_task)
+    driver_runs = points(a.driver_runs)
+    text, est, options = estimate_md(paths, runs, main_run, footer_us, merge_task, driver_runs)
     fit_lines = [
         "| run | documents | tasks | tasks' CPU s measured | fitted | fitted / measured |",
         "|---|---|---|---|---|---|",

@@ -519,6 +519,10 @@ def run_scale(
         "driver_ray_threads_cpu_s": r["driver_threads_cpu_s"]["ray"],
         "driver_own_cpu_s": (r["driver_cpu_s"] or 0.0) - r["driver_threads_cpu_s"]["ray"],
         "driver_cpu_us_per_doc": (r["driver_cpu_s"] or 0.0) / docs * 1e6,
+        # The driver's own threads' CPU by section of the run, as the driver itself recorded it in
+        # run.json (runtime/own_cpu.py): "start" (imports, planning, Ray's start), "phase:<name>" (its
+        # tasks' dispatch, results, markers), "executor_exit", "end" (checks, statistics, sweep).
+        "driver_sections_s": run.get("driver_cpu_s"),
         "tasks": sum(len(ms) for ms in markers.values()),
         "wrapper_cpu_s": r["wrapper_cpu_s"],
         "phases": phases,

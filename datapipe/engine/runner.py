@@ -30,6 +30,7 @@ from datapipe.run_folder.layout import RunFolder, RunFolderError
 from datapipe.run_folder.lock import RunLock
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime.heartbeat import Heartbeat, duration
+from datapipe.runtime.own_cpu import Sections
 from datapipe.runtime.release_memory import release_memory
 from datapipe.storage.atomic import fault_scope
 from datapipe.storage.cache import cache_dir
@@ -116,6 +117,10 @@ def _run_locked(
     fault_point("lock", 1)
     result = RunResult(folder.root, record.run)
     timings: dict[str, float] = dict(record.run.get("timings", {}))
+    # The driver's own CPU (its threads, not Ray's) by section, recorded in run.json: the start (the
+    # imports, the record, planning, Ray's start), each phase, the end. What a driver spends per task
+    # is the phases' and the end's; the start's ~2-3 s, which moves by ~1 s between runs, stays apart.
+    sections = Sections()
     if spec is not None:  # work of earlier attempts: redone where its files are damaged or gone
         _repair(folder, log, hashes=True)
     for _ in range(MAX_REPAIRS + 1):
@@ -135,8 +140,9 @@ def _run_locked(
                 )
                 if spec.tokenizer is not None and spec.tokenizer.engine_note:
                     log(f"datapipe: tokens encoded with tokenizers, not the fast path: {spec.tokenizer.engine_note}")
-                _run_phases(result, folder, spec, executor, timings, show_progress)
-        if _finish(pipeline, record, spec, timings, log):
+                _run_phases(result, folder, spec, executor, timings, show_progress, sections)
+        sections.mark("executor_exit")  # Ray's shutdown, as the driver's own threads see it
+        if _finish(pipeline, record, spec, timings, log, sections):
             return result
     raise PipelineError(
         f"files of {folder.location} were lost or damaged again after their tasks were redone "
@@ -243,9 +249,19 @@ def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None
 
 
 def _run_phases(
-    result: RunResult, folder: RunFolder, spec: RunSpec, executor: Executor, timings: dict[str, float], show_progress: bool
+    result: RunResult,
+    folder: RunFolder,
+    spec: RunSpec,
+    executor: Executor,
+    timings: dict[str, float],
+    show_progress: bool,
+    sections: Sections | None = None,
 ) -> None:
-    """The engine loop: each phase of the plan in order, its unfinished tasks run and awaited."""
+    """The engine loop: each phase of the plan in order, its unfinished tasks run and awaited.
+    ``sections``: the driver's own CPU is marked as each phase ends (its tasks' dispatch, results
+    and markers, and the phase it commits for the later ones)."""
+    if sections is not None:
+        sections.mark("start")
     # A remote run folder: the markers committed before this driver started (a resumed run's). Those
     # of the tasks it runs come back with their results (``_run_phase`` adopts them), and no other
     # driver writes here (the lock), so no phase needs another pull: one per phase listed every
@@ -266,6 +282,8 @@ def _run_phases(
         _run_phase(result, folder, phase, work, executor, spec, timings, show_progress)
         if committed is not None:
             committed.append(folder.committed(phase.name))  # from the markers it holds: no store read
+        if sections is not None:
+            sections.mark(f"phase:{phase.name}")
 
 
 def _all_tasks(spec: RunSpec, folder: RunFolder) -> list[tuple[str, str]]:
@@ -335,7 +353,14 @@ def _run_phase(
         )
 
 
-def _finish(pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[str, float], log: Callable[[str], None]) -> bool:
+def _finish(
+    pipeline: Pipeline,
+    record: RunRecord,
+    spec: RunSpec,
+    timings: dict[str, float],
+    log: Callable[[str], None],
+    sections: Sections | None = None,
+) -> bool:
     """Every task done: the inputs checked against what the tasks read (before anything is built
     from them), statistics built and published, the run checked, then recorded as complete. False,
     with nothing recorded, when files of finished tasks were lost or damaged meanwhile (their tasks
@@ -343,11 +368,16 @@ def _finish(pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[
     # Checking the inputs and building the audit database read the whole run: at scale they take long
     # enough to need progress lines in a log too (runtime/heartbeat.py).
     with Heartbeat(lambda elapsed: f"stats: checking inputs, building stats.duckdb, {duration(elapsed)} elapsed"):
-        return _finish_run(pipeline, record, spec, timings, log)
+        return _finish_run(pipeline, record, spec, timings, log, sections)
 
 
 def _finish_run(
-    pipeline: Pipeline, record: RunRecord, spec: RunSpec, timings: dict[str, float], log: Callable[[str], None]
+    pipeline: Pipeline,
+    record: RunRecord,
+    spec: RunSpec,
+    timings: dict[str, float],
+    log: Callable[[str], None],
+    sections: Sections | None = None,
 ) -> bool:
     from datapipe.engine.finish import build_stats, check_conservation, collect_counts
 
@@ -369,6 +399,9 @@ def _finish_run(
     folder.sweep()
     if _repair(folder, log, hashes=False):  # lost while statistics were built (an object store restarted)
         return False
+    if sections is not None:
+        sections.mark("end")
+        record.run["driver_cpu_s"] = sections.record()
     record.complete(timings, counts)
     return True
 

@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from datapipe.run_folder.files import describe_files
 from datapipe.storage import parquet_reads
 from datapipe.storage import uri as storage
-from datapipe.storage.atomic import is_temp_name, write_bytes_atomic
+from datapipe.storage.atomic import is_temp_name, write_bytes_atomic, write_copy
 
 MARKERS = "_work/markers"
 # Written by the driver itself, not by a task: kept by the sweep although no marker names them.
@@ -126,13 +126,14 @@ def adopt(root: Path, uri: str, rel_marker: str, marker: dict[str, Any], body: b
     noted as pulled, with the files it names, and written to this mirror, so that neither the pull
     before the next phase nor the end of the run's sweep reads it back from the store. ``body``: its
     bytes as the task committed them (``commit`` returns them), ``marker`` parsed from them."""
-    local = root / rel_marker
+    local = f"{root}/{rel_marker}"
     try:  # on a node that ran the task, its mirror holds the same bytes already
-        same = local.read_bytes() == body
+        with open(local, "rb") as f:
+            same = f.read() == body
     except FileNotFoundError:
         same = False
-    if not same:
-        write_bytes_atomic(local, body)
+    if not same:  # the task ran on another node: a copy of what the store holds, not fsynced
+        write_copy(local, body)
     with _lock:
         _seen.setdefault(uri, set()).add(rel_marker)
         _note(uri, marker.get("files", []))

@@ -74,6 +74,33 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def write_copy(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary name and a rename, as ``write_bytes_atomic``, but
+    without the fsync and unrecorded: for a local copy of an object the store already holds (the
+    driver's mirror copy of a marker its task committed, ``run_folder/remote.adopt``). A machine crash
+    may leave the copy short; the store's object is the record, and the next run's pull compares the
+    two and writes the copy again. The driver does this for every task that ran on another node
+    (63 of 64 on 64 nodes): ~0.05 ms of CPU, against ~0.25 ms and a disk round trip's wait (the
+    fsync) for ``write_bytes_atomic``, in the run's one serial process."""
+    tmp = f"{path}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = os.open(tmp, flags, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(tmp, flags, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
