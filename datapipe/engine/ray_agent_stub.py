@@ -118,9 +118,12 @@ class _LazyAgent:
             while not self.port:
                 if self.proc.poll() is not None:  # it failed: so do we, as Ray's agent would have
                     os._exit(self.proc.returncode or 1)
+                # It writes the port file once bound, before it listens: a port is its port once it answers.
                 try:
                     with open(self.port_file) as f:
-                        self.port = int(f.read())
+                        port = int(f.read())
+                    socket.create_connection((host, port), timeout=5).close()
+                    self.port = port
                 except (OSError, ValueError):
                     time.sleep(0.05)
             return host, self.port
