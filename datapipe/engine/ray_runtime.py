@@ -21,6 +21,11 @@ start-up wall time on 2 cores (measured: ``ray_session`` plus 40 tasks, 9.0 / 8.
 8.1 CPU s with them, 7.4 / 5.5 s and 6.3 / 5.9 CPU s without). Ray's dashboard, job submission
 and state API (``ray list tasks``) need them: for those, start a cluster (``ray start --head``)
 and pass its address (``--ray-address``).
+
+The raylet's two Python agents (dashboard, runtime environments) are stand-ins of the standard
+library (ray_agent_stub.py; ~0.03 CPU s each against ~1 s, and the raylet starts its workers ~2 s
+sooner): an embedded Ray has no dashboard or metrics, and starts Ray's runtime-env agent only when a
+task asks for a ``runtime_env``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from datapipe.storage.cache import cache_dir
 
@@ -217,6 +223,62 @@ def _not_started(self: object, *args: object, **kwargs: object) -> None:
     return None
 
 
+# The raylet's two Python agents, each ~1 CPU s of imports for nothing an embedded run uses: they are
+# replaced by stand-ins of the standard library (ray_agent_stub.py says what each does and why that
+# is enough). Ray builds each agent's command line from this function of its services module (the
+# interpreter, before the agent's script), so while ray.init starts the raylet it puts the stand-in
+# first, with Ray's command after it. A Ray without that function or those names runs its own agents.
+AGENT_STUB = str(Path(__file__).with_name("ray_agent_stub.py"))
+_COMMAND_BUILDER = "_build_python_executable_command_memory_profileable"
+
+
+def _stand_in_modes() -> dict[str, list[str]] | None:
+    """Ray's process type of each agent -> the stand-in's mode and the names of its port files."""
+    try:
+        from ray import _raylet
+        from ray._private import ray_constants
+    except ImportError:
+        return None
+    raylet: Any = _raylet  # names its type stubs leave out
+    try:
+        dashboard = [raylet.METRICS_AGENT_PORT_NAME, raylet.METRICS_EXPORT_PORT_NAME, raylet.DASHBOARD_AGENT_LISTEN_PORT_NAME]
+        modes = {
+            ray_constants.PROCESS_TYPE_DASHBOARD_AGENT: ["dashboard", *dashboard],
+            ray_constants.PROCESS_TYPE_RUNTIME_ENV_AGENT: ["runtime-env", raylet.RUNTIME_ENV_AGENT_PORT_NAME],
+        }
+        # The stand-ins name the port files the way Ray does (<name>_<node id> in the session folder).
+        if raylet.get_port_filename("ab" * 28, "x_port") != "x_port_" + "ab" * 28:
+            return None
+    except AttributeError:
+        return None
+    return modes
+
+
+@contextlib.contextmanager
+def _agent_stand_ins() -> Iterator[None]:
+    try:
+        from ray._private import services
+    except ImportError:
+        yield
+        return
+    build = services.__dict__.get(_COMMAND_BUILDER)
+    modes = _stand_in_modes()
+    if build is None or modes is None or os.name != "posix":  # (the stand-ins wait on POSIX pipes)
+        yield  # not the Ray this was written against: its own agents
+        return
+
+    def stand_in(component: str, *args: Any, **kwargs: Any) -> list[str]:
+        command = build(component, *args, **kwargs)
+        mode = modes.get(component)
+        return command if mode is None else [sys.executable, "-I", "-S", AGENT_STUB, *mode, "--", *command]
+
+    setattr(services, _COMMAND_BUILDER, stand_in)
+    try:
+        yield
+    finally:
+        setattr(services, _COMMAND_BUILDER, build)
+
+
 # Ray's own observability, which an embedded Ray reports to nobody (no dashboard, no state API, no
 # Prometheus): every process records metrics (exported every 10 s), and every worker and the driver
 # buffer each task's state changes and send them to the GCS every second, where they are kept for
@@ -248,7 +310,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         _embedded_env(cache_dir() / "ray")  # no-op when done above
         os.environ.setdefault("RAY_TMPDIR", str(ray_dir))  # any other Ray file goes there too, not /tmp/ray
         _prune_sessions(ray_dir)
-        with _one_node_services():
+        with _one_node_services(), _agent_stand_ins():
             ray.init(
                 address="local",  # never attach to a stale cluster recorded on the machine
                 num_cpus=num_cpus,

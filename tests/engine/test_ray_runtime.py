@@ -1,11 +1,14 @@
-"""Embedded Ray starts only what a one-node run uses (datapipe/engine/ray_runtime.py)."""
+"""Embedded Ray starts only what a one-node run uses (datapipe/engine/ray_runtime.py), with stand-ins
+for the raylet's two agents (datapipe/engine/ray_agent_stub.py)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,3 +45,66 @@ def test_embedded_ray_starts_no_cluster_services(ray_local: str) -> None:
     from datapipe.engine.ray_runtime import _CLUSTER_SERVICES, _not_started
 
     assert all(Node.__dict__[name] is not _not_started for name in _CLUSTER_SERVICES)
+    # The raylet's agents are the stand-ins (Ray's own agents' commands follow them, after "--"), and
+    # Ray's command builder is its own again.
+    from ray._private import services
+
+    from datapipe.engine.ray_runtime import _COMMAND_BUILDER, AGENT_STUB
+
+    stubs = sorted(c.split()[4] for c in procs.values() if c.split()[3:4] == [AGENT_STUB])
+    assert stubs == ["dashboard", "runtime-env"], short
+    assert getattr(services, _COMMAND_BUILDER).__module__ == "ray._private.services"
+
+
+def test_runtime_env_reaches_tasks_through_the_lazy_agent(ray_local: str) -> None:
+    """A task with a runtime_env needs Ray's runtime-env agent: the stand-in starts it on first use."""
+    import ray
+
+    @ray.remote
+    def env(name: str) -> str | None:
+        return os.environ.get(name)
+
+    for value in ("first", "second"):  # the second is served by the agent the first one started
+        assert ray.get(env.options(runtime_env={"env_vars": {"DATAPIPE_TEST_ENV": value}}).remote("DATAPIPE_TEST_ENV")) == value
+
+
+SESSION = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import ray
+from bench._proctree_roles import descendants
+from datapipe.engine.ray_runtime import ray_session
+
+with ray_session(num_cpus=1):
+    @ray.remote
+    def env():
+        return os.environ.get("DATAPIPE_TEST_ENV")
+
+    assert ray.get(env.options(runtime_env={"env_vars": {"DATAPIPE_TEST_ENV": "x"}}).remote()) == "x"
+    print(json.dumps([p for p in descendants(os.getpid()) if p != os.getpid()]))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_embedded_ray_processes_end_with_the_session(tmp_path: Path) -> None:
+    """Every process of the session (the stand-ins and the agent one of them started included) is gone
+    once the session ends."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "DATAPIPE_CACHE_DIR": str(tmp_path)}  # a session folder of its own
+    done = subprocess.run([sys.executable, "-c", SESSION, str(root)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    pids = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(pids) >= 6, pids  # GCS, raylet, 2 stand-ins, Ray's runtime-env agent, a worker
+    deadline = time.monotonic() + 10
+    while (alive := [p for p in pids if _running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive, [cmdline(p)[:100] for p in alive]
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
