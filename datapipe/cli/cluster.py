@@ -110,8 +110,11 @@ def kuberay_manifest(
             "ttlSecondsAfterFinished": 600,
             "rayClusterSpec": {
                 "rayVersion": RAY_VERSION,
-                # the job is submitted through the head's dashboard: it must listen beyond the pod
-                "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": head},
+                # the job is submitted through the head's dashboard: it must listen beyond the pod.
+                # num-cpus 0: no task runs on the head, which holds the GCS and the driver (the job's
+                # entrypoint, the run's one serial process: its CPU for the same run rose 2.3x when it competed
+                # with tasks; docs/scaling.md), as Ray's guide advises for large clusters.
+                "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"}, "template": head},
                 "workerGroupSpecs": [
                     {
                         "groupName": "workers",
@@ -178,6 +181,12 @@ head_node=${{nodes[0]}}    # this script runs on the allocation's first node: th
 # DATAPIPE_RAY_HEAD_IP picks the head's address where a node has several (e.g. 127.0.0.1 on one node)
 head_ip=${{DATAPIPE_RAY_HEAD_IP:-$(hostname --ip-address | awk '{{print $1}}')}}
 case $head_ip in 127.*) export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ;; esac  # else Ray swaps loopback for the host's address
+# Ray's token authentication: `ray start` turns it on when it finds a token (RAY_AUTH_TOKEN, the file
+# at RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token), but `ray health-check` (Ray 2.60) reads the mode from
+# RAY_AUTH_MODE only and is refused without it: one mode for every Ray command of the job.
+if [[ -z ${{RAY_AUTH_MODE:-}} && ( -n ${{RAY_AUTH_TOKEN:-}} || -f ${{RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}} ) ]]; then
+  export RAY_AUTH_MODE=token
+fi
 port={port}
 cpus=${{SLURM_CPUS_PER_TASK:-${{SLURM_CPUS_ON_NODE:-1}}}}
 ray_tmp={ray_tmp}    # per job: Ray's default /tmp/ray is shared by every job on a node
@@ -191,7 +200,12 @@ stop_ray() {{
 }}
 trap stop_ray EXIT
 
-ray start --head --block --node-ip-address="$head_ip" --port="$port" --num-cpus="$cpus" \\
+# On several nodes the head keeps one core out of Ray's: the driver (`datapipe run`, below) is the
+# run's one serial process, dispatching and collecting every task beside the GCS; its CPU for the
+# same run rose 2.3x on loaded cores (docs/scaling.md). One node: every core.
+head_cpus=$cpus
+if (( ${{#nodes[@]}} > 1 && cpus > 1 )); then head_cpus=$(( cpus - 1 )); fi
+ray start --head --block --node-ip-address="$head_ip" --port="$port" --num-cpus="$head_cpus" \\
   --temp-dir="$ray_tmp" --include-dashboard=false --disable-usage-stats &
 pids+=($!)
 if (( ${{#nodes[@]}} > 1 )); then

@@ -49,6 +49,8 @@ def test_rayjob_carries_entrypoint_groups_image_pipeline_and_resources() -> None
     # fields KubeRay's CRD requires: rayStartParams and template on the head; groupName,
     # rayStartParams, template (and the replica counts) on a worker group
     assert isinstance(head["rayStartParams"], dict) and isinstance(workers["rayStartParams"], dict)
+    assert head["rayStartParams"]["num-cpus"] == "0"  # no task beside the GCS and the driver
+    assert "num-cpus" not in workers["rayStartParams"]  # workers: every core of their pod
     assert workers["groupName"] == "workers"
     assert (workers["replicas"], workers["minReplicas"], workers["maxReplicas"]) == (3, 3, 5)
     for group, cpu, memory in ((head, "1", "4Gi"), (workers, "8", "32Gi")):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -113,11 +114,16 @@ def local_slurm() -> Iterator[dict[str, str]]:
 
 def test_slurm_job_starts_ray_and_runs_the_pipeline(local_slurm: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "out"
+    # Token authentication, as a lab's cluster has it: a token file, RAY_AUTH_MODE unset. `ray start`
+    # turns the mode on from the file but Ray 2.60's `ray health-check` does not: the script settles it.
+    token = tmp_path / "ray_token"
+    token.write_text(secrets.token_hex(32))
     env = {
-        **local_slurm,
+        **{k: v for k, v in local_slurm.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")},
         "PYTHONPATH": str(PROJECT_ROOT),  # the job's `datapipe` is this checkout's
         "DATAPIPE_RAY_HEAD_IP": "127.0.0.1",  # one node: Ray on loopback
         "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_TOKEN_PATH": str(token),
     }
     cmd = ["datapipe", "cluster", "slurm", str(DEMO), "--output", str(out), "--cpus", str(os.cpu_count() or 1)]
     cmd += ["--port", str(_free_port()), "--log", str(tmp_path / "job-%j.log"), "--submit"]
@@ -160,6 +166,16 @@ def test_printed_script_is_valid_bash_with_the_sbatch_options(tmp_path: Path) ->
     for option in ("--nodes=3", "--cpus-per-task=16", "--mem=64G", "--time=2:00:00", "--partition=cpu", "--exclusive"):
         assert any(line.split()[1] == option for line in sbatch), option
     assert "source /opt/venv/bin/activate" in script and "trap stop_ray EXIT" in script
+    # On 3 nodes the head gives Ray one core less (the driver's): run the script's own lines for it.
+    lines = script.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("head_cpus="))
+    logic = "\n".join(lines[start : start + 2])
+    for nodes, cpus, want in (("a b c", 16, "15"), ("a", 16, "16"), ("a b", 1, "1")):
+        got = subprocess.run(
+            ["bash", "-c", f"nodes=({nodes}); cpus={cpus}\n{logic}\necho $head_cpus"], capture_output=True, text=True
+        )
+        assert got.stdout.strip() == want, (nodes, cpus, got.stderr)
+    assert next(line for line in lines if line.startswith("ray start --head")).count('--num-cpus="$head_cpus"') == 1
     run_line = next(line for line in script.splitlines() if line.startswith("datapipe run "))
     assert run_line == (
         f'datapipe run {DEMO} --ray-address "$head_ip:$port" --no-progress --output {Path("runs/demo").absolute()}'
