@@ -206,17 +206,24 @@ def _one_node_services() -> Iterator[None]:
     except ImportError:
         yield
         return
-    saved = {name: Node.__dict__[name] for name in _CLUSTER_SERVICES if name in Node.__dict__}
-    if len(saved) < len(_CLUSTER_SERVICES):
+    if not all(name in vars(Node) for name in _CLUSTER_SERVICES):
         yield  # not the Node this was written against: leave it alone
         return
-    for name in saved:
-        setattr(Node, name, _not_started)
+    with _patched(Node, dict.fromkeys(_CLUSTER_SERVICES, _not_started)):
+        yield
+
+
+@contextlib.contextmanager
+def _patched(owner: object, replacements: dict[str, Any]) -> Iterator[None]:
+    """``owner``'s attributes (a class's or a module's own) replaced while the block runs, then put back."""
+    saved = {name: vars(owner)[name] for name in replacements}
+    for name, value in replacements.items():
+        setattr(owner, name, value)
     try:
         yield
     finally:
-        for name, method in saved.items():
-            setattr(Node, name, method)
+        for name, value in saved.items():
+            setattr(owner, name, value)
 
 
 def _not_started(self: object, *args: object, **kwargs: object) -> None:
@@ -272,11 +279,8 @@ def _agent_stand_ins() -> Iterator[None]:
         mode = modes.get(component)
         return command if mode is None else [sys.executable, "-I", "-S", AGENT_STUB, *mode, "--", *command]
 
-    setattr(services, _COMMAND_BUILDER, stand_in)
-    try:
+    with _patched(services, {_COMMAND_BUILDER: stand_in}):
         yield
-    finally:
-        setattr(services, _COMMAND_BUILDER, build)
 
 
 # Ray's own observability, which an embedded Ray reports to nobody (no dashboard, no state API, no

@@ -359,51 +359,39 @@ def _finish(
     spec: RunSpec,
     timings: dict[str, float],
     log: Callable[[str], None],
-    sections: Sections | None = None,
+    sections: Sections,
 ) -> bool:
     """Every task done: the inputs checked against what the tasks read (before anything is built
     from them), statistics built and published, the run checked, then recorded as complete. False,
     with nothing recorded, when files of finished tasks were lost or damaged meanwhile (their tasks
     are then to be redone): run.json says complete only over every file the markers name."""
-    # Checking the inputs and building the audit database read the whole run: at scale they take long
-    # enough to need progress lines in a log too (runtime/heartbeat.py).
-    with Heartbeat(lambda elapsed: f"stats: checking inputs, building stats.duckdb, {duration(elapsed)} elapsed"):
-        return _finish_run(pipeline, record, spec, timings, log, sections)
-
-
-def _finish_run(
-    pipeline: Pipeline,
-    record: RunRecord,
-    spec: RunSpec,
-    timings: dict[str, float],
-    log: Callable[[str], None],
-    sections: Sections | None = None,
-) -> bool:
     from datapipe.engine.finish import build_stats, check_conservation, collect_counts
 
     folder = record.folder
-    record.check_inputs(log)
-    started = time.perf_counter()
-    if _repair(folder, log, hashes=False):  # sizes (on a store: one listing), before they are read
-        return False
-    counts = collect_counts(folder, spec)
-    with fault_scope("stats", "build"):
-        build_stats(folder, spec, counts)
-    folder.publish(*(f for f in RUN_FILES if f != "run.json"))  # run.json last: it says complete
-    fault_point("stats", 1)
-    timings["stats"] = round(time.perf_counter() - started, 3)
-    check_conservation(folder, counts)
-    record.check_finished(pipeline, spec)
-    # A Ray worker killed mid-write and retried leaves its temporary file behind; every task is
-    # done now, so whatever temporary name is left belongs to no live writer.
-    folder.sweep()
-    if _repair(folder, log, hashes=False):  # lost while statistics were built (an object store restarted)
-        return False
-    if sections is not None:
+    # Checking the inputs and building the audit database read the whole run: at scale they take long
+    # enough to need progress lines in a log too (runtime/heartbeat.py).
+    with Heartbeat(lambda elapsed: f"stats: checking inputs, building stats.duckdb, {duration(elapsed)} elapsed"):
+        record.check_inputs(log)
+        started = time.perf_counter()
+        if _repair(folder, log, hashes=False):  # sizes (on a store: one listing), before they are read
+            return False
+        counts = collect_counts(folder, spec)
+        with fault_scope("stats", "build"):
+            build_stats(folder, spec, counts)
+        folder.publish(*(f for f in RUN_FILES if f != "run.json"))  # run.json last: it says complete
+        fault_point("stats", 1)
+        timings["stats"] = round(time.perf_counter() - started, 3)
+        check_conservation(folder, counts)
+        record.check_finished(pipeline, spec)
+        # A Ray worker killed mid-write and retried leaves its temporary file behind; every task is
+        # done now, so whatever temporary name is left belongs to no live writer.
+        folder.sweep()
+        if _repair(folder, log, hashes=False):  # lost while statistics were built (an object store restarted)
+            return False
         sections.mark("end")
         record.run["driver_cpu_s"] = sections.record()
-    record.complete(timings, counts)
-    return True
+        record.complete(timings, counts)
+        return True
 
 
 def _short_error(exc: BaseException) -> str:

@@ -38,7 +38,13 @@ _written: list[Path] | None = None  # final paths written while recording_writes
 def temp_path_for(path: Path) -> Path:
     """A unique temporary sibling of ``path`` (same folder, so rename is atomic)."""
     _fault_enospc(path)
-    return path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    return path.with_name(path.name + _temp_suffix())
+
+
+def _temp_suffix() -> str:
+    """What a temporary file adds to its final name: unique per process and call, and what
+    ``is_temp_name``, ``final_name`` and the sweep recognise."""
+    return f"{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def is_temp_name(name: str) -> bool:
@@ -82,7 +88,7 @@ def write_copy(path: str, data: bytes) -> None:
     two and writes the copy again. The driver does this for every task that ran on another node
     (63 of 64 on 64 nodes): ~0.05 ms of CPU, against ~0.25 ms and a disk round trip's wait (the
     fsync) for ``write_bytes_atomic``, in the run's one serial process."""
-    tmp = f"{path}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = path + _temp_suffix()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
         fd = os.open(tmp, flags, 0o644)
