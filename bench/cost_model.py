@@ -287,18 +287,39 @@ def driver_sections(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     if len(have) < 2:
         return None
     pts: list[tuple[str, int, float, float]] = []  # (kind, tasks, wall s, own CPU s) of each phase section
+    # The same by part, where the runs recorded parts (runner._run_phases, since 2026-11-27 17:30 UTC):
+    # "held" (plan + commit: before the phase's first task is handed over and after its last marker),
+    # "submit" (handing over the others) and "results" (up to the last marker adopted).
+    parts: dict[str, list[tuple[str, int, float, float]]] = {"held": [], "submit": [], "results": []}
     for r in have:
+        by_phase: dict[str, dict[str, float]] = {}
         for name, s in r["driver_sections_s"].items():
             if name.startswith("phase:"):
-                p = name.split(":", 1)[1]
-                ph = r["phases"].get(p, {})
-                pts.append((kind(p), ph.get("tasks", 0), ph.get("wall_s") or 0.0, s))
+                p, _, part = name.split(":", 1)[1].partition(":")
+                by_phase.setdefault(p, {})[part or "whole"] = s
+        for p, cut in by_phase.items():
+            ph = r["phases"].get(p, {})
+            at = (kind(p), ph.get("tasks", 0), ph.get("wall_s") or 0.0)
+            pts.append((*at, sum(cut.values())))
+            if "plan" in cut and "commit" in cut:
+                parts["held"].append((*at, cut["plan"] + cut["commit"]))
+                parts["submit"].append((*at, cut.get("submit", 0.0)))
+                parts["results"].append((*at, cut.get("results", 0.0)))
     end = fit([(r["tasks"], 0.0, 1.0) for r in have], [r["driver_sections_s"].get("end", 0.0) for r in have], constant=True)
     sec = [r["driver_sections_s"] for r in have]
     rest = [r["driver_own_cpu_s"] - sum(x.values()) for r, x in zip(have, sec)]
     with_wall = _sections_fit(pts, wall=True)
+    split = None
+    if parts["held"]:
+        split = {
+            "runs": sum(1 for r in have if any(n.endswith(":plan") for n in r["driver_sections_s"])),
+            "held": _sections_fit(parts["held"], wall=False)["kinds"],
+            "submit": _sections_fit(parts["submit"], wall=False)["kinds"],
+            "results": _sections_fit(parts["results"], wall=True),
+        }
     return {
         "runs": len(have),
+        "split": split,
         "kinds": with_wall["kinds"],
         "per_wall_s": with_wall["per_wall_s"],
         "per_task_only": _sections_fit(pts, wall=False)["kinds"],
@@ -466,6 +487,35 @@ def model(
             if k is not None:
                 upper += k["per_task_s"] * ph["crawl_tasks"] + k["per_phase_s"]
         driver_parts_upper = upper
+    # Where the runs recorded each phase by part: what of the driver's CPU holds the run up. A phase's
+    # tasks are all handed to Ray at its start and Ray gives a freed core the next queued task without
+    # the driver, so the driver's work while tasks run (handing over all but the first K, taking
+    # results and adopting markers, the heartbeat and the loop's wake-ups) runs beside them on the
+    # head's core; what holds the run up is the start, each phase's plan and commit (before its first
+    # task and after its last marker), handing over its first K tasks (the cores wait for them: at most
+    # K x the part per task) and the end of the run. Checked: the work beside the tasks stays under one
+    # core in every phase, and the handing over of a phase ends before its first tasks do.
+    held = None
+    if sections is not None and sections["split"] is not None:
+        sp = sections["split"]
+        per_wall_split = sp["results"]["per_wall_s"]
+        held_parts: dict[str, float] = {}
+        beside: list[dict[str, Any]] = []
+        for ph in per_phase:
+            n, k = ph["crawl_tasks"], ph["kind"]
+            h, sub, res = sp["held"].get(k), sp["submit"].get(k), sp["results"]["kinds"].get(k)
+            if h is None or sub is None or res is None:
+                continue
+            held_parts[k] = held_parts.get(k, 0.0) + h["per_task_s"] * n + h["per_phase_s"]
+            held_parts["handing over the first K tasks"] = (
+                held_parts.get("handing over the first K tasks", 0.0) + sub["per_task_s"] * min(n, K) + sub["per_phase_s"]
+            )
+            side = sub["per_task_s"] * max(0, n - K) + res["per_task_s"] * n + res["per_phase_s"]
+            side += MIRROR_COPY_S * (NODES - 1) / NODES * n
+            beside.append({"phase": ph["phase"], "kind": k, "tasks": n, "beside_s": side, "submit_s": sub["per_task_s"] * n})
+        held_parts["end"] = sections["end"][0] * total_tasks + sections["end"][1]
+        held_parts["start, Ray's shutdown, exit"] = driver_parts["start, Ray's shutdown, exit"]
+        held = {"parts": held_parts, "beside": beside, "per_wall_s": per_wall_split, "runs": sp["runs"]}
     # Ray's threads in the driver handle tasks, not documents: per task and per run, as the driver's own.
     drv_ray = fit([(r["tasks"], 0.0, 1.0) for r in runs], [r.get("driver_ray_threads_cpu_s", 0.0) for r in runs], constant=True)
     ray = fit(xs, [r["tree_cpu_s"] - r["task_cpu_s"] - r["driver_cpu_s"] for r in runs], constant=True)
@@ -500,10 +550,26 @@ def model(
     # driver = per task + per_wall x total, total = the rest + driver.
     rest_s = wall + ray_parallel_s + marker_s + transfer_s + start_s
     driver_s = (driver_s + per_wall * rest_s) / (1.0 - per_wall)
-    total_s = rest_s + driver_s
+    if held is None:
+        total_s = rest_s + driver_s
+        driver_row = ("the driver's CPU in its own threads (dispatch, completions, markers, plans, end of run)", driver_s)
+    else:
+        held_s = sum(held["parts"].values())
+        total_s = rest_s + held_s
+        walls = {ph["phase"]: ph for ph in phase_rows}
+        for b in held["beside"]:  # the driver's CPU beside running tasks, as a share of one core
+            w = walls[b["phase"]]["wall_s"]
+            b["core_share"] = (b["beside_s"] + held["per_wall_s"] * w) / w
+            b["submit_vs_task"] = b["submit_s"] / walls[b["phase"]]["task_wall_s"]
+        held.update(held_s=held_s, beside_s=sum(b["beside_s"] for b in held["beside"]) + held["per_wall_s"] * total_s)
+        driver_row = (
+            "the driver's CPU that holds the run up (start, each phase's plan and commit, "
+            "its first K tasks handed over, end of run)",
+            held_s,
+        )
     longest = max(phase_rows, key=lambda ph: ph["task_wall_s"] * ph["straggler"])
     serial = [
-        ("the driver's CPU in its own threads (dispatch, completions, markers, plans, end of run)", driver_s),
+        driver_row,
         ("the driver's store listings (markers at the start and the sweep; every object at the end, 3 times)", marker_s),
         (f"the longest single task ({longest['phase']}, its straggler)", longest["task_wall_s"] * longest["straggler"]),
         ("Ray's start and the run's fixed costs", start_s),
@@ -527,6 +593,7 @@ def model(
         "driver_sections": sections,
         "driver_parts": driver_parts,
         "driver_upper_s": driver_parts_upper,
+        "driver_held": held,
         "rest_s": rest_s,
         "ray_fit": ray,
         "request_fit": req,
@@ -674,7 +741,12 @@ def estimate_md(
         f"| store transfer, not overlapped ({est['moved_bytes'] / 1e12:,.1f} TB at {NODES} x {NODE_GBPS} GB/s) | "
         f"{est['moved_fit'][0] / 1e3:,.1f} kB per task + {est['moved_fit'][1]:,.0f} B per doc | "
         f"{est['transfer_s']:,.0f} | {est['transfer_s'] / T:.0%} |",
-        "| **serial:** the driver's CPU in its own threads (loop, markers, plans, end of run) | "
+        *(_held_rows(est) if est["driver_held"] is not None else []),
+        (
+            "| **serial:** the driver's CPU in its own threads (loop, markers, plans, end of run) | "
+            if est["driver_held"] is None
+            else "| (all of the driver's own CPU, were it serial: the bound before the parts were recorded) | "
+        )
         + (
             f"recorded by the driver by section ({est['driver_sections']['runs']} runs; below): "
             f"{d[0] * 1e3:,.2f} ms per task over the crawl's mix + {d[2]:,.1f} s (its start)"
@@ -687,7 +759,11 @@ def estimate_md(
             if est["driver_measured"] is not None
             else f"{d[0] * 1e3:,.2f} ms per task + {d[1] * 1e6:,.2f} us per doc + {d[2]:,.1f} s"
         )
-        + f" | {est['driver_s']:,.0f} | {est['driver_s'] / T:.1%} |",
+        + (
+            f" | {est['driver_s']:,.0f} | {est['driver_s'] / T:.1%} |"
+            if est["driver_held"] is None
+            else f" | ({est['driver_s']:,.0f}) | ({est['driver_s'] / (T - est['driver_held']['held_s'] + est['driver_s']):.1%}) |"
+        ),
         f"| beside it: Ray's threads in the driver (submission, results, gRPC, timers), on the driver node's other "
         f"cores | {est['driver_ray_fit'][0] * 1e3:,.2f} ms per task + {est['driver_ray_fit'][1] * 1e6:,.2f} us per doc + "
         f"{est['driver_ray_fit'][2]:,.1f} s | ({est['driver_ray_s']:,.0f} CPU s: {est['driver_ray_s'] / T:.0%} of one core "
@@ -718,6 +794,23 @@ def estimate_md(
     ]
     out += ["", "Choices of `split.shuffle_groups` (G), and the merged files split by key range:", "", designs_md(options)]
     return "\n".join(out), est, options
+
+
+def _held_rows(est: dict[str, Any]) -> list[str]:
+    """The driver's CPU in the estimate where the runs recorded each phase by part: what holds the run
+    up (serial), and what runs beside the tasks (on the head's core; its largest share of one core)."""
+    held, T = est["driver_held"], est["total_s"]
+    top = max(held["beside"], key=lambda b: b["core_share"])
+    sub = max(held["beside"], key=lambda b: b["submit_vs_task"])
+    return [
+        f"| **serial:** the driver's CPU that holds the run up: its start, each phase's plan and commit, handing "
+        f"over a phase's first {est['cores']:,} tasks, the end of the run | recorded by the driver by part "
+        f"({held['runs']} runs; below) | {held['held_s']:,.0f} | {held['held_s'] / T:.1%} |",
+        f"| beside the tasks: the rest of the driver's CPU (handing over the later tasks, results and markers, "
+        f"the heartbeat), on the head's own core | at most {top['core_share']:.1%} of one core in any phase "
+        f"({top['phase']}); handing a phase over takes at most {sub['submit_vs_task']:.1%} of one of its tasks' "
+        f"wall ({sub['phase']}) | ({held['beside_s']:,.0f} CPU s) | - |",
+    ]
 
 
 def driver_sections_md(est: dict[str, Any]) -> str:
@@ -776,6 +869,37 @@ def driver_sections_md(est: dict[str, Any]) -> str:
         )
         + ".",
     ]
+    held = est["driver_held"]
+    if held is not None:
+        sp = sec["split"]
+        lines += [
+            "",
+            f"By part ({held['runs']} runs recorded each phase as its plan, handing over, results and commit): "
+            "the plan (up to the phase's first task handed over) and the commit (after its last marker) hold the "
+            "run up, as does handing over the first tasks while cores wait for them; handing over the rest and "
+            "taking results run beside the tasks. Each part fitted per kind of phase as a part per task and one "
+            "per phase (results with a part per second of wall shared by all kinds).",
+            "",
+            "| kind | plan + commit ms per task | plan + commit ms per phase | handing over ms per task | "
+            "results ms per task | results ms per phase | crawl s holding the run up |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for k in sorted(sp["held"]):
+            h, sub, res = sp["held"][k], sp["submit"].get(k, {}), sp["results"]["kinds"].get(k, {})
+            lines.append(
+                f"| {k} | {h['per_task_s'] * 1e3:.3f} | {h['per_phase_s'] * 1e3:.1f} | "
+                f"{sub.get('per_task_s', 0.0) * 1e3:.3f} | {res.get('per_task_s', 0.0) * 1e3:.3f} | "
+                f"{res.get('per_phase_s', 0.0) * 1e3:.1f} | {held['parts'].get(k, 0.0):,.1f} |"
+            )
+        lines += [
+            "",
+            "Holding the run up, crawl seconds: "
+            + "; ".join(f"{k} {v:,.1f}" for k, v in held["parts"].items())
+            + f"; **{held['held_s']:,.0f} s, {held['held_s'] / est['total_s']:.1%} of the run**. Beside the tasks, "
+            "the driver's share of one core by phase: "
+            + ", ".join(f"{b['phase']} {b['core_share']:.1%}" for b in held["beside"])
+            + f" (results' part per second of wall {held['per_wall_s'] * 1e3:.2f} ms).",
+        ]
     return "\n".join(lines)
 
 

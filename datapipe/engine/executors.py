@@ -29,6 +29,14 @@ from datapipe.runtime import kernel_warmup
 
 # (task key, its marker, or the marker's bytes as committed, or the exception the task ended with)
 Outcome = tuple[str, dict[str, Any] | bytes | Exception]
+# Called with "plan" just before a phase's first task is handed over and "submit" once all are: the
+# driver's own CPU of the phase is recorded by part (runtime/own_cpu.Sections), since only what
+# comes before the first task and after the last one holds the run up (docs/scaling.md).
+Mark = Callable[[str], None]
+
+
+def no_mark(part: str) -> None:
+    return None
 
 
 class Executor(Protocol):
@@ -46,12 +54,13 @@ class Executor(Protocol):
         """The CPUs the run's map tasks are sized for (a run planned first here keeps that split)."""
         ...
 
-    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
+    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task], mark: Mark = no_mark) -> Iterator[Outcome]:
         """Run ``tasks`` of ``phase``; one outcome per task, in any order: its marker (a dict, or its
         bytes as the task committed them: ``RunFolder.adopt_marker`` takes either). A task's failure is an
         outcome (the others go on); retries, where the executor has them, are already spent. Each
         task gets ``phase.committed`` (``run_task``'s ``committed``): in a remote run folder, a task
-        in another process learns from it what earlier phases committed."""
+        in another process learns from it what earlier phases committed. ``mark``: see ``Mark``
+        (an executor that runs tasks in the driver's own process calls it for nothing)."""
         ...
 
 
@@ -74,7 +83,7 @@ class InProcessExecutor:
     def cpus(self) -> int:
         return self._cpus
 
-    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
+    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task], mark: Mark = no_mark) -> Iterator[Outcome]:
         for task in tasks:
             try:
                 yield task.key, run_task(phase.name, task.key, phase.fn, spec, *task.args, committed=phase.committed)
@@ -129,7 +138,7 @@ class RayExecutor:
 
         return int(ray.cluster_resources().get("CPU", 1))
 
-    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
+    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task], mark: Mark = no_mark) -> Iterator[Outcome]:
         import ray
 
         if self._warmup is not None:  # waited for here, so it overlaps Ray's start and the planning
@@ -157,6 +166,7 @@ class RayExecutor:
         # and phase (``.options`` and the strategy per task were ~0.05 ms of the driver's thread each;
         # map1, map2, pack and the rounds that read owners' rows place every task).
         on_node: dict[str | None, Any] = {}
+        mark("plan")
         for t, given in zip(tasks, args):
             if not _is_node_id(t.node):
                 placed = remote
@@ -165,6 +175,7 @@ class RayExecutor:
             ref = placed.remote(call, (t.key, *given))
             pending[t.key] = ref  # held until its result came: a dropped ref's object may be freed
             _when_done(ref, partial(_queue_outcome, done, t.key))
+        mark("submit")
         while pending:
             try:  # a timeout, so Ctrl-C is seen while every task runs
                 key, value = done.get(timeout=self.POLL_SECONDS)

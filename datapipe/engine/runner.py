@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from datapipe.engine.disk_full import DiskFull, find_disk_full
 from datapipe.engine.errors import PipelineError
-from datapipe.engine.executors import Executor, InProcessExecutor, local_cpus, make_executor
+from datapipe.engine.executors import Executor, InProcessExecutor, Mark, local_cpus, make_executor, no_mark
 from datapipe.engine.faults import fault_point
 from datapipe.engine.phases import Phase, Task, plan_phases
 from datapipe.engine.plan import Recorded, RunSpec, build_stage, forget_stages, input_bytes, make_spec, split_target
@@ -279,11 +280,18 @@ def _run_phases(
             continue
         if committed is not None:
             phase = replace(phase, committed=tuple(committed))
-        _run_phase(result, folder, phase, work, executor, spec, timings, show_progress)
+        # The phase's parts: "plan" up to its first task handed over, "submit" the rest handed over,
+        # "results" up to the last task's marker adopted (these two overlap running tasks), "commit" the
+        # rest (with "plan", what holds the run up between phases).
+        mark = no_mark if sections is None else partial(_mark_part, sections, phase.name)
+        _run_phase(result, folder, phase, work, executor, spec, timings, show_progress, mark)
         if committed is not None:
             committed.append(folder.committed(phase.name))  # from the markers it holds: no store read
-        if sections is not None:
-            sections.mark(f"phase:{phase.name}")
+        mark("commit")
+
+
+def _mark_part(sections: Sections, phase: str, part: str) -> None:
+    sections.mark(f"phase:{phase}:{part}")
 
 
 def _all_tasks(spec: RunSpec, folder: RunFolder) -> list[tuple[str, str]]:
@@ -316,9 +324,10 @@ def _run_phase(
     spec: RunSpec,
     timings: dict[str, float],
     show_progress: bool,
+    mark: Mark = no_mark,
 ) -> None:
     """Run the phase's unfinished tasks, counting their outcomes as they come; its failures, all of
-    them, end the run once the phase is over."""
+    them, end the run once the phase is over. ``mark``: the driver's CPU by part (executors.Mark)."""
     name = phase.name
     done = folder.read_markers(name)  # one listing of the phase's markers, not one read per task
     todo = [task for task in work if task.key not in done]
@@ -330,7 +339,7 @@ def _run_phase(
     failures: list[str] = []
     disk_full: DiskFull | None = None
     with PhaseProgress(name, len(work), len(work) - len(todo), phase.unit, enabled=show_progress) as progress:
-        for key, outcome in executor.outcomes(spec, phase, todo):
+        for key, outcome in executor.outcomes(spec, phase, todo, mark):
             if isinstance(outcome, Exception):  # retried where the executor retries; keep the others running
                 failures.append(f"{name} {key}: {_short_error(outcome)}")
                 disk_full = disk_full or find_disk_full(outcome)
@@ -341,6 +350,7 @@ def _run_phase(
             result.executed_tasks += 1
             progress.advance(marker.get("docs_in", 0) if marker is not None else 0)
             fault_point(name, progress.done - progress.resumed)
+    mark("results")
     elapsed = time.perf_counter() - started
     timings[name] = round(timings.get(name, 0.0) + elapsed, 3)
     result.phases.append({"phase": name, "tasks": len(work), "ran": len(todo), "seconds": round(elapsed, 3)})

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from datapipe.engine.executors import Executor, InProcessExecutor, Outcome, RayExecutor, make_executor
+from datapipe.engine.executors import Executor, InProcessExecutor, Mark, Outcome, RayExecutor, make_executor, no_mark
 from datapipe.engine.phases import Phase, Task
 from datapipe.engine.plan import RunSpec
 from datapipe.engine.runner import RunResult, run_pipeline
@@ -40,9 +40,9 @@ class CountingExecutor:
     def cpus(self) -> int:
         return self.inner.cpus()
 
-    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
+    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task], mark: Mark = no_mark) -> Iterator[Outcome]:
         self.tasks[phase.name] += len(tasks)
-        for outcome in self.inner.outcomes(spec, phase, tasks):
+        for outcome in self.inner.outcomes(spec, phase, tasks, mark):
             self.outcomes_seen += 1
             yield outcome
 
@@ -71,6 +71,12 @@ def test_in_process_and_ray_executors_give_identical_outputs(demo_project: Path,
     assert fingerprint(tmp_path / "here") == fingerprint(tmp_path / "ray")  # shard bytes, docs, documents table
     nodes = {json.loads(p.read_text())["node"] for p in (tmp_path / "ray" / "_work" / "markers").rglob("*.json")}
     assert nodes and "local" not in nodes  # the Ray run's tasks did run in Ray's workers
+    # The driver's own CPU of each phase, by part: before its first task was handed over, the others
+    # handed over, the results, the commit (runner._run_phases; docs/scaling.md fits each).
+    sections = json.loads((tmp_path / "ray" / "run.json").read_text())["driver_cpu_s"]
+    for phase in ray.phases:
+        parts = {k.rsplit(":", 1)[1] for k in sections if k.startswith(f"phase:{phase['phase']}:")}
+        assert parts == {"plan", "submit", "results", "commit"}, (phase, sections)
 
 
 def test_a_custom_executor_drives_a_run(demo_project: Path, tmp_path: Path) -> None:

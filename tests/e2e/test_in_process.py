@@ -50,9 +50,11 @@ def test_in_process_run_completes_without_importing_ray(tmp_path: Path) -> None:
     assert run["status"] == "complete"
     assert run["counts"]["documents"] == len(lines) == run["counts"]["kept"] + run["counts"]["rejected"]
     assert {"map0", "shuffle0", "map1", "pack"} <= set(run["timings"])  # dedup decides in its partitions
-    # The driver's own CPU by section: the start (imports, planning), each phase, the end.
+    # The driver's own CPU by section: the start (imports, planning), each phase's parts, the end; in
+    # this process tasks are not handed over, so a phase's parts are its results and its commit.
     sections = run["driver_cpu_s"]
-    assert {"start", "phase:map0", "phase:pack", "end"} <= set(sections)
+    assert {"start", "phase:map0:results", "phase:map0:commit", "phase:pack:results", "end"} <= set(sections)
+    assert not any(s.endswith((":plan", ":submit")) for s in sections), sections
     assert sections["start"] > 0 and all(v >= 0 for v in sections.values())
     with connect_stats(out) as con:
         assert con.execute("select count(*) from documents").fetchone()[0] == len(lines)
