@@ -219,8 +219,46 @@ def driver_fit_md(est: dict[str, Any]) -> str:
         f"{kinds}, {sec['per_wall_s'] * 1e3:.2f} ms per second of wall, the end of the run "
         f"{sec['end'][0] * 1e3:.2f} ms per task of the run + {sec['end'][1]:.2f} s ({sec['runs']} runs of "
         f"{min(sec['tasks']):,}-{max(sec['tasks']):,} tasks); over the crawl's {est['total_tasks']:,} tasks "
-        f"{est['driver_s']:,.0f} s, {est['driver_s'] / est['total_s']:.1%} of the run, and without the part per "
+        f"{est['driver_s']:,.0f} s, {_all_share(est):.1%} of the run were all of it serial, and without the part per "
         f"second {upper:,.0f} s, {upper / (est['rest_s'] + upper):.1%}"
+    )
+
+
+def _all_share(est: dict[str, Any]) -> float:
+    """The driver's whole own CPU as a share of the run, were all of it serial (the estimate before the
+    phases were recorded by part charged it so)."""
+    held = est.get("driver_held")
+    return held["all_share"] if held else est["driver_s"] / est["total_s"]
+
+
+def held_runs_md(est: dict[str, Any]) -> str:
+    """Each run that recorded the phases by part: its parts summed over the phases."""
+    sec = est.get("driver_sections") or {}
+    runs = (sec.get("split") or {}).get("per_run", [])
+    if not runs:
+        return "(no run recorded the phases by part)"
+    return (
+        "Own CPU summed over the phases, per run: "
+        + "; ".join(
+            f"{r['tasks']:,} tasks (wall {r['wall_s']:,.0f} s): plan {r['plan']:.2f} s, submit {r['submit']:.2f}, "
+            f"results {r['results']:.2f}, commit {r['commit']:.2f}; start {r['start']:.2f}, end {r['end']:.2f}"
+            for r in runs
+        )
+        + "."
+    )
+
+
+def _held_verdict(est: dict[str, Any]) -> str:
+    """What of the driver's CPU holds the run up, where the runs recorded each phase by part."""
+    held = est.get("driver_held")
+    if held is None:
+        return ""
+    top = max(held["beside"], key=lambda b: b["core_share"])
+    return (
+        f"Of the driver's CPU, what holds the run up (its start, each phase's plan and commit, handing over a "
+        f"phase's first {est['cores']:,} tasks, the end of the run) is {held['held_s']:,.0f} s, "
+        f"{held['held_s'] / est['total_s']:.1%} of the run; the rest runs beside the tasks on the head's own "
+        f"core, at most {top['core_share']:.1%} of it in any phase ({top['phase']}). "
     )
 
 
@@ -242,9 +280,11 @@ def verdict_md(est: dict[str, Any], split: dict[str, Any]) -> str:
         f"{footer_h:,.0f} core-hours of it ({', '.join(f'{k} {v:,.1f}' for k, v in footer_top)}: a map task "
         f"parses G files of each kind of decisions it applies); with one file per merge task (before) it was {before_h:,.0f} "
         f"core-hours at the same `split.shuffle_groups` and the estimate {split['total_s'] / 3600:.2f} h. "
-        f"The driver's CPU in its own threads ({est['driver_fit'][0] * 1e3:.2f} ms per "
-        f"task) over {est['total_tasks']:,} tasks is {est['driver_s']:,.0f} s, {est['driver_s'] / est['total_s']:.1%} of the "
-        f"run; within 5% of 1.5 h it must stay under {0.05 * 5400 / est['total_tasks'] * 1e3:.2f} ms per task "
+        + _held_verdict(est)
+        + f"The driver's CPU in its own threads ({est['driver_fit'][0] * 1e3:.2f} ms per "
+        f"task) over {est['total_tasks']:,} tasks is {est['driver_s']:,.0f} s, {_all_share(est):.1%} of the "
+        f"run{' were all of it serial' if est.get('driver_held') else ''}; within 5% of 1.5 h it must stay under "
+        f"{0.05 * 5400 / est['total_tasks'] * 1e3:.2f} ms per task "
         f"(here: {est['map_tasks']:,} per map phase, "
         f"{next(ph['crawl_tasks'] for ph in est['phases'] if ph['kind'] == 'pack'):,} pack tasks of "
         f"2^{TOKENS_PER_PACK_TASK.bit_length() - 1} tokens, "
@@ -278,6 +318,7 @@ def render(
     for key, value in (
         ("DRIVER_THREADS", driver_threads_md(runs)),
         ("DRIVER_FIT", driver_fit_md(est)),
+        ("HELD_RUNS", held_runs_md(est)),
         ("GETS", gets_md(scale["extra"]["scales"])),
         ("ACCEPTANCE", acceptance_md(scale)),
         ("EXPLAIN", explain_md(explain)),

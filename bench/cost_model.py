@@ -229,6 +229,9 @@ def driver_measured(path: Path = DRIVER_JSON) -> dict[str, Any] | None:
     }
 
 
+PARTS = ("plan", "submit", "results", "commit")  # a phase's parts as the runner records them
+
+
 def _sections_fit(pts: list[tuple[str, int, float, float]], wall: bool) -> dict[str, Any]:
     """One non-negative least squares over every phase section: ``cpu = a_kind x tasks + c_kind (+ w x
     wall seconds)``, ``w`` shared by every kind (what the driver spends per second whatever it does:
@@ -311,7 +314,16 @@ def driver_sections(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     with_wall = _sections_fit(pts, wall=True)
     split = None
     if parts["held"]:
+        per_run = []
+        for r in have:
+            x = r["driver_sections_s"]
+            if any(n.endswith(":plan") for n in x):
+                sums = {p: sum(v for n, v in x.items() if n.startswith("phase:") and n.endswith(f":{p}")) for p in PARTS}
+                per_run.append(
+                    {"tasks": r["tasks"], "wall_s": r["wall_s"], "start": x.get("start", 0.0), "end": x.get("end", 0.0), **sums}
+                )
         split = {
+            "per_run": per_run,
             "runs": sum(1 for r in have if any(n.endswith(":plan") for n in r["driver_sections_s"])),
             "held": _sections_fit(parts["held"], wall=False)["kinds"],
             "submit": _sections_fit(parts["submit"], wall=False)["kinds"],
@@ -561,7 +573,11 @@ def model(
             w = walls[b["phase"]]["wall_s"]
             b["core_share"] = (b["beside_s"] + held["per_wall_s"] * w) / w
             b["submit_vs_task"] = b["submit_s"] / walls[b["phase"]]["task_wall_s"]
-        held.update(held_s=held_s, beside_s=sum(b["beside_s"] for b in held["beside"]) + held["per_wall_s"] * total_s)
+        held.update(
+            all_share=driver_s / (rest_s + driver_s),
+            held_s=held_s,
+            beside_s=sum(b["beside_s"] for b in held["beside"]) + held["per_wall_s"] * total_s,
+        )
         driver_row = (
             "the driver's CPU that holds the run up (start, each phase's plan and commit, "
             "its first K tasks handed over, end of run)",
@@ -762,7 +778,7 @@ def estimate_md(
         + (
             f" | {est['driver_s']:,.0f} | {est['driver_s'] / T:.1%} |"
             if est["driver_held"] is None
-            else f" | ({est['driver_s']:,.0f}) | ({est['driver_s'] / (T - est['driver_held']['held_s'] + est['driver_s']):.1%}) |"
+            else f" | ({est['driver_s']:,.0f}) | ({est['driver_held']['all_share']:.1%}) |"
         ),
         f"| beside it: Ray's threads in the driver (submission, results, gRPC, timers), on the driver node's other "
         f"cores | {est['driver_ray_fit'][0] * 1e3:,.2f} ms per task + {est['driver_ray_fit'][1] * 1e6:,.2f} us per doc + "
