@@ -28,7 +28,7 @@ Markers (declared in pyproject.toml; the ones marked * are set here, in pytest_c
 
 Tiers:
 
-    python -m pytest -q -n 2 --dist loadfile       everything, in two processes (CI: .ci/run)
+    python -m pytest -q -n 3 --dist loadfile       everything, in three processes (CI: .ci/run)
     python -m pytest -q -m "not e2e and not slow"  the fast loop: no Ray started, no whole run on Ray
                                                    (585 tests, 2 min of CPU on 2 cores; a test that takes
                                                    tens of seconds goes to e2e/ or gets marked slow)
@@ -68,7 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _isolate_xdist_worker() -> None:
-    """Under pytest-xdist (``-n 2``) each worker process gets its own datapipe cache folder, so the two
+    """Under pytest-xdist (``-n 3``) each worker process gets its own datapipe cache folder, so the
     embedded Rays keep their session files (sockets, logs) apart. What datapipe builds once and shares
     between processes by design is linked to the base cache: the language-ID model (fetched under a file
     lock), the numba warm-up stamps and the Unicode tables (written whole by rename)."""

@@ -241,7 +241,7 @@ def test_split_run_equals_unsplit_run_through_the_engine(ray_local, tmp_path: Pa
         f.write(b"\n" + b"\n".join(big.read_bytes().splitlines()[:30]) + b"\n")
     texts = [json.loads(line)["text"] for line in shared_path("corpus", "zh_wikipedia.jsonl").read_text().splitlines()[:200]]
     pq.write_table(pa.table({"text": texts}), tmp_path / "wiki.parquet", row_group_size=20)
-    (tmp_path / "web.warc.gz").write_bytes(shared_path("web", "warc", "whirlwind_whirlwind.warc.gz").read_bytes() * 8)
+    (tmp_path / "web.warc.gz").write_bytes(shared_path("web", "warc", "whirlwind_whirlwind.warc.gz").read_bytes() * 4)
     tiny = tmp_path / "tiny"
     tiny.mkdir()
     for i, line in enumerate(shared_path("corpus", "zh_pingcap_docs.jsonl").read_text().splitlines()[:12]):
