@@ -292,7 +292,7 @@ def driver_sections(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     pts: list[tuple[str, int, float, float]] = []  # (kind, tasks, wall s, own CPU s) of each phase section
     # The same by part, where the runs recorded parts (runner._run_phases, since 2026-11-27 17:30 UTC):
     # "held" (plan + commit: before the phase's first task is handed over and after its last marker),
-    # "submit" (handing over the others) and "results" (up to the last marker adopted).
+    # "submit" (handing its tasks over) and "results" (up to the last marker adopted).
     parts: dict[str, list[tuple[str, int, float, float]]] = {"held": [], "submit": [], "results": []}
     for r in have:
         by_phase: dict[str, dict[str, float]] = {}

@@ -521,7 +521,7 @@ def run_scale(
         "driver_cpu_us_per_doc": (r["driver_cpu_s"] or 0.0) / docs * 1e6,
         # The driver's own threads' CPU by section of the run, as the driver itself recorded it in
         # run.json (runtime/own_cpu.py): "start" (imports, planning, Ray's start), "phase:<name>:<part>"
-        # (plan: up to its first task handed over; submit: the others handed over; results: up to the
+        # (plan: up to its first task handed over; submit: handing its tasks over; results: up to the
         # last marker adopted; commit: the rest), "executor_exit", "end" (checks, statistics, sweep).
         # Runs before 2026-11-27 17:30 UTC recorded each phase whole, as "phase:<name>".
         "driver_sections_s": run.get("driver_cpu_s"),

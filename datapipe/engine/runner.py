@@ -280,7 +280,7 @@ def _run_phases(
             continue
         if committed is not None:
             phase = replace(phase, committed=tuple(committed))
-        # The phase's parts: "plan" up to its first task handed over, "submit" the rest handed over,
+        # The phase's parts: "plan" up to its first task handed over, "submit" handing its tasks over,
         # "results" up to the last task's marker adopted (these two overlap running tasks), "commit" the
         # rest (with "plan", what holds the run up between phases).
         mark = no_mark if sections is None else partial(_mark_part, sections, phase.name)
