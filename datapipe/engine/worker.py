@@ -81,18 +81,18 @@ SpecSlots = tuple[tuple[int, str], ...]
 SPEC_FIELDS = ("shards", "segments")
 
 
-def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots, Any], task: tuple[Any, ...]) -> bytes:
-    """``run_task`` as Ray calls it: ``call`` (the phase's name, function, committed phases, spec
-    slots and the spec's ref) is one object per phase in Ray's object store, so submitting a task
-    serializes its key and arguments only (pickling the function and the refs for every task was ~a
-    third of the driver's CPU per task). ``task``: its key and arguments, one object (Ray serializes
-    each argument of a call on its own: one tuple instead of three to five cost the driver ~0.05 ms
-    less per task). An argument in a spec slot came as its index in the spec, which the task has anyway.
+def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots], spec: RunSpec, task: tuple[Any, ...]) -> bytes:
+    """``run_task`` as Ray calls it: ``call`` (the phase's name, function, committed phases and spec
+    slots) is one object per phase in Ray's object store, so submitting a task serializes its key and
+    arguments only (pickling the function and the refs for every task was ~a third of the driver's CPU
+    per task). ``spec``: the run's spec, by ref, put once per run (Ray unpickles it for each task).
+    ``task``: its key and arguments, one object (Ray serializes each argument of a call on its own:
+    one tuple instead of three to five cost the driver ~0.05 ms less per task). An argument in a spec
+    slot came as its index in the spec, which the task has anyway.
 
     Returns the marker's bytes as committed: the driver parses them once to cache the marker
     (``RunFolder.adopt_marker``), where a dict cost it a pickle's decoding and a JSON encoding too."""
-    phase, fn, committed, slots, spec_ref = call
-    spec = _spec_of(spec_ref)
+    phase, fn, committed, slots = call
     key, args = task[0], task[1:]
     if slots:
         given = list(args)
@@ -127,29 +127,6 @@ def spec_slots(spec: RunSpec, tasks: Sequence[Any]) -> tuple[SpecSlots, list[tup
             given[position] = index[id(given[position])][1]
         packed.append(tuple(given))
     return tuple(slots), packed
-
-
-# The run's spec, by its Ray object id, as this process got it: one per worker process, not one per
-# task. Ray deserializes a task's top-level arguments for every call, and the spec holds every map
-# task's shard: at a crawl's 37,253 shards it pickles to ~14 MB and took ~0.37 s to unpickle
-# (measured 2026-11-27; 12 ms at 2,998 shards), per task, in every task of every phase, with the
-# task's memory holding a fresh copy each time. A ref inside ``call`` is left for the task to fetch.
-_SPEC: dict[str, RunSpec] = {}
-
-
-def _spec_of(ref: RunSpec | Any) -> RunSpec:
-    """The spec a task was handed: as it is, or fetched through its ref once per process and run."""
-    if isinstance(ref, RunSpec):
-        return ref
-    oid = ref.hex()
-    spec = _SPEC.get(oid)
-    if spec is None:
-        import ray
-
-        spec = ray.get(ref)
-        _SPEC.clear()  # another run's spec (a test session's worker) is not kept
-        _SPEC[oid] = spec
-    return spec
 
 
 _RESOLVED: dict[str, CommittedPhase] = {}  # Ray object id -> the phase it holds, as this process got it

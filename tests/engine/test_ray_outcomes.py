@@ -64,27 +64,3 @@ def test_a_map_task_is_sent_its_shard_and_segment_by_index_and_gets_them_back(tm
     plain = [Task("a", (spec.segments[0], 3)), Task("b", (spec.segments[0], 4))]
     assert spec_slots(spec, plain) == (((0, "segments"),), [(0, 3), (0, 4)])
     assert spec_slots(spec, [Task("c", ("x",)), Task("d", (spec.segments[0],))]) == ((), [("x",), (spec.segments[0],)])
-
-
-_SPECS_SEEN: list[plan.RunSpec] = []  # in a worker: every spec its tasks were handed, kept alive so ids differ
-
-
-def _note_spec(spec: plan.RunSpec, i: int) -> dict[str, Any]:
-    import os
-
-    _SPECS_SEEN.append(spec)
-    return {"pid": os.getpid(), "specs": len({id(s) for s in _SPECS_SEEN}), "seen": len(_SPECS_SEEN)}
-
-
-def test_a_worker_gets_the_spec_once_not_once_per_task(ray_local: str, tmp_path: Path) -> None:
-    """The spec holds every shard (~14 MB pickled at a crawl's 37k): Ray deserializes a task's arguments
-    for every call, so it travels as a ref that each worker process fetches once (worker.py ``_spec_of``)."""
-    spec = plan.make_spec(load_pipeline(ROOT / "pipelines" / "demo.yaml"), tmp_path / "out", tmp_path / "cache", 1 << 16)
-    phase = Phase("spec_once_test", _note_spec, (), {"num_cpus": 1}, "tasks")
-    tasks = [Task(f"t{i}", (i,)) for i in range(12)]
-    with RayExecutor() as ex:
-        markers = [json.loads(v) for _, v in ex.outcomes(spec, phase, tasks)]
-    assert len(markers) == 12
-    most = max(markers, key=lambda m: m["seen"])
-    assert most["seen"] >= 2  # some worker ran several tasks (12 tasks on the fixture's few CPUs)
-    assert all(m["specs"] == 1 for m in markers), markers  # one spec object per worker process
