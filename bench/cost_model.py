@@ -34,6 +34,7 @@ reads, a phase's one task, Ray's start) are listed apart: each must stay under 5
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import re
@@ -511,23 +512,21 @@ def model(
     if sections is not None and sections["split"] is not None:
         sp = sections["split"]
         per_wall_split = sp["results"]["per_wall_s"]
-        held_parts: dict[str, float] = {}
+        held_parts: collections.Counter[str] = collections.Counter()
         beside: list[dict[str, Any]] = []
         for ph in per_phase:
             n, k = ph["crawl_tasks"], ph["kind"]
             h, sub, res = sp["held"].get(k), sp["submit"].get(k), sp["results"]["kinds"].get(k)
             if h is None or sub is None or res is None:
                 continue
-            held_parts[k] = held_parts.get(k, 0.0) + h["per_task_s"] * n + h["per_phase_s"]
-            held_parts["handing over the first K tasks"] = (
-                held_parts.get("handing over the first K tasks", 0.0) + sub["per_task_s"] * min(n, K) + sub["per_phase_s"]
-            )
+            held_parts[k] += h["per_task_s"] * n + h["per_phase_s"]
+            held_parts["handing over the first K tasks"] += sub["per_task_s"] * min(n, K) + sub["per_phase_s"]
             side = sub["per_task_s"] * max(0, n - K) + res["per_task_s"] * n + res["per_phase_s"]
             side += MIRROR_COPY_S * (NODES - 1) / NODES * n
             beside.append({"phase": ph["phase"], "kind": k, "tasks": n, "beside_s": side, "submit_s": sub["per_task_s"] * n})
         held_parts["end"] = sections["end"][0] * total_tasks + sections["end"][1]
         held_parts["start, Ray's shutdown, exit"] = driver_parts["start, Ray's shutdown, exit"]
-        held = {"parts": held_parts, "beside": beside, "per_wall_s": per_wall_split, "runs": sp["runs"]}
+        held = {"parts": dict(held_parts), "beside": beside, "per_wall_s": per_wall_split, "runs": sp["runs"]}
     # Ray's threads in the driver handle tasks, not documents: per task and per run, as the driver's own.
     drv_ray = fit([(r["tasks"], 0.0, 1.0) for r in runs], [r.get("driver_ray_threads_cpu_s", 0.0) for r in runs], constant=True)
     ray = fit(xs, [r["tree_cpu_s"] - r["task_cpu_s"] - r["driver_cpu_s"] for r in runs], constant=True)

@@ -259,8 +259,8 @@ def _run_phases(
     sections: Sections | None = None,
 ) -> None:
     """The engine loop: each phase of the plan in order, its unfinished tasks run and awaited.
-    ``sections``: the driver's own CPU is marked as each phase ends (its tasks' dispatch, results
-    and markers, and the phase it commits for the later ones)."""
+    ``sections``: the driver's own CPU is marked by part of each phase (plan, submit, results,
+    commit: below), so what holds the run up is told apart from what overlaps running tasks."""
     if sections is not None:
         sections.mark("start")
     # A remote run folder: the markers committed before this driver started (a resumed run's). Those
