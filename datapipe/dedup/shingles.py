@@ -27,11 +27,14 @@ import importlib.util
 import re
 import unicodedata
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from datapipe.stages.cjk import joined_code_points
 from datapipe.text import charclass
 from datapipe.text.unicode_tables import cached_table, composing_marks
 
@@ -185,84 +188,158 @@ def _join(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def to_codepoints(texts: Texts, char_map: Mapping[int, str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Code points of a batch: (uint32 cps, int64 offsets[n+1], bool ``done`` per doc).
+    """Code points of a batch: (read-only uint32 cps, int64 offsets[n+1], bool ``done`` per doc).
 
     Documents with ``done`` False are raw text that the kernel normalizes through
     ``norm_table``; the others (COMPLEX code points, or any ``char_map``) were normalized here.
     """
     texts = _as_list(texts)
-    table = norm_table()
     cps, offsets = _join(texts)
     done = np.zeros(len(texts), dtype=bool)
     if char_map:
         done[:] = True
     else:
-        _needs_python_jit(cps, offsets, table, done)
-    if done.any():
-        for i in np.flatnonzero(done):
-            texts[i] = normalize(texts[i], char_map)
-        cps, offsets = _join(texts)
-    return cps, offsets, done
+        _needs_python_jit(cps, offsets, norm_table(), done)
+    return _normalized(cps, offsets, done, lambda idx: [texts[i] for i in idx], char_map)
 
 
-def _shingle_kernel(cps, offsets, done, table, classes, n, crc_table, out_hash, out_off, tok_s, tok_e):
+def _arrow_codepoints(text: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``to_codepoints`` of an Arrow string array without nulls, decoded from its UTF-8 in one compiled
+    pass (no Python string per text, no join, no UTF-32 copy). Each document's range ends with the
+    newline that joins it to the next: a separator, which no token or shingle contains."""
+    cps, lengths = joined_code_points(text)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    offsets[-1] = len(cps)  # the last text has no newline after it
+    done = np.zeros(len(lengths), dtype=bool)
+    _needs_python_jit(cps, offsets, norm_table(), done)
+    return _normalized(cps, offsets, done, lambda idx: text.take(pa.array(idx)).to_pylist(), None)
+
+
+def _normalized(
+    cps: np.ndarray,
+    offsets: np.ndarray,
+    done: np.ndarray,
+    texts_at: Callable[[np.ndarray], list[str]],
+    char_map: Mapping[int, str] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The documents marked ``done`` replaced by their Python normalization; the others' code points
+    are copied as they are (a few documents per batch need this: no re-encoding of the whole batch)."""
+    idx = np.flatnonzero(done)
+    if len(idx) == 0:
+        return cps, offsets, done
+    fixed = [np.frombuffer(normalize(t, char_map).encode("utf-32-le", "surrogatepass"), dtype=np.uint32) for t in texts_at(idx)]
+    lengths = np.diff(offsets)
+    lengths[idx] = [len(f) for f in fixed]
+    pieces: list[np.ndarray] = []
+    last = 0  # first document not yet copied
+    for i, f in zip(idx.tolist(), fixed):
+        pieces += [cps[offsets[last] : offsets[i]], f]
+        last = i + 1
+    pieces.append(cps[offsets[last] :])
+    out = np.concatenate(pieces)
+    out.flags.writeable = False  # as the joined buffer is: one compiled signature of the kernels
+    new_offsets = np.zeros_like(offsets)
+    np.cumsum(lengths, out=new_offsets[1:])
+    return out, new_offsets, done
+
+
+# CRC-32 of a window from prefix CRCs. CRC-32 is linear: for a byte string A followed by B,
+# crc0(A + B) = Z_|B|(crc0(A)) ^ crc0(B), where crc0 runs from a zero register and Z_L feeds L zero
+# bytes through the register (a linear map of its 32 bits). zlib's CRC of B (register 0xFFFFFFFF,
+# result inverted) is then crc0(A + B) ^ Z_|B|(crc0(A) ^ 0xFFFFFFFF) ^ 0xFFFFFFFF. The kernel runs
+# the register once over a document's token stream ("tok tok tok", digits folded), noting it at
+# each token's start and end, and gets every window's CRC from two notes and one Z_L: each byte is
+# read once instead of once per window holding it (n times) and re-encoded to UTF-8 every time.
+# Z_L is applied byte by byte of the register: ZERO_SHIFT[L, 256 * j + b] = Z_L(b << 8j).
+SHIFT_MAX = 128  # longer windows apply Z_128 as often as needed
+
+
+def _zero_shift_table() -> np.ndarray:
+    table = np.empty((SHIFT_MAX + 1, 1024), dtype=np.uint32)
+    cur = np.arange(256, dtype=np.uint32)[None, :] << (np.arange(4, dtype=np.uint32)[:, None] * np.uint32(8))
+    cur = cur.reshape(-1)
+    table[0] = cur
+    for length in range(1, SHIFT_MAX + 1):
+        cur = CRC_TABLE[cur & np.uint32(0xFF)] ^ (cur >> np.uint32(8))
+        table[length] = cur
+    return table
+
+
+ZERO_SHIFT = _zero_shift_table()
+
+
+def _shingle_kernel(cps, offsets, done, table, classes, n, crc_table, shift, out_hash, out_off, at_start, at_end, b_start, b_end):
     """Normalize (table), tokenize, then CRC-32 each window of n tokens joined by b" " in UTF-8."""
     n_docs = offsets.shape[0] - 1
+    max_len = shift.shape[0] - 1
     pos = 0
     out_off[0] = 0
     for d in range(n_docs):
-        if not done[d]:
-            for i in range(offsets[d], offsets[d + 1]):
-                cps[i] = table[cps[i]]
-        # tokens of doc d as [start, end) into cps
+        # One pass: tokens, and the zero-started CRC register over "tok tok ..." at each token's
+        # start (at_start, after the joining space) and end (at_end), with their byte positions.
         nt = 0
         in_word = False
+        crc = np.uint32(0)
+        nbytes = 0
         for i in range(offsets[d], offsets[d + 1]):
-            k = classes[cps[i]]
-            if k == 1 or k == 3:
-                if not in_word:
-                    tok_s[nt] = i
-                    nt += 1
-                    in_word = True
-                tok_e[nt - 1] = i + 1
-            elif k == 2:
-                tok_s[nt] = i
-                tok_e[nt] = i + 1
+            c = cps[i]
+            if not done[d]:
+                c = table[c]
+            k = classes[c]
+            if k == 0:
+                in_word = False
+                continue
+            if k == 2 or not in_word:  # a new token: close the last one, then the joining space
+                if nt > 0:
+                    at_end[nt - 1] = crc
+                    b_end[nt - 1] = nbytes
+                    crc = crc_table[(crc ^ np.uint32(32)) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
+                    nbytes += 1
+                at_start[nt] = crc
+                b_start[nt] = nbytes
                 nt += 1
-                in_word = False
+                in_word = k != 2
+            if k == 3:
+                c = np.uint32(48)  # every decimal digit -> "0"
+            # UTF-8 encode c byte by byte into the running CRC
+            if c < 0x80:
+                nb = 1
+                b0 = c
+            elif c < 0x800:
+                nb = 2
+                b0 = np.uint32(0xC0) | (c >> np.uint32(6))
+            elif c < 0x10000:
+                nb = 3
+                b0 = np.uint32(0xE0) | (c >> np.uint32(12))
             else:
-                in_word = False
+                nb = 4
+                b0 = np.uint32(0xF0) | (c >> np.uint32(18))
+            crc = crc_table[(crc ^ b0) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
+            for j in range(nb - 2, -1, -1):
+                bj = np.uint32(0x80) | ((c >> np.uint32(6 * j)) & np.uint32(0x3F))
+                crc = crc_table[(crc ^ bj) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
+            nbytes += nb
         if nt == 0:
             out_off[d + 1] = pos
             continue
+        at_end[nt - 1] = crc
+        b_end[nt - 1] = nbytes
         width = n if nt >= n else nt
         for w in range(nt - width + 1):
-            crc = np.uint32(0xFFFFFFFF)
-            for t in range(w, w + width):
-                if t > w:  # the joining space
-                    crc = crc_table[(crc ^ np.uint32(32)) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
-                for i in range(tok_s[t], tok_e[t]):
-                    c = cps[i]
-                    if classes[c] == 3:
-                        c = np.uint32(48)  # every decimal digit -> "0"
-                    # UTF-8 encode c byte by byte into the running CRC
-                    if c < 0x80:
-                        nb = 1
-                        b0 = c
-                    elif c < 0x800:
-                        nb = 2
-                        b0 = np.uint32(0xC0) | (c >> np.uint32(6))
-                    elif c < 0x10000:
-                        nb = 3
-                        b0 = np.uint32(0xE0) | (c >> np.uint32(12))
-                    else:
-                        nb = 4
-                        b0 = np.uint32(0xF0) | (c >> np.uint32(18))
-                    crc = crc_table[(crc ^ b0) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
-                    for j in range(nb - 2, -1, -1):
-                        bj = np.uint32(0x80) | ((c >> np.uint32(6 * j)) & np.uint32(0x3F))
-                        crc = crc_table[(crc ^ bj) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
-            out_hash[pos] = crc ^ np.uint32(0xFFFFFFFF)
+            last = w + width - 1
+            x = at_start[w] ^ np.uint32(0xFFFFFFFF)
+            length = b_end[last] - b_start[w]
+            while length > 0:
+                step = length if length < max_len else max_len
+                x = (
+                    shift[step, x & np.uint32(0xFF)]
+                    ^ shift[step, 256 + ((x >> np.uint32(8)) & np.uint32(0xFF))]
+                    ^ shift[step, 512 + ((x >> np.uint32(16)) & np.uint32(0xFF))]
+                    ^ shift[step, 768 + (x >> np.uint32(24))]
+                )
+                length -= step
+            out_hash[pos] = at_end[last] ^ x ^ np.uint32(0xFFFFFFFF)
             pos += 1
         out_off[d + 1] = pos
     return pos
@@ -285,12 +362,30 @@ def shingle_hashes(texts: Texts, n: int = DEFAULT_N, char_map: Mapping[int, str]
         out_off = np.zeros(len(ref) + 1, dtype=np.int64)
         np.cumsum([len(r) for r in ref], out=out_off[1:])
         return np.array([h for r in ref for h in r], dtype=np.uint32), out_off
-    cps, offsets, done = to_codepoints(texts, char_map=char_map)
-    cps = cps.copy()  # frombuffer is read-only; the kernel normalizes in place
+    if char_map is None and isinstance(texts, (pa.Array, pa.ChunkedArray)) and texts.type == pa.string():
+        text = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+        cps, offsets, done = _arrow_codepoints(pc.fill_null(text, "") if text.null_count else text)
+    else:
+        cps, offsets, done = to_codepoints(texts, char_map=char_map)
     out_off = np.zeros(len(offsets), dtype=np.int64)
-    size = max(len(cps), 1)  # a document has at most one shingle per code point
+    size = max(len(cps), 1)  # a document has at most one token (and shingle) per code point
     out_hash = np.empty(size, dtype=np.uint32)
-    tok_s = np.empty(size, dtype=np.int64)
-    tok_e = np.empty(size, dtype=np.int64)
-    used = _shingle_kernel_jit(cps, offsets, done, norm_table(), char_classes(), n, CRC_TABLE, out_hash, out_off, tok_s, tok_e)
+    at_start, at_end = np.empty(size, dtype=np.uint32), np.empty(size, dtype=np.uint32)
+    b_start, b_end = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+    used = _shingle_kernel_jit(
+        cps,
+        offsets,
+        done,
+        norm_table(),
+        char_classes(),
+        n,
+        CRC_TABLE,
+        ZERO_SHIFT,
+        out_hash,
+        out_off,
+        at_start,
+        at_end,
+        b_start,
+        b_end,
+    )
     return out_hash[:used].copy(), out_off

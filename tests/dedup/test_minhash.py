@@ -52,9 +52,16 @@ def test_batch_hashes_equal_reference_on_many_scripts():
         chr(rng.randrange(0x20, 0x30000)) for _ in range(200)
     )
     docs += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(300)]
+    # windows longer than the kernel's one-step shift (128 bytes), and one of exactly 128
+    docs += ["x" * 300 + " b c d e f " + "数据" * 90, " ".join(["y" * 24] + ["z" * 25] * 4) + " 𠀀" * 3]
+    arrow_docs = pa.array([d for d in docs if not any(0xD800 <= ord(c) < 0xE000 for c in d)])
     for n in (1, 3, 5):
         hashes, offsets = shingle_hashes(docs, n=n)
         for i, doc in enumerate(docs):
+            assert hashes[offsets[i] : offsets[i + 1]].tolist() == [shingle_hash(s) for s in shingles(doc, n)]
+        # the Arrow path decodes the array's UTF-8 itself; documents Python normalizes are spliced in
+        hashes, offsets = shingle_hashes(arrow_docs, n=n)
+        for i, doc in enumerate(arrow_docs.to_pylist()):
             assert hashes[offsets[i] : offsets[i + 1]].tolist() == [shingle_hash(s) for s in shingles(doc, n)]
 
 
