@@ -32,6 +32,7 @@ from datapipe.stages.global_stage import (
     ReduceInputs,
     drop_rows,
 )
+from datapipe.stages.quality.text import utf8_buffers
 from datapipe.stages.steps import Partitions, partitions_option
 from datapipe.text.nfkc import nfkc
 
@@ -91,8 +92,11 @@ def url_keys(urls: pa.ChunkedArray | pa.Array) -> pa.Array:
 def text_hashes(text: pa.ChunkedArray | pa.Array) -> pa.Array:
     # hashlib per document: no vectorized cryptographic hash exists in pyarrow, and blake2b
     # runs at memory speed; a 128-bit digest makes collisions negligible at any corpus size.
-    normalized = normalize_for_hash(text)
-    digests = [hashlib.blake2b(t.encode(), digest_size=16).digest() for t in normalized.to_pylist()]
+    # Each text's UTF-8 is hashed where Arrow holds it: no Python string made and encoded again.
+    data, offsets = utf8_buffers(normalize_for_hash(text))
+    view = memoryview(data)
+    bounds = offsets.tolist()
+    digests = [hashlib.blake2b(view[a:b], digest_size=16).digest() for a, b in zip(bounds, bounds[1:])]
     return pa.array(digests, HASH_TYPE)
 
 
