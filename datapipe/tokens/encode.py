@@ -261,12 +261,13 @@ def _encode_ids(texts: list[str], info: TokenizerInfo, fast_ids: list[np.ndarray
     return ids
 
 
-def encode_documents(texts: list[str], info: TokenizerInfo) -> pa.LargeListArray:
-    """Token ids per document, each ending with EOS (and starting with BOS if configured)."""
+def encode_documents(texts: list[str], info: TokenizerInfo, arrow: pa.Array | None = None) -> pa.LargeListArray:
+    """Token ids per document, each ending with EOS (and starting with BOS if configured).
+    ``arrow``: the same texts as an Arrow string array, where the caller has one (the fast path reads it)."""
     fast = fast_encoder(info, texts)
     # The fast path's ids take 4 bytes a token (no per-token objects): the whole batch in one call,
     # which keeps its threads busy; only tokenizers' encodings are bounded per chunk.
-    fast_ids = fast.encode_batch(texts, encode_threads()) if fast is not None else None
+    fast_ids = fast.encode_batch(texts, encode_threads(), arrow) if fast is not None else None
     extra = 1 + (info.bos_id is not None)
     parts: list[np.ndarray] = []
     lengths: list[np.ndarray] = []

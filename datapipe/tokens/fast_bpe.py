@@ -19,7 +19,8 @@ tokenizer only where neither can change an id:
 What cannot be proven from the file (Oniguruma's and Rust regex's Unicode classes, the split
 around added tokens) is checked: :func:`probe_text` and a sample of the run's own text are
 encoded both ways before the fast path is used (``datapipe/tokens/encode.py``), and every
-document's ids must cover its UTF-8 bytes (a split regex that skips text falls back).
+document's ids must cover its UTF-8 bytes (a split regex that skips text falls back). GPT-2's split
+runs without its lookahead, on texts with a sentinel marked in (``gpt2_split.py``): the same pieces.
 
 Anything else (a normaliser, other pre-tokenisers or models, added tokens that strip spaces or
 overlap) stays on ``tokenizers``; :func:`plan_fast_encoder` says why.
@@ -38,9 +39,9 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-# The GPT-2 split of ``pre_tokenizers.ByteLevel(use_regex=True)`` (tokenizers' byte_level.rs).
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+from datapipe.tokens.gpt2_split import GPT2_PATTERN, GPT2_WITHOUT_LOOKAHEAD, SENTINEL, mark_runs
 
 
 @lru_cache(maxsize=1)
@@ -185,35 +186,73 @@ class FastEncoder:
         for s, i in plan.added.items():
             nbytes[i] = len(s.encode("utf-8"))
         self._nbytes = nbytes
+        # GPT-2's split leaves no text out (at every character one of its alternatives matches: \s,
+        # \p{L}, \p{N} or the rest), so its ids always cover the text and are not counted again.
+        self._covers_all = plan.pattern == GPT2_PATTERN and not plan.prefix_space
+        # GPT-2's split without its lookahead (gpt2_split.py): texts with the sentinel marked in.
+        self._marked_enc = None
+        if plan.pattern == GPT2_PATTERN and not plan.prefix_space:
+            self._sentinel = size  # an id no token has
+            self._marked_enc = tiktoken.Encoding(
+                "datapipe-fast-bpe-marked",
+                pat_str=GPT2_WITHOUT_LOOKAHEAD,
+                mergeable_ranks=plan.ranks,
+                special_tokens={**plan.added, SENTINEL: self._sentinel},
+            )
+            self._marked_allowed = self._added | {SENTINEL}
+            # ids that send a text back to the lookahead pattern: an added token (a run before one
+            # ends its slice there, which the sentinel would cut) and the sentinel's own
+            self._special = np.zeros(size + 1, dtype=np.uint8)
+            self._special[list(plan.added.values())] = 2
+            self._special[self._sentinel] = 1
 
     def encode(self, text: str) -> np.ndarray | None:
         return self.encode_batch([text])[0]
 
-    def encode_batch(self, texts: list[str], threads: int = 1) -> list[np.ndarray | None]:
+    def encode_batch(self, texts: list[str], threads: int = 1, arrow: pa.Array | None = None) -> list[np.ndarray | None]:
         """Ids per text (None: that text goes to ``tokenizers``), on up to ``threads`` threads.
+        ``arrow``: the same texts as an Arrow string array, if the caller has it (saves a copy).
 
         tiktoken releases the GIL while it encodes, so threads use several cores in one process (an
         in-process run); each takes runs of consecutive texts (a few per thread, for balance), not
         one text at a time: a future per document cost more than a short document's encoding."""
+        marked = self._marked(texts, arrow)
         if threads <= 1 or len(texts) < 2:
-            return self._encode_run(texts)
+            return self._encode_run(texts, marked)
         runs = _runs(texts, 4 * threads)
         with ThreadPoolExecutor(min(threads, len(runs)), thread_name_prefix="datapipe-encode") as pool:
-            return [ids for part in pool.map(self._encode_run, runs) for ids in part]
+            parts = pool.map(lambda r: self._encode_run(texts[r[0] : r[1]], marked[r[0] : r[1]] if marked else None), runs)
+            return [ids for part in parts for ids in part]
 
-    def _encode_run(self, texts: list[str]) -> list[np.ndarray | None]:
+    def _marked(self, texts: list[str], arrow: pa.Array | None) -> list[str] | None:
+        """The texts with gpt2_split's sentinels (None: this encoder has no lookahead-free split)."""
+        if self._marked_enc is None or not texts:
+            return None
+        if arrow is None:
+            try:
+                arrow = pa.array(texts, pa.string())
+            except (pa.ArrowException, UnicodeEncodeError):  # lone surrogates: the lookahead pattern
+                return None
+        return mark_runs(arrow).to_pylist()
+
+    def _encode_run(self, texts: list[str], marked: list[str] | None = None) -> list[np.ndarray | None]:
         ids: list[np.ndarray | None] = []
         size = np.zeros(len(texts), dtype=np.int64)  # UTF-8 bytes each text's ids must cover (-1: none)
         for i, text in enumerate(texts):
             try:
                 if self.plan.prefix_space:
                     out, extra = self._encode_prefixed(text)
+                elif marked is not None:
+                    out, extra = self._encode_marked(text, marked[i]), 0
                 else:
                     out, extra = self._enc.encode_to_numpy(text, allowed_special=self._added, disallowed_special=()), 0
-                size[i] = len(text.encode("utf-8")) + extra
+                if not self._covers_all:
+                    size[i] = len(text.encode("utf-8")) + extra
             except UnicodeEncodeError:  # lone surrogates: tokenizers' own handling applies
                 out, size[i] = None, -1
             ids.append(out)
+        if self._covers_all:
+            return ids
         # The coverage check for all texts at once: bytes of every id, summed per text.
         counts = np.fromiter((0 if x is None else len(x) for x in ids), dtype=np.int64, count=len(ids))
         flat = [x for x in ids if x is not None and len(x)]
@@ -224,6 +263,18 @@ class FastEncoder:
             covered[1:] = np.where(stops > 0, ends[np.maximum(stops, 1) - 1], 0)
         ok = np.diff(covered) == size
         return [x if good else None for x, good in zip(ids, ok.tolist())]
+
+    def _encode_marked(self, text: str, marked: str) -> np.ndarray:
+        assert self._marked_enc is not None
+        out = self._marked_enc.encode_to_numpy(marked, allowed_special=self._marked_allowed, disallowed_special=())
+        inserted = len(marked) - len(text)
+        special = self._special[out]
+        if not inserted and not special.any():
+            return out
+        if np.count_nonzero(special == 1) != inserted or (special == 2).any():
+            # the text holds the sentinel character or an added token: the lookahead pattern
+            return self._enc.encode_to_numpy(text, allowed_special=self._added, disallowed_special=())
+        return out[special == 0]
 
     def _encode_prefixed(self, text: str) -> tuple[np.ndarray, int]:
         parts = self._split.split(text) if self._split is not None else [text]
@@ -239,18 +290,18 @@ class FastEncoder:
         return (np.concatenate(out) if out else np.empty(0, dtype=np.uint32)), extra
 
 
-def _runs(texts: list[str], n: int) -> list[list[str]]:
-    """``texts`` cut into at most ``n`` runs of consecutive texts of about equal characters, in order."""
+def _runs(texts: list[str], n: int) -> list[tuple[int, int]]:
+    """``texts`` cut into at most ``n`` runs of consecutive texts of about equal characters, in order: [start, end)."""
     total = sum(map(len, texts))
     step = max(1, -(-total // n))
-    runs: list[list[str]] = [[]]
-    size = 0
-    for t in texts:
-        if size >= step and runs[-1]:
-            runs.append([])
-            size = 0
-        runs[-1].append(t)
+    runs: list[tuple[int, int]] = []
+    start = size = 0
+    for i, t in enumerate(texts):
+        if size >= step and i > start:
+            runs.append((start, i))
+            start, size = i, 0
         size += len(t)
+    runs.append((start, len(texts)))
     return runs
 
 

@@ -209,7 +209,9 @@ def test_a_mismatch_on_the_runs_own_text_falls_back_and_says_so(
     want = tokenize.encode_documents(texts, dataclasses.replace(info, engine="tokenizers"))
     real = FastEncoder._encode_run
     monkeypatch.setattr(
-        FastEncoder, "_encode_run", lambda self, ts: [None if ids is None else ids[::-1].copy() for ids in real(self, ts)]
+        FastEncoder,
+        "_encode_run",
+        lambda self, ts, marked=None: [None if ids is None else ids[::-1].copy() for ids in real(self, ts, marked)],
     )
     tokenize._FAST.clear()
     with caplog.at_level(logging.WARNING, logger="datapipe.tokens.encode"):

@@ -595,7 +595,8 @@ def _encode(spec: RunSpec, batch: pa.Table, recorded: pa.Table | None = None) ->
     info = spec.tokenizer
 
     def encode(b: pa.Table) -> pa.Array:
-        return encode_documents(pc.fill_null(b["text"], "").to_pylist(), info)
+        text = pc.fill_null(b["text"], "").combine_chunks()
+        return encode_documents(text.to_pylist(), info, text)
 
     tokens = encode(batch) if recorded is None else tokens_with_recorded(batch, recorded, encode)
     split = assign_split(batch["id"].to_pylist(), spec.tokenize.val_fraction)
