@@ -34,8 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datapipe.stages.cjk import joined_code_points
 from datapipe.text import charclass
+from datapipe.text.code_points import joined_code_points
 from datapipe.text.unicode_tables import cached_table, composing_marks
 
 # numba is the default path; the numpy/Python fallback keeps the package importable. Found, not

@@ -46,7 +46,7 @@ SIGNATURES: dict[str, tuple[_A | str, ...]] = {
         ("int64", 2, False),
         ("int64", 1, False),
     ),
-    "datapipe.stages.cjk:_decode_kernel": (
+    "datapipe.text.code_points:_decode_kernel": (
         ("uint8", 1, True),
         ("int64", 1, False),
         ("uint32", 1, False),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from datapipe.stages import cjk
+from datapipe.text import code_points
 from tests.support.shared_data import shared_path
 
 KEYS = ("han", "kana", "hangul", "latin", "yue")
@@ -38,7 +39,7 @@ def test_kernel_matches_numpy_on_real_mixed_text() -> None:
     assert per_doc["hangul"].tolist() == [0, 0, 3, 0] and per_doc["latin"].tolist() == [0, 0, 0, 3]
 
 
-@pytest.mark.skipif(cjk._decode_kernel is None, reason="numba is not installed")
+@pytest.mark.skipif(code_points._decode_kernel is None, reason="numba is not installed")
 def test_arrow_input_counts_as_the_strings_do() -> None:
     """langid passes its Arrow array (decoded from UTF-8 in the kernel): the same counts as its strings."""
     import pyarrow as pa
