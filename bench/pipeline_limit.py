@@ -7,7 +7,8 @@ RUN_FOLDER is a finished ``bench/pipeline.py --work W`` run (``W/dp-out``), INPU
 
   read        pyarrow's JSON reader over the input files (the text must be parsed once)
   fastText    ``predict`` over every input text, newlines as spaces (the langid stage's one call per text)
-  encode      the fastest exact encoder (tiktoken through datapipe's fast path) over the kept texts
+  encode      the fastest exact encoder (tiktoken through datapipe's fast path, GPT-2's split without its
+              lookahead where it applies) over the kept texts, as one batch
   parquet     writing the kept documents, as read back from the run, with zstd (the docs/ output)
 
 Their sum is what any pipeline with these outputs spends in library code; the pipeline's process-tree
@@ -75,8 +76,7 @@ def main() -> int:
         model.predict([t.replace("\n", " ") for t in texts], k=1)
 
     def encode() -> None:
-        for t in kept:
-            enc.encode(t)
+        enc.encode_batch(kept)  # one batch, one thread: how the pipeline's tasks call it
 
     def write() -> None:
         with tempfile.TemporaryDirectory() as tmp:
