@@ -83,9 +83,9 @@ def _count_encoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The texts map tasks encode from now on (``encode_documents`` wrapped), in a list filled as they do."""
     encoded: list[str] = []
 
-    def encode(texts: list[str], info: Any) -> pa.Array:
+    def encode(texts: list[str], info: Any, arrow: pa.Array | None = None) -> pa.Array:
         encoded.extend(texts)
-        return encode_documents(texts, info)
+        return encode_documents(texts, info, arrow)
 
     monkeypatch.setattr(map_task, "encode_documents", encode)
     return encoded

@@ -462,10 +462,10 @@ def test_two_inputs_that_would_share_a_name_are_a_config_error(tmp_path: Path) -
 def test_the_tokenizer_raising_on_one_document_rejects_only_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = map_task.encode_documents
 
-    def encode(texts, info):  # type: ignore[no-untyped-def]
+    def encode(texts, info, arrow=None):  # type: ignore[no-untyped-def]
         if any("POISON" in t for t in texts):
             raise RuntimeError("tokenizer cannot encode POISON")
-        return real(texts, info)
+        return real(texts, info, arrow)
 
     monkeypatch.setattr(map_task, "encode_documents", encode)
     good = good_lines()[:20]
@@ -520,10 +520,10 @@ def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(
     real = map_task.encode_documents
     for poison in (False, True):
 
-        def encode(texts, info, poison=poison):  # type: ignore[no-untyped-def]
+        def encode(texts, info, arrow=None, poison=poison):  # type: ignore[no-untyped-def]
             if poison and any("POISON" in t for t in texts):
                 raise RuntimeError("tokenizer cannot encode POISON")
-            return real(texts, info)
+            return real(texts, info, arrow)
 
         monkeypatch.setattr(map_task, "encode_documents", encode)
         project = tmp_path / f"funnel-{poison}"
