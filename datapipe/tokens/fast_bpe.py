@@ -228,12 +228,11 @@ class FastEncoder:
         """The texts with gpt2_split's sentinels (None: this encoder has no lookahead-free split)."""
         if self._marked_enc is None or not texts:
             return None
-        if arrow is None:
-            try:
-                arrow = pa.array(texts, pa.string())
-            except (pa.ArrowException, UnicodeEncodeError):  # lone surrogates: the lookahead pattern
-                return None
-        return mark_runs(arrow).to_pylist()
+        try:
+            # large_string: a list of any size fits (and the marking makes no string array overflow)
+            return mark_runs(pa.array(texts, pa.large_string()) if arrow is None else arrow).to_pylist()
+        except (pa.ArrowException, UnicodeEncodeError):  # lone surrogates, or a string array too large
+            return None  # to mark: the lookahead pattern
 
     def _encode_run(self, texts: list[str], marked: list[str] | None = None) -> list[np.ndarray | None]:
         ids: list[np.ndarray | None] = []
