@@ -191,7 +191,7 @@ class FastEncoder:
         self._covers_all = plan.pattern == GPT2_PATTERN and not plan.prefix_space
         # GPT-2's split without its lookahead (gpt2_split.py): texts with the sentinel marked in.
         self._marked_enc = None
-        if plan.pattern == GPT2_PATTERN and not plan.prefix_space:
+        if self._covers_all:
             self._sentinel = size  # an id no token has
             self._marked_enc = tiktoken.Encoding(
                 "datapipe-fast-bpe-marked",
