@@ -169,6 +169,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         return measure(lambda: _brief(reduce_stage(spec, spec.segments[job["segment"]])))
     if kind == "worker":
         return worker_install(job)
+    if kind == "driver":
+        return driver(job)
     raise ValueError(kind)
 
 
@@ -510,7 +512,78 @@ def before(work: Path, crawls: list[Crawl], map_mib: int, samples: list[int], fr
             shutil.rmtree(work / "before-outputs", ignore_errors=True)
         shutil.rmtree(root.parent, ignore_errors=True)
     results += pack_rows(work, crawls)
+    results += driver_rows(work, crawls, map_file, P, G)
     return results
+
+
+def driver_rows(work: Path, crawls: list[Crawl], map_file: Path, partitions: int, groups: int) -> list[dict[str, Any]]:
+    """The driver's planning and commit per phase (real markers at the smallest crawl, counts only
+    at the larger, their per-task commit cost and memory carried over), and a worker's install of every
+    committed phase before the last shuffle round."""
+    out: list[dict[str, Any]] = []
+    per_task: dict[str, float] = {}
+    for i, crawl in enumerate(crawls):
+        root = work / f"driver-{crawl.tb}" / "run"
+        shutil.rmtree(root.parent, ignore_errors=True)
+        root.mkdir(parents=True)
+        spec_path = crawl_spec(work, root, crawl, map_file, partitions, groups)
+        committed = root.parent / "committed"
+        job = {
+            "kind": "driver",
+            "spec": str(spec_path),
+            "work": str(work),
+            "uri": f"s3://crawl-proportions/driver-{crawl.tb}",
+            "compact": i > 0,
+            "committed_dir": str(committed),
+        }
+        r = in_child(job, work)
+        phases = [p for p in r["phases"] if "tasks" in p]
+        if i == 0:
+            tasks = sum(p["tasks"] for p in phases)
+            per_task = {
+                "adopt_s": sum(p["adopt_s"] for p in phases) / tasks,
+                "rss_mib": r["rss_growth_mib"] / tasks,
+                "commit_s_per_task": {p["phase"]: p["commit_s"] / max(1, p["tasks"]) for p in phases},
+            }
+        worst = max(phases, key=lambda p: p["plan_s"] + p["tasks"] * per_task["adopt_s"] + p["commit_s"])
+        held = i == 0
+        out.append(
+            {
+                "phase": "driver",
+                "crawl": crawl.name,
+                "tasks": r["tasks"],
+                "plan_s_max": max(p["plan_s"] for p in phases),
+                "plan_s_max_phase": max(phases, key=lambda p: p["plan_s"])["phase"],
+                "commit_s_max": max(p["tasks"] * per_task["adopt_s"] + p["commit_s"] for p in phases),
+                "worst_phase": worst["phase"],
+                "rss_mib": r["rss_growth_mib"] if held else r["tasks"] * per_task["rss_mib"],
+                "how": "measured"
+                if held
+                else "planning measured (markers of counts only); commit and memory per task from the smaller crawl",
+                "runs": [r],
+            }
+        )
+        print(f"{crawl.name} driver: {json.dumps({k: v for k, v in out[-1].items() if k != 'runs'})}", flush=True)
+        if held:
+            pkls = sorted(committed.glob("*.pkl"))
+            last = max(i for i, p in enumerate(pkls) if p.stem.endswith("shuffle1r6"))
+            w = in_child({"kind": "worker", "committed": [str(p) for p in pkls[:last]], "spec": str(spec_path)}, work)
+            out.append(
+                {
+                    "phase": "worker",
+                    "crawl": crawl.name,
+                    "files": w["out"],
+                    "install_cpu_s": w["cpu_s"],
+                    "rss_mib": w["peak_mib"] - w["rss_start_mib"],
+                    "spec_cpu_s": w["spec_cpu_s"],
+                    "spec_bytes": w["spec_bytes"],
+                    "how": "measured: a worker's first task of shuffle1r6 installs every committed phase before it",
+                    "runs": [w],
+                }
+            )
+            print(f"{crawl.name} worker: {json.dumps({k: v for k, v in out[-1].items() if k != 'runs'})}", flush=True)
+        shutil.rmtree(root.parent, ignore_errors=True)
+    return out
 
 
 def pack_rows(work: Path, crawls: list[Crawl]) -> list[dict[str, Any]]:
@@ -649,6 +722,86 @@ def _before_partition_inputs(
 # --- the driver --------------------------------------------------------------------------------
 
 
+def template_markers(work: Path) -> dict[str, tuple[str, str]]:
+    """A marker of the template run per kind of phase (its text, and the task key to replace in it)."""
+    markers = work / "template" / "out" / "_work" / "markers"
+    out = {}
+    for phase in ("map0", "map1", "map2", "shuffle0", "shuffle1", "pack", *(p.name for p in markers.glob("shuffle1r*"))):
+        path = sorted((markers / phase).rglob("*.json"))[0]
+        out[phase] = (path.read_text(), path.relative_to(markers / phase).as_posix()[: -len(".json")])
+    return out
+
+
+def _marker_for(phase: str, key: str, templates: dict[str, tuple[str, str]], compact: bool) -> bytes:
+    """A marker of ``phase``'s task ``key``: the template's of its kind, its files renamed (``compact``:
+    only what planning reads, the node and the counts)."""
+    name = phase if phase in templates else ("shuffle1r1" if phase.startswith("shuffle") else "")
+    if not name:  # merges: what a merge task's marker holds
+        return json.dumps(
+            {"rows": 1000, "node": NODE, "files": [{"path": f"_work/{phase}/{key}.parquet", "bytes": 1 << 20, "footer": 4096}]}
+        ).encode()
+    text, old = templates[name]
+    marker = json.loads(text.replace(old, key))
+    marker["node"] = NODE
+    for k in ("forwarded", "rows_out", "state_rows", "copies_rows"):
+        if k in marker:
+            marker[k] = max(1, marker[k])
+    if compact:
+        marker = {k: v for k, v in marker.items() if not isinstance(v, (list, dict)) or k == "split_tokens"}
+    return json.dumps(marker, sort_keys=True).encode()
+
+
+NODE = "f" * 56  # a Ray node id: placement weighs the map tasks by the node that ran them
+
+
+def driver(job: dict[str, Any]) -> dict[str, Any]:
+    """In the child: the driver of a crawl's run, phase by phase: planning (the phase's task list, each
+    task placed) and committing (every task's marker adopted, the phase's committed files built for the
+    later tasks), CPU seconds per phase and the driver's RSS growth per task. ``compact``: markers with
+    counts only (planning does not read the rest; at 100 TB real markers would not fit here)."""
+    from datapipe.engine.phases import plan_phases
+    from datapipe.run_folder.layout import RunFolder
+
+    spec = pickle.loads(Path(job["spec"]).read_bytes())
+    templates = template_markers(Path(job["work"]))
+    compact = job["compact"]
+    folder = RunFolder(job["uri"])
+    shutil.rmtree(folder.root, ignore_errors=True)
+    out_dir = Path(job["committed_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gc.collect()
+    rss0 = _kib("VmRSS")
+    cpu = time.process_time()
+    phases = plan_phases(spec)
+    rows: list[dict[str, Any]] = [{"phase": "plan_phases", "plan_s": time.process_time() - cpu}]
+    tasks = 0
+    for phase in phases:
+        cpu = time.process_time()
+        work = phase.task_list(folder)
+        assert work is not None, phase.name
+        if phase.follows is not None:
+            nodes = {k: m["node"] for k, m in folder.read_markers(phase.follows).items()}
+            work = phase.placed(list(work), nodes)
+        plan_s = time.process_time() - cpu
+        bodies = [(t.key, _marker_for(phase.name, t.key, templates, compact)) for t in work]
+        cpu = time.process_time()
+        for key, body in bodies:
+            folder.adopt_marker(phase.name, key, body)
+        adopt_s = time.process_time() - cpu
+        cpu = time.process_time()
+        committed = folder.committed(phase.name)
+        commit_s = time.process_time() - cpu
+        if not compact:
+            (out_dir / f"{len(rows):03d}-{phase.name}.pkl").write_bytes(pickle.dumps(committed))
+        del bodies, committed
+        tasks += len(work)
+        rows.append({"phase": phase.name, "tasks": len(work), "plan_s": plan_s, "adopt_s": adopt_s, "commit_s": commit_s})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    gc.collect()
+    growth = (_kib("VmRSS") - rss0) / 1024
+    return {"tasks": tasks, "rss_growth_mib": growth, "phases": rows, "cpu_s": 0, "peak_mib": _kib("VmHWM") / 1024}
+
+
 def worker_install(job: dict[str, Any]) -> dict[str, Any]:
     """In the child: a worker's first task of a late phase installs every committed phase (their file
     tables) and unpickles the spec: the RSS it adds and the CPU it takes."""
@@ -689,7 +842,10 @@ def main() -> int:
         a.work, crawls, a.map_mib, [int(x) for x in a.samples.split(",")], [float(x) for x in a.fractions.split(",")]
     )
     for r in results:
-        print(f"{r['phase']:>10} {r['crawl']:>7} cpu {r['cpu_s']:>10.1f} s  peak {r['peak_mib']:>9,.0f} MiB  {r['how']}")
+        if "cpu_s" in r:
+            print(f"{r['phase']:>10} {r['crawl']:>7} cpu {r['cpu_s']:>10.1f} s  peak {r['peak_mib']:>9,.0f} MiB  {r['how']}")
+        else:
+            print(f"{r['phase']:>10} {r['crawl']:>7} {json.dumps({k: v for k, v in r.items() if k != 'runs'})}")
     if a.json:
         from bench._harness import environment
 

@@ -3,12 +3,12 @@
     lines                   records per range of a split file whose format numbers them across the
                             file (JSONL lines; ReaderSpec.prepass_count): a pre-pass
     map<i>                  one task per input shard: read or load, stages, compute the next global stage
-    merge<i>[r<r>]          a shuffle round with more input files than ``split.shuffle_groups``: one task per
-                            group of them, merged into one file (engine/tasks/merge.py)
-    merge<i>d               after the last round of a deciding step with more outputs than that: its
-                            partition outputs and states merged by shard, for the next map tasks
-    shuffle<i>[r<r>]        a global stage's ``PartitionStep``: one task per partition, per round (none
-                            in a round after one that forwarded nothing)
+    merge<i>[r<r>][l<l>]    a shuffle round's runs merged, level by level, while a part is held by more
+                            runs than ``split.shuffle_fan_in`` (engine/shuffles.py)
+    shuffle<i>[r<r>]        a global stage's ``PartitionStep``: per round, tasks of about
+                            ``split.partition_rows`` rows, each a range of parts (none in a round after
+                            one that forwarded nothing)
+    merge<i>d[l<l>]         after the last round: the partition outputs merged by shard, for the next map tasks
     reduce<i>               a global stage's ``CombineStep``: one task
     pack                    one task per range of output shard files (known once the last map is done)
 
@@ -21,27 +21,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from datapipe.engine.pack_plan import pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
+from datapipe.engine.shuffles import StepShuffle
 from datapipe.engine.tasks.map import count_range_lines, map_shard
-from datapipe.engine.tasks.merge import (
-    OutputMerge,
-    group_writers,
-    merge_group,
-    merge_groups,
-    merge_outputs,
-    output_bounds,
-    output_groups,
-    output_weights,
-    round_writers,
-)
+from datapipe.engine.tasks.merge import merge_outputs, merge_runs
 from datapipe.engine.tasks.pack import pack_range
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
 from datapipe.readers import reader_spec
 from datapipe.run_folder.layout import (
     LINES_PHASE,
+    OUTPUT_KINDS,
     PACK_PHASE,
     RunFolder,
     map_phase,
@@ -119,21 +114,24 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 "ranges",
             )
         )
+    shuffle: StepShuffle | None = None  # the partition step the next map tasks apply, if any
     for segment in spec.segments:
         # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
         phases.append(
             Phase(
                 map_phase(segment.index),
                 map_shard,
-                tuple(Task(s.key, (s, segment)) for s in largest_first(spec.shards)),
+                _map_tasks(spec, segment, shuffle),
                 {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"},
                 "shards",
                 any(r.gpus_required for r in _computing_resources(spec, segment)),
                 follows=map_phase(segment.index - 1) if segment.index else None,
             )
         )
+        shuffle = None
         if not segment.final:
-            phases += _global_phases(spec, segment)
+            global_phases, shuffle = _global_phases(spec, segment)
+            phases += global_phases
     if spec.tokenizer is not None:
         phases.append(
             Phase(
@@ -149,8 +147,27 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
     return phases
 
 
-def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
-    """The phases of the global stage that ends ``segment``, from the steps it declares."""
+def _map_tasks(spec: RunSpec, segment: Segment, shuffle: StepShuffle | None) -> TaskList:
+    """A map phase's tasks, largest first: each shard with the runs holding its rows of the partition
+    step it applies (known once that step's outputs are merged), or none."""
+    order = largest_first(spec.shards)
+    if shuffle is None:
+        return tuple(Task(s.key, (s, segment)) for s in order)
+
+    def listed(folder: RunFolder) -> tuple[Task, ...] | None:
+        grids = shuffle.final_outputs(folder)
+        if grids is None:
+            return None
+        return tuple(
+            Task(s.key, (s, segment, {k: tuple(g.holding(s.ordinal, s.ordinal + 1)) for k, g in grids.items()})) for s in order
+        )
+
+    return listed
+
+
+def _global_phases(spec: RunSpec, segment: Segment) -> tuple[list[Phase], StepShuffle | None]:
+    """The phases of the global stage that ends ``segment``, from the steps it declares, and its
+    partition step's shuffle (what the next map tasks read of it)."""
     assert segment.compute_global is not None
     stage = build_stage(spec, segment.compute_global)
     assert isinstance(stage, GlobalStage)
@@ -158,46 +175,42 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
     cpus = wants.num_cpus
     steps = {"num_cpus": cpus, **({"num_gpus": wants.num_gpus} if wants.num_gpus else {})}  # a GPU share: semantic
     phases: list[Phase] = []
+    shuffle: StepShuffle | None = None
     for step in checked_steps(stage):
         if isinstance(step, PartitionStep):
-            forwarded: dict[int, bool] = {}  # round -> forwarded anything, shared by the rounds' task lists
+            shuffle = StepShuffle(spec, segment, step)
             for r in range(step.rounds):
-                if groups := merge_groups(spec, round_writers(spec, segment, r)):
-                    # Many writers: merge their files into a few first (engine/tasks/merge.py).
-                    merges = tuple(Task(partition_key(g), (segment, r, g)) for g in range(groups))
+                for level in range(1, shuffle.max_levels(r) + 1):
                     phases.append(
                         Phase(
-                            merge_phase(segment.index, r),
-                            merge_group,
-                            _round_tasks(segment, step, r, forwarded, merges),
+                            merge_phase(segment.index, r, level),
+                            merge_runs,
+                            _merge_tasks(shuffle, segment, r, level),
                             {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
-                            "groups",
+                            "merges",
                         )
                     )
-                every = tuple(Task(partition_key(p), (segment, p, r)) for p in range(step.partitions))
                 phases.append(
                     Phase(
                         shuffle_phase(segment.index, r),
                         reduce_partition,
-                        _round_tasks(segment, step, r, forwarded, every),
+                        _partition_tasks(shuffle, segment, r),
                         {**steps, "scheduling_strategy": "SPREAD"},
                         "partitions",
                         wants.gpus_required,
                         # The map outputs a partition answers from, read where they were written.
                         follows=map_phase(segment.index) if step.owner_reads else None,
-                        reads=_owned_shards(spec, step.partitions) if step.owner_reads else None,
+                        reads=_owned_shards(spec) if step.owner_reads else None,
                     )
                 )
-            if merged := output_groups(spec, segment):
-                # The decisions the next map tasks read, merged into a few files per range of shards
-                # (engine/tasks/merge.py); a task per (group, range), keyed as before where one range.
+            for level in range(1, shuffle.max_output_levels() + 1):
                 phases.append(
                     Phase(
-                        merge_outputs_phase(segment.index),
+                        merge_outputs_phase(segment.index, level),
                         merge_outputs,
-                        _output_merge_tasks(spec, segment, step, merged),
+                        _output_merge_tasks(shuffle, segment, level),
                         {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
-                        "groups",
+                        "merges",
                     )
                 )
         elif isinstance(step, CombineStep):
@@ -205,7 +218,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                 Phase(
                     reduce_phase(segment.index),
                     reduce_stage,
-                    (Task(stage.name, (segment,)),),
+                    _combine_tasks(spec, segment, stage.name, shuffle),
                     steps,
                     "steps",
                     wants.gpus_required,
@@ -213,75 +226,83 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
             )
         else:
             raise TypeError(f"stage {stage.name!r} declares an unknown step {step!r}")
-    return phases
+    return phases, shuffle
 
 
-def _owned_shards(spec: RunSpec, partitions: int) -> Callable[[Task], list[tuple[str, int]]]:
-    """A partition task's reads of the map phase before it (``PartitionStep.owner_reads``): the
-    shards whose ordinal is its partition modulo ``partitions``, by their bytes of input."""
+def _merge_tasks(shuffle: StepShuffle, segment: Segment, round: int, level: int) -> TaskList:
+    def listed(folder: RunFolder) -> tuple[Task, ...] | None:
+        plan = shuffle.merge_plan(folder, round, level)
+        return None if plan is None else tuple(Task(t.key, (segment, round, t)) for t in plan[0])
 
-    def reads(task: Task) -> list[tuple[str, int]]:
-        p = task.args[1]
-        return [(s.key, max(1, s.nbytes)) for s in spec.shards if s.ordinal % partitions == p]
-
-    return reads
+    return listed
 
 
-def _output_merge_tasks(spec: RunSpec, segment: Segment, step: PartitionStep, merged: OutputMerge) -> TaskList:
-    """The decisions merge's tasks, a task per (group, range), keyed as before where one range; its
-    groups cut by the rows the rounds' markers say each partition output holds (``output_bounds``),
-    so known once the last round with tasks is done."""
+def _partition_tasks(shuffle: StepShuffle, segment: Segment, round: int) -> TaskList:
+    """A round's partition tasks, each with the map outputs its parts own (``owner_reads``)."""
 
     def listed(folder: RunFolder) -> tuple[Task, ...] | None:
-        done: dict[int, dict[int, dict[str, Any]]] = {}
-        for r in range(step.rounds):
-            markers = folder.read_markers(shuffle_phase(segment.index, r))
-            got = {p: m for p in range(step.partitions) if (m := markers.get(partition_key(p))) is not None}
-            if r and not any(m.get("forwarded", 0) for m in done[r - 1].values()):
-                break  # the rounds from here had no tasks
-            if len(got) < step.partitions:
-                return None  # not known until that round is done
-            done[r] = got
-        bounds = output_bounds(output_weights(spec, segment, lambda r: done.get(r, {})), merged.groups)
-        earlier = folder.read_markers(merge_outputs_phase(segment.index))
-        if any("outputs" not in m for m in earlier.values()):
-            # A run folder whose merge tasks ran before the groups were cut by rows: keep its groups (by
-            # count), or a resumed run would merge some outputs twice and others not at all.
-            writers = step.rounds * step.partitions
-            bounds = [group_writers(writers, merged.groups, g).start for g in range(merged.groups)] + [writers]
+        readers = shuffle.readers(folder, round)
+        if readers is None:
+            return None
+        owner = shuffle.step.owner_reads
         return tuple(
-            Task(partition_key(g * merged.ranges + j), (segment, g, j, bounds[g], bounds[g + 1]))
-            for g in range(merged.groups)
-            for j in range(merged.ranges)
+            Task(partition_key(t.index), (segment, round, t, shuffle.map_outputs(folder, shuffle.owned(t)) if owner else None))
+            for t in readers
         )
 
     return listed
 
 
-def _round_tasks(
-    segment: Segment, step: PartitionStep, round: int, forwarded: dict[int, bool], every: tuple[Task, ...]
-) -> TaskList:
-    """The tasks of a round (``every``: one per partition, or its merge tasks); a round after one that
-    forwarded nothing has none (a stage planning more rounds than its data needs, e.g. minhash's
-    star rounds, pays nothing for the rest). ``forwarded`` caches what finished rounds' markers say
-    (they never change once written), so listing round r reads one round's markers, not r rounds'
-    (P x R^2 reads, on object stores too)."""
-    if round == 0:
-        return every
+def _owned_shards(spec: RunSpec) -> Callable[[Task], list[tuple[str, int]]]:
+    """A partition task's reads of the map phase before it (``PartitionStep.owner_reads``): the map
+    outputs it was handed (its parts' shards), by their bytes: linear in its own shards."""
+
+    def reads(task: Task) -> list[tuple[str, int]]:
+        outputs = task.args[3] or ()
+        return [(spec.shards[o].key, max(1, f.bytes)) for o, f in outputs]
+
+    return reads
+
+
+def _output_merge_tasks(shuffle: StepShuffle, segment: Segment, level: int) -> TaskList:
+    """One level of the outputs merge, a task per (kind, group, range)."""
 
     def listed(folder: RunFolder) -> tuple[Task, ...] | None:
-        for r in range(round):  # from round 0: a round with no tasks forwards nothing
-            if r not in forwarded:
-                done = folder.read_markers(shuffle_phase(segment.index, r))
-                markers = [done.get(partition_key(p)) for p in range(step.partitions)]
-                if any(m is None for m in markers):
-                    return None  # not known until that round is done
-                forwarded[r] = any(m.get("forwarded", 0) for m in markers)  # type: ignore[union-attr]
-            if not forwarded[r]:
-                return ()
-        return every
+        out: list[Task] = []
+        for kind in OUTPUT_KINDS:
+            plan = shuffle.output_merge_plan(folder, kind, level)
+            if plan is None:
+                return None
+            out += [Task(f"{kind}-{t.key}", (segment, kind, t)) for t in plan[0]]
+        return tuple(out)
 
     return listed
+
+
+def _combine_tasks(spec: RunSpec, segment: Segment, name: str, shuffle: StepShuffle | None) -> TaskList:
+    """The combine step's one task, with the partition step's round-0 outputs and last round's forwarded runs."""
+    if shuffle is None:
+        return (Task(name, (segment,)),)
+
+    def listed(folder: RunFolder) -> tuple[Task, ...] | None:
+        last = shuffle.step.rounds - 1
+        first, final = shuffle.readers(folder, 0), shuffle.readers(folder, last)
+        if first is None or final is None:
+            return None
+        root = folder.root
+        outputs = tuple(
+            folder.partition_output(segment.index, t.index, 0, fetch=False).relative_to(root).as_posix() for t in first
+        )
+        forwarded = tuple(
+            folder.forward_file(segment.index, last, t.index, fetch=False).relative_to(root).as_posix() for t in final
+        )
+        return (Task(name, (segment, outputs, forwarded)),)
+
+    return listed
+
+
+def _rel(folder: RunFolder, path: Path) -> str:
+    return path.relative_to(folder.root).as_posix()
 
 
 def largest_first(shards: tuple[Shard, ...]) -> list[Shard]:
@@ -320,3 +341,48 @@ def _segment_resources(spec: RunSpec, segment: Segment) -> dict[str, Any]:
 def _computing_resources(spec: RunSpec, segment: Segment) -> list[Resources]:
     positions = [*segment.stages, *([segment.compute_global] if segment.compute_global else [])]
     return [build_stage(spec, p).task_resources() for p in positions]
+
+
+# --- a run's phases in this process, for tests and benches that drive them themselves -------------
+
+
+def run_here(spec: RunSpec, phases: Sequence[Phase]) -> None:
+    """Every unfinished task of ``phases``, in order, in this process, its marker written (what the runner
+    does with the in-process executor, without a run record or the end of a run)."""
+    from datapipe.engine.worker import run_task
+
+    folder = RunFolder(Path(spec.root))
+    for phase in phases:
+        tasks = phase.task_list(folder)
+        assert tasks is not None, f"{phase.name}: its tasks depend on phases that did not run"
+        done = folder.read_markers(phase.name)
+        for task in tasks:
+            if task.key not in done:
+                run_task(phase.name, task.key, phase.fn, spec, *task.args)
+
+
+def segment_phases(spec: RunSpec, segment: Segment, map_phase_too: bool = True) -> list[Phase]:
+    """The phases of one segment as the run plans them: its map phase (unless not ``map_phase_too``) and
+    those of the global stage that ends it."""
+    mine = {map_phase(segment.index)} if map_phase_too else set()
+    phases = plan_phases(spec)
+    names = [p.name for p in phases]
+    start = names.index(map_phase(segment.index)) + 1
+    end = names.index(map_phase(segment.index + 1)) if map_phase(segment.index + 1) in names else len(names)
+    if PACK_PHASE in names[start:end]:
+        end = names.index(PACK_PHASE)
+    mine |= set(names[start:end])
+    return [p for p in phases if p.name in mine]
+
+
+def shard_outputs(spec: RunSpec, segment: Segment, ordinal: int, kind: str = "decisions") -> pa.Table | None:
+    """One shard's rows of ``kind`` (decisions, state, copies) from the partition step ending ``segment``,
+    as its next map task reads them (after the step's phases ran: ``run_here``)."""
+    from datapipe.engine.tasks.reduce import shard_rows
+
+    stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
+    step = next(s for s in checked_steps(stage) if isinstance(s, PartitionStep))
+    folder = RunFolder(Path(spec.root))
+    grids = StepShuffle(spec, segment, step).final_outputs(folder)
+    assert grids is not None, "the step's phases have not all run"
+    return shard_rows(folder, grids[kind].holding(ordinal, ordinal + 1), ordinal)

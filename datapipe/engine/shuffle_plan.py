@@ -117,7 +117,8 @@ def levels(writers: int, keys: int, total_bytes: int, fan_in: int, task_bytes: i
     """The merge levels of a shuffle of ``writers`` runs over ``keys`` keys holding ``total_bytes``: none
     when a reader may open every writer's run."""
     out: list[Level] = []
-    groups, ranges = writers, ((0, keys),)
+    groups = writers
+    ranges: tuple[tuple[int, int], ...] = ((0, keys),)
     fan_in = max(2, fan_in)
     while groups > max(1, reader_files):
         groups = -(-groups // fan_in)

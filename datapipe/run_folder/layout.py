@@ -149,14 +149,16 @@ def shuffle_phase(segment: int, round: int = 0) -> str:
     return f"shuffle{segment}" if round == 0 else f"shuffle{segment}r{round}"
 
 
-def merge_phase(segment: int, round: int = 0) -> str:
-    """The merge before a shuffle round: its inputs combined into a few files (engine/tasks/merge.py)."""
-    return f"merge{segment}" if round == 0 else f"merge{segment}r{round}"
+def merge_phase(segment: int, round: int = 0, level: int = 1) -> str:
+    """A merge level before a shuffle round: its runs merged with bounded fan-in (engine/shuffle_plan.py);
+    level 1 keeps the name runs had before levels."""
+    name = f"merge{segment}" if round == 0 else f"merge{segment}r{round}"
+    return name if level == 1 else f"{name}l{level}"
 
 
-def merge_outputs_phase(segment: int) -> str:
-    """The merge of a deciding shuffle's partition outputs, after its last round (engine/tasks/merge.py)."""
-    return f"merge{segment}d"
+def merge_outputs_phase(segment: int, level: int = 1) -> str:
+    """A merge level of a deciding shuffle's partition outputs, after its last round (engine/shuffle_plan.py)."""
+    return f"merge{segment}d" if level == 1 else f"merge{segment}dl{level}"
 
 
 def reduce_phase(segment: int) -> str:
@@ -313,30 +315,32 @@ class RunFolder:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
         return self._local(self.work / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet", fetch)
 
-    def merged_file(self, segment: int, round: int, group: int, fetch: bool = True, rng: int | None = None) -> Path:
-        """A group of a shuffle round's input files, merged: rows sorted by ``part``, a row group per part;
-        ``rng``: of one range of parts only (engine/tasks/merge.py, ``KEYS_PER_FILE``)."""
-        cut = "" if rng is None else f"-{partition_key(rng)}"
-        return self._local(self.work / f"{merge_phase(segment, round)}" / f"{partition_key(group)}{cut}.parquet", fetch)
+    def merged_run(self, segment: int, round: int, level: int, key: str, fetch: bool = True) -> Path:
+        """A merge task's run of a shuffle round's rows (engine/tasks/merge.py): ``key`` is its
+        (group, range) (``shuffle_plan.merge_key``)."""
+        return self._local(self.work / merge_phase(segment, round, level) / f"{key}.parquet", fetch)
 
-    def merged_outputs(
-        self,
-        segment: int,
-        group: int,
-        kind: str = "decisions",
-        fetch: bool = True,
-        rng: int | None = None,
-        cut: int | None = None,
-    ) -> Path:
-        """A group of a deciding shuffle's partition outputs of one ``kind`` (``OUTPUT_KINDS``: decisions,
-        states, copies), of every round, merged: rows sorted by ``shard``, a row group per shard;
-        ``rng``: of one range of shards only; ``cut``: of one file of that range's (engine/tasks/merge.py,
-        ``KEYS_PER_FILE``)."""
+    def merged_outputs(self, segment: int, level: int, kind: str, key: str, fetch: bool = True) -> Path:
+        """A merge task's run of a deciding shuffle's partition outputs of one ``kind`` (``OUTPUT_KINDS``:
+        decisions, states, copies), sorted by ``shard``."""
         assert kind in OUTPUT_KINDS, kind
-        suffix = "" if rng is None else f"-{partition_key(rng)}"
-        suffix += "" if cut is None else f"-{partition_key(cut)}"
-        name = f"{kind}-{partition_key(group)}{suffix}.parquet"
-        return self._local(self.work / merge_outputs_phase(segment) / name, fetch)
+        return self._local(self.work / merge_outputs_phase(segment, level) / f"{kind}-{key}.parquet", fetch)
+
+    def open_run(self, rel: str, size: int = 0, footer: int | None = None) -> pq.ParquetFile:
+        """A run (its path in the run folder) opened for reading: in a remote folder, this node's copy when
+        it holds it whole, else read in place from the store with the size and footer length its
+        writer's marker recorded (a task is handed those of its inputs: engine/shuffle_plan.RunFile), so
+        only the byte ranges read cross the store and nothing is listed or looked up."""
+        import pyarrow.parquet as pq
+
+        path = self.root / rel
+        if self.remote is None or (size and path.is_file() and path.stat().st_size == size):
+            return pq.ParquetFile(path)
+        from datapipe.storage.parquet_reads import remote_parquet
+
+        if not size:  # not handed over: what a marker the driver gave this process says
+            return self.parquet(path)
+        return remote_parquet(storage.child(self.remote, rel), size, footer)
 
     def scratch_dir(self, segment: int) -> Path:
         """Spill space of the global stage ending ``segment`` (DuckDB, sorts)."""

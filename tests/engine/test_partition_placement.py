@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from datapipe.engine.phases import Task, plan_phases
-from datapipe.engine.plan import make_spec
+from datapipe.engine.plan import build_stage, make_spec
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.layout import map_phase
 from tests.conftest import write_pipeline
@@ -44,8 +44,21 @@ def test_minhash_partitions_follow_the_map_outputs_they_answer_for(tmp_path: Pat
     assert phases["shuffle0"].follows is None
     minhash = [p for name, p in phases.items() if name.startswith("shuffle1")]
     assert minhash and all(p.follows == map_phase(1) for p in minhash)
-    # Shards 0, 2, 4 (partition 0's) on node a, 1 and 3 (partition 1's) on node b.
+    # Shards 0, 2, 4 (part 0's) on node a, 1 and 3 (part 1's) on node b; a partition task per part.
+    from datapipe.engine.shuffle_plan import ReadTask, RunFile
+    from datapipe.engine.shuffles import StepShuffle
+    from datapipe.stages import PartitionStep
+    from datapipe.stages.global_stage import checked_steps
+
     ran_on = {s.key: "a" if s.ordinal % 2 == 0 else "b" for s in spec.shards}
+    stage = build_stage(spec, spec.segments[1].compute_global)
+    step = next(s for s in checked_steps(stage) if isinstance(s, PartitionStep))
+    shuffle = StepShuffle(spec, spec.segments[1], step)
     for phase in minhash:
-        tasks = [Task(f"{p:05d}", (None, p, 0)) for p in (0, 1)]
-        assert {t.args[1]: t.node for t in phase.placed(tasks, ran_on)} == {0: "a", 1: "b"}
+        tasks = []
+        for p in (0, 1):
+            task = ReadTask(p, p, p + 1, ())
+            owned = tuple((o, RunFile(f"_work/map1/{spec.shards[o].key}.parquet", 20, 0, 1, 1000)) for o in shuffle.owned(task))
+            tasks.append(Task(f"{p:05d}", (spec.segments[1], 0, task, owned)))
+        assert [[o for o, _ in t.args[3]] for t in tasks] == [[0, 2, 4], [1, 3]]  # its parts' shards, by bisection
+        assert {t.args[2].lo: t.node for t in phase.placed(tasks, ran_on)} == {0: "a", 1: "b"}
