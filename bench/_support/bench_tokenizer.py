@@ -4,7 +4,7 @@
 encoding with it is slower per character than with a real vocabulary, and tiktoken-style engines gain
 differently. The benchmarks use this one instead, on both sides.
 
-    PYTHONPATH=. python -m bench._bench_tokenizer        # train (about 1-3 CPU minutes) or print the kept one
+    python -m bench._support.bench_tokenizer        # train (about 1-3 CPU minutes) or print the kept one
 
 It is the recipe of ``datapipe train-tokenizer`` without its sampling (the whole corpus, all four files):
 ``pre_tokenizers.ByteLevel(add_prefix_space=False)``, the 256-byte initial alphabet, ``min_frequency 2``,
@@ -15,13 +15,10 @@ special tokens ``<|endoftext|>`` and ``<|pad|>``. The file is kept under the cac
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench._corpus import CORPUS, FILES  # noqa: E402
+from bench._support.corpus import CORPUS, FILES
+from bench._support.paths import ROOT
 
 SPECIAL = ["<|endoftext|>", "<|pad|>"]
 

@@ -6,7 +6,9 @@ import json
 import random
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "corpus"
+from bench._support.paths import SHARED
+
+CORPUS = SHARED / "corpus"
 FILES = ("en_wikipedia.jsonl", "zh_wikipedia.jsonl", "zh_pingcap_docs.jsonl", "zh_oiwiki.jsonl")
 
 

@@ -1,7 +1,7 @@
-"""datatrove's per-document verdicts for bench/fineweb_agreement.py. Run with the python of a venv
+"""datatrove's per-document verdicts for bench/quality/fineweb_agreement.py. Run with the python of a venv
 holding ``datatrove[processing]`` and spacy; it imports nothing from datapipe.
 
-    <venv>/bin/python bench/_datatrove_agreement.py DOCS.jsonl LID_MODEL OUT.jsonl
+    <venv>/bin/python -m bench._support.datatrove_agreement DOCS.jsonl LID_MODEL OUT.jsonl
 
 DOCS.jsonl: one ``{"id", "text"}`` per line. For each document, one line of OUT.jsonl:
 ``{"id", "en": LanguageFilter(["en"]) keeps it}`` and, for English documents, ``"reason"``: the
@@ -10,7 +10,7 @@ reason or null}``, ``"words"``: sha1 of datatrove's English words joined by spac
 datapipe's tokenizer). ``filters`` judges each filter on its own (FineWeb on the text
 C4QualityFilter leaves when C4 keeps the document, as in the chain, since C4QualityFilter
 rewrites ``doc.text``; on the original text otherwise).
-Every filter has its defaults, as in bench/_datatrove_pipeline.py.
+Every filter has its defaults, as in bench/_support/datatrove_pipeline.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""datatrove's equivalent of the datapipe bench pipeline. Run by bench/pipeline.py with the python of
+"""datatrove's equivalent of the datapipe bench pipeline. Run by bench/perf/pipeline.py with the python of
 a venv holding ``datatrove[processing]`` and spacy; it imports nothing from datapipe.
 
-    <venv>/bin/python bench/_datatrove_pipeline.py CONFIG.json
+    <venv>/bin/python -m bench._support.datatrove_pipeline CONFIG.json
 
 Standard datatrove components, in datapipe's order, each block a LocalPipelineExecutor:
   1. JsonlReader -> LanguageFilter(zh, en) -> GopherRepetitionFilter -> GopherQualityFilter

@@ -9,7 +9,7 @@
 
 Run with the python of a venv holding datatrove and spacy; it imports nothing from datapipe:
 
-    <venv>/bin/python bench/_export_datatrove_rules.py datapipe/text
+    <venv>/bin/python -m bench._support.export_datatrove_rules datapipe/text
 
 spaCy is MIT licensed (Copyright (C) 2016-2024 ExplosionAI GmbH, 2016 spaCy GmbH, 2015 Matthew
 Honnibal); datatrove is Apache-2.0 (Copyright Hugging Face). Each file names its source version.

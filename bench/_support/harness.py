@@ -31,7 +31,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench._support.paths import ROOT
+
 BASE_LIBS = ("datapipe", "numpy", "pyarrow")
 
 

@@ -149,7 +149,7 @@ def run_tree(
 
     ``timeline``, when given, gets one entry per sample: (time.time(), tree RSS, RSS of the command's
     own process, largest RSS of any other process of the tree), in bytes, so a caller can attribute
-    memory to what the command was doing at the time (bench/scale.py: per pipeline phase)."""
+    memory to what the command was doing at the time (bench/scaling/scale.py: per pipeline phase)."""
     subreaper = become_subreaper()
     me = os.getpid()
     # Processes of ours from before the run (e.g. an embedded Ray's, when a test calls this) are not
@@ -255,7 +255,7 @@ def run_tree(
 # Thread names (``comm``, 15 characters) of Ray's core worker and gRPC in a driver process; every
 # other thread (Python's, named ``python``; the store client's; DuckDB's) is the driver's own work.
 # The same as datapipe/runtime/own_cpu.py's (the driver's own record by section), kept here so this
-# module also measures code that has none (bench/driver_scale.py runs main's code beside this one).
+# module also measures code that has none (bench/scaling/driver_scale.py runs main's code beside this one).
 RAY_THREADS = re.compile(
     r"^(client\.poll|server\.poll|worker\.|nexting_thread|event_engine|task_event_buf|grpc|timer_manager|"
     r"jemalloc_bg|gcs_client|default-execut|global\.accessor|resolver-execu|core_worker|ray_|io_context|"

@@ -1,6 +1,6 @@
-"""Corpora for bench/scale.py: real zh/en text, every copy perturbed, plus planted duplicates.
+"""Corpora for bench/scaling/scale.py: real zh/en text, every copy perturbed, plus planted duplicates.
 
-Source: the documents of ../shared/data/corpus (bench/_corpus.py), each cut to at most
+Source: the documents of ../shared/data/corpus (bench/_support/corpus.py), each cut to at most
 ``max_chars`` at a paragraph end and kept when it has at least ``min_tokens`` tokens (so two
 perturbed copies of it cannot match by chance). Every document is pre-split once into pieces: a
 Han character, a run of ASCII letters (a word), or a run of anything else (spaces, punctuation,
@@ -11,7 +11,7 @@ each word is replaced, with probability ``p`` (default 0.2), by a Han character 
 from the corpus by its frequency, so the text keeps its language, its stop words and its
 character mix (langid and the quality rules see ordinary text), while two copies share a
 5-token shingle only where all ten tokens survived: Jaccard about (0.8^10)/(2 - 0.8^10) = 0.06,
-far below MinHash's 0.7 (bench/scale.py measures it on sampled pairs and prints it).
+far below MinHash's 0.7 (bench/scaling/scale.py measures it on sampled pairs and prints it).
 
 Planted duplicates, each of a distinct regular document (its "original"), written after it at a
 random distance of up to ``window`` documents (so mostly in another file, another map task):
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from bench._corpus import CORPUS, FILES
+from bench._support.corpus import CORPUS, FILES
 
 PIECE = re.compile(r"[\u4e00-\u9fff]|[A-Za-z]+|[^A-Za-z\u4e00-\u9fff]+")
 NEAR_MIN_TOKENS = 60

@@ -1,7 +1,7 @@
-"""The paper estimate of docs/scaling.md from a bench/scale.py JSON: a 10 TB, 5-billion-document crawl
+"""The paper estimate of docs/scaling.md from a bench/scaling/scale.py JSON: a 10 TB, 5-billion-document crawl
 on N nodes of 64 cores, from the measured per-document CPU, bytes and per-task memory.
 
-    python bench/scale.py --paper bench/results/scale.json
+    python -m bench.scaling.scale --paper bench/results/scale.json
 
 Measured inputs come from the JSON's largest scale (fixed costs amortised best). Per-document CPU of
 the map phases and packing is scaled by bytes per document (the crawl's 2,000 bytes against the

@@ -1,7 +1,7 @@
 """The GPU checks of issues 31, 32 and 33 in one run (one short call on a GPU machine), on the inputs
-``bench/gpu_prepare.py`` made from ../shared/data (``--data``, default ``.gpudata``):
+``bench/gpu/gpu_prepare.py`` made from ../shared/data (``--data``, default ``.gpudata``):
 
-    python bench/gpu_checks.py [--data .gpudata] [--json $OUT/gpu_checks.json] [--device cuda] [--budget 330]
+    python -m bench.gpu.gpu_checks [--data .gpudata] [--json $OUT/gpu_checks.json] [--device cuda] [--budget 330]
 
 1. ``semantic`` (issue 32): ``datapipe.dedup.semantic``'s k-means, assignment and within-cluster
    pairwise cosine on the GPU (``device="cuda"``) against the numpy path, on real documents embedded
@@ -30,17 +30,14 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import numpy as np  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import numpy as np
+import pyarrow.parquet as pq
 
 START = time.perf_counter()
 

@@ -1,31 +1,28 @@
 """The semantic stage's Hugging Face encoder on a GPU against the same encoder on the CPU (issue 32).
 
-    python bench/gpu_encoder_check.py --prepare .gpudata          # here: a 4-layer BERT encoder (hidden
+    python -m bench.gpu.gpu_encoder_check --prepare .gpudata          # here: a 4-layer BERT encoder (hidden
                                                                   # 256, WordPiece trained on the corpus)
-    python3 bench/gpu_encoder_check.py --data .gpudata --json $OUT/gpu_encoder.json   # on the GPU machine
+    python -m bench.gpu.gpu_encoder_check --data .gpudata --json $OUT/gpu_encoder.json   # on the GPU machine
 
 Embeds the same real documents with ``TransformerEmbedder`` (the class the stage loads) on the CPU
 and with ``device="cuda"``, and prints the largest difference between the vectors, documents/s on
 each, and whether the similar pairs at the stage's thresholds are the same on both sets of vectors.
 The weights are random (no model hub here): the check is of the code path, not of the embedding's
-quality (bench/semantic_eval.py measures that).
+quality (bench/quality/semantic_eval.py measures that).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from datapipe.dedup.embed_models import TransformerEmbedder  # noqa: E402
-from datapipe.dedup.semantic import similar_pairs  # noqa: E402
+from datapipe.dedup.embed_models import TransformerEmbedder
+from datapipe.dedup.semantic import similar_pairs
 
 
 def prepare(data: Path) -> None:

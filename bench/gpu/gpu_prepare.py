@@ -1,7 +1,7 @@
-"""Prepare, on a CPU machine, the inputs ``bench/gpu_checks.py`` needs on a GPU machine that cannot
+"""Prepare, on a CPU machine, the inputs ``bench/gpu/gpu_checks.py`` needs on a GPU machine that cannot
 see ``../shared/data``: a compact copy of real documents and a packed candidate for ``datapipe ablate``.
 
-    PYTHONPATH=. python bench/gpu_prepare.py [--out .gpudata] [--en-docs 12000] [--train-tokens 6000000]
+    python -m bench.gpu.gpu_prepare [--out .gpudata] [--en-docs 12000] [--train-tokens 6000000]
 
 Writes (``--out``, an ignored folder carried to the GPU machine):
 
@@ -22,17 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from bench._corpus import CORPUS  # noqa: E402
+from bench._support.corpus import CORPUS
 
 FILES = (("en_wikipedia.jsonl", "en", "wiki"), ("zh_wikipedia.jsonl", "zh", "wiki"), ("zh_pingcap_docs.jsonl", "zh", "docs"))
 

@@ -1,6 +1,6 @@
 """Documents per second through the annotate stage vs a bare pool of HTTP requests, same server, same concurrency.
 
-    PYTHONPATH=. python bench/annotate.py --docs 400 --in-flight 16 --delay 0.02 [--repeats 5] [--json PATH]
+    python -m bench.perf.annotate --docs 400 --in-flight 16 --delay 0.02 [--repeats 5] [--json PATH]
 
 The server is tests/support/openai_server.py (a real process on 127.0.0.1) answering each request
 after ``--delay`` seconds, a stand-in for a model's latency. The bare side is the loop a user would
@@ -8,7 +8,7 @@ write: a thread pool of ``--in-flight`` workers, each sending the same request b
 (urllib) and parsing the reply's JSON. The stage side is ``Annotate.compute`` over Arrow batches of a
 fresh task (an empty journal, so every document is asked): prompt rendering, request hashing, the
 journal appended and fsynced, schema validation and the typed columns. The two alternate over
-``--repeats`` rounds (``bench/_harness.py``); the ratio stage/bare of documents per second is taken per
+``--repeats`` rounds (``bench/_support/harness.py``); the ratio stage/bare of documents per second is taken per
 round and reported as median and range: near 1 means the stage adds nothing the server's latency
 does not hide.
 """
@@ -17,25 +17,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pyarrow as pa
 
-import pyarrow as pa  # noqa: E402
-
-from bench._corpus import sample  # noqa: E402
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.stages.annotate import Annotate, sampling_params  # noqa: E402
-from datapipe.stages.annotate.options import AnnotateOptions  # noqa: E402
-from datapipe.stages.annotate.prompt import render, request_body, response_format  # noqa: E402
-from datapipe.stages.base import StageContext  # noqa: E402
-from tests.support.openai_server import ANSWER_SCHEMA as SCHEMA  # noqa: E402
-from tests.support.openai_server import DESCRIBE_PROMPT as PROMPT  # noqa: E402
-from tests.support.openai_server import FakeOpenAI  # noqa: E402
+from bench._support.corpus import sample
+from bench._support.harness import Harness, add_args, pair_ratios
+from datapipe.stages.annotate import Annotate, sampling_params
+from datapipe.stages.annotate.options import AnnotateOptions
+from datapipe.stages.annotate.prompt import render, request_body, response_format
+from datapipe.stages.base import StageContext
+from tests.support.openai_server import ANSWER_SCHEMA as SCHEMA
+from tests.support.openai_server import DESCRIBE_PROMPT as PROMPT
+from tests.support.openai_server import FakeOpenAI
 
 
 def main() -> None:

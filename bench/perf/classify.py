@@ -1,6 +1,6 @@
 """Documents per second through the classify stage vs raw fastText predict, same texts, one process.
 
-    PYTHONPATH=. python bench/classify.py --docs 4000 [--repeats 5] [--json bench/results/classify.json]
+    python -m bench.perf.classify --docs 4000 [--repeats 5] [--json bench/results/classify.json]
 
 Two models, trained here in a temporary folder on ../shared/data (seconds): one with the
 ``cjk-v1`` featuriser (as ``datapipe train-classifier`` writes them) and one with ``plain``
@@ -8,27 +8,24 @@ features (what a model downloaded from elsewhere gets). The raw side is the bare
 would write: the same prefix and featurisation, then ``model.predict(texts, k=-1)`` (all labels'
 probabilities, as the stage records). The stage side is ``Classify.compute`` on Arrow batches,
 which also builds the score columns. Also printed: predict alone on pre-featurised texts, to
-show what featurisation costs. The three alternate over ``--repeats`` rounds (``bench/_harness.py``);
+show what featurisation costs. The three alternate over ``--repeats`` rounds (``bench/_support/harness.py``);
 the ratio stage/raw is taken per round and reported as median and range.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pyarrow as pa
 
-import pyarrow as pa  # noqa: E402
-
-from bench._corpus import CORPUS, sample  # noqa: E402
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.classify.features import featuriser  # noqa: E402
-from datapipe.stages.base import StageContext  # noqa: E402
-from datapipe.stages.classify import Classify, ClassifyOptions  # noqa: E402
-from datapipe.train.classifier import TrainOptions, TrainParams, train_classifier  # noqa: E402
+from bench._support.corpus import CORPUS, sample
+from bench._support.harness import Harness, add_args, pair_ratios
+from datapipe.classify.features import featuriser
+from datapipe.stages.base import StageContext
+from datapipe.stages.classify import Classify, ClassifyOptions
+from datapipe.train.classifier import TrainOptions, TrainParams, train_classifier
 
 
 def train(folder: Path, feat: str) -> Path:

@@ -1,12 +1,12 @@
 """Documents per second per core of a transformers classifier in the classify stage: torch against
 direct ``transformers`` calls and against ONNX Runtime, on real zh/en text; and on a GPU when there is one.
 
-    PYTHONPATH=. python bench/classify_transformer.py [--docs 400] [--max-tokens 256] [--repeats 3] [--json PATH]
+    python -m bench.perf.classify_transformer [--docs 400] [--max-tokens 256] [--repeats 3] [--json PATH]
 
 The model is a small BERT (``--layers`` 4, ``--hidden`` 256, 4 heads, random weights, seed 0) with a
 WordPiece tokenizer trained here on the shared corpus (tests/support/tiny_transformer.py), saved to a
 temporary folder as a user's model would be. The texts are a seeded sample of ../shared/data/corpus
-(``bench/_corpus.py``: ~90% English Wikipedia, the rest Chinese). Sides, interleaved over
+(``bench/_support/corpus.py``: ~90% English Wikipedia, the rest Chinese). Sides, interleaved over
 ``--repeats`` rounds, each on one thread (``torch.set_num_threads(1)``, ONNX Runtime's
 ``intra_op_num_threads=1``), so docs/s is per core. Each side is timed twice: wall seconds, and
 the process's CPU seconds (``time.process_time``); on a shared, loaded machine docs per CPU-second
@@ -26,22 +26,19 @@ all threads; without one the script says so.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import pyarrow as pa
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-
-from bench._corpus import CORPUS, sample  # noqa: E402
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.stages.base import StageContext  # noqa: E402
-from datapipe.stages.classify import Classify, ClassifyOptions  # noqa: E402
-from tests.support.tiny_transformer import corpus_texts, save_model  # noqa: E402
+from bench._support.corpus import CORPUS, sample
+from bench._support.harness import Harness, add_args, pair_ratios
+from datapipe.stages.base import StageContext
+from datapipe.stages.classify import Classify, ClassifyOptions
+from tests.support.tiny_transformer import corpus_texts, save_model
 
 
 def main() -> None:

@@ -4,9 +4,9 @@ case, ``\\w+`` words, n-grams joined by spaces), the lookup datatrove's n-gram d
 The baseline splits on words only, so on Chinese it sees whole clauses as single "words"; it is a
 speed reference, not a recall one.
 
-    PYTHONPATH=. python bench/decontaminate.py --docs 6000 [--repeats 3] [--json bench/results/decontaminate.json]
+    python -m bench.perf.decontaminate --docs 6000 [--repeats 3] [--json bench/results/decontaminate.json]
 
-The baseline and the stage alternate over ``--repeats`` pairs (``bench/_harness.py``); the ratio is
+The baseline and the stage alternate over ``--repeats`` pairs (``bench/_support/harness.py``); the ratio is
 taken per pair and reported as median and range.
 """
 
@@ -14,24 +14,20 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import tempfile
 import time
 import tracemalloc
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pyarrow as pa
 
-import pyarrow as pa  # noqa: E402
+from bench._support.corpus import sample
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import ROOT, SHARED
+from datapipe.decontaminate.benchmarks import items
+from datapipe.stages.base import StageContext
+from datapipe.stages.decontaminate import Decontaminate, DecontaminateOptions
 
-from bench._corpus import sample  # noqa: E402
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.decontaminate.benchmarks import items  # noqa: E402
-from datapipe.stages.base import StageContext  # noqa: E402
-from datapipe.stages.decontaminate import Decontaminate, DecontaminateOptions  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT.parent / "shared" / "data" / "benchmarks"
+BENCH = SHARED / "benchmarks"
 BENCHMARKS = [
     {"name": "gsm8k", "paths": [str(BENCH / "gsm8k_test.jsonl")], "fields": ["question", "answer"]},
     {

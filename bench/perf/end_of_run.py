@@ -1,7 +1,7 @@
 """The driver's end of a run (counts, stats.duckdb, conservation check), and `explain` of one id, timed
 on a finished run folder: this checkout's code against another's (e.g. main's), interleaved.
 
-    PYTHONPATH=. python bench/end_of_run.py RUN PIPELINE.yaml --baseline /work/main [--repeat 2]
+    python -m bench.perf.end_of_run RUN PIPELINE.yaml --baseline /work/main [--repeat 2]
 
 Each measurement is a fresh process running only ``collect_counts``, ``build_stats`` and
 ``check_conservation`` of that checkout (its stats.duckdb replaces the run's; the last one written
@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from bench._support.paths import ROOT
 
 CHILD = r"""
 import json, resource, sys, time
@@ -93,7 +95,7 @@ def main() -> None:
     ap.add_argument("--baseline", required=True, help="the checkout to compare with (its root)")
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
-    ours = str(Path(__file__).resolve().parent.parent)
+    ours = str(ROOT)
     doc_id = some_id(args.run)
     for i in range(args.repeat):
         for name, path in (("baseline", args.baseline), ("this", ours)):

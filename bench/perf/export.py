@@ -1,11 +1,11 @@
-"""``python bench/export.py [--docs 8000] [--repeats 3] [--json PATH]``: exports keep memory bounded, and their throughput.
+"""``python -m bench.perf.export [--docs 8000] [--repeats 3] [--json PATH]``: exports keep memory bounded, and their throughput.
 
 Builds a synthetic run folder (docs/ Parquet, _work/tokens, one shard and the manifest, run.json;
 documents of ~3,000 characters and ~700 tokens) with N and 4N documents, then exports it in each
 format in a fresh process and reports the peak RSS of that process (``VmHWM``) and the input
 bytes per second. The baseline is the data itself: if an export held the run in memory, its
 peak would grow with the input (4x); streaming keeps the ratio of peaks near 1. Per format the
-1x and 4x exports alternate over ``--repeats`` pairs (``bench/_harness.py``); the ratio of peaks is
+1x and 4x exports alternate over ``--repeats`` pairs (``bench/_support/harness.py``); the ratio of peaks is
 taken per pair and reported as median and range.
 """
 
@@ -24,12 +24,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.engine.tasks.shard_writer import write_shard  # noqa: E402
-from datapipe.tokens.shard_format import ShardMeta, file_sha256  # noqa: E402
+from bench._support.harness import Harness, add_args
+from bench._support.paths import ROOT
+from datapipe.engine.tasks.shard_writer import write_shard
+from datapipe.tokens.shard_format import ShardMeta, file_sha256
 
 FILES_PER_SOURCE = 4
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking parent (this script,

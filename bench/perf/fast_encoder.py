@@ -1,10 +1,10 @@
 """The exact fast encoder against ``tokenizers`` on the whole shared corpus: identical ids, and encode CPU.
 
-    PYTHONPATH=. python bench/fast_encoder.py [--repeats 3] [--json bench/results/fast_encoder.json]
+    python -m bench.perf.fast_encoder [--repeats 3] [--json bench/results/fast_encoder.json]
 
 1. Equivalence, every document of the corpus (27,369): ``encode_documents`` with the engine the file
    gets (tiktoken) against the same function forced to ``tokenizers``, for the 32k benchmark BPE
-   (bench/_bench_tokenizer.py, trained on the whole corpus) and for variants trained on a 4 MB slice:
+   (bench/_support/bench_tokenizer.py, trained on the whole corpus) and for variants trained on a 4 MB slice:
    8k with ``add_prefix_space``, 16k Llama-3 split (digits in threes, case-insensitive contractions)
    with special tokens in the text, 64k GPT-2 split. Any differing document fails the run.
 2. Speed, 32k BPE: the corpus in batches of 1000 documents (the pipeline's batch size), tokenizers then
@@ -21,15 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench._bench_tokenizer import bench_tokenizer  # noqa: E402
-from bench._corpus import CORPUS, FILES  # noqa: E402
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.pipeline.load import TokenizeConfig  # noqa: E402
-from datapipe.tokens import encode as tokenize  # noqa: E402
-from tests.support.bpe_variants import SPECIAL, train_bpe, with_special_tokens  # noqa: E402
+from bench._support.bench_tokenizer import bench_tokenizer
+from bench._support.corpus import CORPUS, FILES
+from bench._support.harness import Harness, add_args, pair_ratios
+from datapipe.pipeline.load import TokenizeConfig
+from datapipe.tokens import encode as tokenize
+from tests.support.bpe_variants import SPECIAL, train_bpe, with_special_tokens
 
 VARIANTS = {
     # name: (vocabulary, pre-tokenizer, special tokens, special tokens put into the text)

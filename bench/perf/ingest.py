@@ -1,6 +1,6 @@
 """WARC-to-text throughput: datapipe's WARC reader against the extractor library called directly.
 
-    PYTHONPATH=. python bench/ingest.py --repeat 20 --udhr 60 --repeats 5 [--json PATH]
+    python -m bench.perf.ingest --repeat 20 --udhr 60 --repeats 5 [--json PATH]
 
 Builds one WARC (a gzip member per record, as Common Crawl writes them) in a temporary
 folder from the whirlwind response record and UDHR pages (CJK included) wrapped as HTTP
@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import SHARED
 
 
 def response_record(url: str, body: bytes, ctype: str = "text/html; charset=utf-8") -> bytes:

@@ -1,6 +1,6 @@
 """What identifying inputs by content costs the map phase: this tree against the one before it.
 
-    PYTHONPATH=. python bench/input_identity.py --repeats 5
+    python -m bench.perf.input_identity --repeats 5
 
 Runs the map phase (the newline pre-pass ``lines`` and ``map0``) of a light pipeline (``length``;
 ``--stages langid`` adds language ID) over the shared corpus's zh and en JSONL
@@ -31,11 +31,10 @@ import time
 from io import BytesIO
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import ROOT, SHARED
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+CORPUS = SHARED / "corpus"
 FILES = ("en_wikipedia.jsonl", "zh_wikipedia.jsonl", "zh_pingcap_docs.jsonl", "zh_oiwiki.jsonl")
 
 # One run, in a fresh process whose PYTHONPATH is the tree under test: prints the map phase's figures.

@@ -1,13 +1,13 @@
 """JSONL reader throughput: datapipe's read_jsonl against a plain `for line: json.loads` loop.
 
-    PYTHONPATH=. python bench/jsonl_read.py --repeats 5 [--json PATH]
+    python -m bench.perf.jsonl_read --repeats 5 [--json PATH]
 
 Reads the real corpus files of ../shared/data/corpus (English and Chinese Wikipedia, TiDB docs,
 OI-wiki: 27k documents, 59 MB, plain and gzipped) with READERS["jsonl"] (bounded line reads,
 nesting-depth pre-check, Arrow batches) and with the plain loop (no caps, no Arrow), in one
 process, alternating for --repeats pairs, by process CPU time (stable on a shared machine).
 Prints MB/s of each (median, range) and the per-pair ratio datapipe / plain. To compare two versions of the reader, run
-the script once with each on PYTHONPATH: the plain loop is the common yardstick.
+the script once with each first on PYTHONPATH (``python -P -m``): the plain loop is the common yardstick.
 """
 
 from __future__ import annotations
@@ -16,16 +16,14 @@ import argparse
 import gzip
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import SHARED
 
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-
-CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "corpus"
+CORPUS = SHARED / "corpus"
 FILES = ("en_wikipedia.jsonl", "zh_wikipedia.jsonl", "zh_pingcap_docs.jsonl", "zh_oiwiki.jsonl")
 
 

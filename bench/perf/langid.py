@@ -1,6 +1,6 @@
 """Documents per second through the langid stage vs raw fastText predict, same texts, one run.
 
-    PYTHONPATH=. python bench/langid.py --docs 4000 [--repeats 7] [--json bench/results/langid.json]
+    python -m bench.perf.langid --docs 4000 [--repeats 7] [--json bench/results/langid.json]
 
 Raw predict and the stage alternate (--repeats pairs); the ratio is taken per pair.
 """
@@ -8,17 +8,13 @@ Raw predict and the stage alternate (--repeats pairs); the ratio is taken per pa
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pyarrow as pa
 
-import pyarrow as pa  # noqa: E402
-
-from bench._corpus import sample  # noqa: E402
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.stages.base import StageContext  # noqa: E402
-from datapipe.stages.langid import LangId, LangIdOptions  # noqa: E402
+from bench._support.corpus import sample
+from bench._support.harness import Harness, add_args, pair_ratios
+from datapipe.stages.base import StageContext
+from datapipe.stages.langid import LangId, LangIdOptions
 
 
 def main() -> None:

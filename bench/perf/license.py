@@ -1,7 +1,7 @@
 """Licence detection throughput (and accuracy on licence files) for each path.
 
-    PYTHONPATH=. python bench/license.py [--repeats 5] [--json PATH]   # default (phrase matcher) paths
-    PYTHONPATH=. python bench/license.py --scancode 60                 # + scancode on 60 licence files
+    python -m bench.perf.license [--repeats 5] [--json PATH]   # default (phrase matcher) paths
+    python -m bench.perf.license --scancode 60                 # + scancode on 60 licence files
 Paths: licence files (choosealicense texts + variants), code-file headers, web pages (UDHR
 HTML), the real-world layout set (tests/data/license_layouts: right / unknown / wrong), and
 optionally scancode-toolkit on licence files (needs it importable; see
@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench._support.harness import Harness, add_args
+from bench._support.paths import SHARED
+from datapipe.license import detect_code_file, detect_repository, detect_text, detect_web
+from tests.support.license_layouts import detect_case, load_cases, score
+from tests.support.license_variants import comment, load_choosealicense, variants
 
-from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.license import detect_code_file, detect_repository, detect_text, detect_web  # noqa: E402
-from tests.support.license_layouts import detect_case, load_cases, score  # noqa: E402
-from tests.support.license_variants import comment, load_choosealicense, variants  # noqa: E402
-
-DATA = ROOT.parent / "shared" / "data"
+DATA = SHARED
 
 
 def _ids(expr: str) -> frozenset[str]:

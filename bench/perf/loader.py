@@ -1,6 +1,6 @@
 """Benchmark the streaming loader against a plain numpy memmap read of the same tokens.
 
-    PYTHONPATH=. python bench/loader.py --configs 8x2048,32x2048,8x4096 --repeats 7 \
+    python -m bench.perf.loader --configs 8x2048,32x2048,8x4096 --repeats 7 \
         --json bench/results/loader.json
 
 For each batch x seq_len and each of two shard layouts it writes a synthetic run (packed
@@ -40,7 +40,7 @@ machine these figures come from) in both:
   batch touching as many shards as it has rows: a worst case for opening, the address tables
   and the per-row metadata. Reported, without targets.
 
-Through ``bench/_harness.py``: machine, date, commit and load average first; per config the
+Through ``bench/_support/harness.py``: machine, date, commit and load average first; per config the
 tokens-only and the full-sample (``compact``) ratios as median and range over the repeats, in
 CPU time (the figure; targets >= 0.9 and >= 0.8) and in wall time; the noise (load average
 after, the baseline's own spread); ``--json PATH`` writes it all.
@@ -49,20 +49,17 @@ after, the baseline's own spread); ``--json PATH`` writes it all.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.engine.tasks.shard_writer import write_shard  # noqa: E402
-from datapipe.loader import PackedDataset  # noqa: E402
-from datapipe.loader.batch import COMPACT_FIELDS, TOKEN_FIELDS  # noqa: E402
-from datapipe.tokens.shard_format import ShardMeta, file_sha256  # noqa: E402
+from bench._support.harness import Harness, add_args
+from datapipe.engine.tasks.shard_writer import write_shard
+from datapipe.loader import PackedDataset
+from datapipe.loader.batch import COMPACT_FIELDS, TOKEN_FIELDS
+from datapipe.tokens.shard_format import ShardMeta, file_sha256
 
 
 def make_run(root: Path, shards: int, rows: int, seq_len: int, docs_per_row: int, seed: int = 0) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Raw text -> MinHash signature throughput: datapipe vs datasketch on the same real documents.
 
-    PYTHONPATH=. python bench/minhash.py [--docs 2000] [--num-perm 128] [--repeats 5] [--json PATH]
+    python -m bench.perf.minhash [--docs 2000] [--num-perm 128] [--repeats 5] [--json PATH]
 
 Three paths, each timed from raw text to signatures, alternating A, B, C for --repeats rounds:
   A  usual datasketch: Python shingles, MinHash.update_batch with its default hash (SHA-1)
@@ -15,18 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 from datasketch import MinHash
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench._harness import Harness, add_args, pair_ratios
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import SHARED
 from datapipe.dedup.minhash import signatures
 from datapipe.dedup.shingles import HAVE_NUMBA, shingle_hash, shingles
 
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "corpus"
+DATA = SHARED / "corpus"
 
 
 def load(n_docs: int) -> list[str]:

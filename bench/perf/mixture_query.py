@@ -1,6 +1,6 @@
 """Benchmark the ``mixture`` view of stats.duckdb over many synthetic document rows.
 
-    PYTHONPATH=. python bench/mixture_query.py --rows 10000000 [--repeats 5] [--json PATH]
+    python -m bench.perf.mixture_query --rows 10000000 [--repeats 5] [--json PATH]
 
 Builds a ``documents`` table of ``--rows`` rows (source, lang, script, license_class with
 NULLs, status, n_chars, n_tokens) in a DuckDB file, creates the view exactly as
@@ -12,17 +12,14 @@ absolute, against a target of under 2 seconds for 10M rows.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import duckdb
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.audit.views import mixture_view_sql  # noqa: E402
+from bench._support.harness import Harness, add_args
+from datapipe.audit.views import mixture_view_sql
 
 
 def main() -> None:

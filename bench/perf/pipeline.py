@@ -1,8 +1,8 @@
 """The whole pipeline, datapipe against datatrove, on the same input: wall, process-tree CPU, peak tree memory.
 
-    PYTHONPATH=. python bench/pipeline.py --datatrove-python /tmp/dt/bin/python [--repeats 3] [--docs 0]
-    PYTHONPATH=. python bench/pipeline.py --stages tokenize ...     # tokenize-only comparison
-    PYTHONPATH=. python bench/pipeline.py --sides datapipe ...      # datapipe's runs only (A/B of its changes)
+    python -m bench.perf.pipeline --datatrove-python /tmp/dt/bin/python [--repeats 3] [--docs 0]
+    python -m bench.perf.pipeline --stages tokenize ...     # tokenize-only comparison
+    python -m bench.perf.pipeline --sides datapipe ...      # datapipe's runs only (A/B of its changes)
     [--workers 2] [--files 2] [--json bench/results/pipeline.json]
 
 Input: the shared zh/en corpus (../shared/data/corpus, all four files; ``--docs N`` takes the first
@@ -13,13 +13,13 @@ the same mix. Both sides read those files with ``--workers`` processes:
              which runs a one-map-task run or a run without stages of up to 128 MiB (tokenize-only)
              in the driver and any other on embedded Ray, or forced):
              langid(zh, en) -> quality(auto) -> dedup(exact) -> minhash(0.7) -> tokenize (--tokenizer)
-  datatrove  bench/_datatrove_pipeline.py in the datatrove venv: LanguageFilter(zh, en) -> Gopher
+  datatrove  bench/_support/datatrove_pipeline.py in the datatrove venv: LanguageFilter(zh, en) -> Gopher
              repetition -> Gopher quality -> C4 -> FineWeb -> exact dedup (3 blocks) -> MinHash
              (4 blocks) -> DocumentTokenizer with the same tokenizer file (``--tokenizer``: by default the
-             32k byte-level BPE of bench/_bench_tokenizer.py, trained on this corpus; ``demo`` for the 2.7k demo one)
+             32k byte-level BPE of bench/_support/bench_tokenizer.py, trained on this corpus; ``demo`` for the 2.7k demo one)
 
 Runs alternate datapipe, datatrove, datapipe, ... (--repeats pairs), each from a fresh output
-folder. Each run is measured as a process tree (bench/_proctree.py: subreaper + RUSAGE_CHILDREN
+folder. Each run is measured as a process tree (bench/_support/proctree.py: subreaper + RUSAGE_CHILDREN
 for exact tree CPU, /proc sampling for peak RSS/PSS summed over the tree), so Ray's raylet, GCS
 and workers and datatrove's pool workers are all counted, start-up and shutdown included.
 Ratios are per pair: datatrove / datapipe for wall and CPU (> 1: datapipe is faster) and
@@ -42,13 +42,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench._bench_tokenizer import resolve  # noqa: E402
-from bench._corpus import CORPUS, FILES  # noqa: E402
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from bench._proctree import run_tree  # noqa: E402
+from bench._support.bench_tokenizer import resolve
+from bench._support.corpus import CORPUS, FILES
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import ROOT
+from bench._support.proctree import run_tree
 
 DT_SCRIPT = ROOT / "bench" / "_datatrove_pipeline.py"
 
@@ -139,7 +137,7 @@ def main() -> int:
         "--tokenizer",
         default="bpe32k",
         help="bpe32k (default: a 32k byte-level BPE trained on the corpus once, kept in the cache folder; "
-        "bench/_bench_tokenizer.py), demo (tokenizer/demo.json, 2.7k) or a tokenizer.json path; both sides use it",
+        "bench/_support/bench_tokenizer.py), demo (tokenizer/demo.json, 2.7k) or a tokenizer.json path; both sides use it",
     )
     ap.add_argument(
         "--mode",

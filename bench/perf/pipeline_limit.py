@@ -1,8 +1,8 @@
 """The whole pipeline's floor: the library calls it cannot avoid, each timed alone, against its measured CPU.
 
-    PYTHONPATH=. python bench/pipeline_limit.py RUN_FOLDER INPUT_FOLDER [--tokenizer bpe32k] [--json PATH]
+    python -m bench.perf.pipeline_limit RUN_FOLDER INPUT_FOLDER [--tokenizer bpe32k] [--json PATH]
 
-RUN_FOLDER is a finished ``bench/pipeline.py --work W`` run (``W/dp-out``), INPUT_FOLDER its input
+RUN_FOLDER is a finished ``bench/perf/pipeline.py --work W`` run (``W/dp-out``), INPUT_FOLDER its input
 (``W/input``). In one process, on one core, with the same inputs:
 
   read        pyarrow's JSON reader over the input files (the text must be parsed once)
@@ -24,15 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import pyarrow as pa
+import pyarrow.json as pj
+import pyarrow.parquet as pq
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.json as pj  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from bench._bench_tokenizer import resolve  # noqa: E402
-from bench._harness import Harness, add_args  # noqa: E402
+from bench._support.bench_tokenizer import resolve
+from bench._support.harness import Harness, add_args
 
 
 def cpu(fn) -> float:  # noqa: ANN001

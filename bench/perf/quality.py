@@ -1,6 +1,6 @@
 """Documents per second of langid + quality per rule set, and datatrove's chain on the same documents.
 
-    PYTHONPATH=. python bench/quality.py --docs 2000 [--datatrove-python /tmp/dt/bin/python] [--repeats 5]
+    python -m bench.perf.quality --docs 2000 [--datatrove-python /tmp/dt/bin/python] [--repeats 5]
 
 datatrove (with spacy) must live in its own venv: the comparison runs it in a subprocess on the
 same sample (LanguageFilter -> GopherRepetition -> GopherQuality -> C4Quality -> FineWebQuality,
@@ -15,21 +15,18 @@ import argparse
 import collections
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import pyarrow as pa
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-
-from bench._corpus import sample  # noqa: E402
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.assets.models import ensure_lid_model  # noqa: E402
-from datapipe.stages.base import StageContext  # noqa: E402
-from datapipe.stages.langid import LangId, LangIdOptions  # noqa: E402
-from datapipe.stages.quality import Quality, QualityOptions  # noqa: E402
+from bench._support.corpus import sample
+from bench._support.harness import Harness, add_args, pair_ratios
+from datapipe.assets.models import ensure_lid_model
+from datapipe.stages.base import StageContext
+from datapipe.stages.langid import LangId, LangIdOptions
+from datapipe.stages.quality import Quality, QualityOptions
 
 DATATROVE = r"""
 import json, sys, time

@@ -1,6 +1,6 @@
 """Quality-stage speed before and after the compiled repetition kernels, same batches, one process.
 
-    PYTHONPATH=. python bench/quality_signals.py [--docs 6000] [--repeats 3] [--batch 1000] [--json PATH]
+    python -m bench.perf.quality_signals [--docs 6000] [--repeats 3] [--batch 1000] [--json PATH]
 
 "before" is the former code path, kept in the package: n-gram repetition keyed by a 64-bit
 polynomial hash, one Arrow dictionary encoding per n (``ngram_repetition_reference(exact=False)``),
@@ -8,7 +8,7 @@ Chinese tokens from the whole text (``zh.char_tokens_reference``) and one regex 
 character class (``zh.class_counts`` and ``gopher.word_classes`` with ``reference=True``). "after" is the default (``_kernels``).
 Everything else in the stage is the same code. Documents get their rule set from their file
 (en_wikipedia -> en_web, zh_* -> zh_web), so no langid runs. Runs alternate
-before/after ``--repeats`` times (``bench/_harness.py``); each line gives docs/s as median
+before/after ``--repeats`` times (``bench/_support/harness.py``); each line gives docs/s as median
 [min-max], and the ratios after/before are taken per pair (median and range). Issue 18's targets:
 the whole stage >= 3x faster, and zh_web after at least as fast as en_web before. Signal values
 are compared too (they differ only where the former hash merged two n-grams:
@@ -19,20 +19,16 @@ from __future__ import annotations
 
 import argparse
 import collections
-import sys
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import pyarrow as pa
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-
-from bench._corpus import sample  # noqa: E402
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.stages.base import StageContext  # noqa: E402
-from datapipe.stages.quality import Quality, QualityOptions, gopher, text, zh  # noqa: E402
+from bench._support.corpus import sample
+from bench._support.harness import Harness, add_args, pair_ratios
+from datapipe.stages.base import StageContext
+from datapipe.stages.quality import Quality, QualityOptions, gopher, text, zh
 
 
 def _before(ids, doc, weight, n_docs, top_ns, dup_ns):  # type: ignore[no-untyped-def]

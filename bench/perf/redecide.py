@@ -1,8 +1,8 @@
 """Re-tuning a threshold: a fresh run against `datapipe run --from OLD_RUN` (re-deciding from the
 recorded signals), on the shared corpus.
 
-    python bench/redecide.py                          # 2 pairs per changed threshold
-    python bench/redecide.py --repeats 3 --json bench/results/redecide.json
+    python -m bench.perf.redecide                          # 2 pairs per changed threshold
+    python -m bench.perf.redecide --repeats 3 --json bench/results/redecide.json
 
 The pipeline: length, langid, quality, exact dedup, minhash, tokenize (the shared corpus, all four
 files). An old run with the first thresholds is made once (untimed); then, per changed threshold
@@ -29,12 +29,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import ROOT, SHARED
 
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-
-CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+CORPUS = SHARED / "corpus"
 RULES = ROOT / "filters" / "quality" / "en_web.yaml"
 
 

@@ -7,9 +7,9 @@ driver downloaded every input whole at load time; now it lists the store and rea
 records for the ``text_field`` check. Prints bytes fetched by the driver, the input size, and the
 ratio (old / new), then what one map task of a range reads. The old way is also run: the whole
 object downloaded (``download_file``), alternated with load + plan over ``--repeats`` pairs
-(``bench/_harness.py``: machine, date, median and range, ``--json``).
+(``bench/_support/harness.py``: machine, date, median and range, ``--json``).
 
-    python bench/remote_inputs.py --mb 64 [--repeats 3] [--json bench/results/remote_inputs.json]
+    python -m bench.perf.remote_inputs --mb 64 [--repeats 3] [--json bench/results/remote_inputs.json]
 """
 
 from __future__ import annotations
@@ -17,16 +17,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import ROOT
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Does one large JSONL keep every core busy? Map-phase CPU seconds / wall seconds, split vs not.
 
-    PYTHONPATH=. python bench/split_input.py --gb 2 --cpus 2
+    python -m bench.perf.split_input --gb 2 --cpus 2
 
 Writes a JSONL of about --gb GB in a temporary folder (deleted afterwards) from the real corpus
 (../shared/data/corpus), each copy of a line perturbed (a copy number put in front of the text, so
@@ -28,11 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import SHARED
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+CORPUS = SHARED / "corpus"
 FILES = ("en_wikipedia.jsonl", "zh_wikipedia.jsonl", "zh_pingcap_docs.jsonl", "zh_oiwiki.jsonl")
 
 

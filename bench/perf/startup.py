@@ -1,16 +1,16 @@
 """The fixed cost of a `datapipe run`: wall time outside every phase (start-up, Ray, imports, shutdown).
 
-    python bench/startup.py                    # a tiny pipeline (40 demo documents), 3 repeats
-    python bench/startup.py --in-process       # also: the tiny pipeline without Ray
-    python bench/startup.py --ray              # also: the tiny pipeline on embedded Ray
-    python bench/startup.py --tokenize-only    # also: a tokenize-only run on the shared corpus
-    python bench/startup.py --json bench/results/startup.json
+    python -m bench.perf.startup                    # a tiny pipeline (40 demo documents), 3 repeats
+    python -m bench.perf.startup --in-process       # also: the tiny pipeline without Ray
+    python -m bench.perf.startup --ray              # also: the tiny pipeline on embedded Ray
+    python -m bench.perf.startup --tokenize-only    # also: a tokenize-only run on the shared corpus
+    python -m bench.perf.startup --json bench/results/startup.json
 
 Each repeat runs `datapipe run --fresh` in a subprocess and reads the phase timings from the
 run's run.json; the fixed overhead is the wall time minus the sum of the phases (map, reduce,
 pack, stats). The target (issue 18) is under 2 s. Also printed: the import time of the CLI for
 `datapipe --help` (which must not import Ray, numba or torch). The variants alternate within each
-of the ``--repeats`` rounds (``bench/_harness.py``: machine, date, median and range, ``--json``).
+of the ``--repeats`` rounds (``bench/_support/harness.py``: machine, date, median and range, ``--json``).
 """
 
 from __future__ import annotations
@@ -25,12 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench._support.harness import Harness, add_args
+from bench._support.paths import ROOT, SHARED
 
-from bench._harness import Harness, add_args  # noqa: E402
-
-CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+CORPUS = SHARED / "corpus"
 
 
 def _env() -> dict[str, str]:

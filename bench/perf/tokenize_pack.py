@@ -1,6 +1,6 @@
 """Benchmark tokenize-and-pack against raw ``Tokenizer.encode_batch`` on the same documents.
 
-    PYTHONPATH=. python bench/tokenize.py --docs 2000 --packing concat   (or bench/tokenize_pack.py)
+    python -m bench.perf.tokenize_pack --docs 2000 --packing concat
 
 In one process, alternating for ``--repeats`` rounds (median and range of the per-round ratios):
   baseline   ``tok.encode_batch(batch)`` per batch of ``--batch-size`` documents (what a
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,18 +27,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import ROOT, SHARED
+from datapipe.engine.tasks.shard_writer import write_shard
+from datapipe.engine.tasks.sinks import TokenSink
+from datapipe.pipeline.load import TokenizeConfig
+from datapipe.tokens.encode import assign_split, encode_documents, load_tokenizer_info, with_engine
+from datapipe.tokens.packing import ShardBuffer, make_packer, shard_meta_for
+from datapipe.tokens.shard_format import ShardMeta
 
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.engine.tasks.shard_writer import write_shard  # noqa: E402
-from datapipe.engine.tasks.sinks import TokenSink  # noqa: E402
-from datapipe.pipeline.load import TokenizeConfig  # noqa: E402
-from datapipe.tokens.encode import assign_split, encode_documents, load_tokenizer_info, with_engine  # noqa: E402
-from datapipe.tokens.packing import ShardBuffer, make_packer, shard_meta_for  # noqa: E402
-from datapipe.tokens.shard_format import ShardMeta  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_INPUTS = [str(ROOT.parent / "shared" / "data" / "corpus" / n) for n in ("zh_*.jsonl", "en_wikipedia.jsonl")]
+DEFAULT_INPUTS = [str(SHARED / "corpus" / n) for n in ("zh_*.jsonl", "en_wikipedia.jsonl")]
 
 
 def load_texts(patterns: list[str], limit: int) -> list[str]:

@@ -5,7 +5,7 @@ in one of six site templates (navigation, cookie banner, share line, footer; tes
 The pipeline runs through the engine's task functions in process (no Ray): map, shuffle partitions,
 reduce, and the map segment that removes the lines. Throughput is compared with the same pipeline
 without stages (read + write only), as a ratio: the two pipelines alternate over ``--repeats`` pairs
-(``bench/_harness.py``: machine, date, median and range, ``--json``).
+(``bench/_support/harness.py``: machine, date, median and range, ``--json``).
 
 With --web it also runs over the real pages in ../shared/data/web (Common Crawl WARC/WET, warcio
 samples, the UDHR pages) and prints the most removed lines, to judge by eye whether they are boilerplate.
@@ -13,7 +13,7 @@ With --markup it runs over the shared TiDB docs and OI-wiki pages (Markdown with
 math), each corpus a run of its own, and prints the lines removed and the documents whose fence or
 environment balance changed (none may).
 
-    PYTHONPATH=. python bench/boilerplate.py [--n 1000] [--min-docs 10] [--web] [--markup] [--repeats 3] [--json PATH]
+    python -m bench.quality.boilerplate [--n 1000] [--min-docs 10] [--web] [--markup] [--repeats 3] [--json PATH]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -31,17 +30,16 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._support.harness import Harness, add_args, pair_ratios
+from bench._support.paths import SHARED
+from datapipe.engine.plan import make_spec
+from datapipe.engine.tasks.map import map_shard
+from datapipe.engine.tasks.merge import merge_round
+from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.pipeline.load import load_pipeline
+from tests.support import boilerplate_corpus
 
-from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.engine.plan import make_spec  # noqa: E402
-from datapipe.engine.tasks.map import map_shard  # noqa: E402
-from datapipe.engine.tasks.merge import merge_round  # noqa: E402
-from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage  # noqa: E402
-from datapipe.pipeline.load import load_pipeline  # noqa: E402
-from tests.support import boilerplate_corpus  # noqa: E402
-
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+DATA = SHARED
 
 
 def run_tasks(folder: Path, sources: list[dict[str, Any]], stages: list[dict[str, Any]]) -> tuple[dict, dict, float]:

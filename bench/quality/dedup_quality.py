@@ -1,6 +1,6 @@
 """Precision/recall of near-duplicate detection on real text (edited copies) and UDHR variants.
 
-    PYTHONPATH=. python bench/dedup_quality.py [--n 3 5] [--threshold 0.5 0.6 0.7 0.8] [--json PATH]
+    python -m bench.quality.dedup_quality [--n 3 5] [--threshold 0.5 0.6 0.7 0.8] [--json PATH]
 
 Precision and recall are deterministic (fixed seeds), so there is nothing to repeat or interleave:
 the harness only adds the machine/commit header and the JSON output.
@@ -12,12 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._support.harness import Harness, add_args
+from bench._support.paths import SHARED
+from datapipe.dedup import evalset, near_duplicates
 
-from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.dedup import evalset, near_duplicates  # noqa: E402
-
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+DATA = SHARED
 
 
 def neardup_corpora(scale: int = 1) -> list[tuple[Path, str, int, int]]:

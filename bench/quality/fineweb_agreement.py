@@ -1,12 +1,12 @@
 """Keep/drop agreement with datatrove's FineWeb filters: datapipe's default English rules and the
 ``fineweb_datatrove`` preset, per document, on the shared English documents.
 
-    PYTHONPATH=. python bench/fineweb_agreement.py [--datatrove-python /tmp/dt/bin/python]
+    python -m bench.quality.fineweb_agreement [--datatrove-python /tmp/dt/bin/python]
         [--work /tmp/datapipe-fineweb-agreement] [--rerun-datatrove] [--datapipe-only] [--json PATH]
 
-datatrove side (bench/_datatrove_agreement.py, in the datatrove venv): LanguageFilter(["en"]) and
+datatrove side (bench/_support/datatrove_agreement.py, in the datatrove venv): LanguageFilter(["en"]) and
 GopherRepetitionFilter, GopherQualityFilter, C4QualityFilter, FineWebQualityFilter with their
-defaults, chained as in bench/_datatrove_pipeline.py (FineWeb judges the text C4 rewrites), on
+defaults, chained as in bench/_support/datatrove_pipeline.py (FineWeb judges the text C4 rewrites), on
 every document of ../shared/data/corpus (27,369). It takes ~1 hour on one core, so its output is
 kept in --work and reused while the documents and that script are unchanged.
 
@@ -30,26 +30,23 @@ import collections
 import hashlib
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import pyarrow as pa
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
+from bench._support.corpus import CORPUS, FILES
+from bench._support.harness import Harness, add_args
+from bench._support.paths import ROOT
+from datapipe.assets.models import ensure_lid_model
+from datapipe.stages.base import StageContext
+from datapipe.stages.langid import LangId, LangIdOptions
+from datapipe.stages.quality import Quality, QualityOptions
+from datapipe.stages.quality.dt_view import _chunk_sentences
+from datapipe.text.spacy_en import english
 
-from bench._corpus import CORPUS, FILES  # noqa: E402
-from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.assets.models import ensure_lid_model  # noqa: E402
-from datapipe.stages.base import StageContext  # noqa: E402
-from datapipe.stages.langid import LangId, LangIdOptions  # noqa: E402
-from datapipe.stages.quality import Quality, QualityOptions  # noqa: E402
-from datapipe.stages.quality.dt_view import _chunk_sentences  # noqa: E402
-from datapipe.text.spacy_en import english  # noqa: E402
-
-DT_SCRIPT = ROOT / "bench" / "_datatrove_agreement.py"
+DT_SCRIPT = ROOT / "bench" / "_support" / "datatrove_agreement.py"
 PRESET = "fineweb_datatrove"
 
 

@@ -14,7 +14,7 @@ disagree with the files (``HAND_CHECKED`` below, with the reason). Fetch them fi
 ``--no-build-isolation`` needs setuptools, hatchling, flit_core, poetry-core, pdm-backend and
 setuptools_scm in the environment, or drop it and wait longer).
 
-    PYTHONPATH=. python bench/license_heldout.py [--root /tmp/license-heldout] [--show wrong|unknown|all]
+    python -m bench.quality.license_heldout [--root /tmp/license-heldout] [--show wrong|unknown|all]
 
 Repositories: the files the repository reader keeps (root licence files, LICENSES/, README licence
 section; package metadata only with ``--with-metadata``, since the reference comes from it) go
@@ -30,22 +30,18 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import tarfile
 import zipfile
 from collections import Counter
 from email.parser import HeaderParser
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from datapipe.license import detect_header, detect_repository  # noqa: E402
-from datapipe.license.expression import normalize  # noqa: E402
-from datapipe.license.metadata import is_metadata_file  # noqa: E402
-from datapipe.license.readme import is_readme, license_section  # noqa: E402
-from datapipe.readers.code_repos import is_repo_meta_file  # noqa: E402
-from tests.support.license_layouts import families  # noqa: E402
+from datapipe.license import detect_header, detect_repository
+from datapipe.license.expression import normalize
+from datapipe.license.metadata import is_metadata_file
+from datapipe.license.readme import is_readme, license_section
+from datapipe.readers.code_repos import is_repo_meta_file
+from tests.support.license_layouts import families
 
 NPM = (
     "lodash express react chalk debug commander yargs axios moment underscore async request uuid minimist glob semver "

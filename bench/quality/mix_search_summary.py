@@ -1,7 +1,7 @@
 """Summarise a finished ``datapipe mix-search --validate-seeds`` folder for docs/ablate.md and
 bench/results/mix_search.json.
 
-    PYTHONPATH=. python bench/mix_search_summary.py OUT_FOLDER [--json bench/results/mix_search.json]
+    python -m bench.quality.mix_search_summary OUT_FOLDER [--json bench/results/mix_search.json]
 
 Reads OUT_FOLDER/mixsearch.json and the run folders beside it, and prints the validation table: the
 predicted, best sampled and uniform mixtures, each as mean ± sample std of the target over the fresh

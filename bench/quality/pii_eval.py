@@ -1,32 +1,27 @@
 """PII precision/recall per type on the hand-labelled real sample (tests/fixtures/pii_labelled.jsonl).
 
-    PYTHONPATH=. python bench/pii_eval.py [--errors] [--json bench/results/pii_eval.json]
+    python -m bench.quality.pii_eval [--errors] [--json bench/results/pii_eval.json]
 
-Run it with PYTHONPATH pointing at another checkout to measure that version of the stage on the
-same sample (the before/after numbers of issue 16 item 8). The figures are counts on a fixed
+Run it as ``PYTHONPATH=OTHER:. python -P -m bench.quality.pii_eval`` to measure another checkout's
+stage on the same sample (the before/after numbers of issue 16 item 8). The figures are counts on a fixed
 sample, so one run gives them exactly (``--repeats`` is accepted and ignored); the header and
-``--json`` come from ``bench/_harness.py``.
+``--json`` come from ``bench/_support/harness.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
 from pathlib import Path
 
+from bench._support.harness import Harness, add_args
+from bench._support.paths import ROOT
 from datapipe.stages.base import StageContext
 from datapipe.stages.pii import Pii, PiiOptions
 
-# Appended, not inserted: PYTHONPATH (or the installed package) still decides which datapipe runs.
-sys.path.append(str(Path(__file__).resolve().parent))
-from _harness import Harness, add_args  # noqa: E402
-
 # The evaluator is this checkout's tests/support/pii_sample.py, loaded by path: PYTHONPATH picks which
 # datapipe is measured and may point at a checkout without it.
-_spec = importlib.util.spec_from_file_location(
-    "pii_sample", Path(__file__).resolve().parent.parent / "tests" / "support" / "pii_sample.py"
-)
+_spec = importlib.util.spec_from_file_location("pii_sample", ROOT / "tests" / "support" / "pii_sample.py")
 sample = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sample)  # type: ignore[union-attr]
 

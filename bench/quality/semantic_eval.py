@@ -1,7 +1,7 @@
 """Precision/recall of the ``semantic`` stage's embeddings on real paraphrase-like pairs, and the
 most similar unrelated pair among 10,000 random ones.
 
-    PYTHONPATH=. python bench/semantic_eval.py [--negatives 10000] [--stage-threshold T] [--json PATH]
+    python -m bench.quality.semantic_eval [--negatives 10000] [--stage-threshold T] [--json PATH]
 
 Positives (real text from ../shared/data):
   * edited: real zh/en Wikipedia and TiDB documents and two edited copies each (sentences inserted
@@ -26,21 +26,19 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._support.harness import Harness, add_args
+from bench._support.paths import SHARED
+from datapipe.dedup import evalset
+from datapipe.dedup.embed import FastTextEmbedder, StaticEmbedder, train_fasttext
+from tests.support.static_embedding import build_static_model
 
-from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.dedup import evalset  # noqa: E402
-from datapipe.dedup.embed import FastTextEmbedder, StaticEmbedder, train_fasttext  # noqa: E402
-from tests.support.static_embedding import build_static_model  # noqa: E402
-
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+DATA = SHARED
 THRESHOLDS = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99]
 
 

@@ -1,6 +1,6 @@
 """Keep rate of langid + quality per Chinese corpus, and drop rate on junk, with top drop reasons.
 
-    PYTHONPATH=. python bench/zh_keep_rates.py [--limit N] [--json bench/results/zh_keep_rates.json]
+    python -m bench.quality.zh_keep_rates [--limit N] [--json bench/results/zh_keep_rates.json]
 
 Corpora (../shared/data/corpus): zh Wikipedia (reference prose), TiDB docs and OI-wiki
 (technical Markdown with code, math and tables). Junk: the demo's planted junk pages
@@ -9,7 +9,7 @@ written for this project: ad stacks, keyword stuffing, navigation, link farms, t
 Documents are judged as source kind ``web``, as a crawl would bring them. A good rule set keeps
 the corpora and drops the junk; the printed rates are the before/after numbers of issue 16.
 The rates are counts on fixed sets, so one run gives them exactly (``--repeats`` is accepted and
-ignored); the header and ``--json`` come from ``bench/_harness.py``.
+ignored); the header and ``--json`` come from ``bench/_support/harness.py``.
 """
 
 from __future__ import annotations
@@ -17,20 +17,17 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pyarrow as pa
 
-import pyarrow as pa  # noqa: E402
+from bench._support.harness import Harness, add_args
+from bench._support.paths import ROOT, SHARED
+from datapipe.stages.base import StageContext
+from datapipe.stages.langid import LangId, LangIdOptions
+from datapipe.stages.quality import Quality, QualityOptions
 
-from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.stages.base import StageContext  # noqa: E402
-from datapipe.stages.langid import LangId, LangIdOptions  # noqa: E402
-from datapipe.stages.quality import Quality, QualityOptions  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+CORPUS = SHARED / "corpus"
 
 
 def read_jsonl(path: Path) -> list[dict]:

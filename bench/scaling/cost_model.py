@@ -1,14 +1,16 @@
-"""The 10 TB / 5-billion-document estimate, from bench/scale.py's measured rates, and docs/scaling.md written from it.
+"""The 10 TB / 5-billion-document estimate, from bench/scaling/scale.py's measured rates.
 
-    PYTHONPATH=. python bench/cost_model.py --scale bench/results/scale.json --fit bench/results/scale_fit.json \\
-        [--explain bench/results/explain_files.json] [--write docs/scaling.md]
+    python -m bench.scaling.cost_model --scale bench/results/scale.json --fit bench/results/scale_fit.json
+
+prints it; ``python -m bench.scaling.scaling_doc`` (same options, plus ``--explain`` and ``--write``)
+writes docs/scaling.md around it.
 
 Measured inputs (nothing here is a guess about datapipe's own speed):
 
-* ``--scale``: bench/scale.py's JSON of its 1x/16x run (tasks and partitions scaled with the corpus,
+* ``--scale``: bench/scaling/scale.py's JSON of its 1x/16x run (tasks and partitions scaled with the corpus,
   ``--s3 --count-opens``): per phase the tasks' CPU seconds and task count, the driver's CPU, the
   process tree's CPU, the store's requests and bytes, per scale.
-* ``--fit``: one more bench/scale.py run with the same number of tasks as the 1x run but ``--base-docs``
+* ``--fit``: one more bench/scaling/scale.py run with the same number of tasks as the 1x run but ``--base-docs``
   8 times larger, so a task holds 8x the documents. With it every cost splits into a part per task and
   a part per document: for each phase, CPU = a x tasks + b x documents, fitted (non-negative least
   squares) over all the runs' scales; the same for the driver's CPU, Ray's own CPU (tree - tasks -
@@ -26,7 +28,7 @@ The wall time of a phase with n tasks on K cores is (waves - 1) x task + task x 
 ceil(n / K), task = its CPU + its requests' latency; straggler = the phase's largest task / its mean task
 at the largest measured scale; for map phases, the mean task + the largest task's excess over the mean,
 fitted per task and per document of a task over the runs (a fixed part: the first task of a worker
-loads the models); for the MinHash decisions merge, bench/merge_task.py's crawl-sized task. Phases
+loads the models); for the MinHash decisions merge, bench/scaling/merge_task.py's crawl-sized task. Phases
 run one after another (a phase waits for the one before). Serial steps (the driver's CPU, its marker
 reads, a phase's one task, Ray's start) are listed apart: each must stay under 5% of the total.
 """
@@ -39,14 +41,14 @@ import json
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy.optimize import nnls
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench._support.paths import ROOT
 
 DOCS = 5_000_000_000
 BYTES = 10 * 10**12
@@ -69,7 +71,7 @@ END_LISTINGS = 3
 # 2.48 in the fit runs). Fitted PUTs are no bound: a marker's upload alone is 3 requests (multipart).
 OBJECTS_PER_TASK = 2.6
 NODE_GBPS = 1.25  # GB/s per node to and from the store (10 Gbit/s)
-# The driver's own threads, measured where they hold at crawl scale (bench/driver_scale.py --dispatch on
+# The driver's own threads, measured where they hold at crawl scale (bench/scaling/driver_scale.py --dispatch on
 # the loopback store, no strace: dispatch to the sweep at its largest size, per task; one long task, per
 # wall second; the end of the run's counts and statistics per task), used instead of the scale runs' fit
 # of the driver's own CPU (strace, loads of 40-60: wall-proportional costs counted per task) when present.
@@ -96,7 +98,7 @@ ANCHORS = [
 ]
 
 
-# The MinHash decisions merge is measured at crawl size (bench/merge_task.py), not fitted from the
+# The MinHash decisions merge is measured at crawl size (bench/scaling/merge_task.py), not fitted from the
 # bench's tiny tasks (36 ms on average: their fixed costs).
 MEASURED_MERGE = "merge1d"
 MERGE_TASK_JSON = ROOT / "bench" / "results" / "merge_task.json"
@@ -211,7 +213,7 @@ def points(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def driver_measured(path: Path = DRIVER_JSON) -> dict[str, Any] | None:
-    """The driver's own-thread CPU from bench/driver_scale.py's JSON: per task (dispatch to the sweep on
+    """The driver's own-thread CPU from bench/scaling/driver_scale.py's JSON: per task (dispatch to the sweep on
     the store at its largest size, plus the end of the run's counts and statistics where measured) and
     per wall second (one long task); None without the file."""
     if not path.is_file():
@@ -372,10 +374,10 @@ def model(
     driver_runs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The crawl estimate: per phase and for the whole run; ``main``: the largest scale of --scale.
-    ``driver_runs``: more bench/scale.py runs (many small tasks) for the driver's sections only.
+    ``driver_runs``: more bench/scaling/scale.py runs (many small tasks) for the driver's sections only.
     ``groups``: split.shuffle_groups (default: a merge task per MAP_DOCS_PER_MERGE map tasks).
     ``split``: merged files split by key range (the code); False: one file per merge task (before).
-    ``merge_task``: bench/merge_task.py's JSON (MEASURED_MERGE's task from it, not from the fit)."""
+    ``merge_task``: bench/scaling/merge_task.py's JSON (MEASURED_MERGE's task from it, not from the fit)."""
     K = NODES * CORES_PER_NODE
     bytes_factor = (BYTES / DOCS) / (main["corpus"]["bytes"] / main["docs"])
     map_tasks = math.ceil(BYTES / TARGET)
@@ -412,7 +414,7 @@ def model(
             # written) and a part per row of its group's outputs; the straggler from the rows per task.
             mt = merge_task
             a, b = mt["fit"]["task_s"], mt["fit"]["per_row_us"] * 1e-6 * sum(mt["rows_per_doc"].values())  # type: ignore[index]
-            from bench.merge_task import task_sizes
+            from bench.scaling.merge_task import task_sizes
 
             straggler = task_sizes(mt, groups)["straggler"]  # type: ignore[arg-type]
         cpu = a * n + b * (PARTITIONS if single else DOCS * f) + footer_s * n
@@ -728,7 +730,7 @@ def estimate_md(
         f"HEAD, a footer GET and a row-group GET per merged file ({READ_REQUESTS_PER_FILE} requests), one after "
         f"another, and a merge task a PUT per file it writes beyond the first; the bench's 8 groups are in the "
         f'fitted requests, the crawl\'s G are charged here (column "merged-file requests s"). {MEASURED_MERGE} '
-        f"is measured at crawl size (`bench/merge_task.py`, below), not fitted. The table below is the code as it "
+        f"is measured at crawl size (`bench/scaling/merge_task.py`, below), not fitted. The table below is the code as it "
         f"is, with the `split.shuffle_groups` that gives the shortest run ({est['shuffle_groups']}); the next table "
         f"compares the choices.",
         "",
@@ -945,24 +947,42 @@ def per_core_hour(main: dict[str, Any], est: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scale", type=Path, required=True, help="bench/scale.py JSON of the 1x/16x run")
-    ap.add_argument("--fit", type=Path, nargs="*", default=[], help="more bench/scale.py JSONs (larger tasks)")
-    ap.add_argument("--explain", type=Path, help="bench/explain_files.py JSON")
+def add_args(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The measured inputs of the estimate (bench/scaling/scaling_doc.py takes them too)."""
+    ap.add_argument("--scale", type=Path, required=True, help="bench/scaling/scale.py JSON of the 1x/16x run")
+    ap.add_argument("--fit", type=Path, nargs="*", default=[], help="more bench/scaling/scale.py JSONs (larger tasks)")
     ap.add_argument(
         "--driver-runs",
         type=Path,
         nargs="*",
         default=[],
-        help="more bench/scale.py JSONs (many small tasks) for the driver's sections only",
+        help="more bench/scaling/scale.py JSONs (many small tasks) for the driver's sections only",
     )
     ap.add_argument("--footer-us", type=float, help="CPU us per footer row group (default: measured now)")
     ap.add_argument(
-        "--merge-task", type=Path, default=MERGE_TASK_JSON, help=f"bench/merge_task.py JSON (default {MERGE_TASK_JSON.name})"
+        "--merge-task",
+        type=Path,
+        default=MERGE_TASK_JSON,
+        help=f"bench/scaling/merge_task.py JSON (default {MERGE_TASK_JSON.name})",
     )
-    ap.add_argument("--write", type=Path, help="write docs/scaling.md here (default: print the estimate)")
-    a = ap.parse_args()
+    return ap
+
+
+@dataclass
+class Estimate:
+    """The estimate from the measured inputs, and what docs/scaling.md shows beside it."""
+
+    scale: dict[str, Any]  # the --scale JSON
+    runs: list[dict[str, Any]]  # its scales and the --fit runs' as points of the fit
+    merge_task: dict[str, Any] | None
+    text: str  # the estimate's tables, markdown
+    est: dict[str, Any]
+    options: list[dict[str, Any]]  # the estimate per split.shuffle_groups choice
+    fit: str  # the fit against each measured run, markdown
+    per_core_hour: str
+
+
+def estimate(a: argparse.Namespace) -> Estimate:
     paths = [a.scale, *a.fit]
     runs = points(paths)
     scale = json.loads(a.scale.read_text())
@@ -976,17 +996,13 @@ def main() -> int:
         "|---|---|---|---|---|---|",
         *check_fit(runs, est),
     ]
-    if not a.write:
-        print(text + "\n\n" + "\n".join(fit_lines) + "\n\n" + per_core_hour(main_run, est))
-        return 0
-    from bench._scaling_doc import render
+    return Estimate(scale, runs, merge_task, text, est, options, "\n".join(fit_lines), per_core_hour(main_run, est))
 
-    explain = json.loads(a.explain.read_text()) if a.explain else None
-    before = next(e for e in options if not e["split"])
-    a.write.write_text(
-        render(scale, runs, text, "\n".join(fit_lines), per_core_hour(main_run, est), est, before, explain, merge_task)
-    )
-    print(f"wrote {a.write}: {est['total_s'] / 3600:.2f} h for the crawl")
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    e = estimate(add_args(ap).parse_args())
+    print(e.text + "\n\n" + e.fit + "\n\n" + e.per_core_hour)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Clustering memory and time on synthetic signatures (1M/2M/4M docs with --sizes).
 
-    PYTHONPATH=. python bench/dedup_scale.py [--sizes 200000 400000] [--num-perm 128] [--repeats 1] [--json PATH]
+    python -m bench.scaling.dedup_scale [--sizes 200000 400000] [--num-perm 128] [--repeats 1] [--json PATH]
 
 Each size runs in a fresh subprocess so its peak RSS (ru_maxrss) is its own. 2% of the documents
 are planted near-copies (signature rows with 10% of values changed); the run checks they are found.
@@ -17,13 +17,11 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench._harness import Harness, add_args  # noqa: E402
+from bench._support.harness import Harness, add_args
+from bench._support.paths import ROOT
 
 
 def one(n: int, num_perm: int, threshold: float) -> dict:
@@ -81,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             out = subprocess.run(
                 [
                     sys.executable,
-                    __file__,
+                    "-m",
+                    __spec__.name,
                     "--child",
                     str(n),
                     "--num-perm",
@@ -89,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--threshold",
                     str(args.threshold),
                 ],
+                cwd=ROOT,
                 capture_output=True,
                 text=True,
                 check=True,

@@ -13,8 +13,8 @@ the others. Per size it measures the driver's CPU (all its threads) for:
 - ``new statistics``: the rest of the end of a run, ``build_stats`` (stats.duckdb from the cached
   markers) and ``check_conservation``.
 
-    PYTHONPATH=. python bench/driver_scale.py                 # 100, 1,000, 10,000 tasks
-    PYTHONPATH=. python bench/driver_scale.py --sizes 100,1000
+    python -m bench.scaling.driver_scale                 # 100, 1,000, 10,000 tasks
+    python -m bench.scaling.driver_scale --sizes 100,1000
 
 Prints CPU µs per task and the ratio of the largest size to the smallest (flat: about 1).
 
@@ -28,14 +28,14 @@ Ray's threads in the driver (submission, results, gRPC, timers), read per thread
 ticks). ``--idle S``: one task of S seconds as well, the driver's CPU per second of wall while it
 waits; ``--profile F``: cProfile (thread CPU) of the driver's main thread at the largest size;
 ``--json F``: the figures under ``dispatch`` (without --dispatch: the end of the run's CPU per marker
-under ``end_of_run``), which bench/cost_model.py reads. The same script measures the code before a
-change when run with that code first on PYTHONPATH (a datapipe without ``RunFolder.install`` is
+under ``end_of_run``), which bench/scaling/cost_model.py reads. The same script measures the code before a
+change when run with that code first on PYTHONPATH and ``python -P`` (a datapipe without ``RunFolder.install`` is
 "before": its tasks pull, listing every marker):
 
-    PYTHONPATH=/work/main:. python bench/driver_scale.py --dispatch --sizes 100,1000   # before
-    PYTHONPATH=. python bench/driver_scale.py --dispatch --sizes 1000,10000 --idle 30 \
+    PYTHONPATH=/work/main:. python -P -m bench.scaling.driver_scale --dispatch --sizes 100,1000   # before
+    python -m bench.scaling.driver_scale --dispatch --sizes 1000,10000 --idle 30 \
         --json bench/results/driver_dispatch_store.json                                 # after
-    PYTHONPATH=. python bench/driver_scale.py --sizes 1000,10000 --json bench/results/driver_dispatch_store.json
+    python -m bench.scaling.driver_scale --sizes 1000,10000 --json bench/results/driver_dispatch_store.json
 """
 
 from __future__ import annotations
@@ -51,14 +51,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-if str(Path(__file__).resolve().parent.parent) not in sys.path:  # after PYTHONPATH: --dispatch's "before" run
-    sys.path.append(str(Path(__file__).resolve().parent.parent))
-
-from datapipe.engine.finish import build_stats, check_conservation, collect_counts  # noqa: E402
-from datapipe.engine.runner import _all_done  # noqa: E402
-from datapipe.run_folder.layout import RunFolder  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench._support.paths import ROOT
+from datapipe.engine.finish import build_stats, check_conservation, collect_counts
+from datapipe.engine.runner import _all_done
+from datapipe.run_folder.layout import RunFolder
 
 
 def template_run(tmp: Path) -> Path:
@@ -148,14 +144,8 @@ def trivial(spec: Any, i: int) -> dict[str, Any]:
 
 def _thread_cpu() -> tuple[float, float]:
     """(this process's CPU in Ray's threads, in the others), seconds, from /proc per thread."""
-    import importlib.util
+    from bench._support.proctree import RAY_THREADS
 
-    # This script's own copy (a "before" run has an older bench/ first on the path).
-    loader = importlib.util.spec_from_file_location("_proctree_here", Path(__file__).with_name("_proctree.py"))
-    assert loader is not None and loader.loader is not None
-    proctree = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(proctree)
-    RAY_THREADS = proctree.RAY_THREADS
     ray = own = 0
     for tid in os.listdir("/proc/self/task"):
         try:
@@ -291,8 +281,7 @@ def _where(local: bool, name: str) -> str:
 
 def _save(path: Path, key: str, value: dict[str, Any]) -> None:
     """``value`` under ``key`` of the JSON at ``path`` (the other mode's figures kept), with the machine."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from _harness import environment
+    from bench._support.harness import environment
 
     data = json.loads(path.read_text()) if path.is_file() else {}
     data[key] = {"environment": environment(), **value}
@@ -309,7 +298,9 @@ def main() -> None:
     ap.add_argument("--local", action="store_true", help="--dispatch: the run folder on local disk, not the store")
     ap.add_argument("--idle", type=float, default=0.0, help="--dispatch: also one task of this many seconds (CPU per wall s)")
     ap.add_argument("--profile", type=Path, help="--dispatch: cProfile of the driver's main thread at the largest size")
-    ap.add_argument("--json", type=Path, help="write the figures here (each mode its own key; bench/cost_model.py reads them)")
+    ap.add_argument(
+        "--json", type=Path, help="write the figures here (each mode its own key; bench/scaling/cost_model.py reads them)"
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.dispatch:

@@ -1,8 +1,8 @@
 """How many files, and how many bytes of them, `datapipe explain RUN ID` reads: bounded, or growing with the run?
 
-    PYTHONPATH=. python bench/explain_files.py RUN [RUN ...] [--ids 5] [--survivors 3] [--json bench/results/explain_files.json]
+    python -m bench.scaling.explain_files RUN [RUN ...] [--ids 5] [--survivors 3] [--json bench/results/explain_files.json]
 
-For each run folder (bench/scale.py --keep leaves one per scale), ``--ids`` document ids spread over
+For each run folder (bench/scaling/scale.py --keep leaves one per scale), ``--ids`` document ids spread over
 the run (the first row of kept files spread evenly over ``docs/``) and ``--survivors`` kept documents
 that have copies (spread over them in id order) are explained, each by
 ``datapipe explain RUN ID`` under ``strace -f -e trace=openat,read,pread64,readv,preadv,close``. Counted per
@@ -27,7 +27,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 CALL = re.compile(r"^(\d+)\s+(openat|read|pread64|readv|preadv|close)\((.*)\)\s+=\s+(-?\d+)")
 PATH = re.compile(r'^[^,]+, "([^"]+)"')
 
@@ -142,7 +141,7 @@ def measure(run: Path, n: int, survivors: int) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("runs", type=Path, nargs="+", help="run folders (e.g. bench/scale.py --keep's dp-out of each scale)")
+    ap.add_argument("runs", type=Path, nargs="+", help="run folders (e.g. bench/scaling/scale.py --keep's dp-out of each scale)")
     ap.add_argument("--ids", type=int, default=5, help="ids explained per run (default 5)")
     ap.add_argument("--survivors", type=int, default=3, help="kept documents with copies explained per run too (default 3)")
     ap.add_argument("--json", type=Path)

@@ -1,7 +1,7 @@
 """Per-task peak memory of every distributed global phase at 1x / 4x / 16x corpus size.
 
-    python bench/global_phases.py [--base-docs 1000] [--scales 1 4 16]
-    python bench/global_phases.py --minhash-only --base-docs 20000 --scales 1 4   # minhash's tasks alone
+    python -m bench.scaling.global_phases [--base-docs 1000] [--scales 1 4 16]
+    python -m bench.scaling.global_phases --minhash-only --base-docs 20000 --scales 1 4   # minhash's tasks alone
 
 Each scale is a corpus of real zh/en text from ../shared/data/corpus, repeated ``scale`` times
 with every copy perturbed (a per-copy character rotation: Latin letters shifted, Han characters
@@ -35,11 +35,11 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _corpus import sample  # noqa: E402
+from bench._support.corpus import sample
+from bench._support.paths import ROOT
 
 DOCS_PER_FILE = 250
-TOKENIZER = Path(__file__).resolve().parent.parent / "tokenizer" / "demo.json"
+TOKENIZER = ROOT / "tokenizer" / "demo.json"
 
 
 def _rotate(text: str, k: int) -> str:
@@ -293,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
             table[scale] = {}
             for phase in phases:
                 proc = subprocess.run(
-                    [sys.executable, __file__, "--phase", phase, "--root", str(root)], capture_output=True, text=True
+                    [sys.executable, "-m", __spec__.name, "--phase", phase, "--root", str(root)],
+                    capture_output=True,
+                    text=True,
+                    cwd=ROOT,
                 )
                 if proc.returncode:
                     sys.stderr.write(proc.stderr)

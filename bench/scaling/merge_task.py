@@ -1,16 +1,16 @@
 """What one crawl-sized MinHash decisions merge task (``merge1d``) costs: its real code on inputs built
 at crawl proportions, CPU seconds counted (issue 30).
 
-    PYTHONPATH=. python bench/merge_task.py [--scale bench/results/scale.json] [--files 8,16,32] \\
+    python -m bench.scaling.merge_task [--scale bench/results/scale.json] [--files 8,16,32] \\
         [--json bench/results/merge_task.json]
 
-bench/scale.py's merge1d tasks are tiny (36 ms on average at 16x), so the per-document and
+bench/scaling/scale.py's merge1d tasks are tiny (36 ms on average at 16x), so the per-document and
 largest / mean figures it gives are its fixed costs. Here:
 
 1. **Rows per document, by kind and round**, measured: a small real run in process (zh/en Wikipedia,
-   10% planted copies, exact dedup + MinHash, bench/shuffle_files.py's corpus) gives the rows of
+   10% planted copies, exact dedup + MinHash, bench/scaling/shuffle_files.py's corpus) gives the rows of
    MinHash's partition outputs (decisions, states, copies) per round and their ratio to each other;
-   bench/scale.py's 16x run gives the decisions per document at the bench corpus' proportions
+   bench/scaling/scale.py's 16x run gives the decisions per document at the bench corpus' proportions
    (``--scale``: MinHash's rejected / documents).
 2. **The crawl's outputs**: 4,096 partitions of 5B documents, 25 planned rounds, 37,253 shards;
    each partition output holds its round's rows per document x 1.22M documents, its rows the small
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,18 +41,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench._harness import environment  # noqa: E402
-from bench.shuffle_files import _texts, write_corpus  # noqa: E402
-from datapipe.engine.tasks import merge  # noqa: E402
-from datapipe.engine.tasks.reduce import _write_or_remove  # noqa: E402
-from datapipe.run_folder.layout import OUTPUT_KINDS  # noqa: E402
+from bench._support.harness import environment
+from bench._support.paths import ROOT
+from bench.scaling.shuffle_files import _texts, write_corpus
+from datapipe.engine.tasks import merge
+from datapipe.engine.tasks.reduce import _write_or_remove
+from datapipe.run_folder.layout import OUTPUT_KINDS
 
 DOCS = 5_000_000_000
 PARTITIONS = 4096
-SHARDS = 37_253  # map tasks of 256 MiB over 10 TB (bench/cost_model.py)
+SHARDS = 37_253  # map tasks of 256 MiB over 10 TB (bench/scaling/cost_model.py)
 GROUPS = 256  # split.shuffle_groups of the estimate
 ROUNDS = 25  # MinHash's planned rounds (stages/minhash.py, rounds())
 

@@ -2,7 +2,7 @@
 whether larger tasks write the same shard files (issue 30: 65,321 pack tasks at crawl scale, 30% of
 the run's tasks, each a driver dispatch).
 
-    PYTHONPATH=. python bench/pack_task_memory.py [--tasks-log2 26,28] [--repeats 2] [--json PATH]
+    python -m bench.scaling.pack_task_memory [--tasks-log2 26,28] [--repeats 2] [--json PATH]
 
 One map task's token file (TokenSink, as map tasks write it: documents of 50-3,000 tokens, 2^25
 tokens, ``train``) stands for every input shard (its key repeated, as many as the largest task
@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench._support.paths import ROOT
 
 SEQ_LEN = 2048
 ROWS_PER_SHARD = 8192
@@ -122,7 +121,9 @@ def main() -> int:
         def child(first: int, n: int) -> dict:
             arg = f"{work},{first},{n},{inputs},{per_file}"
             env = {**os.environ, "PYTHONPATH": str(ROOT)}
-            out = subprocess.run([sys.executable, __file__, "--child", arg], check=True, capture_output=True, text=True, env=env)
+            out = subprocess.run(
+                [sys.executable, "-m", __spec__.name, "--child", arg], check=True, capture_output=True, text=True, env=env
+            )
             return json.loads(out.stdout.strip().splitlines()[-1])
 
         results = []
@@ -157,7 +158,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     if a.json:
-        from bench._harness import environment
+        from bench._support.harness import environment
 
         a.json.write_text(json.dumps({**out, "env": environment()}, indent=1))
     return 0 if same else 1

@@ -1,11 +1,11 @@
 """Does the cost per document stay flat, and the memory per task stay put, from 1x to 16x the corpus?
 
-    PYTHONPATH=. python bench/scale.py [--base-docs 125000] [--scales 1,4,16] [--cpus 2]
+    python -m bench.scaling.scale [--base-docs 125000] [--scales 1,4,16] [--cpus 2]
         [--datatrove-python /tmp/dt/bin/python] [--json bench/results/scale.json]
-    PYTHONPATH=. python bench/scale.py --base-docs 5000 --scales 1,4      # a quick check
-    PYTHONPATH=. python bench/scale.py --base-docs 1000 --scales 1,4 --s3 # on a counting loopback S3
+    python -m bench.scaling.scale --base-docs 5000 --scales 1,4      # a quick check
+    python -m bench.scaling.scale --base-docs 1000 --scales 1,4 --s3 # on a counting loopback S3
 
-Corpora (bench/_scale_corpus.py): real zh/en documents of ../shared/data/corpus, every copy
+Corpora (bench/_support/scale_corpus.py): real zh/en documents of ../shared/data/corpus, every copy
 perturbed (a fifth of its Han characters and words replaced by ones drawn by corpus frequency),
 so no two regular documents are exact or near duplicates (the script measures the MinHash
 Jaccard of sampled copy pairs and prints it), plus 5% exact and 5% near planted copies of
@@ -13,14 +13,14 @@ regular documents. Scale s has s x ``--base-docs`` regular documents (16x at the
 2,000,000, 2,200,000 lines with the plants) in ``--files-per-scale`` x s JSONL files, written
 under ``--tmp`` and deleted after its run.
 
-Each scale runs the whole pipeline of bench/pipeline.py (langid zh/en -> quality auto -> exact
+Each scale runs the whole pipeline of bench/perf/pipeline.py (langid zh/en -> quality auto -> exact
 dedup -> MinHash 0.7 -> tokenize, demo tokenizer, seq_len 2048) with ``datapipe run`` on an
 embedded Ray with ``--cpus`` CPUs. The work per task is the same at every scale: one input file is
 one map task (split.target_bytes above the file size, no grouping), and exact dedup and MinHash
 get ``--files-per-scale`` x s partitions, so a partition holds the same number of documents at
 every scale. What is measured:
 
-* wall seconds and process-tree CPU seconds of the whole run (bench/_proctree.py: Ray's raylet,
+* wall seconds and process-tree CPU seconds of the whole run (bench/_support/proctree.py: Ray's raylet,
   GCS and workers included), docs/s per core (documents / wall / cpus, capped by what the shared
   machine gives) and documents per CPU second (does not depend on the load);
 * per phase (from the completion markers): tasks, wall seconds, the tasks' CPU seconds, and the
@@ -39,7 +39,7 @@ written by the run, per document, and their ratio last scale / first.
 
 Printed last: the per-document cost ratio last scale / first (flat = 1.0; tree CPU, task CPU and
 wall), per-task peak RSS last / first (target <= 1.2), and the markdown rows for docs/scaling.md.
-With ``--datatrove-python`` datatrove's equivalent pipeline (bench/_datatrove_pipeline.py) runs on
+With ``--datatrove-python`` datatrove's equivalent pipeline (bench/_support/datatrove_pipeline.py) runs on
 the 1x corpus (the first scale) with as many workers, and the ratios to datapipe's 1x run print
 (datatrove / datapipe for wall and CPU: > 1 means datapipe is faster), with datatrove's own plant
 recall (documents past its quality block and missing from its output).
@@ -63,14 +63,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench._support.harness import Harness, add_args
+from bench._support.paths import ROOT
+from bench._support.proctree import run_tree
+from bench._support.scale_corpus import Corpus, load_base, similarity_check, write_corpus
 
-from bench._harness import Harness, add_args  # noqa: E402
-from bench._proctree import run_tree  # noqa: E402
-from bench._scale_corpus import Corpus, load_base, similarity_check, write_corpus  # noqa: E402
-
-DT_SCRIPT = ROOT / "bench" / "_datatrove_pipeline.py"
+DT_SCRIPT = ROOT / "bench" / "_support" / "datatrove_pipeline.py"
 TOKENIZER = ROOT / "tokenizer" / "demo.json"
 MIB = 1 << 20
 PHASES = {  # marker folder -> what the phase does in this pipeline
@@ -203,10 +201,10 @@ def mirror(env: dict[str, str], uri: str) -> Path:
 
 
 def files_opened(trace: Path, run: Path, inputs: Path) -> dict[str, Any]:
-    """Files the run's process tree opened for reading and created (bench/shuffle_files.py's counting of an
+    """Files the run's process tree opened for reading and created (bench/scaling/shuffle_files.py's counting of an
     ``strace -f -e trace=openat`` log): under the run folder (on S3: its local mirror, where downloaded
     objects are opened) and under the input folder (on S3: its mirror)."""
-    from bench.shuffle_files import count
+    from bench.scaling.shuffle_files import count
 
     by_folder = count(trace, run)
     run_total = {k: sum(v[k] for v in by_folder.values()) for k in ("opened", "written")}
@@ -515,7 +513,7 @@ def run_scale(
         "driver_peak_rss_mib": max((s[2] for s in timeline), default=0) / MIB,
         "driver_cpu_s": r["driver_cpu_s"],
         # Of it, Ray's own threads (submission, results, gRPC, timers: beside the driver's work, not in
-        # turn) and the rest, the driver's own threads (bench/_proctree.py, sampled per thread).
+        # turn) and the rest, the driver's own threads (bench/_support/proctree.py, sampled per thread).
         "driver_ray_threads_cpu_s": r["driver_threads_cpu_s"]["ray"],
         "driver_own_cpu_s": (r["driver_cpu_s"] or 0.0) - r["driver_threads_cpu_s"]["ray"],
         "driver_cpu_us_per_doc": (r["driver_cpu_s"] or 0.0) / docs * 1e6,
@@ -794,7 +792,7 @@ def main() -> int:
     )
     args = add_args(ap, repeats=1).parse_args()
     if args.paper:
-        from bench._scale_paper import estimate
+        from bench._support.scale_paper import estimate
 
         print(estimate(args.paper))
         return 0

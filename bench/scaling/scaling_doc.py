@@ -1,14 +1,23 @@
-"""docs/scaling.md from bench/_scaling_doc.md (the prose) and the measured JSONs (bench/cost_model.py --write)."""
+"""docs/scaling.md from bench/scaling/scaling_doc.md (the prose), the measured JSONs and bench/scaling/cost_model.py's estimate.
+
+    python -m bench.scaling.scaling_doc --scale bench/results/scale.json --fit bench/results/scale_fit.json \\
+        --explain bench/results/explain_files.json --write docs/scaling.md
+
+The model (cost_model.py) prints the estimate alone and imports nothing of this file.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from bench.cost_model import PARTITIONS, TOKENS_PER_PACK_TASK
-from bench.scale import acceptance_rows, describe, phase_order
+from bench.scaling.cost_model import PARTITIONS, TOKENS_PER_PACK_TASK, add_args, estimate
+from bench.scaling.scale import acceptance_rows, describe, phase_order
 
-TEMPLATE = Path(__file__).with_name("_scaling_doc.md")
+TEMPLATE = Path(__file__).with_name("scaling_doc.md")
 
 
 def _mib(x: float | None) -> str:
@@ -78,7 +87,7 @@ def explain_md(explain: list[dict[str, Any]] | None) -> str:
     if not explain:
         return "Not measured in this run."
     rows = [
-        "`bench/explain_files.py` runs `datapipe explain RUN ID` under strace on the run folders of the runs "
+        "`bench/scaling/explain_files.py` runs `datapipe explain RUN ID` under strace on the run folders of the runs "
         "above (downloaded from the store after the run), for 5 ids spread over the run (the first row of kept "
         "files spread over `docs/`) and 3 kept documents that have copies, and counts the files under the run "
         "folder it opens and the bytes it reads from them (range over the ids). The Parquet files split in "
@@ -152,13 +161,13 @@ def driver_threads_md(runs: list[dict[str, Any]]) -> str:
 
 
 def merge_task_md(mt: dict[str, Any] | None) -> str:
-    """bench/merge_task.py's figures: one crawl-sized MinHash decisions merge task."""
+    """bench/scaling/merge_task.py's figures: one crawl-sized MinHash decisions merge task."""
     if not mt:
         return "Not measured."
     c, fit = mt["crawl"], mt["fit"]
     sizes = sorted({m["files"] for m in mt["measured"]})
     rows = [
-        f"`PYTHONPATH=. python bench/merge_task.py --files {','.join(map(str, sizes))} --json bench/results/merge_task.json`, "
+        f"`python -m bench.scaling.merge_task --files {','.join(map(str, sizes))} --json bench/results/merge_task.json`, "
         f"{mt['date']}, {mt['env']['cores']} cores ({mt['env']['cpu_model']}), shared. Inputs at crawl proportions: "
         f"{mt['decisions_per_doc']:.4f} MinHash decisions per document (the 16x run above), and per decision "
         + ", ".join(f"{v / mt['decisions_per_doc']:.2f} {k} rows" for k, v in mt["rows_per_doc"].items())
@@ -179,7 +188,7 @@ def merge_task_md(mt: dict[str, Any] | None) -> str:
             f"| {n} | {ms[0]['rows_in_files']:,} | {min(m['rows_out'] for m in ms):,}-{max(m['rows_out'] for m in ms):,} | "
             f"{min(cpu):.2f}-{max(cpu):.2f} |"
         )
-    from bench.merge_task import task_sizes
+    from bench.scaling.merge_task import task_sizes
 
     rows += [
         "",
@@ -205,7 +214,7 @@ def merge_task_md(mt: dict[str, Any] | None) -> str:
 
 
 def driver_fit_md(est: dict[str, Any]) -> str:
-    """The driver's fit by section in a sentence (bench/cost_model.py ``driver_sections``)."""
+    """The driver's fit by section in a sentence (bench/scaling/cost_model.py ``driver_sections``)."""
     sec = est.get("driver_sections")
     if sec is None:
         return "(no run recorded the driver's sections)"
@@ -330,3 +339,21 @@ def render(
     ):
         text = text.replace("{{" + key + "}}", value)
     return text
+
+
+def main() -> int:
+    ap = add_args(argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    ap.add_argument("--explain", type=Path, help="bench/scaling/explain_files.py JSON")
+    ap.add_argument("--write", type=Path, required=True, help="the page to write (docs/scaling.md)")
+    a = ap.parse_args()
+    e = estimate(a)
+    explain = json.loads(a.explain.read_text()) if a.explain else None
+    before = next(o for o in e.options if not o["split"])
+    page = render(e.scale, e.runs, e.text, e.fit, e.per_core_hour, e.est, before, explain, e.merge_task)
+    a.write.write_text(page)
+    print(f"wrote {a.write}: {e.est['total_s'] / 3600:.2f} h for the crawl")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

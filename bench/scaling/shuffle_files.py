@@ -1,7 +1,7 @@
 """Files written and opened by the shuffles, per document, when map tasks and partitions both grow
 with the corpus: counted, not timed (issue 30, "shuffles whose files and requests stay flat").
 
-    PYTHONPATH=. python bench/shuffle_files.py [--docs-per-file 200] [--base-files 2] [--scales 1,2,4]
+    python -m bench.scaling.shuffle_files [--docs-per-file 200] [--base-files 2] [--scales 1,2,4]
 
 Scale s: ``base-files`` x s JSONL files of ``docs-per-file`` documents each (real en/zh Wikipedia
 articles from ../shared/data/corpus, 5% exact and 5% edited copies planted in later files), one
@@ -30,8 +30,9 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+from bench._support.paths import ROOT, SHARED
+
+CORPUS = SHARED / "corpus"
 TEMP = re.compile(r"\.tmp-\d+-[0-9a-f]+$")
 OPEN = re.compile(r'openat\([^,]+, "([^"]+)", ([A-Z_|]+)[^)]*\)\s+=\s+(\d+)')
 

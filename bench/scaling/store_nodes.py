@@ -1,6 +1,6 @@
 """Do the bytes a run moves through the object store per document stay flat as nodes are added?
 
-    PYTHONPATH=. python bench/store_nodes.py [--docs 4000] [--files 12] [--nodes 1,2,3]
+    python -m bench.scaling.store_nodes [--docs 4000] [--files 12] [--nodes 1,2,3]
         [--baseline-code /tmp/main-copy] [--repeats 1] [--json bench/results/store_nodes.json]
 
 The same run (real documents of ../shared/data/corpus: the first ``--docs`` lines of its English
@@ -34,12 +34,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench._support.harness import Harness, add_args, fmt
+from bench._support.paths import ROOT, SHARED
 
-from bench._harness import Harness, add_args, fmt  # noqa: E402
-
-CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+CORPUS = SHARED / "corpus"
 TOKENIZER = ROOT / "tokenizer" / "demo.json"
 BUCKET = "dpnodes"
 KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}

@@ -1,7 +1,7 @@
 """The substrings stage (exact repeated spans): throughput, memory per task from 1x to 16x, share removed.
 
-    PYTHONPATH=. python bench/substrings.py [--scales 1,4,16] [--cpus 2] [--min-tokens 50] [--json PATH]
-    PYTHONPATH=. python bench/substrings.py --combine 1x.json 4x.json 16x.json --json PATH   # runs made side by side
+    python -m bench.scaling.substrings [--scales 1,4,16] [--cpus 2] [--min-tokens 50] [--json PATH]
+    python -m bench.scaling.substrings --combine 1x.json 4x.json 16x.json --json PATH   # runs made side by side
 
 Part 1, the shared corpus as it is (../shared/data/corpus, four JSONL files, one source each): one
 ``datapipe run`` of the substrings stage alone, and the share of characters removed per source and
@@ -9,7 +9,7 @@ language (zh: the three Chinese files, en: English Wikipedia), with the document
 substring_only and the spans removed from the most documents.
 
 Part 2, scale: s x the shared corpus's size in real zh/en documents, every copy perturbed
-(bench/_scale_corpus.py: a fifth of its Han characters and words replaced by corpus-frequency
+(bench/_support/scale_corpus.py: a fifth of its Han characters and words replaced by corpus-frequency
 draws, so two copies share a 50-token span with probability about 0.64^50 per window) plus 5%
 exact and 5% near planted copies, each at most half a file after its original (the exact ones are
 whole-document repeats, which the stage cuts). ``--files-per-scale`` x s files, one map task
@@ -33,14 +33,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench._corpus import CORPUS, FILES  # noqa: E402
-from bench._harness import Harness, add_args  # noqa: E402
-from bench._proctree import run_tree  # noqa: E402
-from bench._scale_corpus import load_base, write_corpus  # noqa: E402
-from bench.scale import read_markers  # noqa: E402
+from bench._support.corpus import CORPUS, FILES
+from bench._support.harness import Harness, add_args
+from bench._support.paths import ROOT
+from bench._support.proctree import run_tree
+from bench._support.scale_corpus import load_base, write_corpus
+from bench.scaling.scale import read_markers
 
 MIB = 1 << 20
 

@@ -1,14 +1,14 @@
 """Peak memory of each process of a `datapipe run`: the driver, every Ray worker, Ray's own processes.
 
-    python bench/worker_memory.py                         # pipelines/shared_corpus.yaml, first 300 docs per input
-    python bench/worker_memory.py --docs 0                # the whole shared corpus
-    python bench/worker_memory.py pipelines/demo.yaml --num-cpus 2 --repeats 3 --json bench/results/worker_memory.json
+    python -m bench.scaling.worker_memory                         # pipelines/shared_corpus.yaml, first 300 docs per input
+    python -m bench.scaling.worker_memory --docs 0                # the whole shared corpus
+    python -m bench.scaling.worker_memory pipelines/demo.yaml --num-cpus 2 --repeats 3 --json bench/results/worker_memory.json
 
 It runs the pipeline (fresh, into a temporary folder) as a subprocess and samples
 /proc/<pid>/smaps_rollup of the whole process tree every 0.2 s. The target (issue 18) is map
 workers under 400 MB each; per-process PSS is the honest figure (RSS counts each shared library
 once per process), RSS is printed beside it. With ``--repeats N`` the run is repeated and each
-figure is given as median and range (``bench/_harness.py``: machine, date, load, ``--json``).
+figure is given as median and range (``bench/_support/harness.py``: machine, date, load, ``--json``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Harness, add_args  # noqa: E402
-from _proctree_roles import mib, run_sampled  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench._support.harness import Harness, add_args
+from bench._support.paths import ROOT
+from bench._support.proctree_roles import mib, run_sampled
 
 
 def sample_pipeline(pipeline: Path, docs: int, tmp: Path) -> Path:
