@@ -223,7 +223,7 @@ def dispatch(
 ) -> dict[str, Any]:
     import boto3
 
-    from datapipe.engine.executors import RayExecutor
+    from datapipe.engine.executors.ray.executor import RayExecutor
     from datapipe.engine.phases import Phase, Task
     from datapipe.run_folder.layout import RunFolder as Folder
 

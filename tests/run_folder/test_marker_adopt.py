@@ -25,7 +25,7 @@ def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def _task_commits(uri: str, folder: RunFolder, phase: str, key: str, out: str) -> tuple[dict, bytes]:
     """What a task on another node does: write its output, commit it and its marker; returns the
-    marker and its bytes as committed (what a Ray task hands back: engine/worker.py ``ray_run_task``)."""
+    marker and its bytes as committed (what a Ray task hands back: engine/executors/ray/worker.py ``ray_run_task``)."""
     path = folder.root / out
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"x" * 10)

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from datapipe.engine import runner
-from datapipe.engine.executors import InProcessExecutor, Mark, Outcome, no_mark
+from datapipe.engine.executors.base import Outcome
+from datapipe.engine.executors.in_process import InProcessExecutor
 from datapipe.engine.phases import Phase, Task
 from datapipe.run_folder import remote
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
@@ -56,7 +57,7 @@ class NewNodes(InProcessExecutor):
         super().__init__()
         self.nodes, self.uri, self.started = nodes, uri, 0
 
-    def outcomes(self, spec: Any, phase: Phase, tasks: Sequence[Task], mark: Mark = no_mark) -> Iterator[Outcome]:
+    def outcomes(self, spec: Any, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
         for task in tasks:
             self.started += 1
             driver = self._forget()

@@ -23,7 +23,7 @@ and state API (``ray list tasks``) need them: for those, start a cluster (``ray 
 and pass its address (``--ray-address``).
 
 The raylet's two Python agents (dashboard, runtime environments) are stand-ins of the standard
-library (ray_agent_stub.py; ~0.03 CPU s each against ~1 s, and the raylet starts its workers ~2 s
+library (agent_stub.py; ~0.03 CPU s each against ~1 s, and the raylet starts its workers ~2 s
 sooner): an embedded Ray has no dashboard or metrics, and starts Ray's runtime-env agent only when a
 task asks for a ``runtime_env``.
 """
@@ -231,11 +231,11 @@ def _not_started(self: object, *args: object, **kwargs: object) -> None:
 
 
 # The raylet's two Python agents, each ~1 CPU s of imports for nothing an embedded run uses: they are
-# replaced by stand-ins of the standard library (ray_agent_stub.py says what each does and why that
+# replaced by stand-ins of the standard library (agent_stub.py says what each does and why that
 # is enough). Ray builds each agent's command line from this function of its services module (the
 # interpreter, before the agent's script), so while ray.init starts the raylet it puts the stand-in
 # first, with Ray's command after it. A Ray without that function or those names runs its own agents.
-AGENT_STUB = str(Path(__file__).with_name("ray_agent_stub.py"))
+AGENT_STUB = str(Path(__file__).with_name("agent_stub.py"))
 _COMMAND_BUILDER = "_build_python_executable_command_memory_profileable"
 
 

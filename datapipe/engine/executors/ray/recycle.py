@@ -32,7 +32,7 @@ from typing import Any
 
 from datapipe.config.sections import WorkersConfig
 
-MAX_CALLS = 1 << 30  # the remote function's max_calls: never reached by counting (engine/executors.py)
+MAX_CALLS = 1 << 30  # the remote function's max_calls: never reached by counting (executor.py)
 
 
 @dataclass
@@ -53,7 +53,7 @@ def should_exit(
     """After a task of ``phase`` that started at ``start_mib`` and was released down to ``now_mib``:
     why this worker should make way for a fresh one (a marker's ``worker_exit``), or None.
 
-    ``grew``: the task peaked well above its start (``engine/worker.py``: ``_grew``). Until a task
+    ``grew``: the task peaked well above its start (``worker.py``: ``_grew``). Until a task
     has, the floor is not yet what the worker's phases import: a worker whose first tasks only counted
     lines (the ``lines`` phase) would otherwise count the stages' modules and compiled kernels, loaded
     by its first map task, as what earlier phases left, and leave at the next phase, and its fresh
