@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.engine.tasks.shard_writer import write_shard  # noqa: E402
 from datapipe.tokens.shard_format import ShardMeta, file_sha256  # noqa: E402
+from datapipe.tokens.shard_writer import write_shard  # noqa: E402
 
 FILES_PER_SOURCE = 4
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking parent (this script,

@@ -59,10 +59,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._harness import Harness, add_args  # noqa: E402
-from datapipe.engine.tasks.shard_writer import write_shard  # noqa: E402
 from datapipe.loader import PackedDataset  # noqa: E402
 from datapipe.loader.batch import COMPACT_FIELDS, TOKEN_FIELDS  # noqa: E402
 from datapipe.tokens.shard_format import ShardMeta, file_sha256  # noqa: E402
+from datapipe.tokens.shard_writer import write_shard  # noqa: E402
 
 
 def make_run(root: Path, shards: int, rows: int, seq_len: int, docs_per_row: int, seed: int = 0) -> np.ndarray:

@@ -31,12 +31,12 @@ from tokenizers import Tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._harness import Harness, add_args, pair_ratios  # noqa: E402
-from datapipe.engine.tasks.shard_writer import write_shard  # noqa: E402
 from datapipe.engine.tasks.sinks import TokenSink  # noqa: E402
 from datapipe.pipeline.load import TokenizeConfig  # noqa: E402
 from datapipe.tokens.encode import assign_split, encode_documents, load_tokenizer_info, with_engine  # noqa: E402
 from datapipe.tokens.packing import ShardBuffer, make_packer, shard_meta_for  # noqa: E402
 from datapipe.tokens.shard_format import ShardMeta  # noqa: E402
+from datapipe.tokens.shard_writer import write_shard  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_INPUTS = [str(ROOT.parent / "shared" / "data" / "corpus" / n) for n in ("zh_*.jsonl", "en_wikipedia.jsonl")]

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent / "datapipe"
 # the array/tensor libraries a training job has anyway (llvmlite is numba's compiler; the
 # kernels ask it for the CPU's features).
 LOADER_THIRD_PARTY = {"numpy", "pyarrow", "torch", "numba", "llvmlite"}
-# Writing shards (atomically, recorded for object storage) is the engine's (engine/tasks/shard_writer.py),
+# Writing shards (atomically, recorded for object storage) is tokens/shard_writer.py's, not the format's,
 # so the shard format is pyarrow and numpy only and a training job gets nothing else of datapipe.
 # datapipe.errors is the base of every datapipe error (ShardCorrupt, StateMismatch): it imports nothing.
 LOADER_ALLOWED_DATAPIPE = ("datapipe.loader", "datapipe.tokens.shard_format", "datapipe.errors")
@@ -184,8 +184,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"stages"}),
     frozenset({"pipeline"}),
     frozenset({"audit"}),
-    frozenset({"engine", "train"}),
-    frozenset({"export", "ablate"}),
+    frozenset({"train", "export", "ablate"}),
+    frozenset({"engine"}),  # imported by the CLI only
     frozenset({"cli"}),
 )
 # datapipe/__init__.py itself: it imports datapipe.runtime.arrow_pandas (in `datapipe run` workers), so
@@ -261,3 +261,4 @@ def test_layer_check_sees_an_upward_import():
     assert _upward_imports(raw, modules) == [
         "datapipe/text/charclass.py:7: datapipe.text.charclass (layer 2) imports datapipe.stages.pii (layer 5)"
     ]
+

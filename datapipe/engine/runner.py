@@ -21,18 +21,18 @@ from datapipe.engine.errors import PipelineError
 from datapipe.engine.executors.base import Executor, local_cpus, phase_section
 from datapipe.engine.executors.in_process import InProcessExecutor
 from datapipe.engine.executors.ray.executor import RayExecutor
-from datapipe.engine.faults import fault_point
 from datapipe.engine.phases import Phase, Task, plan_phases
 from datapipe.engine.plan import Recorded, RunSpec, build_stage, input_bytes, make_spec, split_target
-from datapipe.engine.progress import PhaseProgress
 from datapipe.engine.redecide import plan_reuse
 from datapipe.engine.run_record import RunRecord, open_record
 from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder, RunFolderError
 from datapipe.run_folder.lock import RunLock
 from datapipe.run_folder.remote import CommittedPhase
+from datapipe.runtime.faults import fault_point
 from datapipe.runtime.heartbeat import Heartbeat, duration
 from datapipe.runtime.own_cpu import Sections
+from datapipe.runtime.progress import PhaseProgress
 from datapipe.storage.atomic import fault_scope
 from datapipe.storage.cache import cache_dir
 from datapipe.storage.uri import RUN_FILES, folder_stats_once

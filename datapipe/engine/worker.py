@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from datapipe.engine.faults import fault_hold
 from datapipe.engine.plan import RunSpec
 from datapipe.run_folder.layout import RunFolder
 from datapipe.run_folder.remote import CommittedPhase
+from datapipe.runtime.faults import fault_hold
 from datapipe.runtime.task_usage import TaskUsage
 from datapipe.storage.atomic import fault_scope, recording_writes
 

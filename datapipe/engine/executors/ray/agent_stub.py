@@ -19,7 +19,7 @@ as stdin closes (or, without that pipe, until it is re-parented).
   and waits. An embedded run has no dashboard and no metrics (``enable_metrics_collection`` is off),
   so this stand-in does the same whatever Ray is installed.
 * ``runtime-env``: the raylet asks the runtime-env agent for a task's environment only when the
-  task has a ``runtime_env`` (datapipe sets one only for a test hook, ``engine/faults.py``). The
+  task has a ``runtime_env`` (datapipe sets one only for a test hook, ``runtime/faults.py``). The
   stand-in listens on the port it records, and on the first connection starts Ray's real agent
   (its port file written into a private folder) and relays every connection to it, so a
   ``runtime_env`` works as with Ray's own agent, ~1-2 s later the first time.

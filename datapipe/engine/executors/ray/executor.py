@@ -17,12 +17,12 @@ from datapipe.engine.executors.base import Clock, Outcome, local_cpus, phase_sec
 from datapipe.engine.executors.ray import recycle
 from datapipe.engine.executors.ray.runtime import ray_session
 from datapipe.engine.executors.ray.worker import ray_run_task, spec_slots
-from datapipe.engine.faults import fault_env
 from datapipe.engine.phases import Phase, Task
 from datapipe.engine.plan import RunSpec, forget_stages
 from datapipe.errors import PipelineError
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime import kernel_warmup
+from datapipe.runtime.faults import fault_env
 from datapipe.runtime.release_memory import release_memory
 
 
