@@ -49,7 +49,7 @@ from bench._harness import environment  # noqa: E402
 from bench.shuffle_files import _texts, write_corpus  # noqa: E402
 from datapipe.engine.tasks import merge  # noqa: E402
 from datapipe.engine.tasks.reduce import _write_or_remove  # noqa: E402
-from datapipe.run_folder.layout import OUTPUT_KINDS  # noqa: E402
+from datapipe.engine.work_files import OUTPUT_KINDS  # noqa: E402
 
 DOCS = 5_000_000_000
 PARTITIONS = 4096

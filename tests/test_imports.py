@@ -326,3 +326,10 @@ def test_no_package_imports_another_packages_private_names():
     (named without the underscore, and kept stable as such) or belongs in a shared module."""
     found = _private_imports()
     assert not found, "private names imported across packages of datapipe/:\n" + "\n".join(found)
+
+
+def test_the_marker_store_knows_nothing_of_the_layout():
+    """run_folder/markers.py is handed its folder by RunFolder: a change of the public layout never
+    reaches the commit point (and the store can serve another layout)."""
+    graph, _, _ = _graph()
+    assert "datapipe.run_folder.layout" not in graph["datapipe.run_folder.markers"]

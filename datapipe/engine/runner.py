@@ -284,7 +284,7 @@ def _run_phases(
         if sections is not None:
             sections.mark(phase_section(phase.name, "results"))
         if committed is not None:
-            committed.append(folder.committed(phase.name))  # from the markers it holds: no store read
+            committed.append(folder.markers.committed(phase.name))  # from the markers it holds: no store read
         if sections is not None:
             sections.mark(phase_section(phase.name, "commit"))
 
@@ -304,7 +304,7 @@ def _all_done(folder: RunFolder, tasks: list[tuple[str, str]]) -> bool:
     done: dict[str, dict[str, Any]] = {}
     for phase, key in tasks:
         if phase not in done:
-            done[phase] = folder.read_markers(phase)
+            done[phase] = folder.markers.read_all(phase)
         if key not in done[phase]:
             return False
     return True
@@ -323,11 +323,11 @@ def _run_phase(
     """Run the phase's unfinished tasks, counting their outcomes as they come; its failures, all of
     them, end the run once the phase is over."""
     name = phase.name
-    done = folder.read_markers(name)  # one listing of the phase's markers, not one read per task
+    done = folder.markers.read_all(name)  # one listing of the phase's markers, not one read per task
     todo = [task for task in work if task.key not in done]
     if phase.follows is not None and folder.remote is not None:
         # Each task on the node whose mirror holds the outputs of the task it follows (engine/phases.py).
-        todo = phase.placed(todo, {key: m["node"] for key, m in folder.read_markers(phase.follows).items() if "node" in m})
+        todo = phase.placed(todo, {key: m["node"] for key, m in folder.markers.read_all(phase.follows).items() if "node" in m})
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
     failures: list[str] = []
@@ -340,7 +340,7 @@ def _run_phase(
                 progress.advance(0)
                 continue
             # The marker came back with the result: the driver never reads it back (run_folder/remote.py).
-            marker = folder.adopt_marker(name, key, outcome)
+            marker = folder.markers.adopt(name, key, outcome)
             result.executed_tasks += 1
             progress.advance(marker.get("docs_in", 0) if marker is not None else 0)
             fault_point(name, progress.done - progress.resumed)

@@ -71,7 +71,7 @@ def run_task(
     hooks.before(phase)
     folder = RunFolder(Path(spec.root))
     if committed is not None:
-        folder.install(committed)
+        folder.markers.install(committed)
     with fault_scope(phase, key), recording_writes() as written:
         usage = TaskUsage()  # per-task peak RSS and CPU, for bench/scale.py and the audit
         marker = fn(spec, *args)
@@ -80,5 +80,5 @@ def run_task(
         marker["node"] = hooks.node()
         fault_hold(phase, key)
         hooks.after(phase, marker, spec)  # its next task starts from what that task needs
-        body = folder.write_marker(phase, key, marker, written)
+        body = folder.markers.write(phase, key, marker, written)
     return marker, body

@@ -45,7 +45,7 @@ def read_part(spec: Any, i: int) -> dict[str, Any]:
     """Phase 2: reads the file and the marker of phase 1's task of the same number."""
     folder = RunFolder(spec.root)
     data = folder.fetched(folder.work / "parts" / f"{i:04d}.bin").read_bytes()
-    marker = folder.read_marker(LINES_PHASE, f"t{i:04d}")
+    marker = folder.markers.read(LINES_PHASE, f"t{i:04d}")
     return {"docs_in": 0, "read": len(data), "newlines": None if marker is None else marker["newlines"]}
 
 
@@ -95,7 +95,7 @@ def run_two_phases(s3: CountingS3, tmp: Path, n: int, monkeypatch: pytest.Monkey
         "marker GET": sum(v for (kind, f), v in used.items() if kind == "GET" and "/_work/markers" in f),
         "file GET": sum(v for (kind, f), v in used.items() if kind == "GET" and f.endswith("/_work/parts")),
     }
-    return counts, [folder.read_marker("map0", f"t{i:04d}") for i in range(n)]
+    return counts, [folder.markers.read("map0", f"t{i:04d}") for i in range(n)]
 
 
 def test_a_tasks_store_requests_do_not_grow_with_the_run(s3: CountingS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

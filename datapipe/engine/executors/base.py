@@ -59,7 +59,7 @@ class Executor(Protocol):
 
     def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
         """Run ``tasks`` of ``phase``; one outcome per task, in any order: its marker (a dict, or its
-        bytes as the task committed them: ``RunFolder.adopt_marker`` takes either). A task's failure is an
+        bytes as the task committed them: ``MarkerStore.adopt`` takes either). A task's failure is an
         outcome (the others go on); retries, where the executor has them, are already spent. Each
         task gets ``phase.committed`` (``run_task``'s ``committed``): in a remote run folder, a task
         in another process learns from it what earlier phases committed."""

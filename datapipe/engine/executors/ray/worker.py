@@ -62,7 +62,7 @@ def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots]
     slot came as its index in the spec, which the task has anyway.
 
     Returns the marker's bytes as committed: the driver parses them once to cache the marker
-    (``RunFolder.adopt_marker``), where a dict cost it a pickle's decoding and a JSON encoding too."""
+    (``MarkerStore.adopt``), where a dict cost it a pickle's decoding and a JSON encoding too."""
     phase, fn, committed, slots = call
     key, args = task[0], task[1:]
     if slots:
