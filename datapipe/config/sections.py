@@ -94,7 +94,7 @@ class SplitConfig(Strict):
     group_small_files: bool = Field(True, description="Read consecutive small files of a source in one task.")
     # 256: a merge task or a partition reads one byte range of at most 256 runs (each a request on an
     # object store); a crawl's 37,253 map tasks then need one merge level, 372,530 two
-    # (bench/crawl_proportions.py, engine/shuffle_plan.py).
+    # (bench/scaling/crawl_proportions.py, engine/shuffle_plan.py).
     shuffle_fan_in: int = Field(
         256,
         ge=2,
@@ -106,7 +106,7 @@ class SplitConfig(Strict):
         ),
     )
     # 4M rows: a MinHash partition of band rows peaks ~400-600 MiB and takes tens of seconds
-    # (bench/crawl_proportions.py); the partitions of a round are its rows / this.
+    # (bench/scaling/crawl_proportions.py); the partitions of a round are its rows / this.
     partition_rows: int = Field(
         4_000_000,
         ge=1,

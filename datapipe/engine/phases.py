@@ -33,12 +33,9 @@ from datapipe.engine.tasks.map import count_range_lines, map_shard
 from datapipe.engine.tasks.merge import merge_outputs, merge_runs
 from datapipe.engine.tasks.pack import pack_range
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
-from datapipe.readers import reader_spec
-from datapipe.run_folder.layout import (
-    LINES_PHASE,
+from datapipe.engine.work_files import (
     OUTPUT_KINDS,
-    PACK_PHASE,
-    RunFolder,
+    WorkFiles,
     map_phase,
     merge_outputs_phase,
     merge_phase,
@@ -46,6 +43,8 @@ from datapipe.run_folder.layout import (
     reduce_phase,
     shuffle_phase,
 )
+from datapipe.readers import reader_spec
+from datapipe.run_folder.layout import LINES_PHASE, PACK_PHASE, RunFolder
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.stages.base import Resources
 from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, checked_steps
@@ -291,10 +290,10 @@ def _combine_tasks(spec: RunSpec, segment: Segment, name: str, shuffle: StepShuf
             return None
         root = folder.root
         outputs = tuple(
-            folder.partition_output(segment.index, t.index, 0, fetch=False).relative_to(root).as_posix() for t in first
+            WorkFiles(folder).partition_output(segment.index, t.index, 0, fetch=False).relative_to(root).as_posix() for t in first
         )
         forwarded = tuple(
-            folder.forward_file(segment.index, last, t.index, fetch=False).relative_to(root).as_posix() for t in final
+            WorkFiles(folder).forward_file(segment.index, last, t.index, fetch=False).relative_to(root).as_posix() for t in final
         )
         return (Task(name, (segment, outputs, forwarded)),)
 
@@ -355,7 +354,7 @@ def run_here(spec: RunSpec, phases: Sequence[Phase]) -> None:
     for phase in phases:
         tasks = phase.task_list(folder)
         assert tasks is not None, f"{phase.name}: its tasks depend on phases that did not run"
-        done = folder.read_markers(phase.name)
+        done = folder.markers.read_all(phase.name)
         for task in tasks:
             if task.key not in done:
                 run_task(phase.name, task.key, phase.fn, spec, *task.args)

@@ -110,7 +110,7 @@ class RunSpec:
     repeats: dict[str, RepeatRule] = field(default_factory=dict)
     shuffle_fan_in: int = 256  # split.shuffle_fan_in: runs a shuffle's merge or partition task reads at most
     partition_rows: int = 4_000_000  # split.partition_rows: rows a partition task holds, about
-    workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (engine/recycle.py)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (executors/ray/recycle.py)
 
     def stage_name(self, position: int) -> str:
         return self.stage_options[position - 1][0]

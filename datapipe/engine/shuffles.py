@@ -30,15 +30,16 @@ from typing import Any
 from datapipe.engine.plan import RunSpec, Segment
 from datapipe.engine.shuffle_plan import Grid, Level, MergeTask, ReadTask, RunFile, level_tasks, levels, merged_grid, read_tasks
 from datapipe.engine.shuffle_plan import writers_grid as _writers_grid
-from datapipe.run_folder.layout import (
+from datapipe.engine.work_files import (
     OUTPUT_KINDS,
-    RunFolder,
+    WorkFiles,
     map_phase,
     merge_outputs_phase,
     merge_phase,
     partition_key,
     shuffle_phase,
 )
+from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.global_stage import PartitionStep
 
 # Bytes (as written, compressed) a merge task reads: a few seconds of work, tens of MiB held at once
@@ -102,25 +103,25 @@ class StepShuffle:
     def writers(self, folder: RunFolder, round: int) -> list[RunFile | None] | None:
         """The round's runs in writer order (None where one wrote nothing); None until all are written."""
         if round == 0:
-            markers = folder.read_markers(map_phase(self.segment.index))
+            markers = folder.markers.read_all(map_phase(self.segment.index))
             out: list[RunFile | None] = []
             for shard in self.spec.shards:
                 m = markers.get(shard.key)
                 if m is None:
                     return None
-                path = folder.shuffle_file(self.segment.index, shard.key, fetch=False)
+                path = WorkFiles(folder).shuffle_file(self.segment.index, shard.key, fetch=False)
                 out.append(run_file(folder, m, path, int(m.get("shuffle_rows", 0)), 0, self.parts))
             return out
         before = self.readers(folder, round - 1)
         if before is None:
             return None
-        markers = folder.read_markers(shuffle_phase(self.segment.index, round - 1))
+        markers = folder.markers.read_all(shuffle_phase(self.segment.index, round - 1))
         out = []
         for task in before:
             m = markers.get(partition_key(task.index))
             if m is None:
                 return None
-            path = folder.forward_file(self.segment.index, round - 1, task.index, fetch=False)
+            path = WorkFiles(folder).forward_file(self.segment.index, round - 1, task.index, fetch=False)
             out.append(run_file(folder, m, path, int(m.get("forwarded", 0)), 0, self.parts))
         return out
 
@@ -149,13 +150,13 @@ class StepShuffle:
             if merged is None or shapes is None:
                 return None
             tasks, kept = merged
-            markers = folder.read_markers(merge_phase(self.segment.index, round, level))
+            markers = folder.markers.read_all(merge_phase(self.segment.index, round, level))
             outputs: dict[str, RunFile | None] = {}
             for t in tasks:
                 m = markers.get(t.key)
                 if m is None:
                     return None
-                path = folder.merged_run(self.segment.index, round, level, t.key, fetch=False)
+                path = WorkFiles(folder).merged_run(self.segment.index, round, level, t.key, fetch=False)
                 outputs[t.key] = run_file(folder, m, path, int(m.get("rows", 0)), t.lo, t.hi)
             grid = merged_grid(shapes[level - 1], tasks, outputs, kept)
         self._grids[key] = grid
@@ -202,12 +203,12 @@ class StepShuffle:
 
     def map_outputs(self, folder: RunFolder, ordinals: list[int]) -> tuple[tuple[int, RunFile], ...]:
         """The committed map outputs (of the segment's map phase) of these shards, as run files."""
-        markers = folder.read_markers(map_phase(self.segment.index))
+        markers = folder.markers.read_all(map_phase(self.segment.index))
         out = []
         for o in ordinals:
             shard = self.spec.shards[o]
             m = markers.get(shard.key)
-            path = folder.map_output(self.segment.index, shard.key, fetch=False)
+            path = WorkFiles(folder).map_output(self.segment.index, shard.key, fetch=False)
             if m is not None and (f := run_file(folder, m, path, int(m.get("kept", 0)), 0, 1)) is not None:
                 out.append((o, f))  # none where every document of the shard was dropped
         return tuple(out)
@@ -224,12 +225,12 @@ class StepShuffle:
             tasks = self.readers(folder, r)
             if tasks is None:
                 return None
-            markers = folder.read_markers(shuffle_phase(self.segment.index, r))
+            markers = folder.markers.read_all(shuffle_phase(self.segment.index, r))
             for t in tasks:
                 m = markers.get(partition_key(t.index))
                 if m is None:
                     return None
-                path = folder.partition_file(kind, self.segment.index, t.index, r, fetch=False)
+                path = WorkFiles(folder).partition_file(kind, self.segment.index, t.index, r, fetch=False)
                 out.append(run_file(folder, m, path, int(m.get(counts, 0)), 0, shards))
             if not tasks:
                 break  # the rounds after one without tasks have none either
@@ -263,13 +264,13 @@ class StepShuffle:
             if merged is None or shapes is None:
                 return None
             tasks, kept = merged
-            markers = folder.read_markers(merge_outputs_phase(self.segment.index, level))
+            markers = folder.markers.read_all(merge_outputs_phase(self.segment.index, level))
             outputs: dict[str, RunFile | None] = {}
             for t in tasks:
                 m = markers.get(f"{kind}-{t.key}")
                 if m is None:
                     return None
-                path = folder.merged_outputs(self.segment.index, level, kind, t.key, fetch=False)
+                path = WorkFiles(folder).merged_outputs(self.segment.index, level, kind, t.key, fetch=False)
                 outputs[t.key] = run_file(folder, m, path, int(m.get("rows", 0)), t.lo, t.hi)
             grid = merged_grid(shapes[level - 1], tasks, outputs, kept)
         self._outputs[key] = grid

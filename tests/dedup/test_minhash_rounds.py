@@ -21,8 +21,9 @@ from datapipe.dedup.components import both_ways, large_star, node_partition, sma
 from datapipe.dedup.minhash import band_keys, empty_mask
 from datapipe.engine.phases import run_here, segment_phases, shard_outputs
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
+from datapipe.engine.work_files import WorkFiles, shuffle_phase
 from datapipe.pipeline.load import load_pipeline
-from datapipe.run_folder.layout import RunFolder, shuffle_phase
+from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import PartitionStep
 from datapipe.stages.global_stage import step_of
 from datapipe.stages.minhash import SIG_COLUMN, MinHashDedup, _sig_matrix
@@ -164,21 +165,21 @@ def _global_step(spec: RunSpec, segment: Segment) -> tuple[dict, dict, list[int]
     step = step_of(build_stage(spec, segment.compute_global), PartitionStep)
     assert step is not None
     rows_in = [
-        sum(m["rows_in"] for m in folder.read_markers(shuffle_phase(segment.index, r)).values()) for r in range(step.rounds)
+        sum(m["rows_in"] for m in folder.markers.read_all(shuffle_phase(segment.index, r)).values()) for r in range(step.rounds)
     ]
     decisions, sizes = {}, {}
     for s in spec.shards:
         for table in (
             shard_outputs(spec, segment, s.ordinal),
-            pq.read_table(p) if (p := folder.decisions_file(segment.index, s.key)).exists() else None,
+            pq.read_table(p) if (p := WorkFiles(folder).decisions_file(segment.index, s.key)).exists() else None,
         ):
             for r in table.to_pylist() if table is not None else []:
                 assert r["id"] not in decisions  # one decision per document
                 decisions[r["id"]] = (r["dup_of"], r["dup_cluster"], r["detail"])
         for table in (
             shard_outputs(spec, segment, s.ordinal, "state"),
-            pq.read_table(folder.state_file(segment.index), filters=[("shard", "=", s.ordinal)])
-            if folder.state_file(segment.index).exists()
+            pq.read_table(WorkFiles(folder).state_file(segment.index), filters=[("shard", "=", s.ordinal)])
+            if WorkFiles(folder).state_file(segment.index).exists()
             else None,
         ):
             for r in table.to_pylist() if table is not None else []:
@@ -190,8 +191,8 @@ def _global_step(spec: RunSpec, segment: Segment) -> tuple[dict, dict, list[int]
 def _in_memory(spec: RunSpec, segment: Segment, survivor: str) -> tuple[dict, dict]:
     """``cluster_duplicates`` over the whole corpus at once, in run order (row-key order)."""
     folder = RunFolder(Path(spec.root))
-    present = [s for s in spec.shards if folder.map_output(segment.index, s.key).exists()]
-    tables = [pq.read_table(folder.map_output(segment.index, s.key)) for s in present]
+    present = [s for s in spec.shards if WorkFiles(folder).map_output(segment.index, s.key).exists()]
+    tables = [pq.read_table(WorkFiles(folder).map_output(segment.index, s.key)) for s in present]
     keys = np.concatenate([row_keys(s.ordinal, 0, t.num_rows) for s, t in zip(present, tables)])
     table = pa.concat_tables(tables, promote_options="permissive")  # sources differ in nullability
     order = np.argsort(keys)
@@ -252,7 +253,7 @@ def _left_open(spec: RunSpec) -> bool:
     folder = RunFolder(Path(spec.root))
     step = step_of(build_stage(spec, spec.segments[0].compute_global), PartitionStep)
     assert step is not None
-    return any(folder.forward_file(0, step.rounds - 1, 0).parent.glob("*.parquet"))
+    return any(WorkFiles(folder).forward_file(0, step.rounds - 1, 0).parent.glob("*.parquet"))
 
 
 def _chain(folder: Path, length: int) -> None:

@@ -100,7 +100,10 @@ def _opened_per_doc(
     # Runs each merge and partition task read (their markers), the largest: bounded by the fan-in.
     folder = RunFolder(out)
     reads = [
-        m["inputs"] for p in (out / "_work" / "markers").iterdir() for m in folder.read_markers(p.name).values() if "inputs" in m
+        m["inputs"]
+        for p in (out / "_work" / "markers").iterdir()
+        for m in folder.markers.read_all(p.name).values()
+        if "inputs" in m
     ]
     outputs["most_inputs"] = max(reads)  # type: ignore[assignment]
     return len(opened) / docs, outputs

@@ -14,8 +14,9 @@ import pytest
 from datapipe.audit.sql import connect as connect_stats
 from datapipe.engine.phases import plan_phases, run_here
 from datapipe.engine.plan import make_spec
+from datapipe.engine.work_files import map_phase
 from datapipe.pipeline.load import load_pipeline
-from datapipe.run_folder.layout import RunFolder, map_phase
+from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.boilerplate import batch_unit_hashes, normalize_unit, split_units, strip_units
 from tests.conftest import write_pipeline
 from tests.support import boilerplate_corpus

@@ -18,6 +18,7 @@ from datapipe.engine.plan import RunSpec, Segment
 from datapipe.engine.shuffle_plan import MergeTask
 from datapipe.engine.shuffles import OUTPUT_KEY, SHUFFLE_KEY
 from datapipe.engine.tasks import runs
+from datapipe.engine.work_files import WorkFiles
 from datapipe.run_folder.layout import RunFolder
 
 
@@ -26,7 +27,7 @@ def merge_runs(spec: RunSpec, segment: Segment, round: int, task: MergeTask) -> 
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
     files = [folder.open_run(f.path, f.bytes, f.footer) for f in task.inputs]
-    out = folder.merged_run(segment.index, round, task.level, task.key)
+    out = WorkFiles(folder).merged_run(segment.index, round, task.level, task.key)
     rows = runs.merge_range(files, SHUFFLE_KEY, task.lo, task.hi, out)
     return _marker(segment, task, rows, started, round=round)
 
@@ -36,7 +37,7 @@ def merge_outputs(spec: RunSpec, segment: Segment, kind: str, task: MergeTask) -
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
     files = [folder.open_run(f.path, f.bytes, f.footer) for f in task.inputs]
-    out = folder.merged_outputs(segment.index, task.level, kind, task.key)
+    out = WorkFiles(folder).merged_outputs(segment.index, task.level, kind, task.key)
     rows = runs.merge_range(files, OUTPUT_KEY, task.lo, task.hi, out)
     return _marker(segment, task, rows, started, kind=kind)
 

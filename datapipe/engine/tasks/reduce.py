@@ -17,6 +17,7 @@ from datapipe.engine.shuffles import OUTPUT_KEY, SHUFFLE_KEY
 from datapipe.engine.tasks import runs
 from datapipe.engine.tasks.copies import split_copies
 from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
+from datapipe.engine.work_files import WorkFiles
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.base import Stage
 from datapipe.stages.global_stage import CombineStep, PartitionResult, PartitionStep, step_of
@@ -37,13 +38,13 @@ def _reduce_inputs(
     assert segment.compute_global is not None
     outputs = str(folder.stage_outputs_dir(segment.compute_global, spec.stage_name(segment.compute_global)))
     if not lazy:
-        present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
-        scratch = folder.scratch_dir(segment.index)
+        present = [(s.ordinal, p) for s in spec.shards if (p := WorkFiles(folder).map_output(segment.index, s.key)).exists()]
+        scratch = WorkFiles(folder).scratch_dir(segment.index)
         return ParquetReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch), forwarded, outputs)
     return ParquetReduceInputs(
         [],
         [],
-        str(folder.scratch_dir(segment.index)),
+        str(WorkFiles(folder).scratch_dir(segment.index)),
         forwarded,
         outputs,
         fetch=lambda path: str(folder.fetched(Path(path))),
@@ -56,7 +57,7 @@ def _any_shard(spec: RunSpec, folder: RunFolder, segment: Segment) -> Callable[[
     """Shard ordinal -> its map output (None: the task wrote none), looked up when a row of it is read."""
 
     def locate(ordinal: int) -> str | None:
-        path = folder.map_output(segment.index, spec.shards[ordinal].key, fetch=False)
+        path = WorkFiles(folder).map_output(segment.index, spec.shards[ordinal].key, fetch=False)
         return str(path) if folder.is_committed(path) else None
 
     return locate
@@ -78,7 +79,7 @@ def _partition_inputs(spec: RunSpec, folder: RunFolder, segment: Segment, output
     return ParquetReduceInputs(
         [str(root / f.path) for _, f in outputs],
         [o for o, _ in outputs],
-        str(folder.scratch_dir(segment.index)),
+        str(WorkFiles(folder).scratch_dir(segment.index)),
         (),
         str(folder.stage_outputs_dir(segment.compute_global, spec.stage_name(segment.compute_global))),
         open_file=open_file,
@@ -98,7 +99,7 @@ def reduce_stage(spec: RunSpec, segment: Segment, outputs: Sequence[str] = (), f
     folder = RunFolder(Path(spec.root))
     assert segment.compute_global is not None
     stage = build_stage(spec, segment.compute_global)
-    folder.scratch_dir(segment.index).mkdir(parents=True, exist_ok=True)
+    WorkFiles(folder).scratch_dir(segment.index).mkdir(parents=True, exist_ok=True)
     combine = step_of(stage, CombineStep)
     assert combine is not None, f"stage {stage.name!r} declares no combine step"
     present = [p for rel in outputs if (p := folder.fetched(folder.root / rel)).exists()]
@@ -107,19 +108,19 @@ def reduce_stage(spec: RunSpec, segment: Segment, outputs: Sequence[str] = (), f
     decisions, copies = split_copies(combine.decide([str(p) for p in present], inputs), stage.name)
     assert decisions is not None
     # The copies by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    _write_or_remove(folder.combine_copies_file(segment.index), copies, sort_by_shard=True)
+    _write_or_remove(WorkFiles(folder).combine_copies_file(segment.index), copies, sort_by_shard=True)
     if combine.state is not None:
         state = combine.state([str(p) for p in present], inputs)
-        folder.state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
+        WorkFiles(folder).state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
         if state is not None:
-            with atomic_path(folder.state_file(segment.index)) as tmp:
+            with atomic_path(WorkFiles(folder).state_file(segment.index)) as tmp:
                 pq.write_table(state, tmp)
     # Decisions come sorted by shard: slice each shard's rows instead of filtering per shard.
     decisions = decisions.sort_by([("shard", "ascending")])
     shard_col = decisions["shard"].to_numpy()
     written = 0
     for shard in spec.shards:
-        path = folder.decisions_file(segment.index, shard.key)
+        path = WorkFiles(folder).decisions_file(segment.index, shard.key)
         lo, hi = np.searchsorted(shard_col, [shard.ordinal, shard.ordinal + 1])
         if hi == lo:
             path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not apply
@@ -154,18 +155,18 @@ def reduce_partition(spec: RunSpec, segment: Segment, round: int, task: ReadTask
     output = _concat([r.output for r in results])
     decisions, copies = split_copies(output, stage.name) if decide else (output, None)
     if decide:  # read by each shard's map task: a run by shard
-        n = runs.write_run(folder.partition_output(segment.index, task.index, round), decisions, OUTPUT_KEY)
+        n = runs.write_run(WorkFiles(folder).partition_output(segment.index, task.index, round), decisions, OUTPUT_KEY)
     else:
-        n = _write_or_remove(folder.partition_output(segment.index, task.index, round), decisions, sort_by_shard=False)
+        n = _write_or_remove(WorkFiles(folder).partition_output(segment.index, task.index, round), decisions, sort_by_shard=False)
     state = _concat([r.state for r in results])
-    states = runs.write_run(folder.partition_state(segment.index, task.index, round), state, OUTPUT_KEY)
+    states = runs.write_run(WorkFiles(folder).partition_state(segment.index, task.index, round), state, OUTPUT_KEY)
     # The copies it dropped, by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    n_copies = runs.write_run(folder.partition_copies(segment.index, task.index, round), copies, OUTPUT_KEY)
+    n_copies = runs.write_run(WorkFiles(folder).partition_copies(segment.index, task.index, round), copies, OUTPUT_KEY)
     # The last round's forwarded rows go to the combine step, if one follows.
     forward = _concat([r.forward for r in results])
     if not (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
         forward = None
-    forwarded = runs.write_run(folder.forward_file(segment.index, round, task.index), forward, SHUFFLE_KEY)
+    forwarded = runs.write_run(WorkFiles(folder).forward_file(segment.index, round, task.index), forward, SHUFFLE_KEY)
     return {
         "segment": segment.index,
         "round": round,
