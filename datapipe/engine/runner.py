@@ -266,26 +266,16 @@ def _run_phases(
     # driver writes here (the lock), so no phase needs another pull: one per phase listed every
     # marker of the run again (at 5 billion documents, ~30 phases x 200 listing pages).
     folder.pull()
-    # What each finished phase committed, handed to the tasks of the later ones (Phase.committed): a
-    # task then neither lists nor reads markers on the store. Before, every task pulled: one listing
-    # of all the run's markers and a read of each its worker had not seen (at crawl scale ~100
-    # listing pages per task, and every marker read by every one of 4,096 workers).
-    committed: list[CommittedPhase] | None = [] if folder.remote is not None else None
     for phase in plan_phases(spec):
         work = phase.task_list(folder)
         assert work is not None, f"{phase.name}: its tasks depend on phases that did not finish"
         if not work:  # e.g. shuffle rounds after one that forwarded nothing: nothing to run or show
             continue
-        if committed is not None:
-            phase = replace(phase, committed=tuple(committed))
         # The phase's parts (executors/base.py ``phase_section``): the executor marks "plan" and
         # "submit", the loop "results" and "commit".
         _run_phase(result, folder, phase, work, executor, spec, timings, show_progress)
         if sections is not None:
             sections.mark(phase_section(phase.name, "results"))
-        if committed is not None:
-            committed.append(folder.markers.committed(phase.name))  # from the markers it holds: no store read
-        if sections is not None:
             sections.mark(phase_section(phase.name, "commit"))
 
 
@@ -310,6 +300,11 @@ def _all_done(folder: RunFolder, tasks: list[tuple[str, str]]) -> bool:
     return True
 
 
+def _handed(folder: RunFolder, phase: Phase, task: Task) -> CommittedPhase:
+    files, markers = phase.inputs(task) if phase.inputs is not None else ([], [])
+    return folder.markers.handed(files, markers)
+
+
 def _run_phase(
     result: RunResult,
     folder: RunFolder,
@@ -328,6 +323,10 @@ def _run_phase(
     if phase.follows is not None and folder.remote is not None:
         # Each task on the node whose mirror holds the outputs of the task it follows (engine/phases.py).
         todo = phase.placed(todo, {key: m["node"] for key, m in folder.markers.read_all(phase.follows).items() if "node" in m})
+    if folder.remote is not None:
+        # Each task is handed the committed entries of what it reads (Phase.inputs): a task neither lists
+        # nor reads markers on the store, and a worker holds only its current task's (run_folder/remote.py).
+        todo = [replace(t, committed=_handed(folder, phase, t)) for t in todo]
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
     failures: list[str] = []

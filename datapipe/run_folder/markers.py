@@ -142,6 +142,15 @@ class MarkerStore:
         files = {f["path"]: (f["bytes"], f.get("footer")) for m in markers.values() for f in m.get("files", ())}
         return CommittedPhase(phase, files, dict(markers) if phase in self.read_by_tasks else {})
 
+    def handed(self, files: Sequence[str], markers: Sequence[tuple[str, str]]) -> CommittedPhase:
+        """What the driver hands one task of a remote folder (``Task.committed``): the committed entries of
+        the ``files`` it reads by path and the ``markers`` ((phase, task key)) it reads."""
+        from datapipe.run_folder import remote as remote_folder
+
+        assert self.remote is not None
+        given = {(phase, task): m for phase, task in markers if (m := self.read(phase, task)) is not None}
+        return remote_folder.handed(self.remote, files, given)
+
     def install(self, phases: Sequence[CommittedPhase]) -> None:
         """A task's view of a remote folder: what the finished ``phases`` committed, as handed over by
         the driver (``committed``); their files are then fetched when asked for. No-op locally."""
