@@ -21,6 +21,7 @@ from typing import Any
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.input_identity import InputChanged, Reads, check_inputs, whole_file_sha256
 from datapipe.engine.plan import RunSpec
+from datapipe.engine.work_files import STAGE_WORK
 from datapipe.errors import EXIT_USAGE
 from datapipe.pipeline.identity import config_changes, identity_config, resource_changes
 from datapipe.pipeline.load import Pipeline
@@ -118,7 +119,7 @@ def open_record(pipeline: Pipeline, folder: RunFolder, fresh: bool, log: Callabl
         _refuse_changed(folder, previous, normalized, resources, inputs, log, pipeline)
         check_inputs(folder, inputs, at_end=False, log=log)  # same size and time: what the tasks read?
     if fresh:
-        folder.wipe()
+        folder.wipe(keep=(STAGE_WORK,))  # the stages' paid work (answers) is found by request, not by run
     folder.root.mkdir(parents=True, exist_ok=True)
     swept = folder.sweep()  # safe: we hold the lock, so no live writer of this folder exists
     if swept:
