@@ -334,12 +334,12 @@ def _run_phase(
     started = time.perf_counter()
     failures: list[str] = []
     disk_full: DiskFull | None = None
-    with PhaseProgress(name, len(work), len(work) - len(todo), phase.unit, enabled=show_progress) as progress:
+    with PhaseProgress(name, len(work), len(work) - len(todo), phase.unit, enabled=show_progress, label=phase.label) as progress:
         for key, outcome in executor.outcomes(spec, phase, todo):
             if isinstance(outcome, Exception):  # retried where the executor retries; keep the others running
                 failures.append(f"{name} {key}: {_short_error(outcome)}")
                 disk_full = disk_full or find_disk_full(outcome)
-                progress.advance(0)
+                progress.advance(0, failed=True)
                 continue
             # The marker came back with the result: the driver never reads it back (run_folder/remote.py).
             marker = folder.markers.adopt(name, key, outcome)

@@ -251,8 +251,10 @@ class Boilerplate(GlobalStage):
         """Partitions count documents per unit hash; the combine step drops no document, it gathers the
         frequent hashes as the state every next map task loads whole (``apply`` removes the units)."""
         return (
-            PartitionStep(self.partitions, self.shuffle, self.reduce_partition),
-            CombineStep(no_drops, self.combine_state),
+            PartitionStep(
+                self.partitions, self.shuffle, self.reduce_partition, round_names=(f"counting repeated {self.options.unit}s",)
+            ),
+            CombineStep(no_drops, self.combine_state, name=f"gathering the repeated {self.options.unit}s"),
         )
 
     def applies_to(self, kind: str) -> bool:

@@ -260,7 +260,7 @@ class Annotate(GlobalStage):
 
     def steps(self) -> tuple[GlobalStep, ...]:
         """One combine task: the threshold of the ``max_docs`` smallest hashes (state, one row); it drops nothing."""
-        return (CombineStep(no_drops, self._threshold),)
+        return (CombineStep(no_drops, self._threshold, name="choosing the sample"),)
 
     def _threshold(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
         # Streams two columns of each map output, holding at most max_docs pairs and one batch: bounded
