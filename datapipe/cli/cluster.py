@@ -403,7 +403,12 @@ def render_warnings(
                 "node must see that path (a shared file system), else use an s3:// or gs:// URI"
             )
     if target == "kuberay":
-        if output is None and not (isinstance(raw.get("output"), str) and is_uri(raw["output"])):
+        if output is None and pipeline_text is None:
+            warnings.append(
+                "no --output: the run folder is the output: of the pipeline file in the image; unless that is an "
+                "s3:// or gs:// URI, it is written inside the head pod and lost when the cluster is deleted"
+            )
+        elif output is None and not (isinstance(raw.get("output"), str) and is_uri(raw["output"])):
             warnings.append(
                 "no output URI (--output, or the pipeline's output:): the run folder would be written inside the "
                 "head pod and lost when the cluster is deleted at the end of the job; give --output s3://BUCKET/PATH"
