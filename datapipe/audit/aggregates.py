@@ -84,7 +84,8 @@ def file_schema(aggregates: Sequence[Aggregate]) -> pa.Schema:
 def _select(agg: Aggregate, relation: str) -> str:
     """``agg``'s rows over ``relation`` (its SQL reads ``documents``), tagged with its name."""
     names = ", ".join(quoted(c) for c, _ in agg.columns)
-    return f"SELECT {literal(agg.name)} AS {AGGREGATE_COLUMN}, {names} FROM (WITH documents AS (FROM {relation}) {agg.sql})"
+    body = agg.sql or "SELECT " + ", ".join(f"NULL::{t} AS {quoted(c)}" for c, t in agg.columns) + " WHERE false"
+    return f"SELECT {literal(agg.name)} AS {AGGREGATE_COLUMN}, {names} FROM (WITH documents AS (FROM {relation}) {body})"
 
 
 def task_aggregates(files: Sequence[tuple[Path, str]], stage_types: Iterable[type[Stage]]) -> pa.Table | None:
@@ -161,15 +162,51 @@ def has_tables(con: Any) -> bool:
     return bool(row and row[0])
 
 
+def scan_rows(con: Any, aggregates: Sequence[Aggregate]) -> pa.Table:
+    """Every aggregate's rows over the whole ``documents`` view of ``con``, as one task would write them."""
+    return _as_file([con.sql(_select(agg, "documents")).to_arrow_table() for agg in aggregates], file_schema(aggregates))
+
+
 def scan_tables(con: Any, stage_types: Iterable[type[Stage]], temp: bool = True) -> None:
     """The aggregate tables computed from ``documents`` itself (a full scan): for a database written
     before the tasks wrote aggregates, or a run with a task that did not."""
     columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
     aggregates = run_aggregates(stage_types, columns)
-    schema = file_schema(aggregates)
-    rows = _as_file([con.sql(_select(agg, "documents")).to_arrow_table() for agg in aggregates], schema)
-    con.register("__scanned_aggregates", rows)
+    con.register("__scanned_aggregates", scan_rows(con, aggregates))
     try:
         create_tables(con, "__scanned_aggregates", aggregates, temp=temp)
     finally:
         con.unregister("__scanned_aggregates")
+
+
+def stage_types(run: dict[str, Any]) -> list[type[Stage]]:
+    """The stage types of a run's pipeline, from run.json (a stage whose plugin is not installed is left out)."""
+    from datapipe.stages import STAGES
+
+    out = []
+    for entry in (run.get("config") or {}).get("stages") or []:
+        kind = entry if isinstance(entry, str) else next(iter(entry), None) if isinstance(entry, dict) else None
+        try:
+            out.append(STAGES[kind])
+        except (KeyError, TypeError):
+            continue
+    return out
+
+
+def ensure_tables(con: Any, run: dict[str, Any], warn: Any = None) -> bool:
+    """Make sure ``con`` has the run's ``agg_`` tables: a database of a datapipe before the tasks wrote
+    them gets them from a full scan of ``documents`` (temporary tables), and ``warn`` is told so.
+    Returns whether it scanned."""
+    if has_tables(con):
+        return False
+    if warn is not None:
+        warn(SCANNED)
+    scan_tables(con, stage_types(run))
+    return True
+
+
+SCANNED = (
+    "note: this run folder was written by a datapipe whose tasks did not count their documents "
+    "(no aggregate tables in stats.duckdb): reading every document instead, which takes long on a "
+    "large run; running the same `datapipe run` again with this datapipe rewrites it"
+)

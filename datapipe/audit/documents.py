@@ -236,3 +236,33 @@ def stored_views(con: Any, root: Path, remote: bool) -> None:
             con.execute(f"RESET VARIABLE {ROOT_VARIABLE}")
     for name, sql in con.execute("SELECT name, sql FROM audit_views ORDER BY position").fetchall():
         con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
+
+
+def text_beginnings(root: Path, ids: list[str], chars: int = 160) -> dict[str, str]:
+    """The first ``chars`` characters of the text of each document in ``ids``, read from the files whose
+    recorded id range holds one of them (a few, whatever the size of the run)."""
+    import duckdb
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from datapipe.audit.sql import DB_NAME
+
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    with duckdb.connect(str(Path(root) / DB_NAME), read_only=True) as con:
+        rows = con.execute(
+            "SELECT DISTINCT f.path, l.schema FROM document_files f JOIN document_layouts l USING (layout), "
+            "unnest($ids) AS t(id) WHERE f.min_id <= t.id AND t.id <= f.max_id ORDER BY f.path",
+            {"ids": wanted},
+        ).fetchall()
+    fs, resolve = locator(root)
+    out: dict[str, str] = {}
+    for path, blob in rows:
+        if "text" not in pa.ipc.read_schema(pa.py_buffer(blob)).names:
+            continue
+        dataset = ds.dataset(resolve(path), format="parquet", filesystem=fs)
+        found = dataset.to_table(columns=["id", "text"], filter=pc.field("id").isin(wanted))
+        for doc_id, text in zip(found["id"].to_pylist(), found["text"].to_pylist()):
+            out[doc_id] = (text or "")[:chars]
+    return out

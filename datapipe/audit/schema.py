@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from datapipe.stages.report_section import Aggregate, quoted
+from datapipe.stages.report_section import Aggregate, column
 from datapipe.tokens.shard_format import MANIFEST_SCHEMA
 
 
@@ -161,12 +161,6 @@ NOT_IN_DOCUMENTS = {"text"}  # the text stays in docs/ and rejected/; the table 
 
 # Length histograms: log-spaced bins, this many per decade (bin b holds [10^(b/4), 10^((b+1)/4))).
 LENGTH_BINS_PER_DECADE = 4
-
-
-def column(columns: set[str], name: str, ctype: str) -> str:
-    """``name`` cast to ``ctype`` where ``columns`` has it, else NULL of that type: an aggregate's SQL
-    reads the same in a task whose documents lack a signal (rejected before its stage)."""
-    return f"CAST({quoted(name)} AS {ctype})" if name in columns else f"NULL::{ctype}"
 
 
 def core_aggregates(columns: set[str]) -> list[Aggregate]:

@@ -336,7 +336,7 @@ def stats(run_dir: Path, budget: str | None) -> None:
     from datapipe.audit.mixture import mixture_report, parse_tokens, print_mixture
 
     tokens = parse_tokens(budget) if budget is not None else None
-    report = mixture_report(run_dir, tokens)
+    report = mixture_report(run_dir, tokens, warn=lambda line: click.echo(line, err=True))
     print_mixture(report)
     print_annotations(run_annotation_totals(run_dir))  # annotate stages: answers, tokens, cost
 
@@ -584,13 +584,16 @@ def train_classifier(
     "--html", "html_file", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The HTML file to write."
 )
 def report(run_dir: Path, html_file: Path) -> None:
-    """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, shards.
+    """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, the
+    stages' own sections, shards.
 
-    Charts are inline SVG: the page opens offline, with nothing fetched.
+    Charts are inline SVG: the page opens offline, with nothing fetched. Every number comes from
+    the counts the run's tasks wrote (the agg_ tables of stats.duckdb), so no document is read
+    (a run folder of an older datapipe is read in full instead, and the command says so).
     """
     from datapipe.audit.report import write_report
 
-    path = write_report(run_dir, html_file)
+    path = write_report(run_dir, html_file, warn=lambda line: click.echo(line, err=True))
     click.echo(f"wrote {path}")
 
 

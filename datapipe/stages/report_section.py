@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Aggregate:
     """``agg_<name>``: ``sql`` is a SELECT over ``documents`` (one task's, or the whole run's) giving
-    ``columns`` (name, DuckDB type), grouped by every column not in ``merge``; a task's rows and the
+    ``columns`` (name, DuckDB type), grouped by every column not in ``merge`` (empty: no rows, for
+    documents without the stage's signals); a task's rows and the
     run's merged rows have the same columns. ``merge``: value column -> the aggregate that combines
     the tasks' rows (``sum``, ``min``, ``max``, or any expression over the columns, such as
     ``arg_min(least_id, least)``); a column not named here is a key. ``order``: the merged table's
@@ -81,3 +82,9 @@ def quoted(name: str) -> str:
 def literal(text: str) -> str:
     """A string as a SQL literal."""
     return "'" + text.replace("'", "''") + "'"
+
+
+def column(columns: set[str], name: str, ctype: str = "VARCHAR") -> str:
+    """``name`` cast to ``ctype`` where ``columns`` has it, else NULL of that type: an aggregate's SQL
+    reads the same in a task whose documents lack a signal (rejected before its stage)."""
+    return f"CAST({quoted(name)} AS {ctype})" if name in columns else f"NULL::{ctype}"
