@@ -1,8 +1,8 @@
 """What a run's ``annotate`` stages asked and what it cost: totals for ``datapipe stats`` and the report.
 
 Read from the aggregate ``agg_annotations`` (the map tasks' counts of the stage's columns, which
-every document carries from the point it passed the stage: ``Annotate.aggregates``) and run.json (which stages, their prefixes and prices). Token counts
-are what the server reported per request, each request counted once (a document answered by an
+every document carries from the point it passed the stage: ``Annotate.aggregates``) and run.json (which stages, their prefixes and
+prices). Token counts are what the server reported per request, each request counted once (a document answered by an
 identical request of another carries 0).
 """
 

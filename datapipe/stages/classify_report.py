@@ -30,7 +30,8 @@ def bucket_columns(columns: set[str]) -> list[str]:
 def aggregates(columns: set[str]) -> list[Aggregate]:
     keys = ", ".join(f"{_column(columns, k)} AS {k}" for k in _KEYS)
     scores = [
-        f"""SELECT {literal(c)} AS score, {keys}, floor(TRY_CAST({quoted(c)} AS DOUBLE) * {SCORE_BINS_PER_UNIT})::BIGINT AS score_bin,
+        f"""SELECT {literal(c)} AS score, {keys},
+                   floor(TRY_CAST({quoted(c)} AS DOUBLE) * {SCORE_BINS_PER_UNIT})::BIGINT AS score_bin,
                    count(*)::BIGINT AS documents, min(TRY_CAST({quoted(c)} AS DOUBLE)) AS least,
                    max(TRY_CAST({quoted(c)} AS DOUBLE)) AS most
             FROM documents WHERE TRY_CAST({quoted(c)} AS DOUBLE) IS NOT NULL GROUP BY ALL"""
@@ -54,7 +55,8 @@ def aggregates(columns: set[str]) -> list[Aggregate]:
     tokens = quoted("n_tokens") if "n_tokens" in columns else "NULL::BIGINT"
     repeat = quoted("mixture_repeat") if "mixture_repeat" in columns else "1"
     buckets = [
-        f"""SELECT {literal(c)} AS bucket_column, TRY_CAST({quoted(c)} AS BIGINT) AS bucket, {_column(columns, "source")} AS source,
+        f"""SELECT {literal(c)} AS bucket_column, TRY_CAST({quoted(c)} AS BIGINT) AS bucket,
+                   {_column(columns, "source")} AS source,
                    {_column(columns, "lang")} AS lang, {_column(columns, "status")} AS status, count(*)::BIGINT AS documents,
                    coalesce(sum({tokens}), 0)::BIGINT AS tokens,
                    coalesce(sum({tokens} * coalesce({repeat}, 1)), 0)::BIGINT AS repeated_tokens

@@ -498,7 +498,8 @@ def rehydration_aggregates(columns: set[str]) -> list[Aggregate]:
         sql = ""
     else:
         tokens = column(columns, "n_tokens", "BIGINT")
-        sql = f"""SELECT {column(columns, "source")} AS source, count(*) AS documents, count(*) FILTER (dup_count > 1) AS clusters,
+        sql = f"""SELECT {column(columns, "source")} AS source, count(*) AS documents,
+                   count(*) FILTER (dup_count > 1) AS clusters,
                    max(dup_count)::BIGINT AS largest, coalesce(sum({tokens}), 0)::BIGINT AS tokens,
                    coalesce(sum({tokens} * coalesce(dup_count, 1)), 0)::BIGINT AS rehydrated_tokens
             FROM documents WHERE status = 'kept' GROUP BY ALL"""

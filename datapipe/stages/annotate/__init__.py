@@ -530,8 +530,9 @@ def annotation_aggregates(columns: set[str]) -> list[Aggregate]:
     (``<prefix>_model`` set): documents, and the prompt and completion tokens the server reported."""
     prefixes = sorted(c[: -len("_error")] for c in columns if c.endswith("_error") and c[: -len("_error")] + "_model" in columns)
     parts = [
-        f"""SELECT {literal(p)} AS prefix, {column(columns, p + "_error")} AS error, {column(columns, p + "_model")} IS NOT NULL AS asked,
-                   count(*) AS documents, coalesce(sum({column(columns, p + "_prompt_tokens", "BIGINT")}), 0)::BIGINT AS prompt_tokens,
+        f"""SELECT {literal(p)} AS prefix, {column(columns, p + "_error")} AS error,
+                   {column(columns, p + "_model")} IS NOT NULL AS asked, count(*) AS documents,
+                   coalesce(sum({column(columns, p + "_prompt_tokens", "BIGINT")}), 0)::BIGINT AS prompt_tokens,
                    coalesce(sum({column(columns, p + "_completion_tokens", "BIGINT")}), 0)::BIGINT AS completion_tokens
             FROM documents GROUP BY ALL"""
         for p in prefixes
