@@ -186,10 +186,8 @@ def stage_types(run: dict[str, Any]) -> list[type[Stage]]:
     out = []
     for entry in (run.get("config") or {}).get("stages") or []:
         kind = entry if isinstance(entry, str) else next(iter(entry), None) if isinstance(entry, dict) else None
-        try:
+        if isinstance(kind, str) and kind in STAGES:
             out.append(STAGES[kind])
-        except (KeyError, TypeError):
-            continue
     return out
 
 

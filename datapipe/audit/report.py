@@ -253,8 +253,8 @@ def build_report(run_dir: Path, warn: Any = None) -> str:
         *_funnel(n),
         *_mixture(n, run),
         "<h2>Document lengths (kept)</h2>",
-        histogram(*n["chars"], "characters per document (log bins)", COLORS[0]) if n["chars"][0] else "",
-        histogram(*n["tokens"], "tokens per document (log bins)", COLORS[2]) if n["tokens"][0] else "",
+        histogram(n["chars"][0], n["chars"][1], "characters per document (log bins)", COLORS[0]) if n["chars"][0] else "",
+        histogram(n["tokens"][0], n["tokens"][1], "tokens per document (log bins)", COLORS[2]) if n["tokens"][0] else "",
         table(["characters from", "to", "documents"], [(lo, hi, int(c)) for (lo, hi), c in zip(*n["chars"])]),
         "<h2>Languages</h2>",
         hbar_chart(
