@@ -1,7 +1,7 @@
 """`datapipe report` and `datapipe stats` on a large synthetic run folder: reading the aggregates the map
 tasks wrote (this checkout) against scanning `documents` (another checkout, e.g. main), interleaved.
 
-    PYTHONPATH=. python bench/report_scale.py --baseline /work/main --documents 4000000 --files 800 [--repeat 2]
+    python -m bench.perf.report_scale --baseline /work/main --documents 4000000 --files 800 [--repeat 2]
 
 The run folder has the real layout: `docs/<source>/<task>.parquet` (kept) and
 `rejected/<source>/<task>.01-length.parquet` per task, each with id, source, kind, lang, text (a short
@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from bench._support.paths import ROOT
 
 SOURCES = ("web_zh", "web_en", "code")
 LANGS = ("zh", "en", "ja", "ko", "fr", "de", "ru", "es")
@@ -215,7 +217,7 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         print("built", build(root, a.documents, a.files, a.baseline.resolve()), flush=True)
-    ours = Path(__file__).resolve().parent.parent
+    ours = ROOT
     results: dict[str, list[dict[str, float]]] = {}
     for _ in range(a.repeat):
         for command in (["report", str(root), "--html", str(a.work / "r.html")], ["stats", str(root)]):
