@@ -21,7 +21,10 @@ Nor are the documents' rows: ``documents`` (and the views on it) is a temporary 
 datasets of the run's kept and rejected Parquet files, created on each connection from the index
 the database holds (``audit/documents.py``). Their text is in ``kept_docs`` and ``rejected_docs``,
 pyarrow datasets over the same files, opened here in Python and registered with the connection,
-so DuckDB itself needs no file access for any of them.
+so DuckDB itself needs no file access for any of them. The database also stores ``documents`` and its
+views for plain DuckDB (over ``read_parquet``, ``audit/documents.py`` ``stored_views``): the temporary
+views of the same names hide them here, and naming them outright (``stats.main.documents``) is refused
+like any other file read.
 
 On top of that, ``datapipe sql`` accepts one SELECT (or EXPLAIN of a SELECT) per call: a
 clear message for the common mistakes, not the protection itself.

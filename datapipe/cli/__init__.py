@@ -285,7 +285,8 @@ def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: 
 
     \b
     Tables: documents (one row per input document: id, source, kind, lang, license,
-    status, stage, reason, detail, n_chars, n_tokens, signals...), stages.
+    status, stage, reason, detail, n_chars, n_tokens, signals...), stages, and the
+    counts the tasks wrote: agg_documents, agg_lengths and the stages' agg_ tables.
     Views: funnel, shards, mixture, contamination, and those the run's stages add.
     Views with the text: kept_docs, rejected_docs.
     Example:

@@ -183,6 +183,10 @@ def test_the_public_api_gives_arrow_pandas_and_polars(real_run: Path) -> None:
         assert texts == con.execute("select count(*) from documents where status = 'kept'").fetchone()[0]
         with pytest.raises(duckdb.Error):  # still confined: no file outside the run
             con.execute("select * from read_text('/etc/hostname')").fetchall()
+        # nor through the views stored for plain DuckDB (behind datapipe's own temporary ones)
+        con.execute(f"SET VARIABLE datapipe_run = '{real_run}'")
+        with pytest.raises(duckdb.Error, match="Permission|disabled|external access"):
+            con.execute("select count(*) from stats.main.documents").fetchall()
         try:
             import polars  # noqa: F401
         except ImportError:
