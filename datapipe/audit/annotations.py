@@ -124,6 +124,6 @@ def run_annotation_totals(run_dir: Path) -> list[AnnotationTotals]:
         return []
     from datapipe.audit.aggregates import ensure_tables
 
-    with reading(Path(run_dir)) as con:
+    with reading(Path(run_dir), aggregates_only=True) as con:
         ensure_tables(con, run)
         return annotation_totals(con, run)

@@ -100,6 +100,13 @@ def attach(con: Any, root: Path, only_id: str | None = None, views: bool = True)
     return sum(len(p) for p in files.values())
 
 
+def column_names(con: Any) -> set[str]:
+    """The columns of ``documents``, from the index (no file is read; ``documents`` need not be attached)."""
+    if has_index(con):
+        return {r[0] for r in con.execute("SELECT name FROM document_columns").fetchall()}
+    return {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
+
+
 def has_copies_index(con: Any) -> bool:
     """Whether the database lists the run's copies index files (``copies_files``)."""
     found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'copies_files'").fetchone()
@@ -238,24 +245,21 @@ def stored_views(con: Any, root: Path, remote: bool) -> None:
         con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
 
 
-def text_beginnings(root: Path, ids: list[str], chars: int = 160) -> dict[str, str]:
+def text_beginnings(con: Any, root: Path, ids: list[str], chars: int = 160) -> dict[str, str]:
     """The first ``chars`` characters of the text of each document in ``ids``, read from the files whose
-    recorded id range holds one of them (a few, whatever the size of the run)."""
-    import duckdb
+    recorded id range holds one of them (a few, whatever the size of the run); ``con``: a connection
+    to the run's database."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    from datapipe.audit.sql import DB_NAME
-
     wanted = sorted(set(ids))
-    if not wanted:
+    if not wanted or not has_index(con):
         return {}
-    with duckdb.connect(str(Path(root) / DB_NAME), read_only=True) as con:
-        rows = con.execute(
-            "SELECT DISTINCT f.path, l.schema FROM document_files f JOIN document_layouts l USING (layout), "
-            "unnest($ids) AS t(id) WHERE f.min_id <= t.id AND t.id <= f.max_id ORDER BY f.path",
-            {"ids": wanted},
-        ).fetchall()
+    rows = con.execute(
+        "SELECT DISTINCT f.path, l.schema FROM document_files f JOIN document_layouts l USING (layout), "
+        "unnest($ids) AS t(id) WHERE f.min_id <= t.id AND t.id <= f.max_id ORDER BY f.path",
+        {"ids": wanted},
+    ).fetchall()
     fs, resolve = locator(root)
     out: dict[str, str] = {}
     for path, blob in rows:

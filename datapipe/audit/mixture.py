@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from datapipe.audit.aggregates import ensure_tables
+from datapipe.audit.documents import column_names
 from datapipe.audit.sql import read_run_json, reading
 from datapipe.audit.textout import data_table, make_console
 from datapipe.config.mixture import REPEAT_COLUMN, mixture_weights, repeat_rules
@@ -81,7 +82,7 @@ def mixture_report(run_dir: Path, budget: int | None = None, warn: Any = None) -
     """From the run's small tables and aggregates (``agg_documents``, ``agg_buckets``): no document is read."""
     run = read_run_json(Path(run_dir))
     weights = mixture_weights((run.get("config") or {}).get("mixture"))
-    with reading(Path(run_dir)) as con:
+    with reading(Path(run_dir), aggregates_only=True) as con:
         ensure_tables(con, run, warn)
         docs = {
             s: (d, t)
@@ -126,8 +127,7 @@ def bucket_rows(con: Any, run: dict) -> list[tuple]:
     their tokens, the configured repeat and the tokens after repeats (``mixture_repeat``, which also
     holds rehydration by dup_count), from the aggregates. A document without a bucket is in bucket None."""
     rules = repeat_rules((run.get("config") or {}).get("mixture"))
-    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
-    if not rules or REPEAT_COLUMN not in columns:
+    if not rules or REPEAT_COLUMN not in column_names(con):
         return []
     buckets = (
         {r[0] for r in con.execute("SELECT DISTINCT bucket_column FROM agg_buckets").fetchall()}

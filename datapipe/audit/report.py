@@ -24,7 +24,7 @@ from datapipe.audit import aggregates
 from datapipe.audit.annotations import HEADER as ANNOTATION_HEADER
 from datapipe.audit.annotations import annotation_totals
 from datapipe.audit.annotations import rows as annotation_rows
-from datapipe.audit.documents import text_beginnings
+from datapipe.audit.documents import column_names, text_beginnings
 from datapipe.audit.mixture import bucket_rows, configured_sources
 from datapipe.audit.schema import LENGTH_BINS_PER_DECADE
 from datapipe.audit.sql import read_run_json, reading
@@ -156,18 +156,18 @@ def render_section(con: Any, section: ReportSection, run_dir: Path) -> list[str]
         series = [Series(name, COLORS[i % len(COLORS)]) for i, name in enumerate(header[1:])]
         out.append(hbar_chart([(str(r[0]), [float(v or 0) for v in r[1:]]) for r in rows], series))
     if section.texts:
-        header, rows = _with_texts(run_dir, header, rows, section.texts)
+        header, rows = _with_texts(con, run_dir, header, rows, section.texts)
     out.append(table(header, rows))
     return out
 
 
 def _with_texts(
-    run_dir: Path, header: list[str], rows: list[tuple[Any, ...]], columns: tuple[str, ...]
+    con: Any, run_dir: Path, header: list[str], rows: list[tuple[Any, ...]], columns: tuple[str, ...]
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Each id column named in ``columns`` followed by the beginning of its document's text, read from
     the few files whose id range holds the ids (``documents.text_beginnings``)."""
     at = [header.index(c) for c in columns if c in header]
-    texts = text_beginnings(run_dir, [r[i] for r in rows for i in at if r[i] is not None])
+    texts = text_beginnings(con, run_dir, [r[i] for r in rows for i in at if r[i] is not None])
     new_header: list[str] = []
     for i, name in enumerate(header):
         new_header += [name, "its text"] if i in at else [name]
@@ -229,10 +229,10 @@ def build_report(run_dir: Path, warn: Any = None) -> str:
     """The page, from ``stats.duckdb``'s small tables and aggregates: the funnel, the mixture, lengths and
     languages, then each stage's own sections (``Stage.report_sections``), annotation and shards."""
     run = read_run_json(Path(run_dir))
-    with reading(Path(run_dir)) as con:
+    with reading(Path(run_dir), aggregates_only=True) as con:
         aggregates.ensure_tables(con, run, warn)
         n = _numbers(con, run)
-        columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
+        columns = column_names(con)
         staged = [
             part
             for cls in dict.fromkeys(aggregates.stage_types(run))

@@ -339,13 +339,14 @@ def boilerplate_aggregates(columns: set[str]) -> list[Aggregate]:
         lines = ""
     else:
         # n_chars is the length after removal, except on a boilerplate_only reject, which kept what came in.
+        reason = column(columns, "reason")  # a task that rejected nothing has no such column
         per_source = f"""SELECT {column(columns, "source")} AS source,
                    count(*) FILTER (lines_removed IS NOT NULL) AS documents, count(*) FILTER (lines_removed > 0) AS changed,
                    coalesce(sum(lines_removed), 0)::BIGINT AS lines_removed,
                    coalesce(sum(chars_removed), 0)::BIGINT AS chars_removed,
-                   coalesce(sum(n_chars + CASE WHEN reason = 'boilerplate_only' THEN 0 ELSE coalesce(chars_removed, 0) END)
+                   coalesce(sum(n_chars + CASE WHEN {reason} = 'boilerplate_only' THEN 0 ELSE coalesce(chars_removed, 0) END)
                             FILTER (lines_removed IS NOT NULL), 0)::BIGINT AS chars_before,
-                   count(*) FILTER (reason = 'boilerplate_only') AS only_boilerplate
+                   count(*) FILTER ({reason} = 'boilerplate_only') AS only_boilerplate
             FROM documents GROUP BY ALL"""
         lines = """SELECT trim(line) AS line, count(*) AS documents
                    FROM (SELECT unnest(removed_lines) AS line FROM documents) GROUP BY 1"""

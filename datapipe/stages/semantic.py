@@ -442,7 +442,7 @@ def _forward_rows(part: np.ndarray, doc: np.ndarray, kind: int, vec: list[bytes 
 def semantic_aggregates(columns: set[str]) -> list[Aggregate]:
     """Per survivor (``dup_of``) of ``near_semantic`` drops: copies, the highest and lowest similarity,
     the least similar copy. The table keeps the 1,000 largest."""
-    if "semantic_similarity" not in columns:
+    if not {"semantic_similarity", "reason", "dup_of"} <= columns:  # no near_semantic reject among them
         sql = ""
     else:
         sql = """SELECT CAST(dup_of AS VARCHAR) AS dup_of, count(*) AS copies, max(semantic_similarity)::DOUBLE AS most,

@@ -390,14 +390,15 @@ def substrings_aggregates(columns: set[str]) -> list[Aggregate]:
         spans = ""
     else:
         # n_chars is the length after removal, except on a substring_only reject, which kept what came in.
+        reason = column(columns, "reason")  # a task that rejected nothing has no such column
         per_source = f"""SELECT {column(columns, "source")} AS source, coalesce({column(columns, "lang")}, 'unknown') AS lang,
                    count(*) FILTER (substr_chars_removed IS NOT NULL) AS documents,
                    count(*) FILTER (substr_spans_removed > 0) AS changed,
                    coalesce(sum(substr_spans_removed), 0)::BIGINT AS spans_removed,
                    coalesce(sum(substr_chars_removed), 0)::BIGINT AS chars_removed,
-                   coalesce(sum(n_chars + CASE WHEN reason = 'substring_only' THEN 0 ELSE coalesce(substr_chars_removed, 0) END)
+                   coalesce(sum(n_chars + CASE WHEN {reason} = 'substring_only' THEN 0 ELSE coalesce(substr_chars_removed, 0) END)
                             FILTER (substr_chars_removed IS NOT NULL), 0)::BIGINT AS chars_before,
-                   count(*) FILTER (reason = 'substring_only') AS only_substrings
+                   count(*) FILTER ({reason} = 'substring_only') AS only_substrings
             FROM documents GROUP BY ALL"""
         spans = """SELECT left(trim(span), 100) AS span, count(*) AS documents
                    FROM (SELECT unnest(substr_removed) AS span FROM documents) GROUP BY 1"""
