@@ -260,7 +260,8 @@ def contamination_aggregates(columns: set[str]) -> list[Aggregate]:
     else:
         sql = f"""SELECT {column(columns, "contam_benchmark")} AS benchmark, {column(columns, "source")} AS source,
                    {column(columns, "contam_item")} AS item, count(*) AS documents,
-                   count(*) FILTER ({column(columns, "reason")} = 'contaminated') AS dropped, count(*) FILTER (status = 'kept') AS kept,
+                   count(*) FILTER ({column(columns, "reason")} = 'contaminated') AS dropped,
+                   count(*) FILTER (status = 'kept') AS kept,
                    coalesce(sum(contam_hits), 0)::BIGINT AS ngram_hits,
                    max({column(columns, "contam_frac", "DOUBLE")}) AS max_frac
             FROM documents WHERE contam_hits > 0 GROUP BY ALL"""
