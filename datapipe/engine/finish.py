@@ -198,7 +198,7 @@ def aggregate_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]] | 
     document); None where a marker has no such record (a task of a datapipe before aggregates)."""
     out: list[dict[str, Any]] = []
     for segment in spec.segments:
-        markers = folder.read_markers(map_phase(segment.index))
+        markers = folder.markers.read_all(map_phase(segment.index))
         for shard in spec.shards:
             marker = markers.get(shard.key) or {}
             if "aggregates" not in marker:
