@@ -194,3 +194,40 @@ def test_the_public_api_gives_arrow_pandas_and_polars(real_run: Path) -> None:
         assert con.sql("select count(*) as n from documents").pl()["n"][0] > 0
     with pytest.raises(AuditError, match="no run.json|no stats.duckdb"):
         datapipe.audit.connect(real_run.parent / "data")
+
+
+# The signals each built-in stage's aggregates read, with their types (as the stages write them).
+SIGNALS = {
+    "boilerplate": {"lines_removed": "BIGINT", "chars_removed": "BIGINT", "removed_lines": "VARCHAR[]"},
+    "substrings": {"substr_spans_removed": "BIGINT", "substr_chars_removed": "BIGINT", "substr_removed": "VARCHAR[]"},
+    "minhash": {"dup_count": "INTEGER", "dup_of": "VARCHAR"},
+    "semantic": {"semantic_similarity": "FLOAT", "dup_of": "VARCHAR"},
+    "decontaminate": {"contam_hits": "INTEGER", "contam_benchmark": "VARCHAR", "contam_item": "VARCHAR", "contam_frac": "FLOAT"},
+    "classify": {"cls_q_hq": "FLOAT", "bucket_q": "SMALLINT"},
+    "annotate": {
+        "llm_error": "VARCHAR",
+        "llm_model": "VARCHAR",
+        "llm_prompt_tokens": "BIGINT",
+        "llm_completion_tokens": "BIGINT",
+    },
+}
+BASE = {"id": "VARCHAR", "source": "VARCHAR", "kind": "VARCHAR", "text": "VARCHAR", "n_chars": "BIGINT", "status": "VARCHAR"}
+REJECTS = {"stage": "VARCHAR", "reason": "VARCHAR", "detail": "VARCHAR"}
+
+
+@pytest.mark.parametrize("kind", sorted(SIGNALS))
+@pytest.mark.parametrize("with_signals", [True, False])
+@pytest.mark.parametrize("with_rejects", [True, False])
+def test_a_stage_s_aggregates_run_over_any_task_s_columns(kind: str, with_signals: bool, with_rejects: bool) -> None:
+    """A task's files may lack the stage's signals (rejected before it) or any reject column (it rejected
+    nothing): every aggregate still runs, with the columns it declares."""
+    from datapipe.stages import STAGES
+
+    columns = {**BASE, **(REJECTS if with_rejects else {}), **(SIGNALS[kind] if with_signals else {})}
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE documents ({', '.join(f'{c} {t}' for c, t in columns.items())})")
+    con.execute("INSERT INTO documents (id, source, kind, text, n_chars, status) VALUES ('a', 's', 'web', 'x', 1, 'kept')")
+    declared = aggregates.run_aggregates([STAGES[kind]], set(columns))
+    rows = aggregates.scan_rows(con, declared)
+    assert rows.schema == aggregates.file_schema(declared)
+    assert {a.name for a in declared} >= {"documents", "lengths"}
