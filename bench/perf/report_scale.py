@@ -1,7 +1,7 @@
 """`datapipe report` and `datapipe stats` on a large synthetic run folder: reading the aggregates the map
 tasks wrote (this checkout) against scanning `documents` (another checkout, e.g. main), interleaved.
 
-    python -m bench.perf.report_scale --baseline /work/main --documents 4000000 --files 800 [--repeat 2]
+    python -m bench.perf.report_scale --baseline /work/main --documents 4000000 --files 800 [--repeats 3 --json F]
 
 The run folder has the real layout: `docs/<source>/<task>.parquet` (kept) and
 `rejected/<source>/<task>.01-length.parquet` per task, each with id, source, kind, lang, text (a short
@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench._support.harness import Harness, add_args, pair_ratios
 from bench._support.paths import ROOT
 
 SOURCES = ("web_zh", "web_en", "code")
@@ -209,38 +210,37 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, required=True, help="a checkout whose report and stats scan documents")
     parser.add_argument("--documents", type=int, default=4_000_000)
     parser.add_argument("--files", type=int, default=800, help="kept + rejected files (two per task)")
-    parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path("/tmp/report_scale"))
-    parser.add_argument("--json", type=Path, help="write the results here too")
+    add_args(parser, repeats=3)
     a = parser.parse_args()
+    h = Harness(
+        "perf/report_scale",
+        a,
+        libs=["duckdb", "pyarrow"],
+        note=f"{a.documents:,} documents in {a.files} files; baseline {a.baseline}; CPU s of each command after its imports",
+    )
     root = a.work / f"run-{a.documents}-{a.files}"
     if not (root / "stats.ours.duckdb").exists():
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
-        print("built", build(root, a.documents, a.files, a.baseline.resolve()), flush=True)
-    ours = ROOT
-    results: dict[str, list[dict[str, float]]] = {}
-    for _ in range(a.repeat):
-        for command in (["report", str(root), "--html", str(a.work / "r.html")], ["stats", str(root)]):
-            for which, path in (("baseline", a.baseline.resolve()), ("ours", ours)):
-                got = measure(root, which, path, command)
-                results.setdefault(f"{command[0]} {which}", []).append(got)
-                print(command[0], which, got, flush=True)
-    summary = {}
-    for command in ("report", "stats"):
-        base, mine = results[f"{command} baseline"], results[f"{command} ours"]
-        summary[command] = {
-            "baseline_cpu_s": [r["cpu_s"] for r in base],
-            "ours_cpu_s": [r["cpu_s"] for r in mine],
-            "baseline_wall_s": [r["wall_s"] for r in base],
-            "ours_wall_s": [r["wall_s"] for r in mine],
-            "cpu_ratio": [round(b["cpu_s"] / max(m["cpu_s"], 1e-3), 1) for b, m in zip(base, mine)],
-            "peak_rss_mib": {"baseline": max(r["peak_rss_mib"] for r in base), "ours": max(r["peak_rss_mib"] for r in mine)},
-        }
-    out = {"documents": a.documents, "files": a.files, "summary": summary}
-    print(json.dumps(out, indent=1))
-    if a.json:
-        a.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        built = build(root, a.documents, a.files, a.baseline.resolve())
+        print("built", built, flush=True)
+        h.figure("a task's aggregates (CPU s, 10,000 documents)", built["task_aggregates_cpu_s_per_task"], "s")
+    commands = {"report": ["report", str(root), "--html", str(a.work / "r.html")], "stats": ["stats", str(root)]}
+    for name, args in commands.items():
+        got = h.interleave(
+            {
+                f"{name} scanning documents (baseline)": lambda args=args: measure(root, "baseline", a.baseline.resolve(), args),
+                f"{name} from aggregates (this checkout)": lambda args=args: measure(root, "ours", ROOT, args),
+            }
+        )
+        base, ours = got[f"{name} scanning documents (baseline)"], got[f"{name} from aggregates (this checkout)"]
+        for side, runs in ((f"{name} baseline", base), (f"{name} ours", ours)):
+            h.figure(f"{side} CPU s", [r["cpu_s"] for r in runs], "s")
+            h.figure(f"{side} wall s (shared cores)", [r["wall_s"] for r in runs], "s", show=False)
+            h.figure(f"{side} peak RSS", [r["peak_rss_mib"] for r in runs], "MiB", show=False)
+        h.ratio(f"{name}: CPU s scanning / from aggregates", pair_ratios([r["cpu_s"] for r in base], [r["cpu_s"] for r in ours]))
+    h.finish(documents=a.documents, files=a.files)
 
 
 if __name__ == "__main__":
