@@ -1,13 +1,14 @@
 """The end of a run: its counts, the audit database ``stats.duckdb``, and the conservation check.
 
 ``collect_counts`` sums the funnel and per-source totals from the tasks' markers;
-``build_stats`` writes the database: the funnel, the shards, the index of the kept and
-rejected files that ``documents`` is a view over, and that of the copies files (``copies_files``);
-``check_conservation`` checks inputs = kept + rejected against the rows those files hold.
+``build_stats`` writes the database, one table per ``audit.schema.TABLES`` entry (the funnel, the
+shards, the index of the kept and rejected files that ``documents`` is a view over, that of the
+copies files), the ``agg_`` tables merged from the map tasks' aggregate files (``audit/aggregates.py``)
+and the views; ``check_conservation`` checks inputs = kept + rejected against the rows those files hold.
 
 Nothing here reads a document: the rows stay in the Parquet files the map tasks wrote, and the
 markers (read once per phase, cached) say which files there are, with their rows, id ranges and
-columns. The database is written to a temporary file renamed into place; it names the files
+columns; a run whose tasks of an older datapipe wrote no aggregates has them from one scan. The database is written to a temporary file renamed into place; it names the files
 relative to the run folder, so it stays valid when the run folder is moved or copied. Reading it
 (``documents`` and the views on it, ``datapipe sql``, explain, stats, report) is
 ``datapipe.audit``'s (``audit/documents.py``, ``audit/views.py``).
