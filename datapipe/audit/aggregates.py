@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from datapipe.audit.schema import core_aggregates
+from datapipe.audit.schema import AGGREGATE_FILES, core_aggregates
 from datapipe.stages.report_section import Aggregate, literal, quoted
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ def create_tables(con: Any, relation: str, aggregates: Sequence[Aggregate], temp
 
 def has_tables(con: Any) -> bool:
     """Whether the database holds the run's aggregate tables (a database of an older datapipe does not)."""
-    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'aggregate_files'").fetchone()
+    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [AGGREGATE_FILES.name]).fetchone()
     return bool(row and row[0])
 
 

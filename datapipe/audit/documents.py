@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from datapipe.audit.schema import COPIES_FILES, DOCUMENT_FILES
 from datapipe.stages.report_section import literal
 
 # The datasets of one connection, one per layout: internal names, behind the ``documents`` view.
@@ -44,8 +45,8 @@ COPIES_VIEW = "__copies"
 def has_index(con: Any) -> bool:
     """Whether the database describes ``documents`` by its files (a run folder written before that
     holds ``documents`` as a table)."""
-    names = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE table_name = 'document_files'").fetchall()}
-    return "document_files" in names
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [DOCUMENT_FILES.name]).fetchone()
+    return bool(found and found[0])
 
 
 def select_sql(columns: list[tuple[str, str]], present: set[str], source: str, status: str) -> str:
@@ -109,7 +110,7 @@ def column_names(con: Any) -> set[str]:
 
 def has_copies_index(con: Any) -> bool:
     """Whether the database lists the run's copies index files (``copies_files``)."""
-    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'copies_files'").fetchone()
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [COPIES_FILES.name]).fetchone()
     return bool(found and found[0])
 
 

@@ -8,10 +8,11 @@ and the views; ``check_conservation`` checks inputs = kept + rejected against th
 
 Nothing here reads a document: the rows stay in the Parquet files the map tasks wrote, and the
 markers (read once per phase, cached) say which files there are, with their rows, id ranges and
-columns; a run whose tasks of an older datapipe wrote no aggregates has them from one scan. The database is written to a temporary file renamed into place; it names the files
-relative to the run folder, so it stays valid when the run folder is moved or copied. Reading it
-(``documents`` and the views on it, ``datapipe sql``, explain, stats, report) is
-``datapipe.audit``'s (``audit/documents.py``, ``audit/views.py``).
+columns; a run whose tasks of an older datapipe wrote no aggregates has them from one scan. The
+database is written to a temporary file renamed into place; it names the files relative to the run
+folder, so it stays valid when the run folder is moved or copied. Reading it (``documents`` and the
+views on it, ``datapipe sql``, explain, stats, report) is ``datapipe.audit``'s (``audit/documents.py``,
+``audit/views.py``, ``audit/aggregates.py``).
 """
 
 from __future__ import annotations
