@@ -79,6 +79,7 @@ def connect(
     memory_limit: str | int | None = None,
     only_id: str | None = None,
     copies_of: str | None = None,
+    index_only: bool = False,
 ) -> Any:
     """A read-only DuckDB connection to RUN/stats.duckdb that can reach no file (see the module doc).
 
@@ -88,6 +89,8 @@ def connect(
     a quarter of the machine's memory (``limits.memory_limit``).
     ``only_id``: ``documents`` holds only the files whose recorded id range holds this id (explain).
     ``copies_of``: registers the copies index files whose range holds this id (``documents.attach_copies``).
+    ``index_only``: no ``documents`` view (nor the views on it): the database's own tables only, for a
+    reader that reads the files itself from ``document_files`` (``datapipe view``).
     """
     import duckdb
 
@@ -127,7 +130,7 @@ def connect(
             if view in wanted:
                 dataset = documents.text_dataset(con, root, _STATUS[view]) if indexed else _parquet_dataset(root / folder)
                 con.register(view, dataset)
-        if indexed:  # documents and its views, over the run's files (audit/documents.py)
+        if indexed and not index_only:  # documents and its views, over the run's files (audit/documents.py)
             documents.attach(con, root, only_id=only_id)
             if copies_of is not None:
                 documents.attach_copies(con, root, copies_of)
@@ -197,11 +200,14 @@ def reading(
     memory_limit: str | int | None = None,
     only_id: str | None = None,
     copies_of: str | None = None,
+    index_only: bool = False,
 ) -> Iterator[Any]:
     """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
 
-    con = connect(run_dir, text_views=text_views, memory_limit=memory_limit, only_id=only_id, copies_of=copies_of)
+    con = connect(
+        run_dir, text_views=text_views, memory_limit=memory_limit, only_id=only_id, copies_of=copies_of, index_only=index_only
+    )
     try:
         yield con
     except duckdb.OutOfMemoryException:
