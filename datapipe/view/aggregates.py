@@ -65,6 +65,7 @@ class SampledAggregates:
         self._sample: _Sample | None = None
         self._key: object = None
         self._lock = threading.Lock()
+        self._answers: dict[tuple[Any, ...], Any] = {}  # computed from the sample: kept while it is
 
     def _columns(self) -> list[str]:
         names = self.run.index().column_names
@@ -77,7 +78,14 @@ class SampledAggregates:
         with self._lock:
             if self._sample is None or self._key is not index:
                 self._sample, self._key = self._read(index.files), index
+                self._answers = {}
             return self._sample
+
+    def _memo(self, key: tuple[Any, ...], compute: Any) -> Any:
+        self.sample()
+        if key not in self._answers:
+            self._answers[key] = compute()
+        return self._answers[key]
 
     def _read(self, files: list[DocFile]) -> _Sample:
         columns = self._columns()
@@ -153,9 +161,12 @@ class SampledAggregates:
         ]
 
     def source_lang(self) -> list[dict[str, Any]]:
-        return self._grouped(["source", "lang", "status"])
+        return self._memo(("source_lang",), lambda: self._grouped(["source", "lang", "status"]))
 
     def reasons(self) -> list[dict[str, Any]]:
+        return self._memo(("reasons",), self._reasons)
+
+    def _reasons(self) -> list[dict[str, Any]]:
         t = self.sample().table
         if "status" not in t.column_names:
             return []
@@ -166,6 +177,9 @@ class SampledAggregates:
         return [c for c in self._columns() if c not in ("reason", "lang") and c in t.column_names]
 
     def histogram(self, column: str, status: str | None = None) -> Histogram | None:
+        return self._memo(("histogram", column, status), lambda: self._histogram(column, status))
+
+    def _histogram(self, column: str, status: str | None) -> Histogram | None:
         s = self.sample()
         t = s.table
         if column not in t.column_names:

@@ -61,6 +61,8 @@ class HistChart:
     selection: tuple[float, float] | None = None
     hidden_thresholds: list[str] = field(default_factory=list)
     base: str = "/documents"  # the documents this chart is of: a dragged range is added to it
+    lo: float = 0.0  # the axis: the values' range, widened to a threshold just beyond it
+    hi: float = 1.0
 
 
 def hist_chart(
@@ -73,11 +75,17 @@ def hist_chart(
     base: str = "/documents",
 ) -> HistChart:
     edges = hist.edges
-    lo, hi = edges[0], edges[-1]
 
     def tr(v: float) -> float:
         return math.log10(1.0 + max(v, 0.0)) if hist.log else v
 
+    lo, hi = edges[0], edges[-1]
+    near = (tr(hi) - tr(lo)) or 1.0
+    for t in thresholds:  # a threshold just beyond the values (kept documents' min_chars) widens the axis to it
+        if tr(lo) - near / 2 <= tr(t.value) < tr(lo):
+            lo = t.value
+        elif tr(hi) < tr(t.value) <= tr(hi) + near / 2:
+            hi = t.value
     span = (tr(hi) - tr(lo)) or 1.0
     plot_w, plot_h = width - PAD_L - 8, height - PAD_B - PAD_T
 
@@ -131,6 +139,8 @@ def hist_chart(
         selection,
         hidden,
         base,
+        lo,
+        hi,
     )
 
 

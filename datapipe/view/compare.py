@@ -18,7 +18,7 @@ from typing import Any
 
 from datapipe.view.runs import DocFile, RunView
 
-PAGE_SECONDS = 1.2
+PAGE_SECONDS = 1.0
 EXAMPLES = 5
 
 Decision = tuple[str, str | None, str | None]  # status, stage, reason

@@ -59,7 +59,7 @@ def find_row(run: RunView, doc_id: str) -> tuple[DocFile, dict[str, Any]] | None
     for f in run.files_holding(doc_id):
         with run.parquet(f) as pf:
             meta = pf.metadata
-            col = pf.schema_arrow.names.index("id")
+            col = run.leaves(f, meta)["id"]
             for g in range(meta.num_row_groups):
                 stats = meta.row_group(g).column(col).statistics
                 if stats is not None and stats.has_min_max and not (stats.min <= doc_id <= stats.max):

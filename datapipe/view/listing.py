@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 from datapipe.view.runs import DocFile, Index, RunView
 
 PAGE_ROWS = 50
-PAGE_SECONDS = 1.2  # a page's scan stops here: what it found is shown, with a link to go on
-HIST_SECONDS = 0.5
+PAGE_SECONDS = 1.0  # a page's scan stops here: what it found is shown, with a link to go on
+HIST_SECONDS = 0.4
 HIST_ROWS = 400_000  # values a histogram reads at most (an estimate beyond)
 HIST_BINS = 40
 PREVIEW_CHARS = 240
@@ -129,15 +129,16 @@ def candidate_files(index: Index, f: Filters) -> list[DocFile]:
     return out
 
 
-def _stat_skips(meta: Any, group: int, names: list[str], f: Filters) -> bool:
-    """Whether a row group's statistics rule out every row (an equality or range it cannot meet)."""
+def _stat_skips(meta: Any, group: int, leaves: dict[str, int], f: Filters) -> bool:
+    """Whether a row group's statistics rule out every row (an equality or range it cannot meet);
+    ``leaves``: column name -> its leaf index (``RunView.leaves``)."""
     rg = meta.row_group(group)
     tests: list[tuple[str, Any, Any]] = [(c, lo, hi) for c, lo, hi in f.ranges]
     tests += [(c, v, v) for c, v in (("reason", f.reason), ("lang", f.lang)) if v]
     for column, lo, hi in tests:
-        if column not in names:
-            return True
-        stats = rg.column(names.index(column)).statistics
+        if column not in leaves:
+            continue
+        stats = rg.column(leaves[column]).statistics
         if stats is None or not stats.has_min_max:
             continue
         if stats.null_count == rg.num_rows:
@@ -196,7 +197,6 @@ def scan_page(
     seconds: float = PAGE_SECONDS,
 ) -> Scanned:
     """Up to ``rows`` matching documents in ``documents`` order from ``after`` on, with a text preview."""
-    index = run.index()
     deadline = time.perf_counter() + seconds
     out = Scanned()
     for file in files:
@@ -205,10 +205,11 @@ def scan_page(
         first_row = after[1] if file.ordinal == after[0] else 0
         with run.parquet(file) as pf:
             meta = pf.metadata
-            names = pf.schema_arrow.names
+            names = file.columns
+            leaves = run.leaves(file, meta)
             out.files_read += 1
             for g, start, n in _row_groups(meta):
-                if start + n <= first_row or _stat_skips(meta, g, names, f):
+                if start + n <= first_row or _stat_skips(meta, g, leaves, f):
                     continue
                 if len(out.rows) >= rows or time.perf_counter() > deadline:
                     out.stopped_at = (file.ordinal, max(start, first_row))
@@ -235,7 +236,6 @@ def scan_page(
                     last = out.rows[-1]["_at"]
                     out.stopped_at = (last[0], last[1] + 1)
                     return out
-    del index
     return out
 
 
@@ -284,9 +284,10 @@ def histogram(
         if files_read and (time.perf_counter() > deadline or rows_read >= max_rows):
             break
         with run.parquet(file) as pf:
-            meta, names = pf.metadata, pf.schema_arrow.names
+            meta = pf.metadata
+            leaves = run.leaves(file, meta)
             for g, _, _ in _row_groups(meta):
-                if _stat_skips(meta, g, names, f):
+                if _stat_skips(meta, g, leaves, f):
                     continue
                 table = pf.read_row_group(g, columns=list(dict.fromkeys([column, *f.columns])))
                 values = table[column].filter(_mask(table, f))

@@ -116,14 +116,17 @@ class App:
             self.thresholds(which)
             if run.has_database:
                 run.index()
-                agg = self.aggregates[which]
-                threading.Thread(target=lambda a=agg: a.exact, name="datapipe-view-warm", daemon=True).start()
+                # the Overview's numbers, computed once (rendering it fills the aggregates' cache)
+                overview = Request("/", {"run": which})
+                threading.Thread(target=self.handle, args=(overview,), name="datapipe-view-warm", daemon=True).start()
 
     # --- plumbing ------------------------------------------------------------------------------
 
     def handle(self, req: Request) -> Response:
         if req.path.startswith("/static/"):
             return static_file(req.path[len("/static/") :])
+        if req.path == "/favicon.ico":
+            return static_file("favicon.svg")
         which = req.params.get("run", "a") or "a"
         if which not in self.runs:
             return self.message(

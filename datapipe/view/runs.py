@@ -123,6 +123,7 @@ class RunView:
         self._index: Index | None = None
         self._index_key: tuple[int, int] | None = None
         self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._leaves: dict[int, dict[str, int]] = {}
         self._run: tuple[float, dict[str, Any]] | None = None
 
     # --- run.json and state -------------------------------------------------------------------
@@ -189,6 +190,7 @@ class RunView:
             if self._index is None or self._index_key != key:
                 self._index, self._index_key = self._load_index(), key
                 self._footers.clear()
+                self._leaves.clear()
             return self._index
 
     def _load_index(self) -> Index:
@@ -267,6 +269,17 @@ class RunView:
                 while len(self._footers) > FOOTERS_CACHED:
                     self._footers.popitem(last=False)
         return pf
+
+    def leaves(self, f: DocFile, meta: pq.FileMetaData) -> dict[str, int]:
+        """Top-level columns of plain type -> their index among the file's Parquet leaf columns (what row-group
+        statistics are indexed by: a list column before them has leaves of its own), once per layout."""
+        layout = self.index().layout_of[f.path]
+        found = self._leaves.get(layout)
+        if found is None:
+            schema = meta.schema
+            found = {schema.column(i).path: i for i in range(len(schema)) if "." not in schema.column(i).path}
+            self._leaves[layout] = found
+        return found
 
     def files_holding(self, doc_id: str) -> list[DocFile]:
         """The files whose recorded id range holds ``doc_id`` (a few, whatever the size of the run)."""

@@ -44,7 +44,11 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 COOKIE = "datapipe_view_token"
-STATIC = {"view.css": "text/css; charset=utf-8", "view.js": "text/javascript; charset=utf-8"}
+STATIC = {
+    "view.css": "text/css; charset=utf-8",
+    "view.js": "text/javascript; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
 
 
 class ViewError(DatapipeError):

@@ -150,10 +150,13 @@ class ShardReader:
                 continue
             if seg.kind == "document":
                 k += 1
-            if k < 0:
-                continue
-            seg.doc_index = k
-            seg.doc_id = self._kth_document(out.source, out.split, k, deadline)
+            if k >= 0:
+                seg.doc_index = k
+        found = self._documents_at(
+            out.source, out.split, sorted({s.doc_index for s in out.segments if s.doc_index is not None}), deadline
+        )
+        for seg in out.segments:
+            seg.doc_id = found.get(seg.doc_index) if seg.doc_index is not None else None
         if any(s.doc_id is None and s.doc_index is not None for s in out.segments):
             out.notes.append(f"some document ids were not found within {FIND_SECONDS:g} s")
 
@@ -169,21 +172,29 @@ class ShardReader:
             self._documents = (index, {s["path"]: s.get("documents") for s in index.shards})
         return self._documents[1]
 
-    def _kth_document(self, source: str, split: str, k: int, deadline: float) -> str | None:
-        """The id of the k-th kept document of ``source`` in ``split``, in run order (docs/ files by path)."""
-        files = [f for f in self.run.index().files if f.status == "kept" and f.source == source]
-        for f in files:
+    def _documents_at(self, source: str, split: str, ks: list[int], deadline: float) -> dict[int, str]:
+        """The ids of the k-th kept documents of ``source`` in ``split`` (run order: docs/ files by path,
+        rows in file order), each file read at most once."""
+        out: dict[int, str] = {}
+        before = 0  # documents of the stream in the files before this one
+        todo = list(ks)
+        for f in (f for f in self.run.index().files if f.status == "kept" and f.source == source):
+            if not todo:
+                break
             n = self._split_count(f, split, deadline)
             if n is None:
-                return None
-            if k < n:
+                break
+            here = [k for k in todo if k < before + n]
+            if here:
                 with self.run.parquet(f) as pf:
                     table = pf.read(columns=["id", "split"] if "split" in f.columns else ["id"])
                 if "split" in table.column_names:
                     table = table.filter(pc.equal(table["split"], split))
-                return str(table["id"][k].as_py())
-            k -= n
-        return None
+                for k in here:
+                    out[k] = str(table["id"][k - before].as_py())
+                todo = [k for k in todo if k >= before + n]
+            before += n
+        return out
 
     def _split_count(self, f: Any, split: str, deadline: float) -> int | None:
         key = (f.path, split)

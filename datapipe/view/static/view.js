@@ -4,10 +4,9 @@
 "use strict";
 (function () {
   function valueAt(svg, x) {
-    var edges = JSON.parse(svg.dataset.edges);
     var left = Number(svg.dataset.left), right = Number(svg.dataset.right);
     var log = svg.dataset.log === "1";
-    var lo = edges[0], hi = edges[edges.length - 1];
+    var lo = Number(svg.dataset.lo), hi = Number(svg.dataset.hi);
     var f = function (v) { return log ? Math.log10(1 + Math.max(v, 0)) : v; };
     var t = Math.min(Math.max((x - left) / (right - left), 0), 1);
     var v = f(lo) + t * (f(hi) - f(lo));
