@@ -635,6 +635,10 @@ def view(
     Read-only. Listens on 127.0.0.1 unless --host says otherwise. A run folder in object storage
     (s3://...) is read in place; a run still going is labelled as such.
     """
+    if _AS_PROGRAM:  # the process is ours: pyarrow's first conversion need not import pandas (0.3 s)
+        from datapipe.runtime.arrow_pandas import arrow_without_pandas
+
+        arrow_without_pandas()
     from datapipe.view.launch import serve
 
     folders = [run_dir] + ([run_b] if run_b is not None else [])

@@ -24,17 +24,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datapipe.view.listing import Histogram, bin_edges, spread
+from datapipe.view.listing import Histogram, bin_counts, bin_edges, spread
 from datapipe.view.runs import DocFile, RunView
 
-SAMPLE_ROWS = 300_000  # rows read at most for the Overview's estimates
+SAMPLE_ROWS = 120_000  # rows read at most for the Overview's estimates (at least one file of each group)
 SCORE_PREFIXES = ("cls_",)
 DISTRIBUTIONS = ("n_chars", "n_tokens", "lang_score")
 
 
 class Aggregates(Protocol):
-    exact: bool
-    description: str  # where the numbers come from, shown on the page
+    @property
+    def exact(self) -> bool: ...
+
+    @property
+    def description(self) -> str:
+        """Where the numbers come from, shown on the page."""
+        ...
 
     def source_lang(self) -> list[dict[str, Any]]:
         """source, lang, status, documents, chars, tokens."""
@@ -64,7 +69,7 @@ class SampledAggregates:
         self.run, self.max_rows = run, max_rows
         self._sample: _Sample | None = None
         self._key: object = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # also held while an answer is computed: two pages never compute it twice
         self._answers: dict[tuple[Any, ...], Any] = {}  # computed from the sample: kept while it is
 
     def _columns(self) -> list[str]:
@@ -82,10 +87,11 @@ class SampledAggregates:
             return self._sample
 
     def _memo(self, key: tuple[Any, ...], compute: Any) -> Any:
-        self.sample()
-        if key not in self._answers:
-            self._answers[key] = compute()
-        return self._answers[key]
+        with self._lock:
+            self.sample()
+            if key not in self._answers:
+                self._answers[key] = compute()
+            return self._answers[key]
 
     def _read(self, files: list[DocFile]) -> _Sample:
         columns = self._columns()
@@ -192,8 +198,7 @@ class SampledAggregates:
         if not len(values):
             return None
         edges, log = bin_edges(values)
-        tr = (lambda x: np.log10(1.0 + x)) if log else (lambda x: x)
-        counts = np.histogram(tr(values), bins=tr(np.asarray(edges)), weights=weights)[0]
+        counts = bin_counts(values, edges, log, weights)
         integral = bool(np.all(values == np.floor(values)))
         return Histogram(
             column,

@@ -100,7 +100,12 @@ def compare(a: RunView, b: RunView, first_task: int = 0, seconds: float = PAGE_S
             theirs = [
                 f
                 for f in b.index().files
-                if f.min_id is not None and lo is not None and hi is not None and f.min_id <= hi and f.max_id >= lo
+                if f.min_id is not None
+                and f.max_id is not None
+                and lo is not None
+                and hi is not None
+                and f.min_id <= hi
+                and f.max_id >= lo
             ]
             bounded = True
         mine = _decisions(a, files)

@@ -114,8 +114,8 @@ def _groups(row: dict[str, Any], run: dict[str, Any]) -> list[Group]:
                 [n for n in names if n not in first] + [n for n in first if n in names],
                 f"asked of {options.get('model')}; the answer's fields first, then where it came from",
             )
-    for stage, names in EDIT_COLUMNS.items():
-        group(f"Edits ({stage})", list(names))
+    for stage, edits in EDIT_COLUMNS.items():
+        group(f"Edits ({stage})", list(edits))
     group("Signals", sorted(k for k in row if k not in taken))
     return groups
 

@@ -100,7 +100,7 @@ def original_text(run: dict[str, Any], doc_id: str, source: str, seconds: float 
         return Original(None, changed)
     config = run.get("config") or {}
     source_cfg = next((s for s in config.get("sources") or [] if s.get("name") == source), None)
-    fmt = entry.get("format")
+    fmt = str(entry.get("format") or "")
     if source_cfg is None or fmt not in READER_SPECS:
         return Original(None, f"the reader of {entry['path']} is not known here (format {fmt!r})")
     spec = READER_SPECS[fmt]

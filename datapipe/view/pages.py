@@ -228,11 +228,11 @@ class App:
         matrix = {(c["source"], c["lang"]): c for c in cells if c["status"] == "kept"}
         lang_totals = {lang: sum(c["documents"] for c in cells if c["status"] == "kept" and c["lang"] == lang) for lang in langs}
         langs.sort(key=lambda x: -lang_totals[x])
-        rejected_langs = {}
+        rejected_langs: dict[str | None, float] = {}
         for c in cells:
             if c["status"] == "rejected":
                 rejected_langs[c["lang"]] = rejected_langs.get(c["lang"], 0) + c["documents"]
-        tokens_by = {}
+        tokens_by: dict[tuple[str, str], int] = {}
         for s in index.shards:
             key = (s["source"], s["split"])
             tokens_by[key] = tokens_by.get(key, 0) + int(s["tokens"] or 0)
@@ -258,11 +258,13 @@ class App:
                 if hist is None:
                     continue
                 query = {"status": status} if status else {}
+
+                def href(lo: float, hi: float, c: str = column, q: dict[str, str] = query) -> str:
+                    return self.url(which)("/documents", **q, **{f"{c}_min": fmt_q(lo), f"{c}_max": fmt_q(hi)}, hist=c)
+
                 chart = hist_chart(
                     hist,
-                    lambda lo, hi, c=column, q=query: self.url(which)(
-                        "/documents", **q, **{f"{c}_min": fmt_q(lo), f"{c}_max": fmt_q(hi)}, hist=c
-                    ),
+                    href,
                     th.get(column, []),
                     width=360,
                     height=140,

@@ -187,7 +187,7 @@ class ViewServer(ThreadingHTTPServer):
 def static_file(name: str) -> Response:
     if name not in STATIC:
         return Response(404, b"not found\n", "text/plain; charset=utf-8")
-    data = resources.files("datapipe.view").joinpath("static", name).read_bytes()
+    data = resources.files("datapipe.view").joinpath("static").joinpath(name).read_bytes()
     return Response(200, data, STATIC[name], {"Cache-Control": "max-age=3600"})
 
 

@@ -77,7 +77,11 @@ def config(inputs: Path, output: Path, min_chars: int = 50) -> dict[str, Any]:
         "name": "view_real",
         "output": str(output),
         "sources": [
-            {"name": "en", "kind": "web", "paths": [str(inputs / "datajuicer_*.jsonl"), str(inputs / "en_wikipedia_sample.jsonl")]},
+            {
+                "name": "en",
+                "kind": "web",
+                "paths": [str(inputs / "datajuicer_*.jsonl"), str(inputs / "en_wikipedia_sample.jsonl")],
+            },
             {"name": "zh", "kind": "web", "paths": [str(inputs / "zh_oiwiki_sample.jsonl")]},
             {"name": "hostile", "kind": "web", "paths": [str(inputs / HOSTILE_NAME)]},
         ],
@@ -108,9 +112,7 @@ def build_view_runs(folder: Path) -> ViewRuns:
     for name, min_chars, reuse in (("run", 50, None), ("strict", 400, folder / "run")):
         pipeline = folder / f"{name}.yaml"
         pipeline.write_text(yaml.safe_dump(config(inputs, folder / name, min_chars), allow_unicode=True), encoding="utf-8")
-        run_pipeline(
-            load_pipeline(pipeline), in_process=True, show_progress=False, log=lambda _: None, reuse_from=reuse
-        )
+        run_pipeline(load_pipeline(pipeline), in_process=True, show_progress=False, log=lambda _: None, reuse_from=reuse)
         runs.append(folder / name)
     return ViewRuns(runs[0], runs[1], inputs)
 
