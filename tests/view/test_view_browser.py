@@ -26,6 +26,9 @@ from tests.support.view_runs import FLAG, HOSTILE, HOSTILE_NAME, chromium
 
 SCREENSHOTS = os.environ.get("DATAPIPE_VIEW_SCREENSHOTS")
 
+# two whole (small, in-process) runs for the session, a browser or servers: tens of seconds on 2 cores
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def runs(view_runs):

@@ -18,6 +18,9 @@ import pytest
 
 from datapipe.audit.sql import run_query
 
+# two whole (small, in-process) runs for the session, a browser or servers: tens of seconds on 2 cores
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def run(view_runs):
@@ -249,3 +252,37 @@ def test_the_templates_escape_what_they_are_given():
     env = _env()
     assert env.autoescape is True or env.autoescape("x.html")
     assert env.from_string("{{ x }}").render(x="<script>") == "&lt;script&gt;"
+
+
+def test_a_documents_signals_are_grouped_for_reading():
+    """License with its evidence, classifier scores and buckets, an annotate stage's answers before their
+    provenance (model, endpoint, prompt hash, tokens), the edits, then every other signal."""
+    from datapipe.view.document import _groups
+
+    row = {
+        "id": "web/a.jsonl#L1",
+        "status": "kept",
+        "text": "x",
+        "license": "CC-BY-4.0",
+        "license_class": "permissive",
+        "license_evidence": "rel=license link",
+        "cls_quality_hq": 0.91,
+        "bucket_quality": 18,
+        "llm_topic": "math",
+        "llm_model": "tiny",
+        "llm_prompt_sha256": "ab12",
+        "llm_prompt_tokens": 31,
+        "pii_email": 1,
+        "gopher_words": 120,
+        "dup_of": None,
+    }
+    run = {"config": {"stages": [{"annotate": {"prefix": "llm", "model": "tiny"}}]}}
+    groups = {g.title: g for g in _groups(row, run)}
+    assert [k for k, _ in groups["License"].items] == ["license", "license_class", "license_evidence"]
+    assert [k for k, _ in groups["Classifier scores and buckets"].items] == ["bucket_quality", "cls_quality_hq"]
+    annotation = groups["Annotation (stage 1, llm_*)"]
+    assert [k for k, _ in annotation.items] == ["llm_topic", "llm_model", "llm_prompt_sha256", "llm_prompt_tokens"]
+    assert "tiny" in annotation.note
+    assert [k for k, _ in groups["Edits (pii)"].items] == ["pii_email"]
+    assert [k for k, _ in groups["Signals"].items] == ["gopher_words"]
+    assert "Duplicates" not in groups  # nothing to show: dup_of is null
