@@ -333,7 +333,7 @@ def build_run(root: Path, docs: int, tasks: int, seed: int = 0) -> dict:
 
 def _shards(root: Path, facts: dict) -> pa.Table:
     """The manifest of web_en's train stream; only its last shard is written (the others are counted)."""
-    from datapipe.engine.tasks.shard_writer import write_shard
+    from datapipe.tokens.shard_writer import write_shard
     from datapipe.tokens.shard_format import ShardMeta, file_sha256
 
     seq_len, rows_per_shard = 2048, 8192
