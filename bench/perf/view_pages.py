@@ -333,8 +333,8 @@ def build_run(root: Path, docs: int, tasks: int, seed: int = 0) -> dict:
 
 def _shards(root: Path, facts: dict) -> pa.Table:
     """The manifest of web_en's train stream; only its last shard is written (the others are counted)."""
-    from datapipe.tokens.shard_writer import write_shard
     from datapipe.tokens.shard_format import ShardMeta, file_sha256
+    from datapipe.tokens.shard_writer import write_shard
 
     seq_len, rows_per_shard = 2048, 8192
     tokens, docs = facts["tokens"]["web_en"], facts["train_docs"]["web_en"]
