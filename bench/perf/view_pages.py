@@ -446,17 +446,18 @@ def measure(h: Harness, root: Path, facts: dict) -> None:
     arrow_without_pandas()  # as `datapipe view` does
     c0, t0 = time.process_time(), time.perf_counter()
     server = make_server([root, root], port=0)
-    start_wall, start_cpu = time.perf_counter() - t0, time.process_time() - c0
+    ready = time.process_time(), time.perf_counter()
+    start_wall, start_cpu = ready[1] - t0, ready[0] - c0
     serve_in_thread(server)
-    h.figure("server start until its URL is printed, wall s", start_wall, "s")
-    h.figure("server start, CPU s (imports, templates, the index)", start_cpu, "s")
     base = server.url.rstrip("/")
     results = {}
     try:
         for label, path in pages(facts):
             walls, cpus = [], []
-            for _ in range(1 + h.repeats):
-                c, t = time.process_time(), time.perf_counter()
+            for visit in range(1 + h.repeats):
+                # The first page's first visit is timed from the moment the server is ready: the warm-up
+                # it starts in the background (the Overview's sample) is counted in it.
+                c, t = ready if not results and visit == 0 else (time.process_time(), time.perf_counter())
                 with urllib.request.urlopen(base + path) as r:
                     body = r.read()
                     status = r.status
@@ -474,6 +475,8 @@ def measure(h: Harness, root: Path, facts: dict) -> None:
     finally:
         server.shutdown()
         server.server_close()
+    h.figure("server start until its URL is printed, wall s", start_wall, "s")
+    h.figure("server start, CPU s (imports, templates, the index)", start_cpu, "s")
     walls = [w for r in results.values() for w in r["walls"]]
     h.figure("slowest visit of any page, wall s (a loaded, shared machine)", max(walls), "s")
     h.finish(documents=facts["documents"], files=facts["files"], pages=results)

@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 from datapipe.view.runs import DocFile, Index, RunView
 
 PAGE_ROWS = 50
-PAGE_SECONDS = 1.0  # a page's scan stops here: what it found is shown, with a link to go on
-HIST_SECONDS = 0.4
+PAGE_SECONDS = 0.9  # a page's scan stops here: what it found is shown, with a link to go on
+HIST_SECONDS = 0.35
 HIST_ROWS = 400_000  # values a histogram reads at most (an estimate beyond)
 HIST_BINS = 40
 PREVIEW_CHARS = 240
