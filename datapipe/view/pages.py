@@ -450,27 +450,32 @@ class App:
             self.sql_lock.release()
             raise
 
-        def rows() -> Iterator[bytes]:
-            try:
-                buf = io.StringIO()
-                writer = csv.writer(buf, lineterminator="\n")
-                writer.writerow(result.schema.names)
-                for batch in result:
-                    for row in batch.to_pylist():
-                        writer.writerow(row.values())
-                    yield buf.getvalue().encode("utf-8")
-                    buf.seek(0)
-                    buf.truncate()
-                yield buf.getvalue().encode("utf-8")
-            finally:
+        freed = threading.Event()
+
+        def done() -> None:  # once: the body was sent, cut short, or never asked for (HEAD)
+            if not freed.is_set():
+                freed.set()
                 manager.__exit__(None, None, None)
                 self.sql_lock.release()
+
+        def rows() -> Iterator[bytes]:
+            buf = io.StringIO()
+            writer = csv.writer(buf, lineterminator="\n")
+            writer.writerow(result.schema.names)
+            for batch in result:
+                for row in batch.to_pylist():
+                    writer.writerow(row.values())
+                yield buf.getvalue().encode("utf-8")
+                buf.seek(0)
+                buf.truncate()
+            yield buf.getvalue().encode("utf-8")
 
         return Response(
             200,
             rows(),
             "text/csv; charset=utf-8",
             {"Content-Disposition": 'attachment; filename="query.csv"'},
+            done,
         )
 
     def shard_list(self, req: Request, which: str, run: RunView) -> Response:

@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,6 +61,7 @@ class Response:
     body: bytes | Iterator[bytes] = b""
     content_type: str = "text/html; charset=utf-8"
     headers: dict[str, str] = field(default_factory=dict)
+    done: Callable[[], None] | None = None  # run once the response is sent, or not (frees a streamed query)
 
 
 @dataclass
@@ -93,7 +94,9 @@ class Handler(BaseHTTPRequestHandler):
         self._serve(head=False)
 
     def _refuse_method(self) -> None:
-        self._send(Response(405, b"read-only: GET and HEAD only\n", "text/plain; charset=utf-8", {"Allow": "GET, HEAD"}))
+        self.close_connection = True  # its body, if any, is not read: the connection cannot carry another request
+        headers = {"Allow": "GET, HEAD", "Connection": "close"}
+        self._send(Response(405, b"read-only: GET and HEAD only\n", "text/plain; charset=utf-8", headers))
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method  # noqa: N815
 
@@ -133,6 +136,13 @@ class Handler(BaseHTTPRequestHandler):
         return None
 
     def _send(self, response: Response, head: bool = False) -> None:
+        try:
+            self._write(response, head)
+        finally:
+            if response.done is not None:  # a streamed query's connection and lock, whatever happened
+                response.done()
+
+    def _write(self, response: Response, head: bool) -> None:
         body = response.body
         self.send_response(response.status)
         for k, v in {**HEADERS, **response.headers}.items():
@@ -152,6 +162,9 @@ class Handler(BaseHTTPRequestHandler):
             for chunk in body:
                 if chunk:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except (BrokenPipeError, ConnectionResetError):  # the browser went away: stop the query
+            self.close_connection = True
+            return
         except Exception as exc:  # the query failed midway: end the body with the reason
             message = f"\nerror: {exc}\n".encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(message), message))
