@@ -7,6 +7,7 @@ any view can be bookmarked and shared. With two runs, ``run=b`` shows the second
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -35,6 +36,8 @@ from datapipe.view.thresholds import Threshold, thresholds
 
 SQL_ROWS_SHOWN = 500
 SQL_DEFAULT_TIMEOUT = 60.0  # seconds; DATAPIPE_SQL_TIMEOUT or --sql-timeout sets another
+SQL_WAIT_S = 2.0  # how long a query waits for the one running before it (one at a time)
+BUSY = "another query is still running (one at a time, so memory stays within one limit): run this one again when it is done"
 SHARDS_SHOWN = 500
 # What reading a shard row may raise, shown as the page's message.
 SHARD_ERRORS = (ShardCorrupt, ShardPathError, RunIncomplete, FileNotFoundError, ValueError)
@@ -402,7 +405,7 @@ class App:
         if q:
             started = time.perf_counter()
             try:
-                with self.sql_lock, query_result(run.root, q, self.memory_limit, self.sql_timeout) as result:
+                with self._one_query(), query_result(run.root, q, self.memory_limit, self.sql_timeout) as result:
                     context["columns"] = result.schema.names
                     for batch in result:
                         for row in batch.to_pylist():
@@ -433,13 +436,24 @@ class App:
             **context,
         )
 
+    @contextlib.contextmanager
+    def _one_query(self) -> Iterator[None]:
+        """The SQL lock, or an AuditError saying another query runs (a page never waits long)."""
+        if not self.sql_lock.acquire(timeout=SQL_WAIT_S):
+            raise AuditError(BUSY)
+        try:
+            yield
+        finally:
+            self.sql_lock.release()
+
     def sql_csv(self, req: Request, which: str, run: RunView) -> Response:
         q = req.params.get("q", "").strip()
         if not q:
             return Response(400, b"give a query: /sql.csv?q=select ...\n", "text/plain; charset=utf-8")
         # The query is checked and started before the response begins, so a refused or failing query
         # is a plain error, not a broken download.
-        self.sql_lock.acquire()
+        if not self.sql_lock.acquire(timeout=SQL_WAIT_S):
+            return Response(503, f"error: {BUSY}\n".encode(), "text/plain; charset=utf-8")
         try:
             manager = query_result(run.root, q, self.memory_limit, self.sql_timeout)
             result = manager.__enter__()
