@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datapipe.errors import UsageError
 from datapipe.view.runs import DocFile, Index, RunView
 
 PAGE_ROWS = 50
@@ -37,7 +38,7 @@ LIST_COLUMNS = ("id", "source", "lang", "stage", "reason", "detail", "n_chars", 
 STATUSES = ("kept", "rejected")
 
 
-class FilterError(ValueError):
+class FilterError(UsageError):
     """A query-string filter that cannot be used: the message names the parameter."""
 
 
