@@ -83,6 +83,7 @@ def connect(
     only_id: str | None = None,
     copies_of: str | None = None,
     aggregates_only: bool = False,
+    index_only: bool = False,
 ) -> Any:
     """A read-only DuckDB connection to RUN/stats.duckdb that can reach no file (see the module doc).
 
@@ -95,6 +96,8 @@ def connect(
     ``aggregates_only``: the caller reads the run's small tables and aggregates only (report, stats):
     ``documents`` is not attached, so opening costs the same for ten files or a million; a database
     without aggregates (an older datapipe's) gets ``documents`` all the same, for the scan that stands in.
+    ``index_only``: no ``documents`` view (nor the views on it): the database's own tables only, for a
+    reader that reads the files itself from ``document_files`` (``datapipe view``).
     """
     import duckdb
 
@@ -136,7 +139,8 @@ def connect(
                 con.register(view, dataset)
         from datapipe.audit.aggregates import has_tables
 
-        if indexed and not (aggregates_only and has_tables(con)):  # documents and its views (audit/documents.py)
+        # documents and its views, over the run's files (audit/documents.py)
+        if indexed and not index_only and not (aggregates_only and has_tables(con)):
             documents.attach(con, root, only_id=only_id)
             if copies_of is not None:
                 documents.attach_copies(con, root, copies_of)
@@ -207,6 +211,7 @@ def reading(
     only_id: str | None = None,
     copies_of: str | None = None,
     aggregates_only: bool = False,
+    index_only: bool = False,
 ) -> Iterator[Any]:
     """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
@@ -218,6 +223,7 @@ def reading(
         only_id=only_id,
         copies_of=copies_of,
         aggregates_only=aggregates_only,
+        index_only=index_only,
     )
     try:
         yield con
