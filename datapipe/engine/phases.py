@@ -92,6 +92,9 @@ class Phase:
     # reading any document's rows, bestfit packing): the others get the spec without them, and each map
     # task its own shard (the shards pickled for every task cost 87 ms at 37,253 shards, 0.9 s at 372,530).
     full_spec: bool = False
+    # What the phase does, for a person: the stage and its step ("minhash: verifying pairs (round 3
+    # of 7)", "semantic: training vectors"); progress shows it instead of the marker folder's name.
+    label: str = ""
 
     def placed(self, tasks: Sequence[Task], ran_on: dict[str, str]) -> list[Task]:
         """``tasks``, each with the node that wrote most of what it reads (``ran_on``: task key of
@@ -120,6 +123,7 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 tuple(Task(s.key, (s,)) for s in lines),
                 {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
                 "ranges",
+                label="counting lines",
             )
         )
     shuffle: StepShuffle | None = None  # the partition step the next map tasks apply, if any
@@ -135,6 +139,7 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 any(r.gpus_required for r in _computing_resources(spec, segment)),
                 follows=map_phase(segment.index - 1) if segment.index else None,
                 inputs=_map_inputs(spec, segment),
+                label=_map_label(spec, segment),
             )
         )
         shuffle = None
@@ -153,6 +158,7 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 reads=lambda task: task.args[0].shard_tokens,  # the token files of its shards
                 inputs=_pack_inputs(spec),
                 full_spec=spec.tokenize is not None and spec.tokenize.packing != "concat",  # a split in one task
+                label="packing shards",
             )
         )
     return phases
@@ -216,6 +222,15 @@ def _map_tasks(spec: RunSpec, segment: Segment, shuffle: StepShuffle | None) -> 
     return listed
 
 
+def _map_label(spec: RunSpec, segment: Segment) -> str:
+    """``map: langid, length, quality, minhash`` (the stages its tasks run; a global stage's part too)."""
+    positions = [p for p in (segment.apply_global, *segment.stages, segment.compute_global) if p is not None]
+    names = [spec.stage_name(p) for p in positions]
+    if segment.final and spec.tokenizer is not None:
+        names.append("tokenize")
+    return "map: " + (", ".join(dict.fromkeys(names)) or "read")
+
+
 def _global_phases(spec: RunSpec, segment: Segment) -> tuple[list[Phase], StepShuffle | None]:
     """The phases of the global stage that ends ``segment``, from the steps it declares, and its
     partition step's shuffle (what the next map tasks read of it)."""
@@ -239,6 +254,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> tuple[list[Phase], StepSh
                             _merge_tasks(shuffle, segment, r, level),
                             {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
                             "merges",
+                            label=f"{stage.name}: merging the inputs of {step.describe(r)} (level {level})",
                         )
                     )
                 phases.append(
@@ -255,6 +271,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> tuple[list[Phase], StepSh
                         # A step reading any document's rows is handed every map output (as a table per task).
                         inputs=None if step.owner_reads else _all_map_outputs(spec, segment),
                         full_spec=not step.owner_reads,
+                        label=f"{stage.name}: {step.describe(r)}",
                     )
                 )
             for level in range(1, shuffle.max_output_levels() + 1):
@@ -265,6 +282,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> tuple[list[Phase], StepSh
                         _output_merge_tasks(shuffle, segment, level),
                         {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
                         "merges",
+                        label=f"{stage.name}: gathering decisions",
                     )
                 )
         elif isinstance(step, CombineStep):
@@ -278,6 +296,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> tuple[list[Phase], StepSh
                     wants.gpus_required,
                     inputs=_combine_inputs(spec, segment),
                     full_spec=True,
+                    label=f"{stage.name}: {step.name}",
                 )
             )
         else:
