@@ -47,7 +47,7 @@ from datapipe.readers import reader_spec
 from datapipe.run_folder.layout import LINES_PHASE, PACK_PHASE, RunFolder
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.stages.base import Resources
-from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, checked_steps
+from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, checked_steps, step_of
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,9 @@ class Phase:
     # What the phase does, for a person: the stage and its step ("minhash: verifying pairs (round 3
     # of 7)", "semantic: training vectors"); progress shows it instead of the marker folder's name.
     label: str = ""
+    # A remote run folder: the ``_work/`` folders no phase from this one on reads (``prune_after``), which
+    # each node deletes from its mirror before its next task (the store keeps them: resume reads there).
+    prune: tuple[str, ...] = ()
 
     def placed(self, tasks: Sequence[Task], ran_on: dict[str, str]) -> list[Task]:
         """``tasks``, each with the node that wrote most of what it reads (``ran_on``: task key of
@@ -202,6 +205,37 @@ def _pack_inputs(spec: RunSpec) -> Callable[[Task], tuple[list[str], list[tuple[
         return [_rel(folder, folder.tokens_file(k)) for k in keys], []
 
     return inputs
+
+
+def prune_after(spec: RunSpec) -> dict[str, tuple[str, ...]]:
+    """Phase -> the ``_work/`` folders (paths in the run folder) no later phase reads once it is done, so
+    each node's mirror keeps only what later phases may still read there (a crawl's map outputs,
+    shuffle runs and merged runs are each the corpus's size: ~1 TB per node at 10 TB kept whole).
+    A round's runs (its writers' and merge levels') go when its partitions are done; a segment's map
+    outputs and its step's outputs when the next map phase is; the token files when packing is."""
+    out: dict[str, list[str]] = {}
+    work = "_work"
+    for segment in spec.segments:
+        if segment.final or segment.compute_global is None:
+            continue
+        s = segment.index
+        step = step_of(build_stage(spec, segment.compute_global), PartitionStep)
+        shuffle = StepShuffle(spec, segment, step) if step is not None else None
+        rounds = step.rounds if step is not None else 0
+        for r in range(rounds):
+            assert shuffle is not None
+            gone = [f"{work}/{merge_phase(s, r, level)}" for level in range(1, shuffle.max_levels(r) + 1)]
+            gone.append(f"{work}/{shuffle_phase(s)}" if r == 0 else f"{work}/{shuffle_phase(s)}-r{r - 1}")
+            out.setdefault(shuffle_phase(s, r), []).extend(gone)
+        after_next = [f"{work}/{map_phase(s)}", f"{work}/{reduce_phase(s)}-parts", f"{work}/{reduce_phase(s)}"]
+        after_next += (
+            [f"{work}/{merge_outputs_phase(s, level)}" for level in range(1, shuffle.max_output_levels() + 1)] if shuffle else []
+        )
+        after_next += [f"{work}/{shuffle_phase(s)}-r{rounds - 1}", f"{work}/{reduce_phase(s)}-scratch"] if rounds else []
+        out.setdefault(map_phase(s + 1), []).extend(after_next)
+    if spec.tokenizer is not None:
+        out[PACK_PHASE] = [f"{work}/tokens"]
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def _map_tasks(spec: RunSpec, segment: Segment, shuffle: StepShuffle | None) -> TaskList:

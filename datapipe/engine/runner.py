@@ -21,7 +21,7 @@ from datapipe.engine.errors import PipelineError
 from datapipe.engine.executors.base import Executor, local_cpus, phase_section
 from datapipe.engine.executors.in_process import InProcessExecutor
 from datapipe.engine.executors.ray.executor import RayExecutor
-from datapipe.engine.phases import Phase, Task, plan_phases
+from datapipe.engine.phases import Phase, Task, plan_phases, prune_after
 from datapipe.engine.plan import Recorded, RunSpec, build_stage, input_bytes, make_spec, split_target
 from datapipe.engine.redecide import plan_reuse
 from datapipe.engine.run_record import RunRecord, open_record
@@ -268,16 +268,22 @@ def _run_phases(
     # driver writes here (the lock), so no phase needs another pull: one per phase listed every
     # marker of the run again (at 5 billion documents, ~30 phases x 200 listing pages).
     folder.pull()
+    # A remote run folder: what no later phase reads is deleted from each node's mirror (the store keeps
+    # it), by the driver here and by each worker before its next task (Phase.prune).
+    dead: list[str] = []
+    gone_after = prune_after(spec) if folder.remote is not None else {}
     for phase in plan_phases(spec):
         work = phase.task_list(folder)
         assert work is not None, f"{phase.name}: its tasks depend on phases that did not finish"
-        if not work:  # e.g. shuffle rounds after one that forwarded nothing: nothing to run or show
-            continue
-        # The phase's parts (executors/base.py ``phase_section``): the executor marks "plan" and
-        # "submit", the loop "results" and "commit".
-        _run_phase(result, folder, phase, work, executor, spec, timings, show_progress)
-        if sections is not None:
-            sections.mark(phase_section(phase.name, "results"))
+        if work:  # e.g. shuffle rounds after one that forwarded nothing have none: nothing to run or show
+            _run_phase(result, folder, replace(phase, prune=tuple(dead)), work, executor, spec, timings, show_progress)
+            if sections is not None:
+                sections.mark(phase_section(phase.name, "results"))
+        dead += gone_after.get(phase.name, ())
+        folder.prune(dead)
+        if sections is not None and work:
+            # The phase's parts (executors/base.py ``phase_section``): the executor marks "plan" and
+            # "submit", the loop "results" and "commit".
             sections.mark(phase_section(phase.name, "commit"))
 
 

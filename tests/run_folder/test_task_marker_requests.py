@@ -101,6 +101,7 @@ def run_two_phases(s3: CountingS3, tmp: Path, n: int, monkeypatch: pytest.Monkey
         inputs=lambda t: ([f"_work/parts/{t.key[1:]}.bin"], [(LINES_PHASE, t.key)]),  # what read_part reads
     )
     monkeypatch.setattr(runner, "plan_phases", lambda spec: [first, second])
+    monkeypatch.setattr(runner, "prune_after", lambda spec: {})  # no shuffle folders to prune in these two phases
     result = runner.RunResult(folder.root, {})
     before = s3.folder_snapshot()
     nodes = NewNodes(tmp / f"nodes-{n}", uri)

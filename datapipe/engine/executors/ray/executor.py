@@ -91,8 +91,8 @@ class RayExecutor:
         # a run of 1,602 tasks, against 3: docs/scaling.md.)
         shared = self._spec_ref(spec, phase.full_spec)
         slots, args = spec_slots(spec, tasks, SPEC_FIELDS if phase.full_spec else ("segments",))
-        # The phase's name and function: one object in Ray's store for all its tasks.
-        call = ray.put((phase.name, phase.fn, None, slots)) if tasks else None
+        # The phase's name, function and the folders each node prunes: one object in Ray's store for all its tasks.
+        call = ray.put((phase.name, phase.fn, phase.prune, slots)) if tasks else None
         # Each result arrives through a callback on its ref (on Ray's thread, which also deserializes the
         # marker) that queues it, so the loop costs the same per task however many are pending. Polling
         # ``ray.wait`` over the pending refs cost every poll O(pending): at 2,500 pending per phase the

@@ -52,7 +52,7 @@ SPEC_FIELDS = ("shards", "segments")
 
 
 def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots], spec: RunSpec, task: tuple[Any, ...]) -> bytes:
-    """``run_task`` as Ray calls it: ``call`` (the phase's name, function, committed phases and spec
+    """``run_task`` as Ray calls it: ``call`` (the phase's name, function, the folders to prune and spec
     slots) is one object per phase in Ray's object store, so submitting a task serializes its key and
     arguments only (pickling the function and the refs for every task was ~a third of the driver's CPU
     per task). ``spec``: the run's spec, by ref, put once per run (Ray unpickles it for each task).
@@ -62,14 +62,15 @@ def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots]
 
     Returns the marker's bytes as committed: the driver parses them once to cache the marker
     (``MarkerStore.adopt``), where a dict cost it a pickle's decoding and a JSON encoding too."""
-    phase, fn, _, slots = call
+    phase, fn, prune, slots = call
     key, committed, args = task[0], task[1], task[2:]
     if slots:
         given = list(args)
         for position, name in slots:
             given[position] = getattr(spec, name)[given[position]]
         args = tuple(given)
-    return run_task(phase, key, fn, spec, *args, committed=None if committed is None else [committed], hooks=RAY_WORKER)[1]
+    handed = None if committed is None else [committed]
+    return run_task(phase, key, fn, spec, *args, committed=handed, hooks=RAY_WORKER, prune=prune)[1]
 
 
 def spec_slots(
