@@ -173,12 +173,13 @@ class MarkerStore:
 
 
 # What a marker holds that only the end of the run reads (the audit's file index, the input reads, the
-# counts per stage and reason, a pack task's manifest rows): not kept by the driver while the run goes
+# counts per stage and reason, a pack task's manifest rows, the task's CPU and memory): not kept by the driver while the run goes
 # (``compact``), read back from the folder at its end (``read_all(full=True)``). A map task's marker
 # is ~5 kB of JSON and held parsed ~10 KiB; kept whole for every task, the driver grew ~10 KiB per
-# task (1.5-2 GB at 149k tasks, ~15 GB at 1.5M: issue 48).
+# task (1.5-2 GB at 149k tasks, ~15 GB at 1.5M: issue 48); compact, a map task's is ~2.3 KiB (its files).
 END_OF_RUN_ONLY = frozenset(
-    ("audit_files", "copies_files", "reads", "stage_in", "stage_skipped", "rejected", "stage_edits", "stage_changed", "shards")
+    "audit_files copies_files reads stage_in stage_skipped stage_recorded rejected stage_edits stage_changed shards"
+    " seconds cpu_seconds peak_rss_mib rss_start_mib peak_scope".split()
 )
 
 

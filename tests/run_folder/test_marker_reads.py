@@ -58,6 +58,7 @@ def test_the_driver_keeps_what_planning_reads_and_reads_the_rest_back_at_the_end
             "reads": [{"path": "in.jsonl", "size": 3}],
             "stage_in": {"0": i},
             "rejected": {"0": {"short": 1}},
+            "cpu_seconds": 0.5,
         }
 
     _write(folder, "map0", "src/00000", json.dumps(marker(0)))
