@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datapipe.dedup.cluster import cluster_duplicates, union_of
-from datapipe.dedup.components import both_ways, large_star, node_partition, small_star
+from datapipe.dedup.components import node_partition
 from datapipe.dedup.minhash import band_keys, empty_mask
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
 from datapipe.engine.tasks.map import map_shard
@@ -264,11 +264,11 @@ def _chain(folder: Path, length: int) -> None:
         )
 
 
-@pytest.mark.parametrize(("star_pairs", "survivor"), [(10, "longest"), (1, "earliest"), (2, "longest")])
+@pytest.mark.parametrize(("star_steps", "survivor"), [(24, "longest"), (2, "earliest"), (4, "longest")])
 def test_a_chain_of_copies_settles_in_rounds_or_in_the_combine_step(
-    tmp_path: Path, monkeypatch, star_pairs: int, survivor: str
+    tmp_path: Path, monkeypatch, star_steps: int, survivor: str
 ) -> None:
-    monkeypatch.setattr(MinHashDedup, "star_pairs", star_pairs)
+    monkeypatch.setattr(MinHashDedup, "star_steps", star_steps)
     _chain(tmp_path, 80)
     pipeline = write_pipeline(
         tmp_path,
@@ -287,7 +287,7 @@ def test_a_chain_of_copies_settles_in_rounds_or_in_the_combine_step(
     assert got == expected and sizes == expected_sizes
     assert max(expected_sizes.values()) >= 60  # a long cluster: the chain held together
     left_open = _left_open(spec)
-    if star_pairs == 10:
+    if star_steps == 24:
         assert sum(1 for n in rows_in if n) >= 6 and not left_open  # several rounds, then settled by them
     else:
         assert rows_in[-1] > 0 and left_open  # still open after the last round: finished by the combine step
