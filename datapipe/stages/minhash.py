@@ -1,29 +1,33 @@
 """Near-duplicate removal with MinHash LSH across the whole run (datasketch-compatible signatures).
 
 Map phase: per document a MinHash signature (CJK character / Latin word shingles, see
-``datapipe.dedup.shingles``), kept as the ``minhash_sig`` column, and one band key per
-LSH band, shuffled by key into partitions. Round 0 (partition tasks, in parallel) pairs documents
-that share a band key; the signatures to verify those pairs come by a join, not by every partition
-reading the map outputs: each map output has an *owner* partition, asked in round 0 for the rows a
-partition needs and answering in round 1, reading each of its map outputs once. Round 2 verifies
-the pairs by estimated Jaccard and reduces them to a spanning forest with a local union-find. The
-forest edges are then shuffled by document: the following rounds alternate small-star and
-large-star (``datapipe.dedup.components``), which turn each cluster into a star around its lowest
-row key, and a cluster known whole asks its members' id, signature and length (or score) of their
-owners and is settled in the partition of its root two rounds later: its survivor chosen by the
-rule, its decisions and survivor size written by that partition. Clusters still open after the
-last round (rare: long chains of copies) are finished by the combine step with a union-find over
-what is left, reading those documents' columns itself.
+``datapipe.dedup.shingles``), kept as the ``minhash_sig`` column, and per band key of the batch one
+row (the key, its earliest document, how many have it), shuffled by key into partitions. Round 0
+finds each key's *head* (its lowest row key) and sends it to the *owner* of every map output holding
+the key (the partition numbered its shard modulo the partitions), asking the head's owner for its
+signature; round 1's owners answer; in round 2 each owner reads its map outputs' signatures, finds
+its documents under those keys and verifies each against the key's head by estimated Jaccard: the
+verified (head, member) pairs are the graph, the same pairs as pairing every bucket's documents with
+its earliest one in memory. Its connected components come from alternating small-star and
+large-star steps (``datapipe.dedup.components``), two rounds each: every edge stays with the owner
+that verified it, and a node is a row from each holder combined in its own partition, so no task
+gathers a node's edges. A cluster known whole (a star every holder passed) goes to its members'
+owners, which count it and ask the survivor's and the cluster's first document's owners for their
+id (and the survivor's signature), and decide two rounds later: the survivor by the rule (its rank,
+the length or score, travels with the edges), the others dropped with the estimated Jaccard to it.
+Clusters still open after the last step (long chains of copies) are finished by the combine step
+with a union-find over what is left, reading those documents' columns itself.
 
 Rehydration: every kept document gets ``dup_count``, the size of the cluster it survived (1 for a
-singleton), so a mixture can upsample by it later as FineWeb-2 does. The partitions hand the
-survivors' sizes to the next map segment as per-shard state (12 bytes per cluster).
+singleton), so a mixture can upsample by it later as FineWeb-2 does. The owners hand the survivors'
+sizes to the next map segment as per-shard state (12 bytes per cluster).
 
-Memory: a round-0 task holds its share of band keys (16 bytes x bands x documents / partitions),
-round 2 the signatures of its paired documents (answered by their owners); a star round its share of the forest edges; a
-settling round the signatures and lengths of the clusters rooted in its partition (one cluster is
-never split: a cluster of a million copies is settled by one task). No task holds the corpus's
-clusters; the combine step holds only the edges of clusters the rounds did not finish.
+Memory, per task, at any cluster size: round 0 a row per (band key, map batch) of its keys; an owner
+its own map outputs' documents (one map output's signatures at a time) and their edges; a node's
+partition a row per holder (at most the partitions) for each of its nodes; a survivor's owner a row
+per owner that asks for it. So a cluster of ten million copies is spread over the owners of its
+members like any ten million documents (``bench/minhash_cluster.py``); only the combine step, for the
+rare clusters left open, holds a cluster's edges.
 """
 
 from __future__ import annotations
