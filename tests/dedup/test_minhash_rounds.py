@@ -70,22 +70,22 @@ def star_steps(
         if reported:
             whole, survivor = settled_centres(*(np.concatenate([c[i] for c in reported.values()]) for i in range(4)))
         now: dict[int, tuple] = {}
-        for p, (l, h, rl, rh) in held.items():
+        for p, (low, high, rl, rh) in held.items():
             told = np.intersect1d(whole, reported[p][0]) if p in reported else whole[:0]  # the centres it reported
-            done = np.isin(l, told)
-            assert not np.isin(l[~done], whole).any()  # every holder of a settled star's edges is told
-            for c, m in zip(l[done].tolist(), h[done].tolist()):
+            done = np.isin(low, told)
+            assert not np.isin(low[~done], whole).any()  # every holder of a settled star's edges is told
+            for c, m in zip(low[done].tolist(), high[done].tolist()):
                 root = int(survivor[np.searchsorted(whole, c)])
                 # A leaf may be held by two holders, but it is settled in one step, in one star.
                 assert settled.setdefault(m, root) == root and when.setdefault(m, j) == j
                 settled[c] = root
-            l, h, rl, rh = l[~done], h[~done], rl[~done], rh[~done]
+            low, high, rl, rh = low[~done], high[~done], rl[~done], rh[~done]
             if j > steps + 1:
-                left.append((l, h))
-                held[p] = (l[:0], h[:0], rl[:0], rh[:0])
+                left.append((low, high))
+                held[p] = (low[:0], high[:0], rl[:0], rh[:0])
                 continue
-            now[p] = star_checks(l, h, rl, rh, agg)
-            held[p] = (l, h, rl, rh) if j > steps else star_step(l, h, rl, rh, agg, large=j % 2 == 0)
+            now[p] = star_checks(low, high, rl, rh, agg)
+            held[p] = (low, high, rl, rh) if j > steps else star_step(low, high, rl, rh, agg, large=j % 2 == 0)
         reported = now
     left_u = np.concatenate([x[0] for x in left]) if left else np.empty(0, np.int64)
     left_v = np.concatenate([x[1] for x in left]) if left else np.empty(0, np.int64)

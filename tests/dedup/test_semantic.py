@@ -195,6 +195,26 @@ def test_options_are_checked_with_their_keys(tmp_path: Path) -> None:
         assert any(p.startswith(f"stages[0].semantic.{key}") and words in p for p in info.value.problems), info.value.problems
 
 
+def test_a_threshold_the_trained_vectors_cannot_support_is_warned_with_the_measured_reason(tmp_path: Path) -> None:
+    """No model and threshold 0.9 (what a new user tried): `datapipe validate` accepts it but warns,
+    naming the key and what fastText vectors trained on a run do to unrelated documents; so does the
+    start of a run (``test_fasttext_at_0_9_drops_a_document_only_for_a_kept_one_at_least_that_close``).
+    At the default for those vectors, or with a model, nothing is said."""
+    from click.testing import CliRunner
+
+    from datapipe.cli import main
+    from datapipe.stages.semantic import DEFAULT_FASTTEXT_THRESHOLD, FASTTEXT_UNRELATED_MAX
+
+    texts, _ = corpus()
+    build_static_model(texts[:20], tmp_path / "model")
+    said = CliRunner().invoke(main, ["validate", str(write_run(tmp_path, texts[:20], {"threshold": 0.9}))])
+    assert said.exit_code == 0, said.output
+    warning = next(line for line in said.output.splitlines() if "warning" in line)
+    assert "stages[0].semantic.threshold: 0.9 without a model" in warning and str(FASTTEXT_UNRELATED_MAX) in warning
+    for quiet in ({}, {"threshold": DEFAULT_FASTTEXT_THRESHOLD}, {"model": "model", "threshold": 0.9}):
+        assert load_pipeline(write_run(tmp_path, texts[:20], quiet)).warnings == [], quiet
+
+
 def test_fasttext_mode_is_byte_identical_on_one_and_two_workers(ray_local, tmp_path: Path) -> None:
     """No model: fastText is trained on the run's own text; in one process, or in two Ray workers, and
     again: the same kept and rejected files, byte for byte."""
@@ -213,6 +233,13 @@ def test_fasttext_mode_is_byte_identical_on_one_and_two_workers(ray_local, tmp_p
         dropped = dict(con.execute("select id, dup_of from documents where reason = 'near_semantic'").fetchall())
     assert {doc_id(n - 3 + k, n): doc_id(k, n) for k in range(3)}.items() <= dropped.items()
     assert any((tmp_path / "one" / "_work").glob("**/semantic-fasttext-*.bin"))  # the model is kept in the run folder
+    # The training ran at the driver's priority: in the Ray worker (15 steps nicer than the driver) too.
+    driver = os.getpriority(os.PRIO_PROCESS, 0)
+    for name in ("one", "two"):
+        facts = json.loads(next((tmp_path / name / "_work").glob("**/semantic-fasttext-*.training.json")).read_text())
+        assert facts["niceness"] == driver and facts["documents"] == len(texts), (name, facts)
+        if name == "two" and driver < 19:
+            assert facts["niceness_parent"] > driver  # the worker that started it: Ray's nice
 
 
 class _Rows(ReduceInputs):
@@ -342,7 +369,11 @@ def test_fasttext_at_0_9_drops_a_document_only_for_a_kept_one_at_least_that_clos
     random.Random(1).shuffle(texts)
     options = {"threshold": 0.9, "clusters": 4, "partitions": 2, "fasttext_dim": 32, "fasttext_epoch": 3, "fold_script": True}
     out = tmp_path / "out"
-    run_pipeline(load_pipeline(write_run(tmp_path, texts, options)), output=out, show_progress=False, in_process=True, log=lambda m: None)
+    logged: list[str] = []
+    run_pipeline(
+        load_pipeline(write_run(tmp_path, texts, options)), output=out, show_progress=False, in_process=True, log=logged.append
+    )
+    assert "warning: stages[0].semantic.threshold: 0.9 without a model" in logged[0]  # said before anything runs
     with connect_stats(out) as con:
         dropped = con.execute("select id, dup_of, semantic_similarity from documents where reason = 'near_semantic'").fetchall()
         kept = {r[0] for r in con.execute("select id from documents where status = 'kept'").fetchall()}
