@@ -278,8 +278,9 @@ def _rehydration(con: Any) -> list[tuple[Any, ...]]:
 
 
 def _semantic(con: Any, limit: int = 10) -> list[tuple[Any, ...]]:
-    """The largest semantic near-duplicate components (``semantic`` stage): survivor, size, the most
-    and least similar dropped member; nothing for a run without such drops."""
+    """The kept documents with the most semantic near-duplicates dropped for them (``semantic`` stage):
+    the kept one, the group's size, the most and least similar dropped copy; nothing for a run without
+    such drops."""
     if "semantic_similarity" not in {r[0] for r in con.execute("DESCRIBE documents").fetchall()}:
         return []
     return con.execute(
@@ -291,7 +292,7 @@ def _semantic(con: Any, limit: int = 10) -> list[tuple[Any, ...]]:
 
 
 def _with_texts(run_dir: Path, top: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """The components with the beginnings of the survivor's and the least similar member's texts:
+    """The groups with the beginnings of the kept document's and the least similar copy's texts:
     an example pair to judge the threshold by eye (a connection of its own: it reads the text files)."""
     if not top:
         return []
@@ -423,8 +424,8 @@ def build_report(run_dir: Path) -> str:
         *(
             [
                 "<h2>Semantic near-duplicates</h2>",
-                "<p>The largest components the <code>semantic</code> stage found, each with its least similar "
-                "dropped member: the pair to read to judge the threshold.</p>",
+                "<p>The kept documents the <code>semantic</code> stage dropped the most copies for, each with its "
+                "least similar dropped copy: the pair to read to judge the threshold.</p>",
                 table(
                     [
                         "kept (survivor)",
