@@ -139,6 +139,24 @@ def star_step(
     return distinct_edges(np.concatenate([m, m]), np.concatenate([lo, hi]), np.concatenate([rm, rm]), np.concatenate([rlo, rhi]))
 
 
+def first_small_star(
+    lo: np.ndarray, hi: np.ndarray, rlo: np.ndarray, rhi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Small-star over edges that include every lower neighbour of each of their higher ends (a
+    holder that made all the edges of its nodes to lower ones): no aggregate is needed, each node's
+    lowest lower neighbour is here. The first step, done where the edges are made."""
+    if len(lo) == 0:
+        return distinct_edges(lo, hi, rlo, rhi)
+    order = np.lexsort((lo, hi))
+    lo_s, hi_s = lo[order], hi[order]
+    starts = _group_starts(hi_s)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(hi_s)]))
+    m, rm = lo_s[starts][group], rlo[order][starts][group]
+    return distinct_edges(
+        np.concatenate([m, m]), np.concatenate([lo_s, hi_s]), np.concatenate([rm, rm]), np.concatenate([rlo[order], rhi[order]])
+    )
+
+
 def best(key: np.ndarray, rank: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per distinct ``group``, in sorted order: the key of highest rank (the lowest key among equals)
     and its rank: the survivor rule's order (``cluster.survivors``)."""

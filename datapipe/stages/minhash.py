@@ -44,6 +44,7 @@ from datapipe.dedup.components import (
     Aggregates,
     combine_partials,
     distinct_edges,
+    first_small_star,
     neighbour_partials,
     node_partition,
     settled,
@@ -178,21 +179,22 @@ class MinHashDedup(GlobalStage):
             return o.bands, o.rows
         return lsh_params(o.threshold, o.num_perm)
 
-    # Star steps (small-star first, then alternating), two rounds each. A cluster whose star forms in
-    # step j is known whole two rounds later and decided three rounds after that (its members' owners
-    # ask for the survivor's columns and the cluster's size meanwhile): pairs of copies in round 9, a
-    # chain of n copies in about 2 log2(n) + 8 steps when they come in run order, the slowest case
-    # (100 copies: 16 steps, 500: 20). Rounds after the last with work have no tasks (the engine skips
-    # a round after one that forwarded nothing), so planning many costs nothing; what is still open
-    # after the last step goes to the combine step.
+    # Star steps (small-star first, then alternating): the first in round 2, where the edges are made,
+    # then two rounds each. A cluster whose star forms in step j is known whole two rounds later and
+    # decided four rounds after that (its members' owners ask for the survivor's columns and the
+    # cluster's size meanwhile): pairs of copies in round 9, a chain of n copies in about 2 log2(n)
+    # steps when they come in run order, the slowest case. Rounds after the last with work have no
+    # tasks (the engine skips a round after one that forwarded nothing), so planning many costs
+    # nothing; what is still open after the last step goes to the combine step.
     star_steps: ClassVar[int] = 24
 
     @classmethod
     def rounds(cls) -> int:
         """Round 0 finds each band key's head, 1 answers the heads' signatures, 2 verifies (and makes the
-        first edges); then two rounds per star step, two more that settle what the last steps left
-        whole, and three in which the owners decide the last settled clusters."""
-        return 3 + 2 * (cls.star_steps + 2) + 3
+        first edges and steps them once); then two rounds per further star step, two that check the
+        last step's stars, two that settle them, and three in which the owners decide the last
+        settled clusters."""
+        return 3 + 2 * (cls.star_steps - 1) + 2 + 2 + 3
 
     def steps(self) -> tuple[GlobalStep, ...]:
         """The partitions decide (settled clusters); the combine step only finishes what they left open."""
@@ -360,7 +362,9 @@ class MinHashDedup(GlobalStage):
         edges = distinct_edges(
             *(np.concatenate([empty, *x]) for x, empty in ((lo, ints), (hi, ints), (rlo, floats), (rhi, floats)))
         )
-        return self._hold(*edges, me)
+        # Every edge of a member to a lower document is made here, by its owner: the first star step
+        # (small-star) needs nothing else.
+        return self._hold(*first_small_star(*edges), me)
 
     # -- star steps ------------------------------------------------------------------------------
     def _hold(self, lo: np.ndarray, hi: np.ndarray, rlo: np.ndarray, rhi: np.ndarray, me: int) -> pa.Table:
@@ -395,9 +399,10 @@ class MinHashDedup(GlobalStage):
         return pa.concat_tables(out)
 
     def _step(self, edges: pa.Table, answers: pa.Table, told: pa.Table, step: int, me: int) -> pa.Table:
-        """Even rounds at the holders: the members of settled stars sent to their owners; the other
-        edges checked (a star whole?) and stepped. ``step`` counts from 1; after ``star_steps`` the edges
-        are only checked, and after that left for the combine step."""
+        """Even rounds at the holders, which hold the edges after step ``step`` (from 1, the small-star
+        round 2 did): the members of settled stars sent to their owners; the other edges checked (a
+        star whole?) and stepped, until ``star_steps`` steps are done; then checked once more, and after
+        that left for the combine step."""
         lo, hi = edges["node"].to_numpy(), edges["nbr"].to_numpy()
         rlo, rhi = edges["rank"].to_numpy(), edges["rank2"].to_numpy()
         out = []
@@ -413,7 +418,7 @@ class MinHashDedup(GlobalStage):
             trio = np.unique(np.stack([members, centre, survivor]), axis=1)
             out.append(self._rows(_owner(trio[0], self.partitions), trio[0], trio[1], SETTLE, aux=trio[2]))
             lo, hi, rlo, rhi = lo[~done], hi[~done], rlo[~done], rhi[~done]
-        if step > self.star_steps + 1:
+        if step > self.star_steps:
             out.append(self._rows(np.full(len(lo), me, np.int32), lo, hi, LEFT))
             return pa.concat_tables(out)
         a = answers.sort_by("node")
@@ -431,10 +436,11 @@ class MinHashDedup(GlobalStage):
                 src=np.full(len(centre), me),
             )
         )
-        if step > self.star_steps:  # checked once more; not stepped
+        if step == self.star_steps:  # checked once more; not stepped
             out.append(self._rows(np.full(len(lo), me, np.int32), lo, hi, EDGE, rank=rlo, rank2=rhi))
         else:
-            out.append(self._hold(*star_step(lo, hi, rlo, rhi, agg, large=step % 2 == 0), me))
+            # the edges after step ``step`` (round 2 made them after the first, a small-star): alternate
+            out.append(self._hold(*star_step(lo, hi, rlo, rhi, agg, large=step % 2 == 1), me))
         return pa.concat_tables(out)
 
     # -- settling: the owners decide ---------------------------------------------------------------

@@ -19,7 +19,7 @@ from datapipe.dedup.cluster import cluster_duplicates, union_of
 from datapipe.dedup.components import (
     Aggregates,
     combine_partials,
-    distinct_edges,
+    first_small_star,
     neighbour_partials,
     node_partition,
     star_checks,
@@ -53,13 +53,16 @@ def star_steps(
     lo, hi = np.minimum(u, v), np.maximum(u, v)
     holder = node_partition(hi, partitions)
     zero = np.zeros(len(lo))
-    held = {p: distinct_edges(lo[holder == p], hi[holder == p], zero[holder == p], zero[holder == p]) for p in range(partitions)}
+    # The first step where the edges are made: each holder has every lower edge of its nodes.
+    held = {
+        p: first_small_star(lo[holder == p], hi[holder == p], zero[holder == p], zero[holder == p]) for p in range(partitions)
+    }
     reported: dict[int, tuple] = {}  # holder -> its checks of the step before
     settled: dict[int, int] = {}
     when: dict[int, int] = {}  # the step each node was settled in
     busy = most = 0
     left: list[tuple[np.ndarray, np.ndarray]] = []
-    for j in range(1, steps + 3):
+    for j in range(1, steps + 2):  # the edges after step j, as the stage's even round 2j + 2 holds them
         partials = [neighbour_partials(*e) for e in held.values()]
         node = np.concatenate([x[0] for x in partials])
         if len(node):
@@ -80,12 +83,12 @@ def star_steps(
                 assert settled.setdefault(m, root) == root and when.setdefault(m, j) == j
                 settled[c] = root
             low, high, rl, rh = low[~done], high[~done], rl[~done], rh[~done]
-            if j > steps + 1:
+            if j > steps:
                 left.append((low, high))
                 held[p] = (low[:0], high[:0], rl[:0], rh[:0])
                 continue
             now[p] = star_checks(low, high, rl, rh, agg)
-            held[p] = (low, high, rl, rh) if j > steps else star_step(low, high, rl, rh, agg, large=j % 2 == 0)
+            held[p] = (low, high, rl, rh) if j == steps else star_step(low, high, rl, rh, agg, large=j % 2 == 1)
         reported = now
     left_u = np.concatenate([x[0] for x in left]) if left else np.empty(0, np.int64)
     left_v = np.concatenate([x[1] for x in left]) if left else np.empty(0, np.int64)
