@@ -111,7 +111,7 @@ class RunSpec:
     # rehydrate); computed per document in the final map task (config/mixture.py).
     repeats: dict[str, RepeatRule] = field(default_factory=dict)
     shuffle_groups: int = 8  # split.shuffle_groups: files a shuffle round's inputs are merged into
-    workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (engine/recycle.py)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (executors/ray/recycle.py)
     # The run's CPU priority: the driver's niceness. Ray runs its workers 15 steps nicer; a process a
     # stage starts for its own work (fastText training) runs at this one (StageContext.niceness).
     niceness: int = 0

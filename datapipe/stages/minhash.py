@@ -26,7 +26,7 @@ Memory, per task, at any cluster size: round 0 a row per (band key, map batch) o
 its own map outputs' documents (one map output's signatures at a time) and their edges; a node's
 partition a row per holder (at most the partitions) for each of its nodes; a survivor's owner a row
 per owner that asks for it. So a cluster of ten million copies is spread over the owners of its
-members like any ten million documents (``bench/minhash_cluster.py``); only the combine step, for the
+members like any ten million documents (``bench/scaling/minhash_cluster.py``); only the combine step, for the
 rare clusters left open, holds a cluster's edges.
 """
 

@@ -52,7 +52,7 @@ from datapipe.stages.steps import Partitions, partitions_option
 REASON = "near_semantic"
 DOC, CENTROID = 0, 1  # row kinds of round 0's input and output
 _EMBED_CHUNK = 2048  # documents read and embedded at a time in round 1
-# bench/semantic_eval.py (bench/results/semantic_eval.json): the bag-of-words static model has no
+# bench/quality/semantic_eval.py (bench/results/semantic_eval.json): the bag-of-words static model has no
 # unrelated pair of 10,000 above 0.8; the fastText vectors trained on the run's own text (2,080 real
 # zh/en documents) put unrelated ones up to FASTTEXT_UNRELATED_MAX, and at 0.9 the stage dropped
 # FASTTEXT_WRONG_AT_0_9 documents for a document they are not a copy of.
@@ -180,7 +180,7 @@ class SemanticDedup(GlobalStage):
             (
                 "threshold",
                 f"{o.threshold:g} without a model: the fastText vectors trained on the run's own text put "
-                f"unrelated documents at cosine up to {FASTTEXT_UNRELATED_MAX} (bench/semantic_eval.py, 10,000 "
+                f"unrelated documents at cosine up to {FASTTEXT_UNRELATED_MAX} (bench/quality/semantic_eval.py, 10,000 "
                 f"random pairs of 2,080 real zh/en documents; at 0.9 the stage dropped {FASTTEXT_WRONG_AT_0_9} "
                 f"of them for a document they are not a copy of), so below {DEFAULT_FASTTEXT_THRESHOLD:g} "
                 f"unrelated documents are taken for near-duplicates; give a model, or leave threshold at its "
@@ -210,7 +210,7 @@ class SemanticDedup(GlobalStage):
 
     def step_resources(self) -> Resources:
         """The rounds' tasks ask for a GPU share unless ``device: cpu``: required with ``cuda``; with
-        ``auto`` dropped on a cluster without GPUs (``datapipe.engine.executors.fit_gpus``)."""
+        ``auto`` dropped on a cluster without GPUs (``datapipe.engine.executors.ray.executor.fit_gpus``)."""
         base = super().step_resources()
         if self.options.device == "cpu":
             return base
