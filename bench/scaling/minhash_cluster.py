@@ -203,6 +203,7 @@ def check(root: Path, docs: int) -> dict:
 
     from datapipe.engine.plan import build_stage, make_spec
     from datapipe.engine.tasks.reduce import partition_decisions, partition_state
+    from datapipe.engine.work_files import WorkFiles
     from datapipe.pipeline.load import load_pipeline
     from datapipe.run_folder.layout import RunFolder
 
@@ -219,7 +220,7 @@ def check(root: Path, docs: int) -> dict:
         state = partition_state(folder, seg.index, stage, s.ordinal)
         if state is not None:
             sizes += state["dup_count"].to_pylist()
-        path = folder.decisions_file(seg.index, s.key)
+        path = WorkFiles(folder).decisions_file(seg.index, s.key)
         if path.exists():
             dropped += pq.read_metadata(path).num_rows
     return {

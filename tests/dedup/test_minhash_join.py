@@ -18,6 +18,7 @@ from datapipe.engine.tasks import reduce_inputs
 from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.merge import merge_round
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.engine.work_files import WorkFiles
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import PartitionStep
 from datapipe.stages.global_stage import step_of
@@ -41,7 +42,7 @@ def test_each_map_output_is_read_once_per_answering_round(tmp_path: Path, monkey
 
     reads: Counter[tuple[int, str]] = Counter()  # (round, map output) -> reads
     current = {"round": -1, "partition": -1}
-    ordinal = {folder.map_output(segment.index, s.key).name: s.ordinal for s in spec.shards}
+    ordinal = {WorkFiles(folder).map_output(segment.index, s.key).name: s.ordinal for s in spec.shards}
     foreign = []  # reads of a map output by a partition that does not own it
     original, whole = reduce_inputs._read_row_groups_of, reduce_inputs.ParquetReduceInputs.read_shard
 

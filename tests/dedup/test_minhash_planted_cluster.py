@@ -25,6 +25,7 @@ from datapipe.engine.plan import build_stage, make_spec
 from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.merge import merge_round
 from datapipe.engine.tasks.reduce import partition_decisions, partition_state, reduce_partition, reduce_stage
+from datapipe.engine.work_files import WorkFiles
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import PartitionStep
@@ -151,11 +152,11 @@ def test_a_planted_cluster_is_settled_as_brute_force_says_with_no_task_holding_i
             got[row["id"]] = (row["dup_of"], row["dup_cluster"])
         state = partition_state(folder, segment.index, stage, s.ordinal)
         sizes |= dict(zip(state["row_key"].to_pylist(), state["dup_count"].to_pylist())) if state is not None else {}
-        table = pq.read_table(folder.map_output(segment.index, s.key), columns=["id", "text"])
+        table = pq.read_table(WorkFiles(folder).map_output(segment.index, s.key), columns=["id", "text"])
         ids += table["id"].to_pylist()
         texts += table["text"].to_pylist()
         keys.append(row_keys(s.ordinal, 0, table.num_rows))
-    assert not (folder.decisions_file(segment.index, spec.shards[0].key)).exists()  # the combine step had nothing left
+    assert not (WorkFiles(folder).decisions_file(segment.index, spec.shards[0].key)).exists()  # the combine step had nothing left
     id_of = dict(zip(np.concatenate(keys).tolist(), ids))
     expected, expected_sizes = _reference(ids, texts)
     assert got == expected
