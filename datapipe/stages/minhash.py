@@ -238,7 +238,7 @@ class MinHashDedup(GlobalStage):
         )
 
     def reduce_partition(self, rows: pa.Table, round: int = 0, inputs: ReduceInputs | None = None) -> PartitionResult:
-        """One round of one partition. Every row it forwards has the columns of ``_forward_schema``.
+        """One round of one partition. Every row it forwards has the columns of ``_FORWARD_SCHEMA``.
 
         Round 0 (the band keys' partitions): each key's head, its lowest row key, sent (``HEAD``) to
         the owner of every map output holding a document with that key, and the head's signature asked
@@ -313,7 +313,8 @@ class MinHashDedup(GlobalStage):
         """Round 1: an owner's answers: each head's signature and rank, read once, to each owner that asked."""
         if not asks.num_rows:
             return self._rows(np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.int64), SIG)
-        node, src = asks["node"].to_numpy(), asks["src"].to_numpy()
+        # A head is asked once per band key it heads by each owner: answer each owner once.
+        node, src = np.unique(np.stack([asks["node"].to_numpy(), asks["src"].to_numpy().astype(np.int64)]), axis=1)
         docs = np.unique(node)
         table = inputs.read_rows(docs, self._rank_columns([SIG_COLUMN]))
         at = pa.array(np.searchsorted(docs, node))
