@@ -351,6 +351,7 @@ class MinHashDedup(GlobalStage):
             keep = member != head
             member, member_row, head = member[keep], member_row[keep], head[keep]
             if o.verify and len(head):
+                assert head_sig is not None  # round 0 asked for the heads' signatures
                 h = np.searchsorted(head_node, head)
                 similar = pair_jaccard(shard_sigs, member_row, head_sig, h) >= o.threshold
                 member, member_row, head = member[similar], member_row[similar], head[similar]

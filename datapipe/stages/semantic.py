@@ -343,7 +343,9 @@ class SemanticDedup(GlobalStage):
         for s, e in zip(starts, ends):
             if e - s >= 2:
                 i, j, sim = similar_pairs(vectors[s:e], self.threshold, device=device)
-                found_i.append(i + s), found_j.append(j + s), found_s.append(sim)
+                found_i.append(i + s)
+                found_j.append(j + s)
+                found_s.append(sim)
         if not found_i or not sum(len(i) for i in found_i):
             return PartitionResult(None)
         i, j, sim = np.concatenate(found_i), np.concatenate(found_j), np.concatenate(found_s)
