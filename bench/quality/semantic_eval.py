@@ -19,9 +19,9 @@ threshold, and the lowest threshold with no negative above it. Then the stage it
 whole set (in-process): at 0.9 without a model (what a new user tried), at the documented
 defaults (no model: 0.995; a model: 0.9), and at 0.99 without a model (the default before); per
 document: dropped, wrongly (for a document of another group), less than the threshold similar to
-the document named (what chains did), precision and recall (k-means splits included). And at the defaults on held-out clean text (1,000 zh and 1,000 en
-Wikipedia documents, after exact and MinHash dedup, as the stage's page says to run it): nothing
-should be dropped.
+the document named (what chains did), precision and recall (k-means splits included). And at the
+defaults on held-out clean text (1,000 zh and 1,000 en Wikipedia documents, after exact and MinHash
+dedup, as the stage's page says to run it): nothing should be dropped.
 Deterministic (fixed seeds): run once, no interleaving.
 """
 
