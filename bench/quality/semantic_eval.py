@@ -155,7 +155,12 @@ def stage_run(
     run_pipeline(pipeline, output=work / "out", show_progress=False, in_process=True, log=lambda m: None)
     seconds = time.perf_counter() - t0
     with connect(work / "out") as con:
-        dropped = con.execute("select id, dup_of, semantic_similarity from documents where reason = 'near_semantic'").fetchall()
+        columns = {r[0] for r in con.execute("describe documents").fetchall()}
+        dropped = (  # a run in which the stage dropped nothing has no such columns
+            con.execute("select id, dup_of, semantic_similarity from documents where reason = 'near_semantic'").fetchall()
+            if "semantic_similarity" in columns
+            else []
+        )
         earlier = con.execute(
             "select count(*) from documents where status = 'rejected' and reason != 'near_semantic'"
         ).fetchone()[0]
