@@ -1,7 +1,7 @@
 """Precision/recall of the ``semantic`` stage's embeddings on real paraphrase-like pairs, and the
 most similar unrelated pair among 10,000 random ones.
 
-    python -m bench.quality.semantic_eval [--negatives 10000] [--no-stage] [--no-sweep] [--json PATH]
+    python -m bench.quality.semantic_eval [--negatives 10000] [--no-stage] [--no-sweep] [--runs clean] [--json PATH]
 
 Positives (real text from ../shared/data):
   * edited: real zh/en Wikipedia and TiDB documents and two edited copies each (sentences inserted
@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-sweep", action="store_true", help="only the stage runs (the embeddings' cosines do not depend on the stage's rule)"
     )
     ap.add_argument("--embedders", nargs="+", choices=["fasttext", "static"], default=["fasttext", "static"])
+    ap.add_argument("--runs", nargs="+", default=[], help="only the stage runs whose label contains one of these (e.g. clean)")
     args = add_args(ap, repeats=1).parse_args(argv)
     h = Harness("semantic_eval", args, libs=["fasttext", "safetensors", "tokenizers"])
     texts, groups, pairs = eval_set()
@@ -296,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             if "static" in args.embedders:
                 build_static_model(clean, Path(tmp) / "static-clean", dim=256)
             for label, (name, thr, fold, docs, grp, before) in runs.items():
-                if name not in args.embedders:
+                if name not in args.embedders or (args.runs and not any(r in label for r in args.runs)):
                     continue
                 model = (Path(tmp) / ("static-clean" if label.startswith("clean") else "static")) if name == "static" else None
                 work = Path(tmp) / ("stage-" + label.replace(" ", "-").replace(",", "").replace(":", ""))
