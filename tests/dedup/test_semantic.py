@@ -266,7 +266,7 @@ def test_a_component_keeps_the_survivor_of_its_rule(survivor: str, kept: str) ->
 
 def test_torch_path_makes_the_numpy_paths_decisions_on_real_documents(tmp_path: Path) -> None:
     """The GPU code (run here on torch's CPU: device "cpu" is a torch device) gives the same k-means clusters, assignments and
-    pairs as numpy on real documents; the GPU itself: bench/gpu_checks.py."""
+    pairs as numpy on real documents; the GPU itself: bench/gpu/gpu_checks.py."""
     pytest.importorskip("torch")
     texts, _ = corpus()
     with open(shared_path("corpus", "en_wikipedia.jsonl"), encoding="utf-8") as f:

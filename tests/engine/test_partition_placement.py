@@ -1,7 +1,7 @@
 """A MinHash partition answers for the map outputs of the shards its number is, modulo the
 partitions (``minhash._owner``): on a remote run folder over several nodes its tasks are placed on
 the node that wrote most of those map outputs, so it reads them from that node's mirror instead of
-through the store (bench/store_nodes.py). Exact dedup's partitions read no map output: not placed."""
+through the store (bench/scaling/store_nodes.py). Exact dedup's partitions read no map output: not placed."""
 
 from __future__ import annotations
 

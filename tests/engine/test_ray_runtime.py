@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench._proctree_roles import cmdline, descendants  # noqa: E402
+from bench._support.proctree_roles import cmdline, descendants
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
@@ -73,7 +71,7 @@ SESSION = """
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import ray
-from bench._proctree_roles import descendants
+from bench._support.proctree_roles import descendants
 from datapipe.engine.executors.ray.runtime import ray_session
 
 with ray_session(num_cpus=1):

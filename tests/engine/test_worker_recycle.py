@@ -93,7 +93,7 @@ def test_what_a_phase_loads_is_allowed_and_what_earlier_phases_left_is_not(monke
 
 def test_the_floor_is_taken_after_the_first_task_that_loaded_something(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker whose first task only counted lines holds what its map tasks import (stages, kernels)
-    from its first map task on: not what earlier phases left (bench/pipeline.py replaced 7 workers)."""
+    from its first map task on: not what earlier phases left (bench/perf/pipeline.py replaced 7 workers)."""
     monkeypatch.setattr(recycle, "_WORKER", recycle._Worker())
     settings = WorkersConfig(recycle_above_mib=32)
     assert recycle.should_exit("lines", 150, 159, settings, grew=False) is None
