@@ -26,6 +26,22 @@ from datapipe.runtime.faults import fault_env
 from datapipe.runtime.release_memory import release_memory
 
 
+class _RetryableKind(type):
+    """``isinstance(exc, Retryable)``: the exception says it may pass on another attempt
+    (``DatapipeError.retryable``; any other exception may)."""
+
+    def __instancecheck__(cls, exc: object) -> bool:
+        return isinstance(exc, Exception) and bool(getattr(exc, "retryable", True))
+
+    def __subclasscheck__(cls, kind: type) -> bool:
+        return issubclass(kind, Exception) and bool(getattr(kind, "retryable", True))
+
+
+class Retryable(Exception, metaclass=_RetryableKind):
+    """Ray's ``retry_exceptions`` allow-list of one: the exceptions a task is retried for. Ray asks
+    the error, not its type, so a usage error (the same on every attempt) fails the task at once."""
+
+
 class RayExecutor:
     """Tasks on Ray, each retried up to ``RETRIES`` times (a lost worker or node): the cluster at
     ``address`` (joined with Ray's own defaults), else an embedded one-node Ray on loopback started
@@ -58,7 +74,9 @@ class RayExecutor:
         # One remote function for every phase (exported to the cluster once); phases set their resources.
         # max_calls is never reached by counting: it is how a worker that holds too much exits after
         # handing over its task's result (recycle.py).
-        self._remote = ray.remote(max_retries=self.RETRIES, retry_exceptions=True, max_calls=recycle.MAX_CALLS)(ray_run_task)
+        # (Ray's type hints allow only a bool for retry_exceptions; Ray takes an allow-list of classes too.)
+        options: dict[str, Any] = {"max_retries": self.RETRIES, "retry_exceptions": [Retryable], "max_calls": recycle.MAX_CALLS}
+        self._remote = ray.remote(**options)(ray_run_task)
         return self
 
     def __exit__(self, *exc: object) -> None:
