@@ -45,14 +45,14 @@ from datapipe.tokens.encode import assign_split, encode_documents, encode_thread
 _NULL_STR = pa.scalar(None, pa.string())
 _TOKENS = "__tokens"  # transient column between encoding and the token sink
 TOKENIZE_STAGE = "tokenize"  # stage name of documents the tokenizer raised on
-# Text per batch through the stages. `batch_size` counts documents, and 1000 long documents
-# (10 KB each in the TiDB docs) took a map worker from 350 MB to 900 MB inside the langid and
-# quality stages, whose working memory grows with the batch's text; 4 MB keeps that near 100 MB.
+# Text per batch through the stages. `batch_size` counts documents, and a batch of long documents
+# multiplied a map worker's memory inside the langid and quality stages, whose working memory
+# grows with the batch's text: bounding the text bounds it.
 MAX_BATCH_TEXT_BYTES = 4 << 20
 # A segment that tokenizes holds more per byte of text: the texts as Python strings, the Rust
-# encodings of a sub-batch, the token arrays, the Parquet and token writers' buffers. On the shared
-# corpus its tasks peaked 80-110 MiB above the worker's resting size at 4 MB (the run's largest
-# worker, ~385 MiB PSS, was always tokenizing) and 25-40 MiB lower at 2 MB, at the same CPU time.
+# encodings of a sub-batch, the token arrays, the Parquet and token writers' buffers (the run's
+# largest worker was always a tokenizing one); half the text per batch lowers its peak, at the
+# same CPU time.
 MAX_TOKENIZE_BATCH_TEXT_BYTES = 2 << 20
 
 
