@@ -35,6 +35,7 @@ INTERNAL = {
     "datapipe.readers.warc_framing.DecompressedTooLarge": _READER_CAP,
     "datapipe.readers.archives.ArchiveTooLarge": _READER_CAP,
     "datapipe.readers.arxiv.TexLimitError": "a runaway paper (includes, macros), caught in the reader: one reject",
+    "datapipe.engine.executors.ray.executor.Retryable": "never raised: Ray's retry allow-list, which asks the error",
 }
 
 
