@@ -76,7 +76,9 @@ class _Built:
     compute_global: GlobalStage | None
     partitioned: PartitionStep | None
 
-    def told(self, segment: Segment, applying: _Applying | None, work: WorkFiles, shard: Shard) -> list[tuple[Stage, Path]]:
+    def told(
+        self, spec: RunSpec, segment: Segment, applying: _Applying | None, work: WorkFiles, shard: Shard
+    ) -> list[tuple[Stage, Path]]:
         """The stages told of this task (``Stage.start_task``), with their work folders: the global
         stages of this segment too (annotate keeps per-task state in compute, its bottom-k, and does
         paid work in apply: requests, journaled in its work folder)."""
@@ -85,10 +87,12 @@ class _Built:
             (segment.compute_global, self.compute_global),
         ]
         told += [(pos, stage) for pos, stage in self.stages if pos not in self.skips]
+        # Re-deciding: a stage's task folder of the earlier run (what it paid for) is carried over.
+        earlier = RunFolder(spec.recorded.root) if spec.recorded is not None else None
         out: list[tuple[Stage, Path]] = []
         for at, stage in told:
             if at is not None and stage is not None:
-                out.append((stage, work.stage_work_dir(at, stage.name, shard.key)))
+                out.append((stage, work.stage_work_dir(at, stage.name, shard.key, earlier)))
         return out
 
 
@@ -116,12 +120,12 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     built = _build(spec, shard, segment)
     out = ShardOutputs(spec, folder, shard, segment, shuffles=built.partitioned is not None)
     applying = _Applying(spec, folder, segment, shard) if segment.apply_global is not None else None
-    steps = segment_steps(spec, shard, segment, built, applying)
+    steps = segment_steps(spec, shard, segment, built, applying, out.counts)
     # What this task reads of its input files, hashed as it is read: the run checks it at its end and
     # at every resume (engine/input_identity.py). A file a reader opens by its own means (archives,
     # folders) is known by its identity before it is read.
     opened = [_identity_only(r.path) for r in shard.inputs if segment.index == 0 and not reader_spec(r.format).streamed]
-    with _reads_of(segment) as reads, _task_lifecycle(built.told(segment, applying, WorkFiles(folder), shard), out):
+    with _reads_of(segment) as reads, _task_lifecycle(built.told(spec, segment, applying, WorkFiles(folder), shard), out):
         if applying is not None:
             out.index_copies(applying.position, applying.name, applying.copies)
         max_bytes = MAX_BATCH_TEXT_BYTES if out.tokens is None else MAX_TOKENIZE_BATCH_TEXT_BYTES
@@ -144,14 +148,16 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     return result
 
 
-def segment_steps(spec: RunSpec, shard: Shard, segment: Segment, built: _Built, applying: _Applying | None) -> list[BatchStep]:
+def segment_steps(
+    spec: RunSpec, shard: Shard, segment: Segment, built: _Built, applying: _Applying | None, counts: MapCounts
+) -> list[BatchStep]:
     """A map task's steps, in order: the decisions of the global stage before this segment applied,
     the per-document stages, the next global stage's signals (and shuffle rows), then in the final
     segment tokenizing, the mixture's repeat counts and the tokens written. A new kind of work in a
     map task is a step here, not a branch in the loop."""
     steps: list[BatchStep] = [applying.apply] if applying is not None else []
     if built.stages:
-        steps.append(_Stages(spec, built))
+        steps.append(_Stages(spec, built, counts))
     if built.compute_global is not None:
         assert segment.compute_global is not None  # the position of the stage built
         steps.append(_ComputeGlobal(segment.compute_global, built.compute_global, built.partitioned, shard.ordinal))
@@ -203,10 +209,10 @@ class _Stages:
     stage: once a batch is empty, the chain ends at the first stage that would run it (the stages
     after it count nothing for that batch)."""
 
-    def __init__(self, spec: RunSpec, built: _Built) -> None:
+    def __init__(self, spec: RunSpec, built: _Built, counts: MapCounts) -> None:
         self.stages, self.skips = built.stages, built.skips
         self.steps = {
-            pos: _stage_step(stage) if pos not in built.reused else _reused_step(spec, pos, stage, built.reused[pos])
+            pos: _stage_step(stage) if pos not in built.reused else _reused_step(spec, pos, stage, built.reused[pos], counts)
             for pos, stage in built.stages
         }
 
@@ -538,14 +544,16 @@ def _stage_step(stage: Stage) -> Step:
     return step
 
 
-def _reused_step(spec: RunSpec, position: int, stage: Stage, recorded: pa.Table) -> Step:
+def _reused_step(spec: RunSpec, position: int, stage: Stage, recorded: pa.Table, counts: MapCounts) -> Step:
     """The stage's decision over its recorded signals (``run --from``); computed where there are none
-    (set up only then: a stage whose every document has recorded signals loads no model)."""
+    (set up only then: a stage whose every document has recorded signals loads no model). ``counts``:
+    the documents whose signals were read (``stage_recorded``)."""
     assert spec.recorded is not None
     columns = spec.recorded.of(position) or ()
 
     def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
-        computed = with_recorded(batch, recorded, columns, lambda b: build_stage(spec, position, setup=True).compute(b))
+        computed, hits = with_recorded(batch, recorded, columns, lambda b: build_stage(spec, position, setup=True).compute(b))
+        counts.stage_recorded[position] += hits
         return computed, stage.decide(computed)
 
     return step

@@ -29,6 +29,7 @@ class MapCounts:
         self.split_tokens: dict[str, int] = {}
         self.stage_in: dict[int, int] = defaultdict(int)  # documents reaching the stage
         self.stage_skipped: dict[int, int] = defaultdict(int)  # of those, passed untouched (kind not in its kinds)
+        self.stage_recorded: dict[int, int] = defaultdict(int)  # of those, signals read from an earlier run (--from)
         self.rejected: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         # What stages that change documents did to those they passed on (Stage.edit_counts): the sum
         # of each counting column, and how many documents any of them changed.
@@ -54,6 +55,7 @@ class MapCounts:
             "split_tokens": self.split_tokens,
             "stage_in": {str(k): v for k, v in sorted(self.stage_in.items())},
             "stage_skipped": {str(k): v for k, v in sorted(self.stage_skipped.items())},
+            "stage_recorded": {str(k): v for k, v in sorted(self.stage_recorded.items())},
             "rejected": {str(k): dict(v) for k, v in sorted(self.rejected.items())},
             "stage_edits": {str(k): dict(v) for k, v in sorted(self.stage_edits.items())},
             "stage_changed": {str(k): v for k, v in sorted(self.stage_changed.items())},
