@@ -144,7 +144,7 @@ seen, began = {}, time.monotonic()
 while True:
     discover()
     # Ray starts its services and first workers in the first seconds: look every second then, every
-    # 5 s after (a scan of /proc is ~1 ms of CPU, ~7 ms when it wakes cold), and once more at the end
+    # 5 s after (a scan of /proc costs little CPU, but not nothing), and once more at the end
     wait = 1.0 if time.monotonic() - began < 15 else 5.0
     if select.select([sys.stdin], [], [], wait)[0] and not os.read(sys.stdin.fileno(), 4096):
         break  # the driver closed the pipe or died
