@@ -37,12 +37,18 @@ class DatapipeError(Exception):
 
     ``retryable``: whether another attempt of the same task (on another worker or node, later) may
     succeed; an executor that retries failed tasks retries only those (as Dolma's error kinds do).
-    False for what the same inputs and options give again (a usage error: a model that needs a
-    package not installed, a device the machine lacks)."""
+    False for what the same inputs and options give again: every error with the usage exit code
+    (a pipeline file, rule set or tokenizer setting that cannot be used, a model that needs a
+    package not installed, a device the machine lacks), unless its class says otherwise."""
 
     exit_code: int = EXIT_FAILURE
     hint: str | None = None
     retryable: bool = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.exit_code == EXIT_USAGE and "retryable" not in vars(cls):
+            cls.retryable = False  # what the user must change first: the same on every attempt
 
     def __init__(self, *args: object, hint: str | None = None) -> None:
         super().__init__(*args)
