@@ -142,16 +142,15 @@ class ShardOutputs:
         self.counts.kept += batch.num_rows
         self.docs.write(batch)
 
+    def _sinks(self) -> list[ParquetSink | CopiesSink | ShuffleSink | TokenSink]:
+        """Every sink of the task, in the order they are closed (or aborted)."""
+        optional = (self.copies, self.shuffle, self.tokens)
+        return [self.docs, *self.rejects.values(), *(sink for sink in optional if sink is not None)]
+
     def close(self) -> None:
-        self.docs.close()
-        for sink in self.rejects.values():
+        for sink in self._sinks():
             sink.close()
-        if self.copies is not None:
-            self.copies.close()
-        if self.shuffle is not None:
-            self.shuffle.close()
         if self.tokens is not None:
-            self.tokens.close()
             self.counts.tokens = self.tokens.tokens
             self.counts.split_tokens = self.tokens.split_tokens
 
@@ -169,15 +168,8 @@ class ShardOutputs:
         return [entry] if entry is not None else []
 
     def abort(self) -> None:
-        self.docs.abort()
-        for sink in self.rejects.values():
+        for sink in self._sinks():
             sink.abort()
-        if self.copies is not None:
-            self.copies.abort()
-        if self.shuffle is not None:
-            self.shuffle.abort()
-        if self.tokens is not None:
-            self.tokens.abort()
 
 
 def _value_counts(values: pa.ChunkedArray) -> list[tuple[str, int]]:
