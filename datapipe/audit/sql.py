@@ -39,7 +39,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 
 from datapipe.audit import limits
-from datapipe.errors import EXIT_USAGE, DatapipeError
+from datapipe.errors import EXIT_INTERRUPTED, EXIT_USAGE, DatapipeError
 from datapipe.storage.atomic import TMP_MARK
 
 DB_NAME = "stats.duckdb"
@@ -51,6 +51,18 @@ class AuditError(DatapipeError, RuntimeError):
     """Not a run folder (or a damaged one), or SQL that is not one read-only query."""
 
     exit_code = EXIT_USAGE
+
+
+class QueryInterrupted(AuditError):
+    """Ctrl-C (SIGINT) stopped the query (``limits.QueryGuard``): exit 130, as any interrupted command."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+def _guard_error(guard: limits.QueryGuard, why: str | None = None) -> AuditError:
+    """The one-line error of a query the guard stopped (``why``: as it says, else why it tripped)."""
+    cls = QueryInterrupted if (why or guard.tripped) == "interrupt" else AuditError
+    return cls(guard.message(why))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -282,9 +294,9 @@ def _query_error(exc: BaseException, guard: limits.QueryGuard, run_dir: Path) ->
 
     text = _first_line(exc)
     if guard.tripped:  # the guard interrupted it
-        return AuditError(guard.message())
+        return _guard_error(guard)
     if isinstance(exc, duckdb.OutOfMemoryException) or text.startswith("Out of Memory Error"):
-        return AuditError(guard.message("memory"))
+        return _guard_error(guard, "memory")
     if isinstance(exc, duckdb.InterruptException) or text.startswith("INTERRUPT Error"):
         return AuditError("the query was interrupted")
     if isinstance(exc, duckdb.PermissionException) or text.startswith("Permission Error"):
@@ -310,10 +322,10 @@ class QueryResult:
             except (OSError, pa.ArrowException) as exc:  # DuckDB's error, through Arrow's stream interface
                 raise _query_error(exc, self._guard, self._run_dir) from None
             if self._guard.tripped:  # past a limit while Python worked, where DuckDB's interrupt is not seen
-                raise AuditError(self._guard.message())
+                raise _guard_error(self._guard)
             yield batch
         if self._guard.tripped:
-            raise AuditError(self._guard.message())
+            raise _guard_error(self._guard)
 
 
 @contextlib.contextmanager
@@ -338,10 +350,13 @@ def query_result(
         check_query(con, query)
         with limits.QueryGuard(con, limit, seconds) as guard:
             try:
-                reader = con.sql(query).to_arrow_reader(batch_rows)  # runs blocking operators (sort, aggregate)
-            except duckdb.Error as exc:
-                raise _query_error(exc, guard, run_dir) from None
-            yield QueryResult(reader, guard, run_dir)
+                try:
+                    reader = con.sql(query).to_arrow_reader(batch_rows)  # runs blocking operators (sort, aggregate)
+                except duckdb.Error as exc:
+                    raise _query_error(exc, guard, run_dir) from None
+                yield QueryResult(reader, guard, run_dir)
+            except KeyboardInterrupt:  # Ctrl-C seen by Python first, when the query handed back control
+                raise QueryInterrupted(limits.INTERRUPTED_MESSAGE) from None
 
 
 def run_query(run_dir: Path, query: str, memory_limit: str | int | None = None, timeout: float | str | None = None) -> pa.Table:

@@ -262,7 +262,7 @@ def validate(pipeline: Path) -> None:
     "--timeout",
     metavar="SECONDS",
     type=float,
-    help="Stop the query after this many seconds (default: $DATAPIPE_SQL_TIMEOUT, else no time limit).",
+    help="Stop the query after this many seconds (default: $DATAPIPE_SQL_TIMEOUT, else 3600; 0: no limit).",
 )
 @click.option(
     "--max-rows",
@@ -280,8 +280,9 @@ def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: 
     \b
     Limits, so that a runaway query (a cross join, a sort of billions of rows) cannot take
     a shared machine down: the query may use --memory-limit of memory (nothing spills to
-    disk) and at most 4 threads, and runs at most --timeout seconds; past a limit it ends
-    with an error that names it. The process itself takes 100 to 200MB more.
+    disk) and at most 4 threads, and runs at most --timeout seconds (an hour by default);
+    past a limit it ends with an error that names it. Ctrl-C stops the query at once (exit
+    status 130). The process itself takes 100 to 200MB more.
 
     \b
     Tables: documents (one row per input document: id, source, kind, lang, license,
