@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from datapipe.engine import recycle
+from datapipe.engine.failures import hold_retry_notices
 from datapipe.engine.faults import fault_env
 from datapipe.engine.phases import Phase, Task
 from datapipe.engine.plan import RunSpec
@@ -117,6 +118,7 @@ class RayExecutor:
         # A cluster's workers are on other machines: they compile for themselves.
         self._warmup = None if self.address else kernel_warmup.start(self._log, self.num_cpus or local_cpus())
         self._where = "on " + self._stack.enter_context(ray_session(self.address, self.num_cpus))
+        hold_retry_notices(ray_run_task.__name__)  # a failed task is told once, by the runner (engine/failures.py)
         import ray
 
         # One remote function for every phase (exported to the cluster once); phases set their resources.

@@ -20,6 +20,7 @@ from typing import Any
 from datapipe.engine.disk_full import DiskFull, find_disk_full
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.executors import Executor, InProcessExecutor, Mark, local_cpus, make_executor, no_mark
+from datapipe.engine.failures import write_log as failures_log
 from datapipe.engine.faults import fault_point
 from datapipe.engine.phases import Phase, Task, plan_phases
 from datapipe.engine.plan import Recorded, RunSpec, build_stage, forget_stages, input_bytes, make_spec, split_target
@@ -336,12 +337,12 @@ def _run_phase(
         todo = phase.placed(todo, {key: m["node"] for key, m in folder.read_markers(phase.follows).items() if "node" in m})
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
-    failures: list[str] = []
+    failed: list[tuple[str, Exception]] = []
     disk_full: DiskFull | None = None
     with PhaseProgress(name, len(work), len(work) - len(todo), phase.unit, enabled=show_progress) as progress:
         for key, outcome in executor.outcomes(spec, phase, todo, mark):
             if isinstance(outcome, Exception):  # retried where the executor retries; keep the others running
-                failures.append(f"{name} {key}: {_short_error(outcome)}")
+                failed.append((key, outcome))
                 disk_full = disk_full or find_disk_full(outcome)
                 progress.advance(0)
                 continue
@@ -356,10 +357,15 @@ def _run_phase(
     result.phases.append({"phase": name, "tasks": len(work), "ran": len(todo), "seconds": round(elapsed, 3)})
     if disk_full is not None:  # one line, not one traceback per task: the cause is the same for all
         raise PipelineError(disk_full.message(folder.root))
-    if failures:
+    if failed:
+        try:  # the tracebacks, and Ray's notices of the attempts it retried (engine/failures.py)
+            where = f"; tracebacks in {failures_log(folder.work, name, failed)}"
+        except OSError:
+            where = ""
         raise PipelineError(
-            f"{len(failures)} of {len(work)} {name} tasks failed after retries "
-            f"(finished work is kept; run the same command again to resume):\n" + "\n".join(f"  - {f}" for f in failures[:20])
+            f"{len(failed)} of {len(work)} {name} tasks failed after retries "
+            f"(finished work is kept; run the same command again to resume{where}):\n"
+            + "\n".join(f"  - {name} {key}: {_short_error(exc)}" for key, exc in failed[:20])
         )
 
 
