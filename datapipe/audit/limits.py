@@ -199,6 +199,7 @@ class QueryGuard:
         self._thread = threading.Thread(target=self._watch, name="datapipe-sql-guard", daemon=True)
         self._wakeup: tuple[socket.socket, socket.socket] | None = None  # (read, write) ends: see the module doc
         self._saved_wakeup = -1
+        self._saved_handler: Any = None
 
     def __enter__(self) -> QueryGuard:
         self._base = resident_bytes()
@@ -213,6 +214,7 @@ class QueryGuard:
         if self._thread.is_alive():
             self._thread.join()
         if self._wakeup is not None:
+            signal.signal(signal.SIGINT, self._saved_handler)
             signal.set_wakeup_fd(self._saved_wakeup)
             for end in self._wakeup:
                 end.close()
@@ -232,6 +234,13 @@ class QueryGuard:
             write.close()
             return
         self._wakeup = (read, write)
+        # Python's own handler would raise KeyboardInterrupt wherever the main thread is when it next
+        # runs Python (closing the connection, say), instead of the query's one line: the query is
+        # stopped here, and ends as the guard says (``tripped``).
+        self._saved_handler = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        self._trip("interrupt")
 
     def _signalled(self) -> bool:
         """Whether SIGINT (or SIGTERM) arrived since the last look."""

@@ -76,10 +76,11 @@ def configured_sources(run: dict) -> list[str]:
     return [s["name"] for s in config.get("sources") or [] if isinstance(s, dict) and s.get("name")]
 
 
-def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
+def mixture_report(run_dir: Path, budget: int | None = None, verify: bool = False) -> MixtureReport:
+    """``verify``: the run's documents files are checked against their recorded sha256 first."""
     run = read_run_json(Path(run_dir))
     weights = mixture_weights((run.get("config") or {}).get("mixture"))
-    with reading(Path(run_dir)) as con:
+    with reading(Path(run_dir), verify=verify) as con:
         docs = {
             s: (d, t)
             for s, d, t in con.execute(

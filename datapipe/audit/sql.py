@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -91,6 +92,7 @@ def connect(
     memory_limit: str | int | None = None,
     only_id: str | None = None,
     copies_of: str | None = None,
+    verify: bool = False,
 ) -> Any:
     """A read-only DuckDB connection to RUN/stats.duckdb that can reach no file (see the module doc).
 
@@ -100,6 +102,9 @@ def connect(
     a quarter of the machine's memory (``limits.memory_limit``).
     ``only_id``: ``documents`` holds only the files whose recorded id range holds this id (explain).
     ``copies_of``: registers the copies index files whose range holds this id (``documents.attach_copies``).
+    ``verify``: every kept, rejected and copies file of the run is checked first against the sha256
+    its task recorded (``verify_documents``). Without it, each page read is checked against its
+    own checksum as it is decoded (``documents.checked_format``).
     """
     import duckdb
 
@@ -140,9 +145,13 @@ def connect(
                 dataset = documents.text_dataset(con, root, _STATUS[view]) if indexed else _parquet_dataset(root / folder)
                 con.register(view, dataset)
         if indexed:  # documents and its views, over the run's files (audit/documents.py)
+            if verify:
+                verify_documents(con, root)
             documents.attach(con, root, only_id=only_id)
             if copies_of is not None:
                 documents.attach_copies(con, root, copies_of)
+        elif verify:
+            raise AuditError(f"--verify: {db} was written by an older datapipe, which did not index the run's files")
         try:
             # After opening (the database file is read through the handle opened already).
             con.execute("SET disabled_filesystems = 'LocalFileSystem'")
@@ -158,6 +167,69 @@ def connect(
         con.close()
         raise
     return con
+
+
+def _document_paths(con: Any) -> list[str]:
+    """Every kept, rejected and copies file the database indexes (paths relative to the run folder)."""
+    from datapipe.audit import documents
+
+    paths = [r[0] for r in con.execute("SELECT path FROM document_files ORDER BY path").fetchall()]
+    if documents.has_copies_index(con):
+        paths += [r[0] for r in con.execute("SELECT path FROM copies_files ORDER BY path").fetchall()]
+    return paths
+
+
+def _record(root: Path) -> Any:
+    """What the run's markers recorded of its files (run_folder/checked.py), or an AuditError."""
+    from datapipe.run_folder.checked import recorded_files
+    from datapipe.run_folder.layout import RunFolder
+    from datapipe.storage.uri import StorageError
+
+    try:
+        return recorded_files(RunFolder(root))
+    except StorageError as exc:
+        raise AuditError(str(exc)) from None
+
+
+def verify_documents(con: Any, root: Path) -> int:
+    """Check every documents file the database indexes against the size and sha256 its task recorded
+    (a read of each: the documents once); raise ``DamagedRunFile`` naming the first that differs.
+    Returns how many files were checked."""
+    recorded = _record(root)
+    if not recorded.available:
+        raise AuditError(
+            f"--verify: {root}/_work/markers, where the run's tasks recorded their files' sha256, is gone "
+            f"(deleted to save space?): there is nothing to check the documents against"
+        )
+    paths = _document_paths(con)
+    for rel in paths:
+        recorded.check(rel)
+    return len(paths)
+
+
+# What pyarrow says of a Parquet page or file it cannot decode: a page failing its checksum, a
+# corrupt compressed block, a footer or page header that does not parse.
+_DAMAGED_PARQUET = re.compile(
+    r"CRC checksum verification failed|could not verify page integrity|[Cc]orrupt|[Dd]ecompress|"
+    r"deserialize thrift|Unexpected end of stream|Invalid (page|column|data)|Parquet magic bytes not found"
+)
+
+
+def _damaged_documents(con: Any, run_dir: Path, text: str) -> DatapipeError | None:
+    """For a query that failed decoding the run's Parquet (``_DAMAGED_PARQUET``): the error naming the
+    damaged documents file, found by checking the indexed files against their recorded sha256; None
+    when the error is not of that kind."""
+    if not _DAMAGED_PARQUET.search(text):
+        return None
+    from datapipe.run_folder.checked import DamagedRunFile
+
+    try:
+        recorded = _record(Path(run_dir))
+        found = recorded.first_damaged(_document_paths(con)) if recorded.available else None
+    except Exception:  # noqa: BLE001 - looking for the file must not hide the query's own error
+        found = None
+    where = f": {run_dir}/{found[0]}: {found[1]}" if found is not None else " (no file differs from its record)"
+    return DamagedRunFile(f"a documents file of the run could not be decoded ({text}){where}")
 
 
 def _parquet_dataset(folder: Path) -> Any:
@@ -209,11 +281,12 @@ def reading(
     memory_limit: str | int | None = None,
     only_id: str | None = None,
     copies_of: str | None = None,
+    verify: bool = False,
 ) -> Iterator[Any]:
     """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
 
-    con = connect(run_dir, text_views=text_views, memory_limit=memory_limit, only_id=only_id, copies_of=copies_of)
+    con = connect(run_dir, text_views=text_views, memory_limit=memory_limit, only_id=only_id, copies_of=copies_of, verify=verify)
     try:
         yield con
     except duckdb.OutOfMemoryException:
@@ -221,7 +294,9 @@ def reading(
     except (duckdb.IOException, duckdb.InternalException) as exc:  # missing or corrupt blocks
         raise _damaged(run_dir, exc) from None
     except duckdb.Error as exc:
-        raise AuditError(f"reading {Path(run_dir) / DB_NAME}: {_first_line(exc)}") from None
+        raise _damaged_documents(con, run_dir, _first_line(exc)) or AuditError(
+            f"reading {Path(run_dir) / DB_NAME}: {_first_line(exc)}"
+        ) from None
     finally:
         con.close()
 
@@ -288,7 +363,7 @@ TABLE_MAX_ROWS = 200
 TABLE_MAX_CHARS = 1_000_000
 
 
-def _query_error(exc: BaseException, guard: limits.QueryGuard, run_dir: Path) -> AuditError:
+def _query_error(exc: BaseException, guard: limits.QueryGuard, run_dir: Path) -> DatapipeError:
     """The one-line error for a failed query: a DuckDB error, or the same as an Arrow error from a batch stream."""
     import duckdb
 
@@ -301,6 +376,8 @@ def _query_error(exc: BaseException, guard: limits.QueryGuard, run_dir: Path) ->
         return AuditError("the query was interrupted")
     if isinstance(exc, duckdb.PermissionException) or text.startswith("Permission Error"):
         return AuditError(f"refused: datapipe sql reads only this run's tables ({text})")
+    if (damaged := _damaged_documents(guard.con, run_dir, text)) is not None:
+        return damaged
     if isinstance(exc, (duckdb.IOException, duckdb.InternalException)) or text.startswith(("IO Error", "INTERNAL Error")):
         return _damaged(run_dir, exc)  # missing or corrupt blocks
     return AuditError(f"SQL error: {text}")
@@ -335,6 +412,7 @@ def query_result(
     memory_limit: str | int | None = None,
     timeout: float | str | None = None,
     batch_rows: int = BATCH_ROWS,
+    verify: bool = False,
 ) -> Iterator[QueryResult]:
     """One read-only query whose rows stream in batches, under a memory and a time limit
     (``limits.py``); every problem is an AuditError with a one-line message."""
@@ -346,7 +424,7 @@ def query_result(
         raise AuditError(str(exc)) from None
     # Only the text views the query names: a run can have thousands of Parquet files.
     views = [v for v in TEXT_VIEWS if v in query.lower()]
-    with reading(run_dir, text_views=views, memory_limit=limit) as con:
+    with reading(run_dir, text_views=views, memory_limit=limit, verify=verify) as con:
         check_query(con, query)
         with limits.QueryGuard(con, limit, seconds) as guard:
             try:

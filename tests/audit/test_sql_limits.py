@@ -256,20 +256,23 @@ def test_ctrl_c_interrupts_the_query_and_exits_130(run40: Path, tmp_path: Path) 
     (before, the process went on 25-36 s after the signal, as long as the query itself)."""
     query = "select count(*) from range(100000000) a(x), range(100000) b(y) where a.x * b.y = -1"  # hours
     out, err = tmp_path / "stdout", tmp_path / "stderr"
+    env = {**os.environ, "DATAPIPE_PROGRESS_INTERVAL": "0.5"}  # "sql: query running" lines once the query runs
     with out.open("wb") as o, err.open("wb") as e:
-        proc = subprocess.Popen([sys.executable, "-c", CLI, *_sql(run40, query)], stdout=o, stderr=e, cwd=ROOT)
+        proc = subprocess.Popen([sys.executable, "-c", CLI, *_sql(run40, query)], stdout=o, stderr=e, cwd=ROOT, env=env)
     try:
-        time.sleep(6)  # past the start-up (imports, the connection): the join runs
-        assert proc.poll() is None, err.read_text()
+        deadline = time.monotonic() + 120
+        while err.read_text(encoding="utf-8").count("query running") < 6:  # 3 s on: past the start-up, the join runs
+            assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.1)
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=20)
         waited = time.monotonic() - sent
     finally:
         proc.kill()
-    text = err.read_text(encoding="utf-8")
-    assert code == 130, (code, text)
-    assert text.strip().splitlines() == ["error: interrupted: the query was stopped (Ctrl-C); nothing was changed"], text
+    lines = [line for line in err.read_text(encoding="utf-8").splitlines() if "query running" not in line]
+    assert code == 130, (code, lines)
+    assert lines == ["error: interrupted: the query was stopped (Ctrl-C); nothing was changed"], lines
     assert waited < 5, waited
 
 

@@ -116,3 +116,60 @@ def test_a_damaged_run_json_is_one_error_naming_it(clean, tmp_path: Path, conten
     assert "hint: run again with --fresh" in res.output
     fresh = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress", "--fresh"])
     assert fresh.exit_code == 0, fresh.output
+
+
+def flip_data_page(path: Path, column: str = "text") -> int:
+    """Flip one bit in the middle of the pages of ``column`` in the first row group (the compressed
+    text: unique texts are mostly in its dictionary page), not in the footer: the file keeps its size
+    and its footer parses, and the text decodes to something else (checked). Returns the offset."""
+    import pyarrow.parquet as pq
+
+    before = pq.read_table(path, columns=[column])
+    chunk = pq.ParquetFile(path).metadata.row_group(0)
+    meta = next(chunk.column(i) for i in range(chunk.num_columns) if chunk.column(i).path_in_schema == column)
+    start = meta.dictionary_page_offset or meta.data_page_offset
+    at = start + meta.total_compressed_size // 2
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x20
+    path.write_bytes(bytes(data))
+    try:
+        assert not pq.read_table(path, columns=[column]).equals(before)  # decodes, to other text
+    except OSError:
+        pass  # or does not decode at all
+    return at
+
+
+def _jsonl(folder: Path) -> list[str]:
+    return [line for f in sorted(folder.rglob("*.jsonl")) for line in f.read_text(encoding="utf-8").splitlines()]
+
+
+def test_readers_of_a_finished_run_refuse_a_damaged_documents_file(clean, tmp_path: Path) -> None:
+    """One bit flipped in a data page of a kept documents file (size kept): the JSONL export, a query
+    reading the text, `sql --verify` and `stats --verify` refuse it by name and point at `datapipe run`;
+    run again, the run redoes it and the export equals the clean run's. (Before: the export exited 0
+    with the damaged text, and sql answered from it.)"""
+    pipeline, done, _ = clean
+    out = tmp_path / "out"
+    shutil.copytree(done, out)
+    victim = out / "docs" / "zh" / "00000.parquet"
+    flip_data_page(victim)
+    runner = CliRunner()
+    name = f"{out}/docs/zh/00000.parquet"
+
+    def refused(args: list[str]) -> str:
+        res = runner.invoke(main, args)
+        errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+        assert res.exit_code == 1 and len(errors) == 1 and name in errors[0], (args, res.output)
+        assert "hint: run the same `datapipe run` command again" in res.output and "Traceback" not in res.output
+        return errors[0]
+
+    assert "sha256 differs" in refused(["export", str(out), "--format", "jsonl", "-o", str(tmp_path / "x"), "--no-progress"])
+    assert "could not be decoded" in refused(["sql", str(out), "select sum(length(text)) from kept_docs where source = 'zh'"])
+    assert "sha256 differs" in refused(["sql", str(out), "--verify", "select count(*) from documents"])
+    assert "sha256 differs" in refused(["stats", str(out), "--verify"])
+    rerun = runner.invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress"])
+    assert rerun.exit_code == 0 and f"{name}: its sha256 differs" in rerun.output, rerun.output
+    for run, folder in ((out, tmp_path / "after"), (done, tmp_path / "clean")):
+        res = runner.invoke(main, ["export", str(run), "--format", "jsonl", "-o", str(folder), "--no-progress"])
+        assert res.exit_code == 0, res.output
+    assert _jsonl(tmp_path / "after") == _jsonl(tmp_path / "clean") and _jsonl(tmp_path / "clean")
