@@ -22,9 +22,9 @@ import torch.nn.functional as F
 
 import datapipe.loader
 from datapipe.ablate.model import ModelConfig, TinyGPT
-from datapipe.engine.faults import fault_point
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.loader.torch_adapter import TorchPackedDataset
+from datapipe.runtime.faults import fault_point
 
 CHECKPOINT = "ckpt.pt"
 

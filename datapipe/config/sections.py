@@ -94,7 +94,7 @@ class SplitConfig(Strict):
     group_small_files: bool = Field(True, description="Read consecutive small files of a source in one task.")
     # 8: a shuffle partition opens at most 8 files per round, however many map tasks or partitions
     # wrote its rows, so files opened per document stay flat as both grow with the corpus
-    # (bench/shuffle_files.py); more groups merge in more parallel tasks.
+    # (bench/scaling/shuffle_files.py); more groups merge in more parallel tasks.
     shuffle_groups: int = Field(
         8,
         ge=0,
@@ -108,9 +108,9 @@ class SplitConfig(Strict):
 
 
 class WorkersConfig(Strict):
-    """How long a Ray worker process is reused (datapipe/engine/recycle.py); outputs do not depend on it."""
+    """How long a Ray worker process is reused (datapipe/engine/executors/ray/recycle.py); outputs do not depend on it."""
 
-    # 32 MiB: in bench/substrings.py, never-replaced workers started the round tasks at 315, 340 and
+    # 32 MiB: in bench/scaling/substrings.py, never-replaced workers started the round tasks at 315, 340 and
     # 373 MiB at 1x, 4x and 16x; with 32 at 305-328 MiB, for 0, 6 and 8 fresh workers (~1.6-3.5 CPU s
     # each, 9-12% of the 4x and 16x runs' CPU). docs/stages/substrings.md has the table.
     recycle_above_mib: int = Field(

@@ -3,7 +3,7 @@
 Each original (a real document) gets two edited copies drawn with a fixed seed: one edit, or two
 edits combined, among sentence insertion (from another document), sentence deletion, swapped
 boilerplate (a different site header/footer on the copy) and reordered paragraphs. Other
-originals are the negatives. Used by tests and ``bench/dedup_quality.py``.
+originals are the negatives. Used by tests and ``bench/quality/dedup_quality.py``.
 """
 
 from __future__ import annotations

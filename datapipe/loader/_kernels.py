@@ -420,7 +420,7 @@ def _gather_rows(low, elem, itemsize, out):  # pragma: no cover - compiled
     random places in memory, where the hardware prefetcher starts over (and again at each
     page boundary a row crosses), and one row's copy (4 KiB at seq_len 2048) is long enough
     to hide the next row's latency. Prefetches never fault, so the one line past a row's
-    end is harmless. Measured in isolation (bench/loader.py's rows, 1,000 shards): ~10-25%
+    end is harmless. Measured in isolation (bench/perf/loader.py's rows, 1,000 shards): ~10-25%
     faster than the same memcpy loop without them, and than numpy's fancy index."""
     row_bytes = out.shape[1] * itemsize
     dst = out.ctypes.data

@@ -507,7 +507,7 @@ class PackedDataset:
         batches are views of token gathers of up to 512 KiB (one gather call serves several
         batches: its fixed cost, ~2 us of numba dispatch and allocation, counts at 32 x 2048,
         where 256 KiB held one batch a call: tokens-only ratio 0.80 at 256 KiB, 0.89 at 512
-        KiB, medians of 15 interleaved repeats in bench/loader.py with 1,000 shards of 16
+        KiB, medians of 15 interleaved repeats in bench/perf/loader.py with 1,000 shards of 16
         rows). Batches that cross a process boundary (``in_process=False``) get compact arrays
         of their own: tokens gathered per batch (no extra copy)."""
         plan = self.plan(worker_id, num_workers)

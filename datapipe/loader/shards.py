@@ -345,10 +345,13 @@ def writable_by_others(path: str) -> bool:
 
 
 def default_copy_dir() -> str:
-    """Where shard copies go when no ``cache_dir`` is given: ``loader-shards`` in datapipe's cache."""
-    from datapipe.storage.cache import cache_dir  # a tiny module: the loader needs neither engine nor Ray
-
-    return str(cache_dir() / "loader-shards")
+    """Where shard copies go when no ``cache_dir`` is given: ``loader-shards`` in datapipe's cache
+    folder ($DATAPIPE_CACHE_DIR, else the XDG cache; found as ``storage/cache.py`` does, which a
+    training job's loader does not import)."""
+    env = os.environ.get("DATAPIPE_CACHE_DIR")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(env).expanduser() if env else (Path(xdg) if xdg else Path.home() / ".cache") / "datapipe"
+    return str(base / "loader-shards")
 
 
 def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -> str:

@@ -55,10 +55,10 @@ class RecordedFiles:
         self.location = location or folder.location  # how messages name the run folder
         self._files: dict[str, Recorded] = {}
         self._checked: set[str] = set()
-        base = folder.markers_dir
+        base = folder.markers.dir
         phases = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
         for phase in phases:
-            for task, marker in folder.read_markers(phase).items():
+            for task, marker in folder.markers.read_all(phase).items():
                 for entry in marker.get("files") or ():
                     self._files[entry["path"]] = Recorded(phase, task, int(entry["bytes"]), entry.get("sha256"))
         self.available = bool(self._files)

@@ -5,7 +5,7 @@ Every kernel is ``cache=True``: after the first compilation a process loads it f
 on-disk cache in milliseconds. On the first run after an install (or after a kernel's source
 changed) each Ray worker would compile the kernels it calls itself, and keep what LLVM's
 passes allocated (the largest map worker peaked at 373 MiB PSS against 362 MiB on the next run,
-``bench/worker_memory.py`` with a fresh ``NUMBA_CACHE_DIR``), and two workers compiled the same
+``bench/scaling/worker_memory.py`` with a fresh ``NUMBA_CACHE_DIR``), and two workers compiled the same
 kernels twice. Instead the driver of an embedded-Ray run starts ``python -m
 datapipe.runtime.kernel_warmup --part I/N`` in up to two processes alongside ``ray.init`` (~6 CPU s in
 all, overlapping Ray's start), waits for them before the first task and writes the stamp; the

@@ -8,7 +8,7 @@ their checksum and carry a real birth date, and IP candidates must parse as addr
 that identify no one (loopback, 0.0.0.0, ::, documentation ranges) stay, as do dotted references
 and small dotted numbers without an address word nearby (a film "4.3.2.1", John 1:26.28.48.51).
 Measured on a hand-labelled sample of 442 real candidates (tests/fixtures/pii_labelled.jsonl,
-bench/pii_eval.py).
+bench/quality/pii_eval.py).
 """
 
 from __future__ import annotations

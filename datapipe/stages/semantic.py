@@ -51,7 +51,7 @@ from datapipe.stages.steps import Partitions, partitions_option
 REASON = "near_semantic"
 DOC, CENTROID = 0, 1  # row kinds of round 0's input and output
 _EMBED_CHUNK = 2048
-# bench/semantic_eval.py: the bag-of-words static model has no unrelated pair of 10,000 above 0.8;
+# bench/quality/semantic_eval.py: the bag-of-words static model has no unrelated pair of 10,000 above 0.8;
 # the fastText vectors trained on 2,080 documents have two above 0.9 and none at 0.99.
 DEFAULT_THRESHOLD, DEFAULT_FASTTEXT_THRESHOLD = 0.9, 0.99  # documents read and embedded at a time in round 1
 
@@ -188,7 +188,7 @@ class SemanticDedup(GlobalStage):
 
     def step_resources(self) -> Resources:
         """The rounds' tasks ask for a GPU share unless ``device: cpu``: required with ``cuda``; with
-        ``auto`` dropped on a cluster without GPUs (``datapipe.engine.executors.fit_gpus``)."""
+        ``auto`` dropped on a cluster without GPUs (``datapipe.engine.executors.ray.executor.fit_gpus``)."""
         base = super().step_resources()
         if self.options.device == "cpu":
             return base

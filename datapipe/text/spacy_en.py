@@ -9,10 +9,10 @@ punctuation and numbers are words of their own, unlike datapipe's whitespace wor
 
 This module runs the same algorithm (spaCy 3.8's ``Tokenizer._tokenize_affixes``,
 ``_split_affixes``, ``_attach_tokens`` and the special-case matcher, ``faster_heuristics`` on)
-with spaCy's own rules, exported to ``spacy_en_rules.json`` by ``bench/_export_spacy_en.py``,
+with spaCy's own rules, exported to ``spacy_en_rules.json`` by ``bench/_support/export_datatrove_rules.py``,
 so datapipe needs no spaCy. A chunk's tokens depend on the chunk alone, so each distinct chunk
 is split once per process (``chunk_tokens`` is cached): web text repeats most of its chunks.
-bench/fineweb_agreement.py checks the tokens against spaCy's on every distinct chunk of the
+bench/quality/fineweb_agreement.py checks the tokens against spaCy's on every distinct chunk of the
 shared English corpus.
 """
 

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench._harness import Harness, pair_ratios, summary  # noqa: E402
-from bench._proctree import run_tree  # noqa: E402
+from bench._support.harness import Harness, pair_ratios, summary
+from bench._support.proctree import run_tree
 
 
 def test_summary_and_pair_ratios() -> None:

@@ -8,20 +8,14 @@ a few rows of it as a headline; each quoted row must be a row of the generated t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from bench import readme_table
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADLINE_START = "<!-- bench-headline:start"
 HEADLINE_END = "<!-- bench-headline:end -->"
-
-
-def _table_module():
-    spec = importlib.util.spec_from_file_location("readme_table", ROOT / "bench" / "readme_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _rows(markdown: str) -> list[tuple[str, str, str]]:
@@ -38,12 +32,11 @@ def _rows(markdown: str) -> list[tuple[str, str, str]]:
 
 
 def test_benchmarks_page_holds_the_generated_table() -> None:
-    table = _table_module()
     page = (ROOT / "docs" / "benchmarks.md").read_text()
-    assert table.START in page and table.END in page
-    block = page.split(table.START, 1)[1].split(table.END, 1)[0]
-    assert block.strip() == table.render().strip(), (
-        "docs/benchmarks.md's table differs from bench/results/*.json: run `python bench/readme_table.py --write`"
+    assert readme_table.START in page and readme_table.END in page
+    block = page.split(readme_table.START, 1)[1].split(readme_table.END, 1)[0]
+    assert block.strip() == readme_table.render().strip(), (
+        "docs/benchmarks.md's table differs from bench/results/*.json: run `python -m bench.readme_table --write`"
     )
 
 
@@ -52,16 +45,15 @@ def test_readme_headline_quotes_rows_of_the_table() -> None:
     assert HEADLINE_START in readme and HEADLINE_END in readme
     quoted = _rows(readme.split(HEADLINE_START, 1)[1].split(HEADLINE_END, 1)[0])
     assert quoted, "the README's benchmark headline quotes no row"
-    generated = set(_rows(_table_module().render()))
+    generated = set(_rows(readme_table.render()))
     for row in quoted:
         assert row in generated, f"README quotes {row}, which is not a row of docs/benchmarks.md's table"
 
 
 def test_every_result_file_has_rows_with_machine_and_range(tmp_path: Path) -> None:
-    table = _table_module()
-    results = table.load_results()
+    results = readme_table.load_results()
     assert results, "bench/results/ holds no harness JSON"
-    rendered = table.render()
+    rendered = readme_table.render()
     for stem, result in results:
         env = result["env"]
         assert env["cores"] and env["date_utc"] and env["cpu_model"], stem
@@ -71,4 +63,4 @@ def test_every_result_file_has_rows_with_machine_and_range(tmp_path: Path) -> No
     rec = (result.get("ratios") or result.get("figures"))[0]
     rec["median"] = (rec["median"] or 0) + 123.0
     (tmp_path / f"{stem}.json").write_text(json.dumps(result))
-    assert table.render(tmp_path) not in rendered
+    assert readme_table.render(tmp_path) not in rendered

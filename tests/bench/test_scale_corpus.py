@@ -1,10 +1,9 @@
-"""bench/scale.py's corpus and accounting: copies of real documents are not duplicates of each other,
+"""bench/scaling/scale.py's corpus and accounting: copies of real documents are not duplicates of each other,
 plants are what they claim, and the recall / false-positive count follows the pair rule."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,13 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from bench._support.corpus import FILES
+from bench._support.scale_corpus import Corpus, load_base, similarity_check, write_corpus
+from bench.scaling.scale import plants_found
 from tests.support.shared_data import shared_path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench._corpus import FILES  # noqa: E402
-from bench._scale_corpus import Corpus, load_base, similarity_check, write_corpus  # noqa: E402
-from bench.scale import plants_found  # noqa: E402
 
 
 @pytest.fixture(scope="module")

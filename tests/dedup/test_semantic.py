@@ -266,7 +266,7 @@ def test_a_component_keeps_the_survivor_of_its_rule(survivor: str, kept: str) ->
 
 def test_torch_path_makes_the_numpy_paths_decisions_on_real_documents(tmp_path: Path) -> None:
     """The GPU code (run here on torch's CPU: device "cpu" is a torch device) gives the same k-means clusters, assignments and
-    pairs as numpy on real documents; the GPU itself: bench/gpu_checks.py."""
+    pairs as numpy on real documents; the GPU itself: bench/gpu/gpu_checks.py."""
     pytest.importorskip("torch")
     texts, _ = corpus()
     with open(shared_path("corpus", "en_wikipedia.jsonl"), encoding="utf-8") as f:
@@ -297,7 +297,7 @@ def test_device_option_sets_the_rounds_gpu_request_and_cuda_without_a_gpu_names_
         r = SemanticDedup(SemanticOptions(device=device), StageContext(".", ".")).step_resources()
         return r.num_gpus, r.gpus_required
 
-    assert wants("auto") == (0.25, False)  # dropped on a cluster without GPUs (engine.executors.fit_gpus)
+    assert wants("auto") == (0.25, False)  # dropped on a cluster without GPUs (engine.executors.ray.executor.fit_gpus)
     assert wants("cuda") == (0.25, True)
     assert wants("cpu") == (0.0, False)
     # in a run: the rounds' tasks ask for the share, the map phases (no cosine there) do not

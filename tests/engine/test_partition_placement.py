@@ -1,7 +1,7 @@
 """A MinHash partition answers for the map outputs of the shards its number is, modulo the
 partitions (``minhash._owner``): on a remote run folder over several nodes its tasks are placed on
 the node that wrote most of those map outputs, so it reads them from that node's mirror instead of
-through the store (bench/store_nodes.py). Exact dedup's partitions read no map output: not placed."""
+through the store (bench/scaling/store_nodes.py). Exact dedup's partitions read no map output: not placed."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from datapipe.engine.phases import Task, plan_phases
 from datapipe.engine.plan import make_spec
+from datapipe.engine.work_files import map_phase
 from datapipe.pipeline.load import load_pipeline
-from datapipe.run_folder.layout import map_phase
 from tests.conftest import write_pipeline
 from tests.support.shared_data import shared_path
 

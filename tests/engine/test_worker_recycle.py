@@ -1,5 +1,5 @@
 """A Ray worker that holds too much more than a fresh one makes way for a fresh one after handing over
-its task's result (engine/recycle.py, ``workers:`` in the pipeline file), and no task runs twice."""
+its task's result (engine/executors/ray/recycle.py, ``workers:`` in the pipeline file), and no task runs twice."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from datapipe.config.sections import WorkersConfig
-from datapipe.engine import plan, recycle
-from datapipe.engine.executors import RayExecutor
+from datapipe.engine import plan
+from datapipe.engine.executors.ray import recycle
+from datapipe.engine.executors.ray.executor import RayExecutor
 from datapipe.engine.phases import Phase, Task
 from datapipe.pipeline.load import ConfigError, load_pipeline
 from tests.conftest import write_pipeline
@@ -92,7 +93,7 @@ def test_what_a_phase_loads_is_allowed_and_what_earlier_phases_left_is_not(monke
 
 def test_the_floor_is_taken_after_the_first_task_that_loaded_something(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker whose first task only counted lines holds what its map tasks import (stages, kernels)
-    from its first map task on: not what earlier phases left (bench/pipeline.py replaced 7 workers)."""
+    from its first map task on: not what earlier phases left (bench/perf/pipeline.py replaced 7 workers)."""
     monkeypatch.setattr(recycle, "_WORKER", recycle._Worker())
     settings = WorkersConfig(recycle_above_mib=32)
     assert recycle.should_exit("lines", 150, 159, settings, grew=False) is None

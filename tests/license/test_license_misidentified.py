@@ -1,6 +1,6 @@
 """Layouts that gave a wrong SPDX id (issue 35, item 4), built from the real choosealicense texts.
 
-Each is a form seen in held-out packages (bench/license_heldout.py): a "Modified BSD License"
+Each is a form seen in held-out packages (bench/quality/license_heldout.py): a "Modified BSD License"
 heading, BSD + a Facebook PATENTS file, a root LICENSE beside a REUSE LICENSES/ folder, a GNU
 notice whose version comes after it (or from COPYING), and a header offering a choice of several
 licences. Plus package metadata whose licence list holds non-strings (it raised TypeError).

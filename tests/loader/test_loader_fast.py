@@ -226,7 +226,7 @@ def test_interleaved_iterators_keep_evicted_maps_alive(run, kernel_mode):
 def test_dropped_dataset_unmaps_its_shards_without_a_collection(run):
     """A dataset and its shard table form no reference cycle: dropping the dataset closes its
     maps at once. (A training job that builds a loader per evaluation otherwise kept every old
-    loader's shards mapped until Python's next full collection: in bench/loader.py, 4,000
+    loader's shards mapped until Python's next full collection: in bench/perf/loader.py, 4,000
     stale maps.)"""
     import gc
 

@@ -112,7 +112,7 @@ def test_sentence_final_full_stop_does_not_hide_pii(text: str, expected: str) ->
 
 
 # Precision/recall floors on the hand-labelled sample of real candidates (442 strings from
-# ../shared/data; tests/fixtures/make_pii_sample.py). Measured (bench/pii_eval.py) before issue 16:
+# ../shared/data; tests/fixtures/make_pii_sample.py). Measured (bench/quality/pii_eval.py) before issue 16:
 # email 0.64/0.74, phone 0.09/0.20, ip 0.70/1.00; after: email 1.00/0.94, phone 1.00/0.60,
 # ip 1.00/1.00. The floors sit a little under the measured values. Phone recall is low because
 # national formats without a country code ((062) 200-7606, 0800 221 221) are not matched.

@@ -2,7 +2,7 @@
 FineWeb filters) against datapipe's own en_web rules, on real English Wikipedia pages whose
 decision differs in the ways docs/stages/quality.md documents. Each expectation is derived from
 datatrove's rule definitions (datatrove/pipeline/filters/*.py) and spaCy's documented tokenization,
-not copied from a run; bench/fineweb_agreement.py measures the agreement with datatrove itself.
+not copied from a run; bench/quality/fineweb_agreement.py measures the agreement with datatrove itself.
 """
 
 from __future__ import annotations

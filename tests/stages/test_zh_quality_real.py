@@ -2,7 +2,7 @@
 
 TiDB docs and OI-wiki (../shared/data/corpus) are Markdown with code, math and tables; judged
 whole, zh_web kept 20% and 35% of them. The floors below sit just under what langid + quality
-measure now (bench/zh_keep_rates.py: 90.5%, 96.7%, zh Wikipedia 99.1%), and every junk page
+measure now (bench/quality/zh_keep_rates.py: 90.5%, 96.7%, zh Wikipedia 99.1%), and every junk page
 (the demo's and tests/fixtures/zh_junk.jsonl) must still be dropped.
 """
 

@@ -1,6 +1,6 @@
 """Byte-level BPE tokenizers in the configurations the fast encoder must reproduce, trained on given text.
 
-Used by tests/tokens/test_fast_bpe.py (small vocabularies on a corpus sample) and bench/fast_encoder.py
+Used by tests/tokens/test_fast_bpe.py (small vocabularies on a corpus sample) and bench/perf/fast_encoder.py
 (the whole corpus).
 """
 

@@ -1,6 +1,6 @@
 """A loopback S3 server (moto) that counts the requests it answers: GET (object reads, ranged or
 whole), PUT (object writes, multipart parts and completions), LIST, HEAD and DELETE, and the
-bytes read and written. For bench/scale.py --s3 and tests that measure what a run asks of the store.
+bytes read and written. For bench/scaling/scale.py --s3 and tests that measure what a run asks of the store.
 
     server = CountingS3()            # started; server.url is the endpoint
     before = server.snapshot()

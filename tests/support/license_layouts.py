@@ -5,9 +5,9 @@ repositories (SOURCES.md says where each came from) and an expected.json:
 {"license": SPDX expression or "unknown", "file": a source file whose own licence is
 asked (else the repository's), "layout": what the case is about}.  Scoring compares
 licence families (GPL-3.0, GPL-3.0-only and GPL-3.0-or-later are one family), as
-bench/license.py does: right = the same set (and the same AND/OR shape), unknown = we
+bench/perf/license.py does: right = the same set (and the same AND/OR shape), unknown = we
 said nothing, wrong = any other answer, including an id for an `unknown` case.
-Used by tests/license/test_license_layouts.py and bench/license.py.
+Used by tests/license/test_license_layouts.py and bench/perf/license.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reference licence texts (choosealicense, real test data) and variants built from them.
 
-Used by tests/license/test_license_text.py and bench/license.py.  Each variant is (name, text,
+Used by tests/license/test_license_text.py and bench/perf/license.py.  Each variant is (name, text,
 expected ids); a detector is right when it returns exactly the expected set of ids.
 """
 

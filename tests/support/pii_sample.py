@@ -3,7 +3,7 @@
 Each row is one candidate string in 60 characters of real context, with the label of what it
 is. The stage redacts the whole context; the candidate counts as detected as type T when a
 ``<T>`` placeholder replaced text overlapping it. Black-box on ``redact``, so the same measure
-runs on any version of the stage (bench/pii_eval.py prints it before and after a change).
+runs on any version of the stage (bench/quality/pii_eval.py prints it before and after a change).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A model2vec-layout static-embedding model built from texts (no hub, no download): the semantic
-stage's tests and ``bench/gpu_checks.py`` embed real documents with it."""
+stage's tests and ``bench/gpu/gpu_checks.py`` embed real documents with it."""
 
 from __future__ import annotations
 

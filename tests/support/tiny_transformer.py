@@ -3,7 +3,7 @@ with seeded random weights, with a WordPiece tokenizer trained here on real zh/e
 folder: no hub, no download.
 
 Used by the classify tests (``tests/classify/test_transformer_classifier.py``) and by
-``bench/classify_transformer.py`` (a larger one of the same shape); the encoder by the semantic stage's tests
+``bench/perf/classify_transformer.py`` (a larger one of the same shape); the encoder by the semantic stage's tests
 (``tests/dedup/test_semantic_models.py``).
 """
 

@@ -2,7 +2,7 @@
 
 Tokenizers are trained here, small, on real text (the shared zh/en corpus) in several configurations
 (vocabulary sizes, prefix space, a Llama-3 style split regex, special tokens in the text), and every
-document of a real sample is encoded both ways. ``bench/fast_encoder.py`` does the same over the
+document of a real sample is encoded both ways. ``bench/perf/fast_encoder.py`` does the same over the
 whole corpus with larger vocabularies.
 """
 

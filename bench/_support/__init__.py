@@ -1,0 +1,1 @@
+"""What the bench scripts share: the harness, the sample corpus, the bench tokenizer, process-tree sampling."""

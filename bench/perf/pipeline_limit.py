@@ -1,0 +1,103 @@
+"""The whole pipeline's floor: the library calls it cannot avoid, each timed alone, against its measured CPU.
+
+    python -m bench.perf.pipeline_limit RUN_FOLDER INPUT_FOLDER [--tokenizer bpe32k] [--json PATH]
+
+RUN_FOLDER is a finished ``bench/perf/pipeline.py --work W`` run (``W/dp-out``), INPUT_FOLDER its input
+(``W/input``). In one process, on one core, with the same inputs:
+
+  read        pyarrow's JSON reader over the input files (the text must be parsed once)
+  fastText    ``predict`` over every input text, newlines as spaces (the langid stage's one call per text)
+  encode      the fastest exact encoder (tiktoken through datapipe's fast path, GPT-2's split without its
+              lookahead where it applies) over the kept texts, as one batch
+  parquet     writing the kept documents, as read back from the run, with zstd (the docs/ output)
+
+Their sum is what any pipeline with these outputs spends in library code; the pipeline's process-tree
+CPU (from ``bench/results/pipeline.json`` or ``--pipeline-cpu``) over that sum is its distance from the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+
+from bench._support.bench_tokenizer import resolve
+from bench._support.harness import Harness, add_args
+
+
+def cpu(fn) -> float:  # noqa: ANN001
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", type=Path)
+    ap.add_argument("input", type=Path)
+    ap.add_argument("--tokenizer", default="bpe32k")
+    ap.add_argument("--pipeline-cpu", type=float, nargs="*", default=[], help="process-tree CPU seconds of pipeline runs")
+    args = add_args(ap, repeats=3).parse_args()
+    h = Harness("pipeline_limit", args, libs=["fasttext-numpy2", "tiktoken", "pyarrow"])
+    from datapipe.assets.models import ensure_lid_model
+    from datapipe.config.sections import TokenizeConfig
+    from datapipe.tokens.encode import fast_encoder, load_tokenizer_info, with_engine
+
+    files = sorted(glob.glob(str(args.input / "*.jsonl")))
+    docs = pa.concat_tables(
+        [pq.read_table(f) for f in sorted(glob.glob(str(args.run / "docs" / "**" / "*.parquet"), recursive=True))]
+    )
+    kept = docs["text"].to_pylist()
+    tok = resolve(args.tokenizer)
+    info = with_engine(load_tokenizer_info(tok, TokenizeConfig(tokenizer=str(tok))))
+    enc = fast_encoder(info, kept)
+    assert enc is not None, info.engine_note
+    import fasttext
+
+    model = fasttext.load_model(str(ensure_lid_model()))
+    texts: list[str] = []
+
+    def read() -> None:
+        texts.clear()
+        for f in files:
+            texts.extend(pj.read_json(f, read_options=pj.ReadOptions(block_size=1 << 24))["text"].to_pylist())
+
+    def predict() -> None:
+        model.predict([t.replace("\n", " ") for t in texts], k=1)
+
+    def encode() -> None:
+        enc.encode_batch(kept)  # one batch, one thread: how the pipeline's tasks call it
+
+    def write() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            pq.write_table(docs, Path(tmp) / "docs.parquet", compression="zstd")
+
+    read()
+    runs = h.interleave(
+        {
+            "read": lambda: cpu(read),
+            "fastText": lambda: cpu(predict),
+            "encode": lambda: cpu(encode),
+            "parquet": lambda: cpu(write),
+        }
+    )
+    total = [sum(v) for v in zip(*runs.values())]
+    for k, v in runs.items():
+        h.figure(f"{k} CPU alone", v, "s")
+    h.figure("sum of the irreducible calls", total, "s")
+    if args.pipeline_cpu:
+        floor = sorted(total)[len(total) // 2]
+        h.figure("pipeline process-tree CPU / floor", [c / floor for c in args.pipeline_cpu], "x")
+    h.finish(input_docs=len(texts), kept_docs=len(kept), tokenizer=args.tokenizer, pipeline_cpu=args.pipeline_cpu)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

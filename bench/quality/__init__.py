@@ -1,0 +1,1 @@
+"""Quality measurements on real data: precision, recall, agreement with other tools."""
