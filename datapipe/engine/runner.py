@@ -36,7 +36,7 @@ from datapipe.runtime.own_cpu import Sections
 from datapipe.runtime.progress import PhaseProgress
 from datapipe.storage.atomic import fault_scope
 from datapipe.storage.cache import cache_dir
-from datapipe.storage.uri import RUN_FILES, folder_stats_once
+from datapipe.storage.uri import RUN_FILES, InputUnavailable, folder_stats_once
 
 
 @dataclass
@@ -350,6 +350,9 @@ def _run_phase(
     result.phases.append({"phase": name, "tasks": len(work), "ran": len(todo), "seconds": round(elapsed, 3)})
     if disk_full is not None:  # one line, not one traceback per task: the cause is the same for all
         raise PipelineError(disk_full.message(folder.root))
+    # A Ray task's error is also an instance of its cause (executors/ray): the cause holds the details.
+    if unread := [getattr(exc, "cause", exc) for _, exc in failed if isinstance(exc, InputUnavailable)]:
+        raise _inputs_unavailable(unread, len(failed), len(work), name)
     if failed:
         try:  # the tracebacks, and Ray's notices of the attempts it retried (engine/failures.py)
             where = f"; tracebacks in {failures_log(folder.work, name, failed)}"
@@ -401,6 +404,24 @@ def _finish(
         record.run["driver_cpu_s"] = sections.record()
         record.complete(timings, counts)
         return True
+
+
+def _inputs_unavailable(unread: list[InputUnavailable], failed: int, tasks: int, phase: str) -> PipelineError:
+    """The run's error when its inputs' store failed tasks: the store, the files, what to do."""
+    stores = sorted({exc.store for exc in unread})
+    files = sorted({exc.path for exc in unread})
+    return PipelineError(
+        f"inputs of the run could not be read from {', '.join(stores)}, though they were there when the run "
+        f"was planned: {failed} of {tasks} {phase} tasks failed after retrying the store (finished work is kept; "
+        f"no document of these files was counted as read):\n" + "\n".join(f"  - {f}: {_detail(unread, f)}" for f in files[:20]),
+        hint=unread[0].hint or "check that the store is up and holds these files, then run the same command again",
+    )
+
+
+def _detail(unread: list[InputUnavailable], path: str) -> str:
+    """What went wrong with ``path``, from the first error naming it (its message less the path)."""
+    text = next(str(e) for e in unread if e.path == path)
+    return text[len(path) + 2 :] if text.startswith(f"{path}: ") else text
 
 
 def _short_error(exc: BaseException) -> str:
