@@ -166,6 +166,16 @@ def _repair(folder: RunFolder, log: Callable[[str], None], hashes: bool) -> int:
     return discard(folder, damaged, log) if damaged else 0
 
 
+def _redo_miscounted(folder: RunFolder, spec: RunSpec, log: Callable[[str], None]) -> int:
+    """Discard the map markers whose counts disagree with their files (engine/marker_counts.py), so
+    their tasks are redone; returns how many."""
+    from datapipe.engine.marker_counts import count_damage
+    from datapipe.run_folder.integrity import discard
+
+    damaged = count_damage(folder, spec)
+    return discard(folder, damaged, log) if damaged else 0
+
+
 def _recorded_plan(pipeline: Pipeline, record: RunRecord, recorded: Recorded | None = None) -> RunSpec | None:
     """The run's tasks as planned when it first started; None before that. Bytes per map task are
     chosen once per run folder for the cluster it starts on (engine/splits.py), then recorded, so a
@@ -393,7 +403,12 @@ def _finish(
         folder.publish(*(f for f in RUN_FILES if f != "run.json"))  # run.json last: it says complete
         fault_point("stats", 1)
         timings["stats"] = round(time.perf_counter() - started, 3)
-        check_conservation(folder, counts)
+        try:
+            check_conservation(folder, counts)
+        except PipelineError:
+            if _redo_miscounted(folder, spec, log):  # a marker changed after its task wrote it: redone
+                return False
+            raise
         record.check_finished(pipeline, spec)
         # A Ray worker killed mid-write and retried leaves its temporary file behind; every task is
         # done now, so whatever temporary name is left belongs to no live writer.

@@ -1,9 +1,9 @@
 """Finished work whose files are no longer what its marker recorded: found, and discarded so it is redone.
 
-A completion marker names the files its task wrote (``files``: path, bytes, and the sha256 of
-documents files; ``run_folder/files.py``) and a pack marker the sha256 of its shards (its
-manifest rows). A file that is missing, of another size or (documents and shards) of another
-sha256 means that task's work is damaged: its marker is deleted, with the damaged file, so the
+A completion marker names the files its task wrote (``files``: path, bytes and sha256;
+``run_folder/files.py``; markers of older runs have the sha256 of documents files only) and a pack
+marker the sha256 of its shards (its manifest rows). A file that is missing, of another size or
+of another sha256 means that task's work is damaged: its marker is deleted, with the damaged file, so the
 run does the task again (tasks are deterministic: the redone files are identical to the lost
 ones, and work done after it from the same inputs stays valid).
 
@@ -14,8 +14,8 @@ is one of the right size (the copy statistics and the next tasks read).
 
 Cost: sizes are one ``stat`` per file a marker names (or one LIST of the store), cheap next to
 any run. Hashes are read only when asked for (``hashes=True``: once, when a run starts, of the
-work of earlier attempts), and only of what the markers record a sha256 of: kept and rejected
-documents and token shards, about the bytes the statistics of the run read again anyway.
+work of earlier attempts), and only of what the markers record a sha256 of: every file of a run
+written by this datapipe, intermediates included (one read of what the earlier attempts wrote).
 Markers of runs written before markers named their files are taken as they are.
 """
 
