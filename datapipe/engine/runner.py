@@ -10,6 +10,7 @@ resume), its inputs are checked against what its tasks read (input_identity.py).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,8 +28,9 @@ from datapipe.engine.plan import Recorded, RunSpec, build_stage, input_bytes, ma
 from datapipe.engine.redecide import plan_reuse
 from datapipe.engine.run_record import RunRecord, open_record
 from datapipe.pipeline.load import Pipeline
+from datapipe.run_folder.checked import DamagedRunFile
 from datapipe.run_folder.layout import RunFolder, RunFolderError
-from datapipe.run_folder.lock import RunLock
+from datapipe.run_folder.lock import ReadLock, RunLock
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime.faults import fault_point
 from datapipe.runtime.heartbeat import Heartbeat, duration
@@ -36,7 +38,7 @@ from datapipe.runtime.own_cpu import Sections
 from datapipe.runtime.progress import PhaseProgress
 from datapipe.storage.atomic import fault_scope
 from datapipe.storage.cache import cache_dir
-from datapipe.storage.uri import RUN_FILES, InputUnavailable, folder_stats_once
+from datapipe.storage.uri import RUN_FILES, InputUnavailable, folder_stats_once, is_uri
 
 
 @dataclass
@@ -83,7 +85,9 @@ def run_pipeline(
 
     try:
         # One driver per folder, taken before anything is read or written (--fresh deletes included).
-        with RunLock(folder.root, log=log), folder_stats_once():
+        # One driver per folder, taken before anything is read or written (--fresh deletes included);
+        # the folder re-decided from is held for reading, so no driver rewrites it meanwhile.
+        with RunLock(folder.root, log=log), _reading(reuse_from, folder.root), folder_stats_once():
             return _run_locked(pipeline, folder, fresh, show_progress, log, choose, reuse_from)
     except KeyboardInterrupt:
         raise RunInterrupted(
@@ -164,6 +168,13 @@ def _repair(folder: RunFolder, log: Callable[[str], None], hashes: bool) -> int:
 
     damaged = find_damage(folder, hashes=hashes)
     return discard(folder, damaged, log) if damaged else 0
+
+
+def _reading(source: Path | str | None, output: Path) -> contextlib.AbstractContextManager[object]:
+    """The run folder a run re-decides from (``--from``), locked for reading while the run reads it."""
+    if source is None or is_uri(source) or not Path(source).is_dir() or Path(source).resolve() == output:
+        return contextlib.nullcontext()  # refused by plan_reuse, with its reason
+    return ReadLock(Path(source).resolve())
 
 
 def _redo_miscounted(folder: RunFolder, spec: RunSpec, log: Callable[[str], None]) -> int:
@@ -363,6 +374,9 @@ def _run_phase(
     # A Ray task's error is also an instance of its cause (executors/ray): the cause holds the details.
     if unread := [getattr(exc, "cause", exc) for _, exc in failed if isinstance(exc, InputUnavailable)]:
         raise _inputs_unavailable(unread, len(failed), len(work), name)
+    if damaged := [getattr(exc, "cause", exc) for _, exc in failed if isinstance(exc, DamagedRunFile)]:
+        # A file a task read is not what its task wrote (the run re-decided from, --from): no retry helps.
+        raise PipelineError(str(damaged[0]), hint=damaged[0].hint)
     if failed:
         try:  # the tracebacks, and Ray's notices of the attempts it retried (engine/failures.py)
             where = f"; tracebacks in {failures_log(folder.work, name, failed)}"

@@ -66,6 +66,10 @@ class RecordedFiles:
     def get(self, rel: str) -> Recorded | None:
         return self._files.get(rel)
 
+    def files(self, prefixes: tuple[str, ...]) -> dict[str, Recorded]:
+        """The recorded files under ``prefixes`` (paths relative to the run folder)."""
+        return {rel: r for rel, r in self._files.items() if rel.startswith(prefixes)}
+
     def check(self, rel: str, path: str | os.PathLike[str] | None = None, reader: str = "") -> None:
         """Raise ``DamagedRunFile`` unless the file at ``rel`` (read at ``path``: a local path, or the
         mirror path of an object, read from the store) has the recorded size and sha256. A file no

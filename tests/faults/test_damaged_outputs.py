@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from datapipe.cli import main
+from tests.support.damage import flip_data_page
 from tests.support.shared_data import PROJECT_ROOT
 from tests.support.small_real_run import output_digests, real_pipeline, run_in_process
 
@@ -129,27 +130,6 @@ def test_a_damaged_run_json_is_one_error_naming_it(clean, tmp_path: Path, conten
     assert "hint: run again with --fresh" in res.output
     fresh = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress", "--fresh"])
     assert fresh.exit_code == 0, fresh.output
-
-
-def flip_data_page(path: Path, column: str = "text") -> int:
-    """Flip one bit in the middle of the pages of ``column`` in the first row group (the compressed
-    text: unique texts are mostly in its dictionary page), not in the footer: the file keeps its size
-    and its footer parses, and the text decodes to something else (checked). Returns the offset."""
-    import pyarrow.parquet as pq
-
-    before = pq.read_table(path, columns=[column])
-    chunk = pq.ParquetFile(path).metadata.row_group(0)
-    meta = next(chunk.column(i) for i in range(chunk.num_columns) if chunk.column(i).path_in_schema == column)
-    start = meta.dictionary_page_offset or meta.data_page_offset
-    at = start + meta.total_compressed_size // 2
-    data = bytearray(path.read_bytes())
-    data[at] ^= 0x20
-    path.write_bytes(bytes(data))
-    try:
-        assert not pq.read_table(path, columns=[column]).equals(before)  # decodes, to other text
-    except OSError:
-        pass  # or does not decode at all
-    return at
 
 
 def _jsonl(folder: Path) -> list[str]:
