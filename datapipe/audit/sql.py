@@ -210,15 +210,16 @@ def verify_documents(con: Any, root: Path) -> int:
 # What pyarrow says of a Parquet page or file it cannot decode: a page failing its checksum, a
 # corrupt compressed block, a footer or page header that does not parse.
 _DAMAGED_PARQUET = re.compile(
-    r"CRC checksum verification failed|could not verify page integrity|[Cc]orrupt|[Dd]ecompress|"
-    r"deserialize thrift|Unexpected end of stream|Invalid (page|column|data)|Parquet magic bytes not found"
+    r"CRC checksum verification failed|could not verify page integrity|Corrupt (?:Lz4|snappy|zstd|brotli|gzip)|"
+    r"(?:ZSTD|zstd|LZ4|lz4|Snappy|snappy|Brotli|brotli|Gzip|gzip|zlib) decompress|[Dd]ecompression failed|"
+    r"deserialize thrift|Unexpected end of stream|Parquet magic bytes not found"
 )
 
 
 def _damaged_documents(con: Any, run_dir: Path, text: str) -> DatapipeError | None:
     """For a query that failed decoding the run's Parquet (``_DAMAGED_PARQUET``): the error naming the
-    damaged documents file, found by checking the indexed files against their recorded sha256; None
-    when the error is not of that kind."""
+    damaged documents file, found by checking the indexed files against their recorded sha256 (a read
+    of each, on this failure only); None when the error is not of that kind or no file differs."""
     if not _DAMAGED_PARQUET.search(text):
         return None
     from datapipe.run_folder.checked import DamagedRunFile
@@ -228,8 +229,9 @@ def _damaged_documents(con: Any, run_dir: Path, text: str) -> DatapipeError | No
         found = recorded.first_damaged(_document_paths(con)) if recorded.available else None
     except Exception:  # noqa: BLE001 - looking for the file must not hide the query's own error
         found = None
-    where = f": {run_dir}/{found[0]}: {found[1]}" if found is not None else " (no file differs from its record)"
-    return DamagedRunFile(f"a documents file of the run could not be decoded ({text}){where}")
+    if found is None:
+        return None
+    return DamagedRunFile(f"a documents file of the run could not be decoded ({text}): {run_dir}/{found[0]}: {found[1]}")
 
 
 def _parquet_dataset(folder: Path) -> Any:

@@ -95,6 +95,8 @@ class RunDocuments:
         self._remote_files: set[str] | None = self._listed(("docs", "_work/tokens")) if remote else None
         self.batch_docs = batch_docs
         self._schemas: dict[Path, pa.Schema] = {}
+        self._shard_sha256: dict[str, str] | None = None  # the manifest's, by shard path
+        self._shards_checked: set[str] = set()
         # What the tasks recorded of the files they wrote, to check each file before it is read.
         try:
             self.recorded = recorded_files(self.folder, self.location)
@@ -153,13 +155,16 @@ class RunDocuments:
                 raise ExportError(f"RUN: {self.location}/{rel} is in the shard manifest but not in the store")
             path = storage.fetch(found)
         self.recorded.check(rel, path)  # its size, as the pack marker recorded it
-        assert self._manifest is not None
-        digest = dict(zip(self._manifest["path"].to_pylist(), self._manifest["sha256"].to_pylist())).get(rel)
-        if digest is not None and sha256_of(path) != digest:
+        if self._shard_sha256 is None:
+            assert self._manifest is not None
+            self._shard_sha256 = dict(zip(self._manifest["path"].to_pylist(), self._manifest["sha256"].to_pylist()))
+        digest = self._shard_sha256.get(rel)
+        if rel not in self._shards_checked and digest is not None and sha256_of(path) != digest:
             raise DamagedRunFile(
                 f"{self.location}/{rel}: its sha256 differs from the shard manifest's (damaged in place); "
                 "it is not the file its task wrote"
             )
+        self._shards_checked.add(rel)
         return path
 
     def doc_files(self, source: str) -> list[Path]:
