@@ -161,15 +161,7 @@ class RunLock:
                 pass  # a missed beat only makes a takeover from another host possible sooner
 
     def _record(self) -> dict[str, Any]:
-        return {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "pid_start": process_start(os.getpid()),
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(_command()),
-            "token": self.token,
-            "heartbeat_every_s": HEARTBEAT_S,
-        }
+        return {**this_process(), "token": self.token, "heartbeat_every_s": HEARTBEAT_S}
 
     def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
         return refusal(self.what, self.root, holder, why, "a driver that dies releases the lock by itself")
@@ -225,14 +217,7 @@ class ReadLock:
         record = self.root / READERS_DIR / f"{socket.gethostname()}-{os.getpid()}-{self.token}.json"
         try:
             record.parent.mkdir(exist_ok=True)
-            data = {
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "pid_start": process_start(os.getpid()),
-                "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "command": " ".join(_command()),
-            }
-            write_text_atomic(record, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            write_text_atomic(record, json.dumps(this_process(), indent=2, ensure_ascii=False) + "\n")
             self._record = record
         except OSError:
             self._record = None  # a read-only folder: the lock alone
@@ -248,6 +233,17 @@ class ReadLock:
                 pass
             os.close(self._fd)
             self._fd = None
+
+
+def this_process() -> dict[str, Any]:
+    """Who holds a lock, for its record: host, pid, the process's start time, when, the command."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "pid_start": process_start(os.getpid()),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(_command()),
+    }
 
 
 def live_reader(root: Path) -> dict[str, Any] | None:
