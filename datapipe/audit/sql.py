@@ -21,7 +21,10 @@ Nor are the documents' rows: ``documents`` (and the views on it) is a temporary 
 datasets of the run's kept and rejected Parquet files, created on each connection from the index
 the database holds (``audit/documents.py``). Their text is in ``kept_docs`` and ``rejected_docs``,
 pyarrow datasets over the same files, opened here in Python and registered with the connection,
-so DuckDB itself needs no file access for any of them.
+so DuckDB itself needs no file access for any of them. The database also stores ``documents`` and its
+views for plain DuckDB (over ``read_parquet``, ``audit/documents.py`` ``stored_views``): the temporary
+views of the same names hide them here, and naming them outright (``stats.main.documents``) is refused
+like any other file read.
 
 On top of that, ``datapipe sql`` accepts one SELECT (or EXPLAIN of a SELECT) per call: a
 clear message for the common mistakes, not the protection itself.
@@ -33,6 +36,7 @@ import contextlib
 import csv
 import json
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -44,6 +48,7 @@ from datapipe.errors import EXIT_INTERRUPTED, EXIT_USAGE, DatapipeError
 from datapipe.storage.atomic import TMP_MARK
 
 DB_NAME = "stats.duckdb"
+_CONFINING = threading.Lock()
 TEXT_VIEWS = {"kept_docs": "docs", "rejected_docs": "rejected"}
 _STATUS = {"kept_docs": "kept", "rejected_docs": "rejected"}
 
@@ -93,6 +98,8 @@ def connect(
     only_id: str | None = None,
     copies_of: str | None = None,
     verify: bool = False,
+    aggregates_only: bool = False,
+    index_only: bool = False,
 ) -> Any:
     """A read-only DuckDB connection to RUN/stats.duckdb that can reach no file (see the module doc).
 
@@ -105,6 +112,11 @@ def connect(
     ``verify``: every kept, rejected and copies file of the run is checked first against the sha256
     its task recorded (``verify_documents``). Without it, each page read is checked against its
     own checksum as it is decoded (``documents.checked_format``).
+    ``aggregates_only``: the caller reads the run's small tables and aggregates only (report, stats):
+    ``documents`` is not attached, so opening costs the same for ten files or a million; a database
+    without aggregates (an older datapipe's) gets ``documents`` all the same, for the scan that stands in.
+    ``index_only``: no ``documents`` view (nor the views on it): the database's own tables only, for a
+    reader that reads the files itself from ``document_files`` (``datapipe view``).
     """
     import duckdb
 
@@ -118,54 +130,66 @@ def connect(
     db = root / DB_NAME
     if not db.is_file():
         raise AuditError(f"no {DB_NAME} in {run_dir}: is it the run folder of a finished `datapipe run`?")
-    try:
-        con = duckdb.connect(
-            str(db),
-            read_only=True,
-            config={
-                "enable_external_access": False,
-                "temp_directory": "",
-                "autoinstall_known_extensions": False,
-                "autoload_known_extensions": False,
-                "allow_community_extensions": False,
-                "allow_unsigned_extensions": False,
-                "allow_persistent_secrets": False,
-            },
-        )
-    except duckdb.Error as exc:
-        raise AuditError(
-            f"{db} is not a readable DuckDB database ({_first_line(exc)}); run the same "
-            f"`datapipe run` command again to rebuild it"
-        ) from None
-    try:
-        wanted = set(TEXT_VIEWS) if text_views is True else set(text_views or ())
-        indexed = documents.has_index(con)  # else a database of an older datapipe: documents is a table
-        for view, folder in TEXT_VIEWS.items():
-            if view in wanted:
-                dataset = documents.text_dataset(con, root, _STATUS[view]) if indexed else _parquet_dataset(root / folder)
-                con.register(view, dataset)
-        if indexed:  # documents and its views, over the run's files (audit/documents.py)
-            if verify:
-                verify_documents(con, root)
-            documents.attach(con, root, only_id=only_id)
-            if copies_of is not None:
-                documents.attach_copies(con, root, copies_of)
-        elif verify:
-            raise AuditError(f"--verify: {db} was written by an older datapipe, which did not index the run's files")
+    # One connection of this process at a time is opened and confined: connections to one file share a
+    # database instance, whose settings one sets and locks while the other would find them half set.
+    with _CONFINING:
         try:
-            # After opening (the database file is read through the handle opened already).
-            con.execute("SET disabled_filesystems = 'LocalFileSystem'")
-            con.execute(f"SET memory_limit = '{memory}B'")
-            con.execute(f"SET threads = {limits.threads()}")
-            con.execute("SET enable_progress_bar = false")
-            con.execute("SET lock_configuration = true")
-        except duckdb.Error as exc:  # fail closed: never hand out a connection that is not confined
+            con = duckdb.connect(
+                str(db),
+                read_only=True,
+                config={
+                    "enable_external_access": False,
+                    "temp_directory": "",
+                    "autoinstall_known_extensions": False,
+                    "autoload_known_extensions": False,
+                    "allow_community_extensions": False,
+                    "allow_unsigned_extensions": False,
+                    "allow_persistent_secrets": False,
+                },
+            )
+        except duckdb.Error as exc:
             raise AuditError(
-                f"cannot confine the connection to {db} with duckdb {duckdb.__version__} ({_first_line(exc)})"
+                f"{db} is not a readable DuckDB database ({_first_line(exc)}); run the same "
+                f"`datapipe run` command again to rebuild it"
             ) from None
-    except BaseException:
-        con.close()
-        raise
+        try:
+            wanted = set(TEXT_VIEWS) if text_views is True else set(text_views or ())
+            indexed = documents.has_index(con)  # else a database of an older datapipe: documents is a table
+            for view, folder in TEXT_VIEWS.items():
+                if view in wanted:
+                    dataset = documents.text_dataset(con, root, _STATUS[view]) if indexed else _parquet_dataset(root / folder)
+                    con.register(view, dataset)
+            from datapipe.audit.aggregates import has_tables
+
+            if verify and not indexed:
+                raise AuditError(f"--verify: {db} was written by an older datapipe, which did not index the run's files")
+            if verify:  # asked for: every documents file, whether or not this reader attaches them
+                verify_documents(con, root)
+            # documents and its views, over the run's files (audit/documents.py)
+            if indexed and not index_only and not (aggregates_only and has_tables(con)):
+                documents.attach(con, root, only_id=only_id)
+                if copies_of is not None:
+                    documents.attach_copies(con, root, copies_of)
+            try:
+                if _confined_already(con):
+                    # DuckDB shares one database instance among a process's connections to a file: another
+                    # connection of this process (a page of ``datapipe view`` while another one reads)
+                    # has it open and confined, and its settings, which are the instance's, hold for this one.
+                    pass
+                else:
+                    # After opening (the database file is read through the handle opened already).
+                    con.execute("SET disabled_filesystems = 'LocalFileSystem'")
+                    con.execute(f"SET memory_limit = '{memory}B'")
+                    con.execute(f"SET threads = {limits.threads()}")
+                    con.execute("SET enable_progress_bar = false")
+                    con.execute("SET lock_configuration = true")
+            except duckdb.Error as exc:  # fail closed: never hand out a connection that is not confined
+                raise AuditError(
+                    f"cannot confine the connection to {db} with duckdb {duckdb.__version__} ({_first_line(exc)})"
+                ) from None
+        except BaseException:
+            con.close()
+            raise
     return con
 
 
@@ -234,6 +258,15 @@ def _damaged_documents(con: Any, run_dir: Path, text: str) -> DatapipeError | No
     return DamagedRunFile(f"a documents file of the run could not be decoded ({text}): {run_dir}/{found[0]}: {found[1]}")
 
 
+def _confined_already(con: Any) -> bool:
+    """Whether ``con``'s database instance was confined by an earlier ``connect`` that is still open:
+    its configuration is locked, which ``connect`` does last, after switching the local file system off
+    (a setting DuckDB does not read back), and external access is off (every connection's own
+    configuration says so, and DuckDB shares an instance only among connections of one configuration)."""
+    row = con.execute("SELECT current_setting('lock_configuration'), current_setting('enable_external_access')").fetchone()
+    return row is not None and bool(row[0]) and not bool(row[1])
+
+
 def _parquet_dataset(folder: Path) -> Any:
     """A pyarrow dataset over a folder's Parquet files with the union of their columns.
 
@@ -284,11 +317,22 @@ def reading(
     only_id: str | None = None,
     copies_of: str | None = None,
     verify: bool = False,
+    aggregates_only: bool = False,
+    index_only: bool = False,
 ) -> Iterator[Any]:
     """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
 
-    con = connect(run_dir, text_views=text_views, memory_limit=memory_limit, only_id=only_id, copies_of=copies_of, verify=verify)
+    con = connect(
+        run_dir,
+        text_views=text_views,
+        memory_limit=memory_limit,
+        only_id=only_id,
+        copies_of=copies_of,
+        aggregates_only=aggregates_only,
+        index_only=index_only,
+        verify=verify,
+    )
     try:
         yield con
     except duckdb.OutOfMemoryException:

@@ -1,4 +1,4 @@
-"""The ``datapipe`` command line: run, validate, sql, explain, export, models, cluster."""
+"""The ``datapipe`` command line: run, validate, sql, explain, view, export, models, cluster."""
 
 from __future__ import annotations
 
@@ -294,7 +294,8 @@ def sql(
 
     \b
     Tables: documents (one row per input document: id, source, kind, lang, license,
-    status, stage, reason, detail, n_chars, n_tokens, signals...), stages.
+    status, stage, reason, detail, n_chars, n_tokens, signals...), stages, and the
+    counts the tasks wrote: agg_documents, agg_lengths and the stages' agg_ tables.
     Views: funnel, shards, mixture, contamination, and those the run's stages add.
     Views with the text: kept_docs, rejected_docs.
     Example:
@@ -350,7 +351,7 @@ def stats(run_dir: Path, budget: str | None, verify: bool) -> None:
     from datapipe.audit.mixture import mixture_report, parse_tokens, print_mixture
 
     tokens = parse_tokens(budget) if budget is not None else None
-    report = mixture_report(run_dir, tokens, verify=verify)
+    report = mixture_report(run_dir, tokens, warn=lambda line: click.echo(line, err=True), verify=verify)
     print_mixture(report)
     print_annotations(run_annotation_totals(run_dir))  # annotate stages: answers, tokens, cost
 
@@ -598,14 +599,68 @@ def train_classifier(
     "--html", "html_file", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The HTML file to write."
 )
 def report(run_dir: Path, html_file: Path) -> None:
-    """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, shards.
+    """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, the
+    stages' own sections, shards.
 
-    Charts are inline SVG: the page opens offline, with nothing fetched.
+    Charts are inline SVG: the page opens offline, with nothing fetched. Every number comes from
+    the counts the run's tasks wrote (the agg_ tables of stats.duckdb), so no document is read
+    (a run folder of an older datapipe is read in full instead, and the command says so).
     """
     from datapipe.audit.report import write_report
 
-    path = write_report(run_dir, html_file)
+    path = write_report(run_dir, html_file, warn=lambda line: click.echo(line, err=True))
     click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.argument("run_dir", type=RUN_DIR)
+@click.argument("run_b", type=RUN_DIR, required=False)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. Any address other than loopback needs the random token the server prints "
+    "(every request without it is refused).",
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port (0: any free one).")
+@click.option("--no-browser", is_flag=True, help="Print the URL only; do not open a browser.")
+@click.option(
+    "--memory-limit",
+    metavar="SIZE",
+    help="The SQL page's memory limit per query, as `datapipe sql` (default: $DATAPIPE_SQL_MEMORY_LIMIT or a quarter of memory).",
+)
+@click.option(
+    "--sql-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="The SQL page's time limit per query (default: $DATAPIPE_SQL_TIMEOUT or 60).",
+)
+def view(
+    run_dir: Path, run_b: Path | None, host: str, port: int, no_browser: bool, memory_limit: str | None, sql_timeout: float | None
+) -> None:
+    """Browse RUN_DIR in a web browser: every document with why it was kept or dropped.
+
+    \b
+    Pages (each view's URL can be bookmarked):
+      /            the funnel by stage and reason, sources x languages, the mixture, distributions
+      /documents   documents filtered by status, stage, reason, source, lang, text and any signal's
+                   range, with a histogram of a signal (drag across it to filter)
+      /documents/ID  one document: text, signals, the rule that decided it, edits, duplicates
+      /sql         read-only SQL, as `datapipe sql` (CSV download)
+      /shards      the shard manifest; any packed row decoded as the loader yields it
+      /compare     with RUN_B: the documents the two runs decided differently
+
+    Read-only. Listens on 127.0.0.1 unless --host says otherwise. A run folder in object storage
+    (s3://...) is read in place; a run still going is labelled as such.
+    """
+    if _AS_PROGRAM:  # the process is ours: pyarrow's first conversion need not import pandas (0.3 s)
+        from datapipe.runtime.arrow_pandas import arrow_without_pandas
+
+        arrow_without_pandas()
+    from datapipe.view.launch import serve
+
+    folders = [run_dir] + ([run_b] if run_b is not None else [])
+    serve(folders, host, port, browser=not no_browser, memory_limit=memory_limit, sql_timeout=sql_timeout, echo=click.echo)
 
 
 @main.command("export")
@@ -784,10 +839,13 @@ def cluster_kuberay(
     inputs and the run folder must be reachable from every pod: object storage, or paths in the
     image. Apply with `kubectl apply -f -`; the cluster is deleted when the run ends.
     """
-    from datapipe.cli.cluster import dump_manifest, kuberay_manifest, read_pipeline
+    from datapipe.cli.cluster import dump_manifest, kuberay_manifest, read_pipeline, render_warnings
 
+    text = None if pipeline_in_image else read_pipeline(pipeline)
+    for warning in render_warnings(text, pipeline.parent.absolute(), "kuberay", output=output, image=image):
+        click.echo(f"warning: {warning}", err=True)
     docs = kuberay_manifest(
-        None if pipeline_in_image else read_pipeline(pipeline),
+        text,
         name=name or pipeline.stem,
         pipeline_path=pipeline_in_image,
         output=output,
@@ -850,9 +908,11 @@ def cluster_slurm(
     """
     import subprocess
 
-    from datapipe.cli.cluster import slurm_script
+    from datapipe.cli.cluster import read_pipeline, render_warnings, slurm_script
     from datapipe.storage.uri import is_uri
 
+    for warning in render_warnings(read_pipeline(pipeline), pipeline.parent.absolute(), "slurm", output=output):
+        click.echo(f"warning: {warning}", err=True)
     if output and not is_uri(output):
         output = str(Path(output).absolute())
     script = slurm_script(
