@@ -445,6 +445,22 @@ def test_real_text_shards(real_run, tmp_path, numba):
         assert re.search(pattern, result["msg"]), (case, pattern, result)
 
 
+def test_real_text_shards_changed_under_a_map(real_run, tmp_path):
+    """Shards packed from real text, every one mapped, then all cut in half (the next batch asked for
+    at once) or overwritten in place after verification: ShardCorrupt naming a shard, never SIGBUS
+    (rc -7) nor batches read from the changed bytes (before: both)."""
+    base = {"via": "inproc", "preopen": True, "recheck": 0.25}
+    specs = [
+        {**base, "run": str(fresh_copy(real_run, tmp_path / "cut")), "change_after_first": "truncate"},
+        {**base, "run": str(fresh_copy(real_run, tmp_path / "over")), "change_after_first": "overwrite", "wait_verified": True},
+    ]
+    cut, over = run_child(specs)
+    for result, said in ((cut, "shrank below"), (over, "written while mapped")):
+        assert "crashed" not in result, f"the reader CRASHED with signal {result.get('crashed')}"
+        assert result["exc"] == "ShardCorrupt" and "shards/" in result["msg"] and said in result["msg"], result
+        assert result["batches"] == 1, result  # nothing read after the change
+
+
 def test_random_damage_never_crashes(clean_run, tmp_path):
     """Seeded random damage anywhere in a shard (footer, schema, offsets, tokens) or a cut at a
     random length: every case is a ShardCorrupt naming the shard, never a signal."""
