@@ -28,6 +28,7 @@ says ORDER BY.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,15 @@ from datapipe.stages.report_section import literal
 _SOURCE = "__documents_{}"
 # ``attach_copies``' dataset: the copies index files whose dup_of range holds one id.
 COPIES_VIEW = "__copies"
+
+
+# What pyarrow says of a Parquet page or file it cannot decode: a page failing its checksum, a
+# corrupt compressed block, a footer or page header that does not parse.
+DAMAGED_PARQUET = re.compile(
+    r"CRC checksum verification failed|could not verify page integrity|Corrupt (?:Lz4|snappy|zstd|brotli|gzip)|"
+    r"(?:ZSTD|zstd|LZ4|lz4|Snappy|snappy|Brotli|brotli|Gzip|gzip|zlib) decompress|[Dd]ecompression failed|"
+    r"deserialize thrift|Unexpected end of stream|Parquet magic bytes not found"
+)
 
 
 def checked_format() -> Any:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
-import re
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -231,20 +230,13 @@ def verify_documents(con: Any, root: Path) -> int:
     return len(paths)
 
 
-# What pyarrow says of a Parquet page or file it cannot decode: a page failing its checksum, a
-# corrupt compressed block, a footer or page header that does not parse.
-_DAMAGED_PARQUET = re.compile(
-    r"CRC checksum verification failed|could not verify page integrity|Corrupt (?:Lz4|snappy|zstd|brotli|gzip)|"
-    r"(?:ZSTD|zstd|LZ4|lz4|Snappy|snappy|Brotli|brotli|Gzip|gzip|zlib) decompress|[Dd]ecompression failed|"
-    r"deserialize thrift|Unexpected end of stream|Parquet magic bytes not found"
-)
-
-
 def _damaged_documents(con: Any, run_dir: Path, text: str) -> DatapipeError | None:
-    """For a query that failed decoding the run's Parquet (``_DAMAGED_PARQUET``): the error naming the
+    """For a query that failed decoding the run's Parquet (``documents.DAMAGED_PARQUET``): the error naming the
     damaged documents file, found by checking the indexed files against their recorded sha256 (a read
     of each, on this failure only); None when the error is not of that kind or no file differs."""
-    if not _DAMAGED_PARQUET.search(text):
+    from datapipe.audit import documents
+
+    if not documents.DAMAGED_PARQUET.search(text):
         return None
     from datapipe.run_folder.checked import DamagedRunFile
 
