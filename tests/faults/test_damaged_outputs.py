@@ -168,6 +168,28 @@ def test_readers_of_a_finished_run_refuse_a_damaged_documents_file(clean, tmp_pa
     assert _jsonl(tmp_path / "after") == _jsonl(tmp_path / "clean") and _jsonl(tmp_path / "clean")
 
 
+def test_an_export_refuses_a_damaged_shard(clean, tmp_path: Path) -> None:
+    """One byte flipped in a packed shard (size kept): a tokens export, which reads the shards' facts
+    from the first one and cuts documents from the shards where token lists are gone, refuses it by
+    name, against its pack marker's sha256 and, with _work deleted (no markers), against the shard
+    manifest's; it points at `datapipe run`."""
+    import pyarrow.parquet as pq
+
+    _, done, _ = clean
+    out = tmp_path / "out"
+    shutil.copytree(done, out)
+    rel = pq.read_table(out / "shards" / "manifest.parquet")["path"][0].as_py()
+    _flip(out / rel)
+    for against in ("the one recorded when it was written", "the shard manifest's"):
+        if against == "the shard manifest's":
+            shutil.rmtree(out / "_work")
+        res = CliRunner().invoke(main, ["export", str(out), "--format", "megatron", "-o", str(tmp_path / "x"), "--no-progress"])
+        errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+        assert res.exit_code == 1 and len(errors) == 1 and "Traceback" not in res.output, res.output
+        assert errors[0].startswith(f"error: {out}/{rel}: its sha256 differs from {against}"), res.output
+        assert "hint: run the same `datapipe run` command again" in res.output, res.output
+
+
 def test_a_marker_edited_by_hand_is_named_and_its_task_redone(clean, tmp_path: Path) -> None:
     """A map0 marker's count of documents read raised by 7 (its JSON still valid): the end of the run
     finds inputs != kept + rejected, names the marker whose counts disagree with its files and redoes
