@@ -60,6 +60,11 @@ VERIFY_HELP = (
     "all once) and refuse a damaged one by name. Without it, each page read is checked against its "
     "own checksum as it is decoded."
 )
+STATS_VERIFY_HELP = (
+    "First check every documents file of the run against the sha256 its task recorded (reads them "
+    "all once) and refuse a damaged one by name. Without it, stats reads only the run's database "
+    "(the aggregates its tasks wrote), no documents file."
+)
 
 
 # True once the group runs as the program (the process is ours to shape); False when a user's own
@@ -338,7 +343,7 @@ def explain(run_dir: Path, doc_id: str) -> None:
 @click.option(
     "--budget", metavar="TOKENS", help="Training token budget (e.g. 300M, 2.5B): print the sampling ratio each source needs."
 )
-@click.option("--verify", is_flag=True, help=VERIFY_HELP)
+@click.option("--verify", is_flag=True, help=STATS_VERIFY_HELP)
 def stats(run_dir: Path, budget: str | None, verify: bool) -> None:
     """Print RUN_DIR's token mixture against the pipeline's `mixture` weights (and, for annotate
     stages, the documents answered and the prompt and completion tokens, with a cost where priced).
