@@ -431,34 +431,58 @@ def real_run(tmp_path_factory) -> Path:
     return _real_run(tmp_path_factory.mktemp("real"))[0]
 
 
+REAL_CASES = ["last_offset_plus_4m", "n_tokens_out_of_range", "flipped_token_byte", "swapped_valid_shard"]
+# The real run's shards, every one mapped, then changed in place (``change_in_place``): what the error says.
+CHANGED_UNDER_A_MAP = {"truncate": "shrank below", "overwrite": "written while mapped"}
+
+
+@pytest.fixture(scope="module")
+def real_results(real_run, tmp_path_factory) -> Callable[[bool], dict[str, dict]]:
+    """numba -> {case: result} over copies of the real run, every case forked from one interpreter
+    (``forked``): the damage cases both ways, the shards changed under a map with the numba kernels
+    only (what they test is the watch and the re-checks, not the kernels)."""
+    cache: dict[bool, dict[str, dict]] = {}
+
+    def get(numba: bool) -> dict[str, dict]:
+        if numba not in cache:
+            tmp = tmp_path_factory.mktemp("real-numba" if numba else "real-numpy")
+            specs, names, patterns = [], [], {}
+            for case in REAL_CASES:
+                run = fresh_copy(real_run, tmp / case)
+                patterns[case] = CASES[case][0](run, REAL_VICTIM)
+                specs.append({"run": str(run), "via": "inproc"})
+                names.append(case)
+            for how in CHANGED_UNDER_A_MAP if numba else ():
+                run = fresh_copy(real_run, tmp / how)
+                spec = {"run": str(run), "via": "inproc", "preopen": True, "recheck": 0.25, "change_after_first": how}
+                specs.append({**spec, "wait_verified": how == "overwrite"})
+                names.append(how)
+            cache[numba] = {name: {**r, "pattern": patterns.get(name)} for name, r in zip(names, run_child(specs, numba))}
+        return cache[numba]
+
+    return get
+
+
 @pytest.mark.parametrize("numba", [True, False], ids=["numba", "numpy"])
-def test_real_text_shards(real_run, tmp_path, numba):
-    cases = ["last_offset_plus_4m", "n_tokens_out_of_range", "flipped_token_byte", "swapped_valid_shard"]
-    specs, patterns = [], []
-    for case in cases:
-        run = fresh_copy(real_run, tmp_path / case)
-        patterns.append(CASES[case][0](run, REAL_VICTIM))
-        specs.append({"run": str(run), "via": "inproc"})
-    for case, pattern, result in zip(cases, patterns, run_child(specs, numba), strict=True):
+def test_real_text_shards(real_results, numba):
+    results = real_results(numba)
+    for case in REAL_CASES:
+        result = results[case]
         assert "crashed" not in result, f"the reader CRASHED with signal {result.get('crashed')}: {case}"
         assert result["exc"] == "ShardCorrupt" and REAL_VICTIM in result["msg"], (case, result)
-        assert re.search(pattern, result["msg"]), (case, pattern, result)
+        assert re.search(result["pattern"], result["msg"]), (case, result)
 
 
-def test_real_text_shards_changed_under_a_map(real_run, tmp_path):
+@pytest.mark.parametrize("how", list(CHANGED_UNDER_A_MAP))
+def test_real_text_shards_changed_under_a_map(real_results, how):
     """Shards packed from real text, every one mapped, then all cut in half (the next batch asked for
     at once) or overwritten in place after verification: ShardCorrupt naming a shard, never SIGBUS
-    (rc -7) nor batches read from the changed bytes (before: both)."""
-    base = {"via": "inproc", "preopen": True, "recheck": 0.25}
-    specs = [
-        {**base, "run": str(fresh_copy(real_run, tmp_path / "cut")), "change_after_first": "truncate"},
-        {**base, "run": str(fresh_copy(real_run, tmp_path / "over")), "change_after_first": "overwrite", "wait_verified": True},
-    ]
-    cut, over = run_child(specs)
-    for result, said in ((cut, "shrank below"), (over, "written while mapped")):
-        assert "crashed" not in result, f"the reader CRASHED with signal {result.get('crashed')}"
-        assert result["exc"] == "ShardCorrupt" and "shards/" in result["msg"] and said in result["msg"], result
-        assert result["batches"] == 1, result  # nothing read after the change
+    (signal 7) nor batches read from the changed bytes (before: both)."""
+    result = real_results(True)[how]
+    assert "crashed" not in result, f"the reader CRASHED with signal {result.get('crashed')}"
+    assert result["exc"] == "ShardCorrupt" and "shards/" in result["msg"], result
+    assert CHANGED_UNDER_A_MAP[how] in result["msg"], result
+    assert result["batches"] == 1, result  # nothing read after the change
 
 
 def test_random_damage_never_crashes(clean_run, tmp_path):
