@@ -18,6 +18,7 @@ objects from it, so stages never see Ray.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -111,6 +112,9 @@ class RunSpec:
     shuffle_fan_in: int = 256  # split.shuffle_fan_in: runs a shuffle's merge or partition task reads at most
     partition_rows: int = 4_000_000  # split.partition_rows: rows a partition task holds, about
     workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (executors/ray/recycle.py)
+    # The run's CPU priority: the driver's niceness. Ray runs its workers 15 steps nicer; a process a
+    # stage starts for its own work (fastText training) runs at this one (StageContext.niceness).
+    niceness: int = 0
 
     def stage_name(self, position: int) -> str:
         return self.stage_options[position - 1][0]
@@ -150,7 +154,8 @@ def build_stage(spec: RunSpec, position: int, setup: bool = False) -> Stage:
     key = (spec.fingerprint, len(spec.shards), position)  # map tasks: `partitions: auto` is resolved from them
     if key not in _STAGE_CACHE:
         kind, options = spec.stage_options[position - 1]
-        _STAGE_CACHE[key] = spec.stage_types[position - 1](options, StageContext(spec.pipeline_dir, spec.cache_dir))
+        context = StageContext(spec.pipeline_dir, spec.cache_dir, spec.niceness)
+        _STAGE_CACHE[key] = spec.stage_types[position - 1](options, context)
     stage = _STAGE_CACHE[key]
     if setup and key not in _SET_UP:
         stage.setup()
@@ -229,4 +234,5 @@ def make_spec(
         shuffle_fan_in=pipeline.config.split.shuffle_fan_in,
         partition_rows=pipeline.config.split.partition_rows,
         workers=pipeline.config.workers,
+        niceness=os.getpriority(os.PRIO_PROCESS, 0),
     )

@@ -76,7 +76,7 @@ def run_task(
         folder.markers.install(committed)
     folder.prune(prune)  # what no phase from this one on reads, gone from this node's mirror (``Phase.prune``)
     with fault_scope(phase, key), recording_writes() as written:
-        usage = TaskUsage()  # per-task peak RSS and CPU, for bench/scale.py and the audit
+        usage = TaskUsage()  # per-task peak RSS and CPU, for bench/scaling/scale.py and the audit
         marker = fn(spec, *args)
         for name, value in usage.finish().items():
             marker.setdefault(name, value)  # a task's own cpu_seconds (map: its work only) wins

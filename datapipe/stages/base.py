@@ -63,6 +63,9 @@ class StageContext:
 
     pipeline_dir: str
     cache_dir: str
+    # The run's CPU priority (the driver's niceness; None: this process's): what a process the stage
+    # starts for its own work should run at, rather than inherit a Ray worker's 15 steps nicer.
+    niceness: int | None = None
 
 
 Problem = tuple[str, str]  # (key path inside the stage's options, "" for the stage itself; message)
@@ -110,7 +113,6 @@ class Stage:
     Options: ClassVar[type[StageOptions]] = StageOptions
     resources: ClassVar[Resources] = Resources()
     repeatable: ClassVar[bool] = False  # may the stage appear twice in one pipeline?
-    is_global: ClassVar[bool] = False  # needs a corpus-wide step between map phases
     # What a stage that changes documents did, for the run summary and the ``stage_edits`` table:
     # signal column -> what its sum over the documents the stage passed on counts ("emails replaced").
     # The engine sums them in each task (numbers or booleans), so the summary never reads the corpus.
@@ -144,9 +146,18 @@ class Stage:
         return []
 
     @classmethod
+    def warnings(cls, options: Any, context: CheckContext) -> list[Problem]:
+        """Settings that run but are unlikely to do what was meant (a threshold the stage's own signals
+        cannot support), each with the measured reason: printed by ``datapipe validate`` and at the
+        start of a run, which still runs. Like ``check``: no big model loaded, no input read."""
+        return []
+
+    @classmethod
     def global_for(cls, options: Any) -> bool:
-        """Whether the stage needs a corpus-wide step with these options (classify: only for percentiles)."""
-        return cls.is_global
+        """Whether the stage needs a corpus-wide step between map phases with these options: the one
+        question the planner asks. A per-document stage never does; a ``GlobalStage`` always does,
+        one that is ``MayBeGlobal`` with some options only (classify: with a percentile rule)."""
+        return False
 
     @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:

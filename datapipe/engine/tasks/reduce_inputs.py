@@ -43,6 +43,12 @@ class ParquetReduceInputs(ReduceInputs):
         merged = pa.concat_tables(parts)
         return merged.take(pa.array(np.argsort(order, kind="stable")))
 
+    def read_shard(self, ordinal: int, columns: list[str]) -> pa.Table:
+        """Every row of one shard's map output (in place from a remote run folder, like ``read_rows``)."""
+        path = self.files[self.shards.index(ordinal)]
+        file = self.open_file(path) if self.open_file is not None else pq.ParquetFile(path)
+        return file.read(columns=columns)
+
 
 def _read_row_groups_of(
     path: str, rows: np.ndarray, columns: list[str], open_file: Callable[[str], pq.ParquetFile] | None = None
@@ -50,7 +56,7 @@ def _read_row_groups_of(
     """``columns`` of a Parquet file's rows ``rows`` (sorted), reading only the row groups that hold
     them. Map outputs are written a batch (at most ``batch_size`` documents) per row group, and a
     MinHash partition needs a few rows of each shard: reading whole columns made that cost grow
-    with partitions x corpus (bench/scale.py, shuffle1 CPU per document 24 -> 176 us from 1x to 16x)."""
+    with partitions x corpus (bench/scaling/scale.py: shuffle1's CPU per document)."""
     file = open_file(path) if open_file is not None else pq.ParquetFile(path)
     meta = file.metadata
     starts = np.zeros(meta.num_row_groups + 1, np.int64)

@@ -71,7 +71,14 @@ def write_run(path: Path, table: pa.Table | None, key: str, compression: str = "
     table = sort_run(table, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, row_group_size=group_rows(table), compression=compression, **key_encoding(table.schema, key))
+        pq.write_table(
+            table,
+            tmp,
+            row_group_size=group_rows(table),
+            compression=compression,
+            write_page_checksum=True,
+            **key_encoding(table.schema, key),
+        )
     return table.num_rows
 
 
@@ -211,7 +218,9 @@ def merge_range(files: Sequence[pq.ParquetFile], key: str, lo: int, hi: int, out
                 if table is None or not table.num_rows:
                     continue
                 if writer is None:
-                    writer = pq.ParquetWriter(tmp, schema, compression="zstd", **key_encoding(schema, key))
+                    writer = pq.ParquetWriter(
+                        tmp, schema, compression="zstd", write_page_checksum=True, **key_encoding(schema, key)
+                    )
                 step = group_rows(table)
                 for start in range(0, table.num_rows, step):
                     writer.write_table(table.slice(start, step))
