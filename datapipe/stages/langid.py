@@ -37,7 +37,9 @@ from datapipe.stages.base import (
     kinds_problems,
 )
 from datapipe.stages.columns import set_column
+from datapipe.stages.langid_report import lang_score_aggregate
 from datapipe.stages.quality import markdown
+from datapipe.stages.report_section import Aggregate
 from datapipe.text.langcodes import LID176_CODES, language_problems
 
 _MODELS: dict[str, Any] = process_cache({})  # one loaded fastText model (an untyped library) per worker process
@@ -131,6 +133,10 @@ class LangId(Stage):
                     ("script", "needs the opencc package (pip install opencc), or set script: false and to_simplified: false")
                 )
         return problems
+
+    @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        return [lang_score_aggregate(columns)]
 
     @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
