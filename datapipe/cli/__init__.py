@@ -825,10 +825,13 @@ def cluster_kuberay(
     inputs and the run folder must be reachable from every pod: object storage, or paths in the
     image. Apply with `kubectl apply -f -`; the cluster is deleted when the run ends.
     """
-    from datapipe.cli.cluster import dump_manifest, kuberay_manifest, read_pipeline
+    from datapipe.cli.cluster import dump_manifest, kuberay_manifest, read_pipeline, render_warnings
 
+    text = None if pipeline_in_image else read_pipeline(pipeline)
+    for warning in render_warnings(text, pipeline.parent.absolute(), "kuberay", output=output, image=image):
+        click.echo(f"warning: {warning}", err=True)
     docs = kuberay_manifest(
-        None if pipeline_in_image else read_pipeline(pipeline),
+        text,
         name=name or pipeline.stem,
         pipeline_path=pipeline_in_image,
         output=output,
@@ -891,9 +894,11 @@ def cluster_slurm(
     """
     import subprocess
 
-    from datapipe.cli.cluster import slurm_script
+    from datapipe.cli.cluster import read_pipeline, render_warnings, slurm_script
     from datapipe.storage.uri import is_uri
 
+    for warning in render_warnings(read_pipeline(pipeline), pipeline.parent.absolute(), "slurm", output=output):
+        click.echo(f"warning: {warning}", err=True)
     if output and not is_uri(output):
         output = str(Path(output).absolute())
     script = slurm_script(

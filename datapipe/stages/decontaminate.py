@@ -101,6 +101,11 @@ def resolve_paths(spec: BenchmarkFiles, base: Path) -> list[Path]:
 class Decontaminate(Stage):
     name = "decontaminate"
     Options = DecontaminateOptions
+    decision_options = frozenset({"action", "min_hits", "min_frac"})  # judged over the recorded matches
+
+    @classmethod
+    def keeps_text(cls, options: Any) -> bool:
+        return True  # it only adds its match columns: recorded ones stand for matching again (run --from)
 
     @classmethod
     def check(cls, options: DecontaminateOptions, context: CheckContext) -> list[Problem]:
