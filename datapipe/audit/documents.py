@@ -276,7 +276,7 @@ def folder_globs(root: Path, files: dict[Any, list[str]]) -> dict[Any, list[str]
             groups_of.setdefault(pattern, set()).add(group)
             listed[pattern] = listed.get(pattern, 0) + 1
     on_disk: dict[str, list[str]] = {}  # folder -> names of its Parquet files now
-    exact = set()
+    exact: set[str] = set()
     for pattern, groups in groups_of.items():
         folder, _, name_glob = pattern.rpartition("/")
         if folder not in on_disk:
@@ -290,8 +290,8 @@ def folder_globs(root: Path, files: dict[Any, list[str]]) -> dict[Any, list[str]
     for group, paths in files.items():
         entries: dict[str, None] = {}
         for path in paths:
-            pattern = pattern_of.get(path)
-            entries[pattern if pattern in exact else path] = None
+            glob = pattern_of.get(path)
+            entries[glob if glob is not None and glob in exact else path] = None
         out[group] = list(entries)
     return out
 
