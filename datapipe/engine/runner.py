@@ -120,7 +120,7 @@ def _run_locked(
     timings: dict[str, float] = dict(record.run.get("timings", {}))
     # The driver's own CPU (its threads, not Ray's) by section, recorded in run.json: the start (the
     # imports, the record, planning, Ray's start), each phase, the end. What a driver spends per task
-    # is the phases' and the end's; the start's ~2-3 s, which moves by ~1 s between runs, stays apart.
+    # is the phases' and the end's; the start's, which moves a lot between runs, stays apart.
     sections = Sections()
     if spec is not None:  # work of earlier attempts: redone where its files are damaged or gone
         _repair(folder, log, hashes=True)
@@ -229,9 +229,8 @@ def make_executor(
 
 # A run without per-document stages (read, tokenize, write) runs in the driver up to this much input.
 # Its work is then reading (one thread) and encoding, which the fast encoder spreads over threads
-# (tiktoken releases the GIL), so Ray's worker processes add only their start-up: on the shared
-# corpus (57 MB, 2 cores) a tokenize-only run took 16 CPU s on Ray against 10 in the driver
-# (bench/pipeline.py --stages tokenize). Past a few hundred MB the driver's one reading thread
+# (tiktoken releases the GIL), so Ray's worker processes add only their start-up
+# (bench/perf/pipeline.py --stages tokenize). Past a few hundred MB the driver's one reading thread
 # would be the bottleneck, and Ray's processes read in parallel.
 STAGELESS_IN_PROCESS_BYTES = 128 << 20
 
@@ -240,8 +239,8 @@ def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None
     """Whether a run without --in-process or --ray should skip Ray: when it has one map task, or no
     per-document stages and at most ``STAGELESS_IN_PROCESS_BYTES`` of input. Ray can only overlap
     tasks, and one map task leaves nothing to overlap, while embedded Ray's start costs seconds of
-    wall and CPU (each of its processes imports Ray; with the seven it once started, 12 s on a loaded
-    2-core machine) and hundreds of MiB (bench/startup.py, bench/pipeline.py --stages tokenize)."""
+    wall and CPU (each of its processes imports Ray) and hundreds of MiB (bench/perf/startup.py,
+    bench/perf/pipeline.py --stages tokenize)."""
     if not pipeline.stage_options and input_bytes(pipeline) <= STAGELESS_IN_PROCESS_BYTES:
         return True
     if spec is None:  # not planned yet: plan as the embedded cluster of ``cpus`` CPUs would
@@ -265,13 +264,13 @@ def _run_phases(
         sections.mark("start")
     # A remote run folder: the markers committed before this driver started (a resumed run's). Those
     # of the tasks it runs come back with their results (``_run_phase`` adopts them), and no other
-    # driver writes here (the lock), so no phase needs another pull: one per phase listed every
-    # marker of the run again (at 5 billion documents, ~30 phases x 200 listing pages).
+    # driver writes here (the lock), so no phase needs another pull (one per phase listed every
+    # marker of the run again).
     folder.pull()
     # What each finished phase committed, handed to the tasks of the later ones (Phase.committed): a
     # task then neither lists nor reads markers on the store. Before, every task pulled: one listing
-    # of all the run's markers and a read of each its worker had not seen (at crawl scale ~100
-    # listing pages per task, and every marker read by every one of 4,096 workers).
+    # of all the run's markers and a read of each its worker had not seen: requests that grew with
+    # the run and the cluster.
     committed: list[CommittedPhase] | None = [] if folder.remote is not None else None
     for phase in plan_phases(spec):
         work = phase.task_list(folder)

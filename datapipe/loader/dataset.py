@@ -155,6 +155,18 @@ class PackedDataset:
         self.seed, self.max_segments = int(seed), max_segments
         self.mask_cross_document, self.ignore_index, self.cache_dir = mask_cross_document, ignore_index, cache_dir
         self.backend = backend
+        self._choose_fields(fields, position_dtype, ignore_index)
+        self.max_open_shards = max_open_shards
+        self._number_rows(mixture, max_mixture_period)
+        self._size_epoch(samples_per_epoch)
+        self._fingerprint()
+        self._table: ShardTable | None = None
+        self._warm = False  # set after the first block: later blocks may use the numba kernel
+        self._compat: tuple | None = None
+        self.consumed_samples = 0
+
+    def _choose_fields(self, fields: tuple[str, ...], position_dtype: str, ignore_index: int | None) -> None:
+        """The fields a batch carries, their position dtype, and which per-token arrays they need."""
         unknown = sorted(set(fields) - set(ALL_FIELDS))
         if unknown or not fields:
             raise ValueError(f"fields {unknown or '()'} not among {ALL_FIELDS}")
@@ -167,23 +179,25 @@ class PackedDataset:
         # A batch carrying label_end describes its loss mask; ignore_index is then applied
         # by device.expand_segments, otherwise here (it needs the loss mask for labels).
         self._host_ignore = None if "label_end" in self.fields else ignore_index
-        # Per-token segment fields cost ~3x the token copy; the compact ones a few int32 a row.
+        # Per-token segment fields cost several times the token copy; the compact ones a few int32 a row.
         self._need_segments = bool(set(self.fields) & set(DENSE_FIELDS)) or self._host_ignore is not None
         self._need_bounds = not self._need_segments and bool(set(self.fields) & {"cu_seqlens", "num_segments", "label_end"})
-        self.max_open_shards = max_open_shards
 
+    def _number_rows(self, mixture: dict[str, float] | None, max_mixture_period: int) -> None:
+        """The sources read (all of the split's, or the mixture's, with its integer shares) and their
+        rows numbered: per source, its shards in path order, rows back to back."""
+        m = self.manifest
         present = sorted(set(m.sources))
         if mixture is not None:
             unknown = sorted(set(mixture) - set(present))
             if unknown:
-                raise ValueError(f"mixture names sources {unknown} that split {split!r} lacks (has {present})")
+                raise ValueError(f"mixture names sources {unknown} that split {self.split!r} lacks (has {present})")
             shares = integer_weights(mixture, max_mixture_period)
             self.sources = sorted(shares)
             self.shares = [shares[s] for s in self.sources]
             self.blend: MixtureOrder | None = MixtureOrder(self.shares)
         else:
             self.sources, self.shares, self.blend = present, [], None
-        # Row numbering: per source, its shards in path order, rows back to back.
         self._shard_ids, self._cum = [], []
         for s in self.sources:
             ids = m.shards_of(s)
@@ -195,6 +209,9 @@ class PackedDataset:
         if self.blend is None:  # one virtual source: every row of the split
             self._all_ids = np.concatenate(self._shard_ids)
             self._all_cum = np.concatenate([[0], np.cumsum(m.rows[self._all_ids])])
+
+    def _size_epoch(self, samples_per_epoch: int | None) -> None:
+        """An epoch's samples (the split's rows by default), in whole global batches."""
         total = int(self.source_rows.sum())
         n = total if samples_per_epoch is None else int(samples_per_epoch)
         if self.blend is None and n > total:
@@ -203,9 +220,13 @@ class PackedDataset:
         if self.samples_per_epoch == 0:
             raise ValueError(f"an epoch of {n} samples holds no global batch of {self.global_batch_size}")
         self.batches_per_epoch = self.samples_per_epoch // self.global_batch_size
+
+    def _fingerprint(self) -> None:
+        """What a saved state must match to resume (``config``), and the order's keys and tables."""
+        m = self.manifest
         self.manifest_fingerprint = manifest_fingerprint(m, self.sources)
         self.config = {
-            "split": split,
+            "split": self.split,
             "seq_len": self.seq_len,
             "row_len": self.row_len,
             "tokenizer_fingerprint": m.tokenizer_fingerprint,
@@ -218,10 +239,6 @@ class PackedDataset:
         self._source_keys = np.asarray([derive_key(self.seed, "source", s) for s in self.sources], dtype=np.uint64)
         self._epoch_key = np.uint64(derive_key(self.seed, "epoch"))
         self._order_tables = self._flat_order_tables()
-        self._table: ShardTable | None = None
-        self._warm = False  # set after the first block: later blocks may use the numba kernel
-        self._compat: tuple | None = None
-        self.consumed_samples = 0
 
     # ---- order: pure arithmetic ------------------------------------------------------
     def _flat_order_tables(self) -> tuple[np.ndarray, ...]:

@@ -70,6 +70,26 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
     dtype = np.dtype(meta.dtype) if meta.dtype in ("uint16", "uint32") else None
     if dtype is None:
         raise ShardCorrupt(f"shard {name}: token dtype {meta.dtype!r} is not uint16 or uint32", name)
+    _check_schema(table, dtype, meta, name, row_len)
+    tokens = _token_rows(table, dtype, name, row_len, base, size)
+    n_parts = []
+    for chunk in table.column("n_tokens").chunks:
+        _no_nulls(chunk, "n_tokens", name)
+        n_parts.append(_buffer_array(chunk.buffers()[1], np.dtype(np.int32), chunk.offset, len(chunk), "n_tokens", name))
+    n_tokens = np.concatenate(n_parts) if n_parts else np.zeros(0, np.int32)  # a copy, always
+    doc_offsets, doc_values = _doc_starts(table, name)
+    _check_values(sum(len(t) for t in tokens), n_tokens, doc_offsets, doc_values, meta, name, row_len)
+    try:  # Arrow's own O(columns) checks as a backstop (buffer sizes against lengths, list ends)
+        table.validate()
+    except (pa.ArrowException, ValueError) as exc:
+        raise ShardCorrupt(f"shard {name}: invalid Arrow data ({exc})", name) from None
+    total = int(n_tokens.sum(dtype=np.int64))
+    if total != meta.tokens:
+        raise ShardCorrupt(f"shard {name}: n_tokens sum to {total} but the metadata says {meta.tokens}", name)
+    return ShardArrays(tokens, n_tokens, doc_offsets, doc_values)
+
+
+def _check_schema(table: pa.Table, dtype: np.dtype, meta: ShardMeta, name: str, row_len: int) -> None:
     expect = {
         "input_ids": pa.list_(pa.field("item", pa.from_numpy_dtype(dtype), nullable=False), row_len),
         "doc_starts": pa.list_(pa.field("item", pa.int32(), nullable=False)),
@@ -94,6 +114,9 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
                 f"shard {name}: column {col} has type {got[col]}, expected {typ} (dtype {meta.dtype}, row_len {row_len})", name
             )
 
+
+def _token_rows(table: pa.Table, dtype: np.dtype, name: str, row_len: int, base: int, size: int) -> list[np.ndarray]:
+    """Each chunk's token rows, as views of the mapped file (each checked to lie inside it)."""
     tokens: list[np.ndarray] = []
     for chunk in table.column("input_ids").chunks:
         _no_nulls(chunk, "input_ids", name)
@@ -115,14 +138,11 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
                     name,
                 )
         tokens.append(flat.reshape(-1, row_len))
-    rows = sum(len(t) for t in tokens)
+    return tokens
 
-    n_parts = []
-    for chunk in table.column("n_tokens").chunks:
-        _no_nulls(chunk, "n_tokens", name)
-        n_parts.append(_buffer_array(chunk.buffers()[1], np.dtype(np.int32), chunk.offset, len(chunk), "n_tokens", name))
-    n_tokens = np.concatenate(n_parts) if n_parts else np.zeros(0, np.int32)  # a copy, always
 
+def _doc_starts(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's document starts: (offsets per row, one past the last; values), copies."""
     offs, vals, base_off = [], [], 0
     for chunk in table.column("doc_starts").chunks:
         _no_nulls(chunk, "doc_starts", name)
@@ -141,7 +161,13 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
         base_off += int(o[-1] - o[0])
     doc_offsets = np.concatenate(offs + [np.asarray([base_off], np.int64)])
     doc_values = np.concatenate(vals) if vals else np.zeros(0, np.int32)  # a copy, always
+    return doc_offsets, doc_values
 
+
+def _check_values(
+    rows: int, n_tokens: np.ndarray, doc_offsets: np.ndarray, doc_values: np.ndarray, meta: ShardMeta, name: str, row_len: int
+) -> None:
+    """Row counts that agree, token counts and document starts inside a row, starts sorted per row."""
     if not (rows == len(n_tokens) == len(doc_offsets) - 1 == meta.rows):
         raise ShardCorrupt(
             f"shard {name}: row counts disagree (input_ids {rows}, n_tokens {len(n_tokens)}, "
@@ -164,14 +190,6 @@ def shard_arrays(table: pa.Table, meta: ShardMeta, name: str, row_len: int, base
             k = int(np.argmax(unsorted)) + 1
             r = int(np.searchsorted(doc_offsets, k, side="right")) - 1
             raise ShardCorrupt(f"shard {name}: doc_starts of row {r} are not sorted", name)
-    try:  # Arrow's own O(columns) checks as a backstop (buffer sizes against lengths, list ends)
-        table.validate()
-    except (pa.ArrowException, ValueError) as exc:
-        raise ShardCorrupt(f"shard {name}: invalid Arrow data ({exc})", name) from None
-    total = int(n_tokens.sum(dtype=np.int64))
-    if total != meta.tokens:
-        raise ShardCorrupt(f"shard {name}: n_tokens sum to {total} but the metadata says {meta.tokens}", name)
-    return ShardArrays(tokens, n_tokens, doc_offsets, doc_values)
 
 
 def file_identity(st: os.stat_result) -> tuple[int, int, int]:

@@ -54,7 +54,7 @@ def find_damage(folder: RunFolder, hashes: bool) -> list[Damage]:
     # Unreadable markers are left out: MarkerStore.read says None for them, so their tasks are redone anyway.
     markers = [(phase, key, m) for phase in _phases(folder) for key, m in folder.markers.read_all(phase).items()]
     # Paths as text, sized with os.stat: building pathlib paths for every marker and file was most of
-    # this check's CPU (~0.3 ms per task at the end of a run, where it runs twice).
+    # this check's CPU (at the end of a run, where it runs twice).
     root = os.fspath(folder.root)
     for phase, key, marker in markers:
         if listed is not None and (rel_marker := folder.markers.rel(phase, key)) not in listed:

@@ -39,7 +39,7 @@ class ParquetSink:
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._tmp = temp_path_for(self.path)
-            # zstd: text compresses 3-4x; dictionary-encoded source/kind columns cost nothing.
+            # zstd: text compresses well; dictionary-encoded source/kind columns cost nothing.
             self._writer = pq.ParquetWriter(self._tmp, table.schema, compression=self.compression)
         else:
             table = table.select(self._writer.schema.names).cast(self._writer.schema)
@@ -126,9 +126,9 @@ class TokenSink:
         self._ctx = atomic_path(path)
         self._tmp = self._ctx.__enter__()
         # ``compress`` (a run folder in object storage): the file is uploaded, and a pack task on
-        # another node downloads it. zstd makes it 3.3x smaller (uint32 ids of a small vocabulary,
-        # int64 offsets) for ~75 us per document written and ~27 read, on 1,350-token documents; a
-        # local run folder keeps it uncompressed (memory-mapped reads, no CPU spent).
+        # another node downloads it; zstd makes it several times smaller (uint32 ids of a small
+        # vocabulary, int64 offsets) for little CPU. A local run folder keeps it uncompressed
+        # (memory-mapped reads, no CPU spent).
         options = pa.ipc.IpcWriteOptions(compression="zstd" if compress else None)
         self._writer = pa.ipc.new_file(str(self._tmp), self.REPEAT_SCHEMA if repeats else self.SCHEMA, options=options)
 
