@@ -257,7 +257,7 @@ _GLOB_CHARS = re.compile(r"[*?\[\]{}\\]")
 def folder_globs(root: Path, files: dict[Any, list[str]]) -> dict[Any, list[str]]:
     """``files`` (per group, paths relative to ``root``) as glob patterns where one names exactly a
     group's files: ``docs/<source>/*.parquet`` for a source's kept files, so the stored ``documents``
-    view is O(sources x stages x layouts) text, not a list of every path (~10 MB at 150k files). A
+    view is O(sources x stages x layouts) text, not a list of every path (megabytes at a crawl's files). A
     pattern is used only when the files it matches in the run folder now (one listing per folder)
     are exactly the files of one group; otherwise that group's files are listed as they are."""
     import fnmatch

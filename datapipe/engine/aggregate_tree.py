@@ -2,8 +2,8 @@
 
 Every map task writes one small aggregate file (``audit/aggregates.py``); the end of the run merges
 them into the ``agg_`` tables of ``stats.duckdb``. Merged by the driver alone, that is a serial step
-of ~3.4 ms of CPU per file: minutes at crawl sizes (37,253 map tasks, ~150k tasks in all), growing
-with the corpus. Instead, beyond ``FAN_IN`` files, phases of merge tasks combine them first:
+whose time and memory grow with the number of map tasks (bench/scaling/aggregate_tree.py measures it
+at crawl proportions). Instead, beyond ``FAN_IN`` files, phases of merge tasks combine them first:
 
     aggregates<L>   level L >= 1: a task per group of at most FAN_IN files of level L - 1 (level 0: the
                     map tasks' files), merged by the aggregates' declared rules into one file,
@@ -26,9 +26,8 @@ from datapipe.engine.plan import RunSpec
 from datapipe.engine.work_files import WorkFiles, map_phase
 from datapipe.run_folder.layout import RunFolder
 
-# Files a merge task (and the driver, at the end) reads at most. 64: at ~3.4 ms of CPU per file
-# (bench/scaling/aggregate_tree.py) a task and the driver's merge take ~0.2 s, and 150k map tasks
-# need two levels (2,344 tasks, then 37).
+# Files a merge task (and the driver, at the end) reads at most: each task's time and memory are a
+# few dozen small files' worth, and a crawl's map tasks need two or three levels (``levels``).
 FAN_IN = 64
 
 
