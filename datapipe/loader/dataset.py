@@ -8,6 +8,7 @@ import json
 import os
 import weakref
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -28,7 +29,14 @@ from datapipe.loader.batch import (
 )
 from datapipe.loader.gather import ShardTable
 from datapipe.loader.order import MixtureOrder, _mix, derive_key, integer_weights, permute
-from datapipe.loader.shards import OpenShard, local_copy, manifest_fingerprint, read_manifest
+from datapipe.loader.shards import (
+    OpenShard,
+    default_copy_dir,
+    local_copy,
+    manifest_fingerprint,
+    read_manifest,
+    writable_by_others,
+)
 from datapipe.loader.verify import VERIFY_MODES, Verifier
 from datapipe.tokens.shard_format import ShardCorrupt
 
@@ -101,7 +109,7 @@ class PackedDataset:
         max_open_shards: int = 1024,
         verify: str = "full",
         recheck_interval: float = 0.25,
-        copy_shards: bool = False,
+        copy_shards: bool | None = None,
         allow_incomplete: bool = False,
     ) -> None:
         """``verify`` (every shard's structure, sizes, offsets and metadata are always checked
@@ -118,10 +126,17 @@ class PackedDataset:
         * ``"open"``: not hashed (flipped token bytes, or another shard of the same shape in
           its place, go unnoticed).
 
-        ``recheck_interval``: seconds between re-checks that open shards' files did not shrink
-        (a read of a truncated map is SIGBUS, see ``gather``); 0 checks before every gather.
-        ``copy_shards``: map sha256-verified copies in ``cache_dir`` instead of local shards
-        themselves, where another process may rewrite shards in place.
+        A shard mapped in place that another process writes while it is mapped (truncates it,
+        or overwrites it in place) raises ``ShardCorrupt`` at the next gather instead of handing
+        out changed bytes or dying of SIGBUS (``verify.ShardWatch``); every epoch (and a resumed
+        one) first re-checks each open shard's size, modification and change time.
+        ``recheck_interval``: seconds between the size re-checks that do not depend on that
+        watch (a read of a truncated map is SIGBUS, see ``gather``); 0 checks before every gather.
+        ``copy_shards``: map sha256-verified, read-only copies in ``cache_dir`` (default: the
+        ``loader-shards`` folder of datapipe's cache) instead of local shards themselves, which
+        nobody else can then change under the map. None (default): copy the shards that users
+        other than this process's may write (group- or world-writable files, or another user's),
+        map the others in place.
 
         ``allow_incomplete``: read a run folder whose run.json does not say ``complete`` (a run
         still going, killed, or being run again). Refused by default (``RunIncomplete``): such a
@@ -136,8 +151,6 @@ class PackedDataset:
         """
         if verify not in VERIFY_MODES:
             raise ValueError(f"verify={verify!r}; allowed: {', '.join(VERIFY_MODES)}")
-        if copy_shards and cache_dir is None:
-            raise ValueError("copy_shards=True needs cache_dir= (where the copies go)")
         self.verify, self.recheck_interval, self.copy_shards = verify, float(recheck_interval), copy_shards
         self._verifier = Verifier()
         if not 0 <= rank < world_size:
@@ -347,8 +360,11 @@ class PackedDataset:
     # ---- reading -------------------------------------------------------------------------
     def _open_shard(self, i: int) -> OpenShard:
         m = self.manifest
-        path = local_copy(m, i, self.cache_dir, self.copy_shards)
-        sh = OpenShard(path, m.paths[i], m.row_len, -1 if m.bytes is None else int(m.bytes[i]))
+        copy = self.copy_shards if self.copy_shards is not None else writable_by_others(m.shard_path(i))
+        cache = self.cache_dir or (default_copy_dir() if copy else None)
+        path = local_copy(m, i, cache, copy)
+        private = cache is not None and Path(path).parent == Path(cache)  # a copy of its own: nobody writes it
+        sh = OpenShard(path, m.paths[i], m.row_len, -1 if m.bytes is None else int(m.bytes[i]), private=private)
         self._check(i, sh)
         if self.verify == "strict":
             self._verifier.check(path, sh.identity, m.sha256[i], m.paths[i])
@@ -513,6 +529,7 @@ class PackedDataset:
         of their own: tokens gathered per batch (no extra copy)."""
         plan = self.plan(worker_id, num_workers)
         table, verifier = self.table, self._verifier  # locals: looked up per batch below
+        table.check_epoch()  # every epoch, and a resumed one: the open shards are as they were opened
         B, L, G = self.batch_size, self.seq_len, self.global_batch_size
         plain = self.row_len == L + 1 and self._host_ignore is None  # input_ids and labels are views
         token_only = plain and not self._need_segments  # tokens as views, plus compact bounds if asked

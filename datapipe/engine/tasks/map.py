@@ -40,8 +40,8 @@ from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, step_of
 from datapipe.stages.row_keys import row_key, row_keys
 from datapipe.storage.atomic import atomic_path
-from datapipe.storage.input_reads import ReadRecord, recording_reads
-from datapipe.storage.uri import input_identity, input_key
+from datapipe.storage.input_reads import ReadRecord, recording_reads, unavailable
+from datapipe.storage.uri import InputUnavailable, input_identity, input_key
 from datapipe.tokens.encode import assign_split, encode_documents, encode_threads
 
 _NULL_STR = pa.scalar(None, pa.string())
@@ -444,13 +444,19 @@ def _guarded(batches: Iterator[ReadBatch], file: InputFile) -> Iterator[ReadBatc
     """A reader's batches; if the reader itself raises after giving records, the rest of the file is
     one ``reader_error`` reject (readers turn bad data into rejects themselves: this is the net
     under their bugs). A reader that raises before giving any record re-raises: that is a broken
-    reader or option, to be fixed, not a file to skip silently."""
+    reader or option, to be fixed, not a file to skip silently. An input its store failed to give
+    (``InputUnavailable``, noted as it was raised even where the reader caught it) fails the task:
+    its documents are not bad records, and a rerun once the store is back reads them."""
     given = 0
     try:
         for batch in batches:
+            if (failed := unavailable()) is not None:  # the store failed the reader: no reject stands for it
+                raise failed
             given += batch.docs.num_rows + (batch.rejects.num_rows if batch.rejects is not None else 0)
             yield batch
-    except (MemoryError, KeyboardInterrupt):
+        if (failed := unavailable()) is not None:
+            raise failed
+    except (MemoryError, KeyboardInterrupt, InputUnavailable):
         raise
     except Exception as exc:
         if given == 0:

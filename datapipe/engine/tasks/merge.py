@@ -203,7 +203,9 @@ def _key_files(out: Callable[[int], Path], files: int, schema: pa.Schema | None)
             assert k not in done, "output files are written in key order"
             stack = contextlib.ExitStack()
             tmp = stack.enter_context(atomic_path(out(k)))
-            current.append((k, stack, stack.enter_context(pq.ParquetWriter(tmp, schema, compression="zstd"))))
+            current.append(
+                (k, stack, stack.enter_context(pq.ParquetWriter(tmp, schema, compression="zstd", write_page_checksum=True)))
+            )
             done.add(k)
         current[0][2].write_table(table)
 

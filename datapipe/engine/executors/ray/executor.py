@@ -15,6 +15,7 @@ from typing import Any
 
 from datapipe.engine.executors.base import Clock, Outcome, local_cpus, phase_section
 from datapipe.engine.executors.ray import recycle
+from datapipe.engine.executors.ray.notices import hold_retry_notices
 from datapipe.engine.executors.ray.runtime import ray_session
 from datapipe.engine.executors.ray.worker import ray_run_task, spec_slots
 from datapipe.engine.phases import Phase, Task
@@ -69,6 +70,7 @@ class RayExecutor:
         # A cluster's workers are on other machines: they compile for themselves.
         self._warmup = None if self.address else kernel_warmup.start(self._log, self.num_cpus or local_cpus())
         self._where = "on " + self._stack.enter_context(ray_session(self.address, self.num_cpus))
+        hold_retry_notices(ray_run_task.__name__)  # a failed task is told once, by the runner (notices.py)
         import ray
 
         # One remote function for every phase (exported to the cluster once); phases set their resources.
