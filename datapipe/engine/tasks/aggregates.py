@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from datapipe.audit.aggregates import merge_files, run_aggregates
+from datapipe.engine.aggregate_tree import task_key
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import RunSpec
 from datapipe.engine.work_files import WorkFiles
@@ -32,7 +33,7 @@ def merge_aggregates(spec: RunSpec, level: int, first: int, end: int, inputs: tu
     except ValueError as exc:  # rows of an aggregate the run does not declare (a stage's plugin removed)
         raise PipelineError(f"merging aggregate files: {exc}") from None
     work = WorkFiles(folder)
-    key = f"{first:09d}-{end:09d}"
+    key = task_key(range(first, end))
     path = work.aggregates_merged(level, key, fetch=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
