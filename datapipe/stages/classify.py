@@ -530,6 +530,11 @@ class Classify(GlobalStage):
                     f"allowed: {', '.join(sorted(produced))}"
                 )
 
+    @property
+    def scorers(self) -> dict[str, Classifier | _TransformerModel]:
+        """The loaded model of each configured name (after ``setup``; models trained by the run are not)."""
+        return {name: scorer for name, scorer, _ in self._classifiers}
+
     def applies_to(self, kind: str) -> bool:
         return kind in self.options.kinds
 

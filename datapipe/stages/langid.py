@@ -173,6 +173,11 @@ class LangId(Stage):
         if self.options.script or self.options.to_simplified:
             self._script = cjk.ScriptDetector.shared()
 
+    @property
+    def fasttext_model(self) -> Any:
+        """The loaded fastText model (after ``setup``): what a benchmark compares the stage with."""
+        return self._model
+
     def _model_path(self) -> Path:
         if self.options.model:
             p = Path(self.options.model)

@@ -138,8 +138,8 @@ class Quality(Stage):
     def applies_to(self, kind: str) -> bool:
         return kind in self.options.kinds
 
-    def _groups(self, batch: pa.Table) -> dict[str, np.ndarray]:
-        """Row indices per rule-set key."""
+    def rows_by_rule_set(self, batch: pa.Table) -> dict[str, np.ndarray]:
+        """Row indices per rule-set key (rows no rule set applies to are in none)."""
         kinds = batch["kind"].to_pylist()
         langs = batch["lang"].to_pylist() if "lang" in batch.column_names else [None] * len(kinds)
         keys: list[str | None] = []
@@ -155,7 +155,7 @@ class Quality(Stage):
         values = {c: np.full(n, None, dtype=object) for c in self.columns}
         used = np.full(n, None, dtype=object)
         text = batch["text"].combine_chunks()
-        for key, idx in self._groups(batch).items():
+        for key, idx in self.rows_by_rule_set(batch).items():
             sub = batch.take(pa.array(idx))
             signals = self.sets[key].compute(Docs(text.take(pa.array(idx))), sub)
             for col, v in signals.items():
