@@ -7,8 +7,9 @@ default or a new stage appears on the next build, and nothing generated is commi
 
 The models come from where the pipeline loader takes them: the top-level ``PipelineConfig``
 (its sections ``sources``, ``tokenize``, ``limits``, ``split`` reached by walking its fields),
-every stage's ``Options`` in the stage registry (``datapipe.stages.STAGES``) and every reader's
-options declared in each format's ``ReaderSpec`` (``datapipe.readers.READER_SPECS``). Nested models are walked recursively.
+every built-in stage's ``Options`` in the stage registry (``datapipe.stages.STAGES``) and every built-in
+reader's options declared in its format's ``ReaderSpec`` (``datapipe.readers.READER_SPECS``); installed
+plugins are left out. Nested models are walked recursively.
 
 ``tests/docs/test_docs_reference.py`` renders the page and fails when a field has no description.
 """
@@ -53,11 +54,13 @@ def _models() -> tuple[type, dict[str, type], dict[str, type], list[str]]:
     from datapipe.readers import READER_SPECS
     from datapipe.stages import STAGES
 
+    # Built-ins only: the page documents datapipe, not the plugins installed where it is built.
+    formats = READER_SPECS.builtin_names()
     return (
         PipelineConfig,
-        {name: STAGES[name].Options for name in STAGES},
-        {f: READER_SPECS[f].options for f in READER_SPECS if READER_SPECS[f].options is not None},
-        list(READER_SPECS),
+        {name: STAGES[name].Options for name in STAGES.builtin_names()},
+        {f: READER_SPECS[f].options for f in formats if READER_SPECS[f].options is not None},
+        formats,
     )
 
 

@@ -479,7 +479,7 @@ WORST = textwrap.dedent("""
     import sys, json, time
     from pathlib import Path
     from datapipe.pipeline.load import SourceConfig
-    from datapipe.readers import READERS
+    from datapipe.readers import reader_spec
     from datapipe.readers.base import InputFile
 
     def peak_kib():
@@ -492,7 +492,7 @@ WORST = textwrap.dedent("""
     for path, fmt, kind in json.loads(sys.argv[1]):
         path = Path(path)
         before, reasons, cpu = peak_kib(), [], time.process_time()
-        for batch in READERS[fmt](InputFile(path, path.name, SourceConfig(name="s", kind=kind, paths=["x"])), 100):
+        for batch in reader_spec(fmt).read(InputFile(path, path.name, SourceConfig(name="s", kind=kind, paths=["x"])), 100):
             if batch.rejects is not None:
                 reasons += batch.rejects.column("reason").to_pylist()
             reasons += ["doc"] * batch.docs.num_rows
