@@ -33,7 +33,8 @@ def _check_stage(name: str, cls: object) -> str | None:
     return None
 
 
-# The built-in stages: name in a pipeline file -> "module:class". A new stage is one line here.
+# The built-in stages: name in a pipeline file -> "module:class", in the order the docs list them.
+# A new stage is one line here.
 STAGES: Registry[type[Stage]] = Registry(
     "stage",
     STAGE_GROUP,
@@ -45,11 +46,11 @@ STAGES: Registry[type[Stage]] = Registry(
         "dedup": "datapipe.stages.dedup:ExactDedup",
         "minhash": "datapipe.stages.minhash:MinHashDedup",
         "semantic": "datapipe.stages.semantic:SemanticDedup",
+        "boilerplate": "datapipe.stages.boilerplate:Boilerplate",
+        "substrings": "datapipe.stages.substrings:Substrings",
         "license": "datapipe.stages.license:LicenseTagger",
         "decontaminate": "datapipe.stages.decontaminate:Decontaminate",
         "classify": "datapipe.stages.classify:Classify",
-        "boilerplate": "datapipe.stages.boilerplate:Boilerplate",
-        "substrings": "datapipe.stages.substrings:Substrings",
         "annotate": "datapipe.stages.annotate:Annotate",
     },
     check=_check_stage,

@@ -106,6 +106,13 @@ class Stage:
     """A per-document stage. Subclasses set ``name`` and ``Options`` and implement compute/decide."""
 
     name: ClassVar[str]
+    # What the stage index (docs/stages/index.md, generated from the registry) says of the stage:
+    # what it does in one line, the columns it adds (markdown: a pattern where options name them,
+    # `cls_<model>_<label>`), and every reason it drops with (a pattern, `license_<class>`, where
+    # the reason carries a value; empty: it drops nothing). A built-in stage must set all three.
+    summary: ClassVar[str] = ""
+    signals: ClassVar[str] = ""
+    reasons: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type[StageOptions]] = StageOptions
     resources: ClassVar[Resources] = Resources()
     repeatable: ClassVar[bool] = False  # may the stage appear twice in one pipeline?

@@ -198,6 +198,9 @@ def strip_units(text: str, unit: str, drop: set[int]) -> tuple[str, list[str]]:
 
 class Boilerplate(GlobalStage):
     name = "boilerplate"
+    summary = "removes lines or paragraphs repeated across many documents"
+    signals = "`lines_removed`, `chars_removed`, `removed_lines` (the lines it took out of the text)"
+    reasons = ("boilerplate_only",)
     Options = BoilerplateOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
 

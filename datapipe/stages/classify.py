@@ -312,6 +312,9 @@ class _TransformerModel:
 
 class Classify(GlobalStage):
     name = "classify"
+    summary = "fastText quality classifiers, with thresholds or percentiles; `datapipe train-classifier`"
+    signals = "`cls_<model>_<label>` per model and label (probability)"
+    reasons = ("classifier:<column>",)
     Options = ClassifyOptions
     resources = Resources(num_cpus=1, memory_mb=500)
     is_global = False  # only with a percentile rule: see global_for

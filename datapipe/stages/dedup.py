@@ -102,6 +102,9 @@ def text_hashes(text: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 class ExactDedup(GlobalStage):
     name = "dedup"
+    summary = "exact duplicates by normalized text, optionally by URL; the earliest copy is kept"
+    signals = "`text_hash` (NFKC, lower case, whitespace collapsed); `url_key` with `url: true`"
+    reasons = ("exact_duplicate", "duplicate_url")
     Options = DedupOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
     signal_columns = ("text_hash",)

@@ -74,6 +74,13 @@ class LangIdOptions(StageOptions):
 
 class LangId(Stage):
     name = "langid"
+    summary = "language ID (fastText lid.176 plus CJK script rules), Traditional/Simplified script, per-line language shares"
+    signals = (
+        "`lang`, `lang_score` (fastText lid.176); with the CJK options `lang_by` (`fasttext` or `script`), "
+        "`lang_frac_zh`, `lang_frac_en`, `lang_frac_other`, `script` (`hans`/`hant`), `script_trad_frac`, "
+        "`to_simplified`"
+    )
+    reasons = ("language_not_kept", "low_language_score", "cantonese")
     Options = LangIdOptions
     resources = Resources(num_cpus=1, memory_mb=300)
     edit_counts = {"to_simplified": "converted to Simplified"}  # documents (to_simplified: true)

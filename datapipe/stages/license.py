@@ -63,6 +63,9 @@ class LicenseOptions(StageOptions):
 
 class LicenseTagger(Stage):
     name = "license"
+    summary = "SPDX license and license class per document; drops by policy per source kind"
+    signals = "`license` (SPDX), `license_class`, `license_evidence`"
+    reasons = ("license_<class>",)
     Options = LicenseOptions
 
     @classmethod

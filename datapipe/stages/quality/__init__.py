@@ -63,6 +63,15 @@ def load_rule_sets(rules: Literal["auto"] | dict[str, str], builtin: bool, base:
 
 class Quality(Stage):
     name = "quality"
+    summary = (
+        "heuristic quality rules per language and kind (Gopher, C4, FineWeb, Chinese, StarCoder, paper "
+        "rules), word lists, domain blocklist"
+    )
+    signals = (
+        "one typed column per signal of the rule set (`gopher_*`, `c4_*`, `fineweb_*`, `zh_*`, `zh_rep_*`, "
+        "`code_*`, `paper_*`, `spam_words`, `url_blocked`, ...), `quality_rules`"
+    )
+    reasons = ("<filter>:<rule>",)
     Options = QualityOptions
 
     @classmethod
