@@ -205,5 +205,6 @@ SPEC = ReaderSpec(
     streamed=True,
     split_points=split_points,
     prepass_count=count_newlines,
+    named_fields=True,
     probe_fields=first_fields,
 )
