@@ -87,12 +87,16 @@ def _legacy_kernel(hashes, offsets, a, b, out):
 
 
 if HAVE_NUMBA:
-    from datapipe.runtime.jit import lazy_numba
+    from datapipe.runtime.jit import arr, lazy_numba
 
     numba = lazy_numba()  # compiled (or loaded from the cache) on first use
 
-    _affine32_jit = numba.njit(cache=True, nogil=True)(_affine32_kernel)
-    _legacy_jit = numba.njit(cache=True, nogil=True)(_legacy_kernel)
+    _affine32_jit = numba.njit(
+        cache=True, nogil=True, warm=[(arr("uint32"), arr("int64"), arr("uint32"), arr("uint32"), arr("uint32", 2))]
+    )(_affine32_kernel)
+    _legacy_jit = numba.njit(
+        cache=True, nogil=True, warm=[(arr("uint32"), arr("int64"), arr("uint64"), arr("uint64"), arr("uint64", 2))]
+    )(_legacy_kernel)
 
 
 def signatures_from_hashes(

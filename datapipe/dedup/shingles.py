@@ -43,7 +43,7 @@ from datapipe.text.unicode_tables import cached_table, composing_marks
 # driver that only plans a run never loads numba.
 HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 if HAVE_NUMBA:
-    from datapipe.runtime.jit import lazy_numba
+    from datapipe.runtime.jit import arr, lazy_numba
 
     numba = lazy_numba()
 
@@ -346,8 +346,31 @@ def _shingle_kernel(cps, offsets, done, table, classes, n, crc_table, shift, out
 
 
 if HAVE_NUMBA:
-    _shingle_kernel_jit = numba.njit(cache=True, nogil=True)(_shingle_kernel)
-    _needs_python_jit = numba.njit(cache=True, nogil=True)(_needs_python_kernel)
+    _shingle_kernel_jit = numba.njit(
+        cache=True,
+        nogil=True,
+        warm=[
+            (
+                arr("uint32", readonly=True),
+                arr("int64"),
+                arr("boolean"),
+                arr("uint32"),
+                arr("uint8"),
+                "int64",
+                arr("uint32"),
+                arr("uint32", 2),
+                arr("uint32"),
+                arr("int64"),
+                arr("uint32"),
+                arr("uint32"),
+                arr("int64"),
+                arr("int64"),
+            )
+        ],
+    )(_shingle_kernel)
+    _needs_python_jit = numba.njit(
+        cache=True, nogil=True, warm=[(arr("uint32", readonly=True), arr("int64"), arr("uint32"), arr("boolean"))]
+    )(_needs_python_kernel)
 
 
 def shingle_hashes(texts: Texts, n: int = DEFAULT_N, char_map: Mapping[int, str] | None = None) -> tuple[np.ndarray, np.ndarray]:

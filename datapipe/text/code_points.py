@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 try:  # numba (a datapipe dependency) compiles the decoding loop; Python strings are the fallback
-    from datapipe.runtime.jit import lazy_numba
+    from datapipe.runtime.jit import arr, lazy_numba
 
     numba: ModuleType | None = lazy_numba()  # the kernel compiles (or loads) on its first call
 except ImportError:  # pragma: no cover
@@ -69,4 +69,10 @@ def _decode_loop(data, offsets, cps, lengths):  # pragma: no cover - compiled
         lengths[d] = pos - start + 1
 
 
-_decode_kernel = numba.njit(cache=True, nogil=True)(_decode_loop) if numba is not None else None
+_decode_kernel = (
+    numba.njit(cache=True, nogil=True, warm=[(arr("uint8", readonly=True), arr("int64"), arr("uint32"), arr("int64"))])(
+        _decode_loop
+    )
+    if numba is not None
+    else None
+)

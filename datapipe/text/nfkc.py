@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datapipe.runtime.jit import lazy_numba
+from datapipe.runtime.jit import arr, lazy_numba
 from datapipe.text.unicode_tables import SIZE, cached_table, composing_marks
 
 numba = lazy_numba()
@@ -85,7 +85,11 @@ def nfkc(text: pa.Array) -> pa.Array:
     return pc.replace_with_mask(mapped, rest, pc.utf8_normalize(pc.filter(text, rest), "NFKC"))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(
+    cache=True,
+    nogil=True,
+    warm=[(arr("uint8", readonly=True), arr("int64"), arr("uint32"), arr("uint8"), arr("int64"), arr("boolean"))],
+)
 def _map_kernel(data, offsets, table, out, out_off, simple):  # pragma: no cover - compiled
     """UTF-8 in, UTF-8 out through ``table``; a text with a COMPLEX character is written empty, simple[d] False."""
     pos = 0
