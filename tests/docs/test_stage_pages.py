@@ -51,11 +51,15 @@ def missing_docs(root: Path, names: list[str]) -> list[str]:
         if not page.is_file():
             problems.append(f"stage {name!r} has no page: write docs/stages/{name}.md")
         if f"stages/{name}.md" not in nav:
-            problems.append(f"stage {name!r} is not in the site's navigation: add `      - {name}: stages/{name}.md` under `Stages:` in mkdocs.yml")
+            problems.append(
+                f"stage {name!r} is not in the site's navigation: add `      - {name}: stages/{name}.md` under `Stages:` in mkdocs.yml"
+            )
         cls = STAGES[name]
         for attr in ("summary", "signals"):
             if not getattr(cls, attr).strip():
-                problems.append(f"stage {name!r} declares no {attr}: set `{attr} = \"...\"` on {cls.__qualname__} (the stage index shows it)")
+                problems.append(
+                    f'stage {name!r} declares no {attr}: set `{attr} = "..."` on {cls.__qualname__} (the stage index shows it)'
+                )
         text = page.read_text(encoding="utf-8") if page.is_file() else ""
         for reason in cls.reasons:
             if f"`{reason}`" not in text:
