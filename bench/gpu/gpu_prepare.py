@@ -76,7 +76,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from datapipe.ablate.candidates import heldout, pack_candidate
-    from datapipe.ablate.model import SIZES
+    from datapipe.ablate.sizes import SIZES
     from datapipe.config.sections import TokenizeConfig
     from datapipe.tokens.encode import encode_documents, load_tokenizer_info, with_engine
     from datapipe.tokens.packing import ConcatPacker

@@ -171,7 +171,7 @@ def test_targets_sets_and_natural_sampling() -> None:
 def test_a_run_folder_of_other_settings_is_refused_not_mixed_in(tmp_path: Path) -> None:
     from datapipe.ablate.ablation import Settings, train_and_score
     from datapipe.ablate.candidates import CandidateError
-    from datapipe.ablate.model import model_config
+    from datapipe.ablate.sizes import model_config
 
     settings = Settings(model_config("micro"), "micro", [0], tmp_path)
     run_dir = tmp_path / "runs" / "a" / "seed0"
@@ -188,7 +188,7 @@ def test_a_rerun_with_other_evaluation_settings_scores_again(small_run: Path, tm
     fresh call with those settings scores it, and not report the first call's scores."""
     from datapipe.ablate.ablation import Settings, run_ablation
     from datapipe.ablate.candidates import Candidate
-    from datapipe.ablate.model import model_config
+    from datapipe.ablate.sizes import model_config
 
     agieval = shared_path("benchmarks", "agieval")
 
