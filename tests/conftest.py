@@ -151,7 +151,7 @@ def _tests_module(name: str) -> types.ModuleType | None:
 @pytest.fixture(scope="session")
 def ray_local():
     """One embedded Ray for the whole session: each run_pipeline call reuses it (starting Ray costs seconds)."""
-    from datapipe.engine.ray_runtime import ray_session
+    from datapipe.engine.executors.ray.runtime import ray_session
 
     with ray_session(num_cpus=2) as where:
         yield where

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent / "datapipe"
 # the array/tensor libraries a training job has anyway (llvmlite is numba's compiler; the
 # kernels ask it for the CPU's features).
 LOADER_THIRD_PARTY = {"numpy", "pyarrow", "torch", "numba", "llvmlite"}
-# Writing shards (atomically, recorded for object storage) is the engine's (engine/tasks/shard_writer.py),
+# Writing shards (atomically, recorded for object storage) is tokens/shard_writer.py's, not the format's,
 # so the shard format is pyarrow and numpy only and a training job gets nothing else of datapipe.
 # datapipe.errors is the base of every datapipe error (ShardCorrupt, StateMismatch): it imports nothing.
 LOADER_ALLOWED_DATAPIPE = ("datapipe.loader", "datapipe.tokens.shard_format", "datapipe.errors")
@@ -184,8 +184,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"stages"}),
     frozenset({"pipeline"}),
     frozenset({"audit"}),
-    frozenset({"engine", "train"}),
-    frozenset({"export", "ablate"}),
+    frozenset({"train", "export", "ablate"}),
+    frozenset({"engine"}),  # imported by the CLI only (test_only_the_cli_imports_the_engine)
     frozenset({"cli"}),
 )
 # datapipe/__init__.py itself: it imports datapipe.runtime.arrow_pandas (in `datapipe run` workers), so
@@ -261,3 +261,75 @@ def test_layer_check_sees_an_upward_import():
     assert _upward_imports(raw, modules) == [
         "datapipe/text/charclass.py:7: datapipe.text.charclass (layer 2) imports datapipe.stages.pii (layer 5)"
     ]
+
+
+def _top(module: str) -> str:
+    """The top-level folder or module of datapipe/ a module is in (``datapipe.engine.tasks.map``: engine)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_only_the_cli_imports_the_engine():
+    """What reads a finished run (audit, exports, training, the loader) or anything below must not
+    depend on how the run was made: the engine is a client of the rest, and only the CLI runs it."""
+    graph, lines, _ = _graph()
+    paths = _modules()
+    bad = [
+        f"{paths[a].relative_to(ROOT.parent)}:{lines[(a, b)]}: {a} imports {b}"
+        for a in sorted(graph)
+        for b in sorted(graph[a])
+        if _top(b) == "engine" and _top(a) not in ("engine", "cli")
+    ]
+    assert not bad, "only datapipe/cli/ may import datapipe/engine/:\n" + "\n".join(bad)
+
+
+RAY_FOLDER = "datapipe.engine.executors.ray"
+
+
+def test_ray_is_imported_only_in_the_ray_executor_folder():
+    """Ray is one backend of the executor seam: everything that imports it sits in
+    engine/executors/ray/, so another backend is a sibling folder and the rest runs without Ray."""
+    _, _, raw = _graph()
+    paths = _modules()
+    bad = [
+        f"{paths[name].relative_to(ROOT.parent)}:{line}: {name} imports {target}"
+        for name, imports in sorted(raw.items())
+        for target, line in imports
+        if target.split(".")[0] == "ray" and not (name == RAY_FOLDER or name.startswith(RAY_FOLDER + "."))
+    ]
+    assert not bad, f"Ray imported outside {RAY_FOLDER.replace('.', '/')}/:\n" + "\n".join(bad)
+
+
+def _private_imports() -> list[str]:
+    """``from datapipe.a.m import _name`` (or ``import datapipe.a._m``) where the importer is not in
+    datapipe/a/: another package's private name."""
+    paths = _modules()
+    found = []
+    for name, path in paths.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level and node.module.startswith("datapipe"):
+                targets = [(node.module, a.name) for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [(a.name, "") for a in node.names if a.name.startswith("datapipe")]
+            else:
+                continue
+            for module, imported in targets:
+                private = [p for p in [*module.split("."), imported] if p.startswith("_") and not p.startswith("__")]
+                if private and _top(module) != _top(name):
+                    where = f"{path.relative_to(ROOT.parent)}:{node.lineno}"
+                    found.append(f"{where}: {name} imports {module}{'.' + imported if imported else ''}")
+    return sorted(found)
+
+
+def test_no_package_imports_another_packages_private_names():
+    """A name with a leading underscore is its package's own: one another package needs is public
+    (named without the underscore, and kept stable as such) or belongs in a shared module."""
+    found = _private_imports()
+    assert not found, "private names imported across packages of datapipe/:\n" + "\n".join(found)
+
+
+def test_the_marker_store_knows_nothing_of_the_layout():
+    """run_folder/markers.py is handed its folder by RunFolder: a change of the public layout never
+    reaches the commit point (and the store can serve another layout)."""
+    graph, _, _ = _graph()
+    assert "datapipe.run_folder.layout" not in graph["datapipe.run_folder.markers"]

@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 
 from bench._support.harness import Harness, add_args
 from bench._support.paths import ROOT
-from datapipe.engine.tasks.shard_writer import write_shard
 from datapipe.tokens.shard_format import ShardMeta, file_sha256
+from datapipe.tokens.shard_writer import write_shard
 
 FILES_PER_SOURCE = 4
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking parent (this script,

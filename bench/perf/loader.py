@@ -56,10 +56,10 @@ from pathlib import Path
 import numpy as np
 
 from bench._support.harness import Harness, add_args
-from datapipe.engine.tasks.shard_writer import write_shard
 from datapipe.loader import PackedDataset
 from datapipe.loader.batch import COMPACT_FIELDS, TOKEN_FIELDS
 from datapipe.tokens.shard_format import ShardMeta, file_sha256
+from datapipe.tokens.shard_writer import write_shard
 
 
 def make_run(root: Path, shards: int, rows: int, seq_len: int, docs_per_row: int, seed: int = 0) -> np.ndarray:

@@ -29,12 +29,12 @@ from tokenizers import Tokenizer
 
 from bench._support.harness import Harness, add_args, pair_ratios
 from bench._support.paths import ROOT, SHARED
-from datapipe.engine.tasks.shard_writer import write_shard
 from datapipe.engine.tasks.sinks import TokenSink
 from datapipe.pipeline.load import TokenizeConfig
 from datapipe.tokens.encode import assign_split, encode_documents, load_tokenizer_info, with_engine
 from datapipe.tokens.packing import ShardBuffer, make_packer, shard_meta_for
 from datapipe.tokens.shard_format import ShardMeta
+from datapipe.tokens.shard_writer import write_shard
 
 DEFAULT_INPUTS = [str(SHARED / "corpus" / n) for n in ("zh_*.jsonl", "en_wikipedia.jsonl")]
 

@@ -7,9 +7,9 @@ except those of the template's own tasks: the driver reads one footer per column
 the others. Per size it measures the driver's CPU (all its threads) for:
 
 - ``old``: the bookkeeping as it was: one marker read per task for the resume check, for each
-  phase's to-do list and for the counts (``RunFolder.read_marker`` one at a time, uncached);
+  phase's to-do list and for the counts (``MarkerStore.read`` one at a time, uncached);
 - ``new bookkeeping``: the same questions through one listing per phase and parallel reads
-  (``RunFolder.read_markers``, cached), the counts (``collect_counts``) included;
+  (``MarkerStore.read_all``, cached), the counts (``collect_counts``) included;
 - ``new statistics``: the rest of the end of a run, ``build_stats`` (stats.duckdb from the cached
   markers) and ``check_conservation``.
 
@@ -41,6 +41,7 @@ change when run with that code first on PYTHONPATH and ``python -P`` (a datapipe
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -122,7 +123,7 @@ def new_bookkeeping(folder: RunFolder, spec: Any, tasks: list[tuple[str, str]]) 
     """The same questions through one listing per phase and the cache: resume check, to-do lists, counts."""
     assert _all_done(folder, tasks)
     for phase in dict.fromkeys(p for p, _ in tasks):
-        assert len(folder.read_markers(phase)) == len(spec.shards)
+        assert len(folder.markers.read_all(phase)) == len(spec.shards)
     return collect_counts(folder, spec)
 
 
@@ -213,11 +214,13 @@ def dispatch(
 ) -> dict[str, Any]:
     import boto3
 
-    from datapipe.engine.executors import RayExecutor
+    from datapipe.engine.executors.ray.executor import RayExecutor
     from datapipe.engine.phases import Phase, Task
     from datapipe.run_folder.layout import RunFolder as Folder
 
-    code = "after" if hasattr(Folder, "install") else "before"  # before: every task pulls (lists the markers)
+    # before: every task pulls (lists the markers); after: it is handed what earlier phases committed
+    handed = hasattr(Folder, "install") or importlib.util.find_spec("datapipe.run_folder.markers") is not None
+    code = "after" if handed else "before"
     server, url = _store_server()
     rows: list[dict[str, Any]] = []
     out: dict[str, Any] = {"code": code, "store": "local" if local else "S3", "phases": phases, "cpus": cpus, "rows": rows}

@@ -130,8 +130,9 @@ def run_phase(root: Path, phase: str) -> dict:
     from datapipe.engine.tasks.map import map_shard
     from datapipe.engine.tasks.pack import pack_range
     from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+    from datapipe.engine.work_files import partition_key, shuffle_phase
     from datapipe.pipeline.load import load_pipeline
-    from datapipe.run_folder.layout import RunFolder, partition_key, shuffle_phase
+    from datapipe.run_folder.layout import RunFolder
     from datapipe.stages import PartitionStep
     from datapipe.stages.global_stage import step_of
 
@@ -185,7 +186,7 @@ def run_phase(root: Path, phase: str) -> dict:
             os.close(read)
             _reset_peak()
             marker = fn()
-            folder.write_marker(marker_phase, key, marker)
+            folder.markers.write(marker_phase, key, marker)
             os.write(write, json.dumps(_peak_mib()).encode())
             os._exit(0)
         os.close(write)
@@ -215,7 +216,7 @@ def _merges(spec, seg, r: int, marker_phase: str) -> list:
 
 
 def _forwarded(folder, phase: str) -> bool:
-    markers = (folder.markers_dir / phase).glob("*.json")
+    markers = (folder.markers.dir / phase).glob("*.json")
     return any(json.loads(m.read_text()).get("forwarded", 0) for m in markers)
 
 

@@ -46,7 +46,7 @@ from bench._support.paths import ROOT
 from bench.scaling.shuffle_files import _texts, write_corpus
 from datapipe.engine.tasks import merge
 from datapipe.engine.tasks.reduce import write_or_remove
-from datapipe.run_folder.layout import OUTPUT_KINDS
+from datapipe.engine.work_files import OUTPUT_KINDS
 
 DOCS = 5_000_000_000
 PARTITIONS = 4096

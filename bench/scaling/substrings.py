@@ -88,7 +88,7 @@ def run(work: Path, config: dict[str, Any], cpus: int) -> dict[str, Any]:
         "cpu_s": r["cpu_s"],
         "tree_peak_rss_mib": r["peak_rss_mib"],
         "phases": phases,
-        # Ray worker processes that ran a task, and how many of them made way for a fresh one (engine/recycle.py)
+        # Ray worker processes that ran a task, and how many of them made way for a fresh one (engine/executors/ray/recycle.py)
         "workers": len({m["worker_pid"] for m in every if "worker_pid" in m}),
         "worker_exits": sum("worker_exit" in m for m in every),
     }

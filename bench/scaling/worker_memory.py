@@ -74,7 +74,7 @@ def run_once(args: argparse.Namespace, env: dict[str, str], show: bool) -> dict[
         sys.exit(f"datapipe run failed (exit {rc})")
     peaks = sorted(sampler.peaks.values(), key=lambda p: (p.role, -p.pss))
     workers = [p for p in peaks if p.role == "worker"]
-    # Every phase's tasks run through one remote function (engine/worker.py ``run_task``; formerly
+    # Every phase's tasks run through one remote function (engine/executors/ray/worker.py ``ray_run_task``; formerly
     # ``_run_task``, ``_map_task`` and others), so a worker that ran a task is counted; map tasks set the peak.
     map_workers = [p for p in workers if any(t.endswith(("_map_task", "run_task")) for t in p.titles)]
     ray_own = [p for p in peaks if p.role.startswith("ray:")]

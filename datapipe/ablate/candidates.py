@@ -37,7 +37,6 @@ import pyarrow.parquet as pq
 from datapipe.audit.sql import AuditError, connect, read_run_json
 from datapipe.config.sections import TokenizeConfig
 from datapipe.decontaminate.index import BenchmarkIndex
-from datapipe.engine.tasks.shard_writer import write_shard
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.storage.atomic import write_text_atomic
 from datapipe.tokens.encode import TokenizerInfo, encode_documents, load_tokenizer_info, with_engine
@@ -51,6 +50,7 @@ from datapipe.tokens.shard_format import (
     manifest_row,
     shard_file_name,
 )
+from datapipe.tokens.shard_writer import write_shard
 
 DEFAULT_WHERE = "status = 'kept'"
 HELDOUT_SALT = b"datapipe-ablate-heldout:"  # independent of the run's own val split (another hash)

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 import datapipe.loader
 from datapipe.ablate.model import TinyGPT
 from datapipe.ablate.sizes import ModelConfig
-from datapipe.engine.faults import fault_point
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.loader.torch_adapter import TorchPackedDataset
+from datapipe.runtime.faults import fault_point
 
 CHECKPOINT = "ckpt.pt"
 

@@ -96,7 +96,8 @@ def max_positions(config: dict[str, Any]) -> int | None:
     return None
 
 
-def _import_torch_transformers() -> tuple[Any, Any]:
+def import_torch_transformers() -> tuple[Any, Any]:
+    """torch and transformers, imported offline (never asking the hub), or a clear error naming the extra."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never ask the hub, even for a file that is missing
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     try:
@@ -112,7 +113,7 @@ def _import_torch_transformers() -> tuple[Any, Any]:
 
 def resolve_device(device: str) -> str:
     """``auto``: cuda where this process sees a GPU (a Ray task that asked for one), else cpu."""
-    torch, _ = _import_torch_transformers()
+    torch, _ = import_torch_transformers()
     has_gpu = bool(torch.cuda.is_available())
     if device == "auto":
         return "cuda" if has_gpu else "cpu"
@@ -151,7 +152,7 @@ class TransformerClassifier:
 
     def scores(self, texts: list[str], max_tokens: int, batch_size: int) -> np.ndarray:
         """float32 (len(texts), len(labels)): label probabilities, or the regression logit."""
-        torch, _ = _import_torch_transformers()
+        torch, _ = import_torch_transformers()
         out = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
         # Longest first, in batches of similar length: padding is masked, so only speed changes.
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
@@ -168,7 +169,7 @@ class TransformerClassifier:
 
 
 def _load(path: Path, device: str) -> tuple[Any, Any]:
-    torch, transformers = _import_torch_transformers()
+    torch, transformers = import_torch_transformers()
     transformers.utils.logging.disable_progress_bar()  # a bar per load in every worker's log says nothing
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)

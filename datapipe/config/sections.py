@@ -108,7 +108,7 @@ class SplitConfig(Strict):
 
 
 class WorkersConfig(Strict):
-    """How long a Ray worker process is reused (datapipe/engine/recycle.py); outputs do not depend on it."""
+    """How long a Ray worker process is reused (datapipe/engine/executors/ray/recycle.py); outputs do not depend on it."""
 
     # 32 MiB: in bench/scaling/substrings.py, never-replaced workers started the round tasks at 315, 340 and
     # 373 MiB at 1x, 4x and 16x; with 32 at 305-328 MiB, for 0, 6 and 8 fresh workers (~1.6-3.5 CPU s

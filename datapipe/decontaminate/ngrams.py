@@ -34,14 +34,14 @@ import numpy as np
 
 from datapipe.dedup.fold import t2s_table
 from datapipe.dedup.shingles import (
-    _TOKEN_RE,
     CJK,
     HAVE_NUMBA,
+    TOKEN_RE,
     Texts,
-    _as_list,
     char_classes,
     norm_table,
     normalize,
+    texts_as_list,
     to_codepoints,
 )
 
@@ -87,7 +87,7 @@ def _window_bounds(weights: list[int], numeric: list[bool], need: int) -> list[t
 
 def _tokens(text: str, fold: bool) -> tuple[list[str], list[bool], list[bool]]:
     """Tokens (NFKC, lower case, folded: as the kernel), whether each is one CJK character, whether a number."""
-    toks = _TOKEN_RE.findall(normalize(text, t2s_table() if fold else None))
+    toks = TOKEN_RE.findall(normalize(text, t2s_table() if fold else None))
     classes = char_classes()
     cjk = [len(t) == 1 and classes[ord(t)] == CJK for t in toks]
     numeric = [t.isdecimal() for t in toks]  # every character of class DIGIT (decimal digits)
@@ -121,7 +121,7 @@ def ngrams(text: str, n_word: int, n_char: int, fold: bool = True) -> list[tuple
 def ngram_at(text: str, window: int, n_word: int, n_char: int, fold: bool = True) -> str:
     """The text of a text's ``window``-th n-gram: ``ngrams(...)[window][1]`` without hashing every window
     or classifying tokens past it (documents with a hit can be long)."""
-    toks = _TOKEN_RE.findall(normalize(text, t2s_table() if fold else None))
+    toks = TOKEN_RE.findall(normalize(text, t2s_table() if fold else None))
     classes = char_classes()
     need = n_word * n_char
     cjk: list[bool] = []
@@ -236,7 +236,7 @@ def ngram_hashes(texts: Texts, n_word: int, n_char: int, fold: bool = True) -> t
     """Batch path: (uint64 n-gram hashes of all texts, int64 offsets[n_texts + 1]); equal to ``ngrams``."""
     if n_word < 1 or n_char < 1:
         raise ValueError("n_word and n_char must be >= 1")
-    texts = _as_list(texts)
+    texts = texts_as_list(texts)
     if not HAVE_NUMBA:  # slow but equal
         ref = [[h for h, _ in ngrams(t, n_word, n_char, fold)] for t in texts]
         off = np.zeros(len(ref) + 1, dtype=np.int64)

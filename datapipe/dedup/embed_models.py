@@ -178,9 +178,9 @@ class TransformerEmbedder:
     def __init__(
         self, folder: Path, max_tokens: int | None = None, batch_size: int | None = None, device: str | None = None
     ) -> None:
-        from datapipe.classify.transformer import TransformerModelError, _import_torch_transformers, default_max_tokens
+        from datapipe.classify.transformer import TransformerModelError, default_max_tokens, import_torch_transformers
 
-        self.torch, transformers = _import_torch_transformers()
+        self.torch, transformers = import_torch_transformers()
         transformers.utils.logging.disable_progress_bar()
         try:
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)

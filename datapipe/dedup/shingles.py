@@ -65,7 +65,7 @@ CJK_RANGES: charclass.Ranges = charclass.union(
 )
 _CJK_CLASS = charclass.regex_class(CJK_RANGES)
 # A CJK character, or a run of alphanumerics that are not CJK (\w minus "_" minus CJK).
-_TOKEN_RE = re.compile(f"[{_CJK_CLASS}]|[^\\W_{_CJK_CLASS}]+")
+TOKEN_RE = re.compile(f"[{_CJK_CLASS}]|[^\\W_{_CJK_CLASS}]+")
 _DIGIT_RE = re.compile(r"\d")
 
 # Character classes of the kernel's lookup table.
@@ -79,7 +79,7 @@ def normalize(text: str, char_map: Mapping[int, str] | None = None) -> str:
 
 
 def tokens(text: str, char_map: Mapping[int, str] | None = None) -> list[str]:
-    return _TOKEN_RE.findall(_DIGIT_RE.sub("0", normalize(text, char_map)))
+    return TOKEN_RE.findall(_DIGIT_RE.sub("0", normalize(text, char_map)))
 
 
 def shingles(text: str, n: int = DEFAULT_N, char_map: Mapping[int, str] | None = None) -> list[bytes]:
@@ -103,7 +103,7 @@ def shingle_hash(b: bytes) -> int:
 
 @lru_cache(maxsize=1)
 def char_classes() -> np.ndarray:
-    """uint8 class per code point (0..0x10FFFF), built from the same rules as ``_TOKEN_RE``."""
+    """uint8 class per code point (0..0x10FFFF), built from the same rules as ``TOKEN_RE``."""
     return cached_table("shingle-classes", 1, np.uint8, _build_char_classes, depends=repr(CJK_RANGES))
 
 
@@ -174,7 +174,8 @@ def _crc_table() -> np.ndarray:
 CRC_TABLE = _crc_table()
 
 
-def _as_list(texts: Texts) -> list[str]:
+def texts_as_list(texts: Texts) -> list[str]:
+    """A batch's texts as a list of str (a missing text as ""), from a list, an Arrow or numpy array."""
     if not isinstance(texts, (list, tuple)):  # pyarrow Array / ChunkedArray, numpy array, ...
         texts = texts.to_pylist() if hasattr(texts, "to_pylist") else list(texts)
     return [t or "" for t in texts]
@@ -193,7 +194,7 @@ def to_codepoints(texts: Texts, char_map: Mapping[int, str] | None = None) -> tu
     Documents with ``done`` False are raw text that the kernel normalizes through
     ``norm_table``; the others (COMPLEX code points, or any ``char_map``) were normalized here.
     """
-    texts = _as_list(texts)
+    texts = texts_as_list(texts)
     cps, offsets = _join(texts)
     done = np.zeros(len(texts), dtype=bool)
     if char_map:
@@ -381,7 +382,7 @@ def shingle_hashes(texts: Texts, n: int = DEFAULT_N, char_map: Mapping[int, str]
     if n < 1:
         raise ValueError("n must be >= 1")
     if not HAVE_NUMBA:  # slow but equal: the reference per document
-        ref = [[shingle_hash(s) for s in shingles(t, n, char_map)] for t in _as_list(texts)]
+        ref = [[shingle_hash(s) for s in shingles(t, n, char_map)] for t in texts_as_list(texts)]
         out_off = np.zeros(len(ref) + 1, dtype=np.int64)
         np.cumsum([len(r) for r in ref], out=out_off[1:])
         return np.array([h for r in ref for h in r], dtype=np.uint32), out_off

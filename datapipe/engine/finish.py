@@ -26,7 +26,8 @@ from datapipe.audit.documents import attach, locator
 from datapipe.audit.views import create_table_views, document_views
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import RunSpec, build_stage
-from datapipe.run_folder.layout import DOCS_DIR, PACK_PHASE, REJECTED_DIR, RunFolder, map_phase
+from datapipe.engine.work_files import map_phase
+from datapipe.run_folder.layout import DOCS_DIR, PACK_PHASE, REJECTED_DIR, RunFolder
 from datapipe.storage.atomic import atomic_path, temp_path_for
 from datapipe.tokens.shard_format import MANIFEST_SCHEMA
 
@@ -51,7 +52,7 @@ def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
     from datapipe.engine.pack_plan import pack_ranges
 
     rows: list[dict[str, Any]] = []
-    packed = folder.read_markers(PACK_PHASE) if spec.tokenizer is not None else {}
+    packed = folder.markers.read_all(PACK_PHASE) if spec.tokenizer is not None else {}
     for rng in (pack_ranges(folder, spec) or []) if spec.tokenizer is not None else []:
         marker = packed.get(rng.key)
         if marker:
@@ -232,7 +233,7 @@ def document_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]]:
     has its files described from their footers."""
     out: list[dict[str, Any]] = []
     for segment in spec.segments:
-        markers = folder.read_markers(map_phase(segment.index))
+        markers = folder.markers.read_all(map_phase(segment.index))
         for shard in spec.shards:
             marker = markers.get(shard.key)
             if marker is None:
@@ -268,7 +269,7 @@ def copies_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]] | Non
     for segment in spec.segments:
         if segment.apply_global is None:
             continue
-        markers = folder.read_markers(map_phase(segment.index))
+        markers = folder.markers.read_all(map_phase(segment.index))
         for shard in spec.shards:
             marker = markers.get(shard.key) or {}
             if "copies_files" not in marker:
@@ -303,7 +304,7 @@ def _layouts(folder: RunFolder, files: list[dict[str, Any]]) -> dict[int, pa.Sch
     fs, resolve = locator(folder.root)
     numbers: dict[str, int] = {}
     schemas: dict[int, pa.Schema] = {}
-    # The cached markers share one list per layout (run_folder/layout.py ``_share``): each list's text
+    # The cached markers share one list per layout (run_folder/markers.py ``_share``): each list's text
     # is made once, not once per file (~55 us for ~100 columns).
     by_list: dict[int, int] = {}
     for f in files:
@@ -352,7 +353,7 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
     edits: dict[int, dict[str, int]] = {}  # position -> counting column -> sum (Stage.edit_counts)
     changed: dict[int, int] = {}  # position -> documents it changed
     for segment in spec.segments:
-        markers = folder.read_markers(map_phase(segment.index))  # one listing per phase, cached for build_stats
+        markers = folder.markers.read_all(map_phase(segment.index))  # one listing per phase, cached for build_stats
         for shard in spec.shards:
             m = markers.get(shard.key)
             if m is None:

@@ -33,7 +33,8 @@ from typing import Any
 
 from datapipe.config.input_names import path_of_display_name
 from datapipe.engine.errors import PipelineError
-from datapipe.run_folder.layout import LINES_PHASE, RunFolder, map_phase
+from datapipe.engine.work_files import map_phase
+from datapipe.run_folder.layout import LINES_PHASE, RunFolder
 from datapipe.storage.uri import input_identity, is_uri, mirror_of, read_again_sha256
 
 READ_PHASES = (LINES_PHASE, map_phase(0))  # the phases whose tasks read input files
@@ -54,7 +55,7 @@ def recorded_reads(folder: RunFolder) -> Reads:
     """Every input read the finished tasks recorded, by input (as run.json lists it)."""
     out: Reads = defaultdict(list)
     for phase in READ_PHASES:
-        for key, marker in folder.read_markers(phase).items():
+        for key, marker in folder.markers.read_all(phase).items():
             for read in marker.get("reads", []):
                 out[read["path"]].append((f"task {phase} {key} read it", read))
     return out

@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datapipe.engine.plan import RunSpec
-from datapipe.run_folder.layout import RunFolder, map_phase
+from datapipe.engine.work_files import map_phase
+from datapipe.run_folder.layout import RunFolder
 
 SPLITS = ("train", "val")
 # A concat range task packs about this many tokens (whole files): enough to amortize a task (each
@@ -62,7 +63,7 @@ def split_token_counts(folder: RunFolder, spec: RunSpec, source: str) -> dict[st
     """Per split, (shard key, tokens) of the source's shards in run order; None until the final map is done."""
     final = spec.segments[-1].index
     out: dict[str, list[tuple[str, int]]] = {s: [] for s in SPLITS}
-    markers = folder.read_markers(map_phase(final))  # one listing, cached: called once per source
+    markers = folder.markers.read_all(map_phase(final))  # one listing, cached: called once per source
     for shard in spec.shards_of(source):
         marker = markers.get(shard.key)
         if marker is None:

@@ -39,18 +39,9 @@ from datapipe.engine.tasks.merge import (
 )
 from datapipe.engine.tasks.pack import pack_range
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.engine.work_files import map_phase, merge_outputs_phase, merge_phase, partition_key, reduce_phase, shuffle_phase
 from datapipe.readers import reader_spec
-from datapipe.run_folder.layout import (
-    LINES_PHASE,
-    PACK_PHASE,
-    RunFolder,
-    map_phase,
-    merge_outputs_phase,
-    merge_phase,
-    partition_key,
-    reduce_phase,
-    shuffle_phase,
-)
+from datapipe.run_folder.layout import LINES_PHASE, PACK_PHASE, RunFolder
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.stages.base import Resources
 from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, checked_steps
@@ -235,7 +226,7 @@ def _output_merge_tasks(spec: RunSpec, segment: Segment, step: PartitionStep, me
     def listed(folder: RunFolder) -> tuple[Task, ...] | None:
         done: dict[int, dict[int, dict[str, Any]]] = {}
         for r in range(step.rounds):
-            markers = folder.read_markers(shuffle_phase(segment.index, r))
+            markers = folder.markers.read_all(shuffle_phase(segment.index, r))
             got = {p: m for p in range(step.partitions) if (m := markers.get(partition_key(p))) is not None}
             if r and not any(m.get("forwarded", 0) for m in done[r - 1].values()):
                 break  # the rounds from here had no tasks
@@ -243,7 +234,7 @@ def _output_merge_tasks(spec: RunSpec, segment: Segment, step: PartitionStep, me
                 return None  # not known until that round is done
             done[r] = got
         bounds = output_bounds(output_weights(spec, segment, lambda r: done.get(r, {})), merged.groups)
-        earlier = folder.read_markers(merge_outputs_phase(segment.index))
+        earlier = folder.markers.read_all(merge_outputs_phase(segment.index))
         if any("outputs" not in m for m in earlier.values()):
             # A run folder whose merge tasks ran before the groups were cut by rows: keep its groups (by
             # count), or a resumed run would merge some outputs twice and others not at all.
@@ -272,7 +263,7 @@ def _round_tasks(
     def listed(folder: RunFolder) -> tuple[Task, ...] | None:
         for r in range(round):  # from round 0: a round with no tasks forwards nothing
             if r not in forwarded:
-                done = folder.read_markers(shuffle_phase(segment.index, r))
+                done = folder.markers.read_all(shuffle_phase(segment.index, r))
                 markers = [done.get(partition_key(p)) for p in range(step.partitions)]
                 if any(m is None for m in markers):
                     return None  # not known until that round is done

@@ -110,7 +110,7 @@ class RunSpec:
     # rehydrate); computed per document in the final map task (config/mixture.py).
     repeats: dict[str, RepeatRule] = field(default_factory=dict)
     shuffle_groups: int = 8  # split.shuffle_groups: files a shuffle round's inputs are merged into
-    workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (engine/recycle.py)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (executors/ray/recycle.py)
 
     def stage_name(self, position: int) -> str:
         return self.stage_options[position - 1][0]

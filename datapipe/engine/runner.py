@@ -2,7 +2,7 @@
 
 One driver per run folder (the lock); the folder's record is opened and checked (run_record.py);
 the run is planned (its map tasks, once per folder); then each phase submits one task per piece of
-work that has no completion marker yet to the executor (executors.py: in this process or on Ray),
+work that has no completion marker yet to the executor (executors/: in this process or on Ray),
 waits for all of them (showing progress), and the loop moves on; statistics finish the run. A
 killed run started again skips whatever finished. Before a run is recorded complete (and at every
 resume), its inputs are checked against what its tasks read (input_identity.py).
@@ -13,26 +13,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from datapipe.engine.disk_full import DiskFull, find_disk_full
 from datapipe.engine.errors import PipelineError
-from datapipe.engine.executors import Executor, InProcessExecutor, Mark, local_cpus, make_executor, no_mark
-from datapipe.engine.faults import fault_point
+from datapipe.engine.executors.base import Executor, local_cpus, phase_section
+from datapipe.engine.executors.in_process import InProcessExecutor
+from datapipe.engine.executors.ray.executor import RayExecutor
 from datapipe.engine.phases import Phase, Task, plan_phases
-from datapipe.engine.plan import Recorded, RunSpec, build_stage, forget_stages, input_bytes, make_spec, split_target
-from datapipe.engine.progress import PhaseProgress
+from datapipe.engine.plan import Recorded, RunSpec, build_stage, input_bytes, make_spec, split_target
 from datapipe.engine.redecide import plan_reuse
 from datapipe.engine.run_record import RunRecord, open_record
 from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder, RunFolderError
 from datapipe.run_folder.lock import RunLock
 from datapipe.run_folder.remote import CommittedPhase
+from datapipe.runtime.faults import fault_point
 from datapipe.runtime.heartbeat import Heartbeat, duration
 from datapipe.runtime.own_cpu import Sections
-from datapipe.runtime.release_memory import release_memory
+from datapipe.runtime.progress import PhaseProgress
 from datapipe.storage.atomic import fault_scope
 from datapipe.storage.cache import cache_dir
 from datapipe.storage.uri import RUN_FILES, folder_stats_once
@@ -133,8 +133,7 @@ def _run_locked(
             with choose(spec) as executor:
                 if spec is None:
                     spec = _plan(pipeline, record, executor.cpus())  # (a re-decided run is planned already)
-                if not isinstance(executor, InProcessExecutor):
-                    _drop_planning_state()
+                executor.observe(sections)
                 log(
                     f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
                     f"output in {folder.root}"
@@ -196,16 +195,6 @@ def _plan(pipeline: Pipeline, record: RunRecord, cpus: int) -> RunSpec:
     return spec
 
 
-def _drop_planning_state() -> None:
-    """A driver whose tasks run in Ray's workers drops what planning loaded (the tokenizer and the
-    fast encoder's plan and verdict: ~50 MiB for a 32k vocabulary) and hands the pages back: it
-    would otherwise hold them through every phase, at the run's peak too (bench/pipeline.py). The
-    built stages go with them: a stage marked set up must not outlive the models its setup loaded
-    (a later in-process run in this process would find it set up and its models gone)."""
-    forget_stages()
-    release_memory()
-
-
 def _prepare(spec: RunSpec) -> None:
     for pos in range(1, len(spec.stages) + 1):
         build_stage(spec, pos).prepare()  # fetch models now: one clear error instead of one per task
@@ -225,6 +214,15 @@ def _pick_executor(
         if not ray_address and _auto_in_process(pipeline, folder, spec, cpus):
             return InProcessExecutor(cpus)  # planned as the embedded Ray it replaces would plan it
     return make_executor(bool(in_process), ray_address, num_cpus, log)
+
+
+def make_executor(
+    in_process: bool, ray_address: str | None = None, num_cpus: int | None = None, log: Callable[[str], None] = print
+) -> Executor:
+    """The executor ``datapipe run`` asked for: ``--in-process``, else Ray (``--ray-address``: a cluster)."""
+    if in_process:
+        return InProcessExecutor()
+    return RayExecutor(ray_address, num_cpus, log)
 
 
 # A run without per-document stages (read, tokenize, write) runs in the driver up to this much input.
@@ -280,18 +278,15 @@ def _run_phases(
             continue
         if committed is not None:
             phase = replace(phase, committed=tuple(committed))
-        # The phase's parts: "plan" up to its first task handed over, "submit" handing its tasks over,
-        # "results" up to the last task's marker adopted (these two overlap running tasks), "commit" the
-        # rest (with "plan", what holds the run up between phases).
-        mark = no_mark if sections is None else partial(_mark_part, sections, phase.name)
-        _run_phase(result, folder, phase, work, executor, spec, timings, show_progress, mark)
+        # The phase's parts (executors/base.py ``phase_section``): the executor marks "plan" and
+        # "submit", the loop "results" and "commit".
+        _run_phase(result, folder, phase, work, executor, spec, timings, show_progress)
+        if sections is not None:
+            sections.mark(phase_section(phase.name, "results"))
         if committed is not None:
-            committed.append(folder.committed(phase.name))  # from the markers it holds: no store read
-        mark("commit")
-
-
-def _mark_part(sections: Sections, phase: str, part: str) -> None:
-    sections.mark(f"phase:{phase}:{part}")
+            committed.append(folder.markers.committed(phase.name))  # from the markers it holds: no store read
+        if sections is not None:
+            sections.mark(phase_section(phase.name, "commit"))
 
 
 def _all_tasks(spec: RunSpec, folder: RunFolder) -> list[tuple[str, str]]:
@@ -309,7 +304,7 @@ def _all_done(folder: RunFolder, tasks: list[tuple[str, str]]) -> bool:
     done: dict[str, dict[str, Any]] = {}
     for phase, key in tasks:
         if phase not in done:
-            done[phase] = folder.read_markers(phase)
+            done[phase] = folder.markers.read_all(phase)
         if key not in done[phase]:
             return False
     return True
@@ -324,33 +319,31 @@ def _run_phase(
     spec: RunSpec,
     timings: dict[str, float],
     show_progress: bool,
-    mark: Mark = no_mark,
 ) -> None:
     """Run the phase's unfinished tasks, counting their outcomes as they come; its failures, all of
-    them, end the run once the phase is over. ``mark``: the driver's CPU by part (executors.Mark)."""
+    them, end the run once the phase is over."""
     name = phase.name
-    done = folder.read_markers(name)  # one listing of the phase's markers, not one read per task
+    done = folder.markers.read_all(name)  # one listing of the phase's markers, not one read per task
     todo = [task for task in work if task.key not in done]
     if phase.follows is not None and folder.remote is not None:
         # Each task on the node whose mirror holds the outputs of the task it follows (engine/phases.py).
-        todo = phase.placed(todo, {key: m["node"] for key, m in folder.read_markers(phase.follows).items() if "node" in m})
+        todo = phase.placed(todo, {key: m["node"] for key, m in folder.markers.read_all(phase.follows).items() if "node" in m})
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
     failures: list[str] = []
     disk_full: DiskFull | None = None
     with PhaseProgress(name, len(work), len(work) - len(todo), phase.unit, enabled=show_progress) as progress:
-        for key, outcome in executor.outcomes(spec, phase, todo, mark):
+        for key, outcome in executor.outcomes(spec, phase, todo):
             if isinstance(outcome, Exception):  # retried where the executor retries; keep the others running
                 failures.append(f"{name} {key}: {_short_error(outcome)}")
                 disk_full = disk_full or find_disk_full(outcome)
                 progress.advance(0)
                 continue
             # The marker came back with the result: the driver never reads it back (run_folder/remote.py).
-            marker = folder.adopt_marker(name, key, outcome)
+            marker = folder.markers.adopt(name, key, outcome)
             result.executed_tasks += 1
             progress.advance(marker.get("docs_in", 0) if marker is not None else 0)
             fault_point(name, progress.done - progress.resumed)
-    mark("results")
     elapsed = time.perf_counter() - started
     timings[name] = round(timings.get(name, 0.0) + elapsed, 3)
     result.phases.append({"phase": name, "tasks": len(work), "ran": len(todo), "seconds": round(elapsed, 3)})

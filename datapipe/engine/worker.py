@@ -1,28 +1,54 @@
-"""One task of any phase, wherever it runs, and the hygiene of the Ray worker that runs it.
+"""One task of any phase, whatever runs it: the phase's function, then the task's completion marker.
 
-``run_task`` is the one function every executor calls: the phase's function, then the task's
-completion marker. In a Ray worker it also keeps the process lean across tasks and phases
-(stages dropped between phases, thread pools sized to the task's CPUs, memory handed back).
+``run_task`` is the one function every executor calls, unchanged. What differs by where it runs
+(a Ray worker keeps its process lean across tasks and phases: ``executors/ray/worker.py``) comes in
+as ``TaskHooks``; the task never asks where it runs.
 """
 
 from __future__ import annotations
 
-import gc
-import math
-import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from datapipe.engine import recycle
-from datapipe.engine.faults import fault_hold
-from datapipe.engine.plan import RunSpec, forget_stages
+from datapipe.engine.plan import RunSpec
 from datapipe.run_folder.layout import RunFolder
 from datapipe.run_folder.remote import CommittedPhase
-from datapipe.runtime.release_memory import release_memory
-from datapipe.runtime.task_usage import TaskUsage, rss_mib
+from datapipe.runtime.faults import fault_hold
+from datapipe.runtime.task_usage import TaskUsage
 from datapipe.storage.atomic import fault_scope, recording_writes
+
+
+class TaskHooks(Protocol):
+    """What the process running a task does around it."""
+
+    def before(self, phase: str) -> None:
+        """Before the task's work: ``phase`` is the phase it belongs to."""
+        ...
+
+    def after(self, phase: str, marker: dict[str, Any], spec: RunSpec) -> None:
+        """After its work, before its marker is written (the hook may add to ``marker``)."""
+        ...
+
+    def node(self) -> str:
+        """The node the task runs on, recorded in its marker (a later phase's task is placed there)."""
+        ...
+
+
+class NoHooks:
+    """A task in the driver's own process: nothing around it, and no node of a cluster."""
+
+    def before(self, phase: str) -> None:
+        return None
+
+    def after(self, phase: str, marker: dict[str, Any], spec: RunSpec) -> None:
+        return None
+
+    def node(self) -> str:
+        return "local"
+
+
+NO_HOOKS = NoHooks()
 
 
 def run_task(
@@ -31,218 +57,28 @@ def run_task(
     fn: Callable[..., dict[str, Any]],
     spec: RunSpec,
     *args: Any,
-    committed: Sequence[CommittedPhase | Any] | None = None,
-) -> dict[str, Any]:
-    """One task of any phase, in a worker or in process: ``fn(spec, *args)``, then its completion marker
-    (written after the task's outputs are in place, so a marker means done and durable; a remote run
-    folder uploads the files the task wrote, then the marker that names them).
-
-    ``committed``: in a remote run folder, what the earlier phases committed (``Phase.committed``, or
-    Ray object refs of them), from the driver: the task's node learns the files it may fetch without
-    listing or reading markers on the store. None: this process already knows (the driver's own)."""
-    return _run_task(phase, key, fn, spec, *args, committed=committed)[0]
-
-
-def _run_task(
-    phase: str,
-    key: str,
-    fn: Callable[..., dict[str, Any]],
-    spec: RunSpec,
-    *args: Any,
-    committed: Sequence[CommittedPhase | Any] | None = None,
+    committed: Sequence[CommittedPhase] | None = None,
+    hooks: TaskHooks = NO_HOOKS,
 ) -> tuple[dict[str, Any], bytes]:
-    """``run_task``'s marker, and its bytes as committed."""
-    in_worker = _in_ray_worker()
-    if in_worker:
-        _enter_phase(phase)
-        size_thread_pools()
+    """One task of any phase: ``fn(spec, *args)``, then its completion marker (written after the
+    task's outputs are in place, so a marker means done and durable; a remote run folder uploads the
+    files the task wrote, then the marker that names them). Returns the marker and its bytes as
+    committed.
+
+    ``committed``: in a remote run folder, what the earlier phases committed (``Phase.committed``),
+    from the driver: the task's node learns the files it may fetch without listing or reading
+    markers on the store. None: this process already knows (the driver's own)."""
+    hooks.before(phase)
     folder = RunFolder(Path(spec.root))
     if committed is not None:
-        folder.install(_resolve(committed))
+        folder.markers.install(committed)
     with fault_scope(phase, key), recording_writes() as written:
         usage = TaskUsage()  # per-task peak RSS and CPU, for bench/scale.py and the audit
         marker = fn(spec, *args)
         for name, value in usage.finish().items():
             marker.setdefault(name, value)  # a task's own cpu_seconds (map: its work only) wins
-        marker["node"] = _node_id()
+        marker["node"] = hooks.node()
         fault_hold(phase, key)
-        if in_worker:  # its next task starts from what that task needs, in this worker or a fresh one
-            collect = _grew(marker)
-            release_memory(collect=collect)
-            _freeze_after_first_collect(collect)
-            _make_way(phase, marker, spec)
-        body = folder.write_marker(phase, key, marker, written)
+        hooks.after(phase, marker, spec)  # its next task starts from what that task needs
+        body = folder.markers.write(phase, key, marker, written)
     return marker, body
-
-
-# Where a task's argument that is part of the spec is found there: (its position among the task's
-# arguments, the spec's field, a tuple). The driver sends its index instead (``spec_slots``).
-SpecSlots = tuple[tuple[int, str], ...]
-SPEC_FIELDS = ("shards", "segments")
-
-
-def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots], spec: RunSpec, task: tuple[Any, ...]) -> bytes:
-    """``run_task`` as Ray calls it: ``call`` (the phase's name, function, committed phases and spec
-    slots) is one object per phase in Ray's object store, so submitting a task serializes its key and
-    arguments only (pickling the function and the refs for every task was ~a third of the driver's CPU
-    per task). ``spec``: the run's spec, by ref, put once per run (Ray unpickles it for each task).
-    ``task``: its key and arguments, one object (Ray serializes each argument of a call on its own:
-    one tuple instead of three to five cost the driver ~0.05 ms less per task). An argument in a spec
-    slot came as its index in the spec, which the task has anyway.
-
-    Returns the marker's bytes as committed: the driver parses them once to cache the marker
-    (``RunFolder.adopt_marker``), where a dict cost it a pickle's decoding and a JSON encoding too."""
-    phase, fn, committed, slots = call
-    key, args = task[0], task[1:]
-    if slots:
-        given = list(args)
-        for position, name in slots:
-            given[position] = getattr(spec, name)[given[position]]
-        args = tuple(given)
-    return _run_task(phase, key, fn, spec, *args, committed=committed)[1]
-
-
-def spec_slots(spec: RunSpec, tasks: Sequence[Any]) -> tuple[SpecSlots, list[tuple[Any, ...]]]:
-    """The positions where every task's argument is an item of the spec (a map task's shard and
-    segment), and each task's arguments with those items replaced by their index there. A map task's
-    shard holds its source's whole configuration: pickled for every task it cost the driver ~0.05 ms
-    per task (at crawl scale 112k of the 162k tasks are map tasks); its index costs nothing."""
-    index: dict[int, tuple[str, int]] = {}
-    for name in SPEC_FIELDS:
-        index.update({id(item): (name, i) for i, item in enumerate(getattr(spec, name, ()))})
-    arities = {len(t.args) for t in tasks}
-    if len(arities) != 1:
-        return (), [t.args for t in tasks]
-    slots: list[tuple[int, str]] = []
-    for position in range(arities.pop()):
-        fields = {index[id(t.args[position])][0] if id(t.args[position]) in index else "" for t in tasks}
-        if len(fields) == 1 and (name := fields.pop()):
-            slots.append((position, name))
-    if not slots:
-        return (), [t.args for t in tasks]
-    packed = []
-    for t in tasks:
-        given = list(t.args)
-        for position, _ in slots:
-            given[position] = index[id(given[position])][1]
-        packed.append(tuple(given))
-    return tuple(slots), packed
-
-
-_RESOLVED: dict[str, CommittedPhase] = {}  # Ray object id -> the phase it holds, as this process got it
-
-
-def _resolve(committed: Sequence[CommittedPhase | Any]) -> list[CommittedPhase]:
-    """The committed phases a task was handed: values as they are; Ray object refs (one object per
-    phase in Ray's object store, put once by the driver) fetched once per process, and kept while
-    tasks are handed them (every task of a later phase is)."""
-    out: list[CommittedPhase] = []
-    keep: dict[str, CommittedPhase] = {}
-    for item in committed:
-        if isinstance(item, CommittedPhase):
-            out.append(item)
-            continue
-        oid = item.hex()
-        got = _RESOLVED.get(oid)
-        if got is None:
-            import ray
-
-            got = ray.get(item)
-        keep[oid] = got
-        out.append(got)
-    _RESOLVED.clear()
-    _RESOLVED.update(keep)
-    return out
-
-
-_FROZEN_AFTER_COLLECT: list[bool] = []
-
-
-def _freeze_after_first_collect(collected: bool) -> None:
-    """What a worker's first large task loaded and kept (numba, the stages' modules and models:
-    ~77,000 objects) survives every later collection too: frozen like Ray's at the first task, a
-    later full collection scans that task's leftovers only (~0.045 s each before, 14 times in a run
-    of the shared corpus)."""
-    if collected and not _FROZEN_AFTER_COLLECT:
-        gc.freeze()
-        _FROZEN_AFTER_COLLECT.append(True)
-
-
-# A task whose peak was less than this above what its worker held at its start leaves at most that
-# much garbage behind: not worth a full garbage collection (~0.1 s in a worker, more than a small
-# task's own work: collecting after every task made the demo run 18.5 s instead of 11 s). The
-# allocators' free pages are handed back after every task (well under a millisecond): without
-# that, a worker's eight small pack tasks of the shared corpus ratcheted it up by 58 MiB, to the
-# run's peak.
-RELEASE_ABOVE_MIB = 64
-
-
-def _grew(marker: dict[str, Any]) -> bool:
-    peak, start = marker.get("peak_rss_mib"), marker.get("rss_start_mib")
-    return peak is None or start is None or peak - start >= RELEASE_ABOVE_MIB
-
-
-def _make_way(phase: str, marker: dict[str, Any], spec: RunSpec) -> None:
-    """Have this worker exit after this task when it holds too much more than a fresh one would
-    (engine/recycle.py); the marker records the worker and, when it leaves, why."""
-    marker["worker_pid"] = os.getpid()
-    reason = recycle.should_exit(phase, marker.get("rss_start_mib"), rss_mib(), spec.workers, grew=_grew(marker))
-    if reason is not None and recycle.request_exit():
-        marker["worker_exit"] = reason
-
-
-def size_thread_pools() -> None:
-    """Size a Ray worker's native thread pools to the CPUs its task was given.
-
-    The tokenizer's rayon pool starts one thread per core of the machine, and Ray runs a worker per
-    CPU: on a 64-core node, 64 workers of 64 threads each. Ray caps OpenMP for its workers
-    (OMP_NUM_THREADS), not rayon. rayon reads RAYON_NUM_THREADS when it builds its pool, at the first
-    parallel call, so this runs before a task's work; a value the user set (inherited by embedded
-    workers, or in a cluster's environment) is kept. Measured on the shared corpus with 2 workers on
-    2 cores: a worker keeps ~20 MiB less after tokenizing, at the same or less CPU."""
-    if "RAYON_NUM_THREADS" in os.environ:
-        return
-    import ray
-
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
-    os.environ["RAYON_NUM_THREADS"] = str(max(1, math.ceil(cpus)))
-
-
-_WORKER_PHASE: list[str] = []  # the phase of this worker process's last task
-
-
-def _enter_phase(phase: str) -> None:
-    """A Ray worker starting a task of another phase than its last one drops the stages and models
-    it built for that phase (phases run one after another, so they are not needed again): a reused
-    worker's tasks then peak with what their own phase loads. The models a phase needs are loaded
-    once per worker and phase. In-process runs keep everything: they are small, and one process.
-
-    A worker's first task freezes what the worker holds then (Ray, the imported modules: ~110,000
-    objects, none of which becomes garbage) out of the garbage collector's sight. A full collection
-    after a large task (``release_memory``) then scans the stages and the task's leftovers only:
-    it took ~0.15 s with everything in view, 13 times in a run of the shared corpus."""
-    if not _WORKER_PHASE:
-        gc.freeze()
-    elif _WORKER_PHASE[-1] != phase:
-        forget_stages()
-        release_memory(collect=False)  # the stages are gone by reference count; a full gc costs ~0.1 s
-    _WORKER_PHASE[:] = [phase]
-
-
-def _in_ray_worker() -> bool:
-    """Whether this process is a Ray worker (not a driver: an in-process run may share its process
-    with a Ray session, a notebook's or a test's, and must keep its stages)."""
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
-        return False
-    from ray._private.worker import WORKER_MODE, global_worker
-
-    return global_worker.mode == WORKER_MODE
-
-
-def _node_id() -> str:
-    """The Ray node running this task; "local" for a run without Ray (importing Ray costs a second)."""
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
-        return "local"
-    return ray.get_runtime_context().get_node_id()

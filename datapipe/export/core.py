@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from datapipe.engine.progress import PhaseProgress
 from datapipe.export.documents import SPLITS, TOKENS, ExportError, RunDocuments
 from datapipe.export.target import ExportTarget
 from datapipe.run_folder.layout import LOCK_FILE, LOCK_RECORD
 from datapipe.run_folder.lock import RunLock
+from datapipe.runtime.progress import PhaseProgress
 from datapipe.storage.atomic import TMP_MARK, sweep_temp_files, temp_path_for, write_text_atomic
 from datapipe.tokens.shard_format import file_sha256
 
@@ -441,7 +441,7 @@ def _record_in_run(docs: RunDocuments, result: ExportResult) -> None:
 
 
 def _fault_point(phase: str, n: int) -> None:
-    """Testing hook, as the engine's (engine/faults.py): DATAPIPE_FAULT_KILL_AT=export:<n> SIGKILLs after n parts are
+    """Testing hook, as the engine's (runtime/faults.py): DATAPIPE_FAULT_KILL_AT=export:<n> SIGKILLs after n parts are
     recorded; export-write:<n> while part n is half written (a temporary file is left behind)."""
     spec = os.environ.get("DATAPIPE_FAULT_KILL_AT")
     if spec and spec == f"{phase}:{n}":

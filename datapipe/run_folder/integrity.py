@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datapipe.run_folder.layout import PACK_PHASE, WORK_DIR, RunFolder
+from datapipe.run_folder.layout import MARKERS_DIR, PACK_PHASE, RunFolder
 from datapipe.storage import uri as storage
 from datapipe.tokens.shard_format import file_sha256
 
@@ -51,13 +51,13 @@ def find_damage(folder: RunFolder, hashes: bool) -> list[Damage]:
         prefix = storage.child(folder.remote, "")
         listed = {f.uri[len(prefix) :]: f.size for f in storage.list_files(folder.remote)}
     found: list[Damage] = []
-    # Unreadable markers are left out: read_marker says None for them, so their tasks are redone anyway.
-    markers = [(phase, key, m) for phase in _phases(folder) for key, m in folder.read_markers(phase).items()]
+    # Unreadable markers are left out: MarkerStore.read says None for them, so their tasks are redone anyway.
+    markers = [(phase, key, m) for phase in _phases(folder) for key, m in folder.markers.read_all(phase).items()]
     # Paths as text, sized with os.stat: building pathlib paths for every marker and file was most of
     # this check's CPU (~0.3 ms per task at the end of a run, where it runs twice).
     root = os.fspath(folder.root)
     for phase, key, marker in markers:
-        if listed is not None and (rel_marker := f"{WORK_DIR}/markers/{phase}/{key}.json") not in listed:
+        if listed is not None and (rel_marker := folder.markers.rel(phase, key)) not in listed:
             found.append(Damage(phase, key, rel_marker, "the marker is not on the store"))
             continue
         found += _check_marker(folder, root, phase, key, marker, listed, hashes)
@@ -66,7 +66,7 @@ def find_damage(folder: RunFolder, hashes: bool) -> list[Damage]:
 
 def _phases(folder: RunFolder) -> list[str]:
     """The phases that have markers in the folder (the mirror's, for a remote folder)."""
-    base = folder.markers_dir
+    base = folder.markers.dir
     return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
 
 
@@ -120,14 +120,14 @@ def discard(folder: RunFolder, damaged: list[Damage], log: Callable[[str], None]
         first = found[0]
         more = f" (and {len(found) - 1} more of its files)" if len(found) > 1 else ""
         log(f"datapipe: {folder.location}/{first.path}: {first.what}{more}; redoing {phase} {key}")
-        marker = folder.marker(phase, key)
-        files = [d.path for d in found if not d.path.startswith("_work/markers/")]
+        marker = folder.markers.path(phase, key)
+        files = [d.path for d in found if not d.path.startswith(f"{MARKERS_DIR}/")]
         if folder.remote is not None:
             from datapipe.run_folder import remote as remote_folder
 
-            remote_folder.forget(folder.remote, marker.relative_to(folder.root).as_posix(), files)
+            remote_folder.forget(folder.remote, folder.markers.rel(phase, key), files)
         marker.unlink(missing_ok=True)
-        folder.forget_markers(phase, key)
+        folder.markers.forget(phase, key)
         for rel in files:
             (folder.root / rel).unlink(missing_ok=True)
     return len(tasks)

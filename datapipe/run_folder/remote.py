@@ -70,7 +70,7 @@ class CommittedPhase:
     every file its markers name (path in the run folder -> bytes, Parquet footer length or None),
     and the markers themselves for a phase whose markers tasks read (``markers``, task key ->
     marker: the pre-pass's line counts; empty for the others, whose markers can be large).
-    Built once per phase by the driver (``RunFolder.committed``) and never changed: a phase whose
+    Built once per phase by the driver (``MarkerStore.committed``) and never changed: a phase whose
     work is discarded and redone gets a new one."""
 
     phase: str

@@ -7,7 +7,7 @@ there: at 16x the scale bench, a pack task started at 900 MiB of which it used 3
 after each task keeps a task's peak what that task needs, which is what "memory per task does not
 grow with the corpus" is about. The trims cost well under a millisecond, the garbage collection
 ~0.1 s: a Ray worker releases only after tasks that grew their worker by ``RELEASE_ABOVE_MIB`` or
-more (``engine/worker.py``).
+more (``engine/executors/ray/worker.py``).
 """
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ class SemanticDedup(GlobalStage):
 
     def step_resources(self) -> Resources:
         """The rounds' tasks ask for a GPU share unless ``device: cpu``: required with ``cuda``; with
-        ``auto`` dropped on a cluster without GPUs (``datapipe.engine.executors.fit_gpus``)."""
+        ``auto`` dropped on a cluster without GPUs (``datapipe.engine.executors.ray.executor.fit_gpus``)."""
         base = super().step_resources()
         if self.options.device == "cpu":
             return base

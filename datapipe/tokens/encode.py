@@ -239,7 +239,7 @@ def fast_encoder(info: TokenizerInfo, texts: list[str]) -> FastEncoder | None:
 
 def encode_threads() -> int:
     """Threads the fast path encodes on: what ``tokenizers`` would use here. A Ray worker's task sets
-    RAYON_NUM_THREADS to its CPUs (engine/worker.py), so a 1-CPU task encodes on one thread; a run in
+    RAYON_NUM_THREADS to its CPUs (engine/executors/ray/worker.py), so a 1-CPU task encodes on one thread; a run in
     the driver uses every core it may (tiktoken releases the GIL while it encodes)."""
     try:
         return max(1, int(os.environ.get("RAYON_NUM_THREADS", "")))

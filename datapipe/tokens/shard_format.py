@@ -12,8 +12,8 @@ one row per packed sequence:
 Schema metadata (keys prefixed ``datapipe.``) carries everything a loader must check
 before mixing shards: tokenizer fingerprint, vocabulary size, lengths, special ids,
 packing mode, counts and a checksum of the token buffer. This module depends only on
-pyarrow and numpy, so training jobs can import it; writing shards (atomically, in a run
-folder) is the engine's (``engine/tasks/shard_writer.py``).
+pyarrow and numpy, so training jobs can import it; writing shards (atomically, recorded for a
+run folder) is ``tokens/shard_writer.py``'s.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from datapipe.audit.sql import run_query  # noqa: E402
 from datapipe.classify import buckets as bk  # noqa: E402
 from datapipe.classify import transformer as tfm  # noqa: E402
 from datapipe.cli import main  # noqa: E402
-from datapipe.engine.executors import fit_gpus  # noqa: E402
+from datapipe.engine.executors.ray.executor import fit_gpus  # noqa: E402
 from datapipe.engine.phases import Phase, plan_phases  # noqa: E402
 from datapipe.engine.plan import make_spec  # noqa: E402
 from datapipe.engine.runner import run_pipeline  # noqa: E402

@@ -22,6 +22,7 @@ from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
 from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.merge import merge_round
 from datapipe.engine.tasks.reduce import partition_decisions, partition_state, reduce_partition, reduce_stage
+from datapipe.engine.work_files import WorkFiles
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import PartitionStep
@@ -162,15 +163,15 @@ def _global_step(spec: RunSpec, segment: Segment) -> tuple[dict, dict, list[int]
     for s in spec.shards:
         for table in (
             partition_decisions(folder, segment.index, stage, s.ordinal),
-            pq.read_table(p) if (p := folder.decisions_file(segment.index, s.key)).exists() else None,
+            pq.read_table(p) if (p := WorkFiles(folder).decisions_file(segment.index, s.key)).exists() else None,
         ):
             for r in table.to_pylist() if table is not None else []:
                 assert r["id"] not in decisions  # one decision per document
                 decisions[r["id"]] = (r["dup_of"], r["dup_cluster"], r["detail"])
         for table in (
             partition_state(folder, segment.index, stage, s.ordinal),
-            pq.read_table(folder.state_file(segment.index), filters=[("shard", "=", s.ordinal)])
-            if folder.state_file(segment.index).exists()
+            pq.read_table(WorkFiles(folder).state_file(segment.index), filters=[("shard", "=", s.ordinal)])
+            if WorkFiles(folder).state_file(segment.index).exists()
             else None,
         ):
             for r in table.to_pylist() if table is not None else []:
@@ -182,8 +183,8 @@ def _global_step(spec: RunSpec, segment: Segment) -> tuple[dict, dict, list[int]
 def _in_memory(spec: RunSpec, segment: Segment, survivor: str) -> tuple[dict, dict]:
     """``cluster_duplicates`` over the whole corpus at once, in run order (row-key order)."""
     folder = RunFolder(Path(spec.root))
-    present = [s for s in spec.shards if folder.map_output(segment.index, s.key).exists()]
-    tables = [pq.read_table(folder.map_output(segment.index, s.key)) for s in present]
+    present = [s for s in spec.shards if WorkFiles(folder).map_output(segment.index, s.key).exists()]
+    tables = [pq.read_table(WorkFiles(folder).map_output(segment.index, s.key)) for s in present]
     keys = np.concatenate([row_keys(s.ordinal, 0, t.num_rows) for s, t in zip(present, tables)])
     table = pa.concat_tables(tables, promote_options="permissive")  # sources differ in nullability
     order = np.argsort(keys)
@@ -245,7 +246,7 @@ def _left_open(spec: RunSpec) -> bool:
     folder = RunFolder(Path(spec.root))
     step = step_of(build_stage(spec, spec.segments[0].compute_global), PartitionStep)
     assert step is not None
-    return any(folder.forward_file(0, step.rounds - 1, p).exists() for p in range(step.partitions))
+    return any(WorkFiles(folder).forward_file(0, step.rounds - 1, p).exists() for p in range(step.partitions))
 
 
 def _chain(folder: Path, length: int) -> None:

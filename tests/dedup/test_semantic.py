@@ -297,7 +297,7 @@ def test_device_option_sets_the_rounds_gpu_request_and_cuda_without_a_gpu_names_
         r = SemanticDedup(SemanticOptions(device=device), StageContext(".", ".")).step_resources()
         return r.num_gpus, r.gpus_required
 
-    assert wants("auto") == (0.25, False)  # dropped on a cluster without GPUs (engine.executors.fit_gpus)
+    assert wants("auto") == (0.25, False)  # dropped on a cluster without GPUs (engine.executors.ray.executor.fit_gpus)
     assert wants("cuda") == (0.25, True)
     assert wants("cpu") == (0.0, False)
     # in a run: the rounds' tasks ask for the share, the map phases (no cosine there) do not

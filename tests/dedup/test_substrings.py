@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datapipe.dedup.fold import t2s_table
-from datapipe.dedup.shingles import _DIGIT_RE, _TOKEN_RE
+from datapipe.dedup.shingles import _DIGIT_RE, TOKEN_RE
 from datapipe.dedup.substrings import anchors, tokenize, winnow_params
 from datapipe.engine.plan import make_spec
 from datapipe.engine.tasks.map import map_shard
@@ -44,7 +44,7 @@ def ref_tokens(text: str) -> list[tuple[str, int, int]]:
             norm.append(c)
             src.append(i)
     s = _DIGIT_RE.sub("0", "".join(norm))
-    return [(m.group(), src[m.start()], src[m.end() - 1] + 1) for m in _TOKEN_RE.finditer(s)]
+    return [(m.group(), src[m.start()], src[m.end() - 1] + 1) for m in TOKEN_RE.finditer(s)]
 
 
 def reference(texts: list[str], n: int, keep: str) -> list[str]:

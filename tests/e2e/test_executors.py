@@ -1,4 +1,4 @@
-"""The executor seam (datapipe/engine/executors.py): the runner's loop drives any object with the
+"""The executor seam (datapipe/engine/executors/base.py): the runner's loop drives any object with the
 ``Executor`` protocol, and the executors it ships give the same outputs for the same plan."""
 
 from __future__ import annotations
@@ -8,10 +8,12 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from datapipe.engine.executors import Executor, InProcessExecutor, Mark, Outcome, RayExecutor, make_executor, no_mark
+from datapipe.engine.executors.base import Clock, Executor, Outcome
+from datapipe.engine.executors.in_process import InProcessExecutor
+from datapipe.engine.executors.ray.executor import RayExecutor
 from datapipe.engine.phases import Phase, Task
 from datapipe.engine.plan import RunSpec
-from datapipe.engine.runner import RunResult, run_pipeline
+from datapipe.engine.runner import RunResult, make_executor, run_pipeline
 from datapipe.pipeline.load import load_pipeline
 from tests.e2e.test_resume import fingerprint
 
@@ -40,9 +42,12 @@ class CountingExecutor:
     def cpus(self) -> int:
         return self.inner.cpus()
 
-    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task], mark: Mark = no_mark) -> Iterator[Outcome]:
+    def observe(self, clock: Clock) -> None:
+        self.inner.observe(clock)
+
+    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
         self.tasks[phase.name] += len(tasks)
-        for outcome in self.inner.outcomes(spec, phase, tasks, mark):
+        for outcome in self.inner.outcomes(spec, phase, tasks):
             self.outcomes_seen += 1
             yield outcome
 

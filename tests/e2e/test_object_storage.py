@@ -155,6 +155,7 @@ def test_partition_tasks_on_another_node_read_only_their_row_groups_from_the_sto
     from datapipe.engine.runner import run_pipeline
     from datapipe.engine.tasks.merge import round_inputs
     from datapipe.engine.tasks.reduce import reduce_partition
+    from datapipe.engine.work_files import WorkFiles
     from datapipe.pipeline.load import load_pipeline
     from datapipe.run_folder.layout import RunFolder
     from datapipe.stages.global_stage import PartitionStep, step_of
@@ -189,7 +190,7 @@ def test_partition_tasks_on_another_node_read_only_their_row_groups_from_the_sto
         # well under the round's files alone, which a download of each would have moved whole.
         assert 0 < used["bytes_read"] < whole / 2, (used, whole)
         assert not [p for p in inputs if p.exists()]  # read in place, not mirrored
-        out = folder.partition_output(segment.index, 0, 0, fetch=False)
+        out = WorkFiles(folder).partition_output(segment.index, 0, 0, fetch=False)
         key = f"runs/parts6/{out.relative_to(folder.root).as_posix()}"
         if out.exists():  # the same rows as the run's own task wrote (a partition with none writes no file)
             theirs = pq.read_table(pa.BufferReader(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()))

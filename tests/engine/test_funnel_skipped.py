@@ -51,7 +51,7 @@ def test_funnel_counts_skipped_kinds_and_adds_up(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path / "out")
     (segment,) = spec.segments
     for shard in spec.shards:
-        folder.write_marker("map0", shard.key, map_shard(spec, shard, segment))
+        folder.markers.write("map0", shard.key, map_shard(spec, shard, segment))
     counts = collect_counts(folder, spec)
     build_stats(folder, spec, counts)
 

@@ -21,6 +21,7 @@ from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.merge import OUTPUT_RANGES, merge_all_outputs, merge_round
 from datapipe.engine.tasks.pack import pack_range, pack_source
 from datapipe.engine.tasks.reduce import partition_decisions, reduce_partition, reduce_stage
+from datapipe.engine.work_files import WorkFiles
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import PartitionStep
@@ -72,7 +73,11 @@ def _corpus_with_planted_copies(folder: Path, n_files: int = 4) -> None:
 
 def _single_task_reference(folder: RunFolder, spec: RunSpec, exact: bool, url: bool) -> list[tuple]:
     """The single-task reduce datapipe used before partitioning (one DuckDB query over every map output)."""
-    present = [(s.ordinal, str(folder.map_output(0, s.key))) for s in spec.shards if folder.map_output(0, s.key).exists()]
+    present = [
+        (s.ordinal, str(WorkFiles(folder).map_output(0, s.key)))
+        for s in spec.shards
+        if WorkFiles(folder).map_output(0, s.key).exists()
+    ]
     text_rank = "row_number() OVER (PARTITION BY text_hash ORDER BY shard, row)" if exact else "1"
     text_survivor = "first_value(id) OVER (PARTITION BY text_hash ORDER BY shard, row)" if exact else "id"
     url_column = "f.url_key" if url else "NULL::VARCHAR AS url_key"
@@ -198,7 +203,7 @@ def _tokenized_run(folder: Path, packing: str, labels: bool) -> tuple[RunSpec, R
     spec = make_spec(pipeline, folder / "single", folder / "cache")
     run = RunFolder(folder / "single")
     for s in spec.shards:  # the markers as the runner records them: packing is planned from them
-        run.write_marker("map0", s.key, map_shard(spec, s, spec.segments[-1]))
+        run.markers.write("map0", s.key, map_shard(spec, s, spec.segments[-1]))
     return spec, run
 
 
@@ -277,7 +282,7 @@ def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: P
     got = {r["id"]: (r["dup_of"], r["dup_cluster"]) for r in minhash_decisions(spec, folder, map0)}
 
     # The in-memory clustering over the whole corpus at once, in run order.
-    table = pa.concat_tables([pq.read_table(folder.map_output(0, s.key)) for s in spec.shards])
+    table = pa.concat_tables([pq.read_table(WorkFiles(folder).map_output(0, s.key)) for s in spec.shards])
     stage = build_stage(spec, 1)
     sigs = _sig_matrix(table[SIG_COLUMN], stage.options.num_perm)
     bands, rows = stage.band_params()
@@ -312,7 +317,7 @@ def minhash_decisions(spec: RunSpec, folder: RunFolder, segment: Segment) -> lis
     for s in spec.shards:
         table = partition_decisions(folder, segment.index, stage, s.ordinal)
         rows += table.to_pylist() if table is not None else []
-        path = folder.decisions_file(segment.index, s.key)
+        path = WorkFiles(folder).decisions_file(segment.index, s.key)
         rows += pq.read_table(path).to_pylist() if path.exists() else []
     return rows
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from datapipe.engine.phases import Task, plan_phases
 from datapipe.engine.plan import make_spec
+from datapipe.engine.work_files import map_phase
 from datapipe.pipeline.load import load_pipeline
-from datapipe.run_folder.layout import map_phase
 from tests.conftest import write_pipeline
 from tests.support.shared_data import shared_path
 

@@ -1,4 +1,4 @@
-"""The stand-ins for the raylet's agents, run as the raylet runs them (datapipe/engine/ray_agent_stub.py);
+"""The stand-ins for the raylet's agents, run as the raylet runs them (datapipe/engine/executors/ray/agent_stub.py);
 with a raylet: tests/engine/test_ray_runtime.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.engine.ray_runtime import AGENT_STUB
+from datapipe.engine.executors.ray.runtime import AGENT_STUB
 
 NODE = "ab" * 28  # a node id as Ray writes them: 28 bytes in hex
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.engine import plan
-from datapipe.engine.executors import RayExecutor
+from datapipe.engine.executors.ray.executor import RayExecutor
 from datapipe.engine.phases import Phase, Task
 from datapipe.pipeline.load import load_pipeline
 
@@ -46,8 +46,8 @@ def test_markers_and_failures_come_back_by_task(ray_local: str, tmp_path: Path) 
 def test_a_map_task_is_sent_its_shard_and_segment_by_index_and_gets_them_back(tmp_path: Path) -> None:
     import pickle
 
+    from datapipe.engine.executors.ray.worker import spec_slots
     from datapipe.engine.phases import plan_phases
-    from datapipe.engine.worker import spec_slots
 
     spec = plan.make_spec(load_pipeline(ROOT / "pipelines" / "demo.yaml"), tmp_path / "out", tmp_path / "cache", 1 << 16)
     assert len(spec.shards) > 1

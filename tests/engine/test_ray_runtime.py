@@ -1,5 +1,5 @@
-"""Embedded Ray starts only what a one-node run uses (datapipe/engine/ray_runtime.py), with stand-ins
-for the raylet's two agents (datapipe/engine/ray_agent_stub.py)."""
+"""Embedded Ray starts only what a one-node run uses (datapipe/engine/executors/ray/runtime.py), with stand-ins
+for the raylet's two agents (datapipe/engine/executors/ray/agent_stub.py)."""
 
 from __future__ import annotations
 
@@ -41,14 +41,14 @@ def test_embedded_ray_starts_no_cluster_services(ray_local: str) -> None:
     # Ray's Node class is restored after start-up: a cluster this process joins later is Ray's own.
     from ray._private.node import Node
 
-    from datapipe.engine.ray_runtime import _CLUSTER_SERVICES, _not_started
+    from datapipe.engine.executors.ray.runtime import _CLUSTER_SERVICES, _not_started
 
     assert all(Node.__dict__[name] is not _not_started for name in _CLUSTER_SERVICES)
     # The raylet's agents are the stand-ins (Ray's own agents' commands follow them, after "--"), and
     # Ray's command builder is its own again.
     from ray._private import services
 
-    from datapipe.engine.ray_runtime import _COMMAND_BUILDER, AGENT_STUB
+    from datapipe.engine.executors.ray.runtime import _COMMAND_BUILDER, AGENT_STUB
 
     stubs = sorted(c.split()[4] for c in procs.values() if c.split()[3:4] == [AGENT_STUB])
     assert stubs == ["dashboard", "runtime-env"], short
@@ -72,7 +72,7 @@ import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import ray
 from bench._support.proctree_roles import descendants
-from datapipe.engine.ray_runtime import ray_session
+from datapipe.engine.executors.ray.runtime import ray_session
 
 with ray_session(num_cpus=1):
     @ray.remote

@@ -22,7 +22,8 @@ import pytest
 
 from datapipe.engine.tasks import merge
 from datapipe.engine.tasks.sinks import ShuffleSink
-from datapipe.run_folder.layout import RunFolder, merge_outputs_phase
+from datapipe.engine.work_files import merge_outputs_phase
+from datapipe.run_folder.layout import RunFolder
 from tests.conftest import write_pipeline
 from tests.support.shared_data import shared_path
 
@@ -179,7 +180,7 @@ def _opened_per_doc(tmp_path: Path, name: str, tasks: int, groups: int, texts: l
     outputs["reasons"] = sorted(pq.read_table(out / "rejected", columns=["reason"])["reason"].to_pylist())
     # The MinHash decisions merge's rows per group (its markers): each group's share of the rows.
     per_group: dict[int, int] = {}
-    for m in RunFolder(out).read_markers(merge_outputs_phase(1)).values():
+    for m in RunFolder(out).markers.read_all(merge_outputs_phase(1)).values():
         per_group[m["group"]] = per_group.get(m["group"], 0) + m["decision_rows"] + m["state_rows"] + m["copies_rows"]
     outputs["group_rows"] = per_group  # type: ignore[assignment]
     return len(opened) / docs, outputs
@@ -211,7 +212,7 @@ def test_decisions_merge_keeps_the_groups_of_a_run_merged_before_groups_were_cut
     from types import SimpleNamespace
 
     from datapipe.engine import phases
-    from datapipe.run_folder.layout import partition_key
+    from datapipe.engine.work_files import partition_key
 
     # 3 rounds x 4 partitions, rows only in the last round; 2 groups of 1 range.
     monkeypatch.setattr(phases, "output_weights", lambda spec, segment, markers: [0.0] * 8 + [5.0] * 4)
@@ -220,7 +221,8 @@ def test_decisions_merge_keeps_the_groups_of_a_run_merged_before_groups_were_cut
 
     def folder(earlier: dict) -> SimpleNamespace:
         rounds = {partition_key(p): {"forwarded": 1} for p in range(4)}
-        return SimpleNamespace(read_markers=lambda phase: earlier if phase == merge_outputs_phase(1) else rounds)
+        markers = SimpleNamespace(read_all=lambda phase: earlier if phase == merge_outputs_phase(1) else rounds)
+        return SimpleNamespace(markers=markers)
 
     tasks = listed(folder({}))
     assert [t.args[3:] for t in tasks] == [(0, 10), (10, 12)]  # by rows: 10 and 10

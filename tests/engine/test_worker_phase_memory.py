@@ -1,5 +1,5 @@
 """A Ray worker keeps a phase's stages and models for that phase's tasks, and drops them when it moves
-on to another phase (engine/worker.py ``_enter_phase``), so later phases do not carry them."""
+on to another phase (engine/executors/ray/worker.py ``_enter_phase``), so later phases do not carry them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.engine import plan, worker
+from datapipe.engine import plan
+from datapipe.engine.executors.ray import worker
 from datapipe.pipeline.load import load_pipeline
 from datapipe.stages import cjk, langid
 
@@ -44,14 +45,16 @@ def test_models_stay_within_a_phase_and_go_at_the_next(spec: plan.RunSpec, monke
 
 
 def test_a_driver_dropping_its_planning_state_drops_its_stages_too(spec: plan.RunSpec) -> None:
-    """A Ray run's driver lets go of what planning loaded (engine/runner.py); a stage it had set up
-    must go with the models, or a later run in the same process finds it "set up" with no model."""
-    from datapipe.engine import runner
+    """A Ray run's driver lets go of what planning loaded once the run is planned (the Ray executor's
+    ``observe``); a stage it had set up must go with the models, or a later run in the same process
+    finds it "set up" with no model."""
+    from datapipe.engine.executors.ray.executor import RayExecutor
+    from datapipe.runtime.own_cpu import Sections
 
     pos = _langid_position(spec)
     plan.build_stage(spec, pos, setup=True)
     assert langid._MODELS
-    runner._drop_planning_state()
+    RayExecutor().observe(Sections())  # (no Ray started: that happens on entering it)
     plan.build_stage(spec, pos, setup=True)
     assert langid._MODELS, "the stage was set up again and loaded its model"
     plan.forget_stages()

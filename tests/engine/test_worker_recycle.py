@@ -1,5 +1,5 @@
 """A Ray worker that holds too much more than a fresh one makes way for a fresh one after handing over
-its task's result (engine/recycle.py, ``workers:`` in the pipeline file), and no task runs twice."""
+its task's result (engine/executors/ray/recycle.py, ``workers:`` in the pipeline file), and no task runs twice."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from datapipe.config.sections import WorkersConfig
-from datapipe.engine import plan, recycle
-from datapipe.engine.executors import RayExecutor
+from datapipe.engine import plan
+from datapipe.engine.executors.ray import recycle
+from datapipe.engine.executors.ray.executor import RayExecutor
 from datapipe.engine.phases import Phase, Task
 from datapipe.pipeline.load import ConfigError, load_pipeline
 from tests.conftest import write_pipeline

@@ -1,5 +1,5 @@
 """A Ray worker sizes the tokenizer's thread pool (rayon) to the CPUs of its task, not the machine's
-cores (engine/worker.py ``size_thread_pools``), and keeps a value the user set."""
+cores (engine/executors/ray/worker.py ``size_thread_pools``), and keeps a value the user set."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ ray = pytest.importorskip("ray")
 
 
 def _sized(preset: str | None) -> str | None:
-    from datapipe.engine import worker
+    from datapipe.engine.executors.ray import worker
 
     os.environ.pop("RAYON_NUM_THREADS", None)  # workers are reused: start each call from scratch
     if preset is not None:

@@ -541,7 +541,7 @@ def test_the_funnel_shows_tokenize_only_when_the_tokenizer_rejected_documents(
         spec = make_spec(load_pipeline(write_pipeline(project, config)), project / "out", tmp_path / "cache")
         folder = RunFolder(project / "out")
         marker = map_shard(spec, spec.shards[0], spec.segments[0])
-        folder.write_marker("map0", spec.shards[0].key, marker)
+        folder.markers.write("map0", spec.shards[0].key, marker)
         counts = collect_counts(folder, spec)
         names = [s["stage"] for s in counts["stages"]]
         assert counts["documents"] == 5 == counts["kept"] + counts["rejected"]

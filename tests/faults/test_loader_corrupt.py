@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datapipe.engine.tasks.shard_writer import write_shard
 from datapipe.tokens.shard_format import ShardMeta
+from datapipe.tokens.shard_writer import write_shard
 from tests.support.loader_helpers import make_run, write_manifest
 from tests.support.shared_data import PROJECT_ROOT
 

@@ -93,7 +93,7 @@ def test_removing_a_worker_node_mid_run_finishes_with_identical_outputs(tmp_path
     }
     out, hold = tmp_path / "out", tmp_path / "hold"
     # Only the worker node's raylet (and so its task workers) gets the hold hook: each map0 task
-    # placed there writes its outputs, then waits before its marker (engine/faults.py fault_hold)
+    # placed there writes its outputs, then waits before its marker (runtime/faults.py fault_hold)
     # until the node is gone. No timing: the node is removed once a task is known to be held there.
     # A short health check declares the node dead about a second after it is killed (Ray's default
     # waits for several failed 3 s checks), so the test stays short.

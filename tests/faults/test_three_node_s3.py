@@ -97,7 +97,7 @@ def test_three_nodes_on_one_store_with_a_node_killed_mid_shuffle_equal_one_node(
         }
         caches = [str(tmp_path / f"cache-{i}") for i in range(3)]
         # The first worker node holds its exact-dedup partition tasks (shuffle0) between outputs and
-        # marker (engine/faults.py); it is killed once one is held there. Each node works in its own
+        # marker (runtime/faults.py); it is killed once one is held there. Each node works in its own
         # mirror. shuffle0's tasks are spread over the nodes; MinHash's (shuffle1) follow the nodes that
         # wrote their map outputs (PartitionStep.owner_reads), which may leave the doomed node none.
         script = f"""

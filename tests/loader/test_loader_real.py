@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from datapipe.engine.tasks.shard_writer import write_shard
 from datapipe.loader import PackedDataset, StateMismatch
 from datapipe.pipeline.load import TokenizeConfig
 from datapipe.tokens.encode import encode_documents, load_tokenizer_info
 from datapipe.tokens.packing import BestFitPacker, concat_rows
 from datapipe.tokens.shard_format import ShardMeta, file_sha256, open_shard, tokens_view
+from datapipe.tokens.shard_writer import write_shard
 from tests.support.loader_helpers import write_manifest
 from tests.support.shared_data import PROJECT_ROOT, shared_path
 

@@ -25,16 +25,16 @@ def s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def _task_commits(uri: str, folder: RunFolder, phase: str, key: str, out: str) -> tuple[dict, bytes]:
     """What a task on another node does: write its output, commit it and its marker; returns the
-    marker and its bytes as committed (what a Ray task hands back: engine/worker.py ``ray_run_task``)."""
+    marker and its bytes as committed (what a Ray task hands back: engine/executors/ray/worker.py ``ray_run_task``)."""
     path = folder.root / out
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"x" * 10)
     marker = {"docs_in": 3, "node": "elsewhere"}
-    body = folder.write_marker(phase, key, marker, [path])
+    body = folder.markers.write(phase, key, marker, [path])
     with remote._lock:  # that node's memory, not the driver's
         remote._seen.pop(uri, None)
         remote._named.pop(uri, None)
-    folder.marker(phase, key).unlink()  # nor its mirror
+    folder.markers.path(phase, key).unlink()  # nor its mirror
     return marker, body
 
 
@@ -46,18 +46,18 @@ def test_adopted_markers_are_not_read_back_and_others_are(s3: CountingS3) -> Non
     # An upload of a killed attempt: named by no marker, deleted by the sweep.
     storage.write_bytes(storage.child(uri, "docs/src/stray.parquet"), b"y")
 
-    assert folder.adopt_marker("map0", "src/00000", body) == result  # as Ray hands it over
+    assert folder.markers.adopt("map0", "src/00000", body) == result  # as Ray hands it over
     on_store = storage.read_bytes(storage.child(uri, "_work/markers/map0/src/00000.json"))
     assert on_store == body
-    assert folder.marker("map0", "src/00000").read_bytes() == on_store  # the mirror holds the committed bytes
+    assert folder.markers.path("map0", "src/00000").read_bytes() == on_store  # the mirror holds the committed bytes
     before = s3.folder_snapshot()
     folder.pull()
     folder.sweep()
     gets = {k: v for k, v in (s3.folder_snapshot() - before).items() if k[0] == "GET"}
     # Only the marker the driver did not get is read, once (by the pull; the sweep reads the mirror's copy).
     assert sum(gets.values()) == 1, gets
-    assert folder.read_markers("map0") == {"src/00000": result, "src/00001": other}
-    assert folder.marker("map0", "src/00001").is_file()
+    assert folder.markers.read_all("map0") == {"src/00000": result, "src/00001": other}
+    assert folder.markers.path("map0", "src/00001").is_file()
     names = {f.uri for f in storage.list_files(uri)}
     assert storage.child(uri, "docs/src/stray.parquet") not in names
     assert {storage.child(uri, f"docs/src/0000{i}.parquet") for i in (0, 1)} <= names

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from datapipe.engine import runner
-from datapipe.engine.executors import InProcessExecutor, Mark, Outcome, no_mark
+from datapipe.engine.executors.base import Outcome
+from datapipe.engine.executors.in_process import InProcessExecutor
 from datapipe.engine.phases import Phase, Task
 from datapipe.run_folder import remote
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
@@ -44,7 +45,7 @@ def read_part(spec: Any, i: int) -> dict[str, Any]:
     """Phase 2: reads the file and the marker of phase 1's task of the same number."""
     folder = RunFolder(spec.root)
     data = folder.fetched(folder.work / "parts" / f"{i:04d}.bin").read_bytes()
-    marker = folder.read_marker(LINES_PHASE, f"t{i:04d}")
+    marker = folder.markers.read(LINES_PHASE, f"t{i:04d}")
     return {"docs_in": 0, "read": len(data), "newlines": None if marker is None else marker["newlines"]}
 
 
@@ -56,7 +57,7 @@ class NewNodes(InProcessExecutor):
         super().__init__()
         self.nodes, self.uri, self.started = nodes, uri, 0
 
-    def outcomes(self, spec: Any, phase: Phase, tasks: Sequence[Task], mark: Mark = no_mark) -> Iterator[Outcome]:
+    def outcomes(self, spec: Any, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
         for task in tasks:
             self.started += 1
             driver = self._forget()
@@ -94,7 +95,7 @@ def run_two_phases(s3: CountingS3, tmp: Path, n: int, monkeypatch: pytest.Monkey
         "marker GET": sum(v for (kind, f), v in used.items() if kind == "GET" and "/_work/markers" in f),
         "file GET": sum(v for (kind, f), v in used.items() if kind == "GET" and f.endswith("/_work/parts")),
     }
-    return counts, [folder.read_marker("map0", f"t{i:04d}") for i in range(n)]
+    return counts, [folder.markers.read("map0", f"t{i:04d}") for i in range(n)]
 
 
 def test_a_tasks_store_requests_do_not_grow_with_the_run(s3: CountingS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,5 @@
 """Progress lines at an interval (runtime/heartbeat.py) and the run's phase lines off a terminal
-(engine/progress.py): what a line says, that lines keep coming while a step runs, and the
+(runtime/progress.py): what a line says, that lines keep coming while a step runs, and the
 DATAPIPE_PROGRESS_INTERVAL setting."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from datapipe.cli import main
-from datapipe.engine.progress import PhaseProgress
 from datapipe.errors import UsageError
 from datapipe.runtime.heartbeat import INTERVAL_ENV, Heartbeat, duration, eta, progress_interval, size
+from datapipe.runtime.progress import PhaseProgress
 
 
 def test_durations_eta_and_sizes_read_as_a_person_would_write_them() -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datapipe.engine.tasks.shard_writer import write_shard
 from datapipe.tokens.shard_format import ShardMeta, file_sha256
+from datapipe.tokens.shard_writer import write_shard
 
 FINGERPRINT = "tok-test-v1"
 

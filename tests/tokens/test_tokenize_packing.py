@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from datapipe.engine.runner import run_pipeline
-from datapipe.engine.tasks.shard_writer import write_shard
 from datapipe.pipeline.load import TokenizeConfig, load_pipeline
 from datapipe.tokens.encode import encode_documents, load_tokenizer_info
 from datapipe.tokens.packing import BestFitPacker, ConcatPacker, PackedRows, concat_rows, make_packer
 from datapipe.tokens.shard_format import ShardMeta, open_shard, tokens_view
+from datapipe.tokens.shard_writer import write_shard
 from tests.support.shared_data import PROJECT_ROOT, shared_path
 
 TOKENIZER = PROJECT_ROOT / "tokenizer" / "demo.json"

@@ -29,6 +29,7 @@ from datapipe.engine.tasks.prefetch import prefetched
 from datapipe.engine.tasks.recorded import ShardSignals, tokens_with_recorded, with_recorded
 from datapipe.engine.tasks.reduce import partition_copies, partition_decisions, partition_state, partitions_decide
 from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
+from datapipe.engine.work_files import WorkFiles
 from datapipe.readers import InputFile, ReadBatch, reader_path, reader_spec
 from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
@@ -111,7 +112,7 @@ class ShardOutputs:
         self.docs = (
             ParquetSink(folder.docs_file(shard.key))
             if segment.final
-            else ParquetSink(folder.map_output(segment.index, shard.key), compression="lz4")
+            else ParquetSink(WorkFiles(folder).map_output(segment.index, shard.key), compression="lz4")
         )
         repeats = shard.source.name in spec.repeats
         self.tokens = (
@@ -119,7 +120,7 @@ class ShardOutputs:
             if segment.final and spec.tokenizer
             else None
         )
-        self.shuffle = ShuffleSink(folder.shuffle_file(segment.index, shard.key)) if shuffles else None
+        self.shuffle = ShuffleSink(WorkFiles(folder).shuffle_file(segment.index, shard.key)) if shuffles else None
         self.copies: CopiesSink | None = None  # the copies of this shard's documents the applied stage dropped
         self._isolators: dict[int, Isolator] = {}
 
@@ -248,11 +249,11 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
         told = ((segment.apply_global, applying.stage if applying else None), (segment.compute_global, compute_global))
         for at, global_stage in told:
             if at is not None and global_stage is not None:
-                global_stage.start_task(folder.stage_work_dir(at, global_stage.name, shard.key))
+                global_stage.start_task(WorkFiles(folder).stage_work_dir(at, global_stage.name, shard.key))
                 started_tasks.append(global_stage)
         for pos, stage in stages:
             if pos not in skips:
-                stage.start_task(folder.stage_work_dir(pos, stage.name, shard.key))
+                stage.start_task(WorkFiles(folder).stage_work_dir(pos, stage.name, shard.key))
                 started_tasks.append(stage)
         if applying is not None:
             out.index_copies(applying.position, applying.name, applying.copies)
@@ -362,7 +363,7 @@ def _segment_input(
     spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segment, counts: MapCounts, reject: Any
 ) -> Iterator[pa.Table]:
     if segment.index > 0:
-        prev = folder.map_output(segment.index - 1, shard.key)
+        prev = WorkFiles(folder).map_output(segment.index - 1, shard.key)
         if not prev.exists():
             return  # every document of this shard was dropped earlier
         for rb in pq.ParquetFile(prev).iter_batches(batch_size=spec.batch_size):
@@ -417,7 +418,7 @@ def _first_record(folder: RunFolder, shard: Shard, piece: InputRange) -> int:
     if count is None or piece.part == 0:
         return 0
     prefix = shard.key.rsplit(".part", 1)[0]
-    markers = [folder.read_marker(LINES_PHASE, f"{prefix}.part{j:04d}") for j in range(piece.part)]
+    markers = [folder.markers.read(LINES_PHASE, f"{prefix}.part{j:04d}") for j in range(piece.part)]
     found = [m for m in markers if m is not None]
     if len(found) < len(markers):  # e.g. a task run on its own: count the bytes before the range
         return count(piece.path, 0, piece.start)
@@ -501,7 +502,7 @@ def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: S
         groups = output_groups(spec, spec.segments[segment.index - 1])
         parts.append(partition_decisions(folder, segment.index - 1, stage, shard.ordinal, groups))
     if step_of(stage, CombineStep) is not None:
-        path = folder.decisions_file(segment.index - 1, shard.key)
+        path = WorkFiles(folder).decisions_file(segment.index - 1, shard.key)
         parts.append(pq.read_table(path) if path.exists() else None)
     return _concat([t for t in parts if t is not None and t.num_rows])
 
@@ -515,7 +516,7 @@ def _load_copies(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shar
     if partitions_decide(stage):
         groups = output_groups(spec, spec.segments[segment.index - 1])
         parts.append(partition_copies(folder, segment.index - 1, stage, shard.ordinal, groups))
-    path = folder.combine_copies_file(segment.index - 1)
+    path = WorkFiles(folder).combine_copies_file(segment.index - 1)
     if step_of(stage, CombineStep) is not None and path.exists():
         parts.append(pq.read_table(path, filters=[("shard", "=", shard.ordinal)]))
     return _concat([t for t in parts if t is not None and t.num_rows])
@@ -528,7 +529,7 @@ def _load_state(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard
         return None
     groups = output_groups(spec, spec.segments[segment.index - 1])
     parts = [partition_state(folder, segment.index - 1, build_stage(spec, segment.apply_global), shard.ordinal, groups)]
-    path = folder.state_file(segment.index - 1)
+    path = WorkFiles(folder).state_file(segment.index - 1)
     if path.exists():
         if "shard" in pq.read_schema(path).names:
             parts.append(pq.read_table(path, filters=[("shard", "=", shard.ordinal)]))

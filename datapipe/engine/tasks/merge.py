@@ -37,7 +37,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, build_stage
-from datapipe.run_folder.layout import OUTPUT_KINDS, RunFolder
+from datapipe.engine.work_files import OUTPUT_KINDS, WorkFiles
+from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.global_stage import PartitionStep, step_of
 from datapipe.storage.atomic import atomic_path
 
@@ -94,19 +95,20 @@ def round_inputs(
     merged ones where the round is merged (``writers`` then does not apply): of each group the file
     holding ``part`` if given, else all of them. ``fetch=False``: not downloaded from a remote run
     folder (a partition reads its row groups in place: ``RunFolder.parquet``)."""
+    work = WorkFiles(folder)
     groups = merge_groups(spec, round_writers(spec, segment, round))
     if groups and writers is None:
         parts = round_parts(spec, segment)
         cuts: Sequence[int | None] = (
             [key_file(part, parts)] if part is not None else [key_file(k * KEYS_PER_FILE, parts) for k in range(key_files(parts))]
         )
-        paths = [folder.merged_file(segment.index, round, g, fetch, rng=k) for g in range(groups) for k in cuts]
+        paths = [work.merged_file(segment.index, round, g, fetch, rng=k) for g in range(groups) for k in cuts]
     else:
         chosen = writers if writers is not None else range(round_writers(spec, segment, round))
         if round == 0:
-            paths = [folder.shuffle_file(segment.index, spec.shards[i].key, fetch) for i in chosen]
+            paths = [work.shuffle_file(segment.index, spec.shards[i].key, fetch) for i in chosen]
         else:
-            paths = [folder.forward_file(segment.index, round - 1, p, fetch) for p in chosen]
+            paths = [work.forward_file(segment.index, round - 1, p, fetch) for p in chosen]
     return [p for p in paths if (p.exists() if fetch else folder.is_committed(p))]
 
 
@@ -120,12 +122,13 @@ def merge_group(spec: RunSpec, segment: Segment, round: int, group: int) -> dict
     """Merge one group of a shuffle round's input files into its merged file; returns the marker contents."""
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
+    work = WorkFiles(folder)
     writers = round_writers(spec, segment, round)
     groups = merge_groups(spec, writers)
     files = round_inputs(spec, folder, segment, round, group_writers(writers, groups, group))
     parts = round_parts(spec, segment)
     rows = merge_files(
-        files, lambda k: folder.merged_file(segment.index, round, group, rng=key_file(k * KEYS_PER_FILE, parts)), key_files(parts)
+        files, lambda k: work.merged_file(segment.index, round, group, rng=key_file(k * KEYS_PER_FILE, parts)), key_files(parts)
     )
     return {
         "segment": segment.index,
@@ -349,6 +352,7 @@ def merge_outputs(
     marker contents. ``lo``, ``hi``: the group's outputs (``output_bounds``; default: 1/G of them)."""
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
+    work = WorkFiles(folder)
     merge = output_groups(spec, segment)
     writers = output_writers(spec, segment)
     chosen = range(lo, hi) if lo is not None and hi is not None else group_writers(len(writers), merge.groups, group)
@@ -358,11 +362,11 @@ def merge_outputs(
     for kind in OUTPUT_KINDS:
         # Read in place (only the row groups of the range cross a store), not downloaded whole: the
         # J tasks of a group each read 1/J of its files.
-        files = [f for r, p in mine if folder.is_committed(f := folder.partition_file(kind, segment.index, p, r, fetch=False))]
+        files = [f for r, p in mine if folder.is_committed(f := work.partition_file(kind, segment.index, p, r, fetch=False))]
 
         def out(k: int, kind: str = kind) -> Path:
             cut = key_file(k * KEYS_PER_FILE, len(shards))
-            return folder.merged_outputs(segment.index, group, kind, rng=_rng(merge, rng), cut=cut)
+            return work.merged_outputs(segment.index, group, kind, rng=_rng(merge, rng), cut=cut)
 
         rows["decision_rows" if kind == "decisions" else f"{kind}_rows"] = merge_by_shard(
             [folder.parquet(f) for f in files], out, shards if merge.ranges > 1 else None, key_files(len(shards))
@@ -386,7 +390,8 @@ def merged_output_files(folder: RunFolder, segment: int, merge: OutputMerge, ord
     j = merge.range_of(ordinal)
     shards = merge.shards_of(j) if merge.ranges > 1 else range(merge.shards)
     cut = key_file(ordinal - shards.start, len(shards))
-    return [folder.merged_outputs(segment, g, kind, fetch=False, rng=_rng(merge, j), cut=cut) for g in range(merge.groups)]
+    work = WorkFiles(folder)
+    return [work.merged_outputs(segment, g, kind, fetch=False, rng=_rng(merge, j), cut=cut) for g in range(merge.groups)]
 
 
 def merge_by_shard(
@@ -470,7 +475,7 @@ def merge_all_outputs(spec: RunSpec, segment: Segment) -> OutputMerge:
     merge = output_groups(spec, segment)
     if not merge:
         return merge
-    folder = RunFolder(Path(spec.root))
+    work = WorkFiles(RunFolder(Path(spec.root)))
 
     def rows(r: int) -> dict[int, dict[str, Any]]:
         step = step_of(build_stage(spec, segment.compute_global), PartitionStep)  # type: ignore[arg-type]
@@ -479,7 +484,7 @@ def merge_all_outputs(spec: RunSpec, segment: Segment) -> OutputMerge:
         for p in range(step.partitions):
             counts = {}
             for kind, key in zip(OUTPUT_KINDS, ("rows_out", "state_rows", "copies_rows"), strict=True):
-                f = folder.partition_file(kind, segment.index, p, r)
+                f = work.partition_file(kind, segment.index, p, r)
                 counts[key] = pq.ParquetFile(f).metadata.num_rows if f.exists() else 0
             out[p] = counts
         return out

@@ -14,10 +14,10 @@ import pyarrow.compute as pc
 from datapipe.config.mixture import REPEAT_COLUMN, in_round, spread_offsets
 from datapipe.engine.pack_plan import PackRange
 from datapipe.engine.plan import RunSpec
-from datapipe.engine.tasks.shard_writer import write_shard
 from datapipe.run_folder.layout import RunFolder
 from datapipe.tokens.packing import PackedRows, ShardBuffer, make_packer, shard_meta_for
 from datapipe.tokens.shard_format import ShardMeta, file_sha256, manifest_row
+from datapipe.tokens.shard_writer import write_shard
 
 
 def pack_source(spec: RunSpec, source: str) -> dict[str, Any]:

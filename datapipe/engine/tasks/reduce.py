@@ -15,6 +15,7 @@ from datapipe.engine.tasks.copies import split_copies
 from datapipe.engine.tasks.merge import OutputMerge, merged_output_files, round_inputs
 from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
 from datapipe.engine.tasks.sinks import ShuffleSink
+from datapipe.engine.work_files import WorkFiles
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.base import Stage
 from datapipe.stages.global_stage import CombineStep, PartitionResult, PartitionStep, step_of
@@ -30,17 +31,18 @@ def _reduce_inputs(
     (``RunFolder.parquet``), a step reading whole files downloads them (``fetch``)."""
     assert segment.compute_global is not None
     outputs = str(folder.stage_outputs_dir(segment.compute_global, spec.stage_name(segment.compute_global)))
+    work = WorkFiles(folder)
     if not lazy:
-        present = [(s.ordinal, p) for s in spec.shards if (p := folder.map_output(segment.index, s.key)).exists()]
-        scratch = folder.scratch_dir(segment.index)
+        present = [(s.ordinal, p) for s in spec.shards if (p := work.map_output(segment.index, s.key)).exists()]
+        scratch = work.scratch_dir(segment.index)
         return ParquetReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch), forwarded, outputs)
     present = [
-        (s.ordinal, p) for s in spec.shards if folder.is_committed(p := folder.map_output(segment.index, s.key, fetch=False))
+        (s.ordinal, p) for s in spec.shards if folder.is_committed(p := work.map_output(segment.index, s.key, fetch=False))
     ]
     return ParquetReduceInputs(
         [str(p) for _, p in present],
         [o for o, _ in present],
-        str(folder.scratch_dir(segment.index)),
+        str(work.scratch_dir(segment.index)),
         forwarded,
         outputs,
         fetch=lambda path: str(folder.fetched(Path(path))),
@@ -58,32 +60,33 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     """The corpus-wide step of the global stage that ends ``segment``."""
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
+    work = WorkFiles(folder)
     assert segment.compute_global is not None
     stage = build_stage(spec, segment.compute_global)
-    folder.scratch_dir(segment.index).mkdir(parents=True, exist_ok=True)
+    work.scratch_dir(segment.index).mkdir(parents=True, exist_ok=True)
     combine = step_of(stage, CombineStep)
     assert combine is not None, f"stage {stage.name!r} declares no combine step"
     part = step_of(stage, PartitionStep)
-    outputs = [folder.partition_output(segment.index, p) for p in range(part.partitions)] if part else []
-    forwarded = [folder.forward_file(segment.index, part.rounds - 1, p) for p in range(part.partitions)] if part else []
+    outputs = [work.partition_output(segment.index, p) for p in range(part.partitions)] if part else []
+    forwarded = [work.forward_file(segment.index, part.rounds - 1, p) for p in range(part.partitions)] if part else []
     fwd = tuple(str(f) for f in forwarded if f.exists())
     inputs = _reduce_inputs(spec, folder, segment, fwd, lazy=not combine.reads_files)
     decisions, copies = split_copies(combine.decide([str(p) for p in outputs if p.exists()], inputs), stage.name)
     assert decisions is not None
     # The copies by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    write_or_remove(folder.combine_copies_file(segment.index), copies, sort_by_shard=True)
+    write_or_remove(work.combine_copies_file(segment.index), copies, sort_by_shard=True)
     if combine.state is not None:
         state = combine.state([str(p) for p in outputs if p.exists()], inputs)
-        folder.state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
+        work.state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
         if state is not None:
-            with atomic_path(folder.state_file(segment.index)) as tmp:
+            with atomic_path(work.state_file(segment.index)) as tmp:
                 pq.write_table(state, tmp)
     # Decisions come sorted by shard: slice each shard's rows instead of filtering per shard.
     decisions = decisions.sort_by([("shard", "ascending")])
     shard_col = decisions["shard"].to_numpy()
     written = 0
     for shard in spec.shards:
-        path = folder.decisions_file(segment.index, shard.key)
+        path = work.decisions_file(segment.index, shard.key)
         lo, hi = np.searchsorted(shard_col, [shard.ordinal, shard.ordinal + 1])
         if hi == lo:
             path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not apply
@@ -104,6 +107,7 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     or from every partition of the round before, reduced."""
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
+    work = WorkFiles(folder)
     stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
     step = step_of(stage, PartitionStep)
     assert step is not None, f"stage {stage.name!r} declares no partition step"
@@ -117,13 +121,13 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
         result = step.reduce(rows, round, _reduce_inputs(spec, folder, segment, lazy=True))
     if not isinstance(result, PartitionResult):
         result = PartitionResult(result)
-    out = folder.partition_output(segment.index, partition, round)
+    out = work.partition_output(segment.index, partition, round)
     decisions, copies = split_copies(result.output, stage.name) if partitions_decide(stage) else (result.output, None)
     n = write_or_remove(out, decisions, sort_by_shard=partitions_decide(stage))
-    states = write_or_remove(folder.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
+    states = write_or_remove(work.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
     # The copies it dropped, by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    n_copies = write_or_remove(folder.partition_copies(segment.index, partition, round), copies, sort_by_shard=True)
-    forward = ShuffleSink(folder.forward_file(segment.index, round, partition))
+    n_copies = write_or_remove(work.partition_copies(segment.index, partition, round), copies, sort_by_shard=True)
+    forward = ShuffleSink(work.forward_file(segment.index, round, partition))
     # The last round's forwarded rows go to the combine step, if one follows.
     if result.forward is not None and (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
         forward.write(result.forward)
@@ -197,6 +201,7 @@ def _partition_rows(
         paths = merged_output_files(folder, segment, groups, ordinal, kind)
     else:
         written = [(p, r) for r in range(step.rounds) for p in range(step.partitions)]
-        paths = [folder.partition_file(kind, segment, p, r, fetch=False) for p, r in written]
+        work = WorkFiles(folder)
+        paths = [work.partition_file(kind, segment, p, r, fetch=False) for p, r in written]
     # Of each file, the row groups of this shard only (in place from a remote run folder).
     return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)

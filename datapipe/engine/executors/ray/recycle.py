@@ -32,7 +32,7 @@ from typing import Any
 
 from datapipe.config.sections import WorkersConfig
 
-MAX_CALLS = 1 << 30  # the remote function's max_calls: never reached by counting (engine/executors.py)
+MAX_CALLS = 1 << 30  # the remote function's max_calls: never reached by counting (executor.py)
 
 
 @dataclass
@@ -53,7 +53,7 @@ def should_exit(
     """After a task of ``phase`` that started at ``start_mib`` and was released down to ``now_mib``:
     why this worker should make way for a fresh one (a marker's ``worker_exit``), or None.
 
-    ``grew``: the task peaked well above its start (``engine/worker.py``: ``_grew``). Until a task
+    ``grew``: the task peaked well above its start (``worker.py``: ``_grew``). Until a task
     has, the floor is not yet what the worker's phases import: a worker whose first tasks only counted
     lines (the ``lines`` phase) would otherwise count the stages' modules and compiled kernels, loaded
     by its first map task, as what earlier phases left, and leave at the next phase, and its fresh
@@ -81,17 +81,27 @@ def should_exit(
     return None
 
 
-def request_exit() -> bool:
-    """Make the task running now this Ray worker's last: Ray exits the worker after storing its result.
-    False where this Ray keeps its counts elsewhere (the worker then stays)."""
+def call_counts() -> tuple[dict[Any, Any], dict[Any, Any]] | None:
+    """This process's remote functions and how many times it ran each (Ray's private
+    ``FunctionActorManager``, which ``max_calls`` counts with), or None where this Ray keeps them
+    elsewhere (tests/engine/test_ray_private.py says so by name)."""
     try:
         from ray._private.worker import global_worker
 
         manager: Any = global_worker.function_actor_manager
-        infos, counts = manager._function_execution_info, manager._num_task_executions
-        ours = [fid for fid, info in list(infos.items()) if getattr(info, "max_calls", None) == MAX_CALLS]
+        return manager._function_execution_info, manager._num_task_executions
     except (ImportError, AttributeError):
+        return None
+
+
+def request_exit() -> bool:
+    """Make the task running now this Ray worker's last: Ray exits the worker after storing its result.
+    False where this Ray keeps its counts elsewhere (the worker then stays)."""
+    found = call_counts()
+    if found is None:
         return False
+    infos, counts = found
+    ours = [fid for fid, info in list(infos.items()) if getattr(info, "max_calls", None) == MAX_CALLS]
     for fid in ours:
         counts[fid] = MAX_CALLS - 1  # Ray adds this task's one after storing its result, then exits at MAX_CALLS
     return bool(ours)

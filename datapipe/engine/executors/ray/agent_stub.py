@@ -1,9 +1,9 @@
-"""Stand-ins for the two Python agents a raylet starts, for an embedded one-node Ray (ray_runtime.py).
+"""Stand-ins for the two Python agents a raylet starts, for an embedded one-node Ray (runtime.py).
 
 Run by the raylet, in place of Ray's agent, as::
 
-    python -I -S ray_agent_stub.py dashboard PORT_NAME... -- RAY'S AGENT COMMAND...
-    python -I -S ray_agent_stub.py runtime-env PORT_NAME -- RAY'S AGENT COMMAND...
+    python -I -S agent_stub.py dashboard PORT_NAME... -- RAY'S AGENT COMMAND...
+    python -I -S agent_stub.py runtime-env PORT_NAME -- RAY'S AGENT COMMAND...
 
 Standard library only (``-I -S``: no site, no datapipe, no Ray to import), so each costs ~0.03 CPU
 s where Ray's agent costs ~1 s (its imports: Ray, gRPC, aiohttp and, for the dashboard agent, an
@@ -19,7 +19,7 @@ as stdin closes (or, without that pipe, until it is re-parented).
   and waits. An embedded run has no dashboard and no metrics (``enable_metrics_collection`` is off),
   so this stand-in does the same whatever Ray is installed.
 * ``runtime-env``: the raylet asks the runtime-env agent for a task's environment only when the
-  task has a ``runtime_env`` (datapipe sets one only for a test hook, ``engine/faults.py``). The
+  task has a ``runtime_env`` (datapipe sets one only for a test hook, ``runtime/faults.py``). The
   stand-in listens on the port it records, and on the first connection starts Ray's real agent
   (its port file written into a private folder) and relays every connection to it, so a
   ``runtime_env`` works as with Ray's own agent, ~1-2 s later the first time.

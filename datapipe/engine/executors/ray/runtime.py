@@ -23,7 +23,7 @@ and state API (``ray list tasks``) need them: for those, start a cluster (``ray 
 and pass its address (``--ray-address``).
 
 The raylet's two Python agents (dashboard, runtime environments) are stand-ins of the standard
-library (ray_agent_stub.py; ~0.03 CPU s each against ~1 s, and the raylet starts its workers ~2 s
+library (agent_stub.py; ~0.03 CPU s each against ~1 s, and the raylet starts its workers ~2 s
 sooner): an embedded Ray has no dashboard or metrics, and starts Ray's runtime-env agent only when a
 task asks for a ``runtime_env``.
 """
@@ -167,15 +167,20 @@ for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 1.0)):
 """
 
 
-def _start_watchdog() -> subprocess.Popen | None:
-    """Start the reaper of this Ray session's processes (see the module docstring)."""
-    import ray
-
+def session_dir() -> str | None:
+    """The session folder of the Ray node this process started (Ray's private ``Node``), or None."""
     try:
-        node = ray._private.worker.global_worker.node
-        session = node.get_session_dir_path() if node is not None else None
+        from ray._private.worker import global_worker
+
+        node = global_worker.node
+        return node.get_session_dir_path() if node is not None else None
     except Exception:  # noqa: BLE001 - a private API; without it we only lose the cleanup
         return None
+
+
+def _start_watchdog() -> subprocess.Popen | None:
+    """Start the reaper of this Ray session's processes (see the module docstring)."""
+    session = session_dir()
     if not session or not os.path.isdir("/proc"):
         return None
     # The pipe's write end stays in this process only (non-inheritable), so its death closes it.
@@ -199,17 +204,22 @@ def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
 _CLUSTER_SERVICES = ("start_monitor", "start_log_monitor", "start_api_server")
 
 
-@contextlib.contextmanager
-def _one_node_services() -> Iterator[None]:
+def node_class() -> type | None:
+    """Ray's private ``Node`` class, if it has the methods that start ``_CLUSTER_SERVICES``."""
     try:
         from ray._private.node import Node
     except ImportError:
-        yield
-        return
-    if not all(name in vars(Node) for name in _CLUSTER_SERVICES):
+        return None
+    return Node if all(name in vars(Node) for name in _CLUSTER_SERVICES) else None
+
+
+@contextlib.contextmanager
+def _one_node_services() -> Iterator[None]:
+    node = node_class()
+    if node is None:
         yield  # not the Node this was written against: leave it alone
         return
-    with _patched(Node, dict.fromkeys(_CLUSTER_SERVICES, _not_started)):
+    with _patched(node, dict.fromkeys(_CLUSTER_SERVICES, _not_started)):
         yield
 
 
@@ -231,15 +241,15 @@ def _not_started(self: object, *args: object, **kwargs: object) -> None:
 
 
 # The raylet's two Python agents, each ~1 CPU s of imports for nothing an embedded run uses: they are
-# replaced by stand-ins of the standard library (ray_agent_stub.py says what each does and why that
+# replaced by stand-ins of the standard library (agent_stub.py says what each does and why that
 # is enough). Ray builds each agent's command line from this function of its services module (the
 # interpreter, before the agent's script), so while ray.init starts the raylet it puts the stand-in
 # first, with Ray's command after it. A Ray without that function or those names runs its own agents.
-AGENT_STUB = str(Path(__file__).with_name("ray_agent_stub.py"))
+AGENT_STUB = str(Path(__file__).with_name("agent_stub.py"))
 _COMMAND_BUILDER = "_build_python_executable_command_memory_profileable"
 
 
-def _stand_in_modes() -> dict[str, list[str]] | None:
+def stand_in_modes() -> dict[str, list[str]] | None:
     """Ray's process type of each agent -> the stand-in's mode and the names of its port files."""
     try:
         from ray import _raylet
@@ -261,18 +271,23 @@ def _stand_in_modes() -> dict[str, list[str]] | None:
     return modes
 
 
-@contextlib.contextmanager
-def _agent_stand_ins() -> Iterator[None]:
+def services_module() -> Any:
+    """Ray's private ``services`` module, if it builds the agents' commands with ``_COMMAND_BUILDER``."""
     try:
         from ray._private import services
     except ImportError:
-        yield
-        return
-    build = services.__dict__.get(_COMMAND_BUILDER)
-    modes = _stand_in_modes()
-    if build is None or modes is None or os.name != "posix":  # (the stand-ins wait on POSIX pipes)
+        return None
+    return services if callable(services.__dict__.get(_COMMAND_BUILDER)) else None
+
+
+@contextlib.contextmanager
+def _agent_stand_ins() -> Iterator[None]:
+    services = services_module()
+    modes = stand_in_modes()
+    if services is None or modes is None or os.name != "posix":  # (the stand-ins wait on POSIX pipes)
         yield  # not the Ray this was written against: its own agents
         return
+    build = services.__dict__[_COMMAND_BUILDER]
 
     def stand_in(component: str, *args: Any, **kwargs: Any) -> list[str]:
         command = build(component, *args, **kwargs)

@@ -1,94 +1,29 @@
-"""Where a run's tasks execute: in this process, or on Ray (embedded on this machine, or a cluster).
+"""Tasks on Ray: an embedded one-node Ray on loopback, or a cluster (``--ray-address``).
 
-The runner's loop knows only ``Executor``: entered once per run (a Ray session starts, the kernels
-warm up), asked for the CPUs the plan is sized for, then handed each phase's unfinished tasks; it
-answers with each task's marker or the exception the task ended with, as tasks finish. Every
-executor runs ``worker.run_task``, so outputs are the same whatever runs them; the order of the
-outcomes is free (outputs are named by task, never by completion order).
+Every task runs ``worker.ray_run_task`` (the engine's ``run_task`` with a Ray worker's hooks); the
+driver submits a phase's tasks at once and yields their outcomes as they finish.
 """
 
 from __future__ import annotations
 
-import os
 import queue
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import ExitStack
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
-from datapipe.engine import recycle
-from datapipe.engine.faults import fault_env
+from datapipe.engine.executors.base import Clock, Outcome, local_cpus, phase_section
+from datapipe.engine.executors.ray import recycle
+from datapipe.engine.executors.ray.runtime import ray_session
+from datapipe.engine.executors.ray.worker import ray_run_task, spec_slots
 from datapipe.engine.phases import Phase, Task
-from datapipe.engine.plan import RunSpec
-from datapipe.engine.ray_runtime import ray_session
-from datapipe.engine.worker import ray_run_task, run_task, spec_slots
+from datapipe.engine.plan import RunSpec, forget_stages
 from datapipe.errors import PipelineError
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime import kernel_warmup
-
-# (task key, its marker, or the marker's bytes as committed, or the exception the task ended with)
-Outcome = tuple[str, dict[str, Any] | bytes | Exception]
-# Called with "plan" just before a phase's first task is handed over and "submit" once all are: the
-# driver's own CPU of the phase is recorded by part (runtime/own_cpu.Sections), since only what
-# comes before the first task and after the last one holds the run up (docs/scaling.md).
-Mark = Callable[[str], None]
-
-
-def no_mark(part: str) -> None:
-    return None
-
-
-class Executor(Protocol):
-    """Runs a run's tasks; ``describe``, ``cpus`` and ``outcomes`` are asked between enter and exit."""
-
-    def __enter__(self) -> Executor: ...
-
-    def __exit__(self, *exc: object) -> None: ...
-
-    def describe(self) -> str:
-        """Where the tasks run, for the log: "in this process (no Ray)", "on embedded Ray (...)"."""
-        ...
-
-    def cpus(self) -> int:
-        """The CPUs the run's map tasks are sized for (a run planned first here keeps that split)."""
-        ...
-
-    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task], mark: Mark = no_mark) -> Iterator[Outcome]:
-        """Run ``tasks`` of ``phase``; one outcome per task, in any order: its marker (a dict, or its
-        bytes as the task committed them: ``RunFolder.adopt_marker`` takes either). A task's failure is an
-        outcome (the others go on); retries, where the executor has them, are already spent. Each
-        task gets ``phase.committed`` (``run_task``'s ``committed``): in a remote run folder, a task
-        in another process learns from it what earlier phases committed. ``mark``: see ``Mark``
-        (an executor that runs tasks in the driver's own process calls it for nothing)."""
-        ...
-
-
-class InProcessExecutor:
-    """Every task in this process, one after another, without retries, and without importing Ray:
-    for small runs, where Ray's start-up and shutdown (seconds) would dominate."""
-
-    def __init__(self, cpus: int = 1) -> None:
-        self._cpus = cpus
-
-    def __enter__(self) -> InProcessExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def describe(self) -> str:
-        return "in this process (no Ray)"
-
-    def cpus(self) -> int:
-        return self._cpus
-
-    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task], mark: Mark = no_mark) -> Iterator[Outcome]:
-        for task in tasks:
-            try:
-                yield task.key, run_task(phase.name, task.key, phase.fn, spec, *task.args, committed=phase.committed)
-            except Exception as exc:  # noqa: BLE001 - reported with the others, as Ray's failures are
-                yield task.key, exc
+from datapipe.runtime.faults import fault_env
+from datapipe.runtime.release_memory import release_memory
 
 
 class RayExecutor:
@@ -110,6 +45,7 @@ class RayExecutor:
         # Committed phases of a remote run folder (``Phase.committed``) and their refs, by id: each put
         # in Ray's object store once, and handed to every task of the later phases by reference.
         self._committed: dict[int, tuple[CommittedPhase, Any]] = {}
+        self._clock: Clock | None = None
 
     def __enter__(self) -> RayExecutor:
         # On the first run after an install, the kernels compile in a throwaway process while Ray
@@ -121,14 +57,20 @@ class RayExecutor:
 
         # One remote function for every phase (exported to the cluster once); phases set their resources.
         # max_calls is never reached by counting: it is how a worker that holds too much exits after
-        # handing over its task's result (engine/recycle.py).
+        # handing over its task's result (recycle.py).
         self._remote = ray.remote(max_retries=self.RETRIES, retry_exceptions=True, max_calls=recycle.MAX_CALLS)(ray_run_task)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._shared = self._remote = None
+        self._shared = self._remote = self._clock = None
         self._committed = {}
         self._stack.close()
+
+    def observe(self, clock: Clock) -> None:
+        """The run is planned: keep the clock, and drop what planning loaded in this driver (its tasks
+        run in Ray's workers)."""
+        self._clock = clock
+        _drop_planning_state()
 
     def describe(self) -> str:
         return self._where
@@ -138,7 +80,7 @@ class RayExecutor:
 
         return int(ray.cluster_resources().get("CPU", 1))
 
-    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task], mark: Mark = no_mark) -> Iterator[Outcome]:
+    def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
         import ray
 
         if self._warmup is not None:  # waited for here, so it overlaps Ray's start and the planning
@@ -168,7 +110,7 @@ class RayExecutor:
         # and phase (``.options`` and the strategy per task were ~0.05 ms of the driver's thread each;
         # map1, map2, pack and the rounds that read owners' rows place every task).
         on_node: dict[str | None, Any] = {}
-        mark("plan")
+        self._mark(phase, "plan")
         for t, given in zip(tasks, args):
             if not _is_node_id(t.node):
                 placed = remote
@@ -177,7 +119,7 @@ class RayExecutor:
             ref = placed.remote(call, shared, (t.key, *given))
             pending[t.key] = ref  # held until its result came: a dropped ref's object may be freed
             _when_done(ref, partial(_queue_outcome, done, t.key))
-        mark("submit")
+        self._mark(phase, "submit")
         while pending:
             try:  # a timeout, so Ctrl-C is seen while every task runs
                 key, value = done.get(timeout=self.POLL_SECONDS)
@@ -185,6 +127,10 @@ class RayExecutor:
                 continue
             del pending[key]
             yield key, _outcome(value)  # an exception: reported with the others (Ray already retried it)
+
+    def _mark(self, phase: Phase, part: str) -> None:
+        if self._clock is not None:
+            self._clock.mark(phase_section(phase.name, part))
 
     def _spec_ref(self, spec: RunSpec) -> Any:
         """The spec in Ray's object store, put there once per run (not pickled into every task)."""
@@ -202,6 +148,18 @@ class RayExecutor:
             if id(p) not in self._committed:
                 self._committed[id(p)] = (p, ray.put(p))
         return [self._committed[id(p)][1] for p in phases]
+
+
+def _drop_planning_state() -> None:
+    """A driver whose tasks run in Ray's workers drops what planning loaded (the tokenizer and the
+    fast encoder's plan and verdict: ~50 MiB for a 32k vocabulary) and hands the pages back: it
+    would otherwise hold them through every phase, at the run's peak too (bench/pipeline.py). The
+    built stages go with them: a stage marked set up must not outlive the models its setup loaded
+    (a later in-process run in this process would find it set up and its models gone). Done once the
+    run is planned (``observe``), not at enter: a new run is planned after the executor is entered,
+    for the CPUs it has."""
+    forget_stages()
+    release_memory()
 
 
 def _when_done(ref: Any, callback: Callable[[Any], None]) -> None:
@@ -264,20 +222,3 @@ def fit_gpus(phase: Phase, cluster_gpus: float) -> dict[str, Any]:
             )
         resources.pop("num_gpus")
     return resources
-
-
-def make_executor(
-    in_process: bool, ray_address: str | None = None, num_cpus: int | None = None, log: Callable[[str], None] = print
-) -> Executor:
-    """The executor ``datapipe run`` asked for: ``--in-process``, else Ray (``--ray-address``: a cluster)."""
-    if in_process:
-        return InProcessExecutor()
-    return RayExecutor(ray_address, num_cpus, log)
-
-
-def local_cpus() -> int:
-    """The CPUs this process may use (its affinity: a container's or taskset's limit, not the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1

@@ -1,0 +1,150 @@
+"""The engine's own files in a run folder: the phases' names and every ``_work/`` path of a global step.
+
+Nothing outside the engine reads these (the run folder's public face is ``run_folder/layout.py``),
+so a global step gains an intermediate file here without changing what the audit, the exports,
+training or the loader read. The names on disk are the ones runs have always had: a folder started
+by an earlier datapipe resumes (its markers name these phases, its tasks' outputs these files).
+
+    _work/map<S>/<shard>.parquet                 a map task's rows for the global stage ending segment S
+    _work/shuffle<S>[r<R>]/<shard>.parquet       a map task's rows routed to partitions (round R)
+    _work/merge<S>[r<R>]/<group>[-<range>].parquet   a shuffle round's inputs merged, by part
+    _work/merge<S>d/<kind>-<group>[-<range>][-<cut>].parquet   a deciding shuffle's outputs merged, by shard
+    _work/shuffle<S>-r<R>/<partition>.parquet    rows a partition hands to the next round
+    _work/reduce<S>/<shard>.parquet              a combine step's decisions for one shard
+    _work/reduce<S>-parts/...                    a deciding partition's decisions, state and copies
+    _work/reduce<S>-state.parquet, -copies.parquet   a combine step's state and copies
+    _work/reduce<S>-scratch/                     spill space (DuckDB, sorts): local, never committed
+    _work/stage<NN>-<stage>/<shard>/             a stage's own files for one map task (local)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from datapipe.run_folder.layout import RunFolder
+
+# Phase names: each is the folder of its completion markers (``_work/markers/<phase>/``) and, for
+# map, shuffle and reduce, of its outputs, so a resumed run finds work by these exact names.
+# (The pre-pass ``lines`` and ``pack`` are named in run_folder/layout.py: integrity checks read them.)
+
+
+def map_phase(segment: int) -> str:
+    return f"map{segment}"
+
+
+def shuffle_phase(segment: int, round: int = 0) -> str:
+    """A shuffle round's phase: round 0 keeps the name runs had before rounds."""
+    return f"shuffle{segment}" if round == 0 else f"shuffle{segment}r{round}"
+
+
+def merge_phase(segment: int, round: int = 0) -> str:
+    """The merge before a shuffle round: its inputs combined into a few files (engine/tasks/merge.py)."""
+    return f"merge{segment}" if round == 0 else f"merge{segment}r{round}"
+
+
+def merge_outputs_phase(segment: int) -> str:
+    """The merge of a deciding shuffle's partition outputs, after its last round (engine/tasks/merge.py)."""
+    return f"merge{segment}d"
+
+
+def reduce_phase(segment: int) -> str:
+    return f"reduce{segment}"
+
+
+# What a deciding partition writes for the next map tasks, each file sorted by ``shard``: its
+# decisions, its ``PartitionResult.state`` and the copies it dropped, by their survivor's shard.
+OUTPUT_KINDS = ("decisions", "state", "copies")
+
+
+def partition_key(partition: int) -> str:
+    """The task key (marker name) of one partition of a shuffle round."""
+    return f"{partition:05d}"
+
+
+class WorkFiles:
+    """The ``_work/`` paths of ``folder``'s global steps. A path asked with ``fetch`` (the default) is
+    downloaded first in a remote run folder when a committed marker names it; ``fetch=False``: its
+    path in the mirror only (``RunFolder.is_committed`` and ``RunFolder.parquet`` then ask), so a
+    reader of a few files does not pull every one onto its node."""
+
+    def __init__(self, folder: RunFolder) -> None:
+        self.folder = folder
+        self.dir = folder.work
+
+    def _at(self, path: Path, fetch: bool = True) -> Path:
+        return self.folder.fetched(path) if fetch else path
+
+    def map_output(self, segment: int, shard_key: str, fetch: bool = True) -> Path:
+        return self._at(self.dir / map_phase(segment) / f"{shard_key}.parquet", fetch)
+
+    def decisions_file(self, segment: int, shard_key: str) -> Path:
+        return self._at(self.dir / reduce_phase(segment) / f"{shard_key}.parquet")
+
+    def shuffle_file(self, segment: int, shard_key: str, fetch: bool = True) -> Path:
+        return self._at(self.dir / shuffle_phase(segment) / f"{shard_key}.parquet", fetch)
+
+    def partition_output(self, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
+        name = f"{partition_key(partition)}.parquet" if round == 0 else f"r{round}-{partition_key(partition)}.parquet"
+        return self._at(self.dir / f"{reduce_phase(segment)}-parts" / name, fetch)
+
+    def partition_state(self, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
+        """A partition's rows for the applying map tasks (``PartitionResult.state``)."""
+        name = f"state-r{round}-{partition_key(partition)}.parquet"
+        return self._at(self.dir / f"{reduce_phase(segment)}-parts" / name, fetch)
+
+    def partition_copies(self, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
+        """The copies a partition dropped, by their survivor's shard: for the survivors' map tasks."""
+        name = f"copies-r{round}-{partition_key(partition)}.parquet"
+        return self._at(self.dir / f"{reduce_phase(segment)}-parts" / name, fetch)
+
+    def partition_file(self, kind: str, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
+        """A deciding partition's output of one ``kind`` (``OUTPUT_KINDS``)."""
+        assert kind in OUTPUT_KINDS, kind
+        by_kind = {"decisions": self.partition_output, "state": self.partition_state, "copies": self.partition_copies}
+        return by_kind[kind](segment, partition, round, fetch)
+
+    def forward_file(self, segment: int, round: int, partition: int, fetch: bool = True) -> Path:
+        """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
+        return self._at(self.dir / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet", fetch)
+
+    def merged_file(self, segment: int, round: int, group: int, fetch: bool = True, rng: int | None = None) -> Path:
+        """A group of a shuffle round's input files, merged: rows sorted by ``part``, a row group per part;
+        ``rng``: of one range of parts only (engine/tasks/merge.py, ``KEYS_PER_FILE``)."""
+        cut = "" if rng is None else f"-{partition_key(rng)}"
+        return self._at(self.dir / merge_phase(segment, round) / f"{partition_key(group)}{cut}.parquet", fetch)
+
+    def merged_outputs(
+        self,
+        segment: int,
+        group: int,
+        kind: str = "decisions",
+        fetch: bool = True,
+        rng: int | None = None,
+        cut: int | None = None,
+    ) -> Path:
+        """A group of a deciding shuffle's partition outputs of one ``kind`` (``OUTPUT_KINDS``: decisions,
+        states, copies), of every round, merged: rows sorted by ``shard``, a row group per shard;
+        ``rng``: of one range of shards only; ``cut``: of one file of that range's (engine/tasks/merge.py,
+        ``KEYS_PER_FILE``)."""
+        assert kind in OUTPUT_KINDS, kind
+        suffix = "" if rng is None else f"-{partition_key(rng)}"
+        suffix += "" if cut is None else f"-{partition_key(cut)}"
+        name = f"{kind}-{partition_key(group)}{suffix}.parquet"
+        return self._at(self.dir / merge_outputs_phase(segment) / name, fetch)
+
+    def state_file(self, segment: int) -> Path:
+        return self._at(self.dir / f"{reduce_phase(segment)}-state.parquet")
+
+    def combine_copies_file(self, segment: int) -> Path:
+        """The copies the combine step dropped, sorted by their survivor's shard (each map task reads its own)."""
+        return self._at(self.dir / f"{reduce_phase(segment)}-copies.parquet")
+
+    def scratch_dir(self, segment: int) -> Path:
+        """Spill space of the global stage ending ``segment`` (DuckDB, sorts): local, never committed."""
+        return self.dir / f"{reduce_phase(segment)}-scratch"
+
+    def stage_work_dir(self, position: int, stage: str, shard_key: str) -> Path:
+        """A stage's own folder for one map task (``Stage.start_task``): kept across attempts of the
+        task, so what the stage paid for once (a model's answers) is not asked again. Local to the
+        node that runs the task, like the spill space: never committed to a remote run folder."""
+        return self.dir / f"stage{position:02d}-{stage}" / shard_key
