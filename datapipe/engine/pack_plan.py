@@ -37,7 +37,7 @@ SPLITS = ("train", "val")
 # it beyond its first output file: a task holds one record batch of an input shard and the output
 # file being filled (rows_per_shard x row_len tokens, 32 MiB at 8192 x 2048 uint16; a range smaller
 # than one file holds less, so a task's peak grows with its range up to one file). Measured
-# (bench/pack_task_memory.py, 2026-11-27): a task's peak above its start 90 MiB at 2^26 tokens,
+# (bench/scaling/pack_task_memory.py, 2026-11-27): a task's peak above its start 90 MiB at 2^26 tokens,
 # 102 MiB at 2^28 and 96 MiB at 2^30 (4, 16 and 64 files of 2^24 tokens; 2^30: 9.4-10.9 CPU s),
 # the same shard bytes either way.
 TOKENS_PER_TASK = 1 << 30

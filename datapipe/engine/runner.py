@@ -229,7 +229,7 @@ def make_executor(
 # Its work is then reading (one thread) and encoding, which the fast encoder spreads over threads
 # (tiktoken releases the GIL), so Ray's worker processes add only their start-up: on the shared
 # corpus (57 MB, 2 cores) a tokenize-only run took 16 CPU s on Ray against 10 in the driver
-# (bench/pipeline.py --stages tokenize). Past a few hundred MB the driver's one reading thread
+# (bench/perf/pipeline.py --stages tokenize). Past a few hundred MB the driver's one reading thread
 # would be the bottleneck, and Ray's processes read in parallel.
 STAGELESS_IN_PROCESS_BYTES = 128 << 20
 
@@ -239,7 +239,7 @@ def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None
     per-document stages and at most ``STAGELESS_IN_PROCESS_BYTES`` of input. Ray can only overlap
     tasks, and one map task leaves nothing to overlap, while embedded Ray's start costs seconds of
     wall and CPU (each of its processes imports Ray; with the seven it once started, 12 s on a loaded
-    2-core machine) and hundreds of MiB (bench/startup.py, bench/pipeline.py --stages tokenize)."""
+    2-core machine) and hundreds of MiB (bench/perf/startup.py, bench/perf/pipeline.py --stages tokenize)."""
     if not pipeline.stage_options and input_bytes(pipeline) <= STAGELESS_IN_PROCESS_BYTES:
         return True
     if spec is None:  # not planned yet: plan as the embedded cluster of ``cpus`` CPUs would

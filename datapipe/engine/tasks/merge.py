@@ -3,7 +3,7 @@
 A shuffle round's inputs are one file per writer (a map task's shuffle rows in round 0, a
 partition's forwarded rows after it), each sorted by ``part`` with a row group per part. Read
 as they are, every partition opens every writer's file: writers x partitions opens, which grows
-with the square of the corpus when both grow with it (bench/shuffle_files.py). With more writers
+with the square of the corpus when both grow with it (bench/scaling/shuffle_files.py). With more writers
 than ``split.shuffle_groups`` (G), G merge tasks each combine a contiguous group of the writers'
 files into one, again sorted by ``part`` with a row group per part, and each partition reads its
 row groups from the G merged files: writers + G x partitions opens, flat per document.
@@ -342,7 +342,7 @@ def output_weights(spec: RunSpec, segment: Segment, markers: Callable[[int], dic
     return weights
 
 
-FILE_ROWS = 2000  # a partition output file's fixed cost to a merge task (open, footer), in rows (bench/merge_task.py)
+FILE_ROWS = 2000  # a partition output file's fixed cost to a merge task (open, footer), in rows (bench/scaling/merge_task.py)
 
 
 def merge_outputs(

@@ -153,7 +153,7 @@ class RayExecutor:
 def _drop_planning_state() -> None:
     """A driver whose tasks run in Ray's workers drops what planning loaded (the tokenizer and the
     fast encoder's plan and verdict: ~50 MiB for a 32k vocabulary) and hands the pages back: it
-    would otherwise hold them through every phase, at the run's peak too (bench/pipeline.py). The
+    would otherwise hold them through every phase, at the run's peak too (bench/perf/pipeline.py). The
     built stages go with them: a stage marked set up must not outlive the models its setup loaded
     (a later in-process run in this process would find it set up and its models gone). Done once the
     run is planned (``observe``), not at enter: a new run is planned after the executor is entered,
@@ -167,7 +167,7 @@ def _when_done(ref: Any, callback: Callable[[Any], None]) -> None:
 
     Ray's ``ObjectRef._on_completed``, which ``ObjectRef.future()`` wraps: without the
     ``concurrent.futures.Future`` (its lock and condition), submitting a task cost the driver's own
-    thread ~0.08 ms less (``bench/driver_scale.py --dispatch``). A Ray without it: the future."""
+    thread ~0.08 ms less (``bench/scaling/driver_scale.py --dispatch``). A Ray without it: the future."""
     on_completed = getattr(ref, "_on_completed", None)
     if on_completed is not None:
         on_completed(callback)
