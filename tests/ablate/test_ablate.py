@@ -60,6 +60,7 @@ def _kept_numbers(out: Path) -> dict:
     return cand
 
 
+@pytest.mark.torch  # trains proxy models (the ablate extra)
 def test_ablate_resumes_after_sigkill_with_the_same_numbers(small_run: Path, tmp_path: Path) -> None:
     common = ["--seeds", "0", "--benchmarks", str(shared_path("benchmarks", "agieval")), "--mc-items", "4", *MICRO]
     kept = ["ablate", "--candidate", f"kept={small_run}", *common]
@@ -89,6 +90,7 @@ def test_ablate_resumes_after_sigkill_with_the_same_numbers(small_run: Path, tmp
     assert _kept_numbers(tmp_path / "resumed") == _kept_numbers(tmp_path / "whole")
 
 
+@pytest.mark.torch  # trains proxy models (the ablate extra)
 def test_mix_search_writes_a_mixture_within_its_constraints(small_run: Path, tmp_path: Path) -> None:
     from datapipe.pipeline.load import load_pipeline
 
@@ -182,6 +184,7 @@ def test_a_run_folder_of_other_settings_is_refused_not_mixed_in(tmp_path: Path) 
         train_and_score(tmp_path / "a-x", None, settings, 0, run_dir, None, print)  # type: ignore[arg-type]
 
 
+@pytest.mark.torch  # trains proxy models (the ablate extra)
 def test_a_rerun_with_other_evaluation_settings_scores_again(small_run: Path, tmp_path: Path) -> None:
     """A run's scores depend on --eval-rows, --mc-items and --benchmarks as much as on its weights. A
     second call in the same --out with other ones must score the trained model again, exactly as a
