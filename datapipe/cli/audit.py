@@ -113,7 +113,12 @@ def stats(run_dir: Path, budget: str | None) -> None:
 @click.command()
 @click.argument("run_dir", type=RUN_DIR)
 @click.option(
-    "--html", "html_file", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The HTML file to write."
+    "--html",
+    "html_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="The HTML file to write.",
 )
 def report(run_dir: Path, html_file: Path) -> None:
     """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, shards.

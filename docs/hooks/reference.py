@@ -12,6 +12,7 @@ reader's options declared in its format's ``ReaderSpec`` (``datapipe.readers.REA
 plugins are left out. Nested models are walked recursively.
 
 ``tests/docs/test_docs_reference.py`` renders the page and fails when a field has no description.
+``python docs/hooks/reference.py`` prints the whole page (the repository's file holds its introduction).
 """
 
 from __future__ import annotations
@@ -286,6 +287,11 @@ def render() -> str:
     return "\n\n".join(out) + "\n"
 
 
+def page() -> str:
+    """The whole page: docs/reference.md's introduction with the generated tables in place."""
+    return (ROOT / "docs" / PAGE).read_text(encoding="utf-8").replace(MARKER, render())
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if page.file.src_uri != PAGE:
         return markdown
@@ -294,3 +300,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
         raise PluginError(f"docs/{PAGE} lost its {MARKER} marker: the generated reference has nowhere to go")
     return markdown.replace(MARKER, render())
+
+
+if __name__ == "__main__":  # python docs/hooks/reference.py: the page, without building the site
+    sys.stdout.write(page())
