@@ -224,6 +224,15 @@ def demo_run(ray_local, tmp_path_factory: pytest.TempPathFactory) -> Iterator[De
     assert not changed, f"a test wrote into the shared demo run (use its own run): {changed}"
 
 
+@pytest.fixture(scope="session")
+def view_runs(tmp_path_factory: pytest.TempPathFactory):
+    """Two small real-data runs for the ``datapipe view`` tests (tests/support/view_runs.py): built once per
+    test process, in process (no Ray), read only."""
+    from tests.support.view_runs import build_view_runs
+
+    return build_view_runs(tmp_path_factory.mktemp("view_runs"))
+
+
 def _files(root: Path) -> dict[str, tuple[int, int]]:
     return {p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 

@@ -1,8 +1,8 @@
 """What a run's ``annotate`` stages asked and what it cost: totals for ``datapipe stats`` and the report.
 
-Read from the ``documents`` table (every document, kept or rejected, carries the stage's columns
-from the point it passed it) and run.json (which stages, their prefixes and prices). Token counts
-are what the server reported per request, each request counted once (a document answered by an
+Read from the aggregate ``agg_annotations`` (the map tasks' counts of the stage's columns, which
+every document carries from the point it passed the stage: ``Annotate.aggregates``) and run.json (which stages, their prefixes and
+prices). Token counts are what the server reported per request, each request counted once (a document answered by an
 identical request of another carries 0).
 """
 
@@ -42,41 +42,37 @@ def annotate_stages(run: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
 
 
 def annotation_totals(con: Any, run: dict[str, Any]) -> list[AnnotationTotals]:
-    """One row per annotate stage of the run (``con``: a connection to its stats.duckdb)."""
-    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
+    """One row per annotate stage of the run (``con``: a connection to its stats.duckdb), from the
+    aggregate ``agg_annotations`` (``Annotate.aggregates``)."""
     out = []
     for position, options in annotate_stages(run):
         p = str(options.get("prefix") or "llm")
-        error, model = f'"{p}_error"', f'"{p}_model"'
-        if f"{p}_error" not in columns:  # no document reached the stage
+        rows = con.execute(
+            "SELECT error, asked, documents, prompt_tokens, completion_tokens FROM agg_annotations WHERE prefix = ?", [p]
+        ).fetchall()
+        if not rows:  # no document reached the stage
             continue
-        docs, sampled, answered, pt, ct = con.execute(
-            f"SELECT count(*) FILTER ({model} IS NOT NULL), "
-            f"count(*) FILTER ({model} IS NOT NULL AND coalesce({error}, '') <> 'not_sampled'), "
-            f"count(*) FILTER ({model} IS NOT NULL AND {error} IS NULL), "
-            f'coalesce(sum("{p}_prompt_tokens"), 0), coalesce(sum("{p}_completion_tokens"), 0) FROM documents'
-        ).fetchone()
-        errors = dict(
-            con.execute(
-                f"SELECT {error}, count(*) FROM documents WHERE {error} IS NOT NULL AND {error} <> 'not_sampled' "
-                "GROUP BY 1 ORDER BY 2 DESC, 1"
-            ).fetchall()
-        )
+        errors: dict[str, int] = {}
+        for error, _, n, _, _ in rows:
+            if error is not None and error != "not_sampled":
+                errors[str(error)] = errors.get(str(error), 0) + int(n)
+        pt = sum(int(r[3]) for r in rows)
+        ct = sum(int(r[4]) for r in rows)
         prices = options.get("prices") or None
         cost = None
         if prices:
-            cost = int(pt) / 1e6 * float(prices["prompt"]) + int(ct) / 1e6 * float(prices["completion"])
+            cost = pt / 1e6 * float(prices["prompt"]) + ct / 1e6 * float(prices["completion"])
         out.append(
             AnnotationTotals(
                 position,
                 p,
                 str(options.get("model")),
-                int(docs),
-                int(sampled),
-                int(answered),
-                {str(k): int(v) for k, v in errors.items()},
-                int(pt),
-                int(ct),
+                sum(int(n) for _, asked, n, _, _ in rows if asked),
+                sum(int(n) for e, asked, n, _, _ in rows if asked and (e or "") != "not_sampled"),
+                sum(int(n) for e, asked, n, _, _ in rows if asked and e is None),
+                dict(sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))),
+                pt,
+                ct,
                 cost,
                 str(prices.get("currency", "USD")) if prices else None,
             )
@@ -126,5 +122,8 @@ def run_annotation_totals(run_dir: Path) -> list[AnnotationTotals]:
     run = read_run_json(Path(run_dir))
     if not annotate_stages(run):
         return []
-    with reading(Path(run_dir)) as con:
+    from datapipe.audit.aggregates import ensure_tables
+
+    with reading(Path(run_dir), aggregates_only=True) as con:
+        ensure_tables(con, run)
         return annotation_totals(con, run)

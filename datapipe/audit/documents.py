@@ -33,7 +33,9 @@ from typing import Any
 
 import pyarrow as pa
 
-INDEX_TABLES = ("document_files", "document_layouts", "document_columns", "audit_views", "copies_files")
+from datapipe.audit.schema import COPIES_FILES, DOCUMENT_FILES
+from datapipe.stages.report_section import literal
+
 # The datasets of one connection, one per layout: internal names, behind the ``documents`` view.
 _SOURCE = "__documents_{}"
 # ``attach_copies``' dataset: the copies index files whose dup_of range holds one id.
@@ -43,8 +45,8 @@ COPIES_VIEW = "__copies"
 def has_index(con: Any) -> bool:
     """Whether the database describes ``documents`` by its files (a run folder written before that
     holds ``documents`` as a table)."""
-    names = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE table_name = 'document_files'").fetchall()}
-    return "document_files" in names
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [DOCUMENT_FILES.name]).fetchone()
+    return bool(found and found[0])
 
 
 def select_sql(columns: list[tuple[str, str]], present: set[str], source: str, status: str) -> str:
@@ -65,9 +67,10 @@ def empty_sql(columns: list[tuple[str, str]]) -> str:
     return "SELECT " + ", ".join(f'NULL::{t} AS "{c}"' for c, t in columns) + " WHERE false"
 
 
-def attach(con: Any, root: Path, only_id: str | None = None) -> int:
+def attach(con: Any, root: Path, only_id: str | None = None, views: bool = True) -> int:
     """Create ``documents`` and the views on it in ``con`` (temporary: the database stays read-only).
-    ``only_id``: only the files whose id range holds it (`explain`). Returns how many files it registered."""
+    ``only_id``: only the files whose id range holds it (`explain`); ``views``: False for ``documents``
+    alone. Returns how many files it registered."""
     import pyarrow.dataset as ds
 
     columns = [(n, t) for n, t in con.execute("SELECT name, type FROM document_columns ORDER BY position").fetchall()]
@@ -93,14 +96,21 @@ def attach(con: Any, root: Path, only_id: str | None = None) -> int:
         con.register(name, dataset)
         parts.append(select_sql(columns, set(schema.names), name, status))
     con.execute(f"CREATE OR REPLACE TEMP VIEW documents AS {' UNION ALL '.join(parts) or empty_sql(columns)}")
-    for name, sql in con.execute("SELECT name, sql FROM audit_views ORDER BY position").fetchall():
+    for name, sql in [] if not views else con.execute("SELECT name, sql FROM audit_views ORDER BY position").fetchall():
         con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {sql}')
     return sum(len(p) for p in files.values())
 
 
+def column_names(con: Any) -> set[str]:
+    """The columns of ``documents``, from the index (no file is read; ``documents`` need not be attached)."""
+    if has_index(con):
+        return {r[0] for r in con.execute("SELECT name FROM document_columns").fetchall()}
+    return {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
+
+
 def has_copies_index(con: Any) -> bool:
     """Whether the database lists the run's copies index files (``copies_files``)."""
-    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'copies_files'").fetchone()
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [COPIES_FILES.name]).fetchone()
     return bool(found and found[0])
 
 
@@ -163,3 +173,101 @@ def locator(root: Path) -> tuple[Any, Any]:
         return pafs.LocalFileSystem(), lambda rel: str(base / rel)
     fs, _ = storage.resolve(uri)
     return fs, lambda rel: storage.resolve(storage.child(uri, rel))[1]
+
+
+# --- the database as plain DuckDB opens it ----------------------------------------------------
+
+# ``documents`` and the views over it are also stored in the database itself, so that DuckDB's own
+# CLI or Python (``duckdb.connect("RUN/stats.duckdb", read_only=True)``) answers them: the files are
+# named relative to the run folder, found from the database's own path. DuckDB resolves a relative
+# path against the working directory, not the database, but its default ``temp_directory`` is the
+# database's absolute path plus ``.tmp``: the run folder is that, less ``/stats.duckdb.tmp``. So the
+# views answer from any directory and after the run folder is moved or copied. Where that does not
+# hold (a temp_directory set by hand, a database attached from object storage) ``SET VARIABLE
+# datapipe_run = 'PATH OR URI'`` names the folder; else one error says what to do. datapipe's own
+# connections never read these: they create temporary views of the same names (``attach``), which
+# DuckDB looks up first.
+ROOT_VARIABLE = "datapipe_run"
+_DB_TEMP = "/stats.duckdb.tmp"
+NO_ROOT = (
+    "stats.duckdb cannot tell where its run folder is: open the run with datapipe.audit.connect(RUN) in Python "
+    "(or `datapipe sql RUN QUERY`), or SET VARIABLE " + ROOT_VARIABLE + " = '/path/to/RUN' first"
+)
+IN_STORE = (
+    "this run's documents are in object storage: open the run with datapipe.audit.connect('URI') in Python "
+    "(or `datapipe sql URI QUERY`), or load DuckDB's httpfs and SET VARIABLE " + ROOT_VARIABLE + " = 'URI' first"
+)
+
+
+def root_sql(message: str = NO_ROOT) -> str:
+    """The run folder, as a SQL expression DuckDB folds when it binds a view (see above)."""
+    var = f"getvariable({literal(ROOT_VARIABLE)})"
+    tmp = "current_setting('temp_directory')"
+    return (
+        f"CASE WHEN {var} IS NOT NULL THEN rtrim({var}, '/') "
+        f"WHEN suffix({tmp}, {literal(_DB_TEMP)}) THEN left({tmp}, -{len(_DB_TEMP)}) "
+        f"ELSE error({literal(message)}) END"
+    )
+
+
+def stored_views(con: Any, root: Path, remote: bool) -> None:
+    """``documents`` (and the views in ``audit_views``) as views of the database itself, over the files
+    by their paths relative to the run folder. ``root``: the run folder now, for DuckDB to bind the views
+    (one Parquet footer per column layout); ``remote``: the files are in object storage, out of this
+    process's reach: ``documents`` then fails with one message naming the supported way."""
+    columns = [(n, t) for n, t in con.execute("SELECT name, type FROM document_columns ORDER BY position").fetchall()]
+    if remote:
+        nulls = ", ".join(f'NULL::{t} AS "{c}"' for c, t in columns)
+        con.execute(f"CREATE OR REPLACE VIEW documents AS SELECT {nulls} FROM range(1) WHERE error({literal(IN_STORE)}) IS NULL")
+    else:
+        layouts = {
+            k: pa.ipc.read_schema(pa.py_buffer(v)).names
+            for k, v in con.execute("SELECT layout, schema FROM document_layouts").fetchall()
+        }
+        files: dict[tuple[int, str], list[str]] = {}
+        for path, status, layout in con.execute("SELECT path, status, layout FROM document_files ORDER BY path").fetchall():
+            files.setdefault((layout, status), []).append(literal(path))
+        base = root_sql()
+        parts = [
+            select_sql(
+                columns,
+                set(layouts[layout]),
+                f"read_parquet(list_transform([{', '.join(paths)}], lambda p: ({base}) || '/' || p))",
+                status,
+            )
+            for (layout, status), paths in sorted(files.items())
+        ]
+        con.execute(f"SET VARIABLE {ROOT_VARIABLE} = {literal(str(Path(root).resolve()))}")
+        try:
+            con.execute(f"CREATE OR REPLACE VIEW documents AS {' UNION ALL '.join(parts) or empty_sql(columns)}")
+        finally:
+            con.execute(f"RESET VARIABLE {ROOT_VARIABLE}")
+    for name, sql in con.execute("SELECT name, sql FROM audit_views ORDER BY position").fetchall():
+        con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
+
+
+def text_beginnings(con: Any, root: Path, ids: list[str], chars: int = 160) -> dict[str, str]:
+    """The first ``chars`` characters of the text of each document in ``ids``, read from the files whose
+    recorded id range holds one of them (a few, whatever the size of the run); ``con``: a connection
+    to the run's database."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    wanted = sorted(set(ids))
+    if not wanted or not has_index(con):
+        return {}
+    rows = con.execute(
+        "SELECT DISTINCT f.path, l.schema FROM document_files f JOIN document_layouts l USING (layout), "
+        "unnest($ids) AS t(id) WHERE f.min_id <= t.id AND t.id <= f.max_id ORDER BY f.path",
+        {"ids": wanted},
+    ).fetchall()
+    fs, resolve = locator(root)
+    out: dict[str, str] = {}
+    for path, blob in rows:
+        if "text" not in pa.ipc.read_schema(pa.py_buffer(blob)).names:
+            continue
+        dataset = ds.dataset(resolve(path), format="parquet", filesystem=fs)
+        found = dataset.to_table(columns=["id", "text"], filter=pc.field("id").isin(wanted))
+        for doc_id, text in zip(found["id"].to_pylist(), found["text"].to_pylist()):
+            out[doc_id] = (text or "")[:chars]
+    return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -97,36 +98,61 @@ def _did_you_mean(ids: list[str]) -> str:
     return f"did you mean {shown}?" + (" (and more)" if len(ids) > 3 else "")
 
 
-def rule_lines(row: dict[str, Any], run_dir: Path | None = None) -> list[str]:
-    """One line per rule of the document's quality rule set: value, threshold, pass or FAIL.
+@dataclass(frozen=True)
+class RuleCheck:
+    """One rule of a quality rule set against a document's recorded signal."""
+
+    filter: str
+    rule: str  # the reason it gives is "<filter>:<rule>"
+    column: str
+    op: str  # "min", "max" or "true" (drop where the signal is true)
+    threshold: Any
+    value: Any
+    failed: bool
+
+    def line(self) -> str:
+        from datapipe.stages.quality.rules import Rule, describe
+
+        bound = "" if self.op == "true" else f"  ({self.op} {self.threshold})"
+        rule = Rule(self.rule, self.column, self.op)
+        shown = describe(rule, self.value, self.threshold).split(" ")[0] if self.op != "true" else f"{self.column}={self.value}"
+        return f"  {'FAIL' if self.failed else 'ok  '} {self.filter}:{self.rule:<22} {shown}{bound}"
+
+
+def rule_checks(row: dict[str, Any], run_dir: Path | None = None) -> tuple[list[RuleCheck], str | None]:
+    """Each rule of the document's quality rule set with value, threshold and whether it failed, in the
+    order they are checked, and a note (the rule file changed since, or no rule set to grade against).
 
     The thresholds are the run's own, recorded in its run.json, not today's rule file (which may
-    have been edited since); a changed file is pointed out in one line before the rules.
-    """
-    from datapipe.stages.quality.rules import FILTERS, describe
+    have been edited since)."""
+    from datapipe.stages.quality.rules import FILTERS
 
     name = row.get("quality_rules")
     if not name:
-        return []
-    rules, note = _run_rule_set(run_dir, name)
+        return [], None
+    rules, note = recorded_rule_set(run_dir, name)
     if rules is None:
-        assert note is not None  # why there is no rule set
-        return [note]
-    out = [note] if note else []
+        return [], note
+    out = []
     for fname, params in rules.filters.items():
         for rule in FILTERS[fname].rules:
             threshold, value = params.get(rule.key), row.get(rule.column)
             if threshold is None or value is None:
                 continue
             failed = bool(rule.fails(np.array([value], dtype=float), threshold)[0])
-            bound = "" if rule.op == "true" else f"  ({rule.op} {threshold})"
-            shown = describe(rule, value, threshold).split(" ")[0] if rule.op != "true" else f"{rule.column}={value}"
-            out.append(f"  {'FAIL' if failed else 'ok  '} {fname}:{rule.name:<22} {shown}{bound}")
-    return out
+            out.append(RuleCheck(fname, rule.name, rule.column, rule.op, threshold, value, failed))
+    return out, note
 
 
-def _run_rule_set(run_dir: Path | None, name: str) -> tuple[Any, str | None]:
-    """(the rule set ``name`` as the run recorded it, or None; a note line or None)."""
+def rule_lines(row: dict[str, Any], run_dir: Path | None = None) -> list[str]:
+    """One line per rule of the document's quality rule set: value, threshold, pass or FAIL; a changed
+    rule file is pointed out in one line before the rules."""
+    checks, note = rule_checks(row, run_dir)
+    return ([note] if note else []) + [c.line() for c in checks]
+
+
+def recorded_rule_set(run_dir: Path | None, name: str) -> tuple[Any, str | None]:
+    """(the rule set ``name`` as the run recorded it in run.json, or None; a note line or None)."""
     from datapipe.pipeline.identity import current_sha256
     from datapipe.stages.quality.rules import RuleSet, RuleSetError
 

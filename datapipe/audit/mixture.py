@@ -14,6 +14,8 @@ from typing import Any
 
 from rich.console import Console
 
+from datapipe.audit.aggregates import ensure_tables
+from datapipe.audit.documents import column_names
 from datapipe.audit.sql import read_run_json, reading
 from datapipe.audit.textout import data_table, make_console
 from datapipe.config.mixture import REPEAT_COLUMN, mixture_weights, repeat_rules
@@ -76,14 +78,16 @@ def configured_sources(run: dict) -> list[str]:
     return [s["name"] for s in config.get("sources") or [] if isinstance(s, dict) and s.get("name")]
 
 
-def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
+def mixture_report(run_dir: Path, budget: int | None = None, warn: Any = None) -> MixtureReport:
+    """From the run's small tables and aggregates (``agg_documents``, ``agg_buckets``): no document is read."""
     run = read_run_json(Path(run_dir))
     weights = mixture_weights((run.get("config") or {}).get("mixture"))
-    with reading(Path(run_dir)) as con:
+    with reading(Path(run_dir), aggregates_only=True) as con:
+        ensure_tables(con, run, warn)
         docs = {
             s: (d, t)
             for s, d, t in con.execute(
-                "SELECT source, count(*), coalesce(sum(n_tokens), 0) FROM documents WHERE status = 'kept' GROUP BY source"
+                "SELECT source, sum(documents), sum(tokens) FROM agg_documents WHERE status = 'kept' GROUP BY source"
             ).fetchall()
         }
         train = dict(con.execute("SELECT source, sum(tokens) FROM shards WHERE split = 'train' GROUP BY source").fetchall())
@@ -121,24 +125,37 @@ def mixture_report(run_dir: Path, budget: int | None = None) -> MixtureReport:
 def bucket_rows(con: Any, run: dict) -> list[tuple]:
     """Per source with mixture repeats and per bucket of the column its ranges name: kept documents,
     their tokens, the configured repeat and the tokens after repeats (``mixture_repeat``, which also
-    holds rehydration by dup_count). A document without a bucket is in bucket None."""
+    holds rehydration by dup_count), from the aggregates. A document without a bucket is in bucket None."""
     rules = repeat_rules((run.get("config") or {}).get("mixture"))
-    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
-    if not rules or REPEAT_COLUMN not in columns:
+    if not rules or REPEAT_COLUMN not in column_names(con):
         return []
-    tokens = "n_tokens" if "n_tokens" in columns else "0"
+    buckets = (
+        {r[0] for r in con.execute("SELECT DISTINCT bucket_column FROM agg_buckets").fetchall()}
+        if _has(con, "agg_buckets")
+        else set()
+    )
     out = []
     for source, rule in rules.items():
-        bucket = f'"{rule.column}"' if rule.column in columns else "NULL::INTEGER"
-        rows = con.execute(
-            f"""SELECT {bucket} AS b, count(*), coalesce(sum({tokens}), 0)::BIGINT,
-                       coalesce(sum({tokens} * coalesce({REPEAT_COLUMN}, 1)), 0)::BIGINT
-                FROM documents WHERE status = 'kept' AND source = ? GROUP BY b ORDER BY b DESC NULLS LAST""",
-            [source],
-        ).fetchall()
+        if rule.column in buckets:
+            rows = con.execute(
+                """SELECT bucket, sum(documents), sum(tokens), sum(repeated_tokens) FROM agg_buckets
+                   WHERE status = 'kept' AND source = ? AND bucket_column = ? GROUP BY bucket ORDER BY bucket DESC NULLS LAST""",
+                [source, rule.column],
+            ).fetchall()
+        else:  # no document has the column: one row, bucket None
+            rows = con.execute(
+                """SELECT NULL, sum(documents), sum(tokens), sum(repeated_tokens) FROM agg_documents
+                   WHERE status = 'kept' AND source = ? HAVING count(*) > 0""",
+                [source],
+            ).fetchall()
         for b, d, t, after in rows:
             out.append((source, rule.column, b, int(d), int(t), rule.repeat_of(b), int(after)))
     return out
+
+
+def _has(con: Any, table: str) -> bool:
+    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone()
+    return bool(row and row[0])
 
 
 def budget_line(report: MixtureReport) -> str | None:

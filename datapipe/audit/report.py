@@ -1,5 +1,12 @@
 """``datapipe report RUN --html FILE``: one self-contained HTML page about a run.
 
+Every number comes from ``stats.duckdb``'s small tables and the run's aggregates (``agg_`` tables,
+``audit/aggregates.py``), never from the documents themselves: a run of billions of documents reports
+in the time a small one does. The funnel, mixture, lengths and languages are every run's; a stage adds
+its own sections as data (``Stage.report_sections``: a heading and SQL over the aggregates), drawn
+here by ``render_section``. A run folder written before the tasks wrote aggregates is reported from a
+full scan, and the command says so.
+
 Charts are inline SVG written here (no JavaScript, no CDN, no fonts to fetch), so the page
 opens offline and can be mailed or archived as one file. Every chart has its numbers in
 a table next to it.
@@ -13,13 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from datapipe.audit import aggregates
 from datapipe.audit.annotations import HEADER as ANNOTATION_HEADER
 from datapipe.audit.annotations import annotation_totals
 from datapipe.audit.annotations import rows as annotation_rows
+from datapipe.audit.documents import column_names, text_beginnings
 from datapipe.audit.mixture import bucket_rows, configured_sources
+from datapipe.audit.schema import LENGTH_BINS_PER_DECADE
 from datapipe.audit.sql import read_run_json, reading
 from datapipe.config.mixture import mixture_weights
 from datapipe.errors import DatapipeError
+from datapipe.stages.report_section import ReportSection
 from datapipe.storage.atomic import atomic_path
 
 COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
@@ -119,235 +130,165 @@ def table(header: list[str], rows: list[tuple[Any, ...]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _log_hist(con: Any, column: str, per_decade: int = 4) -> tuple[list[tuple[float, float]], list[float]]:
-    """Histogram of a positive count column on log-spaced bins (lengths span 5 orders of magnitude)."""
+def _title(section: ReportSection) -> str:
+    """The heading's text, with `code` spans."""
+    parts = html.escape(section.title).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def render_section(con: Any, section: ReportSection, run_dir: Path) -> list[str]:
+    """A section's HTML: its heading, note, chart and table; nothing when its query has no row."""
+    rows: list[tuple[Any, ...]] = []
+    header = list(section.columns)
+    if section.sql:
+        cursor = con.execute(section.sql)
+        names = [d[0] for d in cursor.description]
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        header = header or names
+    out = [f"<h{section.heading}>{_title(section)}</h{section.heading}>"] if section.title else []
+    if section.note:
+        out.append(f"<p>{html.escape(section.note)}</p>")
+    if not section.sql:
+        return out
+    if section.kind == "bars":
+        series = [Series(name, COLORS[i % len(COLORS)]) for i, name in enumerate(header[1:])]
+        out.append(hbar_chart([(str(r[0]), [float(v or 0) for v in r[1:]]) for r in rows], series))
+    if section.texts:
+        header, rows = _with_texts(con, run_dir, header, rows, section.texts)
+    out.append(table(header, rows))
+    return out
+
+
+def _with_texts(
+    con: Any, run_dir: Path, header: list[str], rows: list[tuple[Any, ...]], columns: tuple[str, ...]
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Each id column named in ``columns`` followed by the beginning of its document's text, read from
+    the few files whose id range holds the ids (``documents.text_beginnings``)."""
+    at = [header.index(c) for c in columns if c in header]
+    texts = text_beginnings(con, run_dir, [r[i] for r in rows for i in at if r[i] is not None])
+    new_header: list[str] = []
+    for i, name in enumerate(header):
+        new_header += [name, "its text"] if i in at else [name]
+    new_rows = [
+        tuple(v for i, value in enumerate(r) for v in ((value, texts.get(value, "")) if i in at else (value,))) for r in rows
+    ]
+    return new_header, new_rows
+
+
+def _log_hist(con: Any, measure: str) -> tuple[list[tuple[float, float]], list[float]]:
+    """Kept documents' lengths on log-spaced bins (lengths span 5 orders of magnitude), from ``agg_lengths``."""
+    per = LENGTH_BINS_PER_DECADE
     rows = con.execute(
-        f"SELECT floor(log10(greatest({column}, 1)) * {per_decade})::INT AS b, count(*) "
-        f"FROM documents WHERE status = 'kept' AND {column} IS NOT NULL GROUP BY b ORDER BY b"
+        "SELECT bin, sum(documents) FROM agg_lengths WHERE status = 'kept' AND measure = ? GROUP BY bin ORDER BY bin", [measure]
     ).fetchall()
     if not rows:
         return [], []
     counts = dict(rows)
     lo, hi = rows[0][0], rows[-1][0]
-    bins: list[tuple[float, float]] = [
-        (round(10 ** (b / per_decade)), round(10 ** ((b + 1) / per_decade))) for b in range(lo, hi + 1)
-    ]
+    bins: list[tuple[float, float]] = [(round(10 ** (b / per)), round(10 ** ((b + 1) / per))) for b in range(lo, hi + 1)]
     return bins, [float(counts.get(b, 0)) for b in range(lo, hi + 1)]
 
 
-def _contamination(con: Any) -> list[tuple[Any, ...]]:
-    """Rows of the ``contamination`` view; none for a run without it (built before the view existed)."""
-    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'contamination'").fetchone()[0]:
-        return []
-    return con.execute(
-        "SELECT benchmark, source, documents, dropped, kept, items, ngram_hits, max_frac FROM contamination"
-    ).fetchall()
-
-
-def _classifier_sections(con: Any) -> list[str]:
-    """Per classifier score column (``cls_<model>_<label>``): its distribution in ten buckets, kept and
-    rejected, and its quartiles per language and kind; nothing when the run has no classify stage."""
-    columns = [r[0] for r in con.execute("DESCRIBE documents").fetchall() if str(r[0]).startswith("cls_")]
-    if not columns:
-        return []
-    out = ["<h2>Classifier scores</h2>"]
-    for col in columns:
-        q = f'"{col}"'
-        # ten buckets over 0-1 (a probability), or over the column's range where it leaves 0-1 (a
-        # transformers regression score, which may be negative or above 1)
-        least, most = con.execute(f"SELECT min({q}), max({q}) FROM documents").fetchone() or (None, None)
-        lo, hi = 0.0, 1.0
-        if least is not None and most is not None and (least < 0.0 or most > 1.0):
-            lo, hi = float(least), float(most)
-        width = (hi - lo) / 10 or 1.0
-        rows = con.execute(
-            f"SELECT least(floor(({q} - ?) / ?), 9)::INT AS b, count(*) FILTER (status = 'kept'), "
-            f"count(*) FILTER (status = 'rejected' AND stage = 'classify'), "
-            f"count(*) FILTER (status = 'rejected' AND stage <> 'classify') "
-            f"FROM documents WHERE {q} IS NOT NULL GROUP BY b ORDER BY b",
-            [lo, width],
-        ).fetchall()
-        by_bucket = {b: (k, c, o) for b, k, c, o in rows}
-        digits = 1 if (lo, hi) == (0.0, 1.0) else 2
-        hist = [
-            (f"{lo + b * width:.{digits}f}-{lo + (b + 1) * width:.{digits}f}", [float(v) for v in by_bucket.get(b, (0, 0, 0))])
-            for b in range(10)
-        ]
-        groups = con.execute(
-            f"SELECT coalesce(lang, 'unknown'), kind, count(*), "
-            f"round(quantile_cont({q}, 0.25), 4), round(median({q}), 4), round(quantile_cont({q}, 0.75), 4), "
-            f"count(*) FILTER (status = 'rejected' AND stage = 'classify') "
-            f"FROM documents WHERE {q} IS NOT NULL GROUP BY ALL ORDER BY 3 DESC LIMIT 30"
-        ).fetchall()
-        out += [
-            f"<h3><code>{html.escape(col)}</code></h3>",
-            hbar_chart(
-                hist, [Series("kept", COLORS[0]), Series("dropped by classify", COLORS[1]), Series("dropped later", COLORS[5])]
-            ),
-            table(
-                ["score", "kept", "dropped by classify", "dropped later"],
-                [(label, *(int(v) for v in vals)) for label, vals in hist],
-            ),
-            table(["lang", "kind", "documents", "p25", "median", "p75", "dropped by classify"], groups),
-        ]
-    return out
-
-
-def _bucket_sections(con: Any) -> list[str]:
-    """Per classifier bucket column (``bucket_<model>``, ``bucket_<ensemble>``): documents per bucket
-    and language (the languages with most documents), and how many of each bucket were kept."""
-    columns = [
-        r[0]
-        for r in con.execute("DESCRIBE documents").fetchall()
-        if str(r[0]).startswith("bucket_") and str(r[1]) in ("SMALLINT", "INTEGER", "BIGINT", "TINYINT")
-    ]
-    if not columns:
-        return []
-    out = ["<h2>Classifier buckets</h2>"]
-    for col in columns:
-        q = f'"{col}"'
-        counts = con.execute(
-            f"SELECT {q}, coalesce(lang, 'unknown'), count(*), count(*) FILTER (status = 'kept') "
-            f"FROM documents WHERE {q} IS NOT NULL GROUP BY ALL"
-        ).fetchall()
-        by_lang: dict[str, int] = {}
-        for _, lang, n, _ in counts:
-            by_lang[lang] = by_lang.get(lang, 0) + n
-        langs = sorted(by_lang, key=lambda x: (-by_lang[x], x))[:12]
-        cells: dict[tuple[int, str], int] = {(b, lang): n for b, lang, n, _ in counts}
-        kept: dict[int, int] = {}
-        for b, _, _, k in counts:
-            kept[b] = kept.get(b, 0) + k
-        rows = [
-            (b, *(cells.get((b, lang), 0) for lang in langs), sum(n for (bb, _), n in cells.items() if bb == b), kept[b])
-            for b in sorted(kept)
-        ]
-        out += [f"<h3><code>{html.escape(col)}</code></h3>", table(["bucket", *langs, "documents", "kept"], rows)]
-    return out
-
-
-def _boilerplate(con: Any) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Per source: lines and characters the boilerplate stage removed; the lines removed most often."""
-    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
-    if "lines_removed" not in columns:
-        return [], []
-    # n_chars is the length after removal, except on a boilerplate_only reject, which kept what came in.
-    per_source = con.execute("""
-        SELECT source, count(*) FILTER (lines_removed IS NOT NULL), count(*) FILTER (lines_removed > 0),
-               coalesce(sum(lines_removed), 0), coalesce(sum(chars_removed), 0),
-               round(coalesce(sum(chars_removed), 0) / nullif(sum(n_chars + CASE WHEN reason = 'boilerplate_only'
-                     THEN 0 ELSE coalesce(chars_removed, 0) END) FILTER (lines_removed IS NOT NULL), 0), 4),
-               count(*) FILTER (reason = 'boilerplate_only')
-        FROM documents GROUP BY source ORDER BY source""").fetchall()
-    top = con.execute("""SELECT trim(line), count(*) AS n FROM (SELECT unnest(removed_lines) AS line FROM documents)
-                         GROUP BY 1 ORDER BY n DESC, 1 LIMIT 15""").fetchall()
-    return [r for r in per_source if r[1]], top
-
-
-def _substrings(con: Any) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Per source and language: spans and characters the substrings stage removed; the spans removed
-    from the most documents."""
-    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
-    if "substr_chars_removed" not in columns:
-        return [], []
-    lang = "coalesce(lang, 'unknown')" if "lang" in columns else "'unknown'"
-    # n_chars is the length after removal, except on a substring_only reject, which kept what came in.
-    per_source = con.execute(f"""
-        SELECT source, {lang} AS l, count(*) FILTER (substr_chars_removed IS NOT NULL),
-               count(*) FILTER (substr_spans_removed > 0),
-               coalesce(sum(substr_spans_removed), 0), coalesce(sum(substr_chars_removed), 0),
-               round(coalesce(sum(substr_chars_removed), 0) / nullif(sum(n_chars + CASE WHEN reason = 'substring_only'
-                     THEN 0 ELSE coalesce(substr_chars_removed, 0) END) FILTER (substr_chars_removed IS NOT NULL), 0), 4),
-               count(*) FILTER (reason = 'substring_only')
-        FROM documents GROUP BY source, l ORDER BY source, l""").fetchall()
-    top = con.execute("""SELECT left(trim(span), 100), count(*) AS n
-                         FROM (SELECT unnest(substr_removed) AS span FROM documents)
-                         GROUP BY 1 ORDER BY n DESC, 1 LIMIT 15""").fetchall()
-    return [r for r in per_source if r[2]], top
-
-
-def _rehydration(con: Any) -> list[tuple[Any, ...]]:
-    """Per source: kept tokens and tokens weighted by minhash's cluster sizes (``dup_count``, what
-    FineWeb-2 upsamples by); nothing for a run without the column."""
-    if "dup_count" not in {r[0] for r in con.execute("DESCRIBE documents").fetchall()}:
-        return []
-    return con.execute("""
-        SELECT source, count(*), count(*) FILTER (dup_count > 1), max(dup_count),
-               coalesce(sum(n_tokens), 0)::BIGINT, coalesce(sum(n_tokens * coalesce(dup_count, 1)), 0)::BIGINT
-        FROM documents WHERE status = 'kept' GROUP BY source ORDER BY source""").fetchall()
-
-
-def _semantic(con: Any, limit: int = 10) -> list[tuple[Any, ...]]:
-    """The largest semantic near-duplicate components (``semantic`` stage): survivor, size, the most
-    and least similar dropped member; nothing for a run without such drops."""
-    if "semantic_similarity" not in {r[0] for r in con.execute("DESCRIBE documents").fetchall()}:
-        return []
-    return con.execute(
-        """SELECT dup_of, count(*) + 1 AS size, max(semantic_similarity), min(semantic_similarity),
-                  arg_min(id, semantic_similarity) FROM documents WHERE reason = 'near_semantic'
-           GROUP BY dup_of ORDER BY size DESC, dup_of LIMIT $n""",
-        {"n": limit},
-    ).fetchall()
-
-
-def _with_texts(run_dir: Path, top: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """The components with the beginnings of the survivor's and the least similar member's texts:
-    an example pair to judge the threshold by eye (a connection of its own: it reads the text files)."""
-    if not top:
-        return []
-    ids = [i for row in top for i in (row[0], row[4])]
-    with reading(run_dir, text_views=("kept_docs", "rejected_docs")) as con:
-        texts = dict(
-            con.execute(
-                "SELECT id, left(text, 160) FROM (SELECT id, text FROM kept_docs UNION ALL SELECT id, text FROM rejected_docs) "
-                "WHERE id IN (SELECT unnest($ids))",
-                {"ids": ids},
-            ).fetchall()
-        )
-    return [
-        (surv, size, round(hi, 4), round(lo, 4), texts.get(surv, ""), low_id, texts.get(low_id, ""))
-        for surv, size, hi, lo, low_id in top
-    ]
-
-
-def build_report(run_dir: Path) -> str:
-    run = read_run_json(Path(run_dir))
-    with reading(Path(run_dir)) as con:
-        total, kept, rejected, tokens = con.execute(
-            "SELECT count(*), count(*) FILTER (status = 'kept'), count(*) FILTER (status = 'rejected'), "
-            "coalesce(sum(n_tokens) FILTER (status = 'kept'), 0) FROM documents"
-        ).fetchone()
-        stages = con.execute(
+def _numbers(con: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """The page's figures, from the run's small tables and the aggregates (no document is read)."""
+    return {
+        "cards": con.execute(
+            "SELECT coalesce(sum(documents), 0)::BIGINT, coalesce(sum(documents) FILTER (status = 'kept'), 0)::BIGINT, "
+            "coalesce(sum(documents) FILTER (status = 'rejected'), 0)::BIGINT, "
+            "coalesce(sum(tokens) FILTER (status = 'kept'), 0)::BIGINT FROM agg_documents"
+        ).fetchone(),
+        "stages": con.execute(
             "SELECT position, stage, docs_in, docs_in - dropped, dropped FROM stages ORDER BY position"
-        ).fetchall()
-        funnel = con.execute(
+        ).fetchall(),
+        "funnel": con.execute(
             "SELECT position, stage, reason, dropped, drop_share FROM funnel WHERE dropped > 0 ORDER BY position, dropped DESC"
-        ).fetchall()
-        mixture = con.execute(
+        ).fetchall(),
+        "mixture": con.execute(
             "SELECT source, lang, script, license_class, documents, tokens, token_share FROM mixture"
-        ).fetchall()
-        langs = con.execute(
-            "SELECT coalesce(lang, 'unknown') AS l, count(*) FILTER (status = 'kept'), "
-            "count(*) FILTER (status = 'rejected') FROM documents GROUP BY l "
-            "ORDER BY count(*) DESC LIMIT 25"
-        ).fetchall()
-        shards = con.execute(
+        ).fetchall(),
+        "langs": con.execute(
+            "SELECT coalesce(lang, 'unknown') AS l, coalesce(sum(documents) FILTER (status = 'kept'), 0)::BIGINT, "
+            "coalesce(sum(documents) FILTER (status = 'rejected'), 0)::BIGINT FROM agg_documents GROUP BY l "
+            "ORDER BY sum(documents) DESC, l LIMIT 25"
+        ).fetchall(),
+        "shards": con.execute(
             "SELECT source, split, count(*), sum(rows), sum(tokens), "
             "round(sum(tokens) / nullif(sum(rows * row_len), 0), 4) FROM shards "
             "GROUP BY ALL ORDER BY source, split"
-        ).fetchall()
-        contamination = _contamination(con)
-        boilerplate, top_lines = _boilerplate(con)
-        substrings, top_spans = _substrings(con)
-        rehydration = _rehydration(con)
-        repeats = bucket_rows(con, run)
-        semantic_top = _semantic(con)
-        chars_hist = _log_hist(con, "n_chars")
-        tokens_hist = _log_hist(con, "n_tokens")
-        classifier = _classifier_sections(con)
-        annotations = annotation_totals(con, run)
-        classifier += _bucket_sections(con)
-    semantic = _with_texts(Path(run_dir), semantic_top)
+        ).fetchall(),
+        "repeats": bucket_rows(con, run),
+        "chars": _log_hist(con, "chars"),
+        "tokens": _log_hist(con, "tokens"),
+        "annotations": annotation_totals(con, run),
+    }
+
+
+def build_report(run_dir: Path, warn: Any = None) -> str:
+    """The page, from ``stats.duckdb``'s small tables and aggregates: the funnel, the mixture, lengths and
+    languages, then each stage's own sections (``Stage.report_sections``), annotation and shards."""
+    run = read_run_json(Path(run_dir))
+    with reading(Path(run_dir), aggregates_only=True) as con:
+        aggregates.ensure_tables(con, run, warn)
+        n = _numbers(con, run)
+        columns = column_names(con)
+        staged = [
+            part
+            for cls in dict.fromkeys(aggregates.stage_types(run))
+            for section in cls.report_sections(columns)
+            for part in render_section(con, section, Path(run_dir))
+        ]
+    name = html.escape(str(run.get("name", Path(run_dir).name)))
+    sections = [
+        f"<h1>datapipe run <code>{name}</code></h1>",
+        f"<p class='meta'>fingerprint {html.escape(str(run.get('fingerprint', '')))} &middot; status "
+        f"{html.escape(str(run.get('status', '')))} &middot; finished {html.escape(str(run.get('finished', '')))}</p>",
+        "<div class='cards'>"
+        + "".join(
+            f"<div><b>{v:,}</b><span>{k}</span></div>"
+            for k, v in zip(("documents in", "kept", "rejected", "kept tokens"), n["cards"])
+        )
+        + "</div>",
+        *_funnel(n),
+        *_mixture(n, run),
+        "<h2>Document lengths (kept)</h2>",
+        histogram(n["chars"][0], n["chars"][1], "characters per document (log bins)", COLORS[0]) if n["chars"][0] else "",
+        histogram(n["tokens"][0], n["tokens"][1], "tokens per document (log bins)", COLORS[2]) if n["tokens"][0] else "",
+        table(["characters from", "to", "documents"], [(lo, hi, int(c)) for (lo, hi), c in zip(*n["chars"])]),
+        "<h2>Languages</h2>",
+        hbar_chart(
+            [(lang, [float(k), float(r)]) for lang, k, r in n["langs"]],
+            [Series("kept", COLORS[0]), Series("rejected", COLORS[1])],
+        ),
+        table(["lang", "kept", "rejected"], n["langs"]),
+        *staged,
+        *(
+            ["<h2>LLM annotation</h2>", table(list(ANNOTATION_HEADER), annotation_rows(n["annotations"]))]
+            if n["annotations"]
+            else []
+        ),
+        "<h2>Shards</h2>",
+        table(["source", "split", "shards", "rows", "tokens", "fill"], n["shards"]) if n["shards"] else "<p>No shards.</p>",
+    ]
+    return PAGE.format(title=f"datapipe report: {name}", body="\n".join(sections))
+
+
+def _funnel(n: dict[str, Any]) -> list[str]:
+    return [
+        "<h2>Funnel</h2>",
+        hbar_chart(
+            [(f"{p} {s}", [float(k), float(d)]) for p, s, _, k, d in n["stages"]],
+            [Series("kept by the stage", COLORS[0]), Series("dropped", COLORS[1])],
+        ),
+        table(["#", "stage", "in", "out", "dropped"], n["stages"]),
+        table(["#", "stage", "reason", "dropped", "share of stage input"], n["funnel"]) if n["funnel"] else "",
+    ]
+
+
+def _mixture(n: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    """Kept tokens per source against the target weights, and per source x lang x script x license class."""
+    mixture = n["mixture"]
     weights = mixture_weights((run.get("config") or {}).get("mixture"))
     # Every source of the pipeline and of the weights has a row, also one that kept nothing.
     by_source: dict[str, float] = dict.fromkeys([*configured_sources(run), *weights], 0)
@@ -365,146 +306,29 @@ def build_report(run_dir: Path) -> str:
         (f"{s} / {lang} / {script} / {lic}", [float(t) if src == s else 0.0 for src in sources])
         for s, lang, script, lic, _, t, _ in mixture
     ]
-
-    name = html.escape(str(run.get("name", Path(run_dir).name)))
-    sections = [
-        f"<h1>datapipe run <code>{name}</code></h1>",
-        f"<p class='meta'>fingerprint {html.escape(str(run.get('fingerprint', '')))} &middot; status "
-        f"{html.escape(str(run.get('status', '')))} &middot; finished {html.escape(str(run.get('finished', '')))}</p>",
-        "<div class='cards'>"
-        + "".join(
-            f"<div><b>{v:,}</b><span>{k}</span></div>"
-            for k, v in (("documents in", total), ("kept", kept), ("rejected", rejected), ("kept tokens", tokens))
-        )
-        + "</div>",
-        "<h2>Funnel</h2>",
-        hbar_chart(
-            [(f"{p} {s}", [float(k), float(d)]) for p, s, _, k, d in stages],
-            [Series("kept by the stage", COLORS[0]), Series("dropped", COLORS[1])],
-        ),
-        table(["#", "stage", "in", "out", "dropped"], stages),
-        table(["#", "stage", "reason", "dropped", "share of stage input"], funnel) if funnel else "",
+    out = [
         "<h2>Mixture</h2>",
         hbar_chart(mix_rows, [Series(s, color_of[s]) for s in sources]) if mix_rows else "<p>No kept documents.</p>",
         table(["source", "kept tokens", "share", "target weight"], source_rows),
         table(["source", "lang", "script", "license class", "documents", "tokens", "token share"], mixture),
-        *(
-            [
-                "<h3>Rehydration weights (near-duplicate cluster sizes)</h3>",
-                table(
-                    ["source", "kept documents", "that stand for a cluster", "largest cluster", "tokens", "rehydrated tokens"],
-                    rehydration,
-                ),
-            ]
-            if rehydration
-            else []
-        ),
-        *(
-            [
-                "<h3>Repeats by classifier bucket (mixture repeat)</h3>",
-                table(
-                    ["source", "bucket column", "bucket", "kept documents", "tokens before", "repeat", "tokens after"],
-                    repeats,
-                ),
-            ]
-            if repeats
-            else []
-        ),
-        *(
-            [
-                "<h2>Benchmark contamination</h2>",
-                table(
-                    ["benchmark", "source", "documents", "dropped", "kept", "items", "n-gram hits", "max share"], contamination
-                ),
-            ]
-            if contamination
-            else []
-        ),
-        *(
-            [
-                "<h2>Semantic near-duplicates</h2>",
-                "<p>The largest components the <code>semantic</code> stage found, each with its least similar "
-                "dropped member: the pair to read to judge the threshold.</p>",
-                table(
-                    [
-                        "kept (survivor)",
-                        "documents",
-                        "max cosine",
-                        "min cosine",
-                        "survivor text",
-                        "least similar dropped",
-                        "its text",
-                    ],
-                    semantic,
-                ),
-            ]
-            if semantic
-            else []
-        ),
-        *(
-            [
-                "<h2>Boilerplate removed</h2>",
-                table(
-                    [
-                        "source",
-                        "documents",
-                        "that lost lines",
-                        "lines removed",
-                        "characters removed",
-                        "share of characters",
-                        "dropped as boilerplate only",
-                    ],
-                    boilerplate,
-                ),
-                table(["most removed line (first 100 characters)", "documents"], top_lines),
-            ]
-            if boilerplate
-            else []
-        ),
-        *(
-            [
-                "<h2>Repeated spans removed</h2>",
-                table(
-                    [
-                        "source",
-                        "lang",
-                        "documents",
-                        "that lost spans",
-                        "spans removed",
-                        "characters removed",
-                        "share of characters",
-                        "dropped as substring only",
-                    ],
-                    substrings,
-                ),
-                table(["most removed span (first 100 characters)", "documents"], top_spans),
-            ]
-            if substrings
-            else []
-        ),
-        "<h2>Document lengths (kept)</h2>",
-        histogram(*chars_hist, "characters per document (log bins)", COLORS[0]) if chars_hist[0] else "",
-        histogram(*tokens_hist, "tokens per document (log bins)", COLORS[2]) if tokens_hist[0] else "",
-        table(["characters from", "to", "documents"], [(lo, hi, int(c)) for (lo, hi), c in zip(*chars_hist)]),
-        "<h2>Languages</h2>",
-        hbar_chart(
-            [(lang, [float(k), float(r)]) for lang, k, r in langs], [Series("kept", COLORS[0]), Series("rejected", COLORS[1])]
-        ),
-        table(["lang", "kept", "rejected"], langs),
-        *classifier,
-        *(["<h2>LLM annotation</h2>", table(list(ANNOTATION_HEADER), annotation_rows(annotations))] if annotations else []),
-        "<h2>Shards</h2>",
-        table(["source", "split", "shards", "rows", "tokens", "fill"], shards) if shards else "<p>No shards.</p>",
     ]
-    return PAGE.format(title=f"datapipe report: {name}", body="\n".join(sections))
+    if n["repeats"]:
+        out += [
+            "<h3>Repeats by classifier bucket (mixture repeat)</h3>",
+            table(
+                ["source", "bucket column", "bucket", "kept documents", "tokens before", "repeat", "tokens after"],
+                n["repeats"],
+            ),
+        ]
+    return out
 
 
 class ReportError(DatapipeError):
     """The HTML page cannot be written (a folder that cannot be made, no permission, a full disk)."""
 
 
-def write_report(run_dir: Path, out: Path) -> Path:
-    page = build_report(run_dir)
+def write_report(run_dir: Path, out: Path, warn: Any = None) -> Path:
+    page = build_report(run_dir, warn)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(out) as tmp:

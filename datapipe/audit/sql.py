@@ -21,7 +21,10 @@ Nor are the documents' rows: ``documents`` (and the views on it) is a temporary 
 datasets of the run's kept and rejected Parquet files, created on each connection from the index
 the database holds (``audit/documents.py``). Their text is in ``kept_docs`` and ``rejected_docs``,
 pyarrow datasets over the same files, opened here in Python and registered with the connection,
-so DuckDB itself needs no file access for any of them.
+so DuckDB itself needs no file access for any of them. The database also stores ``documents`` and its
+views for plain DuckDB (over ``read_parquet``, ``audit/documents.py`` ``stored_views``): the temporary
+views of the same names hide them here, and naming them outright (``stats.main.documents``) is refused
+like any other file read.
 
 On top of that, ``datapipe sql`` accepts one SELECT (or EXPLAIN of a SELECT) per call: a
 clear message for the common mistakes, not the protection itself.
@@ -79,6 +82,8 @@ def connect(
     memory_limit: str | int | None = None,
     only_id: str | None = None,
     copies_of: str | None = None,
+    aggregates_only: bool = False,
+    index_only: bool = False,
 ) -> Any:
     """A read-only DuckDB connection to RUN/stats.duckdb that can reach no file (see the module doc).
 
@@ -88,6 +93,11 @@ def connect(
     a quarter of the machine's memory (``limits.memory_limit``).
     ``only_id``: ``documents`` holds only the files whose recorded id range holds this id (explain).
     ``copies_of``: registers the copies index files whose range holds this id (``documents.attach_copies``).
+    ``aggregates_only``: the caller reads the run's small tables and aggregates only (report, stats):
+    ``documents`` is not attached, so opening costs the same for ten files or a million; a database
+    without aggregates (an older datapipe's) gets ``documents`` all the same, for the scan that stands in.
+    ``index_only``: no ``documents`` view (nor the views on it): the database's own tables only, for a
+    reader that reads the files itself from ``document_files`` (``datapipe view``).
     """
     import duckdb
 
@@ -127,7 +137,10 @@ def connect(
             if view in wanted:
                 dataset = documents.text_dataset(con, root, _STATUS[view]) if indexed else _parquet_dataset(root / folder)
                 con.register(view, dataset)
-        if indexed:  # documents and its views, over the run's files (audit/documents.py)
+        from datapipe.audit.aggregates import has_tables
+
+        # documents and its views, over the run's files (audit/documents.py)
+        if indexed and not index_only and not (aggregates_only and has_tables(con)):
             documents.attach(con, root, only_id=only_id)
             if copies_of is not None:
                 documents.attach_copies(con, root, copies_of)
@@ -197,11 +210,21 @@ def reading(
     memory_limit: str | int | None = None,
     only_id: str | None = None,
     copies_of: str | None = None,
+    aggregates_only: bool = False,
+    index_only: bool = False,
 ) -> Iterator[Any]:
     """``connect`` as a context manager that turns DuckDB errors into one-line AuditErrors."""
     import duckdb
 
-    con = connect(run_dir, text_views=text_views, memory_limit=memory_limit, only_id=only_id, copies_of=copies_of)
+    con = connect(
+        run_dir,
+        text_views=text_views,
+        memory_limit=memory_limit,
+        only_id=only_id,
+        copies_of=copies_of,
+        aggregates_only=aggregates_only,
+        index_only=index_only,
+    )
     try:
         yield con
     except duckdb.OutOfMemoryException:

@@ -1,7 +1,7 @@
 """The views of a run's audit database ``stats.duckdb``, derived from its tables at the end of a run.
 
 Every run has ``funnel`` (per stage and reason), ``shards`` (the manifest with ``fill``), ``mixture``
-(kept documents and tokens by source x lang x script x license class) and ``contamination``
+(kept documents and tokens by source x lang x script x license class, from ``agg_documents``) and ``contamination``
 (benchmark n-gram hits; empty without a ``decontaminate`` stage): built from whatever columns
 ``documents`` has, so they exist and keep their columns in every run. A stage adds views of its own
 with ``Stage.audit_views(columns)``: a new stage's view needs no change here or in the engine.
@@ -42,7 +42,7 @@ def document_views(con: Any, columns: set[str], stages: Iterable[type[Stage]] = 
     """The views on ``documents``, name -> SELECT, in creation order: mixture, contamination, then the
     stages' own (audit/documents.py creates them on every connection)."""
     return {
-        "mixture": mixture_view_sql(columns),
+        "mixture": mixture_view_sql(),
         "contamination": contamination_view_sql(columns),
         **stage_views(con, columns, stages, taken={"documents", "mixture", "contamination"}),
     }
@@ -88,32 +88,21 @@ def contamination_view_sql(columns: set[str]) -> str:
         FROM documents WHERE contam_hits > 0 GROUP BY ALL ORDER BY documents DESC, benchmark, source"""
 
 
-def mixture_view_sql(columns: set[str]) -> str:
+def mixture_view_sql() -> str:
     """``mixture``: kept documents and tokens by source x lang x script x license class, with shares.
 
-    ``script`` and ``license_class`` come from stages that a run may not have: a missing
-    column or a NULL value is grouped as 'unknown', so the view exists in every run.
+    Read from the aggregate ``agg_documents`` (the map tasks' counts, ``audit/schema.py``), never from
+    the documents: a few rows per task. ``script`` and ``license_class`` come from stages that a run
+    may not have: a NULL or empty value is grouped as 'unknown', so the view exists in every run.
+    ``rehydrated_tokens``: tokens weighted by the near-duplicate cluster each kept document survived
+    (minhash's dup_count), what FineWeb-2 upsamples by; equal to tokens in a run without minhash.
     """
-
-    def key(name: str) -> str:
-        return f"coalesce(nullif(CAST(\"{name}\" AS VARCHAR), ''), 'unknown')" if name in columns else "'unknown'"
-
     names = ("source", "lang", "script", "license_class")
-    present = ", ".join(f'"{k}"' for k in names if k in columns)
-    # rehydrated_tokens: tokens weighted by the near-duplicate cluster each kept document survived
-    # (minhash's dup_count), what FineWeb-2 upsamples by; equal to tokens in a run without minhash.
-    weight = "coalesce(dup_count, 1)" if "dup_count" in columns else "1"
-    keys = ", ".join(f"{key(k)} AS {k}" for k in names)
-    # Group by the raw columns first and clean the keys on the small grouped result: twice as
-    # fast on 10M rows as computing coalesce(...) per row.
-    return f"""WITH raw AS (
-            SELECT {present}, count(*) AS d, sum(n_tokens) AS t, sum(n_chars) AS c,
-                   sum(n_tokens * {weight}) AS rt
-            FROM documents WHERE status = 'kept' GROUP BY ALL),
-        g AS (
-            SELECT {keys}, sum(d)::BIGINT AS documents, coalesce(sum(t), 0)::BIGINT AS tokens,
-                   coalesce(sum(c), 0)::BIGINT AS chars, coalesce(sum(rt), 0)::BIGINT AS rehydrated_tokens
-            FROM raw GROUP BY ALL)
+    keys = ", ".join(f"coalesce(nullif({k}, ''), 'unknown') AS {k}" for k in names)
+    return f"""WITH g AS (
+            SELECT {keys}, sum(documents)::BIGINT AS documents, sum(tokens)::BIGINT AS tokens,
+                   sum(chars)::BIGINT AS chars, sum(rehydrated_tokens)::BIGINT AS rehydrated_tokens
+            FROM agg_documents WHERE status = 'kept' GROUP BY ALL)
         SELECT *, round(tokens / nullif(sum(tokens) OVER (), 0), 6) AS token_share,
                round(documents / sum(documents) OVER (), 6) AS doc_share
         FROM g ORDER BY tokens DESC, documents DESC, source, lang, script, license_class"""

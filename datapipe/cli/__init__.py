@@ -2,7 +2,8 @@
 
 The commands live by group beside it: ``run.py`` (run, validate, models fetch), ``audit.py`` (sql,
 explain, stats, report), ``train.py`` (train-tokenizer, train-classifier), ``export.py``,
-``cluster.py`` (kuberay, slurm, beside what they render) and ``ablate.py`` (ablate, mix-search).
+``view.py`` (the web app), ``cluster.py`` (kuberay, slurm, beside what they render) and
+``ablate.py`` (ablate, mix-search).
 Each imports what it runs when it runs, so ``datapipe --help`` imports none of the engine.
 """
 
@@ -77,7 +78,7 @@ def main() -> None:
 
 
 def _add_commands() -> None:
-    from datapipe.cli import audit, cluster, export, run, train
+    from datapipe.cli import audit, cluster, export, run, train, view
     from datapipe.cli.ablate import ablate, mix_search  # torch is imported only when they run
 
     for command in (
@@ -88,6 +89,7 @@ def _add_commands() -> None:
         audit.explain,
         audit.stats,
         audit.report,
+        view.view,
         train.train_tokenizer,
         train.train_classifier,
         export.export_cmd,

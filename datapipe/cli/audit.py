@@ -54,7 +54,8 @@ def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: 
 
     \b
     Tables: documents (one row per input document: id, source, kind, lang, license,
-    status, stage, reason, detail, n_chars, n_tokens, signals...), stages.
+    status, stage, reason, detail, n_chars, n_tokens, signals...), stages, and the
+    counts the tasks wrote: agg_documents, agg_lengths and the stages' agg_ tables.
     Views: funnel, shards, mixture, contamination, and those the run's stages add.
     Views with the text: kept_docs, rejected_docs.
     Example:
@@ -105,7 +106,7 @@ def stats(run_dir: Path, budget: str | None) -> None:
     from datapipe.audit.mixture import mixture_report, parse_tokens, print_mixture
 
     tokens = parse_tokens(budget) if budget is not None else None
-    report = mixture_report(run_dir, tokens)
+    report = mixture_report(run_dir, tokens, warn=lambda line: click.echo(line, err=True))
     print_mixture(report)
     print_annotations(run_annotation_totals(run_dir))  # annotate stages: answers, tokens, cost
 
@@ -121,11 +122,14 @@ def stats(run_dir: Path, budget: str | None) -> None:
     help="The HTML file to write.",
 )
 def report(run_dir: Path, html_file: Path) -> None:
-    """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, shards.
+    """Write one self-contained HTML page about RUN_DIR: funnel, mixture, lengths, languages, the
+    stages' own sections, shards.
 
-    Charts are inline SVG: the page opens offline, with nothing fetched.
+    Charts are inline SVG: the page opens offline, with nothing fetched. Every number comes from
+    the counts the run's tasks wrote (the agg_ tables of stats.duckdb), so no document is read
+    (a run folder of an older datapipe is read in full instead, and the command says so).
     """
     from datapipe.audit.report import write_report
 
-    path = write_report(run_dir, html_file)
+    path = write_report(run_dir, html_file, warn=lambda line: click.echo(line, err=True))
     click.echo(f"wrote {path}")

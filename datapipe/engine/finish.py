@@ -1,16 +1,18 @@
 """The end of a run: its counts, the audit database ``stats.duckdb``, and the conservation check.
 
 ``collect_counts`` sums the funnel and per-source totals from the tasks' markers;
-``build_stats`` writes the database: the funnel, the shards, the index of the kept and
-rejected files that ``documents`` is a view over, and that of the copies files (``copies_files``);
-``check_conservation`` checks inputs = kept + rejected against the rows those files hold.
+``build_stats`` writes the database, one table per ``audit.schema.TABLES`` entry (the funnel, the
+shards, the index of the kept and rejected files that ``documents`` is a view over, that of the
+copies files), the ``agg_`` tables merged from the map tasks' aggregate files (``audit/aggregates.py``)
+and the views; ``check_conservation`` checks inputs = kept + rejected against the rows those files hold.
 
 Nothing here reads a document: the rows stay in the Parquet files the map tasks wrote, and the
 markers (read once per phase, cached) say which files there are, with their rows, id ranges and
-columns. The database is written to a temporary file renamed into place; it names the files
-relative to the run folder, so it stays valid when the run folder is moved or copied. Reading it
-(``documents`` and the views on it, ``datapipe sql``, explain, stats, report) is
-``datapipe.audit``'s (``audit/documents.py``, ``audit/views.py``).
+columns; a run whose tasks of an older datapipe wrote no aggregates has them from one scan. The
+database is written to a temporary file renamed into place; it names the files relative to the run
+folder, so it stays valid when the run folder is moved or copied. Reading it (``documents`` and the
+views on it, ``datapipe sql``, explain, stats, report) is ``datapipe.audit``'s (``audit/documents.py``,
+``audit/views.py``, ``audit/aggregates.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datapipe.audit.documents import attach, locator
+from datapipe.audit import aggregates, schema
+from datapipe.audit.documents import attach, locator, stored_views
+from datapipe.audit.schema import CORE_COLUMNS, NOT_IN_DOCUMENTS
 from datapipe.audit.views import create_table_views, document_views
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import RunSpec, build_stage
@@ -30,22 +34,6 @@ from datapipe.engine.work_files import map_phase
 from datapipe.run_folder.layout import DOCS_DIR, PACK_PHASE, REJECTED_DIR, RunFolder
 from datapipe.storage.atomic import atomic_path, temp_path_for
 from datapipe.tokens.shard_format import MANIFEST_SCHEMA
-
-# The documented columns of `documents`, in order, with their type when a run has no such signal.
-CORE_COLUMNS: list[tuple[str, str]] = [
-    ("id", "VARCHAR"),
-    ("source", "VARCHAR"),
-    ("kind", "VARCHAR"),
-    ("lang", "VARCHAR"),
-    ("license", "VARCHAR"),
-    ("status", "VARCHAR"),
-    ("stage", "VARCHAR"),
-    ("reason", "VARCHAR"),
-    ("detail", "VARCHAR"),
-    ("n_chars", "BIGINT"),
-    ("n_tokens", "BIGINT"),
-]
-NOT_IN_DOCUMENTS = {"text"}  # the text stays in docs/ and rejected/; the table is for counting
 
 
 def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
@@ -70,153 +58,35 @@ STATS_MEMORY_MB = 256
 
 
 def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory_mb: int = STATS_MEMORY_MB) -> None:
-    """Write ``stats.duckdb``: the funnel, the shards, and ``documents`` described by the run's kept
-    and rejected files as the map markers record them (``datapipe.audit.documents``): the driver
-    reads the markers (already read for the counts) and one Parquet footer per column layout, so
-    this costs O(tasks), whatever the size of the corpus."""
+    """Write ``stats.duckdb``: one table per ``audit.schema.TABLES`` entry, from the markers (already
+    read for the counts) and one Parquet footer per column layout; the ``agg_`` tables merged from the
+    map tasks' aggregate files; the views. O(tasks), whatever the size of the corpus."""
     import duckdb
 
-    manifest = write_manifest(folder, spec)
-    files = document_files(folder, spec)
+    rows = _table_rows(folder, spec, counts)
+    agg_files = rows.pop("aggregate_files")
     tmp = temp_path_for(folder.stats_db)
     try:
         con = duckdb.connect(str(tmp))
         con.execute(f"SET memory_limit='{int(memory_mb)}MB'")
-        layouts = _layouts(folder, files)
+        layouts = _layouts(folder, rows["document_files"])
+        rows["document_layouts"] = [{"layout": k, "schema": s.serialize().to_pybytes()} for k, s in layouts.items()]
         ordered = _union_columns(con, list(layouts.values()))
-        con.register(
-            "file_rows",
-            pa.Table.from_pylist(
-                [{k: f[k] for k in ("path", "status", "layout", "rows", "min_id", "max_id")} for f in files],
-                schema=pa.schema(
-                    [
-                        ("path", pa.string()),
-                        ("status", pa.string()),
-                        ("layout", pa.int32()),
-                        ("rows", pa.int64()),
-                        ("min_id", pa.string()),
-                        ("max_id", pa.string()),
-                    ]
-                ),
-            ),
-        )
-        con.register(
-            "layout_rows",
-            pa.table(
-                {
-                    "layout": pa.array(list(layouts), pa.int32()),
-                    "schema": pa.array([s.serialize().to_pybytes() for s in layouts.values()], pa.binary()),
-                }
-            ),
-        )
-        con.register(
-            "column_rows",
-            pa.table(
-                {
-                    "position": pa.array(range(len(ordered)), pa.int32()),
-                    "name": [c for c, _ in ordered],
-                    "type": [t for _, t in ordered],
-                }
-            ),
-        )
-        con.execute("CREATE TABLE document_files AS SELECT * FROM file_rows ORDER BY path")
-        copies = copies_files(folder, spec)
-        if copies is not None:  # else a task of an older datapipe wrote none: explain scans for copies
-            con.register("copies_rows", pa.Table.from_pylist(copies, schema=COPIES_FILES_SCHEMA))
-            con.execute("CREATE TABLE copies_files AS SELECT * FROM copies_rows ORDER BY path")
-            con.unregister("copies_rows")
-        con.execute("CREATE TABLE document_layouts AS SELECT * FROM layout_rows ORDER BY layout")
-        con.execute("CREATE TABLE document_columns AS SELECT * FROM column_rows ORDER BY position")
-        funnel = [
-            {"position": s["position"], "stage": s["stage"], "docs_in": s["in"], "reason": reason, "dropped": n}
-            for s in counts["stages"]
-            for reason, n in sorted(s["rejected"].items())
-        ]
-        funnel_table = pa.Table.from_pylist(
-            funnel,
-            schema=pa.schema(
-                [
-                    ("position", pa.int32()),
-                    ("stage", pa.string()),
-                    ("docs_in", pa.int64()),
-                    ("reason", pa.string()),
-                    ("dropped", pa.int64()),
-                ]
-            ),
-        )
-        # skipped: documents that reached the stage and passed untouched because their kind is not in
-        # its kinds (langid skips code), so docs_out of one stage is docs_in of the next.
-        stages_table = pa.Table.from_pylist(
-            [
-                {
-                    "position": s["position"],
-                    "stage": s["stage"],
-                    "docs_in": s["in"],
-                    "skipped": s.get("skipped", 0),
-                    "dropped": sum(s["rejected"].values()),
-                    "changed": s.get("changed"),
-                }
-                for s in counts["stages"]
-            ],
-            schema=pa.schema(
-                [
-                    ("position", pa.int64()),
-                    ("stage", pa.string()),
-                    ("docs_in", pa.int64()),
-                    ("skipped", pa.int64()),
-                    ("dropped", pa.int64()),
-                    ("changed", pa.int64()),
-                ]
-            ),
-        )
-        # What stages that change documents did to the documents they passed on (Stage.edit_counts):
-        # one row per counting column, e.g. pii / pii_email / emails replaced / 1,234.
-        edits_table = pa.Table.from_pylist(
-            [{"position": s["position"], "stage": s["stage"], **e} for s in counts["stages"] for e in s.get("edits", [])],
-            schema=pa.schema(
-                [
-                    ("position", pa.int64()),
-                    ("stage", pa.string()),
-                    ("signal", pa.string()),
-                    ("what", pa.string()),
-                    ("total", pa.int64()),
-                ]
-            ),
-        )
-        con.register("funnel_rows", funnel_table)
-        con.register("stage_rows", stages_table)
-        con.register("manifest_rows", manifest)
-        con.register("edit_rows", edits_table)
-        con.execute("CREATE TABLE stage_reasons AS SELECT * FROM funnel_rows ORDER BY position, reason")
-        con.execute("CREATE TABLE stages AS SELECT * FROM stage_rows ORDER BY position")
-        con.execute("CREATE TABLE stage_edits AS SELECT * FROM edit_rows ORDER BY position, signal")
-        con.execute("CREATE TABLE shard_files AS SELECT * FROM manifest_rows ORDER BY path")
-        con.execute(
-            "CREATE TABLE run AS SELECT ? AS root, ? AS fingerprint, ? AS stages",
-            [spec.root, spec.fingerprint, json.dumps(spec.stages)],
-        )
+        rows["document_columns"] = [{"position": i, "name": c, "type": t} for i, (c, t) in enumerate(ordered)]
+        for table in schema.TABLES:
+            if rows.get(table.name) is not None:  # copies_files: None from an older datapipe's tasks
+                schema.write_table(con, table, rows[table.name])
         create_table_views(con)
         views = document_views(con, {c for c, _ in ordered}, spec.stage_types)
-        con.register(
-            "view_rows",
-            pa.table({"position": pa.array(range(len(views)), pa.int32()), "name": list(views), "sql": list(views.values())}),
+        schema.write_table(
+            con, schema.AUDIT_VIEWS, [{"position": i, "name": n, "sql": q} for i, (n, q) in enumerate(views.items())]
         )
-        con.execute("CREATE TABLE audit_views AS SELECT * FROM view_rows ORDER BY position")
-        for name in (
-            "file_rows",
-            "layout_rows",
-            "column_rows",
-            "view_rows",
-            "funnel_rows",
-            "stage_rows",
-            "manifest_rows",
-            "edit_rows",
-        ):
-            con.unregister(name)
+        _write_aggregates(con, folder, spec, agg_files, {c for c, _ in ordered})
         # Every view binds (a stage's SQL naming a column the run lacks fails here, not in a user's query).
         attach(con, folder.root, only_id="")
         for name in ["documents", *views]:
             con.execute(f'SELECT * FROM "{name}" LIMIT 0').fetchall()
+        stored_views(con, folder.root, remote=folder.remote is not None)
         # Written out now, so that a full disk fails here: on close DuckDB would leave what it
         # could not write in the .wal, and the database renamed into place would lack tables.
         con.execute("CHECKPOINT")
@@ -225,6 +95,65 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
     finally:
         tmp.unlink(missing_ok=True)
         Path(str(tmp) + ".wal").unlink(missing_ok=True)
+
+
+def _table_rows(folder: RunFolder, spec: RunSpec, counts: dict[str, Any]) -> dict[str, Any]:
+    """The rows of the database's tables that the markers and the counts give, by table name."""
+    stages = counts["stages"]
+    return {
+        "run": [{"root": spec.root, "fingerprint": spec.fingerprint, "stages": json.dumps(spec.stages)}],
+        # skipped: documents that reached the stage and passed untouched because their kind is not in
+        # its kinds (langid skips code), so docs_out of one stage is docs_in of the next.
+        "stages": [
+            {
+                "position": s["position"],
+                "stage": s["stage"],
+                "docs_in": s["in"],
+                "skipped": s.get("skipped", 0),
+                "dropped": sum(s["rejected"].values()),
+                "changed": s.get("changed"),
+            }
+            for s in stages
+        ],
+        "stage_reasons": [
+            {"position": s["position"], "stage": s["stage"], "docs_in": s["in"], "reason": reason, "dropped": n}
+            for s in stages
+            for reason, n in sorted(s["rejected"].items())
+        ],
+        # What stages that change documents did to the documents they passed on (Stage.edit_counts):
+        # one row per counting column, e.g. pii / pii_email / emails replaced / 1,234.
+        "stage_edits": [{"position": s["position"], "stage": s["stage"], **e} for s in stages for e in s.get("edits", [])],
+        "shard_files": write_manifest(folder, spec),
+        "document_files": document_files(folder, spec),
+        "copies_files": copies_files(folder, spec),  # None: a task of an older datapipe wrote none (explain scans)
+        "aggregate_files": aggregate_files(folder, spec),
+    }
+
+
+def _write_aggregates(con: Any, folder: RunFolder, spec: RunSpec, files: list[dict[str, Any]] | None, columns: set[str]) -> None:
+    """The ``agg_`` tables, merged from the map tasks' aggregate files; from a scan of ``documents``
+    where a task of an older datapipe wrote none (a run resumed across versions)."""
+    if files is None:
+        attach(con, folder.root, views=False)  # every file: the scan reads them all
+        aggregates.scan_tables(con, spec.stage_types, temp=False)
+        schema.write_table(con, schema.AGGREGATE_FILES, [])
+        return
+    import pyarrow.dataset as ds
+
+    declared = aggregates.run_aggregates(spec.stage_types, columns)
+    fs, resolve = locator(folder.root)
+    dataset = ds.FileSystemDataset.from_paths(
+        [resolve(f["path"]) for f in files],
+        schema=aggregates.file_schema(declared),
+        format=ds.ParquetFileFormat(),
+        filesystem=fs,
+    )
+    con.register("__aggregate_rows", dataset)
+    try:
+        aggregates.create_tables(con, "__aggregate_rows", declared)
+    finally:
+        con.unregister("__aggregate_rows")
+    schema.write_table(con, schema.AGGREGATE_FILES, files)
 
 
 def document_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]]:
@@ -249,18 +178,6 @@ def document_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]]:
     return sorted(out, key=lambda f: f["path"])
 
 
-# One row per copies index file (engine/tasks/copies.py): `explain` reads the files whose range holds its id.
-COPIES_FILES_SCHEMA = pa.schema(
-    [
-        ("path", pa.string()),
-        ("stage", pa.string()),
-        ("rows", pa.int64()),
-        ("min_dup_of", pa.string()),
-        ("max_dup_of", pa.string()),
-    ]
-)
-
-
 def copies_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]] | None:
     """Every copies index file of the run, as the map markers of the segments that apply a global stage
     record them (``copies_files``); None where a marker has no such record (a task of a datapipe
@@ -275,6 +192,21 @@ def copies_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]] | Non
             if "copies_files" not in marker:
                 return None
             out += marker["copies_files"]
+    return sorted(out, key=lambda f: f["path"])
+
+
+def aggregate_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]] | None:
+    """Every map task's aggregate file (``aggregates``: path and rows, or null for a task that wrote no
+    document); None where a marker has no such record (a task of a datapipe before aggregates)."""
+    out: list[dict[str, Any]] = []
+    for segment in spec.segments:
+        markers = folder.markers.read_all(map_phase(segment.index))
+        for shard in spec.shards:
+            marker = markers.get(shard.key) or {}
+            if "aggregates" not in marker:
+                return None
+            if marker["aggregates"] is not None:
+                out.append(marker["aggregates"])
     return sorted(out, key=lambda f: f["path"])
 
 

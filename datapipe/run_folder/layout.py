@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
 DOCS_DIR, REJECTED_DIR, WORK_DIR, STATS_DB, RUN_JSON = "docs", "rejected", "_work", "stats.duckdb", "run.json"
-MODELS_DIR, COPIES_DIR = "models", "copies"
-MANAGED = (DOCS_DIR, REJECTED_DIR, COPIES_DIR, SHARDS_DIR, MODELS_DIR, WORK_DIR, STATS_DB, RUN_JSON)
+MODELS_DIR, COPIES_DIR, AGGREGATES_DIR = "models", "copies", "aggregates"
+MANAGED = (DOCS_DIR, REJECTED_DIR, COPIES_DIR, AGGREGATES_DIR, SHARDS_DIR, MODELS_DIR, WORK_DIR, STATS_DB, RUN_JSON)
 LOCK_FILE = ".datapipe.lock"  # never deleted, not even by --fresh: see run_folder/lock.py
 LOCK_RECORD = ".datapipe.lock.json"
 
@@ -139,6 +139,11 @@ class RunFolder:
         """The copies the stage at ``position`` dropped in favour of this shard's documents (``dup_of``
         one of them), sorted by ``dup_of``: written by the shard's map task after the stage."""
         return self._local(self.root / COPIES_DIR / f"{shard_key}.{position:02d}-{stage}.parquet")
+
+    def aggregates_file(self, segment: int, shard_key: str) -> Path:
+        """The counts a map task's documents add to the run's aggregate tables (``audit/aggregates.py``),
+        written by that task beside its kept and rejected files."""
+        return self.root / AGGREGATES_DIR / f"{shard_key}.map{segment}.parquet"
 
     def fetched(self, path: Path) -> Path:
         """``path`` of a task's output, downloaded first in a remote folder (see ``_local``)."""

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from datapipe.config.sections import SOURCE_KINDS
 
 if TYPE_CHECKING:
+    from datapipe.stages.report_section import Aggregate, ReportSection
     from datapipe.stages.steps import GlobalStep
 
 
@@ -168,6 +169,22 @@ class Stage:
         of every run (``datapipe.audit.views``); a name already taken there is an error.
         """
         return {}
+
+    @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        """The counts this stage's report sections read, as GROUP BYs over documents (``Aggregate``).
+
+        Every map task runs them over the documents it wrote (``columns``: theirs, which may lack this
+        stage's signals: read them as NULL then, never leave an aggregate out) and the end of the run
+        merges them into ``agg_<name>`` tables, so the report never scans the corpus.
+        """
+        return []
+
+    @classmethod
+    def report_sections(cls, columns: set[str]) -> list[ReportSection]:
+        """This stage's parts of ``datapipe report``: headings and SELECTs over the ``agg_`` tables
+        (``ReportSection``), in page order; ``columns`` are those of the run's ``documents``."""
+        return []
 
     @classmethod
     def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:

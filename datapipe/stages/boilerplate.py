@@ -44,6 +44,7 @@ from datapipe.dedup.minhash import partition_of
 from datapipe.stages.base import CheckContext, Decision, Problem, Resources, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, PartitionStep, ReduceInputs, no_drops
+from datapipe.stages.report_section import Aggregate, ReportSection, column
 from datapipe.stages.steps import Partitions, partitions_option
 from datapipe.text.markup import structure_lines
 
@@ -212,6 +213,14 @@ class Boilerplate(GlobalStage):
         return kinds_problems(options.kinds)
 
     @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        return boilerplate_aggregates(columns)
+
+    @classmethod
+    def report_sections(cls, columns: set[str]) -> list[ReportSection]:
+        return boilerplate_sections(columns)
+
+    @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
         return {"lines_removed", "chars_removed", "removed_lines"}
 
@@ -322,3 +331,70 @@ class Boilerplate(GlobalStage):
         batch = set_column(batch, "chars_removed", pa.array(chars_removed, mask=skipped))
         batch = set_column(batch, "removed_lines", pa.array(removed_lists, REMOVED_TYPE))
         return batch, Decision(pa.array(reason, pa.string()), pa.array(detail, pa.string()))
+
+
+# --- the audit: what the stage removed, per source, and the lines removed most often -------------------
+
+
+def boilerplate_aggregates(columns: set[str]) -> list[Aggregate]:
+    if "lines_removed" not in columns:
+        per_source = ""
+        lines = ""
+    else:
+        # n_chars is the length after removal, except on a boilerplate_only reject, which kept what came in.
+        reason = column(columns, "reason")  # a task that rejected nothing has no such column
+        per_source = f"""SELECT {column(columns, "source")} AS source,
+                   count(*) FILTER (lines_removed IS NOT NULL) AS documents, count(*) FILTER (lines_removed > 0) AS changed,
+                   coalesce(sum(lines_removed), 0)::BIGINT AS lines_removed,
+                   coalesce(sum(chars_removed), 0)::BIGINT AS chars_removed,
+                   coalesce(sum(n_chars + CASE WHEN {reason} = 'boilerplate_only' THEN 0 ELSE coalesce(chars_removed, 0) END)
+                            FILTER (lines_removed IS NOT NULL), 0)::BIGINT AS chars_before,
+                   count(*) FILTER ({reason} = 'boilerplate_only') AS only_boilerplate
+            FROM documents GROUP BY ALL"""
+        lines = """SELECT trim(line) AS line, count(*) AS documents
+                   FROM (SELECT unnest(removed_lines) AS line FROM documents) GROUP BY 1"""
+    values = ("documents", "changed", "lines_removed", "chars_removed", "chars_before", "only_boilerplate")
+    return [
+        Aggregate(
+            "boilerplate",
+            per_source,
+            (("source", "VARCHAR"), *((v, "BIGINT") for v in values)),
+            merge=dict.fromkeys(values, "sum"),
+            order="source",
+        ),
+        # Every line removed from some document: the report shows the most frequent; the table keeps 1,000.
+        Aggregate(
+            "boilerplate_lines",
+            lines,
+            (("line", "VARCHAR"), ("documents", "BIGINT")),
+            merge={"documents": "sum"},
+            order="documents DESC, line",
+            limit=1000,
+        ),
+    ]
+
+
+def boilerplate_sections(columns: set[str]) -> list[ReportSection]:
+    if "lines_removed" not in columns:
+        return []
+    return [
+        ReportSection(
+            "Boilerplate removed",
+            """SELECT source, documents, changed, lines_removed, chars_removed, round(chars_removed / nullif(chars_before, 0), 4),
+                      only_boilerplate FROM agg_boilerplate WHERE documents > 0 ORDER BY source""",
+            columns=(
+                "source",
+                "documents",
+                "that lost lines",
+                "lines removed",
+                "characters removed",
+                "share of characters",
+                "dropped as boilerplate only",
+            ),
+        ),
+        ReportSection(
+            "",
+            "SELECT left(line, 100), documents FROM agg_boilerplate_lines ORDER BY documents DESC, line LIMIT 15",
+            columns=("most removed line (first 100 characters)", "documents"),
+        ),
+    ]

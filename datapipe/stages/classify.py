@@ -48,10 +48,12 @@ from datapipe.classify import buckets as bk
 from datapipe.classify import transformer as tfm
 from datapipe.classify.fit import REGRESSOR, SCORE, output_scores
 from datapipe.classify.model import Classifier, column_name, meta_path, predict_all, read_meta
+from datapipe.stages import classify_report
 from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, StageOptions, kinds_problems
 from datapipe.stages.classify_train import Trained, TrainError, TrainSpec, fit_in_run, score_file
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs, no_drops, state_rows
+from datapipe.stages.report_section import Aggregate, ReportSection
 from datapipe.stages.row_keys import row_keys as make_row_keys
 
 _NULL = pa.scalar(None, pa.string())
@@ -431,6 +433,14 @@ class Classify(GlobalStage):
                             (f"keep[{i}].{bound}", f"{v:g} is not 0 to 1; a score rule's bounds are probabilities here")
                         )
         return problems
+
+    @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        return classify_report.aggregates(columns)
+
+    @classmethod
+    def report_sections(cls, columns: set[str]) -> list[ReportSection]:
+        return classify_report.report_sections(columns)
 
     @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:

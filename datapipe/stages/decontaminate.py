@@ -34,6 +34,7 @@ from datapipe.decontaminate.index import BenchmarkIndex
 from datapipe.runtime.process_cache import process_cache
 from datapipe.stages.base import CheckContext, Decision, Problem, Stage, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
+from datapipe.stages.report_section import Aggregate, ReportSection, column
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,14 @@ class Decontaminate(Stage):
         return problems
 
     @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        return contamination_aggregates(columns)
+
+    @classmethod
+    def report_sections(cls, columns: set[str]) -> list[ReportSection]:
+        return contamination_sections(columns)
+
+    @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
         return set(COLUMNS)
 
@@ -241,3 +250,51 @@ class Decontaminate(Stage):
                 reason[i] = "contaminated"
                 detail[i] = f"benchmark={bench[i]} item={item[i]} hits={hits[i]} frac={frac[i]:.3f} ngram={ngram[i]!r}"
         return Decision(pa.array(reason, pa.string()), pa.array(detail, pa.string()))
+
+
+# --- the audit: documents holding benchmark n-grams, per benchmark and source -------------------------
+
+
+def contamination_aggregates(columns: set[str]) -> list[Aggregate]:
+    """Per benchmark, source and benchmark item: documents with n-gram hits, dropped or kept, their
+    hits and largest share (an item per row, so the report counts distinct items exactly)."""
+    if "contam_hits" not in columns:
+        sql = ""
+    else:
+        sql = f"""SELECT {column(columns, "contam_benchmark")} AS benchmark, {column(columns, "source")} AS source,
+                   {column(columns, "contam_item")} AS item, count(*) AS documents,
+                   count(*) FILTER ({column(columns, "reason")} = 'contaminated') AS dropped,
+                   count(*) FILTER (status = 'kept') AS kept,
+                   coalesce(sum(contam_hits), 0)::BIGINT AS ngram_hits,
+                   max({column(columns, "contam_frac", "DOUBLE")}) AS max_frac
+            FROM documents WHERE contam_hits > 0 GROUP BY ALL"""
+    values = ("documents", "dropped", "kept", "ngram_hits")
+    return [
+        Aggregate(
+            "contamination",
+            sql,
+            (
+                ("benchmark", "VARCHAR"),
+                ("source", "VARCHAR"),
+                ("item", "VARCHAR"),
+                *((v, "BIGINT") for v in values),
+                ("max_frac", "DOUBLE"),
+            ),
+            merge={**dict.fromkeys(values, "sum"), "max_frac": "max"},
+            order="benchmark, source, item",
+        )
+    ]
+
+
+def contamination_sections(columns: set[str]) -> list[ReportSection]:
+    if "contam_hits" not in columns:
+        return []
+    return [
+        ReportSection(
+            "Benchmark contamination",
+            """SELECT benchmark, source, sum(documents)::BIGINT AS n, sum(dropped)::BIGINT, sum(kept)::BIGINT,
+                      count(DISTINCT item), sum(ngram_hits)::BIGINT, round(max(max_frac), 4)
+               FROM agg_contamination GROUP BY ALL ORDER BY n DESC, benchmark, source""",
+            columns=("benchmark", "source", "documents", "dropped", "kept", "items", "n-gram hits", "max share"),
+        )
+    ]

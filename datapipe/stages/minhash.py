@@ -61,6 +61,7 @@ from datapipe.stages.global_stage import (
     drop_rows,
     state_rows,
 )
+from datapipe.stages.report_section import Aggregate, ReportSection, column
 from datapipe.stages.row_keys import shard_of
 from datapipe.stages.steps import Partitions, partitions_option
 
@@ -127,6 +128,14 @@ class MinHashDedup(GlobalStage):
     @classmethod
     def keeps_text(cls, options: MinHashOptions) -> bool:
         return True  # decides which copies survive; the text is not touched
+
+    @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        return rehydration_aggregates(columns)
+
+    @classmethod
+    def report_sections(cls, columns: set[str]) -> list[ReportSection]:
+        return rehydration_sections(columns)
 
     @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
@@ -480,3 +489,42 @@ def _decisions(
         dup_of=pa.array(survivor_ids, pa.string()),
         dup_cluster=pa.array(cluster_ids, pa.string()),
     )
+
+
+# --- the audit: rehydration weights (what FineWeb-2 upsamples by) ------------------------------------
+
+
+def rehydration_aggregates(columns: set[str]) -> list[Aggregate]:
+    """Per source, the kept documents: how many stand for a cluster (dup_count > 1), the largest
+    cluster, their tokens and their tokens weighted by cluster size."""
+    if "dup_count" not in columns:
+        sql = ""
+    else:
+        tokens = column(columns, "n_tokens", "BIGINT")
+        sql = f"""SELECT {column(columns, "source")} AS source, count(*) AS documents,
+                   count(*) FILTER (dup_count > 1) AS clusters,
+                   max(dup_count)::BIGINT AS largest, coalesce(sum({tokens}), 0)::BIGINT AS tokens,
+                   coalesce(sum({tokens} * coalesce(dup_count, 1)), 0)::BIGINT AS rehydrated_tokens
+            FROM documents WHERE status = 'kept' GROUP BY ALL"""
+    values = ("documents", "clusters", "largest", "tokens", "rehydrated_tokens")
+    return [
+        Aggregate(
+            "rehydration",
+            sql,
+            (("source", "VARCHAR"), *((v, "BIGINT") for v in values)),
+            merge={**dict.fromkeys(values, "sum"), "largest": "max"},
+            order="source",
+        )
+    ]
+
+
+def rehydration_sections(columns: set[str]) -> list[ReportSection]:
+    if "dup_count" not in columns:
+        return []
+    return [
+        ReportSection(
+            "Rehydration weights (near-duplicate cluster sizes)",
+            "SELECT source, documents, clusters, largest, tokens, rehydrated_tokens FROM agg_rehydration ORDER BY source",
+            columns=("source", "kept documents", "that stand for a cluster", "largest cluster", "tokens", "rehydrated tokens"),
+        )
+    ]

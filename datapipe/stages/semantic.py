@@ -46,6 +46,7 @@ from datapipe.dedup.cluster import UnionFind, survivors
 from datapipe.dedup.components import node_partition
 from datapipe.stages.base import CheckContext, Problem, ResourceFile, Resources, StageOptions
 from datapipe.stages.global_stage import GlobalStage, GlobalStep, PartitionResult, PartitionStep, ReduceInputs, drop_rows
+from datapipe.stages.report_section import Aggregate, ReportSection
 from datapipe.stages.steps import Partitions, partitions_option
 
 REASON = "near_semantic"
@@ -142,6 +143,14 @@ class SemanticDedup(GlobalStage):
     @classmethod
     def keeps_text(cls, options: SemanticOptions) -> bool:
         return True  # decides which documents survive; the text is not touched
+
+    @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        return semantic_aggregates(columns)
+
+    @classmethod
+    def report_sections(cls, columns: set[str]) -> list[ReportSection]:
+        return semantic_sections(columns)
 
     @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
@@ -428,3 +437,43 @@ def _forward_rows(part: np.ndarray, doc: np.ndarray, kind: int, vec: list[bytes 
             "vec": pa.array(vec, pa.binary()),
         }
     )
+
+
+# --- the audit: the largest groups of near-duplicates, with the least similar dropped member ----------
+
+
+def semantic_aggregates(columns: set[str]) -> list[Aggregate]:
+    """Per survivor (``dup_of``) of ``near_semantic`` drops: copies, the highest and lowest similarity,
+    the least similar copy. The table keeps the 1,000 largest."""
+    if not {"semantic_similarity", "reason", "dup_of"} <= columns:  # no near_semantic reject among them
+        sql = ""
+    else:
+        sql = """SELECT CAST(dup_of AS VARCHAR) AS dup_of, count(*) AS copies, max(semantic_similarity)::DOUBLE AS most,
+                   min(semantic_similarity)::DOUBLE AS least, arg_min(id, semantic_similarity) AS least_id
+            FROM documents WHERE reason = 'near_semantic' GROUP BY ALL"""
+    return [
+        Aggregate(
+            "semantic",
+            sql,
+            (("dup_of", "VARCHAR"), ("copies", "BIGINT"), ("most", "DOUBLE"), ("least", "DOUBLE"), ("least_id", "VARCHAR")),
+            merge={"copies": "sum", "most": "max", "least": "min", "least_id": "arg_min(least_id, least)"},
+            order="copies DESC, dup_of",
+            limit=1000,
+        )
+    ]
+
+
+def semantic_sections(columns: set[str]) -> list[ReportSection]:
+    if "semantic_similarity" not in columns:
+        return []
+    return [
+        ReportSection(
+            "Semantic near-duplicates",
+            """SELECT dup_of, copies + 1, round(most, 4), round(least, 4), least_id
+               FROM agg_semantic ORDER BY copies DESC, dup_of LIMIT 10""",
+            columns=("kept (survivor)", "documents", "max cosine", "min cosine", "least similar dropped"),
+            texts=("kept (survivor)", "least similar dropped"),
+            note="The largest groups the semantic stage found, each with its least similar dropped member: "
+            "the pair to read to judge the threshold.",
+        )
+    ]

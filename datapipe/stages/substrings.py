@@ -55,6 +55,7 @@ from datapipe.dedup.substrings import Tokens, anchors, regions, removed_token_sp
 from datapipe.stages.base import CheckContext, Decision, Problem, Resources, StageOptions, kinds_problems
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import GlobalStage, GlobalStep, PartitionResult, PartitionStep, ReduceInputs, state_rows
+from datapipe.stages.report_section import Aggregate, ReportSection, column
 from datapipe.stages.row_keys import shard_of
 from datapipe.stages.steps import Partitions, partitions_option
 
@@ -106,6 +107,14 @@ class Substrings(GlobalStage):
     @classmethod
     def check(cls, options: Any, context: CheckContext) -> list[Problem]:
         return kinds_problems(options.kinds)
+
+    @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        return substrings_aggregates(columns)
+
+    @classmethod
+    def report_sections(cls, columns: set[str]) -> list[ReportSection]:
+        return substrings_sections(columns)
 
     @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
@@ -373,3 +382,72 @@ def _cat(parts: list[np.ndarray], dtype: Any = np.int64) -> np.ndarray:
 def _table(**columns: np.ndarray) -> pa.Table:
     types = {"part": pa.int32(), "key": pa.uint64()}
     return pa.table({name: pa.array(col, types.get(name, pa.int64())) for name, col in columns.items()})
+
+
+# --- the audit: what the stage removed, per source and language, and the spans removed most often ------
+
+
+def substrings_aggregates(columns: set[str]) -> list[Aggregate]:
+    if "substr_chars_removed" not in columns:
+        per_source = ""
+        spans = ""
+    else:
+        # n_chars is the length after removal, except on a substring_only reject, which kept what came in.
+        reason = column(columns, "reason")  # a task that rejected nothing has no such column
+        per_source = f"""SELECT {column(columns, "source")} AS source, coalesce({column(columns, "lang")}, 'unknown') AS lang,
+                   count(*) FILTER (substr_chars_removed IS NOT NULL) AS documents,
+                   count(*) FILTER (substr_spans_removed > 0) AS changed,
+                   coalesce(sum(substr_spans_removed), 0)::BIGINT AS spans_removed,
+                   coalesce(sum(substr_chars_removed), 0)::BIGINT AS chars_removed,
+                   coalesce(sum(n_chars + CASE WHEN {reason} = 'substring_only' THEN 0 ELSE coalesce(substr_chars_removed, 0) END)
+                            FILTER (substr_chars_removed IS NOT NULL), 0)::BIGINT AS chars_before,
+                   count(*) FILTER ({reason} = 'substring_only') AS only_substrings
+            FROM documents GROUP BY ALL"""
+        spans = """SELECT left(trim(span), 100) AS span, count(*) AS documents
+                   FROM (SELECT unnest(substr_removed) AS span FROM documents) GROUP BY 1"""
+    values = ("documents", "changed", "spans_removed", "chars_removed", "chars_before", "only_substrings")
+    return [
+        Aggregate(
+            "substrings",
+            per_source,
+            (("source", "VARCHAR"), ("lang", "VARCHAR"), *((v, "BIGINT") for v in values)),
+            merge=dict.fromkeys(values, "sum"),
+            order="source, lang",
+        ),
+        Aggregate(
+            "substring_spans",
+            spans,
+            (("span", "VARCHAR"), ("documents", "BIGINT")),
+            merge={"documents": "sum"},
+            order="documents DESC, span",
+            limit=1000,
+        ),
+    ]
+
+
+def substrings_sections(columns: set[str]) -> list[ReportSection]:
+    if "substr_chars_removed" not in columns:
+        return []
+    return [
+        ReportSection(
+            "Repeated spans removed",
+            """SELECT source, lang, documents, changed, spans_removed, chars_removed,
+                      round(chars_removed / nullif(chars_before, 0), 4), only_substrings
+               FROM agg_substrings WHERE documents > 0 ORDER BY source, lang""",
+            columns=(
+                "source",
+                "lang",
+                "documents",
+                "that lost spans",
+                "spans removed",
+                "characters removed",
+                "share of characters",
+                "dropped as substring only",
+            ),
+        ),
+        ReportSection(
+            "",
+            "SELECT span, documents FROM agg_substring_spans ORDER BY documents DESC, span LIMIT 15",
+            columns=("most removed span (first 100 characters)", "documents"),
+        ),
+    ]

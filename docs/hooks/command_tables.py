@@ -56,8 +56,10 @@ def _synopsis(path: str, command: Any) -> str:
     for arg in args:
         if arg.metavar:
             words.append(arg.metavar)
+        elif arg.nargs == -1:
+            words.append(f"[{arg.name.upper()}]...")
         else:
-            words.append(f"[{arg.name.upper()}]..." if arg.nargs == -1 else arg.name.upper())
+            words.append(arg.name.upper() if arg.required else f"[{arg.name.upper()}]")
     if len(options) <= ALL_OPTIONS:
         words += [_option(o) for o in options]
     else:

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from datapipe.audit import aggregates
 from datapipe.audit.mixture import mixture_report, parse_tokens
 from datapipe.audit.sql import connect as connect_stats
 from datapipe.audit.views import mixture_view_sql
@@ -30,7 +31,8 @@ def make_documents(con: duckdb.DuckDBPyConnection, with_tags: bool) -> None:
         con.execute("ALTER TABLE documents DROP COLUMN license_class")
     columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
     assert ("script" in columns) == with_tags
-    con.execute("CREATE OR REPLACE VIEW mixture AS " + mixture_view_sql(columns))
+    aggregates.scan_tables(con, [], temp=False)  # agg_documents, as the tasks would write it
+    con.execute("CREATE OR REPLACE VIEW mixture AS " + mixture_view_sql())
 
 
 @pytest.mark.parametrize("with_tags", [True, False])
@@ -65,9 +67,8 @@ def test_mixture_view_weights_tokens_by_dup_count_where_minhash_recorded_it() ->
     # a survivor of a cluster of 3 counts 3 times; a NULL (a source minhash skipped) counts once
     con.execute("ALTER TABLE documents ADD COLUMN dup_count BIGINT")
     con.execute("UPDATE documents SET dup_count = CASE id WHEN 'a' THEN 3 WHEN 'c' THEN 1 END")
-    con.execute(
-        "CREATE OR REPLACE VIEW mixture AS " + mixture_view_sql({r[0] for r in con.execute("DESCRIBE documents").fetchall()})
-    )
+    aggregates.scan_tables(con, [], temp=False)
+    con.execute("CREATE OR REPLACE VIEW mixture AS " + mixture_view_sql())
     rows = dict(con.execute("SELECT source || '/' || lang || '/' || script, rehydrated_tokens FROM mixture").fetchall())
     assert rows == {"web/zh/Hans": 15, "web/zh/unknown": 7, "web/en/Latn": 9, "code/unknown/Latn": 11}
 

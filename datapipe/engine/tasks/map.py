@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datapipe.audit.aggregates import task_aggregates
 from datapipe.config.mixture import REPEAT_COLUMN
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.splits import InputRange
@@ -38,6 +39,7 @@ from datapipe.stages.base import Decision, Stage
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, step_of
 from datapipe.stages.row_keys import row_key, row_keys
+from datapipe.storage.atomic import atomic_path
 from datapipe.storage.input_reads import ReadRecord, recording_reads
 from datapipe.storage.uri import input_identity, input_key
 from datapipe.tokens.encode import assign_split, encode_documents, encode_threads
@@ -300,6 +302,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
         "segment": segment.index,
         **counts.as_dict(),
         "audit_files": out.audit_files(segment.final),
+        "aggregates": _write_aggregates(spec, folder, shard, segment, out.audit_files(segment.final)),
         **({"copies_files": out.copies_files()} if applying is not None else {}),
         "seconds": round(time.perf_counter() - started, 3),
         "cpu_seconds": round(time.process_time() - cpu_started, 3),
@@ -307,6 +310,22 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     if segment.index == 0:
         result["reads"] = _reads_marker(shard, [r for r in opened if r is not None] + reads)
     return result
+
+
+def _write_aggregates(
+    spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segment, files: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The task's aggregate file (``audit/aggregates.py``: its documents' counts for the report and
+    ``datapipe stats``), written beside its outputs; for the marker: its path and rows, None when the
+    task wrote no document."""
+    path = folder.aggregates_file(segment.index, shard.key)
+    table = task_aggregates([(folder.root / f["path"], f["status"]) for f in files], spec.stage_types)
+    if table is None:
+        path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not count
+        return None
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return {"path": path.relative_to(folder.root).as_posix(), "rows": table.num_rows}
 
 
 def _identity_only(path: str) -> ReadRecord | None:

@@ -47,6 +47,7 @@ from datapipe.stages.annotate.prompt import placeholders, render, request_body, 
 from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, kinds_problems
 from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs, no_drops
+from datapipe.stages.report_section import Aggregate, column, literal
 
 # Columns every document has when the stage reaches it: the reader's and the length the engine adds.
 READ_COLUMNS = frozenset([*BASE_SCHEMA.names, "n_chars"])
@@ -155,6 +156,10 @@ class Annotate(GlobalStage):
         if o.api_key_env and o.api_key_env not in os.environ:
             problems.append(("api_key_env", f"the environment variable {o.api_key_env} is not set"))
         return problems
+
+    @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        return annotation_aggregates(columns)
 
     @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
@@ -525,3 +530,36 @@ class _Task:
         for _ in self.threads:
             self.jobs.put(None)
         self.journal.close()
+
+
+# --- the audit: what each annotate stage asked and what it cost (``audit/annotations.py`` reads it) ----
+
+
+def annotation_aggregates(columns: set[str]) -> list[Aggregate]:
+    """Per annotate stage (its column prefix), error code and whether the document reached it
+    (``<prefix>_model`` set): documents, and the prompt and completion tokens the server reported."""
+    prefixes = sorted(c[: -len("_error")] for c in columns if c.endswith("_error") and c[: -len("_error")] + "_model" in columns)
+    parts = [
+        f"""SELECT {literal(p)} AS prefix, {column(columns, p + "_error")} AS error,
+                   {column(columns, p + "_model")} IS NOT NULL AS asked, count(*) AS documents,
+                   coalesce(sum({column(columns, p + "_prompt_tokens", "BIGINT")}), 0)::BIGINT AS prompt_tokens,
+                   coalesce(sum({column(columns, p + "_completion_tokens", "BIGINT")}), 0)::BIGINT AS completion_tokens
+            FROM documents GROUP BY ALL"""
+        for p in prefixes
+    ]
+    return [
+        Aggregate(
+            "annotations",
+            " UNION ALL ".join(parts),
+            (
+                ("prefix", "VARCHAR"),
+                ("error", "VARCHAR"),
+                ("asked", "BOOLEAN"),
+                ("documents", "BIGINT"),
+                ("prompt_tokens", "BIGINT"),
+                ("completion_tokens", "BIGINT"),
+            ),
+            merge={"documents": "sum", "prompt_tokens": "sum", "completion_tokens": "sum"},
+            order="prefix, error, asked",
+        )
+    ]

@@ -1,0 +1,210 @@
+"""The aggregate tables of a run: written by every map task beside its outputs, merged at the end of the run.
+
+A run's aggregates are :func:`datapipe.audit.schema.core_aggregates` and those of its stages
+(``Stage.aggregates``), each one GROUP BY over documents (``stages/report_section.py``). Three places
+run them, all through this module, so they cannot drift apart:
+
+- a map task, over the kept and rejected files it has just written (``task_aggregates``): one small
+  Parquet file per task, ``aggregates/<shard>.<segment>.parquet``, with a column ``aggregate`` naming
+  each row's table and the union of the tables' columns; written atomically and named in the task's
+  marker like its other outputs (so resume and object stores treat it as they treat them);
+- the end of the run, which merges those files into ``agg_<name>`` tables of ``stats.duckdb``
+  (``create_tables``): O(tasks x groups), never O(documents);
+- the report and ``datapipe stats`` on a run folder written before the tasks wrote aggregates:
+  the same SQL over the whole ``documents`` view (``scan_tables``; a full scan, and they say so).
+
+So ``agg_<name>`` holds, by construction, what the aggregate's SQL gives over the run's ``documents``:
+``tests/audit/test_aggregates.py`` checks it on a real run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from datapipe.audit.schema import AGGREGATE_FILES, core_aggregates
+from datapipe.stages.report_section import Aggregate, literal, quoted
+
+if TYPE_CHECKING:
+    from datapipe.stages.base import Stage
+
+AGGREGATE_COLUMN = "aggregate"  # the table a row of a task's aggregate file belongs to
+_ARROW = {
+    "VARCHAR": pa.string(),
+    "BIGINT": pa.int64(),
+    "INTEGER": pa.int32(),
+    "DOUBLE": pa.float64(),
+    "BOOLEAN": pa.bool_(),
+}
+# A map task's DuckDB: one thread (the task has its own CPUs; the worker runs one task at a time)
+# and a small memory cap (its groups, never its documents).
+TASK_THREADS = 1
+TASK_MEMORY = "256MB"
+
+
+def run_aggregates(stage_types: Iterable[type[Stage]], columns: set[str]) -> list[Aggregate]:
+    """Every aggregate of a run with these stage types, for documents with these columns; a name
+    declared twice with other columns is a ValueError naming the stage."""
+    out: dict[str, Aggregate] = {a.name: a for a in core_aggregates(columns)}
+    owner = dict.fromkeys(out, "every run")
+    for cls in dict.fromkeys(stage_types):
+        for agg in cls.aggregates(columns):
+            if agg.name in out and out[agg.name].columns != agg.columns:
+                raise ValueError(f"stage {cls.name!r} declares the aggregate {agg.name!r}, which {owner[agg.name]} declares too")
+            out[agg.name], owner[agg.name] = agg, f"stage {cls.name!r}"
+    return list(out.values())
+
+
+def arrow_type(ctype: str) -> pa.DataType:
+    try:
+        return _ARROW[ctype.upper()]
+    except KeyError:
+        raise ValueError(f"aggregate column type {ctype!r} is not one of {sorted(_ARROW)}") from None
+
+
+def table_schema(agg: Aggregate) -> pa.Schema:
+    return pa.schema([(name, arrow_type(ctype)) for name, ctype in agg.columns])
+
+
+def file_schema(aggregates: Sequence[Aggregate]) -> pa.Schema:
+    """The columns of a task's aggregate file: ``aggregate``, then every table's columns by name (a
+    name two tables share must have one type in both)."""
+    fields: dict[str, pa.DataType] = {}
+    for agg in aggregates:
+        for name, ctype in agg.columns:
+            t = arrow_type(ctype)
+            if fields.setdefault(name, t) != t:
+                raise ValueError(f"aggregate {agg.name!r}: column {name!r} is {ctype}, another aggregate's is {fields[name]}")
+    return pa.schema([(AGGREGATE_COLUMN, pa.string()), *fields.items()])
+
+
+def _select(agg: Aggregate, relation: str) -> str:
+    """``agg``'s rows over ``relation`` (its SQL reads ``documents``), tagged with its name."""
+    names = ", ".join(quoted(c) for c, _ in agg.columns)
+    body = agg.sql or "SELECT " + ", ".join(f"NULL::{t} AS {quoted(c)}" for c, t in agg.columns) + " WHERE false"
+    return f"SELECT {literal(agg.name)} AS {AGGREGATE_COLUMN}, {names} FROM (WITH documents AS (FROM {relation}) {body})"
+
+
+def task_aggregates(files: Sequence[tuple[Path, str]], stage_types: Iterable[type[Stage]]) -> pa.Table | None:
+    """The aggregate rows of one map task's documents: ``files`` are the (path, status) of the kept
+    and rejected files it wrote. None when it wrote none."""
+    import duckdb
+    import pyarrow.parquet as pq
+
+    if not files:
+        return None
+    columns = {"status"}  # the files' own columns, and the status the view below gives each row
+    for path, _ in files:
+        columns.update(pq.read_schema(path).names)
+    aggregates = run_aggregates(stage_types, columns)
+    schema = file_schema(aggregates)
+    by_status: dict[str, list[str]] = {}
+    for path, status in files:
+        by_status.setdefault(status, []).append(literal(str(path)))
+    with duckdb.connect(config={"threads": TASK_THREADS, "memory_limit": TASK_MEMORY}) as con:
+        con.execute("SET enable_progress_bar = false")
+        # Only the columns the aggregates name are read (DuckDB prunes the rest, the text among them).
+        parts = [
+            f"SELECT *, {literal(status)} AS status FROM read_parquet([{', '.join(paths)}], union_by_name = true)"
+            for status, paths in sorted(by_status.items())
+        ]
+        con.execute(f"CREATE TEMP VIEW task_documents AS {' UNION ALL BY NAME '.join(parts)}")
+        tables = [con.sql(_select(agg, "task_documents")).to_arrow_table() for agg in aggregates]
+    return _as_file(tables, schema)
+
+
+def _as_file(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """The aggregates' rows in one table of ``schema`` (each table's missing columns null)."""
+    out = []
+    for t in tables:
+        if t.num_rows:
+            out.append(
+                pa.table(
+                    [t[f.name].cast(f.type) if f.name in t.column_names else pa.nulls(t.num_rows, f.type) for f in schema],
+                    schema=schema,
+                )
+            )
+    return pa.concat_tables(out) if out else schema.empty_table()
+
+
+def merge_sql(agg: Aggregate, relation: str) -> str:
+    """``agg``'s table from the rows of many tasks (or one scan) in ``relation``: grouped by its keys,
+    each value combined by its ``merge``."""
+    exprs = []
+    for name, ctype in agg.columns:
+        how = agg.merge.get(name)
+        if how is None:
+            exprs.append(quoted(name))
+        else:
+            call = f"{how}({quoted(name)})" if how.isidentifier() else how
+            exprs.append(f"CAST({call} AS {ctype}) AS {quoted(name)}")
+    sql = f"SELECT {', '.join(exprs)} FROM {relation} WHERE {AGGREGATE_COLUMN} = {literal(agg.name)} GROUP BY ALL"
+    if agg.order:
+        sql += f" ORDER BY {agg.order}"
+    if agg.limit is not None:
+        sql += f" LIMIT {int(agg.limit)}"
+    return sql
+
+
+def create_tables(con: Any, relation: str, aggregates: Sequence[Aggregate], temp: bool = False) -> None:
+    """One table ``agg_<name>`` per aggregate, merged from the rows in ``relation``."""
+    kind = "TEMP TABLE" if temp else "TABLE"
+    for agg in aggregates:
+        con.execute(f"CREATE OR REPLACE {kind} {agg.table} AS {merge_sql(agg, relation)}")
+
+
+def has_tables(con: Any) -> bool:
+    """Whether the database holds the run's aggregate tables (a database of an older datapipe does not)."""
+    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [AGGREGATE_FILES.name]).fetchone()
+    return bool(row and row[0])
+
+
+def scan_rows(con: Any, aggregates: Sequence[Aggregate]) -> pa.Table:
+    """Every aggregate's rows over the whole ``documents`` view of ``con``, as one task would write them."""
+    return _as_file([con.sql(_select(agg, "documents")).to_arrow_table() for agg in aggregates], file_schema(aggregates))
+
+
+def scan_tables(con: Any, stage_types: Iterable[type[Stage]], temp: bool = True) -> None:
+    """The aggregate tables computed from ``documents`` itself (a full scan): for a database written
+    before the tasks wrote aggregates, or a run with a task that did not."""
+    columns = {r[0] for r in con.execute("DESCRIBE documents").fetchall()}
+    aggregates = run_aggregates(stage_types, columns)
+    con.register("__scanned_aggregates", scan_rows(con, aggregates))
+    try:
+        create_tables(con, "__scanned_aggregates", aggregates, temp=temp)
+    finally:
+        con.unregister("__scanned_aggregates")
+
+
+def stage_types(run: dict[str, Any]) -> list[type[Stage]]:
+    """The stage types of a run's pipeline, from run.json (a stage whose plugin is not installed is left out)."""
+    from datapipe.stages import STAGES
+
+    out = []
+    for entry in (run.get("config") or {}).get("stages") or []:
+        kind = entry if isinstance(entry, str) else next(iter(entry), None) if isinstance(entry, dict) else None
+        if isinstance(kind, str) and kind in STAGES:
+            out.append(STAGES[kind])
+    return out
+
+
+def ensure_tables(con: Any, run: dict[str, Any], warn: Any = None) -> bool:
+    """Make sure ``con`` has the run's ``agg_`` tables: a database of a datapipe before the tasks wrote
+    them gets them from a full scan of ``documents`` (temporary tables), and ``warn`` is told so.
+    Returns whether it scanned."""
+    if has_tables(con):
+        return False
+    if warn is not None:
+        warn(SCANNED)
+    scan_tables(con, stage_types(run))
+    return True
+
+
+SCANNED = (
+    "note: this run folder was written by a datapipe whose tasks did not count their documents "
+    "(no aggregate tables in stats.duckdb): reading every document instead, which takes long on a "
+    "large run; running the same `datapipe run` again with this datapipe rewrites it"
+)
