@@ -22,8 +22,8 @@ from datapipe.errors import EXIT_INTERRUPTED, DatapipeError
 class _Program(click.Group):
     """The command group. Called as a program (the ``datapipe`` script, ``python -m datapipe.cli``),
     it ends the process once the command is done without the interpreter's teardown: with numba,
-    pyarrow, Ray and DuckDB loaded, tearing down the modules runs full garbage collections worth
-    about 0.7 s of CPU, a tenth of a small run. Exit handlers (Ray's shutdown, temporary folders,
+    pyarrow, Ray and DuckDB loaded, tearing down the modules runs full garbage collections for
+    nothing, a sizeable share of a small run. Exit handlers (Ray's shutdown, temporary folders,
     logging) still run. Tests drive commands through ``main.main`` (click's CliRunner), not here."""
 
     def __call__(self, *args: object, **kwargs: object) -> None:

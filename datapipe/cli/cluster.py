@@ -115,8 +115,8 @@ def kuberay_manifest(
                 "rayVersion": RAY_VERSION,
                 # the job is submitted through the head's dashboard: it must listen beyond the pod.
                 # num-cpus 0: no task runs on the head, which holds the GCS and the driver (the job's
-                # entrypoint, the run's one serial process: its CPU for the same run rose 2.3x when it competed
-                # with tasks; docs/scaling.md), as Ray's guide advises for large clusters.
+                # entrypoint, the run's one serial process, slowed when it competes with tasks;
+                # docs/scaling.md), as Ray's guide advises for large clusters.
                 "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"}, "template": head},
                 "workerGroupSpecs": [
                     {
@@ -204,8 +204,8 @@ stop_ray() {{
 trap stop_ray EXIT
 
 # On several nodes the head keeps one core out of Ray's: the driver (`datapipe run`, below) is the
-# run's one serial process, dispatching and collecting every task beside the GCS; its CPU for the
-# same run rose 2.3x on loaded cores (docs/scaling.md). One node: every core.
+# run's one serial process, dispatching and collecting every task beside the GCS, and slowed on
+# loaded cores (docs/scaling.md). One node: every core.
 head_cpus=$cpus
 if (( ${{#nodes[@]}} > 1 && cpus > 1 )); then head_cpus=$(( cpus - 1 )); fi
 ray start --head --block --node-ip-address="$head_ip" --port="$port" --num-cpus="$head_cpus" \\

@@ -166,7 +166,7 @@ def lsh_params(
 @lru_cache(maxsize=64)
 def _optimal_param_cached(threshold: float, num_perm: int, fpw: float, fnw: float) -> tuple[int, int]:
     if (fpw, fnw) == (0.5, 0.5) and (known := LSH_PARAMS.get((num_perm, threshold))) is not None:
-        return known  # precomputed: computing imports scipy.integrate (about 1 s and 55 MB per process)
+        return known  # precomputed: computing imports scipy.integrate, costly in every process
     from datasketch.lsh import _optimal_param  # scipy quad per (b, r): seconds, hence the cache
 
     return tuple(_optimal_param(threshold, num_perm, fpw, fnw))

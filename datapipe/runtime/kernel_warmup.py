@@ -67,7 +67,7 @@ def stamp_path() -> Path | None:
     """The stamp that says this install's kernels are compiled in numba's cache; None when numba
     is not installed. Its name changes with any kernel module's size or time, numba's install,
     the interpreter and ``NUMBA_CACHE_DIR`` (what numba's own cache index depends on)."""
-    numba = importlib.util.find_spec("numba")  # found, not imported (~0.4 s)
+    numba = importlib.util.find_spec("numba")  # found, not imported (importing it costs a run's start)
     if numba is None or numba.origin is None:
         return None
     installed = os.stat(numba.origin)  # a reinstalled numba has a new __init__.py

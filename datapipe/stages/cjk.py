@@ -64,7 +64,7 @@ def line_script_counts(
     n = len(texts)
     cps, lengths = joined_code_points(texts)
     n_lines = int(np.count_nonzero(cps == 10)) + 1 if len(cps) else 0
-    if _count_kernel is not None:  # one compiled pass: ~15x the numpy version's speed
+    if _count_kernel is not None:  # one compiled pass instead of the numpy version's many
         per_doc = np.zeros((n, 6), np.int64)
         per_line = np.zeros((n_lines, 6), np.int64)
         line_doc = np.zeros(n_lines, np.int64)

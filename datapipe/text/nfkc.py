@@ -1,11 +1,10 @@
 """NFKC of an Arrow string array, equal to ``pc.utf8_normalize(text, "NFKC")``, mostly by a per-character map.
 
-utf8proc (Arrow's normalizer) decomposes, reorders and recomposes every character of every text:
-0.86 s of CPU for the 35 MB of non-ASCII text that exact dedup normalizes on the shared corpus,
-most of it Chinese whose only changes are full-width punctuation (，→ ,) and the ideographic space.
-A text whose every character is *simple* is its NFKC character by character, so a compiled pass
-over its UTF-8 bytes maps it (about 0.05 s for the same text); a text holding any other character
-goes to utf8proc as before.
+utf8proc (Arrow's normalizer) decomposes, reorders and recomposes every character of every text,
+though the non-ASCII text exact dedup normalizes is mostly Chinese whose only changes are full-width
+punctuation (，→ ,) and the ideographic space. A text whose every character is *simple* is its NFKC
+character by character, so a compiled pass over its UTF-8 bytes maps it, many times faster; a text
+holding any other character goes to utf8proc as before.
 
 A character is simple when it is a starter that nothing composes with and its NFKC is one such
 character (``_build_table``): then the text's decomposition is the concatenation of one character
