@@ -15,6 +15,13 @@ disagree with the files (``HAND_CHECKED`` below, with the reason). Fetch them fi
 setuptools_scm in the environment, or drop it and wait longer).
 
     python -m bench.quality.license_heldout [--root /tmp/license-heldout] [--show wrong|unknown|all]
+    python -m bench.quality.license_heldout --debian /usr/share/doc     # no download needed
+
+``--debian``: the licence paragraphs of a Debian system's machine-readable copyright files
+(``/usr/share/doc/*/copyright``, DEP-5): each ``License: <short name>`` paragraph holding text is
+one answer, its short name (GPL-2+, Expat, BSD-3-clause, ...) the reference, texts counted once.
+Notices and texts packagers copied from thousands of upstreams, never tuned on; where the label
+disagrees with the text (``DEBIAN_HAND_CHECKED``, with the reason), the text wins.
 
 Repositories: the files the repository reader keeps (root licence files, LICENSES/, README licence
 section; package metadata only with ``--with-metadata``, since the reference comes from it) go
@@ -36,7 +43,7 @@ from collections import Counter
 from email.parser import HeaderParser
 from pathlib import Path
 
-from datapipe.license import detect_header, detect_repository
+from datapipe.license import detect_header, detect_repository, detect_text
 from datapipe.license.expression import normalize
 from datapipe.license.metadata import is_metadata_file
 from datapipe.license.readme import is_readme, license_section
@@ -114,6 +121,82 @@ HAND_CHECKED: dict[str, tuple[list[str], str]] = {
     "argparse": (["PSF-2.0", "Python-2.0"], "LICENSE is Python's licence, PSF-2.0 with its history"),
     "parso": (["MIT AND PSF-2.0"], "LICENSE.txt: MIT, and PSF-2.0 (text included) for files taken from the standard library"),
 }
+
+# Debian short licence names (DEP-5 section "License specification") -> SPDX.
+DEBIAN_NAMES = {
+    "expat": "MIT",
+    "mit": "MIT",
+    "apache-2.0": "Apache-2.0",
+    "isc": "ISC",
+    "zlib": "Zlib",
+    "cc0-1.0": "CC0-1.0",
+    "bsd-2-clause": "BSD-2-Clause",
+    "bsd-3-clause": "BSD-3-Clause",
+    "bsd-4-clause": "BSD-4-Clause",
+    "mpl-2.0": "MPL-2.0",
+    "bsl-1.0": "BSL-1.0",
+    "unlicense": "Unlicense",
+    "wtfpl": "WTFPL",
+    "0bsd": "0BSD",
+}
+# Where a label disagrees with its paragraph's own text (read by hand): (label, words of the
+# paragraph) -> (what the text says, why; the package it was seen in). The text wins.
+DEBIAN_HAND_CHECKED: dict[tuple[str, str], tuple[str, str]] = {
+    ("BSD-4-Clause", "origin of this software"): ("bzip2-1.0.6", "cmake-data: bzip2's clauses, no advertising clause"),
+    ("LGPL-2.1+", "Library General Public License version 2"): ("LGPL-2.0-or-later", "heaptrack: LGPL v2 or later"),
+    ("LGPL-2+", "either version 2.1 of the License"): ("LGPL-2.1-or-later", "libacl1: LGPL v2.1 or later"),
+    ("Expat", "Permission to use, copy, modify, and distribute"): ("ISC", "libarchive13: the ISC text"),
+    ("LGPL-3+", "GNU General Public License as published"): ("GPL-3.0-or-later", "libde265-0: the GPL v3+ notice"),
+    ("Expat", "Neither the name of Intel"): ("BSD-3-Clause", "libipt2: the BSD-3-Clause text"),
+    ("LGPL-2.1+", "either\nversion 2 of the License"): ("LGPL-2.0-or-later", "libisl23: LGPL v2 or later"),
+    ("LGPL-2.1+", "GNU General Public License as published"): ("GPL-3.0-or-later", "gir1.2-handy-1: the GPL v3+ notice"),
+    ("GPL-3+", "either version 2, or"): ("GPL-2.0-or-later", "libio-html-perl: GPL v2 or later; v3 is the Debian path"),
+}
+
+
+def _debian_spdx(name: str) -> str | None:
+    """A DEP-5 licence name (``GPL-2+ or Artistic``) as SPDX, or None when a part has no SPDX id here."""
+    parts = re.split(r"\s+(or|and)\s+", name.strip().lower())
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(part.upper())
+            continue
+        part = part.strip()
+        if (m := re.fullmatch(r"(a?gpl|lgpl)-?v?(\d(?:\.\d)?)(\+)?", part)) is not None:
+            version = m.group(2) if "." in m.group(2) else m.group(2) + ".0"
+            out.append(f"{m.group(1).upper()}-{version}-{'or-later' if m.group(3) else 'only'}")
+        elif part in DEBIAN_NAMES:
+            out.append(DEBIAN_NAMES[part])
+        else:
+            return None
+    return " ".join(out)
+
+
+def evaluate_debian(doc: Path) -> list[tuple[str, str, list[str], str]]:
+    """(package, our answer, accepted readings, verdict) per distinct licence paragraph text."""
+    seen: dict[str, tuple[str, str]] = {}
+    for path in sorted(doc.glob("*/copyright")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if "Format:" not in text[:300]:
+            continue  # not machine-readable: no reliable label per paragraph
+        for para in re.split(r"\n\s*\n", text):
+            m = re.search(r"^License:[ \t]*([^\n]*)\n((?:[ \t][^\n]*\n?)+)", para, re.M)
+            if m is None:
+                continue
+            body = "\n".join("" if ln.strip() == "." else ln[1:] for ln in m.group(2).splitlines())
+            if _debian_spdx(m.group(1)) is not None:  # the first label with an SPDX reading
+                seen.setdefault(body, (path.parent.name, m.group(1).strip()))
+    rows = []
+    for body, (pkg, label) in seen.items():
+        readings = [str(_debian_spdx(label))]
+        for (lab, words), (reading, _why) in DEBIAN_HAND_CHECKED.items():
+            if lab == label and words in body:
+                readings = [reading]
+        got = detect_text(body).license
+        rows.append((f"{pkg} ({label})", got, readings, _match(readings, got)))
+    return rows
+
 
 SOURCE_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".c", ".h")
 HEADER_CHARS = 8_000
@@ -223,7 +306,20 @@ def main() -> None:
     ap.add_argument("--registry-only", action="store_true", help="the registry's licence as the reference, no hand checks")
     ap.add_argument("--show", choices=("wrong", "unknown", "all", "none"), default="wrong")
     ap.add_argument("--names", choices=("npm", "pypi"), help="print the package names to fetch, one a line, and stop")
+    ap.add_argument("--debian", type=Path, metavar="DOC", help="score the DEP-5 licence paragraphs under DOC (/usr/share/doc)")
     args = ap.parse_args()
+    if args.debian:
+        rows = evaluate_debian(args.debian)
+        counts = Counter(v for *_, v in rows)
+        for name, got, readings, verdict in rows:
+            if args.show == "all" or verdict == args.show:
+                print(f"  {verdict:7s} {name}: got {got!r}, label {readings}")
+        n = len(rows)
+        print(
+            f"Debian licence paragraphs: n={n}  right {counts['right']}  unknown {counts['unknown']}  "
+            f"wrong {counts['wrong']} ({counts['wrong'] / max(n, 1):.1%})"
+        )
+        return
     if args.names:
         print("\n".join(NPM if args.names == "npm" else PYPI))
         return

@@ -35,7 +35,10 @@ def summarise(out: Path) -> dict[str, Any]:
         "proxy_seed": rec["proxy_seed"],
         "sampling": rec["sampling"],
         "constraints": rec["constraints"],
-        "regression": {k: rec["regression"][k] for k in ("features", "alpha", "loo_rmse", "loo_spearman", "targets_std")},
+        "regression": {
+            k: rec["regression"].get(k)
+            for k in ("features", "alpha", "loo_rmse", "loo_spearman", "targets_std", "heldout_rmse", "heldout_spearman", "knows")
+        },
         "predicted_by_fit": rec["predicted"],
         "best_sampled_proxy": rec["best_sampled"],
         "runs": len(runs),

@@ -113,7 +113,8 @@ def train_and_score(
         done.unlink()  # no final checkpoint to score: train again (a seed gives the same weights)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(marker, json.dumps(identity, sort_keys=True))
-    model, info = train(data, mixture, settings.cfg, seed, run_dir, device, settings.threads, settings.save_every, log)
+    label = f"training {run_dir.parent.name}/{run_dir.name}"  # kept/seed0, runs/proxy003, validate-predicted/seed1
+    model, info = train(data, mixture, settings.cfg, seed, run_dir, device, settings.threads, settings.save_every, log, label)
     result = {"seed": seed, **info, **evaluate(model, ev, settings.cfg.seq_len, device)}
     write_text_atomic(done, json.dumps(result, indent=1, sort_keys=True))
     return result

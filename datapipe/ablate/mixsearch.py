@@ -173,6 +173,67 @@ def fit(w: np.ndarray, y: np.ndarray, kinds: tuple[str, ...] = tuple(FEATURES)) 
     return best, tried
 
 
+def held_out_predictions(w: np.ndarray, y: np.ndarray, kinds: tuple[str, ...] = tuple(FEATURES)) -> np.ndarray:
+    """Each proxy's target as predicted by the whole procedure run without it: features, eps and penalty
+    chosen, and the fit made, on the others alone. The chosen fit's own leave-one-out error is optimistic:
+    it won a contest of some 30 fits on that very error (on pure noise, one of them often looks good)."""
+    out = np.empty(len(y))
+    for i in range(len(y)):
+        others = np.arange(len(y)) != i
+        f, _ = fit(w[others], y[others], kinds)
+        out[i] = f.predict(w[i : i + 1])[0]
+    return out
+
+
+def what_the_fit_knows(w: np.ndarray, y: np.ndarray, kinds: tuple[str, ...] = tuple(FEATURES)) -> dict[str, Any]:
+    """How much the search's fit knows, from held-out predictions of the whole procedure
+    (``held_out_predictions``): their error against the targets' own spread (predicting each proxy by the
+    mean of the others errs by about that spread), their R^2, and their rank correlation with the
+    targets. It knows less than the spread when its error is not below it or it does not even order the
+    proxies (Spearman <= 0): then its best mixture is a guess."""
+    std = float(np.std(y, ddof=1)) if len(y) > 1 else 0.0
+    if len(y) < 4:  # too few to hold one out and still fit
+        rmse, rank = float("inf"), float("nan")
+    else:
+        pred = held_out_predictions(w, y, kinds)
+        rmse, rank = float(np.sqrt(np.mean((pred - y) ** 2))), spearman(pred, y)
+    r2 = 1 - (rmse / std) ** 2 if std > 0 else float("-inf")
+    knows = std > 0 and rmse < std and bool(rank > 0)
+    summary = f"held-out RMSE {rmse:.4f} vs the targets' spread (std) {std:.4f}: R^2 {r2:.2f}, rank correlation {rank:.2f}; " + (
+        "the fit orders and predicts held-out proxies better than their mean does"
+        if knows
+        else "the fit knows less than the spread: its best mixture is a guess"
+    )
+    return {
+        "targets_std": std,
+        "heldout_rmse": rmse,
+        "heldout_r2": r2,
+        "heldout_spearman": rank,
+        "knows": knows,
+        "summary": summary,
+    }
+
+
+def choose_proposal(
+    f: Fit, cons: Constraints, rng: np.random.Generator, lower: bool, sampled: np.ndarray
+) -> tuple[np.ndarray, str]:
+    """The mixture to propose and where it comes from: the average of the mixtures the fit predicts best
+    (RegMix), unless the fit predicts one of the sampled (trained) mixtures better than that average;
+    then that sampled mixture: a proposal is never predicted worse than a mixture already tried."""
+    top = predict_best(f, cons, rng, lower)
+    average = np.round(top / top.sum(), 4)  # as it is written (as_mixture): compared as it will be used
+    average /= average.sum()
+    pred_avg = float(f.predict(average[None])[0])
+    pred_sampled = f.predict(sampled)
+    i = int(np.argmin(pred_sampled) if lower else np.argmax(pred_sampled))
+    if (pred_sampled[i] < pred_avg) if lower else (pred_sampled[i] > pred_avg):
+        return sampled[i], (
+            f"sampled mixture {i + 1} (the fit predicts it {float(pred_sampled[i]):.4f}, better than the "
+            f"{pred_avg:.4f} of the average of its top predictions)"
+        )
+    return average, "the average of the 100 mixtures the fit predicts best"
+
+
 def target_value(metrics: dict[str, float], target: str) -> float:
     """``target`` is a metric or a comma-separated set of them, scored by their mean (each weighs the
     same, whatever its held-out tokens): e.g. ``loss/zh/zh_wiki,loss/en/en_wiki``."""
@@ -266,7 +327,11 @@ def run_mix_search(
     log: Log = print,
     sampling: str = "uniform",
     jobs: int = 1,
+    force: bool = False,
 ) -> dict[str, Any]:
+    """The search; its record (mixsearch.json). The proposed mixture is written (mixture.json, and the
+    ``mixture:`` block of ``pipeline``) only when the fit knows more than the targets' spread
+    (``what_the_fit_knows``) or ``force``; else ``record["refused"]`` says why and no mixture is written."""
     settings.out.mkdir(parents=True, exist_ok=True)
     ev, index, index_key = _eval_set(settings, cand, log)
     data, stats = materialize(
@@ -296,12 +361,17 @@ def run_mix_search(
     w = np.array([[s["mixture"].get(src, 0.0) for src in sources] for s in samples])
     y = np.array([s["target"] for s in samples])
     f, tried = fit(w, y)
-    log(
-        f"mix-search: regression on {f.describe()['features']}, ridge alpha {f.alpha:g}: leave-one-out RMSE "
-        f"{f.loo_rmse:.4f} (the targets' std {float(np.std(y, ddof=1)):.4f}), Spearman {f.loo_spearman:.2f}"
-    )
-    predicted = as_mixture(sources, predict_best(f, cons, rng, lower))
+    knows = what_the_fit_knows(w, y)
+    log(f"mix-search: regression on {f.describe()['features']}, ridge alpha {f.alpha:g}: {knows['summary']}")
+    proposal, origin = choose_proposal(f, cons, rng, lower, w)
+    predicted = as_mixture(sources, proposal)
     best_i = int(np.argmin(y) if lower else np.argmax(y))
+    refused = None
+    if not knows["knows"]:
+        refused = (
+            f"the fit knows less than the spread of the {k} proxies' {target}: held-out RMSE "
+            f"{knows['heldout_rmse']:.4f} vs std {knows['targets_std']:.4f}, rank correlation {knows['heldout_spearman']:.2f}"
+        )
     record: dict[str, Any] = {
         "candidate": cand.describe(),
         "size": settings.size,
@@ -321,12 +391,16 @@ def run_mix_search(
             "max_epochs": max_epochs,
         },
         "samples": samples,
-        "regression": f.describe() | {"targets_std": float(np.std(y, ddof=1)), "tried": tried},
+        "regression": f.describe() | knows | {"tried": tried},
         "predicted": {
             "mixture": predicted,
+            "from": origin,
             "predicted_target": float(f.predict(np.array([[predicted.get(s, 0.0) for s in sources]]))[0]),
             "uniform_predicted_target": float(f.predict(np.full((1, len(sources)), 1 / len(sources)))[0]),
+            "sampled_predicted_targets": [float(v) for v in f.predict(w)],
         },
+        "refused": None if force else refused,
+        "forced": bool(force and refused),
         "best_sampled": {"mixture": samples[best_i]["mixture"], "target": samples[best_i]["target"]},
     }
     if validate_seeds:
@@ -341,9 +415,13 @@ def run_mix_search(
             record["validation"][name] = {"mixture": mix, "values": values, **spread(values)}
         v = record["validation"]
         record["validation"]["verdict"] = verdict(v, lower)
-    write_text_atomic(settings.out / "mixture.json", json.dumps(predicted, indent=1))
+    if record["refused"]:
+        # no mixture.json of an earlier search in this --out stands for this one either
+        (settings.out / "mixture.json").unlink(missing_ok=True)
+    else:
+        write_text_atomic(settings.out / "mixture.json", json.dumps(predicted, indent=1))
     write_text_atomic(settings.out / "mixsearch.json", json.dumps(record, indent=1, sort_keys=True, default=float))
-    if pipeline is not None:
+    if pipeline is not None and not record["refused"]:
         write_pipeline_mixture(pipeline, predicted)
     return record
 

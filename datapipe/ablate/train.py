@@ -26,6 +26,7 @@ from datapipe.ablate.sizes import ModelConfig
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.loader.torch_adapter import TorchPackedDataset
 from datapipe.runtime.faults import fault_point
+from datapipe.runtime.heartbeat import Heartbeat, eta
 
 CHECKPOINT = "ckpt.pt"
 
@@ -90,47 +91,32 @@ def load_trained(data_dir: Path, cfg: ModelConfig, out_dir: Path, device: torch.
     return model
 
 
-def train(
-    data_dir: Path,
-    mixture: dict[str, float] | None,
+def _progress(label: str, step: int, first: int, total: int, losses: list[float], elapsed: float) -> str:
+    """One progress line: where the run is, its recent loss, and the time left at this attempt's pace."""
+    done = step - first  # steps this attempt trained: a resumed run's earlier steps took no time here
+    recent = losses[-20:]
+    line = f"{label}: step {step}/{total}"
+    if recent:
+        line += f", loss {sum(recent) / len(recent):.3f}"
+    if done > 0:
+        line += f", {done / max(elapsed, 1e-9):.2f} steps/s"
+    left = eta(elapsed, done, total - first)
+    return line + (f", ETA {left}" if left else "")
+
+
+def _train_steps(
+    model: TinyGPT,
+    opt: torch.optim.Optimizer,
+    loader: Any,
+    ds: TorchPackedDataset,
     cfg: ModelConfig,
-    seed: int,
-    out_dir: Path,
+    step: int,
+    losses: list[float],
+    ckpt_path: Path,
+    save_every: int,
     device: torch.device,
-    threads: int = 0,
-    save_every: int = 50,
-    log: Callable[[str], None] = lambda _: None,
-) -> tuple[TinyGPT, dict[str, Any]]:
-    """Train (or resume) to ``cfg.steps``; the model and what the run did."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    make_deterministic(seed, device, threads)
-    ds = datapipe.loader.PackedDataset(
-        data_dir,
-        split="train",
-        batch_size=cfg.batch_size,
-        mixture=mixture,
-        seed=seed,
-        fields=("input_ids", "labels"),
-        ignore_index=-100,
-    )
-    assert isinstance(ds, TorchPackedDataset)  # torch is installed: the adapter, with dataloader()
-    if ds.seq_len != cfg.seq_len:
-        raise ProxyTrainingError(f"{data_dir} is packed at seq_len {ds.seq_len}, the model needs {cfg.seq_len}")
-    model = TinyGPT(vocab_size(data_dir), cfg).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    step, losses, resumed_from = 0, [], None
-    ckpt_path = out_dir / CHECKPOINT
-    if ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, weights_only=False, map_location=device)
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        ds.load_state_dict(ckpt["loader"])  # the next batch is the one after the checkpoint's last
-        torch.set_rng_state(ckpt["rng"])
-        step, losses, resumed_from = ckpt["step"], list(ckpt["losses"]), ckpt["step"]
-        log(f"resumed at step {step} from {ckpt_path}")
-    started, cpu_started = time.perf_counter(), time.process_time()
-    model.train()
-    loader = ds.dataloader(num_workers=0)
+) -> int:
+    """Train from ``step`` to ``cfg.steps`` (appending to ``losses``, a checkpoint every ``save_every``); the last step."""
     while step < cfg.steps:
         for batch in loader:  # one pass is the rest of the current epoch; the while loop starts the next
             ids = batch["input_ids"].to(device).long()
@@ -160,6 +146,57 @@ def train(
             fault_point("ablate-step", step)  # tests: DATAPIPE_FAULT_KILL_AT=ablate-step:N SIGKILLs here
             if step >= cfg.steps:
                 break
+    return step
+
+
+def train(
+    data_dir: Path,
+    mixture: dict[str, float] | None,
+    cfg: ModelConfig,
+    seed: int,
+    out_dir: Path,
+    device: torch.device,
+    threads: int = 0,
+    save_every: int = 50,
+    log: Callable[[str], None] = lambda _: None,
+    label: str = "train",
+) -> tuple[TinyGPT, dict[str, Any]]:
+    """Train (or resume) to ``cfg.steps``; the model and what the run did. While it trains, a line every
+    $DATAPIPE_PROGRESS_INTERVAL seconds (runtime/heartbeat.py) on stderr says ``label``, the step, the
+    mean loss of the last steps and the time left at this run's pace."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    make_deterministic(seed, device, threads)
+    ds = datapipe.loader.PackedDataset(
+        data_dir,
+        split="train",
+        batch_size=cfg.batch_size,
+        mixture=mixture,
+        seed=seed,
+        fields=("input_ids", "labels"),
+        ignore_index=-100,
+    )
+    assert isinstance(ds, TorchPackedDataset)  # torch is installed: the adapter, with dataloader()
+    if ds.seq_len != cfg.seq_len:
+        raise ProxyTrainingError(f"{data_dir} is packed at seq_len {ds.seq_len}, the model needs {cfg.seq_len}")
+    model = TinyGPT(vocab_size(data_dir), cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    step, losses, resumed_from = 0, [], None
+    ckpt_path = out_dir / CHECKPOINT
+    if ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, weights_only=False, map_location=device)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        ds.load_state_dict(ckpt["loader"])  # the next batch is the one after the checkpoint's last
+        torch.set_rng_state(ckpt["rng"])
+        step, losses, resumed_from = ckpt["step"], list(ckpt["losses"]), ckpt["step"]
+        log(f"resumed at step {step} from {ckpt_path}")
+    started, cpu_started = time.perf_counter(), time.process_time()
+    model.train()
+    loader = ds.dataloader(num_workers=0)
+    first_step = step
+    # the step is len(losses), read by the heartbeat's thread as the loop appends (one loss a step)
+    with Heartbeat(lambda elapsed: _progress(label, len(losses), first_step, cfg.steps, losses, elapsed)):
+        step = _train_steps(model, opt, loader, ds, cfg, step, losses, ckpt_path, save_every, device)
     total, non_embedding = model.parameter_counts()
     tail = losses[-max(1, min(20, len(losses))) :]
     return model, {

@@ -8,6 +8,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from datapipe.errors import DatapipeError
+
+
+class MixtureNotWritten(DatapipeError):
+    """mix-search ran, but its fit cannot support the mixture it would propose (exit 1: the work failed)."""
+
+
 if TYPE_CHECKING:
     from datapipe.ablate.ablation import Settings
 
@@ -231,6 +238,11 @@ def _seeds(text: str) -> list[int]:
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Write the predicted mixture into this pipeline file's mixture: block.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Write the mixture (mixture.json, --pipeline) even when the fit knows less than the targets' spread.",
+)
 @_common
 def mix_search(
     run_dir: Path,
@@ -246,6 +258,7 @@ def mix_search(
     validate_seeds: str,
     jobs: int,
     pipeline: Path | None,
+    force: bool,
     **common: object,
 ) -> None:
     """RegMix-style search over RUN_DIR's source weights: K proxies on sampled mixtures, a regression
@@ -271,18 +284,18 @@ def mix_search(
         log=lambda m: click.echo(m, err=True),
         sampling=sampling,
         jobs=jobs,
+        force=force,
     )
     reg = record["regression"]
     click.echo(
         f"{k} proxies of size {record['size']}, {record['tokens_per_proxy']:,} tokens each, seed {record['proxy_seed']}; "
-        f"regression on {reg['features']} (ridge alpha {reg['alpha']}): leave-one-out RMSE {reg['loo_rmse']:.4f}, "
-        f"Spearman {reg['loo_spearman']:.2f}"
+        f"regression on {reg['features']} (ridge alpha {reg['alpha']}): {reg['summary']}"
     )
     click.echo(f"best sampled: {record['best_sampled']['mixture']} {target} {record['best_sampled']['target']:.4f}")
     pred = record["predicted"]
     click.echo(
         f"predicted:    {pred['mixture']} {target} {pred['predicted_target']:.4f} "
-        f"(by the regression, which puts uniform at {pred['uniform_predicted_target']:.4f})"
+        f"(by the regression, which puts uniform at {pred['uniform_predicted_target']:.4f}; {pred['from']})"
     )
     if "validation" in record:
         v = record["validation"]
@@ -293,4 +306,12 @@ def mix_search(
             click.echo(
                 f"predicted vs {other}: {o['outcome']} (gain {o['gain']:+.4f}, largest seed std {o['largest_seed_std']:.4f})"
             )
+    if record["refused"]:
+        raise MixtureNotWritten(
+            f"mixture not written: {record['refused']} (see {settings.out / 'mixsearch.json'})",
+            hint="train more proxies (-k), longer (--steps), or on a target that differs more between mixtures; "
+            "--force writes it anyway",
+        )
+    if record["forced"]:
+        click.echo("the fit knows less than the targets' spread; written anyway (--force)", err=True)
     click.echo(f"wrote {settings.out / 'mixture.json'}" + (f" and the mixture: block of {pipeline}" if pipeline else ""))

@@ -298,6 +298,149 @@ def read_pipeline(path: Path) -> str:
         raise UsageError(f"cannot read the pipeline file {path}: {exc.strerror or exc}") from exc
 
 
+# Ray's published images hold Ray and Python, not datapipe: a job on one fails at `datapipe run`.
+STOCK_IMAGES = ("rayproject/ray", "docker.io/rayproject/ray", "rayproject/ray-ml", "docker.io/rayproject/ray-ml")
+# Stage options that name a file or folder (relative to the pipeline file); plugins' keys are not known.
+_PATH_KEYS = {"path", "paths", "model", "tokenizer", "prompt_file", "output_schema_file"}
+_NOT_PATH = {("annotate", "model")}  # the model name a server knows, not a file
+
+
+def _path_settings(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """(YAML key path, value) of every setting of a pipeline file that names a local file or folder:
+    ``output``, ``sources[i].paths``, ``tokenize.tokenizer``, and stage options that name files
+    (models, prompts, benchmarks, quality rule files)."""
+    out: list[tuple[str, str]] = []
+    if isinstance(raw.get("output"), str):
+        out.append(("output", raw["output"]))
+    for i, src in enumerate(raw.get("sources") or []):
+        paths = src.get("paths") if isinstance(src, dict) else None
+        for j, p in enumerate(paths if isinstance(paths, list) else []):
+            if isinstance(p, str):
+                out.append((f"sources[{i}].paths[{j}]", p))
+    tokenize = raw.get("tokenize")
+    if isinstance(tokenize, dict) and isinstance(tokenize.get("tokenizer"), str):
+        out.append(("tokenize.tokenizer", tokenize["tokenizer"]))
+
+    def walk(kind: str, value: Any, where: str, key: str | None) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(kind, v, f"{where}.{k}", str(k))
+        elif isinstance(value, list):
+            for n, v in enumerate(value):
+                walk(kind, v, f"{where}[{n}]", key)
+        elif isinstance(value, str) and key in _PATH_KEYS and (kind, key) not in _NOT_PATH:
+            out.append((where, value))
+
+    for i, stage in enumerate(raw.get("stages") or []):
+        if not (isinstance(stage, dict) and len(stage) == 1):
+            continue
+        ((kind, options),) = stage.items()
+        if kind == "quality" and isinstance(options, dict) and isinstance(options.get("rules"), dict):
+            for k, v in options["rules"].items():  # a rule-set file, or a preset's name
+                if isinstance(v, str) and ("/" in v or v.endswith((".yaml", ".yml"))):
+                    out.append((f"stages[{i}].quality.rules.{k}", v))
+        walk(str(kind), options, f"stages[{i}].{kind}", None)
+    return out
+
+
+def _is_local_relative(value: str) -> bool:
+    from datapipe.storage.uri import is_uri
+
+    return not is_uri(value) and not Path(value).expanduser().is_absolute() and not value.startswith("~")
+
+
+def _loopback_endpoints(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key path, URL) of annotate endpoints on this machine's loopback (``localhost``, 127.x, ::1)."""
+    from urllib.parse import urlsplit
+
+    out = []
+    for i, stage in enumerate(raw.get("stages") or []):
+        options = stage.get("annotate") if isinstance(stage, dict) else None
+        endpoint = options.get("endpoint") if isinstance(options, dict) else None
+        if not isinstance(endpoint, str):
+            continue
+        try:
+            host = urlsplit(endpoint).hostname or ""
+        except ValueError:
+            continue
+        if host == "localhost" or host.startswith("127.") or host in ("::1", "0.0.0.0"):
+            out.append((f"stages[{i}].annotate.endpoint", endpoint))
+    return out
+
+
+def render_warnings(
+    pipeline_text: str | None,
+    pipeline_dir: Path,
+    target: str,
+    *,
+    output: str | None = None,
+    image: str | None = None,
+) -> list[str]:
+    """One line per setting that makes the rendered job fail or lose its work, as far as the pipeline
+    file and the options tell: relative local paths, no run folder in object storage (KubeRay), Ray's
+    stock image (it has no datapipe), an annotate endpoint on this machine's loopback.
+
+    ``target``: ``kuberay`` (the pipeline file shipped in a ConfigMap; ``pipeline_text`` None when it
+    is inside the image, whose relative paths are the image's business), ``slurm``."""
+    from datapipe.storage.uri import is_uri
+
+    warnings: list[str] = []
+    try:
+        raw = yaml.safe_load(pipeline_text) if pipeline_text is not None else None
+    except yaml.YAMLError:
+        raw = None  # `datapipe validate` says what is wrong with it; the job would fail the same way
+    raw = raw if isinstance(raw, dict) else {}
+    for where, value in _path_settings(raw):
+        if where == "output" and (output or target == "kuberay"):
+            continue  # --output replaces it; on KubeRay, "no output URI" below says it
+        if not _is_local_relative(value):
+            continue
+        if target == "kuberay":
+            warnings.append(
+                f"{where}: {value!r} is a relative local path; in the pods it resolves against {PIPELINE_MOUNT}, "
+                "where only the pipeline file is: use an s3:// or gs:// URI, or an absolute path inside the image"
+            )
+        else:
+            warnings.append(
+                f"{where}: {value!r} is a relative local path; the nodes read it as {pipeline_dir / value}: every "
+                "node must see that path (a shared file system), else use an s3:// or gs:// URI"
+            )
+    if target == "kuberay":
+        if output is None and pipeline_text is None:
+            warnings.append(
+                "no --output: the run folder is the output: of the pipeline file in the image; unless that is an "
+                "s3:// or gs:// URI, it is written inside the head pod and lost when the cluster is deleted"
+            )
+        elif output is None and not (isinstance(raw.get("output"), str) and is_uri(raw["output"])):
+            warnings.append(
+                "no output URI (--output, or the pipeline's output:): the run folder would be written inside the "
+                "head pod and lost when the cluster is deleted at the end of the job; give --output s3://BUCKET/PATH"
+            )
+        elif output is not None and not is_uri(output):
+            warnings.append(
+                f"--output {output!r} is a local path in the head pod: the run folder is lost when the cluster is "
+                "deleted at the end of the job; give an s3:// or gs:// URI"
+            )
+        if image is not None and image.rsplit(":", 1)[0].split("@")[0] in STOCK_IMAGES:
+            warnings.append(
+                f"--image {image}: Ray's stock image has no datapipe, so the job fails at `datapipe run`; build one "
+                "FROM it with `pip install datapipe` (and `datapipe models fetch`) and pass it with --image"
+            )
+    if target == "slurm" and output is None and "output" not in raw:
+        name = str(raw["name"]) if isinstance(raw.get("name"), str) else "NAME"
+        warnings.append(
+            f"no output (--output, or the pipeline's output:): the run folder is {pipeline_dir / 'out' / name}, "
+            "which every node writes: it must be on a shared file system, else give --output s3://BUCKET/PATH"
+        )
+    for where, endpoint in _loopback_endpoints(raw):
+        place = "each pod" if target == "kuberay" else "each node"
+        warnings.append(
+            f"{where}: {endpoint} is a loopback address: in {place} it names that {place.split()[1]} itself, not "
+            "this machine's server; give an address the cluster can reach (or set endpoint_env there)"
+        )
+    return warnings
+
+
 @click.group()
 def cluster() -> None:
     """Print (or submit) what runs a pipeline on a Ray cluster: a KubeRay RayJob or a Slurm job.
@@ -361,8 +504,11 @@ def cluster_kuberay(
     inputs and the run folder must be reachable from every pod: object storage, or paths in the
     image. Apply with `kubectl apply -f -`; the cluster is deleted when the run ends.
     """
+    text = None if pipeline_in_image else read_pipeline(pipeline)
+    for warning in render_warnings(text, pipeline.parent.absolute(), "kuberay", output=output, image=image):
+        click.echo(f"warning: {warning}", err=True)
     docs = kuberay_manifest(
-        None if pipeline_in_image else read_pipeline(pipeline),
+        text,
         name=name or pipeline.stem,
         pipeline_path=pipeline_in_image,
         output=output,
@@ -427,6 +573,8 @@ def cluster_slurm(
 
     from datapipe.storage.uri import is_uri
 
+    for warning in render_warnings(read_pipeline(pipeline), pipeline.parent.absolute(), "slurm", output=output):
+        click.echo(f"warning: {warning}", err=True)
     if output and not is_uri(output):
         output = str(Path(output).absolute())
     script = slurm_script(

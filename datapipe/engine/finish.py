@@ -297,6 +297,9 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
                 _stage_row(stages, pos)["in"] += n
             for pos, n in m.get("stage_skipped", {}).items():
                 _stage_row(stages, pos)["skipped"] += n
+            for pos, n in m.get("stage_recorded", {}).items():  # run --from: signals read, not computed
+                row = _stage_row(stages, pos)
+                row["recorded"] = row.get("recorded", 0) + n
             for pos, reasons in m["rejected"].items():
                 bucket = _stage_row(stages, pos)["rejected"]
                 for reason, n in reasons.items():

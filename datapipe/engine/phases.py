@@ -80,6 +80,9 @@ class Phase:
     # executor (set by the runner; run_folder/remote.py ``install``), so no task lists or reads
     # markers on the store. None: a local folder, where tasks read the finished outputs in place.
     committed: tuple[CommittedPhase, ...] | None = None
+    # What the phase does, for a person: the stage and its step ("minhash: verifying pairs (round 3
+    # of 7)", "semantic: training vectors"); progress shows it instead of the marker folder's name.
+    label: str = ""
 
     def placed(self, tasks: Sequence[Task], ran_on: dict[str, str]) -> list[Task]:
         """``tasks``, each with the node that wrote most of what it reads (``ran_on``: task key of
@@ -108,6 +111,7 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 tuple(Task(s.key, (s,)) for s in lines),
                 {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
                 "ranges",
+                label="counting lines",
             )
         )
     for segment in spec.segments:
@@ -121,6 +125,7 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 "shards",
                 any(r.gpus_required for r in _computing_resources(spec, segment)),
                 follows=map_phase(segment.index - 1) if segment.index else None,
+                label=_map_label(spec, segment),
             )
         )
         if not segment.final:
@@ -135,9 +140,19 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 "ranges",
                 follows=map_phase(spec.segments[-1].index),
                 reads=lambda task: task.args[0].shard_tokens,  # the token files of its shards
+                label="packing shards",
             )
         )
     return phases
+
+
+def _map_label(spec: RunSpec, segment: Segment) -> str:
+    """``map: langid, length, quality, minhash`` (the stages its tasks run; a global stage's part too)."""
+    positions = [p for p in (segment.apply_global, *segment.stages, segment.compute_global) if p is not None]
+    names = [spec.stage_name(p) for p in positions]
+    if segment.final and spec.tokenizer is not None:
+        names.append("tokenize")
+    return "map: " + (", ".join(dict.fromkeys(names)) or "read")
 
 
 def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
@@ -163,6 +178,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                             _round_tasks(segment, step, r, forwarded, merges),
                             {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
                             "groups",
+                            label=f"{stage.name}: gathering the inputs of {step.describe(r)}",
                         )
                     )
                 every = tuple(Task(partition_key(p), (segment, p, r)) for p in range(step.partitions))
@@ -177,6 +193,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                         # The map outputs a partition answers from, read where they were written.
                         follows=map_phase(segment.index) if step.owner_reads else None,
                         reads=_owned_shards(spec, step.partitions) if step.owner_reads else None,
+                        label=f"{stage.name}: {step.describe(r)}",
                     )
                 )
             if merged := output_groups(spec, segment):
@@ -189,6 +206,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                         _output_merge_tasks(spec, segment, step, merged),
                         {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
                         "groups",
+                        label=f"{stage.name}: gathering decisions",
                     )
                 )
         elif isinstance(step, CombineStep):
@@ -200,6 +218,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                     steps,
                     "steps",
                     wants.gpus_required,
+                    label=f"{stage.name}: {step.name}",
                 )
             )
         else:

@@ -47,6 +47,7 @@ class CannotRedecide(PipelineError):
 # Config sections that say which documents a run has and how they are read: a change in any of them
 # makes the earlier run's rows other documents (``inputs`` are compared by run_record.input_changes).
 DOCUMENT_KEYS = ("sources", "limits")
+ONLY_UNRECORDED = "computed only for documents without recorded values: those the earlier run dropped before the stage"
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,15 @@ def plan_reuse(pipeline: Pipeline, source: Path | str, output: RunFolder, log: C
         raise CannotRedecide(f"--from {old.root}: its run.json records no split (target_bytes); it cannot be re-decided from")
     names = {pos: f"{pos} {kind}" for pos, kind in enumerate(kinds, start=1)}
     tokens = _tokens_reusable(pipeline, config, normalized)
+    # A stage's own task folders (annotate's answers journals) are carried over (engine/work_files.py).
+    carried = [names[p] for p, kind in enumerate(kinds, start=1) if (old.work / f"stage{p:02d}-{kind}").is_dir()]
     log(
         f"datapipe: re-deciding from {old.root}: signals reused for "
         + (", ".join(names[p] for p, _ in ordered) or "no stage")
+        + (f" ({ONLY_UNRECORDED})" if ordered else "")
         + "".join(f"; stage {names[p]} computed ({why})" for p, why in sorted(computed.items()))
         + ("; token lists reused" if tokens else "")
+        + "".join(f"; {n}: the earlier run's answers carried over (a request answered there is not sent again)" for n in carried)
     )
     record = {
         "run": str(old.root),
@@ -115,6 +120,7 @@ def plan_reuse(pipeline: Pipeline, source: Path | str, output: RunFolder, log: C
         "reused": [names[p] for p, _ in ordered],
         "computed": {names[p]: why for p, why in sorted(computed.items())},
         "tokens_reused": tokens,
+        "carried_over": carried,
     }
     return ReusePlan(Recorded(str(old.root), tuple(ordered), tokens), dict(split), record)
 

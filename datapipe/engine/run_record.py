@@ -21,6 +21,8 @@ from typing import Any
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.input_identity import InputChanged, Reads, check_inputs, whole_file_sha256
 from datapipe.engine.plan import RunSpec
+from datapipe.engine.work_files import STAGE_WORK
+from datapipe.errors import EXIT_USAGE
 from datapipe.pipeline.identity import config_changes, identity_config, resource_changes
 from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder
@@ -114,16 +116,23 @@ def open_record(pipeline: Pipeline, folder: RunFolder, fresh: bool, log: Callabl
     inputs = input_listing(pipeline)
     previous = None if fresh else folder.load_run_json()  # --fresh: even a damaged one is discarded
     if previous is not None and not fresh:
-        _refuse_changed(folder, previous, normalized, resources, inputs, log)
+        _refuse_changed(folder, previous, normalized, resources, inputs, log, pipeline)
         check_inputs(folder, inputs, at_end=False, log=log)  # same size and time: what the tasks read?
     if fresh:
-        folder.wipe()
+        folder.wipe(keep=(STAGE_WORK,))  # the stages' paid work (answers) is found by request, not by run
     folder.root.mkdir(parents=True, exist_ok=True)
     swept = folder.sweep()  # safe: we hold the lock, so no live writer of this folder exists
     if swept:
         log(f"datapipe: removed {swept} temporary file(s) left by an interrupted run")
     run = previous if previous is not None and not fresh else {}
     return RunRecord(folder, run, normalized, resources, inputs)
+
+
+class RunFolderHoldsAnotherRun(PipelineError):
+    """The output folder holds a run of another pipeline or rule files: as asked, the run cannot be done
+    there (a usage problem, exit 2); --fresh, --output, or --from when only thresholds changed."""
+
+    exit_code = EXIT_USAGE
 
 
 def _refuse_changed(
@@ -133,6 +142,7 @@ def _refuse_changed(
     resources: list[dict[str, Any]],
     inputs: list[dict[str, Any]],
     log: Callable[[str], None],
+    pipeline: Pipeline,
 ) -> None:
     # A stage's run settings (a server's address, concurrency) may change between attempts.
     changes = config_changes(identity_config(previous.get("config", {})), identity_config(normalized))
@@ -142,15 +152,47 @@ def _refuse_changed(
         log(f"datapipe: {folder.run_json} records no rule files or models; recording today's")
     inputs_changed = input_changes(previous.get("inputs", []), inputs)
     changes += inputs_changed
-    if changes:
-        only_inputs = changes == inputs_changed  # then putting the files back is a way on too
-        raise (InputChanged if only_inputs else PipelineError)(
-            f"{folder.root} holds a run of a different pipeline, rule files or inputs; changed since then:\n"
-            + "\n".join(f"  - {c}" for c in changes[:30])
-            + "\nUse --fresh to discard that run and start over, "
-            + ("put the input files back as they were, " if only_inputs else "")
-            + "or --output to write elsewhere."
+    if not changes:
+        return
+    message = f"{folder.root} holds a run of a different pipeline, rule files or inputs; changed since then:\n" + "\n".join(
+        f"  - {c}" for c in changes[:30]
+    )
+    if changes == inputs_changed:  # then putting the files back is a way on too (and resumes: exit 1)
+        raise InputChanged(
+            message + "\nUse --fresh to discard that run and start over, put the input files back as they were, "
+            "or --output to write elsewhere."
         )
+    hint = None
+    if not inputs_changed and not resource_changes(previous.get("resources", resources), resources):
+        if previous.get("status") == "complete" and thresholds_only(previous.get("config", {}), normalized):
+            file = str(pipeline.file) if pipeline.file else "PIPELINE"
+            hint = (
+                f"only thresholds changed: `datapipe run {file} --from {folder.root} --output NEW_FOLDER` "
+                "re-decides from this run's recorded signals without computing them again"
+            )
+    raise RunFolderHoldsAnotherRun(
+        message + "\nUse --fresh to discard that run and start over, or --output to write elsewhere.", hint=hint
+    )
+
+
+def thresholds_only(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether two normalized configs differ only in the stages' decision options (``Stage.decision_options``:
+    thresholds), the stages being the same in the same order: what ``run --from`` re-decides."""
+    from datapipe.stages import STAGES  # late, as identity_config
+
+    def without_thresholds(config: dict[str, Any]) -> Any:
+        config = identity_config(config)
+        stages = []
+        for entry in config.get("stages") or []:
+            if isinstance(entry, dict) and len(entry) == 1:
+                ((kind, options),) = entry.items()
+                drop = STAGES[kind].decision_options if kind in STAGES else frozenset()
+                if isinstance(options, dict):
+                    entry = {kind: {k: v for k, v in options.items() if k not in drop}}
+            stages.append(entry)
+        return {**config, "stages": stages}
+
+    return old != new and without_thresholds(old) == without_thresholds(new)
 
 
 def _check_resources_unchanged(pipeline: Pipeline, recorded: list[dict[str, Any]]) -> None:

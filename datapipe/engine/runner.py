@@ -143,6 +143,8 @@ def _run_locked(
                 _run_phases(result, folder, spec, executor, timings, show_progress, sections)
         sections.mark("executor_exit")  # Ray's shutdown, as the driver's own threads see it
         if _finish(pipeline, record, spec, timings, log, sections):
+            if reuse is not None:
+                log(_reused_counts(record))
             return result
     raise PipelineError(
         f"files of {folder.location} were lost or damaged again after their tasks were redone "
@@ -332,12 +334,12 @@ def _run_phase(
     started = time.perf_counter()
     failures: list[str] = []
     disk_full: DiskFull | None = None
-    with PhaseProgress(name, len(work), len(work) - len(todo), phase.unit, enabled=show_progress) as progress:
+    with PhaseProgress(name, len(work), len(work) - len(todo), phase.unit, enabled=show_progress, label=phase.label) as progress:
         for key, outcome in executor.outcomes(spec, phase, todo):
             if isinstance(outcome, Exception):  # retried where the executor retries; keep the others running
                 failures.append(f"{name} {key}: {_short_error(outcome)}")
                 disk_full = disk_full or find_disk_full(outcome)
-                progress.advance(0)
+                progress.advance(0, failed=True)
                 continue
             # The marker came back with the result: the driver never reads it back (run_folder/remote.py).
             marker = folder.markers.adopt(name, key, outcome)
@@ -354,6 +356,19 @@ def _run_phase(
             f"{len(failures)} of {len(work)} {name} tasks failed after retries "
             f"(finished work is kept; run the same command again to resume):\n" + "\n".join(f"  - {f}" for f in failures[:20])
         )
+
+
+def _reused_counts(record: RunRecord) -> str:
+    """After a re-decided run: per stage reached, the documents whose signals were read from the earlier
+    run and those computed (the earlier run dropped them before the stage, or the stage is computed)."""
+    parts = []
+    for row in record.run.get("counts", {}).get("stages", [])[1:]:
+        judged = row["in"] - row.get("skipped", 0)
+        if judged <= 0 or row["stage"] == "tokenize":
+            continue
+        read = row.get("recorded", 0)
+        parts.append(f"{row['position']} {row['stage']} {read} read, {judged - read} computed")
+    return f"datapipe: signals from {record.run['from']['run']}: " + ("; ".join(parts) or "no stage judged a document")
 
 
 def _finish(

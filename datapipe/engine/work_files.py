@@ -19,9 +19,11 @@ by an earlier datapipe resumes (its markers name these phases, its tasks' output
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
-from datapipe.run_folder.layout import RunFolder
+from datapipe.run_folder.layout import WORK_DIR, RunFolder
+from datapipe.storage.atomic import temp_path_for
 
 # Phase names: each is the folder of its completion markers (``_work/markers/<phase>/``) and, for
 # map, shuffle and reduce, of its outputs, so a resumed run finds work by these exact names.
@@ -143,8 +145,31 @@ class WorkFiles:
         """Spill space of the global stage ending ``segment`` (DuckDB, sorts): local, never committed."""
         return self.dir / f"{reduce_phase(segment)}-scratch"
 
-    def stage_work_dir(self, position: int, stage: str, shard_key: str) -> Path:
+    def stage_work_dir(self, position: int, stage: str, shard_key: str, earlier: RunFolder | None = None) -> Path:
         """A stage's own folder for one map task (``Stage.start_task``): kept across attempts of the
         task, so what the stage paid for once (a model's answers) is not asked again. Local to the
-        node that runs the task, like the spill space: never committed to a remote run folder."""
-        return self.dir / f"stage{position:02d}-{stage}" / shard_key
+        node that runs the task, like the spill space: never committed to a remote run folder.
+
+        ``earlier``: the run re-decided from (``run --from``, the same tasks): its folder for this task
+        is copied in first, so what the earlier run paid for (annotate's answers, found by request
+        hash) is not paid again here."""
+        work = self.dir / f"stage{position:02d}-{stage}" / shard_key
+        if earlier is not None and not work.exists():
+            carry_over(WorkFiles(earlier).stage_work_dir(position, stage, shard_key), work)
+        return work
+
+
+# The stages' own folders (``stage_work_dir``): kept by ``--fresh`` (RunFolder.wipe's ``keep``), since
+# what they hold was paid for and is found by what was asked (annotate: the request's hash), never by run.
+STAGE_WORK = f"{WORK_DIR}/stage[0-9][0-9]-*"
+
+
+def carry_over(earlier: Path, work: Path) -> None:
+    """A copy of ``earlier`` (a stage's task folder of another run) at ``work``, made whole before it is
+    seen there (a copy under a temporary name, renamed), or nothing when there is no such folder."""
+    if not earlier.is_dir():
+        return
+    part = temp_path_for(work)  # a killed copy is swept as any temporary file
+    work.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(earlier, part)
+    part.rename(work)

@@ -54,7 +54,7 @@ def _from_matches(matches: list[Match], where: str, text: str = "") -> Detection
 _CHOICE = re.compile(
     r" (?:at your (?:option|choice)(?! any later)|your choice of|choose (?:one of|either|any of|between)|either of"
     r"|dual licen[cs]ed|dual licen[cs]e|multi licen[cs]ed|licen[cs]ed under either|under (?:the terms of )?either"
-    r"|one of the following licen[cs]es) "
+    r"|one of the following licen[cs]es|(?:available|offered|distributed) under (?:\d|two|three|both) licen[cs]es) "
 )
 _CHOICE_WINDOW = 500  # characters of the normalized text either side of the offer
 # Licence names (normalized words) in an offer -> id; "bsd" alone is resolved from the texts found.
@@ -71,6 +71,7 @@ _OFFERED_NAMES = [
     (re.compile(r" boost software licen[cs]e "), "BSL-1.0"),
     (re.compile(r" (?:the )?unlicense "), "Unlicense"),
     (re.compile(r" cc0(?: 1 0)? "), "CC0-1.0"),
+    (re.compile(r" (?:university of illinois )?ncsa open source licen[cs]e "), "NCSA"),
 ]
 _SPDX_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*[A-Za-z0-9+]")
 _BARE_IDS = {"MIT", "ISC", "Zlib", "Unlicense", "WTFPL", "NCSA", "PostgreSQL", "0BSD"}

@@ -94,6 +94,50 @@ _LATER_VERSION = re.compile(r" (?:version|v|[al]?gplv|[al]?gpl v) ?(\d)(?: (\d))
 _LATER_WINDOW = 400  # normalized characters after the notice: its own paragraph and the next
 
 
+# A version of one GNU family stated anywhere in the text, in words that can mean nothing else:
+# "GPL2", "GPLv3", "GPL version 2", "version 2 of the GNU General Public License", "LGPL-2.1".
+# "lesser"/"library"/"affero" before "general public" make it another family.
+_STATED_VERSION = {
+    "GPL": re.compile(
+        r"(?: gpl ?v?| (?<!lesser )(?<!library )(?<!affero )general public licen[cs]e(?: gpl)? (?:version |v ?))(\d)(?: (\d))?"
+        r"| version (\d)(?: (\d))? of the (?:gnu )?general public licen[cs]e"
+    ),
+    "LGPL": re.compile(
+        r"(?: lgpl ?v?| (?:lesser|library) general public licen[cs]e(?: lgpl)? (?:version |v ?))(\d)(?: (\d))?"
+        r"| version (\d)(?: (\d))? of the (?:gnu )?(?:lesser|library) general public licen[cs]e"
+    ),
+    "AGPL": re.compile(
+        r"(?: agpl ?v?| affero general public licen[cs]e(?: agpl)? (?:version |v ?))(\d)(?: (\d))?"
+        r"| version (\d)(?: (\d))? of the (?:gnu )?affero general public licen[cs]e"
+    ),
+}
+
+
+# "version 2 only", "version 2 or (at your option) any later version": licence words, whatever the family.
+_BARE_VERSION = re.compile(r" version (\d)(?: (\d))?(?= only | or (?:at your option )?(?:any )?later )")
+
+
+def _version_stated(fam: str, norm: str) -> tuple[str, bool] | None:
+    """(version, or later) when the text states exactly one version of ``fam`` anywhere, else None.
+
+    "only" after any mention makes it that version only (a text saying "some files version 2 only,
+    the others version 2 or any later version" grants version 2 for all of them); "or later" /
+    "any later version" after every mention makes it "or later"."""
+    versions, later, only = set(), True, False
+    for m in [*_STATED_VERSION[fam].finditer(norm), *_BARE_VERSION.finditer(norm)]:
+        major, minor = (m.group(1), m.group(2)) if m.group(1) or m.re is _BARE_VERSION else (m.group(3), m.group(4))
+        if major not in "123":
+            continue
+        # "2 1" is LGPL 2.1; a GPL "version 2 0" is 2.0; any other second number is not part of it.
+        versions.add(major + (f".{minor}" if minor and (minor == "1" and fam == "LGPL") else ""))
+        after = norm[m.end() : m.end() + 60]
+        only = only or after.startswith((" only ", " 0 only "))
+        later = later and (" later " in after)
+    if len(versions) != 1:
+        return None
+    return versions.pop(), later and not only
+
+
 def _gnu_notice(m: re.Match[str], norm: str = "") -> str | None:
     fam = _GNU_FAMILY[m.group(2)]
     named = m.group(1) or m.group(3)  # "terms of version 2 of the GNU GPL" or "GNU GPL version 2"
@@ -106,8 +150,14 @@ def _gnu_notice(m: re.Match[str], norm: str = "") -> str | None:
         if found := canonical_id(f"{fam}-{version}-{'or-later' if later else 'only'}"):
             return found  # else a "version" of something else: the notice stays unversioned
         named = None
+    if named is None and (stated := _version_stated(fam, norm)) is not None:
+        named, later = stated  # the version is stated elsewhere in the text ("... the GPL2", "version 2 only")
+        version = named if "." in named else named + ".0"
+        if found := canonical_id(f"{fam}-{version}-{'or-later' if later else 'only'}"):
+            return found
+        named = None
     if named is None:
-        # No version named anywhere near: the GPL itself says any version may be chosen.
+        # No version named anywhere: the GPL itself says any version may be chosen.
         version, later = _GNU_DEFAULT[fam], True
     else:
         version, later = named.replace(" ", "."), bool(m.group(4))
@@ -115,10 +165,30 @@ def _gnu_notice(m: re.Match[str], norm: str = "") -> str | None:
     return canonical_id(f"{fam}-{version}-{'or-later' if later else 'only'}")
 
 
+# Exceptions shipped with a licence text ("---- LLVM Exceptions to the Apache 2.0 License ----"): the
+# text is that licence WITH the exception, which is what SPDX and a reader of the file say.
+_EXCEPTIONS = (
+    ("Apache-2.0", " llvm exceptions to the apache 2 0 license ", "LLVM-exception"),
+    ("GPL-3.0", " gcc runtime library exception version 3 1 ", "GCC-exception-3.1"),
+)
+
+
+def _with_exception(m: Match, norm: str) -> list[Match]:
+    """The match with its exception; a file holding the base text twice (a bundle of several
+    projects' licences) has it once without the exception as well."""
+    for base, phrase, exception in _EXCEPTIONS:
+        if m.license == base and phrase in norm:
+            with_exc = Match(f"{base} WITH {exception}", f"{m.evidence}; {phrase.strip()}", m.kind)
+            title = _FULL[base][0]
+            return [m, with_exc] if isinstance(title, str) and norm.count(title) > 1 else [with_exc]
+    return [m]
+
+
 def match_normalized(norm: str) -> list[Match]:
     found = [Match(lid, _evidence(phrases[0]), "text") for lid, phrases in _FULL.items() if all(_has(norm, p) for p in phrases)]
     hidden = {sub for m in found for sub in SUBSUMES.get(m.license, ())}
     found = [m for m in found if m.license not in hidden]
+    found = [e for m in found for e in _with_exception(m, norm)]
     if found and (mod := next((m for w, rx in _MODIFIED if w in norm and (m := rx.search(norm))), None)):
         # A known text with an added restriction is another licence: never the base one.
         found = [
@@ -138,7 +208,7 @@ def match_normalized(norm: str) -> list[Match]:
     for m in _NAMED.finditer(norm):
         notices.append(Match(NAMED[m.group(1)], m.group(0).strip(), "notice"))
     # A full GPL/Apache/MPL text carries its own "how to apply" notice: the text decides.
-    text_families = {_family(m.license) for m in found}
+    text_families = {_family(m.license.split(" WITH ")[0]) for m in found}
     seen = {m.license for m in found}
     for n in notices:
         if _family(n.license) not in text_families and n.license not in seen:

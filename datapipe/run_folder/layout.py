@@ -262,20 +262,20 @@ class RunFolder:
                 f"refusing to write there (choose an empty or new folder with --output)"
             )
 
-    def wipe(self) -> None:
-        """Delete a previous run's outputs (--fresh). Only the names datapipe manages are touched."""
+    def wipe(self, keep: tuple[str, ...] = ()) -> None:
+        """Delete a previous run's outputs (--fresh). Only the names datapipe manages are touched.
+
+        ``keep``: glob patterns, relative to the folder, of local paths inside those names that stay
+        (the engine's record of work paid for once, such as a model's answers found by what was asked)."""
         self.check_usable()
         self.markers.forget()
         if self.remote is not None:
             from datapipe.run_folder import remote as remote_folder
 
             remote_folder.wipe(self.root, self.remote, MANAGED)
+        kept = {p for pattern in keep for p in self.root.glob(pattern) if not p.is_symlink()}
         for name in MANAGED:
-            p = self.root / name
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            elif p.exists() or p.is_symlink():
-                p.unlink()
+            _remove_except(self.root / name, kept)
 
     def sweep(self) -> int:
         """Remove temporary files of killed writers anywhere in the folder; only under the run lock."""
@@ -286,3 +286,17 @@ class RunFolder:
             # The markers held here (every one the driver adopted or read) are not read again.
             removed += remote_folder.sweep(self.remote, self.root, self.markers.known_files())
         return removed
+
+
+def _remove_except(path: Path, kept: set[Path]) -> None:
+    """Delete ``path`` (never following a symlink), all but the paths in ``kept`` and the folders above them."""
+    if path in kept:
+        return
+    if path.is_dir() and not path.is_symlink():
+        if any(path in k.parents for k in kept):
+            for child in path.iterdir():
+                _remove_except(child, kept)
+        else:
+            shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

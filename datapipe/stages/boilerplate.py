@@ -76,6 +76,11 @@ class BoilerplateOptions(StageOptions):
         ge=0,
         description="Drop a document left shorter than this (boilerplate_only); only documents that lost a unit are judged.",
     )
+    keep_headings: bool = Field(
+        False,
+        description="Never remove headings: Markdown headings and short title-like lines "
+        "('References.', 'Early life', '第五条'), which repeat across the articles of one wiki.",
+    )
     kinds: list[str] = Field(
         ["web", "text"], description="Source kinds it applies to (code keeps its license headers and imports)."
     )
@@ -140,11 +145,39 @@ def hash_strings(values: pa.Array) -> np.ndarray:
     return out
 
 
-def batch_unit_hashes(texts: pa.Array | pa.ChunkedArray, unit: str, min_chars: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+# A heading line (``keep_headings``): a Markdown ATX heading, or a short title-like line: it starts
+# with a capital letter, a digit or a CJK character, holds only letters, digits, spaces and the
+# punctuation of titles, ends with at most a period or colon, and has at most 6 words (one space
+# between words: a menu's items are set apart by runs of spaces or separators). Wikipedia's plain
+# text ends its section titles with a period ("References.", "Early life.").
+_MD_HEADING = r"^ {0,3}#{1,6}[ \t]+\S"
+_TITLE_LINE = r"^[ \t]*[\p{Lu}\p{Lt}\p{Lo}\p{N}][\p{L}\p{M}\p{N}'’&/,() -]*[.:：]?[ \t\r]*$"
+_HEADING_MAX_CHARS = 60
+_HEADING_MAX_WORDS = 6
+
+
+def heading_units(units: pa.Array) -> np.ndarray:
+    """Which units are a heading (see ``_TITLE_LINE``); a paragraph unit is one only when it is one line."""
+    short = pc.less_equal(pc.utf8_length(units), _HEADING_MAX_CHARS)
+    title = pc.and_(
+        pc.and_(short, pc.match_substring_regex(units, _TITLE_LINE)),
+        pc.and_(
+            pc.invert(pc.match_substring(units, "  ")),
+            pc.less(pc.count_substring(pc.utf8_trim_whitespace(units), " "), _HEADING_MAX_WORDS),
+        ),
+    )
+    markdown = pc.and_(pc.match_substring_regex(units, _MD_HEADING), pc.invert(pc.match_substring(units, "\n")))
+    return pc.fill_null(pc.or_(title, markdown), False).to_numpy(zero_copy_only=False)
+
+
+def batch_unit_hashes(
+    texts: pa.Array | pa.ChunkedArray, unit: str, min_chars: int, keep_headings: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For every unit of every text: (document index, position of the unit in its text, hash).
 
     Only counted units are returned: normalised at least ``min_chars`` long and not only digits
-    (a number alone, "12." or "2024", is a list or article counter, not a template)."""
+    (a number alone, "12." or "2024", is a list or article counter, not a template), not markup,
+    and with ``keep_headings`` not a heading."""
     texts = pc.fill_null(texts, "")
     parts = pc.split_pattern(texts, _LINE_SEP) if unit == "line" else pc.split_pattern_regex(texts, _PARA_SEP)
     if isinstance(parts, pa.ChunkedArray):
@@ -158,6 +191,8 @@ def batch_unit_hashes(texts: pa.Array | pa.ChunkedArray, unit: str, min_chars: i
         pc.greater_equal(pc.utf8_length(norm), min_chars), pc.greater(pc.utf8_length(pc.replace_substring(norm, "0", "")), 0)
     )
     keep = counted.to_numpy(zero_copy_only=False) & ~markup_units(units, doc, unit)
+    if keep_headings:
+        keep &= ~heading_units(units)
     return doc[keep], pos[keep], hash_strings(norm.filter(pa.array(keep)))
 
 
@@ -228,8 +263,10 @@ class Boilerplate(GlobalStage):
         """Partitions count documents per unit hash; the combine step drops no document, it gathers the
         frequent hashes as the state every next map task loads whole (``apply`` removes the units)."""
         return (
-            PartitionStep(self.partitions, self.shuffle, self.reduce_partition),
-            CombineStep(no_drops, self.combine_state),
+            PartitionStep(
+                self.partitions, self.shuffle, self.reduce_partition, round_names=(f"counting repeated {self.options.unit}s",)
+            ),
+            CombineStep(no_drops, self.combine_state, name=f"gathering the repeated {self.options.unit}s"),
         )
 
     def applies_to(self, kind: str) -> bool:
@@ -241,7 +278,7 @@ class Boilerplate(GlobalStage):
     def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:
         o = self.options
         rows = np.flatnonzero(self._applies(batch))
-        doc, _, keys = batch_unit_hashes(batch["text"].take(pa.array(rows)), o.unit, o.min_unit_chars)
+        doc, _, keys = batch_unit_hashes(batch["text"].take(pa.array(rows)), o.unit, o.min_unit_chars, o.keep_headings)
         # Distinct units per document: the count is of documents, not of repeats inside one.
         pairs = (
             np.unique(np.stack([rows[doc] + first_row_key, keys.view(np.int64)], axis=1), axis=0)
@@ -296,7 +333,7 @@ class Boilerplate(GlobalStage):
         detail: list[str | None] = [None] * n
         rows = np.flatnonzero(applies)
         if len(keys) and len(rows):
-            doc, pos, hs = batch_unit_hashes(batch["text"].take(pa.array(rows)), o.unit, o.min_unit_chars)
+            doc, pos, hs = batch_unit_hashes(batch["text"].take(pa.array(rows)), o.unit, o.min_unit_chars, o.keep_headings)
             j = np.minimum(np.searchsorted(keys, hs), len(keys) - 1)
             hit = keys[j] == hs
             doc = rows[doc]

@@ -104,6 +104,11 @@ class Decontaminate(Stage):
     signals = "`contam_hits`, `contam_benchmark`, `contam_item`, `contam_item_hits`, `contam_frac`, `contam_ngram`"
     reasons = ("contaminated",)
     Options = DecontaminateOptions
+    decision_options = frozenset({"action", "min_hits", "min_frac"})  # judged over the recorded matches
+
+    @classmethod
+    def keeps_text(cls, options: Any) -> bool:
+        return True  # it only adds its match columns: recorded ones stand for matching again (run --from)
 
     @classmethod
     def check(cls, options: DecontaminateOptions, context: CheckContext) -> list[Problem]:

@@ -124,7 +124,14 @@ class ExactDedup(GlobalStage):
     def steps(self) -> tuple[GlobalStep, ...]:
         """One round per key (text hash, then URL key); each partition writes its own decisions."""
         return (
-            PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=len(self._round_keys()), decides=True),
+            PartitionStep(
+                self.partitions,
+                self.shuffle,
+                self.reduce_partition,
+                rounds=len(self._round_keys()),
+                decides=True,
+                round_names=tuple(f"exact copies by {key}" for key in self._round_keys()),
+            ),
         )
 
     def _round_keys(self) -> list[str]:

@@ -67,6 +67,11 @@ class LicenseTagger(Stage):
     signals = "`license` (SPDX), `license_class`, `license_evidence`"
     reasons = ("license_<class>",)
     Options = LicenseOptions
+    decision_options = frozenset({"policy"})  # what is dropped; the tags are the same under any policy
+
+    @classmethod
+    def keeps_text(cls, options: LicenseOptions) -> bool:
+        return True  # it only tags: recorded tags stand for detecting again (run --from)
 
     @classmethod
     def output_columns(cls, options: LicenseOptions, context: CheckContext) -> set[str] | None:

@@ -196,9 +196,22 @@ class MinHashDedup(GlobalStage):
         """The partitions decide (settled clusters); the combine step only finishes what they left open."""
         return (
             PartitionStep(
-                self.partitions, self.shuffle, self.reduce_partition, rounds=self.rounds(), decides=True, owner_reads=True
+                self.partitions,
+                self.shuffle,
+                self.reduce_partition,
+                rounds=self.rounds(),
+                decides=True,
+                owner_reads=True,
+                round_names=(
+                    "finding candidate pairs",
+                    "fetching signatures",
+                    "verifying pairs",
+                    *["joining clusters"] * (2 * self.star_pairs),
+                    "fetching cluster members",
+                    "deciding clusters",
+                ),
             ),
-            CombineStep(self.combine, self.combine_state, reads_files=False),
+            CombineStep(self.combine, self.combine_state, reads_files=False, name="deciding the clusters left open"),
         )
 
     def compute(self, batch: pa.Table) -> pa.Table:

@@ -213,7 +213,9 @@ class SemanticDedup(GlobalStage):
             model_folder(_resolve(self.options.model, self.context.pipeline_dir), self.options.model_kind)
 
     def steps(self) -> tuple[GlobalStep, ...]:
-        return (PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=3, decides=True),)
+        first = "training vectors and clustering the sample" if self.options.model is None else "clustering the sample"
+        names = (first, "embedding documents", "comparing within clusters")
+        return (PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=3, decides=True, round_names=names),)
 
     # -- map ---------------------------------------------------------------------------------
     def shuffle(self, batch: pa.Table, first_row_key: int) -> pa.Table:

@@ -65,6 +65,18 @@ class PartitionStep:
     # ordinal is p modulo ``partitions`` only (minhash: the owner answers for them): the engine
     # places it on the node that wrote those map outputs, which reads them from its own mirror.
     owner_reads: bool = False
+    # What each round does, in words, for progress lines ("training vectors"); rounds past the
+    # tuple (or all of them, without one) are shown as "round r of R".
+    round_names: tuple[str, ...] = ()
+
+    def describe(self, round: int) -> str:
+        """What round ``round`` (0-based) is, for a person: ``training vectors``, ``round 3 of 7``,
+        ``verifying pairs (round 3 of 7)``."""
+        name = self.round_names[round] if round < len(self.round_names) else ""
+        if self.rounds == 1:
+            return name or "grouping by key"
+        where = f"round {round + 1} of {self.rounds}"
+        return f"{name} ({where})" if name else where
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,7 @@ class CombineStep:
     # never ``files`` by path; in a remote run folder those rows are then read in place instead of
     # every map output being downloaded to the combine task's node first.
     reads_files: bool = True
+    name: str = "combining"  # what it does, for progress lines ("finding the sample's threshold")
 
 
 GlobalStep = PartitionStep | CombineStep

@@ -134,7 +134,10 @@ class Substrings(GlobalStage):
 
     def steps(self) -> tuple[GlobalStep, ...]:
         """Five rounds; the last hands ``apply`` its spans as per-shard state (no decisions: apply decides)."""
-        return (PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=ROUNDS, decides=True),)
+        names = ("finding shared anchors", "hashing windows", "claiming copies", "joining runs", "confirming spans")
+        return (
+            PartitionStep(self.partitions, self.shuffle, self.reduce_partition, rounds=ROUNDS, decides=True, round_names=names),
+        )
 
     # -- map phase -----------------------------------------------------------------------------
 

@@ -6,12 +6,14 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from datapipe.cli import main
-from tests.support.shared_data import PROJECT_ROOT
+from tests.support.k8s_crd import crd_schema
+from tests.support.shared_data import PROJECT_ROOT, shared_path
 
 DEMO = PROJECT_ROOT / "pipelines" / "demo.yaml"
 
@@ -19,7 +21,7 @@ DEMO = PROJECT_ROOT / "pipelines" / "demo.yaml"
 def _render(*args: str) -> list[dict[str, Any]]:
     result = CliRunner().invoke(main, ["cluster", "kuberay", *args])
     assert result.exit_code == 0, result.output
-    return [doc for doc in yaml.safe_load_all(result.output) if doc is not None]
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]  # warnings go to stderr
 
 
 def _containers(template: dict[str, Any]) -> list[dict[str, Any]]:
@@ -89,3 +91,28 @@ def test_pipeline_inside_the_image_needs_no_configmap(tmp_path: Path) -> None:
 def test_bad_options_are_refused_by_name(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["cluster", "kuberay", str(DEMO), *args])
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_rayjob_and_its_raycluster_validate_against_kuberays_crds() -> None:
+    """The rendered RayJob, and its rayClusterSpec as a RayCluster, against KubeRay's own CRD schemas
+    (../shared/data/k8s/, objects closed so that a misspelt field fails instead of being pruned)."""
+    rayjobs, rayclusters = shared_path("k8s", "ray.io_rayjobs.yaml"), shared_path("k8s", "ray.io_rayclusters.yaml")
+    # (jsonschema.validate would check the 1 MB schemas themselves on every call: validators, once)
+    job_schema, cluster_schema = (
+        jsonschema.Draft7Validator(crd_schema(rayjobs)),
+        jsonschema.Draft7Validator(crd_schema(rayclusters)),
+    )
+    for args in (
+        [str(DEMO), "--output", "s3://bucket/runs/demo", "--secret", "s3", "--endpoint-url", "http://minio:9000"],
+        [str(DEMO), "--pipeline-in-image", "/opt/p.yaml", "--min-workers", "0", "--max-workers", "8", "--name", "x"],
+    ):
+        job = _render(*args)[-1]
+        job_schema.validate(job)
+        cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": job["metadata"]}
+        cluster_schema.validate({**cluster, "spec": job["spec"]["rayClusterSpec"]})
+    # The check is not vacuous: a misspelt field and a replica count as a string are refused.
+    group = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    for bad in ({**group, "rayStartParam": {}}, {**group, "replicas": "3"}):
+        broken = {**job, "spec": {**job["spec"], "rayClusterSpec": {**job["spec"]["rayClusterSpec"], "workerGroupSpecs": [bad]}}}
+        with pytest.raises(jsonschema.ValidationError):
+            job_schema.validate(broken)

@@ -159,7 +159,7 @@ def test_printed_script_is_valid_bash_with_the_sbatch_options(tmp_path: Path) ->
     args += ["--partition", "cpu", "--output", "runs/demo", "--setup", "source /opt/venv/bin/activate"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    script = result.output
+    script = result.stdout  # the script alone: warnings go to stderr
     (tmp_path / "job.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")], capture_output=True).returncode == 0
     sbatch = [line for line in script.splitlines() if line.startswith("#SBATCH")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -209,3 +210,67 @@ def test_a_changed_prompt_is_another_run_and_a_wrong_key_fails_the_task(
         assert res.exit_code == 1, res.output
         assert "HTTP 401" in res.output and "api_key_env" in res.output
         assert len(server.rows()) - n <= 2 * 6  # two tasks: at most what each had in flight at its first 401
+
+
+def minimal_pipeline(folder: Path, url: str, name: str, min_score: float, **langid: Any) -> Path:
+    """The issue's minimal pipeline, langid -> length -> annotate, on the same real documents."""
+    config = yaml.safe_load(write_pipeline(folder, url, max_in_flight=4).read_text(encoding="utf-8"))
+    annotate = config["stages"][0]
+    config["stages"] = [{"langid": {"keep": ["en"], "min_score": min_score, **langid}}, {"length": {"min_chars": 50}}, annotate]
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _run(pipeline: Path, out: Path, *extra: str) -> Any:
+    args = ["run", str(pipeline), "--output", str(out), "--in-process", "--no-progress", *extra]
+    return CliRunner().invoke(main, args)
+
+
+def test_no_request_is_sent_twice_by_a_redecide_or_a_repeated_run(tmp_path: Path, api_key: str) -> None:
+    """Issue 50 item 3, counted on the server: a re-decide (`run --from`) with only langid.min_score
+    changed asks only the documents the earlier run never asked; a changed langid signal option
+    (max_chars: langid and everything after it computed) and a `--fresh` run into the same folder
+    find every answer by its request hash and send nothing; the message says what is reused."""
+    with FakeOpenAI(tmp_path / "server", api_key=api_key) as server:
+
+        def asked() -> Counter[str]:
+            return Counter(r["doc"] for r in server.rows() if r["status"] == "ok")
+
+        old = tmp_path / "old"
+        res = _run(minimal_pipeline(tmp_path, server.url, "strict", min_score=0.9), old)
+        assert res.exit_code == 0, res.output
+        first = asked()
+        assert first and max(first.values()) == 1
+
+        looser = minimal_pipeline(tmp_path, server.url, "looser", min_score=0.3)
+        new = tmp_path / "new"
+        res = _run(looser, new, "--from", str(old))
+        assert res.exit_code == 0, res.output
+        assert "3 annotate" in res.stderr.split("signals reused for", 1)[1].split(";")[0], res.stderr
+        assert "may rewrite the text" not in res.stderr
+        assert "3 annotate: the earlier run's answers carried over" in res.stderr
+        second = asked()
+        assert max(second.values()) == 1, [d for d, n in second.items() if n > 1]  # nothing asked twice
+        # and after the run, per stage: documents whose signals were read, and those computed
+        read, computed = map(int, re.search(r"3 annotate (\d+) read, (\d+) computed", res.stderr).groups())  # type: ignore[union-attr]
+        assert read == sum(first.values()) + 1 and computed >= len(set(second) - set(first))  # + the duplicate
+        newly = set(second) - set(first)
+        texts = [d["text"] for d in documents(new)]
+        assert all(d["llm_error"] is None for d in documents(new))
+        assert newly and newly == {doc_hash(t) for t in texts} - set(first)  # only the newly let through
+
+        # A signal option of an earlier stage: every stage after it computed, no request sent again.
+        again = tmp_path / "again"
+        res = _run(minimal_pipeline(tmp_path, server.url, "shorter", min_score=0.3, max_chars=5_000), again, "--from", str(new))
+        assert res.exit_code == 0, res.output
+        assert "3 annotate computed (its input may differ" in res.stderr, res.stderr
+        assert asked() == second
+
+        # A fresh run into a folder that has the answers, and the same command again: nothing sent.
+        res = _run(looser, new, "--fresh")
+        assert res.exit_code == 0, res.output
+        res = _run(looser, new)
+        assert res.exit_code == 0, res.output
+        assert asked() == second
+        assert [d["llm_n_chars"] for d in documents(new)] == [len(t) for t in texts]  # every answer found

@@ -172,7 +172,18 @@ def test_changed_pipeline_is_refused_unless_fresh(ray_local, demo_project: Path)
     with pytest.raises(PipelineError) as info:
         run(pipeline, out)
     assert "stages[1].length.min_chars: 20 -> 30" in str(info.value)
-    assert "--fresh" in str(info.value)
+    # As asked, the run cannot be done there: a usage error (exit 2), and only a threshold changed, so
+    # the hint offers re-deciding from the recorded signals (issue 50 item 8).
+    assert info.value.exit_code == 2
+    assert "--fresh" in str(info.value) and f"--from {out}" in str(info.value.hint)
+    res = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--no-progress"])
+    assert res.exit_code == 2 and "only thresholds changed" in res.output, res.output
+    # A change other than a threshold: no --from offered.
+    pipeline.write_text(text.replace("seq_len: 512", "seq_len: 256"))
+    with pytest.raises(PipelineError) as info:
+        run(pipeline, out)
+    assert info.value.exit_code == 2 and info.value.hint is None
+    pipeline.write_text(text)
     result = run(pipeline, out, fresh=True)
     assert result.run["config"]["stages"][1]["length"]["min_chars"] == 30
 

@@ -29,7 +29,7 @@ from datapipe.tokens.encode import encode_documents
 from tests.support.small_real_run import output_digests, real_config, run_in_process
 
 
-def _pipeline(folder: Path, name: str, min_chars: int, min_score: float, **langid: Any) -> Path:
+def _pipeline(folder: Path, name: str, min_chars: int, min_score: float, deny: tuple[str, ...] = (), **langid: Any) -> Path:
     """English data-juicer excerpts and the first 300 articles of Chinese Wikipedia (seconds, not a minute)."""
     config = real_config()
     zh = folder / "zh_wikipedia_300.jsonl"
@@ -42,6 +42,7 @@ def _pipeline(folder: Path, name: str, min_chars: int, min_score: float, **langi
         {"langid": {"keep": ["zh", "en"], "min_score": min_score, **langid}},
         {"quality": {"rules": "auto"}},
         {"dedup": {"exact": True}},
+        {"license": {"policy": {"default": {"deny": list(deny)}}}},  # a policy is a threshold: the tags are read
     ]
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False), encoding="utf-8")
@@ -96,7 +97,7 @@ def test_redecide_equals_a_fresh_run_and_computes_only_unrecorded_signals(
 ) -> None:
     old, new, fresh = tmp_path / "old", tmp_path / "new", tmp_path / "fresh"
     run_in_process(_pipeline(tmp_path, "old", 400, 0.5), output=old)
-    changed = _pipeline(tmp_path, "changed", 50, 0.8)
+    changed = _pipeline(tmp_path, "changed", 50, 0.8, deny=("non_commercial", "no_derivatives"))
     run_in_process(changed, output=fresh)
 
     langid, quality = _Counting(monkeypatch, LangId), _Counting(monkeypatch, Quality)
@@ -117,6 +118,7 @@ def test_redecide_equals_a_fresh_run_and_computes_only_unrecorded_signals(
     assert encoded and len(encoded) == len(newly_kept)
     record = (new / "run.json").read_text()
     assert '"reused": [' in record and "2 langid" in record and "3 quality" in record
+    assert "5 license" in json.loads(record)["from"]["reused"]  # it only tags: its tags are read, the policy decides
 
 
 def test_changed_signal_option_recomputes_the_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

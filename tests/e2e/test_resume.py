@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -197,6 +198,9 @@ def test_ctrl_c_says_the_run_can_be_resumed_and_the_rerun_completes(baseline, tm
             driver.wait()
     assert driver.returncode == 130, err
     assert "interrupted" in err and "running the same command again resumes it" in err
+    # The phase it stopped in is not printed as finished (issue 50 item 2).
+    assert re.search(r"^map: [a-z, ]+: interrupted at 1/\d+ shards", err, re.M), err
+    assert not re.search(r"^map: [a-z, ]+: \d+/\d+ shards.* in \d", err, re.M), err
     assert "Aborted!" not in err and "Traceback" not in err
     resumed = datapipe("run", str(PROJECT_ROOT / "pipelines" / "demo.yaml"), "--output", str(out))
     assert resumed.returncode == 0, resumed.stderr

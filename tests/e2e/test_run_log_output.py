@@ -74,7 +74,7 @@ def test_a_run_logged_to_files_has_short_lines_progress_and_what_stages_changed(
                 assert proc.poll() is None and time.time() < deadline, stderr.read_text()
                 time.sleep(0.05)
             # While the phase is held, lines keep coming: three of them take ~1.5 s at 0.5 s apart.
-            held = re.compile(r"^map0: 1/\d+ shards, .*\d+s elapsed")
+            held = re.compile(r"^map: langid, length, quality, pii, dedup: 1/\d+ shards, .*\d+s elapsed")
             deadline = time.time() + 60
             while sum(bool(held.match(line)) for line in stderr.read_text().splitlines()) < 3:
                 assert proc.poll() is None, stderr.read_text()
@@ -91,7 +91,11 @@ def test_a_run_logged_to_files_has_short_lines_progress_and_what_stages_changed(
 
     # The progress line says what it knows: tasks done of all, documents so far, elapsed time, ETA.
     line = next(line for line in err.splitlines() if held.match(line))
-    assert re.match(r"map0: 1/(\d+) shards, [\d,]+ docs \([\d,]+ docs/s\), \d+s elapsed, ETA \d+", line), line
+    assert re.match(r"map: [a-z, ]+: 1/(\d+) shards, [\d,]+ docs \([\d,]+ docs/s\), \d+s elapsed, ETA \d+", line), line
+    # Every phase is named by its stage and step (issue 50 item 2), and ends with a line saying so.
+    assert re.search(r"^dedup: exact copies by text: \d+/\d+ partitions in ", err, re.M), err
+    assert re.search(r"^boilerplate: counting repeated lines: \d+/\d+ partitions in ", err, re.M), err
+    assert not re.search(r"^(map|shuffle|reduce)\d", err, re.M), err
 
     rows = stage_rows(log)
     with connect_stats(out) as con:

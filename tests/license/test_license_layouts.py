@@ -67,6 +67,14 @@ def test_real_world_set_right_unknown_wrong() -> None:
         ("licensee-npm-license-expression", "MIT OR Apache-2.0 OR AGPL-3.0-or-later"),
         ("header-gpl-terms-of-version-2-suse", "GPL-2.0-only"),
         ("header-lgpl-terms-and-conditions", "LGPL-2.0-or-later"),
+        # issue 50 item 9: a file offering two licences is an OR (it was "MIT AND NCSA"); a GNU notice
+        # whose version is named only further down is that version (it was GPL-1.0-or-later); bzip2's
+        # four clauses are not BSD-3-Clause
+        ("emscripten-available-under-two", "MIT OR NCSA"),
+        ("debian-gpl-version-only-in-text", "GPL-2.0-only"),
+        ("debian-bzip2-four-clauses", "bzip2-1.0.6"),
+        # a licence text with its exception is that licence WITH the exception (it was bare Apache-2.0)
+        ("llvm-apache-with-exceptions", "Apache-2.0 WITH LLVM-exception AND BSD-3-Clause AND NCSA"),
     ],
 )
 def test_layout(name: str, want: str) -> None:

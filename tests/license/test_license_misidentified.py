@@ -95,6 +95,37 @@ def test_gnu_notice_takes_the_version_given_further_down_or_in_copying(texts) ->
     assert detect_header(plain).license == "GPL-1.0-or-later"  # nothing says which: any version, as the GPL says
 
 
+# Linux crypto/jitterentropy-kcapi.c (2015), the licence part of its header (index id 13596168).
+JITTERENTROPY = """/*
+ * Copyright Stephan Mueller <smueller@chronox.de>, 2015
+ *
+ * Redistribution and use in source and binary forms, with or without
+ * modification, are permitted provided that the following conditions
+ * are met:
+ * 1. Redistributions of source code must retain the above copyright
+ *    notice, and the entire permission notice in its entirety,
+ *    including the disclaimer of warranties.
+ * 2. Redistributions in binary form must reproduce the above copyright
+ *    notice, this list of conditions and the following disclaimer in the
+ *    documentation and/or other materials provided with the distribution.
+ * 3. The name of the author may not be used to endorse or promote
+ *    products derived from this software without specific prior
+ *    written permission.
+ *
+ * ALTERNATIVELY, this product may be distributed under the terms of
+ * the GNU General Public License, in which case the provisions of the GPL2 are
+ * required INSTEAD OF the above restrictions.  (This clause is
+ * necessary due to a potential bad interaction between the GPL and
+ * the restrictions contained in a BSD-style copyright.)
+ */
+"""
+
+
+def test_gnu_version_written_as_gpl2_after_the_notice() -> None:
+    # It was GPL-1.0-or-later ("any version"): "the provisions of the GPL2" names the version.
+    assert detect_header(JITTERENTROPY).license == "GPL-2.0-only"
+
+
 def test_header_offering_several_licences_is_an_or_of_all(texts) -> None:
     header = (
         "// Copyright 2021 The Contributors.\n"

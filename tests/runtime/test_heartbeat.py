@@ -53,12 +53,66 @@ def test_interval_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert res.exit_code == 2 and INTERVAL_ENV in res.output  # refused before the command does anything
 
 
-def test_phase_line_says_tasks_documents_elapsed_and_eta() -> None:
-    progress = PhaseProgress("map0", total=40, done=4, unit="shards", enabled=False)
-    progress._start = time.perf_counter()
-    assert progress.line(3.0) == "map0: 4/40 shards, 4 already done, 3s elapsed"  # no task of this attempt yet
-    for _ in range(12):
+class _Clock:
+    """perf_counter as the test sets it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_phase_line_says_what_the_phase_does_tasks_documents_elapsed_and_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datapipe.runtime.progress as progress_module
+
+    clock = _Clock()
+    monkeypatch.setattr(progress_module.time, "perf_counter", clock)
+    progress = PhaseProgress("shuffle4r2", total=40, done=4, unit="partitions", enabled=False, label="minhash: round 3 of 25")
+    progress._start = clock()
+    assert progress.line(3.0) == "minhash: round 3 of 25: 4/40 partitions, 4 already done, 3s elapsed"  # nothing ran yet
+    for _ in range(12):  # 12 tasks of this attempt in 60 s: 5 s each, 24 left
+        clock.now += 5
         progress.advance(10_000)
     line = progress.line(60.0)
-    assert line.startswith("map0: 16/40 shards, 4 already done, 120,000 docs (")
-    assert line.endswith("docs/s), 1m00s elapsed, ETA 2m00s")  # 5 s per task this attempt, 24 left
+    assert line.startswith("minhash: round 3 of 25: 16/40 partitions, 4 already done, 120,000 docs (")
+    assert line.endswith("docs/s), 1m00s elapsed, ETA 2m00s")
+
+
+def test_eta_counts_down_between_tasks_and_is_dropped_when_it_runs_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 50 item 2: an ETA that grew for ever on the last task. It is estimated when a task ends and
+    counts down; when it has run out with tasks still running it is not stretched, it is dropped."""
+    import datapipe.runtime.progress as progress_module
+
+    clock = _Clock()
+    monkeypatch.setattr(progress_module.time, "perf_counter", clock)
+    progress = PhaseProgress("shuffle4", total=4, done=0, unit="partitions", enabled=False, label="semantic: training vectors")
+    progress._start = clock()
+    for _ in range(3):
+        clock.now += 10
+        progress.advance(0)
+    assert progress.eta() == "10s"  # 10 s per partition, one left
+    clock.now += 4
+    assert progress.eta() == "6s"  # counted down, not re-estimated as 34 s / 3 x 1
+    clock.now += 30  # the last partition runs far longer than the others did
+    assert progress.eta() is None
+    line = progress.line(clock.now - progress._start)
+    assert "ETA overdue" in line and "ETA 1" not in line
+    clock.now += 600
+    assert progress.eta() is None  # never an ETA that grows with the wait
+    progress.advance(0)
+    assert progress.eta() is None and "ETA" not in progress.line(700.0)  # done: nothing left to estimate
+
+
+def test_an_interrupted_or_failed_phase_is_not_printed_as_finished(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with PhaseProgress("map0", total=8, done=0, unit="shards", enabled=False, label="map: langid, length") as progress:
+            progress.advance(100)
+            raise KeyboardInterrupt
+    err = capsys.readouterr().err
+    assert "map: langid, length: interrupted at 1/8 shards after" in err and " in 0." not in err
+    with PhaseProgress("map0", total=3, done=0, unit="shards", enabled=False, label="map: langid") as progress:
+        progress.advance(100)
+        progress.advance(0, failed=True)
+        progress.advance(100)
+    assert "map: langid: 3/3 shards, 1 failed in " in capsys.readouterr().err

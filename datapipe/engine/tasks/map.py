@@ -66,6 +66,7 @@ class MapCounts:
         self.split_tokens: dict[str, int] = {}
         self.stage_in: dict[int, int] = defaultdict(int)  # documents reaching the stage
         self.stage_skipped: dict[int, int] = defaultdict(int)  # of those, passed untouched (kind not in its kinds)
+        self.stage_recorded: dict[int, int] = defaultdict(int)  # of those, signals read from an earlier run (--from)
         self.rejected: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         # What stages that change documents did to those they passed on (Stage.edit_counts): the sum
         # of each counting column, and how many documents any of them changed.
@@ -91,6 +92,7 @@ class MapCounts:
             "split_tokens": self.split_tokens,
             "stage_in": {str(k): v for k, v in sorted(self.stage_in.items())},
             "stage_skipped": {str(k): v for k, v in sorted(self.stage_skipped.items())},
+            "stage_recorded": {str(k): v for k, v in sorted(self.stage_recorded.items())},
             "rejected": {str(k): dict(v) for k, v in sorted(self.rejected.items())},
             "stage_edits": {str(k): dict(v) for k, v in sorted(self.stage_edits.items())},
             "stage_changed": {str(k): v for k, v in sorted(self.stage_changed.items())},
@@ -249,13 +251,15 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
         # The global stages of this segment are told of the task too: annotate keeps per-task state in
         # compute (its bottom-k) and does paid work in apply (requests, journaled in its work folder).
         told = ((segment.apply_global, applying.stage if applying else None), (segment.compute_global, compute_global))
+        # Re-deciding: a stage's task folder of the earlier run (what it paid for) is carried over.
+        earlier = RunFolder(spec.recorded.root) if spec.recorded is not None else None
         for at, global_stage in told:
             if at is not None and global_stage is not None:
-                global_stage.start_task(WorkFiles(folder).stage_work_dir(at, global_stage.name, shard.key))
+                global_stage.start_task(WorkFiles(folder).stage_work_dir(at, global_stage.name, shard.key, earlier))
                 started_tasks.append(global_stage)
         for pos, stage in stages:
             if pos not in skips:
-                stage.start_task(WorkFiles(folder).stage_work_dir(pos, stage.name, shard.key))
+                stage.start_task(WorkFiles(folder).stage_work_dir(pos, stage.name, shard.key, earlier))
                 started_tasks.append(stage)
         if applying is not None:
             out.index_copies(applying.position, applying.name, applying.copies)
@@ -270,7 +274,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
                     continue
                 if batch.num_rows == 0:
                     break
-                step = _stage_step(stage) if pos not in reused else _reused_step(spec, pos, stage, reused[pos])
+                step = _stage_step(stage) if pos not in reused else _reused_step(spec, pos, stage, reused[pos], counts)
                 batch, decision = out.isolated(pos, stage.name, batch, step)
                 batch = out.reject(pos, stage.name, batch, decision)
                 counts.add_edits(pos, stage, batch)
@@ -587,14 +591,16 @@ def _stage_step(stage: Stage) -> Step:
     return step
 
 
-def _reused_step(spec: RunSpec, position: int, stage: Stage, recorded: pa.Table) -> Step:
+def _reused_step(spec: RunSpec, position: int, stage: Stage, recorded: pa.Table, counts: MapCounts) -> Step:
     """The stage's decision over its recorded signals (``run --from``); computed where there are none
-    (set up only then: a stage whose every document has recorded signals loads no model)."""
+    (set up only then: a stage whose every document has recorded signals loads no model). ``counts``:
+    the documents whose signals were read (``stage_recorded``)."""
     assert spec.recorded is not None
     columns = spec.recorded.of(position) or ()
 
     def step(batch: pa.Table) -> tuple[pa.Table, Decision]:
-        computed = with_recorded(batch, recorded, columns, lambda b: build_stage(spec, position, setup=True).compute(b))
+        computed, hits = with_recorded(batch, recorded, columns, lambda b: build_stage(spec, position, setup=True).compute(b))
+        counts.stage_recorded[position] += hits
         return computed, stage.decide(computed)
 
     return step

@@ -94,21 +94,22 @@ def tokens_with_recorded(batch: pa.Table, recorded: pa.Table, encode: Callable[[
 
 def with_recorded(
     batch: pa.Table, recorded: pa.Table, columns: tuple[str, ...], compute: Callable[[pa.Table], pa.Table]
-) -> pa.Table:
+) -> tuple[pa.Table, int]:
     """``batch`` with the stage's ``columns`` as ``compute`` would add them: recorded values where the
-    document has them, ``compute`` over the rest (its output decides the columns' order and types)."""
+    document has them, ``compute`` over the rest (its output decides the columns' order and types);
+    and how many documents had recorded values."""
     idx, hit, hits = _match(batch, recorded)
     if hits == 0:
-        return compute(batch)
+        return compute(batch), 0
     if hits == batch.num_rows:
         picked = recorded.take(idx)
         for name in columns:
             batch = set_column(batch, name, picked[name])
-        return batch
+        return batch, hits
     found = batch.filter(hit)
     picked = recorded.take(pc.drop_null(idx))
     for name in columns:
         found = set_column(found, name, picked[name])
     computed = compute(batch.filter(pc.invert(hit)))
     found = found.select(computed.column_names).cast(computed.schema)
-    return pa.concat_tables([found, computed]).take(_batch_order(hit))
+    return pa.concat_tables([found, computed]).take(_batch_order(hit)), hits

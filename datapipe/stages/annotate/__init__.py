@@ -110,6 +110,12 @@ class Annotate(GlobalStage):
     resources = Resources(num_cpus=1, memory_mb=300)
     repeatable = True  # two annotate stages need two prefixes
     is_global = False  # only with sample.max_docs: see global_for
+    # Keep rules judge recorded answers: changed alone, a re-decide (`run --from`) asks nothing.
+    decision_options = frozenset({"keep"})
+
+    @classmethod
+    def keeps_text(cls, options: Any) -> bool:
+        return True  # it only adds the answer and provenance columns: recorded answers stand for asking
 
     @classmethod
     def global_for(cls, options: Any) -> bool:
@@ -211,20 +217,23 @@ class Annotate(GlobalStage):
         self._prompt_sha = sha256_of({"system": self._system, "prompt": self._prompt})
         self._schema_sha = sha256_of(schema)
         self._params_json = json.dumps({**self._params, "response_format": o.response_format}, sort_keys=True)
-        self._task: _Task | None = None
-        self._work_dir: Path | None = None
-        self._task_bottom: BottomK | None = None
+        # A task this stage was told of before its setup (start_task of a reused stage) keeps its folder.
+        self._task: _Task | None = getattr(self, "_task", None)
+        self._work_dir: Path | None = getattr(self, "_work_dir", None)
+        self._task_bottom: BottomK | None = getattr(self, "_task_bottom", None)
 
     # --- one map task ---------------------------------------------------------------------
     def start_task(self, work_dir: Path) -> None:
-        self._close_task()
+        # Told of a task before setup() when its recorded answers are reused (run --from): set up on first use.
+        if getattr(self, "_task", None) is not None:
+            self._close_task()
         self._work_dir = work_dir  # the journal's folder, opened at the task's first batch
         # With max_docs: this task's k smallest hashes so far (compute writes only the hashes that enter them).
         k = self.options.sample.max_docs
         self._task_bottom = BottomK(k) if k is not None else None
 
     def end_task(self, completed: bool) -> None:
-        task, self._task, self._work_dir = self._task, None, None
+        task, self._task, self._work_dir = getattr(self, "_task", None), None, None
         if task is None:
             return
         try:
@@ -266,7 +275,7 @@ class Annotate(GlobalStage):
 
     def steps(self) -> tuple[GlobalStep, ...]:
         """One combine task: the threshold of the ``max_docs`` smallest hashes (state, one row); it drops nothing."""
-        return (CombineStep(no_drops, self._threshold),)
+        return (CombineStep(no_drops, self._threshold, name="choosing the sample"),)
 
     def _threshold(self, partition_outputs: list[str], inputs: ReduceInputs) -> pa.Table:
         # Streams two columns of each map output, holding at most max_docs pairs and one batch: bounded
