@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -46,6 +47,7 @@ from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.storage.atomic import TMP_MARK
 
 DB_NAME = "stats.duckdb"
+_CONFINING = threading.Lock()
 TEXT_VIEWS = {"kept_docs": "docs", "rejected_docs": "rejected"}
 _STATUS = {"kept_docs": "kept", "rejected_docs": "rejected"}
 
@@ -111,54 +113,72 @@ def connect(
     db = root / DB_NAME
     if not db.is_file():
         raise AuditError(f"no {DB_NAME} in {run_dir}: is it the run folder of a finished `datapipe run`?")
-    try:
-        con = duckdb.connect(
-            str(db),
-            read_only=True,
-            config={
-                "enable_external_access": False,
-                "temp_directory": "",
-                "autoinstall_known_extensions": False,
-                "autoload_known_extensions": False,
-                "allow_community_extensions": False,
-                "allow_unsigned_extensions": False,
-                "allow_persistent_secrets": False,
-            },
-        )
-    except duckdb.Error as exc:
-        raise AuditError(
-            f"{db} is not a readable DuckDB database ({_first_line(exc)}); run the same "
-            f"`datapipe run` command again to rebuild it"
-        ) from None
-    try:
-        wanted = set(TEXT_VIEWS) if text_views is True else set(text_views or ())
-        indexed = documents.has_index(con)  # else a database of an older datapipe: documents is a table
-        for view, folder in TEXT_VIEWS.items():
-            if view in wanted:
-                dataset = documents.text_dataset(con, root, _STATUS[view]) if indexed else _parquet_dataset(root / folder)
-                con.register(view, dataset)
-        from datapipe.audit.aggregates import has_tables
-
-        # documents and its views, over the run's files (audit/documents.py)
-        if indexed and not index_only and not (aggregates_only and has_tables(con)):
-            documents.attach(con, root, only_id=only_id)
-            if copies_of is not None:
-                documents.attach_copies(con, root, copies_of)
+    # One connection of this process at a time is opened and confined: connections to one file share a
+    # database instance, whose settings one sets and locks while the other would find them half set.
+    with _CONFINING:
         try:
-            # After opening (the database file is read through the handle opened already).
-            con.execute("SET disabled_filesystems = 'LocalFileSystem'")
-            con.execute(f"SET memory_limit = '{memory}B'")
-            con.execute(f"SET threads = {limits.threads()}")
-            con.execute("SET enable_progress_bar = false")
-            con.execute("SET lock_configuration = true")
-        except duckdb.Error as exc:  # fail closed: never hand out a connection that is not confined
+            con = duckdb.connect(
+                str(db),
+                read_only=True,
+                config={
+                    "enable_external_access": False,
+                    "temp_directory": "",
+                    "autoinstall_known_extensions": False,
+                    "autoload_known_extensions": False,
+                    "allow_community_extensions": False,
+                    "allow_unsigned_extensions": False,
+                    "allow_persistent_secrets": False,
+                },
+            )
+        except duckdb.Error as exc:
             raise AuditError(
-                f"cannot confine the connection to {db} with duckdb {duckdb.__version__} ({_first_line(exc)})"
+                f"{db} is not a readable DuckDB database ({_first_line(exc)}); run the same "
+                f"`datapipe run` command again to rebuild it"
             ) from None
-    except BaseException:
-        con.close()
-        raise
+        try:
+            wanted = set(TEXT_VIEWS) if text_views is True else set(text_views or ())
+            indexed = documents.has_index(con)  # else a database of an older datapipe: documents is a table
+            for view, folder in TEXT_VIEWS.items():
+                if view in wanted:
+                    dataset = documents.text_dataset(con, root, _STATUS[view]) if indexed else _parquet_dataset(root / folder)
+                    con.register(view, dataset)
+            from datapipe.audit.aggregates import has_tables
+
+            # documents and its views, over the run's files (audit/documents.py)
+            if indexed and not index_only and not (aggregates_only and has_tables(con)):
+                documents.attach(con, root, only_id=only_id)
+                if copies_of is not None:
+                    documents.attach_copies(con, root, copies_of)
+            try:
+                if _confined_already(con):
+                    # DuckDB shares one database instance among a process's connections to a file: another
+                    # connection of this process (a page of ``datapipe view`` while another one reads)
+                    # has it open and confined, and its settings, which are the instance's, hold for this one.
+                    pass
+                else:
+                    # After opening (the database file is read through the handle opened already).
+                    con.execute("SET disabled_filesystems = 'LocalFileSystem'")
+                    con.execute(f"SET memory_limit = '{memory}B'")
+                    con.execute(f"SET threads = {limits.threads()}")
+                    con.execute("SET enable_progress_bar = false")
+                    con.execute("SET lock_configuration = true")
+            except duckdb.Error as exc:  # fail closed: never hand out a connection that is not confined
+                raise AuditError(
+                    f"cannot confine the connection to {db} with duckdb {duckdb.__version__} ({_first_line(exc)})"
+                ) from None
+        except BaseException:
+            con.close()
+            raise
     return con
+
+
+def _confined_already(con: Any) -> bool:
+    """Whether ``con``'s database instance was confined by an earlier ``connect`` that is still open:
+    its configuration is locked, which ``connect`` does last, after switching the local file system off
+    (a setting DuckDB does not read back), and external access is off (every connection's own
+    configuration says so, and DuckDB shares an instance only among connections of one configuration)."""
+    row = con.execute("SELECT current_setting('lock_configuration'), current_setting('enable_external_access')").fetchone()
+    return row is not None and bool(row[0]) and not bool(row[1])
 
 
 def _parquet_dataset(folder: Path) -> Any:

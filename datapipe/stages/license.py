@@ -14,6 +14,7 @@ the document text itself (its head and tail, where notices live).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -82,8 +83,11 @@ class LicenseTagger(Stage):
         """The SPDX id -> class table: it decides ``license_class`` and so what the policy drops."""
         return [ResourceFile(filter_file("licenses", "classes.yaml"), "license_classes")]  # what spdx.py reads
 
-    def setup(self) -> None:
-        self._policy = Policy.from_config({k: v.model_dump(exclude_none=True) for k, v in self.options.policy.items()})
+    @functools.cached_property
+    def _policy(self) -> Policy:
+        # Built on first use, not in setup(): a re-decide (run --from) calls decide() over recorded tags
+        # without setting the stage up (setup loads models; the policy is only options).
+        return Policy.from_config({k: v.model_dump(exclude_none=True) for k, v in self.options.policy.items()})
 
     def compute(self, batch: pa.Table) -> pa.Table:
         kind = batch["kind"][0].as_py() if batch.num_rows else "text"

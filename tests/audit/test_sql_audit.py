@@ -186,16 +186,21 @@ def test_sql_refuses_every_write_and_every_read_outside_the_run(real_run: Path, 
         assert res.exit_code == 2, (statement, res.output)
         assert res.output.startswith("error: ") and len(res.output.strip().splitlines()) == 1, res.output
         assert SECRET not in res.output and "root:" not in res.output
-    # The connection on its own, without the statement check: each statement fails or does no harm.
+    # The connection on its own, without the statement check: each statement fails or does no harm. Also
+    # a second one opened while the first is (DuckDB shares the database instance within a process, as
+    # the viewer's pages do): it is confined by the first one's settings.
     con = connect(real_run, text_views=True)
+    second = connect(real_run, text_views=True)
     try:
-        for statement in statements:
-            try:
-                rows = con.execute(statement).fetchall()
-            except duckdb.Error:
-                continue
-            assert SECRET not in repr(rows) and "root:x:0" not in repr(rows), statement
+        for c in (con, second):
+            for statement in statements:
+                try:
+                    rows = c.execute(statement).fetchall()
+                except duckdb.Error:
+                    continue
+                assert SECRET not in repr(rows) and "root:x:0" not in repr(rows), statement
     finally:
+        second.close()
         con.close()
     assert _sha(real_run / "stats.duckdb") == db_hash
     assert (base / "canary.txt").read_text(encoding="utf-8") == SECRET + "\n"
