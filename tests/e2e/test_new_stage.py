@@ -116,6 +116,8 @@ def _changed(root: Path) -> dict[str, list[str]]:
         if rel.parts[0] == "out" or rel.name == "pipeline.yaml" or rel.name == "docs.jsonl":
             continue  # the run's own files
         before = PROJECT_ROOT / rel
+        if before.is_file() and before.read_bytes() == path.read_bytes():
+            continue  # unchanged, text or not (the docs' screenshots are PNG)
         old = before.read_text(encoding="utf-8").splitlines() if before.is_file() else []
         new = path.read_text(encoding="utf-8").splitlines()
         if old != new:
