@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from datapipe.config.sections import SOURCE_KINDS
 
 if TYPE_CHECKING:
+    from datapipe.stages.explain_section import ExplainSection, RecordedRun
     from datapipe.stages.report_section import Aggregate, ReportSection
     from datapipe.stages.steps import GlobalStep
 
@@ -184,6 +185,12 @@ class Stage:
     def report_sections(cls, columns: set[str]) -> list[ReportSection]:
         """This stage's parts of ``datapipe report``: headings and SELECTs over the ``agg_`` tables
         (``ReportSection``), in page order; ``columns`` are those of the run's ``documents``."""
+        return []
+
+    @classmethod
+    def explain(cls, row: dict[str, Any], run: RecordedRun) -> list[ExplainSection]:
+        """This stage's parts of ``datapipe explain`` for one document (its ``documents`` row): the
+        document graded against the stage's rules as the run recorded them (``ExplainSection``)."""
         return []
 
     @classmethod

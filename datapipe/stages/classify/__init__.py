@@ -32,7 +32,8 @@ Without a percentile rule or buckets the stage is an ordinary per-document stage
 The package: the stage here; its options (``options.py``) and what validation checks of them
 (``check.py``); the models scoring a batch in a worker (``score.py``); the corpus-wide step, cut-offs,
 buckets and the rules judged per document (``percentiles.py``); models trained on the run's labels
-(``train.py``); its report sections and aggregates (``report.py``).
+(``train.py``); its report sections and aggregates (``report.py``); its lines in ``datapipe explain``
+(``explain.py``).
 """
 
 from __future__ import annotations
@@ -51,10 +52,12 @@ from datapipe.classify.model import Classifier, column_name, meta_path, read_met
 from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources
 from datapipe.stages.classify import report
 from datapipe.stages.classify.check import check as check_options
+from datapipe.stages.classify.explain import explain as explain_document
 from datapipe.stages.classify.options import BucketOptions, ClassifyOptions, KeepRule, ModelSpec, bucket_column, resolve
 from datapipe.stages.classify.percentiles import bucket_state, percentile_decisions
 from datapipe.stages.classify.score import Scorers, TransformerModel
 from datapipe.stages.columns import set_column
+from datapipe.stages.explain_section import ExplainSection, RecordedRun
 from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs, no_drops
 from datapipe.stages.report_section import Aggregate, ReportSection
 
@@ -103,6 +106,10 @@ class Classify(GlobalStage):
     @classmethod
     def report_sections(cls, columns: set[str]) -> list[ReportSection]:
         return report.report_sections(columns)
+
+    @classmethod
+    def explain(cls, row: dict[str, Any], run: RecordedRun) -> list[ExplainSection]:
+        return explain_document(row, run)
 
     @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:

@@ -29,7 +29,9 @@ from datapipe.stages.base import (
     kinds_problems,
 )
 from datapipe.stages.columns import set_column
+from datapipe.stages.explain_section import ExplainSection, RecordedRun
 from datapipe.stages.quality import blocklist, c4, code_rules, dt_filters, fineweb, gopher, paper, zh  # noqa: F401 (register)
+from datapipe.stages.quality.explain import explain as explain_document
 from datapipe.stages.quality.rules import BUILTIN_DIR, FILTERS, RuleSet, RuleSetError, preset_names, rule_file
 from datapipe.stages.quality.text import Docs
 from datapipe.text.langcodes import language_problems
@@ -77,6 +79,10 @@ class Quality(Stage):
     @classmethod
     def keeps_text(cls, options: QualityOptions) -> bool:
         return True  # thresholds live in the rule files: a changed one recomputes the stage
+
+    @classmethod
+    def explain(cls, row: dict[str, Any], run: RecordedRun) -> list[ExplainSection]:
+        return explain_document(row, run)
 
     def __init__(self, options: QualityOptions, context: StageContext) -> None:
         super().__init__(options, context)
