@@ -75,7 +75,7 @@ NAME_MARKERS = {
 }
 # optional packages behind a marker: a test that needs one that is not installed is skipped, saying so
 OPTIONAL = {
-    "torch": ("torch", "torch is not installed (pip install 'datapipe[ablate]', or the build for the machine)"),
+    "torch": ("torch", "torch is not installed (the build for the machine, or pip's default: pip install 'datapipe[ablate]')"),
     "boto3": ("boto3", "boto3 is not installed (pip install 'datapipe[s3]'; the tests' S3 server needs moto[server])"),
 }
 
