@@ -28,8 +28,9 @@ Markers (declared in pyproject.toml; the ones marked * are set here, in pytest_c
                   skipped, saying why, where torch is not installed
     boto3*        names ``boto3``, ``moto_server`` or ``CountingS3`` (an S3 server on loopback); skipped
                   where boto3 is not installed
-    slow          long on 2 cores: Ray started in a subprocess (resume, two-node, node loss, S3), and
-                  whole-corpus sweeps or subprocess matrices (quality kernels, loader corruption)
+    slow*         long on 2 cores: Ray started in a subprocess (resume, two-node, node loss, S3; set here
+                  on a ``ray`` test that is not e2e), and whole-corpus sweeps or subprocess matrices
+                  (quality kernels, loader corruption)
 
 Tiers:
 
@@ -120,7 +121,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         names.update(marker for marker, wanted in NAME_MARKERS.items() if wanted & loaded)
         have = {m.name for m in item.iter_markers()}
         if "ray" in names | have and not {"e2e", "slow"} & (names | have):
-            names.add("slow")  # starts Ray (in a subprocess): never in the fast tier
+            names.add("slow")  # the fast loop starts no Ray: a test that does is slow unless it is e2e
         for name in sorted(names - have):
             item.add_marker(name)
         for marker, (module, reason) in OPTIONAL.items():

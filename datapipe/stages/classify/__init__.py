@@ -58,24 +58,24 @@ from datapipe.stages.classify.percentiles import bucket_state, percentile_decisi
 from datapipe.stages.classify.score import Scorers, TransformerModel
 from datapipe.stages.columns import set_column
 from datapipe.stages.explain_section import ExplainSection, RecordedRun
-from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs, no_drops
+from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, MayBeGlobal, ReduceInputs, no_drops
 from datapipe.stages.report_section import Aggregate, ReportSection
 
 __all__ = ["BucketOptions", "Classify", "ClassifyOptions", "KeepRule", "ModelSpec"]
 
 
-class Classify(GlobalStage):
+class Classify(MayBeGlobal, GlobalStage):
     name = "classify"
     summary = "fastText quality classifiers, with thresholds or percentiles; `datapipe train-classifier`"
     signals = "`cls_<model>_<label>` per model and label (probability)"
     reasons = ("classifier:<column>",)
     Options = ClassifyOptions
     resources = Resources(num_cpus=1, memory_mb=500)
-    is_global = False  # only with a percentile rule: see global_for
     repeatable = True
 
     @classmethod
     def global_for(cls, options: Any) -> bool:
+        """Global for percentiles, buckets and a model trained on the run; per document otherwise."""
         return (
             options.buckets is not None
             or any(r.min_percentile is not None for r in options.keep)
