@@ -113,6 +113,8 @@ def validate(pipeline: Path) -> None:
 
     pipe = load_pipeline(pipeline)
     click.echo(f"pipeline {pipe.name!r} is valid")
+    for warning in pipe.warnings:
+        click.echo(f"  warning: {warning}")
     for src in pipe.config.sources:
         files = pipe.inputs[src.name]
         formats = ", ".join(sorted({f for _, f in files}))

@@ -143,9 +143,15 @@ def spanning_forest(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def estimated_jaccard(sigs: np.ndarray, u: np.ndarray, v: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
     """Fraction of equal signature values per pair (datasketch's MinHash.jaccard), chunked."""
+    return pair_jaccard(sigs, u, sigs, v, chunk)
+
+
+def pair_jaccard(a: np.ndarray, u: np.ndarray, b: np.ndarray, v: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """``estimated_jaccard`` of rows ``a[u]`` and ``b[v]`` (two signature matrices), as float32 like it,
+    so a pair compares with the threshold the same way wherever it is verified."""
     out = np.empty(len(u), dtype=np.float32)
     for s in range(0, len(u), chunk):
-        out[s : s + chunk] = (sigs[u[s : s + chunk]] == sigs[v[s : s + chunk]]).mean(axis=1)
+        out[s : s + chunk] = (a[u[s : s + chunk]] == b[v[s : s + chunk]]).mean(axis=1)
     return out
 
 

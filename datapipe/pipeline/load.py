@@ -108,6 +108,9 @@ class Pipeline:
         self.inputs = inputs  # source name -> [(file, format)], sorted: the shard order
         self.input_names: dict[str, dict[Path, str]] = {}  # source -> file -> its name in ids (input_names.py)
         self.file = file
+        # 'key.path: message' lines for settings that run but likely not as meant (Stage.warnings):
+        # printed by `datapipe validate` and at the start of a run.
+        self.warnings: list[str] = []
 
     @property
     def name(self) -> str:
@@ -207,6 +210,7 @@ def _build(raw: Any, base_dir: Path, file: Path | None, problems: list[str]) -> 
     _check_stage_resources(base_dir, frozenset(s.kind for s in config.sources), checked, problems)
     if problems:
         raise ConfigError(_in_file_order(problems, raw), where)
+    pipeline.warnings = _stage_warnings(base_dir, frozenset(s.kind for s in config.sources), checked)
     return pipeline
 
 
@@ -303,6 +307,19 @@ def _check_stage_resources(
         context = CheckContext(base_dir, kinds, before)
         for key, message in STAGES[kind].check(opts, context):
             problems.append(f"stages[{i}].{kind}{'.' + key if key else ''}: {message}")
+
+
+def _stage_warnings(base_dir: Path, kinds: frozenset[str], checked: list[tuple[int, str, StageOptions]]) -> list[str]:
+    """Each stage's warnings (``Stage.warnings``), as 'stages[i].kind.key: message' lines."""
+    from datapipe.stages import STAGES
+    from datapipe.stages.base import CheckContext
+
+    out = []
+    for n, (i, kind, opts) in enumerate(checked):
+        context = CheckContext(base_dir, kinds, tuple((k, o) for _, k, o in checked[:n]))
+        for key, message in STAGES[kind].warnings(opts, context):
+            out.append(f"stages[{i}].{kind}{'.' + key if key else ''}: {message}")
+    return out
 
 
 def _resolve_inputs(pipeline: Pipeline, problems: list[str], at: list[int] | None = None) -> dict[str, list[tuple[Path, str]]]:

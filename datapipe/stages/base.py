@@ -64,6 +64,9 @@ class StageContext:
 
     pipeline_dir: str
     cache_dir: str
+    # The run's CPU priority (the driver's niceness; None: this process's): what a process the stage
+    # starts for its own work should run at, rather than inherit a Ray worker's 15 steps nicer.
+    niceness: int | None = None
 
 
 Problem = tuple[str, str]  # (key path inside the stage's options, "" for the stage itself; message)
@@ -148,6 +151,13 @@ class Stage:
         Must not load big models or read inputs: ``datapipe validate`` stays fast. Returns every
         problem, each with the key path inside the options, so a user fixes the file in one go.
         """
+        return []
+
+    @classmethod
+    def warnings(cls, options: Any, context: CheckContext) -> list[Problem]:
+        """Settings that run but are unlikely to do what was meant (a threshold the stage's own signals
+        cannot support), each with the measured reason: printed by ``datapipe validate`` and at the
+        start of a run, which still runs. Like ``check``: no big model loaded, no input read."""
         return []
 
     @classmethod
