@@ -71,13 +71,13 @@ def _flatten_kernel(parent):
 
 
 if HAVE_NUMBA:
-    from datapipe.runtime.jit import lazy_numba
+    from datapipe.runtime.jit import arr, lazy_numba
 
     numba = lazy_numba()  # compiled (or loaded from the cache) on first use
 
     _find = numba.njit(cache=True, nogil=True)(_find)
-    _union_kernel = numba.njit(cache=True, nogil=True)(_union_kernel)
-    _flatten_kernel = numba.njit(cache=True, nogil=True)(_flatten_kernel)
+    _union_kernel = numba.njit(cache=True, nogil=True, warm=[(arr("int64"), arr("int64"), arr("int64"))])(_union_kernel)
+    _flatten_kernel = numba.njit(cache=True, nogil=True, warm=[(arr("int64"),)])(_flatten_kernel)
 
 
 class UnionFind:

@@ -98,7 +98,7 @@ class RunSpec:
     # workers build stages from them without validating again.
     stage_options: tuple[tuple[str, StageOptions], ...]
     # Their classes, pickled by reference (module and name): a worker imports the module of a stage
-    # registered only on the driver (register_stage: a plugin, a test) instead of asking its registry.
+    # known only to the driver's registry (a test's override) instead of asking its own registry.
     stage_types: tuple[type[Stage], ...]
     segments: tuple[Segment, ...]
     tokenize: TokenizeConfig | None

@@ -501,14 +501,11 @@ def _check_semantics(pipeline: Pipeline, problems: list[str], names: list[str] |
                 problems.append(f"tokenize.{exc.key}: {exc}")
 
 
-# Formats whose records have named fields: the ones ``sources[i].license_field`` is read from.
-LICENSE_FIELD_FORMATS = ("jsonl", "parquet")
-
-
 def _check_declared_licenses(pipeline: Pipeline, problems: list[str]) -> None:
     """``sources[i].license`` must be an SPDX expression of known ids; a declared licence needs the
     license stage (it is what writes ``license``); ``license_field`` needs records with fields."""
     from datapipe.license.expression import ExpressionError, declared_expression
+    from datapipe.readers import READER_SPECS, reader_spec
 
     has_stage = any(kind == "license" for kind, _ in pipeline.stage_options)
     for i, src in enumerate(pipeline.config.sources):
@@ -526,9 +523,10 @@ def _check_declared_licenses(pipeline: Pipeline, problems: list[str]) -> None:
                 )
         if src.license_field is not None:
             formats = {fmt for _, fmt in pipeline.inputs.get(src.name, [])}
-            if other := sorted(formats - set(LICENSE_FIELD_FORMATS)):
+            if other := sorted(f for f in formats if not reader_spec(f).named_fields):
+                named = [f for f in READER_SPECS if READER_SPECS[f].named_fields]
                 problems.append(
-                    f"sources[{i}].license_field: read from {' and '.join(LICENSE_FIELD_FORMATS)} records only; "
+                    f"sources[{i}].license_field: read from records with named fields ({', '.join(named)}) only; "
                     f"this source has {', '.join(other)} inputs"
                 )
 

@@ -131,6 +131,9 @@ class MinHashOptions(StageOptions):
 
 class MinHashDedup(GlobalStage):
     name = "minhash"
+    summary = "near-duplicates by MinHash LSH, with cluster sizes for rehydration"
+    signals = "MinHash signature (dropped after the reduce); `dup_count` on kept documents"
+    reasons = ("near_duplicate",)
     Options = MinHashOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
     signal_columns = (SIG_COLUMN,)

@@ -139,6 +139,9 @@ class SemanticOptions(StageOptions):
 
 class SemanticDedup(GlobalStage):
     name = "semantic"
+    summary = "meaning-level near-duplicates (SemDeDup): document embeddings, k-means, pairwise cosine per cluster"
+    signals = "none on kept documents (vectors live only between its rounds); `semantic_similarity` on a dropped one"
+    reasons = ("near_semantic",)
     Options = SemanticOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
 

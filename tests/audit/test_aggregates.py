@@ -200,6 +200,7 @@ def test_the_public_api_gives_arrow_pandas_and_polars(real_run: Path) -> None:
 
 # The signals each built-in stage's aggregates read, with their types (as the stages write them).
 SIGNALS = {
+    "langid": {"lang": "VARCHAR", "lang_score": "FLOAT"},
     "boilerplate": {"lines_removed": "BIGINT", "chars_removed": "BIGINT", "removed_lines": "VARCHAR[]"},
     "substrings": {"substr_spans_removed": "BIGINT", "substr_chars_removed": "BIGINT", "substr_removed": "VARCHAR[]"},
     "minhash": {"dup_count": "INTEGER", "dup_of": "VARCHAR"},

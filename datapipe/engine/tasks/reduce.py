@@ -108,7 +108,7 @@ def reduce_stage(spec: RunSpec, segment: Segment, outputs: Sequence[str] = (), f
     decisions, copies = split_copies(combine.decide([str(p) for p in present], inputs), stage.name)
     assert decisions is not None
     # The copies by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    _write_or_remove(WorkFiles(folder).combine_copies_file(segment.index), copies, sort_by_shard=True)
+    write_or_remove(WorkFiles(folder).combine_copies_file(segment.index), copies, sort_by_shard=True)
     if combine.state is not None:
         state = combine.state([str(p) for p in present], inputs)
         WorkFiles(folder).state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
@@ -157,7 +157,7 @@ def reduce_partition(spec: RunSpec, segment: Segment, round: int, task: ReadTask
     if decide:  # read by each shard's map task: a run by shard
         n = runs.write_run(WorkFiles(folder).partition_output(segment.index, task.index, round), decisions, OUTPUT_KEY)
     else:
-        n = _write_or_remove(WorkFiles(folder).partition_output(segment.index, task.index, round), decisions, sort_by_shard=False)
+        n = write_or_remove(WorkFiles(folder).partition_output(segment.index, task.index, round), decisions, sort_by_shard=False)
     state = _concat([r.state for r in results])
     states = runs.write_run(WorkFiles(folder).partition_state(segment.index, task.index, round), state, OUTPUT_KEY)
     # The copies it dropped, by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
@@ -190,7 +190,7 @@ def _concat(tables: Sequence[pa.Table | None]) -> pa.Table | None:
     return present[0] if len(present) == 1 else pa.concat_tables(present, promote_options="permissive")
 
 
-def _write_or_remove(path: Path, table: pa.Table | None, sort_by_shard: bool) -> int:
+def write_or_remove(path: Path, table: pa.Table | None, sort_by_shard: bool) -> int:
     if table is None or table.num_rows == 0:
         path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not count
         return 0
