@@ -123,101 +123,76 @@ def _reset_peak() -> None:
         pass
 
 
+def engine_phases(spec, kind: str, arg: str) -> list:
+    """The engine's phases (as the run plans them) that one of this bench's phases stands for: a
+    segment's map phase, the phases of the global stage ending a segment (its shuffles' merge levels
+    and partition tasks, every round, the outputs merges and the combine step), or packing."""
+    from datapipe.engine.phases import plan_phases, segment_phases
+    from datapipe.engine.work_files import map_phase
+
+    if kind == "map":
+        return [p for p in plan_phases(spec) if p.name == map_phase(int(arg))]
+    if kind == "global":
+        return segment_phases(spec, spec.segments[int(arg)], map_phase_too=False)
+    if kind == "pack":
+        from datapipe.run_folder.layout import PACK_PHASE
+
+        return [p for p in plan_phases(spec) if p.name == PACK_PHASE]
+    raise ValueError(kind)
+
+
+def _in_child(fn) -> float:
+    """``fn()`` in a process forked for it (as a fresh Ray worker: imports loaded, no data, so what one
+    task leaves on the heap never counts against the next); its peak RSS, MiB."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        _reset_peak()
+        fn()
+        os.write(write, json.dumps(_peak_mib()).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        got = f.read()
+    _, status = os.waitpid(pid, 0)
+    if status or not got:
+        raise RuntimeError("a task failed in its child process")
+    return float(json.loads(got))
+
+
 def run_phase(root: Path, phase: str) -> dict:
-    """Every task of one phase, in this process; the peak RSS of each task."""
-    from datapipe.engine.pack_plan import pack_ranges
-    from datapipe.engine.plan import build_stage, make_spec
-    from datapipe.engine.tasks.map import map_shard
-    from datapipe.engine.tasks.pack import pack_range
-    from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
-    from datapipe.engine.work_files import partition_key, shuffle_phase
+    """Every task of one of this bench's phases (the engine's phases it stands for, each listed from the
+    markers of those before it), in this process's forked children; the peak RSS of each task."""
+    from datapipe.engine.plan import make_spec
+    from datapipe.engine.worker import run_task
     from datapipe.pipeline.load import load_pipeline
     from datapipe.run_folder.layout import RunFolder
-    from datapipe.stages import PartitionStep
-    from datapipe.stages.global_stage import step_of
 
     spec = make_spec(load_pipeline(root / "pipeline.yaml"), root / "out", root / "cache")
     folder = RunFolder(root / "out")
     kind, _, arg = phase.partition(":")
-    work = []
-    if kind == "map":
-        seg = spec.segments[int(arg)]
-        work = [(f"map{seg.index}", s.key, lambda s=s, seg=seg: map_shard(spec, s, seg)) for s in spec.shards]
-    elif kind == "shuffle":
-        seg_i, r = (int(x) for x in arg.split("."))
-        seg = spec.segments[seg_i]
-        step = step_of(build_stage(spec, seg.compute_global), PartitionStep)
-        work = _merges(spec, seg, r, f"shuffle{seg_i}")
-        work += [(f"shuffle{seg_i}", f"{p:05d}", lambda p=p: reduce_partition(spec, seg, p, r)) for p in range(step.partitions)]
-    elif kind == "rounds":  # every round of a partition step, as the engine runs them (see below)
-        seg = spec.segments[int(arg)]
-        step = step_of(build_stage(spec, seg.compute_global), PartitionStep)
-        work = [
-            task
-            for r in range(step.rounds)
-            for task in _merges(spec, seg, r, shuffle_phase(seg.index, r))
-            + [
-                (shuffle_phase(seg.index, r), partition_key(p), lambda p=p, r=r: reduce_partition(spec, seg, p, r))
-                for p in range(step.partitions)
-            ]
-        ]
-    elif kind == "combine":
-        seg = spec.segments[int(arg)]
-        work = [("reduce", "combine", lambda: reduce_stage(spec, seg))]
-    elif kind == "stats":  # the driver's step: the audit database over every Parquet output (DuckDB)
+    base = _peak_mib("VmRSS")  # what every task's process holds before any data: imports, the plan
+    peaks, started, by_round = [], time.perf_counter(), {}
+    if kind == "stats":  # the driver's step: the audit database over every Parquet output (DuckDB)
         from datapipe.engine.finish import build_stats, collect_counts
 
-        work = [("stats", "build", lambda: build_stats(folder, spec, collect_counts(folder, spec), memory_mb=int(arg)) or {})]
-    elif kind == "pack":
-        ranges = pack_ranges(folder, spec, files_per_task=2)
-        work = [("pack", r.key, lambda r=r: pack_range(spec, r)) for r in ranges]
-    base = _peak_mib("VmRSS")  # what every task's process holds before any data: imports, the plan
-    peaks, started, ran, rounds, by_round = [], time.perf_counter(), 0, set(), {}
-    for i, (marker_phase, key, fn) in enumerate(work):
-        if kind == "rounds" and i and work[i - 1][0] != marker_phase and not _forwarded(folder, work[i - 1][0]):
-            break  # the round before forwarded nothing: the engine plans no tasks for this one or later
-        ran += 1
-        rounds.add(marker_phase)
-        # A forked child per task starts as a fresh worker would (imports loaded, no data), so what
-        # one task leaves on the heap never counts against the next.
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            _reset_peak()
-            marker = fn()
-            folder.markers.write(marker_phase, key, marker)
-            os.write(write, json.dumps(_peak_mib()).encode())
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as f:
-            got = f.read()
-        _, status = os.waitpid(pid, 0)
-        if status or not got:
-            raise RuntimeError(f"{marker_phase} {key} failed in its child process")
-        peaks.append(json.loads(got))
-        by_round[marker_phase] = max(by_round.get(marker_phase, 0.0), peaks[-1])
+        peaks.append(_in_child(lambda: build_stats(folder, spec, collect_counts(folder, spec), memory_mb=int(arg))))
+    else:
+        for engine_phase in engine_phases(spec, kind, arg):
+            tasks = engine_phase.task_list(folder)
+            assert tasks is not None, f"{engine_phase.name}: its tasks depend on phases that did not run"
+            for t in tasks:  # none for the rounds after one that forwarded nothing: the engine plans none
+                peaks.append(_in_child(lambda p=engine_phase, t=t: run_task(p.name, t.key, p.fn, spec, *t.args)))
+                by_round[engine_phase.name] = max(by_round.get(engine_phase.name, 0.0), peaks[-1])
     return {
-        "tasks": ran,
-        "rounds": len(rounds),
+        "tasks": len(peaks),
+        "rounds": sum(1 for name in by_round if name.startswith("shuffle")),
         "peak_mib": max(peaks, default=0.0),
         "base_mib": base,
         "seconds": time.perf_counter() - started,
         "by_round": by_round,
     }
-
-
-def _merges(spec, seg, r: int, marker_phase: str) -> list:
-    """The merge tasks before round ``r`` (engine/tasks/merge.py), counted with the round's tasks."""
-    from datapipe.engine.tasks.merge import merge_group, merge_groups, round_writers
-
-    groups = merge_groups(spec, round_writers(spec, seg, r))
-    return [(marker_phase, f"merge-{g}", lambda g=g: merge_group(spec, seg, r, g)) for g in range(groups)]
-
-
-def _forwarded(folder, phase: str) -> bool:
-    markers = (folder.markers.dir / phase).glob("*.json")
-    return any(json.loads(m.read_text()).get("forwarded", 0) for m in markers)
 
 
 def found(root: Path) -> dict[str, int]:
@@ -256,34 +231,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     base = sample(a.base_docs, seed=1)
     near = a.near if a.near is not None else (0.3 if a.minhash_only else 0.03)
-    phases = [
-        "map:0",
-        "shuffle:0.0",
-        "shuffle:0.1",
-        "map:1",
-        "rounds:1",
-        "combine:1",
-        "map:2",
-        "pack:",
-        f"stats:{a.stats_memory_mb}",
-    ]
+    phases = ["map:0", "global:0", "map:1", "global:1", "map:2", "pack:", f"stats:{a.stats_memory_mb}"]
     names = {
         "map:0": "map0 (dedup signals)",
-        "shuffle:0.0": "dedup by text hash",
-        "shuffle:0.1": "dedup by URL",
+        "global:0": "dedup (text hash, URL: all)",
         "map:1": "map1 (minhash signatures)",
-        "rounds:1": "minhash rounds (all)",
-        "combine:1": "minhash combine",
+        "global:1": "minhash (all its phases)",
         "map:2": "map2 (tokenize)",
         "pack:": "pack ranges",
         f"stats:{a.stats_memory_mb}": f"stats (DuckDB, {a.stats_memory_mb} MB cap)",
     }
     if a.minhash_only:
-        phases = ["map:0", "rounds:0", "combine:0", "map:1"]
+        phases = ["map:0", "global:0", "map:1"]
         names = {
             "map:0": "map0 (minhash signatures)",
-            "rounds:0": "minhash rounds (all)",
-            "combine:0": "minhash combine",
+            "global:0": "minhash (all its phases)",
             "map:1": "map1 (decisions applied)",
         }
     table: dict[int, dict[str, dict]] = {}
@@ -318,12 +280,14 @@ def main(argv: list[str] | None = None) -> int:
         cells = "".join(f"{table[s][phase]['tasks']:>10}{table[s][phase]['peak_mib']:>9.0f}" for s in a.scales)
         ratio = table[last][phase]["peak_mib"] / row["peak_mib"] if row["peak_mib"] else float("nan")
         print(f"{names[phase]:<28}{cells}{ratio:>10.2f}")
-    rounds = next((p for p in phases if p.startswith("rounds:")), None)
-    if rounds:
-        print("minhash rounds that had tasks: " + ", ".join(f"{s}x {table[s][rounds]['rounds']}" for s in a.scales))
+    for rounds in (p for p in phases if p.startswith("global:")):
+        print(
+            f"{names[rounds]}: shuffle phases that had tasks: "
+            + ", ".join(f"{s}x {table[s][rounds]['rounds']}" for s in a.scales)
+        )
         for s in a.scales:
             print(
-                f"  {s}x largest task per round, MiB: "
+                f"  {s}x largest task per engine phase, MiB: "
                 + ", ".join(f"{k} {v:.0f}" for k, v in table[s][rounds].get("by_round", {}).items())
             )
     print(

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import sys
@@ -156,21 +157,20 @@ def run_tasks(tasks: list, jobs: int) -> list[tuple[dict, float, float]]:
 
 
 def run_all(root: Path, cluster: bool, jobs: int) -> dict:
-    """Every task of the run, each in a forked child: per phase/round the largest peak and CPU."""
-    from datapipe.engine.plan import build_stage, make_spec
-    from datapipe.engine.tasks.map import map_shard
-    from datapipe.engine.tasks.merge import merge_group, merge_groups, round_writers
-    from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+    """Every task of the run as the engine plans it (``segment_phases``: the map phase, each round's
+    merge levels and partition tasks, the outputs merges, the combine step), each in a forked child: per
+    phase the largest peak and CPU. A phase's tasks are listed from the markers its children wrote."""
+    from datapipe.engine.phases import segment_phases
+    from datapipe.engine.plan import make_spec
+    from datapipe.engine.worker import run_task
     from datapipe.pipeline.load import load_pipeline
-    from datapipe.stages import PartitionStep
-    from datapipe.stages.global_stage import step_of
+    from datapipe.run_folder.layout import RunFolder
     from datapipe.stages.minhash import MinHashDedup
 
     MinHashDedup.compute = _planted(cluster)  # type: ignore[method-assign]  # inherited by the forked tasks
     spec = make_spec(load_pipeline(root / "pipeline.yaml"), root / "out", root / "cache")
     seg = spec.segments[0]
-    step = step_of(build_stage(spec, seg.compute_global), PartitionStep)
-    assert step is not None
+    folder = RunFolder(root / "out")
     phases: dict[str, dict] = {}
 
     def record(name: str, fns: list) -> list[dict]:
@@ -181,48 +181,42 @@ def run_all(root: Path, cluster: bool, jobs: int) -> dict:
             p["peak_mib"] = max(p["peak_mib"], peak)
             p["cpu_s"] = max(p["cpu_s"], cpu)
             p["cpu_total_s"] += cpu
-            p["rows_in"] = max(p["rows_in"], int(result.get("rows_in", 0)) if isinstance(result, dict) else 0)
+            rows = result.get("rows_in", result.get("rows", 0)) if isinstance(result, dict) else 0
+            p["rows_in"] = max(p["rows_in"], int(rows or 0))
             results.append(result)
         return results
 
-    record("map", [lambda s=s: map_shard(spec, s, seg) for s in spec.shards])
-    for r in range(step.rounds):
-        groups = merge_groups(spec, round_writers(spec, seg, r))
-        if groups:
-            record(f"round {r} merge", [lambda g=g, r=r: merge_group(spec, seg, r, g) for g in range(groups)])
-        done = record(f"round {r}", [lambda p=p, r=r: reduce_partition(spec, seg, p, r) for p in range(step.partitions)])
-        if not sum(d["forwarded"] for d in done):
-            break  # the engine plans no task for the rounds after one that forwarded nothing
-    record("combine", [lambda: reduce_stage(spec, seg)])
+    def task(phase, t) -> dict:
+        marker, _ = run_task(phase.name, t.key, phase.fn, spec, *t.args)
+        return {k: v for k, v in marker.items() if isinstance(v, (int, float, str))}
+
+    # The map phase, then the global stage's phases (the rounds: none planned after one that forwards nothing).
+    for phase in segment_phases(spec, seg):
+        tasks = phase.task_list(folder)
+        assert tasks is not None, f"{phase.name}: its tasks depend on phases that did not run"
+        if tasks:
+            record(phase.name, [lambda p=phase, t=t: task(p, t) for t in tasks])
     return phases
 
 
 def check(root: Path, docs: int) -> dict:
-    """The decisions: near duplicates dropped, and the survivors' cluster sizes."""
-    import pyarrow.parquet as pq
-
-    from datapipe.engine.plan import build_stage, make_spec
-    from datapipe.engine.tasks.reduce import partition_decisions, partition_state
-    from datapipe.engine.work_files import WorkFiles
+    """The decisions: near duplicates dropped, and the survivors' cluster sizes (each shard's rows as its
+    next map task reads them: ``shard_outputs``)."""
+    from datapipe.engine.phases import shard_outputs
+    from datapipe.engine.plan import make_spec
     from datapipe.pipeline.load import load_pipeline
-    from datapipe.run_folder.layout import RunFolder
 
     spec = make_spec(load_pipeline(root / "pipeline.yaml"), root / "out", root / "cache")
     seg = spec.segments[0]
-    folder = RunFolder(root / "out")
-    stage = build_stage(spec, seg.compute_global)
     dropped, survivors, sizes = 0, set(), []
     for s in spec.shards:
-        for t in (partition_decisions(folder, seg.index, stage, s.ordinal),):
-            if t is not None:
-                dropped += t.num_rows
-                survivors |= set(t["dup_of"].to_pylist())
-        state = partition_state(folder, seg.index, stage, s.ordinal)
+        t = shard_outputs(spec, seg, s.ordinal, "decisions")
+        if t is not None:
+            dropped += t.num_rows
+            survivors |= set(t["dup_of"].to_pylist())
+        state = shard_outputs(spec, seg, s.ordinal, "state")
         if state is not None:
             sizes += state["dup_count"].to_pylist()
-        path = WorkFiles(folder).decisions_file(seg.index, s.key)
-        if path.exists():
-            dropped += pq.read_metadata(path).num_rows
     return {
         "dropped": dropped,
         "survivors": len(survivors),
@@ -271,13 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     for c, r in results.items():
         peak = max(p["peak_mib"] for p in r["phases"].values())
         cpu = max(p["cpu_s"] for p in r["phases"].values())
-        rounds = sum(1 for n in r["phases"] if n.startswith("round ") and "merge" not in n)
+        rounds = sum(1 for n in r["phases"] if re.fullmatch(r"shuffle\d+(r\d+)?", n))  # a round's partition tasks
         h.figure(f"{c}: largest task peak RSS", [peak], unit="MiB")
         h.figure(f"{c}: largest task CPU", [cpu], unit="s")
         h.figure(f"{c}: rounds with tasks", [rounds], unit="rounds")
         h.figure(
             f"{c}: total CPU of the rounds",
-            [sum(p["cpu_total_s"] for n, p in r["phases"].items() if n.startswith("round"))],
+            [sum(p["cpu_total_s"] for n, p in r["phases"].items() if not n.startswith("map"))],
             unit="s",
         )
         within = "within" if peak <= BOUND_MIB and cpu <= BOUND_CPU_S else "OVER"
