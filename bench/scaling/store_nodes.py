@@ -5,7 +5,7 @@
 
 The same run (real documents of ../shared/data/corpus: the first ``--docs`` lines of its English
 and Chinese Wikipedia files, in ``--files`` JSONL files; length filter, exact dedup, MinHash,
-tokenize; one map task per file, ``--files`` partitions merged into ``--groups`` files) with its
+tokenize; one map task per file, ``--files`` partitions, the map tasks' runs merged ``--fan-in`` at a time) with its
 inputs and run folder on a loopback S3 server that counts what it answers
 (tests/support/counting_s3.py), on a loopback Ray cluster of 1, 2 and 3 nodes (``ray.cluster_utils``,
 one CPU each). Each node has its own cache folder, so its own mirror of the run folder, as
@@ -58,7 +58,7 @@ def write_inputs(folder: Path, docs: int, files: int) -> list[Path]:
     return paths
 
 
-def pipeline(data: str, files: int, groups: int) -> dict[str, Any]:
+def pipeline(data: str, files: int, fan_in: int) -> dict[str, Any]:
     return {
         "name": "nodes",
         "sources": [{"name": "wiki", "kind": "web", "format": "jsonl", "paths": [f"{data}/*.jsonl"]}],
@@ -68,8 +68,9 @@ def pipeline(data: str, files: int, groups: int) -> dict[str, Any]:
             {"minhash": {"threshold": 0.7, "partitions": files}},
         ],
         "tokenize": {"tokenizer": str(TOKENIZER), "seq_len": 512},
-        # One input file = one map task, spread over the nodes; shuffles merged into `groups` files.
-        "split": {"target_bytes": 64 << 20, "min_tasks_per_cpu": 0, "group_small_files": False, "shuffle_groups": groups},
+        # One input file = one map task, spread over the nodes; a shuffle's runs merged `fan_in` at a time
+        # (split.shuffle_fan_in: with fewer writers than it there is no merge level, and no cross-node merge).
+        "split": {"target_bytes": 64 << 20, "min_tasks_per_cpu": 0, "group_small_files": False, "shuffle_fan_in": fan_in},
     }
 
 
@@ -188,7 +189,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=4000, help="documents of the run (default 4000)")
     ap.add_argument("--files", type=int, default=12, help="input files = map tasks = partitions (default 12)")
-    ap.add_argument("--groups", type=int, default=3, help="split.shuffle_groups: merged files per shuffle round (default 3)")
+    ap.add_argument(
+        "--fan-in", type=int, default=4, help="split.shuffle_fan_in: runs a merge task reads (default 4: 12 runs, 3 merges)"
+    )
     ap.add_argument("--nodes", default="1,2,3", help="node counts to run (default 1,2,3)")
     ap.add_argument("--baseline-code", type=Path, help="a checkout of the code before: run interleaved with this one")
     ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where the work folders go")
@@ -212,7 +215,7 @@ def main() -> None:
         client.create_bucket(Bucket=BUCKET)
         for path in write_inputs(work / "in", args.docs, args.files):
             client.upload_file(str(path), BUCKET, f"in/{path.name}")
-        config = pipeline(f"s3://{BUCKET}/in", args.files, args.groups)
+        config = pipeline(f"s3://{BUCKET}/in", args.files, args.fan_in)
         runs: dict[str, dict[int, list[dict[str, Any]]]] = {c: {n: [] for n in counts} for c in codes}
         references: dict[str, Any] = {}  # per code: its first run's outputs (a fix may change them)
         for rep in range(h.repeats):
