@@ -260,8 +260,14 @@ def _base() -> Any:
 # --- synthetic rows at crawl proportions ---------------------------------------------------------
 
 ROW_KEY_COLUMNS = ("doc", "node", "nbr")
-# MinHash's forwarded row kinds whose ``nbr`` is a partition, not a row key (stages/minhash.py).
-NBR_IS_PART = (3, 4)
+
+
+def nbr_not_row_key() -> tuple[int, ...]:
+    """MinHash's forwarded row kinds whose ``nbr`` is not a row key (stages/minhash.py: a HEAD row's is the
+    shard whose owner looks for the head's key), kept as they are when rows are replicated."""
+    from datapipe.stages.minhash import HEAD
+
+    return (HEAD,)
 
 
 def replicate(template: pa.Table, n: int, shards: int, seed: int) -> pa.Table:
@@ -282,7 +288,7 @@ def replicate(template: pa.Table, n: int, shards: int, seed: int) -> pa.Table:
         v = t[c].to_numpy()
         keep = np.zeros(len(v), bool)
         if c == "nbr" and "kind" in t.column_names:
-            keep = np.isin(t["kind"].to_numpy(), NBR_IS_PART)
+            keep = np.isin(t["kind"].to_numpy(), nbr_not_row_key())
         s = (v >> 32) + slot
         moved = ((s % shards) << 32) | ((v & 0xFFFFFFFF) + (s // shards) * 4096)
         t = t.set_column(t.schema.get_field_index(c), c, pa.array(np.where(keep, v, moved)))
@@ -644,12 +650,19 @@ def _partition_job(
     if seg == 1:  # MinHash: owners answer for the shards their parts own
         owned = list(range(lo, min(hi, keys)))
         kind = t["kind"].to_numpy() if "kind" in t.column_names else None
-        if kind is not None and np.isin(kind, (3, 5)).any():
-            asks = np.isin(kind, (3, 5))
-            node = t["node"].to_numpy().copy()
+        if kind is not None:
+            from datapipe.stages.minhash import ASK_DOC, ASK_SIG, HEAD, WAIT2
+
+            # The rows whose answer reads a map output (stages/minhash.py: ``_answer_sigs``, ``_read_for``,
+            # ``_verify``) ask for documents, or shards, this task's parts own.
+            node, nbr = t["node"].to_numpy().copy(), t["nbr"].to_numpy().copy()
+            asks = np.isin(kind, (ASK_SIG, ASK_DOC)) | ((kind == WAIT2) & (node != t["aux"].to_numpy()))
             shard = np.asarray(owned)[rng.integers(0, len(owned), int(asks.sum()))]
             node[asks] = (shard.astype(np.int64) << 32) | rng.integers(0, crawl.docs_per_map, int(asks.sum()))
+            heads = kind == HEAD
+            nbr[heads] = np.asarray(owned)[rng.integers(0, len(owned), int(heads.sum()))]
             t = t.set_column(t.schema.get_field_index("node"), "node", pa.array(node))
+            t = t.set_column(t.schema.get_field_index("nbr"), "nbr", pa.array(nbr))
         out = []
         source = work / "owned.parquet"
         if not source.exists():
@@ -693,7 +706,8 @@ def _decided_runs(
         n = max(1, int(rate * len(ids)))
         plan = levels(tasks_of[deciding], crawl.map_tasks, 1, 256, 1, OUTPUT_READS)
         files = plan[-1].groups if plan else min(tasks_of[deciding], OUTPUT_READS)
-        t = replicate(table, n, crawl.map_tasks, 11).slice(0, n)
+        # replicate() makes whole copies (it rounds): ask for one more copy so ``n`` rows remain after the cut
+        t = replicate(table, n + table.num_rows, crawl.map_tasks, 11).slice(0, n)
         pick = np.sort(np.random.default_rng(seg).choice(len(ids), n, replace=False))
         if "id" in t.column_names:
             t = t.set_column(t.schema.get_field_index("id"), "id", pa.array([ids[i] for i in pick], pa.string()))
@@ -990,6 +1004,7 @@ def main() -> int:
         print(json.dumps(r))
         return 0
     a.work.mkdir(parents=True, exist_ok=True)
+    load_start = os.getloadavg()  # the machine is shared: CPU seconds are the figures, the load says how shared
     crawls = [Crawl(int(x)) for x in a.crawls.split(",")]
     rows = template(a.work)
     results = [] if a.skip_tasks else after(a.work, crawls, a.map_mib)
@@ -1002,7 +1017,8 @@ def main() -> int:
     if a.json:
         from bench._support.harness import environment
 
-        out = {"bench": "crawl_proportions", "env": environment(), "results": results}
+        load = {"start": load_start, "end": os.getloadavg()}
+        out = {"bench": "crawl_proportions", "env": environment(), "loadavg": load, "results": results}
         a.json.write_text(json.dumps(out, indent=1, default=str))
     return 0
 
