@@ -109,13 +109,16 @@ MERGED_KINDS = {"map1": 2, "map2": 3}
 # when the process first opens the object, a GET of its footer (the length the writer's marker
 # records) and a ranged GET of its row groups (docs/cluster.md, storage/parquet_reads.py).
 READ_REQUESTS_PER_FILE = 3
+# The merge layout this model was fitted on, gone from the engine since issue 48 (sorted runs merged in
+# levels of bounded fan-in): bench/scaling/crawl_estimate.py estimates the current engine from crawl-sized tasks.
+PRE_RUNS_KEYS_PER_FILE = 128
+PRE_RUNS_OUTPUT_RANGES = 8
 
 
 def keys_per_file() -> int:
-    """Keys (parts, shards) a merged file holds at most (engine/tasks/merge.py ``KEYS_PER_FILE``)."""
-    from datapipe.engine.tasks.merge import KEYS_PER_FILE
-
-    return KEYS_PER_FILE
+    """Keys (parts, shards) a merged file held at most (engine/tasks/merge.py ``KEYS_PER_FILE`` before issue
+    48's sorted runs, at ca37341: this model describes that engine's merges)."""
+    return PRE_RUNS_KEYS_PER_FILE
 
 
 def footer_us_per_row_group(row_groups: int = 1024, files: int = 4) -> float:
@@ -185,10 +188,8 @@ def footer_rgs(phase: str, k: str, m: int, p: int, g: int, split: bool) -> float
 
 def output_ranges(g: int) -> int:
     """Ranges of shards each group of a deciding step's outputs is cut into (engine/tasks/merge.py
-    ``OUTPUT_RANGES``): its merge phase has G x that many tasks."""
-    from datapipe.engine.tasks.merge import OUTPUT_RANGES
-
-    return OUTPUT_RANGES
+    ``OUTPUT_RANGES`` before issue 48's sorted runs, at ca37341): its merge phase had G x that many tasks."""
+    return PRE_RUNS_OUTPUT_RANGES
 
 
 def kind(phase: str) -> str:

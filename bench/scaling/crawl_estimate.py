@@ -39,6 +39,7 @@ PHASE_PREFIXES = 1
 TB_DOCS = 500_000_000  # 2,000-byte documents per TB
 TOKENS_PER_DOC = 600
 PACK_TOKENS = 1 << 30
+LIMIT_CPU_S, LIMIT_MIB = 600, 2048  # a task's bound at 100 TB (issue 48)
 
 
 def tasks_of(row: dict[str, Any]) -> int:
@@ -101,7 +102,7 @@ def estimate(
 
 
 def table_md(results: list[dict[str, Any]]) -> str:
-    crawls = sorted({r["crawl"] for r in results if "cpu_s" in r}, key=lambda c: int(c.split()[0]))
+    crawls = crawls_of(results)
     cores = NODES * CORES_PER_NODE
     lines = [
         "| crawl | S3 latency | throttling (GET/PUT per s per prefix) | hours on 64 x 64 cores | serial share | longest task |",
@@ -133,13 +134,60 @@ def phases_md(results: list[dict[str, Any]], crawl: str) -> str:
     return "\n".join(lines)
 
 
+def crawls_of(results: list[dict[str, Any]]) -> list[str]:
+    return sorted({r["crawl"] for r in results if "cpu_s" in r}, key=lambda c: int(c.split()[0]))
+
+
+def tasks_md(results: list[dict[str, Any]]) -> str:
+    """Every phase's largest task per crawl: its tasks, CPU seconds and peak RSS (**over**: above the issue's
+    bound, ``LIMIT_CPU_S`` and ``LIMIT_MIB``)."""
+    crawls = crawls_of(results)
+    order = list(dict.fromkeys(r["phase"] for r in results if "cpu_s" in r))
+    head = " | ".join(f"{c} tasks | {c} largest task CPU s | {c} peak RSS MiB" for c in crawls)
+    lines = [f"| phase | {head} |", "|---" * (1 + 3 * len(crawls)) + "|"]
+    for phase in order:
+        cells = []
+        for c in crawls:
+            got = [r for r in results if r["phase"] == phase and r["crawl"] == c and "cpu_s" in r]
+            if not got:
+                cells.append("not measured | - | -")
+                continue
+            r = max(got, key=lambda x: x["cpu_s"])
+            cpu_over = " **over**" if r["cpu_s"] > LIMIT_CPU_S else ""
+            rss_over = " **over**" if r["peak_mib"] > LIMIT_MIB else ""
+            cells.append(f"{tasks_of(r):,} | {r['cpu_s']:,.1f}{cpu_over} | {r['peak_mib']:,.0f}{rss_over}")
+        lines.append(f"| {phase} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def driver_md(results: list[dict[str, Any]]) -> str:
+    """The driver's planning and commit, and what a worker unpickles, per crawl."""
+    lines = [
+        "| crawl | tasks | slowest phase's planning (list + place + hand inputs) | commit per marker"
+        " | driver RSS growth | per task | spec unpickled by a task (bytes, CPU) | with every shard (before) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted((r for r in results if r["phase"] == "driver"), key=lambda r: int(r["crawl"].split()[0])):
+        lines.append(
+            f"| {r['crawl']} | {r['tasks']:,} | {r['plan_s_max']:.2f} s ({r['plan_s_max_phase']})"
+            f" | {r['adopt_s_per_task'] * 1e3:.2f} ms | {r['rss_mib']:,.0f} MiB | {r['rss_kib_per_task']:.2f} KiB"
+            f" | {r.get('spec_light_bytes', 0):,} B, {r.get('spec_light_cpu_s', 0) * 1e3:.1f} ms"
+            f" | {r.get('spec_full_bytes', 0):,} B, {r.get('spec_full_cpu_s', 0) * 1e3:.1f} ms |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("json", type=Path, nargs="+", help="crawl_proportions JSON files (their results are joined)")
     a = ap.parse_args()
     results = [r for path in a.json for r in json.loads(path.read_text())["results"]]
+    print(tasks_md(results))
+    print()
+    print(driver_md(results))
+    print()
     print(table_md(results))
-    for crawl in sorted({r["crawl"] for r in results if "cpu_s" in r}, key=lambda c: int(c.split()[0])):
+    for crawl in crawls_of(results):
         print(f"\n{crawl}, 50 ms, throttled:\n")
         print(phases_md(results, crawl))
     return 0
