@@ -167,7 +167,10 @@ def driver_md(results: list[dict[str, Any]]) -> str:
         " | driver RSS growth | per task | spec unpickled by a task (bytes, CPU) | with every shard (before) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted((r for r in results if r["phase"] == "driver"), key=lambda r: int(r["crawl"].split()[0])):
+    drivers = sorted((r for r in results if r["phase"] == "driver"), key=lambda r: int(r["crawl"].split()[0]))
+    if not drivers:
+        lines.append("| not measured | - | - | - | - | - | - | - |")
+    for r in drivers:
         lines.append(
             f"| {r['crawl']} | {r['tasks']:,} | {r['plan_s_max']:.2f} s ({r['plan_s_max_phase']})"
             f" | {r['adopt_s_per_task'] * 1e3:.2f} ms | {r['rss_mib']:,.0f} MiB | {r['rss_kib_per_task']:.2f} KiB"

@@ -312,6 +312,43 @@ def verdict_md(est: dict[str, Any], split: dict[str, Any]) -> str:
     )
 
 
+def crawl_md(paths: list[Path]) -> str:
+    """The crawl-proportion tables (bench/scaling/crawl_proportions.py JSONs) and the estimate built from them
+    (bench/scaling/crawl_estimate.py)."""
+    from bench.scaling import crawl_estimate
+
+    if not paths:
+        return "Not recorded: no `--crawl` JSON given."
+    docs = [json.loads(p.read_text()) for p in paths]
+    results = [r for d in docs for r in d["results"]]
+    runs = []
+    for p, d in zip(paths, docs):
+        env, load = d["env"], d.get("loadavg")
+        where = (
+            f"load average {load['start'][0]:.1f} at the start, {load['end'][0]:.1f} at the end" if load else "load not recorded"
+        )
+        if load and "min" in load:
+            where += f" ({load['min']:.1f}-{load['max']:.1f} during the run)"
+        partial = f"; **partial**: {d['partial']}" if d.get("partial") else ""
+        runs.append(f"`{p.name}`: {env['date_utc']} UTC, commit {env['git_commit']}, {env['cores']} cores, {where}{partial}")
+    parts = [
+        "Measured (" + "; ".join(runs) + "). Every phase's largest task (its real code in a fresh process, "
+        "on files of the crawl's counts): CPU seconds and peak RSS; tasks as the engine plans the phase at that size:",
+        crawl_estimate.tasks_md(results),
+        "The driver (every phase planned from markers carrying the crawl's counts, every marker committed) and "
+        "what a task unpickles:",
+        crawl_estimate.driver_md(results),
+        "The estimate from these tasks (`bench/scaling/crawl_estimate.py`): every task of a phase charged its "
+        "phase's largest task's CPU, plus its store requests one after another, in waves of 64 x 64 cores; the "
+        "driver's planning and commit serial. It sums the phases measured above only: a phase marked not measured, "
+        "or missing from the table, is charged nothing, so where a run is partial the hours are a lower bound:",
+        crawl_estimate.table_md(results),
+    ]
+    for crawl in crawl_estimate.crawls_of(results):
+        parts += [f"Per phase at {crawl}, 50 ms per request, throttled:", crawl_estimate.phases_md(results, crawl)]
+    return "\n\n".join(parts)
+
+
 def render(
     scale: dict[str, Any],
     runs: list[dict[str, Any]],
@@ -322,6 +359,7 @@ def render(
     split: dict[str, Any],
     explain: list[dict[str, Any]] | None,
     merge_task: dict[str, Any] | None = None,
+    crawl: str = "",
 ) -> str:
     text = TEMPLATE.read_text()
     for key, value in (
@@ -336,6 +374,7 @@ def render(
         ("PER_CORE_HOUR", per_core_hour),
         ("VERDICT", verdict_md(est, split)),
         ("MERGE_TASK", merge_task_md(merge_task)),
+        ("CRAWL", crawl),
     ):
         text = text.replace("{{" + key + "}}", value)
     return text
@@ -345,11 +384,12 @@ def main() -> int:
     ap = add_args(argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     ap.add_argument("--explain", type=Path, help="bench/scaling/explain_files.py JSON")
     ap.add_argument("--write", type=Path, required=True, help="the page to write (docs/scaling.md)")
+    ap.add_argument("--crawl", type=Path, nargs="*", default=[], help="bench/scaling/crawl_proportions.py JSONs (10 TB, 100 TB)")
     a = ap.parse_args()
     e = estimate(a)
     explain = json.loads(a.explain.read_text()) if a.explain else None
     before = next(o for o in e.options if not o["split"])
-    page = render(e.scale, e.runs, e.text, e.fit, e.per_core_hour, e.est, before, explain, e.merge_task)
+    page = render(e.scale, e.runs, e.text, e.fit, e.per_core_hour, e.est, before, explain, e.merge_task, crawl_md(a.crawl))
     a.write.write_text(page)
     print(f"wrote {a.write}: {e.est['total_s'] / 3600:.2f} h for the crawl")
     return 0
