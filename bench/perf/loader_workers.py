@@ -19,7 +19,8 @@ W = 0 (main process) and W = 2. Each (library, W) runs in a fresh process, inter
 (datapipe, litdata, mds, ...), and reports tokens/s over the whole epoch (wall: first batch
 included), time to first batch (iterator creation to the first batch), the CPU of the process
 tree (main + workers, from rusage) per epoch, and peak RSS of the main process and of the
-largest worker (ru_maxrss). Exact resume at 50%: the epoch stopped after half its batches, the
+largest worker (ru_maxrss, restarted at the process's and each worker's start: a worker's
+pages shared with the main process count, as in RSS). Exact resume at 50%: the epoch stopped after half its batches, the
 loader's state saved, a new loader restored from it, and the rest read; the batches of both
 halves must equal the uninterrupted epoch's, in order (reported per library, W=2).
 
@@ -48,6 +49,16 @@ from bench._support.harness import Harness
 LIBS = ("datapipe", "litdata", "mds")
 
 
+def _reset_peak(_worker_id: int = 0) -> None:
+    """Restart this process's peak RSS (VmHWM, ru_maxrss) from its current RSS: a child exec'd by
+    the bench would otherwise carry the bench process's peak, and a worker its parent's."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def _digest(ids: object) -> str:
     a = np.ascontiguousarray(np.asarray(ids).astype(np.int64))
     return hashlib.sha1(a.tobytes()).hexdigest()[:16]
@@ -64,7 +75,7 @@ def _datapipe(root: Path, batch: int, workers: int):
             ds.load_state_dict(state)
         else:
             ds.consumed_samples = 0
-        return ds.dataloader(num_workers=workers), ds.state_dict
+        return ds.dataloader(num_workers=workers, worker_init_fn=_reset_peak if workers else None), ds.state_dict
 
     return fresh, lambda b: b["input_ids"]
 
@@ -74,7 +85,7 @@ def _litdata(root: Path, batch: int, workers: int, row_len: int):
 
     def fresh(state=None):
         ds = StreamingDataset(str(root / "litdata"), item_loader=TokensLoader(block_size=row_len), shuffle=True, seed=1)
-        dl = StreamingDataLoader(ds, batch_size=batch, num_workers=workers)
+        dl = StreamingDataLoader(ds, batch_size=batch, num_workers=workers, worker_init_fn=_reset_peak if workers else None)
         if state is not None:
             dl.load_state_dict(state)
         return dl, dl.state_dict
@@ -87,7 +98,7 @@ def _mds(root: Path, batch: int, workers: int):
 
     def fresh(state=None):
         ds = StreamingDataset(local=str(root / "mds"), shuffle=True, shuffle_seed=1, batch_size=batch)
-        dl = StreamingDataLoader(ds, batch_size=batch, num_workers=workers)
+        dl = StreamingDataLoader(ds, batch_size=batch, num_workers=workers, worker_init_fn=_reset_peak if workers else None)
         if state is not None:
             dl.load_state_dict(state)
         return dl, dl.state_dict
@@ -97,6 +108,7 @@ def _mds(root: Path, batch: int, workers: int):
 
 def child(lib: str, root: Path, batch: int, workers: int, row_len: int, resume: bool) -> dict:
     """One epoch of one library in this (fresh) process; the figures as a dict."""
+    _reset_peak()
     if lib == "datapipe":
         fresh, ids_of = _datapipe(root, batch, workers)
     elif lib == "litdata":
