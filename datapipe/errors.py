@@ -33,10 +33,22 @@ EXIT_INTERRUPTED = 130
 
 
 class DatapipeError(Exception):
-    """An error datapipe raises on purpose. ``str()`` is the message; ``hint`` one line of what to do."""
+    """An error datapipe raises on purpose. ``str()`` is the message; ``hint`` one line of what to do.
+
+    ``retryable``: whether another attempt of the same task (on another worker or node, later) may
+    succeed; an executor that retries failed tasks retries only those (as Dolma's error kinds do).
+    False for what the same inputs and options give again: every error with the usage exit code
+    (a pipeline file, rule set or tokenizer setting that cannot be used, a model that needs a
+    package not installed, a device the machine lacks), unless its class says otherwise."""
 
     exit_code: int = EXIT_FAILURE
     hint: str | None = None
+    retryable: bool = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.exit_code == EXIT_USAGE and "retryable" not in vars(cls):
+            cls.retryable = False  # what the user must change first: the same on every attempt
 
     def __init__(self, *args: object, hint: str | None = None) -> None:
         super().__init__(*args)
@@ -48,6 +60,7 @@ class UsageError(DatapipeError, ValueError):
     """A value the user gave cannot be used: an option, or a file or folder the user named."""
 
     exit_code = EXIT_USAGE
+    retryable = False
 
 
 class InputNotFound(UsageError, FileNotFoundError):

@@ -23,8 +23,9 @@ Markers (declared in pyproject.toml; the ones marked * are set here, in pytest_c
     ray*          needs Ray: uses ``ray_local``; tests that start Ray in a subprocess carry it themselves
     shared_data*  reads ../shared/data: the test, a fixture it uses, or a tests.* helper they call
                   (followed by name, transitively) calls ``shared_path`` or reads ``SHARED_DATA``
-    slow          long on 2 cores: Ray started in a subprocess (resume, two-node, node loss, S3), and
-                  whole-corpus sweeps or subprocess matrices (quality kernels, loader corruption)
+    slow*         long on 2 cores: Ray started in a subprocess (resume, two-node, node loss, S3; set here
+                  on a ``ray`` test that is not e2e), and whole-corpus sweeps or subprocess matrices
+                  (quality kernels, loader corruption)
 
 Tiers:
 
@@ -102,6 +103,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _needs_shared_data(item):
             names.add("shared_data")
         have = {m.name for m in item.iter_markers()}
+        if "ray" in names | have and not {"e2e", "slow"} & (names | have):
+            names.add("slow")  # the fast loop starts no Ray: a test that does is slow unless it is e2e
         for name in sorted(names - have):
             item.add_marker(name)
 

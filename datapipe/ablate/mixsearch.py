@@ -404,26 +404,50 @@ def run_mix_search(
         "best_sampled": {"mixture": samples[best_i]["mixture"], "target": samples[best_i]["target"]},
     }
     if validate_seeds:
-        uniform = {s: round(1 / len(sources), 4) for s in sources}
-        record["validation"] = {"seeds": validate_seeds}
-        named = {"predicted": predicted, "best_sampled": samples[best_i]["mixture"], "uniform": uniform}
-        tasks = [(mix, seed, runs / f"validate-{name}" / f"seed{seed}") for name, mix in named.items() for seed in validate_seeds]
-        log(f"mix-search: validating the predicted, best sampled and uniform mixtures with seeds {validate_seeds}")
-        scores = iter([target_value(metrics_of(r), target) for r in train_all(data, tasks, settings, ev, jobs, log)])
-        for name, mix in named.items():
-            values = [next(scores) for _ in validate_seeds]
-            record["validation"][name] = {"mixture": mix, "values": values, **spread(values)}
-        v = record["validation"]
-        record["validation"]["verdict"] = verdict(v, lower)
+        named = {
+            "predicted": predicted,
+            "best_sampled": samples[best_i]["mixture"],
+            "uniform": {s: round(1 / len(sources), 4) for s in sources},
+        }
+        record["validation"] = _validation(data, named, validate_seeds, settings, ev, target, lower, jobs, log)
+    _write_search(settings.out, record, predicted, pipeline)
+    return record
+
+
+def _validation(
+    data: Path,
+    named: dict[str, dict[str, float]],
+    seeds: list[int],
+    settings: Settings,
+    ev: EvalSet,
+    target: str,
+    lower: bool,
+    jobs: int,
+    log: Log,
+) -> dict[str, Any]:
+    """The named mixtures trained again with each of ``seeds``: their targets, spreads and the verdict."""
+    runs = settings.out / "runs"
+    tasks = [(mix, seed, runs / f"validate-{name}" / f"seed{seed}") for name, mix in named.items() for seed in seeds]
+    log(f"mix-search: validating the predicted, best sampled and uniform mixtures with seeds {seeds}")
+    scores = iter([target_value(metrics_of(r), target) for r in train_all(data, tasks, settings, ev, jobs, log)])
+    validation: dict[str, Any] = {"seeds": seeds}
+    for name, mix in named.items():
+        values = [next(scores) for _ in seeds]
+        validation[name] = {"mixture": mix, "values": values, **spread(values)}
+    validation["verdict"] = verdict(validation, lower)
+    return validation
+
+
+def _write_search(out: Path, record: dict[str, Any], predicted: dict[str, float], pipeline: Path | None) -> None:
+    """mixsearch.json, and unless the search refused, mixture.json and the pipeline's ``mixture:`` block."""
     if record["refused"]:
         # no mixture.json of an earlier search in this --out stands for this one either
-        (settings.out / "mixture.json").unlink(missing_ok=True)
+        (out / "mixture.json").unlink(missing_ok=True)
     else:
-        write_text_atomic(settings.out / "mixture.json", json.dumps(predicted, indent=1))
-    write_text_atomic(settings.out / "mixsearch.json", json.dumps(record, indent=1, sort_keys=True, default=float))
+        write_text_atomic(out / "mixture.json", json.dumps(predicted, indent=1))
+    write_text_atomic(out / "mixsearch.json", json.dumps(record, indent=1, sort_keys=True, default=float))
     if pipeline is not None and not record["refused"]:
         write_pipeline_mixture(pipeline, predicted)
-    return record
 
 
 def verdict(v: dict[str, Any], lower: bool) -> dict[str, Any]:

@@ -28,6 +28,7 @@ says ORDER BY.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,24 @@ from datapipe.stages.report_section import literal
 _SOURCE = "__documents_{}"
 # ``attach_copies``' dataset: the copies index files whose dup_of range holds one id.
 COPIES_VIEW = "__copies"
+
+
+# What pyarrow says of a Parquet page or file it cannot decode: a page failing its checksum, a
+# corrupt compressed block, a footer or page header that does not parse.
+DAMAGED_PARQUET = re.compile(
+    r"CRC checksum verification failed|could not verify page integrity|Corrupt (?:Lz4|snappy|zstd|brotli|gzip)|"
+    r"(?:ZSTD|zstd|LZ4|lz4|Snappy|snappy|Brotli|brotli|Gzip|gzip|zlib) decompress|[Dd]ecompression failed|"
+    r"deserialize thrift|Unexpected end of stream|Parquet magic bytes not found"
+)
+
+
+def checked_format() -> Any:
+    """Parquet as the audit reads it: each page's checksum verified as it is decoded (the run's files
+    carry one per page, ``engine/tasks/sinks.py``), so a damaged page fails the query instead of
+    answering it with other bytes."""
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True))
 
 
 def has_index(con: Any) -> bool:
@@ -91,7 +110,7 @@ def attach(con: Any, root: Path, only_id: str | None = None, views: bool = True)
         schema = layouts[layout]
         name = _SOURCE.format(f"{layout}_{status}")
         dataset = ds.FileSystemDataset.from_paths(
-            [resolve(p) for p in paths], schema=schema, format=ds.ParquetFileFormat(), filesystem=fs
+            [resolve(p) for p in paths], schema=schema, format=checked_format(), filesystem=fs
         )
         con.register(name, dataset)
         parts.append(select_sql(columns, set(schema.names), name, status))
@@ -134,7 +153,7 @@ def attach_copies(con: Any, root: Path, survivor: str) -> int | None:
     ]
     fs, resolve = locator(root)
     dataset = ds.FileSystemDataset.from_paths(
-        [resolve(p) for p in paths], schema=COPIES_SCHEMA, format=ds.ParquetFileFormat(), filesystem=fs
+        [resolve(p) for p in paths], schema=COPIES_SCHEMA, format=checked_format(), filesystem=fs
     )
     con.register(COPIES_VIEW, dataset)
     return len(paths)
@@ -157,7 +176,7 @@ def text_dataset(con: Any, root: Path, status: str) -> Any:
     schema = pa.unify_schemas(list(schemas.values()), promote_options="permissive")
     fs, resolve = locator(root)
     paths = [resolve(p) for p, _ in rows]
-    return ds.FileSystemDataset.from_paths(paths, schema=schema, format=ds.ParquetFileFormat(), filesystem=fs)
+    return ds.FileSystemDataset.from_paths(paths, schema=schema, format=checked_format(), filesystem=fs)
 
 
 def locator(root: Path) -> tuple[Any, Any]:

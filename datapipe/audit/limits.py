@@ -18,9 +18,17 @@ desc limit 1`` ran for half an hour; on a shared login node that takes everyone 
   Default: a quarter of the machine's memory
   (or of the cgroup's limit when lower), at most 16 GB; ``--memory-limit`` or
   ``DATAPIPE_SQL_MEMORY_LIMIT`` (``500MB``, ``2GB``, ``1.5GiB``) sets another.
-- **Time**: none by default (a scan of a large corpus in object storage can rightly take
-  hours); ``--timeout SECONDS`` or ``DATAPIPE_SQL_TIMEOUT`` makes the same guard thread
-  interrupt the query once it has run that long.
+- **Time**: an hour by default (``DEFAULT_TIMEOUT_S``: a query forgotten on a shared machine
+  ends; any query over the shared corpus takes seconds, a scan of a large corpus in object
+  storage can rightly take longer); ``--timeout SECONDS`` or ``DATAPIPE_SQL_TIMEOUT`` sets
+  another (0: none), and the same guard thread interrupts the query once it has run that long.
+- **Ctrl-C**: DuckDB runs a query in C++ with the main thread inside it, where Python's SIGINT
+  handler cannot run until the query returns (it went on 25-36 s after SIGINT, and a hash join
+  far longer). While a query runs in the main thread the guard owns Python's signal wake-up
+  file descriptor (``signal.set_wakeup_fd``), to which the interpreter's C-level handler writes
+  the signal's number at once, from any state of the main thread; the guard thread reads it
+  within ``POLL_S`` and interrupts the query, which then ends with ``QueryInterrupted`` (exit
+  status 130).
 - **Threads**: at most 4 (or the CPUs this process may use, when fewer): a login node's
   other users keep their cores, and each thread's share of a hash table costs memory.
 
@@ -31,6 +39,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -43,6 +53,7 @@ TIMEOUT_ENV = "DATAPIPE_SQL_TIMEOUT"
 MEMORY_FRACTION = 0.25
 MEMORY_CAP = 16 * 10**9
 MAX_THREADS = 4
+DEFAULT_TIMEOUT_S = 3600.0
 POLL_S = 0.01  # the guard's period: at a few GB/s of growth, tens of MB past the limit at most
 
 _UNITS = {
@@ -125,11 +136,12 @@ def memory_limit(value: str | int | None = None) -> int:
 
 
 def timeout(value: float | str | None = None) -> float | None:
-    """Seconds a query may run: ``value``, else $DATAPIPE_SQL_TIMEOUT, else None (no limit); 0 is none."""
+    """Seconds a query may run: ``value``, else $DATAPIPE_SQL_TIMEOUT, else ``DEFAULT_TIMEOUT_S``;
+    0 is no limit (None)."""
     if value is None:
         value = os.environ.get(TIMEOUT_ENV) or None
     if value is None:
-        return None
+        return DEFAULT_TIMEOUT_S
     try:
         seconds = float(value)
     except ValueError:
@@ -152,7 +164,10 @@ def memory_message(limit: int) -> str:
 
 
 def timeout_message(seconds: float) -> str:
-    return f"the query ran longer than the {seconds:g} s time limit (--timeout or {TIMEOUT_ENV} to raise it)"
+    return f"the query ran longer than the {seconds:g} s time limit (--timeout or {TIMEOUT_ENV} to raise it; 0 for none)"
+
+
+INTERRUPTED_MESSAGE = "interrupted: the query was stopped (Ctrl-C); nothing was changed"
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -182,11 +197,15 @@ class QueryGuard:
         self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="datapipe-sql-guard", daemon=True)
+        self._wakeup: tuple[socket.socket, socket.socket] | None = None  # (read, write) ends: see the module doc
+        self._saved_wakeup = -1
+        self._saved_handler: Any = None
 
     def __enter__(self) -> QueryGuard:
         self._base = resident_bytes()
         self._start = time.monotonic()
-        if self._base is not None or self.seconds is not None:
+        self._watch_signals()
+        if self._base is not None or self.seconds is not None or self._wakeup is not None:
             self._thread.start()
         return self
 
@@ -194,10 +213,50 @@ class QueryGuard:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        if self._wakeup is not None:
+            signal.signal(signal.SIGINT, self._saved_handler)
+            signal.set_wakeup_fd(self._saved_wakeup)
+            for end in self._wakeup:
+                end.close()
+            self._wakeup = None
+
+    def _watch_signals(self) -> None:
+        """Take the signal wake-up fd while the query runs (main thread only, as Python allows)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        read, write = socket.socketpair()
+        read.setblocking(False)
+        write.setblocking(False)
+        try:
+            self._saved_wakeup = signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            read.close()
+            write.close()
+            return
+        self._wakeup = (read, write)
+        # Python's own handler would raise KeyboardInterrupt wherever the main thread is when it next
+        # runs Python (closing the connection, say), instead of the query's one line: the query is
+        # stopped here, and ends as the guard says (``tripped``).
+        self._saved_handler = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        self._trip("interrupt")
+
+    def _signalled(self) -> bool:
+        """Whether SIGINT (or SIGTERM) arrived since the last look."""
+        if self._wakeup is None:
+            return False
+        try:
+            got = self._wakeup[0].recv(64)
+        except (BlockingIOError, OSError):
+            return False
+        return any(n in (signal.SIGINT, signal.SIGTERM) for n in got)
 
     def _watch(self) -> None:
         deadline = None if self.seconds is None else self._start + self.seconds
         while not self._stop.wait(POLL_S):
+            if self._signalled():
+                self._trip("interrupt")
             rss = resident_bytes() if self._base is not None else None
             if rss is not None and self._base is not None:
                 self.peak = max(self.peak, rss - self._base)
@@ -215,4 +274,6 @@ class QueryGuard:
         why = why or self.tripped
         if why == "time":
             return timeout_message(self.seconds or 0)
+        if why == "interrupt":
+            return INTERRUPTED_MESSAGE
         return memory_message(self.limit)

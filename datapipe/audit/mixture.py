@@ -78,11 +78,12 @@ def configured_sources(run: dict) -> list[str]:
     return [s["name"] for s in config.get("sources") or [] if isinstance(s, dict) and s.get("name")]
 
 
-def mixture_report(run_dir: Path, budget: int | None = None, warn: Any = None) -> MixtureReport:
-    """From the run's small tables and aggregates (``agg_documents``, ``agg_buckets``): no document is read."""
+def mixture_report(run_dir: Path, budget: int | None = None, warn: Any = None, verify: bool = False) -> MixtureReport:
+    """From the run's small tables and aggregates (``agg_documents``, ``agg_buckets``): no document is read.
+    ``verify``: the run's documents files are checked against their recorded sha256 first."""
     run = read_run_json(Path(run_dir))
     weights = mixture_weights((run.get("config") or {}).get("mixture"))
-    with reading(Path(run_dir), aggregates_only=True) as con:
+    with reading(Path(run_dir), aggregates_only=True, verify=verify) as con:
         ensure_tables(con, run, warn)
         docs = {
             s: (d, t)

@@ -43,7 +43,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 
 from datapipe.audit import limits
-from datapipe.errors import EXIT_USAGE, DatapipeError
+from datapipe.errors import EXIT_INTERRUPTED, EXIT_USAGE, DatapipeError
 from datapipe.storage.atomic import TMP_MARK
 
 DB_NAME = "stats.duckdb"
@@ -56,6 +56,18 @@ class AuditError(DatapipeError, RuntimeError):
     """Not a run folder (or a damaged one), or SQL that is not one read-only query."""
 
     exit_code = EXIT_USAGE
+
+
+class QueryInterrupted(AuditError):
+    """Ctrl-C (SIGINT) stopped the query (``limits.QueryGuard``): exit 130, as any interrupted command."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+def _guard_error(guard: limits.QueryGuard, why: str | None = None) -> AuditError:
+    """The one-line error of a query the guard stopped (``why``: as it says, else why it tripped)."""
+    cls = QueryInterrupted if (why or guard.tripped) == "interrupt" else AuditError
+    return cls(guard.message(why))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -84,6 +96,7 @@ def connect(
     memory_limit: str | int | None = None,
     only_id: str | None = None,
     copies_of: str | None = None,
+    verify: bool = False,
     aggregates_only: bool = False,
     index_only: bool = False,
 ) -> Any:
@@ -95,6 +108,9 @@ def connect(
     a quarter of the machine's memory (``limits.memory_limit``).
     ``only_id``: ``documents`` holds only the files whose recorded id range holds this id (explain).
     ``copies_of``: registers the copies index files whose range holds this id (``documents.attach_copies``).
+    ``verify``: every kept, rejected and copies file of the run is checked first against the sha256
+    its task recorded (``verify_documents``). Without it, each page read is checked against its
+    own checksum as it is decoded (``documents.checked_format``).
     ``aggregates_only``: the caller reads the run's small tables and aggregates only (report, stats):
     ``documents`` is not attached, so opening costs the same for ten files or a million; a database
     without aggregates (an older datapipe's) gets ``documents`` all the same, for the scan that stands in.
@@ -144,6 +160,10 @@ def connect(
                     con.register(view, dataset)
             from datapipe.audit.aggregates import has_tables
 
+            if verify and not indexed:
+                raise AuditError(f"--verify: {db} was written by an older datapipe, which did not index the run's files")
+            if verify:  # asked for: every documents file, whether or not this reader attaches them
+                verify_documents(con, root)
             # documents and its views, over the run's files (audit/documents.py)
             if indexed and not index_only and not (aggregates_only and has_tables(con)):
                 documents.attach(con, root, only_id=only_id)
@@ -170,6 +190,64 @@ def connect(
             con.close()
             raise
     return con
+
+
+def _document_paths(con: Any) -> list[str]:
+    """Every kept, rejected and copies file the database indexes (paths relative to the run folder)."""
+    from datapipe.audit import documents
+
+    paths = [r[0] for r in con.execute("SELECT path FROM document_files ORDER BY path").fetchall()]
+    if documents.has_copies_index(con):
+        paths += [r[0] for r in con.execute("SELECT path FROM copies_files ORDER BY path").fetchall()]
+    return paths
+
+
+def _record(root: Path) -> Any:
+    """What the run's markers recorded of its files (run_folder/checked.py), or an AuditError."""
+    from datapipe.run_folder.checked import recorded_files
+    from datapipe.run_folder.layout import RunFolder
+    from datapipe.storage.uri import StorageError
+
+    try:
+        return recorded_files(RunFolder(root))
+    except StorageError as exc:
+        raise AuditError(str(exc)) from None
+
+
+def verify_documents(con: Any, root: Path) -> int:
+    """Check every documents file the database indexes against the size and sha256 its task recorded
+    (a read of each: the documents once); raise ``DamagedRunFile`` naming the first that differs.
+    Returns how many files were checked."""
+    recorded = _record(root)
+    if not recorded.available:
+        raise AuditError(
+            f"--verify: {root}/_work/markers, where the run's tasks recorded their files' sha256, is gone "
+            f"(deleted to save space?): there is nothing to check the documents against"
+        )
+    paths = _document_paths(con)
+    for rel in paths:
+        recorded.check(rel)
+    return len(paths)
+
+
+def _damaged_documents(con: Any, run_dir: Path, text: str) -> DatapipeError | None:
+    """For a query that failed decoding the run's Parquet (``documents.DAMAGED_PARQUET``): the error naming the
+    damaged documents file, found by checking the indexed files against their recorded sha256 (a read
+    of each, on this failure only); None when the error is not of that kind or no file differs."""
+    from datapipe.audit import documents
+
+    if not documents.DAMAGED_PARQUET.search(text):
+        return None
+    from datapipe.run_folder.checked import DamagedRunFile
+
+    try:
+        recorded = _record(Path(run_dir))
+        found = recorded.first_damaged(_document_paths(con)) if recorded.available else None
+    except Exception:  # noqa: BLE001 - looking for the file must not hide the query's own error
+        found = None
+    if found is None:
+        return None
+    return DamagedRunFile(f"a documents file of the run could not be decoded ({text}): {run_dir}/{found[0]}: {found[1]}")
 
 
 def _confined_already(con: Any) -> bool:
@@ -230,6 +308,7 @@ def reading(
     memory_limit: str | int | None = None,
     only_id: str | None = None,
     copies_of: str | None = None,
+    verify: bool = False,
     aggregates_only: bool = False,
     index_only: bool = False,
 ) -> Iterator[Any]:
@@ -244,6 +323,7 @@ def reading(
         copies_of=copies_of,
         aggregates_only=aggregates_only,
         index_only=index_only,
+        verify=verify,
     )
     try:
         yield con
@@ -252,7 +332,9 @@ def reading(
     except (duckdb.IOException, duckdb.InternalException) as exc:  # missing or corrupt blocks
         raise _damaged(run_dir, exc) from None
     except duckdb.Error as exc:
-        raise AuditError(f"reading {Path(run_dir) / DB_NAME}: {_first_line(exc)}") from None
+        raise _damaged_documents(con, run_dir, _first_line(exc)) or AuditError(
+            f"reading {Path(run_dir) / DB_NAME}: {_first_line(exc)}"
+        ) from None
     finally:
         con.close()
 
@@ -319,19 +401,21 @@ TABLE_MAX_ROWS = 200
 TABLE_MAX_CHARS = 1_000_000
 
 
-def _query_error(exc: BaseException, guard: limits.QueryGuard, run_dir: Path) -> AuditError:
+def _query_error(exc: BaseException, guard: limits.QueryGuard, run_dir: Path) -> DatapipeError:
     """The one-line error for a failed query: a DuckDB error, or the same as an Arrow error from a batch stream."""
     import duckdb
 
     text = _first_line(exc)
     if guard.tripped:  # the guard interrupted it
-        return AuditError(guard.message())
+        return _guard_error(guard)
     if isinstance(exc, duckdb.OutOfMemoryException) or text.startswith("Out of Memory Error"):
-        return AuditError(guard.message("memory"))
+        return _guard_error(guard, "memory")
     if isinstance(exc, duckdb.InterruptException) or text.startswith("INTERRUPT Error"):
         return AuditError("the query was interrupted")
     if isinstance(exc, duckdb.PermissionException) or text.startswith("Permission Error"):
         return AuditError(f"refused: datapipe sql reads only this run's tables ({text})")
+    if (damaged := _damaged_documents(guard.con, run_dir, text)) is not None:
+        return damaged
     if isinstance(exc, (duckdb.IOException, duckdb.InternalException)) or text.startswith(("IO Error", "INTERNAL Error")):
         return _damaged(run_dir, exc)  # missing or corrupt blocks
     return AuditError(f"SQL error: {text}")
@@ -353,10 +437,10 @@ class QueryResult:
             except (OSError, pa.ArrowException) as exc:  # DuckDB's error, through Arrow's stream interface
                 raise _query_error(exc, self._guard, self._run_dir) from None
             if self._guard.tripped:  # past a limit while Python worked, where DuckDB's interrupt is not seen
-                raise AuditError(self._guard.message())
+                raise _guard_error(self._guard)
             yield batch
         if self._guard.tripped:
-            raise AuditError(self._guard.message())
+            raise _guard_error(self._guard)
 
 
 @contextlib.contextmanager
@@ -366,6 +450,7 @@ def query_result(
     memory_limit: str | int | None = None,
     timeout: float | str | None = None,
     batch_rows: int = BATCH_ROWS,
+    verify: bool = False,
 ) -> Iterator[QueryResult]:
     """One read-only query whose rows stream in batches, under a memory and a time limit
     (``limits.py``); every problem is an AuditError with a one-line message."""
@@ -377,14 +462,17 @@ def query_result(
         raise AuditError(str(exc)) from None
     # Only the text views the query names: a run can have thousands of Parquet files.
     views = [v for v in TEXT_VIEWS if v in query.lower()]
-    with reading(run_dir, text_views=views, memory_limit=limit) as con:
+    with reading(run_dir, text_views=views, memory_limit=limit, verify=verify) as con:
         check_query(con, query)
         with limits.QueryGuard(con, limit, seconds) as guard:
             try:
-                reader = con.sql(query).to_arrow_reader(batch_rows)  # runs blocking operators (sort, aggregate)
-            except duckdb.Error as exc:
-                raise _query_error(exc, guard, run_dir) from None
-            yield QueryResult(reader, guard, run_dir)
+                try:
+                    reader = con.sql(query).to_arrow_reader(batch_rows)  # runs blocking operators (sort, aggregate)
+                except duckdb.Error as exc:
+                    raise _query_error(exc, guard, run_dir) from None
+                yield QueryResult(reader, guard, run_dir)
+            except KeyboardInterrupt:  # Ctrl-C seen by Python first, when the query handed back control
+                raise QueryInterrupted(limits.INTERRUPTED_MESSAGE) from None
 
 
 def run_query(run_dir: Path, query: str, memory_limit: str | int | None = None, timeout: float | str | None = None) -> pa.Table:

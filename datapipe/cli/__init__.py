@@ -55,6 +55,16 @@ class _Output(click.ParamType):
 
 
 RUN_DIR = _RunDir()
+VERIFY_HELP = (
+    "First check every documents file of the run against the sha256 its task recorded (reads them "
+    "all once) and refuse a damaged one by name. Without it, each page read is checked against its "
+    "own checksum as it is decoded."
+)
+STATS_VERIFY_HELP = (
+    "First check every documents file of the run against the sha256 its task recorded (reads them "
+    "all once) and refuse a damaged one by name. Without it, stats reads only the run's database "
+    "(the aggregates its tasks wrote), no documents file."
+)
 
 
 # True once the group runs as the program (the process is ours to shape); False when a user's own
@@ -262,7 +272,7 @@ def validate(pipeline: Path) -> None:
     "--timeout",
     metavar="SECONDS",
     type=float,
-    help="Stop the query after this many seconds (default: $DATAPIPE_SQL_TIMEOUT, else no time limit).",
+    help="Stop the query after this many seconds (default: $DATAPIPE_SQL_TIMEOUT, else 3600; 0: no limit).",
 )
 @click.option(
     "--max-rows",
@@ -271,7 +281,10 @@ def validate(pipeline: Path) -> None:
     help="Print at most N rows and say when there were more (default: 200 for a table, all for csv "
     "and json, which stream); 0 for all.",
 )
-def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: float | None, max_rows: int | None) -> None:
+@click.option("--verify", is_flag=True, help=VERIFY_HELP)
+def sql(
+    run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: float | None, max_rows: int | None, verify: bool
+) -> None:
     """Run one read-only SQL QUERY (SELECT, or EXPLAIN of one) against RUN_DIR/stats.duckdb.
 
     The connection reads only this run: it cannot write any file or read files outside
@@ -280,8 +293,9 @@ def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: 
     \b
     Limits, so that a runaway query (a cross join, a sort of billions of rows) cannot take
     a shared machine down: the query may use --memory-limit of memory (nothing spills to
-    disk) and at most 4 threads, and runs at most --timeout seconds; past a limit it ends
-    with an error that names it. The process itself takes 100 to 200MB more.
+    disk) and at most 4 threads, and runs at most --timeout seconds (an hour by default);
+    past a limit it ends with an error that names it. Ctrl-C stops the query at once (exit
+    status 130). The process itself takes 100 to 200MB more.
 
     \b
     Tables: documents (one row per input document: id, source, kind, lang, license,
@@ -292,15 +306,19 @@ def sql(run_dir: Path, query: str, fmt: str, memory_limit: str | None, timeout: 
     Example:
       datapipe sql out/demo "select stage, reason, count(*) from documents group by all"
     """
-    from datapipe.audit.sql import TABLE_MAX_ROWS, query_result, write_result
+    from datapipe.audit.limits import INTERRUPTED_MESSAGE
+    from datapipe.audit.sql import TABLE_MAX_ROWS, QueryInterrupted, query_result, write_result
 
     if max_rows is None:
         max_rows = TABLE_MAX_ROWS if fmt == "table" else 0
     # A query over billions of rows runs for minutes: with its result going to a file, say it is alive
     # (on stderr; on a terminal the lines would land in the middle of streamed rows).
     alive = _heartbeat("sql: query running", when=not sys.stdout.isatty())
-    with alive, query_result(run_dir, query, memory_limit=memory_limit, timeout=timeout) as result:
-        cut = write_result(result, fmt, sys.stdout, max_rows=max_rows or None)
+    try:
+        with alive, query_result(run_dir, query, memory_limit=memory_limit, timeout=timeout, verify=verify) as result:
+            cut = write_result(result, fmt, sys.stdout, max_rows=max_rows or None)
+    except KeyboardInterrupt:  # before the query ran, or after: the same one line as during it
+        raise QueryInterrupted(INTERRUPTED_MESSAGE) from None
     if cut is not None and fmt != "table":  # a table says so under its rows
         click.echo(f"note: printed the first {cut} rows only (--max-rows {max_rows}); there are more", err=True)
 
@@ -325,7 +343,8 @@ def explain(run_dir: Path, doc_id: str) -> None:
 @click.option(
     "--budget", metavar="TOKENS", help="Training token budget (e.g. 300M, 2.5B): print the sampling ratio each source needs."
 )
-def stats(run_dir: Path, budget: str | None) -> None:
+@click.option("--verify", is_flag=True, help=STATS_VERIFY_HELP)
+def stats(run_dir: Path, budget: str | None, verify: bool) -> None:
     """Print RUN_DIR's token mixture against the pipeline's `mixture` weights (and, for annotate
     stages, the documents answered and the prompt and completion tokens, with a cost where priced).
 
@@ -337,7 +356,7 @@ def stats(run_dir: Path, budget: str | None) -> None:
     from datapipe.audit.mixture import mixture_report, parse_tokens, print_mixture
 
     tokens = parse_tokens(budget) if budget is not None else None
-    report = mixture_report(run_dir, tokens, warn=lambda line: click.echo(line, err=True))
+    report = mixture_report(run_dir, tokens, warn=lambda line: click.echo(line, err=True), verify=verify)
     print_mixture(report)
     print_annotations(run_annotation_totals(run_dir))  # annotate stages: answers, tokens, cost
 

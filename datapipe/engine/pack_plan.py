@@ -31,15 +31,12 @@ from datapipe.run_folder.layout import RunFolder
 
 SPLITS = ("train", "val")
 # A concat range task packs about this many tokens (whole files): enough to amortize a task (each
-# is a dispatch for the driver, the run's serial step: at 2^26, 65k of a 10 TB crawl's 215k tasks;
-# at 2^28 16k; at 2^30 4k), small enough that a source of a few billion tokens spreads over a
-# cluster (a 2^30 task is ~10 CPU s, one wave of a crawl's 4,096 cores). Memory does not depend on
-# it beyond its first output file: a task holds one record batch of an input shard and the output
-# file being filled (rows_per_shard x row_len tokens, 32 MiB at 8192 x 2048 uint16; a range smaller
-# than one file holds less, so a task's peak grows with its range up to one file). Measured
-# (bench/pack_task_memory.py, 2026-11-27): a task's peak above its start 90 MiB at 2^26 tokens,
-# 102 MiB at 2^28 and 96 MiB at 2^30 (4, 16 and 64 files of 2^24 tokens; 2^30: 9.4-10.9 CPU s),
-# the same shard bytes either way.
+# is a dispatch for the driver, the run's serial step: fewer tasks as it grows), small enough that a
+# source of a few billion tokens spreads over a cluster. Memory does not depend on it beyond its
+# first output file: a task holds one record batch of an input shard and the output file being
+# filled (rows_per_shard x row_len tokens; a range smaller than one file holds less, so a task's
+# peak grows with its range up to one file), the same shard bytes either way
+# (bench/scaling/pack_task_memory.py).
 TOKENS_PER_TASK = 1 << 30
 
 

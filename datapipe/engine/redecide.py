@@ -20,7 +20,7 @@ refused: the recorded rows would be of other documents.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from datapipe.engine.run_record import input_changes, input_listing
 from datapipe.errors import EXIT_USAGE
 from datapipe.pipeline.identity import config_changes, resource_changes
 from datapipe.pipeline.load import Pipeline
+from datapipe.run_folder.checked import DamagedRunFile, RecordedFiles, damage
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import STAGES
 from datapipe.stages.base import CheckContext
@@ -91,7 +92,8 @@ def plan_reuse(pipeline: Pipeline, source: Path | str, output: RunFolder, log: C
             "options may differ. Run without --from to compute everything."
         )
     reused, computed = _reusable(pipeline, config, run.get("resources", []))
-    columns = _column_order(old)
+    _check_sizes(old, run)  # a stat per file: its tasks check the sha256 of each file they read
+    columns = _column_order(old, run)
     ordered: list[tuple[int, tuple[str, ...]]] = []
     for pos, cols in reused.items():
         found = tuple(c for c in columns if c in cols)
@@ -185,10 +187,36 @@ def _reusable(
     return reused, computed
 
 
-def _column_order(folder: RunFolder) -> list[str]:
+def _column_order(folder: RunFolder, run: dict[str, Any]) -> list[str]:
     """Every column of the run's kept and rejected documents, in the order they were added."""
     order: dict[str, None] = {}
     for top in (folder.docs_dir, folder.rejected_dir):
         for path in sorted(top.rglob("*.parquet")):
-            order.update(dict.fromkeys(pq.read_schema(path).names))
+            try:
+                order.update(dict.fromkeys(pq.read_schema(path).names))
+            except (OSError, ValueError) as exc:  # a footer that does not parse
+                raise damaged_source(folder, run, path.relative_to(folder.root).as_posix(), f"unreadable ({exc})") from None
     return list(order)
+
+
+def _check_sizes(folder: RunFolder, run: dict[str, Any]) -> None:
+    """Refuse (naming the folder and the file) a run whose documents or token lists a map task would
+    read are missing or of another size than their tasks recorded: one stat per file."""
+    recorded = RecordedFiles(folder)
+    tokens = folder.tokens_dir.relative_to(folder.root).as_posix()
+    for rel, entry in sorted(recorded.files(("docs/", "rejected/", f"{tokens}/")).items()):
+        what = damage(folder.root / rel, replace(entry, sha256=None))
+        if what is not None:
+            raise damaged_source(folder, run, rel, what)
+
+
+def damaged_source(folder: RunFolder, run: dict[str, Any], rel: str, what: str) -> DamagedRunFile:
+    """The error for a file of the run re-decided from (``--from``) that is not what its task wrote:
+    it names that run folder and the file, and says how to repair it (that run's own command)."""
+    command = f"datapipe run {run['pipeline_file']} --output {folder.root}" if run.get("pipeline_file") else None
+    return DamagedRunFile(
+        f"--from {folder.root}: {folder.root}/{rel}: {what}; it is not the file its task wrote, so its "
+        f"recorded signals cannot be read",
+        hint=(f"run `{command}` again" if command else f"run the command that wrote {folder.root} again")
+        + ": it redoes the damaged file (the same bytes); then run this command again",
+    )

@@ -10,6 +10,7 @@ resume), its inputs are checked against what its tasks read (input_identity.py).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,13 +22,15 @@ from datapipe.engine.errors import PipelineError
 from datapipe.engine.executors.base import Executor, local_cpus, phase_section
 from datapipe.engine.executors.in_process import InProcessExecutor
 from datapipe.engine.executors.ray.executor import RayExecutor
+from datapipe.engine.failures import write_log as failures_log
 from datapipe.engine.phases import Phase, Task, plan_phases
 from datapipe.engine.plan import Recorded, RunSpec, build_stage, input_bytes, make_spec, split_target
 from datapipe.engine.redecide import plan_reuse
 from datapipe.engine.run_record import RunRecord, open_record
 from datapipe.pipeline.load import Pipeline
+from datapipe.run_folder.checked import DamagedRunFile
 from datapipe.run_folder.layout import RunFolder, RunFolderError
-from datapipe.run_folder.lock import RunLock
+from datapipe.run_folder.lock import ReadLock, RunLock
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime.faults import fault_point
 from datapipe.runtime.heartbeat import Heartbeat, duration
@@ -35,7 +38,7 @@ from datapipe.runtime.own_cpu import Sections
 from datapipe.runtime.progress import PhaseProgress
 from datapipe.storage.atomic import fault_scope
 from datapipe.storage.cache import cache_dir
-from datapipe.storage.uri import RUN_FILES, folder_stats_once
+from datapipe.storage.uri import RUN_FILES, InputUnavailable, folder_stats_once, is_uri
 
 
 @dataclass
@@ -82,7 +85,9 @@ def run_pipeline(
 
     try:
         # One driver per folder, taken before anything is read or written (--fresh deletes included).
-        with RunLock(folder.root, log=log), folder_stats_once():
+        # One driver per folder, taken before anything is read or written (--fresh deletes included);
+        # the folder re-decided from is held for reading, so no driver rewrites it meanwhile.
+        with RunLock(folder.root, log=log), _reading(reuse_from, folder.root), folder_stats_once():
             return _run_locked(pipeline, folder, fresh, show_progress, log, choose, reuse_from)
     except KeyboardInterrupt:
         raise RunInterrupted(
@@ -120,7 +125,7 @@ def _run_locked(
     timings: dict[str, float] = dict(record.run.get("timings", {}))
     # The driver's own CPU (its threads, not Ray's) by section, recorded in run.json: the start (the
     # imports, the record, planning, Ray's start), each phase, the end. What a driver spends per task
-    # is the phases' and the end's; the start's ~2-3 s, which moves by ~1 s between runs, stays apart.
+    # is the phases' and the end's; the start's, which moves a lot between runs, stays apart.
     sections = Sections()
     if spec is not None:  # work of earlier attempts: redone where its files are damaged or gone
         _repair(folder, log, hashes=True)
@@ -164,6 +169,23 @@ def _repair(folder: RunFolder, log: Callable[[str], None], hashes: bool) -> int:
     from datapipe.run_folder.integrity import discard, find_damage
 
     damaged = find_damage(folder, hashes=hashes)
+    return discard(folder, damaged, log) if damaged else 0
+
+
+def _reading(source: Path | str | None, output: Path) -> contextlib.AbstractContextManager[object]:
+    """The run folder a run re-decides from (``--from``), locked for reading while the run reads it."""
+    if source is None or is_uri(source) or not Path(source).is_dir() or Path(source).resolve() == output:
+        return contextlib.nullcontext()  # refused by plan_reuse, with its reason
+    return ReadLock(Path(source).resolve())
+
+
+def _redo_miscounted(folder: RunFolder, spec: RunSpec, log: Callable[[str], None]) -> int:
+    """Discard the map markers whose counts disagree with their files (engine/marker_counts.py), so
+    their tasks are redone; returns how many."""
+    from datapipe.engine.marker_counts import count_damage
+    from datapipe.run_folder.integrity import discard
+
+    damaged = count_damage(folder, spec)
     return discard(folder, damaged, log) if damaged else 0
 
 
@@ -229,9 +251,8 @@ def make_executor(
 
 # A run without per-document stages (read, tokenize, write) runs in the driver up to this much input.
 # Its work is then reading (one thread) and encoding, which the fast encoder spreads over threads
-# (tiktoken releases the GIL), so Ray's worker processes add only their start-up: on the shared
-# corpus (57 MB, 2 cores) a tokenize-only run took 16 CPU s on Ray against 10 in the driver
-# (bench/pipeline.py --stages tokenize). Past a few hundred MB the driver's one reading thread
+# (tiktoken releases the GIL), so Ray's worker processes add only their start-up
+# (bench/perf/pipeline.py --stages tokenize). Past a few hundred MB the driver's one reading thread
 # would be the bottleneck, and Ray's processes read in parallel.
 STAGELESS_IN_PROCESS_BYTES = 128 << 20
 
@@ -240,8 +261,8 @@ def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None
     """Whether a run without --in-process or --ray should skip Ray: when it has one map task, or no
     per-document stages and at most ``STAGELESS_IN_PROCESS_BYTES`` of input. Ray can only overlap
     tasks, and one map task leaves nothing to overlap, while embedded Ray's start costs seconds of
-    wall and CPU (each of its processes imports Ray; with the seven it once started, 12 s on a loaded
-    2-core machine) and hundreds of MiB (bench/startup.py, bench/pipeline.py --stages tokenize)."""
+    wall and CPU (each of its processes imports Ray) and hundreds of MiB (bench/perf/startup.py,
+    bench/perf/pipeline.py --stages tokenize)."""
     if not pipeline.stage_options and input_bytes(pipeline) <= STAGELESS_IN_PROCESS_BYTES:
         return True
     if spec is None:  # not planned yet: plan as the embedded cluster of ``cpus`` CPUs would
@@ -265,13 +286,13 @@ def _run_phases(
         sections.mark("start")
     # A remote run folder: the markers committed before this driver started (a resumed run's). Those
     # of the tasks it runs come back with their results (``_run_phase`` adopts them), and no other
-    # driver writes here (the lock), so no phase needs another pull: one per phase listed every
-    # marker of the run again (at 5 billion documents, ~30 phases x 200 listing pages).
+    # driver writes here (the lock), so no phase needs another pull (one per phase listed every
+    # marker of the run again).
     folder.pull()
     # What each finished phase committed, handed to the tasks of the later ones (Phase.committed): a
     # task then neither lists nor reads markers on the store. Before, every task pulled: one listing
-    # of all the run's markers and a read of each its worker had not seen (at crawl scale ~100
-    # listing pages per task, and every marker read by every one of 4,096 workers).
+    # of all the run's markers and a read of each its worker had not seen: requests that grew with
+    # the run and the cluster.
     committed: list[CommittedPhase] | None = [] if folder.remote is not None else None
     for phase in plan_phases(spec):
         work = phase.task_list(folder)
@@ -332,12 +353,12 @@ def _run_phase(
         todo = phase.placed(todo, {key: m["node"] for key, m in folder.markers.read_all(phase.follows).items() if "node" in m})
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
-    failures: list[str] = []
+    failed: list[tuple[str, Exception]] = []
     disk_full: DiskFull | None = None
     with PhaseProgress(name, len(work), len(work) - len(todo), phase.unit, enabled=show_progress, label=phase.label) as progress:
         for key, outcome in executor.outcomes(spec, phase, todo):
             if isinstance(outcome, Exception):  # retried where the executor retries; keep the others running
-                failures.append(f"{name} {key}: {_short_error(outcome)}")
+                failed.append((key, outcome))
                 disk_full = disk_full or find_disk_full(outcome)
                 progress.advance(0, failed=True)
                 continue
@@ -351,10 +372,21 @@ def _run_phase(
     result.phases.append({"phase": name, "tasks": len(work), "ran": len(todo), "seconds": round(elapsed, 3)})
     if disk_full is not None:  # one line, not one traceback per task: the cause is the same for all
         raise PipelineError(disk_full.message(folder.root))
-    if failures:
+    # A Ray task's error is also an instance of its cause (executors/ray): the cause holds the details.
+    if unread := [getattr(exc, "cause", exc) for _, exc in failed if isinstance(exc, InputUnavailable)]:
+        raise _inputs_unavailable(unread, len(failed), len(work), name)
+    if damaged := [getattr(exc, "cause", exc) for _, exc in failed if isinstance(exc, DamagedRunFile)]:
+        # A file a task read is not what its task wrote (the run re-decided from, --from): no retry helps.
+        raise PipelineError(str(damaged[0]), hint=damaged[0].hint)
+    if failed:
+        try:  # the tracebacks, and Ray's notices of the attempts it retried (engine/failures.py)
+            where = f"; tracebacks in {failures_log(folder.work, name, failed)}"
+        except OSError:
+            where = ""
         raise PipelineError(
-            f"{len(failures)} of {len(work)} {name} tasks failed after retries "
-            f"(finished work is kept; run the same command again to resume):\n" + "\n".join(f"  - {f}" for f in failures[:20])
+            f"{len(failed)} of {len(work)} {name} tasks failed after retries "
+            f"(finished work is kept; run the same command again to resume{where}):\n"
+            + "\n".join(f"  - {name} {key}: {_short_error(exc)}" for key, exc in failed[:20])
         )
 
 
@@ -399,7 +431,12 @@ def _finish(
         folder.publish(*(f for f in RUN_FILES if f != "run.json"))  # run.json last: it says complete
         fault_point("stats", 1)
         timings["stats"] = round(time.perf_counter() - started, 3)
-        check_conservation(folder, counts)
+        try:
+            check_conservation(folder, counts)
+        except PipelineError:
+            if _redo_miscounted(folder, spec, log):  # a marker changed after its task wrote it: redone
+                return False
+            raise
         record.check_finished(pipeline, spec)
         # A Ray worker killed mid-write and retried leaves its temporary file behind; every task is
         # done now, so whatever temporary name is left belongs to no live writer.
@@ -410,6 +447,24 @@ def _finish(
         record.run["driver_cpu_s"] = sections.record()
         record.complete(timings, counts)
         return True
+
+
+def _inputs_unavailable(unread: list[InputUnavailable], failed: int, tasks: int, phase: str) -> PipelineError:
+    """The run's error when its inputs' store failed tasks: the store, the files, what to do."""
+    stores = sorted({exc.store for exc in unread})
+    files = sorted({exc.path for exc in unread})
+    return PipelineError(
+        f"inputs of the run could not be read from {', '.join(stores)}, though they were there when the run "
+        f"was planned: {failed} of {tasks} {phase} tasks failed after retrying the store (finished work is kept; "
+        f"no document of these files was counted as read):\n" + "\n".join(f"  - {f}: {_detail(unread, f)}" for f in files[:20]),
+        hint=unread[0].hint or "check that the store is up and holds these files, then run the same command again",
+    )
+
+
+def _detail(unread: list[InputUnavailable], path: str) -> str:
+    """What went wrong with ``path``, from the first error naming it (its message less the path)."""
+    text = next(str(e) for e in unread if e.path == path)
+    return text[len(path) + 2 :] if text.startswith(f"{path}: ") else text
 
 
 def _short_error(exc: BaseException) -> str:

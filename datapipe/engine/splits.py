@@ -107,8 +107,8 @@ def even_cuts(size: int, target: int) -> list[int]:
 
 # How far a range may exceed the target rather than add one more range to its file. A corpus of two
 # equal halves on 2 CPUs gets a target of a sixth: the half a few bytes larger than three targets
-# would become 4 ranges and the other 3 (the last wave of tasks then has one core idle: the whole
-# shared corpus's final map phase took 20 s instead of 17). With the slack both halves make 3.
+# would become 4 ranges and the other 3 (the last wave of tasks then has one core idle, and the
+# phase takes longer). With the slack both halves make 3.
 RANGE_SLACK = 0.1
 
 

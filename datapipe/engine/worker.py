@@ -73,7 +73,7 @@ def run_task(
     if committed is not None:
         folder.markers.install(committed)
     with fault_scope(phase, key), recording_writes() as written:
-        usage = TaskUsage()  # per-task peak RSS and CPU, for bench/scale.py and the audit
+        usage = TaskUsage()  # per-task peak RSS and CPU, for bench/scaling/scale.py and the audit
         marker = fn(spec, *args)
         for name, value in usage.finish().items():
             marker.setdefault(name, value)  # a task's own cpu_seconds (map: its work only) wins

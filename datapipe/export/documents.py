@@ -11,6 +11,12 @@ Exports read two things the run already holds, in the same order:
 
 Neither path holds more than one batch of documents (plus one shard's memory map) at a time.
 
+Every file is checked before it is read against what the task that wrote it recorded in its
+marker (``run_folder/checked.py``: size and sha256; a shard against the manifest's sha256): a
+damaged file is refused by name, with the advice to run the same `datapipe run` again (which
+redoes it), never exported as it is. The check reads each documents file once more (from the
+page cache, ~1 GB/s) before the export decodes it.
+
 A run folder in object storage (``s3://bucket/run``) is read in place: run.json and the shard
 manifest are fetched to its local mirror; the documents and token lists listed under ``docs/``
 and ``_work/tokens/`` are streamed from the store: Parquet by row groups, a token list whole
@@ -34,6 +40,7 @@ import pyarrow.parquet as pq
 
 from datapipe.config.mixture import REPEAT_COLUMN, in_round, spread_offsets
 from datapipe.errors import EXIT_USAGE, DatapipeError
+from datapipe.run_folder.checked import DamagedRunFile, recorded_files, sha256_of
 from datapipe.run_folder.layout import RunFolder
 from datapipe.storage import uri as storage
 from datapipe.tokens.shard_format import open_shard, tokens_view
@@ -88,6 +95,13 @@ class RunDocuments:
         self._remote_files: set[str] | None = self._listed(("docs", "_work/tokens")) if remote else None
         self.batch_docs = batch_docs
         self._schemas: dict[Path, pa.Schema] = {}
+        self._shard_sha256: dict[str, str] | None = None  # the manifest's, by shard path
+        self._shards_checked: set[str] = set()
+        # What the tasks recorded of the files they wrote, to check each file before it is read.
+        try:
+            self.recorded = recorded_files(self.folder, self.location)
+        except storage.StorageError as exc:
+            raise ExportError(f"RUN: {exc}") from None
         if self._remote_files is not None:
             self.sources = sorted(
                 {rel.split("/")[1] for rel in self._remote_files if rel.startswith("docs/") and rel.endswith(".parquet")}
@@ -113,21 +127,45 @@ class RunDocuments:
     def _schema(self, path: Path) -> pa.Schema:
         """A documents file's schema, read once (of a remote file: one request for its footer)."""
         if path not in self._schemas:
+            self._check(path)
             self._schemas[path] = pq.read_schema(storage.parquet_source(path))
         return self._schemas[path]
+
+    def _check(self, path: Path) -> None:
+        """Refuse a file of the run that is not what its task wrote (``DamagedRunFile``, naming it)."""
+        self.recorded.check(path.relative_to(self.root).as_posix(), path)
+
+    def _parquet(self, path: Path) -> pq.ParquetFile:
+        """A documents file, checked, opened with its pages' checksums verified as they are decoded."""
+        self._check(path)
+        return pq.ParquetFile(storage.parquet_source(path), page_checksum_verification=True)
 
     def _listed(self, folders: tuple[str, ...]) -> set[str]:
         base = storage.child(self.location, "")
         return {f.uri[len(base) :] for folder in folders for f in storage.list_files(storage.child(self.location, folder))}
 
     def _shard(self, rel: str) -> Path:
-        """A packed shard's local path; a remote run's shard is downloaded to its mirror first."""
+        """A packed shard's local path, checked against the manifest's sha256; a remote run's shard is
+        downloaded to its mirror first."""
         if self._remote_files is None:
-            return self.root / rel
-        found = storage.info(storage.child(self.location, rel))
-        if found is None:
-            raise ExportError(f"RUN: {self.location}/{rel} is in the shard manifest but not in the store")
-        return storage.fetch(found)
+            path = self.root / rel
+        else:
+            found = storage.info(storage.child(self.location, rel))
+            if found is None:
+                raise ExportError(f"RUN: {self.location}/{rel} is in the shard manifest but not in the store")
+            path = storage.fetch(found)
+        self.recorded.check(rel, path)  # its size, as the pack marker recorded it
+        if self._shard_sha256 is None:
+            assert self._manifest is not None
+            self._shard_sha256 = dict(zip(self._manifest["path"].to_pylist(), self._manifest["sha256"].to_pylist()))
+        digest = self._shard_sha256.get(rel)
+        if rel not in self._shards_checked and digest is not None and sha256_of(path) != digest:
+            raise DamagedRunFile(
+                f"{self.location}/{rel}: its sha256 differs from the shard manifest's (damaged in place); "
+                "it is not the file its task wrote"
+            )
+        self._shards_checked.add(rel)
+        return path
 
     def doc_files(self, source: str) -> list[Path]:
         # Shard keys are <source>/<NNNNN>: name order is the run's order, which packing followed.
@@ -207,7 +245,7 @@ class RunDocuments:
         for f in self.doc_files(source):
             if REPEAT_COLUMN not in self._schema(f).names:
                 continue
-            counts = pq.read_table(storage.parquet_source(f), columns=[REPEAT_COLUMN])[REPEAT_COLUMN]
+            counts = self._parquet(f).read(columns=[REPEAT_COLUMN])[REPEAT_COLUMN]
             most = max(most, int(pc.max(counts).as_py() or 0))
         return most
 
@@ -233,7 +271,7 @@ class RunDocuments:
                 "they cannot be cut back into run order: run the pipeline again to export input_ids"
             )
         for path in self.doc_files(source):
-            pf = pq.ParquetFile(storage.parquet_source(path))
+            pf = self._parquet(path)
             present = [c for c in read_cols if c in pf.schema_arrow.names]
             token_table = self._token_table(source, path) if want_tokens and recovered is None else None
             cursor = in_split = 0
@@ -282,6 +320,7 @@ class RunDocuments:
         return (self.folder.tokens_dir / source / f"{doc_file.stem}.arrow").relative_to(self.root).as_posix()
 
     def _token_table(self, source: str, doc_file: Path) -> pa.Table:
+        self._check(self.root / self._token_rel(source, doc_file))
         if self._remote_files is not None:  # one task's token lists, read whole from the store
             body = storage.read_bytes(storage.child(self.location, self._token_rel(source, doc_file)))
             if body is None:

@@ -8,6 +8,7 @@ import json
 import os
 import weakref
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -28,7 +29,14 @@ from datapipe.loader.batch import (
 )
 from datapipe.loader.gather import ShardTable
 from datapipe.loader.order import MixtureOrder, _mix, derive_key, integer_weights, permute
-from datapipe.loader.shards import OpenShard, local_copy, manifest_fingerprint, read_manifest
+from datapipe.loader.shards import (
+    OpenShard,
+    default_copy_dir,
+    local_copy,
+    manifest_fingerprint,
+    read_manifest,
+    writable_by_others,
+)
 from datapipe.loader.verify import VERIFY_MODES, Verifier
 from datapipe.tokens.shard_format import ShardCorrupt
 
@@ -101,7 +109,7 @@ class PackedDataset:
         max_open_shards: int = 1024,
         verify: str = "full",
         recheck_interval: float = 0.25,
-        copy_shards: bool = False,
+        copy_shards: bool | None = None,
         allow_incomplete: bool = False,
     ) -> None:
         """``verify`` (every shard's structure, sizes, offsets and metadata are always checked
@@ -118,10 +126,17 @@ class PackedDataset:
         * ``"open"``: not hashed (flipped token bytes, or another shard of the same shape in
           its place, go unnoticed).
 
-        ``recheck_interval``: seconds between re-checks that open shards' files did not shrink
-        (a read of a truncated map is SIGBUS, see ``gather``); 0 checks before every gather.
-        ``copy_shards``: map sha256-verified copies in ``cache_dir`` instead of local shards
-        themselves, where another process may rewrite shards in place.
+        A shard mapped in place that another process writes while it is mapped (truncates it,
+        or overwrites it in place) raises ``ShardCorrupt`` at the next gather instead of handing
+        out changed bytes or dying of SIGBUS (``verify.ShardWatch``); every epoch (and a resumed
+        one) first re-checks each open shard's size, modification and change time.
+        ``recheck_interval``: seconds between the size re-checks that do not depend on that
+        watch (a read of a truncated map is SIGBUS, see ``gather``); 0 checks before every gather.
+        ``copy_shards``: map sha256-verified, read-only copies in ``cache_dir`` (default: the
+        ``loader-shards`` folder of datapipe's cache) instead of local shards themselves, which
+        nobody else can then change under the map. None (default): copy the shards that users
+        other than this process's may write (group- or world-writable files, or another user's),
+        map the others in place.
 
         ``allow_incomplete``: read a run folder whose run.json does not say ``complete`` (a run
         still going, killed, or being run again). Refused by default (``RunIncomplete``): such a
@@ -136,8 +151,6 @@ class PackedDataset:
         """
         if verify not in VERIFY_MODES:
             raise ValueError(f"verify={verify!r}; allowed: {', '.join(VERIFY_MODES)}")
-        if copy_shards and cache_dir is None:
-            raise ValueError("copy_shards=True needs cache_dir= (where the copies go)")
         self.verify, self.recheck_interval, self.copy_shards = verify, float(recheck_interval), copy_shards
         self._verifier = Verifier()
         if not 0 <= rank < world_size:
@@ -155,6 +168,18 @@ class PackedDataset:
         self.seed, self.max_segments = int(seed), max_segments
         self.mask_cross_document, self.ignore_index, self.cache_dir = mask_cross_document, ignore_index, cache_dir
         self.backend = backend
+        self._choose_fields(fields, position_dtype, ignore_index)
+        self.max_open_shards = max_open_shards
+        self._number_rows(mixture, max_mixture_period)
+        self._size_epoch(samples_per_epoch)
+        self._fingerprint()
+        self._table: ShardTable | None = None
+        self._warm = False  # set after the first block: later blocks may use the numba kernel
+        self._compat: tuple | None = None
+        self.consumed_samples = 0
+
+    def _choose_fields(self, fields: tuple[str, ...], position_dtype: str, ignore_index: int | None) -> None:
+        """The fields a batch carries, their position dtype, and which per-token arrays they need."""
         unknown = sorted(set(fields) - set(ALL_FIELDS))
         if unknown or not fields:
             raise ValueError(f"fields {unknown or '()'} not among {ALL_FIELDS}")
@@ -167,23 +192,25 @@ class PackedDataset:
         # A batch carrying label_end describes its loss mask; ignore_index is then applied
         # by device.expand_segments, otherwise here (it needs the loss mask for labels).
         self._host_ignore = None if "label_end" in self.fields else ignore_index
-        # Per-token segment fields cost ~3x the token copy; the compact ones a few int32 a row.
+        # Per-token segment fields cost several times the token copy; the compact ones a few int32 a row.
         self._need_segments = bool(set(self.fields) & set(DENSE_FIELDS)) or self._host_ignore is not None
         self._need_bounds = not self._need_segments and bool(set(self.fields) & {"cu_seqlens", "num_segments", "label_end"})
-        self.max_open_shards = max_open_shards
 
+    def _number_rows(self, mixture: dict[str, float] | None, max_mixture_period: int) -> None:
+        """The sources read (all of the split's, or the mixture's, with its integer shares) and their
+        rows numbered: per source, its shards in path order, rows back to back."""
+        m = self.manifest
         present = sorted(set(m.sources))
         if mixture is not None:
             unknown = sorted(set(mixture) - set(present))
             if unknown:
-                raise ValueError(f"mixture names sources {unknown} that split {split!r} lacks (has {present})")
+                raise ValueError(f"mixture names sources {unknown} that split {self.split!r} lacks (has {present})")
             shares = integer_weights(mixture, max_mixture_period)
             self.sources = sorted(shares)
             self.shares = [shares[s] for s in self.sources]
             self.blend: MixtureOrder | None = MixtureOrder(self.shares)
         else:
             self.sources, self.shares, self.blend = present, [], None
-        # Row numbering: per source, its shards in path order, rows back to back.
         self._shard_ids, self._cum = [], []
         for s in self.sources:
             ids = m.shards_of(s)
@@ -195,6 +222,9 @@ class PackedDataset:
         if self.blend is None:  # one virtual source: every row of the split
             self._all_ids = np.concatenate(self._shard_ids)
             self._all_cum = np.concatenate([[0], np.cumsum(m.rows[self._all_ids])])
+
+    def _size_epoch(self, samples_per_epoch: int | None) -> None:
+        """An epoch's samples (the split's rows by default), in whole global batches."""
         total = int(self.source_rows.sum())
         n = total if samples_per_epoch is None else int(samples_per_epoch)
         if self.blend is None and n > total:
@@ -203,9 +233,13 @@ class PackedDataset:
         if self.samples_per_epoch == 0:
             raise ValueError(f"an epoch of {n} samples holds no global batch of {self.global_batch_size}")
         self.batches_per_epoch = self.samples_per_epoch // self.global_batch_size
+
+    def _fingerprint(self) -> None:
+        """What a saved state must match to resume (``config``), and the order's keys and tables."""
+        m = self.manifest
         self.manifest_fingerprint = manifest_fingerprint(m, self.sources)
         self.config = {
-            "split": split,
+            "split": self.split,
             "seq_len": self.seq_len,
             "row_len": self.row_len,
             "tokenizer_fingerprint": m.tokenizer_fingerprint,
@@ -218,10 +252,6 @@ class PackedDataset:
         self._source_keys = np.asarray([derive_key(self.seed, "source", s) for s in self.sources], dtype=np.uint64)
         self._epoch_key = np.uint64(derive_key(self.seed, "epoch"))
         self._order_tables = self._flat_order_tables()
-        self._table: ShardTable | None = None
-        self._warm = False  # set after the first block: later blocks may use the numba kernel
-        self._compat: tuple | None = None
-        self.consumed_samples = 0
 
     # ---- order: pure arithmetic ------------------------------------------------------
     def _flat_order_tables(self) -> tuple[np.ndarray, ...]:
@@ -339,8 +369,11 @@ class PackedDataset:
     # ---- reading -------------------------------------------------------------------------
     def _open_shard(self, i: int) -> OpenShard:
         m = self.manifest
-        path = local_copy(m, i, self.cache_dir, self.copy_shards)
-        sh = OpenShard(path, m.paths[i], m.row_len, -1 if m.bytes is None else int(m.bytes[i]))
+        copy = self.copy_shards if self.copy_shards is not None else writable_by_others(m.shard_path(i))
+        cache = self.cache_dir or (default_copy_dir() if copy else None)
+        path = local_copy(m, i, cache, copy)
+        private = cache is not None and Path(path).parent == Path(cache)  # a copy of its own: nobody writes it
+        sh = OpenShard(path, m.paths[i], m.row_len, -1 if m.bytes is None else int(m.bytes[i]), private=private)
         self._check(i, sh)
         if self.verify == "strict":
             self._verifier.check(path, sh.identity, m.sha256[i], m.paths[i])
@@ -513,6 +546,7 @@ class PackedDataset:
         device). So the first run a worker sends never waits for numba. ``chunk``: see ``plan``."""
         plan = self.plan(worker_id, num_workers, chunk)
         table, verifier = self.table, self._verifier  # locals: looked up per batch below
+        table.check_epoch()  # every epoch, and a resumed one: the open shards are as they were opened
         B, L, G = self.batch_size, self.seq_len, self.global_batch_size
         plain = self.row_len == L + 1 and self._host_ignore is None  # input_ids and labels are views
         token_only = plain and not self._need_segments  # tokens as views, plus compact bounds if asked

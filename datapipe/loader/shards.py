@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from datapipe.errors import EXIT_USAGE, DatapipeError
-from datapipe.loader.verify import file_identity, shard_arrays
+from datapipe.loader.verify import WATCH, file_identity, shard_arrays
 from datapipe.tokens.shard_format import MANIFEST_COLUMNS, MANIFEST_NAME, ShardCorrupt, ShardMeta
 
 _ARROW_MAGIC = b"ARROW1"
@@ -237,10 +237,21 @@ class OpenShard:
 
     The map is a Python ``mmap`` (not ``pa.memory_map``) because it owns a file descriptor
     whose ``size()`` is one fstat: ``truncated()`` re-checks that the file still covers the
-    map, which is what ``ShardTable.check_sizes`` calls before gathers."""
+    map. A shard mapped in place (not a private copy) is watched for writes by other processes
+    (``verify.ShardWatch``) from before it is opened; ``damage`` says what changed, which the
+    shard table checks before gathers (``ShardTable.guard``)."""
 
-    def __init__(self, local_path: str, name: str, row_len: int, expect_bytes: int = -1) -> None:
-        self.path, self.name, self.row_len = local_path, name, row_len
+    def __init__(self, local_path: str, name: str, row_len: int, expect_bytes: int = -1, private: bool = False) -> None:
+        self.path, self.name, self.row_len, self.private = local_path, name, row_len, private
+        # Watched before it is opened, so any write after what the checks below see is noticed.
+        self._watched = False if private else WATCH.add(local_path)
+        try:
+            self._open(local_path, name, row_len, expect_bytes)
+        except BaseException:
+            self.release()
+            raise
+
+    def _open(self, local_path: str, name: str, row_len: int, expect_bytes: int) -> None:
         try:
             fd = os.open(local_path, os.O_RDONLY)
         except OSError as exc:
@@ -283,11 +294,64 @@ class OpenShard:
         except (OSError, ValueError):
             return True
 
+    def damage(self, deep: bool = False) -> str | None:
+        """What changed in the mapped file since it was opened, or None. Always: its size (one
+        fstat) and whether a write to it was seen (``WATCH``, polled by the caller). ``deep``, or
+        where it is not watched: a stat of its path too, whose size, modification or change time
+        differ when the same file was written in place (a file replaced by a rename is another
+        inode: the map still reads the old one, whole, and a shard opened anew is verified)."""
+        if self.truncated():
+            return f"its file shrank below the {self.size} bytes mapped at open (truncated while in use)"
+        if self._watched and self.path in WATCH.changed:
+            return "its file was written while mapped (overwritten or truncated in place by another process)"
+        if self.private or not (deep or not self._watched):
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None  # removed or renamed away: the map holds the file it opened
+        if (st.st_dev, st.st_ino) == self.identity[:2] and file_identity(st) != self.identity:
+            return "its file changed on disk since it was opened (written in place: another size, modification or change time)"
+        return None
+
+    def release(self) -> None:
+        """Stop watching the file (its map closes when the last reference goes)."""
+        if self._watched:
+            self._watched = False
+            WATCH.remove(self.path)
+
+    def __del__(self) -> None:
+        self.release()
+
     def row(self, r: int) -> np.ndarray:
         if len(self.tokens) == 1:
             return self.tokens[0][r]
         c = int(np.searchsorted(self.chunk_starts, r, side="right")) - 1
         return self.tokens[c][r - self.chunk_starts[c]]
+
+
+def writable_by_others(path: str) -> bool:
+    """Whether another user than this process's may write ``path`` in place (so truncate or
+    overwrite it under a memory map): group or others have write permission, or the file is
+    another user's and its owner has. Root writes anything; that is not counted. A URI that is
+    not a local file, and a path that cannot be looked at, count as writable (copied)."""
+    if is_uri(path) and not path.startswith("file://"):
+        return True
+    try:
+        st = os.stat(path[len("file://") :] if path.startswith("file://") else path)
+    except OSError:
+        return True
+    return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) or (st.st_uid != os.geteuid() and bool(st.st_mode & stat.S_IWUSR))
+
+
+def default_copy_dir() -> str:
+    """Where shard copies go when no ``cache_dir`` is given: ``loader-shards`` in datapipe's cache
+    folder ($DATAPIPE_CACHE_DIR, else the XDG cache; found as ``storage/cache.py`` does, which a
+    training job's loader does not import)."""
+    env = os.environ.get("DATAPIPE_CACHE_DIR")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(env).expanduser() if env else (Path(xdg) if xdg else Path.home() / ".cache") / "datapipe"
+    return str(base / "loader-shards")
 
 
 def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -> str:
@@ -327,6 +391,7 @@ def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -
                     dst.write(block)
             if digest.hexdigest() != m.sha256[i]:
                 raise ShardCorrupt(f"shard {rel}: sha256 {digest.hexdigest()} does not match manifest {m.sha256[i]}", rel)
+            os.chmod(tmp, 0o444)  # read-only: nobody but root rewrites a private copy in place
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
@@ -340,7 +405,9 @@ __all__ = [
     "ShardPathError",
     "check_manifest_path",
     "check_run_complete",
+    "default_copy_dir",
     "read_manifest",
     "manifest_fingerprint",
     "local_copy",
+    "writable_by_others",
 ]

@@ -1,9 +1,9 @@
 """Finished work whose files are no longer what its marker recorded: found, and discarded so it is redone.
 
-A completion marker names the files its task wrote (``files``: path, bytes, and the sha256 of
-documents files; ``run_folder/files.py``) and a pack marker the sha256 of its shards (its
-manifest rows). A file that is missing, of another size or (documents and shards) of another
-sha256 means that task's work is damaged: its marker is deleted, with the damaged file, so the
+A completion marker names the files its task wrote (``files``: path, bytes and sha256;
+``run_folder/files.py``; markers of older runs have the sha256 of documents files only) and a pack
+marker the sha256 of its shards (its manifest rows). A file that is missing, of another size or
+of another sha256 means that task's work is damaged: its marker is deleted, with the damaged file, so the
 run does the task again (tasks are deterministic: the redone files are identical to the lost
 ones, and work done after it from the same inputs stays valid).
 
@@ -14,8 +14,8 @@ is one of the right size (the copy statistics and the next tasks read).
 
 Cost: sizes are one ``stat`` per file a marker names (or one LIST of the store), cheap next to
 any run. Hashes are read only when asked for (``hashes=True``: once, when a run starts, of the
-work of earlier attempts), and only of what the markers record a sha256 of: kept and rejected
-documents and token shards, about the bytes the statistics of the run read again anyway.
+work of earlier attempts), and only of what the markers record a sha256 of: every file of a run
+written by this datapipe, intermediates included (one read of what the earlier attempts wrote).
 Markers of runs written before markers named their files are taken as they are.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,14 +55,44 @@ def find_damage(folder: RunFolder, hashes: bool) -> list[Damage]:
     # Unreadable markers are left out: MarkerStore.read says None for them, so their tasks are redone anyway.
     markers = [(phase, key, m) for phase in _phases(folder) for key, m in folder.markers.read_all(phase).items()]
     # Paths as text, sized with os.stat: building pathlib paths for every marker and file was most of
-    # this check's CPU (~0.3 ms per task at the end of a run, where it runs twice).
+    # this check's CPU (at the end of a run, where it runs twice).
     root = os.fspath(folder.root)
+    to_hash: list[tuple[str, str, str, str]] = []  # phase, key, file, its recorded sha256
     for phase, key, marker in markers:
         if listed is not None and (rel_marker := folder.markers.rel(phase, key)) not in listed:
             found.append(Damage(phase, key, rel_marker, "the marker is not on the store"))
             continue
-        found += _check_marker(folder, root, phase, key, marker, listed, hashes)
+        damaged, digests = _check_marker(folder, root, phase, key, marker, listed)
+        found += damaged
+        to_hash += [(phase, key, rel, digest) for rel, digest in sorted(digests.items())]
+    if hashes:
+        found += _check_hashes(folder, to_hash, listed)
     return found
+
+
+# Files hashed at once when a run starts again: reading and hashing release the interpreter lock, so
+# the earlier attempts' files (every file of a run records its sha256) are read by several threads.
+HASHERS = 8
+
+
+def _check_hashes(folder: RunFolder, to_hash: list[tuple[str, str, str, str]], listed: dict[str, int] | None) -> list[Damage]:
+    def check(item: tuple[str, str, str, str]) -> Damage | None:
+        phase, key, rel, digest = item
+        local = folder.root / rel
+        if listed is not None and _size(local) != listed.get(rel):
+            return None  # a remote file with no whole mirror copy: sized on the store, not read
+        if not local.is_file():
+            return Damage(phase, key, rel, "missing")
+        if file_sha256(local) != digest:
+            return Damage(phase, key, rel, "its sha256 differs from the one recorded (damaged in place)")
+        return None
+
+    if len(to_hash) < 2:
+        results = [check(item) for item in to_hash]
+    else:
+        with ThreadPoolExecutor(max_workers=min(HASHERS, len(to_hash))) as pool:
+            results = list(pool.map(check, to_hash))
+    return [d for d in results if d is not None]
 
 
 def _phases(folder: RunFolder) -> list[str]:
@@ -71,8 +102,9 @@ def _phases(folder: RunFolder) -> list[str]:
 
 
 def _check_marker(
-    folder: RunFolder, root: str, phase: str, key: str, marker: dict[str, Any], listed: dict[str, int] | None, hashes: bool
-) -> list[Damage]:
+    folder: RunFolder, root: str, phase: str, key: str, marker: dict[str, Any], listed: dict[str, int] | None
+) -> tuple[list[Damage], dict[str, str]]:
+    """The marker's files that are missing or of another size, and the sha256 recorded of the others."""
     out = []
     digests: dict[str, str] = {}
     for entry in marker.get("files") or []:
@@ -89,16 +121,7 @@ def _check_marker(
         digests.update(
             {row["path"]: row["sha256"] for row in marker.get("shards") or [] if row.get("sha256") and row["path"] not in bad}
         )
-    if hashes:
-        for rel, digest in sorted(digests.items()):
-            local = folder.root / rel
-            if listed is not None and _size(local) != listed.get(rel):
-                continue  # a remote file with no whole mirror copy: sized on the store above, not read
-            if not local.is_file():
-                out.append(Damage(phase, key, rel, "missing"))
-            elif file_sha256(local) != digest:
-                out.append(Damage(phase, key, rel, "its sha256 differs from the one recorded (damaged in place)"))
-    return out
+    return out, digests
 
 
 def _size(path: str | Path) -> int | None:

@@ -91,7 +91,10 @@ class RunLock:
             os_locked = True
         except BlockingIOError:
             os.close(fd)
-            raise RunLockedError(self._refusal(read_record(self.record_path), None)) from None
+            holder = read_record(self.record_path)
+            if holder is None and (reader := live_reader(self.root)) is not None:  # held shared: read by another run
+                raise RunLockedError(reader_refusal(self.what, self.root, reader)) from None
+            raise RunLockedError(self._refusal(holder, None)) from None
         except OSError:  # ENOLCK/EOPNOTSUPP: a file system without flock; the record alone decides
             os_locked = False
         holder = read_record(self.record_path)
@@ -158,18 +161,113 @@ class RunLock:
                 pass  # a missed beat only makes a takeover from another host possible sooner
 
     def _record(self) -> dict[str, Any]:
-        return {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "pid_start": process_start(os.getpid()),
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(_command()),
-            "token": self.token,
-            "heartbeat_every_s": HEARTBEAT_S,
-        }
+        return {**this_process(), "token": self.token, "heartbeat_every_s": HEARTBEAT_S}
 
     def _refusal(self, holder: dict[str, Any] | None, why: str | None) -> str:
         return refusal(self.what, self.root, holder, why, "a driver that dies releases the lock by itself")
+
+
+READERS_DIR = ".datapipe.readers"  # one record per process reading the folder (ReadLock), by pid and token
+
+
+class ReadLock:
+    """A run folder held for reading while another command reads it whole (``run --from OLD`` reads
+    OLD's recorded signals through all its map tasks): a shared ``flock`` on the same
+    ``.datapipe.lock`` a driver locks exclusively, so a driver writing OLD (a ``--fresh`` rewrite, a
+    rerun) is refused while it is read (naming the reader, whose record is in ``.datapipe.readers/``),
+    and a folder a driver is writing is refused to the reader. Readers do not exclude each other.
+    The kernel releases the lock of a reader that dies (its stale record is then skipped: its
+    process is gone). A folder whose lock file cannot be created (read-only) is read without one."""
+
+    def __init__(self, root: Path, what: str = "run folder") -> None:
+        self.root, self.what = Path(root), what
+        self.token = uuid.uuid4().hex
+        self._fd: int | None = None
+        self._record: Path | None = None
+
+    def __enter__(self) -> ReadLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        lock = self.root / LOCK_FILE
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            try:
+                fd = os.open(lock, os.O_RDONLY)
+            except OSError:
+                return  # a read-only folder without a lock file: nobody can write it either
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = read_record(self.root / LOCK_RECORD)
+            raise RunLockedError(
+                f"{self.what} {self.root} is being written by another datapipe driver: "
+                f"{describe(holder) if holder else 'its lock record is not readable yet'}. It cannot be read while "
+                f"it is written: wait for that run to finish, then run this command again."
+            ) from None
+        except OSError:
+            pass  # a file system without flock: the readers' records still tell a writer
+        self._fd = fd
+        record = self.root / READERS_DIR / f"{socket.gethostname()}-{os.getpid()}-{self.token}.json"
+        try:
+            record.parent.mkdir(exist_ok=True)
+            write_text_atomic(record, json.dumps(this_process(), indent=2, ensure_ascii=False) + "\n")
+            self._record = record
+        except OSError:
+            self._record = None  # a read-only folder: the lock alone
+
+    def release(self) -> None:
+        if self._record is not None:
+            self._record.unlink(missing_ok=True)
+            self._record = None
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+
+
+def this_process() -> dict[str, Any]:
+    """Who holds a lock, for its record: host, pid, the process's start time, when, the command."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "pid_start": process_start(os.getpid()),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(_command()),
+    }
+
+
+def live_reader(root: Path) -> dict[str, Any] | None:
+    """The record of a process of this host reading ``root`` now (``ReadLock``), or None."""
+    folder = Path(root) / READERS_DIR
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        holder = read_record(path)
+        if holder is None:
+            continue
+        if holder.get("host") != socket.gethostname():
+            return holder  # another host's reader: alive as far as this host can tell
+        pid = holder.get("pid")
+        if isinstance(pid, int) and process_start(pid) == holder.get("pid_start"):
+            return holder
+    return None
+
+
+def reader_refusal(what: str, root: object, reader: dict[str, Any]) -> str:
+    """The refusal of a driver that would write a folder another process reads (``ReadLock``)."""
+    return (
+        f"{what} {root} is being read by another datapipe process: {describe(reader)}. It is not "
+        f"written while it is read (a run re-deciding from it reads its files throughout): wait for that "
+        f"process to finish or stop it, or use --output for another folder."
+    )
 
 
 def read_record(path: Path) -> dict[str, Any] | None:

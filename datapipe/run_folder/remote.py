@@ -52,7 +52,7 @@ DRIVER_FILES = storage.RUN_FILES
 MANAGED_PREFIXES = ("docs/", "rejected/", "copies/", "shards/", "models/", "_work/")
 
 # Markers read from the store at once (pull, sweep): each read is a round trip, and one at a time the
-# driver spent 20 ms x every task of the run before each phase and again at its end.
+# driver spent a round trip per task of the run before each phase and again at its end.
 MARKER_FETCHERS = 16
 MARKER_SLICE = 512
 _seen: dict[str, set[str]] = {}  # remote root -> markers already pulled or committed by this process

@@ -110,7 +110,6 @@ class Stage:
     Options: ClassVar[type[StageOptions]] = StageOptions
     resources: ClassVar[Resources] = Resources()
     repeatable: ClassVar[bool] = False  # may the stage appear twice in one pipeline?
-    is_global: ClassVar[bool] = False  # needs a corpus-wide step between map phases
     # What a stage that changes documents did, for the run summary and the ``stage_edits`` table:
     # signal column -> what its sum over the documents the stage passed on counts ("emails replaced").
     # The engine sums them in each task (numbers or booleans), so the summary never reads the corpus.
@@ -145,8 +144,10 @@ class Stage:
 
     @classmethod
     def global_for(cls, options: Any) -> bool:
-        """Whether the stage needs a corpus-wide step with these options (classify: only for percentiles)."""
-        return cls.is_global
+        """Whether the stage needs a corpus-wide step between map phases with these options: the one
+        question the planner asks. A per-document stage never does; a ``GlobalStage`` always does,
+        one that is ``MayBeGlobal`` with some options only (classify: with a percentile rule)."""
+        return False
 
     @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:

@@ -52,7 +52,15 @@ from datapipe.stages import classify_report
 from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, StageOptions, kinds_problems
 from datapipe.stages.classify_train import Trained, TrainError, TrainSpec, fit_in_run, score_file
 from datapipe.stages.columns import set_column
-from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs, no_drops, state_rows
+from datapipe.stages.global_stage import (
+    CombineStep,
+    GlobalStage,
+    GlobalStep,
+    MayBeGlobal,
+    ReduceInputs,
+    no_drops,
+    state_rows,
+)
 from datapipe.stages.report_section import Aggregate, ReportSection
 from datapipe.stages.row_keys import row_keys as make_row_keys
 
@@ -312,15 +320,15 @@ class _TransformerModel:
         return model.scores(texts, max_tokens, self.spec.batch_size or tfm.DEFAULT_BATCH_SIZE)
 
 
-class Classify(GlobalStage):
+class Classify(MayBeGlobal, GlobalStage):
     name = "classify"
     Options = ClassifyOptions
     resources = Resources(num_cpus=1, memory_mb=500)
-    is_global = False  # only with a percentile rule: see global_for
     repeatable = True
 
     @classmethod
     def global_for(cls, options: Any) -> bool:
+        """Global for percentiles, buckets and a model trained on the run; per document otherwise."""
         return (
             options.buckets is not None
             or any(r.min_percentile is not None for r in options.keep)

@@ -9,7 +9,7 @@ outputs through ``ReduceInputs``, which the engine implements (``datapipe.engine
 
 from __future__ import annotations
 
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -121,9 +121,12 @@ class GlobalStage(Stage):
     ``state_rows``; their layout is defined once, in ``datapipe.stages.row_keys``, which the engine uses too.
     """
 
-    is_global = True
     signal_columns: ClassVar[tuple[str, ...]] = ()
     transient_columns: ClassVar[tuple[str, ...]] = ()  # dropped once decisions are applied
+
+    @classmethod
+    def global_for(cls, options: Any) -> bool:
+        return True
 
     def step_resources(self) -> Resources:
         """What a task of the steps (a partition round, the combine) asks for: ``resources``' CPUs
@@ -148,6 +151,17 @@ class GlobalStage(Stage):
         return batch, Decision.keep_all(batch.num_rows)
 
 
+class MayBeGlobal:
+    """Mixed into a ``GlobalStage`` that is global only with some options (classify with a percentile
+    rule, annotate with ``sample.max_docs``): with the others it is a per-document stage, planned in
+    its map segment like any other, and its steps and ``apply`` are not used. It says which in
+    ``global_for``; there is no default."""
+
+    @classmethod
+    def global_for(cls, options: Any) -> bool:
+        raise NotImplementedError(f"{cls.__name__}: a stage that may be global says when, in global_for")
+
+
 # The step values live in stages/steps.py (so stages/base.py can name them); this module is where
 # a global stage's author imports the whole contract from.
 __all__ = [
@@ -155,6 +169,7 @@ __all__ = [
     "CombineStep",
     "GlobalStage",
     "GlobalStep",
+    "MayBeGlobal",
     "PartitionResult",
     "PartitionStep",
     "ReduceInputs",

@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 _reads: list[ReadRecord] | None = None  # the current task's records while recording_reads is active
+# Inputs the current task could not read because of their store (``uri.InputUnavailable``), noted as
+# they are raised: a reader may catch one as it catches unreadable bytes, and the task raises it again.
+_unavailable: list[BaseException] | None = None
 
 
 @dataclass
@@ -57,16 +60,28 @@ class ReadRecord:
 @contextlib.contextmanager
 def recording_reads() -> Iterator[list[ReadRecord]]:
     """Collect a record of every input opened meanwhile (the reads of one task)."""
-    global _reads
+    global _reads, _unavailable
     previous, _reads = _reads, []
+    outer, _unavailable = _unavailable, []
     try:
         yield _reads
     finally:
-        _reads = previous
+        _reads, _unavailable = previous, outer
 
 
 def recording() -> bool:
     return _reads is not None
+
+
+def note_unavailable(exc: BaseException) -> None:
+    """An input the current task cannot read because of its store (no-op outside a task)."""
+    if _unavailable is not None:
+        _unavailable.append(exc)
+
+
+def unavailable() -> BaseException | None:
+    """The first input failure of the current task's store that was noted (see ``note_unavailable``)."""
+    return _unavailable[0] if _unavailable else None
 
 
 def note_read(path: str, identity: dict[str, Any], hashed: bool = True) -> ReadRecord | None:

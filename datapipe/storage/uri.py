@@ -40,7 +40,7 @@ from typing import IO, Any, TypeVar
 
 from datapipe.config.input_names import display_name
 from datapipe.errors import DatapipeError
-from datapipe.storage.input_reads import HashingRaw, extents_sha256, note_read, recording
+from datapipe.storage.input_reads import HashingRaw, extents_sha256, note_read, note_unavailable, recording
 
 # The mirror's folder name: a mirror path is recognised by it, so a Ray worker whose cache
 # folder differs from the driver's still finds the URI behind the path it is handed.
@@ -50,6 +50,33 @@ T = TypeVar("T")
 
 class StorageError(DatapipeError, RuntimeError):
     """A remote path that cannot be used; the message names it and says what is wrong."""
+
+
+class InputUnavailable(StorageError):
+    """An input the run planned cannot be read because of where it is kept, not because of its bytes:
+    an object gone from its store (it was listed when the run was planned), a store that does not
+    answer within the retries, a local file removed or not readable. Never a reject: a reader that
+    catches it (they turn unreadable bytes into ``unreadable_input`` rejects) does not hide it, since
+    it is noted for the task as it is raised (``storage/input_reads.py``) and the map task raises it
+    again (engine/tasks/map.py ``_guarded``); the task fails, is retried, and the run stops with one
+    error naming the store and the files (engine/runner.py)."""
+
+    def __init__(self, path: str, what: str, hint: str | None = None) -> None:
+        super().__init__(f"{path}: {what}", hint=hint)
+        self.path = path
+
+    @property
+    def store(self) -> str:
+        """Where the input is kept, for messages: ``s3://bucket``, or the local disk."""
+        scheme, rest = _split(self.path) if is_uri(self.path) else ("", "")
+        return f"{scheme}://{rest.split('/', 1)[0]}" if scheme else "the local disk"
+
+
+def _unavailable(path: str, what: str, hint: str | None = None) -> InputUnavailable:
+    """An ``InputUnavailable``, noted for the task reading (``input_reads.note_unavailable``)."""
+    exc = InputUnavailable(path, what, hint)
+    note_unavailable(exc)
+    return exc
 
 
 @dataclass(frozen=True)
@@ -194,22 +221,30 @@ def transient(exc: BaseException) -> bool:
     return bool(_TRANSIENT.search(str(exc)))
 
 
-def retrying(uri: str, what: str, call: Callable[[], T], before_retry: Callable[[], None] | None = None) -> T:
+def retrying(
+    uri: str, what: str, call: Callable[[], T], before_retry: Callable[[], None] | None = None, missing: bool = False
+) -> T:
     """``call()``, tried again with exponential backoff (0.5 s doubling, at most 8 s apart) while it fails
     because the store cannot be reached, for ``retry_seconds()`` from the first failure (an endpoint
     restarting, a network blip); then one ``StorageError`` saying so. Other errors are raised as they are.
-    ``before_retry`` restores what a failed attempt may have changed (a read position)."""
+    ``before_retry`` restores what a failed attempt may have changed (a read position). ``missing``: an
+    object that should be there (an input listed when the run was planned) and is not counts as the
+    store's failure too (a store restarted without its data until it is restored); past the deadline
+    the ``FileNotFoundError`` is raised as it is."""
     deadline: float | None = None
     delay = 0.5
     while True:
         try:
             return call()
         except Exception as exc:
-            if not transient(exc):
+            gone = missing and isinstance(exc, FileNotFoundError)
+            if not transient(exc) and not gone:
                 raise
             now = time.monotonic()
             if deadline is None:
                 deadline = now + retry_seconds()
+            if now >= deadline and gone:
+                raise
             if now >= deadline:
                 raise StorageError(
                     f"{uri}: {what} failed: the store did not answer for {retry_seconds():.0f} s "
@@ -461,11 +496,31 @@ def ensure_local(path: str | os.PathLike[str]) -> Path:
     p = Path(path)
     uri = remote_of(p)
     if uri is not None and not p.exists():
-        f = info(uri)
-        if f is None:
-            raise StorageError(f"{uri}: no such object (it was listed when the run was planned)")
-        fetch(f)
+        try:
+            f = retrying(uri, "reading its metadata", lambda: _must_exist(uri), missing=True)
+            fetch(f)
+        except FileNotFoundError:
+            raise _unavailable(uri, _GONE.format(seconds=retry_seconds()), _unavailable_hint()) from None
+        except StorageError as exc:
+            raise _unavailable(uri, str(exc)[len(uri) + 2 :] if str(exc).startswith(uri) else str(exc), exc.hint) from None
     return p
+
+
+def _must_exist(uri: str) -> RemoteFile:
+    f = info(uri)
+    if f is None:
+        raise FileNotFoundError(uri)
+    return f
+
+
+_GONE = "no such object, though it was listed when the run was planned (asked again for {seconds:.0f} s)"
+
+
+def _unavailable_hint() -> str:
+    return (
+        f"check that the store is up and holds the file (a store restarted without its data?), then run the same "
+        f"command again; {RETRY_ENV}={retry_seconds() * 2:.0f} waits longer"
+    )
 
 
 # --- inputs read in place ----------------------------------------------------------------
@@ -653,7 +708,12 @@ class _RemoteRaw(io.RawIOBase):
             pos = self.f.tell()
             want = min(want, self.stop - pos) if pos < self.stop else min(want, PROBE_BUFFER)
         at = self.f.tell()
-        data = retrying(self.uri, "reading", lambda: self.f.read(want), lambda: self.f.seek(at))
+        try:
+            data = retrying(self.uri, "reading", lambda: self.f.read(want), lambda: self.f.seek(at))
+        except StorageError as exc:  # the store stopped answering mid-read: not the file's bytes
+            raise _unavailable(self.uri, f"reading stopped at byte {at:,}: {exc}", exc.hint) from None
+        except OSError as exc:
+            raise _unavailable(self.uri, f"reading stopped at byte {at:,} ({_first_line(exc)})", _unavailable_hint()) from None
         n = len(data)
         b[:n] = data
         FETCHED.bytes += n
@@ -685,16 +745,21 @@ def open_input(path: str | os.PathLike[str], buffer: int = READ_BUFFER, stop: in
             return p.open("rb")
         # A task reading (storage/input_reads.py): the file's identity as opened, and every byte
         # read hashed on its way in.
-        local = io.FileIO(p, "rb")
+        try:
+            local = io.FileIO(p, "rb")
+        except (FileNotFoundError, PermissionError) as exc:  # planned, then removed or locked away: not its bytes
+            raise _unavailable(input_key(p), f"cannot be opened ({exc.strerror}), though the run planned it") from None
         record = note_read(input_key(p), _local_identity(os.fstat(local.fileno())))
         return io.BufferedReader(HashingRaw(local, record), buffer_size=HASHED_LOCAL_BUFFER)  # type: ignore[arg-type]
     fs, key = resolve(uri)
     try:
-        f = retrying(uri, "opening", lambda: fs.open_input_file(key))
+        f = retrying(uri, "opening", lambda: fs.open_input_file(key), missing=True)
     except FileNotFoundError:
-        raise StorageError(f"{uri}: no such object (it was listed when the run was planned)") from None
+        raise _unavailable(uri, _GONE.format(seconds=retry_seconds()), _unavailable_hint()) from None
+    except StorageError as exc:
+        raise _unavailable(uri, f"opening failed: {exc}", exc.hint) from None
     except OSError as exc:
-        raise _fail(uri, "opening", exc) from None
+        raise _unavailable(uri, f"opening failed ({_first_line(exc)}){_hint(uri)}", _unavailable_hint()) from None
     raw: io.RawIOBase = _RemoteRaw(f, stop, uri)
     if recording():
         raw = HashingRaw(raw, note_read(uri, _object_identity(f)))  # type: ignore[arg-type]

@@ -253,27 +253,7 @@ class App:
             }
             for s in dict.fromkeys([*sources, *weights])
         ]
-        th = self.thresholds(which)
-        dists = []
-        for column in agg.distribution_columns():
-            for status in ("kept", "rejected") if column == "n_chars" else ("kept",) if column == "n_tokens" else (None,):
-                hist = agg.histogram(column, status)
-                if hist is None:
-                    continue
-                query = {"status": status} if status else {}
-
-                def href(lo: float, hi: float, c: str = column, q: dict[str, str] = query) -> str:
-                    return self.url(which)("/documents", **q, **{f"{c}_min": fmt_q(lo), f"{c}_max": fmt_q(hi)}, hist=c)
-
-                chart = hist_chart(
-                    hist,
-                    href,
-                    th.get(column, []),
-                    width=360,
-                    height=140,
-                    base=self.url(which)("/documents", **query, hist=column),
-                )
-                dists.append({"column": column, "status": status, "chart": chart, "total": hist.total})
+        dists = self._distributions(which, agg)
         totals = {
             "in": index.stages[0]["docs_in"] if index.stages else sum(f.rows for f in index.files),
             "kept": sum(kept.values()),
@@ -301,6 +281,32 @@ class App:
             dists=dists,
             agg=agg,
         )
+
+    def _distributions(self, which: str, agg: Aggregates) -> list[dict[str, Any]]:
+        """The Overview's histograms: each distribution column's (kept and rejected for n_chars, kept
+        for n_tokens), with the configured thresholds marked and each bin linking to its documents."""
+        th = self.thresholds(which)
+        dists = []
+        for column in agg.distribution_columns():
+            for status in ("kept", "rejected") if column == "n_chars" else ("kept",) if column == "n_tokens" else (None,):
+                hist = agg.histogram(column, status)
+                if hist is None:
+                    continue
+                query = {"status": status} if status else {}
+
+                def href(lo: float, hi: float, c: str = column, q: dict[str, str] = query) -> str:
+                    return self.url(which)("/documents", **q, **{f"{c}_min": fmt_q(lo), f"{c}_max": fmt_q(hi)}, hist=c)
+
+                chart = hist_chart(
+                    hist,
+                    href,
+                    th.get(column, []),
+                    width=360,
+                    height=140,
+                    base=self.url(which)("/documents", **query, hist=column),
+                )
+                dists.append({"column": column, "status": status, "chart": chart, "total": hist.total})
+        return dists
 
     def documents(self, req: Request, which: str, run: RunView) -> Response:
         if req.params.get("id"):  # the "go to a document" box

@@ -8,10 +8,12 @@ Parquet footers are cached (parsed once per file); file handles are not (a run h
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,22 +255,34 @@ class RunView:
         """Where a file of the run folder is on ``self.fs``."""
         return self._resolve(rel)
 
-    def parquet(self, f: DocFile | str) -> pq.ParquetFile:
+    @contextlib.contextmanager
+    def parquet(self, f: DocFile | str) -> Iterator[pq.ParquetFile]:
         """The file opened with its footer parsed once per run (cached): a page that reads one row
-        group of a file it read before costs no footer parse."""
+        group of a file it read before costs no footer parse. Each page read is checked against its
+        own checksum as it is decoded: a damaged file is an ``AuditError`` naming it (the page says
+        so) instead of other text shown as the document's."""
         path = f.path if isinstance(f, DocFile) else f
         with self._lock:
             meta = self._footers.get(path)
             if meta is not None:
                 self._footers.move_to_end(path)
-        where = self._resolve(path)
-        pf = pq.ParquetFile(self.fs.open_input_file(where), metadata=meta)
-        if meta is None:
-            with self._lock:
-                self._footers[path] = pf.metadata
-                while len(self._footers) > FOOTERS_CACHED:
-                    self._footers.popitem(last=False)
-        return pf
+        try:
+            pf = pq.ParquetFile(self.fs.open_input_file(self._resolve(path)), metadata=meta, page_checksum_verification=True)
+            if meta is None:
+                with self._lock:
+                    self._footers[path] = pf.metadata
+                    while len(self._footers) > FOOTERS_CACHED:
+                        self._footers.popitem(last=False)
+            with pf:
+                yield pf
+        except (OSError, pa.ArrowException) as exc:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if not audit_documents.DAMAGED_PARQUET.search(text):
+                raise
+            raise AuditError(
+                f"{self.location}/{path} is damaged ({text}): it is not the file its task wrote; run the same "
+                "`datapipe run` command again to redo it"
+            ) from None
 
     def leaves(self, f: DocFile, meta: pq.FileMetaData) -> dict[str, int]:
         """Top-level columns of plain type -> their index among the file's Parquet leaf columns (what row-group

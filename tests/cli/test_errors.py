@@ -1,7 +1,8 @@
 """One base for datapipe's errors (datapipe/errors.py), caught once by the command line.
 
 - every exception class defined in datapipe derives from DatapipeError, except the readers'
-  internal limit signals listed in INTERNAL, each with its reason;
+  internal limit signals listed in INTERNAL, each with its reason; none with the usage exit code is
+  retryable (an executor retries a task only for an error that may pass on another attempt);
 - real user mistakes give one ``error:`` line (a pipeline file's problems follow it as ``  - `` lines),
   the hint on a line of its own, no traceback, and the exit code datapipe/errors.py documents;
 - an exception that is not a DatapipeError is a bug: it is not dressed up as a user error.
@@ -35,6 +36,7 @@ INTERNAL = {
     "datapipe.readers.warc_framing.DecompressedTooLarge": _READER_CAP,
     "datapipe.readers.archives.ArchiveTooLarge": _READER_CAP,
     "datapipe.readers.arxiv.TexLimitError": "a runaway paper (includes, macros), caught in the reader: one reject",
+    "datapipe.engine.executors.ray.executor.Retryable": "never raised: Ray's retry allow-list, which asks the error",
 }
 
 
@@ -80,6 +82,10 @@ def test_every_datapipe_exception_derives_from_datapipe_error() -> None:
     assert set(codes.values()) <= {EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED}, codes
     assert codes["datapipe.pipeline.load.ConfigError"] == EXIT_USAGE
     assert codes["datapipe.errors.PipelineError"] == EXIT_FAILURE
+    # Retried only where another attempt may pass: never what the user must change first (exit 2).
+    retried = sorted(n for n, c in classes.items() if issubclass(c, DatapipeError) and c.exit_code == EXIT_USAGE and c.retryable)
+    assert not retried, f"usage errors that say another attempt may pass: {retried}"
+    assert DatapipeError.retryable and classes["datapipe.errors.PipelineError"].retryable  # type: ignore[attr-defined]
 
 
 def test_message_hint_and_builtin_bases_survive() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.shared_data import PROJECT_ROOT
+from tests.support.shared_data import PROJECT_ROOT, shared_path
 from tests.support.small_real_run import output_digests, real_pipeline, run_in_process
 from tests.support.tcp_proxy import TcpProxy
 
@@ -73,14 +73,14 @@ def expected(tmp_path_factory) -> dict:
     return output_digests(tmp / "out")
 
 
-def run_cli(pipeline: Path, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
+def run_cli(pipeline: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = (), **popen) -> subprocess.Popen:
     full = {
         **os.environ,
         **(env or {}),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--in-process", "--no-progress"],
+        [sys.executable, "-m", "datapipe.cli", "run", str(pipeline), "--in-process", "--no-progress", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -219,3 +219,83 @@ def test_objects_lost_mid_run_are_redone_before_the_run_says_complete(store, exp
     assert proc.returncode == 0, out
     check_complete_on_store(client, prefix, expected, tmp_path / "from-s3")
     assert "missing; redoing" in out, out
+
+
+# --- issue 53, item 1: the inputs' store restarted empty mid-run -------------------------------
+
+
+def upload_inputs(client) -> list[str]:
+    """The English inputs uploaded under inputs/ (the bucket made again if it is gone); their URIs."""
+    if BUCKET not in {b["Name"] for b in client.list_buckets()["Buckets"]}:
+        client.create_bucket(Bucket=BUCKET)
+    uris = []
+    for path in sorted(shared_path("en").glob("datajuicer_*.jsonl")):
+        client.upload_file(str(path), BUCKET, f"inputs/{path.name}")
+        uris.append(f"s3://{BUCKET}/inputs/{path.name}")
+    return uris
+
+
+def empty_the_store(client) -> None:
+    """What a store restarted without its data shows: no object, no bucket."""
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
+        for o in page.get("Contents", []):
+            client.delete_object(Bucket=BUCKET, Key=o["Key"])
+    client.delete_bucket(Bucket=BUCKET)
+
+
+def outage(client, proxy, pipeline: Path, out: Path, retry_s: int, back_after_s: float | None) -> tuple[int, str]:
+    """Run ``pipeline`` into ``out``; between map0's two tasks (the zh one, on local disk and the
+    largest, runs first) the store is restarted empty, and the inputs are back ``back_after_s``
+    seconds later (None: not until the run ended). Returns (exit code, output)."""
+    pause = out.parent / f"{out.name}.pause"
+    env = {
+        "DATAPIPE_FAULT_PAUSE_AT": "map0:1",
+        "DATAPIPE_FAULT_PAUSE_FILE": str(pause),
+        "DATAPIPE_STORE_RETRY_SECONDS": str(retry_s),
+    }
+    proc = run_cli(pipeline, env, args=("--output", str(out)))
+    try:
+        paused(proc, pause)
+        proxy.down()
+        empty_the_store(client)
+        proxy.up()
+        pause.touch()  # the en task opens its inputs now
+        if back_after_s is not None:
+            time.sleep(back_after_s)
+            upload_inputs(client)
+        text, _ = proc.communicate(timeout=600)
+    finally:
+        proxy.up()
+        proc.kill()
+    return proc.returncode, text
+
+
+def test_inputs_lost_with_their_store_are_waited_for_or_fail_the_run(store, tmp_path: Path) -> None:
+    """The store holding the English inputs restarted empty while map0 ran (issue 53, item 1). Back
+    3 s later: the task reading them waits for them (the store's retries) and the run completes with
+    every document (before: each file became one unreadable_input reject, and the run said complete
+    with 126 of its 1,294 documents gone). Gone past the retries: the task fails, and the run stops
+    with one error naming the store and the files, not complete; the same command, once the inputs
+    are back, completes. Both give the outputs of an undisturbed run, byte for byte."""
+    client, proxy = store
+    pipeline = real_pipeline(tmp_path, en=upload_inputs(client))
+    clean = run_cli(pipeline, args=("--output", str(tmp_path / "clean")))
+    out, _ = clean.communicate(timeout=600)
+    assert clean.returncode == 0, out
+    expected = output_digests(tmp_path / "clean")
+
+    code, out = outage(client, proxy, pipeline, tmp_path / "waited", retry_s=60, back_after_s=3)
+    assert code == 0, out
+    assert output_digests(tmp_path / "waited") == expected
+
+    code, out = outage(client, proxy, pipeline, tmp_path / "failed", retry_s=2, back_after_s=None)
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(errors) == 1 and "Traceback" not in out, out
+    assert f"could not be read from s3://{BUCKET}, though they were there when the run was planned" in errors[0], out
+    assert f"s3://{BUCKET}/inputs/datajuicer_" in out and "no such object" in out, out
+    assert json.loads((tmp_path / "failed" / "run.json").read_text())["status"] != "complete"
+    upload_inputs(client)
+    rerun = run_cli(pipeline, args=("--output", str(tmp_path / "failed")))
+    out, _ = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, out
+    assert output_digests(tmp_path / "failed") == expected

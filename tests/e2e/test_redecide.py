@@ -11,6 +11,10 @@ every other document's are read from the old run.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,8 @@ from datapipe.engine.tasks import map as map_task
 from datapipe.stages.langid import LangId
 from datapipe.stages.quality import Quality
 from datapipe.tokens.encode import encode_documents
+from tests.support.damage import flip_data_page
+from tests.support.shared_data import PROJECT_ROOT
 from tests.support.small_real_run import output_digests, real_config, run_in_process
 
 
@@ -160,6 +166,20 @@ def test_other_documents_are_refused(tmp_path: Path) -> None:
     assert res.stderr.startswith(f"error: --from {old} is the output folder itself"), res.stderr
 
 
+def _record_as_written(run: Path, paths: list[Path]) -> None:
+    """The markers naming ``paths`` say their size and sha256 now (what a task that wrote them says)."""
+    import hashlib
+
+    wanted = {p.relative_to(run).as_posix(): p for p in paths}
+    for marker in (run / "_work" / "markers").rglob("*.json"):
+        data = json.loads(marker.read_text())
+        for entry in data.get("files", []):
+            if entry["path"] in wanted:
+                body = wanted[entry["path"]].read_bytes()
+                entry.update({"bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()})
+        marker.write_text(json.dumps(data, sort_keys=True))
+
+
 def test_redecide_reads_compressed_token_lists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run folder in object storage writes its token lists zstd-compressed (engine/tasks/sinks.py);
     --from such a run reads them as it reads uncompressed ones: the same shards, nothing re-encoded."""
@@ -174,6 +194,7 @@ def test_redecide_reads_compressed_token_lists(tmp_path: Path, monkeypatch: pyte
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
             writer.write_table(table)
     assert sum(p.stat().st_size for p in token_files) < before / 2  # compressed indeed
+    _record_as_written(old, token_files)  # and named so in their markers, as a task writing them would
     changed = _pipeline(tmp_path, "changed", 50, 0.8)
     run_in_process(changed, output=fresh)
 
@@ -183,3 +204,49 @@ def test_redecide_reads_compressed_token_lists(tmp_path: Path, monkeypatch: pyte
     assert output_digests(new) == output_digests(fresh)
     newly_kept = _ids(new, *_stages(new), negate=True) - _ids(old, *_stages(old), negate=True)
     assert encoded and len(encoded) == len(newly_kept)  # the compressed lists were read, not re-encoded
+
+
+def test_a_damaged_source_is_named_and_is_not_rewritten_while_it_is_read(tmp_path: Path) -> None:
+    """`run --from OLD` over an OLD with one bit flipped in a documents file: one error naming OLD and
+    the file, with OLD's own command to repair it (before: the damage went unnoticed, or failed
+    without naming either). While a re-decide reads OLD, a `--fresh` rewrite of OLD is refused,
+    naming the reader (before: it ran beside it); the re-decide then completes."""
+    old = tmp_path / "old"
+    old_pipeline = _pipeline(tmp_path, "old", 400, 0.5)
+    run_in_process(old_pipeline, output=old)
+    changed = _pipeline(tmp_path, "changed", 50, 0.8)
+    victim = old / "docs" / "zh" / "00000.parquet"
+    intact = victim.read_bytes()
+    flip_data_page(victim)
+    res = CliRunner().invoke(main, ["run", str(changed), "--from", str(old), "--output", str(tmp_path / "new"), "--in-process"])
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert res.exit_code == 1 and len(errors) == 1 and "Traceback" not in res.output, res.output
+    assert errors[0].startswith(f"error: --from {old}: {victim}: its sha256 differs"), res.output
+    assert f"hint: run `datapipe run {old_pipeline} --output {old}` again" in res.output, res.output
+    victim.write_bytes(intact)
+
+    pause = tmp_path / "pause"
+    env = {
+        **os.environ,
+        "DATAPIPE_FAULT_PAUSE_AT": "map0:1",
+        "DATAPIPE_FAULT_PAUSE_FILE": str(pause),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    command = ["run", str(changed), "--from", str(old), "--output", str(tmp_path / "new2"), "--in-process", "--no-progress"]
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "datapipe.cli", *command], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.time() + 300
+        while not Path(f"{pause}.paused").exists():  # re-deciding, with OLD held for reading
+            assert reader.poll() is None and time.time() < deadline, reader.communicate()[0]
+            time.sleep(0.05)
+        res = CliRunner().invoke(main, ["run", str(old_pipeline), "--output", str(old), "--fresh", "--in-process"])
+        assert res.exit_code == 1, res.output
+        assert f"run folder {old} is being read by another datapipe process: pid {reader.pid}" in res.output, res.output
+        assert (old / "run.json").is_file() and victim.read_bytes() == intact  # nothing of OLD was touched
+        pause.touch()
+        out, _ = reader.communicate(timeout=600)
+    finally:
+        reader.kill()
+    assert reader.returncode == 0, out

@@ -1,6 +1,7 @@
 """The Ray executor hands back each task's marker, or the error the task ended with once its retries
 were spent, as the task's own exception class: the runner names it in the run's error, and a full
-disk is recognised by it (executors.py ``_when_done``, ``_outcome``)."""
+disk is recognised by it (executors/ray/executor.py ``_when_done``, ``_outcome``); retried only
+where the error may pass on another attempt."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from datapipe.engine import plan
-from datapipe.engine.executors.ray.executor import RayExecutor
+from datapipe.engine.executors.ray.executor import RayExecutor, Retryable
 from datapipe.engine.phases import Phase, Task
+from datapipe.errors import PipelineError, UsageError
 from datapipe.pipeline.load import load_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,8 +23,12 @@ class BadShard(ValueError):
 
 
 def _maybe_fail(spec: plan.RunSpec, shard: plan.Shard, i: int) -> dict[str, Any]:
+    with open(Path(spec.root).parent / f"attempts-{i}", "a") as f:
+        f.write(".")
     if i == 1:
         raise BadShard(f"task {i} cannot be done")
+    if i == 2:
+        raise UsageError(f"task {i} is asked for something this machine lacks")
     assert shard is spec.shards[i]  # sent by index (``spec_slots``), found in the task's spec
     return {"i": i, "shard": shard.key}
 
@@ -39,8 +45,19 @@ def test_markers_and_failures_come_back_by_task(ray_local: str, tmp_path: Path) 
     # A marker comes back as the bytes its task committed: parsed once, by the driver's cache.
     assert got["t0"] == (tmp_path / "out" / "_work" / "markers" / "outcomes_test" / "t0.json").read_bytes()
     markers = {k: json.loads(v) for k, v in got.items() if isinstance(v, bytes)}
-    assert [markers[f"t{i}"]["shard"] for i in (0, 2, 3)] == [spec.shards[i].key for i in (0, 2, 3)]
+    assert [markers[f"t{i}"]["shard"] for i in (0, 3)] == [spec.shards[i].key for i in (0, 3)]
     assert isinstance(got["t1"], BadShard) and "task 1 cannot be done" in str(got["t1"])
+    assert isinstance(got["t2"], UsageError) and "lacks" in str(got["t2"])
+    # Retried for what another attempt may pass (any exception but a datapipe error that says it is
+    # not retryable: DatapipeError.retryable); a usage error fails on its first attempt.
+    attempts = {i: len((tmp_path / f"attempts-{i}").read_text()) for i in range(4)}
+    assert attempts == {0: 1, 1: 1 + RayExecutor.RETRIES, 2: 1, 3: 1}, attempts
+
+
+def test_the_retry_allow_list_asks_the_error() -> None:
+    assert isinstance(BadShard("x"), Retryable) and isinstance(PipelineError("x"), Retryable)
+    assert not isinstance(UsageError("x"), Retryable) and not isinstance(KeyboardInterrupt(), Retryable)
+    assert issubclass(PipelineError, Retryable) and not issubclass(UsageError, Retryable)
 
 
 def test_a_map_task_is_sent_its_shard_and_segment_by_index_and_gets_them_back(tmp_path: Path) -> None:

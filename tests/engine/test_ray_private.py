@@ -74,3 +74,13 @@ def test_object_ref_completion_callback() -> None:
         "engine/executors/ray/executor.py _when_done",
         "the cheaper result callback (ObjectRef.future() costs the driver more per task)",
     )
+
+
+def test_driver_error_printer_for_holding_retry_notices() -> None:
+    from datapipe.engine.executors.ray import notices
+
+    assert notices.printer_module() is not None, _moved(
+        "ray._private.worker.print_to_stdstream",
+        "engine/executors/ray/notices.py printer_module",
+        "quiet failures: Ray's notices of retried task attempts print again before datapipe's one-line error",
+    )

@@ -67,8 +67,15 @@ def child(spec: dict) -> dict:
             if spec.get("preopen"):
                 ds.table.pin(np.arange(len(ds.manifest.paths)))
             batches = iter(ds)
+        if spec.get("epochs", 1) > 1:  # every epoch's batches, then the change between epochs
+            batches = _epochs(ds, spec)
         for _batch in batches:
             n += 1
+            if n == 1 and spec.get("change_after_first"):  # at once, with no pause: the next gather follows
+                if spec.get("wait_verified"):
+                    ds._verifier.wait()  # every mapped shard hashed and found good before the change
+                for sh in [sh for sh in ds.table.objs if sh is not None]:
+                    change_in_place(sh.path, spec["change_after_first"])
             if n == 1 and spec.get("truncate_after_first"):
                 if spec["via"] == "torch" or spec["truncate_after_first"] == "all":
                     time.sleep(0.5)  # let the workers fill their prefetch queues and go idle
@@ -84,6 +91,38 @@ def child(spec: dict) -> dict:
     out["batches"] = n
     out["numba"] = fused.gather_kernel() is not None
     return out
+
+
+def change_in_place(path: str, how: str) -> None:
+    """Change a shard file in place as another process would: cut it in half (``truncate``), write
+    other bytes over its middle half with ``write`` (``overwrite``), or through a shared memory
+    map (``mmap_write``, which no file event reports)."""
+    import mmap
+
+    size = os.path.getsize(path)
+    if how == "truncate":
+        os.truncate(path, size // 2)
+        return
+    with open(path, "r+b") as f:
+        lo, hi = size // 4, size // 2
+        if how == "overwrite":
+            f.seek(lo)
+            data = f.read(hi - lo)
+            f.seek(lo)
+            f.write(bytes(b ^ 0x5A for b in data))
+        else:
+            with mmap.mmap(f.fileno(), size) as mm:
+                mm[lo:hi] = bytes(b ^ 0x5A for b in mm[lo:hi])
+
+
+def _epochs(ds, spec: dict):
+    """``spec["epochs"]`` epochs of ``ds``; between them each mapped shard is changed as
+    ``spec["between_epochs"]`` says (``change_in_place``)."""
+    for epoch in range(spec["epochs"]):
+        if epoch:
+            for sh in [sh for sh in ds.table.objs if sh is not None]:
+                change_in_place(sh.path, spec["between_epochs"])
+        yield from ds
 
 
 def forked(specs: list[dict]) -> list[dict]:
@@ -392,18 +431,58 @@ def real_run(tmp_path_factory) -> Path:
     return _real_run(tmp_path_factory.mktemp("real"))[0]
 
 
+REAL_CASES = ["last_offset_plus_4m", "n_tokens_out_of_range", "flipped_token_byte", "swapped_valid_shard"]
+# The real run's shards, every one mapped, then changed in place (``change_in_place``): what the error says.
+CHANGED_UNDER_A_MAP = {"truncate": "shrank below", "overwrite": "written while mapped"}
+
+
+@pytest.fixture(scope="module")
+def real_results(real_run, tmp_path_factory) -> Callable[[bool], dict[str, dict]]:
+    """numba -> {case: result} over copies of the real run, every case forked from one interpreter
+    (``forked``): the damage cases both ways, the shards changed under a map with the numba kernels
+    only (what they test is the watch and the re-checks, not the kernels)."""
+    cache: dict[bool, dict[str, dict]] = {}
+
+    def get(numba: bool) -> dict[str, dict]:
+        if numba not in cache:
+            tmp = tmp_path_factory.mktemp("real-numba" if numba else "real-numpy")
+            specs, names, patterns = [], [], {}
+            for case in REAL_CASES:
+                run = fresh_copy(real_run, tmp / case)
+                patterns[case] = CASES[case][0](run, REAL_VICTIM)
+                specs.append({"run": str(run), "via": "inproc"})
+                names.append(case)
+            for how in CHANGED_UNDER_A_MAP if numba else ():
+                run = fresh_copy(real_run, tmp / how)
+                spec = {"run": str(run), "via": "inproc", "preopen": True, "recheck": 0.25, "change_after_first": how}
+                specs.append({**spec, "wait_verified": how == "overwrite"})
+                names.append(how)
+            cache[numba] = {name: {**r, "pattern": patterns.get(name)} for name, r in zip(names, run_child(specs, numba))}
+        return cache[numba]
+
+    return get
+
+
 @pytest.mark.parametrize("numba", [True, False], ids=["numba", "numpy"])
-def test_real_text_shards(real_run, tmp_path, numba):
-    cases = ["last_offset_plus_4m", "n_tokens_out_of_range", "flipped_token_byte", "swapped_valid_shard"]
-    specs, patterns = [], []
-    for case in cases:
-        run = fresh_copy(real_run, tmp_path / case)
-        patterns.append(CASES[case][0](run, REAL_VICTIM))
-        specs.append({"run": str(run), "via": "inproc"})
-    for case, pattern, result in zip(cases, patterns, run_child(specs, numba), strict=True):
+def test_real_text_shards(real_results, numba):
+    results = real_results(numba)
+    for case in REAL_CASES:
+        result = results[case]
         assert "crashed" not in result, f"the reader CRASHED with signal {result.get('crashed')}: {case}"
         assert result["exc"] == "ShardCorrupt" and REAL_VICTIM in result["msg"], (case, result)
-        assert re.search(pattern, result["msg"]), (case, pattern, result)
+        assert re.search(result["pattern"], result["msg"]), (case, result)
+
+
+@pytest.mark.parametrize("how", list(CHANGED_UNDER_A_MAP))
+def test_real_text_shards_changed_under_a_map(real_results, how):
+    """Shards packed from real text, every one mapped, then all cut in half (the next batch asked for
+    at once) or overwritten in place after verification: ShardCorrupt naming a shard, never SIGBUS
+    (signal 7) nor batches read from the changed bytes (before: both)."""
+    result = real_results(True)[how]
+    assert "crashed" not in result, f"the reader CRASHED with signal {result.get('crashed')}"
+    assert result["exc"] == "ShardCorrupt" and "shards/" in result["msg"], result
+    assert CHANGED_UNDER_A_MAP[how] in result["msg"], result
+    assert result["batches"] == 1, result  # nothing read after the change
 
 
 def test_random_damage_never_crashes(clean_run, tmp_path):
@@ -471,6 +550,56 @@ def test_copy_shards_survives_truncated_originals(clean_run, tmp_path):
     )
     assert result["exc"] is None and result["batches"] == 60, result
     assert (run / VICTIM).stat().st_size < (clean_run / VICTIM).stat().st_size  # the originals were cut
+
+
+def test_truncated_and_iterated_at_once(clean_run, tmp_path):
+    """Every mapped shard cut in half and the next batch asked for at once, with the default
+    re-check interval: ShardCorrupt naming the shard (before the shards were watched: SIGBUS)."""
+    run = fresh_copy(clean_run, tmp_path)
+    spec = {"run": str(run), "via": "inproc", "preopen": True, "recheck": 0.25, "change_after_first": "truncate"}
+    result = run_child(spec)
+    assert result["exc"] == "ShardCorrupt" and "shards/" in result["msg"] and "shrank below" in result["msg"], result
+
+
+def test_overwritten_in_place_while_mapped(clean_run, tmp_path):
+    """Every mapped shard verified, then overwritten in place (size kept) while mapped: the next batch
+    raises ShardCorrupt instead of handing out the new bytes (before: the epoch ended without error,
+    its later batches read from the changed files)."""
+    run = fresh_copy(clean_run, tmp_path)
+    spec = {
+        "run": str(run),
+        "via": "inproc",
+        "preopen": True,
+        "recheck": 0.25,
+        "wait_verified": True,
+        "change_after_first": "overwrite",
+    }
+    result = run_child(spec)
+    assert result["exc"] == "ShardCorrupt" and "written while mapped" in result["msg"], result
+    assert result["batches"] == 1, result
+
+
+def test_changed_between_epochs_through_a_map(clean_run, tmp_path):
+    """A shard changed through another memory map (no file event) between epochs: the next epoch's
+    re-check of every open shard (size, modification and change time) raises before its first batch."""
+    run = fresh_copy(clean_run, tmp_path)
+    result = run_child({"run": str(run), "via": "inproc", "epochs": 2, "between_epochs": "mmap_write"})
+    assert result["exc"] == "ShardCorrupt" and "changed on disk since it was opened" in result["msg"], result
+    assert result["batches"] == 60, result  # the first epoch whole, nothing of the second
+
+
+def test_shards_others_may_write_are_copied_by_default(clean_run, tmp_path):
+    """Group-writable shards (a folder others may write to) are mapped as private copies without
+    asking: cutting the originals in place harms no batch."""
+    run = fresh_copy(clean_run, tmp_path)
+    for p in (run / "shards").rglob("*.arrow"):
+        p.chmod(0o664)
+    kw = {"cache_dir": str(tmp_path / "cache")}
+    result = run_child({"run": str(run), "via": "inproc", "truncate_after_first": "all", "preopen": True, "kw": kw})
+    assert result["exc"] is None and result["batches"] == 60, result
+    assert (run / VICTIM).stat().st_size < (clean_run / VICTIM).stat().st_size  # the originals were cut
+    copies = list((tmp_path / "cache").glob("*.arrow"))
+    assert len(copies) == 5 and all(c.stat().st_mode & 0o222 == 0 for c in copies)  # read-only copies
 
 
 def test_verify_modes(clean_run, tmp_path):

@@ -293,3 +293,30 @@ def test_a_documents_signals_are_grouped_for_reading():
     assert [k for k, _ in groups["Edits (pii)"].items] == ["pii_email"]
     assert [k for k, _ in groups["Signals"].items] == ["gopher_words"]
     assert "Duplicates" not in groups  # nothing to show: dup_of is null
+
+
+def test_a_damaged_documents_file_is_named_not_shown(run, tmp_path):
+    """One bit flipped in a data page of a kept documents file (size kept): the document's page says
+    the file is damaged, names it and points at `datapipe run`, and shows no text from it (before: an
+    internal error, or the page rendered whatever the flipped page decoded to)."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from tests.support.damage import flip_data_page
+
+    copy = tmp_path / "damaged"
+    shutil.copytree(run, copy)
+    victim = sorted((copy / "docs").glob("*/*.parquet"))[0]
+    doc_id = pq.read_table(victim, columns=["id"])["id"][0].as_py()
+    flip_data_page(victim)
+    server = serve([copy])
+    try:
+        response, body = get(server, "/documents/" + urllib.parse.quote(doc_id, safe=""))
+    finally:
+        server.shutdown()
+        server.server_close()
+    page = body.decode("utf-8")
+    assert response.status == 400, page
+    rel = victim.relative_to(copy).as_posix()
+    assert f"{copy.resolve()}/{rel} is damaged" in page and "`datapipe run` command again" in page, page

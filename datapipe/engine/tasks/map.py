@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,13 +24,12 @@ from datapipe.audit.aggregates import task_aggregates
 from datapipe.config.mixture import REPEAT_COLUMN
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
 from datapipe.engine.splits import InputRange
-from datapipe.engine.tasks.copies import CopiesSink
-from datapipe.engine.tasks.isolate import Isolator, Step
+from datapipe.engine.tasks.isolate import Step
 from datapipe.engine.tasks.merge import output_groups
 from datapipe.engine.tasks.prefetch import prefetched
 from datapipe.engine.tasks.recorded import ShardSignals, tokens_with_recorded, with_recorded
 from datapipe.engine.tasks.reduce import partition_copies, partition_decisions, partition_state, partitions_decide
-from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
+from datapipe.engine.tasks.shard_outputs import MapCounts, ShardOutputs
 from datapipe.engine.work_files import WorkFiles
 from datapipe.readers import READERS, InputFile, ReadBatch, reader_path, reader_spec
 from datapipe.readers.base import BatchBuilder, describe_error
@@ -40,191 +40,65 @@ from datapipe.stages.columns import set_column
 from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, step_of
 from datapipe.stages.row_keys import row_key, row_keys
 from datapipe.storage.atomic import atomic_path
-from datapipe.storage.input_reads import ReadRecord, recording_reads
-from datapipe.storage.uri import input_identity, input_key
+from datapipe.storage.input_reads import ReadRecord, recording_reads, unavailable
+from datapipe.storage.uri import InputUnavailable, input_identity, input_key
 from datapipe.tokens.encode import assign_split, encode_documents, encode_threads
 
 _NULL_STR = pa.scalar(None, pa.string())
 _TOKENS = "__tokens"  # transient column between encoding and the token sink
 TOKENIZE_STAGE = "tokenize"  # stage name of documents the tokenizer raised on
-# Text per batch through the stages. `batch_size` counts documents, and 1000 long documents
-# (10 KB each in the TiDB docs) took a map worker from 350 MB to 900 MB inside the langid and
-# quality stages, whose working memory grows with the batch's text; 4 MB keeps that near 100 MB.
+# Text per batch through the stages. `batch_size` counts documents, and a batch of long documents
+# multiplied a map worker's memory inside the langid and quality stages, whose working memory
+# grows with the batch's text: bounding the text bounds it.
 MAX_BATCH_TEXT_BYTES = 4 << 20
 # A segment that tokenizes holds more per byte of text: the texts as Python strings, the Rust
-# encodings of a sub-batch, the token arrays, the Parquet and token writers' buffers. On the shared
-# corpus its tasks peaked 80-110 MiB above the worker's resting size at 4 MB (the run's largest
-# worker, ~385 MiB PSS, was always tokenizing) and 25-40 MiB lower at 2 MB, at the same CPU time.
+# encodings of a sub-batch, the token arrays, the Parquet and token writers' buffers (the run's
+# largest worker was always a tokenizing one); half the text per batch lowers its peak, at the
+# same CPU time.
 MAX_TOKENIZE_BATCH_TEXT_BYTES = 2 << 20
 
 
-class MapCounts:
-    def __init__(self) -> None:
-        self.docs_in = 0
-        self.kept = 0
-        self.tokens = 0
-        self.split_tokens: dict[str, int] = {}
-        self.stage_in: dict[int, int] = defaultdict(int)  # documents reaching the stage
-        self.stage_skipped: dict[int, int] = defaultdict(int)  # of those, passed untouched (kind not in its kinds)
-        self.stage_recorded: dict[int, int] = defaultdict(int)  # of those, signals read from an earlier run (--from)
-        self.rejected: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        # What stages that change documents did to those they passed on (Stage.edit_counts): the sum
-        # of each counting column, and how many documents any of them changed.
-        self.stage_edits: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self.stage_changed: dict[int, int] = defaultdict(int)
-
-    def add_edits(self, position: int, stage: Stage, batch: pa.Table) -> None:
-        columns = [c for c in stage.edits() if c in batch.column_names]
-        if not columns or batch.num_rows == 0:
-            return
-        changed = np.zeros(batch.num_rows, dtype=bool)
-        for c in columns:
-            values = pc.fill_null(pc.cast(batch[c], pa.int64()), 0).to_numpy()
-            self.stage_edits[position][c] += int(values.sum())
-            changed |= values > 0
-        self.stage_changed[position] += int(changed.sum())
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "docs_in": self.docs_in,
-            "kept": self.kept,
-            "tokens": self.tokens,
-            "split_tokens": self.split_tokens,
-            "stage_in": {str(k): v for k, v in sorted(self.stage_in.items())},
-            "stage_skipped": {str(k): v for k, v in sorted(self.stage_skipped.items())},
-            "stage_recorded": {str(k): v for k, v in sorted(self.stage_recorded.items())},
-            "rejected": {str(k): dict(v) for k, v in sorted(self.rejected.items())},
-            "stage_edits": {str(k): dict(v) for k, v in sorted(self.stage_edits.items())},
-            "stage_changed": {str(k): v for k, v in sorted(self.stage_changed.items())},
-        }
+# A step of a map segment: a batch in, the batch on (what it drops goes to ``out``'s rejects, what
+# it routes elsewhere to ``out``'s other sinks). ``segment_steps`` lists a task's steps once; the
+# task runs every batch through them in order, then keeps what is left.
+BatchStep = Callable[[pa.Table, ShardOutputs], pa.Table]
 
 
-class ShardOutputs:
-    """Everything one map task writes, with its counts: kept documents (docs/ in the final segment,
-    else the segment's map output), rejects (one file per stage position and column set),
-    the next global stage's shuffle rows and the tokens. Closed together, or aborted together."""
+@dataclass
+class _Built:
+    """What a map task builds before its first batch: the segment's stages (set up), the global stages
+    it applies and computes, and what an earlier run recorded for this shard (``run --from``)."""
 
-    def __init__(self, spec: RunSpec, folder: RunFolder, shard: Shard, segment: Segment, shuffles: bool) -> None:
-        self.folder = folder
-        self.shard = shard
-        self.limits = spec.limits
-        self.counts = MapCounts()
-        self.rejects: dict[tuple[int, tuple[str, ...]], ParquetSink] = {}
-        # A segment's kept documents before the last are scratch (_work/), read by the next segment
-        # only: lz4 writes and reads them in about half zstd's CPU (0.3 + 0.2 s against 0.55 + 0.3 s
-        # for the shared corpus's 65 MB), at 40 MB on disk instead of 33.
-        self.docs = (
-            ParquetSink(folder.docs_file(shard.key))
-            if segment.final
-            else ParquetSink(WorkFiles(folder).map_output(segment.index, shard.key), compression="lz4")
-        )
-        repeats = shard.source.name in spec.repeats
-        self.tokens = (
-            TokenSink(folder.tokens_file(shard.key), repeats, compress=folder.remote is not None)
-            if segment.final and spec.tokenizer
-            else None
-        )
-        self.shuffle = ShuffleSink(WorkFiles(folder).shuffle_file(segment.index, shard.key)) if shuffles else None
-        self.copies: CopiesSink | None = None  # the copies of this shard's documents the applied stage dropped
-        self._isolators: dict[int, Isolator] = {}
+    stages: list[tuple[int, Stage]]
+    skips: set[int]  # stages that pass this shard's kind through untouched (counted)
+    reused: dict[int, pa.Table]  # recorded signals by stage position
+    recorded_tokens: pa.Table | None
+    compute_global: GlobalStage | None
+    partitioned: PartitionStep | None
 
-    def index_copies(self, position: int, stage: str, copies: pa.Table | None) -> None:
-        """Write the copies index of the global stage this segment applies (engine/tasks/copies.py)."""
-        self.copies = CopiesSink(self.folder.copies_file(self.shard.key, position, stage), stage)
-        self.copies.write(copies)
-
-    def reject(
-        self, position: int, stage: str, batch: pa.Table, decision: Decision, extra: dict[str, pa.Array] | None = None
-    ) -> pa.Table:
-        """Write the rows ``decision`` drops as rejects of ``stage`` (at ``position``); return the rest."""
-        drop = pc.fill_null(pc.is_valid(decision.reason), False)
-        n_drop = pc.sum(drop).as_py() or 0
-        if n_drop == 0:
-            return batch
-        dropped = batch.filter(drop)
-        for name, values in (extra or {}).items():
-            dropped = dropped.append_column(name, values.filter(drop))
-        detail = decision.detail if decision.detail is not None else pa.nulls(batch.num_rows, pa.string())
-        dropped = (
-            dropped.append_column("stage", pa.array([stage] * n_drop, pa.string()))
-            .append_column("reason", decision.reason.filter(drop))
-            .append_column("detail", detail.filter(drop))
-        )
-        # One file per stage position and column set: reading rejects bad records with only the
-        # base columns and records without text with all the reader's columns, for example.
-        sink_key = (position, tuple(dropped.column_names))
-        if sink_key not in self.rejects:
-            n = sum(1 for p, _ in self.rejects if p == position)
-            name = stage if n == 0 else f"{stage}-{n}"
-            self.rejects[sink_key] = ParquetSink(self.folder.reject_file(self.shard.key, position, name))
-        self.rejects[sink_key].write(dropped)
-        for reason, n in _value_counts(dropped["reason"]):
-            self.counts.rejected[position][reason] += n
-        return batch.filter(pc.invert(drop))
-
-    def isolated(self, position: int, stage: str, batch: pa.Table, step: Step) -> tuple[pa.Table, Decision]:
-        """``step`` over the batch; rows on which it raises become record_error rejects of the stage."""
-        if position not in self._isolators:
-            self._isolators[position] = Isolator(stage, self.limits.max_record_errors, self.limits.max_record_error_fraction)
-        out, decision, bad, details = self._isolators[position].run(step, batch)
-        if bad is not None:
-            self.reject(
-                position,
-                stage,
-                bad,
-                Decision(pa.array(["record_error"] * bad.num_rows, pa.string()), pa.array(details, pa.string())),
-            )
-        return out, decision
-
-    def keep(self, batch: pa.Table) -> None:
-        self.counts.kept += batch.num_rows
-        self.docs.write(batch)
-
-    def close(self) -> None:
-        self.docs.close()
-        for sink in self.rejects.values():
-            sink.close()
-        if self.copies is not None:
-            self.copies.close()
-        if self.shuffle is not None:
-            self.shuffle.close()
-        if self.tokens is not None:
-            self.tokens.close()
-            self.counts.tokens = self.tokens.tokens
-            self.counts.split_tokens = self.tokens.split_tokens
-
-    def audit_files(self, final: bool) -> list[dict[str, Any]]:
-        """The kept (final segment) and rejected files this task wrote, for the marker (``ParquetSink.audit_entry``)."""
-        root = self.folder.root
-        entries = [self.docs.audit_entry(root, "kept")] if final else []
-        entries += [sink.audit_entry(root, "rejected") for sink in self.rejects.values()]
-        return sorted((e for e in entries if e is not None), key=lambda e: e["path"])
-
-    def copies_files(self) -> list[dict[str, Any]]:
-        """The copies index this task wrote, for the marker (``CopiesSink.audit_entry``): empty where it
-        applied a global stage that dropped no copy of its documents."""
-        entry = self.copies.audit_entry(self.folder.root) if self.copies is not None else None
-        return [entry] if entry is not None else []
-
-    def abort(self) -> None:
-        self.docs.abort()
-        for sink in self.rejects.values():
-            sink.abort()
-        if self.copies is not None:
-            self.copies.abort()
-        if self.shuffle is not None:
-            self.shuffle.abort()
-        if self.tokens is not None:
-            self.tokens.abort()
+    def told(
+        self, spec: RunSpec, segment: Segment, applying: _Applying | None, work: WorkFiles, shard: Shard
+    ) -> list[tuple[Stage, Path]]:
+        """The stages told of this task (``Stage.start_task``), with their work folders: the global
+        stages of this segment too (annotate keeps per-task state in compute, its bottom-k, and does
+        paid work in apply: requests, journaled in its work folder)."""
+        told: list[tuple[int | None, Stage | None]] = [
+            (segment.apply_global, applying.stage if applying else None),
+            (segment.compute_global, self.compute_global),
+        ]
+        told += [(pos, stage) for pos, stage in self.stages if pos not in self.skips]
+        # Re-deciding: a stage's task folder of the earlier run (what it paid for) is carried over.
+        earlier = RunFolder(spec.recorded.root) if spec.recorded is not None else None
+        out: list[tuple[Stage, Path]] = []
+        for at, stage in told:
+            if at is not None and stage is not None:
+                out.append((stage, work.stage_work_dir(at, stage.name, shard.key, earlier)))
+        return out
 
 
-def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
-    """Run one map segment over one input shard; returns the marker contents."""
-    started = time.perf_counter()
-    cpu_started = time.process_time()  # this worker's CPU (all its threads): for utilisation figures
-    folder = RunFolder(Path(spec.root))
+def _build(spec: RunSpec, shard: Shard, segment: Segment) -> _Built:
     stages = [(pos, build_stage(spec, pos)) for pos in segment.stages]
-    skips = {pos for pos, st in stages if not st.applies_to(shard.source.kind)}  # passed through, counted
+    skips = {pos for pos, st in stages if not st.applies_to(shard.source.kind)}
     recorded = ShardSignals(spec.recorded, shard.key) if spec.recorded is not None else None
     reused = {pos: t for pos, _ in stages if recorded is not None and (t := recorded.table(pos)) is not None}
     recorded_tokens = recorded.tokens() if recorded is not None and segment.final and spec.tokenizer else None
@@ -235,76 +109,34 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
             build_stage(spec, pos, setup=True)
     compute_global = build_stage(spec, segment.compute_global, setup=True) if segment.compute_global else None
     partitioned = step_of(compute_global, PartitionStep) if compute_global is not None else None
-    out = ShardOutputs(spec, folder, shard, segment, shuffles=partitioned is not None)
-    counts = out.counts
+    return _Built(stages, skips, reused, recorded_tokens, cast(GlobalStage | None, compute_global), partitioned)
+
+
+def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
+    """Run one map segment over one input shard; returns the marker contents."""
+    started = time.perf_counter()
+    cpu_started = time.process_time()  # this worker's CPU (all its threads): for utilisation figures
+    folder = RunFolder(Path(spec.root))
+    built = _build(spec, shard, segment)
+    out = ShardOutputs(spec, folder, shard, segment, shuffles=built.partitioned is not None)
     applying = _Applying(spec, folder, segment, shard) if segment.apply_global is not None else None
-    tokenize_pos = len(spec.stages) + 1  # tokenizing counts as a stage after the last one
-    repeat = spec.repeats.get(shard.source.name) if segment.final else None
+    steps = segment_steps(spec, shard, segment, built, applying, out.counts)
     # What this task reads of its input files, hashed as it is read: the run checks it at its end and
     # at every resume (engine/input_identity.py). A file a reader opens by its own means (archives,
     # folders) is known by its identity before it is read.
     opened = [_identity_only(r.path) for r in shard.inputs if segment.index == 0 and not reader_spec(r.format).streamed]
-    scope = contextlib.ExitStack()
-    reads = scope.enter_context(recording_reads()) if segment.index == 0 else []
-    started_tasks: list[Stage] = []  # stages told of this task (Stage.start_task), told again at its end
-    try:
-        # The global stages of this segment are told of the task too: annotate keeps per-task state in
-        # compute (its bottom-k) and does paid work in apply (requests, journaled in its work folder).
-        told = ((segment.apply_global, applying.stage if applying else None), (segment.compute_global, compute_global))
-        # Re-deciding: a stage's task folder of the earlier run (what it paid for) is carried over.
-        earlier = RunFolder(spec.recorded.root) if spec.recorded is not None else None
-        for at, global_stage in told:
-            if at is not None and global_stage is not None:
-                global_stage.start_task(WorkFiles(folder).stage_work_dir(at, global_stage.name, shard.key, earlier))
-                started_tasks.append(global_stage)
-        for pos, stage in stages:
-            if pos not in skips:
-                stage.start_task(WorkFiles(folder).stage_work_dir(pos, stage.name, shard.key, earlier))
-                started_tasks.append(stage)
+    with _reads_of(segment) as reads, _task_lifecycle(built.told(spec, segment, applying, WorkFiles(folder), shard), out):
         if applying is not None:
             out.index_copies(applying.position, applying.name, applying.copies)
         max_bytes = MAX_BATCH_TEXT_BYTES if out.tokens is None else MAX_TOKENIZE_BATCH_TEXT_BYTES
-        for batch in _bounded(_segment_input(spec, folder, shard, segment, counts, out.reject), max_bytes):
-            if applying is not None:
-                batch = applying.apply(batch, out)
-            for pos, stage in stages:
-                counts.stage_in[pos] += batch.num_rows
-                if pos in skips:
-                    counts.stage_skipped[pos] += batch.num_rows
-                    continue
-                if batch.num_rows == 0:
-                    break
-                step = _stage_step(stage) if pos not in reused else _reused_step(spec, pos, stage, reused[pos], counts)
-                batch, decision = out.isolated(pos, stage.name, batch, step)
-                batch = out.reject(pos, stage.name, batch, decision)
-                counts.add_edits(pos, stage, batch)
-            if compute_global is not None and batch.num_rows:
-                assert segment.compute_global is not None  # the position of the stage built above
-                batch, _ = out.isolated(segment.compute_global, compute_global.name, batch, _compute_step(compute_global))
-                if partitioned is not None and batch.num_rows:  # row keys: this shard, the rows' place in its output
-                    out.shuffle.write(partitioned.shuffle(batch, row_key(shard.ordinal, counts.kept)))  # type: ignore[union-attr]
-            if out.tokens is not None and batch.num_rows:
-                counts.stage_in[tokenize_pos] += batch.num_rows
-                batch, _ = out.isolated(tokenize_pos, TOKENIZE_STAGE, batch, lambda b: _encode(spec, b, recorded_tokens))
-            if repeat is not None and batch.num_rows:  # the mixture's count of each kept document (after its split)
-                batch = set_column(batch, REPEAT_COLUMN, repeat.counts(batch))
-            if out.tokens is not None and batch.num_rows:
-                batch = _write_tokens(batch, out.tokens)
+        for batch in _bounded(_segment_input(spec, folder, shard, segment, out.counts, out.reject), max_bytes):
+            for step in steps:
+                batch = step(batch, out)
             out.keep(batch)
-        while started_tasks:  # a stage may fail the task here, before anything is committed
-            started_tasks.pop(0).end_task(completed=True)
-        out.close()
-    except BaseException:
-        for stage in started_tasks:
-            stage.end_task(completed=False)
-        out.abort()
-        raise
-    finally:
-        scope.close()
     result = {
         "shard": shard.key,
         "segment": segment.index,
-        **counts.as_dict(),
+        **out.counts.as_dict(),
         "audit_files": out.audit_files(segment.final),
         "aggregates": _write_aggregates(spec, folder, shard, segment, out.audit_files(segment.final)),
         **({"copies_files": out.copies_files()} if applying is not None else {}),
@@ -314,6 +146,127 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
     if segment.index == 0:
         result["reads"] = _reads_marker(shard, [r for r in opened if r is not None] + reads)
     return result
+
+
+def segment_steps(
+    spec: RunSpec, shard: Shard, segment: Segment, built: _Built, applying: _Applying | None, counts: MapCounts
+) -> list[BatchStep]:
+    """A map task's steps, in order: the decisions of the global stage before this segment applied,
+    the per-document stages, the next global stage's signals (and shuffle rows), then in the final
+    segment tokenizing, the mixture's repeat counts and the tokens written. A new kind of work in a
+    map task is a step here, not a branch in the loop."""
+    steps: list[BatchStep] = [applying.apply] if applying is not None else []
+    if built.stages:
+        steps.append(_Stages(spec, built, counts))
+    if built.compute_global is not None:
+        assert segment.compute_global is not None  # the position of the stage built
+        steps.append(_ComputeGlobal(segment.compute_global, built.compute_global, built.partitioned, shard.ordinal))
+    if segment.final and spec.tokenizer is not None:
+        steps.append(_Tokenize(spec, built.recorded_tokens))
+    repeat = spec.repeats.get(shard.source.name) if segment.final else None
+    if repeat is not None:
+        steps.append(partial(_repeat_counts, repeat))
+    if segment.final and spec.tokenizer is not None:
+        steps.append(_write_tokens)
+    return steps
+
+
+@contextlib.contextmanager
+def _reads_of(segment: Segment) -> Iterator[list[ReadRecord]]:
+    """The reads of input files while the block runs (the first segment's tasks read inputs; later
+    ones read the previous segment's output)."""
+    if segment.index != 0:
+        yield []
+        return
+    with recording_reads() as reads:
+        yield reads
+
+
+@contextlib.contextmanager
+def _task_lifecycle(told: list[tuple[Stage, Path]], out: ShardOutputs) -> Iterator[None]:
+    """A task's stages told of it (``Stage.start_task``), then of its end: completed, before its
+    outputs are closed (a stage may still fail the task then, before anything is committed), or not,
+    with its outputs aborted."""
+    started: list[Stage] = []
+    try:
+        for stage, work_dir in told:
+            stage.start_task(work_dir)
+            started.append(stage)
+        yield
+        while started:
+            started.pop(0).end_task(completed=True)
+        out.close()
+    except BaseException:
+        for stage in started:
+            stage.end_task(completed=False)
+        out.abort()
+        raise
+
+
+class _Stages:
+    """The segment's per-document stages, each computing its signals and deciding (or deciding on the
+    signals an earlier run recorded), its drops rejected and its edits counted. One step, not one per
+    stage: once a batch is empty, the chain ends at the first stage that would run it (the stages
+    after it count nothing for that batch)."""
+
+    def __init__(self, spec: RunSpec, built: _Built, counts: MapCounts) -> None:
+        self.stages, self.skips = built.stages, built.skips
+        self.steps = {
+            pos: _stage_step(stage) if pos not in built.reused else _reused_step(spec, pos, stage, built.reused[pos], counts)
+            for pos, stage in built.stages
+        }
+
+    def __call__(self, batch: pa.Table, out: ShardOutputs) -> pa.Table:
+        counts = out.counts
+        for pos, stage in self.stages:
+            counts.stage_in[pos] += batch.num_rows
+            if pos in self.skips:
+                counts.stage_skipped[pos] += batch.num_rows
+                continue
+            if batch.num_rows == 0:
+                break
+            batch, decision = out.isolated(pos, stage.name, batch, self.steps[pos])
+            batch = out.reject(pos, stage.name, batch, decision)
+            counts.add_edits(pos, stage, batch)
+        return batch
+
+
+class _ComputeGlobal:
+    """The signals of the global stage that ends this segment, and its shuffle rows (row keys: this
+    shard, the rows' place in its output)."""
+
+    def __init__(self, position: int, stage: GlobalStage, partitioned: PartitionStep | None, ordinal: int) -> None:
+        self.position, self.stage, self.partitioned, self.ordinal = position, stage, partitioned, ordinal
+        self.step = _compute_step(stage)
+
+    def __call__(self, batch: pa.Table, out: ShardOutputs) -> pa.Table:
+        if not batch.num_rows:
+            return batch
+        batch, _ = out.isolated(self.position, self.stage.name, batch, self.step)
+        if self.partitioned is not None and batch.num_rows:
+            assert out.shuffle is not None
+            out.shuffle.write(self.partitioned.shuffle(batch, row_key(self.ordinal, out.counts.kept)))
+        return batch
+
+
+class _Tokenize:
+    """Token ids per document, a stage after the last one for the counts and the rejects."""
+
+    def __init__(self, spec: RunSpec, recorded_tokens: pa.Table | None) -> None:
+        self.position = len(spec.stages) + 1
+        self.encode: Step = lambda b: _encode(spec, b, recorded_tokens)
+
+    def __call__(self, batch: pa.Table, out: ShardOutputs) -> pa.Table:
+        if not batch.num_rows:
+            return batch
+        out.counts.stage_in[self.position] += batch.num_rows
+        batch, _ = out.isolated(self.position, TOKENIZE_STAGE, batch, self.encode)
+        return batch
+
+
+def _repeat_counts(repeat: Any, batch: pa.Table, out: ShardOutputs) -> pa.Table:
+    """The mixture's count of each kept document (after its split is assigned)."""
+    return set_column(batch, REPEAT_COLUMN, repeat.counts(batch)) if batch.num_rows else batch
 
 
 def _write_aggregates(
@@ -491,13 +444,19 @@ def _guarded(batches: Iterator[ReadBatch], file: InputFile) -> Iterator[ReadBatc
     """A reader's batches; if the reader itself raises after giving records, the rest of the file is
     one ``reader_error`` reject (readers turn bad data into rejects themselves: this is the net
     under their bugs). A reader that raises before giving any record re-raises: that is a broken
-    reader or option, to be fixed, not a file to skip silently."""
+    reader or option, to be fixed, not a file to skip silently. An input its store failed to give
+    (``InputUnavailable``, noted as it was raised even where the reader caught it) fails the task:
+    its documents are not bad records, and a rerun once the store is back reads them."""
     given = 0
     try:
         for batch in batches:
+            if (failed := unavailable()) is not None:  # the store failed the reader: no reject stands for it
+                raise failed
             given += batch.docs.num_rows + (batch.rejects.num_rows if batch.rejects is not None else 0)
             yield batch
-    except (MemoryError, KeyboardInterrupt):
+        if (failed := unavailable()) is not None:
+            raise failed
+    except (MemoryError, KeyboardInterrupt, InputUnavailable):
         raise
     except Exception as exc:
         if given == 0:
@@ -631,12 +590,11 @@ def _encode(spec: RunSpec, batch: pa.Table, recorded: pa.Table | None = None) ->
     return batch, Decision.keep_all(batch.num_rows)
 
 
-def _write_tokens(batch: pa.Table, sink: TokenSink) -> pa.Table:
+def _write_tokens(batch: pa.Table, out: ShardOutputs) -> pa.Table:
+    """The tokens of the kept documents to the token sink (the transient column dropped)."""
+    if not batch.num_rows or out.tokens is None:
+        return batch
     repeat = batch[REPEAT_COLUMN].combine_chunks() if REPEAT_COLUMN in batch.column_names else None
-    sink.write(batch["id"].combine_chunks(), batch["split"].combine_chunks(), batch[_TOKENS].combine_chunks(), repeat)
+    ids, split, tokens = (batch[c].combine_chunks() for c in ("id", "split", _TOKENS))
+    out.tokens.write(ids, split, tokens, repeat)
     return batch.drop_columns([_TOKENS])
-
-
-def _value_counts(values: pa.ChunkedArray) -> list[tuple[str, int]]:
-    vc = pc.value_counts(values)
-    return [(v["values"], v["counts"]) for v in vc.to_pylist()]

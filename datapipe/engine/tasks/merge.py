@@ -3,7 +3,7 @@
 A shuffle round's inputs are one file per writer (a map task's shuffle rows in round 0, a
 partition's forwarded rows after it), each sorted by ``part`` with a row group per part. Read
 as they are, every partition opens every writer's file: writers x partitions opens, which grows
-with the square of the corpus when both grow with it (bench/shuffle_files.py). With more writers
+with the square of the corpus when both grow with it (bench/scaling/shuffle_files.py). With more writers
 than ``split.shuffle_groups`` (G), G merge tasks each combine a contiguous group of the writers'
 files into one, again sorted by ``part`` with a row group per part, and each partition reads its
 row groups from the G merged files: writers + G x partitions opens, flat per document.
@@ -16,8 +16,8 @@ its files at a time (about ``CHUNK_BYTES`` of them), so its memory does not grow
 A merge task's output is split by key: one file per ``KEYS_PER_FILE`` contiguous parts (or shards, for
 the decisions below), so a reader opens only the file of its own key in each group and parses a
 footer of at most ``KEYS_PER_FILE`` row groups, not one that grows with the partitions (every reader
-parsed the whole footer of a file holding a row group per key: ~16 s of CPU per task at 4,096
-partitions, docs/scaling.md). A reader still opens one file per group, so the files opened per
+parsed the whole footer of a file holding a row group per key, a cost that grew with the
+partitions: docs/scaling.md). A reader still opens one file per group, so the files opened per
 document do not change; with as many keys as ``KEYS_PER_FILE`` or fewer a task writes one file, under
 the name it always had.
 """
@@ -44,8 +44,8 @@ from datapipe.storage.atomic import atomic_path
 
 CHUNK_BYTES = 64 << 20  # uncompressed row-group bytes a merge task holds at a time
 # Keys (parts or shards) a merged file holds at most: the footer every reader of the file parses.
-# Smaller means more files written (a merge task writes keys / KEYS_PER_FILE of them: 32 per round's
-# merge task at 4,096 partitions); larger, more footer per reader (15 us of CPU per row group).
+# Smaller means more files written (a merge task writes keys / KEYS_PER_FILE of them); larger, more
+# footer per reader (each row group of it costs the reader CPU).
 KEYS_PER_FILE = 128
 
 
@@ -203,7 +203,9 @@ def _key_files(out: Callable[[int], Path], files: int, schema: pa.Schema | None)
             assert k not in done, "output files are written in key order"
             stack = contextlib.ExitStack()
             tmp = stack.enter_context(atomic_path(out(k)))
-            current.append((k, stack, stack.enter_context(pq.ParquetWriter(tmp, schema, compression="zstd"))))
+            current.append(
+                (k, stack, stack.enter_context(pq.ParquetWriter(tmp, schema, compression="zstd", write_page_checksum=True)))
+            )
             done.add(k)
         current[0][2].write_table(table)
 
@@ -257,11 +259,11 @@ def merge_round(spec: RunSpec, segment: Segment, round: int) -> int:
 # last round: G groups of contiguous outputs (in the order readers list them: round, then partition),
 # each cut into J = ``OUTPUT_RANGES`` ranges of shards, one merge task and one file per (group, range),
 # sorted by shard with a row group per shard. A map task opens the G files of its shard's range. A
-# single merge task per group held 1/G of the corpus: at 5 billion documents on 64 groups that one
-# task took ~10 minutes while the cluster idled (docs/scaling.md); with J ranges each holds 1/(G x J).
+# single merge task per group held 1/G of the corpus: at crawl scale that one task ran long while
+# the cluster idled (docs/scaling.md); with J ranges each holds 1/(G x J).
 # J is fixed, not grown with the partitions: each of a group's J tasks opens every output file of
-# the group, so the files opened are J x the outputs, flat per document only while J is (with J =
-# partitions / G, tried first, they grew 1.38x from 1x to 16x). A file of a range holds only that
+# the group, so the files opened are J x the outputs, flat per document only while J is (J =
+# partitions / G, tried first, made them grow with the corpus). A file of a range holds only that
 # range's shards' row groups, so the footer a map task parses is 1/J of what a whole group's file had.
 OUTPUT_RANGES = 8
 
@@ -342,7 +344,7 @@ def output_weights(spec: RunSpec, segment: Segment, markers: Callable[[int], dic
     return weights
 
 
-FILE_ROWS = 2000  # a partition output file's fixed cost to a merge task (open, footer), in rows (bench/merge_task.py)
+FILE_ROWS = 2000  # a partition output file's fixed cost to a merge task (open, footer), in rows (bench/scaling/merge_task.py)
 
 
 def merge_outputs(

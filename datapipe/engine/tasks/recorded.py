@@ -19,19 +19,40 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import Recorded
+from datapipe.engine.work_files import map_phase
+from datapipe.run_folder.checked import Recorded as RecordedFile
+from datapipe.run_folder.checked import damage
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.columns import set_column
 
 
 class ShardSignals:
-    """The recorded signal columns of one shard's documents, per reused stage position (read once)."""
+    """The recorded signal columns of one shard's documents, per reused stage position (read once).
+
+    Each file of the earlier run is checked before it is read against the size and sha256 that the
+    earlier run's task recorded in its marker (this shard's markers of each map phase, a few small
+    reads): a damaged one fails the task with an error naming that run folder and the file
+    (``redecide.damaged_source``), never a signal read from other bytes."""
 
     def __init__(self, recorded: Recorded, shard_key: str) -> None:
         self.recorded = recorded
         folder = RunFolder(recorded.root)
-        self.files = _shard_files(folder, shard_key)
+        self._folder = folder
+        self._record = _shard_record(folder, shard_key)
+        self.files = _shard_files(folder, shard_key, self._check)
         self._tables: dict[int, pa.Table] = {}
         self._tokens_file = folder.tokens_file(shard_key) if recorded.tokens else None
+
+    def _check(self, path: Path) -> None:
+        if not self._record:
+            return  # a run of a datapipe before markers named their files: nothing to check against
+        rel = path.relative_to(self._folder.root).as_posix()
+        entry = self._record.get(rel)
+        what = "not named by its task's marker" if entry is None else damage(path, entry)
+        if what is not None:
+            from datapipe.engine.redecide import damaged_source
+
+            raise damaged_source(self._folder, self._folder.load_run_json() or {}, rel, what)
 
     def table(self, position: int) -> pa.Table | None:
         """``id`` and the stage's columns of every document that has them; None: the stage is not reused."""
@@ -49,12 +70,24 @@ class ShardSignals:
         token lists are not reused (or the earlier run's intermediate files are gone)."""
         if self._tokens_file is None or not self._tokens_file.is_file():
             return None
+        self._check(self._tokens_file)
         # Not closed here: the table's buffers are the mapped file's pages, freed with the table.
         return pa.ipc.open_file(pa.memory_map(str(self._tokens_file))).read_all().select(["id", "tokens"])
 
 
-def _shard_files(folder: RunFolder, shard_key: str) -> list[tuple[Path, set[str]]]:
-    """The shard's kept and rejected files with their column names."""
+def _shard_record(folder: RunFolder, shard_key: str) -> dict[str, RecordedFile]:
+    """What the earlier run's map tasks of this shard recorded of the files they wrote (path -> entry)."""
+    out: dict[str, RecordedFile] = {}
+    segment = 0
+    while (marker := folder.markers.read(map_phase(segment), shard_key)) is not None:
+        for entry in marker.get("files") or ():
+            out[entry["path"]] = RecordedFile(map_phase(segment), shard_key, int(entry["bytes"]), entry.get("sha256"))
+        segment += 1
+    return out
+
+
+def _shard_files(folder: RunFolder, shard_key: str, check: Callable[[Path], None]) -> list[tuple[Path, set[str]]]:
+    """The shard's kept and rejected files with their column names, each ``check``ed before it is read."""
     docs = folder.docs_file(shard_key)
     rejected = folder.rejected_dir / shard_key
     # "<key>.<position>-<stage>[-<n>].parquet": the digits after the key tell it from a longer key
@@ -63,7 +96,11 @@ def _shard_files(folder: RunFolder, shard_key: str) -> list[tuple[Path, set[str]
     paths = [docs] if docs.is_file() else []
     if rejected.parent.is_dir():
         paths += sorted(p for p in rejected.parent.iterdir() if pattern.fullmatch(p.name))
-    return [(p, set(pq.read_schema(p).names)) for p in paths]
+    out = []
+    for p in paths:
+        check(p)
+        out.append((p, set(pq.read_schema(p).names)))
+    return out
 
 
 def _match(batch: pa.Table, recorded: pa.Table) -> tuple[pa.Array, pa.Array, int]:

@@ -80,7 +80,7 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
         work.state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
         if state is not None:
             with atomic_path(work.state_file(segment.index)) as tmp:
-                pq.write_table(state, tmp)
+                pq.write_table(state, tmp, write_page_checksum=True)
     # Decisions come sorted by shard: slice each shard's rows instead of filtering per shard.
     decisions = decisions.sort_by([("shard", "ascending")])
     shard_col = decisions["shard"].to_numpy()
@@ -92,7 +92,7 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
             path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not apply
             continue
         with atomic_path(path) as tmp:
-            pq.write_table(decisions.slice(lo, hi - lo), tmp)
+            pq.write_table(decisions.slice(lo, hi - lo), tmp, write_page_checksum=True)
         written += int(hi - lo)
     return {
         "segment": segment.index,
@@ -155,7 +155,7 @@ def _write_or_remove(path: Path, table: pa.Table | None, sort_by_shard: bool) ->
         # task's filter on `shard` skips the rest by row-group statistics.
         table = table.sort_by([("shard", "ascending")])
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, row_group_size=_DECISION_ROW_GROUP)
+        pq.write_table(table, tmp, row_group_size=_DECISION_ROW_GROUP, write_page_checksum=True)
     return table.num_rows
 
 

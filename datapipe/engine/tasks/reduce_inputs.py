@@ -44,7 +44,7 @@ def _read_row_groups_of(
     """``columns`` of a Parquet file's rows ``rows`` (sorted), reading only the row groups that hold
     them. Map outputs are written a batch (at most ``batch_size`` documents) per row group, and a
     MinHash partition needs a few rows of each shard: reading whole columns made that cost grow
-    with partitions x corpus (bench/scale.py, shuffle1 CPU per document 24 -> 176 us from 1x to 16x)."""
+    with partitions x corpus (bench/scaling/scale.py: shuffle1's CPU per document)."""
     file = open_file(path) if open_file is not None else pq.ParquetFile(path)
     meta = file.metadata
     starts = np.zeros(meta.num_row_groups + 1, np.int64)

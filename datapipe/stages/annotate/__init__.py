@@ -46,7 +46,7 @@ from datapipe.stages.annotate.options import PROVENANCE, AnnotateOptions, Answer
 from datapipe.stages.annotate.prompt import placeholders, render, request_body, response_format, sha256_of
 from datapipe.stages.base import CheckContext, Decision, Problem, ResourceFile, Resources, kinds_problems
 from datapipe.stages.columns import set_column
-from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, ReduceInputs, no_drops
+from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, MayBeGlobal, ReduceInputs, no_drops
 from datapipe.stages.report_section import Aggregate, column, literal
 
 # Columns every document has when the stage reaches it: the reader's and the length the engine adds.
@@ -94,12 +94,11 @@ def hash_column(prefix: str) -> str:
     return f"{prefix}_sample_hash"
 
 
-class Annotate(GlobalStage):
+class Annotate(MayBeGlobal, GlobalStage):
     name = "annotate"
     Options = AnnotateOptions
     resources = Resources(num_cpus=1, memory_mb=300)
     repeatable = True  # two annotate stages need two prefixes
-    is_global = False  # only with sample.max_docs: see global_for
     # Keep rules judge recorded answers: changed alone, a re-decide (`run --from`) asks nothing.
     decision_options = frozenset({"keep"})
 

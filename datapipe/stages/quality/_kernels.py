@@ -117,27 +117,41 @@ def ngram_signals(ids, offsets, weight, max_n, want_top, want_dup, top_num, dup_
                         break
                     j = (j + 1) & mask
             if want_top[n]:
-                maxc = 0
-                for v in range(k):
-                    maxc = max(maxc, count[v])
-                best = 0.0
-                if maxc > 1:
-                    for v in range(k):
-                        if count[v] == maxc:
-                            best = max(best, count[v] * firstw[v])
-                top_num[n, d] = best
+                top_num[n, d] = _top_repeated(count, firstw, k)
             if want_dup[n]:
-                end = 0
-                acc = 0.0
-                for i in range(L):
-                    if i < m and repeat[i]:
-                        end = max(end, i + n)
-                    if i < end:
-                        acc += weight[s + i]
-                dup_num[n, d] = acc
+                dup_num[n, d] = _repeated_weight(weight, s, L, m, n, repeat)
             if k == m:
                 break  # every n-gram is unique, so are all longer ones: their signals stay 0
             prev, count = count, prev
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _top_repeated(count, firstw, k):  # pragma: no cover - compiled
+    """Count x character length of the most frequent of the ``k`` n-grams numbered (the longest among
+    equally frequent ones), 0 when none repeats."""
+    maxc = 0
+    for v in range(k):
+        maxc = max(maxc, count[v])
+    best = 0.0
+    if maxc > 1:
+        for v in range(k):
+            if count[v] == maxc:
+                best = max(best, count[v] * firstw[v])
+    return best
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _repeated_weight(weight, s, L, m, n, repeat):  # pragma: no cover - compiled
+    """Weight of the document's tokens (``weight[s:s + L]``) inside an occurrence of an n-gram after
+    its first one (``repeat`` over its ``m`` n-grams), each token counted once, summed left to right."""
+    end = 0
+    acc = 0.0
+    for i in range(L):
+        if i < m and repeat[i]:
+            end = max(end, i + n)
+        if i < end:
+            acc += weight[s + i]
+    return acc
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -5,8 +5,8 @@ Run by the raylet, in place of Ray's agent, as::
     python -I -S agent_stub.py dashboard PORT_NAME... -- RAY'S AGENT COMMAND...
     python -I -S agent_stub.py runtime-env PORT_NAME -- RAY'S AGENT COMMAND...
 
-Standard library only (``-I -S``: no site, no datapipe, no Ray to import), so each costs ~0.03 CPU
-s where Ray's agent costs ~1 s (its imports: Ray, gRPC, aiohttp and, for the dashboard agent, an
+Standard library only (``-I -S``: no site, no datapipe, no Ray to import), so each costs a small
+fraction of Ray's agent (whose imports are Ray, gRPC, aiohttp and, for the dashboard agent, an
 attempt at every dashboard module).
 
 The raylet waits at start for each agent to write its port files into the session folder, and
@@ -22,7 +22,7 @@ as stdin closes (or, without that pipe, until it is re-parented).
   task has a ``runtime_env`` (datapipe sets one only for a test hook, ``runtime/faults.py``). The
   stand-in listens on the port it records, and on the first connection starts Ray's real agent
   (its port file written into a private folder) and relays every connection to it, so a
-  ``runtime_env`` works as with Ray's own agent, ~1-2 s later the first time.
+  ``runtime_env`` works as with Ray's own agent, a little later the first time (its start).
 
 Anything it does not recognise in Ray's command (an option renamed, a fixed port), it runs Ray's
 agent in its place, as is.

@@ -15,6 +15,7 @@ from typing import Any
 
 from datapipe.engine.executors.base import Clock, Outcome, local_cpus, phase_section
 from datapipe.engine.executors.ray import recycle
+from datapipe.engine.executors.ray.notices import hold_retry_notices
 from datapipe.engine.executors.ray.runtime import ray_session
 from datapipe.engine.executors.ray.worker import ray_run_task, spec_slots
 from datapipe.engine.phases import Phase, Task
@@ -24,6 +25,22 @@ from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime import kernel_warmup
 from datapipe.runtime.faults import fault_env
 from datapipe.runtime.release_memory import release_memory
+
+
+class _RetryableKind(type):
+    """``isinstance(exc, Retryable)``: the exception says it may pass on another attempt
+    (``DatapipeError.retryable``; any other exception may)."""
+
+    def __instancecheck__(cls, exc: object) -> bool:
+        return isinstance(exc, Exception) and bool(getattr(exc, "retryable", True))
+
+    def __subclasscheck__(cls, kind: type) -> bool:
+        return issubclass(kind, Exception) and bool(getattr(kind, "retryable", True))
+
+
+class Retryable(Exception, metaclass=_RetryableKind):
+    """Ray's ``retry_exceptions`` allow-list of one: the exceptions a task is retried for. Ray asks
+    the error, not its type, so a usage error (the same on every attempt) fails the task at once."""
 
 
 class RayExecutor:
@@ -53,12 +70,15 @@ class RayExecutor:
         # A cluster's workers are on other machines: they compile for themselves.
         self._warmup = None if self.address else kernel_warmup.start(self._log, self.num_cpus or local_cpus())
         self._where = "on " + self._stack.enter_context(ray_session(self.address, self.num_cpus))
+        hold_retry_notices(ray_run_task.__name__)  # a failed task is told once, by the runner (notices.py)
         import ray
 
         # One remote function for every phase (exported to the cluster once); phases set their resources.
         # max_calls is never reached by counting: it is how a worker that holds too much exits after
         # handing over its task's result (recycle.py).
-        self._remote = ray.remote(max_retries=self.RETRIES, retry_exceptions=True, max_calls=recycle.MAX_CALLS)(ray_run_task)
+        # (Ray's type hints allow only a bool for retry_exceptions; Ray takes an allow-list of classes too.)
+        options: dict[str, Any] = {"max_retries": self.RETRIES, "retry_exceptions": [Retryable], "max_calls": recycle.MAX_CALLS}
+        self._remote = ray.remote(**options)(ray_run_task)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -95,20 +115,16 @@ class RayExecutor:
         committed = None if phase.committed is None else self._committed_refs(phase.committed)
         slots, args = spec_slots(spec, tasks)
         # The spec is each task's argument by ref (put once per run), unpickled by Ray for every task:
-        # a fresh copy per task (87 ms at a crawl's 37,253 shards, 2 MB pickled). Kept in the worker
-        # across tasks instead (2026-11-27, c74e3b6, and a variant through RunSpec.__reduce__), workers
-        # were replaced for memory ~190 times in a run of 1,602 tasks, against 3 (docs/scaling.md).
+        # a fresh copy per task. Kept in the worker across tasks instead, it made workers be replaced
+        # for memory many times more often (docs/scaling.md).
         call = ray.put((phase.name, phase.fn, committed, slots)) if tasks else None
         # Each result arrives through a callback on its ref (on Ray's thread, which also deserializes the
-        # marker) that queues it, so the loop costs the same per task however many are pending. Polling
-        # ``ray.wait`` over the pending refs cost every poll O(pending): at 2,500 pending per phase the
-        # driver's own CPU per task was 0.55 ms against 0.38 ms at 250, and a crawl's map phase (37k
-        # tasks, ~30 minutes, 5 polls a second) would spend minutes in it.
+        # marker) that queues it, so the loop costs the same per task however many are pending (polling
+        # ``ray.wait`` over the pending refs cost every poll O(pending)).
         done: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         pending = {}
         # A task placed on the node that holds what it reads: its node's options, made once per node
-        # and phase (``.options`` and the strategy per task were ~0.05 ms of the driver's thread each;
-        # map1, map2, pack and the rounds that read owners' rows place every task).
+        # and phase, not per task (map1, map2, pack and the rounds that read owners' rows place every task).
         on_node: dict[str | None, Any] = {}
         self._mark(phase, "plan")
         for t, given in zip(tasks, args):
@@ -152,12 +168,11 @@ class RayExecutor:
 
 def _drop_planning_state() -> None:
     """A driver whose tasks run in Ray's workers drops what planning loaded (the tokenizer and the
-    fast encoder's plan and verdict: ~50 MiB for a 32k vocabulary) and hands the pages back: it
-    would otherwise hold them through every phase, at the run's peak too (bench/pipeline.py). The
-    built stages go with them: a stage marked set up must not outlive the models its setup loaded
-    (a later in-process run in this process would find it set up and its models gone). Done once the
-    run is planned (``observe``), not at enter: a new run is planned after the executor is entered,
-    for the CPUs it has."""
+    fast encoder's plan and verdict) and hands the pages back: it would otherwise hold them through
+    every phase, at the run's peak too (bench/perf/pipeline.py). The built stages go with them: a
+    stage marked set up must not outlive the models its setup loaded (a later in-process run in this
+    process would find it set up and its models gone). Done once the run is planned (``observe``),
+    not at enter: a new run is planned after the executor is entered, for the CPUs it has."""
     forget_stages()
     release_memory()
 
@@ -166,8 +181,8 @@ def _when_done(ref: Any, callback: Callable[[Any], None]) -> None:
     """Call ``callback`` (on Ray's thread) with ``ref``'s value, or the exception its task ended with.
 
     Ray's ``ObjectRef._on_completed``, which ``ObjectRef.future()`` wraps: without the
-    ``concurrent.futures.Future`` (its lock and condition), submitting a task cost the driver's own
-    thread ~0.08 ms less (``bench/driver_scale.py --dispatch``). A Ray without it: the future."""
+    ``concurrent.futures.Future`` (its lock and condition), submitting a task costs the driver's own
+    thread less (``bench/scaling/driver_scale.py --dispatch``). A Ray without it: the future."""
     on_completed = getattr(ref, "_on_completed", None)
     if on_completed is not None:
         on_completed(callback)

@@ -4,8 +4,8 @@ Ray runs many tasks in one worker process. After each task the worker hands free
 (``runtime/release_memory.py``), yet what it holds still creeps up with the tasks it has run: heap
 the allocators keep in fragments, caches that grow. So a reused worker's next task starts higher
 the more tasks the worker ran, and the more tasks a run has (a larger corpus), the higher the
-largest task's peak: bench/substrings.py's round tasks started at 329 MiB at 1x and 414 MiB at 4x,
-of which they allocated themselves only ~130 MiB. A fresh worker starts from imports alone.
+largest task's peak (bench/scaling/substrings.py's round tasks started higher at 4x the corpus
+than at 1x, for the same work of their own). A fresh worker starts from imports alone.
 
 After each task's release, ``should_exit`` compares what the worker holds with two marks: what
 it held after its first task (``floor``: Ray, the imported modules and compiled kernels, and that
@@ -16,7 +16,7 @@ phase holding more than that above the phase's mark, exits once its result is ha
 task starts within about twice that margin of what a fresh worker would hold, whatever the number
 of tasks, and so whatever the size of the corpus. Measuring against what the worker held before
 its first task instead made a worker leave at every phase change (its first task's imports and
-kernels count as growth): 8 fresh workers for 64 tasks at 1x of bench/substrings.py.
+kernels count as growth).
 
 How it exits: Ray's own ``max_calls``, which makes a worker exit after storing the return value
 of its max_calls-th task (the reply tells the caller the worker is leaving, so nothing is retried
@@ -57,7 +57,7 @@ def should_exit(
     has, the floor is not yet what the worker's phases import: a worker whose first tasks only counted
     lines (the ``lines`` phase) would otherwise count the stages' modules and compiled kernels, loaded
     by its first map task, as what earlier phases left, and leave at the next phase, and its fresh
-    successor likewise (7 fresh workers in bench/pipeline.py on the shared corpus, each importing and
+    successor likewise (fresh workers one after another in bench/perf/pipeline.py, each importing and
     compiling again). So the floor is raised once, after the worker's first task that grew."""
     w = _WORKER
     w.tasks += 1

@@ -8,23 +8,21 @@ token-auth warning on every start. An embedded run avoids all of that; a real cl
 Embedded Ray's processes must not outlive the run. ``ray.shutdown()`` stops them when the
 driver exits normally, but a driver that is killed (SIGKILL, OOM killer) takes the GCS and
 raylet with it while the dashboard agent and runtime-env agent notice the dead raylet,
-then spend Ray's hard-coded 60 s trying to report it to the dead GCS (measured: 61.7 s
-after a SIGKILLed driver). A tiny watchdog process, started with the session, waits on a
-pipe from the driver; when the pipe closes (normal exit or death) it stops whatever
+then spend Ray's hard-coded 60 s trying to report it to the dead GCS. A tiny watchdog process,
+started with the session, waits on a pipe from the driver; when the pipe closes (normal exit or death) it stops whatever
 process of that session is left.
 
 An embedded Ray is one node that lives for one run, so it starts without the head's services
 for a cluster that it cannot use (``_one_node_services``): the autoscaler monitor (nothing to
 scale), the log monitor (``log_to_driver=False``: nothing to stream) and the dashboard/job API
-server. Each is a Python process importing Ray: together ~3 CPU s, ~250 MiB and ~2.5 s of
-start-up wall time on 2 cores (measured: ``ray_session`` plus 40 tasks, 9.0 / 8.6 s and 9.4 /
-8.1 CPU s with them, 7.4 / 5.5 s and 6.3 / 5.9 CPU s without). Ray's dashboard, job submission
+server. Each is a Python process importing Ray: seconds of CPU and of start-up, and hundreds of
+MiB, for nothing a one-run node uses. Ray's dashboard, job submission
 and state API (``ray list tasks``) need them: for those, start a cluster (``ray start --head``)
 and pass its address (``--ray-address``).
 
 The raylet's two Python agents (dashboard, runtime environments) are stand-ins of the standard
-library (agent_stub.py; ~0.03 CPU s each against ~1 s, and the raylet starts its workers ~2 s
-sooner): an embedded Ray has no dashboard or metrics, and starts Ray's runtime-env agent only when a
+library (agent_stub.py: a fraction of the agents' CPU, and the raylet starts its workers sooner):
+an embedded Ray has no dashboard or metrics, and starts Ray's runtime-env agent only when a
 task asks for a ``runtime_env``.
 """
 
@@ -146,7 +144,7 @@ seen, began = {}, time.monotonic()
 while True:
     discover()
     # Ray starts its services and first workers in the first seconds: look every second then, every
-    # 5 s after (a scan of /proc is ~1 ms of CPU, ~7 ms when it wakes cold), and once more at the end
+    # 5 s after (a scan of /proc costs little CPU, but not nothing), and once more at the end
     wait = 1.0 if time.monotonic() - began < 15 else 5.0
     if select.select([sys.stdin], [], [], wait)[0] and not os.read(sys.stdin.fileno(), 4096):
         break  # the driver closed the pipe or died
@@ -240,7 +238,7 @@ def _not_started(self: object, *args: object, **kwargs: object) -> None:
     return None
 
 
-# The raylet's two Python agents, each ~1 CPU s of imports for nothing an embedded run uses: they are
+# The raylet's two Python agents, each importing Ray for nothing an embedded run uses: they are
 # replaced by stand-ins of the standard library (agent_stub.py says what each does and why that
 # is enough). Ray builds each agent's command line from this function of its services module (the
 # interpreter, before the agent's script), so while ray.init starts the raylet it puts the stand-in

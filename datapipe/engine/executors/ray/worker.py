@@ -58,7 +58,7 @@ def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots]
     arguments only (pickling the function and the refs for every task was ~a third of the driver's CPU
     per task). ``spec``: the run's spec, by ref, put once per run (Ray unpickles it for each task).
     ``task``: its key and arguments, one object (Ray serializes each argument of a call on its own:
-    one tuple instead of three to five cost the driver ~0.05 ms less per task). An argument in a spec
+    one tuple instead of three to five costs the driver less per task). An argument in a spec
     slot came as its index in the spec, which the task has anyway.
 
     Returns the marker's bytes as committed: the driver parses them once to cache the marker
@@ -77,8 +77,8 @@ def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots]
 def spec_slots(spec: RunSpec, tasks: Sequence[Any]) -> tuple[SpecSlots, list[tuple[Any, ...]]]:
     """The positions where every task's argument is an item of the spec (a map task's shard and
     segment), and each task's arguments with those items replaced by their index there. A map task's
-    shard holds its source's whole configuration: pickled for every task it cost the driver ~0.05 ms
-    per task (at crawl scale 112k of the 162k tasks are map tasks); its index costs nothing."""
+    shard holds its source's whole configuration, pickled for every task (most of a crawl's tasks
+    are map tasks); its index costs nothing."""
     index: dict[int, tuple[str, int]] = {}
     for name in SPEC_FIELDS:
         index.update({id(item): (name, i) for i, item in enumerate(getattr(spec, name, ()))})
@@ -132,20 +132,17 @@ _FROZEN_AFTER_COLLECT: list[bool] = []
 
 def _freeze_after_first_collect(collected: bool) -> None:
     """What a worker's first large task loaded and kept (numba, the stages' modules and models:
-    ~77,000 objects) survives every later collection too: frozen like Ray's at the first task, a
-    later full collection scans that task's leftovers only (~0.045 s each before, 14 times in a run
-    of the shared corpus)."""
+    tens of thousands of objects) survives every later collection too: frozen like Ray's at the
+    first task, a later full collection scans that task's leftovers only."""
     if collected and not _FROZEN_AFTER_COLLECT:
         gc.freeze()
         _FROZEN_AFTER_COLLECT.append(True)
 
 
 # A task whose peak was less than this above what its worker held at its start leaves at most that
-# much garbage behind: not worth a full garbage collection (~0.1 s in a worker, more than a small
-# task's own work: collecting after every task made the demo run 18.5 s instead of 11 s). The
-# allocators' free pages are handed back after every task (well under a millisecond): without
-# that, a worker's eight small pack tasks of the shared corpus ratcheted it up by 58 MiB, to the
-# run's peak.
+# much garbage behind: not worth a full garbage collection (in a worker, more than a small task's
+# own work). The allocators' free pages are handed back after every task (cheap): without that,
+# a worker's small tasks ratchet it up, to the run's peak.
 RELEASE_ABOVE_MIB = 64
 
 
@@ -170,8 +167,8 @@ def size_thread_pools() -> None:
     CPU: on a 64-core node, 64 workers of 64 threads each. Ray caps OpenMP for its workers
     (OMP_NUM_THREADS), not rayon. rayon reads RAYON_NUM_THREADS when it builds its pool, at the first
     parallel call, so this runs before a task's work; a value the user set (inherited by embedded
-    workers, or in a cluster's environment) is kept. Measured on the shared corpus with 2 workers on
-    2 cores: a worker keeps ~20 MiB less after tokenizing, at the same or less CPU."""
+    workers, or in a cluster's environment) is kept. A worker then keeps less memory after
+    tokenizing, at the same or less CPU."""
     if "RAYON_NUM_THREADS" in os.environ:
         return
     import ray
@@ -189,13 +186,12 @@ def _enter_phase(phase: str) -> None:
     worker's tasks then peak with what their own phase loads. The models a phase needs are loaded
     once per worker and phase. In-process runs keep everything: they are small, and one process.
 
-    A worker's first task freezes what the worker holds then (Ray, the imported modules: ~110,000
-    objects, none of which becomes garbage) out of the garbage collector's sight. A full collection
-    after a large task (``release_memory``) then scans the stages and the task's leftovers only:
-    it took ~0.15 s with everything in view, 13 times in a run of the shared corpus."""
+    A worker's first task freezes what the worker holds then (Ray, the imported modules: objects
+    none of which becomes garbage) out of the garbage collector's sight. A full collection after a
+    large task (``release_memory``) then scans the stages and the task's leftovers only."""
     if not _WORKER_PHASE:
         gc.freeze()
     elif _WORKER_PHASE[-1] != phase:
         forget_stages()
-        release_memory(collect=False)  # the stages are gone by reference count; a full gc costs ~0.1 s
+        release_memory(collect=False)  # the stages are gone by reference count: no full gc needed
     _WORKER_PHASE[:] = [phase]
