@@ -59,6 +59,13 @@ def _reset_peak(_worker_id: int = 0) -> None:
         pass
 
 
+def _vm_hwm_mib() -> float:
+    """This process's peak RSS since _reset_peak (ru_maxrss of an exec'd process keeps the peak its
+    parent had at the exec)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+
+
 def _digest(ids: object) -> str:
     a = np.ascontiguousarray(np.asarray(ids).astype(np.int64))
     return hashlib.sha1(a.tobytes()).hexdigest()[:16]
@@ -136,7 +143,7 @@ def child(lib: str, root: Path, batch: int, workers: int, row_len: int, resume: 
         "first_batch_s": first,
         "cpu_s": cpu_main + kids.ru_utime + kids.ru_stime,
         "cpu_main_s": cpu_main,
-        "peak_rss_main_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_main_mib": _vm_hwm_mib(),
         "peak_rss_worker_mib": kids.ru_maxrss / 1024 if workers else None,
         "load": os.getloadavg()[0],
     }

@@ -161,9 +161,11 @@ def pack(run: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     """Batches as one shared-memory uint8 buffer plus their layout (in the worker): one
     segment and one descriptor cross the process boundary per run instead of one per field
     and batch. 0-d fields (``batch_index``) travel as numbers."""
-    layouts, total = [], 0
+    # Per batch, per field: (name, numpy dtype code, shape or None for a 0-d field, byte offset or value).
+    layouts: list[tuple[tuple[str, str, tuple[int, ...] | None, Any], ...]] = []
+    total = 0
     for batch in run:
-        layout = []
+        layout: list[tuple[str, str, tuple[int, ...] | None, Any]] = []
         for name, a in batch.items():
             if a.ndim == 0:
                 layout.append((name, a.dtype.str, None, a.item()))
@@ -174,8 +176,8 @@ def pack(run: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     buf = torch.empty(0, dtype=torch.uint8)
     buf.set_(torch.UntypedStorage._new_shared(max(total, 1)))  # created in shared memory: no copy when pickled
     flat = buf.numpy()
-    for batch, layout in zip(run, layouts):
-        for (_, _, shape, off), a in zip(layout, batch.values()):
+    for batch, fields in zip(run, layouts):
+        for (_, _, shape, off), a in zip(fields, batch.values()):
             if shape is not None:  # input_ids and labels are strided views of one gather: copied contiguous
                 np.copyto(flat[off : off + a.nbytes].view(a.dtype).reshape(shape), a)
     return {PACKED: buf, "layouts": tuple(layouts)}
