@@ -21,8 +21,13 @@ Markers (declared in pyproject.toml; the ones marked * are set here, in pytest_c
                   (directly or through another fixture): whole runs in this process on embedded Ray
     faults*       every test under tests/faults/
     ray*          needs Ray: uses ``ray_local``; tests that start Ray in a subprocess carry it themselves
+                  and are then slow* as well: no test that starts Ray is in the fast tier
     shared_data*  reads ../shared/data: the test, a fixture it uses, or a tests.* helper they call
                   (followed by name, transitively) calls ``shared_path`` or reads ``SHARED_DATA``
+    torch*        names ``torch`` the same way (or is marked by hand: ablate's training through the CLI);
+                  skipped, saying why, where torch is not installed
+    boto3*        names ``boto3``, ``moto_server`` or ``CountingS3`` (an S3 server on loopback); skipped
+                  where boto3 is not installed
     slow*         long on 2 cores: Ray started in a subprocess (resume, two-node, node loss, S3; set here
                   on a ``ray`` test that is not e2e), and whole-corpus sweeps or subprocess matrices
                   (quality kernels, loader corruption)
@@ -30,9 +35,10 @@ Markers (declared in pyproject.toml; the ones marked * are set here, in pytest_c
 Tiers:
 
     python -m pytest -q -n 3 --dist loadfile       everything, in three processes (CI: .ci/run)
-    python -m pytest -q -m "not e2e and not slow"  the fast loop: no Ray started, no whole run on Ray
-                                                   (585 tests, 2 min of CPU on 2 cores; a test that takes
-                                                   tens of seconds goes to e2e/ or gets marked slow)
+    python -m pytest -q -m "not e2e and not slow"  the fast loop: no Ray started, no whole run on Ray;
+                                                   needs neither torch, boto3 nor ../shared/data (their
+                                                   tests skip without them). A test that takes tens of
+                                                   seconds goes to e2e/ or gets marked slow
     python -m pytest -q tests/stages               one folder
     python -m pytest -q -m "not shared_data"       without ../shared/data
 """
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import importlib.util
 import inspect
 import os
 import shutil
@@ -60,8 +67,18 @@ TESTS = Path(__file__).resolve().parent
 FOLDER_MARKERS = {"e2e": ("e2e",), "faults": ("faults",)}
 # a test that uses the fixture (directly or through other fixtures) gets the markers
 FIXTURE_MARKERS = {"ray_local": ("ray", "e2e")}
-# names whose use means ../shared/data (tests/support/shared_data.py)
-SHARED_DATA_NAMES = frozenset({"shared_path", "SHARED_DATA"})
+# a test whose code, fixtures or tests.* helpers (followed by name, transitively) load one of these
+# names gets the marker: ../shared/data (tests/support/shared_data.py), torch, boto3 and moto's S3
+NAME_MARKERS = {
+    "shared_data": frozenset({"shared_path", "SHARED_DATA"}),
+    "torch": frozenset({"torch"}),
+    "boto3": frozenset({"boto3", "moto_server", "CountingS3", "counting_s3"}),
+}
+# optional packages behind a marker: a test that needs one that is not installed is skipped, saying so
+OPTIONAL = {
+    "torch": ("torch", "torch is not installed (the build for the machine, or pip's default: pip install 'datapipe[ablate]')"),
+    "boto3": ("boto3", "boto3 is not installed (pip install 'datapipe[s3]'; the tests' S3 server needs moto[server])"),
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -100,46 +117,58 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         names = set(FOLDER_MARKERS.get(folder, ()))
         for fixture in getattr(item, "fixturenames", ()):
             names.update(FIXTURE_MARKERS.get(fixture, ()))
-        if _needs_shared_data(item):
-            names.add("shared_data")
+        loaded = _names_loaded(item)
+        names.update(marker for marker, wanted in NAME_MARKERS.items() if wanted & loaded)
         have = {m.name for m in item.iter_markers()}
         if "ray" in names | have and not {"e2e", "slow"} & (names | have):
             names.add("slow")  # the fast loop starts no Ray: a test that does is slow unless it is e2e
         for name in sorted(names - have):
             item.add_marker(name)
+        for marker, (module, reason) in OPTIONAL.items():
+            if marker in names | have and not _installed(module):
+                item.add_marker(pytest.mark.skip(reason=f"needs {marker}: {reason}"))
 
 
-def _needs_shared_data(item: pytest.Item) -> bool:
-    """Whether the test function or one of its fixtures reaches ``shared_path``/``SHARED_DATA``: by the
-    names their code loads, following functions of tests.* modules that those names are bound to."""
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _names_loaded(item: pytest.Item) -> set[str]:
+    """Every name the test function and its fixtures load, and those of the functions of tests.*
+    modules that those names are bound to, transitively."""
     funcs = [getattr(item, "function", None)]
     info = getattr(item, "_fixtureinfo", None)
     if info is not None:
         funcs += [d.func for defs in info.name2fixturedefs.values() for d in defs]
     seen: set[types.CodeType] = set()
-    return any(_reaches_shared_data(f, seen) for f in funcs if f is not None)
+    names: set[str] = set()
+    for func in funcs:
+        if func is not None:
+            _collect(func, seen, names)
+    return names
 
 
-def _reaches_shared_data(func: Any, seen: set[types.CodeType]) -> bool:
+def _collect(func: Any, seen: set[types.CodeType], names: set[str]) -> None:
     func = inspect.unwrap(func)
     code = getattr(func, "__code__", None)
-    if code is None or not getattr(func, "__module__", "").startswith("tests"):
-        return False
-    return _code_reaches(code, getattr(func, "__globals__", {}), seen)
+    if code is not None and getattr(func, "__module__", "").startswith("tests"):
+        _collect_code(code, getattr(func, "__globals__", {}), seen, names)
 
 
-def _code_reaches(code: types.CodeType, namespace: dict[str, Any], seen: set[types.CodeType]) -> bool:
+def _collect_code(code: types.CodeType, namespace: dict[str, Any], seen: set[types.CodeType], names: set[str]) -> None:
     if code in seen:
-        return False
+        return
     seen.add(code)
-    if SHARED_DATA_NAMES & set(code.co_names):
-        return True
+    names.update(code.co_names)
     for const in code.co_consts:  # nested functions, lambdas, comprehensions
-        if isinstance(const, types.CodeType) and _code_reaches(const, namespace, seen):
-            return True
+        if isinstance(const, types.CodeType):
+            _collect_code(const, namespace, seen, names)
     # names imported inside the function (`from tests.x import f`: "tests.x" and "f" are both in co_names)
     namespaces = [namespace] + [vars(m) for m in map(_tests_module, code.co_names) if m is not None]
-    return any(callable(ns.get(name)) and _reaches_shared_data(ns[name], seen) for ns in namespaces for name in code.co_names)
+    for ns in namespaces:
+        for name in code.co_names:
+            if callable(ns.get(name)):
+                _collect(ns[name], seen, names)
 
 
 def _tests_module(name: str) -> types.ModuleType | None:

@@ -118,7 +118,7 @@ def test_walker_sees_module_and_function_level_imports():
     # module level
     assert "datapipe.tokens.shard_format" in graph["datapipe.loader.shards"]
     # function level (the CLI imports the runner inside the `run` command)
-    assert "datapipe.engine.runner" in graph["datapipe.cli"]
+    assert "datapipe.engine.runner" in graph["datapipe.cli.run"]
     # the walker finds a cycle when there is one
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": set()}) is None

@@ -260,7 +260,7 @@ def check_ablate(data: Path, device: str, budget: float, cpu_steps: int) -> dict
 
     import datapipe.ablate.train as train_mod
     from datapipe.ablate.evaluate import EvalSet, evaluate
-    from datapipe.ablate.model import model_config
+    from datapipe.ablate.sizes import model_config
 
     cfg = model_config("small")
     if not device.startswith("cuda"):

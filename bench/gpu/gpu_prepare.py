@@ -11,7 +11,7 @@ Writes (``--out``, an ignored folder carried to the GPU machine):
 - ``tokenizer.json``: a 32k byte-level BPE (``<|endoftext|>`` its EOS, ``<|pad|>`` its pad) trained
   here on those documents with ``tokenizers``;
 - ``ablate/data/``: the documents not held out (``datapipe.ablate.candidates.heldout``, 2%), encoded
-  (``encode_documents``) and packed by ``datapipe.ablate.candidates._pack`` at the ``small`` size's
+  (``encode_documents``) and packed by ``datapipe.ablate.candidates.pack_candidate`` at the ``small`` size's
   seq_len, as ``datapipe ablate`` packs a candidate, cut to ``--train-tokens`` tokens (uint16 ids;
   the trainer loops over epochs, so a subset measures the same throughput);
 - ``ablate/eval.npz``: the held-out documents packed per lang/source as ``build_heldout`` does.
@@ -75,8 +75,8 @@ def main() -> None:
     ap.add_argument("--bpe-chars", type=int, default=15_000_000, help="characters the BPE is trained on")
     args = ap.parse_args()
 
-    from datapipe.ablate.candidates import _pack, heldout
-    from datapipe.ablate.model import SIZES
+    from datapipe.ablate.candidates import heldout, pack_candidate
+    from datapipe.ablate.sizes import SIZES
     from datapipe.config.sections import TokenizeConfig
     from datapipe.tokens.encode import encode_documents, load_tokenizer_info, with_engine
     from datapipe.tokens.packing import ConcatPacker
@@ -121,7 +121,7 @@ def main() -> None:
     if data.exists():
         shutil.rmtree(data)
     data.mkdir(parents=True)
-    _pack(data, by_source, info, seq_len)
+    pack_candidate(data, by_source, info, seq_len)
     print(
         f"packed: {sum(len(f) for f, _, _ in by_source.values()):,} tokens of {total:,} "
         f"(vocab {info.vocab_size}, {info.dtype}) ({time.perf_counter() - t0:.0f} s)",

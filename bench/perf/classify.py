@@ -62,7 +62,7 @@ def main() -> None:
 def bench_model(h: Harness, path: Path, feat: str, texts: list[str], batch: int) -> None:
     stage = Classify(ClassifyOptions(models={"q": {"path": str(path)}}), StageContext(str(path.parent), "."))
     stage.setup()
-    clf = stage._classifiers[0][1]
+    clf = stage.scorers["q"]
     assert clf.featuriser == feat
     model, limit, fn = clf.model, stage.options.max_chars, featuriser(feat)
     pre = [fn(t[:limit]) for t in texts]

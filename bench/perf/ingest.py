@@ -7,7 +7,7 @@ folder from the whirlwind response record and UDHR pages (CJK included) wrapped 
 responses, repeated to get stable numbers. Then, in one process on the same file, alternating:
   direct:   FastWARC ArchiveIterator (responses, HTTP decoded) + resiliparse detect_encoding
             + extract_plain_text(main_content=True), the library's own recipe;
-  datapipe: READERS["warc"] (charset, provenance columns, license hints, Arrow batches).
+  datapipe: reader_spec("warc").read (charset, provenance columns, license hints, Arrow batches).
 Prints documents per second of each (median and range over --repeats alternating pairs) and the
 per-pair ratio datapipe / direct, by process CPU time (both paths are single-threaded; CPU time
 is stable on a shared machine where wall time swings with other people's load) and by wall time.
@@ -75,10 +75,10 @@ def run_direct(path: Path) -> int:
 
 def run_datapipe(path: Path) -> int:
     from datapipe.pipeline.load import SourceConfig
-    from datapipe.readers import READERS, InputFile
+    from datapipe.readers import InputFile, reader_spec
 
     src = SourceConfig(name="bench", kind="web", paths=["x"])
-    return sum(b.docs.num_rows for b in READERS["warc"](InputFile(path, path.name, src), 1000))
+    return sum(b.docs.num_rows for b in reader_spec("warc").read(InputFile(path, path.name, src), 1000))
 
 
 def main() -> None:

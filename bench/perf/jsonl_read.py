@@ -3,7 +3,7 @@
     python -m bench.perf.jsonl_read --repeats 5 [--json PATH]
 
 Reads the real corpus files of ../shared/data/corpus (English and Chinese Wikipedia, TiDB docs,
-OI-wiki: 27k documents, 59 MB, plain and gzipped) with READERS["jsonl"] (bounded line reads,
+OI-wiki: 27k documents, 59 MB, plain and gzipped) with reader_spec("jsonl").read (bounded line reads,
 nesting-depth pre-check, Arrow batches) and with the plain loop (no caps, no Arrow), in one
 process, alternating for --repeats pairs, by process CPU time (stable on a shared machine).
 Prints MB/s of each (median, range) and the per-pair ratio datapipe / plain. To compare two versions of the reader, run
@@ -29,12 +29,12 @@ FILES = ("en_wikipedia.jsonl", "zh_wikipedia.jsonl", "zh_pingcap_docs.jsonl", "z
 
 def run_datapipe(paths: list[Path]) -> int:
     from datapipe.pipeline.load import SourceConfig
-    from datapipe.readers import READERS, InputFile
+    from datapipe.readers import InputFile, reader_spec
 
     src = SourceConfig.model_validate({"name": "s", "paths": ["x"]})
     n = 0
     for p in paths:
-        for batch in READERS["jsonl"](InputFile(p, p.name, src), 1024):
+        for batch in reader_spec("jsonl").read(InputFile(p, p.name, src), 1024):
             n += batch.docs.num_rows
     return n
 

@@ -26,7 +26,7 @@ def main() -> None:
     texts = [d["text"] for d in sample(args.docs)]
     stage = LangId(LangIdOptions(keep=["zh", "en"]), StageContext(".", "."))
     stage.setup()
-    model, limit = stage._model, stage.options.max_chars
+    model, limit = stage.fasttext_model, stage.options.max_chars
 
     def raw() -> None:  # what a bare fastText loop needs: one line per text, same prefix
         model.predict([t[:limit].replace("\n", " ") for t in texts], k=1)

@@ -112,7 +112,7 @@ def main() -> None:
             print("scancode: not importable; install scancode-toolkit-mini 'pluggy<1.7' in a venv")
         else:
             t = time.perf_counter()
-            scancode._scancode()
+            scancode.load_scancode()
             print(f"scancode: index load {time.perf_counter() - t:.1f} s")
             step = max(1, len(items) // args.scancode)
             sub = items[::step][: args.scancode]

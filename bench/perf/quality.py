@@ -62,7 +62,7 @@ def run_datapipe(docs: list[dict], batch: int) -> tuple[float, dict[str, float],
         b = langid.compute(b)
         keep = np.array([r is None for r in langid.decide(b).reason.to_pylist()])
         b, files = b.filter(pa.array(keep)), [d["file"] for d, k in zip(part, keep) if k]
-        for key, idx in quality._groups(b).items():  # timed per rule set, same code path as compute
+        for key, idx in quality.rows_by_rule_set(b).items():  # timed per rule set, same code path as compute
             t1 = time.perf_counter()
             sub = quality.compute(b.take(pa.array(idx)))
             reasons = quality.decide(sub).reason.to_pylist()

@@ -102,7 +102,7 @@ def main() -> None:
     )
 
     # One map task's input: the lines of one middle range, through the reader.
-    from datapipe.readers import READERS, InputFile, reader_path
+    from datapipe.readers import InputFile, reader_path, reader_spec
 
     shard = spec.shards[len(spec.shards) // 2]
     piece = shard.inputs[0]
@@ -117,7 +117,7 @@ def main() -> None:
         first_record=0,
         ranged=not piece.whole,
     )
-    docs = sum(b.docs.num_rows for b in READERS[piece.format](file, spec.batch_size))
+    docs = sum(b.docs.num_rows for b in reader_spec(piece.format).read(file, spec.batch_size))
     width = (piece.end or size) - piece.start
     print(
         f"one map task ({shard.key}): range of {width:,} bytes, read {FETCHED.bytes - before:,} bytes "

@@ -12,6 +12,11 @@ its end (document files with id ranges, layouts, columns, copies files, stages a
 manifest, the views); a shard manifest whose last shard is a real file (the others only counted, so
 naming a row's documents walks the whole stream before it).
 
+Each map task's aggregate file is then written by the task code itself (``audit.aggregates.task_aggregates``
+over the task's files) and the files merged into the ``agg_`` tables as the end of a run merges them,
+so the Overview reads what a real run gives it (a run folder kept by an earlier version of this bench
+gets them added).
+
 Then starts the viewer's server in this process (as ``datapipe view`` does, with its warm-up: the
 time until it prints its URL is reported) and requests each page: the first time (what a user who
 opens it gets) and ``--repeats`` more. Per page: wall seconds of the request and CPU seconds of the
@@ -327,8 +332,57 @@ def build_run(root: Path, docs: int, tasks: int, seed: int = 0) -> dict:
     (root / "run.json").write_text(json.dumps(run))
     facts["documents"] = total
     facts["files"] = len(files)
+    write_aggregates(root)
     (root / "facts.json").write_text(json.dumps(facts))
     return facts
+
+
+def write_aggregates(root: Path) -> None:
+    """Each map task's aggregate file (``aggregates/<task>.map0.parquet``) from its kept and rejected
+    files, by the task code, and the ``agg_`` tables merged from them as ``engine/finish.py`` merges
+    them; nothing where the database has them already."""
+    import duckdb
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
+
+    from datapipe.audit import aggregates, schema
+    from datapipe.view.runs import _KEPT, _REJECTED
+
+    con = duckdb.connect(str(root / "stats.duckdb"))
+    try:
+        if aggregates.has_tables(con):
+            return
+        t0 = time.perf_counter()
+        tasks: dict[str, list[tuple[Path, str]]] = {}
+        for path, status in con.execute("SELECT path, status FROM document_files ORDER BY path").fetchall():
+            m = (_KEPT if status == "kept" else _REJECTED).match(path)
+            assert m is not None, path
+            tasks.setdefault(f"{m['source']}/{m['key']}", []).append((root / path, status))
+        types = aggregates.stage_types(json.loads((root / "run.json").read_text()))
+        files = []
+        for task, parts in tasks.items():
+            table = aggregates.task_aggregates(parts, types)
+            assert table is not None
+            rel = f"aggregates/{task}.map0.parquet"
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, root / rel, compression="zstd")
+            files.append({"path": rel, "rows": table.num_rows})
+        columns = {name for (name,) in con.execute("SELECT name FROM document_columns").fetchall()}
+        declared = aggregates.run_aggregates(types, columns)
+        rows = ds.FileSystemDataset.from_paths(
+            [str(root / f["path"]) for f in files],
+            schema=aggregates.file_schema(declared),
+            format=ds.ParquetFileFormat(),
+            filesystem=pafs.LocalFileSystem(),
+        )
+        con.register("__aggregate_rows", rows)
+        aggregates.create_tables(con, "__aggregate_rows", declared)
+        con.unregister("__aggregate_rows")
+        schema.write_table(con, schema.AGGREGATE_FILES, files)
+        con.execute("CHECKPOINT")
+        print(f"wrote {len(files):,} aggregate files and the agg_ tables in {time.perf_counter() - t0:.0f} s")
+    finally:
+        con.close()
 
 
 def _shards(root: Path, facts: dict) -> pa.Table:
@@ -428,6 +482,7 @@ def main() -> None:
         if (root / "facts.json").is_file():
             facts = json.loads((root / "facts.json").read_text())
             print(f"reusing the run folder in {root}: {facts['documents']:,} documents in {facts['files']:,} files")
+            write_aggregates(root)
         else:
             t0 = time.perf_counter()
             facts = build_run(root, args.docs, args.tasks)

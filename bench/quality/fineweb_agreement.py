@@ -43,7 +43,7 @@ from datapipe.assets.models import ensure_lid_model
 from datapipe.stages.base import StageContext
 from datapipe.stages.langid import LangId, LangIdOptions
 from datapipe.stages.quality import Quality, QualityOptions
-from datapipe.stages.quality.dt_view import _chunk_sentences
+from datapipe.stages.quality.dt_view import clear_caches
 from datapipe.text.spacy_en import english
 
 DT_SCRIPT = ROOT / "bench" / "_support" / "datatrove_agreement.py"
@@ -125,8 +125,7 @@ def time_both(python: str, texts: list[str], work: Path) -> tuple[float, float]:
     if proc.returncode != 0:
         raise SystemExit(f"datatrove timing failed:\n{proc.stderr[-2000:]}")
     dt_cpu = json.loads(proc.stdout.strip().splitlines()[-1])["cpu_seconds"]
-    english().chunk_tokens.cache_clear()  # type: ignore[attr-defined]  # as cold as datatrove's start
-    _chunk_sentences.cache_clear()
+    clear_caches()  # as cold as datatrove's start
     _, ours = quality_reasons([{"id": str(i), "text": t} for i, t in enumerate(texts)], {"en_web": PRESET})
     return dt_cpu, ours
 

@@ -45,7 +45,7 @@ from bench._support.harness import environment
 from bench._support.paths import ROOT
 from bench.scaling.shuffle_files import _texts, write_corpus
 from datapipe.engine.tasks import merge
-from datapipe.engine.tasks.reduce import _write_or_remove
+from datapipe.engine.tasks.reduce import write_or_remove
 from datapipe.engine.work_files import OUTPUT_KINDS
 
 DOCS = 5_000_000_000
@@ -176,7 +176,7 @@ def main() -> int:
                 path = work / "in" / f"{k}-{i}.parquet"
                 path.parent.mkdir(exist_ok=True)
                 n = int(rng.binomial(int(docs_per_partition), per_doc[k]))
-                _write_or_remove(path, crawl_output(run["tables"][k], n, rng, i), sort_by_shard=True)
+                write_or_remove(path, crawl_output(run["tables"][k], n, rng, i), sort_by_shard=True)
                 made[k].append(path)
         out = work / "out"
         out.mkdir()

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from datapipe.ablate import import_torch
 from datapipe.ablate.candidates import Candidate, CandidateError, materialize, run_tokenizer
 from datapipe.ablate.evaluate import EvalSet, build_heldout, evaluate, mc_benchmark_items, mc_items
-from datapipe.ablate.model import ModelConfig
-from datapipe.ablate.train import load_trained, make_deterministic, pick_device, train
+from datapipe.ablate.sizes import ModelConfig
 from datapipe.audit.report import COLORS, PAGE, table
 from datapipe.decontaminate.index import BenchmarkIndex
 from datapipe.storage.atomic import write_text_atomic
@@ -94,6 +94,9 @@ def train_and_score(
         )
     identity = {**trained_as, "eval": eval_identity(settings, ev)}
     done = run_dir / "result.json"
+    import_torch()  # a clear error without it, before anything is written
+    from datapipe.ablate.train import load_trained, make_deterministic, pick_device, train
+
     device = pick_device(settings.device)
     if done.is_file():
         if old == identity:

@@ -21,16 +21,18 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
+from datapipe.ablate import import_torch
 from datapipe.ablate.candidates import heldout, select_documents
 from datapipe.decontaminate.benchmarks import Item, records
 from datapipe.tokens.encode import TokenizerInfo, encode_documents, get_tokenizer
 from datapipe.tokens.packing import ConcatPacker
+
+if TYPE_CHECKING:
+    import torch
 
 # The multiple-choice benchmarks of the shared data, by language (files under benchmarks/agieval/).
 MC_FILES = {
@@ -135,22 +137,23 @@ def build_heldout(
     return toks, ntok
 
 
-@torch.no_grad()
 def heldout_loss(model: torch.nn.Module, ev: EvalSet, device: torch.device, batch: int = 16) -> dict[str, float]:
     """Mean nats per token per group, per language and over all (pooled over the groups' tokens)."""
+    torch = import_torch()
     model.eval()
     sums: dict[str, tuple[float, int]] = {}
-    for g, rows in ev.groups.items():
-        total, count = 0.0, 0
-        for lo in range(0, len(rows), batch):
-            chunk = torch.from_numpy(rows[lo : lo + batch].astype(np.int64)).to(device)
-            n = torch.from_numpy(ev.n_tokens[g][lo : lo + batch].astype(np.int64)).to(device)
-            logits = model(chunk[:, :-1])
-            nll = F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none")
-            mask = torch.arange(chunk.shape[1] - 1, device=device)[None, :] < (n[:, None] - 1)
-            total += float(nll[mask].sum())
-            count += int(mask.sum())
-        sums[g] = (total, count)
+    with torch.no_grad():
+        for g, rows in ev.groups.items():
+            total, count = 0.0, 0
+            for lo in range(0, len(rows), batch):
+                chunk = torch.from_numpy(rows[lo : lo + batch].astype(np.int64)).to(device)
+                n = torch.from_numpy(ev.n_tokens[g][lo : lo + batch].astype(np.int64)).to(device)
+                logits = model(chunk[:, :-1])
+                nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none")
+                mask = torch.arange(chunk.shape[1] - 1, device=device)[None, :] < (n[:, None] - 1)
+                total += float(nll[mask].sum())
+                count += int(mask.sum())
+            sums[g] = (total, count)
     out = {g: t / max(c, 1) for g, (t, c) in sums.items()}
     for lang in sorted({g.split("/")[0] for g in sums}):
         t = sum(v[0] for g, v in sums.items() if g.split("/")[0] == lang)
@@ -160,11 +163,11 @@ def heldout_loss(model: torch.nn.Module, ev: EvalSet, device: torch.device, batc
     return out
 
 
-@torch.no_grad()
 def mc_accuracy(
     model: torch.nn.Module, ev: EvalSet, seq_len: int, device: torch.device, batch: int = 32
 ) -> dict[str, dict[str, float]]:
     """Per language: accuracy, chance (mean 1/options) and items, by length-normalised log-likelihood."""
+    torch = import_torch()
     model.eval()
     tok = get_tokenizer(ev.tokenizer)
     rows: list[tuple[int, int, list[int], int, int]] = []  # (item, option, ids, option start, option chars)
@@ -177,15 +180,16 @@ def mc_accuracy(
             seq = (ctx + opt)[-(seq_len + 1) :]
             rows.append((i, o, seq, len(seq) - len(opt), max(1, len(text))))
     scores = np.full((len(ev.mc), max((len(i.options) for i in ev.mc), default=1)), -np.inf)
-    for lo in range(0, len(rows), batch):
-        chunk = rows[lo : lo + batch]
-        ids = torch.full((len(chunk), seq_len + 1), ev.pad_id, dtype=torch.long)
-        for r, (_, _, seq, _, _) in enumerate(chunk):
-            ids[r, : len(seq)] = torch.tensor(seq)
-        ids = ids.to(device)
-        logp = torch.log_softmax(model(ids[:, :-1]).float(), dim=-1).gather(2, ids[:, 1:, None])[..., 0].cpu()
-        for r, (i, o, seq, start, chars) in enumerate(chunk):
-            scores[i, o] = float(logp[r, start - 1 : len(seq) - 1].sum()) / chars
+    with torch.no_grad():
+        for lo in range(0, len(rows), batch):
+            chunk = rows[lo : lo + batch]
+            ids = torch.full((len(chunk), seq_len + 1), ev.pad_id, dtype=torch.long)
+            for r, (_, _, seq, _, _) in enumerate(chunk):
+                ids[r, : len(seq)] = torch.tensor(seq)
+            ids = ids.to(device)
+            logp = torch.log_softmax(model(ids[:, :-1]).float(), dim=-1).gather(2, ids[:, 1:, None])[..., 0].cpu()
+            for r, (i, o, seq, start, chars) in enumerate(chunk):
+                scores[i, o] = float(logp[r, start - 1 : len(seq) - 1].sum()) / chars
     out: dict[str, dict[str, float]] = {}
     for lang in MC_FILES:
         idx = [i for i, item in enumerate(ev.mc) if item.lang == lang]

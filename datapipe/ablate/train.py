@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 import datapipe.loader
-from datapipe.ablate.model import ModelConfig, TinyGPT
+from datapipe.ablate.model import TinyGPT
+from datapipe.ablate.sizes import ModelConfig
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.loader.torch_adapter import TorchPackedDataset
 from datapipe.runtime.faults import fault_point
@@ -30,7 +31,9 @@ from datapipe.runtime.heartbeat import Heartbeat, eta
 CHECKPOINT = "ckpt.pt"
 
 
-class TrainError(DatapipeError, RuntimeError):
+class ProxyTrainingError(DatapipeError, RuntimeError):
+    """A proxy model cannot be trained as asked (a device torch does not see, a checkpoint of other settings)."""
+
     exit_code = EXIT_USAGE
 
 
@@ -38,7 +41,7 @@ def pick_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise TrainError(f"--device {device}: torch sees no CUDA device here; use --device cpu or auto")
+        raise ProxyTrainingError(f"--device {device}: torch sees no CUDA device here; use --device cpu or auto")
     return torch.device(device)
 
 
@@ -174,7 +177,7 @@ def train(
     )
     assert isinstance(ds, TorchPackedDataset)  # torch is installed: the adapter, with dataloader()
     if ds.seq_len != cfg.seq_len:
-        raise TrainError(f"{data_dir} is packed at seq_len {ds.seq_len}, the model needs {cfg.seq_len}")
+        raise ProxyTrainingError(f"{data_dir} is packed at seq_len {ds.seq_len}, the model needs {cfg.seq_len}")
     model = TinyGPT(vocab_size(data_dir), cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     step, losses, resumed_from = 0, [], None

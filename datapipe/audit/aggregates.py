@@ -9,7 +9,9 @@ run them, all through this module, so they cannot drift apart:
   each row's table and the union of the tables' columns; written atomically and named in the task's
   marker like its other outputs (so resume and object stores treat it as they treat them);
 - the end of the run, which merges those files into ``agg_<name>`` tables of ``stats.duckdb``
-  (``create_tables``): O(tasks x groups), never O(documents);
+  (``create_tables``): O(tasks x groups), never O(documents). Beyond a bounded number of files they are
+  first merged in a tree of tasks (``engine/aggregate_tree.py``), each combining a few files into one
+  of the same form (``merge_files``), so the driver reads a few files whatever the number of tasks;
 - the report and ``datapipe stats`` on a run folder written before the tasks wrote aggregates:
   the same SQL over the whole ``documents`` view (``scan_tables``; a full scan, and they say so).
 
@@ -130,10 +132,20 @@ def _as_file(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(out) if out else schema.empty_table()
 
 
-def merge_sql(agg: Aggregate, relation: str) -> str:
+# A partial merge (``merge_files``) keeps of an aggregate with a ``limit`` (a list of the most frequent
+# removed lines, the largest duplicate groups) this many times its limit, first by its order, so its
+# memory stays bounded however many distinct rows the files below it hold (every line removed from any
+# document). The list is then exact wherever no partial merge had more rows than that (a run with up to
+# 10,000 distinct removed lines, say), and beyond it made of the rows that lead some part of the run: a
+# row cut from every part it is in is missing, and a row cut from some has its count from the others.
+PARTIAL_KEEP = 10
+
+
+def merge_sql(agg: Aggregate, relation: str, partial: bool = False) -> str:
     """``agg``'s table from the rows of many tasks (or one scan) in ``relation``: grouped by its keys,
-    each value combined by its ``merge``."""
-    exprs = []
+    each value combined by its ``merge``. ``partial``: rows of one aggregate file again (its ``aggregate``
+    column first), of a part of the run's files (``merge_files``), bounded by ``PARTIAL_KEEP``."""
+    exprs = [f"{literal(agg.name)} AS {AGGREGATE_COLUMN}"] if partial else []
     for name, ctype in agg.columns:
         how = agg.merge.get(name)
         if how is None:
@@ -142,11 +154,51 @@ def merge_sql(agg: Aggregate, relation: str) -> str:
             call = f"{how}({quoted(name)})" if how.isidentifier() else how
             exprs.append(f"CAST({call} AS {ctype}) AS {quoted(name)}")
     sql = f"SELECT {', '.join(exprs)} FROM {relation} WHERE {AGGREGATE_COLUMN} = {literal(agg.name)} GROUP BY ALL"
+    if partial and agg.limit is None:
+        return sql  # every group: the order is the final table's
     if agg.order:
         sql += f" ORDER BY {agg.order}"
     if agg.limit is not None:
-        sql += f" LIMIT {int(agg.limit)}"
+        sql += f" LIMIT {int(agg.limit) * (PARTIAL_KEEP if partial else 1)}"
     return sql
+
+
+def merge_files(paths: Sequence[str], filesystem: Any, aggregates: Sequence[Aggregate]) -> pa.Table:
+    """The rows of the aggregate files at ``paths`` (on the pyarrow ``filesystem``) merged into the rows of
+    one aggregate file: each aggregate grouped by its keys and its values combined by its ``merge``, as
+    ``create_tables`` combines them, so merging the result with other files' gives its tables. In a
+    connection of its own, one thread and ``TASK_MEMORY`` (a task of the merge tree). Rows of an
+    aggregate not in ``aggregates`` are a ValueError: a merge never drops a table."""
+    import duckdb
+
+    schema = file_schema(aggregates)
+    if not paths:
+        return schema.empty_table()
+    with duckdb.connect(config={"threads": TASK_THREADS, "memory_limit": TASK_MEMORY}) as con:
+        con.execute("SET enable_progress_bar = false")
+        relation = read_once(con, paths, filesystem, schema)
+        found = {r[0] for r in con.execute(f"SELECT DISTINCT {AGGREGATE_COLUMN} FROM {relation}").fetchall()}
+        if unknown := found - {a.name for a in aggregates} - {None}:
+            raise ValueError(
+                f"aggregate files hold rows of {sorted(unknown)}, which no stage of this run declares "
+                f"(declared: {sorted(a.name for a in aggregates)})"
+            )
+        tables = [con.sql(merge_sql(agg, relation, partial=True)).to_arrow_table() for agg in aggregates]
+    return _as_file(tables, schema)
+
+
+def read_once(con: Any, paths: Sequence[str], filesystem: Any, schema: pa.Schema) -> str:
+    """The rows of the aggregate files at ``paths`` as a temporary table of ``con`` (its name): read once,
+    then merged per aggregate (a query per aggregate over the files read every file again for each)."""
+    import pyarrow.dataset as ds
+
+    dataset = ds.FileSystemDataset.from_paths(list(paths), schema=schema, format=ds.ParquetFileFormat(), filesystem=filesystem)
+    con.register("__aggregate_files", dataset)
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE __aggregate_rows AS SELECT * FROM __aggregate_files")
+    finally:
+        con.unregister("__aggregate_files")
+    return "__aggregate_rows"
 
 
 def create_tables(con: Any, relation: str, aggregates: Sequence[Aggregate], temp: bool = False) -> None:

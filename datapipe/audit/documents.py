@@ -28,6 +28,7 @@ says ORDER BY.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -245,16 +246,16 @@ def stored_views(con: Any, root: Path, remote: bool) -> None:
         }
         files: dict[tuple[int, str], list[str]] = {}
         for path, status, layout in con.execute("SELECT path, status, layout FROM document_files ORDER BY path").fetchall():
-            files.setdefault((layout, status), []).append(literal(path))
+            files.setdefault((layout, status), []).append(path)
         base = root_sql()
         parts = [
             select_sql(
                 columns,
                 set(layouts[layout]),
-                f"read_parquet(list_transform([{', '.join(paths)}], lambda p: ({base}) || '/' || p))",
+                f"read_parquet(list_transform([{', '.join(map(literal, globs))}], lambda p: ({base}) || '/' || p))",
                 status,
             )
-            for (layout, status), paths in sorted(files.items())
+            for (layout, status), globs in sorted(folder_globs(Path(root), files).items())
         ]
         con.execute(f"SET VARIABLE {ROOT_VARIABLE} = {literal(str(Path(root).resolve()))}")
         try:
@@ -263,6 +264,54 @@ def stored_views(con: Any, root: Path, remote: bool) -> None:
             con.execute(f"RESET VARIABLE {ROOT_VARIABLE}")
     for name, sql in con.execute("SELECT name, sql FROM audit_views ORDER BY position").fetchall():
         con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
+
+
+# A run's files by folder and name ending: a source's kept files (``docs/<source>/*.parquet``), one
+# stage's rejects of a source (``rejected/<source>/*.03-minhash.parquet``).
+_ENDING = re.compile(r"(\.\d+-[^/.]+)?\.parquet$")
+_GLOB_CHARS = re.compile(r"[*?\[\]{}\\]")
+
+
+def folder_globs(root: Path, files: dict[Any, list[str]]) -> dict[Any, list[str]]:
+    """``files`` (per group, paths relative to ``root``) as glob patterns where one names exactly a
+    group's files: ``docs/<source>/*.parquet`` for a source's kept files, so the stored ``documents``
+    view is O(sources x stages x layouts) text, not a list of every path (megabytes at a crawl's files). A
+    pattern is used only when the files it matches in the run folder now (one listing per folder)
+    are exactly the files of one group; otherwise that group's files are listed as they are."""
+    import fnmatch
+
+    pattern_of: dict[str, str] = {}
+    groups_of: dict[str, set[Any]] = {}
+    listed: dict[str, int] = {}
+    for group, paths in files.items():
+        for path in paths:
+            folder, _, name = path.rpartition("/")
+            ending = _ENDING.search(name)
+            if ending is None or not folder or _GLOB_CHARS.search(path):
+                continue
+            pattern = f"{folder}/*{ending.group(0)}"
+            pattern_of[path] = pattern
+            groups_of.setdefault(pattern, set()).add(group)
+            listed[pattern] = listed.get(pattern, 0) + 1
+    on_disk: dict[str, list[str]] = {}  # folder -> names of its Parquet files now
+    exact: set[str] = set()
+    for pattern, groups in groups_of.items():
+        folder, _, name_glob = pattern.rpartition("/")
+        if folder not in on_disk:
+            try:
+                on_disk[folder] = [e.name for e in os.scandir(root / folder) if e.name.endswith(".parquet")]
+            except OSError:
+                on_disk[folder] = []
+        if len(groups) == 1 and len(fnmatch.filter(on_disk[folder], name_glob)) == listed[pattern]:
+            exact.add(pattern)
+    out: dict[Any, list[str]] = {}
+    for group, paths in files.items():
+        entries: dict[str, None] = {}
+        for path in paths:
+            glob = pattern_of.get(path)
+            entries[glob if glob is not None and glob in exact else path] = None
+        out[group] = list(entries)
+    return out
 
 
 def text_beginnings(con: Any, root: Path, ids: list[str], chars: int = 160) -> dict[str, str]:

@@ -1,25 +1,25 @@
 """`datapipe explain RUN DOC_ID`: every recorded signal of one document and the rule that decided it.
 
 It reads the ``documents`` row from ``stats.duckdb`` (the same as
-``select * from documents where id = ?``) and, for documents the ``quality`` stage judged,
-re-checks each rule of the named rule set against the recorded signals, so a kept document
-shows how close it came to each threshold. The thresholds are the ones the run recorded in
-its run.json, not today's rule file.
+``select * from documents where id = ?``), then what each of the run's stages says of it
+(``Stage.explain``: quality re-checks each rule of the document's rule set against the recorded
+signals, classify each keep rule, so a kept document shows how close it came to each threshold;
+the thresholds are the ones the run recorded in its run.json, not today's files), the mixture
+repeat and the copies a survivor stands for.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-
+from datapipe.audit.aggregates import stage_types
 from datapipe.audit.sql import DB_NAME, AuditError, reading
 from datapipe.config.mixture import DUP_COUNT, REPEAT_COLUMN, repeat_rules
 from datapipe.run_folder.layout import RunFolder
+from datapipe.stages.explain_section import ExplainSection, RecordedRun
 
 DECISION = ("id", "source", "kind", "status", "stage", "reason", "detail")
 
@@ -98,83 +98,22 @@ def _did_you_mean(ids: list[str]) -> str:
     return f"did you mean {shown}?" + (" (and more)" if len(ids) > 3 else "")
 
 
-@dataclass(frozen=True)
-class RuleCheck:
-    """One rule of a quality rule set against a document's recorded signal."""
-
-    filter: str
-    rule: str  # the reason it gives is "<filter>:<rule>"
-    column: str
-    op: str  # "min", "max" or "true" (drop where the signal is true)
-    threshold: Any
-    value: Any
-    failed: bool
-
-    def line(self) -> str:
-        from datapipe.stages.quality.rules import Rule, describe
-
-        bound = "" if self.op == "true" else f"  ({self.op} {self.threshold})"
-        rule = Rule(self.rule, self.column, self.op)
-        shown = describe(rule, self.value, self.threshold).split(" ")[0] if self.op != "true" else f"{self.column}={self.value}"
-        return f"  {'FAIL' if self.failed else 'ok  '} {self.filter}:{self.rule:<22} {shown}{bound}"
-
-
-def rule_checks(row: dict[str, Any], run_dir: Path | None = None) -> tuple[list[RuleCheck], str | None]:
-    """Each rule of the document's quality rule set with value, threshold and whether it failed, in the
-    order they are checked, and a note (the rule file changed since, or no rule set to grade against).
-
-    The thresholds are the run's own, recorded in its run.json, not today's rule file (which may
-    have been edited since)."""
-    from datapipe.stages.quality.rules import FILTERS
-
-    name = row.get("quality_rules")
-    if not name:
-        return [], None
-    rules, note = recorded_rule_set(run_dir, name)
-    if rules is None:
-        return [], note
-    out = []
-    for fname, params in rules.filters.items():
-        for rule in FILTERS[fname].rules:
-            threshold, value = params.get(rule.key), row.get(rule.column)
-            if threshold is None or value is None:
-                continue
-            failed = bool(rule.fails(np.array([value], dtype=float), threshold)[0])
-            out.append(RuleCheck(fname, rule.name, rule.column, rule.op, threshold, value, failed))
-    return out, note
-
-
-def rule_lines(row: dict[str, Any], run_dir: Path | None = None) -> list[str]:
-    """One line per rule of the document's quality rule set: value, threshold, pass or FAIL; a changed
-    rule file is pointed out in one line before the rules."""
-    checks, note = rule_checks(row, run_dir)
-    return ([note] if note else []) + [c.line() for c in checks]
-
-
-def recorded_rule_set(run_dir: Path | None, name: str) -> tuple[Any, str | None]:
-    """(the rule set ``name`` as the run recorded it in run.json, or None; a note line or None)."""
+def recorded_run(run_dir: Path) -> RecordedRun:
+    """What the stages' explanations read of the run in ``run_dir``: run.json, SQL over its audit
+    database (a connection per query: most explanations ask none), and whether a recorded rule or
+    model file changed since."""
     from datapipe.pipeline.identity import current_sha256
-    from datapipe.stages.quality.rules import RuleSet, RuleSetError
 
-    run = _run_json(run_dir) if run_dir is not None else {}
-    entry = next((e for e in run.get("resources") or [] if e.get("role") == "rules" and e.get("key") == name), None)
-    if entry is not None and entry.get("content") is not None:
-        try:
-            rules = RuleSet.from_text(entry["content"], f"{entry['path']} (as recorded in run.json)", name)
-        except RuleSetError as exc:
-            return None, f"  (rule set {name} as recorded cannot be read: {exc})"
-        if current_sha256(entry) != entry.get("sha256"):
-            return rules, (
-                f"  ({entry['path']} has changed since this run: these are the thresholds the run used, from run.json)"
-            )
-        return rules, None
-    # No record (a run.json from before rule files were recorded): today's file is all there is.
-    path = Path(entry["file"]) if entry else _rule_file_today(run, name)
-    try:
-        rules = RuleSet.load(path, name)
-    except RuleSetError:
-        return None, f"  (rule set {name} not found here; signals above are what it saw)"
-    return rules, f"  (run.json does not record rule set {name}: graded against today's {path})"
+    def query(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with reading(run_dir) as con:
+            return con.execute(sql, params).fetchall()
+
+    return RecordedRun(_run_json(run_dir), query, lambda entry: current_sha256(entry) != entry.get("sha256"))
+
+
+def stage_sections(row: dict[str, Any], run: RecordedRun) -> list[ExplainSection]:
+    """Each of the run's stages' parts of the explanation (``Stage.explain``), in pipeline order."""
+    return [section for cls in dict.fromkeys(stage_types(run.run)) for section in cls.explain(row, run)]
 
 
 def _run_json(run_dir: Path) -> dict[str, Any]:
@@ -182,83 +121,6 @@ def _run_json(run_dir: Path) -> dict[str, Any]:
         return json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-
-
-def _rule_file_today(run: dict[str, Any], name: str) -> Path:
-    """The file the run's config names for rule-set key ``name`` (a user's own), else the built-in one."""
-    from datapipe.stages.quality.rules import BUILTIN_DIR, rule_file
-
-    for stage in (run.get("config") or {}).get("stages") or []:
-        rules = (stage.get("quality") or {}).get("rules") if isinstance(stage, dict) else None
-        if isinstance(rules, dict) and name in rules:
-            return rule_file(str(rules[name]), Path(run.get("pipeline_file") or "pipeline.yaml").parent)
-    return BUILTIN_DIR / f"{name}.yaml"
-
-
-def classify_lines(row: dict[str, Any], run_dir: Path) -> list[str]:
-    """Each keep rule of the run's classify stages against the document's score: value, bound, ok or FAIL.
-
-    A percentile rule's cut-off is per group and recorded in the detail of the documents it
-    dropped, so it is read from one of them (the same text for the whole group).
-    """
-    out: list[str] = []
-    for stage in (_run_json(run_dir).get("config") or {}).get("stages") or []:
-        options = stage.get("classify") if isinstance(stage, dict) else None
-        for rule in (options or {}).get("keep") or []:
-            if rule.get("bucket") is not None:
-                out += _bucket_rule_lines(row, rule, options or {})
-                continue
-            col, value = rule.get("score"), row.get(rule.get("score"))
-            if value is None:
-                continue
-            for key, op, fails in (
-                ("min", ">=", value < (rule.get("min") or 0)),
-                ("max", "<=", value > (rule.get("max") if rule.get("max") is not None else 1)),
-            ):
-                if rule.get(key) is not None:
-                    out.append(f"  {'FAIL' if fails else 'ok  '} {col}={value:.4f}  ({op} {rule[key]:g})")
-            if rule.get("min_percentile") is not None:
-                group = " ".join(f"{c}={row.get(c)}" for c in rule.get("per") or [])
-                tag = f"(p{rule['min_percentile']:g} of {group or 'the run'},"
-                with reading(run_dir) as con:
-                    hit = con.execute(
-                        "SELECT detail FROM documents WHERE reason = $r AND contains(detail, $t) LIMIT 1",
-                        {"r": f"classifier:{col}", "t": tag},
-                    ).fetchone()
-                cut = hit[0].split(" < ", 1)[1].split(" ", 1)[0] if hit else None
-                verdict = ("FAIL" if value < float(cut) else "ok  ") if cut else "?   "
-                where = (
-                    f">= {cut}, the p{rule['min_percentile']:g} cut-off of {group}"
-                    if cut
-                    else (
-                        f"p{rule['min_percentile']:g} of {group}: no document of the group was dropped by this rule, "
-                        f"so its cut-off is not recorded"
-                    )
-                )
-                out.append(f"  {verdict} {col}={value:.4f}  ({where})")
-    return out
-
-
-def _bucket_rule_lines(row: dict[str, Any], rule: dict[str, Any], options: dict[str, Any]) -> list[str]:
-    """A classify bucket rule against the document's bucket, with the models' buckets it came from
-    (the buckets are recorded columns, so a kept document is graded as exactly as a dropped one)."""
-    name = rule["bucket"]
-    value = row.get(f"bucket_{name}")
-    if value is None:
-        return []
-    buckets = options.get("buckets") or {}
-    models = ", ".join(f"bucket_{m}={row.get(f'bucket_{m}')}" for m in options.get("models") or {})
-    ranked = "ranked " if buckets.get("rank_ensemble") else ""
-    how = f"{ranked}{buckets.get('ensemble', 'max')} of {models}" if name == buckets.get("name", "ensemble") else models
-    out = []
-    for key, op, fails in (("min", ">=", lambda b: value < b), ("max", "<=", lambda b: value > b)):
-        if rule.get(key) is not None:
-            bound = rule[key]
-            out.append(
-                f"  {'FAIL' if fails(bound) else 'ok  '} bucket_{name}={value}  ({op} {bound:g} of "
-                f"{buckets.get('count', 20)} buckets; {how})"
-            )
-    return out
 
 
 def copies_lines(row: dict[str, Any], run_dir: Path, limit: int = 5) -> list[str]:
@@ -315,13 +177,10 @@ def explain(run_dir: Path, doc_id: str, out: TextIO) -> None:
     for key in sorted(k for k in row if k not in DECISION and row[k] is not None):
         value = row[key]
         out.write(f"  {key:<28} {value:.4g}\n" if isinstance(value, float) else f"  {key:<28} {value}\n")
-    lines = rule_lines(row, run_dir)
-    if lines:
-        out.write(f"\nquality rules ({row['quality_rules']}), in the order they are checked:\n" + "\n".join(lines) + "\n")
-    classify = classify_lines(row, run_dir)
-    if classify:
-        out.write("\nclassify keep rules, in the order they are checked:\n" + "\n".join(classify) + "\n")
-    repeat = repeat_line(row, _run_json(run_dir))
+    run = recorded_run(run_dir)
+    for section in stage_sections(row, run):
+        out.write(f"\n{section.title}:\n" + "\n".join(section.lines) + "\n")
+    repeat = repeat_line(row, run.run)
     if repeat:
         out.write(f"\nmixture repeat:\n  {repeat}\n")
     copies = copies_lines(row, run_dir)

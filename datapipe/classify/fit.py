@@ -169,22 +169,41 @@ def train_in_fresh_process(params: dict[str, Any], out: Path) -> None:
         raise RuntimeError(f"fastText training failed: {lines[-1] if lines else f'exit code {proc.returncode}'}")
 
 
-def fasttext_params(p: FitParams, train_file: Path) -> dict[str, Any]:
+def fasttext_args(
+    train_file: Path, *, dim: int, epoch: int, lr: float, word_ngrams: int, min_count: int, bucket: int, seed: int, loss: str
+) -> dict[str, Any]:
+    """fastText's ``train_supervised`` arguments for every datapipe classifier (a stage's model fitted in
+    a run, ``datapipe train-classifier``): one thread, so a seed gives the same model bytes; no
+    character n-grams, which the featuriser makes itself; quiet."""
     return {
         "input": str(train_file),
-        "dim": p.dim,
-        "epoch": p.epoch,
-        "lr": p.lr,
-        "wordNgrams": p.word_ngrams,
-        "minCount": p.min_count,
-        "bucket": p.bucket,
-        "loss": "softmax",
+        "dim": dim,
+        "epoch": epoch,
+        "lr": lr,
+        "wordNgrams": word_ngrams,
+        "minCount": min_count,
+        "bucket": bucket,
+        "loss": loss,
         "minn": 0,
         "maxn": 0,
         "thread": 1,
-        "seed": p.seed,
+        "seed": seed,
         "verbose": 0,
     }
+
+
+def fasttext_params(p: FitParams, train_file: Path) -> dict[str, Any]:
+    return fasttext_args(
+        train_file,
+        dim=p.dim,
+        epoch=p.epoch,
+        lr=p.lr,
+        word_ngrams=p.word_ngrams,
+        min_count=p.min_count,
+        bucket=p.bucket,
+        seed=p.seed,
+        loss="softmax",
+    )
 
 
 def rows_key(ids: list[str], labels: list[Any], p: FitParams, source: str) -> str:

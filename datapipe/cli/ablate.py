@@ -107,7 +107,7 @@ def _settings(
     tokenizer: Path | None,
 ) -> Settings:
     from datapipe.ablate.ablation import Settings
-    from datapipe.ablate.model import model_config
+    from datapipe.ablate.sizes import model_config
 
     cfg = model_config(size).with_overrides(steps=steps)
     agieval = None if no_benchmarks else (benchmarks or (SHARED_AGIEVAL if SHARED_AGIEVAL.is_dir() else None))

@@ -1,4 +1,5 @@
-"""What `datapipe cluster` prints: a KubeRay ``RayJob`` manifest and a Slurm batch script.
+"""``datapipe cluster kuberay`` and ``cluster slurm``, beside what they print: a KubeRay ``RayJob``
+manifest and a Slurm batch script.
 
 Both start a Ray cluster whose driver is ``datapipe run PIPELINE --ray-address ...``; neither
 needs anything of datapipe at render time beyond the pipeline file's text. The manifest is built
@@ -13,8 +14,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import click
 import yaml
 
+from datapipe.cli.options import fail
 from datapipe.errors import UsageError
 
 DEFAULT_IMAGE = "rayproject/ray:2.60.0-py311"
@@ -112,8 +115,8 @@ def kuberay_manifest(
                 "rayVersion": RAY_VERSION,
                 # the job is submitted through the head's dashboard: it must listen beyond the pod.
                 # num-cpus 0: no task runs on the head, which holds the GCS and the driver (the job's
-                # entrypoint, the run's one serial process: its CPU for the same run rose 2.3x when it competed
-                # with tasks; docs/scaling.md), as Ray's guide advises for large clusters.
+                # entrypoint, the run's one serial process, slowed when it competes with tasks;
+                # docs/scaling.md), as Ray's guide advises for large clusters.
                 "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"}, "template": head},
                 "workerGroupSpecs": [
                     {
@@ -201,8 +204,8 @@ stop_ray() {{
 trap stop_ray EXIT
 
 # On several nodes the head keeps one core out of Ray's: the driver (`datapipe run`, below) is the
-# run's one serial process, dispatching and collecting every task beside the GCS; its CPU for the
-# same run rose 2.3x on loaded cores (docs/scaling.md). One node: every core.
+# run's one serial process, dispatching and collecting every task beside the GCS, and slowed on
+# loaded cores (docs/scaling.md). One node: every core.
 head_cpus=$cpus
 if (( ${{#nodes[@]}} > 1 && cpus > 1 )); then head_cpus=$(( cpus - 1 )); fi
 ray start --head --block --node-ip-address="$head_ip" --port="$port" --num-cpus="$head_cpus" \\
@@ -436,3 +439,165 @@ def render_warnings(
             "this machine's server; give an address the cluster can reach (or set endpoint_env there)"
         )
     return warnings
+
+
+@click.group()
+def cluster() -> None:
+    """Print (or submit) what runs a pipeline on a Ray cluster: a KubeRay RayJob or a Slurm job.
+
+    \b
+      datapipe cluster kuberay p.yaml --output s3://bucket/runs/p | kubectl apply -f -
+      datapipe cluster slurm p.yaml --nodes 4 --time 4:00:00 > p.sbatch   # or --submit
+    """
+
+
+@cluster.command("kuberay")
+@click.argument("pipeline", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", help="RayJob name (default: the pipeline file's name).")
+@click.option("--output", "-o", help="Run folder, passed to `datapipe run --output`: an s3:// gs:// hdfs:// URI.")
+@click.option(
+    "--image",
+    default="rayproject/ray:2.60.0-py311",
+    show_default=True,
+    help="Image of every Ray pod. It must hold datapipe (and its Ray version): build one FROM this "
+    "with `pip install datapipe` and `datapipe models fetch`.",
+)
+@click.option(
+    "--pipeline-in-image",
+    metavar="PATH",
+    help="Use the pipeline file at PATH inside the image instead of shipping PIPELINE in a ConfigMap.",
+)
+@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True, help="Worker pods.")
+@click.option("--min-workers", type=click.IntRange(min=0), help="Autoscaling floor (default: --workers).")
+@click.option("--max-workers", type=click.IntRange(min=0), help="Autoscaling ceiling (default: --workers).")
+@click.option("--head-cpu", default="2", show_default=True, help="Head pod CPU request and limit.")
+@click.option("--head-memory", default="8Gi", show_default=True, help="Head pod memory request and limit.")
+@click.option("--worker-cpu", default="4", show_default=True, help="Worker pod CPU request and limit.")
+@click.option("--worker-memory", default="16Gi", show_default=True, help="Worker pod memory request and limit.")
+@click.option(
+    "--secret",
+    metavar="NAME",
+    help="Kubernetes Secret with keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, referenced (never "
+    "copied) into every pod's environment.",
+)
+@click.option("--endpoint-url", metavar="URL", help="AWS_ENDPOINT_URL for an S3-compatible store (MinIO, Ceph).")
+def cluster_kuberay(
+    pipeline: Path,
+    name: str | None,
+    output: str | None,
+    image: str,
+    pipeline_in_image: str | None,
+    workers: int,
+    min_workers: int | None,
+    max_workers: int | None,
+    head_cpu: str,
+    head_memory: str,
+    worker_cpu: str,
+    worker_memory: str,
+    secret: str | None,
+    endpoint_url: str | None,
+) -> None:
+    """Print a KubeRay RayJob (ray.io/v1) that runs PIPELINE on a Ray cluster of its own.
+
+    The pipeline file goes in a ConfigMap printed before the RayJob (mounted at
+    /etc/datapipe/pipeline.yaml), unless --pipeline-in-image names it inside the image. Its
+    inputs and the run folder must be reachable from every pod: object storage, or paths in the
+    image. Apply with `kubectl apply -f -`; the cluster is deleted when the run ends.
+    """
+    text = None if pipeline_in_image else read_pipeline(pipeline)
+    for warning in render_warnings(text, pipeline.parent.absolute(), "kuberay", output=output, image=image):
+        click.echo(f"warning: {warning}", err=True)
+    docs = kuberay_manifest(
+        text,
+        name=name or pipeline.stem,
+        pipeline_path=pipeline_in_image,
+        output=output,
+        image=image,
+        workers=workers,
+        min_workers=min_workers,
+        max_workers=max_workers,
+        head_cpu=head_cpu,
+        head_memory=head_memory,
+        worker_cpu=worker_cpu,
+        worker_memory=worker_memory,
+        secret=secret,
+        endpoint_url=endpoint_url,
+    )
+    click.echo(dump_manifest(docs), nl=False)
+
+
+@cluster.command("slurm")
+@click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--output", "-o", help="Run folder, passed to `datapipe run --output` (shared storage or a URI).")
+@click.option("--name", help="Job name (default: datapipe-<pipeline file name>).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="#SBATCH --nodes.")
+@click.option(
+    "--cpus", type=click.IntRange(min=1), default=4, show_default=True, help="#SBATCH --cpus-per-task: Ray's CPUs per node."
+)
+@click.option("--mem", help="#SBATCH --mem per node (e.g. 32G).")
+@click.option("--time", "time_limit", help="#SBATCH --time (e.g. 4:00:00).")
+@click.option("--partition", help="#SBATCH --partition.")
+@click.option("--account", help="#SBATCH --account.")
+@click.option("--log", help="#SBATCH --output: the job's log file (Slurm's default: slurm-<jobid>.out).")
+@click.option(
+    "--setup",
+    multiple=True,
+    metavar="LINE",
+    help="A shell line run first on the head node, e.g. 'source ~/venv/bin/activate' (repeatable). "
+    "Other nodes get the environment sbatch exported.",
+)
+@click.option("--port", type=click.IntRange(1, 65535), default=6379, show_default=True, help="Ray head port.")
+@click.option("--submit", is_flag=True, help="Pipe the script to sbatch and print the job id instead.")
+def cluster_slurm(
+    pipeline: Path,
+    output: str | None,
+    name: str | None,
+    nodes: int,
+    cpus: int,
+    mem: str | None,
+    time_limit: str | None,
+    partition: str | None,
+    account: str | None,
+    log: str | None,
+    setup: tuple[str, ...],
+    port: int,
+    submit: bool,
+) -> None:
+    """Print an sbatch script that starts Ray on its allocation and runs PIPELINE on it.
+
+    Ray's head starts on the allocation's first node (where the script and the driver run), a
+    worker on each other node (srun); once every node has joined, `datapipe run PIPELINE
+    --ray-address HEAD:PORT` runs, and Ray stops when the script exits, however it exits.
+    """
+    import subprocess
+
+    from datapipe.storage.uri import is_uri
+
+    for warning in render_warnings(read_pipeline(pipeline), pipeline.parent.absolute(), "slurm", output=output):
+        click.echo(f"warning: {warning}", err=True)
+    if output and not is_uri(output):
+        output = str(Path(output).absolute())
+    script = slurm_script(
+        str(pipeline.absolute()),
+        name=name or f"datapipe-{pipeline.stem}",
+        nodes=nodes,
+        cpus_per_node=cpus,
+        mem=mem,
+        time=time_limit,
+        partition=partition,
+        account=account,
+        output=output,
+        log=log,
+        setup=setup,
+        port=port,
+    )
+    if not submit:
+        click.echo(script, nl=False)
+        return
+    try:
+        done = subprocess.run(["sbatch", "--parsable"], input=script, capture_output=True, text=True)
+    except FileNotFoundError:
+        fail("sbatch is not on PATH: run this on a Slurm login node, or drop --submit to print the script")
+    if done.returncode != 0:
+        fail(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}", code=1)
+    click.echo(done.stdout.strip().split(";")[0])

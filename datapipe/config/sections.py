@@ -110,9 +110,9 @@ class SplitConfig(Strict):
 class WorkersConfig(Strict):
     """How long a Ray worker process is reused (datapipe/engine/executors/ray/recycle.py); outputs do not depend on it."""
 
-    # 32 MiB: in bench/scaling/substrings.py, never-replaced workers started the round tasks at 315, 340 and
-    # 373 MiB at 1x, 4x and 16x; with 32 at 305-328 MiB, for 0, 6 and 8 fresh workers (~1.6-3.5 CPU s
-    # each, 9-12% of the 4x and 16x runs' CPU). docs/stages/substrings.md has the table.
+    # 32 MiB: never-replaced workers started the substrings round tasks ever larger as the corpus grew;
+    # at 32 they stay flat for a few fresh workers (bench/scaling/substrings.py; docs/stages/substrings.md
+    # has the table).
     recycle_above_mib: int = Field(
         32,
         ge=0,

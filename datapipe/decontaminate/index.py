@@ -52,11 +52,13 @@ def _lookup(keys, bitmap, shift, hashes, found):
 
 
 if HAVE_NUMBA:
-    from datapipe.runtime.jit import lazy_numba
+    from datapipe.runtime.jit import arr, lazy_numba
 
     numba = lazy_numba()  # compiled (or loaded from the cache) on first use
 
-    _lookup_jit = numba.njit(cache=True, nogil=True)(_lookup)
+    _lookup_jit = numba.njit(
+        cache=True, nogil=True, warm=[(arr("uint64"), arr("uint8"), "int64", arr("uint64"), arr("boolean"))]
+    )(_lookup)
 
 
 @dataclass(frozen=True)

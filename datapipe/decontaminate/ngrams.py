@@ -46,7 +46,7 @@ from datapipe.dedup.shingles import (
 )
 
 if HAVE_NUMBA:
-    from datapipe.runtime.jit import lazy_numba
+    from datapipe.runtime.jit import arr, lazy_numba
 
     numba = lazy_numba()  # compiled (or loaded from the cache) on first use
 
@@ -209,7 +209,27 @@ def _ngram_kernel(cps, offsets, done, table, fold, classes, n_word, n_char, out_
 
 
 if HAVE_NUMBA:
-    _ngram_kernel_jit = numba.njit(cache=True, nogil=True)(_ngram_kernel)
+    _ngram_kernel_jit = numba.njit(
+        cache=True,
+        nogil=True,
+        warm=[
+            (
+                arr("uint32", readonly=True),
+                arr("int64"),
+                arr("boolean"),
+                arr("uint32"),
+                arr("uint32"),
+                arr("uint8"),
+                "int64",
+                "int64",
+                arr("uint64"),
+                arr("int64"),
+                arr("uint64"),
+                arr("int64"),
+                arr("boolean"),
+            )
+        ],
+    )(_ngram_kernel)
 
 
 def ngram_hashes(texts: Texts, n_word: int, n_char: int, fold: bool = True) -> tuple[np.ndarray, np.ndarray]:

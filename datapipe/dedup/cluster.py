@@ -71,13 +71,13 @@ def _flatten_kernel(parent):
 
 
 if HAVE_NUMBA:
-    from datapipe.runtime.jit import lazy_numba
+    from datapipe.runtime.jit import arr, lazy_numba
 
     numba = lazy_numba()  # compiled (or loaded from the cache) on first use
 
     _find = numba.njit(cache=True, nogil=True)(_find)
-    _union_kernel = numba.njit(cache=True, nogil=True)(_union_kernel)
-    _flatten_kernel = numba.njit(cache=True, nogil=True)(_flatten_kernel)
+    _union_kernel = numba.njit(cache=True, nogil=True, warm=[(arr("int64"), arr("int64"), arr("int64"))])(_union_kernel)
+    _flatten_kernel = numba.njit(cache=True, nogil=True, warm=[(arr("int64"),)])(_flatten_kernel)
 
 
 class UnionFind:
@@ -143,9 +143,15 @@ def spanning_forest(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def estimated_jaccard(sigs: np.ndarray, u: np.ndarray, v: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
     """Fraction of equal signature values per pair (datasketch's MinHash.jaccard), chunked."""
+    return pair_jaccard(sigs, u, sigs, v, chunk)
+
+
+def pair_jaccard(a: np.ndarray, u: np.ndarray, b: np.ndarray, v: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """``estimated_jaccard`` of rows ``a[u]`` and ``b[v]`` (two signature matrices), as float32 like it,
+    so a pair compares with the threshold the same way wherever it is verified."""
     out = np.empty(len(u), dtype=np.float32)
     for s in range(0, len(u), chunk):
-        out[s : s + chunk] = (sigs[u[s : s + chunk]] == sigs[v[s : s + chunk]]).mean(axis=1)
+        out[s : s + chunk] = (a[u[s : s + chunk]] == b[v[s : s + chunk]]).mean(axis=1)
     return out
 
 

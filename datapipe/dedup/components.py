@@ -1,28 +1,40 @@
-"""Connected components across partitions in shuffle rounds: alternating small-star / large-star
-(Kiveris et al. 2014, "Connected Components in MapReduce and Beyond"), with finished components
-settled as soon as they are known whole.
+"""Connected components across partitions in shuffle rounds, with no task gathering a node's
+neighbourhood: alternating small-star / large-star (Kiveris et al. 2014, "Connected Components in
+MapReduce and Beyond"), each step done as an aggregate and a join, as GraphFrames does for skewed
+graphs, and finished components settled as soon as they are known whole.
 
-The graph is a set of edges between int64 node ids (row keys). Every round, each edge is held by
-the partitions of both its endpoints as two directed rows ``(node, nbr)``, so a partition sees the
-whole neighbourhood of each of its nodes and nothing else: a task's memory is its share of the
-edges, never the corpus. Both operations keep the connected components:
+Why not the textbook form: each star step there groups every edge of a node in one task, and the
+steps end with each component a star around its lowest node, so one task holds the whole of the
+largest component (a boilerplate page copied ten million times: ten million rows in one task).
 
-* small-star at node u: connect u and each smaller neighbour to the smallest of them;
-* large-star at node u: connect each larger neighbour to the smallest of u's neighbourhood.
+Here every edge stays with the task that made it (its *holder*); nodes are represented only by
+aggregates. A step is two rounds:
 
-Alternated, they turn every component into a star around its lowest id in O(log n) rounds in
-practice (O(log^2 n) proven). Settling: in a small-star round a node whose only neighbour is lower
-sends that neighbour a ``confirm`` row; in the next (large-star) round a node c whose neighbours
-are all higher and have all confirmed is the centre of a whole component ({c} and its neighbours:
-see ``large_star`` for why), which is handed back as settled (root, member) pairs and drops out of
-the rounds. A round in which nothing is left receives no rows.
+* holders send, per node of their edges, one partial row (lowest neighbour, highest neighbour) to
+  the node's partition (``neighbour_partials``); there the partials are combined
+  (``combine_partials``) and the node's aggregate is answered to each holder that asked, so a node
+  receives one row per holder (at most the number of partitions), however many edges it has;
+* holders then apply the step to each edge they hold, given its endpoints' aggregates
+  (``star_step``), and keep the new edges. Both steps map each edge (and node) to new edges by
+  the node aggregates alone, so the edge *set* after a step is Kiveris's whatever holder made
+  which copy; a copy made by two holders is kept by both (min and max do not mind).
+
+The same answers settle components (``star_checks``, ``settled``): an edge (c, v) passes when c has
+no lower neighbour and v has exactly one neighbour, c; a node all of whose edges pass, at every
+holder, is the centre of a star that is a whole component of this step's graph (it is closed under
+adjacency), hence of the input graph. A star maps to itself under both steps, so the holders that
+reported on it still hold it, and settle it when told.
+
+Each node carries a ``rank`` (a float64 the survivor rule orders by; 0 for "earliest"), carried
+along with its edges, so that a star's survivor (highest rank, then lowest id) is known where it
+settles without asking for each member.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
-EDGE, CONFIRM = 0, 1  # row kinds
+import numpy as np
 
 
 def node_partition(nodes: np.ndarray, partitions: int) -> np.ndarray:
@@ -36,96 +48,150 @@ def node_partition(nodes: np.ndarray, partitions: int) -> np.ndarray:
     return (x % np.uint64(partitions)).astype(np.int32)
 
 
-def both_ways(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Undirected edges as directed rows (node, nbr), one for each endpoint; self-loops dropped."""
-    keep = u != v
-    u, v = u[keep], v[keep]
-    return np.concatenate([u, v]), np.concatenate([v, u])
+def _group_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    """Start index of each run of equal values in a sorted array (empty for an empty one)."""
+    if len(sorted_keys) == 0:
+        return np.empty(0, np.int64)
+    start = np.ones(len(sorted_keys), dtype=bool)
+    start[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    return np.flatnonzero(start)
 
 
-def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct (a, b) pairs, sorted by a then b."""
-    if len(a) == 0:
-        return a.astype(np.int64), b.astype(np.int64)
-    order = np.lexsort((b, a))
-    a, b = a[order], b[order]
-    first = np.ones(len(a), dtype=bool)
-    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
-    return a[first], b[first]
+def distinct_edges(
+    lo: np.ndarray, hi: np.ndarray, rlo: np.ndarray, rhi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Edges (lo < hi) without self-loops or repeats, sorted by (lo, hi); a node's rank is the same
+    on every edge, so the ranks of repeats agree."""
+    keep = lo != hi
+    lo, hi, rlo, rhi = lo[keep], hi[keep], rlo[keep], rhi[keep]
+    swap = lo > hi
+    lo, hi = np.where(swap, hi, lo), np.where(swap, lo, hi)
+    rlo, rhi = np.where(swap, rhi, rlo), np.where(swap, rlo, rhi)
+    order = np.lexsort((hi, lo))
+    lo, hi, rlo, rhi = lo[order], hi[order], rlo[order], rhi[order]
+    first = np.ones(len(lo), dtype=bool)
+    first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+    return lo[first], hi[first], rlo[first], rhi[first]
 
 
-def _groups(node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For rows sorted by node: the start index of each node's group and each row's group number."""
-    start = np.ones(len(node), dtype=bool)
-    start[1:] = node[1:] != node[:-1]
-    return np.flatnonzero(start), np.cumsum(start) - 1
+def neighbour_partials(
+    lo: np.ndarray, hi: np.ndarray, rlo: np.ndarray, rhi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct node of a holder's edges: (node, lowest neighbour, its rank, highest neighbour)."""
+    node = np.concatenate([lo, hi])
+    nbr = np.concatenate([hi, lo])
+    rank = np.concatenate([rhi, rlo])
+    return combine_partials(node, nbr, rank, nbr)
 
 
-def small_star(node: np.ndarray, nbr: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-    """One small-star step over the rows (node, nbr) of a partition's nodes (every neighbour of each).
-
-    Returns the new undirected edges (u, v) and the confirm rows (centre, leaf): a node whose only
-    neighbour is lower tells that neighbour it is its leaf."""
-    node, nbr = _unique_pairs(node, nbr)
-    empty = np.empty(0, np.int64)
+def combine_partials(
+    node: np.ndarray, low: np.ndarray, low_rank: np.ndarray, high: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Partials of the same nodes combined: per distinct node, the lowest ``low`` (with its rank) and
+    the highest ``high``; sorted by node."""
     if len(node) == 0:
-        return (empty, empty), (empty, empty)
-    starts, group = _groups(node)
-    degree = np.diff(np.append(starts, len(node)))
-    lowest = nbr[starts]  # sorted by nbr inside a group: the lowest neighbour
-    leaf = (degree == 1) & (lowest < node[starts])
-    lower = nbr < node
-    m = lowest[group]  # per row: the node's lowest neighbour (= the lowest of its lower ones, if any)
-    # Each lower neighbour x != m joins m; the node itself joins m (when it has a lower neighbour).
-    join = lower & (nbr != m)
-    has_lower = lowest < node[starts]
-    u = np.concatenate([nbr[join], node[starts][has_lower]])
-    v = np.concatenate([m[join], lowest[has_lower]])
-    return (u, v), (lowest[leaf], node[starts][leaf])
+        empty = np.empty(0, np.int64)
+        return empty, empty, np.empty(0, np.float64), empty
+    order = np.lexsort((low, node))
+    node_s, low_s = node[order], low[order]
+    starts = _group_starts(node_s)
+    top = np.maximum.reduceat(high[order], starts)
+    return node_s[starts], low_s[starts], low_rank[order][starts], top
 
 
-def _is_member(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """For distinct sorted pairs ``a``: whether each is among the distinct pairs ``b``."""
-    n = len(a[0])
-    if n == 0 or len(b[0]) == 0:
-        return np.zeros(n, dtype=bool)
-    x = np.concatenate([a[0], b[0]])
-    y = np.concatenate([a[1], b[1]])
-    tag = np.concatenate([np.zeros(n, np.int8), np.ones(len(b[0]), np.int8)])
-    order = np.lexsort((tag, y, x))  # equal pairs adjacent, the one of ``a`` first
-    xs, ys, ts = x[order], y[order], tag[order]
-    hit = (xs[:-1] == xs[1:]) & (ys[:-1] == ys[1:]) & (ts[:-1] == 0) & (ts[1:] == 1)
-    found = np.zeros(n, dtype=bool)
-    found[order[:-1][hit]] = True  # positions < n are rows of ``a``
-    return found
+@dataclass(frozen=True)
+class Aggregates:
+    """The answered aggregates of the nodes a holder's edges touch: sorted ``node``, each one's lowest
+    and highest neighbour and the lowest one's rank; ``settled`` nodes map to their survivor."""
+
+    node: np.ndarray
+    low: np.ndarray
+    low_rank: np.ndarray
+    high: np.ndarray
+
+    def at(self, x: np.ndarray) -> np.ndarray:
+        """Index of each of ``x`` in ``node`` (every one must be there: a holder asked for its nodes)."""
+        i = np.searchsorted(self.node, x)
+        if len(x) and (i.max() >= len(self.node) or not np.array_equal(self.node[i], x)):
+            raise ValueError("an edge's node has no answered aggregate")
+        return i
+
+    def lowest(self, x: np.ndarray, rank_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The lowest of each node and its neighbours (Kiveris's m(x)), with its rank."""
+        i = self.at(x)
+        below = self.low[i] < x
+        return np.where(below, self.low[i], x), np.where(below, self.low_rank[i], rank_x)
 
 
-def large_star(
-    node: np.ndarray, nbr: np.ndarray, confirm: tuple[np.ndarray, np.ndarray]
-) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-    """One large-star step over the rows (node, nbr) of a partition's nodes, settling whole components.
+def star_step(
+    lo: np.ndarray, hi: np.ndarray, rlo: np.ndarray, rhi: np.ndarray, agg: Aggregates, large: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One step applied to a holder's edges (lo < hi), as distinct edges.
 
-    ``confirm``: the (centre, leaf) rows the small-star round before sent to this partition. Returns
-    the new undirected edges (u, v) and the settled (root, member) pairs.
+    Large-star: each node u links its higher neighbours to m(u), the lowest of u and its neighbours;
+    for an edge that is (hi, m(lo)). Small-star: each node u links its lower neighbours and itself to
+    m(u); for an edge, (lo, m(hi)) and (hi, m(hi)) (hi has lo below it, so m(hi) is its lowest
+    neighbour)."""
+    if large:
+        m, rm = agg.lowest(lo, rlo)
+        return distinct_edges(m, hi, rm, rhi)
+    m, rm = agg.lowest(hi, rhi)
+    return distinct_edges(np.concatenate([m, m]), np.concatenate([lo, hi]), np.concatenate([rm, rm]), np.concatenate([rlo, rhi]))
 
-    Why a confirmed centre's component is whole: if c has only higher neighbours now, it had only
-    higher neighbours in the round before (a lower one would have made small-star give c a lower
-    neighbour), and each of them, y, got the edge (y, c) only if c was the lowest of y's lower
-    neighbours then; so c's neighbours then are among its neighbours now. Every one of these having
-    confirmed means it had c as its only neighbour then, so c's neighbours now are exactly those of
-    then and {c} with them was a whole component of the graph then, hence of the input graph."""
-    node, nbr = _unique_pairs(node, nbr)
-    empty = np.empty(0, np.int64)
-    if len(node) == 0:
-        return (empty, empty), (empty, empty)
-    starts, group = _groups(node)
-    ends = np.append(starts, len(node))
-    lowest = nbr[starts]
-    centre = lowest > node[starts]
-    confirmed = _is_member((node, nbr), _unique_pairs(*confirm))
-    # A group is fully confirmed when its count of confirmed rows equals its size.
-    all_confirmed = np.add.reduceat(confirmed.astype(np.int64), starts) == np.diff(ends)
-    settled = (centre & all_confirmed)[group]
-    m = np.minimum(lowest, node[starts])[group]  # the lowest of the node's neighbourhood, with itself
-    emit = ~settled & (nbr > node)
-    return (nbr[emit], m[emit]), (node[settled], nbr[settled])
+
+def first_small_star(
+    lo: np.ndarray, hi: np.ndarray, rlo: np.ndarray, rhi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Small-star over edges that include every lower neighbour of each of their higher ends (a
+    holder that made all the edges of its nodes to lower ones): no aggregate is needed, each node's
+    lowest lower neighbour is here. The first step, done where the edges are made."""
+    if len(lo) == 0:
+        return distinct_edges(lo, hi, rlo, rhi)
+    order = np.lexsort((lo, hi))
+    lo_s, hi_s = lo[order], hi[order]
+    starts = _group_starts(hi_s)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(hi_s)]))
+    m, rm = lo_s[starts][group], rlo[order][starts][group]
+    return distinct_edges(
+        np.concatenate([m, m]), np.concatenate([lo_s, hi_s]), np.concatenate([rm, rm]), np.concatenate([rlo[order], rhi[order]])
+    )
+
+
+def best(key: np.ndarray, rank: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct ``group``, in sorted order: the key of highest rank (the lowest key among equals)
+    and its rank: the survivor rule's order (``cluster.survivors``)."""
+    if len(group) == 0:
+        return group, key, rank
+    order = np.lexsort((key, -rank, group))
+    starts = _group_starts(group[order])
+    return group[order][starts], key[order][starts], rank[order][starts]
+
+
+def star_checks(
+    lo: np.ndarray, hi: np.ndarray, rlo: np.ndarray, rhi: np.ndarray, agg: Aggregates
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct lower end c of a holder's edges: (c, whether every edge (c, v) here passes, the
+    best of c and those v, its rank). An edge passes when c has no lower neighbour and v's only
+    neighbour is c."""
+    if len(lo) == 0:
+        empty = np.empty(0, np.int64)
+        return empty, np.empty(0, bool), empty, np.empty(0, np.float64)
+    i, j = agg.at(lo), agg.at(hi)
+    ok = (agg.low[i] > lo) & (agg.low[j] == lo) & (agg.high[j] == lo)
+    order = np.argsort(lo, kind="stable")
+    starts = _group_starts(lo[order])
+    all_ok = np.logical_and.reduceat(ok[order], starts)
+    centre, key, rank = best(np.concatenate([lo, hi]), np.concatenate([rlo, rhi]), np.concatenate([lo, lo]))
+    return centre, all_ok, key, rank
+
+
+def settled(centre: np.ndarray, ok: np.ndarray, key: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The holders' checks combined: the centres every holder passed, and each one's survivor."""
+    if len(centre) == 0:
+        return centre, centre
+    order = np.argsort(centre, kind="stable")
+    c, okay = centre[order], ok[order]
+    starts = _group_starts(c)
+    whole = np.logical_and.reduceat(okay, starts)
+    group, survivor, _ = best(key[order], rank[order], c)
+    return group[whole], survivor[whole]

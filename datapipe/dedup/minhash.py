@@ -87,12 +87,16 @@ def _legacy_kernel(hashes, offsets, a, b, out):
 
 
 if HAVE_NUMBA:
-    from datapipe.runtime.jit import lazy_numba
+    from datapipe.runtime.jit import arr, lazy_numba
 
     numba = lazy_numba()  # compiled (or loaded from the cache) on first use
 
-    _affine32_jit = numba.njit(cache=True, nogil=True)(_affine32_kernel)
-    _legacy_jit = numba.njit(cache=True, nogil=True)(_legacy_kernel)
+    _affine32_jit = numba.njit(
+        cache=True, nogil=True, warm=[(arr("uint32"), arr("int64"), arr("uint32"), arr("uint32"), arr("uint32", 2))]
+    )(_affine32_kernel)
+    _legacy_jit = numba.njit(
+        cache=True, nogil=True, warm=[(arr("uint32"), arr("int64"), arr("uint64"), arr("uint64"), arr("uint64", 2))]
+    )(_legacy_kernel)
 
 
 def signatures_from_hashes(
@@ -162,7 +166,7 @@ def lsh_params(
 @lru_cache(maxsize=64)
 def _optimal_param_cached(threshold: float, num_perm: int, fpw: float, fnw: float) -> tuple[int, int]:
     if (fpw, fnw) == (0.5, 0.5) and (known := LSH_PARAMS.get((num_perm, threshold))) is not None:
-        return known  # precomputed: computing imports scipy.integrate (about 1 s and 55 MB per process)
+        return known  # precomputed: computing imports scipy.integrate, costly in every process
     from datasketch.lsh import _optimal_param  # scipy quad per (b, r): seconds, hence the cache
 
     return tuple(_optimal_param(threshold, num_perm, fpw, fnw))

@@ -1,5 +1,6 @@
-"""SemDeDup's pieces (Abbas et al. 2023): spherical k-means over unit vectors, then exact pairwise
-cosine inside each k-means cluster.
+"""SemDeDup's pieces (Abbas et al. 2023): spherical k-means over unit vectors, exact pairwise cosine
+inside each k-means cluster, and the rule that drops a document only for a kept one
+(``keep_in_order``).
 
 Determinism comes first (a rerun, or a run on 1 or 2 workers, must give the same bytes): k-means
 starts from a seeded choice of distinct sample points and runs a fixed number of Lloyd steps in
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from datapipe.dedup.shingles import HAVE_NUMBA
 from datapipe.errors import UsageError
 
 SIM_DECIMALS = 6
@@ -213,3 +215,38 @@ def _similar_pairs_torch(
             found_j.append((cols + s).cpu().numpy())
             found_s.append(sims[rows, cols].cpu().numpy())
     return _pairs(found_i, found_j, found_s)
+
+
+def _keep_in_order(earlier, later, sim, kept, dup, dup_sim):
+    for k in range(later.shape[0]):
+        x, e = later[k], earlier[k]
+        if kept[e] and (dup[x] < 0 or sim[k] > dup_sim[x]):
+            dup[x] = e
+            dup_sim[x] = sim[k]
+            kept[x] = False
+
+
+def keep_in_order(n: int, earlier: np.ndarray, later: np.ndarray, sim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """SemDeDup's rule over ``n`` documents numbered in keep order (0 is kept first): walk them in that
+    order and drop a document that is at least the threshold similar to one already *kept*; a
+    document close only to dropped ones is kept, so no chain A-B-C drops C for A.
+
+    ``earlier < later``, ``sim``: the pairs at or above the threshold and their cosine. Returns, per
+    document, the kept document it is dropped for (-1: kept), the most similar such one (ties: the
+    first in keep order), and that cosine."""
+    order = np.lexsort((earlier, later))  # a document's pairs after those of every document before it
+    e = np.ascontiguousarray(earlier[order], np.int64)
+    x = np.ascontiguousarray(later[order], np.int64)
+    s = np.ascontiguousarray(sim[order], np.float64)
+    kept = np.ones(n, dtype=np.bool_)
+    dup = np.full(n, -1, np.int64)
+    dup_sim = np.zeros(n, np.float64)
+    _keep_in_order(e, x, s, kept, dup, dup_sim)
+    return dup, dup_sim
+
+
+if HAVE_NUMBA:
+    from datapipe.runtime.jit import lazy_numba
+
+    numba = lazy_numba()  # compiled (or loaded from the cache) on first use
+    _keep_in_order = numba.njit(cache=True, nogil=True)(_keep_in_order)

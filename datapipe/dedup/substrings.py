@@ -47,7 +47,7 @@ from functools import lru_cache
 import numpy as np
 
 from datapipe.dedup.shingles import COMPLEX, char_classes, norm_table
-from datapipe.runtime.jit import lazy_numba
+from datapipe.runtime.jit import arr, lazy_numba
 
 # The kernels compile (or load from numba's cache) on first use (runtime/jit.py): the driver imports
 # this module to plan a run with a substrings stage and runs none of them, so it never loads numba.
@@ -236,7 +236,11 @@ def _mix_py(x):
 
 
 _mix = numba.njit(cache=True, nogil=True, inline="always")(_mix_py)
-_tokenize_jit = numba.njit(cache=True, nogil=True)(_tokenize_kernel)
+_tokenize_jit = numba.njit(
+    cache=True,
+    nogil=True,
+    warm=[(arr("uint32"), arr("int64"), arr("uint8"), arr("int64"), arr("int64"), arr("uint64"), arr("int64"))],
+)(_tokenize_kernel)
 
 
 def _window_kernel(tok_hash, lo, hi, n, out):
@@ -257,7 +261,7 @@ def _window_kernel(tok_hash, lo, hi, n, out):
     return count
 
 
-_window_jit = numba.njit(cache=True, nogil=True)(_window_kernel)
+_window_jit = numba.njit(cache=True, nogil=True, warm=[(arr("uint64"), "int64", "int64", "int64", arr("uint64"))])(_window_kernel)
 
 
 def window_hashes(tokens: Tokens, d: int, n: int) -> np.ndarray:
@@ -301,7 +305,11 @@ def _anchor_kernel(tok_hash, tok_off, min_tokens, k, w, out_doc, out_pos, out_ha
     return m
 
 
-_anchor_jit = numba.njit(cache=True, nogil=True)(_anchor_kernel)
+_anchor_jit = numba.njit(
+    cache=True,
+    nogil=True,
+    warm=[(arr("uint64"), arr("int64"), "int64", "int64", "int64", arr("int64"), arr("int64"), arr("uint64"), arr("uint64"))],
+)(_anchor_kernel)
 
 
 def anchors(tokens: Tokens, min_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -3,8 +3,9 @@
 ``collect_counts`` sums the funnel and per-source totals from the tasks' markers;
 ``build_stats`` writes the database, one table per ``audit.schema.TABLES`` entry (the funnel, the
 shards, the index of the kept and rejected files that ``documents`` is a view over, that of the
-copies files), the ``agg_`` tables merged from the map tasks' aggregate files (``audit/aggregates.py``)
-and the views; ``check_conservation`` checks inputs = kept + rejected against the rows those files hold.
+copies files), the ``agg_`` tables merged from the map tasks' aggregate files (``audit/aggregates.py``;
+beyond a few, merged first by a tree of tasks: ``engine/aggregate_tree.py``) and the views;
+``check_conservation`` checks inputs = kept + rejected against the rows those files hold.
 
 Nothing here reads a document: the rows stay in the Parquet files the map tasks wrote, and the
 markers (read once per phase, cached) say which files there are, with their rows, id ranges and
@@ -28,6 +29,7 @@ from datapipe.audit import aggregates, schema
 from datapipe.audit.documents import attach, locator, stored_views
 from datapipe.audit.schema import CORE_COLUMNS, NOT_IN_DOCUMENTS
 from datapipe.audit.views import create_table_views, document_views
+from datapipe.engine import aggregate_tree
 from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import RunSpec, build_stage
 from datapipe.engine.work_files import map_phase
@@ -59,8 +61,9 @@ STATS_MEMORY_MB = 256
 
 def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory_mb: int = STATS_MEMORY_MB) -> None:
     """Write ``stats.duckdb``: one table per ``audit.schema.TABLES`` entry, from the markers (already
-    read for the counts) and one Parquet footer per column layout; the ``agg_`` tables merged from the
-    map tasks' aggregate files; the views. O(tasks), whatever the size of the corpus."""
+    read for the counts) and one Parquet footer per column layout; the ``agg_`` tables merged from at
+    most ``aggregate_tree.FAN_IN`` aggregate files (the merge tree's last level); the views. O(tasks),
+    whatever the size of the corpus."""
     import duckdb
 
     rows = _table_rows(folder, spec, counts)
@@ -131,28 +134,23 @@ def _table_rows(folder: RunFolder, spec: RunSpec, counts: dict[str, Any]) -> dic
 
 
 def _write_aggregates(con: Any, folder: RunFolder, spec: RunSpec, files: list[dict[str, Any]] | None, columns: set[str]) -> None:
-    """The ``agg_`` tables, merged from the map tasks' aggregate files; from a scan of ``documents``
-    where a task of an older datapipe wrote none (a run resumed across versions)."""
-    if files is None:
+    """The ``agg_`` tables, merged from the aggregate files of the last level of the merge tree (at most
+    ``aggregate_tree.FAN_IN``; the map tasks' own in a run of fewer), ``files`` being the map tasks'
+    (listed in ``aggregate_files``); from a scan of ``documents`` where a task of an older datapipe
+    wrote none (a run resumed across versions)."""
+    inputs = aggregate_tree.final_inputs(folder, spec) if files is not None else None
+    if files is None or inputs is None:
         attach(con, folder.root, views=False)  # every file: the scan reads them all
         aggregates.scan_tables(con, spec.stage_types, temp=False)
         schema.write_table(con, schema.AGGREGATE_FILES, [])
         return
-    import pyarrow.dataset as ds
-
     declared = aggregates.run_aggregates(spec.stage_types, columns)
     fs, resolve = locator(folder.root)
-    dataset = ds.FileSystemDataset.from_paths(
-        [resolve(f["path"]) for f in files],
-        schema=aggregates.file_schema(declared),
-        format=ds.ParquetFileFormat(),
-        filesystem=fs,
-    )
-    con.register("__aggregate_rows", dataset)
+    relation = aggregates.read_once(con, [resolve(p) for p in inputs], fs, aggregates.file_schema(declared))
     try:
-        aggregates.create_tables(con, "__aggregate_rows", declared)
+        aggregates.create_tables(con, relation, declared)
     finally:
-        con.unregister("__aggregate_rows")
+        con.execute(f"DROP TABLE {relation}")
     schema.write_table(con, schema.AGGREGATE_FILES, files)
 
 

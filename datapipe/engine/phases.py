@@ -11,6 +11,8 @@
                             in a round after one that forwarded nothing)
     reduce<i>               a global stage's ``CombineStep``: one task
     pack                    one task per range of output shard files (known once the last map is done)
+    aggregates<L>           beyond FAN_IN map tasks' aggregate files: a tree of merge tasks, each
+                            combining at most FAN_IN files of the level below (engine/aggregate_tree.py)
 
 The runner is one loop over this list; ``_all_tasks`` (is anything left to do?) reads the same list.
 A global stage is known here only by the steps it declares (``GlobalStage.steps()``), so a new one
@@ -23,8 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from datapipe.engine import aggregate_tree, work_files
 from datapipe.engine.pack_plan import pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
+from datapipe.engine.tasks.aggregates import merge_aggregates
 from datapipe.engine.tasks.map import count_range_lines, map_shard
 from datapipe.engine.tasks.merge import (
     OutputMerge,
@@ -143,6 +147,7 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 label="packing shards",
             )
         )
+    phases += _aggregate_phases(spec)
     return phases
 
 
@@ -153,6 +158,28 @@ def _map_label(spec: RunSpec, segment: Segment) -> str:
     if segment.final and spec.tokenizer is not None:
         names.append("tokenize")
     return "map: " + (", ".join(dict.fromkeys(names)) or "read")
+
+
+def _aggregate_phases(spec: RunSpec) -> list[Phase]:
+    """The levels of the tree that merges the map tasks' aggregate files, so the driver merges at most
+    ``aggregate_tree.FAN_IN`` of them at the end of the run (none in a run of fewer map tasks)."""
+
+    def listed(folder: RunFolder, level: int) -> tuple[Task, ...] | None:
+        tasks = aggregate_tree.level_tasks(folder, spec, level)
+        return None if tasks is None else tuple(Task(t.key, (level, t.span.start, t.span.stop, t.inputs)) for t in tasks)
+
+    depth = aggregate_tree.levels(aggregate_tree.slots(spec))
+    return [
+        Phase(
+            work_files.aggregates_phase(level),
+            merge_aggregates,
+            lambda folder, level=level: listed(folder, level),  # type: ignore[misc]
+            {"num_cpus": 1},
+            "files",
+            label=f"merging statistics (level {level} of {depth})",
+        )
+        for level in range(1, depth + 1)
+    ]
 
 
 def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:

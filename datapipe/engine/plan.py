@@ -18,6 +18,7 @@ objects from it, so stages never see Ray.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -98,7 +99,7 @@ class RunSpec:
     # workers build stages from them without validating again.
     stage_options: tuple[tuple[str, StageOptions], ...]
     # Their classes, pickled by reference (module and name): a worker imports the module of a stage
-    # registered only on the driver (register_stage: a plugin, a test) instead of asking its registry.
+    # known only to the driver's registry (a test's override) instead of asking its own registry.
     stage_types: tuple[type[Stage], ...]
     segments: tuple[Segment, ...]
     tokenize: TokenizeConfig | None
@@ -111,6 +112,9 @@ class RunSpec:
     repeats: dict[str, RepeatRule] = field(default_factory=dict)
     shuffle_groups: int = 8  # split.shuffle_groups: files a shuffle round's inputs are merged into
     workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (executors/ray/recycle.py)
+    # The run's CPU priority: the driver's niceness. Ray runs its workers 15 steps nicer; a process a
+    # stage starts for its own work (fastText training) runs at this one (StageContext.niceness).
+    niceness: int = 0
 
     def stage_name(self, position: int) -> str:
         return self.stage_options[position - 1][0]
@@ -150,7 +154,8 @@ def build_stage(spec: RunSpec, position: int, setup: bool = False) -> Stage:
     key = (spec.fingerprint, len(spec.shards), position)  # map tasks: `partitions: auto` is resolved from them
     if key not in _STAGE_CACHE:
         kind, options = spec.stage_options[position - 1]
-        _STAGE_CACHE[key] = spec.stage_types[position - 1](options, StageContext(spec.pipeline_dir, spec.cache_dir))
+        context = StageContext(spec.pipeline_dir, spec.cache_dir, spec.niceness)
+        _STAGE_CACHE[key] = spec.stage_types[position - 1](options, context)
     stage = _STAGE_CACHE[key]
     if setup and key not in _SET_UP:
         stage.setup()
@@ -227,4 +232,5 @@ def make_spec(
         repeats=repeat_rules(pipeline.config.mixture),
         shuffle_groups=pipeline.config.split.shuffle_groups,
         workers=pipeline.config.workers,
+        niceness=os.getpriority(os.PRIO_PROCESS, 0),
     )

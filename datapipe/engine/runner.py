@@ -112,6 +112,8 @@ def _run_locked(
     choose: Callable[[RunSpec | None], Executor],
     reuse_from: Path | str | None = None,
 ) -> RunResult:
+    for warning in pipeline.warnings:  # settings that run, but likely not as meant (Stage.warnings)
+        log(f"datapipe: warning: {warning}")
     reuse = plan_reuse(pipeline, reuse_from, folder, log) if reuse_from is not None else None  # refused: nothing written
     record = open_record(pipeline, folder, fresh, log)
     if reuse is not None:

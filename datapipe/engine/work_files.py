@@ -15,6 +15,8 @@ by an earlier datapipe resumes (its markers name these phases, its tasks' output
     _work/reduce<S>-state.parquet, -copies.parquet   a combine step's state and copies
     _work/reduce<S>-scratch/                     spill space (DuckDB, sorts): local, never committed
     _work/stage<NN>-<stage>/<shard>/             a stage's own files for one map task (local)
+    _work/aggregates/l<L>/<first>-<end>.parquet  the map tasks' aggregate files merged, level L of the
+                                                 tree (engine/aggregate_tree.py)
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ def merge_outputs_phase(segment: int) -> str:
 
 def reduce_phase(segment: int) -> str:
     return f"reduce{segment}"
+
+
+def aggregates_phase(level: int) -> str:
+    """A level of the tree that merges the map tasks' aggregate files (engine/aggregate_tree.py)."""
+    return f"aggregates{level}"
 
 
 # What a deciding partition writes for the next map tasks, each file sorted by ``shard``: its
@@ -140,6 +147,14 @@ class WorkFiles:
     def combine_copies_file(self, segment: int) -> Path:
         """The copies the combine step dropped, sorted by their survivor's shard (each map task reads its own)."""
         return self._at(self.dir / f"{reduce_phase(segment)}-copies.parquet")
+
+    @staticmethod
+    def aggregates_merged_rel(level: int, key: str) -> str:
+        """A merge task's aggregate file, relative to the run folder (``key``: the slots it covers)."""
+        return f"{WORK_DIR}/aggregates/l{level}/{key}.parquet"
+
+    def aggregates_merged(self, level: int, key: str, fetch: bool = True) -> Path:
+        return self._at(self.folder.root / self.aggregates_merged_rel(level, key), fetch)
 
     def scratch_dir(self, segment: int) -> Path:
         """Spill space of the global stage ending ``segment`` (DuckDB, sorts): local, never committed."""

@@ -34,7 +34,8 @@ def available() -> bool:
 
 
 @lru_cache(maxsize=1)
-def _scancode() -> tuple[Any, Any, Any, Any]:
+def load_scancode() -> tuple[Any, Any, Any, Any]:
+    """scancode's licence index and helpers, loaded once (slow: the first detection pays it otherwise)."""
     from licensedcode.cache import build_spdx_license_expression, get_index, get_licensing
     from licensedcode.detection import detect_licenses
 
@@ -42,7 +43,7 @@ def _scancode() -> tuple[Any, Any, Any, Any]:
 
 
 def detect_text_scancode(text: str, where: str = "text") -> Detection:
-    index, licensing, detect_licenses, to_spdx = _scancode()
+    index, licensing, detect_licenses, to_spdx = load_scancode()
     from license_expression import combine_expressions
 
     exprs = [d.license_expression for d in detect_licenses(index=index, query_string=text) if d.license_expression]

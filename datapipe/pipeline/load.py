@@ -108,6 +108,9 @@ class Pipeline:
         self.inputs = inputs  # source name -> [(file, format)], sorted: the shard order
         self.input_names: dict[str, dict[Path, str]] = {}  # source -> file -> its name in ids (input_names.py)
         self.file = file
+        # 'key.path: message' lines for settings that run but likely not as meant (Stage.warnings):
+        # printed by `datapipe validate` and at the start of a run.
+        self.warnings: list[str] = []
 
     @property
     def name(self) -> str:
@@ -207,6 +210,7 @@ def _build(raw: Any, base_dir: Path, file: Path | None, problems: list[str]) -> 
     _check_stage_resources(base_dir, frozenset(s.kind for s in config.sources), checked, problems)
     if problems:
         raise ConfigError(_in_file_order(problems, raw), where)
+    pipeline.warnings = _stage_warnings(base_dir, frozenset(s.kind for s in config.sources), checked)
     return pipeline
 
 
@@ -303,6 +307,19 @@ def _check_stage_resources(
         context = CheckContext(base_dir, kinds, before)
         for key, message in STAGES[kind].check(opts, context):
             problems.append(f"stages[{i}].{kind}{'.' + key if key else ''}: {message}")
+
+
+def _stage_warnings(base_dir: Path, kinds: frozenset[str], checked: list[tuple[int, str, StageOptions]]) -> list[str]:
+    """Each stage's warnings (``Stage.warnings``), as 'stages[i].kind.key: message' lines."""
+    from datapipe.stages import STAGES
+    from datapipe.stages.base import CheckContext
+
+    out = []
+    for n, (i, kind, opts) in enumerate(checked):
+        context = CheckContext(base_dir, kinds, tuple((k, o) for _, k, o in checked[:n]))
+        for key, message in STAGES[kind].warnings(opts, context):
+            out.append(f"stages[{i}].{kind}{'.' + key if key else ''}: {message}")
+    return out
 
 
 def _resolve_inputs(pipeline: Pipeline, problems: list[str], at: list[int] | None = None) -> dict[str, list[tuple[Path, str]]]:
@@ -484,14 +501,11 @@ def _check_semantics(pipeline: Pipeline, problems: list[str], names: list[str] |
                 problems.append(f"tokenize.{exc.key}: {exc}")
 
 
-# Formats whose records have named fields: the ones ``sources[i].license_field`` is read from.
-LICENSE_FIELD_FORMATS = ("jsonl", "parquet")
-
-
 def _check_declared_licenses(pipeline: Pipeline, problems: list[str]) -> None:
     """``sources[i].license`` must be an SPDX expression of known ids; a declared licence needs the
     license stage (it is what writes ``license``); ``license_field`` needs records with fields."""
     from datapipe.license.expression import ExpressionError, declared_expression
+    from datapipe.readers import READER_SPECS, reader_spec
 
     has_stage = any(kind == "license" for kind, _ in pipeline.stage_options)
     for i, src in enumerate(pipeline.config.sources):
@@ -509,9 +523,10 @@ def _check_declared_licenses(pipeline: Pipeline, problems: list[str]) -> None:
                 )
         if src.license_field is not None:
             formats = {fmt for _, fmt in pipeline.inputs.get(src.name, [])}
-            if other := sorted(formats - set(LICENSE_FIELD_FORMATS)):
+            if other := sorted(f for f in formats if not reader_spec(f).named_fields):
+                named = [f for f in READER_SPECS if READER_SPECS[f].named_fields]
                 problems.append(
-                    f"sources[{i}].license_field: read from {' and '.join(LICENSE_FIELD_FORMATS)} records only; "
+                    f"sources[{i}].license_field: read from records with named fields ({', '.join(named)}) only; "
                     f"this source has {', '.join(other)} inputs"
                 )
 

@@ -1,31 +1,31 @@
 """Reader registry: input format -> its ``ReaderSpec`` (how to read it and everything else about it).
 
 Each reader module declares its format's spec once (``datapipe/readers/spec.py``); this is the one
-list of built-in formats. Formats of other packages come in through entry points
-(``datapipe/plugins``, ``datapipe/readers/registry.py``).
+list of built-in formats, each imported when first needed. Formats of other packages come in
+through entry points (``datapipe/plugins``, ``datapipe/readers/registry.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
-from dataclasses import replace
 from pathlib import Path
 
-from datapipe.readers import arxiv, code_repos, html_pages, jsonl, parquet, warc
 from datapipe.readers.base import InputFile, ReadBatch
 from datapipe.readers.registry import ReaderRegistry
 from datapipe.readers.spec import Reader, ReaderSpec
 from datapipe.storage.uri import ensure_local
 
+# format -> "module:SPEC". A new format is one line here.
 READER_SPECS = ReaderRegistry(
-    jsonl.SPEC,
-    parquet.SPEC,
-    warc.WARC,
-    warc.WET,
-    warc.WAT,  # metadata only: every record rejected as wat_metadata_not_text
-    html_pages.SPEC,
-    code_repos.SPEC,
-    arxiv.SPEC,
+    {
+        "jsonl": "datapipe.readers.jsonl:SPEC",
+        "parquet": "datapipe.readers.parquet:SPEC",
+        "warc": "datapipe.readers.warc:WARC",
+        "wet": "datapipe.readers.warc:WET",
+        "wat": "datapipe.readers.warc:WAT",  # metadata only: every record rejected as wat_metadata_not_text
+        "html": "datapipe.readers.html_pages:SPEC",
+        "repo": "datapipe.readers.code_repos:SPEC",
+        "arxiv": "datapipe.readers.arxiv:SPEC",
+    }
 )
 
 
@@ -45,30 +45,7 @@ def reader_path(path: str | Path, fmt: str) -> Path:
     return Path(path) if READER_SPECS[fmt].streamed else ensure_local(path)
 
 
-class _ReadFunctions(MutableMapping[str, Reader]):
-    """Format -> its read function, a view of the registry. Setting one swaps the read function of a
-    registered format (tests put a failing reader in place this way); new formats come as specs."""
-
-    def __getitem__(self, fmt: str) -> Reader:
-        return READER_SPECS[fmt].read
-
-    def __setitem__(self, fmt: str, read: Reader) -> None:
-        READER_SPECS.replace(replace(READER_SPECS[fmt], read=read))
-
-    def __delitem__(self, fmt: str) -> None:
-        raise TypeError("formats cannot be removed from the reader registry")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(READER_SPECS)
-
-    def __len__(self) -> int:
-        return len(READER_SPECS)
-
-
-READERS: MutableMapping[str, Reader] = _ReadFunctions()
-
 __all__ = [
-    "READERS",
     "READER_SPECS",
     "InputFile",
     "ReadBatch",

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypedDict
 
+from datapipe.readers.base import LimitExceeded
 from datapipe.readers.streams import Readable
 
 MiB = 1 << 20
@@ -111,10 +112,6 @@ class MemberIds:
         return m.name
 
 
-class ArchiveTooLarge(Exception):
-    pass
-
-
 class _CountingReader(io.RawIOBase):
     """Decompressed-byte counter in front of a stream: raises once the archive cap is passed."""
 
@@ -132,7 +129,7 @@ class _CountingReader(io.RawIOBase):
         data = self.inner.read(len(b))
         self.count += len(data)
         if self.count > self.limit:
-            raise ArchiveTooLarge(f"more than {self.limit} bytes decompressed")
+            raise LimitExceeded("archive_too_large", f"more than {self.limit} bytes decompressed")
         b[: len(data)] = data
         self.tail += data
         if len(self.tail) > 2 * self.TAIL:
@@ -249,8 +246,8 @@ def _iter_tar(path: Path, caps: Caps, want: Callable[[str], bool] | None, entrie
                 raise tarfile.ReadError(f"invalid tar header at offset {tar.offset}: archive damaged")
             if entries[0] and (block is None or len(block) < 512):
                 raise EOFError(f"archive ends at offset {tar.offset} without its end-of-archive block (truncated)")
-        except ArchiveTooLarge as exc:
-            yield Member("", reason="archive_too_large", detail=f"stopped: {exc} (cap {caps.archive_bytes})")
+        except LimitExceeded as exc:
+            yield Member("", reason=exc.reason, detail=f"stopped: {exc.detail} (cap {caps.archive_bytes})")
         except (tarfile.TarError, OSError, EOFError, lzma.LZMAError, ValueError) as exc:
             yield Member("", reason="corrupt_archive", detail=f"{type(exc).__name__}: {exc}")
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from datapipe.config.limits import DEFAULT_LIMITS, ReadLimits
 from datapipe.license.code_repos import is_license_file
 from datapipe.readers.archives import ARCHIVE_PROBLEMS, Caps, Member, MemberAt, MemberIds, clean_name, iter_archive
-from datapipe.readers.base import InputFile, ReadBatch
+from datapipe.readers.base import InputFile, LimitExceeded, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
 from datapipe.readers.spec import ReaderSpec
 
@@ -72,14 +72,6 @@ _NARGS = re.compile(r"\s*\[(\d)\]")
 _OPT_DEFAULT = re.compile(r"\s*\[")
 _CONTROL_WORD = re.compile(r"\\([A-Za-z@]+)")
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.S)
-
-
-class TexLimitError(Exception):
-    """A paper past a cap: (reason, detail) for its reject row."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason, self.detail = reason, detail
 
 
 class ArxivOptions(BaseModel):
@@ -201,7 +193,7 @@ def resolve_includes(
                         return ""
                     budget[0] -= len(files[name])
                     if budget[0] < 0:
-                        raise TexLimitError(
+                        raise LimitExceeded(
                             "record_too_large", "included files make the paper longer than limits.max_record_bytes"
                         )
                     return resolve_includes(strip_comments(files[name]), files, name, depth + 1, (*stack, name), budget)
@@ -275,7 +267,7 @@ def expand_macros(
     """Expand simple macros, ``rounds`` passes (macros using macros); each pass is linear: a generic
     control-word scan with a dict lookup, never one regex alternative per macro. More than
     ``max_expansions`` expansions, or text growing past MAX_GROWTH times (a recursive \\def used
-    many times), raises TexLimitError: the paper is a runaway, not text."""
+    many times), raises LimitExceeded: the paper is a runaway, not text."""
     if not macros:
         return tex
     limit = max(len(tex) * MAX_GROWTH, 1 << 16)
@@ -301,7 +293,7 @@ def expand_macros(
                 continue  # unbraced arguments: leave the call as written
             done += 1
             if done > max_expansions:
-                raise TexLimitError(
+                raise LimitExceeded(
                     "too_many_expansions",
                     f"more than limits.max_tex_expansions {max_expansions} macro expansions (last: \\{m.group(1)})",
                 )
@@ -313,7 +305,7 @@ def expand_macros(
             out.append(text + (" " if nargs == 0 and i < n and tex[i].isalpha() else ""))
             size += len(piece) + len(text) + 1
             if size > limit:
-                raise TexLimitError(
+                raise LimitExceeded(
                     "too_many_expansions",
                     f"macro expansion makes the text more than {MAX_GROWTH}x "
                     f"longer (a recursive definition such as \\{m.group(1)})",
@@ -327,7 +319,7 @@ def expand_macros(
 
 
 def flatten(files: dict[str, str], limits: ReadLimits = DEFAULT_LIMITS) -> tuple[str | None, str, str]:
-    """(main file or None, clean text, reason detail when there is no text); raises TexLimitError past a cap."""
+    """(main file or None, clean text, reason detail when there is no text); raises LimitExceeded past a cap."""
     main = find_main(files)
     if main is None:
         return None, "", "no .tex file with \\documentclass"
@@ -431,7 +423,7 @@ def read_arxiv(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
         )
     try:
         main, text, detail = flatten(files, file.limits)
-    except TexLimitError as exc:  # a runaway macro or include fan-out: the paper is one reject
+    except LimitExceeded as exc:  # a runaway macro or include fan-out: the paper is one reject
         out.reject_row(find_main(files) or "paper", exc.reason, exc.detail, **cols)
         if (last := out.flush()) is not None:
             yield last

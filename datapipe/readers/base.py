@@ -186,5 +186,16 @@ def _escaped(value: str) -> str:
     return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+class LimitExceeded(Exception):
+    """One input passed a cap: ``limits.max_file_decompressed_bytes`` (a decompression bomb), an
+    archive's decompressed size, a paper's includes or macro expansions. Raised deep in a reader's
+    decoding and caught by the reader itself, whose reject for the rest of the input carries
+    ``reason`` and ``detail``: never seen by a user or a caller."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
 def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]

@@ -18,14 +18,13 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, ReadBatch, describe_error
+from datapipe.readers.base import MAX_REJECT_TEXT, BatchBuilder, InputFile, LimitExceeded, ReadBatch, describe_error
 from datapipe.readers.code_repos import TableOptions
 from datapipe.readers.jsondepth import depth_exceeds, may_exceed_depth, must_check_before_parsing
 from datapipe.readers.rows import add_table_row, row_builder, table_options, text_field
 from datapipe.readers.spec import ReaderSpec
 from datapipe.readers.streams import (
     ByteStream,
-    InputTooLarge,
     LineRange,
     LineTooLong,
     bounded_lines,
@@ -71,8 +70,8 @@ def read_jsonl(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
                     _parse_line(out, lineno, raw, field, src.url_field, limits.max_json_depth, add)
                 if out.full():
                     yield out.flush()  # type: ignore[misc]
-    except InputTooLarge as exc:  # a decompression bomb: the rest of the file is one reject
-        out.reject(f"L{lineno + 1}-", "input_too_large", f"reading stopped after line {lineno}: {exc}")
+    except LimitExceeded as exc:  # a decompression bomb: the rest of the file is one reject
+        out.reject(f"L{lineno + 1}-", exc.reason, f"reading stopped after line {lineno}: {exc.detail}")
     except Exception as exc:  # unreadable or truncated file: the rest of it is one reject
         out.reject(f"L{lineno + 1}-", "unreadable_input", f"reading stopped after line {lineno}: {describe_error(exc)}")
     if (last := out.flush()) is not None:
@@ -192,7 +191,7 @@ def first_fields(path: Path, max_record_bytes: int, records: int = 20) -> set[st
                     seen += 1
                     if seen >= records:
                         break
-        except InputTooLarge:
+        except LimitExceeded:
             pass  # read enough: decide on the records seen so far
     return names if seen else None
 
@@ -205,5 +204,6 @@ SPEC = ReaderSpec(
     streamed=True,
     split_points=split_points,
     prepass_count=count_newlines,
+    named_fields=True,
     probe_fields=first_fields,
 )

@@ -249,6 +249,7 @@ SPEC = ReaderSpec(
     streamed=True,
     split_points=split_points,
     split_unit="row_groups",
+    named_fields=True,
     probe_fields=columns,
     probed_as="column of",
 )

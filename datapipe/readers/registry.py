@@ -12,50 +12,39 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from datapipe.plugins import READER_GROUP, PluginError, discover
+from datapipe.plugins import READER_GROUP, PluginError, Registry
 from datapipe.readers.archives import ARCHIVE_SUFFIXES
 from datapipe.readers.spec import ReaderSpec
 
 
-class ReaderRegistry(Mapping[str, ReaderSpec]):
-    """Format name -> its ``ReaderSpec``."""
+def _check_spec(name: str, spec: object) -> str | None:
+    if not isinstance(spec, ReaderSpec):
+        return f"is a {type(spec).__name__}, not a datapipe.readers.spec.ReaderSpec"
+    if spec.format != name:
+        return f"declares format {spec.format!r}; the entry point's name must be the format's"
+    return None
 
-    def __init__(self, *builtins: ReaderSpec) -> None:
-        self._builtin = {s.format: s for s in builtins}
-        if len(self._builtin) != len(builtins):
-            raise ValueError("two built-in reader specs share a format name")
-        self._specs = dict(self._builtin)
-        self._origin: dict[str, str] = {}  # plugin format -> its entry point, for error messages
-        self._plugins_loaded = False
+
+class ReaderRegistry(Registry[ReaderSpec]):
+    """Format name -> its ``ReaderSpec``; the built-ins by module path (``"module:SPEC"``).
+
+    Unlike stages, a lookup of a plugin's format loads every plugin format: suffixes and folder
+    kinds are checked across all of them, so a clash is found before any file is read.
+    """
+
+    def __init__(self, builtins: Mapping[str, str]) -> None:
+        super().__init__("format", READER_GROUP, builtins, check=_check_spec, name_of=lambda spec: spec.format)
+        self._checked = False
         self._suffixes: dict[str, list[tuple[str, str]]] = {}  # kind -> (suffix, format), longest first
-        problems = _clashes(self._specs, self._who)
-        if problems:
-            raise ValueError("; ".join(problems))
 
     def __getitem__(self, fmt: str) -> ReaderSpec:
-        if fmt not in self._specs:
-            self._load_plugins()
-        return self._specs[fmt]  # KeyError for an unknown format, as a dict would
-
-    def __contains__(self, fmt: object) -> bool:
-        if fmt not in self._specs:
-            self._load_plugins()
-        return fmt in self._specs
+        if not self.is_builtin(fmt):
+            self._check_all()
+        return self._get(fmt)
 
     def __iter__(self) -> Iterator[str]:
-        self._load_plugins()
-        return iter(list(self._specs))
-
-    def __len__(self) -> int:
-        self._load_plugins()
-        return len(self._specs)
-
-    def replace(self, spec: ReaderSpec) -> None:
-        """Put ``spec`` in place of the registered spec of its format (tests swap a reader this way)."""
-        if spec.format not in self:
-            raise KeyError(f"no reader for format {spec.format!r} to replace")
-        self._specs[spec.format] = spec
-        self._suffixes.clear()
+        self._check_all()
+        return super().__iter__()
 
     def infer(self, path: Path, kind: str = "text") -> str | None:
         """The format of an input from its name, and for folders and archives from the source kind
@@ -72,50 +61,30 @@ class ReaderRegistry(Mapping[str, ReaderSpec]):
 
     def _suffix_table(self, kind: str) -> list[tuple[str, str]]:
         if kind not in self._suffixes:
-            self._load_plugins()
+            self._check_all()
+            specs = self.load_all()
             # (length, kind-specific first): ".warc.wet.gz" wins over ".gz", paper's ".gz" over a general one
-            entries = [(len(s), 0, s, f) for f, spec in self._specs.items() for s in spec.kind_suffixes.get(kind, ())]
-            entries += [(len(s), 1, s, f) for f, spec in self._specs.items() for s in spec.suffixes]
+            entries = [(len(s), 0, s, f) for f, spec in specs.items() for s in spec.kind_suffixes.get(kind, ())]
+            entries += [(len(s), 1, s, f) for f, spec in specs.items() for s in spec.suffixes]
             entries.sort(key=lambda e: (-e[0], e[1]))
             self._suffixes[kind] = [(s, f) for _, _, s, f in entries]
         return self._suffixes[kind]
 
-    def _load_plugins(self) -> None:
-        if self._plugins_loaded:
-            return
-        found: dict[str, ReaderSpec] = {}
-        problems: list[str] = []
-        for name, plugin in discover(READER_GROUP).items():
-            if name in self._builtin:
-                problems.append(
-                    f"{plugin.describe()} clashes with the built-in format {name!r}; the plugin "
-                    f"must register its reader under another name"
-                )
-                continue
-            try:
-                spec = plugin.load()
-            except PluginError as exc:
-                problems += exc.problems
-                continue
-            if not isinstance(spec, ReaderSpec):
-                problems.append(f"{plugin.describe()} is a {type(spec).__name__}, not a datapipe.readers.spec.ReaderSpec")
-            elif spec.format != name:
-                problems.append(
-                    f"{plugin.describe()} declares format {spec.format!r}; the entry point's name must be the format's"
-                )
-            else:
-                found[name] = spec
-                self._origin[name] = plugin.describe()
-        specs = {**self._specs, **found}
-        problems += _clashes(specs, self._who)
-        if problems:  # every plugin problem at once; raised again on the next lookup
-            raise PluginError(*problems)
-        self._specs = specs
+    def _check_all(self) -> None:
+        """Every format loaded and checked against the others once; raised again until it passes."""
+        if not self._checked:
+            problems = _clashes(self.load_all(), self._who)
+            if problems:
+                raise PluginError(*problems)
+            self._checked = True
+
+    def _changed(self) -> None:
+        self._checked = False
         self._suffixes.clear()
-        self._plugins_loaded = True
 
     def _who(self, fmt: str) -> str:
-        return f"reader {fmt!r} ({self._origin[fmt]})" if fmt in self._origin else f"built-in reader {fmt!r}"
+        plugin = self.plugin_of(fmt)
+        return f"reader {fmt!r} ({plugin.describe()})" if plugin else f"built-in reader {fmt!r}"
 
 
 def _clashes(specs: dict[str, ReaderSpec], who: Callable[[str], str]) -> list[str]:

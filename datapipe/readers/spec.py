@@ -51,6 +51,8 @@ class ReaderSpec:
     split_points: SplitPoints | None = None  # None: a file is always one range
     split_unit: Literal["bytes", "row_groups"] = "bytes"  # what split points count (InputFile.start/end)
     prepass_count: RangeCount | None = None  # records numbered across ranges need a counting pre-pass
+    # Records are mappings of named fields: sources[i].license_field (like text_field) is read from them.
+    named_fields: bool = False
     probe_fields: FieldProbe | None = None  # validate checks text_field against the first file's fields
     probed_as: str = "field of the first records of"  # how that check's message names what it read
 

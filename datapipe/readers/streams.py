@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+from datapipe.readers.base import LimitExceeded
 from datapipe.storage.input_reads import recording
 from datapipe.storage.uri import READ_BUFFER, open_input, remote_of
 
@@ -109,16 +110,6 @@ class LineTooLong:
         self.size = size
 
 
-class InputTooLarge(Exception):
-    """More bytes were decompressed from one input file than `limits.max_file_decompressed_bytes`."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(
-            f"more than {limit:,} bytes decompressed from this file (limits.max_file_decompressed_bytes); the rest is not read"
-        )
-        self.limit = limit
-
-
 CHUNK = 1 << 20  # read size: large enough that splitting in C dominates, small enough to bound memory
 
 
@@ -131,7 +122,7 @@ def bounded_lines(
     A line longer than ``max_line`` comes out as one ``LineTooLong`` (its first ``head`` bytes and
     its size) after the rest of it has been skipped chunk by chunk, so a 1.5 GiB line costs
     ``max_line`` + ``chunk`` bytes of memory, not 1.5 GiB. More than ``max_total`` bytes read raises
-    ``InputTooLarge`` (a decompression bomb). Cost is linear in the input.
+    ``LimitExceeded`` (``input_too_large``: a decompression bomb). Cost is linear in the input.
     """
     total = 0
     pending: list[bytes] = []  # pieces of the current line, before its newline
@@ -140,7 +131,11 @@ def bounded_lines(
     for data in _blocks(stream, chunk):
         total += len(data)
         if total > max_total:
-            raise InputTooLarge(max_total)
+            raise LimitExceeded(
+                "input_too_large",
+                f"more than {max_total:,} bytes decompressed from this file (limits.max_file_decompressed_bytes); "
+                f"the rest is not read",
+            )
         pieces = data.split(b"\n")  # in C: the Python loop below does little per line
         rest = pieces.pop()  # after the last newline: the start of a line that goes on
         for piece in pieces:

@@ -34,7 +34,7 @@ from typing import IO
 from urllib.parse import urlsplit
 
 from datapipe.config.limits import ReadLimits
-from datapipe.readers.base import InputFile, ReadBatch, describe_error
+from datapipe.readers.base import InputFile, LimitExceeded, ReadBatch, describe_error
 from datapipe.readers.columns import ColumnsBuilder
 from datapipe.readers.html_pages import (
     HtmlOptions,
@@ -331,6 +331,8 @@ def _read(file: InputFile, batch_size: int, fmt: str) -> Iterator[ReadBatch]:
                 yield out.flush()  # type: ignore[misc]
         if leading is not None:
             out.reject_row(leading.offset, "unreadable_input", f"not a WARC file: {leading.framing}")
+    except LimitExceeded as exc:  # a decompression bomb: the rest is one reject, as in every format
+        out.reject_row(f"{last_end}-", exc.reason, f"reading stopped after record {last_end}: {exc.detail}")
     except Exception as exc:  # an I/O error, or ARC framing: the rest is one reject
         out.reject_row(f"{last_end}-", "unreadable_input", f"reading stopped after record {last_end}: {describe_error(exc)}")
     if skipped:

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
+from datapipe.readers.base import LimitExceeded
+
 CHUNK = 1 << 16
 MAX_HEADER_BYTES = 1 << 16  # a WARC header block longer than this is not a header
 _HEADER_AT = re.compile(rb"WARC/1\.[01]\r?\n[!-9;-~]+:")  # a version line, then a header field
@@ -42,10 +44,6 @@ def find_header(buf: bytearray, start: int, stop: int | None = None) -> int:
 
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"
-
-
-class DecompressedTooLarge(Exception):
-    pass
 
 
 @dataclass
@@ -164,7 +162,9 @@ class DecompressedStream:
         self.buf += out
         self.total += len(out)
         if self.total > self.max_total:  # a decompression bomb: stop (the caller rejects the rest)
-            raise DecompressedTooLarge(f"more than limits.max_file_decompressed_bytes {self.max_total} bytes decompressed")
+            raise LimitExceeded(
+                "input_too_large", f"more than limits.max_file_decompressed_bytes {self.max_total} bytes decompressed"
+            )
         if d.eof:  # member done: the rest of this chunk starts the next member
             used = len(data) - len(d.unused_data)
             self._comp_pos += used

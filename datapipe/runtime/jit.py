@@ -1,16 +1,16 @@
 """numba for datapipe's kernels, without loading SciPy.
 
 The first time a process compiles a numba kernel or loads one from numba's cache, numba's CPU
-target imports ``numba.np.arraymath``, which probes for a BLAS by importing ``scipy.linalg``:
-about 0.45 s of CPU in every process (driver and each Ray worker), for nothing, as no datapipe
-kernel does linear algebra. ``load_numba`` imports that module with SciPy hidden, so the probe
+target imports ``numba.np.arraymath``, which probes for a BLAS by importing ``scipy.linalg``: a
+cost in every process (driver and each Ray worker), for nothing, as no datapipe kernel does
+linear algebra. ``load_numba`` imports that module with SciPy hidden, so the probe
 answers "no BLAS". Its only effect is that numba's ``np.correlate``/``np.convolve`` use their
 plain loop; ``np.dot`` and ``np.linalg`` still import SciPy when a kernel uses them.
 
-Likewise numba's typing context builds a ``cffi.FFI()`` (importing cffi and pycparser, ~80 ms of
-CPU) to recognise cffi functions passed to kernels, which datapipe never does: its module is
-imported here with cffi hidden, so numba's cffi support is off in the process (cffi itself still
-imports normally).
+Likewise numba's typing context builds a ``cffi.FFI()`` (importing cffi and pycparser) to
+recognise cffi functions passed to kernels, which datapipe never does: its module is imported
+here with cffi hidden, so numba's cffi support is off in the process (cffi itself still imports
+normally).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -47,9 +47,23 @@ def load_numba() -> ModuleType:
 
 # Lazy kernels. A stage module builds its kernels at import, but the driver imports every stage
 # module of a pipeline only to validate and plan it: with eager ``numba.njit`` that loads numba and
-# llvmlite into the driver (~60-80 MiB RSS, ~0.4 s CPU) for kernels it never runs when the map tasks
-# run on Ray. ``lazy_numba()`` stands in for the ``numba`` module in such a module; its ``njit``
-# returns a :class:`LazyKernel` that imports numba and makes the real dispatcher on its first use.
+# llvmlite into the driver for kernels it never runs when the map tasks run on Ray. ``lazy_numba()``
+# stands in for the ``numba`` module in such a module; its ``njit`` returns a :class:`LazyKernel`
+# that imports numba and makes the real dispatcher on its first use.
+#
+# ``njit(..., warm=[signature, ...])`` declares, beside the kernel, the argument types the code
+# passes it: ``runtime/kernel_warmup.py`` compiles those ahead of the workers (it finds the modules
+# that declare some by reading the package's files). A signature is a tuple of ``arr(dtype, ndim,
+# readonly)`` for array arguments and numba type names (``"int64"``) for scalars.
+
+ArgSpec = tuple[str, int, bool] | str  # (dtype, ndim, readonly) of a C-contiguous array, or a scalar type
+Signature = tuple[ArgSpec, ...]
+
+
+def arr(dtype: str, ndim: int = 1, readonly: bool = False) -> tuple[str, int, bool]:
+    """A C-contiguous array argument of a warm-up signature; ``readonly``: viewed on an Arrow buffer
+    (``np.frombuffer``), which numba types apart from a writable array."""
+    return (dtype, ndim, readonly)
 
 
 class LazyKernel:
@@ -61,11 +75,14 @@ class LazyKernel:
     and source file) is the same as an eager ``@numba.njit(cache=True)`` one's.
     """
 
-    def __init__(self, func: Callable[..., Any], options: dict[str, Any]) -> None:
+    def __init__(self, func: Callable[..., Any], options: dict[str, Any], warm: Sequence[Signature] = ()) -> None:
         self.py_func = func
         self._options = options
         self._dispatcher: Any = None
+        self.warm = tuple(warm)  # the signatures the warm-up compiles
         functools.update_wrapper(self, func)
+        if self.warm:
+            WARM.append(self)
 
     def dispatcher(self) -> Any:
         if self._dispatcher is None:
@@ -87,10 +104,10 @@ class LazyKernel:
 class LazyNumba:
     """What ``lazy_numba()`` returns: ``njit`` without importing numba; any other name imports it."""
 
-    def njit(self, *args: Any, **options: Any) -> Any:
+    def njit(self, *args: Any, warm: Sequence[Signature] = (), **options: Any) -> Any:
         if args and callable(args[0]):  # bare @njit
-            return LazyKernel(args[0], options)
-        return lambda func: LazyKernel(func, options)
+            return LazyKernel(args[0], options, warm)
+        return lambda func: LazyKernel(func, options, warm)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -113,3 +130,4 @@ def _bind_module(namespace: dict[str, Any]) -> None:
 
 _LAZY = LazyNumba()
 _LOCK = threading.RLock()
+WARM: list[LazyKernel] = []  # every lazy kernel made with warm-up signatures, in the order made

@@ -4,15 +4,16 @@ workers need them.
 Every kernel is ``cache=True``: after the first compilation a process loads it from numba's
 on-disk cache in milliseconds. On the first run after an install (or after a kernel's source
 changed) each Ray worker would compile the kernels it calls itself, and keep what LLVM's
-passes allocated (the largest map worker peaked at 373 MiB PSS against 362 MiB on the next run,
-``bench/scaling/worker_memory.py`` with a fresh ``NUMBA_CACHE_DIR``), and two workers compiled the same
-kernels twice. Instead the driver of an embedded-Ray run starts ``python -m
-datapipe.runtime.kernel_warmup --part I/N`` in up to two processes alongside ``ray.init`` (~6 CPU s in
-all, overlapping Ray's start), waits for them before the first task and writes the stamp; the
+passes allocated (``bench/scaling/worker_memory.py`` with a fresh ``NUMBA_CACHE_DIR`` measures it),
+and two workers compiled the same kernels twice. Instead the driver of an embedded-Ray run starts
+``python -m datapipe.runtime.kernel_warmup --part I/N`` in up to two processes alongside ``ray.init``
+(overlapping Ray's start), waits for them before the first task and writes the stamp; the
 compiler's memory goes with those processes.
 
-``SIGNATURES`` lists each kernel with the argument types the stages pass it (the dtypes of their
-Arrow buffers and work arrays); tests/e2e/test_kernel_warmup.py runs the stages on real data after a
+Each kernel declares beside itself the argument types the stages pass it (``njit(...,
+warm=[signature])``: the dtypes of their Arrow buffers and work arrays, ``runtime/jit.py``); the
+warm-up finds the modules that declare some by reading the package's files, imports them and
+compiles those signatures. tests/e2e/test_kernel_warmup.py runs the stages on real data after a
 warm-up and fails if any kernel still had to compile. A stamp in datapipe's cache (keyed by the
 kernel sources' sizes and times, numba's install and the interpreter) makes later runs skip the
 warm-up without importing numba. A failed or missing warm-up only means workers compile as before.
@@ -31,171 +32,51 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from datapipe.runtime.jit import ArgSpec
 from datapipe.storage.cache import cache_dir
-
-# "module:attribute" -> argument types, spelled (dtype, ndim, readonly) for C-contiguous arrays
-# and a dtype name for scalars. readonly: an array viewed on an Arrow buffer (np.frombuffer).
-_A = tuple[str, int, bool]
-SIGNATURES: dict[str, tuple[_A | str, ...]] = {
-    "datapipe.stages.cjk:_count_kernel": (
-        ("uint32", 1, True),
-        ("int64", 1, False),
-        ("uint8", 1, False),
-        ("uint8", 1, False),
-        ("int64", 2, False),
-        ("int64", 2, False),
-        ("int64", 1, False),
-    ),
-    "datapipe.text.code_points:_decode_kernel": (
-        ("uint8", 1, True),
-        ("int64", 1, False),
-        ("uint32", 1, False),
-        ("int64", 1, False),
-    ),
-    "datapipe.stages.quality._kernels:ngram_signals": (
-        ("int64", 1, False),
-        ("int64", 1, False),
-        ("float64", 1, False),
-        "int64",
-        ("boolean", 1, False),
-        ("boolean", 1, False),
-        ("float64", 2, False),
-        ("float64", 2, False),
-    ),
-    "datapipe.stages.quality._kernels:char_tokens": (
-        ("uint8", 1, False),
-        ("int64", 1, False),
-        "boolean",
-        "float64",
-        ("uint64", 1, False),
-        ("int64", 1, False),
-        ("int64", 1, False),
-        ("float64", 1, False),
-    ),
-    "datapipe.stages.quality._kernels:mark_code_points": (
-        ("uint8", 1, False),
-        ("int64", 1, False),
-        ("boolean", 1, False),
-        ("boolean", 1, False),
-    ),
-    "datapipe.stages.quality._kernels:class_counts": (
-        ("uint8", 1, False),
-        ("int64", 1, False),
-        ("uint8", 1, False),
-        ("boolean", 1, False),
-        ("int64", 2, False),
-    ),
-    "datapipe.dedup.shingles:_shingle_kernel_jit": (
-        ("uint32", 1, True),
-        ("int64", 1, False),
-        ("boolean", 1, False),
-        ("uint32", 1, False),
-        ("uint8", 1, False),
-        "int64",
-        ("uint32", 1, False),
-        ("uint32", 2, False),
-        ("uint32", 1, False),
-        ("int64", 1, False),
-        ("uint32", 1, False),
-        ("uint32", 1, False),
-        ("int64", 1, False),
-        ("int64", 1, False),
-    ),
-    "datapipe.dedup.shingles:_needs_python_jit": (
-        ("uint32", 1, True),
-        ("int64", 1, False),
-        ("uint32", 1, False),
-        ("boolean", 1, False),
-    ),
-    "datapipe.text.nfkc:_map_kernel": (
-        ("uint8", 1, True),
-        ("int64", 1, False),
-        ("uint32", 1, False),
-        ("uint8", 1, False),
-        ("int64", 1, False),
-        ("boolean", 1, False),
-    ),
-    "datapipe.dedup.cluster:_union_kernel": (("int64", 1, False), ("int64", 1, False), ("int64", 1, False)),
-    "datapipe.dedup.cluster:_flatten_kernel": (("int64", 1, False),),
-    "datapipe.dedup.minhash:_affine32_jit": (
-        ("uint32", 1, False),
-        ("int64", 1, False),
-        ("uint32", 1, False),
-        ("uint32", 1, False),
-        ("uint32", 2, False),
-    ),
-    "datapipe.dedup.minhash:_legacy_jit": (
-        ("uint32", 1, False),
-        ("int64", 1, False),
-        ("uint64", 1, False),
-        ("uint64", 1, False),
-        ("uint64", 2, False),
-    ),
-    "datapipe.stages.boilerplate:_fnv1a_kernel": (("uint8", 1, False), ("int64", 1, False), ("uint64", 1, False)),
-    "datapipe.dedup.substrings:_tokenize_jit": (
-        ("uint32", 1, False),
-        ("int64", 1, False),
-        ("uint8", 1, False),
-        ("int64", 1, False),
-        ("int64", 1, False),
-        ("uint64", 1, False),
-        ("int64", 1, False),
-    ),
-    "datapipe.dedup.substrings:_window_jit": (("uint64", 1, False), "int64", "int64", "int64", ("uint64", 1, False)),
-    "datapipe.dedup.substrings:_anchor_jit": (
-        ("uint64", 1, False),
-        ("int64", 1, False),
-        "int64",
-        "int64",
-        "int64",
-        ("int64", 1, False),
-        ("int64", 1, False),
-        ("uint64", 1, False),
-        ("uint64", 1, False),
-    ),
-    "datapipe.decontaminate.ngrams:_ngram_kernel_jit": (
-        ("uint32", 1, True),
-        ("int64", 1, False),
-        ("boolean", 1, False),
-        ("uint32", 1, False),
-        ("uint32", 1, False),
-        ("uint8", 1, False),
-        "int64",
-        "int64",
-        ("uint64", 1, False),
-        ("int64", 1, False),
-        ("uint64", 1, False),
-        ("int64", 1, False),
-        ("boolean", 1, False),
-    ),
-    "datapipe.decontaminate.index:_lookup_jit": (
-        ("uint64", 1, False),
-        ("uint8", 1, False),
-        "int64",
-        ("uint64", 1, False),
-        ("boolean", 1, False),
-    ),
-}
 
 WAIT_SECONDS = 300.0  # a warm-up that takes longer is stopped; the workers then compile as before
 
 
-def _modules() -> list[str]:
-    return sorted({k.split(":")[0] for k in SIGNATURES})
+def kernel_modules() -> list[str]:
+    """The modules whose kernels declare warm-up signatures (``njit(..., warm=...)``), found by reading
+    the package's files: importing them to ask would cost the driver seconds and numba's memory."""
+    package = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.parent == package / "runtime" and path.name in ("jit.py", "kernel_warmup.py"):
+            continue  # where warm= is defined and read, not used
+        text = path.read_text(encoding="utf-8")
+        if "lazy_numba" in text and "warm=" in text:
+            parts = path.relative_to(package.parent).with_suffix("").parts
+            found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def warm_kernels() -> list[tuple[str, Any]]:
+    """("module:function", lazy kernel) of every kernel with warm-up signatures, its module imported."""
+    from datapipe.runtime import jit
+
+    for name in kernel_modules():
+        importlib.import_module(name)
+    kernels = {f"{k.py_func.__module__}:{k.py_func.__name__}": k for k in jit.WARM}
+    return sorted(kernels.items())
 
 
 def stamp_path() -> Path | None:
     """The stamp that says this install's kernels are compiled in numba's cache; None when numba
     is not installed. Its name changes with any kernel module's size or time, numba's install,
     the interpreter and ``NUMBA_CACHE_DIR`` (what numba's own cache index depends on)."""
-    numba = importlib.util.find_spec("numba")  # found, not imported (~0.4 s)
+    numba = importlib.util.find_spec("numba")  # found, not imported (importing it costs a run's start)
     if numba is None or numba.origin is None:
         return None
     installed = os.stat(numba.origin)  # a reinstalled numba has a new __init__.py
     parts = [numba.origin, str(installed.st_mtime_ns), sys.executable, sys.version, os.environ.get("NUMBA_CACHE_DIR", "")]
     root = Path(__file__).resolve().parents[2]  # found by path: importing the stages costs seconds
-    for name in _modules():
+    for name in kernel_modules():
         source = root.joinpath(*name.split(".")).with_suffix(".py")
+        if not source.is_file():
+            source = root.joinpath(*name.split("."), "__init__.py")
         try:
             st = source.stat()
         except OSError:
@@ -267,7 +148,7 @@ def _write_stamp(stamp: Path) -> None:
         pass
 
 
-def _numba_type(spec: _A | str, types: Any) -> Any:
+def _numba_type(spec: ArgSpec, types: Any) -> Any:
     if isinstance(spec, str):
         return getattr(types, spec)
     dtype, ndim, readonly = spec
@@ -275,18 +156,18 @@ def _numba_type(spec: _A | str, types: Any) -> Any:
 
 
 def compile_all(part: int = 0, parts: int = 1) -> dict[str, tuple[int, int]]:
-    """Compile (or load from numba's cache) every kernel for its signature, in this process; with
-    ``parts`` > 1 only every parts-th kernel from ``part`` on. Returns "module:attribute" ->
+    """Compile (or load from numba's cache) every kernel for its warm-up signatures, in this process;
+    with ``parts`` > 1 only every parts-th kernel from ``part`` on. Returns "module:function" ->
     (cache hits, compilations)."""
     from datapipe.runtime.jit import load_numba
 
     types = load_numba().types
     out = {}
-    for key, args in list(SIGNATURES.items())[part::parts]:
-        module, attr = key.split(":")
-        kernel = getattr(importlib.import_module(module), attr)
-        kernel.compile(tuple(_numba_type(a, types) for a in args))
-        stats = kernel.stats
+    for key, kernel in warm_kernels()[part::parts]:
+        dispatcher = kernel.dispatcher()
+        for signature in kernel.warm:
+            dispatcher.compile(tuple(_numba_type(a, types) for a in signature))
+        stats = dispatcher.stats
         out[key] = (sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
     return out
 

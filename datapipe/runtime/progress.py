@@ -1,7 +1,7 @@
 """Progress per phase: what it does, tasks done of all, documents so far and per second, elapsed time, ETA.
 
 A phase is shown by what it does for a person, the stage and its step (``minhash: verifying pairs
-(round 3 of 25)``, ``semantic: training vectors and clustering the sample``), not by the name of its
+(round 3 of 56)``, ``semantic: training vectors and clustering the sample``), not by the name of its
 marker folder (``shuffle4r2``). Drawn as a rich bar on a terminal. Elsewhere (a log file, CI, nohup,
 ``| tee``) a bar would be noise, so plain lines instead: one every ``DATAPIPE_PROGRESS_INTERVAL``
 seconds (default 15, ``runtime/heartbeat.py``) while the phase runs, so a long phase is never silent
@@ -85,7 +85,7 @@ class PhaseProgress:
         return f"{self.docs / elapsed:,.0f} docs/s" if self.docs else ""
 
     def line(self, elapsed: float) -> str:
-        """The periodic line: ``minhash: verifying pairs (round 3 of 25): 12/40 partitions, 51s elapsed, ETA 2m10s``."""
+        """The periodic line: ``minhash: verifying pairs (round 3 of 56): 12/40 partitions, 51s elapsed, ETA 2m10s``."""
         parts = [f"{self.label}: {self.done}/{self.total} {self.unit}"]
         if self.resumed:
             parts.append(f"{self.resumed} already done")

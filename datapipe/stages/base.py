@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from datapipe.config.sections import SOURCE_KINDS
 
 if TYPE_CHECKING:
+    from datapipe.stages.explain_section import ExplainSection, RecordedRun
     from datapipe.stages.report_section import Aggregate, ReportSection
     from datapipe.stages.steps import GlobalStep
 
@@ -63,6 +64,9 @@ class StageContext:
 
     pipeline_dir: str
     cache_dir: str
+    # The run's CPU priority (the driver's niceness; None: this process's): what a process the stage
+    # starts for its own work should run at, rather than inherit a Ray worker's 15 steps nicer.
+    niceness: int | None = None
 
 
 Problem = tuple[str, str]  # (key path inside the stage's options, "" for the stage itself; message)
@@ -107,6 +111,13 @@ class Stage:
     """A per-document stage. Subclasses set ``name`` and ``Options`` and implement compute/decide."""
 
     name: ClassVar[str]
+    # What the stage index (docs/stages/index.md, generated from the registry) says of the stage:
+    # what it does in one line, the columns it adds (markdown: a pattern where options name them,
+    # `cls_<model>_<label>`), and every reason it drops with (a pattern, `license_<class>`, where
+    # the reason carries a value; empty: it drops nothing). A built-in stage must set all three.
+    summary: ClassVar[str] = ""
+    signals: ClassVar[str] = ""
+    reasons: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type[StageOptions]] = StageOptions
     resources: ClassVar[Resources] = Resources()
     repeatable: ClassVar[bool] = False  # may the stage appear twice in one pipeline?
@@ -140,6 +151,13 @@ class Stage:
         Must not load big models or read inputs: ``datapipe validate`` stays fast. Returns every
         problem, each with the key path inside the options, so a user fixes the file in one go.
         """
+        return []
+
+    @classmethod
+    def warnings(cls, options: Any, context: CheckContext) -> list[Problem]:
+        """Settings that run but are unlikely to do what was meant (a threshold the stage's own signals
+        cannot support), each with the measured reason: printed by ``datapipe validate`` and at the
+        start of a run, which still runs. Like ``check``: no big model loaded, no input read."""
         return []
 
     @classmethod
@@ -178,6 +196,12 @@ class Stage:
     def report_sections(cls, columns: set[str]) -> list[ReportSection]:
         """This stage's parts of ``datapipe report``: headings and SELECTs over the ``agg_`` tables
         (``ReportSection``), in page order; ``columns`` are those of the run's ``documents``."""
+        return []
+
+    @classmethod
+    def explain(cls, row: dict[str, Any], run: RecordedRun) -> list[ExplainSection]:
+        """This stage's parts of ``datapipe explain`` for one document (its ``documents`` row): the
+        document graded against the stage's rules as the run recorded them (``ExplainSection``)."""
         return []
 
     @classmethod

@@ -121,10 +121,10 @@ def _fnv1a(data: np.ndarray, offsets: np.ndarray, out: np.ndarray) -> None:
 
 
 try:
-    from datapipe.runtime.jit import lazy_numba
+    from datapipe.runtime.jit import arr, lazy_numba
 
     numba = lazy_numba()
-    _fnv1a_kernel = numba.njit(cache=True, nogil=True)(_fnv1a)
+    _fnv1a_kernel = numba.njit(cache=True, nogil=True, warm=[(arr("uint8"), arr("int64"), arr("uint64"))])(_fnv1a)
 except ImportError:  # pragma: no cover - numba is a dependency; the slow path keeps the module importable
     _fnv1a_kernel = _fnv1a
 
@@ -234,6 +234,9 @@ def strip_units(text: str, unit: str, drop: set[int]) -> tuple[str, list[str]]:
 
 class Boilerplate(GlobalStage):
     name = "boilerplate"
+    summary = "removes lines or paragraphs repeated across many documents"
+    signals = "`lines_removed`, `chars_removed`, `removed_lines` (the lines it took out of the text)"
+    reasons = ("boilerplate_only",)
     Options = BoilerplateOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
 

@@ -45,7 +45,7 @@ _YUE_TABLE = np.zeros(0x10000, dtype=np.uint8)
 _YUE_TABLE[_YUE] = 1
 
 try:  # numba (a datapipe dependency) compiles the counting loop; numpy is the fallback
-    from datapipe.runtime.jit import lazy_numba
+    from datapipe.runtime.jit import arr, lazy_numba
 
     numba: ModuleType | None = lazy_numba()  # the kernel compiles (or loads) on its first call
 except ImportError:  # pragma: no cover
@@ -64,7 +64,7 @@ def line_script_counts(
     n = len(texts)
     cps, lengths = joined_code_points(texts)
     n_lines = int(np.count_nonzero(cps == 10)) + 1 if len(cps) else 0
-    if _count_kernel is not None:  # one compiled pass: ~15x the numpy version's speed
+    if _count_kernel is not None:  # one compiled pass instead of the numpy version's many
         per_doc = np.zeros((n, 6), np.int64)
         per_line = np.zeros((n_lines, 6), np.int64)
         line_doc = np.zeros(n_lines, np.int64)
@@ -203,4 +203,22 @@ def _changed(a: str, b: str) -> int:
     return int(np.count_nonzero(ua != np.frombuffer(b.encode("utf-32-le"), dtype=np.uint32)))
 
 
-_count_kernel = numba.njit(cache=True, nogil=True)(_count_loop) if numba is not None else None
+_count_kernel = (
+    numba.njit(
+        cache=True,
+        nogil=True,
+        warm=[
+            (
+                arr("uint32", readonly=True),
+                arr("int64"),
+                arr("uint8"),
+                arr("uint8"),
+                arr("int64", 2),
+                arr("int64", 2),
+                arr("int64"),
+            )
+        ],
+    )(_count_loop)
+    if numba is not None
+    else None
+)

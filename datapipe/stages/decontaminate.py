@@ -100,6 +100,9 @@ def resolve_paths(spec: BenchmarkFiles, base: Path) -> list[Path]:
 
 class Decontaminate(Stage):
     name = "decontaminate"
+    summary = "benchmark n-gram matching"
+    signals = "`contam_hits`, `contam_benchmark`, `contam_item`, `contam_item_hits`, `contam_frac`, `contam_ngram`"
+    reasons = ("contaminated",)
     Options = DecontaminateOptions
     decision_options = frozenset({"action", "min_hits", "min_frac"})  # judged over the recorded matches
 

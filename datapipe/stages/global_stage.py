@@ -112,8 +112,8 @@ class GlobalStage(Stage):
     document), the corpus-wide ``steps()`` it declares (a ``PartitionStep`` split by key across
     parallel tasks, and/or a ``CombineStep``, one task), and in the map phase after it the
     decisions are joined to each row by id, then ``apply`` edits what they kept.
-    The engine knows global stages only by their steps: a new one declares them and registers
-    itself (``datapipe.stages.register_stage``), with no engine change.
+    The engine knows global stages only by their steps: a new one declares them and is
+    registered like any stage (a line of ``datapipe.stages.STAGES``, or an entry point), with no engine change.
 
     Document references between the map tasks and the steps are *row keys*: one int64 per document,
     ordered as the run is (the lowest key of a group is its earliest document). A step compares and

@@ -37,7 +37,9 @@ from datapipe.stages.base import (
     kinds_problems,
 )
 from datapipe.stages.columns import set_column
+from datapipe.stages.langid_report import lang_score_aggregate
 from datapipe.stages.quality import markdown
+from datapipe.stages.report_section import Aggregate
 from datapipe.text.langcodes import LID176_CODES, language_problems
 
 _MODELS: dict[str, Any] = process_cache({})  # one loaded fastText model (an untyped library) per worker process
@@ -74,6 +76,13 @@ class LangIdOptions(StageOptions):
 
 class LangId(Stage):
     name = "langid"
+    summary = "language ID (fastText lid.176 plus CJK script rules), Traditional/Simplified script, per-line language shares"
+    signals = (
+        "`lang`, `lang_score` (fastText lid.176); with the CJK options `lang_by` (`fasttext` or `script`), "
+        "`lang_frac_zh`, `lang_frac_en`, `lang_frac_other`, `script` (`hans`/`hant`), `script_trad_frac`, "
+        "`to_simplified`"
+    )
+    reasons = ("language_not_kept", "low_language_score", "cantonese")
     Options = LangIdOptions
     resources = Resources(num_cpus=1, memory_mb=300)
     edit_counts = {"to_simplified": "converted to Simplified"}  # documents (to_simplified: true)
@@ -133,6 +142,10 @@ class LangId(Stage):
         return problems
 
     @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        return [lang_score_aggregate(columns)]
+
+    @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:
         o: LangIdOptions = options
         cols = {"lang", "lang_score", "lang_by"}
@@ -172,6 +185,11 @@ class LangId(Stage):
         self._model = _MODELS[path]
         if self.options.script or self.options.to_simplified:
             self._script = cjk.ScriptDetector.shared()
+
+    @property
+    def fasttext_model(self) -> Any:
+        """The loaded fastText model (after ``setup``): what a benchmark compares the stage with."""
+        return self._model
 
     def _model_path(self) -> Path:
         if self.options.model:

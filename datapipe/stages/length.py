@@ -23,6 +23,9 @@ class LengthOptions(StageOptions):
 
 class LengthFilter(Stage):
     name = "length"
+    summary = "document length in characters"
+    signals = "`n_chars_stripped`"
+    reasons = ("too_short", "too_long")
     Options = LengthOptions
     decision_options = frozenset({"min_chars", "max_chars"})
 

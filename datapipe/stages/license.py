@@ -64,6 +64,9 @@ class LicenseOptions(StageOptions):
 
 class LicenseTagger(Stage):
     name = "license"
+    summary = "SPDX license and license class per document; drops by policy per source kind"
+    signals = "`license` (SPDX), `license_class`, `license_evidence`"
+    reasons = ("license_<class>",)
     Options = LicenseOptions
     decision_options = frozenset({"policy"})  # what is dropped; the tags are the same under any policy
 

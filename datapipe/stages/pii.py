@@ -194,6 +194,12 @@ class PiiOptions(StageOptions):
 
 class Pii(Stage):
     name = "pii"
+    summary = "replaces emails, phone numbers, resident ID numbers and IP addresses with placeholders"
+    signals = (
+        "`pii_email`, `pii_phone`, `pii_id_card`, `pii_ip` (counts; the text gets `<EMAIL>`, `<PHONE>`, "
+        "`<ID_CARD>`, `<IP>` in their place)"
+    )
+    reasons = ()
     Options = PiiOptions
     edit_counts = {
         "pii_email": "emails replaced",

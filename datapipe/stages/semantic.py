@@ -14,14 +14,16 @@ or, without one, by fastText sentence vectors trained on the run's own text. The
 * round 1: each partition embeds its documents (the text read back from the map outputs; the model
   loaded once per worker), assigns each to its nearest centroid and forwards (document, vector) to
   the partition of the k-means cluster.
-* round 2: per k-means cluster, exact pairwise cosine (blocked matrix product); pairs at or above
-  ``threshold`` are joined into components, and each component keeps one survivor by the same rule
-  as minhash (``earliest``, ``longest``, ``best``); the others are dropped as ``near_semantic`` with
-  ``dup_of`` (the survivor's id), ``dup_cluster`` (the component's first document) and
-  ``semantic_similarity`` (cosine to the survivor).
+* round 2: per k-means cluster, exact pairwise cosine (blocked matrix product), then SemDeDup's
+  rule: the documents of the pairs at or above ``threshold`` walked in keep order (the survivor rule,
+  as minhash's: ``earliest``, ``longest``, ``best``), each dropped as ``near_semantic`` only when it
+  is that close to a document already *kept*, with ``dup_of`` (that kept document's id, the closest
+  one), ``dup_cluster`` (the same: the kept document and those dropped for it) and
+  ``semantic_similarity`` (its cosine to it). A document close only to dropped ones is kept: no
+  chain of close pairs removes a document for one it is not close to.
 
-A component never spans two k-means clusters (SemDeDup's trade: pairs split by k-means are not
-compared), so each is settled by one partition and no union across partitions is needed.
+Pairs split by k-means are never compared (SemDeDup's trade), so each k-means cluster is decided by
+one partition.
 Memory: partition 0 holds the sample's vectors; a round-2 task holds its clusters' vectors and one
 block x cluster-size similarity matrix at a time.
 
@@ -42,7 +44,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from datapipe.dedup.cluster import UnionFind, survivors
 from datapipe.dedup.components import node_partition
 from datapipe.stages.base import CheckContext, Problem, ResourceFile, Resources, StageOptions
 from datapipe.stages.global_stage import GlobalStage, GlobalStep, PartitionResult, PartitionStep, ReduceInputs, drop_rows
@@ -51,10 +52,14 @@ from datapipe.stages.steps import Partitions, partitions_option
 
 REASON = "near_semantic"
 DOC, CENTROID = 0, 1  # row kinds of round 0's input and output
-_EMBED_CHUNK = 2048
-# bench/quality/semantic_eval.py: the bag-of-words static model has no unrelated pair of 10,000 above 0.8;
-# the fastText vectors trained on 2,080 documents have two above 0.9 and none at 0.99.
-DEFAULT_THRESHOLD, DEFAULT_FASTTEXT_THRESHOLD = 0.9, 0.99  # documents read and embedded at a time in round 1
+_EMBED_CHUNK = 2048  # documents read and embedded at a time in round 1
+# bench/quality/semantic_eval.py (bench/results/semantic_eval.json): the bag-of-words static model
+# has no unrelated pair of 10,000 above 0.8; the fastText vectors trained on the run's own text put
+# unrelated documents up to FASTTEXT_UNRELATED_MAX (two Chinese Wikipedia articles on two fish
+# species from one template, on 2,000 held-out clean documents after exact and MinHash dedup: the
+# one clean document the stage dropped at 0.99), so the default for them is above that.
+DEFAULT_THRESHOLD, DEFAULT_FASTTEXT_THRESHOLD = 0.9, 0.995
+FASTTEXT_UNRELATED_MAX = 0.993
 
 
 class SemanticOptions(StageOptions):
@@ -88,7 +93,7 @@ class SemanticOptions(StageOptions):
         le=1.0,
         description=(
             "Cosine similarity at or above which two documents are near-duplicates. Default: 0.9 with a "
-            "model, 0.99 for the fastText vectors trained without one (their unrelated pairs reach higher; "
+            "model, 0.995 for the fastText vectors trained without one (their unrelated pairs reach higher; "
             "see the stage's page)."
         ),
     )
@@ -134,6 +139,9 @@ class SemanticOptions(StageOptions):
 
 class SemanticDedup(GlobalStage):
     name = "semantic"
+    summary = "meaning-level near-duplicates (SemDeDup): document embeddings, k-means, pairwise cosine per cluster"
+    signals = "none on kept documents (vectors live only between its rounds); `semantic_similarity` on a dropped one"
+    reasons = ("near_semantic",)
     Options = SemanticOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
 
@@ -174,6 +182,23 @@ class SemanticDedup(GlobalStage):
             (k, f"is for a transformers model; {o.model} is a {kind} model") for k in _MODEL_ONLY[1:] if _given(o, k)
         ] * (kind != "transformers")
         return problems
+
+    @classmethod
+    def warnings(cls, options: Any, context: CheckContext) -> list[Problem]:
+        """A threshold below what the fastText vectors trained on the run can tell apart (no model)."""
+        o: SemanticOptions = options
+        if o.model is not None or o.threshold is None or o.threshold >= DEFAULT_FASTTEXT_THRESHOLD:
+            return []
+        return [
+            (
+                "threshold",
+                f"{o.threshold:g} without a model: the fastText vectors trained on the run's own text put unrelated "
+                f"documents at cosine up to {FASTTEXT_UNRELATED_MAX} (bench/quality/semantic_eval.py: two articles "
+                f"on two fish species among 2,000 held-out Wikipedia documents), so at {o.threshold:g} unrelated "
+                f"documents are taken for near-duplicates; give a model, or leave threshold at its default for "
+                f"these vectors, {DEFAULT_FASTTEXT_THRESHOLD:g}",
+            )
+        ]
 
     @classmethod
     def resource_files(cls, options: Any, pipeline_dir: Path) -> list[ResourceFile]:
@@ -257,7 +282,14 @@ class SemanticDedup(GlobalStage):
             if o.model is None:
                 from datapipe.dedup.embed import train_fasttext
 
-                train_fasttext(texts, self._fasttext_path(inputs), dim=o.fasttext_dim, epoch=o.fasttext_epoch, seed=o.seed)
+                train_fasttext(
+                    texts,
+                    self._fasttext_path(inputs),
+                    dim=o.fasttext_dim,
+                    epoch=o.fasttext_epoch,
+                    seed=o.seed,
+                    niceness=self.context.niceness,  # the run's priority, not the Ray worker's
+                )
             from datapipe.dedup.semantic import kmeans
 
             vectors = self._embedder(inputs).encode(texts)
@@ -305,8 +337,10 @@ class SemanticDedup(GlobalStage):
         )
 
     def _pairs(self, rows: pa.Table, inputs: ReduceInputs) -> PartitionResult:
-        """Round 2: pairwise cosine per k-means cluster, components, survivors, decisions."""
-        from datapipe.dedup.semantic import similar_pairs
+        """Round 2: pairwise cosine per k-means cluster, then SemDeDup's rule: the documents of a pair
+        walked in keep order (the survivor rule's), each dropped only for a kept one it is at least
+        ``threshold`` close to (the closest such), never for one that was itself dropped."""
+        from datapipe.dedup.semantic import keep_in_order, similar_pairs
 
         o = self.options
         device = self._device()
@@ -319,51 +353,56 @@ class SemanticDedup(GlobalStage):
         vectors = vectors.reshape(len(docs), width)
         starts = np.flatnonzero(np.r_[True, cluster[1:] != cluster[:-1]])
         ends = np.r_[starts[1:], len(docs)]
-        member_idx, root_idx = [], []  # rows (of this partition) in a component of two or more, and its root row
+        found_i, found_j, found_s = [], [], []  # pairs at or above the threshold, as rows of this partition
         for s, e in zip(starts, ends):
-            if e - s < 2:
-                continue
-            uf = UnionFind(e - s)
-            i, j, _ = similar_pairs(vectors[s:e], self.threshold, device=device)
-            if len(i) == 0:
-                continue
-            uf.union(i, j)
-            roots = uf.roots()
-            sizes = np.bincount(roots, minlength=e - s)
-            grouped = np.flatnonzero(sizes[roots] > 1)
-            member_idx.append(grouped + s)
-            root_idx.append(roots[grouped] + s)
-        if not member_idx:
+            if e - s >= 2:
+                i, j, sim = similar_pairs(vectors[s:e], self.threshold, device=device)
+                found_i.append(i + s)
+                found_j.append(j + s)
+                found_s.append(sim)
+        if not found_i or not sum(len(i) for i in found_i):
             return PartitionResult(None)
-        members, roots = np.concatenate(member_idx), np.concatenate(root_idx)
-        order = np.argsort(docs[members], kind="stable")  # by row key, across clusters
-        members, roots = members[order], roots[order]
-        keys = docs[members]
-        root_pos = np.searchsorted(keys, docs[roots])  # each row's component root as an index into keys
+        i, j, sim = np.concatenate(found_i), np.concatenate(found_j), np.concatenate(found_s)
+        paired = np.unique(np.concatenate([i, j]))
+        keys = docs[paired]
         columns = ["id", "n_chars"] + ([o.score_column] if o.survivor == "best" and o.score_column else [])
         read = inputs.read_rows(keys, columns)
-        scores = read[o.score_column].to_numpy(zero_copy_only=False) if o.survivor == "best" and o.score_column else None
-        surv = survivors(root_pos, o.survivor, lengths=read["n_chars"].to_numpy(zero_copy_only=False), scores=scores)
-        size = np.bincount(root_pos, minlength=len(keys))[root_pos]
-        dup = np.flatnonzero(surv != np.arange(len(keys)))
+        # Keep order: the survivor rule's (minhash's: earliest row key, or the longest, or the best
+        # score, ties to the earliest); a document's place in it, for each paired row.
+        if o.survivor == "longest":
+            primary = -read["n_chars"].to_numpy(zero_copy_only=False).astype(np.float64)
+        elif o.survivor == "best" and o.score_column:
+            scores = read[o.score_column].to_numpy(zero_copy_only=False).astype(np.float64)
+            primary = -np.nan_to_num(scores, nan=-np.inf)
+        else:
+            primary = np.zeros(len(keys))
+        order = np.lexsort((keys, primary))
+        place = np.empty(len(paired), np.int64)
+        place[order] = np.arange(len(paired))
+        pi, pj = place[np.searchsorted(paired, i)], place[np.searchsorted(paired, j)]
+        dup, _ = keep_in_order(len(paired), np.minimum(pi, pj), np.maximum(pi, pj), sim)
+        dropped = np.flatnonzero(dup >= 0)  # by place
+        if not len(dropped):
+            return PartitionResult(None)
+        member, kept = order[dropped], order[dup[dropped]]  # indices into paired / keys
         ids = np.asarray(read["id"].to_pylist(), dtype=object)
-        pair = (vectors[members[dup]].astype(np.float64), vectors[members[surv[dup]]].astype(np.float64))
-        sim = np.round(np.einsum("ij,ij->i", *pair), 4)
-        survivor_ids = ids[surv[dup]].tolist()
+        pair = (vectors[paired[member]].astype(np.float64), vectors[paired[kept]].astype(np.float64))
+        cosine = np.round(np.einsum("ij,ij->i", *pair), 4)
+        kept_ids = ids[kept].tolist()
         detail = [
-            f"semantic near-duplicate of {s} (component of {n}, cosine {c:.4f}; threshold {self.threshold:g})"
-            for s, n, c in zip(survivor_ids, size[dup].tolist(), sim.tolist())
+            f"semantic near-duplicate of {k} (cosine {c:.4f}; threshold {self.threshold:g})"
+            for k, c in zip(kept_ids, cosine.tolist())
         ]
         return PartitionResult(
             drop_rows(
-                keys[dup],
-                ids[dup].tolist(),
+                keys[member],
+                ids[member].tolist(),
                 REASON,
                 detail,
-                dup_of_keys=keys[surv[dup]],
-                dup_of=pa.array(survivor_ids, pa.string()),
-                dup_cluster=pa.array(ids[root_pos[dup]].tolist(), pa.string()),
-                semantic_similarity=pa.array(sim, pa.float64()),
+                dup_of_keys=keys[kept],
+                dup_of=pa.array(kept_ids, pa.string()),
+                dup_cluster=pa.array(kept_ids, pa.string()),  # the kept document and those dropped for it
+                semantic_similarity=pa.array(cosine, pa.float64()),
             )
         )
 
@@ -438,7 +477,7 @@ def _forward_rows(part: np.ndarray, doc: np.ndarray, kind: int, vec: list[bytes 
     )
 
 
-# --- the audit: the largest groups of near-duplicates, with the least similar dropped member ----------
+# --- the audit: the kept documents with most copies dropped for them, with the least similar copy ------
 
 
 def semantic_aggregates(columns: set[str]) -> list[Aggregate]:
@@ -472,7 +511,7 @@ def semantic_sections(columns: set[str]) -> list[ReportSection]:
                FROM agg_semantic ORDER BY copies DESC, dup_of LIMIT 10""",
             columns=("kept (survivor)", "documents", "max cosine", "min cosine", "least similar dropped"),
             texts=("kept (survivor)", "least similar dropped"),
-            note="The largest groups the semantic stage found, each with its least similar dropped member: "
-            "the pair to read to judge the threshold.",
+            note="The kept documents the semantic stage dropped the most copies for, each with its least similar "
+            "dropped copy: the pair to read to judge the threshold.",
         )
     ]

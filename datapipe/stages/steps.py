@@ -132,3 +132,11 @@ class ReduceInputs(ABC):
     @abstractmethod
     def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
         """The given columns of the documents with these row keys, in the order of ``row_keys``."""
+
+    def read_shard(self, ordinal: int, columns: list[str]) -> pa.Table:
+        """The given columns of every document of one shard's map output, in row order (row i is the
+        document with row key ``row_keys(ordinal, 0, n)[i]``, ``datapipe.stages.row_keys``)."""
+        import pyarrow.parquet as pq
+
+        path = self.files[self.shards.index(ordinal)]
+        return pq.read_table(self.fetch(path) if self.fetch is not None else path, columns=columns)

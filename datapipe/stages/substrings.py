@@ -95,6 +95,9 @@ class SubstringsOptions(StageOptions):
 
 class Substrings(GlobalStage):
     name = "substrings"
+    summary = "cuts exact spans of 50+ tokens repeated across documents (Lee et al. 2022), CJK-aware"
+    signals = "`substr_spans_removed`, `substr_chars_removed`, `substr_removed` (the spans it cut)"
+    reasons = ("substring_only",)
     Options = SubstringsOptions
     resources = Resources(num_cpus=1, memory_mb=1024)
 

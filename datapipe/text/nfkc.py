@@ -1,11 +1,10 @@
 """NFKC of an Arrow string array, equal to ``pc.utf8_normalize(text, "NFKC")``, mostly by a per-character map.
 
-utf8proc (Arrow's normalizer) decomposes, reorders and recomposes every character of every text:
-0.86 s of CPU for the 35 MB of non-ASCII text that exact dedup normalizes on the shared corpus,
-most of it Chinese whose only changes are full-width punctuation (，→ ,) and the ideographic space.
-A text whose every character is *simple* is its NFKC character by character, so a compiled pass
-over its UTF-8 bytes maps it (about 0.05 s for the same text); a text holding any other character
-goes to utf8proc as before.
+utf8proc (Arrow's normalizer) decomposes, reorders and recomposes every character of every text,
+though the non-ASCII text exact dedup normalizes is mostly Chinese whose only changes are full-width
+punctuation (，→ ,) and the ideographic space. A text whose every character is *simple* is its NFKC
+character by character, so a compiled pass over its UTF-8 bytes maps it, many times faster; a text
+holding any other character goes to utf8proc as before.
 
 A character is simple when it is a starter that nothing composes with and its NFKC is one such
 character (``_build_table``): then the text's decomposition is the concatenation of one character
@@ -26,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datapipe.runtime.jit import lazy_numba
+from datapipe.runtime.jit import arr, lazy_numba
 from datapipe.text.unicode_tables import SIZE, cached_table, composing_marks
 
 numba = lazy_numba()
@@ -85,7 +84,11 @@ def nfkc(text: pa.Array) -> pa.Array:
     return pc.replace_with_mask(mapped, rest, pc.utf8_normalize(pc.filter(text, rest), "NFKC"))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(
+    cache=True,
+    nogil=True,
+    warm=[(arr("uint8", readonly=True), arr("int64"), arr("uint32"), arr("uint8"), arr("int64"), arr("boolean"))],
+)
 def _map_kernel(data, offsets, table, out, out_off, simple):  # pragma: no cover - compiled
     """UTF-8 in, UTF-8 out through ``table``; a text with a COMPLEX character is written empty, simple[d] False."""
     pos = 0

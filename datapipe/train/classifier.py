@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from datapipe.classify.features import CJK_V1, featuriser
-from datapipe.classify.fit import train_in_fresh_process
+from datapipe.classify.fit import fasttext_args, train_in_fresh_process
 from datapipe.classify.metrics import binary_metrics
 from datapipe.errors import InputNotFound, UsageError
 from datapipe.readers.streams import json_records
@@ -266,21 +266,17 @@ def train_classifier(
         with open(train_file, "w", encoding="utf-8") as f:
             for cls, e in train:
                 f.write(f"__label__{label[cls]} {featurise(e.text[: options.max_chars])}\n")
-        params = {
-            "input": str(train_file),
-            "dim": p.dim,
-            "epoch": p.epoch,
-            "lr": p.lr,
-            "wordNgrams": p.word_ngrams,
-            "minCount": p.min_count,
-            "bucket": p.bucket,
-            "loss": p.loss,
-            "minn": 0,
-            "maxn": 0,
-            "thread": 1,
-            "seed": options.seed,
-            "verbose": 0,
-        }
+        params = fasttext_args(
+            train_file,
+            dim=p.dim,
+            epoch=p.epoch,
+            lr=p.lr,
+            word_ngrams=p.word_ngrams,
+            min_count=p.min_count,
+            bucket=p.bucket,
+            seed=options.seed,
+            loss=p.loss,
+        )
         with atomic_path(model_path) as tmp:
             train_in_fresh_process(params, tmp)
     finally:

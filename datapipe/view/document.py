@@ -12,7 +12,9 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from datapipe.audit.explain import DECISION, RuleCheck, classify_lines, repeat_line, rule_checks
+from datapipe.audit.explain import DECISION, recorded_run, repeat_line
+from datapipe.stages.classify.explain import classify_lines
+from datapipe.stages.quality.explain import RuleCheck, rule_checks
 from datapipe.view.originals import DiffLine, Original, diff_lines, original_text
 from datapipe.view.runs import DocFile, RunView
 from datapipe.view.thresholds import stage_decision
@@ -146,7 +148,8 @@ def document_page(view: RunView, doc_id: str, with_original: bool = True) -> Doc
         verdict = "kept: passed every stage"
     else:
         verdict = f"dropped by stage {row.get('stage')!r}, rule {row.get('reason')!r}"
-    checks, note = rule_checks(row, view.root)
+    recorded = recorded_run(view.root)
+    checks, note = rule_checks(row, recorded)
     page = DocumentPage(
         row=row,
         file=file,
@@ -155,7 +158,7 @@ def document_page(view: RunView, doc_id: str, with_original: bool = True) -> Doc
         stage_options=stage_decision(run, file.position, row.get("stage")) if row["status"] == "rejected" else {},
         checks=checks,
         checks_note=note,
-        classify=classify_lines(row, view.root) if any(k.startswith(("cls_", "bucket_")) for k in row) else [],
+        classify=classify_lines(row, recorded) if any(k.startswith(("cls_", "bucket_")) for k in row) else [],
         repeat=repeat_line(row, run),
         copies=copies_of(view, doc_id) if row["status"] == "kept" else [],
         groups=_groups(row, run),

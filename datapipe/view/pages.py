@@ -111,8 +111,8 @@ class App:
 
     def warm(self) -> None:
         """What every first page would otherwise pay, done before the server says it is ready: the
-        templates compiled, each run's index and thresholds read; the Overview's sample starts reading
-        in the background."""
+        templates compiled, each run's index and thresholds read; the Overview's numbers (its aggregate
+        tables, or the sample of a run folder without them) start reading in the background."""
         for name in self.env.list_templates(filter_func=lambda n: n.endswith(".html")):
             self.env.get_template(name)
         for which, run in self.runs.items():

@@ -4,7 +4,7 @@ histograms and shown beside a document's values.
 - ``length``: ``n_chars`` against ``min_chars`` / ``max_chars``;
 - ``langid``: ``lang_score`` against ``min_score``;
 - ``quality``: every rule of every rule set the run recorded (the run's own thresholds, not today's
-  rule files: ``audit.explain.recorded_rule_set``);
+  rule files: ``stages.quality.explain.recorded_rule_set``);
 - ``classify``: each keep rule's ``min`` / ``max`` on its score column.
 """
 
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datapipe.audit.explain import recorded_rule_set
+from datapipe.audit.explain import recorded_run
+from datapipe.stages.quality.explain import recorded_rule_set
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,9 @@ def thresholds(run_dir: Path, run: dict[str, Any]) -> dict[str, list[Threshold]]
                     add(str(rule["score"]), rule.get("min"), "min", f"classify keep {rule['score']}.min")
                     add(str(rule["score"]), rule.get("max"), "max", f"classify keep {rule['score']}.max")
     keys = [e.get("key") for e in run.get("resources") or [] if e.get("role") == "rules" and e.get("key")]
+    recorded = recorded_run(run_dir)
     for key in dict.fromkeys(keys):
-        rules, _ = recorded_rule_set(run_dir, key)
+        rules, _ = recorded_rule_set(recorded, key)
         if rules is None:
             continue
         for fname, params in rules.filters.items():

@@ -7,10 +7,12 @@ default or a new stage appears on the next build, and nothing generated is commi
 
 The models come from where the pipeline loader takes them: the top-level ``PipelineConfig``
 (its sections ``sources``, ``tokenize``, ``limits``, ``split`` reached by walking its fields),
-every stage's ``Options`` in the stage registry (``datapipe.stages.STAGES``) and every reader's
-options declared in each format's ``ReaderSpec`` (``datapipe.readers.READER_SPECS``). Nested models are walked recursively.
+every built-in stage's ``Options`` in the stage registry (``datapipe.stages.STAGES``) and every built-in
+reader's options declared in its format's ``ReaderSpec`` (``datapipe.readers.READER_SPECS``); installed
+plugins are left out. Nested models are walked recursively.
 
 ``tests/docs/test_docs_reference.py`` renders the page and fails when a field has no description.
+``python docs/hooks/reference.py`` prints the whole page (the repository's file holds its introduction).
 """
 
 from __future__ import annotations
@@ -53,11 +55,13 @@ def _models() -> tuple[type, dict[str, type], dict[str, type], list[str]]:
     from datapipe.readers import READER_SPECS
     from datapipe.stages import STAGES
 
+    # Built-ins only: the page documents datapipe, not the plugins installed where it is built.
+    formats = READER_SPECS.builtin_names()
     return (
         PipelineConfig,
-        {name: STAGES[name].Options for name in STAGES},
-        {f: READER_SPECS[f].options for f in READER_SPECS if READER_SPECS[f].options is not None},
-        list(READER_SPECS),
+        {name: STAGES[name].Options for name in STAGES.builtin_names()},
+        {f: READER_SPECS[f].options for f in formats if READER_SPECS[f].options is not None},
+        formats,
     )
 
 
@@ -283,6 +287,11 @@ def render() -> str:
     return "\n\n".join(out) + "\n"
 
 
+def page() -> str:
+    """The whole page: docs/reference.md's introduction with the generated tables in place."""
+    return (ROOT / "docs" / PAGE).read_text(encoding="utf-8").replace(MARKER, render())
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if page.file.src_uri != PAGE:
         return markdown
@@ -291,3 +300,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
         raise PluginError(f"docs/{PAGE} lost its {MARKER} marker: the generated reference has nowhere to go")
     return markdown.replace(MARKER, render())
+
+
+if __name__ == "__main__":  # python docs/hooks/reference.py: the page, without building the site
+    sys.stdout.write(page())

@@ -61,6 +61,7 @@ def _kept_numbers(out: Path) -> dict:
     return cand
 
 
+@pytest.mark.torch  # trains proxy models (the ablate extra)
 def test_ablate_resumes_after_sigkill_with_the_same_numbers(small_run: Path, tmp_path: Path) -> None:
     common = ["--seeds", "0", "--benchmarks", str(shared_path("benchmarks", "agieval")), "--mc-items", "4", *MICRO]
     kept = ["ablate", "--candidate", f"kept={small_run}", *common]
@@ -95,6 +96,7 @@ def test_ablate_resumes_after_sigkill_with_the_same_numbers(small_run: Path, tmp
     assert _kept_numbers(tmp_path / "resumed") == _kept_numbers(tmp_path / "whole")
 
 
+@pytest.mark.torch  # trains proxy models (the ablate extra)
 def test_mix_search_writes_only_a_mixture_its_fit_supports(small_run: Path, tmp_path: Path) -> None:
     """Five 2-step proxies (issue 50 item 5). Their zh loss follows the zh weight: the fit knows it (it
     says how much), and the mixture is written, within its constraints and never predicted worse than a
@@ -226,7 +228,7 @@ def test_targets_sets_and_natural_sampling() -> None:
 def test_a_run_folder_of_other_settings_is_refused_not_mixed_in(tmp_path: Path) -> None:
     from datapipe.ablate.ablation import Settings, train_and_score
     from datapipe.ablate.candidates import CandidateError
-    from datapipe.ablate.model import model_config
+    from datapipe.ablate.sizes import model_config
 
     settings = Settings(model_config("micro"), "micro", [0], tmp_path)
     run_dir = tmp_path / "runs" / "a" / "seed0"
@@ -237,13 +239,14 @@ def test_a_run_folder_of_other_settings_is_refused_not_mixed_in(tmp_path: Path) 
         train_and_score(tmp_path / "a-x", None, settings, 0, run_dir, None, print)  # type: ignore[arg-type]
 
 
+@pytest.mark.torch  # trains proxy models (the ablate extra)
 def test_a_rerun_with_other_evaluation_settings_scores_again(small_run: Path, tmp_path: Path) -> None:
     """A run's scores depend on --eval-rows, --mc-items and --benchmarks as much as on its weights. A
     second call in the same --out with other ones must score the trained model again, exactly as a
     fresh call with those settings scores it, and not report the first call's scores."""
     from datapipe.ablate.ablation import Settings, run_ablation
     from datapipe.ablate.candidates import Candidate
-    from datapipe.ablate.model import model_config
+    from datapipe.ablate.sizes import model_config
 
     agieval = shared_path("benchmarks", "agieval")
 

@@ -158,7 +158,7 @@ def test_stage_scores_are_fasttexts_own_on_the_featurised_text(trained: tuple[Pa
     # the same file without its meta: a model from elsewhere, given plain text
     shutil.copy(out / "q.bin", tmp_path / "foreign.bin")
     stage = _stage(tmp_path / "foreign.bin")
-    assert stage._classifiers[0][1].featuriser == "plain"
+    assert stage.scorers["q"].featuriser == "plain"
     got = stage.compute(batch)["cls_q_hq"].to_pylist()
     direct = [min(1.0, float(dict(zip(*model.predict(t.replace("\n", " "), k=-1)))["__label__hq"])) for t in texts]
     assert got == pytest.approx(direct, abs=1e-6)

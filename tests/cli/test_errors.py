@@ -32,10 +32,7 @@ PACKAGE = ROOT / "datapipe"
 # Exceptions that are control flow inside one module, never seen by a user or a caller.
 _READER_CAP = "a reader's cap on one input, caught in the reader: the rest of the input becomes one reject"
 INTERNAL = {
-    "datapipe.readers.streams.InputTooLarge": _READER_CAP,
-    "datapipe.readers.warc_framing.DecompressedTooLarge": _READER_CAP,
-    "datapipe.readers.archives.ArchiveTooLarge": _READER_CAP,
-    "datapipe.readers.arxiv.TexLimitError": "a runaway paper (includes, macros), caught in the reader: one reject",
+    "datapipe.readers.base.LimitExceeded": _READER_CAP + " (also a runaway paper: includes, macros)",
     "datapipe.engine.executors.ray.executor.Retryable": "never raised: Ray's retry allow-list, which asks the error",
 }
 

@@ -1,8 +1,9 @@
-"""MinHash verification and settling get the documents' columns by a join: a partition asks the owner
-of each map output for the rows it needs, and the owner reads that map output once per answering
-round. Counted on a small real run (zh/en Wikipedia with edited copies, UDHR variants), engine task
-functions in this process: before the join every partition of round 0 read every map output holding
-one of its paired documents (partitions x map outputs reads)."""
+"""MinHash verification and settling get the documents' columns by a join: only the *owner* of a map
+output reads it (partition = shard modulo partitions), at most once a round, and answers the others:
+the heads' signatures in round 1, its members for verification in round 2, survivors' and members'
+ids and signatures when clusters settle. Counted on a small real run (zh/en Wikipedia with edited
+copies, UDHR variants), engine task functions in this process: before the join every partition of
+round 0 read every map output holding one of its paired documents (partitions x map outputs reads)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from datapipe.engine.tasks import reduce_inputs
 from datapipe.engine.tasks.map import map_shard
 from datapipe.engine.tasks.merge import merge_round
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.engine.work_files import WorkFiles
+from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import PartitionStep
 from datapipe.stages.global_stage import step_of
 from tests.dedup.test_minhash_rounds import _in_memory, _pipeline, _wiki_docs
@@ -33,36 +36,53 @@ def test_each_map_output_is_read_once_per_answering_round(tmp_path: Path, monkey
     partitions = 6
     spec = _pipeline(tmp_path, partitions, "longest")
     segment = spec.segments[0]
+    folder = RunFolder(Path(spec.root))
     for s in spec.shards:
         map_shard(spec, s, segment)
 
     reads: Counter[tuple[int, str]] = Counter()  # (round, map output) -> reads
-    current = {"round": -1}
-    original = reduce_inputs._read_row_groups_of
+    current = {"round": -1, "partition": -1}
+    ordinal = {WorkFiles(folder).map_output(segment.index, s.key).name: s.ordinal for s in spec.shards}
+    foreign = []  # reads of a map output by a partition that does not own it
+    original, whole = reduce_inputs._read_row_groups_of, reduce_inputs.ParquetReduceInputs.read_shard
+
+    def count(path: str) -> None:
+        name = Path(path).name
+        reads[(current["round"], name)] += 1
+        if ordinal[name] % partitions != current["partition"]:
+            foreign.append((current["round"], current["partition"], name))
 
     def counting(path: str, rows, columns, *opener):
-        reads[(current["round"], Path(path).name)] += 1
+        count(path)
         return original(path, rows, columns, *opener)
 
+    def counting_whole(self, shard: int, columns):
+        count(self.files[self.shards.index(shard)])
+        return whole(self, shard, columns)
+
     monkeypatch.setattr(reduce_inputs, "_read_row_groups_of", counting)
+    monkeypatch.setattr(reduce_inputs.ParquetReduceInputs, "read_shard", counting_whole)
     step = step_of(build_stage(spec, segment.compute_global), PartitionStep)
     assert step is not None
     for r in range(step.rounds):
         current["round"] = r
         merge_round(spec, segment, r)
         for p in range(partitions):
+            current["partition"] = p
             reduce_partition(spec, segment, p, r)
-    current["round"] = step.rounds
+    current["round"], current["partition"] = step.rounds, 0
     reduce_stage(spec, segment)
 
     outputs = len(spec.shards)
     assert reads, "the run found near-duplicates to verify"
     assert max(reads.values()) == 1  # no map output read twice in a round
+    assert not foreign  # only owners read
     by_round = Counter(r for r, _ in reads.elements())
-    assert set(by_round) <= {r for r in range(1, step.rounds, 2)}  # only owners read, in answering rounds
-    assert by_round[1] == outputs  # the signatures of round 2: every map output once
-    # Before the join: each of the 6 partitions read each map output holding one of its pairs.
-    assert sum(by_round.values()) <= outputs * len(by_round) < outputs * partitions
+    assert 0 not in by_round and by_round[1] >= 1  # the heads' signatures, from their owners
+    assert by_round[2] == outputs  # every owner looks for its members under the heads' keys
+    # A round reads each map output once at most, where before the join each of the 6 partitions
+    # of round 0 read each map output holding one of its pairs.
+    assert max(by_round.values()) <= outputs
 
     # And the outcome is the in-memory clustering's (the join changes who reads, not what is decided).
     from tests.dedup.test_minhash_rounds import _global_step

@@ -16,7 +16,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from datapipe.dedup.cluster import cluster_duplicates, union_of
-from datapipe.dedup.components import both_ways, large_star, node_partition, small_star
+from datapipe.dedup.components import (
+    Aggregates,
+    combine_partials,
+    first_small_star,
+    neighbour_partials,
+    node_partition,
+    star_checks,
+    star_step,
+)
+from datapipe.dedup.components import settled as settled_centres
 from datapipe.dedup.minhash import band_keys, empty_mask
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
 from datapipe.engine.tasks.map import map_shard
@@ -34,34 +43,57 @@ from tests.engine.test_global_phases import _edited
 from tests.support.shared_data import shared_path
 
 
-def star_rounds(
-    u: np.ndarray, v: np.ndarray, partitions: int, pairs: int
-) -> tuple[dict[int, int], tuple[np.ndarray, np.ndarray], int]:
-    """The star rounds as the stage runs them, each partition seeing only its nodes' rows: the
-    settled {node: root}, the edges left after the last round, and the last round that had rows."""
-    node, nbr = both_ways(u, v)
-    kind = np.zeros(len(node), np.int8)
+def star_steps(
+    u: np.ndarray, v: np.ndarray, partitions: int, steps: int
+) -> tuple[dict[int, int], tuple[np.ndarray, np.ndarray], int, int]:
+    """The star steps as the stage runs them: each edge stays with its holder (at first the partition
+    of its higher end, as an owner holds its members' edges), each node is a row from each holder
+    combined in its own partition, and a holder settles a star only when told about a centre it
+    reported. Returns the settled {node: root}, the edges left, the last step with edges, and the
+    most rows one node's partition received for it in a round."""
+    lo, hi = np.minimum(u, v), np.maximum(u, v)
+    holder = node_partition(hi, partitions)
+    zero = np.zeros(len(lo))
+    # The first step where the edges are made: each holder has every lower edge of its nodes.
+    held = {
+        p: first_small_star(lo[holder == p], hi[holder == p], zero[holder == p], zero[holder == p]) for p in range(partitions)
+    }
+    reported: dict[int, tuple] = {}  # holder -> its checks of the step before
     settled: dict[int, int] = {}
-    busy = 0
-    for r in range(1, 2 * pairs + 1):
-        part = node_partition(node, partitions)
-        out_node, out_nbr, out_kind = [], [], []
-        for p in range(partitions):
-            mine = part == p
-            n, b, edge = node[mine], nbr[mine], kind[mine] == 0
-            if r % 2:
-                (eu, ev), (centre, leaf) = small_star(n[edge], b[edge])
-                out_node.append(centre), out_nbr.append(leaf), out_kind.append(np.ones(len(centre), np.int8))
-            else:
-                (eu, ev), (roots, members) = large_star(n[edge], b[edge], (n[~edge], b[~edge]))
-                for root, member in zip(roots.tolist(), members.tolist()):
-                    assert member not in settled  # a node is settled once
-                    settled[member] = settled[root] = root
-            a, c = both_ways(eu, ev)
-            out_node.append(a), out_nbr.append(c), out_kind.append(np.zeros(len(a), np.int8))
-        node, nbr, kind = np.concatenate(out_node), np.concatenate(out_nbr), np.concatenate(out_kind)
-        busy = r if len(node) else busy
-    return settled, (node[kind == 0], nbr[kind == 0]), busy
+    when: dict[int, int] = {}  # the step each node was settled in
+    busy = most = 0
+    left: list[tuple[np.ndarray, np.ndarray]] = []
+    for j in range(1, steps + 2):  # the edges after step j, as the stage's even round 2j + 2 holds them
+        partials = [neighbour_partials(*e) for e in held.values()]
+        node = np.concatenate([x[0] for x in partials])
+        if len(node):
+            most = max(most, int(np.unique(node, return_counts=True)[1].max()))  # rows per node: one per holder
+            busy = j
+        agg = Aggregates(*combine_partials(*(np.concatenate([x[i] for x in partials]) for i in range(4))))
+        whole = survivor = np.empty(0, np.int64)
+        if reported:
+            whole, survivor = settled_centres(*(np.concatenate([c[i] for c in reported.values()]) for i in range(4)))
+        now: dict[int, tuple] = {}
+        for p, (low, high, rl, rh) in held.items():
+            told = np.intersect1d(whole, reported[p][0]) if p in reported else whole[:0]  # the centres it reported
+            done = np.isin(low, told)
+            assert not np.isin(low[~done], whole).any()  # every holder of a settled star's edges is told
+            for c, m in zip(low[done].tolist(), high[done].tolist()):
+                root = int(survivor[np.searchsorted(whole, c)])
+                # A leaf may be held by two holders, but it is settled in one step, in one star.
+                assert settled.setdefault(m, root) == root and when.setdefault(m, j) == j
+                settled[c] = root
+            low, high, rl, rh = low[~done], high[~done], rl[~done], rh[~done]
+            if j > steps:
+                left.append((low, high))
+                held[p] = (low[:0], high[:0], rl[:0], rh[:0])
+                continue
+            now[p] = star_checks(low, high, rl, rh, agg)
+            held[p] = (low, high, rl, rh) if j == steps else star_step(low, high, rl, rh, agg, large=j % 2 == 1)
+        reported = now
+    left_u = np.concatenate([x[0] for x in left]) if left else np.empty(0, np.int64)
+    left_v = np.concatenate([x[1] for x in left]) if left else np.empty(0, np.int64)
+    return settled, (left_u, left_v), busy, most
 
 
 def _components(u: np.ndarray, v: np.ndarray) -> dict[int, int]:
@@ -70,7 +102,7 @@ def _components(u: np.ndarray, v: np.ndarray) -> dict[int, int]:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_star_rounds_find_every_component_of_random_graphs(seed: int) -> None:
+def test_star_steps_find_every_component_of_random_graphs(seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(50, 3000))
     m = int(rng.integers(n // 4, 2 * n))
@@ -78,27 +110,41 @@ def test_star_rounds_find_every_component_of_random_graphs(seed: int) -> None:
     u = rng.integers(0, 6, m).astype(np.int64) << ROW_KEY_SHIFT | rng.integers(0, n, m)
     v = rng.integers(0, 6, m).astype(np.int64) << ROW_KEY_SHIFT | rng.integers(0, n, m)
     keep = u != v
-    settled, (left_u, _), busy = star_rounds(u[keep], v[keep], int(rng.integers(1, 17)), pairs=8)
+    partitions = int(rng.integers(1, 17))
+    settled, (left_u, _), busy, most = star_steps(u[keep], v[keep], partitions, steps=16)
     assert settled == _components(u[keep], v[keep]) and len(left_u) == 0
-    assert busy >= 3  # pairs of copies settle in round 2; these graphs needed more
+    assert busy >= 3 and most <= partitions  # several steps; a node is at most a row per holder
 
 
-@pytest.mark.parametrize(("length", "pairs"), [(2, 1), (60, 8), (500, 10), (300, 3), (1000, 2)])
-def test_a_chain_needs_rounds_and_what_they_leave_is_finished_by_union_find(length: int, pairs: int) -> None:
-    """A chain of copies in run order (the slowest case for star rounds): with enough rounds every
+def test_a_node_of_many_edges_is_a_row_per_holder() -> None:
+    """A boilerplate page's cluster: 20,000 copies under one head, and a second head, across 8
+    holders. The textbook steps gather the head's 20,000 edges in one task; here its partition gets
+    a row from each holder, and the cluster still settles whole."""
+    head, other = 5, 9
+    copies = np.arange(100, 20_100, dtype=np.int64)
+    u = np.concatenate([np.full(len(copies), head), np.full(50, other), [head]])
+    v = np.concatenate([copies, copies[:50], [other]])
+    settled, (left_u, _), busy, most = star_steps(u, v, partitions=8, steps=8)
+    assert not len(left_u) and set(settled.values()) == {head} and len(settled) == len(copies) + 2
+    assert most <= 8
+
+
+@pytest.mark.parametrize(("length", "steps"), [(2, 2), (60, 16), (500, 20), (300, 6), (1000, 4)])
+def test_a_chain_needs_steps_and_what_they_leave_is_finished_by_union_find(length: int, steps: int) -> None:
+    """A chain of copies in run order (the slowest case for star steps): with enough steps every
     cluster is settled by the partitions; with too few, the settled part and the union-find over the
     edges left (what the combine step does) together still give exactly the components."""
     chain = np.arange(length, dtype=np.int64) * 7 + 3
-    settled, (left_u, left_v), busy = star_rounds(chain[:-1], chain[1:], partitions=5, pairs=pairs)
+    settled, (left_u, left_v), busy, _ = star_steps(chain[:-1], chain[1:], partitions=5, steps=steps)
     left = _components(left_u, left_v)
     assert not set(settled) & set(left)
     assert {**settled, **left} == {int(x): 3 for x in chain}
     if length == 2:
-        assert busy == 1  # settled in round 2: round 3 and later receive nothing
-    if pairs >= 8:
-        assert busy >= 12 and not left  # many rounds, all of them needed and enough
-    if pairs < 4 and length >= 300:
-        assert len(left_u) > 0  # not enough rounds: the combine step has work
+        assert busy == 2  # one edge: a star at once, known whole after one step
+    if steps >= 16:
+        assert busy >= 12 and not left  # many steps, all of them needed and enough
+    if steps < 8 and length >= 300:
+        assert len(left_u) > 0  # not enough steps: the combine step has work
 
 
 def _wiki_docs(n: int) -> list[str]:
@@ -265,11 +311,11 @@ def _chain(folder: Path, length: int) -> None:
         )
 
 
-@pytest.mark.parametrize(("star_pairs", "survivor"), [(10, "longest"), (1, "earliest"), (2, "longest")])
+@pytest.mark.parametrize(("star_steps", "survivor"), [(24, "longest"), (2, "earliest"), (4, "longest")])
 def test_a_chain_of_copies_settles_in_rounds_or_in_the_combine_step(
-    tmp_path: Path, monkeypatch, star_pairs: int, survivor: str
+    tmp_path: Path, monkeypatch, star_steps: int, survivor: str
 ) -> None:
-    monkeypatch.setattr(MinHashDedup, "star_pairs", star_pairs)
+    monkeypatch.setattr(MinHashDedup, "star_steps", star_steps)
     _chain(tmp_path, 80)
     pipeline = write_pipeline(
         tmp_path,
@@ -288,7 +334,7 @@ def test_a_chain_of_copies_settles_in_rounds_or_in_the_combine_step(
     assert got == expected and sizes == expected_sizes
     assert max(expected_sizes.values()) >= 60  # a long cluster: the chain held together
     left_open = _left_open(spec)
-    if star_pairs == 10:
+    if star_steps == 24:
         assert sum(1 for n in rows_in if n) >= 6 and not left_open  # several rounds, then settled by them
     else:
         assert rows_in[-1] > 0 and left_open  # still open after the last round: finished by the combine step

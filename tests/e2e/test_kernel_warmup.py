@@ -57,7 +57,7 @@ def test_after_the_warm_up_no_stage_compiles_a_kernel(tmp_path: Path) -> None:
         [sys.executable, "-m", "datapipe.runtime.kernel_warmup"], env=env, capture_output=True, text=True, timeout=600
     )
     assert warm.returncode == 0, warm.stderr[-3000:]
-    assert warm.stdout.count(": compiled") == len(kernel_warmup.SIGNATURES)  # a fresh cache: all compiled
+    assert warm.stdout.count(": compiled") == len(kernel_warmup.warm_kernels())  # a fresh cache: all compiled
     assert len(list((tmp_path / "cache" / "numba-warm").iterdir())) == 1  # the stamp a run looks for
 
     data = tmp_path / "data"
@@ -108,7 +108,7 @@ def test_after_the_warm_up_no_stage_compiles_a_kernel(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
     compiled = {k: v for k, v in stats.items() if v[1]}
-    assert not compiled, f"kernels compiled after the warm-up (add their signatures to SIGNATURES): {compiled}"
+    assert not compiled, f"kernels compiled after the warm-up (declare their signatures: njit(..., warm=[...])): {compiled}"
     used = {k for k, (hits, _) in stats.items() if hits}
     # the run reached each stage's main kernel (script counts, quality, shingles, MinHash, clusters,
     # boilerplate, decontamination), so the zero above is no run that skipped them
@@ -131,7 +131,7 @@ def test_the_stamp_makes_the_next_run_skip_the_warm_up(tmp_path: Path, monkeypat
     assert first is not None and first.wait()
     assert first.stamp.is_file() and first.stamp == kernel_warmup.stamp_path()
     indexes = list((tmp_path / "numba").rglob("*.nbi"))
-    assert len(indexes) >= len(kernel_warmup.SIGNATURES), indexes
+    assert len(indexes) >= len(kernel_warmup.warm_kernels()), indexes
     assert kernel_warmup.start() is None  # stamped: nothing to do, numba not even imported
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "other"))  # another cache: not warm there
     assert kernel_warmup.stamp_path() != first.stamp

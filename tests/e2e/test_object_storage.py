@@ -17,10 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 import yaml
 
+from datapipe.engine import aggregate_tree
 from tests.e2e.test_resume import fingerprint
 from tests.support.counting_s3 import CountingS3
 from tests.support.shared_data import PROJECT_ROOT
@@ -122,12 +124,14 @@ def runs(s3, tmp_path_factory):
         show_progress=False,
         log=lambda m: None,
     )
-    remote = run_pipeline(
-        load_pipeline(pipeline_file(tmp / "s3", f"s3://{BUCKET}/data", f"s3://{BUCKET}/runs/full")),
-        in_process=True,
-        show_progress=False,
-        log=lambda m: None,
-    )
+    with pytest.MonkeyPatch.context() as mp:  # its aggregate files merged by a tree of tasks through the store
+        mp.setattr(aggregate_tree, "FAN_IN", 2)
+        remote = run_pipeline(
+            load_pipeline(pipeline_file(tmp / "s3", f"s3://{BUCKET}/data", f"s3://{BUCKET}/runs/full")),
+            in_process=True,
+            show_progress=False,
+            log=lambda m: None,
+        )
     return local, remote, tmp
 
 
@@ -141,6 +145,17 @@ def test_pipeline_with_every_path_on_s3_equals_the_local_run(s3, runs) -> None:
     expected = fingerprint(local.root)
     assert fingerprint(on_s3) == expected  # shard bytes, docs, rejects, documents table, manifest
     assert expected["shards"] and expected["documents"]
+    # the aggregate tables, merged on the store by a tree of tasks (a fan-in of 2), equal the local run's
+    assert (on_s3 / "_work" / "markers" / "aggregates2").is_dir() and list((on_s3 / "_work" / "aggregates" / "l1").iterdir())
+    assert _agg_tables(on_s3) == _agg_tables(local.root) != {}
+
+
+def _agg_tables(root: Path) -> dict[str, list[tuple]]:
+    with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
+        names = [
+            r[0] for r in con.execute("select table_name from duckdb_tables() where starts_with(table_name, 'agg_')").fetchall()
+        ]
+        return {n: sorted(con.execute(f'select * from "{n}"').fetchall(), key=repr) for n in sorted(names)}
 
 
 def test_partition_tasks_on_another_node_read_only_their_row_groups_from_the_store(s3, tmp_path, monkeypatch) -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from datapipe.audit.sql import connect as connect_stats
 from tests.conftest import write_pipeline
+from tests.support import plugin_example
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "tests" / "plugins" / "datapipe_toy_plugin"
@@ -197,3 +198,27 @@ def test_unusable_plugins_are_errors_naming_the_entry_point(
     assert expected in proc.stderr and "Traceback" not in proc.stderr
     if "wet2" in entry_points:  # every problem at once, not the first only
         assert "entry point 'wet2' = 'no_such_module:SPEC'" in proc.stderr
+
+
+def test_the_plugin_page_example_runs_as_a_plugin(tmp_path: Path) -> None:
+    """docs/plugins.md's example stage, installed as the page says (its module and one entry point),
+    validates, runs and drops the shouted document with its reason and signal."""
+    site = tmp_path / "site"
+    ex = plugin_example
+    _fake_distribution(site, f"[datapipe.stages]\n{ex.NAME} = {ex.MODULE}:{ex.CLASS}\n", {ex.MODULE: ex.example_code()})
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in ex.DOCS))
+    pipeline = write_pipeline(
+        tmp_path,
+        {"name": "ex", "sources": [{"name": "s", "paths": ["docs.jsonl"]}], "stages": [{ex.NAME: {"max_upper": 0.6}}]},
+    )
+    valid = _cli([site], "validate", str(pipeline))
+    assert valid.returncode == 0 and f"stage 0: {ex.NAME}" in valid.stdout, valid.stderr[-2000:]
+    out = tmp_path / "out"
+    run = _cli([site], "run", str(pipeline), "--output", str(out), "--in-process", "--no-progress")
+    assert run.returncode == 0, run.stderr[-2000:]
+    with connect_stats(out) as con:
+        rows = con.execute("select id, status, stage, reason, upper_frac from documents order by id").fetchall()
+    line = {d["id"]: f"s/docs.jsonl#L{i}" for i, d in enumerate(ex.DOCS, start=1)}  # ids name the input line
+    got = {r[0]: r[1:] for r in rows}
+    assert got[line["loud"]][:3] == ("rejected", ex.NAME, "shouting") and got[line["loud"]][3] > 0.9, rows
+    assert got[line["calm"]][0] == got[line["mixed"]][0] == "kept" and got[line["mixed"]][3] < 0.6, rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,7 +12,7 @@ import pyarrow.parquet as pq
 from datapipe.engine.plan import make_spec
 from datapipe.engine.tasks.map import _bounded, map_shard
 from datapipe.pipeline.load import load_pipeline
-from datapipe.readers import READERS, ReadBatch
+from datapipe.readers import READER_SPECS, ReadBatch, reader_spec
 from datapipe.schema import BASE_SCHEMA
 from tests.conftest import write_pipeline
 
@@ -50,8 +51,8 @@ def test_reader_rejects_and_missing_text_rejects_with_other_columns_are_all_kept
         )
         yield ReadBatch(docs, bad)
 
-    monkeypatch.setitem(READERS, "jsonl", reader)
-    marker = map_shard(spec, spec.shards[0], spec.segments[0])
+    with READER_SPECS.override(replace(reader_spec("jsonl"), read=reader)):
+        marker = map_shard(spec, spec.shards[0], spec.segments[0])
     assert marker["docs_in"] == 3 and marker["kept"] == 1
     assert marker["rejected"] == {"0": {"malformed_json": 1, "missing_text": 1}}
     files = sorted((tmp_path / "out" / "rejected").glob("**/*.parquet"))

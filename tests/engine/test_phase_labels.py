@@ -1,5 +1,5 @@
 """Progress names a phase by its stage and step (issue 50 item 2): ``semantic: training vectors and
-clustering the sample``, ``minhash: verifying pairs (round 3 of 25)``, never the marker folder's
+clustering the sample``, ``minhash: verifying pairs (round 3 of 56)``, never the marker folder's
 ``shuffle4: 3/4 partitions`` alone. The plan of a real pipeline over the shared corpus."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from pathlib import Path
 from datapipe.engine.phases import plan_phases
 from datapipe.engine.plan import make_spec
 from datapipe.pipeline.load import load_pipeline
+from datapipe.stages.minhash import MinHashDedup
 from tests.conftest import write_pipeline
 from tests.support.shared_data import PROJECT_ROOT, shared_path
 
@@ -32,8 +33,11 @@ def test_every_phase_says_its_stage_and_step(tmp_path: Path) -> None:
     assert labels["map0"] == "map: langid, dedup"
     assert labels["shuffle0"] == "dedup: exact copies by text"
     assert labels["map1"] == "map: dedup, minhash"
-    assert labels["shuffle1"] == "minhash: finding candidate pairs (round 1 of 25)"
-    assert labels["shuffle1r2"] == "minhash: verifying pairs (round 3 of 25)"
+    n = MinHashDedup.rounds()
+    assert labels["shuffle1"] == f"minhash: finding candidate pairs (round 1 of {n})"
+    assert labels["shuffle1r2"] == f"minhash: verifying pairs (round 3 of {n})"
+    assert labels["shuffle1r3"] == f"minhash: joining clusters (round 4 of {n})"
+    assert labels[f"shuffle1r{n - 1}"] == f"minhash: deciding clusters (round {n} of {n})"
     assert labels["reduce1"] == "minhash: deciding the clusters left open"
     assert labels["shuffle2"] == "semantic: training vectors and clustering the sample (round 1 of 3)"
     assert labels["shuffle2r2"] == "semantic: comparing within clusters (round 3 of 3)"

@@ -84,7 +84,7 @@ with ray_session(num_cpus=1):
 """
 
 
-@pytest.mark.ray
+@pytest.mark.ray  # starts Ray in a subprocess: slow as well (tests/conftest.py), outside the fast tier
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
 def test_embedded_ray_processes_end_with_the_session(tmp_path: Path) -> None:
     """Every process of the session (the stand-ins and the agent one of them started included) is gone

@@ -17,7 +17,7 @@ from datapipe.engine.plan import make_spec
 from datapipe.engine.splits import effective_target, even_cuts, plan_file
 from datapipe.engine.tasks.map import map_shard
 from datapipe.pipeline.load import SourceConfig, SplitConfig, load_pipeline
-from datapipe.readers import READERS, InputFile
+from datapipe.readers import InputFile, reader_spec
 from datapipe.readers.streams import LineRange, count_newlines
 from tests.conftest import write_pipeline
 from tests.support.shared_data import shared_path
@@ -35,7 +35,7 @@ def _read_all(fmt: str, path: Path, source: SourceConfig, ranges=None) -> tuple[
         file = InputFile(
             path, path.name, source, start=r.start if r else 0, end=r.end if r else None, first_record=first, ranged=r is not None
         )
-        for batch in READERS[fmt](file, 100):
+        for batch in reader_spec(fmt).read(file, 100):
             docs += [tuple(row.values()) for row in batch.docs.to_pylist()]
             if batch.rejects is not None:
                 rejects += [(row["id"], row["reason"]) for row in batch.rejects.to_pylist()]

@@ -155,6 +155,24 @@ def _write_warc(path: Path, records: list[bytes], container: str, corrupt: int |
     path.write_bytes(b"".join(members))
 
 
+def test_a_warc_decompression_bomb_is_input_too_large_as_in_every_format(tmp_path: Path) -> None:
+    """docs/reliability.md: a decompression bomb is one input_too_large reject for the rest of the file
+    (a WARC's used to be unreadable_input, naming an internal exception)."""
+    from datapipe.config.limits import ReadLimits
+    from datapipe.config.sections import SourceConfig
+    from datapipe.readers import InputFile, reader_spec
+
+    path = tmp_path / "bomb.warc.gz"
+    _write_warc(path, [_record(f"http://good.example/{i}", _page(i)) for i in range(1500)], "gzip_one_member")
+    limits = ReadLimits(max_file_decompressed_bytes=1 << 20)  # the 1,500 pages decompress to ~3 MB
+    src = SourceConfig(name="s", kind="web", paths=["x"])
+    batches = list(reader_spec("warc").read(InputFile(path, path.name, src, limits), 100))
+    kept = sum(b.docs.num_rows for b in batches)
+    rejects = [r for b in batches if b.rejects is not None for r in b.rejects.to_pylist()]
+    assert kept < 1500 and [r["reason"] for r in rejects] == ["input_too_large"], rejects  # read ahead: maybe none kept
+    assert rejects[0]["id"].endswith("-") and "max_file_decompressed_bytes" in rejects[0]["detail"]
+
+
 def test_warc_with_lying_lengths_garbage_and_broken_members_loses_only_the_bad_record(tmp_path: Path) -> None:
     real = _members(shared_path("web", "warc", "whirlwind_whirlwind.warc.gz"))  # warcinfo, request, response, metadata
     good = [
@@ -479,7 +497,7 @@ WORST = textwrap.dedent("""
     import sys, json, time
     from pathlib import Path
     from datapipe.pipeline.load import SourceConfig
-    from datapipe.readers import READERS
+    from datapipe.readers import reader_spec
     from datapipe.readers.base import InputFile
 
     def peak_kib():
@@ -492,7 +510,7 @@ WORST = textwrap.dedent("""
     for path, fmt, kind in json.loads(sys.argv[1]):
         path = Path(path)
         before, reasons, cpu = peak_kib(), [], time.process_time()
-        for batch in READERS[fmt](InputFile(path, path.name, SourceConfig(name="s", kind=kind, paths=["x"])), 100):
+        for batch in reader_spec(fmt).read(InputFile(path, path.name, SourceConfig(name="s", kind=kind, paths=["x"])), 100):
             if batch.rejects is not None:
                 reasons += batch.rejects.column("reason").to_pylist()
             reasons += ["doc"] * batch.docs.num_rows

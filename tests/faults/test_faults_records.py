@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -204,9 +205,9 @@ class Explode(Stage):
 
 
 @pytest.fixture
-def explode_stage(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setitem(STAGES, "explode", Explode)
-    yield
+def explode_stage():  # type: ignore[no-untyped-def]
+    with STAGES.override(Explode):
+        yield
     _STAGE_CACHE.clear()
 
 
@@ -242,7 +243,7 @@ def test_deep_records_are_checked_before_parsing_when_the_recursion_limit_is_rai
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from datapipe.pipeline.load import SourceConfig
-    from datapipe.readers import READERS, InputFile
+    from datapipe.readers import InputFile, reader_spec
 
     monkeypatch.setattr(sys, "getrecursionlimit", lambda: 1_000_000)  # as if a library had raised it
     good = good_lines()[:2]
@@ -258,7 +259,7 @@ def test_deep_records_are_checked_before_parsing_when_the_recursion_limit_is_rai
         ],
     )
     src = SourceConfig.model_validate({"name": "s", "paths": ["x"]})
-    batches = list(READERS["jsonl"](InputFile(path, "deep.jsonl", src), 1024))
+    batches = list(reader_spec("jsonl").read(InputFile(path, "deep.jsonl", src), 1024))
     kept = [i for b in batches for i in b.docs["id"].to_pylist()]
     rejected = {r["id"]: r["reason"] for b in batches if b.rejects for r in b.rejects.to_pylist()}
     assert kept == ["s/deep.jsonl#L1", "s/deep.jsonl#L4", "s/deep.jsonl#L5"]  # brackets in strings do not count
@@ -311,10 +312,10 @@ def test_a_gzipped_line_of_1_5_gib_is_rejected_in_bounded_memory(tmp_path: Path)
         "import json, sys\n"
         "from pathlib import Path\n"
         "from datapipe.pipeline.load import SourceConfig\n"
-        "from datapipe.readers import READERS, InputFile\n"
+        "from datapipe.readers import reader_spec, InputFile\n"
         "src = SourceConfig.model_validate({'name': 's', 'paths': ['x']})\n"
         "docs, rejects = [], []\n"
-        "for b in READERS['jsonl'](InputFile(Path(sys.argv[1]), 'huge.jsonl.gz', src), 1024):\n"
+        "for b in reader_spec('jsonl').read(InputFile(Path(sys.argv[1]), 'huge.jsonl.gz', src), 1024):\n"
         "    docs += b.docs['id'].to_pylist()\n"
         "    rejects += b.rejects.select(['id', 'reason', 'detail']).to_pylist() if b.rejects else []\n"
         # VmHWM: this process's own peak since exec; ru_maxrss would carry the forking pytest's peak over.
@@ -374,17 +375,17 @@ def test_pipeline_run_over_hostile_files_completes_and_conserves(ray_local, tmp_
 
 
 def test_a_reader_that_raises_mid_file_leaves_one_reject_for_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from datapipe.readers import READERS
+    from datapipe.readers import READER_SPECS, reader_spec
 
-    real = READERS["jsonl"]
+    real = reader_spec("jsonl").read
 
     def flaky(file, batch_size):  # type: ignore[no-untyped-def]
         yield from real(file, batch_size)
         raise RuntimeError("reader bug after the last batch")
 
-    monkeypatch.setitem(READERS, "jsonl", flaky)
     good = good_lines()[:5]
-    counts, kept, rejected = run_map(tmp_path, "flaky", {"a.jsonl": b"\n".join(good)}, [])
+    with READER_SPECS.override(replace(reader_spec("jsonl"), read=flaky)):
+        counts, kept, rejected = run_map(tmp_path, "flaky", {"a.jsonl": b"\n".join(good)}, [])
     assert counts["docs_in"] == 6 == counts["kept"] + rejected.num_rows
     (row,) = rejected.to_pylist()
     assert (row["id"], row["reason"]) == ("s/data/a.jsonl#after-5", "reader_error")
@@ -394,8 +395,10 @@ def test_a_reader_that_raises_mid_file_leaves_one_reject_for_the_rest(tmp_path: 
         raise RuntimeError("reader cannot start")
         yield
 
-    monkeypatch.setitem(READERS, "jsonl", broken)
-    with pytest.raises(RuntimeError, match="reader cannot start"):
+    with (
+        READER_SPECS.override(replace(reader_spec("jsonl"), read=broken)),
+        pytest.raises(RuntimeError, match="reader cannot start"),
+    ):
         run_map(tmp_path, "broken_reader", {"a.jsonl": b"\n".join(good)}, [])
 
 
@@ -439,9 +442,9 @@ def test_ids_do_not_depend_on_where_the_data_lies(tmp_path: Path) -> None:
 
 
 def _first_ids(spec: Any, shard: Any) -> list[str]:
-    from datapipe.readers import READERS, InputFile
+    from datapipe.readers import InputFile, reader_spec
 
-    batch = next(READERS[shard.format](InputFile(Path(shard.path), shard.input_name, shard.source, spec.limits), 5))
+    batch = next(reader_spec(shard.format).read(InputFile(Path(shard.path), shard.input_name, shard.source, spec.limits), 5))
     return batch.docs["id"].to_pylist()[:5]
 
 

@@ -19,6 +19,7 @@ TOKENIZER = str(PROJECT_ROOT / "tokenizer" / "demo.json")
 def folder(tmp_path: Path) -> Path:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "a.jsonl").write_text(json.dumps({"text": "hello"}) + "\n")
+    (tmp_path / "data" / "p.html").write_text("<html><body><p>hello</p></body></html>\n")
     return tmp_path
 
 
@@ -108,6 +109,11 @@ BAD = [
         "eos token not in vocabulary",
         with_("tokenize.eos_token", "<nope>"),
         ["tokenize.eos_token: token '<nope>' is not in the vocabulary"],
+    ),
+    (
+        "a license field where records have no fields",
+        with_("sources", [{"name": "pages", "kind": "web", "paths": ["data/p.html"], "license_field": "license"}]),
+        ["sources[0].license_field: read from records with named fields (jsonl, parquet) only; this source has html inputs"],
     ),
     (
         "duplicate source names",

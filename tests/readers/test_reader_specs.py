@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from datapipe.readers import READER_SPECS, READERS, infer_format, jsonl
-from datapipe.readers.registry import ReaderRegistry
+from datapipe.plugins import PluginError
+from datapipe.readers import READER_SPECS, infer_format, reader_spec
 from datapipe.readers.spec import ReaderSpec
 
 
@@ -55,18 +56,20 @@ def test_a_spec_with_bad_fields_is_refused_naming_them() -> None:
 
 def test_two_formats_claiming_one_suffix_or_folder_kind_are_refused() -> None:
     thief = ReaderSpec("other", _nothing, suffixes=(".jsonl",), folders=True, folder_kinds=frozenset({"code"}))
-    repo = ReaderSpec("repo", _nothing, folders=True, folder_kinds=frozenset({"code"}))
-    with pytest.raises(ValueError) as err:
-        ReaderRegistry(jsonl.SPEC, repo, thief)
+    with READER_SPECS.override(thief), pytest.raises(PluginError) as err:
+        infer_format(Path("a.jsonl"))
     assert "built-in reader 'other' and built-in reader 'jsonl' both claim the suffix '.jsonl'" in str(err.value)
     assert "both claim the folders of kind 'code'" in str(err.value)
+    assert infer_format(Path("a.jsonl")) == "jsonl" and "other" not in READER_SPECS  # the override is gone
 
 
-def test_swapping_a_read_function_keeps_the_rest_of_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = READER_SPECS["jsonl"]
-    monkeypatch.setitem(READERS, "jsonl", _nothing)
-    assert READERS["jsonl"] is _nothing and READER_SPECS["jsonl"].suffixes == spec.suffixes
-    monkeypatch.undo()
-    assert READER_SPECS["jsonl"] == spec
-    with pytest.raises(KeyError):
-        READERS["no_such_format"] = _nothing
+def test_an_override_replaces_a_spec_for_a_block_only() -> None:
+    spec = reader_spec("jsonl")
+    with READER_SPECS.override(replace(spec, read=_nothing)):
+        assert reader_spec("jsonl").read is _nothing and reader_spec("jsonl").suffixes == spec.suffixes
+    assert reader_spec("jsonl") == spec
+    with pytest.raises(RuntimeError), READER_SPECS.override(replace(spec, read=_nothing)):
+        raise RuntimeError("a failing test body")
+    assert reader_spec("jsonl") is spec  # restored when the block raises too
+    with pytest.raises(TypeError):
+        READER_SPECS["jsonl"] = spec  # type: ignore[index]  # no production view to assign through

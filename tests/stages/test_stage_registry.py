@@ -5,11 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from datapipe.stages import _REGISTRY, STAGES
+import pytest
+
+from datapipe.stages import STAGES
 
 
 def test_every_registered_class_carries_its_registry_name() -> None:
-    assert sorted(STAGES) == sorted(_REGISTRY)
+    assert STAGES.builtin_names() and list(STAGES) == STAGES.builtin_names()  # no plugin installed here
     for name in STAGES:
         assert STAGES[name].name == name
 
@@ -24,11 +26,11 @@ def test_importing_the_registry_and_one_stage_leaves_the_others_unimported() -> 
     assert out.split() == ["['datapipe.stages.length']"]
 
 
-def test_registering_and_removing_a_stage_like_a_dict() -> None:
-    cls = STAGES["length"]
-    STAGES["length_copy"] = cls
-    try:
-        assert STAGES["length_copy"] is cls and "length_copy" in list(STAGES)
-    finally:
-        del STAGES["length_copy"]
-    assert "length_copy" not in STAGES
+def test_a_stage_is_put_in_place_for_a_block_only() -> None:
+    length = STAGES["length"]
+    copy = type("LengthCopy", (length,), {"name": "length_copy"})
+    with STAGES.override(copy):
+        assert STAGES["length_copy"] is copy and "length_copy" in list(STAGES) and STAGES["length"] is length
+    assert "length_copy" not in STAGES and "length_copy" not in list(STAGES)
+    with pytest.raises(TypeError):
+        STAGES["length_copy"] = copy  # type: ignore[index]  # the registry is read-only

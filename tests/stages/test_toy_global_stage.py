@@ -26,14 +26,13 @@ from datapipe.engine.plan import make_spec
 from datapipe.engine.runner import run_pipeline
 from datapipe.pipeline.load import load_pipeline
 from datapipe.stages import (
+    STAGES,
     CombineStep,
     GlobalStage,
     PartitionStep,
     ReduceInputs,
     StageOptions,
     drop_rows,
-    register_stage,
-    unregister_stage,
 )
 from datapipe.stages.global_stage import DUP_OF_KEY
 from tests.conftest import write_pipeline
@@ -119,11 +118,8 @@ def _losers(rows: pa.Table) -> pa.Table:
 
 @pytest.fixture
 def toy_stage() -> Iterator[type[LongestPerGroup]]:
-    register_stage(LongestPerGroup)
-    try:
+    with STAGES.override(LongestPerGroup):
         yield LongestPerGroup
-    finally:
-        unregister_stage(LongestPerGroup.name)
 
 
 def _inputs(tmp_path: Path) -> dict[str, int]:

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from datapipe.pipeline.load import SourceConfig
-from datapipe.readers import READERS, infer_format
+from datapipe.readers import infer_format, reader_spec
 from datapipe.readers.base import InputFile
 
 
@@ -22,7 +22,7 @@ def read_all(
     docs: list[dict] = []
     rejects: list[dict] = []
     schemas: set[pa.Schema] = set()
-    for batch in READERS[fmt](InputFile(path, name or path.name, src), 50):
+    for batch in reader_spec(fmt).read(InputFile(path, name or path.name, src), 50):
         schemas.add(batch.docs.schema)
         docs += batch.docs.to_pylist()
         if batch.rejects is not None:

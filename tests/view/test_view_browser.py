@@ -172,11 +172,12 @@ def test_filters_in_the_url_change_the_list(runs, base, page):
 
 
 def test_a_rejected_documents_page_shows_stage_reason_value_and_threshold(runs, base, page):
-    from datapipe.audit.explain import document_row, rule_checks
+    from datapipe.audit.explain import document_row, recorded_run
+    from datapipe.stages.quality.explain import rule_checks
 
     row = one(runs.run, "select id from documents where stage = 'quality' and reason like 'gopher_quality:%' order by id limit 1")
     full = document_row(runs.run, row["id"])
-    failed = [c for c in rule_checks(full, runs.run)[0] if c.failed and f"{c.filter}:{c.rule}" == full["reason"]]
+    failed = [c for c in rule_checks(full, recorded_run(runs.run))[0] if c.failed and f"{c.filter}:{c.rule}" == full["reason"]]
     assert failed
     visit(page, doc_url(base, row["id"]), shot="document-rejected")
     assert page.inner_text("#status") == "rejected"

@@ -209,6 +209,85 @@ def test_documents_page_filters_match_sql(run):
         listing.Filters.from_query({"n_chars_min": "many"}, set(index.numeric_columns()))
 
 
+def test_the_overview_is_exact_from_the_aggregate_tables_and_every_count_links_to_its_documents(run):
+    """Languages, characters per reason and the distributions come from the run's agg_ tables: each equals
+    SQL over documents, and each histogram bar's link (its range) selects exactly the documents it counts."""
+    from datapipe.view import listing
+    from datapipe.view.aggregates import RunAggregates, TableAggregates
+    from datapipe.view.charts import hist_chart
+    from datapipe.view.runs import RunView
+
+    view = RunView(run)
+    agg = RunAggregates(view)
+    assert isinstance(agg.chosen, TableAggregates) and agg.exact
+    cells = {(r["source"], r["lang"], r["status"]): (r["documents"], r["chars"], r["tokens"]) for r in agg.source_lang()}
+    want = run_query(
+        run,
+        "select source, lang, status, count(*) as n, coalesce(sum(n_chars), 0) as c, coalesce(sum(n_tokens), 0) as t "
+        "from documents group by all",
+    ).to_pylist()
+    assert cells == {(r["source"], r["lang"], r["status"]): (r["n"], r["c"], r["t"]) for r in want}
+    reasons = {(r["position"], r["reason"]): (r["documents"], r["chars"]) for r in agg.reasons()}
+    positions = {r["stage"]: r["position"] for r in view.index().stages}
+    want = run_query(
+        run, "select stage, reason, count(*) as n, sum(n_chars) as c from documents where status = 'rejected' group by all"
+    ).to_pylist()
+    assert reasons == {(positions[r["stage"]], r["reason"]): (r["n"], r["c"]) for r in want}
+    assert agg.distribution_columns() == ["n_chars", "n_tokens", "lang_score"]
+    for column, status in (("n_chars", "kept"), ("n_chars", "rejected"), ("n_tokens", "kept"), ("lang_score", None)):
+        hist = agg.histogram(column, status)
+        assert hist is not None and hist.exact
+        ranges: list[tuple[float, float]] = []
+        chart = hist_chart(hist, lambda lo, hi, r=ranges: r.append((lo, hi)) or "")
+        assert len(chart.bars) == len(hist.counts) == len(ranges)
+        where = f"status = '{status}' and " if status else ""
+        for (lo, hi), count in zip(ranges, hist.counts):
+            # the values as doubles (lang_score is a float32: compared as such, 0.95 would be rounded)
+            sql = f"select count(*) as n from documents where {where}{column}::DOUBLE between {lo!r} and {hi!r}"
+            assert run_query(run, sql).to_pylist()[0]["n"] == count, (column, status, lo, hi)
+            # and the Documents page the bar links to lists them
+            params = {"status": status or "", f"{column}_min": repr(lo), f"{column}_max": repr(hi)}
+            f = listing.Filters.from_query(params, set(view.index().numeric_columns()))
+            page = listing.scan_page(view, listing.candidate_files(view.index(), f), f, rows=10_000, seconds=60)
+            assert len(page.rows) == count, (column, status, lo, hi)
+        total = run_query(run, f"select count({column}) as n from documents where {where}true").to_pylist()[0]["n"]
+        assert sum(hist.counts) == hist.total == total, column
+    server = serve([run])
+    try:
+        _, body = get(server, "/")
+        assert b"exact, from the counts every task kept" in body and "≈".encode() not in body
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_run_folder_without_aggregate_tables_has_the_overview_from_a_sample_and_says_so(run, tmp_path):
+    """A database of a datapipe before the tasks counted their documents (its agg_ tables dropped here):
+    the Overview reads the run's files instead, and says where its numbers come from."""
+    import shutil
+
+    import duckdb
+
+    copy = tmp_path / "older"
+    shutil.copytree(run, copy)
+    with duckdb.connect(str(copy / "stats.duckdb")) as con:
+        for (name,) in con.execute("select table_name from duckdb_tables() where table_name like 'agg%'").fetchall():
+            con.execute(f'drop table "{name}" cascade')
+    from datapipe.view.aggregates import RunAggregates, SampledAggregates
+    from datapipe.view.runs import RunView
+
+    agg = RunAggregates(RunView(copy))
+    assert isinstance(agg.chosen, SampledAggregates)
+    assert "no aggregate tables" in agg.description
+    server = serve([copy])
+    try:
+        response, body = get(server, "/")
+        assert response.status == 200 and b"no aggregate tables" in body and b"Funnel" in body
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_command_prints_its_url_serves_and_stops_on_ctrl_c(run):
     """`datapipe view RUN --no-browser --port 0` in a subprocess: the URL it prints answers; SIGINT stops it."""
     import signal

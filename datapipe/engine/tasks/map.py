@@ -31,7 +31,7 @@ from datapipe.engine.tasks.recorded import ShardSignals, tokens_with_recorded, w
 from datapipe.engine.tasks.reduce import partition_copies, partition_decisions, partition_state, partitions_decide
 from datapipe.engine.tasks.shard_outputs import MapCounts, ShardOutputs
 from datapipe.engine.work_files import WorkFiles
-from datapipe.readers import READERS, InputFile, ReadBatch, reader_path, reader_spec
+from datapipe.readers import InputFile, ReadBatch, reader_path, reader_spec
 from datapipe.readers.base import BatchBuilder, describe_error
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
 from datapipe.schema import READ_STAGE, SOURCE_LICENSE
@@ -353,7 +353,7 @@ def _read_piece(
     spec: RunSpec, folder: RunFolder, shard: Shard, piece: InputRange, counts: MapCounts, reject: Any
 ) -> Iterator[pa.Table]:
     """The documents of one input file, or of one range of it (engine/splits.py)."""
-    reader = READERS[piece.format]
+    reader = reader_spec(piece.format).read
     first = _first_record(folder, shard, piece) if not piece.whole else 0
     file = InputFile(
         reader_path(piece.path, piece.format),

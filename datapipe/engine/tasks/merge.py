@@ -317,7 +317,7 @@ def output_bounds(weights: Sequence[float], groups: int) -> list[int]:
     groups of about equal weight: the ``groups + 1`` boundaries. Contiguous, so reading the groups in
     order still gives each shard its rows in the unmerged order. Cutting by count instead (one group
     per 1/G of the planned outputs) put most rows in a few groups: a deciding step writes in a few of
-    its rounds (MinHash: pairs of copies settle in round 6 of 25), so 11 of 256 groups held them all."""
+    its rounds (MinHash: pairs of copies settle in round 9 of 56), so 11 of 256 groups held them all."""
     w = np.asarray(weights, dtype=float)
     before = np.r_[0.0, np.cumsum(w)[:-1]]  # the weight of the outputs before each one
     total = float(w.sum())

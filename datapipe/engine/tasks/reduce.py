@@ -74,7 +74,7 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     decisions, copies = split_copies(combine.decide([str(p) for p in outputs if p.exists()], inputs), stage.name)
     assert decisions is not None
     # The copies by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    _write_or_remove(work.combine_copies_file(segment.index), copies, sort_by_shard=True)
+    write_or_remove(work.combine_copies_file(segment.index), copies, sort_by_shard=True)
     if combine.state is not None:
         state = combine.state([str(p) for p in outputs if p.exists()], inputs)
         work.state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
@@ -123,10 +123,10 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
         result = PartitionResult(result)
     out = work.partition_output(segment.index, partition, round)
     decisions, copies = split_copies(result.output, stage.name) if partitions_decide(stage) else (result.output, None)
-    n = _write_or_remove(out, decisions, sort_by_shard=partitions_decide(stage))
-    states = _write_or_remove(work.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
+    n = write_or_remove(out, decisions, sort_by_shard=partitions_decide(stage))
+    states = write_or_remove(work.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
     # The copies it dropped, by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    n_copies = _write_or_remove(work.partition_copies(segment.index, partition, round), copies, sort_by_shard=True)
+    n_copies = write_or_remove(work.partition_copies(segment.index, partition, round), copies, sort_by_shard=True)
     forward = ShuffleSink(work.forward_file(segment.index, round, partition))
     # The last round's forwarded rows go to the combine step, if one follows.
     if result.forward is not None and (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
@@ -146,7 +146,7 @@ def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int
     }
 
 
-def _write_or_remove(path: Path, table: pa.Table | None, sort_by_shard: bool) -> int:
+def write_or_remove(path: Path, table: pa.Table | None, sort_by_shard: bool) -> int:
     if table is None or table.num_rows == 0:
         path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not count
         return 0

@@ -37,6 +37,12 @@ class ParquetReduceInputs(ReduceInputs):
         merged = pa.concat_tables(parts)
         return merged.take(pa.array(np.argsort(order, kind="stable")))
 
+    def read_shard(self, ordinal: int, columns: list[str]) -> pa.Table:
+        """Every row of one shard's map output (in place from a remote run folder, like ``read_rows``)."""
+        path = self.files[self.shards.index(ordinal)]
+        file = self.open_file(path) if self.open_file is not None else pq.ParquetFile(path)
+        return file.read(columns=columns)
+
 
 def _read_row_groups_of(
     path: str, rows: np.ndarray, columns: list[str], open_file: Callable[[str], pq.ParquetFile] | None = None

@@ -96,6 +96,16 @@ def hash_column(prefix: str) -> str:
 
 class Annotate(MayBeGlobal, GlobalStage):
     name = "annotate"
+    summary = (
+        "asks an OpenAI-compatible LLM server (vLLM, SGLang, llama.cpp, hosted) about each document or a "
+        "sample; the answer's fields as typed columns, with tokens and cost"
+    )
+    signals = (
+        "`llm_<property>` per property of the answer schema, `llm_error`, `llm_error_detail`, provenance "
+        "(`llm_model`, `llm_endpoint`, `llm_prompt_sha256`, `llm_schema_sha256`, `llm_params`), "
+        "`llm_prompt_tokens`, `llm_completion_tokens`"
+    )
+    reasons = ("annotate:<field>",)
     Options = AnnotateOptions
     resources = Resources(num_cpus=1, memory_mb=300)
     repeatable = True  # two annotate stages need two prefixes

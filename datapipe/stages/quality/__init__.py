@@ -29,7 +29,9 @@ from datapipe.stages.base import (
     kinds_problems,
 )
 from datapipe.stages.columns import set_column
+from datapipe.stages.explain_section import ExplainSection, RecordedRun
 from datapipe.stages.quality import blocklist, c4, code_rules, dt_filters, fineweb, gopher, paper, zh  # noqa: F401 (register)
+from datapipe.stages.quality.explain import explain as explain_document
 from datapipe.stages.quality.rules import BUILTIN_DIR, FILTERS, RuleSet, RuleSetError, preset_names, rule_file
 from datapipe.stages.quality.text import Docs
 from datapipe.text.langcodes import language_problems
@@ -63,11 +65,24 @@ def load_rule_sets(rules: Literal["auto"] | dict[str, str], builtin: bool, base:
 
 class Quality(Stage):
     name = "quality"
+    summary = (
+        "heuristic quality rules per language and kind (Gopher, C4, FineWeb, Chinese, StarCoder, paper "
+        "rules), word lists, domain blocklist"
+    )
+    signals = (
+        "one typed column per signal of the rule set (`gopher_*`, `c4_*`, `fineweb_*`, `zh_*`, `zh_rep_*`, "
+        "`code_*`, `paper_*`, `spam_words`, `url_blocked`, ...), `quality_rules`"
+    )
+    reasons = ("<filter>:<rule>",)
     Options = QualityOptions
 
     @classmethod
     def keeps_text(cls, options: QualityOptions) -> bool:
         return True  # thresholds live in the rule files: a changed one recomputes the stage
+
+    @classmethod
+    def explain(cls, row: dict[str, Any], run: RecordedRun) -> list[ExplainSection]:
+        return explain_document(row, run)
 
     def __init__(self, options: QualityOptions, context: StageContext) -> None:
         super().__init__(options, context)
@@ -138,8 +153,8 @@ class Quality(Stage):
     def applies_to(self, kind: str) -> bool:
         return kind in self.options.kinds
 
-    def _groups(self, batch: pa.Table) -> dict[str, np.ndarray]:
-        """Row indices per rule-set key."""
+    def rows_by_rule_set(self, batch: pa.Table) -> dict[str, np.ndarray]:
+        """Row indices per rule-set key (rows no rule set applies to are in none)."""
         kinds = batch["kind"].to_pylist()
         langs = batch["lang"].to_pylist() if "lang" in batch.column_names else [None] * len(kinds)
         keys: list[str | None] = []
@@ -155,7 +170,7 @@ class Quality(Stage):
         values = {c: np.full(n, None, dtype=object) for c in self.columns}
         used = np.full(n, None, dtype=object)
         text = batch["text"].combine_chunks()
-        for key, idx in self._groups(batch).items():
+        for key, idx in self.rows_by_rule_set(batch).items():
             sub = batch.take(pa.array(idx))
             signals = self.sets[key].compute(Docs(text.take(pa.array(idx))), sub)
             for col, v in signals.items():

@@ -15,7 +15,7 @@ as the numpy reference, so even non-integer weights give the same float64 values
 
 import numpy as np
 
-from datapipe.runtime.jit import lazy_numba
+from datapipe.runtime.jit import arr, lazy_numba
 
 numba = lazy_numba()  # kernels compile (or load from the cache) on first use
 
@@ -27,7 +27,22 @@ def _slot(key, mask):  # pragma: no cover - compiled
     return np.int64((np.uint64(key) * _GOLDEN) >> np.uint64(20)) & mask
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(
+    cache=True,
+    nogil=True,
+    warm=[
+        (
+            arr("int64"),
+            arr("int64"),
+            arr("float64"),
+            "int64",
+            arr("boolean"),
+            arr("boolean"),
+            arr("float64", 2),
+            arr("float64", 2),
+        )
+    ],
+)
 def ngram_signals(ids, offsets, weight, max_n, want_top, want_dup, top_num, dup_num):  # pragma: no cover
     """Per document d (tokens offsets[d]..offsets[d+1]) and n in 2..max_n:
 
@@ -183,7 +198,11 @@ def _is_word(cp):  # pragma: no cover - compiled
     return 48 <= cp <= 57 or 65 <= cp <= 90 or 97 <= cp <= 122 or cp == 95
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(
+    cache=True,
+    nogil=True,
+    warm=[(arr("uint8"), arr("int64"), "boolean", "float64", arr("uint64"), arr("int64"), arr("int64"), arr("float64"))],
+)
 def char_tokens(data, offsets, latin_words, limit, powers, ids, doc, weight):  # pragma: no cover
     """Tokens of ``zh._char_tokens``' reference, read straight from the UTF-8 bytes of each text.
 
@@ -232,7 +251,7 @@ def char_tokens(data, offsets, latin_words, limit, powers, ids, doc, weight):  #
     return t
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, warm=[(arr("uint8"), arr("int64"), arr("boolean"), arr("boolean"))])
 def mark_code_points(data, offsets, known, new):  # pragma: no cover - compiled
     """Sets ``new[cp]`` for every code point of the texts that ``known`` lacks; returns how many."""
     found = 0
@@ -247,7 +266,7 @@ def mark_code_points(data, offsets, known, new):  # pragma: no cover - compiled
     return found
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, warm=[(arr("uint8"), arr("int64"), arr("uint8"), arr("boolean"), arr("int64", 2))])
 def class_counts(data, offsets, table, runs, out):  # pragma: no cover - compiled
     """out[b, d]: characters of text d whose ``table`` entry has bit b; for bits with ``runs[b]``,
     maximal runs of such characters instead (a regex ``[...]+`` counts each run once)."""
