@@ -32,10 +32,8 @@ import yaml
 
 from bench._support.harness import Harness, add_args, pair_ratios
 from bench._support.paths import SHARED
+from datapipe.engine.phases import plan_phases, run_here
 from datapipe.engine.plan import make_spec
-from datapipe.engine.tasks.map import map_shard
-from datapipe.engine.tasks.merge import merge_round
-from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
 from datapipe.pipeline.load import load_pipeline
 from tests.support import boilerplate_corpus
 
@@ -48,15 +46,7 @@ def run_tasks(folder: Path, sources: list[dict[str, Any]], stages: list[dict[str
     path.write_text(yaml.safe_dump({"name": "bench", "sources": sources, "stages": stages}, allow_unicode=True))
     spec = make_spec(load_pipeline(path), folder / "out", folder / "cache")
     started = time.perf_counter()
-    for seg in spec.segments:
-        for shard in spec.shards:
-            map_shard(spec, shard, seg)
-        if seg.compute_global is not None:
-            stage = spec.stages[seg.compute_global - 1]
-            merge_round(spec, seg, 0)
-            for p in range(stage[1].get("partitions", 16)):
-                reduce_partition(spec, seg, p)
-            reduce_stage(spec, seg)
+    run_here(spec, plan_phases(spec))  # every phase's tasks, in order, as the engine plans them
     seconds = time.perf_counter() - started
     out = folder / "out"
     kept = {r["id"]: r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}

@@ -427,8 +427,10 @@ def run_scale(
     import yaml
 
     config = pipeline_config(inp, partitions, largest + MIB)
-    if args.shuffle_groups is not None:  # merges at a scale where the default would not merge (the cost model's fit)
-        config["split"]["shuffle_groups"] = args.shuffle_groups
+    if args.fan_in is not None:  # merge levels at a scale where the default would not merge
+        config["split"]["shuffle_fan_in"] = args.fan_in
+    if args.partition_rows is not None:  # partition tasks of this many rows (default: the pipeline's)
+        config["split"]["partition_rows"] = args.partition_rows
     out = work / "dp-out"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -778,7 +780,8 @@ def main() -> int:
         help="inputs and run folder on a loopback S3 server (moto) that counts requests: prints GET/PUT/LIST/HEAD "
         "and bytes per document",
     )
-    ap.add_argument("--shuffle-groups", type=int, help="split.shuffle_groups (default: the pipeline's, 8)")
+    ap.add_argument("--fan-in", type=int, help="split.shuffle_fan_in (default: the pipeline's, 256)")
+    ap.add_argument("--partition-rows", type=int, help="split.partition_rows (default: the pipeline's, 4M)")
     ap.add_argument(
         "--count-opens",
         action="store_true",

@@ -122,8 +122,11 @@ def run_scale(work: Path, scale: int, a: argparse.Namespace, texts: list[str]) -
             {"dedup": {"exact": True, "partitions": files}},
             {"minhash": {"threshold": 0.7, "partitions": files}},
         ],
-        "split": split,
-        **({"split": {**split, "shuffle_groups": a.groups}} if a.groups is not None else {}),
+        "split": {
+            **split,
+            **({"shuffle_fan_in": a.fan_in} if a.fan_in is not None else {}),
+            **({"partition_rows": a.partition_rows} if a.partition_rows is not None else {}),
+        },
     }
     pipeline = work / f"pipeline-{scale}.yaml"
     pipeline.write_text(yaml.safe_dump(config))
@@ -131,14 +134,7 @@ def run_scale(work: Path, scale: int, a: argparse.Namespace, texts: list[str]) -
     trace = work / f"trace-{scale}.txt"
     cmd = ["strace", "-f", "-qq", "-e", "trace=openat", "-o", str(trace)]
     args = ["run", str(pipeline), "--output", str(out), "--in-process"]
-    if a.keys_per_file is None:
-        cmd += [sys.executable, "-m", "datapipe.cli", *args]
-    else:  # merged files split at this many keys (engine/tasks/merge.py KEYS_PER_FILE): in process, so set here
-        code = (
-            f"import sys; from datapipe.engine.tasks import merge; merge.KEYS_PER_FILE = {a.keys_per_file}; "
-            f"from datapipe.cli import main; sys.argv = ['datapipe', *{args!r}]; main()"
-        )
-        cmd += [sys.executable, "-c", code]
+    cmd += [sys.executable, "-m", "datapipe.cli", *args]
     subprocess.run(cmd, check=True, cwd=a.code, env={**os.environ, "PYTHONPATH": str(a.code)}, stdout=subprocess.DEVNULL)
     counts = count(trace, out)
     removed = sum(1 for _ in (out / "rejected").glob("*minhash*.parquet"))
@@ -170,14 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs-per-file", type=int, default=200)
     ap.add_argument("--base-files", type=int, default=2)
     ap.add_argument("--scales", default="1,2,4")
-    ap.add_argument(
-        "--groups", type=int, help="split.shuffle_groups (default: the pipeline default; base-files: merged from 2x on)"
-    )
-    ap.add_argument(
-        "--keys-per-file",
-        type=int,
-        help="split merged files at this many keys (default: the code's KEYS_PER_FILE, 128: one file per merge task here)",
-    )
+    ap.add_argument("--fan-in", type=int, help="split.shuffle_fan_in (default: the pipeline's, 256: no merges at these sizes)")
+    ap.add_argument("--partition-rows", type=int, help="split.partition_rows (default: the pipeline's, 4M: a task a round)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--code", type=Path, default=ROOT, help="the datapipe checkout to run (default this one; main's to compare)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (traces, run folders)")

@@ -92,23 +92,34 @@ class SplitConfig(Strict):
         description=("The target is never shrunk below this (below it, per-task overhead dominates)."),
     )
     group_small_files: bool = Field(True, description="Read consecutive small files of a source in one task.")
-    # 8: a shuffle partition opens at most 8 files per round, however many map tasks or partitions
-    # wrote its rows, so files opened per document stay flat as both grow with the corpus
-    # (bench/scaling/shuffle_files.py); more groups merge in more parallel tasks.
-    shuffle_groups: int = Field(
-        8,
-        ge=0,
-        le=4096,
+    # 256: a merge task or a partition reads one byte range of at most 256 runs (each a request on an
+    # object store); a crawl's 37,253 map tasks then need one merge level, 372,530 two
+    # (bench/scaling/crawl_proportions.py, engine/shuffle_plan.py).
+    shuffle_fan_in: int = Field(
+        256,
+        ge=2,
+        le=65536,
         description=(
-            "When a shuffle round has more input files than this (map tasks, or the partitions of the round "
-            "before), merge tasks first combine them into this many files, and each partition reads its "
-            "rows from those (0: never merge)."
+            "Runs a shuffle's merge task or partition task reads at most (one byte range of each): with more "
+            "writers than this (map tasks, or the partitions of the round before), merge levels of this fan-in "
+            "come first, so a task's inputs stay bounded however large the corpus."
+        ),
+    )
+    # 4M rows: a MinHash partition of band rows peaks ~400-600 MiB and takes tens of seconds
+    # (bench/scaling/crawl_proportions.py); the partitions of a round are its rows / this.
+    partition_rows: int = Field(
+        4_000_000,
+        ge=1,
+        le=1 << 40,
+        description=(
+            "Rows a partition task of a global stage's shuffle round holds, about: a round has its rows / this "
+            "tasks (at least one part each), so a partition's memory is bounded by this at any corpus size."
         ),
     )
 
 
 class WorkersConfig(Strict):
-    """How long a Ray worker process is reused (datapipe/engine/executors/ray/recycle.py); outputs do not depend on it."""
+    """How long a Ray worker process is reused (datapipe/engine/recycle.py); outputs do not depend on it."""
 
     # 32 MiB: never-replaced workers started the substrings round tasks ever larger as the corpus grew;
     # at 32 they stay flat for a few fresh workers (bench/scaling/substrings.py; docs/stages/substrings.md

@@ -42,7 +42,7 @@ def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
     from datapipe.engine.pack_plan import pack_ranges
 
     rows: list[dict[str, Any]] = []
-    packed = folder.markers.read_all(PACK_PHASE) if spec.tokenizer is not None else {}
+    packed = folder.markers.read_all(PACK_PHASE, full=True) if spec.tokenizer is not None else {}
     for rng in (pack_ranges(folder, spec) or []) if spec.tokenizer is not None else []:
         marker = packed.get(rng.key)
         if marker:
@@ -160,7 +160,7 @@ def document_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]]:
     has its files described from their footers."""
     out: list[dict[str, Any]] = []
     for segment in spec.segments:
-        markers = folder.markers.read_all(map_phase(segment.index))
+        markers = folder.markers.read_all(map_phase(segment.index), full=True)
         for shard in spec.shards:
             marker = markers.get(shard.key)
             if marker is None:
@@ -184,7 +184,7 @@ def copies_files(folder: RunFolder, spec: RunSpec) -> list[dict[str, Any]] | Non
     for segment in spec.segments:
         if segment.apply_global is None:
             continue
-        markers = folder.markers.read_all(map_phase(segment.index))
+        markers = folder.markers.read_all(map_phase(segment.index), full=True)
         for shard in spec.shards:
             marker = markers.get(shard.key) or {}
             if "copies_files" not in marker:
@@ -283,7 +283,7 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
     edits: dict[int, dict[str, int]] = {}  # position -> counting column -> sum (Stage.edit_counts)
     changed: dict[int, int] = {}  # position -> documents it changed
     for segment in spec.segments:
-        markers = folder.markers.read_all(map_phase(segment.index))  # one listing per phase, cached for build_stats
+        markers = folder.markers.read_all(map_phase(segment.index), full=True)  # read back: the driver keeps counts only
         for shard in spec.shards:
             m = markers.get(shard.key)
             if m is None:

@@ -55,7 +55,7 @@ def recorded_reads(folder: RunFolder) -> Reads:
     """Every input read the finished tasks recorded, by input (as run.json lists it)."""
     out: Reads = defaultdict(list)
     for phase in READ_PHASES:
-        for key, marker in folder.markers.read_all(phase).items():
+        for key, marker in folder.markers.read_all(phase, full=True).items():
             for read in marker.get("reads", []):
                 out[read["path"]].append((f"task {phase} {key} read it", read))
     return out

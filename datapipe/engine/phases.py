@@ -3,12 +3,12 @@
     lines                   records per range of a split file whose format numbers them across the
                             file (JSONL lines; ReaderSpec.prepass_count): a pre-pass
     map<i>                  one task per input shard: read or load, stages, compute the next global stage
-    merge<i>[r<r>]          a shuffle round with more input files than ``split.shuffle_groups``: one task per
-                            group of them, merged into one file (engine/tasks/merge.py)
-    merge<i>d               after the last round of a deciding step with more outputs than that: its
-                            partition outputs and states merged by shard, for the next map tasks
-    shuffle<i>[r<r>]        a global stage's ``PartitionStep``: one task per partition, per round (none
-                            in a round after one that forwarded nothing)
+    merge<i>[r<r>][l<l>]    a shuffle round's runs merged, level by level, while a part is held by more
+                            runs than ``split.shuffle_fan_in`` (engine/shuffles.py)
+    shuffle<i>[r<r>]        a global stage's ``PartitionStep``: per round, tasks of about
+                            ``split.partition_rows`` rows, each a range of parts (none in a round after
+                            one that forwarded nothing)
+    merge<i>d[l<l>]         after the last round: the partition outputs merged by shard, for the next map tasks
     reduce<i>               a global stage's ``CombineStep``: one task
     pack                    one task per range of output shard files (known once the last map is done)
     aggregates<L>           beyond FAN_IN map tasks' aggregate files: a tree of merge tasks, each
@@ -23,32 +23,35 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from datapipe.engine import aggregate_tree, work_files
 from datapipe.engine.pack_plan import pack_ranges
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
+from datapipe.engine.shuffles import StepShuffle
 from datapipe.engine.tasks.aggregates import merge_aggregates
 from datapipe.engine.tasks.map import count_range_lines, map_shard
-from datapipe.engine.tasks.merge import (
-    OutputMerge,
-    group_writers,
-    merge_group,
-    merge_groups,
-    merge_outputs,
-    output_bounds,
-    output_groups,
-    output_weights,
-    round_writers,
-)
+from datapipe.engine.tasks.merge import merge_outputs, merge_runs
 from datapipe.engine.tasks.pack import pack_range
 from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
-from datapipe.engine.work_files import map_phase, merge_outputs_phase, merge_phase, partition_key, reduce_phase, shuffle_phase
+from datapipe.engine.work_files import (
+    OUTPUT_KINDS,
+    WorkFiles,
+    map_phase,
+    merge_outputs_phase,
+    merge_phase,
+    partition_key,
+    reduce_phase,
+    shuffle_phase,
+)
 from datapipe.readers import reader_spec
 from datapipe.run_folder.layout import LINES_PHASE, PACK_PHASE, RunFolder
 from datapipe.run_folder.remote import CommittedPhase
 from datapipe.stages.base import Resources
-from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, checked_steps
+from datapipe.stages.global_stage import CombineStep, GlobalStage, PartitionStep, checked_steps, step_of
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,11 @@ class Task:
     args: tuple[Any, ...]
     # The Ray node to run it on when it is there (set by the runner from ``Phase.follows``); None: anywhere.
     node: str | None = None
+    # A remote run folder: the committed entries of the files (and markers) this task reads by path, from
+    # the driver (set by the runner from ``Phase.inputs``; run_folder/remote.py ``install``): a worker
+    # holds its current task's inputs only, never a table of the run's files. None: a local folder, or
+    # the driver's own process (which holds every committed marker).
+    committed: CommittedPhase | None = None
 
 
 TaskList = tuple[Task, ...] | Callable[[RunFolder], "tuple[Task, ...] | None"]
@@ -80,13 +88,20 @@ class Phase:
     # What a task reads of ``follows``: (task key there, weight), e.g. a pack range's shards and their
     # tokens; it goes where most of that weight was written. None: the task of its own key.
     reads: Callable[[Task], Sequence[tuple[str, int]]] | None = None
-    # A remote run folder: what the phases before this one committed, handed to each task by the
-    # executor (set by the runner; run_folder/remote.py ``install``), so no task lists or reads
-    # markers on the store. None: a local folder, where tasks read the finished outputs in place.
-    committed: tuple[CommittedPhase, ...] | None = None
+    # What a task reads by path of earlier phases' files (paths in the run folder) and markers ((phase,
+    # task key)): the runner hands it their committed entries (``Task.committed``). The runs a task is
+    # handed as ``RunFile`` values carry their own; None: nothing else.
+    inputs: Callable[[Task], tuple[list[str], list[tuple[str, str]]]] | None = None
+    # Whether its tasks read the spec's shards (a combine step over every map output, a partition step
+    # reading any document's rows, bestfit packing): the others get the spec without them, and each map
+    # task its own shard (the shards pickled for every task cost 87 ms at 37,253 shards, 0.9 s at 372,530).
+    full_spec: bool = False
     # What the phase does, for a person: the stage and its step ("minhash: verifying pairs (round 3
     # of 7)", "semantic: training vectors"); progress shows it instead of the marker folder's name.
     label: str = ""
+    # A remote run folder: the ``_work/`` folders no phase from this one on reads (``prune_after``), which
+    # each node deletes from its mirror before its next task (the store keeps them: resume reads there).
+    prune: tuple[str, ...] = ()
 
     def placed(self, tasks: Sequence[Task], ran_on: dict[str, str]) -> list[Task]:
         """``tasks``, each with the node that wrote most of what it reads (``ran_on``: task key of
@@ -118,22 +133,26 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 label="counting lines",
             )
         )
+    shuffle: StepShuffle | None = None  # the partition step the next map tasks apply, if any
     for segment in spec.segments:
         # SPREAD: input shards are I/O-heavy; spreading them uses every node's disks and network.
         phases.append(
             Phase(
                 map_phase(segment.index),
                 map_shard,
-                tuple(Task(s.key, (s, segment)) for s in largest_first(spec.shards)),
+                _map_tasks(spec, segment, shuffle),
                 {**_segment_resources(spec, segment), "scheduling_strategy": "SPREAD"},
                 "shards",
                 any(r.gpus_required for r in _computing_resources(spec, segment)),
                 follows=map_phase(segment.index - 1) if segment.index else None,
+                inputs=_map_inputs(spec, segment),
                 label=_map_label(spec, segment),
             )
         )
+        shuffle = None
         if not segment.final:
-            phases += _global_phases(spec, segment)
+            global_phases, shuffle = _global_phases(spec, segment)
+            phases += global_phases
     if spec.tokenizer is not None:
         phases.append(
             Phase(
@@ -144,11 +163,102 @@ def plan_phases(spec: RunSpec) -> list[Phase]:
                 "ranges",
                 follows=map_phase(spec.segments[-1].index),
                 reads=lambda task: task.args[0].shard_tokens,  # the token files of its shards
+                inputs=_pack_inputs(spec),
+                full_spec=spec.tokenize is not None and spec.tokenize.packing != "concat",  # a split in one task
                 label="packing shards",
             )
         )
     phases += _aggregate_phases(spec)
     return phases
+
+
+def _map_inputs(spec: RunSpec, segment: Segment) -> Callable[[Task], tuple[list[str], list[tuple[str, str]]]]:
+    """What a map task reads by path: the segment before's output of its shard and the files a combine
+    step wrote for the map tasks; for a range of a file numbered across (JSONL), the pre-pass's markers
+    of the file's ranges before it."""
+
+    def inputs(task: Task) -> tuple[list[str], list[tuple[str, str]]]:
+        shard = task.args[0]
+        markers = []
+        if segment.index == 0:
+            piece = shard.inputs[0]
+            if len(shard.inputs) == 1 and piece.part and reader_spec(piece.format).prepass_count is not None:
+                prefix = shard.key.rsplit(".part", 1)[0]
+                markers = [(LINES_PHASE, f"{prefix}.part{j:04d}") for j in range(piece.part)]
+            return [], markers
+        before = segment.index - 1
+        work = WorkFiles(RunFolder(Path(spec.root)))
+        paths = [
+            work.map_output(before, shard.key, fetch=False),
+            work.dir / reduce_phase(before) / f"{shard.key}.parquet",  # its combine decisions
+            work.dir / f"{reduce_phase(before)}-state.parquet",
+            work.dir / f"{reduce_phase(before)}-copies.parquet",
+        ]
+        return [_rel(work.folder, p) for p in paths], markers
+
+    return inputs
+
+
+def _pack_inputs(spec: RunSpec) -> Callable[[Task], tuple[list[str], list[tuple[str, str]]]]:
+    """A pack task's token files (of its shards; every shard of its source for a split packed in one task)."""
+    root = Path(spec.root)
+
+    def inputs(task: Task) -> tuple[list[str], list[tuple[str, str]]]:
+        rng = task.args[0]
+        keys = [k for k, _ in rng.shard_tokens] if rng.n_files is not None else [s.key for s in spec.shards_of(rng.source)]
+        folder = RunFolder(root)
+        return [_rel(folder, folder.tokens_file(k)) for k in keys], []
+
+    return inputs
+
+
+def prune_after(spec: RunSpec) -> dict[str, tuple[str, ...]]:
+    """Phase -> the ``_work/`` folders (paths in the run folder) no later phase reads once it is done, so
+    each node's mirror keeps only what later phases may still read there (a crawl's map outputs,
+    shuffle runs and merged runs are each the corpus's size: ~1 TB per node at 10 TB kept whole).
+    A round's runs (its writers' and merge levels') go when its partitions are done; a segment's map
+    outputs and its step's outputs when the next map phase is; the token files when packing is."""
+    out: dict[str, list[str]] = {}
+    work = "_work"
+    for segment in spec.segments:
+        if segment.final or segment.compute_global is None:
+            continue
+        s = segment.index
+        step = step_of(build_stage(spec, segment.compute_global), PartitionStep)
+        shuffle = StepShuffle(spec, segment, step) if step is not None else None
+        rounds = step.rounds if step is not None else 0
+        for r in range(rounds):
+            assert shuffle is not None
+            gone = [f"{work}/{merge_phase(s, r, level)}" for level in range(1, shuffle.max_levels(r) + 1)]
+            gone.append(f"{work}/{shuffle_phase(s)}" if r == 0 else f"{work}/{shuffle_phase(s)}-r{r - 1}")
+            out.setdefault(shuffle_phase(s, r), []).extend(gone)
+        after_next = [f"{work}/{map_phase(s)}", f"{work}/{reduce_phase(s)}-parts", f"{work}/{reduce_phase(s)}"]
+        after_next += (
+            [f"{work}/{merge_outputs_phase(s, level)}" for level in range(1, shuffle.max_output_levels() + 1)] if shuffle else []
+        )
+        after_next += [f"{work}/{shuffle_phase(s)}-r{rounds - 1}", f"{work}/{reduce_phase(s)}-scratch"] if rounds else []
+        out.setdefault(map_phase(s + 1), []).extend(after_next)
+    if spec.tokenizer is not None:
+        out[PACK_PHASE] = [f"{work}/tokens"]
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _map_tasks(spec: RunSpec, segment: Segment, shuffle: StepShuffle | None) -> TaskList:
+    """A map phase's tasks, largest first: each shard with the runs holding its rows of the partition
+    step it applies (known once that step's outputs are merged), or none."""
+    order = largest_first(spec.shards)
+    if shuffle is None:
+        return tuple(Task(s.key, (s, segment)) for s in order)
+
+    def listed(folder: RunFolder) -> tuple[Task, ...] | None:
+        grids = shuffle.final_outputs(folder)
+        if grids is None:
+            return None
+        return tuple(
+            Task(s.key, (s, segment, {k: tuple(g.holding(s.ordinal, s.ordinal + 1)) for k, g in grids.items()})) for s in order
+        )
+
+    return listed
 
 
 def _map_label(spec: RunSpec, segment: Segment) -> str:
@@ -182,8 +292,9 @@ def _aggregate_phases(spec: RunSpec) -> list[Phase]:
     ]
 
 
-def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
-    """The phases of the global stage that ends ``segment``, from the steps it declares."""
+def _global_phases(spec: RunSpec, segment: Segment) -> tuple[list[Phase], StepShuffle | None]:
+    """The phases of the global stage that ends ``segment``, from the steps it declares, and its
+    partition step's shuffle (what the next map tasks read of it)."""
     assert segment.compute_global is not None
     stage = build_stage(spec, segment.compute_global)
     assert isinstance(stage, GlobalStage)
@@ -191,48 +302,47 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
     cpus = wants.num_cpus
     steps = {"num_cpus": cpus, **({"num_gpus": wants.num_gpus} if wants.num_gpus else {})}  # a GPU share: semantic
     phases: list[Phase] = []
+    shuffle: StepShuffle | None = None
     for step in checked_steps(stage):
         if isinstance(step, PartitionStep):
-            forwarded: dict[int, bool] = {}  # round -> forwarded anything, shared by the rounds' task lists
+            shuffle = StepShuffle(spec, segment, step)
             for r in range(step.rounds):
-                if groups := merge_groups(spec, round_writers(spec, segment, r)):
-                    # Many writers: merge their files into a few first (engine/tasks/merge.py).
-                    merges = tuple(Task(partition_key(g), (segment, r, g)) for g in range(groups))
+                for level in range(1, shuffle.max_levels(r) + 1):
                     phases.append(
                         Phase(
-                            merge_phase(segment.index, r),
-                            merge_group,
-                            _round_tasks(segment, step, r, forwarded, merges),
+                            merge_phase(segment.index, r, level),
+                            merge_runs,
+                            _merge_tasks(shuffle, segment, r, level),
                             {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
-                            "groups",
-                            label=f"{stage.name}: gathering the inputs of {step.describe(r)}",
+                            "merges",
+                            label=f"{stage.name}: merging the inputs of {step.describe(r)} (level {level})",
                         )
                     )
-                every = tuple(Task(partition_key(p), (segment, p, r)) for p in range(step.partitions))
                 phases.append(
                     Phase(
                         shuffle_phase(segment.index, r),
                         reduce_partition,
-                        _round_tasks(segment, step, r, forwarded, every),
+                        _partition_tasks(shuffle, segment, r),
                         {**steps, "scheduling_strategy": "SPREAD"},
                         "partitions",
                         wants.gpus_required,
                         # The map outputs a partition answers from, read where they were written.
                         follows=map_phase(segment.index) if step.owner_reads else None,
-                        reads=_owned_shards(spec, step.partitions) if step.owner_reads else None,
+                        reads=_owned_shards(spec) if step.owner_reads else None,
+                        # A step reading any document's rows is handed every map output (as a table per task).
+                        inputs=None if step.owner_reads else _all_map_outputs(spec, segment),
+                        full_spec=not step.owner_reads,
                         label=f"{stage.name}: {step.describe(r)}",
                     )
                 )
-            if merged := output_groups(spec, segment):
-                # The decisions the next map tasks read, merged into a few files per range of shards
-                # (engine/tasks/merge.py); a task per (group, range), keyed as before where one range.
+            for level in range(1, shuffle.max_output_levels() + 1):
                 phases.append(
                     Phase(
-                        merge_outputs_phase(segment.index),
+                        merge_outputs_phase(segment.index, level),
                         merge_outputs,
-                        _output_merge_tasks(spec, segment, step, merged),
+                        _output_merge_tasks(shuffle, segment, level),
                         {"num_cpus": 1, "scheduling_strategy": "SPREAD"},
-                        "groups",
+                        "merges",
                         label=f"{stage.name}: gathering decisions",
                     )
                 )
@@ -241,84 +351,111 @@ def _global_phases(spec: RunSpec, segment: Segment) -> list[Phase]:
                 Phase(
                     reduce_phase(segment.index),
                     reduce_stage,
-                    (Task(stage.name, (segment,)),),
+                    _combine_tasks(spec, segment, stage.name, shuffle),
                     steps,
                     "steps",
                     wants.gpus_required,
+                    inputs=_combine_inputs(spec, segment),
+                    full_spec=True,
                     label=f"{stage.name}: {step.name}",
                 )
             )
         else:
             raise TypeError(f"stage {stage.name!r} declares an unknown step {step!r}")
-    return phases
+    return phases, shuffle
 
 
-def _owned_shards(spec: RunSpec, partitions: int) -> Callable[[Task], list[tuple[str, int]]]:
-    """A partition task's reads of the map phase before it (``PartitionStep.owner_reads``): the
-    shards whose ordinal is its partition modulo ``partitions``, by their bytes of input."""
-
-    def reads(task: Task) -> list[tuple[str, int]]:
-        p = task.args[1]
-        return [(s.key, max(1, s.nbytes)) for s in spec.shards if s.ordinal % partitions == p]
-
-    return reads
+def _all_map_outputs(spec: RunSpec, segment: Segment) -> Callable[[Task], tuple[list[str], list[tuple[str, str]]]]:
+    work = WorkFiles(RunFolder(Path(spec.root)))
+    every = [_rel(work.folder, work.map_output(segment.index, s.key, fetch=False)) for s in spec.shards]
+    return lambda task: (every, [])
 
 
-def _output_merge_tasks(spec: RunSpec, segment: Segment, step: PartitionStep, merged: OutputMerge) -> TaskList:
-    """The decisions merge's tasks, a task per (group, range), keyed as before where one range; its
-    groups cut by the rows the rounds' markers say each partition output holds (``output_bounds``),
-    so known once the last round with tasks is done."""
+def _combine_inputs(spec: RunSpec, segment: Segment) -> Callable[[Task], tuple[list[str], list[tuple[str, str]]]]:
+    """The combine step reads the partition step's outputs and forwarded runs it is handed, and any map output."""
+    maps = _all_map_outputs(spec, segment)
+
+    def inputs(task: Task) -> tuple[list[str], list[tuple[str, str]]]:
+        given = [rel for part in task.args[1:] for rel in part]  # (segment, outputs, forwarded)
+        return [*given, *maps(task)[0]], []
+
+    return inputs
+
+
+def _merge_tasks(shuffle: StepShuffle, segment: Segment, round: int, level: int) -> TaskList:
+    def listed(folder: RunFolder) -> tuple[Task, ...] | None:
+        plan = shuffle.merge_plan(folder, round, level)
+        return None if plan is None else tuple(Task(t.key, (segment, round, t)) for t in plan[0])
+
+    return listed
+
+
+def _partition_tasks(shuffle: StepShuffle, segment: Segment, round: int) -> TaskList:
+    """A round's partition tasks, each with the map outputs its parts own (``owner_reads``)."""
 
     def listed(folder: RunFolder) -> tuple[Task, ...] | None:
-        done: dict[int, dict[int, dict[str, Any]]] = {}
-        for r in range(step.rounds):
-            markers = folder.markers.read_all(shuffle_phase(segment.index, r))
-            got = {p: m for p in range(step.partitions) if (m := markers.get(partition_key(p))) is not None}
-            if r and not any(m.get("forwarded", 0) for m in done[r - 1].values()):
-                break  # the rounds from here had no tasks
-            if len(got) < step.partitions:
-                return None  # not known until that round is done
-            done[r] = got
-        bounds = output_bounds(output_weights(spec, segment, lambda r: done.get(r, {})), merged.groups)
-        earlier = folder.markers.read_all(merge_outputs_phase(segment.index))
-        if any("outputs" not in m for m in earlier.values()):
-            # A run folder whose merge tasks ran before the groups were cut by rows: keep its groups (by
-            # count), or a resumed run would merge some outputs twice and others not at all.
-            writers = step.rounds * step.partitions
-            bounds = [group_writers(writers, merged.groups, g).start for g in range(merged.groups)] + [writers]
+        readers = shuffle.readers(folder, round)
+        if readers is None:
+            return None
+        owner = shuffle.step.owner_reads
         return tuple(
-            Task(partition_key(g * merged.ranges + j), (segment, g, j, bounds[g], bounds[g + 1]))
-            for g in range(merged.groups)
-            for j in range(merged.ranges)
+            Task(partition_key(t.index), (segment, round, t, shuffle.map_outputs(folder, shuffle.owned(t)) if owner else None))
+            for t in readers
         )
 
     return listed
 
 
-def _round_tasks(
-    segment: Segment, step: PartitionStep, round: int, forwarded: dict[int, bool], every: tuple[Task, ...]
-) -> TaskList:
-    """The tasks of a round (``every``: one per partition, or its merge tasks); a round after one that
-    forwarded nothing has none (a stage planning more rounds than its data needs, e.g. minhash's
-    star rounds, pays nothing for the rest). ``forwarded`` caches what finished rounds' markers say
-    (they never change once written), so listing round r reads one round's markers, not r rounds'
-    (P x R^2 reads, on object stores too)."""
-    if round == 0:
-        return every
+def _owned_shards(spec: RunSpec) -> Callable[[Task], list[tuple[str, int]]]:
+    """A partition task's reads of the map phase before it (``PartitionStep.owner_reads``): the map
+    outputs it was handed (its parts' shards), by their bytes: linear in its own shards."""
+
+    def reads(task: Task) -> list[tuple[str, int]]:
+        outputs = task.args[3] or ()
+        return [(spec.shards[o].key, max(1, f.bytes)) for o, f in outputs]
+
+    return reads
+
+
+def _output_merge_tasks(shuffle: StepShuffle, segment: Segment, level: int) -> TaskList:
+    """One level of the outputs merge, a task per (kind, group, range)."""
 
     def listed(folder: RunFolder) -> tuple[Task, ...] | None:
-        for r in range(round):  # from round 0: a round with no tasks forwards nothing
-            if r not in forwarded:
-                done = folder.markers.read_all(shuffle_phase(segment.index, r))
-                markers = [done.get(partition_key(p)) for p in range(step.partitions)]
-                if any(m is None for m in markers):
-                    return None  # not known until that round is done
-                forwarded[r] = any(m.get("forwarded", 0) for m in markers)  # type: ignore[union-attr]
-            if not forwarded[r]:
-                return ()
-        return every
+        out: list[Task] = []
+        for kind in OUTPUT_KINDS:
+            plan = shuffle.output_merge_plan(folder, kind, level)
+            if plan is None:
+                return None
+            out += [Task(f"{kind}-{t.key}", (segment, kind, t)) for t in plan[0]]
+        return tuple(out)
 
     return listed
+
+
+def _combine_tasks(spec: RunSpec, segment: Segment, name: str, shuffle: StepShuffle | None) -> TaskList:
+    """The combine step's one task, with the partition step's round-0 outputs and last round's forwarded runs."""
+    if shuffle is None:
+        return (Task(name, (segment,)),)
+
+    def listed(folder: RunFolder) -> tuple[Task, ...] | None:
+        last = shuffle.step.rounds - 1
+        first, final = shuffle.readers(folder, 0), shuffle.readers(folder, last)
+        if first is None or final is None:
+            return None
+        root = folder.root
+        outputs = tuple(
+            WorkFiles(folder).partition_output(segment.index, t.index, 0, fetch=False).relative_to(root).as_posix() for t in first
+        )
+        forwarded = tuple(
+            WorkFiles(folder).forward_file(segment.index, last, t.index, fetch=False).relative_to(root).as_posix() for t in final
+        )
+        return (Task(name, (segment, outputs, forwarded)),)
+
+    return listed
+
+
+def _rel(folder: RunFolder, path: Path) -> str:
+    return path.relative_to(folder.root).as_posix()
 
 
 def largest_first(shards: tuple[Shard, ...]) -> list[Shard]:
@@ -357,3 +494,48 @@ def _segment_resources(spec: RunSpec, segment: Segment) -> dict[str, Any]:
 def _computing_resources(spec: RunSpec, segment: Segment) -> list[Resources]:
     positions = [*segment.stages, *([segment.compute_global] if segment.compute_global else [])]
     return [build_stage(spec, p).task_resources() for p in positions]
+
+
+# --- a run's phases in this process, for tests and benches that drive them themselves -------------
+
+
+def run_here(spec: RunSpec, phases: Sequence[Phase]) -> None:
+    """Every unfinished task of ``phases``, in order, in this process, its marker written (what the runner
+    does with the in-process executor, without a run record or the end of a run)."""
+    from datapipe.engine.worker import run_task
+
+    folder = RunFolder(Path(spec.root))
+    for phase in phases:
+        tasks = phase.task_list(folder)
+        assert tasks is not None, f"{phase.name}: its tasks depend on phases that did not run"
+        done = folder.markers.read_all(phase.name)
+        for task in tasks:
+            if task.key not in done:
+                run_task(phase.name, task.key, phase.fn, spec, *task.args)
+
+
+def segment_phases(spec: RunSpec, segment: Segment, map_phase_too: bool = True) -> list[Phase]:
+    """The phases of one segment as the run plans them: its map phase (unless not ``map_phase_too``) and
+    those of the global stage that ends it."""
+    mine = {map_phase(segment.index)} if map_phase_too else set()
+    phases = plan_phases(spec)
+    names = [p.name for p in phases]
+    start = names.index(map_phase(segment.index)) + 1
+    end = names.index(map_phase(segment.index + 1)) if map_phase(segment.index + 1) in names else len(names)
+    if PACK_PHASE in names[start:end]:
+        end = names.index(PACK_PHASE)
+    mine |= set(names[start:end])
+    return [p for p in phases if p.name in mine]
+
+
+def shard_outputs(spec: RunSpec, segment: Segment, ordinal: int, kind: str = "decisions") -> pa.Table | None:
+    """One shard's rows of ``kind`` (decisions, state, copies) from the partition step ending ``segment``,
+    as its next map task reads them (after the step's phases ran: ``run_here``)."""
+    from datapipe.engine.tasks.reduce import shard_rows
+
+    stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
+    step = next(s for s in checked_steps(stage) if isinstance(s, PartitionStep))
+    folder = RunFolder(Path(spec.root))
+    grids = StepShuffle(spec, segment, step).final_outputs(folder)
+    assert grids is not None, "the step's phases have not all run"
+    return shard_rows(folder, grids[kind].holding(ordinal, ordinal + 1), ordinal)

@@ -32,7 +32,6 @@ from datapipe.engine.splits import InputRange, effective_target, file_size, grou
 from datapipe.pipeline.load import Pipeline, SourceConfig, TokenizeConfig
 from datapipe.runtime.process_cache import clear_process_caches
 from datapipe.stages import STAGES, Stage, StageContext, StageOptions
-from datapipe.stages.steps import MAX_PARTITIONS
 from datapipe.tokens.encode import TokenizerInfo, load_tokenizer_info, with_engine
 
 
@@ -110,7 +109,8 @@ class RunSpec:
     # Source -> how many times each of its documents is packed and exported (mixture.<source>.repeat,
     # rehydrate); computed per document in the final map task (config/mixture.py).
     repeats: dict[str, RepeatRule] = field(default_factory=dict)
-    shuffle_groups: int = 8  # split.shuffle_groups: files a shuffle round's inputs are merged into
+    shuffle_fan_in: int = 256  # split.shuffle_fan_in: runs a shuffle's merge or partition task reads at most
+    partition_rows: int = 4_000_000  # split.partition_rows: rows a partition task holds, about
     workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (executors/ray/recycle.py)
     # The run's CPU priority: the driver's niceness. Ray runs its workers 15 steps nicer; a process a
     # stage starts for its own work (fastText training) runs at this one (StageContext.niceness).
@@ -189,12 +189,13 @@ def split_target(pipeline: Pipeline, cpus: int | None) -> int:
 
 
 def resolve_partitions(options: StageOptions, map_tasks: int) -> StageOptions:
-    """A global stage's ``partitions: auto`` as a number: one partition per map task (so a partition
-    holds about one map task's keys at any corpus size; a resumed run forms the same map tasks from
-    the target recorded in run.json, so the same partitions)."""
+    """A global stage's ``partitions: auto`` as a number: one part per map task, so a part holds about one
+    map task's keys at any corpus size (no cap: a round's tasks follow its rows, ``split.partition_rows``,
+    each a range of parts; engine/shuffles.py). A resumed run forms the same map tasks from the target
+    recorded in run.json, so the same parts."""
     if getattr(options, "partitions", None) != "auto":
         return options
-    return options.model_copy(update={"partitions": max(1, min(MAX_PARTITIONS, map_tasks))})
+    return options.model_copy(update={"partitions": max(1, map_tasks)})
 
 
 def make_spec(
@@ -230,7 +231,8 @@ def make_spec(
         shards=tuple(shards),
         recorded=recorded,
         repeats=repeat_rules(pipeline.config.mixture),
-        shuffle_groups=pipeline.config.split.shuffle_groups,
+        shuffle_fan_in=pipeline.config.split.shuffle_fan_in,
+        partition_rows=pipeline.config.split.partition_rows,
         workers=pipeline.config.workers,
         niceness=os.getpriority(os.PRIO_PROCESS, 0),
     )

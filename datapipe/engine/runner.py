@@ -23,7 +23,7 @@ from datapipe.engine.executors.base import Executor, local_cpus, phase_section
 from datapipe.engine.executors.in_process import InProcessExecutor
 from datapipe.engine.executors.ray.executor import RayExecutor
 from datapipe.engine.failures import write_log as failures_log
-from datapipe.engine.phases import Phase, Task, plan_phases
+from datapipe.engine.phases import Phase, Task, plan_phases, prune_after
 from datapipe.engine.plan import Recorded, RunSpec, build_stage, input_bytes, make_spec, split_target
 from datapipe.engine.redecide import plan_reuse
 from datapipe.engine.run_record import RunRecord, open_record
@@ -291,26 +291,22 @@ def _run_phases(
     # driver writes here (the lock), so no phase needs another pull (one per phase listed every
     # marker of the run again).
     folder.pull()
-    # What each finished phase committed, handed to the tasks of the later ones (Phase.committed): a
-    # task then neither lists nor reads markers on the store. Before, every task pulled: one listing
-    # of all the run's markers and a read of each its worker had not seen: requests that grew with
-    # the run and the cluster.
-    committed: list[CommittedPhase] | None = [] if folder.remote is not None else None
+    # A remote run folder: what no later phase reads is deleted from each node's mirror (the store keeps
+    # it), by the driver here and by each worker before its next task (Phase.prune).
+    dead: list[str] = []
+    gone_after = prune_after(spec) if folder.remote is not None else {}
     for phase in plan_phases(spec):
         work = phase.task_list(folder)
         assert work is not None, f"{phase.name}: its tasks depend on phases that did not finish"
-        if not work:  # e.g. shuffle rounds after one that forwarded nothing: nothing to run or show
-            continue
-        if committed is not None:
-            phase = replace(phase, committed=tuple(committed))
-        # The phase's parts (executors/base.py ``phase_section``): the executor marks "plan" and
-        # "submit", the loop "results" and "commit".
-        _run_phase(result, folder, phase, work, executor, spec, timings, show_progress)
-        if sections is not None:
-            sections.mark(phase_section(phase.name, "results"))
-        if committed is not None:
-            committed.append(folder.markers.committed(phase.name))  # from the markers it holds: no store read
-        if sections is not None:
+        if work:  # e.g. shuffle rounds after one that forwarded nothing have none: nothing to run or show
+            _run_phase(result, folder, replace(phase, prune=tuple(dead)), work, executor, spec, timings, show_progress)
+            if sections is not None:
+                sections.mark(phase_section(phase.name, "results"))
+        dead += gone_after.get(phase.name, ())
+        folder.prune(dead)
+        if sections is not None and work:
+            # The phase's parts (executors/base.py ``phase_section``): the executor marks "plan" and
+            # "submit", the loop "results" and "commit".
             sections.mark(phase_section(phase.name, "commit"))
 
 
@@ -335,6 +331,11 @@ def _all_done(folder: RunFolder, tasks: list[tuple[str, str]]) -> bool:
     return True
 
 
+def _handed(folder: RunFolder, phase: Phase, task: Task) -> CommittedPhase:
+    files, markers = phase.inputs(task) if phase.inputs is not None else ([], [])
+    return folder.markers.handed(files, markers)
+
+
 def _run_phase(
     result: RunResult,
     folder: RunFolder,
@@ -353,6 +354,10 @@ def _run_phase(
     if phase.follows is not None and folder.remote is not None:
         # Each task on the node whose mirror holds the outputs of the task it follows (engine/phases.py).
         todo = phase.placed(todo, {key: m["node"] for key, m in folder.markers.read_all(phase.follows).items() if "node" in m})
+    if folder.remote is not None:
+        # Each task is handed the committed entries of what it reads (Phase.inputs): a task neither lists
+        # nor reads markers on the store, and a worker holds only its current task's (run_folder/remote.py).
+        todo = [replace(t, committed=_handed(folder, phase, t)) for t in todo]
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
     failed: list[tuple[str, Exception]] = []

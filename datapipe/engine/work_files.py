@@ -7,9 +7,9 @@ by an earlier datapipe resumes (its markers name these phases, its tasks' output
 
     _work/map<S>/<shard>.parquet                 a map task's rows for the global stage ending segment S
     _work/shuffle<S>[r<R>]/<shard>.parquet       a map task's rows routed to partitions (round R)
-    _work/merge<S>[r<R>]/<group>[-<range>].parquet   a shuffle round's inputs merged, by part
-    _work/merge<S>d/<kind>-<group>[-<range>][-<cut>].parquet   a deciding shuffle's outputs merged, by shard
-    _work/shuffle<S>-r<R>/<partition>.parquet    rows a partition hands to the next round
+    _work/merge<S>[r<R>][l<L>]/<group>-<range>.parquet   a shuffle round's runs merged, level L, by part
+    _work/merge<S>d[l<L>]/<kind>-<group>-<range>.parquet  a deciding shuffle's outputs merged, by shard
+    _work/shuffle<S>-r<R>/<task>.parquet         rows a partition task hands to the next round
     _work/reduce<S>/<shard>.parquet              a combine step's decisions for one shard
     _work/reduce<S>-parts/...                    a deciding partition's decisions, state and copies
     _work/reduce<S>-state.parquet, -copies.parquet   a combine step's state and copies
@@ -41,14 +41,16 @@ def shuffle_phase(segment: int, round: int = 0) -> str:
     return f"shuffle{segment}" if round == 0 else f"shuffle{segment}r{round}"
 
 
-def merge_phase(segment: int, round: int = 0) -> str:
-    """The merge before a shuffle round: its inputs combined into a few files (engine/tasks/merge.py)."""
-    return f"merge{segment}" if round == 0 else f"merge{segment}r{round}"
+def merge_phase(segment: int, round: int = 0, level: int = 1) -> str:
+    """A merge level before a shuffle round: its runs merged with bounded fan-in (engine/shuffle_plan.py);
+    level 1 keeps the name runs had before levels."""
+    name = f"merge{segment}" if round == 0 else f"merge{segment}r{round}"
+    return name if level == 1 else f"{name}l{level}"
 
 
-def merge_outputs_phase(segment: int) -> str:
-    """The merge of a deciding shuffle's partition outputs, after its last round (engine/tasks/merge.py)."""
-    return f"merge{segment}d"
+def merge_outputs_phase(segment: int, level: int = 1) -> str:
+    """A merge level of a deciding shuffle's partition outputs, after its last round (engine/shuffle_plan.py)."""
+    return f"merge{segment}d" if level == 1 else f"merge{segment}dl{level}"
 
 
 def reduce_phase(segment: int) -> str:
@@ -116,30 +118,16 @@ class WorkFiles:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
         return self._at(self.dir / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet", fetch)
 
-    def merged_file(self, segment: int, round: int, group: int, fetch: bool = True, rng: int | None = None) -> Path:
-        """A group of a shuffle round's input files, merged: rows sorted by ``part``, a row group per part;
-        ``rng``: of one range of parts only (engine/tasks/merge.py, ``KEYS_PER_FILE``)."""
-        cut = "" if rng is None else f"-{partition_key(rng)}"
-        return self._at(self.dir / merge_phase(segment, round) / f"{partition_key(group)}{cut}.parquet", fetch)
+    def merged_run(self, segment: int, round: int, level: int, key: str, fetch: bool = True) -> Path:
+        """A merge task's run of a shuffle round's rows (engine/tasks/merge.py): ``key`` is its (group,
+        range) (``shuffle_plan.merge_key``)."""
+        return self._at(self.dir / merge_phase(segment, round, level) / f"{key}.parquet", fetch)
 
-    def merged_outputs(
-        self,
-        segment: int,
-        group: int,
-        kind: str = "decisions",
-        fetch: bool = True,
-        rng: int | None = None,
-        cut: int | None = None,
-    ) -> Path:
-        """A group of a deciding shuffle's partition outputs of one ``kind`` (``OUTPUT_KINDS``: decisions,
-        states, copies), of every round, merged: rows sorted by ``shard``, a row group per shard;
-        ``rng``: of one range of shards only; ``cut``: of one file of that range's (engine/tasks/merge.py,
-        ``KEYS_PER_FILE``)."""
+    def merged_outputs(self, segment: int, level: int, kind: str, key: str, fetch: bool = True) -> Path:
+        """A merge task's run of a deciding shuffle's partition outputs of one ``kind`` (``OUTPUT_KINDS``:
+        decisions, states, copies), sorted by ``shard``."""
         assert kind in OUTPUT_KINDS, kind
-        suffix = "" if rng is None else f"-{partition_key(rng)}"
-        suffix += "" if cut is None else f"-{partition_key(cut)}"
-        name = f"{kind}-{partition_key(group)}{suffix}.parquet"
-        return self._at(self.dir / merge_outputs_phase(segment) / name, fetch)
+        return self._at(self.dir / merge_outputs_phase(segment, level) / f"{kind}-{key}.parquet", fetch)
 
     def state_file(self, segment: int) -> Path:
         return self._at(self.dir / f"{reduce_phase(segment)}-state.parquet")

@@ -59,19 +59,22 @@ def run_task(
     *args: Any,
     committed: Sequence[CommittedPhase] | None = None,
     hooks: TaskHooks = NO_HOOKS,
+    prune: Sequence[str] = (),
 ) -> tuple[dict[str, Any], bytes]:
     """One task of any phase: ``fn(spec, *args)``, then its completion marker (written after the
     task's outputs are in place, so a marker means done and durable; a remote run folder uploads the
     files the task wrote, then the marker that names them). Returns the marker and its bytes as
     committed.
 
-    ``committed``: in a remote run folder, what the earlier phases committed (``Phase.committed``),
-    from the driver: the task's node learns the files it may fetch without listing or reading
-    markers on the store. None: this process already knows (the driver's own)."""
+    ``committed``: in a remote run folder, the committed entries of what the task reads (``Task.committed``),
+    from the driver: the task's node learns the files it may fetch without listing or reading markers
+    on the store. None: this process already knows (the driver's own). ``prune``: folders no phase from
+    this one on reads, deleted from this node's mirror first (``Phase.prune``)."""
     hooks.before(phase)
     folder = RunFolder(Path(spec.root))
     if committed is not None:
         folder.markers.install(committed)
+    folder.prune(prune)  # what no phase from this one on reads, gone from this node's mirror (``Phase.prune``)
     with fault_scope(phase, key), recording_writes() as written:
         usage = TaskUsage()  # per-task peak RSS and CPU, for bench/scaling/scale.py and the audit
         marker = fn(spec, *args)

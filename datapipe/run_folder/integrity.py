@@ -53,7 +53,8 @@ def find_damage(folder: RunFolder, hashes: bool) -> list[Damage]:
         listed = {f.uri[len(prefix) :]: f.size for f in storage.list_files(folder.remote)}
     found: list[Damage] = []
     # Unreadable markers are left out: MarkerStore.read says None for them, so their tasks are redone anyway.
-    markers = [(phase, key, m) for phase in _phases(folder) for key, m in folder.markers.read_all(phase).items()]
+    # Whole (``full``): a pack marker's shard rows carry the hashes checked; one phase at a time, not kept.
+    markers = ((phase, key, m) for phase in _phases(folder) for key, m in folder.markers.read_all(phase, full=True).items())
     # Paths as text, sized with os.stat: building pathlib paths for every marker and file was most of
     # this check's CPU (at the end of a run, where it runs twice).
     root = os.fspath(folder.root)

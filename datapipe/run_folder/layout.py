@@ -42,6 +42,8 @@ from datapipe.storage.atomic import is_temp_name, sweep_temp_files, write_text_a
 from datapipe.tokens.shard_format import MANIFEST_NAME, SHARDS_DIR, shard_file_name
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pyarrow.parquet as pq
 
 DOCS_DIR, REJECTED_DIR, WORK_DIR, STATS_DB, RUN_JSON = "docs", "rejected", "_work", "stats.duckdb", "run.json"
@@ -60,6 +62,9 @@ PACK_PHASE = "pack"  # its markers hold the manifest rows of the shards it wrote
 # counts: engine/tasks/map.py ``_first_record``): in a remote folder the driver hands them over with
 # the phase's files (``MarkerStore.committed``). Every other task reads files only.
 MARKERS_READ_BY_TASKS = (LINES_PHASE,)
+
+
+_PRUNED: dict[str, set[str]] = {}  # mirror root -> the folders this process deleted from it (``prune``)
 
 
 class RunFolderError(DatapipeError, RuntimeError):
@@ -160,6 +165,34 @@ class RunFolder:
         from datapipe.run_folder import remote as remote_folder
 
         return remote_folder.open_parquet(self.root, self.remote, path)
+
+    def prune(self, rels: Sequence[str]) -> None:
+        """A remote folder's mirror: delete these folders (paths in the run folder) that no later phase
+        reads; the store keeps them (a resumed run, or a task redone, reads them there). Each once per
+        process. No-op locally: a local run folder is the record itself."""
+        if self.remote is None:
+            return
+        done = _PRUNED.setdefault(str(self.root), set())
+        for rel in rels:
+            if rel not in done:
+                shutil.rmtree(self.root / rel, ignore_errors=True)
+                done.add(rel)
+
+    def open_run(self, rel: str, size: int = 0, footer: int | None = None) -> pq.ParquetFile:
+        """A Parquet file of a task (its path in the run folder) opened for reading with the size and footer
+        length its writer's marker recorded, as a task is handed them for its inputs: in a remote folder
+        this node's copy when it holds it whole, else read in place from the store (only the byte ranges
+        read cross it), with nothing listed or looked up. Without a size: as ``parquet``."""
+        import pyarrow.parquet as pq
+
+        path = self.root / rel
+        if self.remote is None or (size and path.is_file() and path.stat().st_size == size):
+            return pq.ParquetFile(path)
+        if not size:
+            return self.parquet(path)
+        from datapipe.storage.parquet_reads import remote_parquet
+
+        return remote_parquet(storage.child(self.remote, rel), size, footer)
 
     def is_committed(self, path: Path) -> bool:
         """Whether a task's output exists, without downloading it in a remote folder."""

@@ -52,6 +52,7 @@ class MarkerStore:
         return f"{self.rel_dir}/{phase}/{task}.json"
 
     def read(self, phase: str, task: str) -> dict[str, Any] | None:
+        """A marker as held (``compact``: what the run's planning reads), or None."""
         cached = self._markers.get(phase, {}).get(task)
         if cached is not None:
             return cached
@@ -63,16 +64,19 @@ class MarkerStore:
                 return given
         marker = _load_marker(self.path(phase, task))
         if marker is not None:
-            self._markers.setdefault(phase, {})[task] = marker
+            marker = self._markers.setdefault(phase, {})[task] = compact(marker)
         return marker
 
-    def read_all(self, phase: str) -> dict[str, dict[str, Any]]:
+    def read_all(self, phase: str, full: bool = False) -> dict[str, dict[str, Any]]:
         """Every readable marker of ``phase``, task key -> marker: one listing of the phase's folder,
         then the markers not read before, in parallel (on an object store's mirror or a network file
-        system a read is a round trip; one at a time, tens of thousands take minutes)."""
+        system a read is a round trip; one at a time, tens of thousands take minutes). As held
+        (``compact``: counts, files, node), unless ``full``: then read whole from this folder (a remote
+        one's mirror holds every marker the driver adopted) and not kept, for the end of the run's
+        statistics and checks, which read each phase once."""
         folder = self.dir / phase
         listed = _list_markers(folder)  # task keys name subfolders: <source>/<shard>
-        cache = self._markers.setdefault(phase, {})
+        cache: dict[str, dict[str, Any]] = {} if full else self._markers.setdefault(phase, {})
         missing = [key for key in listed if key not in cache]
         # A thread per slice of the keys, not per key: fewer hand-offs of the interpreter lock.
         step = max(MARKER_BATCH, -(-len(missing) // MARKER_READERS))
@@ -85,7 +89,7 @@ class MarkerStore:
             loaded = _load_markers(folder, missing, shared)
         for key, marker in zip(missing, loaded):
             if isinstance(marker, dict):
-                cache[key] = marker
+                cache[key] = marker if full else compact(marker)
         return {key: cache[key] for key in listed if key in cache}
 
     def forget(self, phase: str | None = None, task: str | None = None) -> None:
@@ -129,7 +133,7 @@ class MarkerStore:
             from datapipe.run_folder import remote as remote_folder
 
             remote_folder.adopt(self.root, self.remote, self.rel(phase, task), parsed, body)
-        self._markers.setdefault(phase, {})[task] = parsed
+        self._markers.setdefault(phase, {})[task] = compact(parsed)
         return parsed
 
     def committed(self, phase: str) -> CommittedPhase:
@@ -141,6 +145,15 @@ class MarkerStore:
         markers = self.read_all(phase)
         files = {f["path"]: (f["bytes"], f.get("footer")) for m in markers.values() for f in m.get("files", ())}
         return CommittedPhase(phase, files, dict(markers) if phase in self.read_by_tasks else {})
+
+    def handed(self, files: Sequence[str], markers: Sequence[tuple[str, str]]) -> CommittedPhase:
+        """What the driver hands one task of a remote folder (``Task.committed``): the committed entries of
+        the ``files`` it reads by path and the ``markers`` ((phase, task key)) it reads."""
+        from datapipe.run_folder import remote as remote_folder
+
+        assert self.remote is not None
+        given = {(phase, task): m for phase, task in markers if (m := self.read(phase, task)) is not None}
+        return remote_folder.handed(self.remote, files, given)
 
     def install(self, phases: Sequence[CommittedPhase]) -> None:
         """A task's view of a remote folder: what the finished ``phases`` committed, as handed over by
@@ -157,6 +170,22 @@ class MarkerStore:
             for phase, markers in self._markers.items()
             for task, marker in markers.items()
         }
+
+
+# What a marker holds that only the end of the run reads (the audit's file index, the input reads, the
+# counts per stage and reason, a pack task's manifest rows, the task's CPU and memory): not kept by the driver while the run goes
+# (``compact``), read back from the folder at its end (``read_all(full=True)``). A map task's marker
+# is ~5 kB of JSON and held parsed ~10 KiB; kept whole for every task, the driver grew ~10 KiB per
+# task (1.5-2 GB at 149k tasks, ~15 GB at 1.5M: issue 48); compact, a map task's is ~2.3 KiB (its files).
+END_OF_RUN_ONLY = frozenset(
+    "audit_files copies_files reads stage_in stage_skipped stage_recorded rejected stage_edits stage_changed shards"
+    " seconds cpu_seconds peak_rss_mib rss_start_mib peak_scope".split()
+)
+
+
+def compact(marker: dict[str, Any]) -> dict[str, Any]:
+    """What the driver keeps of a marker while the run goes: its counts, the files it names, its node."""
+    return {k: v for k, v in marker.items() if k not in END_OF_RUN_ONLY}
 
 
 def _list_markers(folder: Path, prefix: str = "") -> list[str]:

@@ -13,12 +13,12 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-MAX_PARTITIONS = 4096
-# ``partitions:`` of a global stage: a number, or "auto", resolved when the run is planned to one
-# partition per map task (engine/plan.py ``resolve_partitions``). Map tasks already grow with the
-# corpus at a bounded size each, so a partition then holds about one map task's keys at any scale,
-# and a small run does not pay for 16 near-empty partitions a round (on object storage each is a
-# few marker and listing requests per round).
+# ``partitions:`` of a global stage: the parts its keys are hashed into, a number, or "auto", resolved when
+# the run is planned to one part per map task (engine/plan.py ``resolve_partitions``). Map tasks already
+# grow with the corpus at a bounded size each, so a part holds about one map task's keys at any scale;
+# the engine runs a round's parts in tasks of about ``split.partition_rows`` rows each, a range of parts
+# per task, and calls ``reduce`` once per part (engine/shuffles.py).
+MAX_PARTITIONS = 1 << 30  # a part number is an int32
 Partitions = Annotated[int, Field(ge=1, le=MAX_PARTITIONS)] | Literal["auto"]
 
 
@@ -27,8 +27,9 @@ def partitions_option(what: str) -> Any:
     return Field(
         "auto",
         description=(
-            f"{what} (1-{MAX_PARTITIONS}), or auto: one per map task, so a partition holds about one map "
-            "task's keys however large the corpus (resolved when the run is planned; recorded in run.json)."
+            f"{what}: the parts keys are hashed into (a number), or auto: one per map task, so a part holds about "
+            "one map task's keys however large the corpus (resolved when the run is planned; recorded in "
+            "run.json). The engine reduces each part on its own, in tasks of about split.partition_rows rows."
         ),
     )
 

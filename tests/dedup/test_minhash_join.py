@@ -10,19 +10,18 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from datapipe.engine import phases
 from datapipe.engine.plan import build_stage
-from datapipe.engine.tasks import reduce_inputs
-from datapipe.engine.tasks.map import map_shard
-from datapipe.engine.tasks.merge import merge_round
-from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.engine.tasks import reduce, reduce_inputs
 from datapipe.engine.work_files import WorkFiles
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages import PartitionStep
 from datapipe.stages.global_stage import step_of
-from tests.dedup.test_minhash_rounds import _in_memory, _pipeline, _wiki_docs
+from tests.dedup.test_minhash_rounds import _in_memory, _pipeline, _wiki_docs, map_tasks
 
 
 @pytest.mark.slow
@@ -37,11 +36,10 @@ def test_each_map_output_is_read_once_per_answering_round(tmp_path: Path, monkey
     spec = _pipeline(tmp_path, partitions, "longest")
     segment = spec.segments[0]
     folder = RunFolder(Path(spec.root))
-    for s in spec.shards:
-        map_shard(spec, s, segment)
+    map_tasks(spec, segment)
 
     reads: Counter[tuple[int, str]] = Counter()  # (round, map output) -> reads
-    current = {"round": -1, "partition": -1}
+    current: dict[str, Any] = {"round": -1, "parts": None}  # the partition task's range of parts
     ordinal = {WorkFiles(folder).map_output(segment.index, s.key).name: s.ordinal for s in spec.shards}
     foreign = []  # reads of a map output by a partition that does not own it
     original, whole = reduce_inputs._read_row_groups_of, reduce_inputs.ParquetReduceInputs.read_shard
@@ -49,8 +47,9 @@ def test_each_map_output_is_read_once_per_answering_round(tmp_path: Path, monkey
     def count(path: str) -> None:
         name = Path(path).name
         reads[(current["round"], name)] += 1
-        if ordinal[name] % partitions != current["partition"]:
-            foreign.append((current["round"], current["partition"], name))
+        parts = current["parts"]
+        if parts is not None and not parts[0] <= ordinal[name] % partitions < parts[1]:
+            foreign.append((current["round"], parts, name))
 
     def counting(path: str, rows, columns, *opener):
         count(path)
@@ -64,14 +63,17 @@ def test_each_map_output_is_read_once_per_answering_round(tmp_path: Path, monkey
     monkeypatch.setattr(reduce_inputs.ParquetReduceInputs, "read_shard", counting_whole)
     step = step_of(build_stage(spec, segment.compute_global), PartitionStep)
     assert step is not None
-    for r in range(step.rounds):
-        current["round"] = r
-        merge_round(spec, segment, r)
-        for p in range(partitions):
-            current["partition"] = p
-            reduce_partition(spec, segment, p, r)
-    current["round"], current["partition"] = step.rounds, 0
-    reduce_stage(spec, segment)
+
+    def partition(spec, segment, round, task, outputs=None):  # each partition task, its round and parts noted
+        current["round"], current["parts"] = round, (task.lo, task.hi)
+        try:
+            return reduce.reduce_partition(spec, segment, round, task, outputs)
+        finally:
+            current["parts"] = None
+
+    monkeypatch.setattr(phases, "reduce_partition", partition)
+    phases.run_here(spec, phases.segment_phases(spec, segment, map_phase_too=False))
+    monkeypatch.undo()
 
     outputs = len(spec.shards)
     assert reads, "the run found near-duplicates to verify"
@@ -87,6 +89,6 @@ def test_each_map_output_is_read_once_per_answering_round(tmp_path: Path, monkey
     # And the outcome is the in-memory clustering's (the join changes who reads, not what is decided).
     from tests.dedup.test_minhash_rounds import _global_step
 
-    got, sizes, _ = _global_step(spec, segment)
+    got, sizes, _ = _global_step(spec, segment)  # the rounds again, from the map outputs
     expected, expected_sizes = _in_memory(spec, segment, "longest")
     assert got == expected and sizes == expected_sizes and len(expected) >= 20

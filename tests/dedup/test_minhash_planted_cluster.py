@@ -21,10 +21,8 @@ from datasketch import MinHash
 
 from datapipe.dedup.minhash import DEFAULT_SEED, lsh_params
 from datapipe.dedup.shingles import shingle_hash, shingles
+from datapipe.engine.phases import run_here, segment_phases, shard_outputs
 from datapipe.engine.plan import build_stage, make_spec
-from datapipe.engine.tasks.map import map_shard
-from datapipe.engine.tasks.merge import merge_round
-from datapipe.engine.tasks.reduce import partition_decisions, partition_state, reduce_partition, reduce_stage
 from datapipe.engine.work_files import WorkFiles
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.layout import RunFolder
@@ -133,24 +131,18 @@ def test_a_planted_cluster_is_settled_as_brute_force_says_with_no_task_holding_i
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
     segment = spec.segments[0]
     folder = RunFolder(Path(spec.root))
-    for s in spec.shards:
-        map_shard(spec, s, segment)
     stage = build_stage(spec, segment.compute_global)
     step = step_of(stage, PartitionStep)
     assert step is not None
-    for r in range(step.rounds):
-        merge_round(spec, segment, r)
-        for p in range(PARTITIONS):
-            reduce_partition(spec, segment, p, r)
-    reduce_stage(spec, segment)
+    run_here(spec, segment_phases(spec, segment))  # its map tasks, every round's merges and partitions, the combine step
 
     got, sizes = {}, {}
     ids, texts, keys = [], [], []
     for s in spec.shards:
-        decided = partition_decisions(folder, segment.index, stage, s.ordinal)
+        decided = shard_outputs(spec, segment, s.ordinal)
         for row in decided.to_pylist() if decided is not None else []:
             got[row["id"]] = (row["dup_of"], row["dup_cluster"])
-        state = partition_state(folder, segment.index, stage, s.ordinal)
+        state = shard_outputs(spec, segment, s.ordinal, "state")
         sizes |= dict(zip(state["row_key"].to_pylist(), state["dup_count"].to_pylist())) if state is not None else {}
         table = pq.read_table(WorkFiles(folder).map_output(segment.index, s.key), columns=["id", "text"])
         ids += table["id"].to_pylist()

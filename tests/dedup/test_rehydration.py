@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from datapipe.engine.plan import build_stage, make_spec
-from datapipe.engine.tasks.map import map_shard
-from datapipe.engine.tasks.merge import merge_all_outputs, merge_round
-from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.engine.phases import plan_phases, run_here
+from datapipe.engine.plan import make_spec
 from datapipe.pipeline.load import load_pipeline
-from datapipe.stages import PartitionStep
-from datapipe.stages.global_stage import step_of
 from tests.conftest import write_pipeline
 from tests.support.shared_data import shared_path
 
@@ -32,19 +28,9 @@ def test_survivors_carry_their_cluster_size_on_real_udhr_variants(tmp_path: Path
         },
     )
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
-    first, last = spec.segments
-    for shard in spec.shards:
-        map_shard(spec, shard, first)
-    step = step_of(build_stage(spec, first.compute_global), PartitionStep)
-    assert step is not None
-    for r in range(step.rounds):  # round 0 pairs the pages, then the star rounds settle the clusters
-        merge_round(spec, first, r)
-        for p in range(2):
-            reduce_partition(spec, first, p, r)
-    reduce_stage(spec, first)
-    merge_all_outputs(spec, first)  # the engine's merge phase before the next map tasks
-    for shard in spec.shards:
-        map_shard(spec, shard, last)
+    # The map tasks, round 0 pairing the pages, the star rounds settling the clusters, the merges, the
+    # combine step, and the map tasks after them, as the engine runs them (in this process).
+    run_here(spec, plan_phases(spec))
     kept = {
         r["path"].removesuffix(".html"): r["dup_count"]
         for f in (tmp_path / "out" / "docs").glob("**/*.parquet")

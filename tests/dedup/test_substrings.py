@@ -19,10 +19,8 @@ import pytest
 from datapipe.dedup.fold import t2s_table
 from datapipe.dedup.shingles import _DIGIT_RE, TOKEN_RE
 from datapipe.dedup.substrings import anchors, tokenize, winnow_params
+from datapipe.engine.phases import plan_phases, run_here
 from datapipe.engine.plan import make_spec
-from datapipe.engine.tasks.map import map_shard
-from datapipe.engine.tasks.merge import merge_all_outputs, merge_round
-from datapipe.engine.tasks.reduce import reduce_partition
 from datapipe.errors import DatapipeError
 from datapipe.pipeline.load import load_pipeline
 from tests.conftest import write_pipeline
@@ -165,16 +163,7 @@ def run_stage(tmp_path: Path, texts: list[str], options: dict, files: int = 3) -
     )
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
     assert len(spec.shards) == files  # the copies are in other shards than their originals
-    first, last = spec.segments
-    for shard in spec.shards:
-        map_shard(spec, shard, first)
-    for r in range(5):
-        merge_round(spec, first, r)  # the engine's merge phase of each round (split.shuffle_groups)
-        for p in range(PARTITIONS):
-            reduce_partition(spec, first, p, r)
-    merge_all_outputs(spec, first)  # and the one before the next map tasks
-    for shard in spec.shards:
-        map_shard(spec, shard, last)
+    run_here(spec, plan_phases(spec))  # the map tasks, every round's merges and partitions, the map tasks after
     out = tmp_path / "out"
     kept = {r["id"]: r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}
     rejected = {r["id"]: r for f in sorted((out / "rejected").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}

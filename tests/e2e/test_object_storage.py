@@ -71,10 +71,13 @@ def s3(tmp_path_factory):
         server.stop()
 
 
-def pipeline_file(folder: Path, data: str, output: str, partitions: int | None = None) -> Path:
+def pipeline_file(folder: Path, data: str, output: str, partitions: int | None = None, partition_rows: int | None = None) -> Path:
     """The demo pipeline with its inputs under ``data`` (a folder or a URI) and its run folder at
-    ``output``; ``partitions``: of its dedup and minhash stages (default auto: one per map task)."""
+    ``output``; ``partitions``: of its dedup and minhash stages (default auto: one per map task);
+    ``partition_rows``: ``split.partition_rows`` (rows a partition task holds)."""
     cfg = yaml.safe_load(DEMO.read_text(encoding="utf-8"))
+    if partition_rows is not None:
+        cfg.setdefault("split", {})["partition_rows"] = partition_rows
     for stage in cfg["stages"]:
         for kind in ("dedup", "minhash"):
             if kind in stage and partitions is not None:
@@ -168,7 +171,8 @@ def test_partition_tasks_on_another_node_read_only_their_row_groups_from_the_sto
 
     from datapipe.engine.plan import build_stage, make_spec
     from datapipe.engine.runner import run_pipeline
-    from datapipe.engine.tasks.merge import round_inputs
+    from datapipe.engine.shuffles import StepShuffle
+    from datapipe.engine.tasks import runs
     from datapipe.engine.tasks.reduce import reduce_partition
     from datapipe.engine.work_files import WorkFiles
     from datapipe.pipeline.load import load_pipeline
@@ -178,12 +182,16 @@ def test_partition_tasks_on_another_node_read_only_their_row_groups_from_the_sto
 
     # Six partitions (the demo's two map tasks would give two with auto): a partition's share of
     # a round's files is then small enough to tell from the whole files.
+    # Runs of many small row groups (a crawl's hold ~1 MiB each; the demo's runs are a few kB): a range of
+    # parts is then a part of each run, as it is at crawl scale.
+    monkeypatch.setattr(runs, "RUN_GROUP_BYTES", 256)
+    monkeypatch.setattr(runs, "MIN_GROUP_ROWS", 8)
     uri = f"s3://{BUCKET}/runs/parts6"
-    pipeline = load_pipeline(pipeline_file(tmp_path / "p", f"s3://{BUCKET}/data", uri, partitions=6))
+    pipeline = load_pipeline(pipeline_file(tmp_path / "p", f"s3://{BUCKET}/data", uri, partitions=6, partition_rows=30))
     remote = run_pipeline(pipeline, in_process=True, show_progress=False, log=lambda m: None)
     monkeypatch.setenv("DATAPIPE_CACHE_DIR", str(tmp_path / "other-node"))
     folder = RunFolder(uri)
-    folder.pull()  # this node learns what the markers name (a task is handed it by the driver)
+    folder.pull(full=True)  # its markers, as the driver plans the tasks from them (a task is handed its inputs)
     spec = make_spec(pipeline, folder.root, cache_dir(), remote.run["split"]["target_bytes"])
     sizes = {  # every object's size, as the store lists it
         o["Key"][len("runs/parts6/") :]: o["Size"]
@@ -193,17 +201,32 @@ def test_partition_tasks_on_another_node_read_only_their_row_groups_from_the_sto
     counting = s3.counting
     shuffled = 0
     for segment in spec.segments:
-        if segment.compute_global is None or step_of(build_stage(spec, segment.compute_global), PartitionStep) is None:
+        step = step_of(build_stage(spec, segment.compute_global), PartitionStep) if segment.compute_global else None
+        if step is None:
             continue
-        inputs = round_inputs(spec, folder, segment, 0, fetch=False)
-        whole = sum(sizes[p.relative_to(folder.root).as_posix()] for p in inputs)
+        shuffle = StepShuffle(spec, segment, step)
+        tasks = shuffle.readers(folder, 0)  # as the driver lists them, from the markers
+        assert tasks is not None and len(tasks) > 2
+        task = tasks[0]
+        inputs = [folder.root / f.path for f in task.inputs]
+        whole = sum(sizes[f.path] for f in task.inputs)
+        owned = shuffle.map_outputs(folder, shuffle.owned(task)) if step.owner_reads else None
+        # What reading its parts takes: each run's footer and the row groups that may hold them.
+        needed = 0
+        for f in task.inputs:
+            run = pq.ParquetFile(pa.BufferReader(s3.get_object(Bucket=BUCKET, Key=f"runs/parts6/{f.path}")["Body"].read()))
+            groups = runs.groups_in(run, "part", task.lo, task.hi)
+            meta = run.metadata
+            needed += f.footer + 8
+            needed += sum(meta.row_group(g).column(c).total_compressed_size for g in groups for c in range(meta.num_columns))
         before = counting.snapshot()
-        marker = reduce_partition(spec, segment, 0, 0)
+        marker = reduce_partition(spec, segment, 0, task, owned)
         used = counting.since(before)
         assert marker["rows_in"] > 0
-        # Its row groups of the round's files (one of several parts each) and a few map-output rows:
-        # well under the round's files alone, which a download of each would have moved whole.
-        assert 0 < used["bytes_read"] < whole / 2, (used, whole)
+        # Its row groups of the round's runs (one of several parts each), their footers, and a few
+        # map-output rows (MinHash's owner answers none in round 0): under the runs' whole size, which a
+        # download of each would have moved.
+        assert 0 < used["bytes_read"] <= needed * 1.1 < whole, (used, needed, whole)
         assert not [p for p in inputs if p.exists()]  # read in place, not mirrored
         out = WorkFiles(folder).partition_output(segment.index, 0, 0, fetch=False)
         key = f"runs/parts6/{out.relative_to(folder.root).as_posix()}"

@@ -16,11 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from datapipe.engine.pack_plan import pack_ranges
+from datapipe.engine.phases import run_here, segment_phases, shard_outputs
 from datapipe.engine.plan import RunSpec, Segment, build_stage, make_spec
 from datapipe.engine.tasks.map import map_shard
-from datapipe.engine.tasks.merge import OUTPUT_RANGES, merge_all_outputs, merge_round
 from datapipe.engine.tasks.pack import pack_range, pack_source
-from datapipe.engine.tasks.reduce import partition_decisions, reduce_partition, reduce_stage
 from datapipe.engine.work_files import WorkFiles
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.layout import RunFolder
@@ -114,11 +113,17 @@ def _single_task_reference(folder: RunFolder, spec: RunSpec, exact: bool, url: b
 
 
 @pytest.mark.parametrize(
-    ("exact", "url", "partitions", "groups"),
-    [(True, True, 5, 8), (True, False, 3, 8), (False, True, 4, 8), (True, True, 1, 8), (True, True, 5, 2)],
+    ("exact", "url", "partitions", "fan_in", "rows"),
+    [
+        (True, True, 5, 256, 40),
+        (True, False, 3, 256, 10**6),
+        (False, True, 4, 256, 25),
+        (True, True, 1, 256, 40),
+        (True, True, 5, 2, 30),
+    ],
 )
 def test_partitioned_exact_dedup_equals_the_single_task_reduce(
-    tmp_path: Path, exact: bool, url: bool, partitions: int, groups: int
+    tmp_path: Path, exact: bool, url: bool, partitions: int, fan_in: int, rows: int
 ) -> None:
     _corpus_with_planted_copies(tmp_path)
     pipeline = load_pipeline(
@@ -128,43 +133,30 @@ def test_partitioned_exact_dedup_equals_the_single_task_reduce(
                 "name": "xd",
                 "sources": [{"name": "web", "kind": "web", "paths": ["data/*.jsonl"]}],
                 "stages": [{"dedup": {"exact": exact, "url": url, "partitions": partitions}}],
-                "split": {"shuffle_groups": groups},
+                "split": {"shuffle_fan_in": fan_in, "partition_rows": rows},
             },
         )
     )
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
     folder = RunFolder(tmp_path / "out")
     map0, map1 = spec.segments
-    docs_in = sum(map_shard(spec, s, map0)["docs_in"] for s in spec.shards)
+    run_here(spec, segment_phases(spec, map0))  # the map tasks, each round's merges and partition tasks
+    docs_in = sum(m["docs_in"] for m in folder.markers.read_all("map0").values())
     stage = build_stage(spec, 1)
     step = step_of(stage, PartitionStep)
     assert step is not None and step.rounds == int(exact) + int(url)
-    for r in range(step.rounds):
-        merge_round(spec, map0, r)
-        for p in range(partitions):
-            reduce_partition(spec, map0, p, r)
     got = []
     for s in spec.shards:
-        table = partition_decisions(folder, 0, stage, s.ordinal)
+        table = shard_outputs(spec, map0, s.ordinal)  # what its next map task reads
         if table is not None:
             got += [(r["id"], r["shard"], r["reason"], r["detail"], r["dup_of"]) for r in table.to_pylist()]
     expected = _single_task_reference(folder, spec, exact, url)
     assert sorted(got) == expected
     reasons = {r[2] for r in expected}
     assert ("exact_duplicate" in reasons) == exact and ("duplicate_url" in reasons) == url
-    # Merged into a few files (engine/tasks/merge.py), as the engine does before the next map tasks:
-    # each shard's decisions are the same rows in the same order.
-    # With fewer groups than partitions, each group is cut into ranges of shards, a merge task each.
-    merge = merge_all_outputs(spec, map0)
-    assert merge.groups == (groups if partitions * step.rounds > groups else 0)
-    assert merge.ranges == (min(len(spec.shards), OUTPUT_RANGES) if merge else 1)
-    for s in spec.shards:
-        plain = partition_decisions(folder, 0, stage, s.ordinal)
-        merged = partition_decisions(folder, 0, stage, s.ordinal, merge)
-        assert (plain is None and merged is None) or (plain is not None and merged is not None and merged.equals(plain))
     # The map phase after it applies exactly those decisions: kept + rejected = read, dup_of carried.
-    markers = [map_shard(spec, s, map1) for s in spec.shards]
-    assert sum(m["kept"] for m in markers) == docs_in - len(expected)
+    run_here(spec, segment_phases(spec, map1))
+    assert sum(m["kept"] for m in folder.markers.read_all("map1").values()) == docs_in - len(expected)
     rejected = pq.read_table(tmp_path / "out" / "rejected").to_pylist()
     assert sorted((r["id"], r["reason"], r["dup_of"]) for r in rejected) == sorted((e[0], e[2], e[4]) for e in expected)
 
@@ -271,14 +263,14 @@ def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: P
                 "name": "mh",
                 "sources": [{"name": "t", "kind": "text", "paths": ["data/*.jsonl"]}],
                 "stages": [{"minhash": {"threshold": 0.7, "partitions": partitions, "survivor": survivor}}],
+                # Rounds cut into tasks of a few parts each (a part is reduced on its own either way).
+                "split": {"partition_rows": 300, "shuffle_fan_in": 3},
             },
         )
     )
     spec = make_spec(pipeline, tmp_path / "out", tmp_path / "cache")
     folder = RunFolder(tmp_path / "out")
     map0 = spec.segments[0]
-    for s in spec.shards:
-        map_shard(spec, s, map0)
     got = {r["id"]: (r["dup_of"], r["dup_cluster"]) for r in minhash_decisions(spec, folder, map0)}
 
     # The in-memory clustering over the whole corpus at once, in run order.
@@ -302,20 +294,13 @@ def test_partitioned_minhash_clusters_equal_the_in_memory_clustering(tmp_path: P
 
 
 def minhash_decisions(spec: RunSpec, folder: RunFolder, segment: Segment) -> list[dict]:
-    """Every round of a minhash stage's partition step (in this process), then its combine step: the
-    decisions of every shard, as the map phase after it reads them (partitions' and combine's)."""
-    stage = build_stage(spec, segment.compute_global)
-    step = step_of(stage, PartitionStep)
-    assert step is not None
-    for r in range(step.rounds):
-        merge_round(spec, segment, r)
-        for p in range(step.partitions):
-            reduce_partition(spec, segment, p, r)
-    reduce_stage(spec, segment)
-    merge_all_outputs(spec, segment)
+    """The segment's map tasks and every round of its minhash stage's partition step (in this process),
+    then its combine step: the decisions of every shard, as the map phase after it reads them
+    (partitions' and combine's)."""
+    run_here(spec, segment_phases(spec, segment))
     rows = []
     for s in spec.shards:
-        table = partition_decisions(folder, segment.index, stage, s.ordinal)
+        table = shard_outputs(spec, segment, s.ordinal)
         rows += table.to_pylist() if table is not None else []
         path = WorkFiles(folder).decisions_file(segment.index, s.key)
         rows += pq.read_table(path).to_pylist() if path.exists() else []

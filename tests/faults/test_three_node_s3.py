@@ -29,8 +29,8 @@ DATA = PROJECT_ROOT / "pipelines" / "demo" / "data"
 
 
 def _pipeline(folder: Path, data: str, partitions: int) -> Path:
-    """The demo data through exact dedup and MinHash (4 shuffle partitions, merged in 2 groups) and
-    packing, in 32 KB map tasks (7) so every node gets some."""
+    """The demo data through exact dedup and MinHash (4 parts each, rounds in tasks of 40 rows, merge
+    levels of fan-in 2) and packing, in 32 KB map tasks (7) so every node gets some."""
     config = {
         "name": "three",
         "sources": [
@@ -43,7 +43,13 @@ def _pipeline(folder: Path, data: str, partitions: int) -> Path:
             {"minhash": {"threshold": 0.7, "fold_script": True, "partitions": partitions}},
         ],
         "tokenize": {"tokenizer": str(PROJECT_ROOT / "tokenizer" / "demo.json"), "seq_len": 512, "rows_per_shard": 64},
-        "split": {"target_bytes": 32768, "min_bytes": 4096, "group_small_files": False, "shuffle_groups": 2},
+        "split": {
+            "target_bytes": 32768,
+            "min_bytes": 4096,
+            "group_small_files": False,
+            "shuffle_fan_in": 2,
+            "partition_rows": 40,
+        },
     }
     path = folder / "three.yaml"
     path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))

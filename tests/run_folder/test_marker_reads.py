@@ -43,20 +43,33 @@ def test_read_markers_lists_a_phase_once_and_keeps_what_it_read(tmp_path: Path) 
     assert folder.markers.read_all("map0")[keys[0]] == {"docs_in": 5}
 
 
-def test_cached_markers_share_equal_column_lists_and_keep_the_others(tmp_path: Path) -> None:
+def test_the_driver_keeps_what_planning_reads_and_reads_the_rest_back_at_the_end(tmp_path: Path) -> None:
+    """A marker's audit index, input reads and counts per stage are read once, at the end of the run
+    (``read_all(full=True)``): the driver keeps counts, files and node per task (issue 48 item 6)."""
     folder = RunFolder(tmp_path)
     a = [["id", "string"], ["text", "string"]]
-    b = [["id", "string"], ["score", "double"]]  # the same length, another layout
 
-    def marker(*layouts: list[list[str]]) -> dict:
-        return {"docs_in": 1, "audit_files": [{"path": f"docs/{i}.parquet", "columns": c} for i, c in enumerate(layouts)]}
+    def marker(i: int) -> dict:
+        return {
+            "docs_in": i,
+            "files": [{"path": f"_work/map0/{i}.parquet", "bytes": 10}],
+            "node": "n1",
+            "audit_files": [{"path": f"docs/{i}.parquet", "columns": a}],
+            "reads": [{"path": "in.jsonl", "size": 3}],
+            "stage_in": {"0": i},
+            "rejected": {"0": {"short": 1}},
+            "cpu_seconds": 0.5,
+        }
 
-    _write(folder, "map0", "src/00000", json.dumps(marker(a, b)))
-    read = folder.markers.read_all("map0")["src/00000"]["audit_files"]
-    adopted = folder.markers.adopt("map0", "src/00001", json.dumps(marker(b, a), sort_keys=True).encode())
-    given = folder.markers.adopt("map0", "src/00002", marker(a))  # a dict, as an executor may hand it over
-    assert adopted is not None and given is not None
-    assert [f["columns"] for f in adopted["audit_files"]] == [b, a] and given["audit_files"][0]["columns"] == a
-    assert adopted["audit_files"][0]["columns"] is read[1]["columns"]  # one list per layout in the cache
-    assert adopted["audit_files"][1]["columns"] is read[0]["columns"] is given["audit_files"][0]["columns"]
-    assert folder.markers.read("map0", "src/00001") is adopted  # cached: never read back
+    _write(folder, "map0", "src/00000", json.dumps(marker(0)))
+    _write(folder, "map0", "src/00001", json.dumps(marker(1), sort_keys=True))  # as its task wrote it, then handed it back
+    adopted = folder.markers.adopt("map0", "src/00001", json.dumps(marker(1), sort_keys=True).encode())
+    assert adopted is not None and adopted["audit_files"][0]["columns"] == a  # the caller gets it whole
+    held = folder.markers.read_all("map0")
+    assert held == {
+        k: {"docs_in": i, "files": marker(i)["files"], "node": "n1"} for i, k in enumerate(("src/00000", "src/00001"))
+    }
+    assert folder.markers.read("map0", "src/00001") is held["src/00001"]  # cached: never read back
+    whole = folder.markers.read_all("map0", full=True)
+    assert whole == {"src/00000": marker(0), "src/00001": marker(1)}
+    assert folder.markers.read_all("map0") == held  # the full read is not kept

@@ -1,6 +1,6 @@
 """A task of a run folder on an object store lists nothing and reads no marker there: what earlier
-phases committed comes from the driver (``Phase.committed``, run_folder/remote.py ``install``), so
-its requests do not grow with the run. Each task runs as on a node that has seen nothing of the
+phases committed that it reads comes from the driver (``Task.committed``, from ``Phase.inputs``;
+run_folder/remote.py ``install``), so its requests do not grow with the run, nor its node's tables. Each task runs as on a node that has seen nothing of the
 run (its own mirror, no memory of the store's markers), on a loopback S3 server that counts them."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from datapipe.engine import runner
 from datapipe.engine.executors.base import Outcome
 from datapipe.engine.executors.in_process import InProcessExecutor
 from datapipe.engine.phases import Phase, Task
+from datapipe.engine.worker import run_task
 from datapipe.run_folder import remote
 from datapipe.run_folder.layout import LINES_PHASE, RunFolder
 from datapipe.storage.atomic import write_bytes_atomic
@@ -56,6 +57,7 @@ class NewNodes(InProcessExecutor):
     def __init__(self, nodes: Path, uri: str) -> None:
         super().__init__()
         self.nodes, self.uri, self.started = nodes, uri, 0
+        self.held: list[int] = []
 
     def outcomes(self, spec: Any, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
         for task in tasks:
@@ -63,13 +65,20 @@ class NewNodes(InProcessExecutor):
             driver = self._forget()
             driver_cache = os.environ["DATAPIPE_CACHE_DIR"]
             os.environ["DATAPIPE_CACHE_DIR"] = str(self.nodes / f"node{self.started}")
-            try:
-                yield from super().outcomes(spec, phase, [task])
+            outcome: dict[str, Any] | Exception
+            try:  # as a worker of another node runs it: handed what it reads (the driver's own process is not)
+                try:
+                    outcome, _ = run_task(phase.name, task.key, phase.fn, spec, *task.args, committed=[task.committed])
+                except Exception as exc:  # noqa: BLE001 - reported as the executors do
+                    outcome = exc
+                # What this node holds of the run: the task's own inputs, never the run's other files.
+                self.held.append(len(remote._named.get(self.uri, {})))
             finally:
                 os.environ["DATAPIPE_CACHE_DIR"] = driver_cache
                 self._forget()
                 for name, state in driver.items():  # the driver's own memory, back
                     getattr(remote, name)[self.uri] = state
+            yield task.key, outcome  # the driver adopts its marker in its own memory
 
     def _forget(self) -> dict[str, Any]:
         """Take out whatever run_folder/remote.py holds for the run folder (its state per URI)."""
@@ -83,11 +92,21 @@ def run_two_phases(s3: CountingS3, tmp: Path, n: int, monkeypatch: pytest.Monkey
     uri = f"s3://{BUCKET}/run-{n}"
     folder = RunFolder(uri)
     first = Phase(LINES_PHASE, write_part, tuple(Task(f"t{i:04d}", (i,)) for i in range(n)), {}, "tasks")
-    second = Phase("map0", read_part, tuple(Task(f"t{i:04d}", (i,)) for i in range(n)), {}, "tasks")
+    second = Phase(
+        "map0",
+        read_part,
+        tuple(Task(f"t{i:04d}", (i,)) for i in range(n)),
+        {},
+        "tasks",
+        inputs=lambda t: ([f"_work/parts/{t.key[1:]}.bin"], [(LINES_PHASE, t.key)]),  # what read_part reads
+    )
     monkeypatch.setattr(runner, "plan_phases", lambda spec: [first, second])
+    monkeypatch.setattr(runner, "prune_after", lambda spec: {})  # no shuffle folders to prune in these two phases
     result = runner.RunResult(folder.root, {})
     before = s3.folder_snapshot()
-    runner._run_phases(result, folder, SimpleNamespace(root=str(folder.root)), NewNodes(tmp / f"nodes-{n}", uri), {}, False)  # type: ignore[arg-type]
+    nodes = NewNodes(tmp / f"nodes-{n}", uri)
+    runner._run_phases(result, folder, SimpleNamespace(root=str(folder.root)), nodes, {}, False)  # type: ignore[arg-type]
+    assert max(nodes.held) <= 1  # a node holds its task's inputs' entries, not a table of the run's files
     used = s3.folder_snapshot() - before
     assert result.executed_tasks == 2 * n
     counts = {

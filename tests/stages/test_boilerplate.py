@@ -12,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from datapipe.audit.sql import connect as connect_stats
+from datapipe.engine.phases import plan_phases, run_here
 from datapipe.engine.plan import make_spec
-from datapipe.engine.tasks.map import map_shard
-from datapipe.engine.tasks.merge import merge_all_outputs, merge_round
-from datapipe.engine.tasks.reduce import reduce_partition, reduce_stage
+from datapipe.engine.work_files import map_phase
 from datapipe.pipeline.load import load_pipeline
+from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.boilerplate import batch_unit_hashes, normalize_unit, split_units, strip_units
 from tests.conftest import write_pipeline
 from tests.support import boilerplate_corpus
@@ -43,15 +43,8 @@ def run_in_process(tmp_path: Path, texts: list[str], options: dict, n_files: int
         },
     )
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
-    first, last = spec.segments
-    for shard in spec.shards:
-        map_shard(spec, shard, first)
-    merge_round(spec, first, 0)
-    for p in range(3):
-        reduce_partition(spec, first, p)
-    reduce_stage(spec, first)
-    merge_all_outputs(spec, first)  # the engine's merge phase before the next map tasks
-    markers = [map_shard(spec, shard, last) for shard in spec.shards]
+    run_here(spec, plan_phases(spec))  # the map tasks, the partitions, the combine step, the map tasks after
+    markers = RunFolder(tmp_path / "out").read_markers(map_phase(spec.segments[-1].index)).values()
     out = tmp_path / "out"
     kept = {r["id"]: r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}
     rejected = {r["id"]: r for f in sorted((out / "rejected").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}

@@ -152,6 +152,7 @@ def _run_and_check(tmp_path: Path, combine: bool, in_process: bool) -> None:
             "name": "toy",
             "sources": [{"name": s, "kind": "web", "paths": [f"{s[4:]}.jsonl"]} for s in sizes],
             "stages": [{"langid": {}}, {"length": {"min_chars": 60}}, {"toy_longest": {"partitions": 3, "combine": combine}}],
+            "split": {"partition_rows": 1},  # a task per part: three partition tasks
         },
     )
     out = tmp_path / "out"

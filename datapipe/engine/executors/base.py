@@ -60,9 +60,10 @@ class Executor(Protocol):
     def outcomes(self, spec: RunSpec, phase: Phase, tasks: Sequence[Task]) -> Iterator[Outcome]:
         """Run ``tasks`` of ``phase``; one outcome per task, in any order: its marker (a dict, or its
         bytes as the task committed them: ``MarkerStore.adopt`` takes either). A task's failure is an
-        outcome (the others go on); retries, where the executor has them, are already spent. Each
-        task gets ``phase.committed`` (``run_task``'s ``committed``): in a remote run folder, a task
-        in another process learns from it what earlier phases committed."""
+        outcome (the others go on); retries, where the executor has them, are already spent. A task run
+        in another process gets ``task.committed`` (``run_task``'s ``committed``): in a remote run
+        folder, it learns from it the committed entries of what it reads; and the spec without its
+        shards unless ``phase.full_spec`` (a map task is handed its own shard)."""
         ...
 
 

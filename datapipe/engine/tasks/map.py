@@ -23,12 +23,12 @@ import pyarrow.parquet as pq
 from datapipe.audit.aggregates import task_aggregates
 from datapipe.config.mixture import REPEAT_COLUMN
 from datapipe.engine.plan import RunSpec, Segment, Shard, build_stage
+from datapipe.engine.shuffle_plan import RunFile
 from datapipe.engine.splits import InputRange
 from datapipe.engine.tasks.isolate import Step
-from datapipe.engine.tasks.merge import output_groups
 from datapipe.engine.tasks.prefetch import prefetched
 from datapipe.engine.tasks.recorded import ShardSignals, tokens_with_recorded, with_recorded
-from datapipe.engine.tasks.reduce import partition_copies, partition_decisions, partition_state, partitions_decide
+from datapipe.engine.tasks.reduce import partitions_decide, shard_rows
 from datapipe.engine.tasks.shard_outputs import MapCounts, ShardOutputs
 from datapipe.engine.work_files import WorkFiles
 from datapipe.readers import InputFile, ReadBatch, reader_path, reader_spec
@@ -112,14 +112,20 @@ def _build(spec: RunSpec, shard: Shard, segment: Segment) -> _Built:
     return _Built(stages, skips, reused, recorded_tokens, cast(GlobalStage | None, compute_global), partitioned)
 
 
-def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
-    """Run one map segment over one input shard; returns the marker contents."""
+# The runs holding a shard's rows of the deciding step it applies, by kind (decisions, state, copies):
+# handed to its map task by the driver (engine/shuffles.py ``final_outputs``).
+ShardRuns = dict[str, tuple[RunFile, ...]]
+
+
+def map_shard(spec: RunSpec, shard: Shard, segment: Segment, decided: ShardRuns | None = None) -> dict[str, Any]:
+    """Run one map segment over one input shard; returns the marker contents. ``decided``: where the
+    shard's rows of the partition step before are (none: it has no deciding partition step)."""
     started = time.perf_counter()
     cpu_started = time.process_time()  # this worker's CPU (all its threads): for utilisation figures
     folder = RunFolder(Path(spec.root))
     built = _build(spec, shard, segment)
     out = ShardOutputs(spec, folder, shard, segment, shuffles=built.partitioned is not None)
-    applying = _Applying(spec, folder, segment, shard) if segment.apply_global is not None else None
+    applying = _Applying(spec, folder, segment, shard, decided or {}) if segment.apply_global is not None else None
     steps = segment_steps(spec, shard, segment, built, applying, out.counts)
     # What this task reads of its input files, hashed as it is read: the run checks it at its end and
     # at every resume (engine/input_identity.py). A file a reader opens by its own means (archives,
@@ -140,6 +146,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment) -> dict[str, Any]:
         "audit_files": out.audit_files(segment.final),
         "aggregates": _write_aggregates(spec, folder, shard, segment, out.audit_files(segment.final)),
         **({"copies_files": out.copies_files()} if applying is not None else {}),
+        **({"shuffle_rows": out.shuffle.rows} if out.shuffle is not None else {}),
         "seconds": round(time.perf_counter() - started, 3),
         "cpu_seconds": round(time.process_time() - cpu_started, 3),
     }
@@ -308,16 +315,18 @@ def _reads_marker(shard: Shard, reads: list[ReadRecord]) -> list[dict[str, Any]]
 class _Applying:
     """The decisions (and ``apply``) of the global stage before this segment, for one shard."""
 
-    def __init__(self, spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> None:
+    def __init__(self, spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard, decided: ShardRuns) -> None:
         assert segment.apply_global is not None
         self.position = segment.apply_global
         # apply_global names a global stage (plan_segments ends a segment only at one)
         self.stage = cast(GlobalStage, build_stage(spec, self.position, setup=True))
         self.name = spec.stage_name(self.position)
         self.ordinal = shard.ordinal
-        self.decisions = _load_decisions(spec, folder, segment, shard)
-        self.copies = _load_copies(spec, folder, segment, shard)  # dropped in favour of this shard's documents
-        self.state = _load_state(spec, folder, segment, shard)  # what the applied stage's apply() needs besides decisions
+        self.decisions = _load_decisions(spec, folder, segment, shard, decided)
+        self.copies = _load_copies(spec, folder, segment, shard, decided)  # dropped in favour of this shard's documents
+        self.state = _load_state(
+            spec, folder, segment, shard, decided
+        )  # what the applied stage's apply() needs besides decisions
         self.rows_read = 0  # position in the previous segment's output: the row keys the reduce used
 
     def apply(self, batch: pa.Table, out: ShardOutputs) -> pa.Table:
@@ -475,42 +484,39 @@ def _with_n_chars(table: pa.Table) -> pa.Table:
     return table.append_column("n_chars", pc.cast(pc.fill_null(pc.utf8_length(table["text"]), 0), pa.int64()))
 
 
-def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
+def _load_decisions(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard, decided: ShardRuns) -> pa.Table | None:
     if segment.apply_global is None:
         return None
     stage = build_stage(spec, segment.apply_global)
     parts = []
     if partitions_decide(stage):  # the partition outputs are decisions
-        groups = output_groups(spec, spec.segments[segment.index - 1])
-        parts.append(partition_decisions(folder, segment.index - 1, stage, shard.ordinal, groups))
+        parts.append(shard_rows(folder, decided.get("decisions", ()), shard.ordinal))
     if step_of(stage, CombineStep) is not None:
         path = WorkFiles(folder).decisions_file(segment.index - 1, shard.key)
         parts.append(pq.read_table(path) if path.exists() else None)
     return _concat([t for t in parts if t is not None and t.num_rows])
 
 
-def _load_copies(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
+def _load_copies(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard, decided: ShardRuns) -> pa.Table | None:
     """The copies the applied stage dropped whose survivor is one of this shard's documents, from its
     partitions and its combine step (engine/tasks/copies.py)."""
     assert segment.apply_global is not None
     stage = build_stage(spec, segment.apply_global)
     parts = []
     if partitions_decide(stage):
-        groups = output_groups(spec, spec.segments[segment.index - 1])
-        parts.append(partition_copies(folder, segment.index - 1, stage, shard.ordinal, groups))
+        parts.append(shard_rows(folder, decided.get("copies", ()), shard.ordinal))
     path = WorkFiles(folder).combine_copies_file(segment.index - 1)
     if step_of(stage, CombineStep) is not None and path.exists():
         parts.append(pq.read_table(path, filters=[("shard", "=", shard.ordinal)]))
     return _concat([t for t in parts if t is not None and t.num_rows])
 
 
-def _load_state(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard) -> pa.Table | None:
+def _load_state(spec: RunSpec, folder: RunFolder, segment: Segment, shard: Shard, decided: ShardRuns) -> pa.Table | None:
     """The applied stage's ``CombineStep.state`` (this shard's rows where it is per shard, else all of it),
     with this shard's rows of its partitions' states."""
     if segment.apply_global is None:
         return None
-    groups = output_groups(spec, spec.segments[segment.index - 1])
-    parts = [partition_state(folder, segment.index - 1, build_stage(spec, segment.apply_global), shard.ordinal, groups)]
+    parts = [shard_rows(folder, decided.get("state", ()), shard.ordinal)]
     path = WorkFiles(folder).state_file(segment.index - 1)
     if path.exists():
         if "shard" in pq.read_schema(path).names:

@@ -1,8 +1,9 @@
-"""The corpus-wide tasks of a global stage: one partition of a shuffle round, and the combine step."""
+"""The corpus-wide tasks of a global stage: one partition task of a shuffle round, and the combine step."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,42 +12,77 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datapipe.engine.plan import RunSpec, Segment, build_stage
+from datapipe.engine.shuffle_plan import ReadTask, RunFile
+from datapipe.engine.shuffles import OUTPUT_KEY, SHUFFLE_KEY
+from datapipe.engine.tasks import runs
 from datapipe.engine.tasks.copies import split_copies
-from datapipe.engine.tasks.merge import OutputMerge, merged_output_files, round_inputs
 from datapipe.engine.tasks.reduce_inputs import ParquetReduceInputs
-from datapipe.engine.tasks.sinks import ShuffleSink
 from datapipe.engine.work_files import WorkFiles
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.base import Stage
 from datapipe.stages.global_stage import CombineStep, PartitionResult, PartitionStep, step_of
 from datapipe.storage.atomic import atomic_path
-from datapipe.storage.parquet_reads import rows_where
+
+# The map outputs a partition task may read rows of (``ReduceInputs.read_rows``): (shard ordinal, its run
+# file), handed over by the driver (a step with ``owner_reads``: the shards its parts own); None: any
+# shard's, found by the spec (a step that reads the rows of any document: semantic, substrings).
+MapOutputs = tuple[tuple[int, RunFile], ...] | None
 
 
 def _reduce_inputs(
     spec: RunSpec, folder: RunFolder, segment: Segment, forwarded: tuple[str, ...] = (), lazy: bool = False
 ) -> ParquetReduceInputs:
-    """The map outputs a step reads. ``lazy`` (partition tasks): nothing is downloaded up front; a
-    MinHash partition's ``read_rows`` reads the row groups it needs of each map output in place
-    (``RunFolder.parquet``), a step reading whole files downloads them (``fetch``)."""
+    """The map outputs the combine step reads. ``lazy``: nothing is downloaded up front; ``read_rows``
+    reads the row groups it needs of each map output in place (``RunFolder.parquet``), a step reading
+    whole files downloads them (``fetch``)."""
     assert segment.compute_global is not None
     outputs = str(folder.stage_outputs_dir(segment.compute_global, spec.stage_name(segment.compute_global)))
-    work = WorkFiles(folder)
     if not lazy:
-        present = [(s.ordinal, p) for s in spec.shards if (p := work.map_output(segment.index, s.key)).exists()]
-        scratch = work.scratch_dir(segment.index)
+        present = [(s.ordinal, p) for s in spec.shards if (p := WorkFiles(folder).map_output(segment.index, s.key)).exists()]
+        scratch = WorkFiles(folder).scratch_dir(segment.index)
         return ParquetReduceInputs([str(p) for _, p in present], [o for o, _ in present], str(scratch), forwarded, outputs)
-    present = [
-        (s.ordinal, p) for s in spec.shards if folder.is_committed(p := work.map_output(segment.index, s.key, fetch=False))
-    ]
     return ParquetReduceInputs(
-        [str(p) for _, p in present],
-        [o for o, _ in present],
-        str(work.scratch_dir(segment.index)),
+        [],
+        [],
+        str(WorkFiles(folder).scratch_dir(segment.index)),
         forwarded,
         outputs,
         fetch=lambda path: str(folder.fetched(Path(path))),
         open_file=lambda path: folder.parquet(Path(path)),
+        locate=_any_shard(spec, folder, segment),
+    )
+
+
+def _any_shard(spec: RunSpec, folder: RunFolder, segment: Segment) -> Callable[[int], str | None]:
+    """Shard ordinal -> its map output (None: the task wrote none), looked up when a row of it is read."""
+
+    def locate(ordinal: int) -> str | None:
+        path = WorkFiles(folder).map_output(segment.index, spec.shards[ordinal].key, fetch=False)
+        return str(path) if folder.is_committed(path) else None
+
+    return locate
+
+
+def _partition_inputs(spec: RunSpec, folder: RunFolder, segment: Segment, outputs: MapOutputs) -> ParquetReduceInputs:
+    """What a partition task's step reads of the map outputs: the ones it was handed, opened with their
+    committed size and footer, else any shard's (``MapOutputs``)."""
+    if outputs is None:
+        return _reduce_inputs(spec, folder, segment, lazy=True)
+    assert segment.compute_global is not None
+    by_path = {f.path: f for _, f in outputs}
+    root = folder.root
+
+    def open_file(path: str) -> pq.ParquetFile:
+        f = by_path[Path(path).relative_to(root).as_posix()]
+        return folder.open_run(f.path, f.bytes, f.footer)
+
+    return ParquetReduceInputs(
+        [str(root / f.path) for _, f in outputs],
+        [o for o, _ in outputs],
+        str(WorkFiles(folder).scratch_dir(segment.index)),
+        (),
+        str(folder.stage_outputs_dir(segment.compute_global, spec.stage_name(segment.compute_global))),
+        open_file=open_file,
     )
 
 
@@ -56,37 +92,35 @@ def partitions_decide(stage: Stage) -> bool:
     return step is not None and step.decides
 
 
-def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
-    """The corpus-wide step of the global stage that ends ``segment``."""
+def reduce_stage(spec: RunSpec, segment: Segment, outputs: Sequence[str] = (), forwarded: Sequence[str] = ()) -> dict[str, Any]:
+    """The corpus-wide step of the global stage that ends ``segment``. ``outputs``: the partition step's
+    outputs before it (round 0's, paths in the run folder), ``forwarded``: its last round's forwarded runs."""
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
-    work = WorkFiles(folder)
     assert segment.compute_global is not None
     stage = build_stage(spec, segment.compute_global)
-    work.scratch_dir(segment.index).mkdir(parents=True, exist_ok=True)
+    WorkFiles(folder).scratch_dir(segment.index).mkdir(parents=True, exist_ok=True)
     combine = step_of(stage, CombineStep)
     assert combine is not None, f"stage {stage.name!r} declares no combine step"
-    part = step_of(stage, PartitionStep)
-    outputs = [work.partition_output(segment.index, p) for p in range(part.partitions)] if part else []
-    forwarded = [work.forward_file(segment.index, part.rounds - 1, p) for p in range(part.partitions)] if part else []
-    fwd = tuple(str(f) for f in forwarded if f.exists())
+    present = [p for rel in outputs if (p := folder.fetched(folder.root / rel)).exists()]
+    fwd = tuple(str(p) for rel in forwarded if (p := folder.fetched(folder.root / rel)).exists())
     inputs = _reduce_inputs(spec, folder, segment, fwd, lazy=not combine.reads_files)
-    decisions, copies = split_copies(combine.decide([str(p) for p in outputs if p.exists()], inputs), stage.name)
+    decisions, copies = split_copies(combine.decide([str(p) for p in present], inputs), stage.name)
     assert decisions is not None
     # The copies by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    write_or_remove(work.combine_copies_file(segment.index), copies, sort_by_shard=True)
+    write_or_remove(WorkFiles(folder).combine_copies_file(segment.index), copies, sort_by_shard=True)
     if combine.state is not None:
-        state = combine.state([str(p) for p in outputs if p.exists()], inputs)
-        work.state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
+        state = combine.state([str(p) for p in present], inputs)
+        WorkFiles(folder).state_file(segment.index).unlink(missing_ok=True)  # a stale one must not apply
         if state is not None:
-            with atomic_path(work.state_file(segment.index)) as tmp:
+            with atomic_path(WorkFiles(folder).state_file(segment.index)) as tmp:
                 pq.write_table(state, tmp, write_page_checksum=True)
     # Decisions come sorted by shard: slice each shard's rows instead of filtering per shard.
     decisions = decisions.sort_by([("shard", "ascending")])
     shard_col = decisions["shard"].to_numpy()
     written = 0
     for shard in spec.shards:
-        path = work.decisions_file(segment.index, shard.key)
+        path = WorkFiles(folder).decisions_file(segment.index, shard.key)
         lo, hi = np.searchsorted(shard_col, [shard.ordinal, shard.ordinal + 1])
         if hi == lo:
             path.unlink(missing_ok=True)  # a stale file from an earlier attempt must not apply
@@ -102,48 +136,58 @@ def reduce_stage(spec: RunSpec, segment: Segment) -> dict[str, Any]:
     }
 
 
-def reduce_partition(spec: RunSpec, segment: Segment, partition: int, round: int = 0) -> dict[str, Any]:
-    """One partition of one round of a shuffled global stage: its rows from every shard (round 0)
-    or from every partition of the round before, reduced."""
+def reduce_partition(spec: RunSpec, segment: Segment, round: int, task: ReadTask, outputs: MapOutputs = None) -> dict[str, Any]:
+    """One partition task of one round of a shuffled global stage: its parts' rows (one byte range of each
+    run of ``task.inputs``), reduced a part at a time, as the stage's ``reduce`` expects (engine/shuffles.py)."""
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
-    work = WorkFiles(folder)
     stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
     step = step_of(stage, PartitionStep)
     assert step is not None, f"stage {stage.name!r} declares no partition step"
-    # The round's inputs: each writer's file, or the few files a merge phase combined them into; of
-    # each, only the row groups of this partition are read (by their `part` statistics), in place
-    # from a remote run folder unless this node has the file.
-    files = [folder.parquet(f) for f in round_inputs(spec, folder, segment, round, fetch=False, part=partition)]
-    rows = rows_where(files, "part", partition)
-    result = None
-    if rows is not None and rows.num_rows:
-        result = step.reduce(rows, round, _reduce_inputs(spec, folder, segment, lazy=True))
-    if not isinstance(result, PartitionResult):
-        result = PartitionResult(result)
-    out = work.partition_output(segment.index, partition, round)
-    decisions, copies = split_copies(result.output, stage.name) if partitions_decide(stage) else (result.output, None)
-    n = write_or_remove(out, decisions, sort_by_shard=partitions_decide(stage))
-    states = write_or_remove(work.partition_state(segment.index, partition, round), result.state, sort_by_shard=True)
+    files = [folder.open_run(f.path, f.bytes, f.footer) for f in task.inputs]
+    rows = runs.read_range(files, SHUFFLE_KEY, task.lo, task.hi)
+    inputs = _partition_inputs(spec, folder, segment, outputs)
+    results: list[PartitionResult] = []
+    for _, part_rows in runs.iter_keys(rows, SHUFFLE_KEY) if rows is not None else ():
+        result = step.reduce(part_rows, round, inputs)
+        results.append(result if isinstance(result, PartitionResult) else PartitionResult(result))
+    decide = partitions_decide(stage)
+    output = _concat([r.output for r in results])
+    decisions, copies = split_copies(output, stage.name) if decide else (output, None)
+    if decide:  # read by each shard's map task: a run by shard
+        n = runs.write_run(WorkFiles(folder).partition_output(segment.index, task.index, round), decisions, OUTPUT_KEY)
+    else:
+        n = write_or_remove(WorkFiles(folder).partition_output(segment.index, task.index, round), decisions, sort_by_shard=False)
+    state = _concat([r.state for r in results])
+    states = runs.write_run(WorkFiles(folder).partition_state(segment.index, task.index, round), state, OUTPUT_KEY)
     # The copies it dropped, by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    n_copies = write_or_remove(work.partition_copies(segment.index, partition, round), copies, sort_by_shard=True)
-    forward = ShuffleSink(work.forward_file(segment.index, round, partition))
+    n_copies = runs.write_run(WorkFiles(folder).partition_copies(segment.index, task.index, round), copies, OUTPUT_KEY)
     # The last round's forwarded rows go to the combine step, if one follows.
-    if result.forward is not None and (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
-        forward.write(result.forward)
-    forward.close()  # nothing to forward: removes a stale file of an earlier attempt
+    forward = _concat([r.forward for r in results])
+    if not (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
+        forward = None
+    forwarded = runs.write_run(WorkFiles(folder).forward_file(segment.index, round, task.index), forward, SHUFFLE_KEY)
     return {
         "segment": segment.index,
-        "partition": partition,
         "round": round,
+        "parts": [task.lo, task.hi],
+        "inputs": len(files),
         "rows_in": rows.num_rows if rows is not None else 0,
         "rows_out": n,
-        # With rows_out, what the decisions merge cuts its groups by (engine/tasks/merge.py, output_bounds).
+        # With rows_out, what the next phases plan by (engine/shuffles.py): the outputs' merges, the
+        # next round's writers.
         "state_rows": states,
         "copies_rows": n_copies,
-        "forwarded": result.forward.num_rows if result.forward is not None else 0,
+        "forwarded": forwarded,
         "seconds": round_(time.perf_counter() - started),
     }
+
+
+def _concat(tables: Sequence[pa.Table | None]) -> pa.Table | None:
+    present = [t for t in tables if t is not None and t.num_rows]
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else pa.concat_tables(present, promote_options="permissive")
 
 
 def write_or_remove(path: Path, table: pa.Table | None, sort_by_shard: bool) -> int:
@@ -166,42 +210,11 @@ def round_(x: float) -> float:
     return round(x, 3)
 
 
-def partition_decisions(
-    folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: OutputMerge | None = None
-) -> pa.Table | None:
-    """One shard's decisions, gathered from every partition output of every round (``partitions_decide``),
-    or from the ``groups`` files they were merged into (engine/tasks/merge.py, ``output_groups``)."""
-    assert step_of(stage, PartitionStep) is not None
-    return _partition_rows(folder, segment, stage, ordinal, groups, "decisions")
-
-
-def partition_state(
-    folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: OutputMerge | None = None
-) -> pa.Table | None:
-    """One shard's rows of every partition's ``PartitionResult.state``, of every round (None: there are
-    none), or of the ``groups`` files they were merged into."""
-    return _partition_rows(folder, segment, stage, ordinal, groups, "state")
-
-
-def partition_copies(
-    folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: OutputMerge | None = None
-) -> pa.Table | None:
-    """The copies every partition of every round dropped of this shard's documents (None: there are
-    none), or of the ``groups`` files they were merged into (engine/tasks/copies.py)."""
-    return _partition_rows(folder, segment, stage, ordinal, groups, "copies")
-
-
-def _partition_rows(
-    folder: RunFolder, segment: int, stage: Stage, ordinal: int, groups: OutputMerge | None, kind: str
-) -> pa.Table | None:
-    step = step_of(stage, PartitionStep)
-    if step is None:
+def shard_rows(folder: RunFolder, files: Sequence[RunFile], ordinal: int) -> pa.Table | None:
+    """One shard's rows of a deciding step's outputs of one kind (decisions, state or copies): one byte
+    range of each run the driver handed its map task (engine/shuffles.py ``final_outputs``), in their
+    order; None when there are none."""
+    if not files:
         return None
-    if groups:
-        paths = merged_output_files(folder, segment, groups, ordinal, kind)
-    else:
-        written = [(p, r) for r in range(step.rounds) for p in range(step.partitions)]
-        work = WorkFiles(folder)
-        paths = [work.partition_file(kind, segment, p, r, fetch=False) for p, r in written]
-    # Of each file, the row groups of this shard only (in place from a remote run folder).
-    return rows_where([folder.parquet(f) for f in paths if folder.is_committed(f)], "shard", ordinal)
+    opened = [folder.open_run(f.path, f.bytes, f.footer) for f in files]
+    return runs.read_range(opened, OUTPUT_KEY, ordinal, ordinal + 1)

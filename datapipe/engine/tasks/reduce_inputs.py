@@ -18,6 +18,10 @@ class ParquetReduceInputs(ReduceInputs):
     # Opens a file of ``files`` for ``read_rows`` (a remote run folder: in place, so only the row
     # groups read cross the store: ``RunFolder.parquet``). None: opened as it is.
     open_file: Callable[[str], pq.ParquetFile] | None = None
+    # Shard ordinal -> its map output (None: it has none), asked only for the shards ``read_rows`` reads;
+    # None: ``files`` and ``shards`` list them. A partition task of a step that may read any document
+    # does not list every shard of the run up front (a loop over the run's shards in every task).
+    locate: Callable[[int], str | None] | None = None
 
     def read_rows(self, row_keys: np.ndarray, columns: list[str]) -> pa.Table:
         """The given columns of the documents with these row keys, in the order of ``row_keys``."""
@@ -30,7 +34,9 @@ class ParquetReduceInputs(ReduceInputs):
         parts = []
         for ordinal in np.unique(shards):
             rows = row_of(sorted_keys[shards == ordinal])
-            path = by_ordinal[int(ordinal)]
+            path = by_ordinal.get(int(ordinal)) if self.locate is None else self.locate(int(ordinal))
+            if path is None:
+                raise KeyError(f"rows of shard {int(ordinal)} asked, and its map output is not among this task's inputs")
             parts.append(_read_row_groups_of(path, rows, columns, self.open_file))
         if not parts:
             return pa.table({c: pa.array([], pa.null()) for c in columns})

@@ -13,7 +13,8 @@ import pyarrow.compute as pc
 from datapipe.engine.plan import RunSpec, Segment, Shard
 from datapipe.engine.tasks.copies import CopiesSink
 from datapipe.engine.tasks.isolate import Isolator, Step
-from datapipe.engine.tasks.sinks import ParquetSink, ShuffleSink, TokenSink
+from datapipe.engine.tasks.runs import RunSink
+from datapipe.engine.tasks.sinks import ParquetSink, TokenSink
 from datapipe.engine.work_files import WorkFiles
 from datapipe.run_folder.layout import RunFolder
 from datapipe.stages.base import Decision, Stage
@@ -86,7 +87,8 @@ class ShardOutputs:
             if segment.final and spec.tokenizer
             else None
         )
-        self.shuffle = ShuffleSink(WorkFiles(folder).shuffle_file(segment.index, shard.key)) if shuffles else None
+        # The next global stage's rows: one run sorted by part (engine/tasks/runs.py).
+        self.shuffle = RunSink(WorkFiles(folder).shuffle_file(segment.index, shard.key)) if shuffles else None
         self.copies: CopiesSink | None = None  # the copies of this shard's documents the applied stage dropped
         self._isolators: dict[int, Isolator] = {}
 
@@ -142,7 +144,7 @@ class ShardOutputs:
         self.counts.kept += batch.num_rows
         self.docs.write(batch)
 
-    def _sinks(self) -> list[ParquetSink | CopiesSink | ShuffleSink | TokenSink]:
+    def _sinks(self) -> list[ParquetSink | CopiesSink | RunSink | TokenSink]:
         """Every sink of the task, in the order they are closed (or aborted)."""
         optional = (self.copies, self.shuffle, self.tokens)
         return [self.docs, *self.rejects.values(), *(sink for sink in optional if sink is not None)]

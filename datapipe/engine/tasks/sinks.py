@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -87,37 +86,6 @@ class ParquetSink:
             self._writer.close()
             assert self._tmp is not None
             self._tmp.unlink(missing_ok=True)
-
-
-class ShuffleSink:
-    """A shard's shuffle rows, sorted by partition and written one row group per partition,
-    so each partition task reads only its own row groups (Parquet statistics skip the rest)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.parts: list[pa.Table] = []
-
-    def write(self, table: pa.Table) -> None:
-        if table.num_rows:
-            self.parts.append(table)
-
-    def close(self) -> None:
-        if not self.parts:
-            self.path.unlink(missing_ok=True)
-            return
-        table = pa.concat_tables(self.parts).sort_by([("part", "ascending")])
-        part = table["part"].to_numpy()
-        bounds = np.flatnonzero(np.diff(part)) + 1
-        with (
-            atomic_path(self.path) as tmp,
-            pq.ParquetWriter(tmp, table.schema, compression="zstd", write_page_checksum=True) as writer,
-        ):
-            for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(part)]):
-                writer.write_table(table.slice(lo, hi - lo))
-        self.parts = []
-
-    def abort(self) -> None:
-        self.parts = []
 
 
 class TokenSink:

@@ -10,6 +10,7 @@ import queue
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import ExitStack
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -17,11 +18,10 @@ from datapipe.engine.executors.base import Clock, Outcome, local_cpus, phase_sec
 from datapipe.engine.executors.ray import recycle
 from datapipe.engine.executors.ray.notices import hold_retry_notices
 from datapipe.engine.executors.ray.runtime import ray_session
-from datapipe.engine.executors.ray.worker import ray_run_task, spec_slots
+from datapipe.engine.executors.ray.worker import SPEC_FIELDS, ray_run_task, spec_slots
 from datapipe.engine.phases import Phase, Task
 from datapipe.engine.plan import RunSpec, forget_stages
 from datapipe.errors import PipelineError
-from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime import kernel_warmup
 from datapipe.runtime.faults import fault_env
 from datapipe.runtime.release_memory import release_memory
@@ -58,10 +58,7 @@ class RayExecutor:
         self._where = ""
         self._warmup: kernel_warmup.Warmup | None = None
         self._remote: Any = None
-        self._shared: tuple[RunSpec, Any] | None = None  # the spec and its ref in Ray's object store
-        # Committed phases of a remote run folder (``Phase.committed``) and their refs, by id: each put
-        # in Ray's object store once, and handed to every task of the later phases by reference.
-        self._committed: dict[int, tuple[CommittedPhase, Any]] = {}
+        self._shared: tuple[RunSpec, Any, Any] | None = None  # the spec, and refs of it with and without its shards
         self._clock: Clock | None = None
 
     def __enter__(self) -> RayExecutor:
@@ -83,7 +80,6 @@ class RayExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self._shared = self._remote = self._clock = None
-        self._committed = {}
         self._stack.close()
 
     def observe(self, clock: Clock) -> None:
@@ -108,16 +104,15 @@ class RayExecutor:
             self._warmup = None
         options = {**fit_gpus(phase, ray.cluster_resources().get("GPU", 0.0)), **fault_env()}
         remote = self._remote.options(**options)
-        shared = self._spec_ref(spec)
-        # The phase's name, function and committed phases: one object in Ray's store for all its tasks.
-        # The committed phases inside it stay refs: a worker fetches each once (worker.py ``_resolve``),
-        # not deserialized for every task.
-        committed = None if phase.committed is None else self._committed_refs(phase.committed)
-        slots, args = spec_slots(spec, tasks)
-        # The spec is each task's argument by ref (put once per run), unpickled by Ray for every task:
-        # a fresh copy per task. Kept in the worker across tasks instead, it made workers be replaced
-        # for memory many times more often (docs/scaling.md).
-        call = ray.put((phase.name, phase.fn, committed, slots)) if tasks else None
+        # The spec is each task's argument by ref (put once per run), unpickled by Ray for every task.
+        # Without its shards unless the phase reads them (``Phase.full_spec``): with them it was 2 MB
+        # and 87 ms per task at a crawl's 37,253 shards (0.9 s at 372,530); a map task is handed its own
+        # shard instead. (Kept in the worker across tasks, workers were replaced for memory ~190 times in
+        # a run of 1,602 tasks, against 3: docs/scaling.md.)
+        shared = self._spec_ref(spec, phase.full_spec)
+        slots, args = spec_slots(spec, tasks, SPEC_FIELDS if phase.full_spec else ("segments",))
+        # The phase's name, function and the folders each node prunes: one object in Ray's store for all its tasks.
+        call = ray.put((phase.name, phase.fn, phase.prune, slots)) if tasks else None
         # Each result arrives through a callback on its ref (on Ray's thread, which also deserializes the
         # marker) that queues it, so the loop costs the same per task however many are pending (polling
         # ``ray.wait`` over the pending refs cost every poll O(pending)).
@@ -132,7 +127,7 @@ class RayExecutor:
                 placed = remote
             elif (placed := on_node.get(t.node)) is None:
                 placed = on_node[t.node] = self._remote.options(**{**options, "scheduling_strategy": _on_node(t.node)})
-            ref = placed.remote(call, shared, (t.key, *given))
+            ref = placed.remote(call, shared, (t.key, t.committed, *given))  # what it reads, as committed
             pending[t.key] = ref  # held until its result came: a dropped ref's object may be freed
             _when_done(ref, partial(_queue_outcome, done, t.key))
         self._mark(phase, "submit")
@@ -148,22 +143,14 @@ class RayExecutor:
         if self._clock is not None:
             self._clock.mark(phase_section(phase.name, part))
 
-    def _spec_ref(self, spec: RunSpec) -> Any:
-        """The spec in Ray's object store, put there once per run (not pickled into every task)."""
+    def _spec_ref(self, spec: RunSpec, full: bool) -> Any:
+        """The spec in Ray's object store (with its shards, or without: ``Phase.full_spec``), each put
+        there once per run (not pickled into every task)."""
         import ray
 
         if self._shared is None or self._shared[0] is not spec:
-            self._shared = (spec, ray.put(spec))
-        return self._shared[1]
-
-    def _committed_refs(self, phases: Sequence[CommittedPhase]) -> list[Any]:
-        """Each committed phase's ref in Ray's object store, put there the first time a phase needs it."""
-        import ray
-
-        for p in phases:
-            if id(p) not in self._committed:
-                self._committed[id(p)] = (p, ray.put(p))
-        return [self._committed[id(p)][1] for p in phases]
+            self._shared = (spec, ray.put(spec), ray.put(replace(spec, shards=())))
+        return self._shared[1] if full else self._shared[2]
 
 
 def _drop_planning_state() -> None:

@@ -18,7 +18,6 @@ from typing import Any
 from datapipe.engine.executors.ray import recycle
 from datapipe.engine.plan import RunSpec, forget_stages
 from datapipe.engine.worker import run_task
-from datapipe.run_folder.remote import CommittedPhase
 from datapipe.runtime.release_memory import release_memory
 from datapipe.runtime.task_usage import rss_mib
 
@@ -53,7 +52,7 @@ SPEC_FIELDS = ("shards", "segments")
 
 
 def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots], spec: RunSpec, task: tuple[Any, ...]) -> bytes:
-    """``run_task`` as Ray calls it: ``call`` (the phase's name, function, committed phases and spec
+    """``run_task`` as Ray calls it: ``call`` (the phase's name, function, the folders to prune and spec
     slots) is one object per phase in Ray's object store, so submitting a task serializes its key and
     arguments only (pickling the function and the refs for every task was ~a third of the driver's CPU
     per task). ``spec``: the run's spec, by ref, put once per run (Ray unpickles it for each task).
@@ -63,32 +62,35 @@ def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots]
 
     Returns the marker's bytes as committed: the driver parses them once to cache the marker
     (``MarkerStore.adopt``), where a dict cost it a pickle's decoding and a JSON encoding too."""
-    phase, fn, committed, slots = call
-    key, args = task[0], task[1:]
+    phase, fn, prune, slots = call
+    key, committed, args = task[0], task[1], task[2:]
     if slots:
         given = list(args)
         for position, name in slots:
             given[position] = getattr(spec, name)[given[position]]
         args = tuple(given)
-    resolved = None if committed is None else _resolve(committed)
-    return run_task(phase, key, fn, spec, *args, committed=resolved, hooks=RAY_WORKER)[1]
+    handed = None if committed is None else [committed]
+    return run_task(phase, key, fn, spec, *args, committed=handed, hooks=RAY_WORKER, prune=prune)[1]
 
 
-def spec_slots(spec: RunSpec, tasks: Sequence[Any]) -> tuple[SpecSlots, list[tuple[Any, ...]]]:
-    """The positions where every task's argument is an item of the spec (a map task's shard and
-    segment), and each task's arguments with those items replaced by their index there. A map task's
-    shard holds its source's whole configuration, pickled for every task (most of a crawl's tasks
-    are map tasks); its index costs nothing."""
+def spec_slots(
+    spec: RunSpec, tasks: Sequence[Any], fields: Sequence[str] = SPEC_FIELDS
+) -> tuple[SpecSlots, list[tuple[Any, ...]]]:
+    """The positions where every task's argument is an item of the spec's ``fields`` (a map task's
+    segment; its shard where the task gets the spec with its shards), and each task's arguments with
+    those items replaced by their index there. A map task's shard holds its source's whole
+    configuration: pickled for every task it costs the driver ~0.05 ms per task, its index nothing, but
+    the spec with every shard cost each task 87 ms to unpickle at 37,253 shards (issue 48)."""
     index: dict[int, tuple[str, int]] = {}
-    for name in SPEC_FIELDS:
+    for name in fields:
         index.update({id(item): (name, i) for i, item in enumerate(getattr(spec, name, ()))})
     arities = {len(t.args) for t in tasks}
     if len(arities) != 1:
         return (), [t.args for t in tasks]
     slots: list[tuple[int, str]] = []
     for position in range(arities.pop()):
-        fields = {index[id(t.args[position])][0] if id(t.args[position]) in index else "" for t in tasks}
-        if len(fields) == 1 and (name := fields.pop()):
+        found = {index[id(t.args[position])][0] if id(t.args[position]) in index else "" for t in tasks}
+        if len(found) == 1 and (name := found.pop()):
             slots.append((position, name))
     if not slots:
         return (), [t.args for t in tasks]
@@ -99,32 +101,6 @@ def spec_slots(spec: RunSpec, tasks: Sequence[Any]) -> tuple[SpecSlots, list[tup
             given[position] = index[id(given[position])][1]
         packed.append(tuple(given))
     return tuple(slots), packed
-
-
-_RESOLVED: dict[str, CommittedPhase] = {}  # Ray object id -> the phase it holds, as this process got it
-
-
-def _resolve(committed: Sequence[CommittedPhase | Any]) -> list[CommittedPhase]:
-    """The committed phases a task was handed: values as they are; Ray object refs (one object per
-    phase in Ray's object store, put once by the driver) fetched once per process, and kept while
-    tasks are handed them (every task of a later phase is)."""
-    out: list[CommittedPhase] = []
-    keep: dict[str, CommittedPhase] = {}
-    for item in committed:
-        if isinstance(item, CommittedPhase):
-            out.append(item)
-            continue
-        oid = item.hex()
-        got = _RESOLVED.get(oid)
-        if got is None:
-            import ray
-
-            got = ray.get(item)
-        keep[oid] = got
-        out.append(got)
-    _RESOLVED.clear()
-    _RESOLVED.update(keep)
-    return out
 
 
 _FROZEN_AFTER_COLLECT: list[bool] = []

@@ -1,0 +1,248 @@
+"""Sorted runs: the files a shuffle moves, each sorted by one integer key in a few large row groups.
+
+Every file a shuffle writes (a map task's shuffle rows, a partition's forwarded rows and its outputs, a
+merge task's output) is a *run*: its rows sorted by a key column (``part`` for rows on their way to a
+partition, ``shard`` for a partition's outputs on their way to the map tasks), the writer's row order
+kept inside a key, in row groups of about ``RUN_GROUP_BYTES``. So any contiguous range of keys is one
+contiguous byte range of the file (the row groups it overlaps lie back to back), found from the footer's
+min/max statistics, and a reader of a range reads that byte range and nothing else: one request on an
+object store (``storage/parquet_reads.py`` coalesces adjacent row groups).
+
+Before, a run held a row group per key (33 rows of exact dedup per part at 4,096 partitions): the
+bytes written per document grew with the partitions (1.30x from 1x to 16x), every reader parsed a
+footer that grew with them, and a merge task paid ~350 us per row group it read, one per (file, key):
+tasks x partitions in all (docs/scaling.md, issue 48). Row groups by bytes, not by key, make the file's
+size, its footer and a range's reads depend on its rows only.
+
+Order: ``read_range`` returns the rows of several runs sorted by key, then by run (the order the caller
+lists them: writer order), then by row: the order a reader would get from every writer's file, read one
+after another key by key. A merge of runs (``merge_range``) writes that order, so merging in any tree
+gives a reader the same rows in the same order as reading every writer (``tests/engine/test_runs.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datapipe.storage.atomic import atomic_path
+
+# Uncompressed bytes per row group: large enough that a row group's fixed costs (its footer entry, a
+# read call: ~0.1-0.3 ms) are small against its rows, small enough that a reader of a key range reads
+# little beyond it (at most a row group at each end). bench/crawl_proportions.py chose it.
+RUN_GROUP_BYTES = 1 << 20
+MIN_GROUP_ROWS = 1024
+# Rows a merge holds decoded at once, at most (it streams a range of keys at a time).
+MERGE_CHUNK_BYTES = 64 << 20
+
+
+def group_rows(table: pa.Table) -> int:
+    """Rows per row group for ``table``: about ``RUN_GROUP_BYTES`` of it."""
+    if table.num_rows == 0:
+        return MIN_GROUP_ROWS
+    per_row = max(1, table.nbytes // table.num_rows)
+    return max(MIN_GROUP_ROWS, RUN_GROUP_BYTES // per_row)
+
+
+def sort_run(table: pa.Table, key: str) -> pa.Table:
+    """``table`` sorted by ``key``, rows of one key in their order (a stable sort)."""
+    values = table[key]
+    if len(values) < 2:
+        return table
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if bool(pc.all(pc.greater_equal(arr.slice(1), arr.slice(0, len(arr) - 1))).as_py()):
+        return table  # already sorted: most merges' outputs and every run read back
+    return table.take(pc.sort_indices(table, [(key, "ascending")]))
+
+
+def write_run(path: Path, table: pa.Table | None, key: str, compression: str = "zstd") -> int:
+    """``table`` as a run at ``path`` (written atomically); none at all when it has no rows (a stale file
+    of an earlier attempt is removed). Returns the rows written."""
+    if table is None or table.num_rows == 0:
+        path.unlink(missing_ok=True)
+        return 0
+    table = sort_run(table, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        pq.write_table(
+            table,
+            tmp,
+            row_group_size=group_rows(table),
+            compression=compression,
+            write_page_checksum=True,
+            **key_encoding(table.schema, key),
+        )
+    return table.num_rows
+
+
+def key_encoding(schema: pa.Schema, key: str) -> dict[str, Any]:
+    """A run's key column delta-encoded (sorted: a few bits a row at any number of keys), the others as
+    Parquet's defaults. Dictionary-encoded, the key fell back to plain 4 bytes a row once a row group held
+    more distinct keys than a dictionary page takes: a run's bytes per row grew with the partitions."""
+    if not pa.types.is_integer(schema.field(key).type):
+        return {}
+    return {"use_dictionary": [p for p in _leaf_paths(schema) if p != key], "column_encoding": {key: "DELTA_BINARY_PACKED"}}
+
+
+@functools.lru_cache(maxsize=64)
+def _leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
+    """The Parquet column paths of ``schema``'s leaves (``a.list.element`` for a list column ``a``)."""
+    buf = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), buf)
+    leaves = pq.ParquetFile(pa.BufferReader(buf.getvalue())).schema
+    return tuple(leaves.column(i).path for i in range(len(leaves)))
+
+
+class RunSink:
+    """Rows gathered batch by batch, written as one run on ``close`` (sorted by ``key``)."""
+
+    def __init__(self, path: Path, key: str = "part") -> None:
+        self.path = path
+        self.key = key
+        self.rows = 0
+        self._parts: list[pa.Table] = []
+
+    def write(self, table: pa.Table | None) -> None:
+        if table is not None and table.num_rows:
+            self._parts.append(table)
+
+    def close(self) -> int:
+        table = pa.concat_tables(self._parts, promote_options="permissive") if self._parts else None
+        self._parts = []
+        self.rows = write_run(self.path, table, self.key)
+        return self.rows
+
+    def abort(self) -> None:
+        self._parts = []
+
+
+def key_column(f: pq.ParquetFile, key: str) -> int:
+    """The Parquet leaf column of ``key`` (its statistics say which row groups hold which keys)."""
+    meta = f.metadata
+    for i in range(meta.num_columns):
+        if meta.schema.column(i).path == key:
+            return i
+    raise KeyError(f"{key!r} is not a column of a run")
+
+
+def groups_in(f: pq.ParquetFile, key: str, lo: int, hi: int) -> list[int]:
+    """The row groups of run ``f`` that may hold keys in [lo, hi): contiguous, since the run is sorted."""
+    meta = f.metadata
+    col = key_column(f, key)
+    out = []
+    for rg in range(meta.num_row_groups):
+        info = meta.row_group(rg)
+        if not info.num_rows:
+            continue
+        stats = info.column(col).statistics
+        if stats is None or not stats.has_min_max or (stats.max >= lo and stats.min < hi):
+            out.append(rg)
+    return out
+
+
+def _slice(table: pa.Table, key: str, lo: int, hi: int) -> pa.Table:
+    values = table[key].to_numpy()
+    a, b = np.searchsorted(values, [lo, hi], side="left")
+    return table.slice(int(a), int(b - a))
+
+
+def read_range(
+    files: Sequence[pq.ParquetFile], key: str, lo: int, hi: int, columns: list[str] | None = None, schema: pa.Schema | None = None
+) -> pa.Table | None:
+    """The rows of ``files`` (runs, in writer order) with ``lo <= key < hi``, sorted by key, then file,
+    then row; None when there are no files. Of each file only the row groups overlapping the range are
+    read: one contiguous byte range. ``schema``: the result's (default: the first file's)."""
+    if not files:
+        return None
+    if schema is None:
+        schema = files[0].schema_arrow
+        if columns is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
+    tables = []
+    for f in files:
+        groups = groups_in(f, key, lo, hi)
+        if not groups:
+            continue
+        table = _slice(f.read_row_groups(groups, columns=columns), key, lo, hi)
+        if table.num_rows:
+            tables.append(table.select(schema.names).cast(schema) if table.schema != schema else table)
+    if not tables:
+        return schema.empty_table()
+    table = pa.concat_tables(tables)
+    return sort_run(table, key) if len(tables) > 1 and hi - lo > 1 else table
+
+
+def chunks(files: Sequence[pq.ParquetFile], key: str, lo: int, hi: int, limit: int = MERGE_CHUNK_BYTES) -> list[tuple[int, int]]:
+    """[lo, hi) cut into sub-ranges whose row groups in ``files`` hold about ``limit`` bytes (uncompressed)
+    each, cut only where a row group of some file starts (a key is never cut)."""
+    starts: list[tuple[int, int]] = []  # (first key of a row group, its bytes)
+    for f in files:
+        meta = f.metadata
+        col = key_column(f, key)
+        for rg in groups_in(f, key, lo, hi):
+            info = meta.row_group(rg)
+            stats = info.column(col).statistics
+            first = int(stats.min) if stats is not None and stats.has_min_max else lo
+            starts.append((max(lo, first), info.total_byte_size))
+    starts.sort()
+    bounds, size = [lo], 0
+    for first, nbytes in starts:
+        if size >= limit and first > bounds[-1]:
+            bounds.append(first)
+            size = 0
+        size += nbytes
+    return list(zip(bounds, [*bounds[1:], hi]))
+
+
+def merge_range(files: Sequence[pq.ParquetFile], key: str, lo: int, hi: int, out: Path, schema: pa.Schema | None = None) -> int:
+    """The rows of ``files`` (runs, in writer order) with keys in [lo, hi), as one run at ``out``, in the
+    order ``read_range`` gives; streamed a chunk of keys at a time (``MERGE_CHUNK_BYTES``). Returns rows."""
+    if not files:
+        out.unlink(missing_ok=True)
+        return 0
+    schema = schema or files[0].schema_arrow
+    written = 0
+    writer: pq.ParquetWriter | None = None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        try:
+            for a, b in chunks(files, key, lo, hi):
+                table = read_range(files, key, a, b, schema=schema)
+                if table is None or not table.num_rows:
+                    continue
+                if writer is None:
+                    writer = pq.ParquetWriter(
+                        tmp, schema, compression="zstd", write_page_checksum=True, **key_encoding(schema, key)
+                    )
+                step = group_rows(table)
+                for start in range(0, table.num_rows, step):
+                    writer.write_table(table.slice(start, step))
+                written += table.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            tmp.unlink(missing_ok=True)
+    if not written:
+        out.unlink(missing_ok=True)
+    return written
+
+
+def iter_keys(table: pa.Table, key: str) -> Iterator[tuple[int, pa.Table]]:
+    """(key, its rows) of a table sorted by ``key``, in key order."""
+    if not table.num_rows:
+        return
+    values = table[key].to_numpy()
+    cuts = np.flatnonzero(np.diff(values)) + 1
+    for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(values)]):
+        yield int(values[a]), table.slice(int(a), int(b - a))
+
+
+Opener = Callable[[str], pq.ParquetFile]
