@@ -3,6 +3,9 @@
     python -m bench.perf.loader --configs 8x2048,32x2048,8x4096 --repeats 7 \
         --json bench/results/loader.json
 
+``--dataloader`` runs the other comparison instead: inside a torch DataLoader (0 and 2
+workers) against LitData and Mosaic streaming (``bench/perf/loader_workers.py``).
+
 For each batch x seq_len and each of two shard layouts it writes a synthetic run (packed
 shards + manifest) and one flat file of the same rows, then measures in one process, on one
 worker:
@@ -49,6 +52,7 @@ after, the baseline's own spread); ``--json PATH`` writes it all.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -257,6 +261,11 @@ TARGETS = (("tokens-only", "tokens", ">= 0.9"), ("full sample (compact)", "compa
 
 
 def main() -> None:
+    if "--dataloader" in sys.argv[1:]:  # the DataLoader comparison against LitData and Mosaic streaming
+        from bench.perf.loader_workers import main as dataloader_main
+
+        dataloader_main([a for a in sys.argv[1:] if a != "--dataloader"])
+        return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shards", type=int, default=8, help="shards of the main layout (the targets')")
     p.add_argument("--rows", type=int, default=2048, help="rows (packed sequences) per shard, main layout")

@@ -210,8 +210,8 @@ def create_tables(con: Any, relation: str, aggregates: Sequence[Aggregate], temp
 
 def has_tables(con: Any) -> bool:
     """Whether the database holds the run's aggregate tables (a database of an older datapipe does not)."""
-    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [AGGREGATE_FILES.name]).fetchone()
-    return bool(row and row[0])
+    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [AGGREGATE_FILES.name]).fetchall()
+    return bool(row[0][0])
 
 
 def scan_rows(con: Any, aggregates: Sequence[Aggregate]) -> pa.Table:

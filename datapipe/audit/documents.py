@@ -65,8 +65,8 @@ def checked_format() -> Any:
 def has_index(con: Any) -> bool:
     """Whether the database describes ``documents`` by its files (a run folder written before that
     holds ``documents`` as a table)."""
-    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [DOCUMENT_FILES.name]).fetchone()
-    return bool(found and found[0])
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [DOCUMENT_FILES.name]).fetchall()
+    return bool(found[0][0])
 
 
 def select_sql(columns: list[tuple[str, str]], present: set[str], source: str, status: str) -> str:
@@ -130,8 +130,8 @@ def column_names(con: Any) -> set[str]:
 
 def has_copies_index(con: Any) -> bool:
     """Whether the database lists the run's copies index files (``copies_files``)."""
-    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [COPIES_FILES.name]).fetchone()
-    return bool(found and found[0])
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [COPIES_FILES.name]).fetchall()
+    return bool(found[0][0])
 
 
 def attach_copies(con: Any, root: Path, survivor: str) -> int | None:

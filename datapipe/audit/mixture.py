@@ -155,8 +155,8 @@ def bucket_rows(con: Any, run: dict) -> list[tuple]:
 
 
 def _has(con: Any, table: str) -> bool:
-    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone()
-    return bool(row and row[0])
+    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchall()
+    return bool(row[0][0])
 
 
 def budget_line(report: MixtureReport) -> str | None:

@@ -198,7 +198,7 @@ def _numbers(con: Any, run: dict[str, Any]) -> dict[str, Any]:
             "SELECT coalesce(sum(documents), 0)::BIGINT, coalesce(sum(documents) FILTER (status = 'kept'), 0)::BIGINT, "
             "coalesce(sum(documents) FILTER (status = 'rejected'), 0)::BIGINT, "
             "coalesce(sum(tokens) FILTER (status = 'kept'), 0)::BIGINT FROM agg_documents"
-        ).fetchone(),
+        ).fetchall()[0],
         "stages": con.execute(
             "SELECT position, stage, docs_in, docs_in - dropped, dropped FROM stages ORDER BY position"
         ).fetchall(),

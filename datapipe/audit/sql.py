@@ -255,8 +255,12 @@ def _confined_already(con: Any) -> bool:
     its configuration is locked, which ``connect`` does last, after switching the local file system off
     (a setting DuckDB does not read back), and external access is off (every connection's own
     configuration says so, and DuckDB shares an instance only among connections of one configuration)."""
-    row = con.execute("SELECT current_setting('lock_configuration'), current_setting('enable_external_access')").fetchone()
-    return row is not None and bool(row[0]) and not bool(row[1])
+    # fetchall, not fetchone: DuckDB 2 keeps a result fetched only in part open, and refuses the
+    # connection's next relation (con.sql) until it is finished
+    locked, external = con.execute(
+        "SELECT current_setting('lock_configuration'), current_setting('enable_external_access')"
+    ).fetchall()[0]
+    return bool(locked) and not bool(external)
 
 
 def _parquet_dataset(folder: Path) -> Any:

@@ -353,8 +353,7 @@ def check_conservation(folder: RunFolder, counts: dict[str, Any]) -> None:
         row = con.execute(
             "SELECT coalesce(sum(rows) FILTER (status = 'kept'), 0), coalesce(sum(rows) FILTER (status = 'rejected'), 0), "
             "count(DISTINCT path) = count(*) FROM document_files"
-        ).fetchone()
-    assert row is not None  # an aggregate always returns one row
+        ).fetchall()[0]  # an aggregate: one row (fetchall: DuckDB 2 holds a result fetched only in part)
     kept, rejected, unique = row
     if (kept, rejected) != (counts["kept"], counts["rejected"]) or not unique:
         raise PipelineError(

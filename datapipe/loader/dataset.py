@@ -297,10 +297,11 @@ class PackedDataset:
             _offsets(firsts),
         )
 
-    def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Global sample numbers -> (manifest shard id, row within shard)."""
+    def locate(self, index: np.ndarray, compiled: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Global sample numbers -> (manifest shard id, row within shard); ``compiled=False``
+        keeps to numpy (DataLoader workers, see ``iter_batches``)."""
         index = np.asarray(index, dtype=np.int64)
-        if self._warm and (kernel := fused.locate_kernel()) is not None:
+        if self._warm and compiled and (kernel := fused.locate_kernel()) is not None:
             shard, row = np.empty_like(index), np.empty_like(index)
             kernel(index.reshape(-1), *self._order_tables, shard.reshape(-1), row.reshape(-1))
             return shard, row
@@ -349,13 +350,21 @@ class PackedDataset:
         start = global_batch * self.global_batch_size + self.rank * self.batch_size
         return np.arange(start, start + self.batch_size, dtype=np.int64)
 
-    def plan(self, worker_id: int = 0, num_workers: int = 1) -> range:
+    def plan(self, worker_id: int = 0, num_workers: int = 1, chunk: int = 1) -> range | np.ndarray:
         """Global batch numbers this worker yields in the current pass: from the consumed
         position to the end of its epoch, every num_workers-th, so a round-robin over the
-        workers (what torch's DataLoader does) returns them in order."""
+        workers (what torch's DataLoader does, one item per worker in turn) returns them in
+        order. With ``chunk`` > 1 (``ds.dataloader``'s workers, whose items are runs of
+        batches) each worker's first item is still one batch (the first batch waits for no
+        run), and the items after them runs of ``chunk`` consecutive batches, round-robin."""
         b0 = self.consumed_samples // self.global_batch_size
         end = (b0 // self.batches_per_epoch + 1) * self.batches_per_epoch
-        return range(b0 + worker_id, end, num_workers)
+        if chunk == 1:
+            return range(b0 + worker_id, end, num_workers)
+        head = np.arange(b0 + worker_id, min(b0 + worker_id + 1, end), dtype=np.int64)
+        firsts = np.arange(b0 + num_workers + worker_id * chunk, end, num_workers * chunk, dtype=np.int64)
+        runs = (firsts[:, None] + np.arange(chunk, dtype=np.int64)).reshape(-1)
+        return np.concatenate([head, runs[runs < end]])
 
     # ---- reading -------------------------------------------------------------------------
     def _open_shard(self, i: int) -> OpenShard:
@@ -438,7 +447,9 @@ class PackedDataset:
         out["position_ids"] = out["position_ids"].astype(self.position_dtype)
         return {k: out[k] for k in self.fields}
 
-    def _segment_batches(self, shard: np.ndarray, row: np.ndarray, copy: bool) -> Callable[[int], dict[str, np.ndarray]]:
+    def _segment_batches(
+        self, shard: np.ndarray, row: np.ndarray, copy: bool, compiled: bool = True
+    ) -> Callable[[int], dict[str, np.ndarray]]:
         """position_ids, cu_seqlens, num_segments and loss_mask for batch k of a block (whose
         shards must stay pinned while it is used). Row metadata is gathered once per block.
         The numba kernel then writes each batch's fields into fresh arrays, in cache (block-
@@ -447,7 +458,7 @@ class PackedDataset:
         B, L = self.batch_size, self.seq_len
         n_tok, counts, docs = self.table.meta(shard, row)
         # The first block (the first batch) never waits for numba's import and compile.
-        kernel = fused.kernel() if self._warm else None
+        kernel = fused.kernel() if self._warm and compiled else None
         ends = label_end(n_tok, counts, docs, L, self.row_len, self.mask_cross_document) if "label_end" in self.fields else None
         if kernel is None:
             block = segments(
@@ -485,10 +496,10 @@ class PackedDataset:
 
         return batch
 
-    def _bounds(self, shard: np.ndarray, row: np.ndarray) -> dict[str, np.ndarray]:
+    def _bounds(self, shard: np.ndarray, row: np.ndarray, compiled: bool = True) -> dict[str, np.ndarray]:
         """cu_seqlens, num_segments and label_end of a block's rows (pinned): the compact
-        segment description, compiled after the first block, else batch.bounds."""
-        kernel = fused.block_bounds_kernel() if self._warm else None
+        segment description, compiled after the first block (if ``compiled``), else batch.bounds."""
+        kernel = fused.block_bounds_kernel() if self._warm and compiled else None
         if kernel is None:
             n_tok, counts, docs = self.table.meta(shard, row)
             return bounds(n_tok, counts, docs, self.seq_len, self.row_len, self.max_segments, self.mask_cross_document)
@@ -513,7 +524,9 @@ class PackedDataset:
         check_segments(most, self.max_segments)
         return out
 
-    def iter_batches(self, worker_id: int = 0, num_workers: int = 1, in_process: bool = True) -> Iterator[dict[str, np.ndarray]]:
+    def iter_batches(
+        self, worker_id: int = 0, num_workers: int = 1, in_process: bool = True, chunk: int = 1
+    ) -> Iterator[dict[str, np.ndarray]]:
         """This worker's batches of the current epoch; each carries ``batch_index`` (its
         global batch number). In-process iteration advances ``consumed_samples`` as each
         batch is handed out, so ``state_dict()`` after batch k resumes at batch k + 1.
@@ -526,8 +539,12 @@ class PackedDataset:
         where 256 KiB held one batch a call: tokens-only ratio 0.80 at 256 KiB, 0.89 at 512
         KiB, medians of 15 interleaved repeats in bench/perf/loader.py with 1,000 shards of 16
         rows). Batches that cross a process boundary (``in_process=False``) get compact arrays
-        of their own: tokens gathered per batch (no extra copy)."""
-        plan = self.plan(worker_id, num_workers)
+        of their own: tokens gathered per batch (no extra copy). There the gather and the
+        compact bounds stay in numpy: numba's import costs a worker ~1 s of CPU (a DataLoader
+        forks its workers anew each epoch unless persistent), against ~30 us a batch of 8 x
+        2048 saved by the gather (~240 us for the per-token segment fields: COMPACT_FIELDS leave them to the
+        device). So the first run a worker sends never waits for numba. ``chunk``: see ``plan``."""
+        plan = self.plan(worker_id, num_workers, chunk)
         table, verifier = self.table, self._verifier  # locals: looked up per batch below
         table.check_epoch()  # every epoch, and a resumed one: the open shards are as they were opened
         B, L, G = self.batch_size, self.seq_len, self.global_batch_size
@@ -535,6 +552,7 @@ class PackedDataset:
         token_only = plain and not self._need_segments  # tokens as views, plus compact bounds if asked
         both_tokens = "input_ids" in self.fields and "labels" in self.fields
         pos, block = 0, 1  # first block of one batch: time to first batch stays small
+        compiled = in_process  # numba kernels once warm, in-process only (see above)
         # A block's shards must all be open at once: never more samples than open shards,
         # unless every shard fits.
         most = _MAX_SEGMENT_BLOCK_SAMPLES if self._need_segments else _MAX_BLOCK_SAMPLES
@@ -546,16 +564,16 @@ class PackedDataset:
             pos += len(batches)
             # This rank's samples of every batch of the block, in one vectorized expression.
             starts = np.asarray(batches, dtype=np.int64) * G + self.rank * B
-            shard, row = self.locate((starts[:, None] + np.arange(B, dtype=np.int64)).reshape(-1))
-            rows, lease = table.pin_rows(shard, row, self.row_len, fast=self._warm)
+            shard, row = self.locate((starts[:, None] + np.arange(B, dtype=np.int64)).reshape(-1), compiled)
+            rows, lease = table.pin_rows(shard, row, self.row_len, fast=self._warm and compiled)
             try:
-                seg = self._segment_batches(shard, row, copy=not in_process) if self._need_segments else None
+                seg = self._segment_batches(shard, row, not in_process, compiled) if self._need_segments else None
                 if self._need_bounds:  # a few int32 per row, for the whole block
                     # Each batch's views made in one C loop per field (list() over the first axis
                     # of (batches, B, ...)): a Python slice per field and batch costs ~0.3 us more.
                     compact = [
                         (f, list(v.reshape(len(batches), B, *v.shape[1:])))
-                        for f, v in self._bounds(shard, row).items()
+                        for f, v in self._bounds(shard, row, compiled).items()
                         if f in self.fields
                     ]
                 self._warm = True

@@ -1,8 +1,8 @@
 """What the langid stage adds to a run's audit: its confidence (``lang_score``) in bins, for the
 distribution ``datapipe view`` draws with the stage's ``min_score`` on it (``stages/report_section.py``).
 
-Apart from the stage, as ``classify_report`` is from classify: the viewer reads the bin width without
-importing the stage (and its models' code).
+Its own module, as classify's bins are in ``stages/classify/report.py``: the viewer reads the bin width
+from here.
 """
 
 from __future__ import annotations

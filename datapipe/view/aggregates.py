@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from datapipe.audit.schema import LENGTH_BINS_PER_DECADE
 from datapipe.audit.sql import reading
-from datapipe.stages.classify_report import SCORE_BINS_PER_UNIT
+from datapipe.stages.classify.report import SCORE_BINS_PER_UNIT
 from datapipe.stages.langid_report import LANG_SCORE_BINS
 from datapipe.view.listing import HIST_BINS, Histogram, bin_counts, bin_edges, spread
 from datapipe.view.runs import DocFile, Index, RunView

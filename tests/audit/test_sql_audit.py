@@ -410,3 +410,19 @@ def test_documents_is_a_view_over_the_run_files_and_explain_reads_one_file(real_
     explain(tmp_path / "b", doc_id, out)
     assert f"id: {doc_id}" in out.getvalue() and "too_short" in out.getvalue()
     assert registered == [1]  # of the run's files, only the one whose id range holds the id
+
+
+def test_a_query_left_unread_does_not_block_the_next_one(real_run: Path) -> None:
+    """A result never read (a HEAD of the viewer's CSV download) and still referenced while the next query
+    opens its connection to the same database instance: the next one answers. DuckDB 2 refuses a
+    connection's next query while a result on it was fetched only in part (``fetchone``)."""
+    from datapipe.audit.sql import query_result
+
+    first = query_result(real_run, "SELECT id FROM documents")
+    unread = first.__enter__()
+    with query_result(real_run, "SELECT 42 AS x") as second:
+        assert [r for b in second for r in b.to_pylist()] == [{"x": 42}]
+    first.__exit__(None, None, None)
+    del unread
+    with query_result(real_run, "SELECT 43 AS x") as third:
+        assert [r for b in third for r in b.to_pylist()] == [{"x": 43}]

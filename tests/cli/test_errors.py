@@ -34,6 +34,7 @@ _READER_CAP = "a reader's cap on one input, caught in the reader: the rest of th
 INTERNAL = {
     "datapipe.readers.base.LimitExceeded": _READER_CAP + " (also a runaway paper: includes, macros)",
     "datapipe.engine.executors.ray.executor.Retryable": "never raised: Ray's retry allow-list, which asks the error",
+    "datapipe.engine.aggregate_tree.NoAggregates": "caught in its module: a run of a datapipe before aggregates scans instead",
 }
 
 

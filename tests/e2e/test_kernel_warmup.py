@@ -110,15 +110,15 @@ def test_after_the_warm_up_no_stage_compiles_a_kernel(tmp_path: Path) -> None:
     compiled = {k: v for k, v in stats.items() if v[1]}
     assert not compiled, f"kernels compiled after the warm-up (declare their signatures: njit(..., warm=[...])): {compiled}"
     used = {k for k, (hits, _) in stats.items() if hits}
-    # the run reached each stage's main kernel (script counts, quality, shingles, MinHash, clusters,
-    # boilerplate, decontamination), so the zero above is no run that skipped them
+    # the run reached each stage's main kernel (script counts, quality, shingles, MinHash, boilerplate,
+    # decontamination), so the zero above is no run that skipped them (MinHash's clusters settle in star
+    # steps of the shuffle since issue 48: no union-find over a cluster in a run)
     assert {
         "datapipe.stages.cjk:_count_kernel",
         "datapipe.stages.quality._kernels:ngram_signals",
         "datapipe.stages.quality._kernels:char_tokens",
         "datapipe.dedup.shingles:_shingle_kernel_jit",
         "datapipe.dedup.minhash:_affine32_jit",
-        "datapipe.dedup.cluster:_union_kernel",
         "datapipe.stages.boilerplate:_fnv1a_kernel",
         "datapipe.decontaminate.ngrams:_ngram_kernel_jit",
     } <= used, used

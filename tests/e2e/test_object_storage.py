@@ -350,9 +350,11 @@ def test_export_reads_the_run_folder_on_s3(s3, runs, tmp_path: Path) -> None:
         assert want.returncode == 0, want.stderr
         assert files(out) == files(tmp_path / f"local-{fmt}") and files(out)
     # Documents and token lists were streamed from the store: the mirror holds the run's own small
-    # files and the one shard read for the tokenizer's facts.
+    # files, the markers (each file read is checked against the size and sha256 its task recorded)
+    # and the one shard read for the tokenizer's facts.
     mirrored = sorted(p.as_posix().split("/runs/full/", 1)[1] for p in (tmp_path / "cache-jsonl").rglob("*") if p.is_file())
-    assert [m for m in mirrored if not m.startswith("shards/")] == ["exports/jsonl.json", "run.json"]
+    assert [m for m in mirrored if not m.startswith(("shards/", "_work/markers/"))] == ["exports/jsonl.json", "run.json"]
+    assert all(m.endswith(".json") for m in mirrored if m.startswith("_work/"))
     assert len([m for m in mirrored if m.endswith(".arrow")]) == 1, mirrored
     record = json.loads(s3.get_object(Bucket=BUCKET, Key="runs/full/exports/jsonl.json")["Body"].read())
     assert record["output"] == str(tmp_path / "from-s3-jsonl") and record["documents"] == local.run["counts"]["kept"]

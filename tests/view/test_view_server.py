@@ -119,7 +119,7 @@ def test_read_only_and_the_headers_of_every_response(run):
         response, _ = get(server, "/sql.csv?q=select%201", method="HEAD")
         assert response.status == 200 and response.getheader("Content-Disposition")
         response, body = get(server, "/sql.csv?q=select%2042%20as%20x")
-        assert response.status == 200 and body.decode().splitlines() == ["x", "42"]
+        assert response.status == 200 and body.decode().splitlines() == ["x", "42"], body.decode()
         response, body = get(server, "/sql.csv?q=COPY%20documents%20TO%20%27x.csv%27")
         assert response.status == 400 and b"read-only" in body
     finally:
