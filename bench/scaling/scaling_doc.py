@@ -2,6 +2,8 @@
 
     python -m bench.scaling.scaling_doc --scale bench/results/scale.json --fit bench/results/scale_fit.json \\
         --explain bench/results/explain_files.json --write docs/scaling.md
+    python -m bench.scaling.scaling_doc --scale bench/results/scale.json --crawl-only --write docs/scaling.md \
+        --crawl bench/results/crawl_proportions_10tb.json bench/results/crawl_proportions_100tb.json
 
 The model (cost_model.py) prints the estimate alone and imports nothing of this file.
 """
@@ -380,12 +382,30 @@ def render(
     return text
 
 
+CRAWL_START, CRAWL_END = "## At a crawl's proportions", "How the estimate is computed (`bench/scaling/cost_model.py`)"
+
+
+def splice_crawl(page: Path, crawl: str) -> None:
+    """Only the page's crawl section (from its heading to the old estimate's method) rewritten from the
+    template: the old estimate's inputs (``merge1d``: bench/scaling/merge_task.py) left with the sorted runs."""
+    text, template = page.read_text(), TEMPLATE.read_text()
+    section = template[template.index(CRAWL_START) : template.index(CRAWL_END)].replace("{{CRAWL}}", crawl)
+    page.write_text(text[: text.index(CRAWL_START)] + section + text[text.index(CRAWL_END) :])
+
+
 def main() -> int:
     ap = add_args(argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     ap.add_argument("--explain", type=Path, help="bench/scaling/explain_files.py JSON")
     ap.add_argument("--write", type=Path, required=True, help="the page to write (docs/scaling.md)")
     ap.add_argument("--crawl", type=Path, nargs="*", default=[], help="bench/scaling/crawl_proportions.py JSONs (10 TB, 100 TB)")
+    ap.add_argument(
+        "--crawl-only", action="store_true", help="rewrite only the page's crawl section (the old estimate is not rebuilt)"
+    )
     a = ap.parse_args()
+    if a.crawl_only:
+        splice_crawl(a.write, crawl_md(a.crawl))
+        print(f"wrote the crawl section of {a.write}")
+        return 0
     e = estimate(a)
     explain = json.loads(a.explain.read_text()) if a.explain else None
     before = next(o for o in e.options if not o["split"])
