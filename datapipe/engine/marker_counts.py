@@ -33,19 +33,25 @@ def count_damage(folder: RunFolder, spec: RunSpec) -> list[Damage]:
     each, naming the marker and what disagrees."""
     work = WorkFiles(folder)
     found: list[Damage] = []
-    for shard in spec.shards:
-        handed_on: int | None = None  # the kept documents of the shard's map task before this one
-        for segment in spec.segments:
-            phase = map_phase(segment.index)
-            marker = folder.markers.read(phase, shard.key)
-            if marker is None:
-                break
+    handed_on: dict[str, int] = {}  # shard -> the kept documents of its map task before this phase's
+    stopped: set[str] = set()  # shards whose balance broke (the later phases' rests on it) or that stop
+    for segment in spec.segments:
+        phase = map_phase(segment.index)
+        # Whole (``full``): the counts checked here (rejected, audit_files) are what a held marker leaves
+        # out (``markers.compact``); one phase at a time, not kept.
+        markers = folder.markers.read_all(phase, full=True)
+        for shard in spec.shards:
+            marker = markers.get(shard.key)
+            if shard.key in stopped or marker is None:
+                stopped.add(shard.key)
+                continue
             output = None if segment.final else work.map_output(segment.index, shard.key, fetch=False)
-            what = _disagrees(folder, marker, handed_on, output)
+            what = _disagrees(folder, marker, handed_on.get(shard.key), output)
             if what is not None:
                 found.append(Damage(phase, shard.key, folder.markers.rel(phase, shard.key), what))
-                break  # the later phases' balance rests on this one's counts
-            handed_on = int(marker.get("kept", 0))
+                stopped.add(shard.key)
+                continue
+            handed_on[shard.key] = int(marker.get("kept", 0))
     return found
 
 

@@ -157,7 +157,12 @@ def _epoch_rows(run: Path) -> list[bytes]:
 def test_the_loaders_epoch_reads_each_document_its_multiplicity(
     run: Path, expected: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from datapipe.loader import fused
+
     monkeypatch.setenv("DATAPIPE_LOADER_NUMBA", "0")  # numpy only: compiling the kernels costs seconds here
+    # and a cache of the kernels of its own, so that the numpy-only choice ends with this test (the
+    # loader's tests that run next in this process still get the compiled kernels)
+    monkeypatch.setattr(fused, "_built", {})
     rows = _epoch_rows(run)
     m = pq.read_table(run / "shards" / "manifest.parquet").to_pylist()
     shard_rows: Counter = Counter()

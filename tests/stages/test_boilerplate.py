@@ -44,7 +44,7 @@ def run_in_process(tmp_path: Path, texts: list[str], options: dict, n_files: int
     )
     spec = make_spec(load_pipeline(pipeline), tmp_path / "out", tmp_path / "cache")
     run_here(spec, plan_phases(spec))  # the map tasks, the partitions, the combine step, the map tasks after
-    markers = RunFolder(tmp_path / "out").read_markers(map_phase(spec.segments[-1].index)).values()
+    markers = RunFolder(tmp_path / "out").markers.read_all(map_phase(spec.segments[-1].index), full=True).values()
     out = tmp_path / "out"
     kept = {r["id"]: r for f in sorted((out / "docs").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}
     rejected = {r["id"]: r for f in sorted((out / "rejected").glob("**/*.parquet")) for r in pq.read_table(f).to_pylist()}
