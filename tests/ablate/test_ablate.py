@@ -62,6 +62,7 @@ def _kept_numbers(out: Path) -> dict:
 
 
 @pytest.mark.torch  # trains proxy models (the ablate extra)
+@pytest.mark.slow  # a subprocess killed mid-training and run again: ~20 s of CPU
 def test_ablate_resumes_after_sigkill_with_the_same_numbers(small_run: Path, tmp_path: Path) -> None:
     common = ["--seeds", "0", "--benchmarks", str(shared_path("benchmarks", "agieval")), "--mc-items", "4", *MICRO]
     kept = ["ablate", "--candidate", f"kept={small_run}", *common]
@@ -97,6 +98,7 @@ def test_ablate_resumes_after_sigkill_with_the_same_numbers(small_run: Path, tmp
 
 
 @pytest.mark.torch  # trains proxy models (the ablate extra)
+@pytest.mark.slow  # trains a dozen proxy models in nested held-out folds: ~20 s of CPU
 def test_mix_search_writes_only_a_mixture_its_fit_supports(small_run: Path, tmp_path: Path) -> None:
     """Five 2-step proxies (issue 50 item 5). Their zh loss follows the zh weight: the fit knows it (it
     says how much), and the mixture is written, within its constraints and never predicted worse than a
