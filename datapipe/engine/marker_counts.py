@@ -34,7 +34,7 @@ def count_damage(folder: RunFolder, spec: RunSpec) -> list[Damage]:
     work = WorkFiles(folder)
     found: list[Damage] = []
     handed_on: dict[str, int] = {}  # shard -> the kept documents of its map task before this phase's
-    stopped: set[str] = set()  # shards whose balance broke (the later phases' rests on it) or that stop
+    stopped: set[str] = set()  # shards with a marker missing or whose balance broke (the later phases' rests on it)
     for segment in spec.segments:
         phase = map_phase(segment.index)
         # Whole (``full``): the counts checked here (rejected, audit_files) are what a held marker leaves
