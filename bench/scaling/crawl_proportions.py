@@ -565,24 +565,31 @@ def _merge_job(
     from datapipe.engine.shuffle_plan import MergeTask
 
     lo, hi = 0, shape.width
-    inputs = []
     edge = edge_rows(table)
     made = []
     for d in range(min(DISTINCT, shape.inputs)):
         t = replicate(table, max(1, shape.rows_per_input), keys, 1000 + d)
         t = with_keys(t, "part", lo + rng.integers(0, hi - lo, t.num_rows))
         made.append(write_slice(folder.root, f"_work/bench-in/{shape.phase}-{d}.parquet", t, "part", lo, hi, keys, edge))
-    for j in range(shape.inputs):
-        f = made[j % len(made)]
-        if j >= len(made):
-            link = f"_work/bench-in/{shape.phase}-{j}.parquet"
-            os.link(folder.root / f.path, folder.root / link)
-            f = replace(f, path=link)
-        inputs.append(f)
+    inputs = _linked(folder, made, shape.inputs, shape.phase)
     task = MergeTask(1, 0, 0, lo, hi, tuple(inputs))
     r = in_child({"kind": "merge", "spec": str(spec_path), "segment": seg, "round": rnd, "task": task}, work)
     shutil.rmtree(folder.root / "_work", ignore_errors=True)
     return r
+
+
+def _linked(folder: Any, made: list[Any], n: int, name: str) -> list[Any]:
+    """``n`` inputs of a merge: the distinct files ``made``, then hard links to them (a merge's cost does
+    not depend on which rows it merges)."""
+    inputs = []
+    for j in range(n):
+        f = made[j % len(made)]
+        if j >= len(made):
+            link = f"_work/bench-in/{name}-{j}.parquet"
+            os.link(folder.root / f.path, folder.root / link)
+            f = replace(f, path=link)
+        inputs.append(f)
+    return inputs
 
 
 def _outputs_job(
@@ -605,14 +612,7 @@ def _outputs_job(
         t = replicate(table, max(1, shape.rows_per_input), keys, 2000 + d).slice(0, max(1, shape.rows_per_input))
         t = with_keys(t, "shard", lo + rng.integers(0, hi - lo, t.num_rows))
         made.append(write_slice(folder.root, f"_work/bench-in/{kind}-{d}.parquet", t, "shard", lo, hi, keys, edge))
-    inputs = []
-    for j in range(shape.inputs):
-        f = made[j % len(made)]
-        if j >= len(made):
-            link = f"_work/bench-in/{kind}-{j}.parquet"
-            os.link(folder.root / f.path, folder.root / link)
-            f = replace(f, path=link)
-        inputs.append(f)
+    inputs = _linked(folder, made, shape.inputs, kind)
     task = MergeTask(1, 0, 0, lo, hi, tuple(inputs))
     r = in_child({"kind": "merge", "spec": str(spec_path), "segment": seg, "output_kind": kind, "task": task}, work)
     shutil.rmtree(folder.root / "_work", ignore_errors=True)
