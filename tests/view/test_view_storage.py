@@ -5,14 +5,12 @@ fetched to a mirror; the documents and shards read from the store in place)."""
 from __future__ import annotations
 
 import http.client
-import logging
-import os
 import urllib.parse
 
 import pytest
 
 from datapipe.audit.sql import run_query
-from tests.support.counting_s3 import CountingS3
+from tests.support.counting_s3 import serve_for_test
 
 pytestmark = pytest.mark.slow
 
@@ -23,33 +21,18 @@ BUCKET = "datapipe-view"
 
 @pytest.fixture(scope="module")
 def s3_run(view_runs, tmp_path_factory):
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = CountingS3()
-    env = {
-        "AWS_ENDPOINT_URL": server.url,
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "DATAPIPE_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        client = boto3.client("s3")
-        client.create_bucket(Bucket=BUCKET)
-        root = view_runs.run
-        for path in sorted(root.rglob("*")):
-            rel = path.relative_to(root).as_posix()
-            if path.is_file() and not rel.startswith(("_work/", ".datapipe.lock")):
-                client.upload_file(str(path), BUCKET, f"runs/view/{rel}")
-        yield f"s3://{BUCKET}/runs/view", root
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
+    with pytest.MonkeyPatch.context() as mp:  # module-scoped: its own patch of the AWS settings, undone after
+        server = serve_for_test(mp, tmp_path_factory.mktemp("cache"), BUCKET)
+        try:
+            client = boto3.client("s3")
+            root = view_runs.run
+            for path in sorted(root.rglob("*")):
+                rel = path.relative_to(root).as_posix()
+                if path.is_file() and not rel.startswith(("_work/", ".datapipe.lock")):
+                    client.upload_file(str(path), BUCKET, f"runs/view/{rel}")
+            yield f"s3://{BUCKET}/runs/view", root
+        finally:
+            server.stop()
 
 
 def test_a_run_folder_in_object_storage_is_read_in_place(s3_run):
