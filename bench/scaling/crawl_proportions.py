@@ -245,18 +245,6 @@ def map_input(work: Path, mib: int) -> Path:
     return corpus.files[0]
 
 
-_BASE: Any = None
-
-
-def _base() -> Any:
-    global _BASE
-    if _BASE is None:
-        from bench._support.scale_corpus import load_base
-
-        _BASE = load_base()
-    return _BASE
-
-
 # --- synthetic rows at crawl proportions ---------------------------------------------------------
 
 ROW_KEY_COLUMNS = ("doc", "node", "nbr")
