@@ -207,7 +207,7 @@ def _pack_inputs(spec: RunSpec) -> Callable[[Task], tuple[list[str], list[tuple[
         rng = task.args[0]
         keys = [k for k, _ in rng.shard_tokens] if rng.n_files is not None else [s.key for s in spec.shards_of(rng.source)]
         folder = RunFolder(root)
-        return [_rel(folder, folder.tokens_file(k)) for k in keys], []
+        return [_rel(folder, folder.tokens_file(k, fetch=False)) for k in keys], []
 
     return inputs
 
