@@ -861,14 +861,17 @@ def points_report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
     """--points: the table (tasks + partitions, CPU, wall, memory), the CPU fit, the marginal CPU per
     added task or partition between neighbouring runs of the same documents, and the memory ratios."""
     print(
-        "\n| documents | map tasks / partitions | tasks run | tree CPU s | wall s | largest process MiB | largest task MiB "
-        "| driver MiB | load before / after |"
+        "\n| documents | map tasks / partitions | tasks run | tree CPU s | of it: tasks / driver / rest (Ray, worker "
+        "starts) | wall s | largest process MiB | largest task MiB | driver MiB | load before / after |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
+        driver = r.get("driver_cpu_s") or 0.0
+        rest = r["tree_cpu_s"] - r["task_cpu_s"] - driver
         print(
             f"| {r['docs']:,}{' (cluster ' + format(r['cluster']['copies'], ',') + ')' if 'cluster' in r else ''} | "
-            f"{r['map_tasks']} / {r['partitions']} | {r['tasks']:,} | {r['tree_cpu_s']:,.1f} | {r['wall_s']:,.0f} | "
+            f"{r['map_tasks']} / {r['partitions']} | {r['tasks']:,} | {r['tree_cpu_s']:,.1f} | "
+            f"{r['task_cpu_s']:,.1f} / {driver:,.1f} / {rest:,.1f} | {r['wall_s']:,.0f} | "
             f"{r['largest_process_rss_mib_peak']:,.0f} | {_mib(r['task_peak_rss_mib_max'])} | {r['driver_peak_rss_mib']:,.0f} | "
             f"{r['loadavg_before'][0]:.1f} / {r['loadavg_after'][0]:.1f} |"
         )
@@ -949,7 +952,12 @@ def main() -> int:
         metavar="JSON",
         help="print docs/scaling.md's 10 TB estimate from a JSON this script wrote, and exit",
     )
+    ap.add_argument("--report", type=Path, nargs="+", metavar="JSON", help="print --points' report from JSONs it wrote, and exit")
     args = add_args(ap, repeats=1).parse_args()
+    if args.report:  # the runs of one or more --points JSONs (e.g. a planted-cluster pair run apart), reported together
+        runs = [r for path in args.report for r in json.loads(path.read_text())["extra"]["scales"]]
+        points_report(runs, Harness("scale", args, libs=["ray"]))
+        return 0
     if args.paper:
         from bench._support.scale_paper import estimate
 
