@@ -106,13 +106,13 @@ def pipeline(data: str, files: int, fan_in: int, partition_rows: int | None = No
 CLUSTER = """
 import json, os, signal, subprocess, sys, time
 from ray.cluster_utils import Cluster
-nodes, caches, ray_dir, driver_cache, cmd, kill = json.loads(sys.argv[1])
+nodes, cpus, caches, ray_dir, driver_cache, cmd, kill = json.loads(sys.argv[1])
 def node_env(i):
     return {"DATAPIPE_CACHE_DIR": caches[i], "AWS_ACCESS_KEY_ID": f"node{i}"}
 cluster = Cluster(initialize_head=True, connect=False,
-                  head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False,
+                  head_node_args={"num_cpus": cpus, "node_ip_address": "127.0.0.1", "include_dashboard": False,
                                   "temp_dir": ray_dir, "env_vars": node_env(0)})
-added = [cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", env_vars=node_env(i)) for i in range(1, nodes)]
+added = [cluster.add_node(num_cpus=cpus, node_ip_address="127.0.0.1", env_vars=node_env(i)) for i in range(1, nodes)]
 def holding(cache):
     pids = []
     for d in os.listdir("/proc"):
@@ -158,7 +158,14 @@ finally:
 
 
 def run_once(
-    s3: Any, code: Path, nodes: int, config: dict[str, Any], work: Path, tag: str, kill_at: str | None = None
+    s3: Any,
+    code: Path,
+    nodes: int,
+    config: dict[str, Any],
+    work: Path,
+    tag: str,
+    kill_at: str | None = None,
+    cpus: int = 1,
 ) -> dict[str, Any]:
     """One run on ``nodes`` loopback nodes; the store's counts while the driver ran (per node too). With
     ``kill_at`` (a phase, e.g. shuffle0) the last node is killed when that phase's first marker is on the store."""
@@ -187,7 +194,7 @@ def run_once(
     before, folders_before, clients_before = s3.snapshot(), s3.folder_snapshot(), s3.client_snapshot()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-c", CLUSTER, json.dumps([nodes, caches, ray_dir, str(folder / "cache-driver"), cmd, kill])],
+            [sys.executable, "-c", CLUSTER, json.dumps([nodes, cpus, caches, ray_dir, str(folder / "cache-driver"), cmd, kill])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -284,7 +291,8 @@ def model(one: dict[str, Any], nodes: int) -> dict[str, float]:
     once, by another node in (N - 1) / N of the cases), per node."""
     put = one["store"]["bytes_written"]
     crossing = sum(v for k, v in one["put_bytes_by_folder"].items() if k.startswith(CROSSING))
-    get = one["store"]["bytes_read"] + crossing * (nodes - 1) / nodes
+    # The nodes' GET: the inputs (the driver's reads, outputs for its statistics, are apart) and the crossing.
+    get = one["get_bytes_by_folder"].get("inputs", 0) + crossing * (nodes - 1) / nodes
     return {
         "cost_model_bytes_per_node": (one["store"]["bytes_read"] + put) / nodes,
         "cluster_md_get_per_node": get / nodes,
@@ -329,6 +337,7 @@ def main() -> None:
         "perturbed (write_salted)",
     )
     ap.add_argument("--partition-rows", type=int, help="split.partition_rows (default: the pipeline's)")
+    ap.add_argument("--cpus-per-node", type=int, default=1, help="Ray CPUs of each loopback node (default 1)")
     ap.add_argument(
         "--kill-at",
         help="a phase (e.g. shuffle0): on more than one node, kill the last node when its first marker is on the store",
@@ -366,7 +375,7 @@ def main() -> None:
             for n in counts:
                 for name, code in codes.items():
                     tag = f"{name}-{n}n-r{rep}"
-                    r = run_once(s3, code, n, config, work, tag, args.kill_at)
+                    r = run_once(s3, code, n, config, work, tag, args.kill_at, args.cpus_per_node)
                     fp = outputs_of(s3, tag, work / tag / "out")
                     shutil.rmtree(work / tag / "out", ignore_errors=True)
                     reference = references.setdefault(name, fp)
