@@ -287,6 +287,10 @@ def _aggregate_phases(spec: RunSpec) -> list[Phase]:
             {"num_cpus": 1},
             "files",
             label=f"merging statistics (level {level} of {depth})",
+            # The files it merges, handed to its worker: on another node than their writers' they are
+            # fetched from the store (without them, a remote run of more than FAN_IN map outputs on
+            # several nodes failed here: the mirror had no such file).
+            inputs=lambda task: (list(task.args[3]), []),
         )
         for level in range(1, depth + 1)
     ]
