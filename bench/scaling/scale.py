@@ -4,6 +4,16 @@
         [--datatrove-python /tmp/dt/bin/python] [--json bench/results/scale.json]
     python -m bench.scaling.scale --base-docs 5000 --scales 1,4      # a quick check
     python -m bench.scaling.scale --base-docs 1000 --scales 1,4 --s3 # on a counting loopback S3
+    python -m bench.scaling.scale --points 3724:64,3724:512,3724:2048   # the same 4,096 documents, x8 / x32 tasks
+    python -m bench.scaling.scale --points 24096:64,24096:64:c20000 --plant-rate 0   # a planted cluster
+    python -m bench.scaling.scale --report A.json B.json [--json OUT]   # --points' report over runs written apart
+
+``--points DOCS:TASKS[:cK]`` runs the same documents (seed 0: the same DOCS give the same documents
+at any TASKS) in TASKS input files (= map tasks = dedup and MinHash partitions), K of them near-copies
+of one page (``add_cluster``), and prints a table (tree CPU split into tasks / driver / the rest), the fit
+CPU = a + b*(tasks + partitions) + c*documents with each run's residual, the marginal CPU per added
+task or partition, and the largest process's peak RSS against the fewest tasks and against the
+distinct twin of a planted-cluster run.
 
 Corpora (bench/_support/scale_corpus.py): real zh/en documents of ../shared/data/corpus, every copy
 perturbed (a fifth of its Han characters and words replaced by ones drawn by corpus frequency),
