@@ -177,6 +177,8 @@ def _map_inputs(spec: RunSpec, segment: Segment) -> Callable[[Task], tuple[list[
     step wrote for the map tasks; for a range of a file numbered across (JSONL), the pre-pass's markers
     of the file's ranges before it."""
 
+    made: list[WorkFiles] = []  # the run folder's names, made once: a RunFolder costs ~1 ms, and this runs per task
+
     def inputs(task: Task) -> tuple[list[str], list[tuple[str, str]]]:
         shard = task.args[0]
         markers = []
@@ -187,7 +189,9 @@ def _map_inputs(spec: RunSpec, segment: Segment) -> Callable[[Task], tuple[list[
                 markers = [(LINES_PHASE, f"{prefix}.part{j:04d}") for j in range(piece.part)]
             return [], markers
         before = segment.index - 1
-        work = WorkFiles(RunFolder(Path(spec.root)))
+        if not made:
+            made.append(WorkFiles(RunFolder(Path(spec.root))))
+        work = made[0]
         paths = [
             work.map_output(before, shard.key, fetch=False),
             work.dir / reduce_phase(before) / f"{shard.key}.parquet",  # its combine decisions
@@ -397,9 +401,11 @@ def _partition_tasks(shuffle: StepShuffle, segment: Segment, round: int) -> Task
         readers = shuffle.readers(folder, round)
         if readers is None:
             return None
-        owner = shuffle.step.owner_reads
+        if not shuffle.step.owner_reads:
+            return tuple(Task(partition_key(t.index), (segment, round, t, None)) for t in readers)
+        maps = folder.markers.read_all(map_phase(segment.index))  # once for the phase, not once per task
         return tuple(
-            Task(partition_key(t.index), (segment, round, t, shuffle.map_outputs(folder, shuffle.owned(t)) if owner else None))
+            Task(partition_key(t.index), (segment, round, t, shuffle.map_outputs(folder, shuffle.owned(t), maps)))
             for t in readers
         )
 

@@ -43,6 +43,8 @@ class MarkerStore:
         # Parsed markers, phase -> task -> marker (see the module docstring).
         self._markers: dict[str, dict[str, dict[str, Any]]] = {}
         self._columns: dict[int, list[Any]] = {}  # audit_files column lists, shared by the cached markers (``_share``)
+        # Phases whose every marker is held (``seal``): read without listing their folder again.
+        self._sealed: set[str] = set()
 
     def path(self, phase: str, task: str) -> Path:
         return self.dir / phase / f"{task}.json"
@@ -74,6 +76,8 @@ class MarkerStore:
         (``compact``: counts, files, node), unless ``full``: then read whole from this folder (a remote
         one's mirror holds every marker the driver adopted) and not kept, for the end of the run's
         statistics and checks, which read each phase once."""
+        if not full and phase in self._sealed:
+            return dict(self._markers[phase])  # held whole: no listing (a phase's is O(its tasks))
         folder = self.dir / phase
         listed = _list_markers(folder)  # task keys name subfolders: <source>/<shard>
         cache: dict[str, dict[str, Any]] = {} if full else self._markers.setdefault(phase, {})
@@ -92,14 +96,28 @@ class MarkerStore:
                 cache[key] = marker if full else compact(marker)
         return {key: cache[key] for key in listed if key in cache}
 
+    def seal(self, phase: str) -> None:
+        """Every task of ``phase`` has finished and its marker is held here (the driver, once a phase ran
+        without failures: the run lock keeps other drivers out, and a marker changes only when its work
+        is discarded, which ``forget``s it): later ``read_all`` calls of the phase answer from what is
+        held instead of listing its folder (one listing is O(the phase's tasks), and planning the next
+        phases asks many times: at 372,530 map tasks, seconds each). Its markers were listed when the phase
+        started (``read_all``) and each one since came back with its task's result (``adopt``)."""
+        held = self._markers.get(phase, {})
+        self._markers[phase] = {key: held[key] for key in sorted(held)}  # in listing order
+        self._sealed.add(phase)
+
     def forget(self, phase: str | None = None, task: str | None = None) -> None:
         """Drop markers read before (of one task, one phase, or all): their work was discarded."""
         if phase is None:
             self._markers.clear()
+            self._sealed.clear()
         elif task is None:
             self._markers.pop(phase, None)
+            self._sealed.discard(phase)
         else:
             self._markers.get(phase, {}).pop(task, None)
+            self._sealed.discard(phase)
 
     def write(self, phase: str, task: str, data: dict[str, Any], written: list[Path] | None = None) -> bytes:
         """``written``: the files the task wrote, named in the marker with their sizes (``files``; see
