@@ -357,7 +357,10 @@ def _run_phase(
     if phase.follows is not None and folder.remote is not None:
         # Each task on the node whose mirror holds the outputs of the task it follows (engine/phases.py).
         todo = phase.placed(todo, {key: m["node"] for key, m in folder.markers.read_all(phase.follows).items() if "node" in m})
-    if folder.remote is not None:
+    if folder.remote is not None and phase.same_inputs and todo:
+        shared = _handed(folder, phase, todo[0])  # the same for every task: made once, one object for all
+        todo = [replace(t, committed=shared) for t in todo]
+    elif folder.remote is not None:
         # Each task is handed the committed entries of what it reads (Phase.inputs): a task neither lists
         # nor reads markers on the store, and a worker holds only its current task's (run_folder/remote.py).
         todo = [replace(t, committed=_handed(folder, phase, t)) for t in todo]

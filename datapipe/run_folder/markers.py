@@ -53,8 +53,11 @@ class MarkerStore:
         """The marker's path in the run folder, as text (``path`` and ``relative_to`` in pathlib are slower)."""
         return f"{self.rel_dir}/{phase}/{task}.json"
 
-    def read(self, phase: str, task: str) -> dict[str, Any] | None:
-        """A marker as held (``compact``: what the run's planning reads), or None."""
+    def read(self, phase: str, task: str, full: bool = False) -> dict[str, Any] | None:
+        """A marker as held (``compact``: what the run's planning reads), or None; ``full``: whole, as
+        written (its files' hashes, counts per stage: the checks of an earlier run's files), not kept."""
+        if full:
+            return _load_marker(self.path(phase, task))
         cached = self._markers.get(phase, {}).get(task)
         if cached is not None:
             return cached
@@ -194,7 +197,8 @@ class MarkerStore:
 # counts per stage and reason, a pack task's manifest rows, the task's CPU and memory): not kept by the driver while the run goes
 # (``compact``), read back from the folder at its end (``read_all(full=True)``). A map task's marker
 # is ~5 kB of JSON and held parsed ~10 KiB; kept whole for every task, the driver grew ~10 KiB per
-# task (1.5-2 GB at 149k tasks, ~15 GB at 1.5M: issue 48); compact, a map task's is ~2.3 KiB (its files).
+# task (1.5-2 GB at 149k tasks, ~15 GB at 1.5M: issue 48); compact, a map task's is ~2.3 KiB (its files,
+# without their hashes).
 END_OF_RUN_ONLY = frozenset(
     "audit_files copies_files reads stage_in stage_skipped stage_recorded rejected stage_edits stage_changed shards"
     " seconds cpu_seconds peak_rss_mib rss_start_mib peak_scope".split()
@@ -202,8 +206,13 @@ END_OF_RUN_ONLY = frozenset(
 
 
 def compact(marker: dict[str, Any]) -> dict[str, Any]:
-    """What the driver keeps of a marker while the run goes: its counts, the files it names, its node."""
-    return {k: v for k, v in marker.items() if k not in END_OF_RUN_ONLY}
+    """What the driver keeps of a marker while the run goes: its counts, the files it names (path, bytes,
+    footer: not their hashes, which only a full read checks: ``read(full=True)``), its node."""
+    held = {k: v for k, v in marker.items() if k not in END_OF_RUN_ONLY}
+    files = held.get("files")
+    if isinstance(files, list):
+        held["files"] = [{k: v for k, v in f.items() if k != "sha256"} if isinstance(f, dict) else f for f in files]
+    return held
 
 
 def _list_markers(folder: Path, prefix: str = "") -> list[str]:
