@@ -142,11 +142,15 @@ def crawl_run(work: Path, tb: int, uri: str) -> dict[str, Any]:
     result = runner.RunResult(folder.root, {})
     rss: dict[str, float] = {}
 
-    class Watched(Sections):  # the RSS after each phase's commit, with the sections
+    class Watched(Sections):  # the RSS after each phase's commit, with the sections; a line per phase
         def mark(self, name: str) -> None:
             sections.mark(name)
             if name.endswith(":commit"):
-                rss[name.split(":")[1]] = _kib("VmRSS") / 1024
+                phase = name.split(":")[1]
+                rss[phase] = _kib("VmRSS") / 1024
+                cpu = {p: round(sections.seconds.get(f"phase:{phase}:{p}", 0.0), 3) for p in ("plan", "results", "commit")}
+                made = round(executor.made_s.get(phase, 0.0), 3)
+                print(f"phase {phase}: CPU s {cpu}, made {made}, RSS {rss[phase]:.0f} MiB", file=sys.stderr, flush=True)
 
     clock = Watched()
     executor.observe(clock)
@@ -212,10 +216,13 @@ def main() -> int:
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     if a.one is not None:
+        import signal
+
         import boto3
 
         from bench.scaling.driver_scale import store_server
 
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the store's process is ended too (finally)
         server, url = store_server()
         try:
             os.environ.update(

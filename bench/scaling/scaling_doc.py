@@ -413,7 +413,7 @@ def render(
     return text
 
 
-CRAWL_START, CRAWL_END = "## At a crawl's proportions", "How the estimate is computed (`bench/scaling/cost_model.py`)"
+CRAWL_START, CRAWL_END = "## At a crawl's proportions", "How the estimate is computed (`bench/scaling/pre48_model.py`)"
 
 
 def splice_crawl(page: Path, crawl: str) -> None:
