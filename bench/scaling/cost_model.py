@@ -106,7 +106,7 @@ def phases_of(results: list[dict[str, Any]], drivers: dict[str, dict[str, Any]],
     """Every phase of the crawl's run: its tasks and its task's cost, measured or charged (``charged``)."""
     measured = {r["phase"]: r for r in results if r["crawl"] == crawl}
     others = {r["phase"]: r for r in results if r["crawl"] != crawl}
-    plan = drivers.get(crawl) or next(iter(drivers.values()), None)  # the driver's phases: the engine's plan
+    plan = _driver_row(drivers, crawl)  # the driver's phases: the engine's plan
     scale = 1.0 if plan is None or plan["crawl"] == crawl else tb / float(plan["crawl"].split()[0])
     names = [p["phase"] for p in plan["phases"]] if plan else list(measured)
     names += [p for p in measured if p not in names]
@@ -153,10 +153,17 @@ def phases_of(results: list[dict[str, Any]], drivers: dict[str, dict[str, Any]],
     return out
 
 
+def _driver_row(drivers: dict[str, dict[str, Any]], crawl: str) -> dict[str, Any] | None:
+    """The driver's figures at this crawl's size, else at the largest size measured."""
+    if crawl in drivers:
+        return drivers[crawl]
+    return max(drivers.values(), key=lambda r: float(r["crawl"].split()[0]), default=None)
+
+
 def driver_of(drivers: dict[str, dict[str, Any]], crawl: str, tb: int) -> tuple[dict[str, dict[str, float]], float, str]:
     """Per phase the driver's serial CPU and adoption CPU per task, its end of the run (serial), and how
     they were had (measured at this size, or scaled linearly in tasks from another)."""
-    row = drivers.get(crawl) or next(iter(drivers.values()), None)
+    row = _driver_row(drivers, crawl)
     if row is None:
         return {}, 0.0, "not measured: charged nothing"
     scale = 1.0 if row["crawl"] == crawl else tb / float(row["crawl"].split()[0])
