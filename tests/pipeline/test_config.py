@@ -56,6 +56,16 @@ BAD = [
         with_("stages.0.langid.min_score", 1.5),
         ["stages[0].langid.min_score: 1.5 is not allowed", "less than or equal to 1"],
     ),
+    (
+        "langid sample windows too narrow",
+        with_("stages.0.langid.sample", {"chars": 100, "windows": 8}),
+        ["stages[0].langid.sample: ", "12 characters per window; at least 25"],
+    ),
+    (
+        "langid sample bound too small",
+        with_("stages.0.langid.sample", {"chars": 20}),
+        ["stages[0].langid.sample.chars: 20 is not allowed"],
+    ),
     ("wrong type", with_("tokenize.seq_len", "long"), ['tokenize.seq_len: "long" is not allowed', "valid integer"]),
     ("seq_len too small", with_("tokenize.seq_len", 4), ["tokenize.seq_len: 4 is not allowed", "greater than or equal to 8"]),
     (
