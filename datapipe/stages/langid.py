@@ -149,6 +149,25 @@ class LangId(Stage):
         return problems
 
     @classmethod
+    def warnings(cls, options: Any, context: CheckContext) -> list[Problem]:
+        """A min_score above sample.full_below: documents scoring between the two on their windows
+        are decided on the windows alone, not read whole (the re-read is what keeps decisions as before)."""
+        o: LangIdOptions = options
+        if o.sample is None:
+            return []
+        scores = [("min_score", o.min_score)] + [(f"by_kind.{k}.min_score", r.min_score) for k, r in o.by_kind.items()]
+        return [
+            (
+                "sample.full_below",
+                f"{o.sample.full_below:g} is below {key} ({value:g}): long documents whose windows score between "
+                f"the two are decided on their windows alone; set full_below to at least {value:g} to decide them "
+                f"on the whole text as before (or sample: null)",
+            )
+            for key, value in scores
+            if value is not None and value > o.sample.full_below
+        ]
+
+    @classmethod
     def aggregates(cls, columns: set[str]) -> list[Aggregate]:
         return [lang_score_aggregate(columns)]
 

@@ -171,6 +171,21 @@ def test_all_problems_are_reported_at_once(folder: Path) -> None:
     assert len(info.value.problems) == 2
 
 
+def test_langid_threshold_above_the_windows_re_read_is_warned(folder: Path) -> None:
+    """min_score 0.9 with sample.full_below 0.8 runs, but long documents scoring 0.8-0.9 on their windows
+    would be decided on them alone: the warning names the key and the fix; at full_below 0.9, nothing."""
+    import yaml
+
+    path = folder / "p.yaml"
+    path.write_text(yaml.safe_dump(with_("stages.0.langid", {"keep": ["en"], "min_score": 0.9})))
+    (warning,) = load_pipeline(path).warnings
+    assert warning.startswith("stages[0].langid.sample.full_below: 0.8 is below min_score (0.9)"), warning
+    assert "set full_below to at least 0.9" in warning
+    ok = {"keep": ["en"], "min_score": 0.9, "sample": {"full_below": 0.9}}
+    path.write_text(yaml.safe_dump(with_("stages.0.langid", ok)))
+    assert load_pipeline(path).warnings == []
+
+
 def test_validate_command_exit_codes(folder: Path) -> None:
     import yaml
 

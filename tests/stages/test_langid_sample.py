@@ -68,3 +68,13 @@ def test_short_texts_are_read_whole_and_windows_do_not_split_words() -> None:
     got = sample_text(text, 600, 4)
     assert len(got) <= 600 and got.startswith("word0000 ") and got.endswith(" word0499")
     assert set(got.split()) <= set(text.split())  # every token is a whole word of the text
+
+
+def test_a_changed_sample_recomputes_the_signals() -> None:
+    """``sample`` changes lang and lang_score: a re-decided run (``run --from``) must not reuse them."""
+    from datapipe.engine.redecide import config_changes
+
+    assert "sample" not in LangId.decision_options
+    old = LangIdOptions().model_dump(mode="json")
+    new = LangIdOptions(sample={"chars": 1000}).model_dump(mode="json")
+    assert config_changes(old, new, "stages[0].langid") == ["stages[0].langid.sample.chars: 600 -> 1000"]
