@@ -61,7 +61,11 @@ class LangIdOptions(StageOptions):
     max_chars: int = Field(20_000, ge=100, description="Characters of each document the stage looks at (a prefix).")
     sample: SampleOptions | None = Field(
         default_factory=SampleOptions,
-        description="What fastText reads of a document longer than sample.chars (langid_sample.py); null: all max_chars.",
+        description=(
+            "What fastText reads of a document longer than sample.chars: evenly spaced windows, the whole text "
+            "under full_below (defaults: the same decisions on 99.996% of the shared corpus for 29.5% of the "
+            "characters, bench/results/langid_prefix.json); null: all max_chars."
+        ),
     )
     markdown: bool = Field(True, description="Judge the prose: Markdown code, math, tables and markup removed first.")
     model: str | None = Field(None, description="Path to a fastText model; default lid.176.ftz (fetched).")
