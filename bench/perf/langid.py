@@ -14,6 +14,7 @@ langid_sample.py), on the whole shared corpus (../shared/data/corpus, the input 
   decisions   per document: kept/rejected, its reason and ``lang`` (keep: [zh, en], min_score 0.5,
               as the pipeline bench runs it); every difference listed (id, before/after lang and
               score, the windows' own answer, why)
+  UDHR        ``lang`` before and after on all UDHR pages (484, most in languages lid.176 lacks)
   accuracy    per language, before and after: lingua single words and word pairs (10 languages), the
               UDHR pages of languages lid.176 knows, the mixed-script Chinese cases the tests use
               (zh Wikipedia articles quoting Japanese, UD Traditional/Simplified sentences: ``script``)
@@ -184,6 +185,13 @@ def sample_mode(args: argparse.Namespace) -> None:
         h.ratio(f"{part} CPU before/after", pair_ratios(b, a), target=">= 2" if part == "fasttext" else "")
     read = {name: runs[name][0]["chars"] for name in runs}
     print(f"fastText read {read['after']:,} characters, {read['after'] / read['before']:.1%} of {read['before']:,}")
+    pages = sorted(p.stem for p in (SHARED / "web" / "html" / "udhr").glob("*.html"))
+    udhr = [udhr_text(p) for p in pages]
+    lb, la = (run_stage(s, udhr, 1000)[0]["lang"].to_pylist() for s in (before, after))
+    udhr_diff = [{"page": p, "before": b, "after": a} for p, b, a in zip(pages, lb, la) if b != a]
+    print(f"all {len(pages)} UDHR pages (most in languages lid.176 lacks): lang the same on {len(pages) - len(udhr_diff)}")
+    for d in udhr_diff:
+        print(f"  {d}")
     diff = differences(docs, outputs["before"], outputs["after"], after)
     same = 1 - len(diff) / len(docs)
     print(f"\ndecisions (kept/rejected, reason, lang) identical for {same:.4%} of {len(docs)} documents (target >= 99.9%)")
@@ -211,6 +219,7 @@ def sample_mode(args: argparse.Namespace) -> None:
         decisions_identical=same,
         differences=diff,
         fasttext_chars=read,
+        udhr_all_pages={"pages": len(pages), "lang_differs": udhr_diff},
         lang_score_moved=moved,
         accuracy=acc,
         accuracy_largest_change=worst,
