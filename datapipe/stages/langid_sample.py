@@ -9,10 +9,10 @@ windows' score is below ``full_below``. Shorter documents are read whole, exactl
 
 The defaults are measured on the 27,369 documents of ../shared/data/corpus (``bench/perf/langid.py
 --sample``, ``bench/results/langid_prefix.json``): the stage decides as with the whole 20,000-character
-prefix on all but one of them, fastText reading 29.5% of the characters with 2.7-2.8x less CPU (two runs). Chosen
-against raw fastText on the same documents: 4 windows of 150 characters alone differ from the whole
-prefix in language or keep on 10 documents, on none with the re-read under 0.7 or 0.8; a 600, 1,000
-or 2,000-character prefix with the re-read under 0.8 on 10, 8 and 2.
+prefix on all but one of them, fastText reading 29.5% of the characters with 2.7-2.8x less CPU (two
+runs). Chosen against raw fastText on the same documents: 4 windows of 150 characters alone differ
+from the whole prefix in language or keep on 10 documents, on none with the re-read under 0.7 or 0.8;
+a 600, 1,000 or 2,000-character prefix with the re-read under 0.8 on 10, 8 and 2.
 """
 
 from __future__ import annotations
