@@ -21,6 +21,8 @@ So ``agg_<name>`` holds, by construction, what the aggregate's SQL gives over th
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,8 +94,8 @@ def _select(agg: Aggregate, relation: str) -> str:
 
 def task_aggregates(files: Sequence[tuple[Path, str]], stage_types: Iterable[type[Stage]]) -> pa.Table | None:
     """The aggregate rows of one map task's documents: ``files`` are the (path, status) of the kept
-    and rejected files it wrote. None when it wrote none."""
-    import duckdb
+    and rejected files it wrote. None when it wrote none. Each aggregate's rows are sorted by their
+    columns, so the same documents always give the same file."""
     import pyarrow.parquet as pq
 
     if not files:
@@ -102,20 +104,83 @@ def task_aggregates(files: Sequence[tuple[Path, str]], stage_types: Iterable[typ
     for path, _ in files:
         columns.update(pq.read_schema(path).names)
     aggregates = run_aggregates(stage_types, columns)
-    schema = file_schema(aggregates)
     by_status: dict[str, list[str]] = {}
     for path, status in files:
         by_status.setdefault(status, []).append(literal(str(path)))
-    with duckdb.connect(config={"threads": TASK_THREADS, "memory_limit": TASK_MEMORY}) as con:
-        con.execute("SET enable_progress_bar = false")
-        # Only the columns the aggregates name are read (DuckDB prunes the rest, the text among them).
-        parts = [
-            f"SELECT *, {literal(status)} AS status FROM read_parquet([{', '.join(paths)}], union_by_name = true)"
-            for status, paths in sorted(by_status.items())
-        ]
-        con.execute(f"CREATE TEMP VIEW task_documents AS {' UNION ALL BY NAME '.join(parts)}")
-        tables = [con.sql(_select(agg, "task_documents")).to_arrow_table() for agg in aggregates]
-    return _as_file(tables, schema)
+    # Only the columns the aggregates name are read (DuckDB prunes the rest, the text among them).
+    documents = " UNION ALL BY NAME ".join(
+        f"SELECT *, {literal(status)} AS status FROM read_parquet([{', '.join(paths)}], union_by_name = true)"
+        for status, paths in sorted(by_status.items())
+    )
+    con = _task_connection()
+    try:
+        # One statement: the files' metadata read and their documents scanned once for every aggregate.
+        con.execute(f"CREATE TEMP TABLE {_TASK_ROWS} AS {_all_selects(aggregates, documents)}")
+        rows = con.sql(f"FROM {_TASK_ROWS} ORDER BY ALL").to_arrow_table()
+        con.execute(f"DROP TABLE {_TASK_ROWS}")
+    except BaseException:
+        _close_task_connection()  # whatever the failed statement left behind goes with its connection
+        raise
+    return _as_file(_split(rows, aggregates), file_schema(aggregates))
+
+
+# A map task's aggregates run on a connection its worker process opens once (opening one costs more
+# than the queries of a small task), one per thread; a task leaves nothing in it (its rows' temporary
+# table is dropped; a failed task closes it), and a forked child opens its own.
+_TASK_ROWS = "__task_aggregate_rows"
+_INDEX = "__aggregate_index"
+_LOCAL = threading.local()
+_INHERITED: list[Any] = []  # connections a forked child got from its parent: never used nor closed in it
+
+
+def _task_connection() -> Any:
+    import duckdb
+
+    held = getattr(_LOCAL, "held", None)
+    if held is not None and held[0] == os.getpid():
+        return held[1]
+    if held is not None:
+        _INHERITED.append(held[1])
+    config = {"threads": TASK_THREADS, "memory_limit": TASK_MEMORY, "enable_external_file_cache": False}
+    con = duckdb.connect(config=config)  # no cache of files' contents: a retried task rewrites its files
+    con.execute("SET enable_progress_bar = false")
+    _LOCAL.held = (os.getpid(), con)
+    return con
+
+
+def _close_task_connection() -> None:
+    held, _LOCAL.held = getattr(_LOCAL, "held", None), None
+    if held is not None and held[0] == os.getpid():
+        held[1].close()
+
+
+def _slot(index: int, name: str) -> str:
+    """Column ``name`` of the ``index``-th aggregate in the rows of all of them (no two aggregates share one)."""
+    return f"{index}:{name}"
+
+
+def _all_selects(aggregates: Sequence[Aggregate], documents: str) -> str:
+    """Every aggregate's rows over ``documents`` (a SELECT) in one query: ``documents`` read once, each
+    aggregate's columns its own (typed by its SQL, as a query of its own would give them)."""
+    selects = []
+    for i, agg in enumerate(aggregates):
+        names = ", ".join(f"{quoted(c)} AS {quoted(_slot(i, c))}" for c, _ in agg.columns)
+        body = agg.sql or "SELECT " + ", ".join(f"NULL::{t} AS {quoted(c)}" for c, t in agg.columns) + " WHERE false"
+        selects.append(f"(SELECT {i} AS {_INDEX}, {names} FROM (WITH documents AS (FROM task_documents) {body}))")
+    return f"WITH task_documents AS MATERIALIZED ({documents}) {' UNION ALL BY NAME '.join(selects)}"
+
+
+def _split(rows: pa.Table, aggregates: Sequence[Aggregate]) -> list[pa.Table]:
+    """The rows of ``_all_selects`` as one table per aggregate, named as ``_select`` names them."""
+    import pyarrow.compute as pc
+
+    out = []
+    for i, agg in enumerate(aggregates):
+        mine = rows.filter(pc.equal(rows[_INDEX], i))
+        names = [AGGREGATE_COLUMN, *(c for c, _ in agg.columns)]
+        data = [pa.array([agg.name] * mine.num_rows, pa.string()), *(mine[_slot(i, c)] for c, _ in agg.columns)]
+        out.append(pa.table(data, names=names))
+    return out
 
 
 def _as_file(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:

@@ -6,12 +6,15 @@ fallback for a database written before aggregates; ``stats.duckdb`` as plain Duc
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -23,6 +26,7 @@ from datapipe.cli import main
 from datapipe.engine.runner import run_pipeline
 from datapipe.pipeline.load import load_pipeline
 from datapipe.run_folder.checked import DamagedRunFile
+from datapipe.stages.report_section import Aggregate
 from tests.conftest import PROJECT_ROOT, write_pipeline
 from tests.support.shared_data import shared_path
 
@@ -88,6 +92,55 @@ def test_every_aggregate_equals_its_query_over_all_documents(real_run: Path) -> 
         assert con.execute("SELECT count(*) FROM agg_rehydration WHERE clusters > 0").fetchone()[0] > 0
         files = con.execute("SELECT count(*) FROM aggregate_files").fetchone()[0]
     assert files == len(list((real_run / "aggregates").rglob("*.parquet"))) > 0
+
+
+def _task_files(run: Path) -> list[tuple[Path, list[tuple[Path, str]]]]:
+    """Each map task's aggregate file and the (path, status) of the documents it wrote, from its marker."""
+    out = []
+    for marker in sorted((run / "_work" / "markers").glob("map*/**/*.json")):
+        m = json.loads(marker.read_text())
+        if m["audit_files"]:
+            out.append((run / m["aggregates"]["path"], [(run / f["path"], f["status"]) for f in m["audit_files"]]))
+    return out
+
+
+class _Broken:
+    """A stage type whose aggregate's SQL fails (a column no document has)."""
+
+    name = "broken"
+
+    @classmethod
+    def aggregates(cls, columns: set[str]) -> list[Aggregate]:
+        return [Aggregate("broken", "SELECT no_such_signal AS x FROM documents GROUP BY ALL", (("x", "VARCHAR"),))]
+
+
+def _in_child(files: list[tuple[Path, str]], types: list, conn: Any) -> None:
+    conn.send(aggregates.task_aggregates(files, types).to_pylist())
+
+
+def test_a_task_s_aggregates_are_the_same_file_every_time_and_leave_nothing_behind(real_run: Path) -> None:
+    """The worker's DuckDB connection serves task after task: the same documents give the same rows in the
+    same order (the file a task wrote, again), no table stays in it, a failed task does not break the next,
+    and a forked worker opens its own."""
+    types = aggregates.stage_types(read_run_json(real_run))
+    tasks = _task_files(real_run)
+    assert len(tasks) >= 2
+    for written, files in tasks:
+        first = aggregates.task_aggregates(files, types)
+        assert first is not None and first.equals(aggregates.task_aggregates(files, types))
+        assert first.equals(pq.read_table(written))
+    con = aggregates._task_connection()
+    assert con.execute("SELECT count(*) FROM duckdb_tables()").fetchone() == (0,)
+    with pytest.raises(duckdb.BinderException, match="no_such_signal"):
+        aggregates.task_aggregates(tasks[0][1], [*types, _Broken])
+    assert aggregates.task_aggregates(tasks[0][1], types).equals(pq.read_table(tasks[0][0]))
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_in_child, args=(tasks[1][1], types, child))
+    proc.start()
+    got = parent.recv()
+    proc.join(60)
+    assert proc.exitcode == 0 and got == pq.read_table(tasks[1][0]).to_pylist()
 
 
 def _destroy_documents(run: Path) -> int:
