@@ -145,8 +145,11 @@ def _run_locked(
                     f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
                     f"output in {folder.root}"
                 )
-                if spec.tokenizer is not None and spec.tokenizer.engine_note:
-                    log(f"datapipe: tokens encoded with tokenizers, not the fast path: {spec.tokenizer.engine_note}")
+                if spec.tokenizer is not None:
+                    log(f"datapipe: tokens encoded with {spec.tokenizer.describe()}")
+                    # run.json says which encoder the run chose and why; counts.encoders, at the end,
+                    # which one each task's worker used (a worker whose sample check failed fell back).
+                    record.run["encoder"] = {"engine": spec.tokenizer.engine, "why": spec.tokenizer.engine_note}
                 _run_phases(result, folder, spec, executor, timings, show_progress, sections)
         sections.mark("executor_exit")  # Ray's shutdown, as the driver's own threads see it
         if _finish(pipeline, record, spec, timings, log, sections):
@@ -433,6 +436,11 @@ def _finish(
         if _repair(folder, log, hashes=False):  # sizes (on a store: one listing), before they are read
             return False
         counts = collect_counts(folder, spec)
+        if spec.tokenizer is not None and set(counts.get("encoders", {})) - {spec.tokenizer.engine}:
+            log(
+                f"datapipe: a worker's sample check fell back: map tasks by encoder {counts['encoders']} "
+                "(each checked against tokenizers on its first batch)"
+            )
         with fault_scope("stats", "build"):
             build_stats(folder, spec, counts)
         folder.publish(*(f for f in RUN_FILES if f != "run.json"))  # run.json last: it says complete

@@ -179,7 +179,7 @@ class MarkerStore:
 # task (1.5-2 GB at 149k tasks, ~15 GB at 1.5M: issue 48); compact, a map task's is ~2.3 KiB (its files).
 END_OF_RUN_ONLY = frozenset(
     "audit_files copies_files reads stage_in stage_skipped stage_recorded rejected stage_edits stage_changed shards"
-    " seconds cpu_seconds peak_rss_mib rss_start_mib peak_scope".split()
+    " seconds cpu_seconds peak_rss_mib rss_start_mib peak_scope encoder".split()
 )
 
 
