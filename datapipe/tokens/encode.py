@@ -434,17 +434,14 @@ def encode_documents(texts: list[str], info: TokenizerInfo, arrow: pa.Array | No
 
 def _framed(ids: np.ndarray, offsets: np.ndarray, info: TokenizerInfo) -> pa.LargeListArray:
     """Documents' ids, end to end with their ``offsets``, as lists with BOS (if configured) before each and EOS after."""
-    lead = int(info.bos_id is not None)
-    extra = 1 + lead
     n = len(offsets) - 1
-    out_offsets = offsets + extra * np.arange(n + 1, dtype=np.int64)
-    flat = np.empty(int(out_offsets[-1]), dtype=np.uint32)
-    # Token j of document i goes to out_offsets[i] + lead + (j - offsets[i]): one shift per document.
-    shifts = np.repeat(out_offsets[:-1] + lead - offsets[:-1], np.diff(offsets))
-    flat[np.arange(len(ids), dtype=np.int64) + shifts] = ids
-    flat[out_offsets[1:] - 1] = info.eos_id
-    if lead:
-        flat[out_offsets[:-1]] = info.bos_id
+    if info.bos_id is None:
+        at, marks = offsets[1:], np.full(n, info.eos_id, np.uint32)
+    else:  # per document: BOS at its start, then EOS at its end (the order np.insert keeps at one index)
+        at = np.column_stack([offsets[:-1], offsets[1:]]).ravel()
+        marks = np.tile(np.array([info.bos_id, info.eos_id], np.uint32), n)
+    flat = np.insert(ids, at, marks)  # one new buffer; no per-token index array
+    out_offsets = offsets + (1 + (info.bos_id is not None)) * np.arange(n + 1, dtype=np.int64)
     return pa.LargeListArray.from_arrays(pa.array(out_offsets), pa.array(flat, pa.uint32()))
 
 
