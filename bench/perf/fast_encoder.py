@@ -33,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -147,7 +148,9 @@ def equivalence(info: tokenize.TokenizerInfo, texts: list[str]) -> dict:
     """Per encoder: documents differing from tokenizers' (and the first), and its CPU on this one pass."""
     fns, skipped = encoders(info)
     result: dict = {"engine": info.engine, "engine_note": info.engine_note, "docs": len(texts), "encoders": {}}
-    stats = {name: {"differing": 0, "first_differing_doc": None, "cpu_s": 0.0} for name in fns if name != REFERENCE}
+    stats: dict[str, dict[str, Any]] = {
+        name: {"differing": 0, "first_differing_doc": None, "cpu_s": 0.0} for name in fns if name != REFERENCE
+    }
     for start, b in zip(range(0, len(texts), 1000), batches(texts)):
         want = fns[REFERENCE](b)
         for name, s in stats.items():
@@ -167,16 +170,16 @@ def equivalence(info: tokenize.TokenizerInfo, texts: list[str]) -> dict:
 
 def speed(h: Harness, info: tokenize.TokenizerInfo, bs: list[list[str]], mb: float) -> dict[str, list[dict]]:
     """Encode CPU and wall of every encoder over the whole corpus, fresh encoders per pass, interleaved."""
-    fk = [None]
 
     def side(name: str) -> Callable[[], dict]:
         def run() -> dict:
             import fastokens
 
             fns, _ = encoders(info)  # fresh encoders: their caches empty
+            fn: Callable[[list[str]], object]
             if name == BARE:  # the bare call without the framing the comparison added
-                fk[0] = fastokens.Tokenizer.from_file(info.path)
-                fn: Callable[[list[str]], object] = lambda b: fk[0].encode_batch_flat(b, add_special_tokens=False)  # noqa: E731
+                fk = fastokens.Tokenizer.from_file(info.path)
+                fn = lambda b: fk.encode_batch_flat(b, add_special_tokens=False)  # noqa: E731
             else:
                 fn = fns[name]
             c0, w0 = time.process_time(), time.perf_counter()
