@@ -545,8 +545,8 @@ class PackedDataset:
         forks its workers anew each epoch unless persistent), against ~30 us a batch of 8 x
         2048 saved by the gather (~240 us for the per-token segment fields: COMPACT_FIELDS leave them to the
         device). So the first run a worker sends never waits for numba. In-process, the kernels
-        take over once this process has spent ``fused.BREAK_EVEN_S`` in the numpy paths (timed
-        here, the loop's own time between batches excluded). ``chunk``: see ``plan``."""
+        take over once this process has spent ``fused.BREAK_EVEN_S`` of CPU in the numpy paths
+        (this thread's, the loop's own between batches excluded). ``chunk``: see ``plan``."""
         plan = self.plan(worker_id, num_workers, chunk)
         table, verifier = self.table, self._verifier  # locals: looked up per batch below
         table.check_epoch()  # every epoch, and a resumed one: the open shards are as they were opened
@@ -565,7 +565,7 @@ class PackedDataset:
             most = min(most, self.max_open_shards)
         max_block = max(1, most // B)
         while pos < len(plan):
-            t0 = time.perf_counter() if track else 0.0
+            t0 = time.thread_time() if track else 0.0
             batches = plan[pos : pos + block]
             pos += len(batches)
             # This rank's samples of every batch of the block, in one vectorized expression.
@@ -614,10 +614,10 @@ class PackedDataset:
                         raise verifier.failed
                     if in_process:
                         self.consumed_samples = (g + 1) * G
-                    if track:  # the loop's time between batches is not the loader's
-                        spent += time.perf_counter() - t0
+                    if track:  # this thread's CPU: not the loop's between batches, nor time preempted on a busy machine
+                        spent += time.thread_time() - t0
                         yield out
-                        t0 = time.perf_counter()
+                        t0 = time.thread_time()
                     else:
                         yield out
             finally:

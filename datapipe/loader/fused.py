@@ -7,7 +7,7 @@ numba is imported on first use, not with the loader: importing it and loading th
 kernels costs a process ~0.9 s of CPU and ~55 MiB (the first compile a few seconds more; later
 processes load the kernels from numba's on-disk cache), more than a whole epoch of 12.96M tokens
 costs on the numpy paths (~0.13 s). So the in-process loader uses the kernels only once this
-process has spent ``BREAK_EVEN_S`` on its numpy paths (``numpy_work``): the rule of renting
+process has spent ``BREAK_EVEN_S`` of CPU on its numpy paths (``numpy_work``): the rule of renting
 until the rent paid equals the price, which never costs more than twice the better choice made
 in hindsight. Short jobs never load numba; long ones pay ~1 s once and then run compiled.
 
@@ -44,7 +44,7 @@ _KERNELS = {  # accessor group -> kernel names in _kernels (a group is switched 
 
 
 def numpy_work(seconds: float) -> bool:
-    """Count ``seconds`` of in-process loader work done in numpy; True once this process's total
+    """Count ``seconds`` of CPU of in-process loader work done in numpy; True once this process's total
     reaches ``BREAK_EVEN_S`` (from then on the compiled kernels are worth loading)."""
     global _numpy_s
     _numpy_s += seconds
