@@ -108,16 +108,6 @@ class TrackingDataLoader(DataLoader):
     # is all a training loop uses.
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:  # type: ignore[override]
         ds = self.tracked
-        if self.num_workers > 0:
-            # Python's recipe for fork without exec (the gc module's docs): the objects alive now (torch's,
-            # the training script's, mostly for good) leave the cyclic collector's generations, so neither
-            # this process's next full collections nor the forked workers' walk them again (a worker's
-            # walk writes to every inherited object's header: each page copied). On the loaded 2-core box
-            # the first batch of bench/perf/loader_workers.py's W=2 epoch came 0.5-0.8 s after the
-            # iterator's creation with it, 1.6-2.3 s without (the whole epoch 1.3-1.9 s against 2.8-6.1).
-            # Cycles already garbage now are never collected (objects, not tensors' memory: refcounts
-            # still free those).
-            gc.freeze()
         for item in super().__iter__():
             for batch in unpack(item) if PACKED in item else (item,):
                 ds.mark_consumed(batch)
@@ -157,6 +147,13 @@ class _WorkerRuns(IterableDataset):
             raise RuntimeError("_WorkerRuns is read by DataLoader workers only; iterate the dataset itself")
         if ds._workers_ran is not None:
             ds._workers_ran.value = 1
+        # The objects this worker inherited (torch's, the training script's) leave the cyclic collector's
+        # generations (the gc module's recipe for fork without exec), so its full collections do not walk
+        # them: a walk writes to every inherited object's header, copying each page from the parent. Done
+        # here, in the worker, and not in the training process, whose garbage stays the collector's.
+        # On the loaded 2-core box, freezing before the fork made a W=2 epoch's first batch come 0.5-0.9 s
+        # after the iterator's creation instead of 1.4-2.3 s.
+        gc.freeze()
         run: list[dict[str, np.ndarray]] = []
         size = 1  # the first item is one batch (see PackedDataset.plan), then runs of self.chunk
         for batch in ds.iter_batches(info.id, info.num_workers, in_process=False, chunk=self.chunk):
