@@ -88,8 +88,12 @@ def file_schema(aggregates: Sequence[Aggregate]) -> pa.Schema:
 def _select(agg: Aggregate, relation: str) -> str:
     """``agg``'s rows over ``relation`` (its SQL reads ``documents``), tagged with its name."""
     names = ", ".join(quoted(c) for c, _ in agg.columns)
-    body = agg.sql or "SELECT " + ", ".join(f"NULL::{t} AS {quoted(c)}" for c, t in agg.columns) + " WHERE false"
-    return f"SELECT {literal(agg.name)} AS {AGGREGATE_COLUMN}, {names} FROM (WITH documents AS (FROM {relation}) {body})"
+    return f"SELECT {literal(agg.name)} AS {AGGREGATE_COLUMN}, {names} FROM (WITH documents AS (FROM {relation}) {_body(agg)})"
+
+
+def _body(agg: Aggregate) -> str:
+    """``agg``'s SELECT over ``documents`` (no rows, its columns typed, when it has no SQL)."""
+    return agg.sql or "SELECT " + ", ".join(f"NULL::{t} AS {quoted(c)}" for c, t in agg.columns) + " WHERE false"
 
 
 def task_aggregates(files: Sequence[tuple[Path, str]], stage_types: Iterable[type[Stage]]) -> pa.Table | None:
@@ -165,8 +169,7 @@ def _all_selects(aggregates: Sequence[Aggregate], documents: str) -> str:
     selects = []
     for i, agg in enumerate(aggregates):
         names = ", ".join(f"{quoted(c)} AS {quoted(_slot(i, c))}" for c, _ in agg.columns)
-        body = agg.sql or "SELECT " + ", ".join(f"NULL::{t} AS {quoted(c)}" for c, t in agg.columns) + " WHERE false"
-        selects.append(f"(SELECT {i} AS {_INDEX}, {names} FROM (WITH documents AS (FROM task_documents) {body}))")
+        selects.append(f"(SELECT {i} AS {_INDEX}, {names} FROM (WITH documents AS (FROM task_documents) {_body(agg)}))")
     return f"WITH task_documents AS MATERIALIZED ({documents}) {' UNION ALL BY NAME '.join(selects)}"
 
 
