@@ -116,6 +116,31 @@ class SplitConfig(Strict):
             "tasks (at least one part each), so a partition's memory is bounded by this at any corpus size."
         ),
     )
+    # 256 MiB: rows as wide as MinHash's round 1 (a 512-byte signature each) make 4M rows ~2 GB, and that
+    # partition task peaked at 3.3-3.4 GiB (bench/scaling/crawl_proportions.py); narrow rows (band rows:
+    # ~30 bytes) stay sized by rows.
+    partition_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        le=1 << 40,
+        description=(
+            "Bytes of shuffle runs (as written, compressed) a partition task reads, about: a round has at least "
+            "its bytes / this tasks, so a partition of wide rows (MinHash signatures) is bounded in memory as "
+            "well as one of many narrow rows (partition_rows). A single part is never split."
+        ),
+    )
+    # 256 MiB: a merge of 256 runs of 512-byte signatures reads ~1,000 rows of each at a time and peaks
+    # well under 1 GiB (before: a row group of each input, 2.2-2.6 GiB; bench/scaling/crawl_proportions.py).
+    merge_memory_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        le=1 << 40,
+        description=(
+            "Decoded bytes a shuffle's merge task buffers, about: it reads each of its (at most shuffle_fan_in) "
+            "runs this / (2 x fan-in) bytes of rows at a time, so the wider the rows, the fewer per read; the "
+            "task's memory stays about this plus a page of each input, whatever the rows or the corpus."
+        ),
+    )
 
 
 class WorkersConfig(Strict):
