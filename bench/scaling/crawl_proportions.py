@@ -554,7 +554,8 @@ def after(work: Path, crawls: list[Crawl], map_mib: int, results: Results) -> Re
                 print(f"map{seg}: {r}", flush=True)
                 map_rows = r
                 for c in crawls:
-                    results.append(_row(f"map{seg}", c, map_rows, "measured (the same task at every size)"))
+                    if results.selected(f"map{seg}"):  # else run only for the files later phases read
+                        results.append(_row(f"map{seg}", c, map_rows, "measured (the same task at every size)"))
             shutil.copy(WorkFiles(folder).map_output(1, spec.shards[0].key), owners)
 
         # --- each shuffle's merge levels and partitions
