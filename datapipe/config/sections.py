@@ -116,21 +116,22 @@ class SplitConfig(Strict):
             "tasks (at least one part each), so a partition's memory is bounded by this at any corpus size."
         ),
     )
-    # 256 MiB: rows as wide as MinHash's round 1 (a 512-byte signature each) make 4M rows ~2 GB, and that
-    # partition task peaked at 3.3-3.4 GiB (bench/scaling/crawl_proportions.py); narrow rows (band rows:
-    # ~30 bytes) stay sized by rows.
+    # 256 MiB: rows wide on disk (a signature, an embedding each) make 4M rows gigabytes; a crawl's
+    # MinHash rounds write 4-40 bytes a row (bench/scaling/crawl_proportions.py), so they stay sized by
+    # rows and this bounds only wider ones.
     partition_bytes: int = Field(
         256 << 20,
         ge=1 << 20,
         le=1 << 40,
         description=(
             "Bytes of shuffle runs (as written, compressed) a partition task reads, about: a round has at least "
-            "its bytes / this tasks, so a partition of wide rows (MinHash signatures) is bounded in memory as "
-            "well as one of many narrow rows (partition_rows). A single part is never split."
+            "its bytes / this tasks, so a partition of wide rows (signatures, embeddings) is bounded as well as "
+            "one of many narrow rows (partition_rows). A single part is never split."
         ),
     )
-    # 256 MiB: a merge of 256 runs of 512-byte signatures reads ~1,000 rows of each at a time and peaks
-    # well under 1 GiB (before: a row group of each input, 2.2-2.6 GiB; bench/scaling/crawl_proportions.py).
+    # 256 MiB: a merge of 256 runs then holds ~0.5 MiB of each at a time (before: a ~1 MiB row group of
+    # each input, decoded, concatenated and sorted: merge1r1 peaked at 2.2-2.6 GiB at a crawl's
+    # proportions; bench/scaling/crawl_proportions.py has the figures now).
     merge_memory_bytes: int = Field(
         256 << 20,
         ge=1 << 20,
