@@ -81,7 +81,7 @@ def build_run(root: Path, docs: int, tasks: int, seed: int = 0) -> dict:
     import duckdb
 
     from datapipe.audit.views import create_table_views, document_views
-    from datapipe.engine.finish import _union_columns
+    from datapipe.engine.finish import document_columns
 
     rng = np.random.default_rng(seed)
     pools = {"web_en": _pool(rng, EN_WORDS, " ", 8_000_000), "web_zh": _pool(rng, list(ZH_CHARS), "", 4_000_000)}
@@ -247,7 +247,7 @@ def build_run(root: Path, docs: int, tasks: int, seed: int = 0) -> dict:
         layouts.setdefault(key, f["schema"])
         f["layout"] = list(layouts).index(key)
     con = duckdb.connect(str(root / "stats.duckdb"))
-    ordered = _union_columns(con, list(layouts.values()))
+    ordered = document_columns(con, list(layouts.values()))
     con.register(
         "f", pa.Table.from_pylist([{k: f[k] for k in ("path", "status", "layout", "rows", "min_id", "max_id")} for f in files])
     )

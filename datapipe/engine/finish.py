@@ -74,7 +74,7 @@ def build_stats(folder: RunFolder, spec: RunSpec, counts: dict[str, Any], memory
         con.execute(f"SET memory_limit='{int(memory_mb)}MB'")
         layouts = _layouts(folder, rows["document_files"])
         rows["document_layouts"] = [{"layout": k, "schema": s.serialize().to_pybytes()} for k, s in layouts.items()]
-        ordered = _union_columns(con, list(layouts.values()))
+        ordered = document_columns(con, list(layouts.values()))
         rows["document_columns"] = [{"position": i, "name": c, "type": t} for i, (c, t) in enumerate(ordered)]
         for table in schema.TABLES:
             if rows.get(table.name) is not None:  # copies_files: None from an older datapipe's tasks
@@ -249,7 +249,7 @@ def _layouts(folder: RunFolder, files: list[dict[str, Any]]) -> dict[int, pa.Sch
     return schemas
 
 
-def _union_columns(con: Any, schemas: list[pa.Schema]) -> list[tuple[str, str]]:
+def document_columns(con: Any, schemas: list[pa.Schema]) -> list[tuple[str, str]]:
     """The columns of ``documents`` with their DuckDB types: the documented ones first, then every
     other column of any layout, sorted; a column's type is DuckDB's union of the layouts' types."""
     types: dict[str, str] = {}

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from datapipe.config.sections import SOURCE_KINDS
 
 if TYPE_CHECKING:
-    from datapipe.stages.explain_section import ExplainSection, RecordedRun
+    from datapipe.stages.explain_section import ExplainSection, RecordedRun, Threshold
     from datapipe.stages.report_section import Aggregate, ReportSection
     from datapipe.stages.steps import GlobalStep
 
@@ -202,6 +202,12 @@ class Stage:
     def explain(cls, row: dict[str, Any], run: RecordedRun) -> list[ExplainSection]:
         """This stage's parts of ``datapipe explain`` for one document (its ``documents`` row): the
         document graded against the stage's rules as the run recorded them (``ExplainSection``)."""
+        return []
+
+    @classmethod
+    def thresholds(cls, options: dict[str, Any], run: RecordedRun) -> list[Threshold]:
+        """The bounds ``decide`` applies to signal columns, from the options the run recorded (a dict:
+        a run of an older datapipe may hold keys today's options reject): what the viewer draws."""
         return []
 
     @classmethod

@@ -40,3 +40,25 @@ class ExplainSection:
 
     title: str
     lines: list[str]
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A bound ``decide`` applies to a signal column, as the run recorded it: the viewer draws it on
+    the column's histogram and beside a document's value."""
+
+    column: str
+    value: float
+    op: str  # "min": documents below it are dropped; "max": above it
+    rule: str  # what sets it, as a user finds it in the pipeline or rule file ("length.min_chars")
+
+    @property
+    def label(self) -> str:
+        return f"{self.rule} {'>=' if self.op == 'min' else '<='} {self.value:g}"
+
+
+def threshold_if_set(column: str, value: Any, op: str, rule: str) -> list[Threshold]:
+    """``[Threshold]`` when ``value`` is a recorded number, ``[]`` when the option is unset or not one."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [Threshold(column, float(value), op, rule)]
+    return []

@@ -37,6 +37,7 @@ from datapipe.stages.base import (
     kinds_problems,
 )
 from datapipe.stages.columns import set_column
+from datapipe.stages.explain_section import RecordedRun, Threshold, threshold_if_set
 from datapipe.stages.langid_report import lang_score_aggregate
 from datapipe.stages.quality import markdown
 from datapipe.stages.report_section import Aggregate
@@ -87,6 +88,16 @@ class LangId(Stage):
     resources = Resources(num_cpus=1, memory_mb=300)
     edit_counts = {"to_simplified": "converted to Simplified"}  # documents (to_simplified: true)
     decision_options = frozenset({"keep", "min_score", "by_kind", "mixed_min_fraction"})
+
+    @classmethod
+    def thresholds(cls, options: dict[str, Any], run: RecordedRun) -> list[Threshold]:
+        out = threshold_if_set(
+            "lang_score", options.get("min_score", LangIdOptions.model_fields["min_score"].default), "min", "langid.min_score"
+        )
+        for kind, rule in (options.get("by_kind") or {}).items():
+            if isinstance(rule, dict):
+                out += threshold_if_set("lang_score", rule.get("min_score"), "min", f"langid.by_kind.{kind}.min_score")
+        return out
 
     @classmethod
     def keeps_text(cls, options: LangIdOptions) -> bool:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
 from datapipe.stages.base import CheckContext, Decision, Stage, StageOptions
 from datapipe.stages.columns import set_column
+from datapipe.stages.explain_section import RecordedRun, Threshold, threshold_if_set
 
 
 class LengthOptions(StageOptions):
@@ -36,6 +39,16 @@ class LengthFilter(Stage):
     @classmethod
     def output_columns(cls, options: LengthOptions, context: CheckContext) -> set[str] | None:
         return {"n_chars_stripped"}
+
+    @classmethod
+    def thresholds(cls, options: dict[str, Any], run: RecordedRun) -> list[Threshold]:
+        # Decided on n_chars_stripped; drawn on n_chars too, the length every run has an aggregate of
+        # (the two differ by leading and trailing whitespace only).
+        out = []
+        for column in ("n_chars_stripped", "n_chars"):
+            out += threshold_if_set(column, options.get("min_chars"), "min", "length.min_chars")
+            out += threshold_if_set(column, options.get("max_chars"), "max", "length.max_chars")
+        return out
 
     def compute(self, batch: pa.Table) -> pa.Table:
         # n_chars counts the raw text (the engine adds it at read time); length uses stripped text.

@@ -1,39 +1,25 @@
 """The thresholds a run decided by, per signal column, as its run.json recorded them: drawn on the
-histograms and shown beside a document's values.
-
-- ``length``: ``n_chars`` against ``min_chars`` / ``max_chars``;
-- ``langid``: ``lang_score`` against ``min_score``;
-- ``quality``: every rule of every rule set the run recorded (the run's own thresholds, not today's
-  rule files: ``stages.quality.explain.recorded_rule_set``);
-- ``classify``: each keep rule's ``min`` / ``max`` on its score column.
-"""
+histograms and shown beside a document's values. Each stage says its own (``Stage.thresholds``);
+a stage type this datapipe does not know (a plugin not installed here) draws none."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from datapipe.audit.explain import recorded_run
-from datapipe.stages.quality.explain import recorded_rule_set
+from datapipe.stages import STAGES
+from datapipe.stages.explain_section import Threshold
 
-
-@dataclass(frozen=True)
-class Threshold:
-    column: str
-    value: float
-    op: str  # "min": documents below it are dropped; "max": above it
-    rule: str  # what sets it, as a user finds it in the pipeline or rule file
-
-    @property
-    def label(self) -> str:
-        return f"{self.rule} {'>=' if self.op == 'min' else '<='} {self.value:g}"
+__all__ = ["Threshold", "stage_decision", "thresholds"]
 
 
 def _stage_options(run: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for entry in (run.get("config") or {}).get("stages") or []:
-        if isinstance(entry, dict) and len(entry) == 1:
+        if isinstance(entry, str):  # a stage named without options
+            out.append((entry, {}))
+        elif isinstance(entry, dict) and len(entry) == 1:
             name, options = next(iter(entry.items()))
             out.append((str(name), options if isinstance(options, dict) else {}))
     return out
@@ -41,35 +27,13 @@ def _stage_options(run: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def thresholds(run_dir: Path, run: dict[str, Any]) -> dict[str, list[Threshold]]:
     """Column -> the thresholds on it, in the order of the pipeline's stages."""
-    from datapipe.stages.quality.rules import FILTERS
-
     out: dict[str, list[Threshold]] = {}
-
-    def add(column: str, value: Any, op: str, rule: str) -> None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.setdefault(column, []).append(Threshold(column, float(value), op, rule))
-
-    for name, options in _stage_options(run):
-        if name == "length":
-            add("n_chars", options.get("min_chars"), "min", "length.min_chars")
-            add("n_chars", options.get("max_chars"), "max", "length.max_chars")
-        elif name == "langid":
-            add("lang_score", options.get("min_score"), "min", "langid.min_score")
-        elif name == "classify":
-            for rule in options.get("keep") or []:
-                if isinstance(rule, dict) and rule.get("score"):
-                    add(str(rule["score"]), rule.get("min"), "min", f"classify keep {rule['score']}.min")
-                    add(str(rule["score"]), rule.get("max"), "max", f"classify keep {rule['score']}.max")
-    keys = [e.get("key") for e in run.get("resources") or [] if e.get("role") == "rules" and e.get("key")]
     recorded = recorded_run(run_dir)
-    for key in dict.fromkeys(keys):
-        rules, _ = recorded_rule_set(recorded, key)
-        if rules is None:
+    for name, options in _stage_options(run):
+        if name not in STAGES:
             continue
-        for fname, params in rules.filters.items():
-            for rule in FILTERS[fname].rules:
-                if rule.op in ("min", "max"):
-                    add(rule.column, params.get(rule.key), rule.op, f"{key} {fname}:{rule.name}")
+        for t in STAGES[name].thresholds(options, recorded):
+            out.setdefault(t.column, []).append(t)
     return out
 
 

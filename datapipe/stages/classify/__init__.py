@@ -57,7 +57,7 @@ from datapipe.stages.classify.options import BucketOptions, ClassifyOptions, Kee
 from datapipe.stages.classify.percentiles import bucket_state, percentile_decisions
 from datapipe.stages.classify.score import Scorers, TransformerModel
 from datapipe.stages.columns import set_column
-from datapipe.stages.explain_section import ExplainSection, RecordedRun
+from datapipe.stages.explain_section import ExplainSection, RecordedRun, Threshold, threshold_if_set
 from datapipe.stages.global_stage import CombineStep, GlobalStage, GlobalStep, MayBeGlobal, ReduceInputs, no_drops
 from datapipe.stages.report_section import Aggregate, ReportSection
 
@@ -110,6 +110,16 @@ class Classify(MayBeGlobal, GlobalStage):
     @classmethod
     def explain(cls, row: dict[str, Any], run: RecordedRun) -> list[ExplainSection]:
         return explain_document(row, run)
+
+    @classmethod
+    def thresholds(cls, options: dict[str, Any], run: RecordedRun) -> list[Threshold]:
+        out: list[Threshold] = []
+        for rule in options.get("keep") or []:  # score rules only: a bucket rule bounds a bucket number
+            if isinstance(rule, dict) and rule.get("score"):
+                score = str(rule["score"])
+                out += threshold_if_set(score, rule.get("min"), "min", f"classify keep {score}.min")
+                out += threshold_if_set(score, rule.get("max"), "max", f"classify keep {score}.max")
+        return out
 
     @classmethod
     def output_columns(cls, options: Any, context: CheckContext) -> set[str] | None:

@@ -29,9 +29,10 @@ from datapipe.stages.base import (
     kinds_problems,
 )
 from datapipe.stages.columns import set_column
-from datapipe.stages.explain_section import ExplainSection, RecordedRun
+from datapipe.stages.explain_section import ExplainSection, RecordedRun, Threshold, threshold_if_set
 from datapipe.stages.quality import blocklist, c4, code_rules, dt_filters, fineweb, gopher, paper, zh  # noqa: F401 (register)
 from datapipe.stages.quality.explain import explain as explain_document
+from datapipe.stages.quality.explain import recorded_rule_set
 from datapipe.stages.quality.rules import BUILTIN_DIR, FILTERS, RuleSet, RuleSetError, preset_names, rule_file
 from datapipe.stages.quality.text import Docs
 from datapipe.text.langcodes import language_problems
@@ -83,6 +84,19 @@ class Quality(Stage):
     @classmethod
     def explain(cls, row: dict[str, Any], run: RecordedRun) -> list[ExplainSection]:
         return explain_document(row, run)
+
+    @classmethod
+    def thresholds(cls, options: dict[str, Any], run: RecordedRun) -> list[Threshold]:
+        # Every rule of every rule set the run recorded: the run's own thresholds, not today's files.
+        out: list[Threshold] = []
+        keys = [e.get("key") for e in run.run.get("resources") or [] if e.get("role") == "rules" and e.get("key")]
+        for key in dict.fromkeys(keys):
+            rules, _ = recorded_rule_set(run, key)
+            for fname, params in rules.filters.items() if rules is not None else ():
+                for rule in FILTERS[fname].rules:
+                    if rule.op in ("min", "max"):
+                        out += threshold_if_set(rule.column, params.get(rule.key), rule.op, f"{key} {fname}:{rule.name}")
+        return out
 
     def __init__(self, options: QualityOptions, context: StageContext) -> None:
         super().__init__(options, context)
