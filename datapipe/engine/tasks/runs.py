@@ -273,7 +273,9 @@ def merged(
                 bufs[i] = b.slice(cut) if cut < b.num_rows else None
         if out:
             table = pa.concat_tables(out)
-            yield sort_run(table, key) if len(out) > 1 else table
+            out = []  # the buffers' rows yielded are released before the next reads (else held twice)
+            yield sort_run(table, key) if table.num_columns and len(table[key].chunks) > 1 else table
+            del table
             continue
         if not lasts:
             return  # every input read and every row yielded
