@@ -117,14 +117,44 @@ def measure(fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
 
         prof = cProfile.Profile()
         prof.enable()
+    sampler = _PeakStack() if os.environ.get("CRAWL_PROPORTIONS_PEAK_STACK") else None
     cpu, wall = time.process_time(), time.perf_counter()
     out = fn(*args, **kwargs)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if sampler is not None:
+        print(sampler.stop(), file=sys.stderr, flush=True)
     if prof is not None:
         prof.disable()
         prof.dump_stats(Path(profile) / f"{os.getpid()}.prof")
     peak = max(_kib("VmHWM"), _kib("VmRSS"), start)
     return {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "rss_start_mib": start / 1024, "peak_mib": peak / 1024, "out": out}
+
+
+class _PeakStack:
+    """--peak-stack: the task's Python stack when its RSS was highest (sampled every 20 ms), to stderr."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.main = threading.main_thread().ident
+        self.peak, self.stack, self.done = 0, "", False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import traceback
+
+        while not self.done:
+            rss = _kib("VmRSS")
+            if rss > self.peak:
+                frame = sys._current_frames().get(self.main)
+                self.peak, self.stack = rss, "".join(traceback.format_stack(frame)[-8:]) if frame else ""
+            time.sleep(0.02)
+
+    def stop(self) -> str:
+        self.done = True
+        self.thread.join()
+        return f"peak RSS {self.peak / 1024:,.0f} MiB at:\n{self.stack}"
 
 
 def in_child(job: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -136,6 +166,8 @@ def in_child(job: dict[str, Any], work: Path) -> dict[str, Any]:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode:
         raise RuntimeError(f"job {job['kind']} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    if os.environ.get("CRAWL_PROPORTIONS_PEAK_STACK"):
+        print(proc.stderr[-4000:], flush=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -727,7 +759,12 @@ def _partition_job(
             assert hi <= keys, "a part per shard: the partitions are one per map task"
             node, nbr = t["node"].to_numpy().copy(), t["nbr"].to_numpy().copy()
             asks = np.isin(kind, (ASK_SIG, ASK_DOC)) | ((kind == WAIT2) & (node != t["aux"].to_numpy()))
-            node[asks] = (part[asks].astype(np.int64) << 32) | rng.integers(0, crawl.docs_per_map, int(asks.sum()))
+            # The asked row's shard becomes its part's, its row the template's (offset per copy, modulo a
+            # map task's documents), so the asks that named one document still do: an owner answers each
+            # (document, asker) once, and random rows would make every ask a distinct answer (a
+            # 512-byte signature each: 5.5x the template's answers per ask in round 1).
+            row = ((node[asks] & 0xFFFFFFFF) + copies[asks] * 4096) % crawl.docs_per_map  # copies apart
+            node[asks] = (part[asks].astype(np.int64) << 32) | row
             heads = kind == HEAD
             nbr[heads] = part[heads]
             t = t.set_column(t.schema.get_field_index("node"), "node", pa.array(node))
@@ -1070,6 +1107,7 @@ def main() -> int:
         help="comma-separated patterns (fnmatch) of the phases to run, e.g. 'merge1r1*,shuffle1r[1-2],driver' (default: all)",
     )
     ap.add_argument("--json", type=Path, help="written after every phase (and at the end)")
+    ap.add_argument("--peak-stack", action="store_true", help="print each task's Python stack at its peak RSS")
     ap.add_argument("--profile", type=Path, help="a cProfile of each task (FOLDER/<pid>.prof; CPU s then include its cost)")
     ap.add_argument("--keep", action="store_true", help="keep the --json file's rows of the phases not run again")
     ap.add_argument("--job", type=Path, help=argparse.SUPPRESS)
@@ -1080,6 +1118,8 @@ def main() -> int:
         print(json.dumps(r))
         return 0
     a.work.mkdir(parents=True, exist_ok=True)
+    if a.peak_stack:
+        os.environ["CRAWL_PROPORTIONS_PEAK_STACK"] = "1"
     if a.profile:
         a.profile.mkdir(parents=True, exist_ok=True)
         os.environ["CRAWL_PROPORTIONS_PROFILE"] = str(a.profile.resolve())
