@@ -129,17 +129,19 @@ class SplitConfig(Strict):
             "one of many narrow rows (partition_rows). A single part is never split."
         ),
     )
-    # 256 MiB: a merge of 256 runs then holds ~0.5 MiB of each at a time (before: a ~1 MiB row group of
-    # each input, decoded, concatenated and sorted: merge1r1 peaked at 2.2-2.6 GiB at a crawl's
-    # proportions; bench/scaling/crawl_proportions.py has the figures now).
+    # 32 MiB: a merge's peak is ~10x its buffers (the rows yielded, sorted and written; a page of each
+    # input): 256 inputs of 10M band rows in all peaked 1,332 / 799 / 578 MiB at 256 / 64 / 32 MiB for
+    # 4.4 / 5.0 / 5.1 CPU s, and at 256 MiB crawl-sized merges reached 2.1-2.5 GiB
+    # (bench/scaling/crawl_proportions.py; before: a row group of every input at once, 2.2-2.6 GiB).
     merge_memory_bytes: int = Field(
-        256 << 20,
+        32 << 20,
         ge=1 << 20,
         le=1 << 40,
         description=(
             "Decoded bytes a shuffle's merge task buffers, about: it reads each of its (at most shuffle_fan_in) "
             "runs this / (2 x fan-in) bytes of rows at a time, so the wider the rows, the fewer per read; the "
-            "task's memory stays about this plus a page of each input, whatever the rows or the corpus."
+            "task's memory grows with this (about 10x: the rows sorted and written) plus a page of each input, "
+            "whatever the rows or the corpus."
         ),
     )
 

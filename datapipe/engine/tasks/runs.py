@@ -39,11 +39,15 @@ from datapipe.storage.atomic import atomic_path
 # little beyond it (at most a row group at each end). bench/crawl_proportions.py chose it.
 RUN_GROUP_BYTES = 1 << 20
 MIN_GROUP_ROWS = 1024
-# Decoded bytes a merge task buffers, about (``split.merge_memory_bytes`` sets it per run): a merge of
+# Bytes of a Parquet page (and of a dictionary page) in a run: a merge reads its (up to 256) inputs at
+# once, each holding a decoded page of every column (1 MiB each by Parquet's defaults), so pages are
+# what bounds a merge's memory beyond its buffers (``MERGE_MEMORY_BYTES``).
+RUN_PAGE_BYTES = 64 << 10
+# Decoded bytes a merge task buffers, about (``split.merge_memory_bytes``, 32 MiB, sets it per run): a merge of
 # ``fan_in`` runs reads each in steps of a share of it, so the wider a run's rows, the fewer it reads at a
 # time. Before, a step read a whole row group of every input: 256 x ~1 MiB of round 1's 512-byte
 # signatures, and a merge task peaked at 2.2-2.6 GiB at a crawl's proportions (docs/scaling.md).
-MERGE_MEMORY_BYTES = 256 << 20
+MERGE_MEMORY_BYTES = 32 << 20
 MIN_READ_ROWS = 64  # rows an input is read in at least (a read's fixed cost against its rows)
 
 
@@ -90,9 +94,14 @@ def key_encoding(schema: pa.Schema, key: str) -> dict[str, Any]:
     """A run's key column delta-encoded (sorted: a few bits a row at any number of keys), the others as
     Parquet's defaults. Dictionary-encoded, the key fell back to plain 4 bytes a row once a row group held
     more distinct keys than a dictionary page takes: a run's bytes per row grew with the partitions."""
+    pages = {"data_page_size": RUN_PAGE_BYTES, "dictionary_pagesize_limit": RUN_PAGE_BYTES}
     if not pa.types.is_integer(schema.field(key).type):
-        return {}
-    return {"use_dictionary": [p for p in _leaf_paths(schema) if p != key], "column_encoding": {key: "DELTA_BINARY_PACKED"}}
+        return pages
+    return {
+        "use_dictionary": [p for p in _leaf_paths(schema) if p != key],
+        "column_encoding": {key: "DELTA_BINARY_PACKED"},
+        **pages,
+    }
 
 
 @functools.lru_cache(maxsize=64)
