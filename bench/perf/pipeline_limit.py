@@ -6,7 +6,9 @@ RUN_FOLDER is a finished ``bench/perf/pipeline.py --work W`` run (``W/dp-out``),
 (``W/input``). In one process, on one core, with the same inputs:
 
   read        pyarrow's JSON reader over the input files (the text must be parsed once)
-  fastText    ``predict`` over every input text, newlines as spaces (the langid stage's one call per text)
+  fastText    ``predict`` over what the langid stage reads of every input text, newlines as spaces: the
+              windows of a text longer than ``sample.chars`` (its defaults, langid_sample.py) and its
+              ``max_chars`` prefix again where their score is under ``sample.full_below``
   encode      the fastest exact encoder (tiktoken through datapipe's fast path, GPT-2's split without its
               lookahead where it applies) over the kept texts, as one batch
   parquet     writing the kept documents, as read back from the run, with zstd (the docs/ output)
@@ -48,6 +50,8 @@ def main() -> int:
     h = Harness("pipeline_limit", args, libs=["fasttext-numpy2", "tiktoken", "pyarrow"])
     from datapipe.assets.models import ensure_lid_model
     from datapipe.config.sections import TokenizeConfig
+    from datapipe.stages.langid import LangIdOptions
+    from datapipe.stages.langid_sample import sample_text
     from datapipe.tokens.encode import fast_encoder, load_tokenizer_info, with_engine
 
     files = sorted(glob.glob(str(args.input / "*.jsonl")))
@@ -69,8 +73,16 @@ def main() -> int:
         for f in files:
             texts.extend(pj.read_json(f, read_options=pj.ReadOptions(block_size=1 << 24))["text"].to_pylist())
 
+    o = LangIdOptions()
+    assert o.sample is not None
+
     def predict() -> None:
-        model.predict([t.replace("\n", " ") for t in texts], k=1)
+        s = o.sample
+        prefix = [t[: o.max_chars] for t in texts]
+        sampled = [sample_text(t, s.chars, s.windows).replace("\n", " ") for t in prefix]
+        scores = model.predict(sampled, k=1)[1]
+        doubt = [t for t, p in zip(prefix, scores) if len(t) > s.chars and p[0] < s.full_below]
+        model.predict([t.replace("\n", " ") for t in doubt], k=1)
 
     def encode() -> None:
         enc.encode_batch(kept)  # one batch, one thread: how the pipeline's tasks call it

@@ -20,7 +20,7 @@ Prints CPU µs per task and the ratio of the largest size to the smallest (flat:
 
 ``--dispatch``: the driver's CPU per task while it runs tasks on Ray (embedded, ``--cpus``), from
 submission to the end of the run's sweep: N trivial tasks (each writes and commits its marker, as
-every task does) in ``--phases`` phases through the runner's own loop (``_run_phases``: the to-do
+every task does) in ``--phases`` phases through the runner's own loop (``run_phases``: the to-do
 lists, the adopted markers, the committed phases handed to later tasks), on a run folder on a
 loopback S3 server in its own process (tests/support/counting_s3.py; its CPU is not the driver's),
 then ``RunFolder.sweep``. Reported apart: the driver's own threads (Python, the store's client) and
@@ -54,7 +54,7 @@ from typing import Any
 
 from bench._support.paths import ROOT
 from datapipe.engine.finish import build_stats, check_conservation, collect_counts
-from datapipe.engine.runner import _all_done
+from datapipe.engine.runner import all_done
 from datapipe.run_folder.layout import RunFolder
 
 
@@ -121,7 +121,7 @@ def old_bookkeeping(root: Path, tasks: list[tuple[str, str]]) -> None:
 
 def new_bookkeeping(folder: RunFolder, spec: Any, tasks: list[tuple[str, str]]) -> dict[str, Any]:
     """The same questions through one listing per phase and the cache: resume check, to-do lists, counts."""
-    assert _all_done(folder, tasks)
+    assert all_done(folder, tasks)
     for phase in dict.fromkeys(p for p, _ in tasks):
         assert len(folder.markers.read_all(phase)) == len(spec.shards)
     return collect_counts(folder, spec)
@@ -169,7 +169,7 @@ def idle_task(spec: Any, seconds: float) -> dict[str, Any]:
     return {"docs_in": 0}
 
 
-def _store_server() -> tuple[Any, str]:
+def store_server() -> tuple[Any, str]:
     """The loopback counting S3 server in its own process (its CPU is not the driver's), and its URL."""
     import subprocess
 
@@ -183,7 +183,7 @@ def _store_server() -> tuple[Any, str]:
 
 
 def _run(executor: Any, where: str, phases: list[tuple[Any, list[Any]]]) -> tuple[float, float, float, int]:
-    """``phases`` through the runner's own loop (``_run_phases``: what it hands each phase's tasks, the
+    """``phases`` through the runner's own loop (``run_phases``: what it hands each phase's tasks, the
     adopted markers, the committed phases where the code has them), then the end of the run's sweep;
     (own threads' CPU s, Ray's threads' CPU s, wall s, tasks run)."""
     from datapipe.engine import runner
@@ -194,18 +194,12 @@ def _run(executor: Any, where: str, phases: list[tuple[Any, list[Any]]]) -> tupl
 
     spec = SimpleNamespace(root=str(folder.root), workers=WorkersConfig())  # a worker's recycling reads its settings
     result = runner.RunResult(folder.root, {})
-    planned = [phase for phase, _ in phases]
-    saved = runner.plan_phases
-    runner.plan_phases = lambda _spec: planned  # type: ignore[assignment]
-    try:
-        ray0, own0 = _thread_cpu()
-        wall = time.perf_counter()
-        runner._run_phases(result, folder, spec, executor, {}, False)  # type: ignore[arg-type]
-        folder.sweep()
-        wall = time.perf_counter() - wall
-        ray1, own1 = _thread_cpu()
-    finally:
-        runner.plan_phases = saved
+    ray0, own0 = _thread_cpu()
+    wall = time.perf_counter()
+    runner.run_phases(result, folder, spec, executor, {}, False, phases=[phase for phase, _ in phases])  # type: ignore[arg-type]
+    folder.sweep()
+    wall = time.perf_counter() - wall
+    ray1, own1 = _thread_cpu()
     return own1 - own0, ray1 - ray0, wall, result.executed_tasks
 
 
@@ -221,7 +215,7 @@ def dispatch(
     # before: every task pulls (lists the markers); after: it is handed what earlier phases committed
     handed = hasattr(Folder, "install") or importlib.util.find_spec("datapipe.run_folder.markers") is not None
     code = "after" if handed else "before"
-    server, url = _store_server()
+    server, url = store_server()
     rows: list[dict[str, Any]] = []
     out: dict[str, Any] = {"code": code, "store": "local" if local else "S3", "phases": phases, "cpus": cpus, "rows": rows}
     try:
@@ -282,7 +276,7 @@ def _where(local: bool, name: str) -> str:
     return tempfile.mkdtemp(prefix=f"driver-dispatch-{name}-") if local else f"s3://driver/run-{name}-{os.getpid()}"
 
 
-def _save(path: Path, key: str, value: dict[str, Any]) -> None:
+def save(path: Path, key: str, value: dict[str, Any]) -> None:
     """``value`` under ``key`` of the JSON at ``path`` (the other mode's figures kept), with the machine."""
     from bench._support.harness import environment
 
@@ -309,7 +303,7 @@ def main() -> None:
     if args.dispatch:
         out = dispatch(sizes, args.phases, args.cpus, args.local, args.idle, args.profile)
         if args.json:
-            _save(args.json, "dispatch", out)
+            save(args.json, "dispatch", out)
         return
     with tempfile.TemporaryDirectory(prefix="driver-scale-") as tmp:
         template = args.template or template_run(Path(tmp))
@@ -337,7 +331,7 @@ def main() -> None:
             rows[-1].update(bookkeeping_cpu_s=book_cpu, statistics_cpu_s=stats_cpu, load=os.getloadavg()[0])
             shutil.rmtree(root)
         if args.json:  # the end of a run's CPU per marker (no Ray here: every thread is the driver's own)
-            _save(args.json, "end_of_run", {"rows": rows})
+            save(args.json, "end_of_run", {"rows": rows})
         lo, hi = min(sizes), max(sizes)
         ratio = {k: per_task[hi][k] / per_task[lo][k] for k in per_task[hi]}
         print(

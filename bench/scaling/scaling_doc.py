@@ -1,11 +1,13 @@
-"""docs/scaling.md from bench/scaling/scaling_doc.md (the prose), the measured JSONs and bench/scaling/cost_model.py's estimate.
+"""docs/scaling.md from bench/scaling/scaling_doc.md (the prose), the measured JSONs and bench/scaling/cost_model.py's estimate
+(the historical pre-issue-48 section from bench/scaling/pre48_model.py).
 
     python -m bench.scaling.scaling_doc --scale bench/results/scale.json --fit bench/results/scale_fit.json \\
         --explain bench/results/explain_files.json --write docs/scaling.md
     python -m bench.scaling.scaling_doc --scale bench/results/scale.json --crawl-only --write docs/scaling.md \
-        --crawl bench/results/crawl_proportions_10tb.json bench/results/crawl_proportions_100tb.json
+        --crawl bench/results/crawl_proportions_10tb.json bench/results/crawl_proportions_100tb.json \\
+        --driver bench/results/driver_scale.json
 
-The model (cost_model.py) prints the estimate alone and imports nothing of this file.
+The models print their estimates alone and import nothing of this file.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.scaling.cost_model import PARTITIONS, TOKENS_PER_PACK_TASK, add_args, estimate
+from bench.scaling.pre48_model import PARTITIONS, TOKENS_PER_PACK_TASK, add_args, estimate
 from bench.scaling.scale import acceptance_rows, describe, phase_order
 
 TEMPLATE = Path(__file__).with_name("scaling_doc.md")
@@ -314,15 +316,15 @@ def verdict_md(est: dict[str, Any], split: dict[str, Any]) -> str:
     )
 
 
-def crawl_md(paths: list[Path]) -> str:
-    """The crawl-proportion tables (bench/scaling/crawl_proportions.py JSONs) and the estimate built from them
-    (bench/scaling/crawl_estimate.py)."""
-    from bench.scaling import crawl_estimate
+def crawl_md(paths: list[Path], driver: Path | None = None) -> str:
+    """The crawl-proportion tables (bench/scaling/crawl_proportions.py JSONs), the driver at the crawls' task
+    counts (bench/scaling/driver_crawl.py) and the estimate built from them (bench/scaling/cost_model.py)."""
+    from bench.scaling import cost_model
 
     if not paths:
         return "Not recorded: no `--crawl` JSON given."
     docs = [json.loads(p.read_text()) for p in paths]
-    results = [r for d in docs for r in d["results"]]
+    results, drivers = cost_model.load(paths, driver)
     runs = []
     for p, d in zip(paths, docs):
         env, load = d["env"], d.get("loadavg")
@@ -336,19 +338,48 @@ def crawl_md(paths: list[Path]) -> str:
     parts = [
         "Measured (" + "; ".join(runs) + "). Every phase's largest task (its real code in a fresh process, "
         "on files of the crawl's counts): CPU seconds and peak RSS; tasks as the engine plans the phase at that size:",
-        crawl_estimate.tasks_md(results),
-        "The driver (every phase planned from markers carrying the crawl's counts, every marker committed) and "
-        "what a task unpickles:",
-        crawl_estimate.driver_md(results),
-        "The estimate from these tasks (`bench/scaling/crawl_estimate.py`): every task of a phase charged its "
-        "phase's largest task's CPU, plus its store requests one after another, in waves of 64 x 64 cores; the "
-        "driver's planning and commit serial. It sums the phases measured above only: a phase marked not measured, "
-        "or missing from the table, is charged nothing, so where a run is partial the hours are a lower bound:",
-        crawl_estimate.table_md(results),
+        _tasks_md(results),
+        "The driver (`bench/scaling/driver_crawl.py`: every phase through the runner's loop on a run folder in "
+        "object storage, each task's marker at the crawl's counts adopted as it comes back; CPU of the driver's "
+        "own threads by part of each phase; planning and commit hold the run up, adoption overlaps the tasks):",
+        cost_model.driver_md(drivers) if drivers else "Not measured.",
+        "The estimate (`bench/scaling/cost_model.py`): every task of a phase charged its phase's largest task's CPU "
+        "(which includes its reads per row group and per open file), its store requests one after another, its "
+        "bytes through its node's link; waves of 64 x 64 cores; slowed to the store's throttling per prefix and to "
+        "the driver's adoption; the driver's planning, commit and end of the run serial. Phases not measured are "
+        "charged a stand-in, named per phase below. Each assumption in turn:",
+        cost_model.sensitivity_md(results, drivers),
     ]
-    for crawl in crawl_estimate.crawls_of(results):
-        parts += [f"Per phase at {crawl}, 50 ms per request, throttled:", crawl_estimate.phases_md(results, crawl)]
+    for crawl in cost_model.crawls_of(results):
+        parts += [
+            f"Per phase at {crawl}, 50 ms per request, 10 Gbit/s per node, throttled:",
+            cost_model.phases_md(results, drivers, crawl),
+        ]
     return "\n\n".join(parts)
+
+
+def _tasks_md(results: list[dict[str, Any]]) -> str:
+    """Every phase's largest task per crawl: its CPU seconds and peak RSS (**over**: above the issue's bound)."""
+    from bench.scaling import cost_model
+
+    crawls = cost_model.crawls_of(results)
+    order = list(dict.fromkeys(r["phase"] for r in results))
+    head = " | ".join(f"{c} tasks | {c} largest task CPU s | {c} peak RSS MiB" for c in crawls)
+    lines = [f"| phase | {head} |", "|---" * (1 + 3 * len(crawls)) + "|"]
+    for phase in order:
+        cells = []
+        for c in crawls:
+            got = [r for r in results if r["phase"] == phase and r["crawl"] == c]
+            if not got:
+                cells.append("not measured | - | -")
+                continue
+            r = max(got, key=lambda x: x["cpu_s"])
+            n = cost_model.tasks_in_how(r)
+            cpu_over = " **over**" if r["cpu_s"] > 600 else ""
+            rss_over = " **over**" if r["peak_mib"] > 2048 else ""
+            cells.append(f"{'-' if n is None else f'{n:,}'} | {r['cpu_s']:,.1f}{cpu_over} | {r['peak_mib']:,.0f}{rss_over}")
+        lines.append(f"| {phase} | {' | '.join(cells)} |")
+    return "\n".join(lines)
 
 
 def render(
@@ -382,7 +413,7 @@ def render(
     return text
 
 
-CRAWL_START, CRAWL_END = "## At a crawl's proportions", "How the estimate is computed (`bench/scaling/cost_model.py`)"
+CRAWL_START, CRAWL_END = "## At a crawl's proportions", "How the estimate is computed (`bench/scaling/pre48_model.py`)"
 
 
 def splice_crawl(page: Path, crawl: str) -> None:
@@ -398,18 +429,21 @@ def main() -> int:
     ap.add_argument("--explain", type=Path, help="bench/scaling/explain_files.py JSON")
     ap.add_argument("--write", type=Path, required=True, help="the page to write (docs/scaling.md)")
     ap.add_argument("--crawl", type=Path, nargs="*", default=[], help="bench/scaling/crawl_proportions.py JSONs (10 TB, 100 TB)")
+    ap.add_argument("--driver", type=Path, help="bench/scaling/driver_crawl.py's JSON (bench/results/driver_scale.json)")
     ap.add_argument(
         "--crawl-only", action="store_true", help="rewrite only the page's crawl section (the old estimate is not rebuilt)"
     )
     a = ap.parse_args()
     if a.crawl_only:
-        splice_crawl(a.write, crawl_md(a.crawl))
+        splice_crawl(a.write, crawl_md(a.crawl, a.driver))
         print(f"wrote the crawl section of {a.write}")
         return 0
     e = estimate(a)
     explain = json.loads(a.explain.read_text()) if a.explain else None
     before = next(o for o in e.options if not o["split"])
-    page = render(e.scale, e.runs, e.text, e.fit, e.per_core_hour, e.est, before, explain, e.merge_task, crawl_md(a.crawl))
+    page = render(
+        e.scale, e.runs, e.text, e.fit, e.per_core_hour, e.est, before, explain, e.merge_task, crawl_md(a.crawl, a.driver)
+    )
     a.write.write_text(page)
     print(f"wrote {a.write}: {e.est['total_s'] / 3600:.2f} h for the crawl")
     return 0

@@ -133,7 +133,7 @@ def _run_locked(
         _repair(folder, log, hashes=True)
     for _ in range(MAX_REPAIRS + 1):
         tasks = [] if spec is None else _all_tasks(spec, folder)
-        if spec is not None and _all_done(folder, tasks):
+        if spec is not None and all_done(folder, tasks):
             result.skipped_tasks = len(tasks)  # nothing left to compute: no executor started
             log(f"datapipe: every task of {pipeline.name!r} is already done in {folder.root}; rebuilding statistics")
         else:
@@ -147,7 +147,7 @@ def _run_locked(
                 )
                 if spec.tokenizer is not None and spec.tokenizer.engine_note:
                     log(f"datapipe: tokens encoded with tokenizers, not the fast path: {spec.tokenizer.engine_note}")
-                _run_phases(result, folder, spec, executor, timings, show_progress, sections)
+                run_phases(result, folder, spec, executor, timings, show_progress, sections)
         sections.mark("executor_exit")  # Ray's shutdown, as the driver's own threads see it
         if _finish(pipeline, record, spec, timings, log, sections):
             if reuse is not None:
@@ -272,7 +272,7 @@ def _auto_in_process(pipeline: Pipeline, folder: RunFolder, spec: RunSpec | None
     return len(spec.shards) <= 1
 
 
-def _run_phases(
+def run_phases(
     result: RunResult,
     folder: RunFolder,
     spec: RunSpec,
@@ -280,10 +280,13 @@ def _run_phases(
     timings: dict[str, float],
     show_progress: bool,
     sections: Sections | None = None,
+    phases: Sequence[Phase] | None = None,
 ) -> None:
     """The engine loop: each phase of the plan in order, its unfinished tasks run and awaited.
     ``sections``: the driver's own CPU is marked by part of each phase (plan, submit, results,
-    commit: below), so what holds the run up is told apart from what overlaps running tasks."""
+    commit: below), so what holds the run up is told apart from what overlaps running tasks.
+    ``phases``: the plan's phases (default ``plan_phases(spec)``); benches and tests that drive the
+    loop with phases of their own pass them here (bench/scaling/driver_scale.py)."""
     if sections is not None:
         sections.mark("start")
     # A remote run folder: the markers committed before this driver started (a resumed run's). Those
@@ -295,7 +298,7 @@ def _run_phases(
     # it), by the driver here and by each worker before its next task (Phase.prune).
     dead: list[str] = []
     gone_after = prune_after(spec) if folder.remote is not None else {}
-    for phase in plan_phases(spec):
+    for phase in plan_phases(spec) if phases is None else phases:
         work = phase.task_list(folder)
         assert work is not None, f"{phase.name}: its tasks depend on phases that did not finish"
         if work:  # e.g. shuffle rounds after one that forwarded nothing have none: nothing to run or show
@@ -320,7 +323,7 @@ def _all_tasks(spec: RunSpec, folder: RunFolder) -> list[tuple[str, str]]:
     return out
 
 
-def _all_done(folder: RunFolder, tasks: list[tuple[str, str]]) -> bool:
+def all_done(folder: RunFolder, tasks: list[tuple[str, str]]) -> bool:
     """Whether every task has its marker: one listing of each phase's markers (read in parallel)."""
     done: dict[str, dict[str, Any]] = {}
     for phase, key in tasks:
@@ -354,7 +357,10 @@ def _run_phase(
     if phase.follows is not None and folder.remote is not None:
         # Each task on the node whose mirror holds the outputs of the task it follows (engine/phases.py).
         todo = phase.placed(todo, {key: m["node"] for key, m in folder.markers.read_all(phase.follows).items() if "node" in m})
-    if folder.remote is not None:
+    if folder.remote is not None and phase.same_inputs and todo:
+        shared = _handed(folder, phase, todo[0])  # the same for every task: made once, one object for all
+        todo = [replace(t, committed=shared) for t in todo]
+    elif folder.remote is not None:
         # Each task is handed the committed entries of what it reads (Phase.inputs): a task neither lists
         # nor reads markers on the store, and a worker holds only its current task's (run_folder/remote.py).
         todo = [replace(t, committed=_handed(folder, phase, t)) for t in todo]
@@ -385,6 +391,8 @@ def _run_phase(
     if damaged := [getattr(exc, "cause", exc) for _, exc in failed if isinstance(exc, DamagedRunFile)]:
         # A file a task read is not what its task wrote (the run re-decided from, --from): no retry helps.
         raise PipelineError(str(damaged[0]), hint=damaged[0].hint)
+    if not failed:
+        folder.markers.seal(name)  # every marker of the phase held: planning the next ones lists no folder
     if failed:
         try:  # the tracebacks, and Ray's notices of the attempts it retried (engine/failures.py)
             where = f"; tracebacks in {failures_log(folder.work, name, failed)}"

@@ -202,14 +202,19 @@ class StepShuffle:
         b = bisect.bisect_left(self._by_part, (task.hi, -1))
         return [ordinal for _, ordinal in self._by_part[a:b]]
 
-    def map_outputs(self, folder: RunFolder, ordinals: list[int]) -> tuple[tuple[int, RunFile], ...]:
-        """The committed map outputs (of the segment's map phase) of these shards, as run files."""
-        markers = folder.markers.read_all(map_phase(self.segment.index))
+    def map_outputs(
+        self, folder: RunFolder, ordinals: list[int], markers: dict[str, dict[str, Any]] | None = None
+    ) -> tuple[tuple[int, RunFile], ...]:
+        """The committed map outputs (of the segment's map phase) of these shards, as run files.
+        ``markers``: that phase's markers (``read_all``), read once by a caller asking for many tasks."""
+        if markers is None:
+            markers = folder.markers.read_all(map_phase(self.segment.index))
+        work = WorkFiles(folder)
         out = []
         for o in ordinals:
             shard = self.spec.shards[o]
             m = markers.get(shard.key)
-            path = WorkFiles(folder).map_output(self.segment.index, shard.key, fetch=False)
+            path = work.map_output(self.segment.index, shard.key, fetch=False)
             if m is not None and (f := run_file(folder, m, path, int(m.get("kept", 0)), 0, 1)) is not None:
                 out.append((o, f))  # none where every document of the shard was dropped
         return tuple(out)

@@ -58,7 +58,7 @@ class RecordedFiles:
         base = folder.markers.dir
         phases = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
         for phase in phases:
-            for task, marker in folder.markers.read_all(phase).items():
+            for task, marker in folder.markers.read_all(phase, full=True).items():  # whole: the files' hashes
                 for entry in marker.get("files") or ():
                     self._files[entry["path"]] = Recorded(phase, task, int(entry["bytes"]), entry.get("sha256"))
         self.available = bool(self._files)

@@ -43,6 +43,8 @@ class MarkerStore:
         # Parsed markers, phase -> task -> marker (see the module docstring).
         self._markers: dict[str, dict[str, dict[str, Any]]] = {}
         self._columns: dict[int, list[Any]] = {}  # audit_files column lists, shared by the cached markers (``_share``)
+        # Phases whose every marker is held (``seal``): read without listing their folder again.
+        self._sealed: set[str] = set()
 
     def path(self, phase: str, task: str) -> Path:
         return self.dir / phase / f"{task}.json"
@@ -51,8 +53,11 @@ class MarkerStore:
         """The marker's path in the run folder, as text (``path`` and ``relative_to`` in pathlib are slower)."""
         return f"{self.rel_dir}/{phase}/{task}.json"
 
-    def read(self, phase: str, task: str) -> dict[str, Any] | None:
-        """A marker as held (``compact``: what the run's planning reads), or None."""
+    def read(self, phase: str, task: str, full: bool = False) -> dict[str, Any] | None:
+        """A marker as held (``compact``: what the run's planning reads), or None; ``full``: whole, as
+        written (its files' hashes, counts per stage: the checks of an earlier run's files), not kept."""
+        if full:
+            return _load_marker(self.path(phase, task))
         cached = self._markers.get(phase, {}).get(task)
         if cached is not None:
             return cached
@@ -74,6 +79,8 @@ class MarkerStore:
         (``compact``: counts, files, node), unless ``full``: then read whole from this folder (a remote
         one's mirror holds every marker the driver adopted) and not kept, for the end of the run's
         statistics and checks, which read each phase once."""
+        if not full and phase in self._sealed:
+            return dict(self._markers[phase])  # held whole: no listing (a phase's is O(its tasks))
         folder = self.dir / phase
         listed = _list_markers(folder)  # task keys name subfolders: <source>/<shard>
         cache: dict[str, dict[str, Any]] = {} if full else self._markers.setdefault(phase, {})
@@ -92,14 +99,28 @@ class MarkerStore:
                 cache[key] = marker if full else compact(marker)
         return {key: cache[key] for key in listed if key in cache}
 
+    def seal(self, phase: str) -> None:
+        """Every task of ``phase`` has finished and its marker is held here (the driver, once a phase ran
+        without failures: the run lock keeps other drivers out, and a marker changes only when its work
+        is discarded, which ``forget``s it): later ``read_all`` calls of the phase answer from what is
+        held instead of listing its folder (one listing is O(the phase's tasks), and planning the next
+        phases asks many times: at 372,530 map tasks, seconds each). Its markers were listed when the phase
+        started (``read_all``) and each one since came back with its task's result (``adopt``)."""
+        held = self._markers.get(phase, {})
+        self._markers[phase] = {key: held[key] for key in sorted(held)}  # in listing order
+        self._sealed.add(phase)
+
     def forget(self, phase: str | None = None, task: str | None = None) -> None:
         """Drop markers read before (of one task, one phase, or all): their work was discarded."""
         if phase is None:
             self._markers.clear()
+            self._sealed.clear()
         elif task is None:
             self._markers.pop(phase, None)
+            self._sealed.discard(phase)
         else:
             self._markers.get(phase, {}).pop(task, None)
+            self._sealed.discard(phase)
 
     def write(self, phase: str, task: str, data: dict[str, Any], written: list[Path] | None = None) -> bytes:
         """``written``: the files the task wrote, named in the marker with their sizes (``files``; see
@@ -176,7 +197,8 @@ class MarkerStore:
 # counts per stage and reason, a pack task's manifest rows, the task's CPU and memory): not kept by the driver while the run goes
 # (``compact``), read back from the folder at its end (``read_all(full=True)``). A map task's marker
 # is ~5 kB of JSON and held parsed ~10 KiB; kept whole for every task, the driver grew ~10 KiB per
-# task (1.5-2 GB at 149k tasks, ~15 GB at 1.5M: issue 48); compact, a map task's is ~2.3 KiB (its files).
+# task (1.5-2 GB at 149k tasks, ~15 GB at 1.5M: issue 48); compact, a map task's is ~2.3 KiB (its files,
+# without their hashes).
 END_OF_RUN_ONLY = frozenset(
     "audit_files copies_files reads stage_in stage_skipped stage_recorded rejected stage_edits stage_changed shards"
     " seconds cpu_seconds peak_rss_mib rss_start_mib peak_scope".split()
@@ -184,8 +206,13 @@ END_OF_RUN_ONLY = frozenset(
 
 
 def compact(marker: dict[str, Any]) -> dict[str, Any]:
-    """What the driver keeps of a marker while the run goes: its counts, the files it names, its node."""
-    return {k: v for k, v in marker.items() if k not in END_OF_RUN_ONLY}
+    """What the driver keeps of a marker while the run goes: its counts, the files it names (path, bytes,
+    footer: not their hashes, which only a full read checks: ``read(full=True)``), its node."""
+    held = {k: v for k, v in marker.items() if k not in END_OF_RUN_ONLY}
+    files = held.get("files")
+    if isinstance(files, list):
+        held["files"] = [{k: v for k, v in f.items() if k != "sha256"} if isinstance(f, dict) else f for f in files]
+    return held
 
 
 def _list_markers(folder: Path, prefix: str = "") -> list[str]:

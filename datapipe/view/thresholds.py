@@ -15,7 +15,7 @@ __all__ = ["Threshold", "stage_decision", "thresholds"]
 
 
 def _stage_options(run: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    out = []
+    out: list[tuple[str, dict[str, Any]]] = []
     for entry in (run.get("config") or {}).get("stages") or []:
         if isinstance(entry, str):  # a stage named without options
             out.append((entry, {}))

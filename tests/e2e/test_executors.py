@@ -77,7 +77,7 @@ def test_in_process_and_ray_executors_give_identical_outputs(demo_project: Path,
     nodes = {json.loads(p.read_text())["node"] for p in (tmp_path / "ray" / "_work" / "markers").rglob("*.json")}
     assert nodes and "local" not in nodes  # the Ray run's tasks did run in Ray's workers
     # The driver's own CPU of each phase, by part: before its first task was handed over, the others
-    # handed over, the results, the commit (runner._run_phases; docs/scaling.md fits each).
+    # handed over, the results, the commit (runner.run_phases; docs/scaling.md fits each).
     sections = json.loads((tmp_path / "ray" / "run.json").read_text())["driver_cpu_s"]
     for phase in ray.phases:
         parts = {k.rsplit(":", 1)[1] for k in sections if k.startswith(f"phase:{phase['phase']}:")}

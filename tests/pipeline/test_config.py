@@ -56,6 +56,16 @@ BAD = [
         with_("stages.0.langid.min_score", 1.5),
         ["stages[0].langid.min_score: 1.5 is not allowed", "less than or equal to 1"],
     ),
+    (
+        "langid sample windows too narrow",
+        with_("stages.0.langid.sample", {"chars": 100, "windows": 8}),
+        ["stages[0].langid.sample: ", "12 characters per window; at least 25"],
+    ),
+    (
+        "langid sample bound too small",
+        with_("stages.0.langid.sample", {"chars": 20}),
+        ["stages[0].langid.sample.chars: 20 is not allowed"],
+    ),
     ("wrong type", with_("tokenize.seq_len", "long"), ['tokenize.seq_len: "long" is not allowed', "valid integer"]),
     ("seq_len too small", with_("tokenize.seq_len", 4), ["tokenize.seq_len: 4 is not allowed", "greater than or equal to 8"]),
     (
@@ -169,6 +179,21 @@ def test_all_problems_are_reported_at_once(folder: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_pipeline(path)
     assert len(info.value.problems) == 2
+
+
+def test_langid_threshold_above_the_windows_re_read_is_warned(folder: Path) -> None:
+    """min_score 0.9 with sample.full_below 0.8 runs, but long documents scoring 0.8-0.9 on their windows
+    would be decided on them alone: the warning names the key and the fix; at full_below 0.9, nothing."""
+    import yaml
+
+    path = folder / "p.yaml"
+    path.write_text(yaml.safe_dump(with_("stages.0.langid", {"keep": ["en"], "min_score": 0.9})))
+    (warning,) = load_pipeline(path).warnings
+    assert warning.startswith("stages[0].langid.sample.full_below: 0.8 is below min_score (0.9)"), warning
+    assert "set full_below to at least 0.9" in warning
+    ok = {"keep": ["en"], "min_score": 0.9, "sample": {"full_below": 0.9}}
+    path.write_text(yaml.safe_dump(with_("stages.0.langid", ok)))
+    assert load_pipeline(path).warnings == []
 
 
 def test_validate_command_exit_codes(folder: Path) -> None:

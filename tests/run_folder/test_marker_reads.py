@@ -73,3 +73,21 @@ def test_the_driver_keeps_what_planning_reads_and_reads_the_rest_back_at_the_end
     whole = folder.markers.read_all("map0", full=True)
     assert whole == {"src/00000": marker(0), "src/00001": marker(1)}
     assert folder.markers.read_all("map0") == held  # the full read is not kept
+
+
+def test_a_sealed_phase_is_read_from_what_is_held_without_listing_until_its_work_is_discarded(tmp_path: Path) -> None:
+    """Once a phase ran without failures the driver holds every marker of it (listed at its start, the rest
+    adopted): planning the next phases reads it without listing its folder again (issue 48: a listing is
+    O(the phase's tasks), and planning asks many times); discarding work lists it again."""
+    folder = RunFolder(tmp_path)
+    _write(folder, "map0", "src/00000", json.dumps({"docs_in": 1}))
+    assert sorted(folder.markers.read_all("map0")) == ["src/00000"]  # the phase starts: one listing
+    for key, n in (("src/00002", 3), ("src/00001", 2)):  # each task writes its marker, the driver adopts it
+        folder.markers.adopt("map0", key, _write(folder, "map0", key, json.dumps({"docs_in": n})).read_bytes())
+    folder.markers.seal("map0")
+    _write(folder, "map0", "src/00009", json.dumps({"docs_in": 9}))  # behind the driver's back: not listed
+    assert list(folder.markers.read_all("map0")) == ["src/00000", "src/00001", "src/00002"]  # in listing order
+    assert "src/00009" in folder.markers.read_all("map0", full=True)  # the end of the run reads the folder
+
+    discard(folder, [Damage("map0", "src/00000", "docs/src/00000.parquet", "missing")], log=lambda _: None)
+    assert sorted(folder.markers.read_all("map0")) == ["src/00001", "src/00002", "src/00009"]  # listed again

@@ -100,12 +100,11 @@ def run_two_phases(s3: CountingS3, tmp: Path, n: int, monkeypatch: pytest.Monkey
         "tasks",
         inputs=lambda t: ([f"_work/parts/{t.key[1:]}.bin"], [(LINES_PHASE, t.key)]),  # what read_part reads
     )
-    monkeypatch.setattr(runner, "plan_phases", lambda spec: [first, second])
     monkeypatch.setattr(runner, "prune_after", lambda spec: {})  # no shuffle folders to prune in these two phases
     result = runner.RunResult(folder.root, {})
     before = s3.folder_snapshot()
     nodes = NewNodes(tmp / f"nodes-{n}", uri)
-    runner._run_phases(result, folder, SimpleNamespace(root=str(folder.root)), nodes, {}, False)  # type: ignore[arg-type]
+    runner.run_phases(result, folder, SimpleNamespace(root=str(folder.root)), nodes, {}, False, phases=[first, second])  # type: ignore[arg-type]
     assert max(nodes.held) <= 1  # a node holds its task's inputs' entries, not a table of the run's files
     used = s3.folder_snapshot() - before
     assert result.executed_tasks == 2 * n

@@ -79,7 +79,7 @@ def _shard_record(folder: RunFolder, shard_key: str) -> dict[str, RecordedFile]:
     """What the earlier run's map tasks of this shard recorded of the files they wrote (path -> entry)."""
     out: dict[str, RecordedFile] = {}
     segment = 0
-    while (marker := folder.markers.read(map_phase(segment), shard_key)) is not None:
+    while (marker := folder.markers.read(map_phase(segment), shard_key, full=True)) is not None:  # with hashes
         for entry in marker.get("files") or ():
             out[entry["path"]] = RecordedFile(map_phase(segment), shard_key, int(entry["bytes"]), entry.get("sha256"))
         segment += 1

@@ -112,7 +112,10 @@ class RayExecutor:
         shared = self._spec_ref(spec, phase.full_spec)
         slots, args = spec_slots(spec, tasks, SPEC_FIELDS if phase.full_spec else ("segments",))
         # The phase's name, function and the folders each node prunes: one object in Ray's store for all its tasks.
-        call = ray.put((phase.name, phase.fn, phase.prune, slots)) if tasks else None
+        # What every task is handed alike (``Phase.same_inputs``: the committed entries of every map output)
+        # goes in it too, once, not in each task's arguments.
+        same = tasks[0].committed if tasks and phase.same_inputs else None
+        call = ray.put((phase.name, phase.fn, phase.prune, slots, same)) if tasks else None
         # Each result arrives through a callback on its ref (on Ray's thread, which also deserializes the
         # marker) that queues it, so the loop costs the same per task however many are pending (polling
         # ``ray.wait`` over the pending refs cost every poll O(pending)).
@@ -127,7 +130,8 @@ class RayExecutor:
                 placed = remote
             elif (placed := on_node.get(t.node)) is None:
                 placed = on_node[t.node] = self._remote.options(**{**options, "scheduling_strategy": _on_node(t.node)})
-            ref = placed.remote(call, shared, (t.key, t.committed, *given))  # what it reads, as committed
+            handed = None if same is not None and t.committed is same else t.committed
+            ref = placed.remote(call, shared, (t.key, handed, *given))  # what it reads, as committed
             pending[t.key] = ref  # held until its result came: a dropped ref's object may be freed
             _when_done(ref, partial(_queue_outcome, done, t.key))
         self._mark(phase, "submit")

@@ -13,13 +13,16 @@ import gc
 import math
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datapipe.engine.executors.ray import recycle
 from datapipe.engine.plan import RunSpec, forget_stages
 from datapipe.engine.worker import run_task
 from datapipe.runtime.release_memory import release_memory
 from datapipe.runtime.task_usage import rss_mib
+
+if TYPE_CHECKING:
+    from datapipe.run_folder.remote import CommittedPhase
 
 
 class RayWorkerHooks:
@@ -51,19 +54,25 @@ SpecSlots = tuple[tuple[int, str], ...]
 SPEC_FIELDS = ("shards", "segments")
 
 
-def ray_run_task(call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots], spec: RunSpec, task: tuple[Any, ...]) -> bytes:
-    """``run_task`` as Ray calls it: ``call`` (the phase's name, function, the folders to prune and spec
-    slots) is one object per phase in Ray's object store, so submitting a task serializes its key and
-    arguments only (pickling the function and the refs for every task was ~a third of the driver's CPU
-    per task). ``spec``: the run's spec, by ref, put once per run (Ray unpickles it for each task).
-    ``task``: its key and arguments, one object (Ray serializes each argument of a call on its own:
-    one tuple instead of three to five costs the driver less per task). An argument in a spec
-    slot came as its index in the spec, which the task has anyway.
+def ray_run_task(
+    call: tuple[str, Callable[..., dict[str, Any]], Any, SpecSlots, CommittedPhase | None],
+    spec: RunSpec,
+    task: tuple[Any, ...],
+) -> bytes:
+    """``run_task`` as Ray calls it: ``call`` (the phase's name, function, the folders to prune, spec
+    slots and what every task of the phase is handed alike, if so) is one object per phase in Ray's
+    object store, so submitting a task serializes its key and arguments only (pickling the function and
+    the refs for every task was ~a third of the driver's CPU per task). ``spec``: the run's spec, by
+    ref, put once per run (Ray unpickles it for each task). ``task``: its key and arguments, one object
+    (Ray serializes each argument of a call on its own: one tuple instead of three to five costs the
+    driver less per task). An argument in a spec slot came as its index in the spec, which the task
+    has anyway.
 
     Returns the marker's bytes as committed: the driver parses them once to cache the marker
     (``MarkerStore.adopt``), where a dict cost it a pickle's decoding and a JSON encoding too."""
-    phase, fn, prune, slots = call
+    phase, fn, prune, slots, same = call
     key, committed, args = task[0], task[1], task[2:]
+    committed = same if committed is None else committed
     if slots:
         given = list(args)
         for position, name in slots:
