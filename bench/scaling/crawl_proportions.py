@@ -241,7 +241,7 @@ class Results(list):  # type: ignore[type-arg]
             return
         from bench._support.harness import environment
 
-        load = {"start": self.load_start, "now": os.getloadavg(), "min": min(self.loads), "max": max(self.loads)}
+        load = {"start": self.load_start, "end": os.getloadavg(), "min": min(self.loads), "max": max(self.loads)}
         out: dict[str, Any] = {"bench": "crawl_proportions", "env": environment(), "loadavg": load}
         if partial:
             out["partial"] = f"written after each phase: the run had measured {len(self)} rows when this was written"
