@@ -123,7 +123,7 @@ def measure(fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     if sampler is not None:
         print(sampler.stop(), file=sys.stderr, flush=True)
-    if prof is not None:
+    if prof is not None and profile:
         prof.disable()
         prof.dump_stats(Path(profile) / f"{os.getpid()}.prof")
     peak = max(_kib("VmHWM"), _kib("VmRSS"), start)
@@ -147,7 +147,7 @@ class _PeakStack:
         while not self.done:
             rss = _kib("VmRSS")
             if rss > self.peak:
-                frame = sys._current_frames().get(self.main)
+                frame = sys._current_frames().get(self.main or 0)
                 self.peak, self.stack = rss, "".join(traceback.format_stack(frame)[-8:]) if frame else ""
             time.sleep(0.02)
 
@@ -211,7 +211,7 @@ def _brief(marker: dict[str, Any]) -> dict[str, Any]:
     return {k: marker[k] for k in keep if k in marker}
 
 
-class Results(list):  # type: ignore[type-arg]
+class Results(list[dict[str, Any]]):
     """The results so far, written to ``path`` (when given) after every phase, so a run stopped or not
     yet finished leaves every phase it measured; ``kept``: rows of an earlier JSON for the phases not
     run again (``--phases``), replaced as this run measures them. ``selected``: the phases to run."""
