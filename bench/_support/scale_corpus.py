@@ -142,10 +142,11 @@ class Corpus:
     near: np.ndarray  # regular documents that have a near plant
     bytes: int
     seconds: float
+    cluster: int = 0  # near-copies of one page added (bench/scaling/scale.py ``add_cluster``)
 
     @property
     def docs(self) -> int:
-        return self.regular + len(self.exact) + len(self.near)
+        return self.regular + len(self.exact) + len(self.near) + self.cluster
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -154,6 +155,7 @@ class Corpus:
             "regular": self.regular,
             "exact_plants": len(self.exact),
             "near_plants": len(self.near),
+            "cluster_copies": self.cluster,
             "bytes": self.bytes,
             "write_seconds": round(self.seconds, 1),
         }

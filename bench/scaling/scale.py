@@ -4,6 +4,16 @@
         [--datatrove-python /tmp/dt/bin/python] [--json bench/results/scale.json]
     python -m bench.scaling.scale --base-docs 5000 --scales 1,4      # a quick check
     python -m bench.scaling.scale --base-docs 1000 --scales 1,4 --s3 # on a counting loopback S3
+    python -m bench.scaling.scale --points 3724:64,3724:512,3724:2048   # the same 4,096 documents, x8 / x32 tasks
+    python -m bench.scaling.scale --points 24096:64,24096:64:c20000 --plant-rate 0   # a planted cluster
+    python -m bench.scaling.scale --report A.json B.json [--json OUT]   # --points' report over runs written apart
+
+``--points DOCS:TASKS[:cK]`` runs the same documents (seed 0: the same DOCS give the same documents
+at any TASKS) in TASKS input files (= map tasks = dedup and MinHash partitions), K of them near-copies
+of one page (``add_cluster``), and prints a table (tree CPU split into tasks / driver / the rest), the fit
+CPU = a + b*(tasks + partitions) + c*documents with each run's residual, the marginal CPU per added
+task or partition, and the largest process's peak RSS against the fewest tasks and against the
+distinct twin of a planted-cluster run.
 
 Corpora (bench/_support/scale_corpus.py): real zh/en documents of ../shared/data/corpus, every copy
 perturbed (a fifth of its Han characters and words replaced by ones drawn by corpus frequency),
@@ -60,13 +70,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from bench._support.harness import Harness, add_args
 from bench._support.paths import ROOT
 from bench._support.proctree import run_tree
-from bench._support.scale_corpus import Corpus, load_base, similarity_check, write_corpus
+from bench._support.scale_corpus import Corpus, load_base, near_copy, similarity_check, write_corpus
 
 DT_SCRIPT = ROOT / "bench" / "_support" / "datatrove_pipeline.py"
 TOKENIZER = ROOT / "tokenizer" / "demo.json"
@@ -288,7 +301,7 @@ def bytes_written(out: Path) -> dict[str, int]:
 
 def _status(url_table: Any) -> dict[str, dict[int, str]]:
     """{"doc"|"exact"|"near": {j: reason}} from a table with url and reason columns."""
-    out: dict[str, dict[int, str]] = {"doc": {}, "exact": {}, "near": {}}
+    out: dict[str, dict[int, str]] = {"doc": {}, "exact": {}, "near": {}, "cluster": {}}
     for url, reason in zip(url_table["url"].to_pylist(), url_table["reason"].to_pylist()):
         host, _, j = url.removeprefix("https://").partition(".example/")
         out[host][int(j)] = reason
@@ -409,14 +422,66 @@ def datatrove_removed(dt_out: Path, corpus: Corpus) -> dict[str, dict[int, str]]
 # --- one scale --------------------------------------------------------------------------------
 
 
+@dataclass
+class Point:
+    """One run: ``docs`` documents written (before the plants) into ``files`` input files (= map tasks =
+    dedup and MinHash partitions), ``cluster`` of them near-copies of one page; ``seed`` picks the
+    documents (the same seed and count: the same documents, however many files they are cut into)."""
+
+    label: Any  # the scale (1, 4, 16) or "4096/64" (--points)
+    docs: int
+    files: int
+    seed: int
+    cluster: int = 0
+
+
+def parse_points(text: str) -> list[Point]:
+    """``DOCS:TASKS[:cK]`` comma-separated: e.g. ``4096:64,4096:512,34096:64:c30000``."""
+    points = []
+    for item in text.split(","):
+        docs, tasks, *rest = item.split(":")
+        cluster = int(rest[0].removeprefix("c")) if rest else 0
+        label = f"{int(docs)}/{int(tasks)}" + (f"/c{cluster}" if cluster else "")
+        points.append(Point(label, int(docs), int(tasks), 0, cluster))
+    return points
+
+
+def add_cluster(corpus: Corpus, copies: int, seed: int) -> None:
+    """``copies`` near-copies of the corpus's first document (a boilerplate page copied across a crawl),
+    one per file in turn at the files' ends: each the page with a short phrase inserted at two random
+    points (so most are not exact copies of each other; shingle Jaccard to the page about 0.9).
+    URLs ``https://cluster.example/<i>``."""
+    rng = np.random.default_rng(seed + 1)
+    first = corpus.files[0].open(encoding="utf-8").readline()
+    page = json.loads(first)["text"]
+    lang = "zh" if sum("\u4e00" <= ch <= "\u9fff" for ch in page) > len(page) // 10 else "en"
+    handles = [f.open("a", encoding="utf-8") for f in corpus.files]
+    try:
+        for i in range(copies):
+            text = near_copy(near_copy(page, lang, rng), lang, rng)
+            line = json.dumps({"text": text, "url": f"https://cluster.example/{i}"}, ensure_ascii=False) + "\n"
+            handles[i % len(handles)].write(line)
+            corpus.bytes += len(line.encode())
+    finally:
+        for h in handles:
+            h.close()
+    corpus.cluster = copies
+
+
 def run_scale(
-    scale: int, args: argparse.Namespace, base: Any, work: Path, dt_python: str | None, s3: Any = None
+    point: Point, args: argparse.Namespace, base: Any, work: Path, dt_python: str | None, s3: Any = None
 ) -> dict[str, Any]:
-    n = scale * args.base_docs
-    files = scale * args.files_per_scale
+    scale, n, files = point.label, point.docs - point.cluster, point.files
     inp = work / "input"
-    print(f"\n--- {scale}x: writing {n:,} regular documents + plants into {files} files under {inp}", flush=True)
-    corpus = write_corpus(inp, base, n, files, rate=args.plant_rate, p=args.perturb, seed=scale)
+    print(
+        f"\n--- {scale}: writing {n:,} regular documents + plants"
+        + (f" + {point.cluster:,} near-copies of one page" if point.cluster else "")
+        + f" into {files} files under {inp}",
+        flush=True,
+    )
+    corpus = write_corpus(inp, base, n, files, rate=args.plant_rate, p=args.perturb, seed=point.seed)
+    if point.cluster:
+        add_cluster(corpus, point.cluster, point.seed)
     largest = max(f.stat().st_size for f in corpus.files)
     partitions = files
     print(
@@ -437,7 +502,7 @@ def run_scale(
     target = str(out)
     if s3 is not None:  # inputs and the run folder on the counting loopback S3 server
         env.update(s3_env(s3))
-        prefix = f"scale-{scale}x-{os.getpid()}"
+        prefix = f"scale-{str(scale).replace('/', '-')}-{os.getpid()}"
         upload_inputs(s3, corpus.files, prefix)
         config["sources"][0]["paths"] = [f"s3://{S3_BUCKET}/{prefix}/in/*.jsonl"]
         target = f"s3://{S3_BUCKET}/{prefix}/run"
@@ -485,7 +550,8 @@ def run_scale(
     markers = read_markers(out)
     phases = phase_table(markers, run["timings"], docs, timeline, end)
     task_peaks = [m["peak_rss_mib"] for ms in markers.values() for m in ms if "peak_rss_mib" in m]
-    found = plants_found(corpus, rejected_reasons(out), lambda reason: reason in DUP_REASONS)
+    removed = rejected_reasons(out)
+    found = plants_found(corpus, removed, lambda reason: reason in DUP_REASONS)
     sizes = bytes_written(out)
     task_cpu = sum(p["task_cpu_s"] for p in phases.values())
     res = {
@@ -513,6 +579,12 @@ def run_scale(
         "wall_us_per_doc": r["wall_s"] / docs * 1e6,
         "task_peak_rss_mib_max": max(task_peaks, default=None),
         "driver_peak_rss_mib": max((s[2] for s in timeline), default=0) / MIB,
+        # The largest single process of the tree: the largest RSS of any process at any sample (driver,
+        # raylet, GCS or a worker), or a task's own peak (VmHWM, between samples) where that is larger.
+        "largest_process_rss_mib_peak": max(
+            max((max(s[2], s[3]) for s in timeline), default=0) / MIB, max(task_peaks, default=0.0)
+        ),
+        "largest_process_rss_mib_sampled": max((max(s[2], s[3]) for s in timeline), default=0) / MIB,
         "driver_cpu_s": r["driver_cpu_s"],
         # Of it, Ray's own threads (submission, results, gRPC, timers: beside the driver's work, not in
         # turn) and the rest, the driver's own threads (bench/_support/proctree.py, sampled per thread).
@@ -533,6 +605,13 @@ def run_scale(
         "found": found,
         "stage_counts": run["counts"]["stages"],
     }
+    if point.cluster:  # the planted cluster: all but one copy dropped as near (or exact) duplicates
+        res["cluster"] = {
+            "copies": point.cluster,
+            "removed_as_duplicate": sum(1 for r in removed["cluster"].values() if r in DUP_REASONS),
+            "removed_otherwise": sum(1 for r in removed["cluster"].values() if r not in DUP_REASONS),
+        }
+        print(f"    planted cluster: {res['cluster']}", flush=True)
     if opens is not None:
         res["opens"] = opens
         res["opens_per_doc"] = {k: v / docs for k, v in opens["total"].items()}
@@ -554,7 +633,8 @@ def run_scale(
     print(
         f"    datapipe: wall {r['wall_s']:.0f} s, tree CPU {r['cpu_s']:.0f} s, {res['docs_per_s_per_core']:.0f} "
         f"docs/s per core, {res['docs_per_cpu_s']:.0f} docs per CPU s; largest task peak "
-        f"{res['task_peak_rss_mib_max']:.0f} MiB, driver peak {res['driver_peak_rss_mib']:.0f} MiB; "
+        f"{res['task_peak_rss_mib_max']:.0f} MiB, driver peak {res['driver_peak_rss_mib']:.0f} MiB, largest "
+        f"process {res['largest_process_rss_mib_peak']:.0f} MiB; "
         f"tree peak RSS {r['peak_rss_mib']:.0f} MiB "
         f"(load average {load[0]:.1f} before, {res['loadavg_after'][0]:.1f} after)",
         flush=True,
@@ -759,10 +839,102 @@ def report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
     return {"ratios": ratios, "per_phase_peak_ratio": per_phase_peak, "acceptance": acceptance}
 
 
+def fit_cpu(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Least squares CPU = a + b*(map tasks + partitions) + c*documents over the runs without a planted
+    cluster (c left out when every run has the same documents), with each run's residual."""
+    runs = [r for r in results if "cluster" not in r]
+    x = np.array([r["map_tasks"] + r["partitions"] for r in runs], float)
+    d = np.array([r["docs"] for r in runs], float)
+    y = np.array([r["tree_cpu_s"] for r in runs], float)
+    cols = [np.ones_like(x), x] + ([d] if len(set(d.tolist())) > 1 else [])
+    coef, *_ = np.linalg.lstsq(np.stack(cols, axis=1), y, rcond=None)
+    pred = np.stack(cols, axis=1) @ coef
+    return {
+        "a_s": float(coef[0]),
+        "b_s_per_task_or_partition": float(coef[1]),
+        "c_s_per_document": float(coef[2]) if len(coef) > 2 else None,
+        "runs": [
+            {
+                "label": r["scale"],
+                "x": int(xi),
+                "docs": int(di),
+                "cpu_s": float(yi),
+                "fit_s": float(pi),
+                "residual_s": float(yi - pi),
+            }
+            for r, xi, di, yi, pi in zip(runs, x, d, y, pred)
+        ],
+    }
+
+
+def points_report(results: list[dict[str, Any]], h: Harness) -> dict[str, Any]:
+    """--points: the table (tasks + partitions, CPU, wall, memory), the CPU fit, the marginal CPU per
+    added task or partition between neighbouring runs of the same documents, and the memory ratios."""
+    print(
+        "\n| documents | map tasks / partitions | tasks run | tree CPU s | of it: tasks / driver / rest (Ray, worker "
+        "starts) | wall s | largest process MiB | largest task MiB | driver MiB | load before / after |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        driver = r.get("driver_cpu_s") or 0.0
+        rest = r["tree_cpu_s"] - r["task_cpu_s"] - driver
+        print(
+            f"| {r['docs']:,}{' (cluster ' + format(r['cluster']['copies'], ',') + ')' if 'cluster' in r else ''} | "
+            f"{r['map_tasks']} / {r['partitions']} | {r['tasks']:,} | {r['tree_cpu_s']:,.1f} | "
+            f"{r['task_cpu_s']:,.1f} / {driver:,.1f} / {rest:,.1f} | {r['wall_s']:,.0f} | "
+            f"{r['largest_process_rss_mib_peak']:,.0f} | {_mib(r['task_peak_rss_mib_max'])} | {r['driver_peak_rss_mib']:,.0f} | "
+            f"{r['loadavg_before'][0]:.1f} / {r['loadavg_after'][0]:.1f} |"
+        )
+    fit = fit_cpu(results)
+    c = fit["c_s_per_document"]
+    print(
+        f"\nfit: CPU = {fit['a_s']:.2f} s + {fit['b_s_per_task_or_partition'] * 1000:.1f} ms x (tasks + partitions)"
+        + (f" + {c * 1e6:.0f} us x documents" if c is not None else " (one document count: c is in a)")
+    )
+    for run in fit["runs"]:
+        print(f"    {run['label']}: {run['cpu_s']:.1f} s, fit {run['fit_s']:.1f} s, residual {run['residual_s']:+.1f} s")
+    marginal = []
+    same = [r for r in results if "cluster" not in r]
+    for docs in sorted({r["docs"] for r in same}):
+        runs = sorted((r for r in same if r["docs"] == docs), key=lambda r: r["map_tasks"])
+        for a, b in zip(runs, runs[1:]):
+            dx = (b["map_tasks"] + b["partitions"]) - (a["map_tasks"] + a["partitions"])
+            m = (b["tree_cpu_s"] - a["tree_cpu_s"]) / dx
+            marginal.append({"from": a["scale"], "to": b["scale"], "ms_per_task_or_partition": m * 1000})
+            print(f"    marginal CPU {a['scale']} -> {b['scale']}: {m * 1000:.1f} ms per added task or partition")
+    same_docs = sorted((r for r in same if r["docs"] == same[0]["docs"]), key=lambda r: r["map_tasks"])
+    first = same_docs[0]["largest_process_rss_mib_peak"]
+    per_point = {str(r["scale"]): r["largest_process_rss_mib_peak"] / first for r in same_docs[1:]}
+    for label, ratio in per_point.items():
+        h.ratio(f"largest process peak RSS: {label} / {same_docs[0]['scale']} (same documents)", [ratio], target="<= 1.25")
+    mem = max(per_point.values(), default=1.0)
+    out: dict[str, Any] = {"fit": fit, "marginal": marginal, "memory_ratio_tasks": mem, "memory_ratios": per_point}
+    for r in results:
+        if "cluster" not in r:
+            continue
+        twin = next((d for d in same if d["docs"] == r["docs"] and d["map_tasks"] == r["map_tasks"]), None)
+        if twin is None:
+            continue
+        ratio = r["largest_process_rss_mib_peak"] / twin["largest_process_rss_mib_peak"]
+        task_ratio = r["task_peak_rss_mib_max"] / twin["task_peak_rss_mib_max"]
+        h.ratio(f"largest process peak RSS: {r['scale']} / {twin['scale']} (distinct)", [ratio], target="<= 1.25")
+        h.ratio(f"largest task peak RSS: {r['scale']} / {twin['scale']} (distinct)", [task_ratio], target="<= 1.25")
+        out.setdefault("cluster_ratios", []).append(
+            {"cluster": r["scale"], "distinct": twin["scale"], "largest_process": ratio, "largest_task": task_ratio}
+        )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-docs", type=int, default=125_000, help="regular documents at 1x (default 125,000)")
     ap.add_argument("--scales", default="1,4,16", help="comma-separated multiples of --base-docs (default 1,4,16)")
+    ap.add_argument(
+        "--points",
+        help="instead of --scales: runs of DOCS:TASKS[:cK] (documents before the plants, input files = map tasks = "
+        "partitions, K of the documents near-copies of one page), e.g. 3724:64,3724:512,3724:2048; the same DOCS "
+        "are the same documents at every TASKS. Prints the fit CPU = a + b*(tasks + partitions) + c*documents",
+    )
     ap.add_argument("--cpus", type=int, default=os.cpu_count() or 2, help="Ray CPUs and datatrove workers")
     ap.add_argument(
         "--files-per-scale", type=int, default=8, help="input files (= map tasks) and dedup/minhash partitions per 1x (default 8)"
@@ -793,13 +965,26 @@ def main() -> int:
         metavar="JSON",
         help="print docs/scaling.md's 10 TB estimate from a JSON this script wrote, and exit",
     )
+    ap.add_argument("--report", type=Path, nargs="+", metavar="JSON", help="print --points' report from JSONs it wrote, and exit")
     args = add_args(ap, repeats=1).parse_args()
+    if args.report:  # the runs of one or more --points JSONs (e.g. a planted-cluster pair run apart), reported together
+        sources = {str(path): json.loads(path.read_text()) for path in args.report}
+        runs = [r for d in sources.values() for r in d["extra"]["scales"]]
+        h = Harness("scale", args, libs=["ray"], note="report of " + ", ".join(sources))
+        summary = points_report(runs, h)
+        # --json: the runs and the report in one file, with each source run's environment (commit, argv, load).
+        h.finish(scales=runs, **summary, sources={k: d["env"] for k, d in sources.items()})
+        return 0
     if args.paper:
         from bench._support.scale_paper import estimate
 
         print(estimate(args.paper))
         return 0
-    scales = [int(s) for s in args.scales.split(",")]
+    if args.points:
+        points = parse_points(args.points)
+    else:
+        points = [Point(int(x), int(x) * args.base_docs, int(x) * args.files_per_scale, int(x)) for x in args.scales.split(",")]
+    scales = [pt.label for pt in points]
     h = Harness(
         "scale",
         args,
@@ -828,10 +1013,10 @@ def main() -> int:
     )
     s3 = start_s3() if args.s3 else None
     results = []
-    for i, scale in enumerate(scales):
-        work = Path(tempfile.mkdtemp(prefix=f"dp-scale-{scale}x-", dir=args.tmp))
+    for i, point in enumerate(points):
+        work = Path(tempfile.mkdtemp(prefix=f"dp-scale-{str(point.label).replace('/', '-')}-", dir=args.tmp))
         try:
-            results.append(run_scale(scale, args, base, work, dt_python if i == 0 else None, s3))
+            results.append(run_scale(point, args, base, work, dt_python if i == 0 else None, s3))
             if args.json:  # each finished scale at once: a run stopped later keeps it (--paper reads this too)
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(
@@ -845,7 +1030,7 @@ def main() -> int:
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
-    summary = report(results, h)
+    summary = points_report(results, h) if args.points else report(results, h)
     h.finish(
         similarity=sim,
         scales=results,

@@ -216,7 +216,7 @@ def _pack_inputs(spec: RunSpec) -> Callable[[Task], tuple[list[str], list[tuple[
         rng = task.args[0]
         keys = [k for k, _ in rng.shard_tokens] if rng.n_files is not None else [s.key for s in spec.shards_of(rng.source)]
         folder = RunFolder(root)
-        return [_rel(folder, folder.tokens_file(k)) for k in keys], []
+        return [_rel(folder, folder.tokens_file(k, fetch=False)) for k in keys], []
 
     return inputs
 
@@ -296,6 +296,10 @@ def _aggregate_phases(spec: RunSpec) -> list[Phase]:
             {"num_cpus": 1},
             "files",
             label=f"merging statistics (level {level} of {depth})",
+            # The files it merges, handed to its worker: on another node than their writers' they are
+            # fetched from the store (without them, a remote run of more than FAN_IN map outputs on
+            # several nodes failed here: the mirror had no such file).
+            inputs=lambda task: (list(task.args[3]), []),
         )
         for level in range(1, depth + 1)
     ]

@@ -215,8 +215,11 @@ class RunFolder:
     def tokens_dir(self) -> Path:
         return self.work / "tokens"
 
-    def tokens_file(self, shard_key: str) -> Path:
-        return self._local(self.tokens_dir / f"{shard_key}.arrow")
+    def tokens_file(self, shard_key: str, fetch: bool = True) -> Path:
+        """A map task's token file; ``fetch=False``: its path only, never downloaded (the driver naming a
+        pack task's inputs must not pull every token file of the run through its own mirror)."""
+        path = self.tokens_dir / f"{shard_key}.arrow"
+        return self._local(path) if fetch else path
 
     def _local(self, path: Path) -> Path:
         """A path of a task's output; in a remote folder, fetched first if a committed marker names it

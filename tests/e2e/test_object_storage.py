@@ -153,6 +153,41 @@ def test_pipeline_with_every_path_on_s3_equals_the_local_run(s3, runs) -> None:
     assert _agg_tables(on_s3) == _agg_tables(local.root) != {}
 
 
+def test_an_aggregate_merge_task_on_another_node_fetches_its_inputs_from_the_store(runs, monkeypatch) -> None:
+    """A merge task of the aggregate tree on a node that wrote none of its input files: the worker holds
+    only what the driver hands it (``Phase.inputs``), so its inputs must be named there to be fetched.
+    Simulated in this process: the mirror loses the files, the task's handed entries are installed as a
+    worker's, and the task runs again (it failed with "No such file" before the phase named its inputs)."""
+    from datapipe.engine.phases import plan_phases
+    from datapipe.engine.plan import make_spec
+    from datapipe.engine.runner import _handed
+    from datapipe.pipeline.load import load_pipeline
+    from datapipe.run_folder import remote
+    from datapipe.run_folder.layout import RunFolder
+
+    _, result, tmp = runs
+    monkeypatch.setattr(aggregate_tree, "FAN_IN", 2)  # as the run had it: its tree's levels and tasks
+    uri = f"s3://{BUCKET}/runs/full"
+    folder = RunFolder(uri)
+    spec = make_spec(load_pipeline(tmp / "s3" / "pipeline.yaml"), folder.root, tmp / "cache")
+    phase = next(p for p in plan_phases(spec) if p.name == "aggregates1")
+    task = phase.task_list(folder)[0]
+    inputs = task.args[3]
+    assert len(inputs) == 2
+    for rel in inputs:  # another node's mirror: none of them
+        (folder.root / rel).unlink()
+    held = {name: dict(getattr(remote, name)) for name in ("_named", "_footers", "_given", "_installed")}
+    remote.install(uri, [_handed(folder, phase, task)])
+    try:
+        marker = phase.fn(spec, *task.args)
+    finally:
+        for name, table in held.items():  # the driver's view back, for the module's other tests
+            getattr(remote, name).clear()
+            getattr(remote, name).update(table)
+    assert marker["inputs"] == 2 and marker["rows"] > 0
+    assert all((folder.root / rel).is_file() for rel in inputs)  # fetched from the store
+
+
 def _agg_tables(root: Path) -> dict[str, list[tuple]]:
     with duckdb.connect(str(root / "stats.duckdb"), read_only=True) as con:
         names = [

@@ -59,3 +59,31 @@ def test_the_mirror_drops_work_folders_no_later_phase_reads(s3, demo_project: Pa
     assert (dead & on_store) - left  # the store keeps them
     phases = {p.name for p in plan_phases(spec)}
     assert set(prune_after(spec)) <= phases  # each pruned after a phase the run has
+
+
+def test_naming_a_pack_tasks_inputs_downloads_no_token_file(s3, demo_project: Path, tmp_path: Path) -> None:
+    """The driver hands each pack task the names of its token files (``Phase.inputs``): naming them must not
+    download them into the driver's mirror (it did: every token file of the run crossed the store to the
+    driver, 972 B per document in bench/scaling/store_nodes.py's one-node run, as much as the tokens)."""
+    demo = demo_project / "pipelines" / "demo.yaml"
+    cfg = yaml.safe_load(demo.read_text(encoding="utf-8"))
+    cfg["stages"] = []  # read and tokenize: token files and a pack phase, in seconds
+    demo.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    uri = "s3://prune/tokens"
+    pipeline = load_pipeline(demo)
+    result = run_pipeline(pipeline, output=uri, in_process=True, show_progress=False, log=lambda m: None)
+    assert result.run["counts"]["kept"] > 0
+
+    mirror = RunFolder(uri).root
+    tokens = mirror / "_work" / "tokens"
+    assert not any(tokens.rglob("*.arrow")) if tokens.is_dir() else True  # pruned after packing
+    spec = make_spec(pipeline, mirror, tmp_path / "cache")
+    pack = next(p for p in plan_phases(spec) if p.name == "pack")
+    folder = RunFolder(uri)
+    tasks = pack.task_list(folder)
+    assert tasks and pack.inputs is not None
+    before = s3.snapshot()
+    named = [f for t in tasks for f in pack.inputs(t)[0]]
+    assert named and all(f.startswith("_work/tokens/") for f in named)
+    assert not any(tokens.rglob("*.arrow")) if tokens.is_dir() else True  # named, not fetched
+    assert s3.since(before)["GET"] == 0

@@ -7,6 +7,10 @@ bytes read and written. For bench/scaling/scale.py --s3 and tests that measure w
     ...                              # a run against AWS_ENDPOINT_URL=server.url
     used = server.since(before)      # {"GET": n, "PUT": n, "LIST": n, "HEAD": n, ..., "bytes_read": n, "bytes_written": n}
     server.folders                   # Counter: (kind, "/bucket/folder") -> requests, ("bytes_read", folder) -> bytes
+    server.client_snapshot()         # Counter: (access key id, kind or "bytes_read"/"bytes_written") -> n
+
+The access key id a request was signed with names its client: give each node of a loopback cluster
+its own (``AWS_ACCESS_KEY_ID=node1``; moto accepts any) and the server counts what each node moved.
 
 The counting is a WSGI middleware around moto's own application, so every request the server
 answers is counted once, whatever client (boto3, pyarrow's S3 filesystem) sent it.
@@ -14,12 +18,24 @@ answers is counted once, whatever client (boto3, pyarrow's S3 filesystem) sent i
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
 KINDS = ("GET", "PUT", "LIST", "HEAD", "DELETE", "OTHER")
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
+
+
+def client_of(environ: dict[str, Any]) -> str:
+    """The access key id a request was signed with (header or presigned query), "?" if unsigned."""
+    from urllib.parse import unquote
+
+    m = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", "")) or _CREDENTIAL.search(
+        "Credential=" + unquote(environ.get("QUERY_STRING", "")).partition("X-Amz-Credential=")[2]
+    )
+    return m.group(1) if m else "?"
 
 
 def request_kind(method: str, path: str, query: str) -> str:
@@ -63,8 +79,9 @@ class _Counting:
         counts: Counter[str],
         folders: Counter[tuple[str, str]],
         lock: threading.Lock,
+        clients: Counter[tuple[str, str]],
     ) -> None:
-        self.app, self.counts, self.folders, self.lock = app, counts, folders, lock
+        self.app, self.counts, self.folders, self.lock, self.clients = app, counts, folders, lock, clients
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -89,6 +106,12 @@ class _Counting:
             self.folders[(kind, folder)] += 1
             if kind == "GET":
                 self.folders[("bytes_read", folder)] += read
+            if kind == "PUT":
+                self.folders[("bytes_written", folder)] += stream.count
+            client = client_of(environ)
+            self.clients[(client, kind)] += 1
+            self.clients[(client, "bytes_read")] += read if kind == "GET" else 0
+            self.clients[(client, "bytes_written")] += stream.count if kind == "PUT" else 0
         return out
 
 
@@ -101,8 +124,9 @@ class CountingS3:
 
         self.counts: Counter[str] = Counter()
         self.folders: Counter[tuple[str, str]] = Counter()
+        self.clients: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
-        app = _Counting(DomainDispatcherApplication(create_backend_app), self.counts, self.folders, self._lock)
+        app = _Counting(DomainDispatcherApplication(create_backend_app), self.counts, self.folders, self._lock, self.clients)
         self._server = make_server("127.0.0.1", 0, app, threaded=True)
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -123,6 +147,10 @@ class CountingS3:
     def folder_snapshot(self) -> Counter[tuple[str, str]]:
         with self._lock:
             return Counter(self.folders)
+
+    def client_snapshot(self) -> Counter[tuple[str, str]]:
+        with self._lock:
+            return Counter(self.clients)
 
     def stop(self) -> None:
         self._server.shutdown()
