@@ -154,7 +154,7 @@ def main() -> int:
     h = Harness(
         f"pipeline{'_tokenize' if args.stages == 'tokenize' else ''}",
         args,
-        libs=["ray", "tokenizers", "tiktoken", "fasttext-numpy2", "numba", "duckdb"],
+        libs=["ray", "tokenizers", "fastokens", "tiktoken", "fasttext-numpy2", "numba", "duckdb"],
         note=f"tokenizer: {tokenizer_name} ({args.tokenizer})",
     )
     have_dt = args.sides == "both" and Path(args.datatrove_python).exists()

@@ -9,8 +9,9 @@ RUN_FOLDER is a finished ``bench/perf/pipeline.py --work W`` run (``W/dp-out``),
   fastText    ``predict`` over what the langid stage reads of every input text, newlines as spaces: the
               windows of a text longer than ``sample.chars`` (its defaults, langid_sample.py) and its
               ``max_chars`` prefix again where their score is under ``sample.full_below``
-  encode      the fastest exact encoder (tiktoken through datapipe's fast path, GPT-2's split without its
-              lookahead where it applies) over the kept texts, as one batch
+  encode      the exact encoder the tokenize stage chooses for the tokenizer (fastokens where it loads the
+              file, ``datapipe/tokens/encode.py``; else tiktoken through datapipe's fast path) over the kept
+              texts, as one batch, on one thread (``FASTOKENS_BPE_THREADS=1``, as in a 1-CPU task)
   parquet     writing the kept documents, as read back from the run, with zstd (the docs/ output)
 
 Their sum is what any pipeline with these outputs spends in library code; the pipeline's process-tree
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import os
 import sys
 import tempfile
 import time
@@ -47,12 +49,14 @@ def main() -> int:
     ap.add_argument("--tokenizer", default="bpe32k")
     ap.add_argument("--pipeline-cpu", type=float, nargs="*", default=[], help="process-tree CPU seconds of pipeline runs")
     args = add_args(ap, repeats=3).parse_args()
-    h = Harness("pipeline_limit", args, libs=["fasttext-numpy2", "tiktoken", "pyarrow"])
+    h = Harness("pipeline_limit", args, libs=["fasttext-numpy2", "fastokens", "tiktoken", "pyarrow"])
+    os.environ["FASTOKENS_BPE_THREADS"] = "1"  # one core: fastokens sizes its pool at its first use
+    os.environ["RAYON_NUM_THREADS"] = "1"
     from datapipe.assets.models import ensure_lid_model
     from datapipe.config.sections import TokenizeConfig
     from datapipe.stages.langid import LangIdOptions
     from datapipe.stages.langid_sample import sample_text
-    from datapipe.tokens.encode import fast_encoder, load_tokenizer_info, with_engine
+    from datapipe.tokens.encode import FastokensEncoder, fast_encoder, load_tokenizer_info, with_engine
 
     files = sorted(glob.glob(str(args.input / "*.jsonl")))
     docs = pa.concat_tables(
@@ -63,6 +67,7 @@ def main() -> int:
     info = with_engine(load_tokenizer_info(tok, TokenizeConfig(tokenizer=str(tok))))
     enc = fast_encoder(info, kept)
     assert enc is not None, info.engine_note
+    print(f"encode: {info.describe()}")
     import fasttext
 
     model = fasttext.load_model(str(ensure_lid_model()))
@@ -85,7 +90,10 @@ def main() -> int:
         model.predict([t.replace("\n", " ") for t in doubt], k=1)
 
     def encode() -> None:
-        enc.encode_batch(kept)  # one batch, one thread: how the pipeline's tasks call it
+        if isinstance(enc, FastokensEncoder):
+            enc.encode_flat(kept)  # one batch, one thread: ids as one buffer, as the stage calls it
+        else:
+            enc.encode_batch(kept)  # the tiktoken path, one thread
 
     def write() -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -107,7 +115,9 @@ def main() -> int:
     if args.pipeline_cpu:
         floor = sorted(total)[len(total) // 2]
         h.figure("pipeline process-tree CPU / floor", [c / floor for c in args.pipeline_cpu], "x")
-    h.finish(input_docs=len(texts), kept_docs=len(kept), tokenizer=args.tokenizer, pipeline_cpu=args.pipeline_cpu)
+    h.finish(
+        input_docs=len(texts), kept_docs=len(kept), tokenizer=args.tokenizer, encoder=info.engine, pipeline_cpu=args.pipeline_cpu
+    )
     return 0
 
 

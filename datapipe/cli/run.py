@@ -126,8 +126,7 @@ def validate(pipeline: Path) -> None:
 
         tok_cfg = pipe.config.tokenize
         info = with_engine(load_tokenizer_info(pipe.resolve(tok_cfg.tokenizer), tok_cfg))
-        engine = info.engine + (f" ({info.engine_note})" if info.engine_note else ", exact fast path")
-        click.echo(f"  tokenize: {tok_cfg.tokenizer}, seq_len {tok_cfg.seq_len}, encoded with {engine}")
+        click.echo(f"  tokenize: {tok_cfg.tokenizer}, seq_len {tok_cfg.seq_len}, encoded with {info.describe()}")
     click.echo(f"  output: {pipe.default_output()}")
 
 

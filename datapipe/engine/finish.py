@@ -282,6 +282,7 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
     sources = {s: {"documents": 0, "kept": 0, "tokens": 0} for s in spec.sources}
     edits: dict[int, dict[str, int]] = {}  # position -> counting column -> sum (Stage.edit_counts)
     changed: dict[int, int] = {}  # position -> documents it changed
+    encoders: dict[str, int] = {}  # encoding library -> map tasks that encoded with it (tokenize only)
     for segment in spec.segments:
         markers = folder.markers.read_all(map_phase(segment.index), full=True)  # read back: the driver keeps counts only
         for shard in spec.shards:
@@ -311,6 +312,8 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
             if segment.final:
                 sources[shard.source.name]["kept"] += m["kept"]
                 sources[shard.source.name]["tokens"] += m["tokens"]
+                if "encoder" in m:
+                    encoders[m["encoder"]] = encoders.get(m["encoder"], 0) + 1
     for pos in range(1, len(spec.stages) + 1):
         if pos in edits or pos in changed:
             what = build_stage(spec, pos).edits()
@@ -334,6 +337,7 @@ def collect_counts(folder: RunFolder, spec: RunSpec) -> dict[str, Any]:
         "rejected": total_rejected,
         "stages": [{"position": p, **s} for p, s in sorted(stages.items())],
         "sources": sources,
+        **({"encoders": dict(sorted(encoders.items()))} if encoders else {}),
     }
 
 

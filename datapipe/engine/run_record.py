@@ -28,7 +28,7 @@ from datapipe.pipeline.load import Pipeline
 from datapipe.run_folder.layout import RunFolder
 from datapipe.storage.uri import folder_stat, input_key, input_stat, is_uri
 
-PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "datasketch", "fasttext-numpy2", "numpy")
+PACKAGES = ("datapipe", "pyarrow", "ray", "duckdb", "tokenizers", "fastokens", "datasketch", "fasttext-numpy2", "numpy")
 
 
 @dataclass

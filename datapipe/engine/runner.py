@@ -11,8 +11,10 @@ resume), its inputs are checked against what its tasks read (input_identity.py).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,7 @@ def _run_locked(
     # imports, the record, planning, Ray's start), each phase, the end. What a driver spends per task
     # is the phases' and the end's; the start's, which moves a lot between runs, stays apart.
     sections = Sections()
+    closing: _Closing | None = None
     if spec is not None:  # work of earlier attempts: redone where its files are damaged or gone
         _repair(folder, log, hashes=True)
     for _ in range(MAX_REPAIRS + 1):
@@ -137,19 +140,39 @@ def _run_locked(
             result.skipped_tasks = len(tasks)  # nothing left to compute: no executor started
             log(f"datapipe: every task of {pipeline.name!r} is already done in {folder.root}; rebuilding statistics")
         else:
-            with choose(spec) as executor:
-                if spec is None:
-                    spec = _plan(pipeline, record, executor.cpus())  # (a re-decided run is planned already)
+            chosen = choose(spec)
+            # A fresh run is planned while the executor starts (embedded Ray: seconds of wall in which the
+            # driver mostly waits for Ray's processes), for the CPUs it will have when they are known.
+            planning = _plan_meanwhile(pipeline, record, chosen) if spec is None else None
+            with contextlib.ExitStack() as stack:
+                executor = stack.enter_context(chosen)
+                if spec is None:  # (a re-decided run is planned already)
+                    spec = _planned(planning, pipeline, record, executor.cpus())
                 executor.observe(sections)
                 log(
                     f"datapipe: running {pipeline.name!r} {executor.describe()}, {len(spec.shards)} map tasks; "
                     f"output in {folder.root}"
                 )
-                if spec.tokenizer is not None and spec.tokenizer.engine_note:
-                    log(f"datapipe: tokens encoded with tokenizers, not the fast path: {spec.tokenizer.engine_note}")
+                if spec.tokenizer is not None:
+                    log(f"datapipe: tokens encoded with {spec.tokenizer.describe()}")
+                    # run.json says which encoder the run chose and why; counts.encoders, at the end,
+                    # which one each task's worker used (a worker whose sample check failed fell back).
+                    record.run["encoder"] = {"engine": spec.tokenizer.engine, "why": spec.tokenizer.engine_note}
                 run_phases(result, folder, spec, executor, timings, show_progress, sections)
-        sections.mark("executor_exit")  # Ray's shutdown, as the driver's own threads see it
-        if _finish(pipeline, record, spec, timings, log, sections):
+                # Every task is done: the executor shuts down (Ray: its processes stopped, seconds of wall
+                # and little CPU) while the driver finishes the run, which needs no executor.
+                closing = _Closing(stack.pop_all())
+        try:
+            finished = _finish(pipeline, record, spec, timings, log, sections, closing)
+            if closing is not None:  # (the end stopped early: its work is to be redone, on a new executor)
+                closing.join()
+        except BaseException:
+            if closing is not None:
+                closing.join(quiet=True)  # the end's own error is the one to tell
+            raise
+        finally:
+            closing = None
+        if finished:
             if reuse is not None:
                 log(_reused_counts(record))
             return result
@@ -158,6 +181,54 @@ def _run_locked(
         f"{MAX_REPAIRS} times, so the run is not marked complete; is something else deleting or "
         f"writing files there (or is the object store losing them)?"
     )
+
+
+class _Closing:
+    """An executor's exit (``ExitStack.close``) on a thread of its own; ``join`` waits for it and raises
+    what it raised."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self._error: BaseException | None = None
+
+        def close() -> None:
+            try:
+                stack.close()
+            except BaseException as exc:  # noqa: BLE001 - raised again by join, in the driver's thread
+                self._error = exc
+
+        self._thread = threading.Thread(target=close, name="datapipe-executor-exit", daemon=True)
+        self._thread.start()
+
+    def join(self, quiet: bool = False) -> None:
+        """Wait for the exit; raise its error once, unless ``quiet``."""
+        self._thread.join()
+        error, self._error = self._error, None
+        if error is not None and not quiet:
+            raise error
+
+
+def _plan_meanwhile(pipeline: Pipeline, record: RunRecord, executor: Executor) -> tuple[int, Future[RunSpec]] | None:
+    """``_plan`` on a thread, for the CPUs ``executor`` says it will have (``planned_cpus``), started
+    before the executor is entered; None when those are known only once it has started (a Ray
+    cluster's, an executor that runs the tasks in this process)."""
+    planned_cpus = getattr(executor, "planned_cpus", None)
+    cpus = planned_cpus() if planned_cpus is not None else None
+    if cpus is None:
+        return None
+    pool = ThreadPoolExecutor(1, thread_name_prefix="datapipe-plan")
+    try:
+        return cpus, pool.submit(_plan, pipeline, record, cpus)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _planned(planning: tuple[int, Future[RunSpec]] | None, pipeline: Pipeline, record: RunRecord, cpus: int) -> RunSpec:
+    """The run planned for ``cpus`` CPUs: what ``_plan_meanwhile`` planned, when it planned for as many."""
+    if planning is not None:
+        spec = planning[1].result()  # planning's own error, if it failed, as _plan would raise it
+        if planning[0] == cpus:
+            return spec
+    return _plan(pipeline, record, cpus)
 
 
 # Finished work found damaged at the end of a run (files lost from an object store meanwhile) is
@@ -425,11 +496,13 @@ def _finish(
     timings: dict[str, float],
     log: Callable[[str], None],
     sections: Sections,
+    closing: _Closing | None = None,
 ) -> bool:
     """Every task done: the inputs checked against what the tasks read (before anything is built
     from them), statistics built and published, the run checked, then recorded as complete. False,
     with nothing recorded, when files of finished tasks were lost or damaged meanwhile (their tasks
-    are then to be redone): run.json says complete only over every file the markers name."""
+    are then to be redone): run.json says complete only over every file the markers name. ``closing``:
+    the executor's exit, running meanwhile; joined before the run is recorded complete."""
     from datapipe.engine.finish import build_stats, check_conservation, collect_counts
 
     folder = record.folder
@@ -441,6 +514,11 @@ def _finish(
         if _repair(folder, log, hashes=False):  # sizes (on a store: one listing), before they are read
             return False
         counts = collect_counts(folder, spec)
+        if spec.tokenizer is not None and set(counts.get("encoders", {})) - {spec.tokenizer.engine}:
+            log(
+                f"datapipe: a worker's sample check fell back: map tasks by encoder {counts['encoders']} "
+                "(each checked against tokenizers on its first batch)"
+            )
         with fault_scope("stats", "build"):
             build_stats(folder, spec, counts)
         folder.publish(*(f for f in RUN_FILES if f != "run.json"))  # run.json last: it says complete
@@ -459,6 +537,9 @@ def _finish(
         if _repair(folder, log, hashes=False):  # lost while statistics were built (an object store restarted)
             return False
         sections.mark("end")
+        if closing is not None:  # the executor's exit, which ran meanwhile: what is left of it
+            closing.join()
+        sections.mark("executor_exit")
         record.run["driver_cpu_s"] = sections.record()
         record.complete(timings, counts)
         return True

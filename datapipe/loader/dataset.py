@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -174,7 +175,7 @@ class PackedDataset:
         self._size_epoch(samples_per_epoch)
         self._fingerprint()
         self._table: ShardTable | None = None
-        self._warm = False  # set after the first block: later blocks may use the numba kernel
+        self._warm = False  # set once the numba kernels are worth loading (fused.numpy_work)
         self._compat: tuple | None = None
         self.consumed_samples = 0
 
@@ -305,7 +306,7 @@ class PackedDataset:
             shard, row = np.empty_like(index), np.empty_like(index)
             kernel(index.reshape(-1), *self._order_tables, shard.reshape(-1), row.reshape(-1))
             return shard, row
-        # numpy: the first block (numba not loaded yet), jobs without numba, and the reference.
+        # numpy: until numba pays for its load (fused.numpy_work), jobs without numba, and the reference.
         if self.blend is None:
             epoch, pos = np.divmod(index, self.samples_per_epoch)
             keys = _mix(self._epoch_key + epoch.astype(np.uint64) * _GOLDEN)
@@ -315,7 +316,7 @@ class PackedDataset:
         src, j = self.blend(index)
         shard = np.empty_like(index)
         local = np.empty_like(index)
-        for s in np.unique(src):
+        for s in np.flatnonzero(np.bincount(src, minlength=len(self.sources))).tolist():  # not np.unique: see gather.pin
             sel = np.nonzero(src == s)[0]
             passes, pos = np.divmod(j[sel], self.source_rows[s])
             # A new permutation for every pass over the source: repeats are reshuffled.
@@ -457,7 +458,7 @@ class PackedDataset:
         again); numpy computes them once per block (its per-call cost is paid per block)."""
         B, L = self.batch_size, self.seq_len
         n_tok, counts, docs = self.table.meta(shard, row)
-        # The first block (the first batch) never waits for numba's import and compile.
+        # Until numba pays for its load (fused.numpy_work), numpy: short jobs never import it.
         kernel = fused.kernel() if self._warm and compiled else None
         ends = label_end(n_tok, counts, docs, L, self.row_len, self.mask_cross_document) if "label_end" in self.fields else None
         if kernel is None:
@@ -543,7 +544,9 @@ class PackedDataset:
         compact bounds stay in numpy: numba's import costs a worker ~1 s of CPU (a DataLoader
         forks its workers anew each epoch unless persistent), against ~30 us a batch of 8 x
         2048 saved by the gather (~240 us for the per-token segment fields: COMPACT_FIELDS leave them to the
-        device). So the first run a worker sends never waits for numba. ``chunk``: see ``plan``."""
+        device). So the first run a worker sends never waits for numba. In-process, the kernels
+        take over once this process has spent ``fused.BREAK_EVEN_S`` of CPU in the numpy paths
+        (this thread's, the loop's own between batches excluded). ``chunk``: see ``plan``."""
         plan = self.plan(worker_id, num_workers, chunk)
         table, verifier = self.table, self._verifier  # locals: looked up per batch below
         table.check_epoch()  # every epoch, and a resumed one: the open shards are as they were opened
@@ -552,7 +555,9 @@ class PackedDataset:
         token_only = plain and not self._need_segments  # tokens as views, plus compact bounds if asked
         both_tokens = "input_ids" in self.fields and "labels" in self.fields
         pos, block = 0, 1  # first block of one batch: time to first batch stays small
-        compiled = in_process  # numba kernels once warm, in-process only (see above)
+        compiled = in_process  # numba kernels once worth loading, in-process only (see above)
+        track = compiled and not self._warm  # this loader's own numpy time, until numba pays for itself
+        spent = 0.0
         # A block's shards must all be open at once: never more samples than open shards,
         # unless every shard fits.
         most = _MAX_SEGMENT_BLOCK_SAMPLES if self._need_segments else _MAX_BLOCK_SAMPLES
@@ -560,6 +565,7 @@ class PackedDataset:
             most = min(most, self.max_open_shards)
         max_block = max(1, most // B)
         while pos < len(plan):
+            t0 = time.thread_time() if track else 0.0
             batches = plan[pos : pos + block]
             pos += len(batches)
             # This rank's samples of every batch of the block, in one vectorized expression.
@@ -576,7 +582,6 @@ class PackedDataset:
                         for f, v in self._bounds(shard, row, compiled).items()
                         if f in self.fields
                     ]
-                self._warm = True
                 per = max(1, _GATHER_BYTES // (self.row_len * rows.dtype.itemsize) // B) if in_process else 1
                 index = np.asarray(batches, dtype=np.int64)  # indexing it is 5x cheaper than np.int64(g)
                 for k, g in enumerate(batches):
@@ -609,9 +614,17 @@ class PackedDataset:
                         raise verifier.failed
                     if in_process:
                         self.consumed_samples = (g + 1) * G
-                    yield out
+                    if track:  # this thread's CPU: not the loop's between batches, nor time preempted on a busy machine
+                        spent += time.thread_time() - t0
+                        yield out
+                        t0 = time.thread_time()
+                    else:
+                        yield out
             finally:
                 lease.release()
+            if track and fused.numpy_work(spent):
+                self._warm, track = True, False
+            spent = 0.0
             block = min(block * 2, max_block)
         if self.verify == "full":
             verifier.wait()  # a pass never ends silently over a shard that fails its sha256

@@ -3,9 +3,13 @@
 numba is a project dependency but training jobs may not have it, so nothing here is
 required: without numba (or with DATAPIPE_LOADER_NUMBA=0) every accessor returns None and
 the loader uses its numpy paths, which give the same order and the same arrays (tested).
-numba is imported on first use, not with the loader: importing it takes ~0.7 s and the first
-compile a few seconds (later processes load the compiled kernels from numba's on-disk cache),
-and neither should delay the first batch or a job that never asks for these fields.
+numba is imported on first use, not with the loader: importing it and loading the cached
+kernels costs a process ~0.9 s of CPU and ~55 MiB (the first compile a few seconds more; later
+processes load the kernels from numba's on-disk cache), more than a whole epoch of 12.96M tokens
+costs on the numpy paths (~0.13 s). So the in-process loader uses the kernels only once this
+process has spent ``BREAK_EVEN_S`` of CPU on its numpy paths (``numpy_work``): the rule of renting
+until the rent paid equals the price, which never costs more than twice the better choice made
+in hindsight. Short jobs never load numba; long ones pay ~1 s once and then run compiled.
 
 Why kernels at all:
 * segment fields (position_ids, cu_seqlens, num_segments, loss_mask): numpy needs ~30 calls
@@ -27,11 +31,24 @@ from collections.abc import Callable
 from typing import Any
 
 _built: dict[str, Any] = {}
+# Seconds of the loader's own numpy-path work in this process after which the kernels pay for
+# numba's import and load (~0.9 s of CPU; a fresh process's epoch of bench/perf/loader_workers.py
+# took 1.0-1.2 s of CPU with them from its second block, 0.13-0.14 s without).
+BREAK_EVEN_S = 1.0
+_numpy_s = 0.0
 _KERNELS = {  # accessor group -> kernel names in _kernels (a group is switched off as one in tests)
     "segments": ("_segments", "_bounds", "_block_bounds"),
     "order": ("_permute_loop", "_locate", "_addresses"),
     "gather": ("_gather_rows",),
 }
+
+
+def numpy_work(seconds: float) -> bool:
+    """Count ``seconds`` of CPU of in-process loader work done in numpy; True once this process's total
+    reaches ``BREAK_EVEN_S`` (from then on the compiled kernels are worth loading)."""
+    global _numpy_s
+    _numpy_s += seconds
+    return _numpy_s >= BREAK_EVEN_S
 
 
 def _compiled(group: str, name: str) -> Callable[..., Any] | None:

@@ -201,7 +201,7 @@ class MarkerStore:
 # without their hashes).
 END_OF_RUN_ONLY = frozenset(
     "audit_files copies_files reads stage_in stage_skipped stage_recorded rejected stage_edits stage_changed shards"
-    " seconds cpu_seconds peak_rss_mib rss_start_mib peak_scope".split()
+    " seconds cpu_seconds peak_rss_mib rss_start_mib peak_scope encoder".split()
 )
 
 

@@ -22,9 +22,11 @@ from datapipe.tokens.shard_format import token_dtype
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "<|end_of_text|>")
 PAD_CANDIDATES = ("<|pad|>", "<pad>", "[PAD]")
 TOKENS_TYPE = pa.large_list(pa.uint32())
-# "tokenizers" keeps every run on the Hugging Face library (to compare engines); unset: the fastest exact one.
+# "tokenizers" keeps every run on the Hugging Face library, "tiktoken" on datapipe's own fast path
+# (to compare engines); unset: the fastest exact one (fastokens, else tiktoken, else tokenizers).
 ENGINE_ENV = "DATAPIPE_TOKENIZER_ENGINE"
-SAMPLE_CHARS = 1 << 16  # of a worker's first batch, encoded both ways before the fast path is trusted
+ENGINES = ("fastokens", "tiktoken", "tokenizers")
+SAMPLE_CHARS = 1 << 16  # of a worker's first batch, encoded both ways before a fast encoder is trusted
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +47,14 @@ class TokenizerInfo:
     eos_id: int
     pad_id: int
     bos_id: int | None
-    # Which library encodes: "tiktoken" (exact, checked) or "tokenizers"; not part of any identity,
-    # since both give the same ids. engine_note says why the fast path was not taken.
+    # Which library encodes: "fastokens" or "tiktoken" (exact, checked) or "tokenizers"; not part of
+    # any identity, since all give the same ids. engine_note says why a faster one was not taken.
     engine: str = "tokenizers"
     engine_note: str = ""
+
+    def describe(self) -> str:
+        """The encoder and why, as the run's log and ``datapipe validate`` say it."""
+        return f"{self.engine}: {self.engine_note}" if self.engine_note else f"{self.engine}, {_EXACT[self.engine]}"
 
     @property
     def dtype(self) -> str:
@@ -105,32 +111,108 @@ def _parsed(path: str, fingerprint: str, data: bytes) -> Any:
     return _PARSED[key]
 
 
+_EXACT = {
+    "fastokens": "ids checked against tokenizers' on a probe text, and in each worker on a sample of its first batch",
+    "tiktoken": "datapipe's exact fast path, ids checked against tokenizers' on a probe text and on each worker's first batch",
+    "tokenizers": "the reference",
+}
+
+
 def with_engine(info: TokenizerInfo) -> TokenizerInfo:
-    """``info`` with its engine: tiktoken where it reproduces the tokenizer (the probe text too), else tokenizers and why."""
+    """``info`` with its engine: fastokens where it loads the file and gives tokenizers' ids on the probe text
+    (with the file's added tokens in it), else today's choice (tiktoken where it reproduces the tokenizer,
+    else tokenizers), and why."""
     import dataclasses
 
-    if os.environ.get(ENGINE_ENV) == "tokenizers":
+    forced = os.environ.get(ENGINE_ENV) or None
+    if forced is not None and forced not in ENGINES:
+        raise TokenizerError(ENGINE_ENV, f"{ENGINE_ENV}={forced!r} is not an encoder: one of {', '.join(ENGINES)}, or unset")
+    if forced == "tokenizers":
         return dataclasses.replace(info, engine="tokenizers", engine_note=f"{ENGINE_ENV}=tokenizers")
-    key = (info.path, info.fingerprint)
+    key = (info.path, info.fingerprint, forced)
     if key not in _ENGINES:  # a driver plans a run more than once (the executor's choice, then the run)
-        plan = _plan(info)
-        if isinstance(plan, str):
-            _ENGINES[key] = ("tokenizers", plan)
+        why_not = f"{ENGINE_ENV}=tiktoken" if forced == "tiktoken" else _fastokens_verdict(info)
+        if not why_not:
+            _ENGINES[key] = ("fastokens", "")
         else:
-            text = probe_text()
-            ids = FastEncoder(plan).encode(text)
-            reference = _PARSED.get((info.path, info.fingerprint)) or get_tokenizer(info.path)
-            same = ids is not None and ids.tolist() == reference.encode(text, add_special_tokens=False).ids
-            _ENGINES[key] = (
-                ("tiktoken", "") if same else ("tokenizers", "tiktoken's ids differ from tokenizers' on the probe text")
-            )
+            engine, note = _today_engine(info)
+            _ENGINES[key] = (engine, f"{why_not}; using {engine}" + (f" ({note})" if note else ""))
     engine, note = _ENGINES[key]
     return dataclasses.replace(info, engine=engine, engine_note=note)
 
 
+def _today_engine(info: TokenizerInfo) -> tuple[str, str]:
+    """The encoder before fastokens: tiktoken where the plan reproduces the tokenizer and agrees on the probe text."""
+    plan = _plan(info)
+    if isinstance(plan, str):
+        return "tokenizers", plan
+    text = probe_text()
+    ids = FastEncoder(plan).encode(text)
+    same = ids is not None and ids.tolist() == _reference(info).encode(text, add_special_tokens=False).ids
+    return ("tiktoken", "") if same else ("tokenizers", "tiktoken's ids differ from tokenizers' on the probe text")
+
+
+def _reference(info: TokenizerInfo) -> Any:
+    return _PARSED.get((info.path, info.fingerprint)) or get_tokenizer(info.path)
+
+
+def _fastokens_verdict(info: TokenizerInfo) -> str:
+    """Why fastokens cannot encode ``info``'s file ("" where it can): it does not load it, or its ids differ
+    from tokenizers' on the probe text followed by every added token of the file, each between words."""
+    try:
+        encoder = _fastokens(info.path)
+    except ImportError as exc:
+        return f"fastokens is not installed ({exc})"
+    except Exception as exc:  # fastokens raises plain Exceptions (ValueError, RuntimeError) for files it does not take
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"fastokens could not load this tokenizer: {reason}"
+    reference = _reference(info)
+    added = [t.content for t in reference.get_added_tokens_decoder().values()]
+    text = probe_text() + "".join(f" a{t}b {t}" for t in added)
+    try:
+        same = encoder.encode_batch([text])[0].tolist() == reference.encode(text, add_special_tokens=False).ids
+    except Exception as exc:
+        return f"fastokens failed on the probe text: {exc}"
+    return "" if same else "fastokens' ids differ from tokenizers' on the probe text"
+
+
+class FastokensEncoder:
+    """fastokens (crusoecloud/fastokens, Apache-2.0) on one tokenizer.json: a batch's ids as one flat
+    uint32 buffer and its offsets, no Python object per token."""
+
+    def __init__(self, path: str) -> None:
+        # fastokens sizes its own worker pool once per process, at its first use, from
+        # FASTOKENS_BPE_THREADS (else every core): a 1-CPU Ray task must encode on its own thread,
+        # not spin up a pool the size of the node. Set before the first tokenizer is built.
+        os.environ.setdefault("FASTOKENS_BPE_THREADS", str(encode_threads()))
+        import fastokens
+
+        self._tok = fastokens.Tokenizer.from_file(path)
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(every text's ids end to end, offsets: len(texts) + 1); no special tokens added, as tokenizers'
+        ``add_special_tokens=False``; added tokens written in the text are matched, as tokenizers does."""
+        ids, offsets = self._tok.encode_batch_flat(texts, add_special_tokens=False)
+        return np.frombuffer(ids, np.uint32), np.frombuffer(offsets, np.uint64).astype(np.int64)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        ids, offsets = self.encode_flat(texts)
+        bounds = offsets.tolist()
+        return [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+_FASTOKENS: dict[str, FastokensEncoder] = process_cache({})
+
+
+def _fastokens(path: str) -> FastokensEncoder:
+    if path not in _FASTOKENS:
+        _FASTOKENS[path] = FastokensEncoder(path)
+    return _FASTOKENS[path]
+
+
 # The verdict and the plan per (tokenizer file, its sha256): a run in the driver plans once for the
 # verdict and its tasks use the same plan (0.25 CPU s each for a 32k vocabulary).
-_ENGINES: dict[tuple[str, str], tuple[str, str]] = process_cache({})
+_ENGINES: dict[tuple[str, str, str | None], tuple[str, str]] = process_cache({})
 _PLANS: dict[tuple[str, str], FastPlan | str] = process_cache({})
 
 
@@ -204,37 +286,89 @@ def _chunks(texts: list[str], max_chars: int) -> list[tuple[int, int]]:
     return out
 
 
-_FAST: dict[str, FastEncoder | None] = process_cache({})
+# This process's encoder per (tokenizer file, engine chosen), once checked on the first batch it
+# encodes: (engine, encoder).
+_FAST: dict[tuple[str, str], tuple[str, FastokensEncoder | FastEncoder | None]] = process_cache({})
 
 
-def fast_encoder(info: TokenizerInfo, texts: list[str]) -> FastEncoder | None:
-    """This process's fast encoder for ``info`` (None: use tokenizers), checked once on a sample of ``texts``."""
-    if info.engine != "tiktoken":
-        return None
-    if info.path not in _FAST:
-        plan = _plan(info)
-        enc = FastEncoder(plan) if not isinstance(plan, str) else None
-        sample, size = [], 0
-        for t in texts:
-            if size >= SAMPLE_CHARS:
-                break
-            sample.append(t[: SAMPLE_CHARS - size])
-            size += len(sample[-1])
-        if enc is not None and sample:
-            want = [e.ids for e in get_tokenizer(info.path).encode_batch_fast(sample, add_special_tokens=False)]
-            got = enc.encode_batch(sample)
-            if any(g is not None and g.tolist() != w for g, w in zip(got, want)):
-                log.warning("tiktoken's ids differ from tokenizers' on this run's text (%s): encoding with tokenizers", info.path)
-                enc = None
-        _FAST[info.path] = enc
-        if enc is not None:
+def _sample(texts: list[str]) -> list[str]:
+    sample, size = [], 0
+    for t in texts:
+        if size >= SAMPLE_CHARS:
+            break
+        sample.append(t[: SAMPLE_CHARS - size])
+        size += len(sample[-1])
+    return sample
+
+
+def process_encoder(info: TokenizerInfo, texts: list[str]) -> tuple[str, FastokensEncoder | FastEncoder | None]:
+    """This process's encoder for ``info``: (engine, encoder; None for tokenizers), checked once, on a
+    sample of ``texts`` (the first batch it encodes), against tokenizers' ids. A difference logs a
+    warning and this process takes the next engine: fastokens -> tiktoken (its own check) -> tokenizers."""
+    if info.engine == "tokenizers":
+        return "tokenizers", None
+    key = (info.path, info.engine)
+    if key not in _FAST:
+        _FAST[key] = _checked_encoder(info, _sample(texts))
+        if _FAST[key][1] is not None:
             # What the check needed is not needed again here: the tokenizer (~26 MiB for a 32k
-            # vocabulary; reloaded for a rare text the fast path hands back) and the plan (the
+            # vocabulary; reloaded for a rare text a fast path hands back) and the plan (the
             # encoder has its ranks). Each worker would otherwise hold both through its encoding.
             _TOKENIZERS.pop(info.path, None)
             _PLANS.pop((info.path, info.fingerprint), None)
             release_memory(collect=False)
-    return _FAST[info.path]
+    return _FAST[key]
+
+
+def _checked_encoder(info: TokenizerInfo, sample: list[str]) -> tuple[str, FastokensEncoder | FastEncoder | None]:
+    engine = info.engine
+    want: list[list[int]] | None = None
+
+    def reference() -> list[list[int]]:
+        return [e.ids for e in get_tokenizer(info.path).encode_batch_fast(sample, add_special_tokens=False)]
+
+    if engine == "fastokens":
+        fk = _fastokens(info.path)
+        want = reference() if sample else []
+        try:
+            same = [g.tolist() for g in fk.encode_batch(sample)] == want if sample else True
+        except Exception as exc:  # a text fastokens raises on: not trusted for this run's text
+            log.warning("fastokens failed on this run's text (%s): %s", info.path, exc)
+            same = False
+        if same:
+            return "fastokens", fk
+        engine, note = _today_engine(info)
+        log.warning(
+            "fastokens' ids differ from tokenizers' on this run's text (%s): encoding with %s%s",
+            info.path,
+            engine,
+            f" ({note})" if note else "",
+        )
+    if engine == "tiktoken":
+        plan = _plan(info)
+        enc = FastEncoder(plan) if not isinstance(plan, str) else None
+        if enc is not None and sample:
+            want = reference() if want is None else want
+            got = enc.encode_batch(sample)
+            if any(g is not None and g.tolist() != w for g, w in zip(got, want)):
+                log.warning("tiktoken's ids differ from tokenizers' on this run's text (%s): encoding with tokenizers", info.path)
+                enc = None
+        if enc is not None:
+            return "tiktoken", enc
+    return "tokenizers", None
+
+
+def encoder_used(info: TokenizerInfo) -> str | None:
+    """The engine this process encodes ``info``'s documents with (None: it has not encoded any yet)."""
+    if info.engine == "tokenizers":
+        return "tokenizers"
+    used = _FAST.get((info.path, info.engine))
+    return used[0] if used is not None else None
+
+
+def fast_encoder(info: TokenizerInfo, texts: list[str]) -> FastokensEncoder | FastEncoder | None:
+    """This process's fast encoder for ``info`` (None: use tokenizers), checked once on a sample of ``texts``."""
+    return process_encoder(info, texts)[1]
 
 
 def encode_threads() -> int:
@@ -264,10 +398,16 @@ def _encode_ids(texts: list[str], info: TokenizerInfo, fast_ids: list[np.ndarray
 def encode_documents(texts: list[str], info: TokenizerInfo, arrow: pa.Array | None = None) -> pa.LargeListArray:
     """Token ids per document, each ending with EOS (and starting with BOS if configured).
     ``arrow``: the same texts as an Arrow string array, where the caller has one (the fast path reads it)."""
-    fast = fast_encoder(info, texts)
+    engine, fast = process_encoder(info, texts)
+    if isinstance(fast, FastokensEncoder):
+        try:
+            return _framed(*fast.encode_flat(texts), info)
+        except Exception as exc:  # a text fastokens raises on: this batch with tokenizers
+            log.warning("fastokens failed on a batch (%s): %s; encoding it with tokenizers", info.path, exc)
+            fast = None
     # The fast path's ids take 4 bytes a token (no per-token objects): the whole batch in one call,
     # which keeps its threads busy; only tokenizers' encodings are bounded per chunk.
-    fast_ids = fast.encode_batch(texts, encode_threads(), arrow) if fast is not None else None
+    fast_ids = fast.encode_batch(texts, encode_threads(), arrow) if isinstance(fast, FastEncoder) else None
     extra = 1 + (info.bos_id is not None)
     parts: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
@@ -290,6 +430,19 @@ def encode_documents(texts: list[str], info: TokenizerInfo, arrow: pa.Array | No
         np.cumsum(np.concatenate(lengths), out=offsets[1:])
     flat = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint32)
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.uint32()))
+
+
+def _framed(ids: np.ndarray, offsets: np.ndarray, info: TokenizerInfo) -> pa.LargeListArray:
+    """Documents' ids, end to end with their ``offsets``, as lists with BOS (if configured) before each and EOS after."""
+    n = len(offsets) - 1
+    if info.bos_id is None:
+        at, marks = offsets[1:], np.full(n, info.eos_id, np.uint32)
+    else:  # per document: BOS at its start, then EOS at its end (the order np.insert keeps at one index)
+        at = np.column_stack([offsets[:-1], offsets[1:]]).ravel()
+        marks = np.tile(np.array([info.bos_id, info.eos_id], np.uint32), n)
+    flat = np.insert(ids, at, marks)  # one new buffer; no per-token index array
+    out_offsets = offsets + (1 + (info.bos_id is not None)) * np.arange(n + 1, dtype=np.int64)
+    return pa.LargeListArray.from_arrays(pa.array(out_offsets), pa.array(flat, pa.uint32()))
 
 
 def assign_split(ids: list[str], val_fraction: float) -> pa.Array:

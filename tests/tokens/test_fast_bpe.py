@@ -1,4 +1,5 @@
-"""The fast encoder (tiktoken) gives exactly tokenizers' ids, and a tokenizer it cannot reproduce stays on tokenizers.
+"""The fast encoders (fastokens, datapipe's tiktoken path) give exactly tokenizers' ids; a tokenizer neither
+reproduces stays on tokenizers, and a run's log and run.json say which encoder ran and why.
 
 Tokenizers are trained here, small, on real text (the shared zh/en corpus) in several configurations
 (vocabulary sizes, prefix space, a Llama-3 style split regex, special tokens in the text), and every
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,12 @@ def _corpus_sample(per_file: int, chars: int) -> list[str]:
     return texts
 
 
+@pytest.fixture(autouse=True)
+def _tiktoken_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most tests here check datapipe's own fast path (tiktoken), which fastokens would otherwise take over."""
+    monkeypatch.setenv(tokenize.ENGINE_ENV, "tiktoken")
+
+
 def _info(path: Path) -> tokenize.TokenizerInfo:
     return tokenize.with_engine(tokenize.load_tokenizer_info(path, TokenizeConfig(tokenizer=str(path), seq_len=512)))
 
@@ -65,11 +73,11 @@ CONFIGS = {
 def test_fast_path_gives_tokenizers_ids_on_real_text(tmp_path: Path, sample: list[str], name: str) -> None:
     vocab, pre, special, ignore = CONFIGS[name]
     info = _info(train_bpe(tmp_path / "tok.json", sample[::2], vocab, pre, special, ignore))
-    assert (info.engine, info.engine_note) == ("tiktoken", "")
+    assert (info.engine, info.engine_note) == ("tiktoken", f"{tokenize.ENGINE_ENV}=tiktoken; using tiktoken")
     tokenize._FAST.clear()
     texts = with_special_tokens(sample) + [probe_text()]
     _assert_same_ids(info, texts)
-    assert tokenize._FAST[info.path] is not None  # the run's own sample agreed: the fast path did the encoding
+    assert tokenize.encoder_used(info) == "tiktoken"  # the run's own sample agreed: the fast path did the encoding
 
 
 def _with_unmade_token(data: dict) -> tuple[dict, str]:
@@ -217,7 +225,7 @@ def test_a_mismatch_on_the_runs_own_text_falls_back_and_says_so(
     with caplog.at_level(logging.WARNING, logger="datapipe.tokens.encode"):
         assert tokenize.encode_documents(texts, info).equals(want)
     assert "encoding with tokenizers" in caplog.text
-    assert tokenize._FAST[info.path] is None
+    assert tokenize.encoder_used(info) == "tokenizers"
     tokenize._FAST.clear()
 
 
@@ -227,15 +235,13 @@ def test_the_engine_can_be_forced_to_tokenizers(monkeypatch: pytest.MonkeyPatch)
     assert info.engine == "tokenizers" and tokenize.ENGINE_ENV in info.engine_note
 
 
-def test_shards_and_run_identity_are_the_same_with_either_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A whole run (in this process) on real text with special tokens in it: byte-identical shards, same run.json identity."""
-    from datapipe.engine.runner import run_pipeline
-    from datapipe.pipeline.load import load_pipeline
+def _special_tokens_run(tmp_path: Path, per_file: int = 60) -> Path:
+    """A pipeline (no stages) over real text with special tokens in it, tokenized with the demo tokenizer."""
     from tests.conftest import write_pipeline
 
-    texts = with_special_tokens(_corpus_sample(per_file=60, chars=60_000))
+    texts = with_special_tokens(_corpus_sample(per_file=per_file, chars=per_file * 1000))
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts if t), encoding="utf-8")
-    pipeline = write_pipeline(
+    return write_pipeline(
         tmp_path,
         {
             "name": "t",
@@ -244,22 +250,108 @@ def test_shards_and_run_identity_are_the_same_with_either_engine(tmp_path: Path,
             "tokenize": {"tokenizer": str(ROOT / "tokenizer" / "demo.json"), "seq_len": 256, "val_fraction": 0.1},
         },
     )
-    outs = {}
-    for engine in ("tiktoken", "tokenizers"):
-        if engine == "tokenizers":
-            monkeypatch.setenv(tokenize.ENGINE_ENV, "tokenizers")
-        tokenize._FAST.clear()
-        logs: list[str] = []
+
+
+def _run(pipeline: Path, out: Path) -> tuple[dict, list[str]]:
+    from datapipe.engine.runner import run_pipeline
+    from datapipe.pipeline.load import load_pipeline
+
+    tokenize._FAST.clear()
+    logs: list[str] = []
+    run_pipeline(load_pipeline(pipeline), output=out, in_process=True, show_progress=False, log=logs.append)
+    return json.loads((out / "run.json").read_text()), logs
+
+
+def test_shards_and_run_identity_are_the_same_with_every_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole run (in this process) on real text with special tokens in it: byte-identical shards, same run.json
+    identity; the log and run.json name the engine (fastokens when nothing is forced) and why."""
+    pipeline = _special_tokens_run(tmp_path)
+    outs, runs = {}, {}
+    for engine in ("fastokens", "tiktoken", "tokenizers"):
+        if engine == "fastokens":
+            monkeypatch.delenv(tokenize.ENGINE_ENV)
+        else:
+            monkeypatch.setenv(tokenize.ENGINE_ENV, engine)
         outs[engine] = tmp_path / engine
-        run_pipeline(load_pipeline(pipeline), output=outs[engine], in_process=True, show_progress=False, log=logs.append)
-        assert any("tokens encoded with tokenizers" in m for m in logs) == (engine == "tokenizers")
+        runs[engine], logs = _run(pipeline, outs[engine])
+        [line] = [m for m in logs if "tokens encoded with" in m]
+        assert line.startswith(f"datapipe: tokens encoded with {engine}")
+        assert runs[engine]["encoder"]["engine"] == engine
+        assert runs[engine]["counts"]["encoders"] == ({engine: 1} if engine != "tokenizers" else {"tokenizers": 1})
+    assert runs["fastokens"]["encoder"]["why"] == ""
     shards = {
         e: {p.relative_to(o): p.read_bytes() for p in sorted((o / "shards").rglob("*")) if p.is_file()} for e, o in outs.items()
     }
-    assert len(shards["tiktoken"]) >= 3 and shards["tiktoken"] == shards["tokenizers"]
-    runs = {e: json.loads((o / "run.json").read_text()) for e, o in outs.items()}
+    assert len(shards["fastokens"]) >= 3 and shards["fastokens"] == shards["tiktoken"] == shards["tokenizers"]
     for key in ("fingerprint", "config", "resources"):
-        assert runs["tiktoken"][key] == runs["tokenizers"][key]
+        assert runs["fastokens"][key] == runs["tiktoken"][key] == runs["tokenizers"][key]
+
+
+def test_a_fastokens_mismatch_on_the_runs_text_falls_back_to_the_fast_path_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """fastokens made to give other ids (reversed) on the run's first batch: the run encodes with tiktoken,
+    warns, and run.json counts its map task under tiktoken."""
+    monkeypatch.delenv(tokenize.ENGINE_ENV)
+    pipeline = _special_tokens_run(tmp_path, per_file=20)
+    real = tokenize.FastokensEncoder.encode_flat
+
+    def reversed_ids(self: tokenize.FastokensEncoder, texts: list[str]):  # noqa: ANN202
+        ids, offsets = real(self, texts)
+        return ids[::-1].copy(), offsets
+
+    monkeypatch.setattr(tokenize.FastokensEncoder, "encode_flat", reversed_ids)
+    with caplog.at_level(logging.WARNING, logger="datapipe.tokens.encode"):
+        run, logs = _run(pipeline, tmp_path / "out")
+    assert "fastokens' ids differ from tokenizers' on this run's text" in caplog.text and "encoding with tiktoken" in caplog.text
+    assert run["encoder"]["engine"] == "fastokens" and run["counts"]["encoders"] == {"tiktoken": 1}
+    assert any("sample check fell back" in m for m in logs)
+    assert any((tmp_path / "out" / "shards").rglob("*.arrow"))  # tiktoken's ids are tokenizers' (the tests above)
+    tokenize._FAST.clear()
+
+
+def test_a_tokenizer_fastokens_cannot_load_keeps_todays_path_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokenizers import models, pre_tokenizers
+
+    monkeypatch.delenv(tokenize.ENGINE_ENV)
+    tok = Tokenizer(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2, "<|endoftext|>": 3}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path / "wordlevel.json"
+    tok.save(str(path))
+    info = _info(path)
+    assert info.engine == "tokenizers"
+    assert info.describe() == (
+        "tokenizers: fastokens could not load this tokenizer: pre-tokenizer error: unsupported pre-tokenizer type: "
+        "Whitespace; using tokenizers (model WordLevel)"
+    )
+    _assert_same_ids(info, ["a b", "b a c", ""])
+
+
+def test_an_unknown_engine_is_an_error_naming_the_allowed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(tokenize.ENGINE_ENV, "fast")
+    with pytest.raises(tokenize.TokenizerError, match="one of fastokens, tiktoken, tokenizers"):
+        _info(ROOT / "tokenizer" / "demo.json")
+
+
+def test_fastokens_encodes_on_the_threads_it_is_given(tmp_path: Path) -> None:
+    """fastokens sizes its pool from FASTOKENS_BPE_THREADS, which datapipe sets from the task's CPUs
+    (RAYON_NUM_THREADS in a Ray worker): a 1-CPU worker's process starts no thread to encode."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os\n"
+        "from datapipe.tokens.encode import FastokensEncoder\n"
+        "n = len(os.listdir('/proc/self/task'))\n"
+        f"enc = FastokensEncoder({str(ROOT / 'tokenizer' / 'demo.json')!r})\n"
+        "enc.encode_flat(['some text ' * 2000] * 64)\n"
+        "print(os.environ['FASTOKENS_BPE_THREADS'], len(os.listdir('/proc/self/task')) - n)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "FASTOKENS_BPE_THREADS"} | {"RAYON_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["1", "0"]
 
 
 def test_a_plan_is_stored_by_the_files_hash_and_loaded_as_planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,7 +42,7 @@ from datapipe.stages.row_keys import row_key, row_keys
 from datapipe.storage.atomic import atomic_path
 from datapipe.storage.input_reads import ReadRecord, recording_reads, unavailable
 from datapipe.storage.uri import InputUnavailable, input_identity, input_key
-from datapipe.tokens.encode import assign_split, encode_documents, encode_threads
+from datapipe.tokens.encode import assign_split, encode_documents, encode_threads, encoder_used
 
 _NULL_STR = pa.scalar(None, pa.string())
 _TOKENS = "__tokens"  # transient column between encoding and the token sink
@@ -152,6 +152,8 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment, decided: ShardRuns 
     }
     if segment.index == 0:
         result["reads"] = _reads_marker(shard, [r for r in opened if r is not None] + reads)
+    if segment.final and spec.tokenizer is not None and (encoder := encoder_used(spec.tokenizer)) is not None:
+        result["encoder"] = encoder  # which library this worker encoded with (run.json's counts.encoders)
     return result
 
 

@@ -7,6 +7,7 @@ driver submits a phase's tasks at once and yields their outcomes as they finish.
 from __future__ import annotations
 
 import queue
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import ExitStack
@@ -91,6 +92,14 @@ class RayExecutor:
     def describe(self) -> str:
         return self._where
 
+    def planned_cpus(self) -> int | None:
+        """The CPUs ``cpus`` will report, asked before ``__enter__`` (the runner plans while Ray starts):
+        an embedded Ray's ``num_cpus``; None where only the started Ray can tell (a cluster, a Ray this
+        process already joined, an embedded one sized by Ray's own count of the machine's CPUs)."""
+        if self.address or self.num_cpus is None or "ray" in sys.modules and _ray_initialized():
+            return None
+        return self.num_cpus
+
     def cpus(self) -> int:
         import ray
 
@@ -155,6 +164,12 @@ class RayExecutor:
         if self._shared is None or self._shared[0] is not spec:
             self._shared = (spec, ray.put(spec), ray.put(replace(spec, shards=())))
         return self._shared[1] if full else self._shared[2]
+
+
+def _ray_initialized() -> bool:
+    import ray
+
+    return bool(ray.is_initialized())
 
 
 def _drop_planning_state() -> None:
