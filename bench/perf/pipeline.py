@@ -48,7 +48,7 @@ from bench._support.harness import Harness, add_args, pair_ratios
 from bench._support.paths import ROOT
 from bench._support.proctree import run_tree
 
-DT_SCRIPT = ROOT / "bench" / "_datatrove_pipeline.py"
+DT_SCRIPT = ROOT / "bench" / "_support" / "datatrove_pipeline.py"
 
 
 def prepare_input(folder: Path, docs: int, files: int, seed: int = 0) -> dict[str, int]:

@@ -110,11 +110,51 @@ def measure(fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")
     start = _kib("VmRSS")
+    profile = os.environ.get("CRAWL_PROPORTIONS_PROFILE")  # --profile: a cProfile of each task, in that folder
+    prof = None
+    if profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    sampler = _PeakStack() if os.environ.get("CRAWL_PROPORTIONS_PEAK_STACK") else None
     cpu, wall = time.process_time(), time.perf_counter()
     out = fn(*args, **kwargs)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    if sampler is not None:
+        print(sampler.stop(), file=sys.stderr, flush=True)
+    if prof is not None and profile:
+        prof.disable()
+        prof.dump_stats(Path(profile) / f"{os.getpid()}.prof")
     peak = max(_kib("VmHWM"), _kib("VmRSS"), start)
     return {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "rss_start_mib": start / 1024, "peak_mib": peak / 1024, "out": out}
+
+
+class _PeakStack:
+    """--peak-stack: the task's Python stack when its RSS was highest (sampled every 20 ms), to stderr."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.main = threading.main_thread().ident
+        self.peak, self.stack, self.done = 0, "", False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import traceback
+
+        while not self.done:
+            rss = _kib("VmRSS")
+            if rss > self.peak:
+                frame = sys._current_frames().get(self.main or 0)
+                self.peak, self.stack = rss, "".join(traceback.format_stack(frame)[-8:]) if frame else ""
+            time.sleep(0.02)
+
+    def stop(self) -> str:
+        self.done = True
+        self.thread.join()
+        return f"peak RSS {self.peak / 1024:,.0f} MiB at:\n{self.stack}"
 
 
 def in_child(job: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -126,6 +166,8 @@ def in_child(job: dict[str, Any], work: Path) -> dict[str, Any]:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode:
         raise RuntimeError(f"job {job['kind']} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    if os.environ.get("CRAWL_PROPORTIONS_PEAK_STACK"):
+        print(proc.stderr[-4000:], flush=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -167,6 +209,46 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 def _brief(marker: dict[str, Any]) -> dict[str, Any]:
     keep = ("docs_in", "kept", "rows_in", "rows_out", "forwarded", "state_rows", "copies_rows", "rows", "tokens", "inputs")
     return {k: marker[k] for k in keep if k in marker}
+
+
+class Results(list[dict[str, Any]]):
+    """The results so far, written to ``path`` (when given) after every phase, so a run stopped or not
+    yet finished leaves every phase it measured; ``kept``: rows of an earlier JSON for the phases not
+    run again (``--phases``), replaced as this run measures them. ``selected``: the phases to run."""
+
+    def __init__(self, path: Path | None, patterns: list[str], kept: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.path, self.patterns, self.kept = path, patterns, kept
+        self.load_start = os.getloadavg()  # the machine is shared: CPU s are the figures, the load says how shared
+        self.loads: list[float] = []
+
+    def selected(self, phase: str) -> bool:
+        import fnmatch
+
+        return any(fnmatch.fnmatchcase(phase, p) for p in self.patterns)
+
+    def append(self, row: dict[str, Any]) -> None:
+        super().append(row)
+        self.save(partial=True)
+
+    def rows(self) -> list[dict[str, Any]]:
+        mine = {(r["phase"], r["crawl"]) for r in self}
+        return [r for r in self.kept if (r["phase"], r["crawl"]) not in mine] + list(self)
+
+    def save(self, partial: bool) -> None:
+        self.loads.append(os.getloadavg()[0])
+        if self.path is None:
+            return
+        from bench._support.harness import environment
+
+        load = {"start": self.load_start, "end": os.getloadavg(), "min": min(self.loads), "max": max(self.loads)}
+        out: dict[str, Any] = {"bench": "crawl_proportions", "env": environment(), "loadavg": load}
+        if partial:
+            out["partial"] = f"written after each phase: the run had measured {len(self)} rows when this was written"
+        out["results"] = self.rows()
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(out, indent=1, default=str))
+        tmp.replace(self.path)
 
 
 # --- the template run ---------------------------------------------------------------------
@@ -403,11 +485,18 @@ class Shape:
 
 
 def shapes(
-    name: str, writers: int, keys: int, rows: float, row_bytes: float, reader_rows: int | None, reader_files: int
+    name: str,
+    writers: int,
+    keys: int,
+    rows: float,
+    row_bytes: float,
+    reader_rows: int | None,
+    reader_files: int,
+    reader_bytes: int = 0,
 ) -> list[Shape]:
     """The merge levels of a shuffle of ``writers`` runs of ``rows`` rows in all over ``keys`` keys, and
-    (``reader_rows``) its readers (partition tasks), as engine/shuffle_plan.py plans them, assuming the
-    rows spread evenly over the keys: the largest task of each."""
+    (``reader_rows``, ``reader_bytes``) its readers (partition tasks), as engine/shuffle_plan.py plans
+    them, assuming the rows spread evenly over the keys: the largest task of each."""
     from datapipe.config.sections import SplitConfig
     from datapipe.engine.shuffle_plan import cut, levels
     from datapipe.engine.shuffles import MERGE_TASK_BYTES
@@ -424,13 +513,15 @@ def shapes(
     if reader_rows is not None:
         span = max(1, keys // ranges)
         pieces = max(1, math.ceil(rows / ranges / reader_rows))
+        if reader_bytes:
+            pieces = max(pieces, math.ceil(rows * row_bytes / ranges / reader_bytes))
         width = max(b - a for a, b in cut(0, span, pieces))
         out.append(Shape("", groups, int(rows / (groups * keys) * width), width, ranges * min(pieces, span)))
     return out
 
 
-def after(work: Path, crawls: list[Crawl], map_mib: int) -> list[dict[str, Any]]:
-    """Every phase's largest task of this code, at each crawl's proportions."""
+def after(work: Path, crawls: list[Crawl], map_mib: int, results: Results) -> Results:
+    """Every phase's largest task of this code (those ``results`` selects), at each crawl's proportions."""
     from datapipe.config.sections import SplitConfig
     from datapipe.engine.shuffles import OUTPUT_READS
     from datapipe.engine.work_files import WorkFiles
@@ -439,7 +530,6 @@ def after(work: Path, crawls: list[Crawl], map_mib: int) -> list[dict[str, Any]]
     rows = template(work)
     print(f"template: {json.dumps(rows)}", flush=True)
     split = SplitConfig()
-    results: list[dict[str, Any]] = []
     map_file = map_input(work, map_mib)
     rng = np.random.default_rng(48)
     fwd_schema = template_table(work, "shuffle1-r0").schema
@@ -476,11 +566,18 @@ def after(work: Path, crawls: list[Crawl], map_mib: int) -> list[dict[str, Any]]
         folder = RunFolder(root)
         M = crawl.map_tasks
 
-        # The rounds' partition tasks (per round: rows / partition_rows), whose outputs the merges read.
-        tasks_of = {k: math.ceil(crawl.docs * v / split.partition_rows) for k, v in per_doc.items()}
+        # The rounds' partition tasks (per round: rows / partition_rows, or bytes / partition_bytes when
+        # more), whose outputs the merges read.
+        tasks_of = {
+            k: max(
+                math.ceil(crawl.docs * v / split.partition_rows), math.ceil(crawl.docs * v * row_bytes[k] / split.partition_bytes)
+            )
+            for k, v in per_doc.items()
+        }
 
         # --- map tasks: one real 256 MiB task per map phase (the same at every size but the runs it reads)
-        if i == 0:
+        owners = work / "map1-output.parquet"  # map1's output: the rows MinHash's owners answer from
+        if i == 0 and (any(results.selected(f"map{seg}") for seg in range(3)) or not owners.exists()):
             decided: dict[str, Any] | None = None
             for seg in range(3):
                 if seg:
@@ -489,21 +586,28 @@ def after(work: Path, crawls: list[Crawl], map_mib: int) -> list[dict[str, Any]]
                 print(f"map{seg}: {r}", flush=True)
                 map_rows = r
                 for c in crawls:
-                    results.append(_row(f"map{seg}", c, map_rows, "measured (the same task at every size)"))
-            shutil.copy(WorkFiles(folder).map_output(1, spec.shards[0].key), work / "map1-output.parquet")  # owners' rows
+                    if results.selected(f"map{seg}"):  # else run only for the files later phases read
+                        results.append(_row(f"map{seg}", c, map_rows, "measured (the same task at every size)"))
+            shutil.copy(WorkFiles(folder).map_output(1, spec.shards[0].key), owners)
 
         # --- each shuffle's merge levels and partitions
         for (seg, rnd), table in tables.items():
             writers = M if rnd == 0 else tasks_of[(seg, rnd - 1)]
             n_rows = crawl.docs * per_doc[(seg, rnd)]
             base = f"merge{seg}" + (f"r{rnd}" if rnd else "")
-            plan = shapes(base, writers, M, n_rows, row_bytes[(seg, rnd)], split.partition_rows, split.shuffle_fan_in)
+            plan = shapes(
+                base, writers, M, n_rows, row_bytes[(seg, rnd)], split.partition_rows, split.shuffle_fan_in, split.partition_bytes
+            )
             for shape in plan[:-1]:
+                if not results.selected(shape.phase):
+                    continue
                 r = _merge_job(work, spec_path, folder, seg, rnd, shape, table, M, rng)
                 results.append(_row(shape.phase, crawl, r, _how(shape, "runs")))
                 print(f"{crawl.name} {shape.phase}: {shape} {r}", flush=True)
             shape = plan[-1]
             name = f"shuffle{seg}" + (f"r{rnd}" if rnd else "")
+            if not results.selected(name):
+                continue
             r = _partition_job(work, spec_path, folder, spec, seg, rnd, shape, table, M, crawl, rng)
             results.append(_row(name, crawl, r, _how(shape, "runs")))
             print(f"{crawl.name} {name}: {shape} {r}", flush=True)
@@ -517,15 +621,20 @@ def after(work: Path, crawls: list[Crawl], map_mib: int) -> list[dict[str, Any]]
                 t_bytes = bytes_per_row(table, "shard", work)
                 plan = shapes(f"merge{seg}d", writers, M, crawl.docs * rate, t_bytes, None, OUTPUT_READS)
                 for shape in plan:
+                    if not results.selected(f"{shape.phase}:{kind}"):
+                        continue
                     r = _outputs_job(work, spec_path, folder, seg, kind, shape, table, M, rng)
                     results.append(_row(f"{shape.phase}:{kind}", crawl, r, _how(shape, "partition outputs")))
                     print(f"{crawl.name} {shape.phase} {kind}: {shape} {r}", flush=True)
 
         # --- the combine step: nothing left open in the template; its loop over every shard remains
-        r = in_child({"kind": "combine", "spec": str(spec_path), "segment": 1}, work)
-        results.append(_row("reduce1", crawl, r, "measured (nothing left open: its loops over every shard)"))
+        if results.selected("reduce1"):
+            r = in_child({"kind": "combine", "spec": str(spec_path), "segment": 1}, work)
+            results.append(_row("reduce1", crawl, r, "measured (nothing left open: its loops over every shard)"))
         shutil.rmtree(root.parent, ignore_errors=True)
-    results += pack_rows(work, crawls)
+    if results.selected("pack"):
+        for row in pack_rows(work, crawls):
+            results.append(row)
     return results
 
 
@@ -642,13 +751,22 @@ def _partition_job(
             from datapipe.stages.minhash import ASK_DOC, ASK_SIG, HEAD, WAIT2
 
             # The rows whose answer reads a map output (stages/minhash.py: ``_answer_sigs``, ``_read_for``,
-            # ``_verify``) ask for documents, or shards, this task's parts own.
+            # ``_verify``) ask for documents, or shards, their own part owns: a row goes to the owner of
+            # the shard it reads (``_owner``: the part numbered the shard's ordinal modulo the parts, here
+            # one part per shard), so each part's call reads its own shard. (Dealt at random over the
+            # task's 28 owned shards, every part read every shard: shuffle1r2's 331 CPU s were 28 x 28
+            # reads of a shard's signatures and their band keys, where the engine makes 28.)
+            assert hi <= keys, "a part per shard: the partitions are one per map task"
             node, nbr = t["node"].to_numpy().copy(), t["nbr"].to_numpy().copy()
             asks = np.isin(kind, (ASK_SIG, ASK_DOC)) | ((kind == WAIT2) & (node != t["aux"].to_numpy()))
-            shard = np.asarray(owned)[rng.integers(0, len(owned), int(asks.sum()))]
-            node[asks] = (shard.astype(np.int64) << 32) | rng.integers(0, crawl.docs_per_map, int(asks.sum()))
+            # The asked row's shard becomes its part's, its row the template's (offset per copy, modulo a
+            # map task's documents), so the asks that named one document still do: an owner answers each
+            # (document, asker) once, and random rows would make every ask a distinct answer (a
+            # 512-byte signature each: 5.5x the template's answers per ask in round 1).
+            row = ((node[asks] & 0xFFFFFFFF) + copies[asks] * 4096) % crawl.docs_per_map  # copies apart
+            node[asks] = (part[asks].astype(np.int64) << 32) | row
             heads = kind == HEAD
-            nbr[heads] = np.asarray(owned)[rng.integers(0, len(owned), int(heads.sum()))]
+            nbr[heads] = part[heads]
             t = t.set_column(t.schema.get_field_index("node"), "node", pa.array(node))
             t = t.set_column(t.schema.get_field_index("nbr"), "nbr", pa.array(nbr))
         out = []
@@ -983,7 +1101,15 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/crawl-proportions"))
     ap.add_argument("--before", type=Path, help="this bench's JSON for the code before issue 48 (the table's 'before')")
     ap.add_argument("--skip-tasks", action="store_true", help="only the driver and the worker's spec")
-    ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--phases",
+        default="*",
+        help="comma-separated patterns (fnmatch) of the phases to run, e.g. 'merge1r1*,shuffle1r[1-2],driver' (default: all)",
+    )
+    ap.add_argument("--json", type=Path, help="written after every phase (and at the end)")
+    ap.add_argument("--peak-stack", action="store_true", help="print each task's Python stack at its peak RSS")
+    ap.add_argument("--profile", type=Path, help="a cProfile of each task (FOLDER/<pid>.prof; CPU s then include its cost)")
+    ap.add_argument("--keep", action="store_true", help="keep the --json file's rows of the phases not run again")
     ap.add_argument("--job", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.job:
@@ -992,22 +1118,26 @@ def main() -> int:
         print(json.dumps(r))
         return 0
     a.work.mkdir(parents=True, exist_ok=True)
-    load_start = os.getloadavg()  # the machine is shared: CPU seconds are the figures, the load says how shared
+    if a.peak_stack:
+        os.environ["CRAWL_PROPORTIONS_PEAK_STACK"] = "1"
+    if a.profile:
+        a.profile.mkdir(parents=True, exist_ok=True)
+        os.environ["CRAWL_PROPORTIONS_PROFILE"] = str(a.profile.resolve())
     crawls = [Crawl(int(x)) for x in a.crawls.split(",")]
+    kept = json.loads(a.json.read_text())["results"] if a.keep and a.json and a.json.is_file() else []
+    results = Results(a.json, a.phases.split(","), kept)
     rows = template(a.work)
-    results = [] if a.skip_tasks else after(a.work, crawls, a.map_mib)
-    results += driver_rows(a.work, crawls, map_input(a.work, a.map_mib), rows)
+    if not a.skip_tasks:
+        after(a.work, crawls, a.map_mib, results)
+    if results.selected("driver"):
+        for row in driver_rows(a.work, crawls, map_input(a.work, a.map_mib), rows):
+            results.append(row)
+    results.save(partial=False)
     before = json.loads(a.before.read_text())["results"] if a.before else None
-    print(table_md(results, before))
-    for r in results:
+    print(table_md(results.rows(), before))
+    for r in results.rows():
         if "cpu_s" not in r:
             print(f"{r['phase']:>10} {r['crawl']:>7} {json.dumps({k: v for k, v in r.items() if k != 'runs'})}")
-    if a.json:
-        from bench._support.harness import environment
-
-        load = {"start": load_start, "end": os.getloadavg()}
-        out = {"bench": "crawl_proportions", "env": environment(), "loadavg": load, "results": results}
-        a.json.write_text(json.dumps(out, indent=1, default=str))
     return 0
 
 

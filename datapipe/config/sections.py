@@ -116,6 +116,34 @@ class SplitConfig(Strict):
             "tasks (at least one part each), so a partition's memory is bounded by this at any corpus size."
         ),
     )
+    # 256 MiB: rows wide on disk (a signature, an embedding each) make 4M rows gigabytes; a crawl's
+    # MinHash rounds write 4-40 bytes a row (bench/scaling/crawl_proportions.py), so they stay sized by
+    # rows and this bounds only wider ones.
+    partition_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        le=1 << 40,
+        description=(
+            "Bytes of shuffle runs (as written, compressed) a partition task reads, about: a round has at least "
+            "its bytes / this tasks, so a partition of wide rows (signatures, embeddings) is bounded as well as "
+            "one of many narrow rows (partition_rows). A single part is never split."
+        ),
+    )
+    # 32 MiB: a merge's peak is ~10x its buffers (the rows yielded, sorted and written; a page of each
+    # input): 256 inputs of 10M band rows in all peaked 1,332 / 799 / 578 MiB at 256 / 64 / 32 MiB for
+    # 4.4 / 5.0 / 5.1 CPU s, and at 256 MiB crawl-sized merges reached 2.1-2.5 GiB
+    # (bench/scaling/crawl_proportions.py; before: a row group of every input at once, 2.2-2.6 GiB).
+    merge_memory_bytes: int = Field(
+        32 << 20,
+        ge=1 << 20,
+        le=1 << 40,
+        description=(
+            "Decoded bytes a shuffle's merge task buffers, about: it reads each of its (at most shuffle_fan_in) "
+            "runs this / (2 x fan-in) bytes of rows at a time, so the wider the rows, the fewer per read; the "
+            "task's memory grows with this (about 10x: the rows sorted and written) plus a page of each input, "
+            "whatever the rows or the corpus."
+        ),
+    )
 
 
 class WorkersConfig(Strict):

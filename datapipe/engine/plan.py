@@ -111,6 +111,8 @@ class RunSpec:
     repeats: dict[str, RepeatRule] = field(default_factory=dict)
     shuffle_fan_in: int = 256  # split.shuffle_fan_in: runs a shuffle's merge or partition task reads at most
     partition_rows: int = 4_000_000  # split.partition_rows: rows a partition task holds, about
+    partition_bytes: int = 256 << 20  # split.partition_bytes: and bytes of runs (as written) it reads, about
+    merge_memory_bytes: int = 32 << 20  # split.merge_memory_bytes: decoded bytes a merge task buffers, about
     workers: WorkersConfig = field(default_factory=WorkersConfig)  # when a Ray worker is replaced (executors/ray/recycle.py)
     # The run's CPU priority: the driver's niceness. Ray runs its workers 15 steps nicer; a process a
     # stage starts for its own work (fastText training) runs at this one (StageContext.niceness).
@@ -233,6 +235,8 @@ def make_spec(
         repeats=repeat_rules(pipeline.config.mixture),
         shuffle_fan_in=pipeline.config.split.shuffle_fan_in,
         partition_rows=pipeline.config.split.partition_rows,
+        partition_bytes=pipeline.config.split.partition_bytes,
+        merge_memory_bytes=pipeline.config.split.merge_memory_bytes,
         workers=pipeline.config.workers,
         niceness=os.getpriority(os.PRIO_PROCESS, 0),
     )

@@ -15,8 +15,9 @@ so a level has about (shuffle bytes / task_bytes) tasks whatever the writers and
 once a key is held by at most ``reader_files`` files: ceil(log_fan_in(writers / reader_files)) of
 them (one at 37,253 map tasks with fan_in 256, two at 372,530).
 
-Readers are cut by rows: every range of the last level into sub-ranges of about ``reader_rows`` rows
-(by the rows its files hold, counted by their writers' markers), so a reader's memory is bounded by
+Readers are cut by rows and bytes: every range of the last level into sub-ranges of about ``reader_rows``
+rows and at most about ``reader_bytes`` bytes (by the rows and bytes its files hold, counted by their
+writers' markers: wide rows, such as MinHash signatures, make fewer rows a task), so a reader's memory is bounded by
 configuration at any corpus size, and it reads one byte range of each of at most ``reader_files``
 files. Total work per level is O(rows + tasks x fan_in): linear in the corpus.
 
@@ -184,16 +185,19 @@ class ReadTask:
         return sum(f.rows * (min(self.hi, f.hi) - max(self.lo, f.lo)) // max(1, f.hi - f.lo) for f in self.inputs)
 
 
-def read_tasks(grid: Grid, reader_rows: int) -> list[ReadTask]:
+def read_tasks(grid: Grid, reader_rows: int, reader_bytes: int = 0) -> list[ReadTask]:
     """Readers of ``grid`` (the last level), each range of it cut into ranges of about ``reader_rows`` rows
-    (at least one key each; none over a range without rows). Nested in the grid's ranges, so a reader
-    reads one range of each group's run."""
+    and at most about ``reader_bytes`` bytes of runs (0: rows only; at least one key each; none over a
+    range without rows). Nested in the grid's ranges, so a reader reads one range of each group's run."""
     out: list[ReadTask] = []
     for j, (lo, hi) in enumerate(grid.ranges):
         inputs = tuple(f for row in grid.files if (f := row[j]) is not None and f.rows)
         rows = sum(f.rows for f in inputs)
         if not rows:
             continue
-        for a, b in cut(lo, hi, -(-rows // max(1, reader_rows))):
+        pieces = -(-rows // max(1, reader_rows))
+        if reader_bytes > 0:
+            pieces = max(pieces, -(-sum(f.bytes for f in inputs) // reader_bytes))
+        for a, b in cut(lo, hi, pieces):
             out.append(ReadTask(len(out), a, b, inputs))
     return out

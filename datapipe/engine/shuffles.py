@@ -84,6 +84,7 @@ class StepShuffle:
         self.parts = self.step.partitions
         self.fan_in = self.spec.shuffle_fan_in
         self.rows = self.spec.partition_rows
+        self.bytes = self.spec.partition_bytes
         self._levels: dict[int, list[Level]] = {}
         self._grids: dict[tuple[int, int], Grid] = {}
         self._merges: dict[tuple[int, int], Merges] = {}
@@ -189,7 +190,7 @@ class StepShuffle:
         grid = self.grid(folder, round, len(shapes))
         if grid is None:
             return None
-        self._readers[round] = read_tasks(grid, self.rows)
+        self._readers[round] = read_tasks(grid, self.rows, self.bytes)
         return self._readers[round]
 
     def owned(self, task: ReadTask) -> list[int]:

@@ -16,8 +16,9 @@ from pydantic import Field
 # ``partitions:`` of a global stage: the parts its keys are hashed into, a number, or "auto", resolved when
 # the run is planned to one part per map task (engine/plan.py ``resolve_partitions``). Map tasks already
 # grow with the corpus at a bounded size each, so a part holds about one map task's keys at any scale;
-# the engine runs a round's parts in tasks of about ``split.partition_rows`` rows each, a range of parts
-# per task, and calls ``reduce`` once per part (engine/shuffles.py).
+# the engine runs a round's parts in tasks of about ``split.partition_rows`` rows (and at most about
+# ``split.partition_bytes``) each, a range of parts per task, and calls ``reduce`` once per part
+# (engine/shuffles.py).
 MAX_PARTITIONS = 1 << 30  # a part number is an int32
 Partitions = Annotated[int, Field(ge=1, le=MAX_PARTITIONS)] | Literal["auto"]
 
@@ -29,7 +30,8 @@ def partitions_option(what: str) -> Any:
         description=(
             f"{what}: the parts keys are hashed into (a number), or auto: one per map task, so a part holds about "
             "one map task's keys however large the corpus (resolved when the run is planned; recorded in "
-            "run.json). The engine reduces each part on its own, in tasks of about split.partition_rows rows."
+            "run.json). The engine reduces each part on its own, in tasks of about split.partition_rows rows "
+            "(fewer when wide rows reach split.partition_bytes)."
         ),
     )
 

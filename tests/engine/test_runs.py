@@ -61,7 +61,8 @@ def test_merging_in_any_tree_gives_readers_the_rows_of_every_writer_in_order(
 ) -> None:
     monkeypatch.setattr(runs, "MIN_GROUP_ROWS", 64)
     monkeypatch.setattr(runs, "RUN_GROUP_BYTES", 2048)
-    monkeypatch.setattr(runs, "MERGE_CHUNK_BYTES", 8192)  # several chunks per merge task
+    monkeypatch.setattr(runs, "MIN_READ_ROWS", 4)
+    monkeypatch.setattr(runs, "MERGE_MEMORY_BYTES", 2048)  # a few rows of each input at a time
     keys = 40
     rng = np.random.default_rng(writers)
     tables = [_writer(rng, w, keys, int(rng.integers(0, 400))) for w in range(writers)]
@@ -122,3 +123,33 @@ def test_a_runs_bytes_per_row_do_not_grow_with_the_partitions(tmp_path: Path) ->
         groups.append(pq.ParquetFile(path).metadata.num_row_groups)
     assert len(set(groups)) == 1, groups
     assert max(sizes) <= 1.03 * min(sizes), sizes  # the key column: a few bits a row (delta-encoded, sorted)
+
+
+def test_readers_are_cut_by_bytes_when_rows_are_wide() -> None:
+    """A round of wide rows (MinHash's signatures) is cut by ``split.partition_bytes`` as well as rows:
+    the same rows make more readers when their runs hold more bytes, never fewer than by rows."""
+    keys = 64
+    writers = [plan.RunFile(f"w{i}", 1000, 0, keys, bytes=b) for i, b in enumerate((600_000, 400_000))]
+    grid = plan.writers_grid(writers, keys)
+    assert len(plan.read_tasks(grid, 500)) == 4  # 2,000 rows / 500: bytes not counted
+    assert len(plan.read_tasks(grid, 500, 1 << 30)) == 4  # narrow rows: still by rows
+    wide = plan.read_tasks(grid, 500, 100_000)  # 1 MB of runs / 100 kB
+    assert len(wide) == 10 and [(t.lo, t.hi) for t in wide][-1][1] == keys
+    assert len(plan.read_tasks(grid, 500, 1)) == keys  # a part is never split
+
+
+def test_a_merge_reads_fewer_rows_of_each_input_when_rows_are_wide(tmp_path: Path) -> None:
+    n = 4096
+    narrow = pa.table({"part": np.zeros(n, np.int32), "x": np.arange(n, dtype=np.int64)})
+    sigs = np.random.default_rng(3).integers(0, 2**32, (n, 128), dtype=np.uint32)  # 512 bytes, as random as hashes
+    wide = narrow.append_column("sig", pa.array([r.tobytes() for r in sigs], pa.binary(512)))
+    files = {}
+    for name, t in (("narrow", narrow), ("wide", wide)):
+        runs.write_run(tmp_path / f"{name}.parquet", t, "part")
+        files[name] = [pq.ParquetFile(tmp_path / f"{name}.parquet")] * 8
+    # Decoded, not as stored: the part column (all 0) takes a few bits a row in the file, 4 bytes in Arrow.
+    assert runs.decoded_row_bytes(files["narrow"][0]) == 12
+    budget = 1 << 20
+    per_read = {k: runs.read_rows(f, budget) for k, f in files.items()}
+    assert per_read["wide"] * 20 < per_read["narrow"]
+    assert per_read["wide"] * 520 * 2 * 8 <= budget * 1.1  # every input's two reads fit the budget

@@ -69,6 +69,16 @@ BAD = [
     ("wrong type", with_("tokenize.seq_len", "long"), ['tokenize.seq_len: "long" is not allowed', "valid integer"]),
     ("seq_len too small", with_("tokenize.seq_len", 4), ["tokenize.seq_len: 4 is not allowed", "greater than or equal to 8"]),
     (
+        "partition bytes too small",
+        {**base(), "split": {"partition_bytes": 1000}},
+        ["split.partition_bytes: 1000 is not allowed", "greater than or equal to 1048576"],
+    ),
+    (
+        "merge memory not a number",
+        {**base(), "split": {"merge_memory_bytes": "lots"}},
+        ['split.merge_memory_bytes: "lots" is not allowed', "valid integer"],
+    ),
+    (
         "unknown stage type",
         with_("stages.1", {"lenght": {}}),
         [

@@ -2,9 +2,10 @@
 
 A merge task reads one key range of each run of its group (at most ``split.shuffle_fan_in`` runs,
 one byte range each) and writes them as one run (engine/tasks/runs.py ``merge_range``): sorted by key,
-then by input in writer order, then row, streamed a chunk of keys at a time. Its memory is bounded by
-``runs.MERGE_CHUNK_BYTES``, its work by the bytes of its range (``shuffles.MERGE_TASK_BYTES``), whatever
-the number of writers, parts or shards. Before issue 48 a merge task combined a group of whole files
+then by input in writer order, then row, streamed as a k-way merge. Its memory is bounded by
+``split.merge_memory_bytes`` (a share of it per input: fewer rows per read when rows are wide), its
+work by the bytes of its range (``shuffles.MERGE_TASK_BYTES``), whatever the number of writers, parts
+or shards. Before issue 48 a merge task combined a group of whole files
 holding a row group per part: ~350 us per (file, part), 4.77M-47.7M row groups for one task of a crawl.
 """
 
@@ -28,7 +29,7 @@ def merge_runs(spec: RunSpec, segment: Segment, round: int, task: MergeTask) -> 
     folder = RunFolder(Path(spec.root))
     files = [folder.open_run(f.path, f.bytes, f.footer) for f in task.inputs]
     out = WorkFiles(folder).merged_run(segment.index, round, task.level, task.key)
-    rows = runs.merge_range(files, SHUFFLE_KEY, task.lo, task.hi, out)
+    rows = runs.merge_range(files, SHUFFLE_KEY, task.lo, task.hi, out, budget=spec.merge_memory_bytes)
     return _marker(segment, task, rows, started, round=round)
 
 
@@ -38,7 +39,7 @@ def merge_outputs(spec: RunSpec, segment: Segment, kind: str, task: MergeTask) -
     folder = RunFolder(Path(spec.root))
     files = [folder.open_run(f.path, f.bytes, f.footer) for f in task.inputs]
     out = WorkFiles(folder).merged_outputs(segment.index, task.level, kind, task.key)
-    rows = runs.merge_range(files, OUTPUT_KEY, task.lo, task.hi, out)
+    rows = runs.merge_range(files, OUTPUT_KEY, task.lo, task.hi, out, budget=spec.merge_memory_bytes)
     return _marker(segment, task, rows, started, kind=kind)
 
 

@@ -39,8 +39,16 @@ from datapipe.storage.atomic import atomic_path
 # little beyond it (at most a row group at each end). bench/crawl_proportions.py chose it.
 RUN_GROUP_BYTES = 1 << 20
 MIN_GROUP_ROWS = 1024
-# Rows a merge holds decoded at once, at most (it streams a range of keys at a time).
-MERGE_CHUNK_BYTES = 64 << 20
+# Bytes of a Parquet page (and of a dictionary page) in a run: a merge reads its (up to 256) inputs at
+# once, each holding a decoded page of every column (1 MiB each by Parquet's defaults), so pages are
+# what bounds a merge's memory beyond its buffers (``MERGE_MEMORY_BYTES``).
+RUN_PAGE_BYTES = 64 << 10
+# Decoded bytes a merge task buffers, about (``split.merge_memory_bytes``, 32 MiB, sets it per run): a merge of
+# ``fan_in`` runs reads each in steps of a share of it, so the wider a run's rows, the fewer it reads at a
+# time. Before, a step read a whole row group of every input: 256 x ~1 MiB of round 1's 512-byte
+# signatures, and a merge task peaked at 2.2-2.6 GiB at a crawl's proportions (docs/scaling.md).
+MERGE_MEMORY_BYTES = 32 << 20
+MIN_READ_ROWS = 64  # rows an input is read in at least (a read's fixed cost against its rows)
 
 
 def group_rows(table: pa.Table) -> int:
@@ -86,9 +94,14 @@ def key_encoding(schema: pa.Schema, key: str) -> dict[str, Any]:
     """A run's key column delta-encoded (sorted: a few bits a row at any number of keys), the others as
     Parquet's defaults. Dictionary-encoded, the key fell back to plain 4 bytes a row once a row group held
     more distinct keys than a dictionary page takes: a run's bytes per row grew with the partitions."""
+    pages = {"data_page_size": RUN_PAGE_BYTES, "dictionary_pagesize_limit": RUN_PAGE_BYTES}
     if not pa.types.is_integer(schema.field(key).type):
-        return {}
-    return {"use_dictionary": [p for p in _leaf_paths(schema) if p != key], "column_encoding": {key: "DELTA_BINARY_PACKED"}}
+        return pages
+    return {
+        "use_dictionary": [p for p in _leaf_paths(schema) if p != key],
+        "column_encoding": {key: "DELTA_BINARY_PACKED"},
+        **pages,
+    }
 
 
 @functools.lru_cache(maxsize=64)
@@ -179,52 +192,150 @@ def read_range(
     return sort_run(table, key) if len(tables) > 1 and hi - lo > 1 else table
 
 
-def chunks(files: Sequence[pq.ParquetFile], key: str, lo: int, hi: int, limit: int = MERGE_CHUNK_BYTES) -> list[tuple[int, int]]:
-    """[lo, hi) cut into sub-ranges whose row groups in ``files`` hold about ``limit`` bytes (uncompressed)
-    each, cut only where a row group of some file starts (a key is never cut)."""
-    starts: list[tuple[int, int]] = []  # (first key of a row group, its bytes)
-    for f in files:
-        meta = f.metadata
-        col = key_column(f, key)
-        for rg in groups_in(f, key, lo, hi):
-            info = meta.row_group(rg)
-            stats = info.column(col).statistics
-            first = int(stats.min) if stats is not None and stats.has_min_max else lo
-            starts.append((max(lo, first), info.total_byte_size))
-    starts.sort()
-    bounds, size = [lo], 0
-    for first, nbytes in starts:
-        if size >= limit and first > bounds[-1]:
-            bounds.append(first)
-            size = 0
-        size += nbytes
-    return list(zip(bounds, [*bounds[1:], hi]))
+class _RangeReader:
+    """One run's rows with keys in [lo, hi), read ``rows`` at a time (a Parquet record batch reader over
+    the row groups holding the range: a read decodes about ``rows`` rows, not a whole row group)."""
+
+    def __init__(self, f: pq.ParquetFile, key: str, lo: int, hi: int, rows: int, schema: pa.Schema) -> None:
+        self.key, self.lo, self.hi, self.schema = key, lo, hi, schema
+        groups = groups_in(f, key, lo, hi)
+        self._batches = iter(f.iter_batches(batch_size=rows, row_groups=groups, use_threads=False)) if groups else iter(())
+        self.done = False
+
+    def read(self) -> pa.Table | None:
+        """Its next rows in range (None: none left)."""
+        while not self.done:
+            batch = next(self._batches, None)
+            if batch is None:
+                break
+            keys = batch.column(self.key).to_numpy()
+            a, b = np.searchsorted(keys, [self.lo, self.hi], side="left")
+            if b < len(keys):
+                self.done = True  # past the range: the run is sorted
+            if b > a:
+                table = pa.Table.from_batches([batch.slice(int(a), int(b - a))])
+                return table.select(self.schema.names).cast(self.schema) if table.schema != self.schema else table
+        self.done = True
+        return None
 
 
-def merge_range(files: Sequence[pq.ParquetFile], key: str, lo: int, hi: int, out: Path, schema: pa.Schema | None = None) -> int:
+def decoded_row_bytes(f: pq.ParquetFile) -> int:
+    """About the bytes a row of run ``f`` takes decoded (in Arrow): each fixed-width column's width, each
+    other column its offsets and its bytes in the file uncompressed. Parquet's own uncompressed sizes
+    undercount what a reader holds (dictionary indices, not values; nulls as levels): a round's rows of
+    58 bytes decoded are 12 in the file, and a merge sized by those held ~5x its budget."""
+    meta = f.metadata
+    rows = max(1, meta.num_rows)
+    stored: dict[str, int] = {}
+    for rg in range(meta.num_row_groups):
+        info = meta.row_group(rg)
+        for c in range(info.num_columns):
+            col = info.column(c)
+            top = col.path_in_schema.split(".")[0]
+            stored[top] = stored.get(top, 0) + col.total_uncompressed_size
+    total = 0
+    for field in f.schema_arrow:
+        try:
+            total += max(1, field.type.bit_width // 8)
+        except ValueError:  # not fixed width: offsets and values
+            total += 8 + stored.get(field.name, 0) // rows
+    return max(1, total)
+
+
+def read_rows(files: Sequence[pq.ParquetFile], budget: int) -> int:
+    """Rows to read of each of ``files`` at a time so that a merge buffers about ``budget`` decoded bytes:
+    every input holds up to two reads (one being merged, one read ahead)."""
+    per_row = max(decoded_row_bytes(f) for f in files[:8])  # a merge's inputs share one schema and rows
+    return max(MIN_READ_ROWS, budget // (2 * len(files) * per_row))
+
+
+def merged(
+    files: Sequence[pq.ParquetFile], key: str, lo: int, hi: int, schema: pa.Schema, budget: int = MERGE_MEMORY_BYTES
+) -> Iterator[pa.Table]:
+    """The rows of ``files`` (runs, in writer order) with keys in [lo, hi), in the order ``read_range`` gives
+    (key, then file, then row), as a stream of tables: a k-way merge holding about ``budget`` decoded bytes
+    (``read_rows`` rows of each input, and one more read ahead), whatever the fan-in or the row width.
+
+    Each step tops every input up to at least one read, then yields every buffered row below the smallest
+    last key among the inputs with more to read (no input can still hold a row below it). A key with more
+    rows in one input than a read holds is read on until the input's next key (bounded by a partition's
+    rows: ``split.partition_rows`` / ``partition_bytes``)."""
+    n = read_rows(files, budget)
+    readers = [_RangeReader(f, key, lo, hi, n, schema) for f in files]
+    bufs: list[pa.Table | None] = [None] * len(readers)
+    while True:
+        for i, r in enumerate(readers):
+            held = bufs[i]
+            if not r.done and (held is None or held.num_rows < n):
+                more = r.read()
+                if more is not None:
+                    bufs[i] = more if held is None else pa.concat_tables([held, more])
+        lasts = [int(b[key][-1].as_py()) for b, r in zip(bufs, readers) if b is not None and b.num_rows and not r.done]
+        bound = min(lasts) if lasts else hi
+        out = []
+        for i, b in enumerate(bufs):
+            if b is None or not b.num_rows:
+                continue
+            cut = int(np.searchsorted(b[key].to_numpy(), bound, side="left"))
+            if cut:
+                out.append(b.slice(0, cut))
+                bufs[i] = b.slice(cut) if cut < b.num_rows else None
+        if out:
+            table = pa.concat_tables(out)
+            out = []  # the buffers' rows yielded are released before the next reads (else held twice)
+            yield sort_run(table, key) if table.num_columns and len(table[key].chunks) > 1 else table
+            del table
+            continue
+        if not lasts:
+            return  # every input read and every row yielded
+        # Nothing below the bound: the inputs whose buffer holds only the bound's key read on.
+        for i, (b, r) in enumerate(zip(bufs, readers)):
+            if b is not None and b.num_rows and not r.done and int(b[key][0].as_py()) == bound:
+                more = r.read()
+                if more is not None:
+                    bufs[i] = pa.concat_tables([b, more])
+
+
+def merge_range(
+    files: Sequence[pq.ParquetFile],
+    key: str,
+    lo: int,
+    hi: int,
+    out: Path,
+    schema: pa.Schema | None = None,
+    budget: int = MERGE_MEMORY_BYTES,
+) -> int:
     """The rows of ``files`` (runs, in writer order) with keys in [lo, hi), as one run at ``out``, in the
-    order ``read_range`` gives; streamed a chunk of keys at a time (``MERGE_CHUNK_BYTES``). Returns rows."""
+    order ``read_range`` gives; streamed (``merged``: about ``budget`` decoded bytes held). Returns rows."""
     if not files:
         out.unlink(missing_ok=True)
         return 0
     schema = schema or files[0].schema_arrow
     written = 0
     writer: pq.ParquetWriter | None = None
+    pending: list[pa.Table] = []
+    held = 0
+    step = 0
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         try:
-            for a, b in chunks(files, key, lo, hi):
-                table = read_range(files, key, a, b, schema=schema)
-                if table is None or not table.num_rows:
-                    continue
+            for table in merged(files, key, lo, hi, schema, budget):
                 if writer is None:
                     writer = pq.ParquetWriter(
                         tmp, schema, compression="zstd", write_page_checksum=True, **key_encoding(schema, key)
                     )
-                step = group_rows(table)
-                for start in range(0, table.num_rows, step):
-                    writer.write_table(table.slice(start, step))
+                    step = group_rows(table)
+                pending.append(table)
+                held += table.num_rows
+                if held >= step:  # whole row groups of about RUN_GROUP_BYTES, as write_run writes them
+                    rows = pa.concat_tables(pending)
+                    full = held - held % step
+                    for start in range(0, full, step):
+                        writer.write_table(rows.slice(start, step))
+                    pending, held = ([rows.slice(full)], held - full) if held > full else ([], 0)
                 written += table.num_rows
+            if writer is not None and held:
+                writer.write_table(pa.concat_tables(pending))
         finally:
             if writer is not None:
                 writer.close()
