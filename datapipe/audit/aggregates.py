@@ -145,8 +145,9 @@ def _task_connection() -> Any:
         return held[1]
     if held is not None:
         _INHERITED.append(held[1])
-    config = {"threads": TASK_THREADS, "memory_limit": TASK_MEMORY, "enable_external_file_cache": False}
-    con = duckdb.connect(config=config)  # no cache of files' contents: a retried task rewrites its files
+    # No cache of files' contents: a retried task rewrites its files under the same names.
+    config: dict[str, str | bool | int] = {"threads": TASK_THREADS, "memory_limit": TASK_MEMORY}
+    con = duckdb.connect(config={**config, "enable_external_file_cache": False})
     con.execute("SET enable_progress_bar = false")
     _LOCAL.held = (os.getpid(), con)
     return con
