@@ -155,7 +155,7 @@ def _run_locked(
                 )
                 if spec.tokenizer is not None:
                     log(f"datapipe: tokens encoded with {spec.tokenizer.describe()}")
-                    # run.json says which encoder the run chose and why; counts.encoders, at the end,
+                    # run.json says which encoder the run chose and why; encoder.tasks, at the end,
                     # which one each task's worker used (a worker whose sample check failed fell back).
                     record.run["encoder"] = {"engine": spec.tokenizer.engine, "why": spec.tokenizer.engine_note}
                 run_phases(result, folder, spec, executor, timings, show_progress, sections)
@@ -514,9 +514,14 @@ def _finish(
         if _repair(folder, log, hashes=False):  # sizes (on a store: one listing), before they are read
             return False
         counts = collect_counts(folder, spec)
-        if spec.tokenizer is not None and set(counts.get("encoders", {})) - {spec.tokenizer.engine}:
+        # Map tasks per encoding library: a fact of how the run was executed, not of its documents, so
+        # beside the encoder's choice and not in counts (which a run split otherwise must equal).
+        encoders = counts.pop("encoders", {})
+        if encoders:
+            record.run.setdefault("encoder", {})["tasks"] = encoders
+        if spec.tokenizer is not None and set(encoders) - {spec.tokenizer.engine}:
             log(
-                f"datapipe: a worker's sample check fell back: map tasks by encoder {counts['encoders']} "
+                f"datapipe: a worker's sample check fell back: map tasks by encoder {encoders} "
                 "(each checked against tokenizers on its first batch)"
             )
         with fault_scope("stats", "build"):

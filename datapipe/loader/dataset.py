@@ -558,12 +558,7 @@ class PackedDataset:
         compiled = in_process  # numba kernels once worth loading, in-process only (see above)
         track = compiled and not self._warm  # this loader's own numpy time, until numba pays for itself
         spent = 0.0
-        # A block's shards must all be open at once: never more samples than open shards,
-        # unless every shard fits.
-        most = _MAX_SEGMENT_BLOCK_SAMPLES if self._need_segments else _MAX_BLOCK_SAMPLES
-        if len(self.manifest.paths) > self.max_open_shards:
-            most = min(most, self.max_open_shards)
-        max_block = max(1, most // B)
+        max_block = self._max_block_batches()
         while pos < len(plan):
             t0 = time.thread_time() if track else 0.0
             batches = plan[pos : pos + block]
@@ -626,10 +621,24 @@ class PackedDataset:
                 self._warm, track = True, False
             spent = 0.0
             block = min(block * 2, max_block)
+        self._end_pass(in_process)
+
+    def _max_block_batches(self) -> int:
+        """Batches in a block at most: a block's shards must all be open at once, so never more
+        samples than open shards, unless every shard fits."""
+        most = _MAX_SEGMENT_BLOCK_SAMPLES if self._need_segments else _MAX_BLOCK_SAMPLES
+        if len(self.manifest.paths) > self.max_open_shards:
+            most = min(most, self.max_open_shards)
+        return max(1, most // self.batch_size)
+
+    def _end_pass(self, in_process: bool) -> None:
+        """After a worker's last batch of the epoch: a full verification waited for, and a worker's
+        position moved to the next epoch."""
         if self.verify == "full":
-            verifier.wait()  # a pass never ends silently over a shard that fails its sha256
+            self._verifier.wait()  # a pass never ends silently over a shard that fails its sha256
         if not in_process:
             # A persistent worker keeps its own copy: its next pass starts after this epoch.
+            G = self.global_batch_size
             end = self.consumed_samples // G // self.batches_per_epoch + 1
             self.consumed_samples = end * self.batches_per_epoch * G
 

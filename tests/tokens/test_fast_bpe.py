@@ -277,7 +277,7 @@ def test_shards_and_run_identity_are_the_same_with_every_engine(tmp_path: Path, 
         [line] = [m for m in logs if "tokens encoded with" in m]
         assert line.startswith(f"datapipe: tokens encoded with {engine}")
         assert runs[engine]["encoder"]["engine"] == engine
-        assert runs[engine]["counts"]["encoders"] == ({engine: 1} if engine != "tokenizers" else {"tokenizers": 1})
+        assert runs[engine]["encoder"]["tasks"] == ({engine: 1} if engine != "tokenizers" else {"tokenizers": 1})
     assert runs["fastokens"]["encoder"]["why"] == ""
     shards = {
         e: {p.relative_to(o): p.read_bytes() for p in sorted((o / "shards").rglob("*")) if p.is_file()} for e, o in outs.items()
@@ -304,7 +304,7 @@ def test_a_fastokens_mismatch_on_the_runs_text_falls_back_to_the_fast_path_and_s
     with caplog.at_level(logging.WARNING, logger="datapipe.tokens.encode"):
         run, logs = _run(pipeline, tmp_path / "out")
     assert "fastokens' ids differ from tokenizers' on this run's text" in caplog.text and "encoding with tiktoken" in caplog.text
-    assert run["encoder"]["engine"] == "fastokens" and run["counts"]["encoders"] == {"tiktoken": 1}
+    assert run["encoder"]["engine"] == "fastokens" and run["encoder"]["tasks"] == {"tiktoken": 1}
     assert any("sample check fell back" in m for m in logs)
     assert any((tmp_path / "out" / "shards").rglob("*.arrow"))  # tiktoken's ids are tokenizers' (the tests above)
     tokenize._FAST.clear()

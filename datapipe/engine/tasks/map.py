@@ -153,7 +153,7 @@ def map_shard(spec: RunSpec, shard: Shard, segment: Segment, decided: ShardRuns 
     if segment.index == 0:
         result["reads"] = _reads_marker(shard, [r for r in opened if r is not None] + reads)
     if segment.final and spec.tokenizer is not None and (encoder := encoder_used(spec.tokenizer)) is not None:
-        result["encoder"] = encoder  # which library this worker encoded with (run.json's counts.encoders)
+        result["encoder"] = encoder  # which library this worker encoded with (run.json's encoder.tasks)
     return result
 
 
