@@ -238,15 +238,9 @@ def main() -> int:
             vinfo = info_for(path)
             exact[name] = equivalence(vinfo, with_special_tokens(texts) if in_text else texts)
             print(f"{name}: {exact[name]} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    facts = {"tokenizer": "bpe32k", "tokenizer_sha256": info.fingerprint, "docs": len(texts), "chars": chars, "mb": round(mb, 3)}
     if args.skip_speed:
-        h.finish(
-            tokenizer="bpe32k",
-            tokenizer_sha256=info.fingerprint,
-            docs=len(texts),
-            chars=chars,
-            mb=round(mb, 3),
-            equivalence=exact,
-        )
+        h.finish(**facts, equivalence=exact)
         return _verdict(exact)
     runs = speed(h, info, batches(texts), mb)
     envs = []
@@ -260,11 +254,7 @@ def main() -> int:
         exact.update(data["extra"]["equivalence"])
         envs.append(data["env"])
     h.finish(
-        tokenizer="bpe32k",
-        tokenizer_sha256=info.fingerprint,
-        docs=len(texts),
-        chars=chars,
-        mb=round(mb, 3),
+        **facts,
         equivalence=exact,
         equivalence_env=envs,
         not_run=NOT_RUN,

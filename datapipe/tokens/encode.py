@@ -398,7 +398,7 @@ def _encode_ids(texts: list[str], info: TokenizerInfo, fast_ids: list[np.ndarray
 def encode_documents(texts: list[str], info: TokenizerInfo, arrow: pa.Array | None = None) -> pa.LargeListArray:
     """Token ids per document, each ending with EOS (and starting with BOS if configured).
     ``arrow``: the same texts as an Arrow string array, where the caller has one (the fast path reads it)."""
-    engine, fast = process_encoder(info, texts)
+    fast = fast_encoder(info, texts)
     if isinstance(fast, FastokensEncoder):
         try:
             return _framed(*fast.encode_flat(texts), info)
