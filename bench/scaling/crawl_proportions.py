@@ -65,7 +65,10 @@ TEMPLATE_FILES = 8
 TOKENIZER = ROOT / "tokenizer" / "demo.json"
 PACK_LOG2 = 30  # tokens per pack task (engine/pack_plan.TOKENS_PER_TASK)
 DISTINCT = 8  # distinct input runs of a merge task (the rest hard links)
-LIMIT_MIB = 2048  # a task's peak RSS the issue allows at 100 TB
+# A task's peak RSS the issue allows at 100 TB: "2 GB" read strictly as 2,000,000,000 bytes (1,907 MiB),
+# not 2 GiB (2,048 MiB): a node's memory is sold and planned in GB, and a task that fits 2 GiB but not
+# 2 GB would be passed by the table while over the bound the issue states.
+LIMIT_MIB = 2_000_000_000 // (1 << 20)
 LIMIT_CPU_S = 600  # and its CPU seconds
 
 
@@ -185,6 +188,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         return worker(job)
     spec = pickle.loads(Path(job["spec"]).read_bytes())
     seg = spec.segments[job["segment"]]
+    if not _full_spec(spec, seg, kind):
+        spec = replace(spec, shards=())  # as the engine hands it (engine/phases.py ``full_spec``)
     if kind == "map":
         from datapipe.engine.tasks.map import map_shard
 
@@ -204,6 +209,21 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
         return measure(lambda: _brief(reduce_stage(spec, seg)))
     raise ValueError(kind)
+
+
+def _full_spec(spec: Any, seg: Any, kind: str) -> bool:
+    """Whether the engine hands this kind of task the spec with the run's shards (``Phase.full_spec``):
+    not a merge, nor a partition whose step reads only the map outputs it owns (MinHash's). Handed them
+    all, a task at 100 TB held 372,530 shards it never reads (~150 MiB of its peak)."""
+    if kind == "merge":
+        return False
+    if kind == "partition":
+        from datapipe.engine.plan import build_stage
+        from datapipe.stages.global_stage import PartitionStep, step_of
+
+        step = step_of(build_stage(spec, seg.compute_global), PartitionStep)
+        return step is None or not step.owner_reads
+    return True
 
 
 def _brief(marker: dict[str, Any]) -> dict[str, Any]:

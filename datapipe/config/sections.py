@@ -141,7 +141,9 @@ class SplitConfig(Strict):
             "Decoded bytes a shuffle's merge task buffers, about: it reads each of its (at most shuffle_fan_in) "
             "runs this / (2 x fan-in) bytes of rows at a time, so the wider the rows, the fewer per read; the "
             "task's memory grows with this (about 10x: the rows sorted and written) plus a page of each input, "
-            "whatever the rows or the corpus."
+            "whatever the rows or the corpus. A partition task reads its parts through the same merge, one part "
+            "at a time, and each of its output runs (decisions, state, copies, forwarded rows) holds about this "
+            "much before it spills a sorted piece to local scratch space, merged into the run at the end."
         ),
     )
 

@@ -153,3 +153,40 @@ def test_a_merge_reads_fewer_rows_of_each_input_when_rows_are_wide(tmp_path: Pat
     per_read = {k: runs.read_rows(f, budget) for k, f in files.items()}
     assert per_read["wide"] * 20 < per_read["narrow"]
     assert per_read["wide"] * 520 * 2 * 8 <= budget * 1.1  # every input's two reads fit the budget
+
+
+def test_a_spilling_writer_writes_the_run_of_every_row_added(tmp_path: Path) -> None:
+    """A partition task's outputs, part by part: past its budget the writer spills sorted pieces and merges
+    them, and the run holds what ``write_run`` of every row added writes (key, then order added)."""
+    rng = np.random.default_rng(5)
+    pieces = [_writer(rng, w, 40, int(rng.integers(1, 400))) for w in range(30)]
+    whole = pa.concat_tables(pieces)
+    runs.write_run(tmp_path / "whole.parquet", whole, "part")
+    w = runs.SortedRunWriter(tmp_path / "out" / "r.parquet", "part", budget=4096, scratch=tmp_path / "scratch")
+    for t in pieces:
+        w.add(t)
+    w.add(None)
+    assert w._spills  # 16 bytes a row: the budget is past after a few pieces
+    assert w.close() == whole.num_rows
+    assert pq.read_table(tmp_path / "out" / "r.parquet").equals(pq.read_table(tmp_path / "whole.parquet"))
+    assert not list((tmp_path / "scratch").iterdir())  # spills removed: never a task's output
+    # Nothing added: no run (a stale one of an earlier attempt is removed).
+    assert runs.SortedRunWriter(tmp_path / "out" / "r.parquet", "part", 4096, tmp_path / "scratch").close() == 0
+    assert not (tmp_path / "out" / "r.parquet").exists()
+
+
+def test_a_partition_reads_its_parts_one_at_a_time_in_read_range_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runs, "MIN_GROUP_ROWS", 100)
+    monkeypatch.setattr(runs, "RUN_GROUP_BYTES", 1600)
+    monkeypatch.setattr(runs, "MIN_READ_ROWS", 16)
+    rng = np.random.default_rng(6)
+    tables = [_writer(rng, w, 60, 3000) for w in range(7)]
+    files = []
+    for w, t in enumerate(tables):
+        runs.write_run(tmp_path / f"{w}.parquet", t, "part")
+        files.append(pq.ParquetFile(tmp_path / f"{w}.parquet"))
+    whole = runs.read_range(files, "part", 10, 50)
+    assert whole is not None
+    want = [(k, _got(t)) for k, t in runs.iter_keys(whole, "part")]
+    got = [(k, _got(t)) for k, t in runs.iter_parts(files, "part", 10, 50, budget=4096)]
+    assert got == want and len(got) == 40

@@ -138,41 +138,67 @@ def reduce_stage(spec: RunSpec, segment: Segment, outputs: Sequence[str] = (), f
 
 def reduce_partition(spec: RunSpec, segment: Segment, round: int, task: ReadTask, outputs: MapOutputs = None) -> dict[str, Any]:
     """One partition task of one round of a shuffled global stage: its parts' rows (one byte range of each
-    run of ``task.inputs``), reduced a part at a time, as the stage's ``reduce`` expects (engine/shuffles.py)."""
+    run of ``task.inputs``), reduced a part at a time, as the stage's ``reduce`` expects (engine/shuffles.py).
+
+    Its memory is bounded by configuration, not by its rows: the parts are read one at a time (a k-way
+    merge of the inputs, ``runs.iter_parts``) and each part's results go straight to their runs' writers,
+    which spill sorted pieces past ``split.merge_memory_bytes`` (``runs.SortedRunWriter``)."""
     started = time.perf_counter()
     folder = RunFolder(Path(spec.root))
+    work = WorkFiles(folder)
     stage = build_stage(spec, segment.compute_global)  # type: ignore[arg-type]
     step = step_of(stage, PartitionStep)
     assert step is not None, f"stage {stage.name!r} declares no partition step"
     files = [folder.open_run(f.path, f.bytes, f.footer) for f in task.inputs]
-    rows = runs.read_range(files, SHUFFLE_KEY, task.lo, task.hi)
     inputs = _partition_inputs(spec, folder, segment, outputs)
-    results: list[PartitionResult] = []
-    for _, part_rows in runs.iter_keys(rows, SHUFFLE_KEY) if rows is not None else ():
-        result = step.reduce(part_rows, round, inputs)
-        results.append(result if isinstance(result, PartitionResult) else PartitionResult(result))
     decide = partitions_decide(stage)
-    output = _concat([r.output for r in results])
-    decisions, copies = split_copies(output, stage.name) if decide else (output, None)
-    if decide:  # read by each shard's map task: a run by shard
-        n = runs.write_run(WorkFiles(folder).partition_output(segment.index, task.index, round), decisions, OUTPUT_KEY)
-    else:
-        n = write_or_remove(WorkFiles(folder).partition_output(segment.index, task.index, round), decisions, sort_by_shard=False)
-    state = _concat([r.state for r in results])
-    states = runs.write_run(WorkFiles(folder).partition_state(segment.index, task.index, round), state, OUTPUT_KEY)
-    # The copies it dropped, by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
-    n_copies = runs.write_run(WorkFiles(folder).partition_copies(segment.index, task.index, round), copies, OUTPUT_KEY)
     # The last round's forwarded rows go to the combine step, if one follows.
-    forward = _concat([r.forward for r in results])
-    if not (round + 1 < step.rounds or step_of(stage, CombineStep) is not None):
-        forward = None
-    forwarded = runs.write_run(WorkFiles(folder).forward_file(segment.index, round, task.index), forward, SHUFFLE_KEY)
+    forwards = round + 1 < step.rounds or step_of(stage, CombineStep) is not None
+
+    def writer(path: Path, key: str) -> runs.SortedRunWriter:
+        return runs.SortedRunWriter(path, key, spec.merge_memory_bytes, work.scratch_dir(segment.index))
+
+    # Decisions are read by each shard's map task: a run by shard (a step that does not decide writes
+    # its output as it comes).
+    decisions = writer(work.partition_output(segment.index, task.index, round), OUTPUT_KEY) if decide else None
+    undecided: list[pa.Table | None] = []
+    state = writer(work.partition_state(segment.index, task.index, round), OUTPUT_KEY)
+    # The copies it dropped, by their survivor's shard, for the survivors' map tasks (engine/tasks/copies.py).
+    copies = writer(work.partition_copies(segment.index, task.index, round), OUTPUT_KEY)
+    forward = writer(work.forward_file(segment.index, round, task.index), SHUFFLE_KEY)
+    writers = [w for w in (decisions, state, copies, forward) if w is not None]
+    rows_in = 0
+    try:
+        for _, part_rows in runs.iter_parts(files, SHUFFLE_KEY, task.lo, task.hi, spec.merge_memory_bytes):
+            rows_in += part_rows.num_rows
+            result = step.reduce(part_rows, round, inputs)
+            if not isinstance(result, PartitionResult):
+                result = PartitionResult(result)
+            if decisions is not None:
+                kept, dropped = split_copies(result.output, stage.name)
+                decisions.add(kept)
+                copies.add(dropped)
+            else:
+                undecided.append(result.output)
+            state.add(result.state)
+            if forwards:
+                forward.add(result.forward)
+            del result, part_rows
+        if decisions is not None:
+            n = decisions.close()
+        else:
+            n = write_or_remove(work.partition_output(segment.index, task.index, round), _concat(undecided), sort_by_shard=False)
+        states, n_copies, forwarded = state.close(), copies.close(), forward.close()
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
     return {
         "segment": segment.index,
         "round": round,
         "parts": [task.lo, task.hi],
         "inputs": len(files),
-        "rows_in": rows.num_rows if rows is not None else 0,
+        "rows_in": rows_in,
         "rows_out": n,
         # With rows_out, what the next phases plan by (engine/shuffles.py): the outputs' merges, the
         # next round's writers.

@@ -79,15 +79,19 @@ def write_run(path: Path, table: pa.Table | None, key: str, compression: str = "
     table = sort_run(table, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        pq.write_table(
-            table,
-            tmp,
-            row_group_size=group_rows(table),
-            compression=compression,
-            write_page_checksum=True,
-            **key_encoding(table.schema, key),
-        )
+        _write_sorted(tmp, table, key, compression)
     return table.num_rows
+
+
+def _write_sorted(path: Path, table: pa.Table, key: str, compression: str = "zstd") -> None:
+    pq.write_table(
+        table,
+        path,
+        row_group_size=group_rows(table),
+        compression=compression,
+        write_page_checksum=True,
+        **key_encoding(table.schema, key),
+    )
 
 
 def key_encoding(schema: pa.Schema, key: str) -> dict[str, Any]:
@@ -134,6 +138,81 @@ class RunSink:
 
     def abort(self) -> None:
         self._parts = []
+
+
+class SortedRunWriter:
+    """Rows added table by table (a partition task's outputs, part after part), written on ``close`` as
+    one run at ``path``: the rows ``write_run`` would write of them all concatenated (sorted by ``key``,
+    rows of a key in the order added), holding about ``budget`` decoded bytes however many rows come.
+    Past the budget the rows held are sorted and spilled to a file under ``scratch`` (local, never
+    committed, not a task's output), and ``close`` merges the spills (``merge_range``: key, then spill
+    in order, then row: the stable sort of every row added). Before, a partition task concatenated its
+    parts' outputs and sorted them whole: 2-3x a round's forwarded rows at once (2.9 GiB for MinHash's
+    round 8 at a 10 TB crawl's proportions, bench/scaling/crawl_proportions.py)."""
+
+    def __init__(self, path: Path, key: str, budget: int, scratch: Path) -> None:
+        self.path, self.key, self.budget, self.scratch = path, key, budget, scratch
+        self.rows = 0
+        self._parts: list[pa.Table] = []
+        self._held = 0
+        self._spills: list[Path] = []
+        self._folder: Path | None = None
+        self._lo: int | None = None
+        self._hi: int | None = None
+
+    def add(self, table: pa.Table | None) -> None:
+        if table is None or not table.num_rows:
+            return
+        bounds = pc.min_max(table[self.key])
+        lo, hi = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+        self._lo = lo if self._lo is None else min(self._lo, lo)
+        self._hi = hi if self._hi is None else max(self._hi, hi)
+        self._parts.append(table)
+        self._held += table.nbytes
+        if self._held >= self.budget:
+            self._spill()
+
+    def _spill(self) -> None:
+        if not self._parts:
+            return
+        if self._folder is None:
+            import tempfile
+
+            self.scratch.mkdir(parents=True, exist_ok=True)
+            self._folder = Path(tempfile.mkdtemp(prefix=f"{self.path.stem}-", dir=self.scratch))
+        table = sort_run(pa.concat_tables(self._parts, promote_options="permissive"), self.key)
+        self._parts, self._held = [], 0
+        spill = self._folder / f"{len(self._spills):06d}.parquet"
+        _write_sorted(spill, table, self.key)
+        self._spills.append(spill)
+
+    def close(self) -> int:
+        """Write the run (none when no rows came: a stale file is removed); returns its rows."""
+        try:
+            if not self._spills:
+                table = pa.concat_tables(self._parts, promote_options="permissive") if self._parts else None
+                self._parts = []
+                self.rows = write_run(self.path, table, self.key)
+                return self.rows
+            self._spill()
+            files = [pq.ParquetFile(p) for p in self._spills]
+            schema = pa.unify_schemas([f.schema_arrow for f in files], promote_options="permissive")
+            assert self._lo is not None and self._hi is not None
+            self.rows = merge_range(files, self.key, self._lo, self._hi + 1, self.path, schema, self.budget)
+            for f in files:
+                f.close()
+            return self.rows
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        """Drop the rows held and the spills (the task failed, or the run is written)."""
+        self._parts, self._held = [], 0
+        if self._folder is not None:
+            import shutil
+
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder, self._spills = None, []
 
 
 def key_column(f: pq.ParquetFile, key: str) -> int:
@@ -344,6 +423,27 @@ def merge_range(
     if not written:
         out.unlink(missing_ok=True)
     return written
+
+
+def iter_parts(
+    files: Sequence[pq.ParquetFile], key: str, lo: int, hi: int, budget: int = MERGE_MEMORY_BYTES
+) -> Iterator[tuple[int, pa.Table]]:
+    """(key, its rows) of the runs ``files`` with keys in [lo, hi), in key order: what ``iter_keys`` gives
+    of ``read_range``'s table, streamed (``merged``: about ``budget`` decoded bytes buffered, plus one
+    key's rows), so a partition task holds one part at a time, not all of its rows and their sort."""
+    if not files:
+        return
+    carry: pa.Table | None = None
+    for table in merged(files, key, lo, hi, files[0].schema_arrow, budget):
+        if carry is not None:
+            table = pa.concat_tables([carry, table])
+        values = table[key].to_numpy()
+        cut = int(np.searchsorted(values, values[-1], side="left"))  # the last key may go on in the next rows
+        if cut:
+            yield from iter_keys(table.slice(0, cut).combine_chunks(), key)
+        carry = table.slice(cut)
+    if carry is not None and carry.num_rows:
+        yield from iter_keys(carry.combine_chunks(), key)
 
 
 def iter_keys(table: pa.Table, key: str) -> Iterator[tuple[int, pa.Table]]:
