@@ -798,6 +798,7 @@ def _partition_job(
         for o in owned:
             path = work_files.map_output(1, spec.shards[o].key, fetch=False)
             path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)  # shard 0's real map output, when this run measured the map tasks
             os.link(source, path)
             rel = path.relative_to(folder.root).as_posix()
             out.append((o, RunFile(rel, crawl.docs_per_map, 0, 1, path.stat().st_size, footer_length(path))))

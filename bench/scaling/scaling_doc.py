@@ -361,6 +361,7 @@ def crawl_md(paths: list[Path], driver: Path | None = None) -> str:
 def _tasks_md(results: list[dict[str, Any]]) -> str:
     """Every phase's largest task per crawl: its CPU seconds and peak RSS (**over**: above the issue's bound)."""
     from bench.scaling import cost_model
+    from bench.scaling.crawl_proportions import LIMIT_CPU_S, LIMIT_MIB  # 2 GB (1,907 MiB) and 10 min
 
     crawls = cost_model.crawls_of(results)
     order = list(dict.fromkeys(r["phase"] for r in results))
@@ -375,8 +376,8 @@ def _tasks_md(results: list[dict[str, Any]]) -> str:
                 continue
             r = max(got, key=lambda x: x["cpu_s"])
             n = cost_model.tasks_in_how(r)
-            cpu_over = " **over**" if r["cpu_s"] > 600 else ""
-            rss_over = " **over**" if r["peak_mib"] > 2048 else ""
+            cpu_over = " **over**" if r["cpu_s"] > LIMIT_CPU_S else ""
+            rss_over = " **over**" if r["peak_mib"] > LIMIT_MIB else ""
             cells.append(f"{'-' if n is None else f'{n:,}'} | {r['cpu_s']:,.1f}{cpu_over} | {r['peak_mib']:,.0f}{rss_over}")
         lines.append(f"| {phase} | {' | '.join(cells)} |")
     return "\n".join(lines)

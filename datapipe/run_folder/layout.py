@@ -183,11 +183,11 @@ class RunFolder:
         length its writer's marker recorded, as a task is handed them for its inputs: in a remote folder
         this node's copy when it holds it whole, else read in place from the store (only the byte ranges
         read cross it), with nothing listed or looked up. Without a size: as ``parquet``."""
-        import pyarrow.parquet as pq
+        from datapipe.storage.parquet_reads import local_parquet
 
         path = self.root / rel
         if self.remote is None or (size and path.is_file() and path.stat().st_size == size):
-            return pq.ParquetFile(path)
+            return local_parquet(path)
         if not size:
             return self.parquet(path)
         from datapipe.storage.parquet_reads import remote_parquet

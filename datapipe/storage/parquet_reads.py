@@ -34,6 +34,20 @@ _open: OrderedDict[tuple[str, int], tuple[Any, pq.FileMetaData]] = OrderedDict()
 _lock = threading.Lock()
 
 
+# A local run is read through a buffer of this many bytes per column, not with its column chunks read
+# whole (pyarrow's ``pre_buffer``, right for one ranged GET on a store, costs a local reader every
+# column chunk of the row groups it reads at once): a merge or partition task reads up to 256 runs at
+# once, and each held ~1.1 MiB more pre-buffered, ~300 MiB of a 256-input merge
+# (bench/scaling/crawl_proportions.py), for the same CPU.
+LOCAL_READ_BUFFER = 64 << 10
+
+
+def local_parquet(path: Any) -> pq.ParquetFile:
+    """A local Parquet file of a run opened for reading a few rows of each of many at once (see
+    ``LOCAL_READ_BUFFER``)."""
+    return pq.ParquetFile(path, pre_buffer=False, buffer_size=LOCAL_READ_BUFFER)
+
+
 def footer_length(path: Any) -> int | None:
     """The length of a local Parquet file's footer (its metadata), from its last 8 bytes; None when it
     is not a Parquet file. Recorded in markers so a reader elsewhere fetches the footer in one request."""
