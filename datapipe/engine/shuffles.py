@@ -65,7 +65,7 @@ def run_file(folder: RunFolder, marker: dict[str, Any], path: Any, rows: int, lo
     """The run at ``path`` (in the run folder) as its writer's marker describes it; None when it holds no rows."""
     if rows <= 0:
         return None
-    rel = path.relative_to(folder.root).as_posix()
+    rel = folder.rel(path)
     found = entry(marker, rel)
     size, footer = found if found is not None else (0, None)
     return RunFile(rel, rows, lo, hi, size, footer)

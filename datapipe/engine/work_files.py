@@ -86,10 +86,20 @@ class WorkFiles:
         return self.folder.fetched(path) if fetch else path
 
     def map_output(self, segment: int, shard_key: str, fetch: bool = True) -> Path:
-        return self._at(self.dir / map_phase(segment) / f"{shard_key}.parquet", fetch)
+        return self._at(self.folder.root / self.map_output_rel(segment, shard_key), fetch)
+
+    @staticmethod
+    def map_output_rel(segment: int, shard_key: str) -> str:
+        """``map_output`` as a path in the run folder, as text: the driver names each task's inputs so,
+        and pathlib's joins and ``relative_to`` were most of a map task's planning (issue 48)."""
+        return f"{WORK_DIR}/{map_phase(segment)}/{shard_key}.parquet"
 
     def decisions_file(self, segment: int, shard_key: str) -> Path:
-        return self._at(self.dir / reduce_phase(segment) / f"{shard_key}.parquet")
+        return self._at(self.folder.root / self.decisions_rel(segment, shard_key))
+
+    @staticmethod
+    def decisions_rel(segment: int, shard_key: str) -> str:
+        return f"{WORK_DIR}/{reduce_phase(segment)}/{shard_key}.parquet"
 
     def shuffle_file(self, segment: int, shard_key: str, fetch: bool = True) -> Path:
         return self._at(self.dir / shuffle_phase(segment) / f"{shard_key}.parquet", fetch)
@@ -130,11 +140,19 @@ class WorkFiles:
         return self._at(self.dir / merge_outputs_phase(segment, level) / f"{kind}-{key}.parquet", fetch)
 
     def state_file(self, segment: int) -> Path:
-        return self._at(self.dir / f"{reduce_phase(segment)}-state.parquet")
+        return self._at(self.folder.root / self.state_rel(segment))
+
+    @staticmethod
+    def state_rel(segment: int) -> str:
+        return f"{WORK_DIR}/{reduce_phase(segment)}-state.parquet"
 
     def combine_copies_file(self, segment: int) -> Path:
         """The copies the combine step dropped, sorted by their survivor's shard (each map task reads its own)."""
-        return self._at(self.dir / f"{reduce_phase(segment)}-copies.parquet")
+        return self._at(self.folder.root / self.combine_copies_rel(segment))
+
+    @staticmethod
+    def combine_copies_rel(segment: int) -> str:
+        return f"{WORK_DIR}/{reduce_phase(segment)}-copies.parquet"
 
     @staticmethod
     def aggregates_merged_rel(level: int, key: str) -> str:
