@@ -269,9 +269,14 @@ def _map_tasks(spec: RunSpec, segment: Segment, shuffle: StepShuffle | None) -> 
         grids = shuffle.final_outputs(folder)
         if grids is None:
             return None
-        return tuple(
-            Task(s.key, (s, segment, {k: tuple(g.holding(s.ordinal, s.ordinal + 1)) for k, g in grids.items()})) for s in order
-        )
+        held = {k: g.holding_each(len(spec.shards)) for k, g in grids.items()}
+        runs: dict[tuple[int, ...], dict[str, tuple[Any, ...]]] = {}  # one dict per combination of runs, shared
+        tasks = []
+        for s in order:
+            each = {k: held[k][s.ordinal] for k in held}
+            shared = runs.setdefault(tuple(id(v) for v in each.values()), each)
+            tasks.append(Task(s.key, (s, segment, shared)))
+        return tuple(tasks)
 
     return listed
 

@@ -62,10 +62,11 @@ def entry(marker: dict[str, Any], rel: str) -> tuple[int, int | None] | None:
 
 
 def run_file(folder: RunFolder, marker: dict[str, Any], path: Any, rows: int, lo: int, hi: int) -> RunFile | None:
-    """The run at ``path`` (in the run folder) as its writer's marker describes it; None when it holds no rows."""
+    """The run at ``path`` (in the run folder; or its path there, as text) as its writer's marker
+    describes it; None when it holds no rows."""
     if rows <= 0:
         return None
-    rel = folder.rel(path)
+    rel = path if isinstance(path, str) else folder.rel(path)
     found = entry(marker, rel)
     size, footer = found if found is not None else (0, None)
     return RunFile(rel, rows, lo, hi, size, footer)
@@ -110,7 +111,7 @@ class StepShuffle:
                 m = markers.get(shard.key)
                 if m is None:
                     return None
-                path = WorkFiles(folder).shuffle_file(self.segment.index, shard.key, fetch=False)
+                path = WorkFiles.shuffle_file_rel(self.segment.index, shard.key)  # as text: one per map task
                 out.append(run_file(folder, m, path, int(m.get("shuffle_rows", 0)), 0, self.parts))
             return out
         before = self.readers(folder, round - 1)
@@ -209,12 +210,11 @@ class StepShuffle:
         ``markers``: that phase's markers (``read_all``), read once by a caller asking for many tasks."""
         if markers is None:
             markers = folder.markers.read_all(map_phase(self.segment.index))
-        work = WorkFiles(folder)
         out = []
         for o in ordinals:
             shard = self.spec.shards[o]
             m = markers.get(shard.key)
-            path = work.map_output(self.segment.index, shard.key, fetch=False)
+            path = WorkFiles.map_output_rel(self.segment.index, shard.key)
             if m is not None and (f := run_file(folder, m, path, int(m.get("kept", 0)), 0, 1)) is not None:
                 out.append((o, f))  # none where every document of the shard was dropped
         return tuple(out)

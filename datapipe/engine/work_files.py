@@ -102,7 +102,12 @@ class WorkFiles:
         return f"{WORK_DIR}/{reduce_phase(segment)}/{shard_key}.parquet"
 
     def shuffle_file(self, segment: int, shard_key: str, fetch: bool = True) -> Path:
-        return self._at(self.dir / shuffle_phase(segment) / f"{shard_key}.parquet", fetch)
+        return self._at(self.folder.root / self.shuffle_file_rel(segment, shard_key), fetch)
+
+    @staticmethod
+    def shuffle_file_rel(segment: int, shard_key: str) -> str:
+        """``shuffle_file`` as a path in the run folder, as text (the driver names every map task's so)."""
+        return f"{WORK_DIR}/{shuffle_phase(segment)}/{shard_key}.parquet"
 
     def partition_output(self, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
         name = f"{partition_key(partition)}.parquet" if round == 0 else f"r{round}-{partition_key(partition)}.parquet"
