@@ -111,8 +111,8 @@ class StepShuffle:
                 m = markers.get(shard.key)
                 if m is None:
                     return None
-                path = WorkFiles.shuffle_file_rel(self.segment.index, shard.key)  # as text: one per map task
-                out.append(run_file(folder, m, path, int(m.get("shuffle_rows", 0)), 0, self.parts))
+                rel = WorkFiles.shuffle_file_rel(self.segment.index, shard.key)  # as text: one per map task
+                out.append(run_file(folder, m, rel, int(m.get("shuffle_rows", 0)), 0, self.parts))
             return out
         before = self.readers(folder, round - 1)
         if before is None:
