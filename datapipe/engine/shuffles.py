@@ -123,7 +123,7 @@ class StepShuffle:
             m = markers.get(partition_key(task.index))
             if m is None:
                 return None
-            path = WorkFiles(folder).forward_file(self.segment.index, round - 1, task.index, fetch=False)
+            path = WorkFiles.forward_file_rel(self.segment.index, round - 1, task.index)
             out.append(run_file(folder, m, path, int(m.get("forwarded", 0)), 0, self.parts))
         return out
 
@@ -158,7 +158,7 @@ class StepShuffle:
                 m = markers.get(t.key)
                 if m is None:
                     return None
-                path = WorkFiles(folder).merged_run(self.segment.index, round, level, t.key, fetch=False)
+                path = WorkFiles.merged_run_rel(self.segment.index, round, level, t.key)
                 outputs[t.key] = run_file(folder, m, path, int(m.get("rows", 0)), t.lo, t.hi)
             grid = merged_grid(shapes[level - 1], tasks, outputs, kept)
         self._grids[key] = grid
@@ -236,7 +236,7 @@ class StepShuffle:
                 m = markers.get(partition_key(t.index))
                 if m is None:
                     return None
-                path = WorkFiles(folder).partition_file(kind, self.segment.index, t.index, r, fetch=False)
+                path = WorkFiles.partition_file_rel(kind, self.segment.index, t.index, r)
                 out.append(run_file(folder, m, path, int(m.get(counts, 0)), 0, shards))
             if not tasks:
                 break  # the rounds after one without tasks have none either
@@ -276,7 +276,7 @@ class StepShuffle:
                 m = markers.get(f"{kind}-{t.key}")
                 if m is None:
                     return None
-                path = WorkFiles(folder).merged_outputs(self.segment.index, level, kind, t.key, fetch=False)
+                path = WorkFiles.merged_outputs_rel(self.segment.index, level, kind, t.key)
                 outputs[t.key] = run_file(folder, m, path, int(m.get("rows", 0)), t.lo, t.hi)
             grid = merged_grid(shapes[level - 1], tasks, outputs, kept)
         self._outputs[key] = grid
