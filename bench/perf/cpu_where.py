@@ -42,11 +42,14 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 def _role(pid: int, driver: int) -> str:
     cmd = cmdline(pid)
-    if "agent_stub.py" in cmd:
+    role = role_of(pid, driver, cmd)  # the driver, raylet and GCS (by executable) and workers first:
+    if role != "other":  # the raylet's own command line names the agents' stand-in script
+        return role
+    if "agent_stub.py" in cmd.split(" -- ")[0]:
         return "ray:agent stand-ins"
     if "-I -S -c" in cmd:
         return "watchdog"
-    return role_of(pid, driver, cmd)
+    return role
 
 
 def measured_run(cmd: list[str], env: dict[str, str], log: Path) -> dict:
@@ -130,7 +133,9 @@ def main() -> int:
             raise SystemExit((work / f"{label}.log").read_text(errors="replace")[-3000:])
         r["task_cpu"], r["driver_cpu"] = task_cpu(out), driver_sections(out)
         r["load"] = os.getloadavg()[0]
-        roles = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_by_role"].items())
+        roles = f"driver process {r['driver_cpu_s'] or 0:.1f} (run_tree); " + ", ".join(
+            f"{k} {v:.1f}" for k, v in r["cpu_by_role"].items()
+        )
         tasks = ", ".join(f"{k} {v:.1f}" for k, v in r["task_cpu"].items() if v >= 0.05)
         print(
             f"  {label}: wall {r['wall_s']:.1f} s, tree CPU {r['cpu_s']:.2f} s (load {r['load']:.1f})\n"
