@@ -67,7 +67,8 @@ def load_tokenizer_info(path: Path, config: TokenizeConfig) -> TokenizerInfo:
     names = [config.eos_token, config.pad_token, config.bos_token]
     key = f"info-v{FACTS_VERSION}-{fingerprint[:32]}-{_versions('tokenizers')}-{_digest(names)}"
     stored = _read_stored(key)
-    if isinstance(stored, list) and len(stored) == 4:  # (vocab size, eos, pad, bos) as parsed before
+    if isinstance(stored, list) and len(stored) == 4 and all(isinstance(v, int) for v in stored[:3]):
+        # (vocabulary size, eos, pad, bos ids) as an earlier driver parsed them from this very file
         return TokenizerInfo(str(path), fingerprint, *stored)
     info = _parsed_info(path, config, fingerprint, data)
     _store(key, [info.vocab_size, info.eos_id, info.pad_id, info.bos_id])
