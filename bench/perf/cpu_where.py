@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
 
 from bench._support.bench_tokenizer import resolve
@@ -76,16 +76,16 @@ def measured_run(cmd: list[str], env: dict[str, str], log: Path) -> dict:
     r = run_tree(cmd, 0.2, env=env, log=log)
     stop.set()
     thread.join()
-    by_role: Counter[str] = Counter()
+    by_role: defaultdict[str, float] = defaultdict(float)
     for key, ticks in last.items():
         by_role[roles.get(key, "other")] += ticks / _TICK
-    r["cpu_by_role"] = dict(by_role.most_common())
+    r["cpu_by_role"] = dict(sorted(by_role.items(), key=lambda kv: -kv[1]))
     return r
 
 
 def task_cpu(out: Path) -> dict[str, float]:
     """The tasks' own CPU seconds per phase (``cpu_seconds`` of each completion marker)."""
-    per: Counter[str] = Counter()
+    per: defaultdict[str, float] = defaultdict(float)
     for marker in (out / "_work" / "markers").rglob("*.json"):
         phase = marker.relative_to(out / "_work" / "markers").parts[0]
         phase = "minhash rounds" if phase.startswith(("shuffle1", "merge1")) else phase
