@@ -22,7 +22,7 @@ needs no engine change. Phase names come from ``run_folder`` (they name the mark
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,14 @@ class Task:
     # holds its current task's inputs only, never a table of the run's files. None: a local folder, or
     # the driver's own process (which holds every committed marker).
     committed: CommittedPhase | None = None
+
+    def on(self, node: str) -> Task:
+        """This task placed on ``node`` (made directly: ``dataclasses.replace`` costs ~10x more, per task)."""
+        return Task(self.key, self.args, node, self.committed)
+
+    def handed(self, committed: CommittedPhase) -> Task:
+        """This task with the committed entries of what it reads (``committed``)."""
+        return Task(self.key, self.args, self.node, committed)
 
 
 TaskList = tuple[Task, ...] | Callable[[RunFolder], "tuple[Task, ...] | None"]
@@ -117,7 +125,7 @@ class Phase:
             for key, weight in self.reads(task) if self.reads is not None else [(task.key, 1)]:
                 if (node := ran_on.get(key)) is not None:
                     weights[node] = weights.get(node, 0) + weight
-            out.append(replace(task, node=max(sorted(weights), key=weights.__getitem__)) if weights else task)
+            out.append(task.on(max(sorted(weights), key=weights.__getitem__)) if weights else task)
         return out
 
     def task_list(self, folder: RunFolder) -> tuple[Task, ...] | None:
@@ -182,8 +190,6 @@ def _map_inputs(spec: RunSpec, segment: Segment) -> Callable[[Task], tuple[list[
     step wrote for the map tasks; for a range of a file numbered across (JSONL), the pre-pass's markers
     of the file's ranges before it."""
 
-    made: list[WorkFiles] = []  # the run folder's names, made once: a RunFolder costs ~1 ms, and this runs per task
-
     def inputs(task: Task) -> tuple[list[str], list[tuple[str, str]]]:
         shard = task.args[0]
         markers = []
@@ -194,28 +200,28 @@ def _map_inputs(spec: RunSpec, segment: Segment) -> Callable[[Task], tuple[list[
                 markers = [(LINES_PHASE, f"{prefix}.part{j:04d}") for j in range(piece.part)]
             return [], markers
         before = segment.index - 1
-        if not made:
-            made.append(WorkFiles(RunFolder(Path(spec.root))))
-        work = made[0]
+        # As text: this runs for every map task (pathlib's joins were most of its planning: issue 48).
         paths = [
-            work.map_output(before, shard.key, fetch=False),
-            work.dir / reduce_phase(before) / f"{shard.key}.parquet",  # its combine decisions
-            work.dir / f"{reduce_phase(before)}-state.parquet",
-            work.dir / f"{reduce_phase(before)}-copies.parquet",
+            WorkFiles.map_output_rel(before, shard.key),
+            WorkFiles.decisions_rel(before, shard.key),  # its combine decisions
+            WorkFiles.state_rel(before),
+            WorkFiles.combine_copies_rel(before),
         ]
-        return [_rel(work.folder, p) for p in paths], markers
+        return paths, markers
 
     return inputs
 
 
 def _pack_inputs(spec: RunSpec) -> Callable[[Task], tuple[list[str], list[tuple[str, str]]]]:
     """A pack task's token files (of its shards; every shard of its source for a split packed in one task)."""
-    root = Path(spec.root)
+    made: list[RunFolder] = []  # made once: a RunFolder costs ~1 ms
 
     def inputs(task: Task) -> tuple[list[str], list[tuple[str, str]]]:
         rng = task.args[0]
         keys = [k for k, _ in rng.shard_tokens] if rng.n_files is not None else [s.key for s in spec.shards_of(rng.source)]
-        folder = RunFolder(root)
+        if not made:
+            made.append(RunFolder(Path(spec.root)))
+        folder = made[0]
         return [_rel(folder, folder.tokens_file(k, fetch=False)) for k in keys], []
 
     return inputs
@@ -263,9 +269,14 @@ def _map_tasks(spec: RunSpec, segment: Segment, shuffle: StepShuffle | None) -> 
         grids = shuffle.final_outputs(folder)
         if grids is None:
             return None
-        return tuple(
-            Task(s.key, (s, segment, {k: tuple(g.holding(s.ordinal, s.ordinal + 1)) for k, g in grids.items()})) for s in order
-        )
+        held = {k: g.holding_each(len(spec.shards)) for k, g in grids.items()}
+        runs: dict[tuple[int, ...], dict[str, tuple[Any, ...]]] = {}  # one dict per combination of runs, shared
+        tasks = []
+        for s in order:
+            each = {k: held[k][s.ordinal] for k in held}
+            shared = runs.setdefault(tuple(id(v) for v in each.values()), each)
+            tasks.append(Task(s.key, (s, segment, shared)))
+        return tuple(tasks)
 
     return listed
 
@@ -380,8 +391,7 @@ def _global_phases(spec: RunSpec, segment: Segment) -> tuple[list[Phase], StepSh
 
 
 def _all_map_outputs(spec: RunSpec, segment: Segment) -> Callable[[Task], tuple[list[str], list[tuple[str, str]]]]:
-    work = WorkFiles(RunFolder(Path(spec.root)))
-    every = [_rel(work.folder, work.map_output(segment.index, s.key, fetch=False)) for s in spec.shards]
+    every = [WorkFiles.map_output_rel(segment.index, s.key) for s in spec.shards]
     return lambda task: (every, [])
 
 
@@ -471,7 +481,7 @@ def _combine_tasks(spec: RunSpec, segment: Segment, name: str, shuffle: StepShuf
 
 
 def _rel(folder: RunFolder, path: Path) -> str:
-    return path.relative_to(folder.root).as_posix()
+    return folder.rel(path)
 
 
 def largest_first(shards: tuple[Shard, ...]) -> list[Shard]:

@@ -405,9 +405,14 @@ def all_done(folder: RunFolder, tasks: list[tuple[str, str]]) -> bool:
     return True
 
 
-def _handed(folder: RunFolder, phase: Phase, task: Task) -> CommittedPhase:
+def _handed(folder: RunFolder, phase: Phase, task: Task, nothing: list[CommittedPhase] | None = None) -> CommittedPhase:
+    """``nothing``: the entries of a task that reads nothing by path (a first map task), made once and shared."""
     files, markers = phase.inputs(task) if phase.inputs is not None else ([], [])
-    return folder.markers.handed(files, markers)
+    if files or markers or nothing is None:
+        return folder.markers.handed(files, markers)
+    if not nothing:
+        nothing.append(folder.markers.handed([], []))
+    return nothing[0]
 
 
 def _run_phase(
@@ -430,11 +435,12 @@ def _run_phase(
         todo = phase.placed(todo, {key: m["node"] for key, m in folder.markers.read_all(phase.follows).items() if "node" in m})
     if folder.remote is not None and phase.same_inputs and todo:
         shared = _handed(folder, phase, todo[0])  # the same for every task: made once, one object for all
-        todo = [replace(t, committed=shared) for t in todo]
+        todo = [t.handed(shared) for t in todo]
     elif folder.remote is not None:
         # Each task is handed the committed entries of what it reads (Phase.inputs): a task neither lists
         # nor reads markers on the store, and a worker holds only its current task's (run_folder/remote.py).
-        todo = [replace(t, committed=_handed(folder, phase, t)) for t in todo]
+        nothing: list[CommittedPhase] = []
+        todo = [t.handed(_handed(folder, phase, t, nothing)) for t in todo]
     result.skipped_tasks += len(work) - len(todo)
     started = time.perf_counter()
     failed: list[tuple[str, Exception]] = []

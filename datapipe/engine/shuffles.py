@@ -62,10 +62,11 @@ def entry(marker: dict[str, Any], rel: str) -> tuple[int, int | None] | None:
 
 
 def run_file(folder: RunFolder, marker: dict[str, Any], path: Any, rows: int, lo: int, hi: int) -> RunFile | None:
-    """The run at ``path`` (in the run folder) as its writer's marker describes it; None when it holds no rows."""
+    """The run at ``path`` (in the run folder; or its path there, as text) as its writer's marker
+    describes it; None when it holds no rows."""
     if rows <= 0:
         return None
-    rel = path.relative_to(folder.root).as_posix()
+    rel = path if isinstance(path, str) else folder.rel(path)
     found = entry(marker, rel)
     size, footer = found if found is not None else (0, None)
     return RunFile(rel, rows, lo, hi, size, footer)
@@ -110,8 +111,8 @@ class StepShuffle:
                 m = markers.get(shard.key)
                 if m is None:
                     return None
-                path = WorkFiles(folder).shuffle_file(self.segment.index, shard.key, fetch=False)
-                out.append(run_file(folder, m, path, int(m.get("shuffle_rows", 0)), 0, self.parts))
+                rel = WorkFiles.shuffle_file_rel(self.segment.index, shard.key)  # as text: one per map task
+                out.append(run_file(folder, m, rel, int(m.get("shuffle_rows", 0)), 0, self.parts))
             return out
         before = self.readers(folder, round - 1)
         if before is None:
@@ -122,7 +123,7 @@ class StepShuffle:
             m = markers.get(partition_key(task.index))
             if m is None:
                 return None
-            path = WorkFiles(folder).forward_file(self.segment.index, round - 1, task.index, fetch=False)
+            path = WorkFiles.forward_file_rel(self.segment.index, round - 1, task.index)
             out.append(run_file(folder, m, path, int(m.get("forwarded", 0)), 0, self.parts))
         return out
 
@@ -157,7 +158,7 @@ class StepShuffle:
                 m = markers.get(t.key)
                 if m is None:
                     return None
-                path = WorkFiles(folder).merged_run(self.segment.index, round, level, t.key, fetch=False)
+                path = WorkFiles.merged_run_rel(self.segment.index, round, level, t.key)
                 outputs[t.key] = run_file(folder, m, path, int(m.get("rows", 0)), t.lo, t.hi)
             grid = merged_grid(shapes[level - 1], tasks, outputs, kept)
         self._grids[key] = grid
@@ -209,12 +210,11 @@ class StepShuffle:
         ``markers``: that phase's markers (``read_all``), read once by a caller asking for many tasks."""
         if markers is None:
             markers = folder.markers.read_all(map_phase(self.segment.index))
-        work = WorkFiles(folder)
         out = []
         for o in ordinals:
             shard = self.spec.shards[o]
             m = markers.get(shard.key)
-            path = work.map_output(self.segment.index, shard.key, fetch=False)
+            path = WorkFiles.map_output_rel(self.segment.index, shard.key)
             if m is not None and (f := run_file(folder, m, path, int(m.get("kept", 0)), 0, 1)) is not None:
                 out.append((o, f))  # none where every document of the shard was dropped
         return tuple(out)
@@ -236,7 +236,7 @@ class StepShuffle:
                 m = markers.get(partition_key(t.index))
                 if m is None:
                     return None
-                path = WorkFiles(folder).partition_file(kind, self.segment.index, t.index, r, fetch=False)
+                path = WorkFiles.partition_file_rel(kind, self.segment.index, t.index, r)
                 out.append(run_file(folder, m, path, int(m.get(counts, 0)), 0, shards))
             if not tasks:
                 break  # the rounds after one without tasks have none either
@@ -276,7 +276,7 @@ class StepShuffle:
                 m = markers.get(f"{kind}-{t.key}")
                 if m is None:
                     return None
-                path = WorkFiles(folder).merged_outputs(self.segment.index, level, kind, t.key, fetch=False)
+                path = WorkFiles.merged_outputs_rel(self.segment.index, level, kind, t.key)
                 outputs[t.key] = run_file(folder, m, path, int(m.get("rows", 0)), t.lo, t.hi)
             grid = merged_grid(shapes[level - 1], tasks, outputs, kept)
         self._outputs[key] = grid

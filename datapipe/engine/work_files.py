@@ -86,55 +86,96 @@ class WorkFiles:
         return self.folder.fetched(path) if fetch else path
 
     def map_output(self, segment: int, shard_key: str, fetch: bool = True) -> Path:
-        return self._at(self.dir / map_phase(segment) / f"{shard_key}.parquet", fetch)
+        return self._at(self.folder.root / self.map_output_rel(segment, shard_key), fetch)
+
+    @staticmethod
+    def map_output_rel(segment: int, shard_key: str) -> str:
+        """``map_output`` as a path in the run folder, as text: the driver names each task's inputs so,
+        and pathlib's joins and ``relative_to`` were most of a map task's planning (issue 48)."""
+        return f"{WORK_DIR}/{map_phase(segment)}/{shard_key}.parquet"
 
     def decisions_file(self, segment: int, shard_key: str) -> Path:
-        return self._at(self.dir / reduce_phase(segment) / f"{shard_key}.parquet")
+        return self._at(self.folder.root / self.decisions_rel(segment, shard_key))
+
+    @staticmethod
+    def decisions_rel(segment: int, shard_key: str) -> str:
+        return f"{WORK_DIR}/{reduce_phase(segment)}/{shard_key}.parquet"
 
     def shuffle_file(self, segment: int, shard_key: str, fetch: bool = True) -> Path:
-        return self._at(self.dir / shuffle_phase(segment) / f"{shard_key}.parquet", fetch)
+        return self._at(self.folder.root / self.shuffle_file_rel(segment, shard_key), fetch)
+
+    @staticmethod
+    def shuffle_file_rel(segment: int, shard_key: str) -> str:
+        """``shuffle_file`` as a path in the run folder, as text (the driver names every map task's so)."""
+        return f"{WORK_DIR}/{shuffle_phase(segment)}/{shard_key}.parquet"
 
     def partition_output(self, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
-        name = f"{partition_key(partition)}.parquet" if round == 0 else f"r{round}-{partition_key(partition)}.parquet"
-        return self._at(self.dir / f"{reduce_phase(segment)}-parts" / name, fetch)
+        return self.partition_file("decisions", segment, partition, round, fetch)
 
     def partition_state(self, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
         """A partition's rows for the applying map tasks (``PartitionResult.state``)."""
-        name = f"state-r{round}-{partition_key(partition)}.parquet"
-        return self._at(self.dir / f"{reduce_phase(segment)}-parts" / name, fetch)
+        return self.partition_file("state", segment, partition, round, fetch)
 
     def partition_copies(self, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
         """The copies a partition dropped, by their survivor's shard: for the survivors' map tasks."""
-        name = f"copies-r{round}-{partition_key(partition)}.parquet"
-        return self._at(self.dir / f"{reduce_phase(segment)}-parts" / name, fetch)
+        return self.partition_file("copies", segment, partition, round, fetch)
 
     def partition_file(self, kind: str, segment: int, partition: int, round: int = 0, fetch: bool = True) -> Path:
         """A deciding partition's output of one ``kind`` (``OUTPUT_KINDS``)."""
+        return self._at(self.folder.root / self.partition_file_rel(kind, segment, partition, round), fetch)
+
+    @staticmethod
+    def partition_file_rel(kind: str, segment: int, partition: int, round: int = 0) -> str:
+        """``partition_file`` as a path in the run folder, as text (the driver names every partition's so)."""
         assert kind in OUTPUT_KINDS, kind
-        by_kind = {"decisions": self.partition_output, "state": self.partition_state, "copies": self.partition_copies}
-        return by_kind[kind](segment, partition, round, fetch)
+        key = partition_key(partition)
+        if kind == "decisions":
+            name = f"{key}.parquet" if round == 0 else f"r{round}-{key}.parquet"
+        else:
+            name = f"{kind}-r{round}-{key}.parquet"
+        return f"{WORK_DIR}/{reduce_phase(segment)}-parts/{name}"
 
     def forward_file(self, segment: int, round: int, partition: int, fetch: bool = True) -> Path:
         """Rows partition ``partition`` of round ``round`` hands to the next round, by their ``part``."""
-        return self._at(self.dir / f"{shuffle_phase(segment)}-r{round}" / f"{partition_key(partition)}.parquet", fetch)
+        return self._at(self.folder.root / self.forward_file_rel(segment, round, partition), fetch)
+
+    @staticmethod
+    def forward_file_rel(segment: int, round: int, partition: int) -> str:
+        return f"{WORK_DIR}/{shuffle_phase(segment)}-r{round}/{partition_key(partition)}.parquet"
 
     def merged_run(self, segment: int, round: int, level: int, key: str, fetch: bool = True) -> Path:
         """A merge task's run of a shuffle round's rows (engine/tasks/merge.py): ``key`` is its (group,
         range) (``shuffle_plan.merge_key``)."""
-        return self._at(self.dir / merge_phase(segment, round, level) / f"{key}.parquet", fetch)
+        return self._at(self.folder.root / self.merged_run_rel(segment, round, level, key), fetch)
+
+    @staticmethod
+    def merged_run_rel(segment: int, round: int, level: int, key: str) -> str:
+        return f"{WORK_DIR}/{merge_phase(segment, round, level)}/{key}.parquet"
 
     def merged_outputs(self, segment: int, level: int, kind: str, key: str, fetch: bool = True) -> Path:
         """A merge task's run of a deciding shuffle's partition outputs of one ``kind`` (``OUTPUT_KINDS``:
         decisions, states, copies), sorted by ``shard``."""
+        return self._at(self.folder.root / self.merged_outputs_rel(segment, level, kind, key), fetch)
+
+    @staticmethod
+    def merged_outputs_rel(segment: int, level: int, kind: str, key: str) -> str:
         assert kind in OUTPUT_KINDS, kind
-        return self._at(self.dir / merge_outputs_phase(segment, level) / f"{kind}-{key}.parquet", fetch)
+        return f"{WORK_DIR}/{merge_outputs_phase(segment, level)}/{kind}-{key}.parquet"
 
     def state_file(self, segment: int) -> Path:
-        return self._at(self.dir / f"{reduce_phase(segment)}-state.parquet")
+        return self._at(self.folder.root / self.state_rel(segment))
+
+    @staticmethod
+    def state_rel(segment: int) -> str:
+        return f"{WORK_DIR}/{reduce_phase(segment)}-state.parquet"
 
     def combine_copies_file(self, segment: int) -> Path:
         """The copies the combine step dropped, sorted by their survivor's shard (each map task reads its own)."""
-        return self._at(self.dir / f"{reduce_phase(segment)}-copies.parquet")
+        return self._at(self.folder.root / self.combine_copies_rel(segment))
+
+    @staticmethod
+    def combine_copies_rel(segment: int) -> str:
+        return f"{WORK_DIR}/{reduce_phase(segment)}-copies.parquet"
 
     @staticmethod
     def aggregates_merged_rel(level: int, key: str) -> str:

@@ -33,11 +33,20 @@ from typing import TypedDict
 from pydantic import BaseModel, ConfigDict, Field
 
 from datapipe.config.limits import DEFAULT_LIMITS, ReadLimits
-from datapipe.license.code_repos import is_license_file
 from datapipe.readers.archives import ARCHIVE_PROBLEMS, Caps, Member, MemberAt, MemberIds, clean_name, iter_archive
 from datapipe.readers.base import InputFile, LimitExceeded, ReadBatch
 from datapipe.readers.columns import ColumnsBuilder
 from datapipe.readers.spec import ReaderSpec
+
+
+def is_license_file(name: str) -> bool:
+    """``datapipe.license.code_repos.is_license_file``, imported on the first call: the license detectors
+    compile ~140 regular expressions at import (~0.1 CPU s), which a process that imports this module
+    only through the JSONL or Parquet reader (every web pipeline's driver and workers) never uses."""
+    from datapipe.license.code_repos import is_license_file as check
+
+    return check(name)
+
 
 PAPER_COLUMNS = {"arxiv_id": "string", "license_url": "string", "categories": "string", "license_files": "string"}
 

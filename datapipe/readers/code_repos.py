@@ -25,9 +25,6 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from datapipe.license.code_repos import is_license_file
-from datapipe.license.metadata import is_metadata_file
-from datapipe.license.readme import is_readme, license_section
 from datapipe.readers.archives import (
     ARCHIVE_PROBLEMS,
     ARCHIVE_SUFFIXES,
@@ -287,8 +284,18 @@ class TableOptions(BaseModel):
     metadata: str | None = Field(None, description="kind paper: arXiv metadata JSONL (id, license, categories).")
 
 
+# _license_modules: the license detectors (datapipe.license: ~140 regular expressions compiled at import,
+# ~0.1 CPU s) are imported where a repository's files are read, not with this module, which the JSONL
+# and Parquet readers import for TableOptions: a driver or worker reading web JSONL never needs them
+# (readers/arxiv.py likewise).
+
+
 def is_repo_meta_file(rel: str) -> bool:
     """License texts, package metadata and READMEs at the repository root, or in LICENSES/ (REUSE)."""
+    from datapipe.license.code_repos import is_license_file  # (see _license_modules)
+    from datapipe.license.metadata import is_metadata_file
+    from datapipe.license.readme import is_readme
+
     parts = PurePosixPath(rel).parts
     if len(parts) == 2 and parts[0] in ("LICENSES", "licenses"):
         return True
@@ -419,6 +426,8 @@ def _walk(root: Path) -> Iterator[tuple[Member, Path]]:
 
 
 def read_repo(file: InputFile, batch_size: int) -> Iterator[ReadBatch]:
+    from datapipe.license.readme import is_readme, license_section  # (see _license_modules)
+
     opts = RepoOptions.model_validate(file.source.options)
     out = code_builder(file, batch_size)
     limits = file.limits

@@ -64,6 +64,18 @@ class TokenizerInfo:
 def load_tokenizer_info(path: Path, config: TokenizeConfig) -> TokenizerInfo:
     data = path.read_bytes()
     fingerprint = hashlib.sha256(data).hexdigest()
+    names = [config.eos_token, config.pad_token, config.bos_token]
+    key = f"info-v{FACTS_VERSION}-{fingerprint[:32]}-{_versions('tokenizers')}-{_digest(names)}"
+    stored = _read_stored(key)
+    if isinstance(stored, list) and len(stored) == 4 and all(isinstance(v, int) for v in stored[:3]):
+        # (vocabulary size, eos, pad, bos ids) as an earlier driver parsed them from this very file
+        return TokenizerInfo(str(path), fingerprint, *stored)
+    info = _parsed_info(path, config, fingerprint, data)
+    _store(key, [info.vocab_size, info.eos_id, info.pad_id, info.bos_id])
+    return info
+
+
+def _parsed_info(path: Path, config: TokenizeConfig, fingerprint: str, data: bytes) -> TokenizerInfo:
     tok = _parsed(str(path), fingerprint, data)
 
     def lookup(key: str, name: str | None, candidates: tuple[str, ...], required: bool) -> int | None:
@@ -131,14 +143,81 @@ def with_engine(info: TokenizerInfo) -> TokenizerInfo:
         return dataclasses.replace(info, engine="tokenizers", engine_note=f"{ENGINE_ENV}=tokenizers")
     key = (info.path, info.fingerprint, forced)
     if key not in _ENGINES:  # a driver plans a run more than once (the executor's choice, then the run)
-        why_not = f"{ENGINE_ENV}=tiktoken" if forced == "tiktoken" else _fastokens_verdict(info)
-        if not why_not:
-            _ENGINES[key] = ("fastokens", "")
+        decided_by = _digest([forced, PLAN_VERSION, probe_text()])
+        name = f"engine-v{FACTS_VERSION}-{info.fingerprint[:32]}-{_versions(*ENGINES)}-{decided_by}"
+        stored = _read_stored(name)
+        if isinstance(stored, list) and len(stored) == 2 and stored[0] in ENGINES:
+            _ENGINES[key] = (stored[0], stored[1])
         else:
-            engine, note = _today_engine(info)
-            _ENGINES[key] = (engine, f"{why_not}; using {engine}" + (f" ({note})" if note else ""))
+            _ENGINES[key] = _engine_verdict(info, forced)
+            _store(name, list(_ENGINES[key]))
     engine, note = _ENGINES[key]
     return dataclasses.replace(info, engine=engine, engine_note=note)
+
+
+def _engine_verdict(info: TokenizerInfo, forced: str | None) -> tuple[str, str]:
+    """(engine, note) for ``info``'s file: what ``with_engine`` says, found by loading and probing."""
+    why_not = f"{ENGINE_ENV}=tiktoken" if forced == "tiktoken" else _fastokens_verdict(info)
+    if not why_not:
+        return "fastokens", ""
+    engine, note = _today_engine(info)
+    return engine, f"{why_not}; using {engine}" + (f" ({note})" if note else "")
+
+
+# What a driver learns of a tokenizer file by parsing it (its vocabulary size and special ids) and by
+# probing the encoders on it (which one gives tokenizers' ids), kept in the cache folder by the file's
+# sha256 and the versions that decide it, as the fast encoder's plan is: each run's driver otherwise
+# parses the file with tokenizers and with fastokens and encodes the probe with both (~0.9 CPU s for a
+# 32k vocabulary), for the same answer every time. Each worker still checks its encoder on a sample of
+# its first batch. Bump when what a stored record means changes.
+FACTS_VERSION = 1
+
+
+def _versions(*packages: str) -> str:
+    """The installed versions of ``packages`` ("none" for one not installed), as part of a stored name."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for package in packages:
+        try:
+            out.append(f"{package}{version(package)}")
+        except PackageNotFoundError:
+            out.append(f"{package}none")
+    return "-".join(out)
+
+
+def _digest(values: list[Any]) -> str:
+    import json
+
+    return hashlib.sha256(json.dumps(values).encode()).hexdigest()[:16]
+
+
+def _read_stored(name: str) -> Any:
+    import json
+
+    from datapipe.storage.cache import cache_dir
+
+    try:
+        return json.loads((cache_dir() / "tokens" / f"{name}.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def _store(name: str, value: Any) -> None:
+    """``value`` as JSON in the cache folder, under a private name first, so a concurrent reader sees
+    all of it or nothing; a read-only cache keeps nothing (the next driver finds it out again)."""
+    import json
+
+    from datapipe.storage.cache import cache_dir
+
+    path = cache_dir() / "tokens" / f"{name}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(value))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _today_engine(info: TokenizerInfo) -> tuple[str, str]:

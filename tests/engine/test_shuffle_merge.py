@@ -133,3 +133,24 @@ def test_files_opened_per_document_stay_flat_with_merges_and_outputs_do_not_chan
     # only (12 writers need 3 levels, 3 writers 1: log2 of the writers), so less than the plain growth.
     assert plain_large / plain_small > 2, (plain_small, plain_large)
     assert large / small < plain_large / plain_small and large < plain_large, (small, large, plain_small, plain_large)
+
+
+def test_holding_each_key_is_what_a_reader_of_that_one_key_reads() -> None:
+    """A map phase asks, for every shard, the runs holding its rows (``Grid.holding_each``, one pass over
+    the grid's ranges): the same runs, in the same order, as ``Grid.holding`` of that one key."""
+    from datapipe.engine.shuffle_plan import Grid, RunFile
+
+    rng = random.Random(7)
+    for _ in range(50):
+        keys = rng.randint(1, 40)
+        cuts = sorted({0, *(rng.randint(0, keys) for _ in range(rng.randint(0, 6)))})  # empty ranges too
+        ranges = tuple(zip(cuts, [*cuts[1:], keys]))
+        files = tuple(
+            tuple(
+                None if rng.random() < 0.3 else RunFile(f"g{g}-r{j}", rng.choice([0, 1, 5]), lo, hi)
+                for j, (lo, hi) in enumerate(ranges)
+            )
+            for g in range(rng.randint(1, 4))
+        )
+        grid = Grid(ranges, files)
+        assert grid.holding_each(keys) == [tuple(grid.holding(k, k + 1)) for k in range(keys)]

@@ -404,3 +404,24 @@ def test_planning_parses_the_tokenizer_file_once(tmp_path: Path, monkeypatch: py
     info = tokenize.with_engine(tokenize.load_tokenizer_info(path, config))
     assert info.engine == "tiktoken" and info.fingerprint == first.fingerprint  # the probe compared both engines' ids
     assert parses == ["from_str"]
+
+
+def test_a_drivers_verdict_and_the_files_facts_are_kept_in_the_cache_for_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second driver of the same file (same sha256, same library versions) neither parses it nor probes
+    the encoders: it reads what the first stored in the cache folder, and gets the same answer."""
+    monkeypatch.setenv("DATAPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(tokenize.ENGINE_ENV)
+    path = tmp_path / "demo.json"
+    path.write_bytes((ROOT / "tokenizer" / "demo.json").read_bytes())  # a path no other test stored
+    first = _info(path)
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "cache" / "tokens").glob("*-v1-*.json")) == ["engine", "info"]
+
+    def again(*args: object) -> None:
+        raise AssertionError("parsed or probed again")
+
+    tokenize._ENGINES.clear()
+    monkeypatch.setattr(tokenize, "_parsed_info", again)
+    monkeypatch.setattr(tokenize, "_engine_verdict", again)
+    assert _info(path) == first
