@@ -248,6 +248,43 @@ def test_import_is_light():
     assert out.returncode == 0, out.stderr
 
 
+def test_local_manifest_read_without_pyarrow_parquet(tmp_path, run):
+    """A process without pyarrow.parquet reads a local manifest in a child process and never
+    imports pyarrow's Parquet or filesystem modules itself; it gets the same manifest, the
+    same batches, and a clear error for a manifest that is not Parquet."""
+    bad = tmp_path / "bad"
+    (bad / "shards").mkdir(parents=True)
+    (bad / "shards" / "manifest.parquet").write_bytes(b"not parquet at all")
+    code = (
+        "import sys\n"
+        "from datapipe.loader import PackedDataset\n"
+        f"ds = PackedDataset({str(run)!r}, backend='numpy', seq_len=16, batch_size=12)\n"
+        "ids = [int(b['input_ids'][:, 0].sum()) for b in ds]\n"
+        "loaded = [m for m in ('pyarrow.parquet', 'pyarrow.fs', 'pyarrow.dataset') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "try:\n"
+        f"    PackedDataset({str(bad)!r}, backend='numpy')\n"
+        "except ValueError as exc:\n"
+        "    assert 'unreadable as Parquet' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('a manifest that is not Parquet was read')\n"
+        "print(ds.manifest.fingerprint, ids)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    here = _ds(run, batch_size=12)  # this process has pyarrow.parquet: read in-process
+    assert "pyarrow.parquet" in sys.modules
+    fingerprint, ids = out.stdout.split(" ", 1)
+    assert fingerprint == here.manifest.fingerprint
+    assert ids.strip() == str([int(b["input_ids"][:, 0].sum()) for b in here])
+
+
 def test_compiled_permutation_equals_numpy() -> None:
     """The optional numba Feistel kernel must give exactly the numpy order (resume relies on it)."""
     import pytest as _pytest
