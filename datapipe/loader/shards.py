@@ -107,7 +107,7 @@ def _resolve(location: str | os.PathLike[str]) -> tuple[pafs.FileSystem | None, 
 
 
 def _kind(fs: pafs.FileSystem | None, path: str) -> str:
-    """ "dir", "file" or "" (missing or something else) for ``path`` on ``fs`` (None: local)."""
+    """What ``path`` is on ``fs`` (None: the local disk): "dir", "file", or "" (missing, or neither)."""
     if fs is None:
         return "dir" if os.path.isdir(path) else "file" if os.path.isfile(path) else ""
     import pyarrow.fs as pafs
@@ -131,18 +131,17 @@ def manifest_columns(fs: pafs.FileSystem | None, path: str) -> dict[str, list]:
     """Every column of the Parquet manifest at ``path`` as Python lists. A local file is read
     in a child process (the same interpreter) unless this process has ``pyarrow.parquet``
     already: importing it here would map ~18 MiB of Parquet and filesystem libraries into
-    the training process for good, for one read (measured by ``bench.perf.loader --dataloader``)."""
+    the training process for good, for one read (measured by ``bench.perf.loader --dataloader``).
+    When the child cannot read it (no interpreter to start, as in an embedded Python; a corrupt
+    file), it is read here, which raises pyarrow's own error for a file that is not Parquet."""
     if fs is None and "pyarrow.parquet" not in sys.modules and sys.executable:
         try:
             child = subprocess.run([sys.executable, "-c", _READ_COLUMNS, path], capture_output=True, check=False)
-        except OSError:
-            child = None  # no interpreter to start (an embedded Python): read it here instead
-        if child is not None:
-            if child.returncode != 0:
-                why = (child.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
-                raise ValueError(f"manifest {path}: unreadable as Parquet ({why})")
-            columns: dict[str, list] = pickle.loads(child.stdout)
-            return columns
+            if child.returncode == 0:
+                columns: dict[str, list] = pickle.loads(child.stdout)
+                return columns
+        except (OSError, pickle.UnpicklingError, EOFError):
+            pass
     import pyarrow.parquet as pq
 
     with open(path, "rb") if fs is None else fs.open_input_file(path) as f:
