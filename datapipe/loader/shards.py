@@ -4,11 +4,11 @@ Start-up reads only the manifest (one small Parquet file), so it costs O(shards)
 is opened on first touch: a memory map plus Arrow's IPC footer and the checks of
 ``verify.shard_arrays``; no token bytes are read.
 
-A local run is found with ``os`` and its manifest read in a short-lived child process
-(``manifest_columns``) unless this process has imported ``pyarrow.parquet`` already: the
-training process then never maps pyarrow's Parquet and filesystem libraries, which it would
-keep for its whole life for one small read (with DataLoader workers it never opens a shard
-either). Only a URI imports ``pyarrow.fs`` here.
+A local run is found with ``os`` and its manifest read from the Arrow IPC copy the pack phase
+writes beside the Parquet file (``manifest_columns``): the training process then never maps
+pyarrow's Parquet and filesystem libraries, which it would keep for its whole life for one small
+read (with DataLoader workers it never opens a shard either). Only a URI imports ``pyarrow.fs``
+here.
 
 Manifest paths are relative to the run folder and must stay inside it: an absolute path,
 a ``..`` component or (for local runs) a symlink that resolves outside the folder is
@@ -22,9 +22,7 @@ import hashlib
 import json
 import mmap
 import os
-import pickle
 import stat
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable
@@ -37,7 +35,15 @@ import pyarrow as pa
 
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.loader.verify import WATCH, file_identity, shard_arrays
-from datapipe.tokens.shard_format import MANIFEST_COLUMNS, MANIFEST_NAME, ShardCorrupt, ShardMeta
+from datapipe.tokens.shard_format import (
+    MANIFEST_COLUMNS,
+    MANIFEST_COPY_NAME,
+    MANIFEST_COPY_OF,
+    MANIFEST_NAME,
+    ShardCorrupt,
+    ShardMeta,
+    file_sha256,
+)
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -116,38 +122,38 @@ def _kind(fs: pafs.FileSystem | None, path: str) -> str:
     return "dir" if t == pafs.FileType.Directory else "file" if t == pafs.FileType.File else ""
 
 
-# Run by ``manifest_columns`` in a child process: the manifest's columns, pickled to stdout.
-# ParquetFile, not pq.read_table: that goes through pyarrow.dataset, whose import pulls in pandas.
-_READ_COLUMNS = """
-import pickle, sys
-import pyarrow.parquet as pq
-with open(sys.argv[1], "rb") as f:
-    table = pq.ParquetFile(f).read()
-pickle.dump({c: table.column(c).to_pylist() for c in table.column_names}, sys.stdout.buffer, protocol=5)
-"""
-
-
 def manifest_columns(fs: pafs.FileSystem | None, path: str) -> dict[str, list]:
-    """Every column of the Parquet manifest at ``path`` as Python lists. A local file is read
-    in a child process (the same interpreter) unless this process has ``pyarrow.parquet``
-    already: importing it here would map ~18 MiB of Parquet and filesystem libraries into
-    the training process for good, for one read (measured by ``bench.perf.loader --dataloader``).
-    When the child cannot read it (no interpreter to start, as in an embedded Python; a corrupt
-    file), it is read here, which raises pyarrow's own error for a file that is not Parquet."""
-    if fs is None and "pyarrow.parquet" not in sys.modules and sys.executable:
-        try:
-            child = subprocess.run([sys.executable, "-c", _READ_COLUMNS, path], capture_output=True, check=False)
-            if child.returncode == 0:
-                columns: dict[str, list] = pickle.loads(child.stdout)
-                return columns
-        except (OSError, pickle.UnpicklingError, EOFError):
-            pass
+    """Every column of the manifest at ``path`` as Python lists. A local run's Arrow IPC copy
+    (``shard_format.MANIFEST_COPY_NAME``, written beside the Parquet file by the pack phase) is read
+    when its stamp is the Parquet file's sha256: pyarrow's core reads it, so the training process
+    never maps pyarrow's Parquet and filesystem libraries, which it would keep for its whole life for
+    one small read (measured by ``bench.perf.loader --dataloader``). Otherwise (no copy, a stale one,
+    a URI) the Parquet file is read, which raises pyarrow's own error for a file that is not Parquet."""
+    if fs is None:
+        columns = _stamped_copy(path)
+        if columns is not None:
+            return columns
     import pyarrow.parquet as pq
 
     with open(path, "rb") if fs is None else fs.open_input_file(path) as f:
         # ParquetFile, not pq.read_table: that goes through pyarrow.dataset, whose import pulls in
         # pandas (~0.4 s of CPU and ~45 MiB in every training process and DataLoader worker).
         table = pq.ParquetFile(f).read()
+    return {c: table.column(c).to_pylist() for c in table.column_names}
+
+
+def _stamped_copy(path: str) -> dict[str, list] | None:
+    """The columns of the Arrow IPC copy beside the local Parquet manifest ``path``, or None where
+    there is none or its stamp is not the Parquet file's sha256 (the Parquet file is the truth)."""
+    copy = os.path.join(os.path.dirname(path), MANIFEST_COPY_NAME)
+    try:
+        with pa.memory_map(copy) as source:
+            table = pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowInvalid):
+        return None
+    stamp = (table.schema.metadata or {}).get(MANIFEST_COPY_OF)
+    if stamp is None or stamp.decode() != file_sha256(path):
+        return None
     return {c: table.column(c).to_pylist() for c in table.column_names}
 
 
