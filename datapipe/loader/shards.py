@@ -4,11 +4,10 @@ Start-up reads only the manifest (one small Parquet file), so it costs O(shards)
 is opened on first touch: a memory map plus Arrow's IPC footer and the checks of
 ``verify.shard_arrays``; no token bytes are read.
 
-A local run is found with ``os`` and its manifest read from the Arrow IPC copy the pack phase
-writes beside the Parquet file (``manifest_columns``): the training process then never maps
-pyarrow's Parquet and filesystem libraries, which it would keep for its whole life for one small
-read (with DataLoader workers it never opens a shard either). Only a URI imports ``pyarrow.fs``
-here.
+A local run is found with ``os`` and its manifest read from the JSON copy the pack phase writes
+beside the Parquet file (``manifest_columns``): the training process then never maps pyarrow's
+Parquet and filesystem libraries, which it would keep for its whole life for one small read (with
+DataLoader workers it never opens a shard either). Only a URI imports ``pyarrow.fs`` here.
 
 Manifest paths are relative to the run folder and must stay inside it: an absolute path,
 a ``..`` component or (for local runs) a symlink that resolves outside the folder is
@@ -38,7 +37,6 @@ from datapipe.loader.verify import WATCH, file_identity, shard_arrays
 from datapipe.tokens.shard_format import (
     MANIFEST_COLUMNS,
     MANIFEST_COPY_NAME,
-    MANIFEST_COPY_OF,
     MANIFEST_NAME,
     ShardCorrupt,
     ShardMeta,
@@ -123,12 +121,13 @@ def _kind(fs: pafs.FileSystem | None, path: str) -> str:
 
 
 def manifest_columns(fs: pafs.FileSystem | None, path: str) -> dict[str, list]:
-    """Every column of the manifest at ``path`` as Python lists. A local run's Arrow IPC copy
+    """Every column of the manifest at ``path`` as Python lists. A local run's JSON copy
     (``shard_format.MANIFEST_COPY_NAME``, written beside the Parquet file by the pack phase) is read
-    when its stamp is the Parquet file's sha256: pyarrow's core reads it, so the training process
-    never maps pyarrow's Parquet and filesystem libraries, which it would keep for its whole life for
-    one small read (measured by ``bench.perf.loader --dataloader``). Otherwise (no copy, a stale one,
-    a URI) the Parquet file is read, which raises pyarrow's own error for a file that is not Parquet."""
+    when its stamp is the Parquet file's sha256: the standard library reads it, so the training
+    process neither maps pyarrow's Parquet and filesystem libraries nor allocates from Arrow's memory
+    pool, which it would keep for its whole life for one small read (measured by
+    ``bench.perf.loader --dataloader``). Otherwise (no copy, a stale one, a URI) the Parquet file is
+    read, which raises pyarrow's own error for a file that is not Parquet."""
     if fs is None:
         columns = _stamped_copy(path)
         if columns is not None:
@@ -143,18 +142,17 @@ def manifest_columns(fs: pafs.FileSystem | None, path: str) -> dict[str, list]:
 
 
 def _stamped_copy(path: str) -> dict[str, list] | None:
-    """The columns of the Arrow IPC copy beside the local Parquet manifest ``path``, or None where
-    there is none or its stamp is not the Parquet file's sha256 (the Parquet file is the truth)."""
-    copy = os.path.join(os.path.dirname(path), MANIFEST_COPY_NAME)
+    """The columns of the JSON copy beside the local Parquet manifest ``path``, or None where there
+    is none, it is not the copy's shape, or its stamp is not the Parquet file's sha256 (the Parquet
+    file is the truth)."""
     try:
-        with pa.memory_map(copy) as source:
-            table = pa.ipc.open_file(source).read_all()
-    except (OSError, pa.ArrowInvalid):
+        with open(os.path.join(os.path.dirname(path), MANIFEST_COPY_NAME), "rb") as f:
+            copy = json.loads(f.read())
+        columns = copy["columns"]
+        fresh = isinstance(columns, dict) and copy["parquet_sha256"] == file_sha256(path)
+    except (OSError, ValueError, TypeError, KeyError):
         return None
-    stamp = (table.schema.metadata or {}).get(MANIFEST_COPY_OF)
-    if stamp is None or stamp.decode() != file_sha256(path):
-        return None
-    return {c: table.column(c).to_pylist() for c in table.column_names}
+    return columns if fresh else None
 
 
 def read_manifest(

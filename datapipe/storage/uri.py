@@ -808,7 +808,7 @@ def _renames(fs: Any) -> bool:
 
 # What the driver writes into a run folder (the rest comes from tasks, named by their markers), and
 # what a read-only command needs of it.
-RUN_FILES = ("run.json", "stats.duckdb", "shards/manifest.parquet", "shards/manifest.arrow")
+RUN_FILES = ("run.json", "stats.duckdb", "shards/manifest.parquet", "shards/manifest.json")
 
 
 def local_run_dir(run_dir: str | os.PathLike[str], files: tuple[str, ...] = RUN_FILES) -> Path:

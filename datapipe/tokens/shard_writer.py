@@ -4,6 +4,7 @@ manifest: atomically, and recorded as outputs so a run folder in object storage 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import asdict
 
@@ -11,22 +12,21 @@ import numpy as np
 import pyarrow as pa
 
 from datapipe.storage.atomic import atomic_path
-from datapipe.tokens.shard_format import MANIFEST_COPY_NAME, MANIFEST_COPY_OF, ShardMeta, file_sha256, shard_schema
+from datapipe.tokens.shard_format import MANIFEST_COPY_NAME, ShardMeta, file_sha256, shard_schema
 
 
 def write_manifest(table: pa.Table, path: str | os.PathLike[str]) -> None:
-    """The manifest ``table`` as Parquet at ``path`` (what DuckDB and other tools read) and as an Arrow
-    IPC copy beside it stamped with that file's sha256 (what the loader reads: see
+    """The manifest ``table`` as Parquet at ``path`` (what DuckDB and other tools read) and as JSON
+    columns beside it stamped with that file's sha256 (what the loader reads: see
     ``shard_format.MANIFEST_COPY_NAME``). The copy is written second, so a copy is never newer than
     the Parquet file it was made from."""
     import pyarrow.parquet as pq
 
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-    stamped = table.replace_schema_metadata({**(table.schema.metadata or {}), MANIFEST_COPY_OF: file_sha256(path).encode()})
+    copy = {"parquet_sha256": file_sha256(path), "columns": {c: table.column(c).to_pylist() for c in table.column_names}}
     with atomic_path(os.path.join(os.path.dirname(os.fspath(path)), MANIFEST_COPY_NAME)) as tmp:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, stamped.schema) as writer:
-            writer.write_table(stamped)
+        tmp.write_text(json.dumps(copy, separators=(",", ":")), encoding="utf-8")
 
 
 def write_shard(

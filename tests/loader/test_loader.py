@@ -251,7 +251,7 @@ def test_import_is_light():
 
 
 def test_local_manifest_read_without_pyarrow_parquet(tmp_path, run):
-    """A training process reads a local run's manifest from the Arrow copy beside the Parquet file
+    """A training process reads a local run's manifest from the JSON copy beside the Parquet file
     and never imports pyarrow's Parquet or filesystem modules; it gets the same manifest and the same
     batches as the Parquet read. A copy that no longer matches the Parquet file (rewritten by hand)
     is ignored, and a manifest that is not Parquet gets pyarrow's own error."""
@@ -286,11 +286,11 @@ def test_local_manifest_read_without_pyarrow_parquet(tmp_path, run):
         env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"},
     )
     assert out.returncode == 0, out.stderr
-    (run / "shards" / "manifest.arrow").rename(tmp_path / "copy.arrow")  # the Parquet read, here
+    (run / "shards" / "manifest.json").rename(tmp_path / "copy.json")  # the Parquet read, here
     try:
         here = _ds(run, batch_size=12)
     finally:
-        (tmp_path / "copy.arrow").rename(run / "shards" / "manifest.arrow")
+        (tmp_path / "copy.json").rename(run / "shards" / "manifest.json")
     fingerprint, ids = out.stdout.split(" ", 1)
     assert fingerprint == here.manifest.fingerprint
     assert ids.strip() == str([int(b["input_ids"][:, 0].sum()) for b in here])
