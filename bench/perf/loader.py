@@ -63,13 +63,12 @@ from bench._support.harness import Harness, add_args
 from datapipe.loader import PackedDataset
 from datapipe.loader.batch import COMPACT_FIELDS, TOKEN_FIELDS
 from datapipe.tokens.shard_format import ShardMeta, file_sha256
-from datapipe.tokens.shard_writer import write_shard
+from datapipe.tokens.shard_writer import write_manifest, write_shard
 
 
 def make_run(root: Path, shards: int, rows: int, seq_len: int, docs_per_row: int, seed: int = 0) -> np.ndarray:
     """Write ``shards`` shards of ``rows`` rows; return all tokens as one (N, row_len) array."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     rng = np.random.default_rng(seed)
     row_len = seq_len + 1
@@ -97,7 +96,8 @@ def make_run(root: Path, shards: int, rows: int, seq_len: int, docs_per_row: int
             }
         )
         everything.append((source, rel, tokens))
-    pq.write_table(pa.Table.from_pylist(recs), root / "shards" / "manifest.parquet")
+    # as the pack phase writes it: the Parquet file and the loader's Arrow copy beside it
+    write_manifest(pa.Table.from_pylist(recs), root / "shards" / "manifest.parquet")
     # Same row numbering as the manifest: the index below maps (shard id) -> rows of the flat file.
     order = sorted(range(len(everything)), key=lambda i: (everything[i][0], everything[i][1]))
     return np.concatenate([everything[i][2] for i in order])

@@ -17,10 +17,13 @@ training loop does, by:
 
 W = 0 (main process) and W = 2. Each (library, W) runs in a fresh process, interleaved per repeat
 (datapipe, litdata, mds, ...), and reports tokens/s over the whole epoch (wall: first batch
-included), time to first batch (iterator creation to the first batch), the CPU of the process
+included), time to first batch (iterator creation to the first batch, after a full garbage
+collection of the imports: see ``child``), the CPU of the process
 tree (main + workers, from rusage) per epoch, and peak RSS of the main process and of the
-largest worker (ru_maxrss, restarted at the process's and each worker's start: a worker's
-pages shared with the main process count, as in RSS). Exact resume at 50%: the epoch stopped after half its batches, the
+largest worker (VmHWM, restarted at the process's and each worker's start and read by each
+worker as it exits: a worker's pages shared with the main process count, as in RSS; not the
+children's ru_maxrss, which also holds any short-lived helper process a library runs, with
+the peak its parent had when it exec'd). Exact resume at 50%: the epoch stopped after half its batches, the
 loader's state saved, a new loader restored from it, and the rest read; the batches of both
 halves must equal the uninterrupted epoch's, in order (reported per library, W=2).
 
@@ -32,8 +35,11 @@ and run this there); a library that does not import is reported as skipped.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
+import multiprocessing
+import multiprocessing.util
 import os
 import resource
 import subprocess
@@ -41,6 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +64,23 @@ def _reset_peak(_worker_id: int = 0) -> None:
             f.write("5")
     except OSError:
         pass
+
+
+# Each DataLoader worker's peak RSS, written as it exits (a shared array set up before the
+# loader forks its workers: index = worker id, the largest over the loaders of one child).
+_WORKER_PEAKS: Any = None
+
+
+def _worker_start(worker_id: int) -> None:
+    """worker_init_fn of every library: restart the peak, and record it when the worker exits
+    (multiprocessing runs exit-priority finalizers as a worker process returns)."""
+    _reset_peak()
+    multiprocessing.util.Finalize(None, _record_peak, args=(worker_id,), exitpriority=0)
+
+
+def _record_peak(worker_id: int) -> None:
+    if _WORKER_PEAKS is not None and worker_id < len(_WORKER_PEAKS):
+        _WORKER_PEAKS[worker_id] = max(_WORKER_PEAKS[worker_id], _vm_hwm_mib())
 
 
 def _vm_hwm_mib() -> float:
@@ -82,7 +106,7 @@ def _datapipe(root: Path, batch: int, workers: int):
             ds.load_state_dict(state)
         else:
             ds.consumed_samples = 0
-        return ds.dataloader(num_workers=workers, worker_init_fn=_reset_peak if workers else None), ds.state_dict
+        return ds.dataloader(num_workers=workers, worker_init_fn=_worker_start if workers else None), ds.state_dict
 
     return fresh, lambda b: b["input_ids"]
 
@@ -92,7 +116,7 @@ def _litdata(root: Path, batch: int, workers: int, row_len: int):
 
     def fresh(state=None):
         ds = StreamingDataset(str(root / "litdata"), item_loader=TokensLoader(block_size=row_len), shuffle=True, seed=1)
-        dl = StreamingDataLoader(ds, batch_size=batch, num_workers=workers, worker_init_fn=_reset_peak if workers else None)
+        dl = StreamingDataLoader(ds, batch_size=batch, num_workers=workers, worker_init_fn=_worker_start if workers else None)
         if state is not None:
             dl.load_state_dict(state)
         return dl, dl.state_dict
@@ -105,7 +129,7 @@ def _mds(root: Path, batch: int, workers: int):
 
     def fresh(state=None):
         ds = StreamingDataset(local=str(root / "mds"), shuffle=True, shuffle_seed=1, batch_size=batch)
-        dl = StreamingDataLoader(ds, batch_size=batch, num_workers=workers, worker_init_fn=_reset_peak if workers else None)
+        dl = StreamingDataLoader(ds, batch_size=batch, num_workers=workers, worker_init_fn=_worker_start if workers else None)
         if state is not None:
             dl.load_state_dict(state)
         return dl, dl.state_dict
@@ -115,13 +139,21 @@ def _mds(root: Path, batch: int, workers: int):
 
 def child(lib: str, root: Path, batch: int, workers: int, row_len: int, resume: bool) -> dict:
     """One epoch of one library in this (fresh) process; the figures as a dict."""
+    global _WORKER_PEAKS
     _reset_peak()
+    _WORKER_PEAKS = multiprocessing.Array("d", max(workers, 1), lock=False)
     if lib == "datapipe":
         fresh, ids_of = _datapipe(root, batch, workers)
     elif lib == "litdata":
         fresh, ids_of = _litdata(root, batch, workers, row_len)
     else:
         fresh, ids_of = _mds(root, batch, workers)
+    # The interpreter's pending full collection (torch's import leaves ~10^6 objects) is run
+    # before the clock starts, for every library alike: otherwise whichever first batch happens
+    # to allocate past the collector's threshold pays a 0.2-0.8 s walk of those objects (on the
+    # loaded 2-core box; in datapipe's W=0 first batch it was torch's DataLoader importing
+    # torch.profiler._cupti_monitor), which times the interpreter's history, not the loader.
+    gc.collect()
     t0, c0 = time.perf_counter(), time.process_time()
     dl, _ = fresh()
     first, n, tokens, digests = None, 0, 0, []
@@ -136,6 +168,7 @@ def child(lib: str, root: Path, batch: int, workers: int, row_len: int, resume: 
         n += 1
     wall, cpu_main = time.perf_counter() - t0, time.process_time() - c0
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    worker_peak = max(_WORKER_PEAKS) if workers else 0.0
     out = {
         "batches": n,
         "tokens": tokens,
@@ -144,7 +177,8 @@ def child(lib: str, root: Path, batch: int, workers: int, row_len: int, resume: 
         "cpu_s": cpu_main + kids.ru_utime + kids.ru_stime,
         "cpu_main_s": cpu_main,
         "peak_rss_main_mib": _vm_hwm_mib(),
-        "peak_rss_worker_mib": kids.ru_maxrss / 1024 if workers else None,
+        # None when no worker recorded its peak (a worker killed rather than shut down).
+        "peak_rss_worker_mib": worker_peak or None,
         "load": os.getloadavg()[0],
     }
     if resume:

@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from datapipe.audit.sql import AuditError, connect, read_run_json
 from datapipe.config.sections import TokenizeConfig
@@ -50,6 +49,7 @@ from datapipe.tokens.shard_format import (
     manifest_row,
     shard_file_name,
 )
+from datapipe.tokens.shard_writer import write_manifest as write_manifest_files
 from datapipe.tokens.shard_writer import write_shard
 
 DEFAULT_WHERE = "status = 'kept'"
@@ -223,7 +223,7 @@ def pack_candidate(
         )
     if not rows:
         raise CandidateError(f"{out.name}: no documents left to train on")
-    pq.write_table(pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA), out / SHARDS_DIR / MANIFEST_NAME)
+    write_manifest_files(pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA), out / SHARDS_DIR / MANIFEST_NAME)
 
 
 def materialize(

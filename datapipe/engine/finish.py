@@ -34,8 +34,9 @@ from datapipe.engine.errors import PipelineError
 from datapipe.engine.plan import RunSpec, build_stage
 from datapipe.engine.work_files import map_phase
 from datapipe.run_folder.layout import DOCS_DIR, PACK_PHASE, REJECTED_DIR, RunFolder
-from datapipe.storage.atomic import atomic_path, temp_path_for
+from datapipe.storage.atomic import temp_path_for
 from datapipe.tokens.shard_format import MANIFEST_SCHEMA
+from datapipe.tokens.shard_writer import write_manifest as write_manifest_files
 
 
 def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
@@ -49,8 +50,7 @@ def write_manifest(folder: RunFolder, spec: RunSpec) -> pa.Table:
             rows.extend(marker["shards"])
     table = pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA)
     if spec.tokenizer is not None:
-        with atomic_path(folder.manifest) as tmp:
-            pq.write_table(table, tmp)
+        write_manifest_files(table, folder.manifest)
     return table
 
 

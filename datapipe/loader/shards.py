@@ -4,6 +4,11 @@ Start-up reads only the manifest (one small Parquet file), so it costs O(shards)
 is opened on first touch: a memory map plus Arrow's IPC footer and the checks of
 ``verify.shard_arrays``; no token bytes are read.
 
+A local run is found with ``os`` and its manifest read from the JSON copy the pack phase writes
+beside the Parquet file (``manifest_columns``): the training process then never maps pyarrow's
+Parquet and filesystem libraries, which it would keep for its whole life for one small read (with
+DataLoader workers it never opens a shard either). Only a URI imports ``pyarrow.fs`` here.
+
 Manifest paths are relative to the run folder and must stay inside it: an absolute path,
 a ``..`` component or (for local runs) a symlink that resolves outside the folder is
 refused with ``ShardPathError``. A path written as a URI (``file:///data/x.arrow``,
@@ -17,18 +22,29 @@ import json
 import mmap
 import os
 import stat
+import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from datapipe.errors import EXIT_USAGE, DatapipeError
 from datapipe.loader.verify import WATCH, file_identity, shard_arrays
-from datapipe.tokens.shard_format import MANIFEST_COLUMNS, MANIFEST_NAME, ShardCorrupt, ShardMeta
+from datapipe.tokens.shard_format import (
+    MANIFEST_COLUMNS,
+    MANIFEST_COPY_NAME,
+    MANIFEST_NAME,
+    ShardCorrupt,
+    ShardMeta,
+    file_sha256,
+)
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 _ARROW_MAGIC = b"ARROW1"
 
@@ -50,7 +66,7 @@ class Manifest:
     the order in which the pipeline happened to write the manifest."""
 
     root: str  # run folder on ``fs``; shard paths are relative to it
-    fs: pafs.FileSystem
+    fs: pafs.FileSystem | None  # None: a local folder, read with os (pyarrow.fs is not imported for it)
     local: bool
     paths: list[str]
     sources: list[str]
@@ -83,13 +99,60 @@ class Manifest:
         return np.asarray([i for i, s in enumerate(self.sources) if s == source], dtype=np.int64)
 
 
-def _resolve(location: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str, bool]:
+def _resolve(location: str | os.PathLike[str]) -> tuple[pafs.FileSystem | None, str, bool]:
+    """(filesystem, path, local): filesystem None for a plain local path (read with os)."""
     text = os.fspath(location)
-    if "://" in text:
-        fs, path = pafs.FileSystem.from_uri(text)
-    else:
-        fs, path = pafs.LocalFileSystem(), str(Path(text).resolve())
+    if "://" not in text:
+        return None, str(Path(text).resolve()).rstrip("/") or "/", True
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(text)
     return fs, path.rstrip("/") or "/", isinstance(fs, pafs.LocalFileSystem)
+
+
+def _kind(fs: pafs.FileSystem | None, path: str) -> str:
+    """What ``path`` is on ``fs`` (None: the local disk): "dir", "file", or "" (missing, or neither)."""
+    if fs is None:
+        return "dir" if os.path.isdir(path) else "file" if os.path.isfile(path) else ""
+    import pyarrow.fs as pafs
+
+    t = fs.get_file_info(path).type
+    return "dir" if t == pafs.FileType.Directory else "file" if t == pafs.FileType.File else ""
+
+
+def manifest_columns(fs: pafs.FileSystem | None, path: str) -> dict[str, list]:
+    """Every column of the manifest at ``path`` as Python lists. A local run's JSON copy
+    (``shard_format.MANIFEST_COPY_NAME``, written beside the Parquet file by the pack phase) is read
+    when its stamp is the Parquet file's sha256: the standard library reads it, so the training
+    process neither maps pyarrow's Parquet and filesystem libraries nor allocates from Arrow's memory
+    pool, which it would keep for its whole life for one small read (measured by
+    ``bench.perf.loader --dataloader``). Otherwise (no copy, a stale one, a URI) the Parquet file is
+    read, which raises pyarrow's own error for a file that is not Parquet."""
+    if fs is None:
+        columns = _stamped_copy(path)
+        if columns is not None:
+            return columns
+    import pyarrow.parquet as pq
+
+    with open(path, "rb") if fs is None else fs.open_input_file(path) as f:
+        # ParquetFile, not pq.read_table: that goes through pyarrow.dataset, whose import pulls in
+        # pandas (~0.4 s of CPU and ~45 MiB in every training process and DataLoader worker).
+        table = pq.ParquetFile(f).read()
+    return {c: table.column(c).to_pylist() for c in table.column_names}
+
+
+def _stamped_copy(path: str) -> dict[str, list] | None:
+    """The columns of the JSON copy beside the local Parquet manifest ``path``, or None where there
+    is none, it is not the copy's shape, or its stamp is not the Parquet file's sha256 (the Parquet
+    file is the truth)."""
+    try:
+        with open(os.path.join(os.path.dirname(path), MANIFEST_COPY_NAME), "rb") as f:
+            copy = json.loads(f.read())
+        columns = copy["columns"]
+        fresh = isinstance(columns, dict) and copy["parquet_sha256"] == file_sha256(path)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return columns if fresh else None
 
 
 def read_manifest(
@@ -99,13 +162,14 @@ def read_manifest(
     run.json does not say ``complete`` is refused (``RunIncomplete``) unless ``allow_incomplete``;
     a manifest with no run.json beside it (shards written by other tools) is read as it is."""
     fs, path, local = _resolve(location)
-    if fs.get_file_info(path).type == pafs.FileType.Directory:
+    kind = _kind(fs, path)
+    if kind == "dir":
         candidates = [f"{path}/shards/{MANIFEST_NAME}", f"{path}/{MANIFEST_NAME}"]
-        found = [c for c in candidates if fs.get_file_info(c).type == pafs.FileType.File]
+        found = [c for c in candidates if _kind(fs, c) == "file"]
         if not found:
             raise FileNotFoundError(f"no {MANIFEST_NAME} in {location} or its shards/ folder")
         path = found[0]
-    elif fs.get_file_info(path).type != pafs.FileType.File:
+    elif kind != "file":
         raise FileNotFoundError(f"manifest not found: {location}")
     if root is None:
         # The pipeline writes <run>/shards/manifest.parquet with paths relative to <run>.
@@ -113,15 +177,11 @@ def read_manifest(
         root = parent.rsplit("/", 1)[0] if parent.rsplit("/", 1)[-1] == "shards" else parent
     if not allow_incomplete:
         check_run_complete(fs, root, location)
-    with fs.open_input_file(path) as f:
-        # ParquetFile, not pq.read_table: that goes through pyarrow.dataset, whose import pulls in
-        # pandas (~0.4 s of CPU and ~45 MiB in every training process and DataLoader worker).
-        table = pq.ParquetFile(f).read()
-    missing = [c for c in MANIFEST_COLUMNS if c not in table.column_names]
+    data = manifest_columns(fs, path)
+    missing = [c for c in MANIFEST_COLUMNS if c not in data]
     if missing:
         raise ValueError(f"manifest {location} lacks columns {missing}")
-    data = table.select(list(MANIFEST_COLUMNS)).to_pydict()
-    keep = sorted((data["source"][i], data["path"][i], i) for i in range(table.num_rows) if data["split"][i] == split)
+    keep = sorted((data["source"][i], data["path"][i], i) for i in range(len(data["path"])) if data["split"][i] == split)
     if not keep:
         splits = sorted(set(data["split"]))
         raise ValueError(f"manifest {location} has no shards for split {split!r} (splits: {splits})")
@@ -129,8 +189,8 @@ def read_manifest(
     col = {c: [data[c][i] for i in idx] for c in MANIFEST_COLUMNS}
     _check_manifest_columns(data["path"], data["sha256"], location)
     sizes = None
-    if "bytes" in table.column_names:  # optional: lets a shard's size be checked before it is mapped
-        raw = table.column("bytes").to_pylist()
+    if "bytes" in data:  # optional: lets a shard's size be checked before it is mapped
+        raw = data["bytes"]
         sizes = np.asarray([-1 if raw[i] is None else raw[i] for i in idx], dtype=np.int64)
     for c in ("tokenizer_fingerprint", "seq_len", "row_len"):
         if len(set(col[c])) != 1:
@@ -153,17 +213,18 @@ def read_manifest(
     return m
 
 
-def check_run_complete(fs: pafs.FileSystem, root: str, location: object) -> None:
-    """Refuse a run folder whose run.json is unreadable or does not say ``complete`` (one small read)."""
+def check_run_complete(fs: pafs.FileSystem | None, root: str, location: object) -> None:
+    """Refuse a run folder whose run.json is unreadable or does not say ``complete`` (one small read;
+    ``fs`` None: a local folder)."""
     run_json = f"{root.rstrip('/')}/run.json"
-    if fs.get_file_info(run_json).type != pafs.FileType.File:
+    if _kind(fs, run_json) != "file":
         return  # not a datapipe run folder: a manifest of shards written some other way
     hint = (
         "wait for `datapipe run` to finish (or run it again to complete the run); pass "
         "allow_incomplete=True to read the shards as they are"
     )
     try:
-        with fs.open_input_stream(run_json) as f:
+        with open(run_json, "rb") if fs is None else fs.open_input_stream(run_json) as f:
             status = json.loads(f.read()).get("status")
     except (ValueError, AttributeError, OSError) as exc:
         raise RunIncomplete(
@@ -324,8 +385,10 @@ class OpenShard:
             self._watched = False
             WATCH.remove(self.path)
 
-    def __del__(self) -> None:
-        self.release()
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        # At interpreter exit the modules' globals may be gone already, and the watch with them.
+        if not _finalizing():
+            self.release()
 
     def row(self, r: int) -> np.ndarray:
         if len(self.tokens) == 1:
@@ -368,18 +431,22 @@ def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -
     original in place."""
     rel = m.paths[i]
     where = m.shard_path(i)
+    fs: pafs.FileSystem | None = None  # None: a local file, read with open()
     if is_uri(where):
+        import pyarrow.fs as pafs
+
         fs, src_path = pafs.FileSystem.from_uri(where)
         if isinstance(fs, pafs.LocalFileSystem) and not copy:
             return src_path
     elif m.local:
         if not copy:
             return where
-        fs, src_path = pafs.LocalFileSystem(), where
+        src_path = where
     else:
         fs, src_path = m.fs, where
     if cache_dir is None:
-        raise ValueError(f"shard {rel} lives on {type(fs).__name__}; pass cache_dir= to copy it to local disk")
+        where_name = "local disk" if fs is None else type(fs).__name__
+        raise ValueError(f"shard {rel} lives on {where_name}; pass cache_dir= to copy it to local disk")
     target = Path(cache_dir) / f"{m.sha256[i]}.arrow"  # sha256 is checked to be hex: no path tricks
     if not target.exists():
         # A private temporary name, renamed into place only once whole and verified: a worker killed
@@ -389,7 +456,7 @@ def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             digest = hashlib.sha256()
-            with fs.open_input_stream(src_path) as src, open(tmp, "wb") as dst:
+            with open(src_path, "rb") if fs is None else fs.open_input_stream(src_path) as src, open(tmp, "wb") as dst:
                 while block := src.read(1 << 22):
                     digest.update(block)
                     dst.write(block)

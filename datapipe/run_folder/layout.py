@@ -8,6 +8,7 @@
                                               shard's documents, by survivor (what `explain` lists)
     <run>/shards/<source>/<split>-NNNNN.arrow packed token shards (Arrow IPC, uncompressed)
     <run>/shards/manifest.parquet             one row per shard
+    <run>/shards/manifest.json                the same rows for the loader (JSON columns, stamped)
     <run>/stats.duckdb                        the audit database
     <run>/run.json                            config, versions, inputs, timings, counts
     <run>/models/stageNN-<stage>/             files a global stage keeps (a model classify trained on the run)

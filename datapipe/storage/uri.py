@@ -808,12 +808,12 @@ def _renames(fs: Any) -> bool:
 
 # What the driver writes into a run folder (the rest comes from tasks, named by their markers), and
 # what a read-only command needs of it.
-RUN_FILES = ("run.json", "stats.duckdb", "shards/manifest.parquet")
+RUN_FILES = ("run.json", "stats.duckdb", "shards/manifest.parquet", "shards/manifest.json")
 
 
 def local_run_dir(run_dir: str | os.PathLike[str], files: tuple[str, ...] = RUN_FILES) -> Path:
     """A run folder to read (``sql``, ``stats``, ``report``, ``explain``, ``export``): a local path as
-    it is; for a URI, its mirror with ``files`` (run.json, stats.duckdb and the shard manifest)
+    it is; for a URI, its mirror with ``files`` (run.json, stats.duckdb and the shard manifest and its copy)
     downloaded (again only when they changed). The documents' Parquet files stay remote: the text
     views and exports read them in place."""
     if not is_uri(run_dir):

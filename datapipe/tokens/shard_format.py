@@ -35,6 +35,12 @@ META_KEY = b"datapipe.shard"
 # --- the manifest: one row per shard file, beside the shards -----------------------------------
 SHARDS_DIR = "shards"  # in the run folder: <run>/shards/<source>/<split>-NNNNN.arrow
 MANIFEST_NAME = "manifest.parquet"  # <run>/shards/manifest.parquet
+# The same rows as JSON columns beside it, stamped with the Parquet file's sha256: a training process
+# reads this copy with the standard library, neither mapping pyarrow's Parquet and filesystem
+# libraries nor allocating from Arrow's memory pool (~3-18 MiB it would keep for its whole life, for
+# one small read); a copy whose stamp is not the sha256 of the Parquet file beside it (an older run,
+# a manifest rewritten by hand) is ignored.
+MANIFEST_COPY_NAME = "manifest.json"  # {"parquet_sha256": ..., "columns": {name: [values]}}
 MANIFEST_SCHEMA = pa.schema(
     [
         ("path", pa.string()),

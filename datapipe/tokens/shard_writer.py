@@ -1,9 +1,10 @@
-"""Writing one packed token shard (``datapipe/tokens/shard_format.py`` defines the format): atomically, and
-recorded as a task output so a run folder in object storage commits it with the task's marker."""
+"""Writing one packed token shard (``datapipe/tokens/shard_format.py`` defines the format) and the shards'
+manifest: atomically, and recorded as outputs so a run folder in object storage commits them."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import asdict
 
@@ -11,7 +12,21 @@ import numpy as np
 import pyarrow as pa
 
 from datapipe.storage.atomic import atomic_path
-from datapipe.tokens.shard_format import ShardMeta, shard_schema
+from datapipe.tokens.shard_format import MANIFEST_COPY_NAME, ShardMeta, file_sha256, shard_schema
+
+
+def write_manifest(table: pa.Table, path: str | os.PathLike[str]) -> None:
+    """The manifest ``table`` as Parquet at ``path`` (what DuckDB and other tools read) and as JSON
+    columns beside it stamped with that file's sha256 (what the loader reads: see
+    ``shard_format.MANIFEST_COPY_NAME``). The copy is written second, so a copy is never newer than
+    the Parquet file it was made from."""
+    import pyarrow.parquet as pq
+
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    copy = {"parquet_sha256": file_sha256(path), "columns": {c: table.column(c).to_pylist() for c in table.column_names}}
+    with atomic_path(os.path.join(os.path.dirname(os.fspath(path)), MANIFEST_COPY_NAME)) as tmp:
+        tmp.write_text(json.dumps(copy, separators=(",", ":")), encoding="utf-8")
 
 
 def write_shard(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pickle
+import shutil
 import subprocess
 import sys
 from fractions import Fraction
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from datapipe.loader import PackedDataset, StateMismatch, integer_weights, permute
@@ -246,6 +248,52 @@ def test_import_is_light():
         env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"},
     )
     assert out.returncode == 0, out.stderr
+
+
+def test_local_manifest_read_without_pyarrow_parquet(tmp_path, run):
+    """A training process reads a local run's manifest from the JSON copy beside the Parquet file
+    and never imports pyarrow's Parquet or filesystem modules; it gets the same manifest and the same
+    batches as the Parquet read. A copy that no longer matches the Parquet file (rewritten by hand)
+    is ignored, and a manifest that is not Parquet gets pyarrow's own error."""
+    stale = tmp_path / "stale"
+    shutil.copytree(run, stale)
+    table = pq.read_table(stale / "shards" / "manifest.parquet")
+    pq.write_table(table.slice(0, 2), stale / "shards" / "manifest.parquet")  # the copy still has every row
+    bad = tmp_path / "bad"
+    (bad / "shards").mkdir(parents=True)
+    (bad / "shards" / "manifest.parquet").write_bytes(b"not parquet at all")
+    code = (
+        "import sys\n"
+        "from datapipe.loader import PackedDataset\n"
+        f"ds = PackedDataset({str(run)!r}, backend='numpy', seq_len=16, batch_size=12)\n"
+        "ids = [int(b['input_ids'][:, 0].sum()) for b in ds]\n"
+        "loaded = [m for m in ('pyarrow.parquet', 'pyarrow.fs', 'pyarrow.dataset') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        f"assert len(PackedDataset({str(stale)!r}, backend='numpy').manifest.paths) == 2\n"
+        "try:\n"
+        f"    PackedDataset({str(bad)!r}, backend='numpy')\n"
+        "except ValueError as exc:\n"  # pyarrow.ArrowInvalid
+        "    assert 'Parquet' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('a manifest that is not Parquet was read')\n"
+        "print(ds.manifest.fingerprint, ids)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    (run / "shards" / "manifest.json").rename(tmp_path / "copy.json")  # the Parquet read, here
+    try:
+        here = _ds(run, batch_size=12)
+    finally:
+        (tmp_path / "copy.json").rename(run / "shards" / "manifest.json")
+    fingerprint, ids = out.stdout.split(" ", 1)
+    assert fingerprint == here.manifest.fingerprint
+    assert ids.strip() == str([int(b["input_ids"][:, 0].sum()) for b in here])
 
 
 def test_compiled_permutation_equals_numpy() -> None:

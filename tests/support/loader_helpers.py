@@ -87,6 +87,8 @@ def make_run(
 
 
 def write_manifest(root: Path, recs: list[dict]) -> None:
+    from datapipe.tokens.shard_writer import write_manifest as write_manifest_files
+
     table = pa.Table.from_pylist(
         recs,
         schema=pa.schema(
@@ -104,7 +106,7 @@ def write_manifest(root: Path, recs: list[dict]) -> None:
         ),
     )
     (root / "shards").mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, root / "shards" / "manifest.parquet")
+    write_manifest_files(table, root / "shards" / "manifest.parquet")  # the Parquet file and the loader's copy
 
 
 def refresh_sha256(root: Path) -> None:
