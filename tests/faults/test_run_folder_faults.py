@@ -106,19 +106,24 @@ def clean(ray_local, tmp_path_factory) -> tuple[Path, dict]:
     return pipeline, fingerprint(project / "clean")
 
 
-@pytest.mark.parametrize("fault", ["map0:web_zh/*", "shuffle0", "reduce1", "pack", "stats"])
-def test_disk_full_in_each_phase_gives_one_line_and_the_rerun_completes_identically(
-    clean, tmp_path: Path, monkeypatch, fault: str
-) -> None:
+# Every kind of phase's writer, in one chain as tests/e2e/test_resume.py's kills: each run fails at the
+# next phase's first write and the next run resumes it (a run per fault, each with its own full rerun,
+# cost CI ~4 min of a test worker).
+ENOSPC_CHAIN = ["map0:web_zh/*", "shuffle0", "reduce1", "pack", "stats"]
+
+
+@pytest.mark.timeout(1200)  # six runs (the chain, then the one that completes): ~2-4 min on 2 cores
+def test_disk_full_in_each_phase_gives_one_line_and_the_rerun_completes_identically(clean, tmp_path: Path, monkeypatch) -> None:
     pipeline, expected = clean
     out = tmp_path / "out"
-    monkeypatch.setenv("DATAPIPE_FAULT_ENOSPC_AT", fault)
-    res = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--no-progress"])
-    assert res.exit_code == 1, res.output
-    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in res.output, res.output
-    assert "disk full (no space left on device) while writing " + str(out) in errors[0]
-    assert "free space" in errors[0] and "run the same command again to resume" in errors[0]
+    for fault in ENOSPC_CHAIN:
+        monkeypatch.setenv("DATAPIPE_FAULT_ENOSPC_AT", fault)
+        res = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--no-progress"])
+        assert res.exit_code == 1, (fault, res.output)
+        errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "Traceback" not in res.output, (fault, res.output)
+        assert "disk full (no space left on device) while writing " + str(out) in errors[0], fault
+        assert "free space" in errors[0] and "run the same command again to resume" in errors[0], fault
     monkeypatch.delenv("DATAPIPE_FAULT_ENOSPC_AT")
     res = CliRunner().invoke(main, ["run", str(pipeline), "--output", str(out), "--no-progress"])
     assert res.exit_code == 0, res.output
