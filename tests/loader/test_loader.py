@@ -234,19 +234,24 @@ def test_uri_and_remote_copy(tmp_path, run):
     assert len(list((tmp_path / "cache").glob("*.arrow"))) == 4
 
 
-def test_import_is_light():
-    code = (
-        "import sys; sys.modules['torch'] = None; import datapipe.loader as L; "
-        "bad = [m for m in ('ray', 'duckdb', 'torch') if sys.modules.get(m) is not None]; "
-        "assert not bad, bad; print(L.PackedDataset.__name__)"
-    )
-    out = subprocess.run(
+def fresh_python(code: str) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter that imports this checkout, with nothing else on its paths."""
+    return subprocess.run(
         [sys.executable, "-c", code],
         cwd=PROJECT,
         capture_output=True,
         text=True,
         env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"},
     )
+
+
+def test_import_is_light():
+    code = (
+        "import sys; sys.modules['torch'] = None; import datapipe.loader as L; "
+        "bad = [m for m in ('ray', 'duckdb', 'torch') if sys.modules.get(m) is not None]; "
+        "assert not bad, bad; print(L.PackedDataset.__name__)"
+    )
+    out = fresh_python(code)
     assert out.returncode == 0, out.stderr
 
 
@@ -278,13 +283,7 @@ def test_local_manifest_read_without_pyarrow_parquet(tmp_path, run):
         "    raise AssertionError('a manifest that is not Parquet was read')\n"
         "print(ds.manifest.fingerprint, ids)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"},
-    )
+    out = fresh_python(code)
     assert out.returncode == 0, out.stderr
     (run / "shards" / "manifest.json").rename(tmp_path / "copy.json")  # the Parquet read, here
     try:
