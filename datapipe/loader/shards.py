@@ -445,8 +445,8 @@ def local_copy(m: Manifest, i: int, cache_dir: str | None, copy: bool = False) -
     else:
         fs, src_path = m.fs, where
     if cache_dir is None:
-        where_name = "local disk" if fs is None else type(fs).__name__
-        raise ValueError(f"shard {rel} lives on {where_name}; pass cache_dir= to copy it to local disk")
+        what = "is to be copied before it is mapped" if fs is None else f"lives on {type(fs).__name__}"
+        raise ValueError(f"shard {rel} {what}; pass cache_dir= to copy it to local disk")
     target = Path(cache_dir) / f"{m.sha256[i]}.arrow"  # sha256 is checked to be hex: no path tricks
     if not target.exists():
         # A private temporary name, renamed into place only once whole and verified: a worker killed
