@@ -24,7 +24,7 @@ def write_manifest(table: pa.Table, path: str | os.PathLike[str]) -> None:
 
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-    copy = {"parquet_sha256": file_sha256(path), "columns": {c: table.column(c).to_pylist() for c in table.column_names}}
+    copy = {"parquet_sha256": file_sha256(path), "columns": table.to_pydict()}
     with atomic_path(os.path.join(os.path.dirname(os.fspath(path)), MANIFEST_COPY_NAME)) as tmp:
         tmp.write_text(json.dumps(copy, separators=(",", ":")), encoding="utf-8")
 
